@@ -1,0 +1,36 @@
+//! `affinity`: an Aeron-wire-compatible reliable UDP transport with affinity routing.
+//!
+//! A tour of the layers, from the bytes up:
+//!
+//! * [`wire`] — one codec per Aeron frame (data, setup, status message, NAK, RTT measurement,
+//!   error, response setup). Untrusted bytes in, typed values or a [`wire::WireError`] out.
+//! * [`logbuffer`] — term buffers in the Aeron layout and 64-bit position arithmetic.
+//! * [`flow_control`] — one trait, one module per strategy (`unicast`, `max`, `min`, `tagged`).
+//! * [`protocol`] — sans-IO state machines: the sending side of a publication and the
+//!   receiving side (an image), loss detection and retransmission. Bytes and time in, bytes and
+//!   events out; no sockets, threads or clocks.
+//! * [`routing`] — transport-agnostic affinity routing tables (members, priority groups,
+//!   stickiness, hashing, policies).
+//! * [`channel`] — channel URI parsing (`aeron:udp?...`, `aeron:ipc`).
+//! * [`media`] — the OS edge: UDP sockets, multicast membership, a loss-injecting relay.
+//! * [`driver`] — the media driver agents (conductor, sender, receiver) and their threads.
+//! * [`client`] — publication and subscription handles used by applications.
+//! * `py` — the PyO3 bindings (feature `python`), the only module that touches Python.
+//!
+//! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control` or
+//! `routing` opens a socket, starts a thread or reads the clock.
+
+pub mod channel;
+pub mod client;
+pub mod driver;
+pub mod error;
+pub mod flow_control;
+pub mod logbuffer;
+pub mod media;
+pub mod protocol;
+pub mod routing;
+pub mod time;
+pub mod wire;
+
+#[cfg(feature = "python")]
+mod py;

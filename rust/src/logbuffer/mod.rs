@@ -1,0 +1,3 @@
+//! Term buffers in the Aeron layout and position arithmetic.
+
+pub mod position;

@@ -1,0 +1,14 @@
+//! PyO3 bindings: type conversion, GIL release and error mapping only. No logic lives here.
+
+use pyo3::prelude::*;
+
+mod routing;
+mod transport;
+
+/// The compiled module `affinity._affinity`.
+#[pymodule]
+fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    transport::register(module)?;
+    routing::register(module)?;
+    Ok(())
+}

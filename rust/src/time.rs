@@ -1,0 +1,81 @@
+//! Time as plain numbers: the protocol core never reads a clock, callers pass `now` in.
+
+use std::ops::{Add, Sub};
+use std::time::Duration;
+
+/// A point in time in nanoseconds since an arbitrary, caller-chosen epoch.
+///
+/// The driver uses a monotonic clock; tests use a fake one starting at zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Instant(u64);
+
+impl Instant {
+    /// The epoch itself.
+    pub const ZERO: Instant = Instant(0);
+
+    /// An instant `nanos` nanoseconds after the epoch.
+    pub const fn from_nanos(nanos: u64) -> Self {
+        Instant(nanos)
+    }
+
+    /// Nanoseconds since the epoch.
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// Time elapsed since `earlier`, zero if `earlier` is in the future.
+    pub fn saturating_since(self, earlier: Instant) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+}
+
+impl Add<Duration> for Instant {
+    type Output = Instant;
+    fn add(self, rhs: Duration) -> Instant {
+        Instant(self.0.saturating_add(rhs.as_nanos().min(u64::MAX as u128) as u64))
+    }
+}
+
+impl Sub<Duration> for Instant {
+    type Output = Instant;
+    fn sub(self, rhs: Duration) -> Instant {
+        Instant(self.0.saturating_sub(rhs.as_nanos().min(u64::MAX as u128) as u64))
+    }
+}
+
+/// A monotonic clock for the driver: nanoseconds since the clock was created.
+#[derive(Clone, Copy, Debug)]
+pub struct MonotonicClock {
+    origin: std::time::Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose epoch is now.
+    pub fn new() -> Self {
+        MonotonicClock { origin: std::time::Instant::now() }
+    }
+
+    /// The current time.
+    pub fn now(&self) -> Instant {
+        Instant(self.origin.elapsed().as_nanos() as u64)
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_saturates() {
+        let t = Instant::from_nanos(10);
+        assert_eq!((t - Duration::from_nanos(20)).as_nanos(), 0);
+        assert_eq!((t + Duration::from_nanos(5)).as_nanos(), 15);
+        assert_eq!(t.saturating_since(Instant::from_nanos(20)), Duration::ZERO);
+    }
+}
