@@ -1,0 +1,1 @@
+"""Routing configuration: model, parser, checks."""
