@@ -1,3 +1,6 @@
 //! Term buffers in the Aeron layout and position arithmetic.
 
+pub mod log;
 pub mod position;
+
+pub use log::{AppendOutcome, LogBuffer, StreamIdentity};

@@ -1,1 +1,11 @@
-//! placeholder
+//! Sans-IO protocol state machines: bytes and time in, bytes and events out.
+//!
+//! Nothing here opens a socket, starts a thread or reads a clock.
+
+pub mod image;
+pub mod loss;
+pub mod publication;
+pub mod retransmit;
+
+pub use image::{Image, ImageConfig, ImageCounters, ImageState};
+pub use publication::{NetworkPublication, OfferError, PublicationConfig, PublicationCounters, PublicationEvent};

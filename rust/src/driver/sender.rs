@@ -1,0 +1,177 @@
+//! The sender agent: drains publications to the network, answers status messages and NAKs.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+
+use crate::client::PublicationShared;
+use crate::media::udp::is_would_block;
+use crate::time::Instant;
+use crate::wire::{parse_control, ControlFrame};
+
+/// One publication and the socket it sends from (which also receives its control frames).
+pub struct SendEndpoint {
+    /// The publication's shared state.
+    pub publication: Arc<PublicationShared>,
+    /// Data goes out of here; unicast status messages come back here.
+    pub socket: UdpSocket,
+    /// Where data goes (the endpoint, or the multicast group).
+    pub destination: SocketAddr,
+    /// Multicast: the socket joined to the control group that receives status messages.
+    pub control_socket: Option<UdpSocket>,
+    /// Time of the last idle callback.
+    pub last_idle: Instant,
+}
+
+/// The sender agent.
+pub struct SenderAgent {
+    endpoints: Vec<SendEndpoint>,
+    datagrams_per_cycle: usize,
+    mtu_buffer: Vec<u8>,
+    batch: Vec<u8>,
+    batch_lengths: Vec<usize>,
+    receive_buffer: Vec<u8>,
+    /// Control datagrams that failed to decode.
+    pub invalid_frames: u64,
+    /// Send errors other than "would block".
+    pub send_errors: u64,
+}
+
+impl SenderAgent {
+    /// An agent with no publications.
+    pub fn new(datagrams_per_cycle: usize) -> Self {
+        SenderAgent {
+            endpoints: Vec::new(),
+            datagrams_per_cycle,
+            mtu_buffer: vec![0; 65536],
+            batch: Vec::new(),
+            batch_lengths: Vec::new(),
+            receive_buffer: vec![0; 65536],
+            invalid_frames: 0,
+            send_errors: 0,
+        }
+    }
+
+    /// Starts serving a publication.
+    pub fn add(&mut self, endpoint: SendEndpoint) {
+        self.endpoints.push(endpoint);
+    }
+
+    /// Publications served.
+    pub fn len(&self) -> usize {
+        self.endpoints.len()
+    }
+
+    /// Whether no publication is served.
+    pub fn is_empty(&self) -> bool {
+        self.endpoints.is_empty()
+    }
+
+    /// One duty cycle; returns the work done.
+    pub fn do_work(&mut self, now: Instant) -> usize {
+        let mut work = 0;
+        let mut index = 0;
+        while index < self.endpoints.len() {
+            work += self.service(index, now);
+            if self.endpoints[index].publication.state().is_done() {
+                self.endpoints.swap_remove(index);
+                continue;
+            }
+            index += 1;
+        }
+        work
+    }
+
+    fn receive_control(&mut self, index: usize, now: Instant) -> usize {
+        let mut work = 0;
+        for use_control_socket in [false, true] {
+            for _ in 0..self.datagrams_per_cycle {
+                let endpoint = &self.endpoints[index];
+                let socket = if use_control_socket {
+                    match &endpoint.control_socket {
+                        Some(socket) => socket,
+                        None => break,
+                    }
+                } else {
+                    &endpoint.socket
+                };
+                let length = match socket.recv_from(&mut self.receive_buffer) {
+                    Ok((length, _)) => length,
+                    Err(error) if is_would_block(&error) => break,
+                    Err(_) => break,
+                };
+                work += 1;
+                let frame = match parse_control(&self.receive_buffer[..length]) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => continue,
+                    Err(_) => {
+                        self.invalid_frames += 1;
+                        continue;
+                    }
+                };
+                let endpoint = &self.endpoints[index];
+                let mut publication = endpoint.publication.state();
+                let identity = *publication.identity();
+                let matches = |session: i32, stream: i32| session == identity.session_id && stream == identity.stream_id;
+                match frame {
+                    ControlFrame::StatusMessage(message) if matches(message.session_id, message.stream_id) => {
+                        publication.on_status_message(&message, now)
+                    }
+                    ControlFrame::StatusMessage(message) if message.is_send_setup() && message.session_id == 0 => {
+                        publication.on_status_message(&message, now)
+                    }
+                    ControlFrame::Nak(nak) if matches(nak.session_id, nak.stream_id) => publication.on_nak(&nak, now),
+                    ControlFrame::Error(error) if matches(error.session_id, error.stream_id) => publication.on_error(&error, now),
+                    ControlFrame::Rttm(request) if matches(request.session_id, request.stream_id) => {
+                        if let Some(reply) = publication.on_rtt_measurement(&request) {
+                            drop(publication);
+                            let length = reply.emit(&mut self.mtu_buffer);
+                            let _ = endpoint.socket.send_to(&self.mtu_buffer[..length], endpoint.destination);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        work
+    }
+
+    fn service(&mut self, index: usize, now: Instant) -> usize {
+        let mut work = self.receive_control(index, now);
+        self.batch.clear();
+        self.batch_lengths.clear();
+        {
+            let endpoint = &mut self.endpoints[index];
+            let mut publication = endpoint.publication.state();
+            for _ in 0..self.datagrams_per_cycle {
+                match publication.poll_transmit(now, &mut self.mtu_buffer) {
+                    Some(length) => {
+                        self.batch.extend_from_slice(&self.mtu_buffer[..length]);
+                        self.batch_lengths.push(length);
+                    }
+                    None => break,
+                }
+            }
+            if self.batch_lengths.is_empty() || now.saturating_since(endpoint.last_idle).as_micros() >= 1000 {
+                publication.on_idle(now);
+                endpoint.last_idle = now;
+            }
+        }
+        let endpoint = &self.endpoints[index];
+        let mut offset = 0;
+        for &length in &self.batch_lengths {
+            let datagram = &self.batch[offset..offset + length];
+            offset += length;
+            let result = if endpoint.control_socket.is_some() {
+                endpoint.socket.send_to(datagram, endpoint.destination)
+            } else {
+                endpoint.socket.send(datagram)
+            };
+            match result {
+                Ok(_) => work += 1,
+                Err(error) if is_would_block(&error) => work += 1, // dropped: NAK repairs it
+                Err(_) => self.send_errors += 1,
+            }
+        }
+        work
+    }
+}

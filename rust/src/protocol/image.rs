@@ -1,0 +1,417 @@
+//! The receiving side of one publication (an *image*), as a sans-IO state machine.
+//!
+//! Inputs: DATA/PAD/heartbeat datagrams, consumer progress and the time. Outputs: status
+//! messages and NAKs from [`Image::poll_transmit`], and complete frames for consumers through
+//! [`Image::poll_fragments`]. See `shared/docs/wire-protocol.md` §6.4–§6.6 and §6.9.
+
+use std::time::Duration;
+
+use super::loss::LossDetector;
+use crate::logbuffer::log::{read_frame_length, read_frame_type};
+use crate::logbuffer::position::align_frame;
+use crate::logbuffer::{LogBuffer, StreamIdentity};
+use crate::time::Instant;
+use crate::wire::{flags, DataFrames, DataHeader, FrameType, Nak, StatusMessage, WireError, DATA_HEADER_LENGTH};
+
+/// Settings of one image.
+#[derive(Clone, Debug)]
+pub struct ImageConfig {
+    /// Session, stream, initial term id and term length (from the SETUP frame).
+    pub identity: StreamIdentity,
+    /// Where the receiver joined the stream.
+    pub join_position: i64,
+    /// Receiver window advertised in status messages.
+    pub receiver_window: u32,
+    /// The receiving endpoint's id, carried in status messages.
+    pub receiver_id: i64,
+    /// Group tag appended to status messages (`gtag=`).
+    pub group_tag: Option<i64>,
+    /// Status message interval.
+    pub status_interval: Duration,
+    /// Unicast NAK delay (retries use `nak_delay * 100`).
+    pub nak_delay: Duration,
+    /// Multicast NAK timing: a random delay below `multicast_nak_backoff`.
+    pub is_group: bool,
+    /// Upper bound of the random multicast NAK delay.
+    pub multicast_nak_backoff: Duration,
+    /// The image is closed when nothing arrived for this long.
+    pub liveness_timeout: Duration,
+    /// Seed for the NAK randomiser.
+    pub random_seed: u64,
+}
+
+/// Counters of one image.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ImageCounters {
+    /// DATA/PAD datagrams accepted.
+    pub datagrams_received: u64,
+    /// Bytes accepted.
+    pub bytes_received: u64,
+    /// Heartbeats received.
+    pub heartbeats_received: u64,
+    /// Datagrams entirely below the rebuild position (duplicates or late retransmits).
+    pub duplicates: u64,
+    /// Datagrams dropped for lying beyond the receiver window.
+    pub overruns: u64,
+    /// Malformed datagrams dropped.
+    pub malformed: u64,
+    /// Distinct gaps detected.
+    pub loss_gaps: u64,
+    /// Bytes in those gaps.
+    pub loss_bytes: u64,
+    /// NAKs sent.
+    pub naks_sent: u64,
+    /// Datagrams that filled a detected gap.
+    pub retransmits_received: u64,
+    /// Status messages sent.
+    pub status_messages_sent: u64,
+}
+
+/// Where an image is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageState {
+    /// Receiving.
+    Active,
+    /// End of stream (or timeout): sending EOS status messages until `until`.
+    Draining {
+        /// When the image closes.
+        until: Instant,
+    },
+    /// Finished; the driver removes it.
+    Closed,
+}
+
+/// One consumer of an image (a subscription).
+#[derive(Clone, Copy, Debug)]
+struct Consumer {
+    id: u64,
+    position: i64,
+}
+
+/// A frame handed to a consumer.
+#[derive(Clone, Copy, Debug)]
+pub struct Fragment<'a> {
+    /// The frame's header.
+    pub header: DataHeader,
+    /// The payload bytes.
+    pub payload: &'a [u8],
+    /// Stream position after this frame.
+    pub position: i64,
+}
+
+/// The receiving side of one publication.
+pub struct Image {
+    config: ImageConfig,
+    log: LogBuffer,
+    rebuild_position: i64,
+    hwm_position: i64,
+    consumers: Vec<Consumer>,
+    cleaned_term_base: i64,
+    last_sm_position: i64,
+    last_sm_time: Option<Instant>,
+    last_packet_time: Instant,
+    end_of_stream_position: Option<i64>,
+    state: ImageState,
+    loss: LossDetector,
+    counters: ImageCounters,
+}
+
+impl std::fmt::Debug for Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Image")
+            .field("identity", &self.config.identity)
+            .field("rebuild_position", &self.rebuild_position)
+            .field("hwm_position", &self.hwm_position)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a datagram was not taken into the image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DataRejection {
+    /// It could not be decoded.
+    Malformed(WireError),
+    /// It lies beyond the receiver window.
+    Overrun,
+    /// Everything in it had already been received.
+    Duplicate,
+    /// The image is no longer active.
+    Inactive,
+}
+
+impl Image {
+    /// An image joined at `config.join_position`; it will send a status message at once.
+    pub fn new(config: ImageConfig, now: Instant) -> Self {
+        let log = LogBuffer::new(config.identity);
+        let join = config.join_position;
+        let term_base = join & !(config.identity.term_length as i64 - 1);
+        let loss = LossDetector::new(config.nak_delay, config.is_group, config.multicast_nak_backoff, config.random_seed);
+        Image {
+            log,
+            rebuild_position: join,
+            hwm_position: join,
+            consumers: Vec::new(),
+            cleaned_term_base: term_base,
+            last_sm_position: join,
+            last_sm_time: None,
+            last_packet_time: now,
+            end_of_stream_position: None,
+            state: ImageState::Active,
+            loss,
+            counters: ImageCounters::default(),
+            config,
+        }
+    }
+
+    /// Session, stream and term geometry.
+    pub fn identity(&self) -> &StreamIdentity {
+        &self.config.identity
+    }
+
+    /// The image's settings.
+    pub fn config(&self) -> &ImageConfig {
+        &self.config
+    }
+
+    /// Everything before this position has arrived.
+    pub fn rebuild_position(&self) -> i64 {
+        self.rebuild_position
+    }
+
+    /// The highest position seen (data or heartbeat).
+    pub fn hwm_position(&self) -> i64 {
+        self.hwm_position
+    }
+
+    /// Where the image is in its life.
+    pub fn state(&self) -> ImageState {
+        self.state
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> ImageCounters {
+        self.counters
+    }
+
+    /// Whether the publication signalled end of stream and every consumer read up to it.
+    pub fn is_end_of_stream(&self) -> bool {
+        self.end_of_stream_position.is_some_and(|end| self.rebuild_position >= end && self.min_consumer_position() >= end)
+    }
+
+    /// Adds a consumer starting at the current rebuild position... or at the join position.
+    pub fn add_consumer(&mut self, id: u64) {
+        let position = self.consumers.iter().map(|c| c.position).min().unwrap_or(self.config.join_position);
+        self.consumers.push(Consumer { id, position });
+    }
+
+    /// Removes a consumer; returns whether any remain.
+    pub fn remove_consumer(&mut self, id: u64) -> bool {
+        self.consumers.retain(|c| c.id != id);
+        !self.consumers.is_empty()
+    }
+
+    /// A consumer's position.
+    pub fn consumer_position(&self, id: u64) -> Option<i64> {
+        self.consumers.iter().find(|c| c.id == id).map(|c| c.position)
+    }
+
+    fn min_consumer_position(&self) -> i64 {
+        self.consumers.iter().map(|c| c.position).min().unwrap_or(self.rebuild_position)
+    }
+
+    /// A DATA, PAD or heartbeat datagram for this image.
+    pub fn on_data(&mut self, datagram: &[u8], now: Instant) -> Result<(), DataRejection> {
+        if self.state != ImageState::Active {
+            return Err(DataRejection::Inactive);
+        }
+        let header = DataHeader::parse(datagram).map_err(|e| self.malformed(e))?;
+        let identity = self.config.identity;
+        let position = identity.position(header.term_id, header.term_offset);
+        self.last_packet_time = now;
+        if DataHeader::is_heartbeat_datagram(datagram) {
+            self.counters.heartbeats_received += 1;
+            if position > self.hwm_position && position <= self.min_consumer_position() + (identity.term_length / 2) as i64 {
+                self.hwm_position = position;
+            }
+            if header.is_end_of_stream() {
+                self.end_of_stream_position = Some(position);
+            }
+            return Ok(());
+        }
+        // Validate every frame before touching the log.
+        let mut frames = 0;
+        for frame in DataFrames::new(datagram) {
+            frame.map_err(|e| self.malformed(e))?;
+            frames += 1;
+        }
+        if frames == 0 || header.term_offset as usize % 32 != 0 {
+            return Err(self.malformed(WireError::Misaligned { term_offset: header.term_offset }));
+        }
+        let length = datagram.len() as i64;
+        if header.term_offset as i64 + length > identity.term_length as i64 {
+            return Err(self.malformed(WireError::BadFrameLength {
+                frame: "DATA",
+                frame_length: header.frame_length,
+                datagram_length: datagram.len(),
+            }));
+        }
+        let proposed = position + length;
+        if position < self.rebuild_position && proposed <= self.rebuild_position {
+            self.counters.duplicates += 1;
+            return Err(DataRejection::Duplicate);
+        }
+        if proposed > self.min_consumer_position() + (identity.term_length / 2) as i64 {
+            self.counters.overruns += 1;
+            return Err(DataRejection::Overrun);
+        }
+        if position < self.hwm_position {
+            self.counters.retransmits_received += 1;
+        }
+        self.log.insert(position, datagram);
+        self.counters.datagrams_received += 1;
+        self.counters.bytes_received += length as u64;
+        self.hwm_position = self.hwm_position.max(proposed);
+        self.advance_rebuild();
+        Ok(())
+    }
+
+    fn malformed(&mut self, error: WireError) -> DataRejection {
+        self.counters.malformed += 1;
+        DataRejection::Malformed(error)
+    }
+
+    fn advance_rebuild(&mut self) {
+        let term_length = self.config.identity.term_length as i64;
+        loop {
+            let next = self.log.scan_complete(self.rebuild_position, self.hwm_position.max(self.rebuild_position + 1));
+            let moved = next != self.rebuild_position;
+            self.rebuild_position = next;
+            self.hwm_position = self.hwm_position.max(next);
+            if !moved || next % term_length != 0 || next >= self.hwm_position {
+                break;
+            }
+        }
+    }
+
+    /// Hands complete frames to consumer `id`, at most `fragment_limit` DATA frames; returns how
+    /// many were handed out.
+    pub fn poll_fragments<F>(&mut self, id: u64, fragment_limit: usize, mut handler: F) -> usize
+    where
+        F: FnMut(Fragment<'_>),
+    {
+        let Some(index) = self.consumers.iter().position(|c| c.id == id) else { return 0 };
+        let mut position = self.consumers[index].position;
+        let term_length = self.config.identity.term_length as i64;
+        let mut count = 0;
+        while count < fragment_limit && position < self.rebuild_position {
+            let term = self.log.term(position);
+            let offset = self.config.identity.term_offset(position) as usize;
+            let frame_length = read_frame_length(term, offset);
+            if frame_length <= 0 {
+                break;
+            }
+            if read_frame_type(term, offset) == FrameType::Pad.code() {
+                position += term_length - offset as i64;
+                continue;
+            }
+            let aligned = align_frame(frame_length as usize) as i64;
+            position += aligned;
+            if let Ok(header) = DataHeader::parse(&term[offset..offset + DATA_HEADER_LENGTH]) {
+                let end = (offset + frame_length as usize).min(term.len());
+                handler(Fragment { header, payload: &term[offset + DATA_HEADER_LENGTH..end], position });
+                count += 1;
+            }
+        }
+        self.consumers[index].position = position;
+        self.clean_behind();
+        count
+    }
+
+    /// Zeroes terms every consumer has left so the partition can hold a later term.
+    fn clean_behind(&mut self) {
+        let term_length = self.config.identity.term_length as i64;
+        let min_term_base = self.min_consumer_position() & !(term_length - 1);
+        while self.cleaned_term_base < min_term_base {
+            self.log.clean_term(self.cleaned_term_base);
+            self.cleaned_term_base += term_length;
+        }
+    }
+
+    /// Time-driven work: loss detection, liveness, end of stream.
+    pub fn on_tick(&mut self, now: Instant) {
+        match self.state {
+            ImageState::Active => {
+                if self.is_end_of_stream() || now.saturating_since(self.last_packet_time) >= self.config.liveness_timeout {
+                    self.state = ImageState::Draining { until: now + self.config.status_interval * 5 };
+                }
+            }
+            ImageState::Draining { until } if now >= until => self.state = ImageState::Closed,
+            _ => {}
+        }
+    }
+
+    /// Closes the image because its last consumer left: EOS status messages, then closed.
+    pub fn close(&mut self, now: Instant) {
+        if self.state == ImageState::Active {
+            self.state = ImageState::Draining { until: now + self.config.status_interval * 5 };
+        }
+    }
+
+    /// The next control frame to send to the publication (status message or NAK).
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        if self.state == ImageState::Closed {
+            return None;
+        }
+        if self.state == ImageState::Active {
+            let term_length = self.config.identity.term_length as i64;
+            let term_end = (self.rebuild_position & !(term_length - 1)) + term_length;
+            let gap = self.log.find_gap(self.rebuild_position, self.hwm_position.min(term_end));
+            if let Some(nak) = self.loss.poll(gap, now) {
+                if nak.is_new_gap {
+                    self.counters.loss_gaps += 1;
+                    self.counters.loss_bytes += nak.length as u64;
+                }
+                if nak.send {
+                    self.counters.naks_sent += 1;
+                    let identity = self.config.identity;
+                    let frame = Nak {
+                        session_id: identity.session_id,
+                        stream_id: identity.stream_id,
+                        term_id: identity.term_id(nak.position),
+                        term_offset: identity.term_offset(nak.position),
+                        length: nak.length as i32,
+                    };
+                    return Some(frame.emit(out));
+                }
+            }
+        }
+        let consumption = self.min_consumer_position();
+        let threshold = (self.config.receiver_window / 4) as i64;
+        let due = match self.last_sm_time {
+            None => true,
+            Some(last) => {
+                now.saturating_since(last) >= self.config.status_interval || consumption - self.last_sm_position >= threshold
+            }
+        };
+        if !due {
+            return None;
+        }
+        self.last_sm_time = Some(now);
+        self.last_sm_position = consumption;
+        self.counters.status_messages_sent += 1;
+        let identity = self.config.identity;
+        let draining = matches!(self.state, ImageState::Draining { .. });
+        let message = StatusMessage {
+            flags: if draining { flags::SM_EOS } else { 0 },
+            session_id: identity.session_id,
+            stream_id: identity.stream_id,
+            consumption_term_id: identity.term_id(consumption),
+            consumption_term_offset: identity.term_offset(consumption),
+            receiver_window: self.config.receiver_window as i32,
+            receiver_id: self.config.receiver_id,
+            group_tag: self.config.group_tag,
+        };
+        Some(message.emit(out))
+    }
+}

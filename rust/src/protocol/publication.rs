@@ -1,0 +1,555 @@
+//! The sending side of one network publication, as a sans-IO state machine.
+//!
+//! Inputs: `offer` (from the application), status messages, NAKs, RTT measurements and error
+//! frames (from receivers), and the time. Output: datagrams from [`NetworkPublication::poll_transmit`]
+//! (SETUP until the first status message, data within the flow-control limit, retransmits,
+//! heartbeats when idle). See `shared/docs/wire-protocol.md` §6 and §7.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use super::retransmit::{ResendRange, RetransmitHandler};
+use crate::flow_control::{FlowControl, FlowControlEvent, StatusMessageInput};
+use crate::logbuffer::log::{read_frame_length, read_frame_type};
+use crate::logbuffer::position::align_frame;
+use crate::logbuffer::{AppendOutcome, LogBuffer, StreamIdentity};
+use crate::time::Instant;
+use crate::wire::{flags, DataHeader, ErrorFrame, FrameType, Nak, RttMeasurement, Setup, StatusMessage, DATA_HEADER_LENGTH};
+
+/// Fixed protocol timers (Aeron hard-codes these too).
+pub const SETUP_INTERVAL: Duration = Duration::from_millis(100);
+/// Idle time after which a heartbeat is sent.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Why an `offer` did not append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OfferError {
+    /// No receiver (or not enough of them for the flow-control group) is connected.
+    NotConnected,
+    /// The publication window is full: the receivers have not caught up yet.
+    BackPressured,
+    /// The term rotated; retry (kept for API parity, `offer` retries internally).
+    AdminAction,
+    /// The publication was closed.
+    Closed,
+    /// The stream reached its maximum position.
+    MaxPositionExceeded,
+    /// The message is longer than the term allows (`min(term_length / 8, 16 MiB)`).
+    MessageTooLong {
+        /// Bytes offered.
+        length: usize,
+        /// The maximum.
+        max: usize,
+    },
+}
+
+impl OfferError {
+    /// The Aeron result code for this outcome (negative).
+    pub fn code(self) -> i64 {
+        match self {
+            OfferError::NotConnected => -1,
+            OfferError::BackPressured => -2,
+            OfferError::AdminAction => -3,
+            OfferError::Closed => -4,
+            OfferError::MaxPositionExceeded => -5,
+            OfferError::MessageTooLong { .. } => -6,
+        }
+    }
+}
+
+/// Settings of one publication, resolved from its channel URI and the driver defaults.
+#[derive(Clone, Debug)]
+pub struct PublicationConfig {
+    /// Session, stream, initial term id and term length.
+    pub identity: StreamIdentity,
+    /// Position the stream starts at (non-zero with `init-term-id|term-id|term-offset`).
+    pub initial_position: i64,
+    /// Largest datagram, headers included.
+    pub mtu: u32,
+    /// How far the application may write ahead of the sender position.
+    pub publication_window: u32,
+    /// Multicast TTL copied into SETUP frames.
+    pub ttl: u8,
+    /// Group semantics (multicast): SETUP carries the GROUP flag.
+    pub is_group: bool,
+    /// How long the publication keeps serving retransmits after it was closed and drained.
+    pub linger: Duration,
+    /// A receiver is forgotten after this long without a status message.
+    pub connection_timeout: Duration,
+    /// Delay before resending a NAKed range.
+    pub retransmit_delay: Duration,
+    /// How long a resent range ignores further NAKs.
+    pub retransmit_linger: Duration,
+    /// Concurrent retransmit actions (1 for unicast).
+    pub max_resend: usize,
+    /// Whether heartbeats carry the EOS flag once closed and drained.
+    pub signal_eos: bool,
+}
+
+/// Events a publication reports to the driver's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PublicationEvent {
+    /// The connected flag changed.
+    ConnectionChanged {
+        /// New value.
+        connected: bool,
+    },
+    /// A flow-control group change (receiver added or removed).
+    FlowControl(FlowControlEvent),
+    /// A receiver rejected the stream with an error frame.
+    ReceiverError {
+        /// Receiver endpoint id.
+        receiver_id: i64,
+        /// Error code from the frame.
+        code: i32,
+        /// Error text.
+        message: String,
+    },
+}
+
+/// Counters of one publication.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PublicationCounters {
+    /// Status messages processed.
+    pub status_messages: u64,
+    /// NAKs received.
+    pub naks_received: u64,
+    /// Datagrams resent.
+    pub retransmits_sent: u64,
+    /// Bytes resent.
+    pub retransmitted_bytes: u64,
+    /// DATA datagrams sent (first transmission).
+    pub datagrams_sent: u64,
+    /// Bytes sent (first transmission).
+    pub bytes_sent: u64,
+    /// Heartbeats sent.
+    pub heartbeats_sent: u64,
+    /// SETUP frames sent.
+    pub setups_sent: u64,
+    /// NAKs dropped as out of range or over the resend limit.
+    pub naks_ignored: u64,
+    /// Error frames received.
+    pub errors_received: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lifecycle {
+    Active,
+    /// The application closed the publication at this final position.
+    Draining { end_position: i64 },
+    /// Everything was sent; retransmits are served until `until`.
+    Lingering { end_position: i64, until: Instant },
+    /// Nothing more to do: the driver may free it.
+    Done,
+}
+
+/// The sending side of one publication.
+pub struct NetworkPublication {
+    config: PublicationConfig,
+    log: LogBuffer,
+    tail: i64,
+    sender_position: i64,
+    sender_limit: i64,
+    flow_control: Box<dyn FlowControl>,
+    has_initial_connection: bool,
+    should_send_setup: bool,
+    last_setup: Option<Instant>,
+    last_send: Instant,
+    receivers: HashMap<i64, Instant>,
+    connected: bool,
+    retransmits: RetransmitHandler,
+    resend_cursor: Option<(i64, i64)>,
+    lifecycle: Lifecycle,
+    counters: PublicationCounters,
+    events: VecDeque<PublicationEvent>,
+}
+
+impl std::fmt::Debug for NetworkPublication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetworkPublication")
+            .field("identity", &self.config.identity)
+            .field("tail", &self.tail)
+            .field("sender_position", &self.sender_position)
+            .field("sender_limit", &self.sender_limit)
+            .field("connected", &self.connected)
+            .finish_non_exhaustive()
+    }
+}
+
+impl NetworkPublication {
+    /// A new publication that will start announcing itself with SETUP frames.
+    pub fn new(config: PublicationConfig, flow_control: Box<dyn FlowControl>, now: Instant) -> Self {
+        let log = LogBuffer::new(config.identity);
+        let start = config.initial_position;
+        let retransmits = RetransmitHandler::new(config.max_resend, config.retransmit_delay, config.retransmit_linger);
+        NetworkPublication {
+            log,
+            tail: start,
+            sender_position: start,
+            sender_limit: start,
+            flow_control,
+            has_initial_connection: false,
+            should_send_setup: false,
+            last_setup: None,
+            last_send: now,
+            receivers: HashMap::new(),
+            connected: false,
+            retransmits,
+            resend_cursor: None,
+            lifecycle: Lifecycle::Active,
+            counters: PublicationCounters::default(),
+            events: VecDeque::new(),
+            config,
+        }
+    }
+
+    /// Session, stream and term geometry.
+    pub fn identity(&self) -> &StreamIdentity {
+        &self.config.identity
+    }
+
+    /// The configuration the publication was created with.
+    pub fn config(&self) -> &PublicationConfig {
+        &self.config
+    }
+
+    /// Whether enough receivers are live for the application to publish.
+    pub fn is_connected(&self) -> bool {
+        self.connected && self.lifecycle == Lifecycle::Active
+    }
+
+    /// Whether the application closed the publication.
+    pub fn is_closed(&self) -> bool {
+        self.lifecycle != Lifecycle::Active
+    }
+
+    /// Whether the driver can free the publication.
+    pub fn is_done(&self) -> bool {
+        self.lifecycle == Lifecycle::Done
+    }
+
+    /// The end of the last appended message.
+    pub fn tail_position(&self) -> i64 {
+        self.tail
+    }
+
+    /// Bytes before this position have been sent at least once.
+    pub fn sender_position(&self) -> i64 {
+        self.sender_position
+    }
+
+    /// The flow-control limit: data may be sent up to here.
+    pub fn sender_limit(&self) -> i64 {
+        self.sender_limit
+    }
+
+    /// How far the application may append: sender position + publication window.
+    pub fn publisher_limit(&self) -> i64 {
+        if self.is_connected() {
+            self.sender_position + self.config.publication_window as i64
+        } else {
+            self.sender_position
+        }
+    }
+
+    /// The flow-control strategy (for counters).
+    pub fn flow_control(&self) -> &dyn FlowControl {
+        self.flow_control.as_ref()
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> PublicationCounters {
+        let mut counters = self.counters;
+        counters.naks_ignored += self.retransmits.overflows();
+        counters
+    }
+
+    /// Number of receivers heard from within the connection timeout.
+    pub fn live_receivers(&self) -> usize {
+        self.receivers.len()
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<PublicationEvent> {
+        while let Some(event) = self.flow_control.poll_event() {
+            self.events.push_back(PublicationEvent::FlowControl(event));
+        }
+        self.events.pop_front()
+    }
+
+    /// The largest message `offer` accepts.
+    pub fn max_message_length(&self) -> usize {
+        self.log.max_message_length()
+    }
+
+    /// Appends one message; returns the new stream position.
+    pub fn offer(&mut self, payload: &[u8], reserved_value: i64) -> Result<i64, OfferError> {
+        if self.lifecycle != Lifecycle::Active {
+            return Err(OfferError::Closed);
+        }
+        if !self.connected {
+            return Err(OfferError::NotConnected);
+        }
+        let max = self.log.max_message_length();
+        if payload.len() > max {
+            return Err(OfferError::MessageTooLong { length: payload.len(), max });
+        }
+        let limit = self.publisher_limit();
+        let needed = LogBuffer::framed_length(payload.len(), self.config.mtu).max(DATA_HEADER_LENGTH) as i64;
+        for _ in 0..2 {
+            if self.tail + needed > limit {
+                return Err(OfferError::BackPressured);
+            }
+            match self.log.append(self.tail, payload, self.config.mtu, reserved_value) {
+                AppendOutcome::Appended(tail) => {
+                    self.tail = tail;
+                    return Ok(tail);
+                }
+                AppendOutcome::Padded(tail) => self.tail = tail,
+                AppendOutcome::MaxPositionExceeded => return Err(OfferError::MaxPositionExceeded),
+            }
+        }
+        Err(OfferError::AdminAction)
+    }
+
+    /// The application closed the publication: drain what was appended, then signal EOS.
+    pub fn close(&mut self) {
+        if self.lifecycle == Lifecycle::Active {
+            self.lifecycle = Lifecycle::Draining { end_position: self.tail };
+        }
+    }
+
+    /// A status message for this session and stream.
+    pub fn on_status_message(&mut self, message: &StatusMessage, now: Instant) {
+        if message.flags & flags::SM_SEND_SETUP != 0 {
+            if self.lifecycle == Lifecycle::Active {
+                self.should_send_setup = true;
+                self.flow_control.on_trigger_send_setup(message.receiver_id, message.group_tag, now);
+            }
+            return;
+        }
+        self.counters.status_messages += 1;
+        let end_of_stream = message.flags & flags::SM_EOS != 0;
+        if end_of_stream {
+            self.receivers.remove(&message.receiver_id);
+        } else {
+            self.receivers.insert(message.receiver_id, now);
+        }
+        let identity = self.config.identity;
+        let position = identity.position(message.consumption_term_id, message.consumption_term_offset);
+        let input = StatusMessageInput {
+            receiver_id: message.receiver_id,
+            consumption_position: position,
+            receiver_window: message.receiver_window,
+            group_tag: message.group_tag,
+            end_of_stream,
+        };
+        self.sender_limit = self.flow_control.on_status_message(&input, self.sender_limit, self.sender_position, now);
+        self.has_initial_connection = true;
+        if end_of_stream && !self.config.is_group && self.receivers.is_empty() {
+            // Unicast: the only receiver left; stop lingering early.
+            if let Lifecycle::Lingering { end_position, .. } = self.lifecycle {
+                self.lifecycle = Lifecycle::Lingering { end_position, until: now };
+            }
+        }
+        self.update_connected();
+    }
+
+    /// A NAK for this session and stream.
+    pub fn on_nak(&mut self, nak: &Nak, now: Instant) {
+        self.counters.naks_received += 1;
+        let term_length = self.config.identity.term_length;
+        if nak.term_offset < 0 || nak.term_offset as i64 > term_length as i64 - 32 || nak.length <= 0 {
+            self.counters.naks_ignored += 1;
+            return;
+        }
+        let position = self.config.identity.position(nak.term_id, nak.term_offset);
+        let lowest = self.sender_position - (term_length / 2) as i64 - self.log.max_message_length() as i64;
+        if position < lowest.max(self.config.initial_position) || position >= self.sender_position {
+            self.counters.naks_ignored += 1;
+            return;
+        }
+        let length = self.flow_control.max_retransmission_length(nak.term_offset, nak.length as usize, term_length, self.config.mtu);
+        self.retransmits.on_nak(nak.term_id, nak.term_offset, length, now);
+    }
+
+    /// An RTT measurement request: the reply to send back, if one is asked for.
+    pub fn on_rtt_measurement(&mut self, frame: &RttMeasurement) -> Option<RttMeasurement> {
+        (frame.flags & flags::RTTM_REPLY != 0).then_some(RttMeasurement {
+            flags: 0,
+            session_id: frame.session_id,
+            stream_id: frame.stream_id,
+            echo_timestamp_ns: frame.echo_timestamp_ns,
+            reception_delta_ns: 0,
+            receiver_id: frame.receiver_id,
+        })
+    }
+
+    /// An error frame from a receiver (it rejected the image).
+    pub fn on_error(&mut self, frame: &ErrorFrame, now: Instant) {
+        self.counters.errors_received += 1;
+        self.receivers.remove(&frame.receiver_id);
+        self.flow_control.on_error(frame.receiver_id, frame.group_tag(), now);
+        self.events.push_back(PublicationEvent::ReceiverError {
+            receiver_id: frame.receiver_id,
+            code: frame.error_code,
+            message: String::from_utf8_lossy(&frame.message).into_owned(),
+        });
+        self.update_connected();
+    }
+
+    /// Periodic work when nothing was sent: flow-control idle, receiver expiry, lifecycle.
+    pub fn on_idle(&mut self, now: Instant) {
+        let is_end_of_stream = !matches!(self.lifecycle, Lifecycle::Active);
+        self.sender_limit = self.flow_control.on_idle(now, self.sender_limit, self.sender_position, is_end_of_stream);
+        let timeout = self.config.connection_timeout;
+        self.receivers.retain(|_, last| now.saturating_since(*last) < timeout);
+        self.retransmits.expire(now);
+        self.update_connected();
+        match self.lifecycle {
+            Lifecycle::Draining { end_position } if self.sender_position >= end_position => {
+                self.lifecycle = Lifecycle::Lingering { end_position, until: now + self.config.linger };
+            }
+            Lifecycle::Lingering { until, .. } if now >= until => self.lifecycle = Lifecycle::Done,
+            _ => {}
+        }
+    }
+
+    fn update_connected(&mut self) {
+        let connected = !self.receivers.is_empty() && self.flow_control.has_required_receivers();
+        if connected != self.connected {
+            self.connected = connected;
+            self.events.push_back(PublicationEvent::ConnectionChanged { connected });
+        }
+    }
+
+    /// The next datagram to send, written into `out` (at least `mtu` bytes); returns its length.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        if self.lifecycle == Lifecycle::Done {
+            return None;
+        }
+        let setup_due = self.last_setup.is_none_or(|last| now.saturating_since(last) >= SETUP_INTERVAL);
+        if (!self.has_initial_connection || self.should_send_setup) && setup_due && self.lifecycle == Lifecycle::Active {
+            return Some(self.emit_setup(now, out));
+        }
+        if !self.has_initial_connection {
+            return None;
+        }
+        if let Some(length) = self.poll_retransmit(now, out) {
+            return Some(length);
+        }
+        let available = self.tail.min(self.sender_limit) - self.sender_position;
+        if available > 0 {
+            let (length, advance) = self.scan_datagram(self.sender_position, available, out);
+            if advance > 0 {
+                self.sender_position += advance;
+                self.last_send = now;
+                self.counters.datagrams_sent += 1;
+                self.counters.bytes_sent += length as u64;
+                return Some(length);
+            }
+        }
+        if now.saturating_since(self.last_send) >= HEARTBEAT_INTERVAL {
+            self.last_send = now;
+            self.counters.heartbeats_sent += 1;
+            return Some(self.emit_heartbeat(out));
+        }
+        None
+    }
+
+    fn emit_setup(&mut self, now: Instant, out: &mut [u8]) -> usize {
+        let identity = self.config.identity;
+        let setup = Setup {
+            flags: if self.config.is_group { flags::SETUP_GROUP } else { 0 },
+            term_offset: identity.term_offset(self.sender_position),
+            session_id: identity.session_id,
+            stream_id: identity.stream_id,
+            initial_term_id: identity.initial_term_id,
+            active_term_id: identity.term_id(self.sender_position),
+            term_length: identity.term_length as i32,
+            mtu: self.config.mtu as i32,
+            ttl: self.config.ttl as i32,
+        };
+        self.last_setup = Some(now);
+        self.counters.setups_sent += 1;
+        if self.should_send_setup && !self.receivers.is_empty() {
+            self.should_send_setup = false;
+        }
+        self.sender_limit = self.flow_control.on_setup(self.sender_limit, self.sender_position, now);
+        setup.emit(out)
+    }
+
+    fn emit_heartbeat(&self, out: &mut [u8]) -> usize {
+        let identity = self.config.identity;
+        let eos = self.config.signal_eos
+            && match self.lifecycle {
+                Lifecycle::Draining { end_position } | Lifecycle::Lingering { end_position, .. } => {
+                    self.sender_position >= end_position
+                }
+                _ => false,
+            };
+        let header = DataHeader {
+            frame_length: 0,
+            flags: if eos { flags::UNFRAGMENTED | flags::EOS } else { flags::UNFRAGMENTED },
+            frame_type: FrameType::Data,
+            term_offset: identity.term_offset(self.sender_position),
+            session_id: identity.session_id,
+            stream_id: identity.stream_id,
+            term_id: identity.term_id(self.sender_position),
+            reserved_value: 0,
+        };
+        header.emit(&mut out[..DATA_HEADER_LENGTH]);
+        DATA_HEADER_LENGTH
+    }
+
+    fn poll_retransmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        if self.resend_cursor.is_none() {
+            let ResendRange { term_id, term_offset, length } = self.retransmits.poll_due(now)?;
+            let start = self.config.identity.position(term_id, term_offset);
+            let end = (start + length as i64).min(self.sender_position);
+            self.resend_cursor = Some((start, end));
+        }
+        let (start, end) = self.resend_cursor?;
+        let (length, advance) = if start < end { self.scan_datagram(start, end - start, out) } else { (0, 0) };
+        if advance == 0 {
+            self.resend_cursor = None;
+            return None;
+        }
+        self.resend_cursor = (start + advance < end).then_some((start + advance, end));
+        self.counters.retransmits_sent += 1;
+        self.counters.retransmitted_bytes += length as u64;
+        Some(length)
+    }
+
+    /// Copies whole frames starting at `position` (at most `available` bytes of log and one MTU
+    /// of datagram) into `out`. Returns (datagram length, log bytes covered).
+    fn scan_datagram(&self, position: i64, available: i64, out: &mut [u8]) -> (usize, i64) {
+        let term = self.log.term(position);
+        let term_length = self.config.identity.term_length as usize;
+        let start = self.config.identity.term_offset(position) as usize;
+        let mtu = self.config.mtu as usize;
+        let limit = (available.min(mtu as i64) as usize).min(term_length - start);
+        let mut offset = start;
+        while offset - start < limit {
+            let frame_length = read_frame_length(term, offset);
+            if frame_length <= 0 {
+                break;
+            }
+            if read_frame_type(term, offset) == FrameType::Pad.code() {
+                if offset == start {
+                    out[..DATA_HEADER_LENGTH].copy_from_slice(&term[offset..offset + DATA_HEADER_LENGTH]);
+                    return (DATA_HEADER_LENGTH, (term_length - start) as i64);
+                }
+                break;
+            }
+            let aligned = align_frame(frame_length as usize);
+            if offset - start + aligned > limit {
+                break;
+            }
+            offset += aligned;
+        }
+        let length = offset - start;
+        out[..length].copy_from_slice(&term[start..offset]);
+        (length, length as i64)
+    }
+}
