@@ -1,1 +1,11 @@
-//! placeholder
+//! Application-facing handles: [`Client`], [`Publication`], [`Subscription`].
+//!
+//! The client talks to the driver through [`crate::driver::DriverCommand`]s; the log buffers
+//! (publication state, images) are shared with the driver. Today they are shared in-process;
+//! the standalone driver will map the same buffers from a shared-memory directory.
+
+mod assembler;
+mod handles;
+
+pub use assembler::{MessageBatch, MessageHeader};
+pub use handles::{Client, ImageHandle, ImageStatus, Publication, PublicationShared, Subscription, SubscriptionShared};
