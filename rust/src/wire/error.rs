@@ -96,3 +96,37 @@ impl fmt::Display for WireError {
 }
 
 impl std::error::Error for WireError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_frame_and_the_numbers() {
+        let truncated = WireError::Truncated {
+            frame: "SM",
+            needed: 36,
+            actual: 20,
+        };
+        assert_eq!(
+            truncated.to_string(),
+            "truncated SM frame: need 36 bytes, got 20"
+        );
+        let wrong = WireError::WrongType {
+            expected: "SETUP",
+            actual: 3,
+        };
+        assert_eq!(
+            wrong.to_string(),
+            "expected a SETUP frame, got type code 0x0003"
+        );
+        let invalid = WireError::Invalid {
+            frame: "SETUP",
+            field: "mtu",
+            value: 1400,
+        };
+        assert_eq!(invalid.to_string(), "invalid SETUP mtu: 1400");
+        let error: Box<dyn std::error::Error> = Box::new(WireError::UnsupportedVersion(1));
+        assert_eq!(error.to_string(), "unsupported frame version 1");
+    }
+}
