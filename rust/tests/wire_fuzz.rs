@@ -3,9 +3,8 @@
 //! is rejected.
 
 use affinity::wire::{
-    align_frame_length, flags, parse_control, ControlFrame, DataFrames, DataHeader, ErrorFrame,
-    FrameHeader, FrameType, Nak, ResponseSetup, RttMeasurement, Setup, StatusMessage,
-    DATA_HEADER_LENGTH, MAX_ERROR_MESSAGE_LENGTH,
+    align_frame_length, flags, parse_control, ControlFrame, DataFrames, DataHeader, ErrorFrame, FrameHeader, FrameType,
+    Nak, ResponseSetup, RttMeasurement, Setup, StatusMessage, DATA_HEADER_LENGTH, MAX_ERROR_MESSAGE_LENGTH,
 };
 use proptest::prelude::*;
 
@@ -35,13 +34,8 @@ fn decode_everything(bytes: &[u8]) {
 /// Bytes that start with a plausible header (version 0, a type code near the known ones, a
 /// frame length near the datagram length) so decoders get past their first checks.
 fn plausible_datagram() -> impl Strategy<Value = Vec<u8>> {
-    (
-        -2i16..=12,
-        any::<u8>(),
-        prop::collection::vec(any::<u8>(), 0..160),
-        -64i32..=200,
-    )
-        .prop_map(|(code, flag_bits, tail, length_delta)| {
+    (-2i16..=12, any::<u8>(), prop::collection::vec(any::<u8>(), 0..160), -64i32..=200).prop_map(
+        |(code, flag_bits, tail, length_delta)| {
             let mut bytes = vec![0u8; 8];
             bytes.extend_from_slice(&tail);
             let frame_length = bytes.len() as i32 + length_delta.clamp(-64, 64);
@@ -49,7 +43,8 @@ fn plausible_datagram() -> impl Strategy<Value = Vec<u8>> {
             bytes[5] = flag_bits;
             bytes[6..8].copy_from_slice(&code.to_le_bytes());
             bytes
-        })
+        },
+    )
 }
 
 fn setup_strategy() -> impl Strategy<Value = Setup> {
@@ -67,13 +62,8 @@ fn setup_strategy() -> impl Strategy<Value = Setup> {
 }
 
 fn status_strategy() -> impl Strategy<Value = StatusMessage> {
-    (
-        any::<u8>(),
-        any::<[i32; 5]>(),
-        any::<i64>(),
-        any::<Option<i64>>(),
-    )
-        .prop_map(|(flags, v, receiver_id, group_tag)| StatusMessage {
+    (any::<u8>(), any::<[i32; 5]>(), any::<i64>(), any::<Option<i64>>()).prop_map(
+        |(flags, v, receiver_id, group_tag)| StatusMessage {
             flags,
             session_id: v[0],
             stream_id: v[1],
@@ -82,7 +72,8 @@ fn status_strategy() -> impl Strategy<Value = StatusMessage> {
             receiver_window: v[4],
             receiver_id,
             group_tag,
-        })
+        },
+    )
 }
 
 fn nak_strategy() -> impl Strategy<Value = Nak> {
@@ -125,11 +116,7 @@ fn error_strategy() -> impl Strategy<Value = ErrorFrame> {
 }
 
 fn response_setup_strategy() -> impl Strategy<Value = ResponseSetup> {
-    any::<[i32; 3]>().prop_map(|v| ResponseSetup {
-        session_id: v[0],
-        stream_id: v[1],
-        response_session_id: v[2],
-    })
+    any::<[i32; 3]>().prop_map(|v| ResponseSetup { session_id: v[0], stream_id: v[1], response_session_id: v[2] })
 }
 
 fn control_strategy() -> impl Strategy<Value = ControlFrame> {
@@ -154,22 +141,16 @@ fn data_header_strategy() -> impl Strategy<Value = DataHeader> {
         any::<[i32; 3]>(),
         any::<i64>(),
     )
-        .prop_map(
-            |(pad, frame_length, flags, slot, v, reserved_value)| DataHeader {
-                frame_length: if pad {
-                    frame_length.max(32)
-                } else {
-                    frame_length
-                },
-                flags,
-                frame_type: if pad { FrameType::Pad } else { FrameType::Data },
-                term_offset: slot * 32,
-                session_id: v[0],
-                stream_id: v[1],
-                term_id: v[2],
-                reserved_value,
-            },
-        )
+        .prop_map(|(pad, frame_length, flags, slot, v, reserved_value)| DataHeader {
+            frame_length: if pad { frame_length.max(32) } else { frame_length },
+            flags,
+            frame_type: if pad { FrameType::Pad } else { FrameType::Data },
+            term_offset: slot * 32,
+            session_id: v[0],
+            stream_id: v[1],
+            term_id: v[2],
+            reserved_value,
+        })
 }
 
 /// A data datagram built like a sender would: contiguous frames of one term, optionally
@@ -197,27 +178,16 @@ fn data_datagram_strategy() -> impl Strategy<Value = (Vec<u8>, Vec<(DataHeader, 
                 reserved_value,
             };
             for payload in payloads {
-                let header = DataHeader {
-                    frame_length: (DATA_HEADER_LENGTH + payload.len()) as i32,
-                    term_offset,
-                    ..base
-                };
+                let header =
+                    DataHeader { frame_length: (DATA_HEADER_LENGTH + payload.len()) as i32, term_offset, ..base };
                 let start = datagram.len();
-                datagram.resize(
-                    start + align_frame_length(DATA_HEADER_LENGTH + payload.len()),
-                    0,
-                );
+                datagram.resize(start + align_frame_length(DATA_HEADER_LENGTH + payload.len()), 0);
                 let written = header.emit_frame(&payload, &mut datagram[start..]);
                 term_offset += written as i32;
                 expected.push((header, payload));
             }
             if with_pad {
-                let pad = DataHeader {
-                    frame_length: 4096,
-                    frame_type: FrameType::Pad,
-                    term_offset,
-                    ..base
-                };
+                let pad = DataHeader { frame_length: 4096, frame_type: FrameType::Pad, term_offset, ..base };
                 let start = datagram.len();
                 datagram.resize(start + DATA_HEADER_LENGTH, 0);
                 pad.emit(&mut datagram[start..]);

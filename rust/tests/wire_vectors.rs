@@ -10,9 +10,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use affinity::wire::{
-    parse_control, ControlFrame, DataFrames, DataHeader, FrameHeader, FrameType, DATA_HEADER_LENGTH,
-};
+use affinity::wire::{parse_control, ControlFrame, DataFrames, DataHeader, FrameHeader, FrameType, DATA_HEADER_LENGTH};
 use serde_json::{json, Map, Value};
 
 const DEFAULT_VECTORS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors");
@@ -40,12 +38,7 @@ fn vector_files() -> Vec<PathBuf> {
         })
         .collect();
     files.sort();
-    assert!(
-        files.len() >= 8,
-        "expected at least 8 vector files in {}, found {}",
-        dir.display(),
-        files.len()
-    );
+    assert!(files.len() >= 8, "expected at least 8 vector files in {}, found {}", dir.display(), files.len());
     files
 }
 
@@ -56,10 +49,7 @@ fn load(path: &Path) -> Value {
 
 fn from_hex(text: &str) -> Vec<u8> {
     assert!(text.len() % 2 == 0, "odd hex length");
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digit"))
-        .collect()
+    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digit")).collect()
 }
 
 fn to_hex(bytes: &[u8]) -> String {
@@ -76,20 +66,11 @@ fn flag_names(frame_type: FrameType, flags: u8) -> Value {
         FrameType::Error => &[(0x08, "HAS_GROUP_TAG")],
         _ => &[],
     };
-    table
-        .iter()
-        .filter(|(bit, _)| flags & bit != 0)
-        .map(|(_, name)| json!(name))
-        .collect()
+    table.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, name)| json!(name)).collect()
 }
 
 /// Fields every frame has, in the vectors' naming.
-fn common(
-    offset: usize,
-    frame_type: FrameType,
-    flags: u8,
-    frame_length: i32,
-) -> Map<String, Value> {
+fn common(offset: usize, frame_type: FrameType, flags: u8, frame_length: i32) -> Map<String, Value> {
     let mut map = Map::new();
     map.insert("offset_in_datagram".into(), json!(offset));
     map.insert("type".into(), json!(frame_type.name()));
@@ -100,22 +81,14 @@ fn common(
     map
 }
 
-fn data_fields(
-    offset: usize,
-    header: &DataHeader,
-    payload: &[u8],
-    heartbeat: bool,
-) -> Map<String, Value> {
+fn data_fields(offset: usize, header: &DataHeader, payload: &[u8], heartbeat: bool) -> Map<String, Value> {
     let mut map = common(offset, header.frame_type, header.flags, header.frame_length);
     map.insert("term_offset".into(), json!(header.term_offset));
     map.insert("session_id".into(), json!(header.session_id));
     map.insert("stream_id".into(), json!(header.stream_id));
     map.insert("term_id".into(), json!(header.term_id));
     map.insert("reserved_value".into(), json!(header.reserved_value));
-    map.insert(
-        "flag_names".into(),
-        flag_names(header.frame_type, header.flags),
-    );
+    map.insert("flag_names".into(), flag_names(header.frame_type, header.flags));
     if header.frame_type == FrameType::Data && !heartbeat {
         assert_eq!(payload.len(), header.payload_length());
         map.insert("payload_length".into(), json!(header.payload_length()));
@@ -198,11 +171,8 @@ fn control_fields(frame: &ControlFrame, frame_length: i32) -> Map<String, Value>
 fn count_label(frame: &ControlFrame) -> String {
     match frame {
         ControlFrame::StatusMessage(sm) => {
-            let mut label = String::from(if sm.group_tag.is_some() {
-                "SM(with group tag)"
-            } else {
-                "SM(no group tag)"
-            });
+            let mut label =
+                String::from(if sm.group_tag.is_some() { "SM(with group tag)" } else { "SM(no group tag)" });
             if sm.is_send_setup() {
                 label.push_str("+SEND_SETUP");
             }
@@ -242,9 +212,8 @@ fn assert_same_fields(context: &str, ours: &Map<String, Value>, theirs: &Value) 
 /// Decodes, checks and re-encodes one DATA/PAD datagram; returns the count labels.
 fn check_data_datagram(context: &str, datagram: &[u8], frames: &[Value]) -> Vec<String> {
     let heartbeat = DataHeader::is_heartbeat_datagram(datagram);
-    let decoded: Vec<(DataHeader, &[u8])> = DataFrames::new(datagram)
-        .collect::<Result<_, _>>()
-        .unwrap_or_else(|error| panic!("{context}: {error}"));
+    let decoded: Vec<(DataHeader, &[u8])> =
+        DataFrames::new(datagram).collect::<Result<_, _>>().unwrap_or_else(|error| panic!("{context}: {error}"));
     assert_eq!(decoded.len(), frames.len(), "{context}: frame count");
 
     let mut rebuilt = vec![0xa5u8; datagram.len()];
@@ -280,16 +249,8 @@ fn check_data_datagram(context: &str, datagram: &[u8], frames: &[Value]) -> Vec<
         assert_eq!(written, header.wire_length(), "{context}: wire length");
         offset += written;
     }
-    assert_eq!(
-        offset,
-        datagram.len(),
-        "{context}: frames do not cover the datagram"
-    );
-    assert_eq!(
-        to_hex(&rebuilt),
-        to_hex(datagram),
-        "{context}: re-encoded datagram"
-    );
+    assert_eq!(offset, datagram.len(), "{context}: frames do not cover the datagram");
+    assert_eq!(to_hex(&rebuilt), to_hex(datagram), "{context}: re-encoded datagram");
     labels
 }
 
@@ -300,19 +261,11 @@ fn check_control_datagram(context: &str, datagram: &[u8], frames: &[Value]) -> S
     let frame = parse_control(datagram)
         .unwrap_or_else(|error| panic!("{context}: {error}"))
         .unwrap_or_else(|| panic!("{context}: control frame ignored"));
-    assert_same_fields(
-        context,
-        &control_fields(&frame, header.frame_length),
-        &frames[0],
-    );
+    assert_same_fields(context, &control_fields(&frame, header.frame_length), &frames[0]);
     assert_eq!(frame.encoded_length(), datagram.len(), "{context}: length");
     let mut rebuilt = vec![0xa5u8; datagram.len()];
     assert_eq!(frame.emit(&mut rebuilt), datagram.len());
-    assert_eq!(
-        to_hex(&rebuilt),
-        to_hex(datagram),
-        "{context}: re-encoded frame"
-    );
+    assert_eq!(to_hex(&rebuilt), to_hex(datagram), "{context}: re-encoded frame");
     assert_eq!(frame.to_bytes(), datagram, "{context}: to_bytes");
     count_label(&frame)
 }
@@ -342,25 +295,13 @@ fn every_captured_packet_decodes_and_reencodes_identically() {
         for packet in packets {
             let context = format!("{name} #{}", packet["index"]);
             let datagram = from_hex(packet["hex"].as_str().expect("hex string"));
-            assert_eq!(
-                packet["length"].as_u64(),
-                Some(datagram.len() as u64),
-                "{context}: length"
-            );
-            assert_eq!(
-                packet["direction"].as_str(),
-                Some(expected_direction(&datagram)),
-                "{context}: direction"
-            );
+            assert_eq!(packet["length"].as_u64(), Some(datagram.len() as u64), "{context}: length");
+            assert_eq!(packet["direction"].as_str(), Some(expected_direction(&datagram)), "{context}: direction");
             let frames = packet["frames"].as_array().expect("frames array");
             let header = FrameHeader::parse(&datagram).unwrap_or_else(|e| panic!("{context}: {e}"));
             let labels = match header.frame_type {
                 FrameType::Data | FrameType::Pad => {
-                    assert_eq!(
-                        parse_control(&datagram),
-                        Ok(None),
-                        "{context}: data as control"
-                    );
+                    assert_eq!(parse_control(&datagram), Ok(None), "{context}: data as control");
                     check_data_datagram(&context, &datagram, frames)
                 }
                 _ => vec![check_control_datagram(&context, &datagram, frames)],
@@ -398,10 +339,7 @@ fn every_captured_packet_decodes_and_reencodes_identically() {
         "RTTM(reply)",
         "RSP_SETUP",
     ] {
-        assert!(
-            checked_types.contains_key(label),
-            "no {label} in the vectors"
-        );
+        assert!(checked_types.contains_key(label), "no {label} in the vectors");
     }
     assert!(total_packets > 500, "only {total_packets} packets checked");
 }
@@ -413,12 +351,7 @@ fn summary_lists_every_vector_file() {
     for path in vector_files() {
         let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
         let vector = load(&path);
-        let entry = summary
-            .get(&stem)
-            .unwrap_or_else(|| panic!("summary.json lacks {stem}"));
-        assert_eq!(
-            entry["frame_type_counts"], vector["frame_type_counts"],
-            "{stem}: summary counts"
-        );
+        let entry = summary.get(&stem).unwrap_or_else(|| panic!("summary.json lacks {stem}"));
+        assert_eq!(entry["frame_type_counts"], vector["frame_type_counts"], "{stem}: summary counts");
     }
 }

@@ -16,12 +16,7 @@ pub struct ChannelError {
 }
 
 impl ChannelError {
-    pub(super) fn new(
-        uri: &str,
-        key: Option<&str>,
-        value: Option<&str>,
-        reason: impl Into<String>,
-    ) -> Self {
+    pub(super) fn new(uri: &str, key: Option<&str>, value: Option<&str>, reason: impl Into<String>) -> Self {
         ChannelError {
             uri: uri.to_string(),
             key: key.map(str::to_string),

@@ -115,10 +115,7 @@ impl Key {
 
     /// Keys that only make sense with sockets.
     pub(super) fn is_udp_only(self) -> bool {
-        matches!(
-            self,
-            Key::Endpoint | Key::Interface | Key::Control | Key::ControlMode | Key::Ttl
-        )
+        matches!(self, Key::Endpoint | Key::Interface | Key::Control | Key::ControlMode | Key::Ttl)
     }
 }
 

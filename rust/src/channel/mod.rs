@@ -288,27 +288,17 @@ impl ChannelUri {
     /// Parses and validates a channel URI. Parameter order does not matter; unknown, duplicate,
     /// empty or malformed parameters are errors naming the key and value.
     pub fn parse(uri: &str) -> Result<Self, ChannelError> {
-        let fail = |key: Option<&str>, value: Option<&str>, reason: String| {
-            ChannelError::new(uri, key, value, reason)
-        };
+        let fail = |key: Option<&str>, value: Option<&str>, reason: String| ChannelError::new(uri, key, value, reason);
         if uri.len() > MAX_URI_LENGTH {
-            return Err(fail(
-                None,
-                None,
-                format!("longer than {MAX_URI_LENGTH} bytes ({})", uri.len()),
-            ));
+            return Err(fail(None, None, format!("longer than {MAX_URI_LENGTH} bytes ({})", uri.len())));
         }
         let (spy, rest) = match uri.strip_prefix("aeron-spy:") {
             Some(rest) => (true, rest),
             None => (false, uri),
         };
-        let rest = rest.strip_prefix("aeron:").ok_or_else(|| {
-            fail(
-                None,
-                None,
-                "must start with aeron: (or aeron-spy:aeron:)".to_string(),
-            )
-        })?;
+        let rest = rest
+            .strip_prefix("aeron:")
+            .ok_or_else(|| fail(None, None, "must start with aeron: (or aeron-spy:aeron:)".to_string()))?;
         let (media_text, query) = match rest.split_once('?') {
             Some((media, query)) => (media, Some(query)),
             None => (rest, None),
@@ -316,20 +306,10 @@ impl ChannelUri {
         let media = match media_text {
             "udp" => Media::Udp,
             "ipc" => Media::Ipc,
-            other => {
-                return Err(fail(
-                    None,
-                    None,
-                    format!("unknown media {other:?}: expected udp or ipc"),
-                ))
-            }
+            other => return Err(fail(None, None, format!("unknown media {other:?}: expected udp or ipc"))),
         };
         if spy && media != Media::Udp {
-            return Err(fail(
-                None,
-                None,
-                "aeron-spy: needs a udp channel".to_string(),
-            ));
+            return Err(fail(None, None, "aeron-spy: needs a udp channel".to_string()));
         }
 
         let mut channel = ChannelUri::new(media);
@@ -356,35 +336,19 @@ impl ChannelUri {
                         "Aeron parameter not supported by affinity".to_string(),
                     ))
                 }
-                None => {
-                    return Err(fail(
-                        Some(key_text),
-                        Some(value),
-                        "unknown parameter".to_string(),
-                    ))
-                }
+                None => return Err(fail(Some(key_text), Some(value), "unknown parameter".to_string())),
             };
             if value.is_empty() {
                 return Err(fail(Some(key_text), Some(value), "empty value".to_string()));
             }
             if given[key.index()].is_some() {
-                return Err(fail(
-                    Some(key_text),
-                    Some(value),
-                    "parameter given more than once".to_string(),
-                ));
+                return Err(fail(Some(key_text), Some(value), "parameter given more than once".to_string()));
             }
             given[key.index()] = Some(value);
             if media == Media::Ipc && key.is_udp_only() {
-                return Err(fail(
-                    Some(key_text),
-                    Some(value),
-                    "only valid for aeron:udp".to_string(),
-                ));
+                return Err(fail(Some(key_text), Some(value), "only valid for aeron:udp".to_string()));
             }
-            channel
-                .apply(key, value, &mut position)
-                .map_err(|reason| fail(Some(key_text), Some(value), reason))?;
+            channel.apply(key, value, &mut position).map_err(|reason| fail(Some(key_text), Some(value), reason))?;
         }
         let given_text = |key: Key| given[key.index()];
         channel.check_combinations(position, uri, given_text)?;
@@ -393,9 +357,7 @@ impl ChannelUri {
 
     /// Parses and stores one parameter; returns the reason on failure.
     fn apply(&mut self, key: Key, value: &str, position: &mut PositionParts) -> Result<(), String> {
-        use values::{
-            parse_bool, parse_group_tag, parse_i32, parse_interface, parse_socket_address,
-        };
+        use values::{parse_bool, parse_group_tag, parse_i32, parse_interface, parse_socket_address};
         match key {
             Key::Endpoint => {
                 let address = parse_socket_address(value, false)?;
@@ -440,9 +402,7 @@ impl ChannelUri {
                     || length < u64::from(MIN_TERM_LENGTH)
                     || length > u64::from(MAX_TERM_LENGTH)
                 {
-                    return Err(format!(
-                        "must be a power of two between {MIN_TERM_LENGTH} and {MAX_TERM_LENGTH}"
-                    ));
+                    return Err(format!("must be a power of two between {MIN_TERM_LENGTH} and {MAX_TERM_LENGTH}"));
                 }
                 self.term_length = Some(to_u32(length));
             }
@@ -451,9 +411,7 @@ impl ChannelUri {
             Key::TermOffset => {
                 let offset = parse_i32(value)?;
                 if offset < 0 || offset % FRAME_ALIGNMENT as i32 != 0 {
-                    return Err(format!(
-                        "must be a non-negative multiple of {FRAME_ALIGNMENT}"
-                    ));
+                    return Err(format!("must be a non-negative multiple of {FRAME_ALIGNMENT}"));
                 }
                 position.term_offset = Some(offset);
             }
@@ -478,9 +436,7 @@ impl ChannelUri {
                 self.max_resend = Some(to_u32(resend));
             }
             Key::FlowControl => self.flow_control = Some(value.to_string()),
-            Key::SpiesSimulateConnection => {
-                self.spies_simulate_connection = Some(parse_bool(value)?)
-            }
+            Key::SpiesSimulateConnection => self.spies_simulate_connection = Some(parse_bool(value)?),
             Key::GroupTag => self.group_tag = Some(parse_group_tag(value)?),
             Key::ReceiverWindow => {
                 self.rcv_wnd = Some(to_u32(size_in(value, 1, u64::from(u32::MAX))?));
@@ -524,14 +480,9 @@ impl ChannelUri {
         uri: &str,
         given: impl Fn(Key) -> Option<&'a str>,
     ) -> Result<(), ChannelError> {
-        let named =
-            |key: Key, reason: String| ChannelError::new(uri, Some(key.name()), given(key), reason);
+        let named = |key: Key, reason: String| ChannelError::new(uri, Some(key.name()), given(key), reason);
         let term_length = self.term_length_or_default();
-        match (
-            position.initial_term_id,
-            position.term_id,
-            position.term_offset,
-        ) {
+        match (position.initial_term_id, position.term_id, position.term_offset) {
             (None, None, None) => {}
             (Some(initial_term_id), Some(term_id), Some(term_offset)) => {
                 if term_id.wrapping_sub(initial_term_id) < 0 {
@@ -545,16 +496,9 @@ impl ChannelUri {
                 }
                 // term_offset is non-negative, checked when parsed.
                 if term_offset as u32 > term_length {
-                    return Err(named(
-                        Key::TermOffset,
-                        format!("must not exceed the term length {term_length}"),
-                    ));
+                    return Err(named(Key::TermOffset, format!("must not exceed the term length {term_length}")));
                 }
-                self.initial_position = Some(InitialPosition {
-                    initial_term_id,
-                    term_id,
-                    term_offset,
-                });
+                self.initial_position = Some(InitialPosition { initial_term_id, term_id, term_offset });
             }
             (initial_term_id, term_id, _) => {
                 let missing = if initial_term_id.is_none() {
@@ -566,8 +510,7 @@ impl ChannelUri {
                 };
                 return Err(named(
                     missing,
-                    "missing: init-term-id, term-id and term-offset must be given together"
-                        .to_string(),
+                    "missing: init-term-id, term-id and term-offset must be given together".to_string(),
                 ));
             }
         }
@@ -576,10 +519,7 @@ impl ChannelUri {
             if window < mtu || window > term_length / 2 {
                 return Err(named(
                     Key::PublicationWindow,
-                    format!(
-                        "must be at least the mtu {mtu} and at most half the term length {}",
-                        term_length / 2
-                    ),
+                    format!("must be at least the mtu {mtu} and at most half the term length {}", term_length / 2),
                 ));
             }
         }
@@ -587,10 +527,7 @@ impl ChannelUri {
             && self.endpoint.is_none()
             && self.control.is_none()
             && self.tags.is_none()
-            && !matches!(
-                self.control_mode,
-                Some(ControlMode::Manual | ControlMode::Response)
-            )
+            && !matches!(self.control_mode, Some(ControlMode::Manual | ControlMode::Response))
         {
             return Err(ChannelError::new(
                 uri,
@@ -604,8 +541,7 @@ impl ChannelUri {
 
     /// Whether the endpoint is a multicast group.
     pub fn is_multicast(&self) -> bool {
-        self.endpoint
-            .is_some_and(|endpoint| endpoint.ip().is_multicast())
+        self.endpoint.is_some_and(|endpoint| endpoint.ip().is_multicast())
     }
 
     /// The MTU: `mtu` or [`DEFAULT_MTU`] (1408, for UDP and IPC).
@@ -624,9 +560,7 @@ impl ChannelUri {
     /// The static receiver window for images of `term_length`: `min(rcv-wnd or 128 KiB,
     /// term_length / 2)` (§6.4).
     pub fn receiver_window_or_default(&self, term_length: u32) -> u32 {
-        self.rcv_wnd
-            .unwrap_or(DEFAULT_RECEIVER_WINDOW)
-            .min(term_length / 2)
+        self.rcv_wnd.unwrap_or(DEFAULT_RECEIVER_WINDOW).min(term_length / 2)
     }
 
     /// The publisher window for `term_length`: `pub-wnd` or `term_length / 2`.
@@ -654,10 +588,9 @@ impl ChannelUri {
     /// otherwise the explicit `control` address, if any.
     pub fn control_address(&self) -> Option<SocketAddr> {
         match self.endpoint {
-            Some(endpoint) if endpoint.ip().is_multicast() => Some(SocketAddr::new(
-                next_in_last_byte(endpoint.ip()),
-                endpoint.port(),
-            )),
+            Some(endpoint) if endpoint.ip().is_multicast() => {
+                Some(SocketAddr::new(next_in_last_byte(endpoint.ip()), endpoint.port()))
+            }
             _ => self.control,
         }
     }

@@ -35,10 +35,7 @@ fn v4(a: u8, b: u8, c: u8, d: u8, port: u16) -> SocketAddr {
 #[test]
 fn every_key_accepts_a_good_value() {
     let channel = |key: &str, value: &str| parse(&udp_with(key, value));
-    assert_eq!(
-        channel("endpoint", "10.0.0.1:40456").endpoint,
-        Some(v4(10, 0, 0, 1, 40456))
-    );
+    assert_eq!(channel("endpoint", "10.0.0.1:40456").endpoint, Some(v4(10, 0, 0, 1, 40456)));
     assert_eq!(
         channel("interface", "192.168.1.0:5000/24").interface,
         Some(InterfaceSpec {
@@ -47,34 +44,20 @@ fn every_key_accepts_a_good_value() {
             prefix_length: Some(24),
         })
     );
-    assert_eq!(
-        channel("control", "127.0.0.1:0").control,
-        Some(v4(127, 0, 0, 1, 0))
-    );
-    assert_eq!(
-        channel("control-mode", "dynamic").control_mode,
-        Some(ControlMode::Dynamic)
-    );
+    assert_eq!(channel("control", "127.0.0.1:0").control, Some(v4(127, 0, 0, 1, 0)));
+    assert_eq!(channel("control-mode", "dynamic").control_mode, Some(ControlMode::Dynamic));
     assert_eq!(channel("ttl", "255").ttl, Some(255));
     assert_eq!(channel("mtu", "8192").mtu, Some(8192));
     assert_eq!(channel("mtu", "8k").mtu, Some(8192));
     assert_eq!(channel("term-length", "64k").term_length, Some(65536));
     assert_eq!(channel("term-length", "1g").term_length, Some(1 << 30));
     assert_eq!(channel("session-id", "-7").session_id, Some(-7));
-    assert_eq!(
-        channel("linger", "250ms").linger,
-        Some(Duration::from_millis(250))
-    );
+    assert_eq!(channel("linger", "250ms").linger, Some(Duration::from_millis(250)));
     assert_eq!(channel("eos", "false").eos, Some(false));
     assert_eq!(channel("sparse", "true").sparse, Some(true));
     assert_eq!(channel("pub-wnd", "1m").publication_window, Some(1 << 20));
     assert_eq!(channel("max-resend", "256").max_resend, Some(256));
-    assert_eq!(
-        channel("fc", "tagged,g:1001/3,t:500ms")
-            .flow_control
-            .as_deref(),
-        Some("tagged,g:1001/3,t:500ms")
-    );
+    assert_eq!(channel("fc", "tagged,g:1001/3,t:500ms").flow_control.as_deref(), Some("tagged,g:1001/3,t:500ms"));
     assert_eq!(channel("ssc", "TRUE").spies_simulate_connection, Some(true));
     assert_eq!(channel("gtag", "-42").group_tag, Some(-42));
     assert_eq!(channel("gtag", "0x10").group_tag, Some(16));
@@ -82,30 +65,19 @@ fn every_key_accepts_a_good_value() {
     assert_eq!(channel("so-sndbuf", "2m").so_sndbuf, Some(2 << 20));
     assert_eq!(channel("so-rcvbuf", "0").so_rcvbuf, Some(0));
     assert_eq!(channel("reliable", "false").reliable, Some(false));
-    assert_eq!(
-        channel("cc", "cubic").congestion_control,
-        Some(CongestionControl::Cubic)
-    );
-    assert_eq!(
-        channel("nak-delay", "1MS").nak_delay,
-        Some(Duration::from_millis(1))
-    );
+    assert_eq!(channel("cc", "cubic").congestion_control, Some(CongestionControl::Cubic));
+    assert_eq!(channel("nak-delay", "1MS").nak_delay, Some(Duration::from_millis(1)));
     assert_eq!(channel("group", "true").group, Some(true));
     assert_eq!(channel("group", "infer").group, None);
     assert_eq!(channel("tether", "false").tether, Some(false));
     assert_eq!(channel("rejoin", "false").rejoin, Some(false));
     assert_eq!(channel("tags", "1,2").tags.as_deref(), Some("1,2"));
     assert_eq!(channel("alias", "a=b:c").alias.as_deref(), Some("a=b:c"));
-    let position = parse(
-        "aeron:udp?endpoint=127.0.0.1:40456|term-length=64k|init-term-id=100|term-id=102|term-offset=63488",
-    );
+    let position =
+        parse("aeron:udp?endpoint=127.0.0.1:40456|term-length=64k|init-term-id=100|term-id=102|term-offset=63488");
     assert_eq!(
         position.initial_position,
-        Some(InitialPosition {
-            initial_term_id: 100,
-            term_id: 102,
-            term_offset: 63488,
-        })
+        Some(InitialPosition { initial_term_id: 100, term_id: 102, term_offset: 63488 })
     );
 }
 
@@ -129,26 +101,12 @@ fn every_key_refuses_a_bad_value_naming_key_and_value() {
                 "[ff02::2]:40456",
             ],
         ),
-        (
-            "interface",
-            &[
-                "1.2.3.4/33",
-                "[::1]/129",
-                "1.2.3.4:70000",
-                "1.2.3",
-                "eth0",
-                "1.2.3.4/",
-                "1.2.3.4/-1",
-            ],
-        ),
+        ("interface", &["1.2.3.4/33", "[::1]/129", "1.2.3.4:70000", "1.2.3", "eth0", "1.2.3.4/", "1.2.3.4/-1"]),
         ("control", &["127.0.0.1", "x:1", "127.0.0.1:99999"]),
         ("control-mode", &["auto", "Dynamic"]),
         ("ttl", &["256", "-1", "x"]),
         ("mtu", &["32", "0", "1400", "65536", "abc", "1.5k"]),
-        (
-            "term-length",
-            &["100000", "32768", "2g", "1k", "16mb", "-64k"],
-        ),
+        ("term-length", &["100000", "32768", "2g", "1k", "16mb", "-64k"]),
         ("session-id", &["2147483648", "x", "tag:1", "+1", "1 "]),
         ("linger", &["5 s", "5h", "-1", "s", "99999999999s"]),
         ("eos", &["yes", "1"]),
@@ -156,17 +114,7 @@ fn every_key_refuses_a_bad_value_naming_key_and_value() {
         ("pub-wnd", &["0", "100", "16m", "x"]),
         ("max-resend", &["0", "257", "x"]),
         ("ssc", &["maybe"]),
-        (
-            "gtag",
-            &[
-                "x",
-                "0x",
-                "010",
-                "9223372036854775808",
-                "0x8000000000000000",
-                "1.0",
-            ],
-        ),
+        ("gtag", &["x", "0x", "010", "9223372036854775808", "0x8000000000000000", "1.0"]),
         ("rcv-wnd", &["0", "5g", "x"]),
         ("so-sndbuf", &["2g", "x"]),
         ("so-rcvbuf", &["-1", "4g"]),
@@ -187,10 +135,7 @@ fn every_key_refuses_a_bad_value_naming_key_and_value() {
             let error = error(&uri);
             assert_eq!(error.key.as_deref(), Some(*key), "{uri}: {error}");
             assert_eq!(error.value.as_deref(), Some(*value), "{uri}: {error}");
-            assert!(
-                error.to_string().contains(&format!("{key}={value}: ")),
-                "{error}"
-            );
+            assert!(error.to_string().contains(&format!("{key}={value}: ")), "{error}");
         }
     }
 }
@@ -229,19 +174,14 @@ fn start_position_needs_all_three_keys() {
 
 #[test]
 fn term_offset_may_equal_the_term_length_and_defaults_to_media_term_length() {
-    let at_end = parse(
-        "aeron:udp?endpoint=127.0.0.1:1|term-length=65536|init-term-id=0|term-id=0|term-offset=65536",
-    );
+    let at_end = parse("aeron:udp?endpoint=127.0.0.1:1|term-length=65536|init-term-id=0|term-id=0|term-offset=65536");
     assert_eq!(at_end.initial_position.map(|p| p.term_offset), Some(65536));
     // Without term-length, the 16 MiB UDP default bounds the offset.
     parse("aeron:udp?endpoint=127.0.0.1:1|init-term-id=0|term-id=0|term-offset=16777216");
-    let error =
-        error("aeron:udp?endpoint=127.0.0.1:1|init-term-id=0|term-id=0|term-offset=16777248");
+    let error = error("aeron:udp?endpoint=127.0.0.1:1|init-term-id=0|term-id=0|term-offset=16777248");
     assert_eq!(error.key.as_deref(), Some("term-offset"));
     // Term ids wrap: a term id just past i32::MAX is after an initial id near it.
-    parse(
-        "aeron:udp?endpoint=127.0.0.1:1|init-term-id=2147483647|term-id=-2147483648|term-offset=0",
-    );
+    parse("aeron:udp?endpoint=127.0.0.1:1|init-term-id=2147483647|term-id=-2147483648|term-offset=0");
 }
 
 #[test]
@@ -266,13 +206,7 @@ fn defaults_follow_the_wire_protocol_document() {
     assert_eq!(udp.max_resend_or_default(), 16);
     assert_eq!(udp.publication_window_or_default(65536), 32768);
     assert_eq!(udp.control_address(), None);
-    assert_eq!(
-        udp,
-        ChannelUri {
-            endpoint: Some(v4(127, 0, 0, 1, 40456)),
-            ..ChannelUri::new(Media::Udp)
-        }
-    );
+    assert_eq!(udp, ChannelUri { endpoint: Some(v4(127, 0, 0, 1, 40456)), ..ChannelUri::new(Media::Udp) });
 
     let ipc = parse("aeron:ipc");
     assert_eq!(ipc, ChannelUri::new(Media::Ipc));
@@ -290,13 +224,9 @@ fn ipc_accepts_log_parameters_and_refuses_socket_parameters() {
     let ipc = parse("aeron:ipc?term-length=128k|mtu=4096|session-id=5|alias=x|init-term-id=3|term-id=4|term-offset=32");
     assert_eq!(ipc.term_length, Some(128 * 1024));
     assert_eq!(ipc.session_id, Some(5));
-    for parameter in [
-        "endpoint=127.0.0.1:1",
-        "interface=127.0.0.1",
-        "control=127.0.0.1:1",
-        "ttl=1",
-        "control-mode=manual",
-    ] {
+    for parameter in
+        ["endpoint=127.0.0.1:1", "interface=127.0.0.1", "control=127.0.0.1:1", "ttl=1", "control-mode=manual"]
+    {
         let error = error(&format!("aeron:ipc?{parameter}"));
         assert!(error.reason.contains("only valid for aeron:udp"), "{error}");
     }
@@ -314,10 +244,7 @@ fn multicast_endpoint_is_detected_and_controls_via_the_next_group() {
     let v6 = parse("aeron:udp?endpoint=[ff02::1:3]:40456");
     assert!(v6.is_multicast());
     let control_v6 = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 1, 4);
-    assert_eq!(
-        v6.control_address(),
-        Some(SocketAddr::new(IpAddr::V6(control_v6), 40456))
-    );
+    assert_eq!(v6.control_address(), Some(SocketAddr::new(IpAddr::V6(control_v6), 40456)));
 
     let unicast = parse("aeron:udp?endpoint=127.0.0.1:40456|control=127.0.0.1:40457");
     assert!(!unicast.is_multicast());
@@ -329,10 +256,7 @@ fn multicast_endpoint_is_detected_and_controls_via_the_next_group() {
 
 #[test]
 fn hosts_are_ipv4_bracketed_ipv6_or_localhost() {
-    assert_eq!(
-        parse("aeron:udp?endpoint=localhost:40456").endpoint,
-        Some(v4(127, 0, 0, 1, 40456))
-    );
+    assert_eq!(parse("aeron:udp?endpoint=localhost:40456").endpoint, Some(v4(127, 0, 0, 1, 40456)));
     assert_eq!(
         parse("aeron:udp?endpoint=[::1]:40456").endpoint,
         Some(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 40456))
@@ -340,21 +264,11 @@ fn hosts_are_ipv4_bracketed_ipv6_or_localhost() {
     let interface = |text: &str| parse(&udp_with("interface", text)).interface;
     assert_eq!(
         interface("::1"),
-        Some(InterfaceSpec {
-            address: IpAddr::V6(Ipv6Addr::LOCALHOST),
-            port: None,
-            prefix_length: None,
-        })
+        Some(InterfaceSpec { address: IpAddr::V6(Ipv6Addr::LOCALHOST), port: None, prefix_length: None })
     );
-    assert_eq!(
-        interface("fe80::/64").and_then(|i| i.prefix_length),
-        Some(64)
-    );
+    assert_eq!(interface("fe80::/64").and_then(|i| i.prefix_length), Some(64));
     assert_eq!(interface("[::1]:0").and_then(|i| i.port), Some(0));
-    assert_eq!(
-        interface("localhost").map(|i| i.address),
-        Some(IpAddr::V4(Ipv4Addr::LOCALHOST))
-    );
+    assert_eq!(interface("localhost").map(|i| i.address), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
 }
 
 #[test]
@@ -371,18 +285,9 @@ fn structural_errors_are_refused() {
         ("aeron:udp?endpoint=127.0.0.1:1|=5", "empty key"),
         ("aeron:udp?endpoint=127.0.0.1:1|mtu", "key=value"),
         ("aeron:udp?endpoint=127.0.0.1:1|mtu=", "empty value"),
-        (
-            "aeron:udp?endpoint=127.0.0.1:1|endpoint=127.0.0.1:2",
-            "more than once",
-        ),
-        (
-            "aeron:udp?endpoint=127.0.0.1:1|bogus=1",
-            "unknown parameter",
-        ),
-        (
-            "aeron:udp?endpoint=127.0.0.1:1|Mtu=1408",
-            "unknown parameter",
-        ),
+        ("aeron:udp?endpoint=127.0.0.1:1|endpoint=127.0.0.1:2", "more than once"),
+        ("aeron:udp?endpoint=127.0.0.1:1|bogus=1", "unknown parameter"),
+        ("aeron:udp?endpoint=127.0.0.1:1|Mtu=1408", "unknown parameter"),
         ("aeron:udp?endpoint=127.0.0.1:1|ats=true", "not supported"),
         ("aeron-spy:aeron:ipc", "udp"),
         ("aeron-spy:udp?endpoint=127.0.0.1:1", "aeron:"),
@@ -401,10 +306,7 @@ fn structural_errors_are_refused() {
 fn uri_length_is_limited_to_4095_bytes() {
     let base = "aeron:udp?endpoint=127.0.0.1:1|alias=";
     let longest = format!("{base}{}", "a".repeat(MAX_URI_LENGTH - base.len()));
-    assert_eq!(
-        parse(&longest).alias.map(|a| a.len()),
-        Some(4095 - base.len())
-    );
+    assert_eq!(parse(&longest).alias.map(|a| a.len()), Some(4095 - base.len()));
     let error = error(&format!("{longest}a"));
     assert!(error.reason.contains("4095"), "{error}");
     // The message stays short even though the URI is long.
@@ -424,10 +326,7 @@ fn udp_without_endpoint_is_allowed_with_control_tags_or_manual_mode() {
 fn spy_prefix_is_flagged() {
     let spy = parse("aeron-spy:aeron:udp?endpoint=127.0.0.1:40456");
     assert!(spy.spy);
-    assert_eq!(
-        spy.to_string(),
-        "aeron-spy:aeron:udp?endpoint=127.0.0.1:40456"
-    );
+    assert_eq!(spy.to_string(), "aeron-spy:aeron:udp?endpoint=127.0.0.1:40456");
 }
 
 #[test]
@@ -499,31 +398,17 @@ fn sizes_and_durations_parse_with_suffixes() {
 const CASES: u32 = 500;
 
 fn boolean() -> BoxedStrategy<String> {
-    prop_oneof![Just("true"), Just("false"), Just("TRUE"), Just("False")]
-        .prop_map(str::to_string)
-        .boxed()
+    prop_oneof![Just("true"), Just("false"), Just("TRUE"), Just("False")].prop_map(str::to_string).boxed()
 }
 
 fn duration_text() -> BoxedStrategy<String> {
-    (
-        any::<u32>(),
-        prop_oneof![
-            Just(""),
-            Just("ns"),
-            Just("us"),
-            Just("ms"),
-            Just("s"),
-            Just("MS")
-        ],
-    )
+    (any::<u32>(), prop_oneof![Just(""), Just("ns"), Just("us"), Just("ms"), Just("s"), Just("MS")])
         .prop_map(|(n, unit)| format!("{n}{unit}"))
         .boxed()
 }
 
 fn ipv4_unicast() -> impl Strategy<Value = Ipv4Addr> {
-    any::<[u8; 4]>()
-        .prop_map(Ipv4Addr::from)
-        .prop_filter("unicast", |a| !a.is_multicast())
+    any::<[u8; 4]>().prop_map(Ipv4Addr::from).prop_filter("unicast", |a| !a.is_multicast())
 }
 
 fn endpoint_text() -> BoxedStrategy<String> {
@@ -543,18 +428,14 @@ fn endpoint_text() -> BoxedStrategy<String> {
 
 fn interface_text() -> BoxedStrategy<String> {
     prop_oneof![
-        (
-            ipv4_unicast(),
-            proptest::option::of(any::<u16>()),
-            proptest::option::of(0u8..=32)
-        )
-            .prop_map(|(a, port, prefix)| {
+        (ipv4_unicast(), proptest::option::of(any::<u16>()), proptest::option::of(0u8..=32)).prop_map(
+            |(a, port, prefix)| {
                 let port = port.map(|p| format!(":{p}")).unwrap_or_default();
                 let prefix = prefix.map(|p| format!("/{p}")).unwrap_or_default();
                 format!("{a}{port}{prefix}")
-            }),
-        (any::<u128>(), 0u8..=128)
-            .prop_map(|(a, prefix)| format!("{}/{prefix}", Ipv6Addr::from(a))),
+            }
+        ),
+        (any::<u128>(), 0u8..=128).prop_map(|(a, prefix)| format!("{}/{prefix}", Ipv6Addr::from(a))),
     ]
     .boxed()
 }
@@ -581,36 +462,23 @@ fn valid_parameters() -> impl Strategy<Value = Vec<(String, String)>> {
             None => vec![],
             Some((initial, delta, offset)) => vec![
                 ("init-term-id".to_string(), initial.to_string()),
-                (
-                    "term-id".to_string(),
-                    initial.wrapping_add(delta).to_string(),
-                ),
+                ("term-id".to_string(), initial.wrapping_add(delta).to_string()),
                 ("term-offset".to_string(), (offset * 32).to_string()),
             ],
         })
         .boxed();
     let singles: Vec<BoxedStrategy<Option<(String, String)>>> = vec![
         one("interface", interface_text()),
-        one(
-            "control",
-            (ipv4_unicast(), any::<u16>())
-                .prop_map(|(a, p)| format!("{a}:{p}"))
-                .boxed(),
-        ),
+        one("control", (ipv4_unicast(), any::<u16>()).prop_map(|(a, p)| format!("{a}:{p}")).boxed()),
         one(
             "control-mode",
-            prop_oneof![Just("dynamic"), Just("manual"), Just("response")]
-                .prop_map(str::to_string)
-                .boxed(),
+            prop_oneof![Just("dynamic"), Just("manual"), Just("response")].prop_map(str::to_string).boxed(),
         ),
         one("ttl", any::<u8>().prop_map(|t| t.to_string()).boxed()),
         one(
             "mtu",
-            prop_oneof![
-                (2u32..=2047).prop_map(|n| (n * 32).to_string()),
-                (1u32..=63).prop_map(|n| format!("{n}k")),
-            ]
-            .boxed(),
+            prop_oneof![(2u32..=2047).prop_map(|n| (n * 32).to_string()), (1u32..=63).prop_map(|n| format!("{n}k")),]
+                .boxed(),
         ),
         one(
             "term-length",
@@ -621,48 +489,22 @@ fn valid_parameters() -> impl Strategy<Value = Vec<(String, String)>> {
             ]
             .boxed(),
         ),
-        one(
-            "session-id",
-            any::<i32>().prop_map(|s| s.to_string()).boxed(),
-        ),
+        one("session-id", any::<i32>().prop_map(|s| s.to_string()).boxed()),
         one("linger", duration_text()),
         one("eos", boolean()),
         one("sparse", boolean()),
-        one(
-            "pub-wnd",
-            (1u32..=1 << 29).prop_map(|w| w.to_string()).boxed(),
-        ),
-        one(
-            "max-resend",
-            (1u32..=256).prop_map(|m| m.to_string()).boxed(),
-        ),
+        one("pub-wnd", (1u32..=1 << 29).prop_map(|w| w.to_string()).boxed()),
+        one("max-resend", (1u32..=256).prop_map(|m| m.to_string()).boxed()),
         one("fc", "[a-z0-9:,/]{1,12}".boxed()),
         one("ssc", boolean()),
         one("gtag", group_tag_text()),
-        one(
-            "rcv-wnd",
-            (1..=u32::MAX).prop_map(|w| w.to_string()).boxed(),
-        ),
-        one(
-            "so-sndbuf",
-            (0..=i32::MAX as u32).prop_map(|s| s.to_string()).boxed(),
-        ),
-        one(
-            "so-rcvbuf",
-            (0u32..=1024).prop_map(|s| format!("{s}k")).boxed(),
-        ),
+        one("rcv-wnd", (1..=u32::MAX).prop_map(|w| w.to_string()).boxed()),
+        one("so-sndbuf", (0..=i32::MAX as u32).prop_map(|s| s.to_string()).boxed()),
+        one("so-rcvbuf", (0u32..=1024).prop_map(|s| format!("{s}k")).boxed()),
         one("reliable", boolean()),
-        one(
-            "cc",
-            prop_oneof![Just("static"), Just("cubic")]
-                .prop_map(str::to_string)
-                .boxed(),
-        ),
+        one("cc", prop_oneof![Just("static"), Just("cubic")].prop_map(str::to_string).boxed()),
         one("nak-delay", duration_text()),
-        one(
-            "group",
-            prop_oneof![boolean(), Just("infer".to_string())].boxed(),
-        ),
+        one("group", prop_oneof![boolean(), Just("infer".to_string())].boxed()),
         one("tether", boolean()),
         one("rejoin", boolean()),
         one("tags", "[0-9]{1,5}(,[0-9]{1,5})?".boxed()),
@@ -673,12 +515,7 @@ fn valid_parameters() -> impl Strategy<Value = Vec<(String, String)>> {
         parameters.extend(singles.into_iter().flatten());
         parameters.extend(position);
         // Keep pub-wnd only where it fits between the mtu and half the term length.
-        let value_of = |key: &str| {
-            parameters
-                .iter()
-                .find(|(k, _)| k == key)
-                .and_then(|(_, v)| parse_size(v).ok())
-        };
+        let value_of = |key: &str| parameters.iter().find(|(k, _)| k == key).and_then(|(_, v)| parse_size(v).ok());
         let mtu = value_of("mtu").unwrap_or(u64::from(DEFAULT_MTU));
         let term_length = value_of("term-length").unwrap_or(u64::from(DEFAULT_TERM_LENGTH_UDP));
         let fits = !matches!(value_of("pub-wnd"), Some(w) if w < mtu || w > term_length / 2);
@@ -702,13 +539,7 @@ fn uri_like() -> impl Strategy<Value = String> {
     ];
     let parameter = (key, "[ -~]{0,24}").prop_map(|(k, v)| format!("{k}={v}"));
     (
-        prop_oneof![
-            Just("aeron:udp?"),
-            Just("aeron:ipc?"),
-            Just("aeron-spy:aeron:udp?"),
-            Just("aeron:"),
-            Just(""),
-        ],
+        prop_oneof![Just("aeron:udp?"), Just("aeron:ipc?"), Just("aeron-spy:aeron:udp?"), Just("aeron:"), Just(""),],
         proptest::collection::vec(parameter, 0..6),
     )
         .prop_map(|(prefix, parameters)| format!("{prefix}{}", parameters.join("|")))

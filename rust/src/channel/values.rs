@@ -23,9 +23,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         _ => (s, 1),
     };
     let number = parse_unsigned(digits).map_err(|_| EXPECTED.to_string())?;
-    number
-        .checked_mul(multiplier)
-        .ok_or_else(|| "size overflows 64 bits".to_string())
+    number.checked_mul(multiplier).ok_or_else(|| "size overflows 64 bits".to_string())
 }
 
 /// Parses a duration: decimal digits with an optional unit `ns`, `us`, `ms` or `s`
@@ -71,8 +69,7 @@ pub(crate) fn parse_unsigned(s: &str) -> Result<u64, String> {
     if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
         return Err("expected decimal digits".to_string());
     }
-    s.parse::<u64>()
-        .map_err(|_| "number overflows 64 bits".to_string())
+    s.parse::<u64>().map_err(|_| "number overflows 64 bits".to_string())
 }
 
 /// Parses an optionally negative decimal integer into an `i32`.
@@ -86,8 +83,7 @@ pub(crate) fn parse_i32(s: &str) -> Result<i32, String> {
     }
     // `i32::from_str` accepts the sign we already checked, and reports overflow.
     let text = if negative { s } else { digits };
-    text.parse::<i32>()
-        .map_err(|_| "outside the 32-bit signed integer range".to_string())
+    text.parse::<i32>().map_err(|_| "outside the 32-bit signed integer range".to_string())
 }
 
 /// Parses a group tag: an `i64` in decimal or `0x` hexadecimal, optionally negative.
@@ -107,13 +103,9 @@ pub(crate) fn parse_group_tag(s: &str) -> Result<i64, String> {
         u64::from_str_radix(hex, 16).map_err(|_| "outside the 64-bit signed range".to_string())?
     } else {
         if body.len() > 1 && body.starts_with('0') {
-            return Err(
-                "leading zero is ambiguous (octal in the C driver); write decimal or 0x hex"
-                    .to_string(),
-            );
+            return Err("leading zero is ambiguous (octal in the C driver); write decimal or 0x hex".to_string());
         }
-        parse_unsigned(body)
-            .map_err(|_| "expected a 64-bit signed integer, decimal or 0x hex".to_string())?
+        parse_unsigned(body).map_err(|_| "expected a 64-bit signed integer, decimal or 0x hex".to_string())?
     };
     const MIN_MAGNITUDE: u64 = 1 << 63;
     match (negative, magnitude) {
@@ -153,18 +145,13 @@ fn parse_host(s: &str) -> Result<IpAddr, String> {
     if s.parse::<Ipv6Addr>().is_ok() {
         return Err("IPv6 addresses must be written in brackets: [addr]".to_string());
     }
-    Err(
-        "expected an IPv4 address, [IPv6 address] or localhost (host names are not resolved)"
-            .to_string(),
-    )
+    Err("expected an IPv4 address, [IPv6 address] or localhost (host names are not resolved)".to_string())
 }
 
 /// Splits `host:port` where host may be `[v6]`; returns the host and the port text, if any.
 fn split_host_port(s: &str) -> Result<(&str, Option<&str>), String> {
     if s.starts_with('[') {
-        let close = s
-            .find(']')
-            .ok_or_else(|| "unterminated [ in IPv6 address".to_string())?;
+        let close = s.find(']').ok_or_else(|| "unterminated [ in IPv6 address".to_string())?;
         let (host, rest) = s.split_at(close + 1);
         return match rest {
             "" => Ok((host, None)),
@@ -224,18 +211,12 @@ pub(crate) fn parse_interface(s: &str) -> Result<InterfaceSpec, String> {
             let length = parse_unsigned(text)
                 .ok()
                 .filter(|length| *length <= max_prefix)
-                .ok_or_else(|| {
-                    format!("prefix length must be a decimal number in 0..{max_prefix}")
-                })?;
+                .ok_or_else(|| format!("prefix length must be a decimal number in 0..{max_prefix}"))?;
             // Bounded by 128 just above.
             Some(length as u8)
         }
     };
-    Ok(InterfaceSpec {
-        address,
-        port,
-        prefix_length,
-    })
+    Ok(InterfaceSpec { address, port, prefix_length })
 }
 
 /// Writes an IP address the way the URI grammar wants it: IPv6 in brackets.

@@ -206,7 +206,8 @@ impl ReceiveEndpoint {
         match header.frame_type {
             FrameType::Data | FrameType::Pad => {
                 let Ok(data) = DataHeader::parse(datagram) else { return false };
-                match self.images.iter_mut().find(|e| e.session_id == data.session_id && e.stream_id == data.stream_id) {
+                match self.images.iter_mut().find(|e| e.session_id == data.session_id && e.stream_id == data.stream_id)
+                {
                     Some(entry) => {
                         if self.control_override.is_none() {
                             entry.control = source;
@@ -228,7 +229,9 @@ impl ReceiveEndpoint {
             },
             FrameType::Rttm => {
                 if let Ok(request) = RttMeasurement::parse(datagram) {
-                    if request.is_reply_requested() && (request.receiver_id == 0 || request.receiver_id == self.receiver_id) {
+                    if request.is_reply_requested()
+                        && (request.receiver_id == 0 || request.receiver_id == self.receiver_id)
+                    {
                         let length = request.reply(0).emit(scratch);
                         let _ = self.socket.send_to(&scratch[..length], source);
                     }
@@ -329,7 +332,8 @@ impl ReceiverAgent {
     pub fn do_work(&mut self, now: Instant) -> usize {
         let mut work = 0;
         for endpoint in &mut self.endpoints {
-            let (done, malformed) = endpoint.do_work(now, self.datagrams_per_cycle, &mut self.buffer, &mut self.scratch);
+            let (done, malformed) =
+                endpoint.do_work(now, self.datagrams_per_cycle, &mut self.buffer, &mut self.scratch);
             work += done;
             self.invalid_frames += malformed;
         }

@@ -111,7 +111,8 @@ impl SenderAgent {
                 let endpoint = &self.endpoints[index];
                 let mut publication = endpoint.publication.state();
                 let identity = *publication.identity();
-                let matches = |session: i32, stream: i32| session == identity.session_id && stream == identity.stream_id;
+                let matches =
+                    |session: i32, stream: i32| session == identity.session_id && stream == identity.stream_id;
                 match frame {
                     ControlFrame::StatusMessage(message) if matches(message.session_id, message.stream_id) => {
                         publication.on_status_message(&message, now)
@@ -120,7 +121,9 @@ impl SenderAgent {
                         publication.on_status_message(&message, now)
                     }
                     ControlFrame::Nak(nak) if matches(nak.session_id, nak.stream_id) => publication.on_nak(&nak, now),
-                    ControlFrame::Error(error) if matches(error.session_id, error.stream_id) => publication.on_error(&error, now),
+                    ControlFrame::Error(error) if matches(error.session_id, error.stream_id) => {
+                        publication.on_error(&error, now)
+                    }
                     ControlFrame::Rttm(request) if matches(request.session_id, request.stream_id) => {
                         if let Some(reply) = publication.on_rtt_measurement(&request) {
                             drop(publication);
@@ -173,5 +176,15 @@ impl SenderAgent {
             }
         }
         work
+    }
+}
+
+impl SenderAgent {
+    /// Whether a connected publication still has data it has not sent.
+    pub fn has_undelivered(&self) -> bool {
+        self.endpoints.iter().any(|endpoint| {
+            let publication = endpoint.publication.state();
+            publication.live_receivers() > 0 && publication.sender_position() < publication.tail_position()
+        })
     }
 }

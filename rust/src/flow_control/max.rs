@@ -53,19 +53,8 @@ impl FlowControl for MaxFlowControl {
         true
     }
 
-    fn max_retransmission_length(
-        &self,
-        term_offset: i32,
-        resend_length: usize,
-        term_length: u32,
-        _mtu: u32,
-    ) -> usize {
-        retransmission_length(
-            term_offset,
-            resend_length,
-            term_length,
-            MAX_RETRANSMIT_WINDOW_MULTIPLE,
-        )
+    fn max_retransmission_length(&self, term_offset: i32, resend_length: usize, term_length: u32, _mtu: u32) -> usize {
+        retransmission_length(term_offset, resend_length, term_length, MAX_RETRANSMIT_WINDOW_MULTIPLE)
     }
 
     fn receivers(&self) -> Vec<TrackedReceiver> {
@@ -115,11 +104,7 @@ mod tests {
     fn max_ignores_tags_eos_and_errors() {
         let mut fc = MaxFlowControl::new(Duration::from_secs(2));
         let now = Instant::ZERO;
-        let eos = StatusMessageInput {
-            end_of_stream: true,
-            group_tag: Some(5),
-            ..sm(1, 100, 100)
-        };
+        let eos = StatusMessageInput { end_of_stream: true, group_tag: Some(5), ..sm(1, 100, 100) };
         assert_eq!(fc.on_status_message(&eos, 0, 0, now), 200);
         fc.on_trigger_send_setup(2, None, now);
         assert_eq!(fc.on_setup(200, 0, now), 200);

@@ -22,9 +22,7 @@ pub struct MinFlowControl {
 impl MinFlowControl {
     /// A `min` strategy waiting for `group_min_size` receivers.
     pub fn new(group_min_size: u32, receiver_timeout: Duration) -> Self {
-        MinFlowControl {
-            group: MinGroup::new(group_min_size, receiver_timeout),
-        }
+        MinFlowControl { group: MinGroup::new(group_min_size, receiver_timeout) }
     }
 }
 
@@ -63,19 +61,8 @@ impl FlowControl for MinFlowControl {
         self.group.has_required_receivers()
     }
 
-    fn max_retransmission_length(
-        &self,
-        term_offset: i32,
-        resend_length: usize,
-        term_length: u32,
-        _mtu: u32,
-    ) -> usize {
-        retransmission_length(
-            term_offset,
-            resend_length,
-            term_length,
-            UNICAST_RETRANSMIT_WINDOW_MULTIPLE,
-        )
+    fn max_retransmission_length(&self, term_offset: i32, resend_length: usize, term_length: u32, _mtu: u32) -> usize {
+        retransmission_length(term_offset, resend_length, term_length, UNICAST_RETRANSMIT_WINDOW_MULTIPLE)
     }
 
     fn receivers(&self) -> Vec<TrackedReceiver> {
@@ -116,18 +103,11 @@ mod tests {
     }
 
     fn removed(receiver_id: i64, reason: RemovalReason) -> FlowControlEvent {
-        FlowControlEvent::ReceiverRemoved {
-            receiver_id,
-            group_tag: None,
-            reason,
-        }
+        FlowControlEvent::ReceiverRemoved { receiver_id, group_tag: None, reason }
     }
 
     fn added(receiver_id: i64) -> FlowControlEvent {
-        FlowControlEvent::ReceiverAdded {
-            receiver_id,
-            group_tag: None,
-        }
+        FlowControlEvent::ReceiverAdded { receiver_id, group_tag: None }
     }
 
     #[test]
@@ -164,20 +144,11 @@ mod tests {
         drain(&mut fc);
         // Receiver 1 keeps reporting every 100 ms; receiver 2 goes silent at t = 0.
         for tick in 1..=20 {
-            limit =
-                fc.on_status_message(&sm(1, tick * 500, WINDOW), limit, 0, at(tick as u64 * 100));
+            limit = fc.on_status_message(&sm(1, tick * 500, WINDOW), limit, 0, at(tick as u64 * 100));
         }
-        assert_eq!(
-            fc.on_idle(at(2000), limit, 0, false),
-            1000,
-            "exactly 2 s: still tracked"
-        );
+        assert_eq!(fc.on_idle(at(2000), limit, 0, false), 1000, "exactly 2 s: still tracked");
         assert_eq!(fc.receivers().len(), 2);
-        assert_eq!(
-            fc.on_idle(at(2001), limit, 0, false),
-            11_000,
-            "jumps to receiver 1"
-        );
+        assert_eq!(fc.on_idle(at(2001), limit, 0, false), 11_000, "jumps to receiver 1");
         assert_eq!(fc.receivers().len(), 1);
         assert_eq!(drain(&mut fc), vec![removed(2, RemovalReason::Timeout)]);
     }
@@ -223,10 +194,7 @@ mod tests {
         let mut fc = min(2);
         assert!(!fc.has_required_receivers());
         let mut limit = fc.on_status_message(&sm(1, 0, WINDOW), 0, 0, at(0));
-        assert_eq!(
-            limit, 0,
-            "one of two receivers: the sender does not advance"
-        );
+        assert_eq!(limit, 0, "one of two receivers: the sender does not advance");
         assert!(!fc.has_required_receivers());
         assert_eq!(fc.on_idle(at(1), limit, 0, false), 0);
         limit = fc.on_status_message(&sm(2, 0, WINDOW), limit, 0, at(2));
@@ -236,15 +204,9 @@ mod tests {
         limit = fc.on_status_message(&sm(1, 500, WINDOW), limit, 0, at(1900));
         assert_eq!(fc.on_idle(at(2003), limit, 0, false), limit);
         assert!(!fc.has_required_receivers());
-        assert_eq!(
-            fc.on_status_message(&sm(1, 3000, WINDOW), limit, 0, at(2100)),
-            limit
-        );
+        assert_eq!(fc.on_status_message(&sm(1, 3000, WINDOW), limit, 0, at(2100)), limit);
         // A new receiver brings the group back up to size.
-        assert_eq!(
-            fc.on_status_message(&sm(3, 3000, WINDOW), limit, 0, at(2200)),
-            4000
-        );
+        assert_eq!(fc.on_status_message(&sm(3, 3000, WINDOW), limit, 0, at(2200)), 4000);
         assert!(fc.has_required_receivers());
     }
 
@@ -292,10 +254,7 @@ mod tests {
         assert_eq!(drain(&mut fc), vec![removed(2, RemovalReason::Error)]);
         fc.on_error(1, None, at(3));
         assert_eq!(fc.on_idle(at(4), 6000, 0, false), 6000);
-        assert!(
-            !fc.has_required_receivers(),
-            "below min size 1 after the error removal"
-        );
+        assert!(!fc.has_required_receivers(), "below min size 1 after the error removal");
     }
 
     #[test]

@@ -98,10 +98,8 @@ impl MinGroup {
             min_edge = min_edge.min(edge);
             self.setup_hold = None;
             self.update_required_receivers();
-            self.events.push_back(FlowControlEvent::ReceiverAdded {
-                receiver_id: sm.receiver_id,
-                group_tag: sm.group_tag,
-            });
+            self.events
+                .push_back(FlowControlEvent::ReceiverAdded { receiver_id: sm.receiver_id, group_tag: sm.group_tag });
         }
 
         if !self.has_enough_receivers() {
@@ -124,8 +122,7 @@ impl MinGroup {
         let events = &mut self.events;
         self.receivers.retain(|receiver| {
             let reason = receiver.leaving.or_else(|| {
-                (now.saturating_since(receiver.last_status_message) > timeout)
-                    .then_some(RemovalReason::Timeout)
+                (now.saturating_since(receiver.last_status_message) > timeout).then_some(RemovalReason::Timeout)
             });
             match reason {
                 Some(reason) => {
@@ -162,10 +159,7 @@ impl MinGroup {
     /// the group at the current limit until the newcomer is admitted or the timeout passes.
     pub(super) fn on_setup(&mut self, sender_limit: i64, now: Instant) -> i64 {
         if self.setup_triggered && !self.receivers.is_empty() {
-            self.setup_hold = Some(SetupHold {
-                limit: sender_limit,
-                since: now,
-            });
+            self.setup_hold = Some(SetupHold { limit: sender_limit, since: now });
         }
         self.setup_triggered = false;
         sender_limit
@@ -234,10 +228,7 @@ impl MinGroup {
 impl MinGroup {
     /// Edges of the tracked receivers, for property tests.
     fn edges(&self) -> Vec<i64> {
-        self.receivers
-            .iter()
-            .map(|receiver| receiver.edge)
-            .collect()
+        self.receivers.iter().map(|receiver| receiver.edge).collect()
     }
 }
 
@@ -249,23 +240,11 @@ mod tests {
     /// One input to the group, as a random sequence element.
     #[derive(Clone, Debug)]
     enum Op {
-        StatusMessage {
-            receiver: i64,
-            delta: i64,
-            window: i32,
-            matches: bool,
-            eos: bool,
-        },
-        Idle {
-            advance_ms: u64,
-        },
-        TriggerSendSetup {
-            matches: bool,
-        },
+        StatusMessage { receiver: i64, delta: i64, window: i32, matches: bool, eos: bool },
+        Idle { advance_ms: u64 },
+        TriggerSendSetup { matches: bool },
         Setup,
-        Error {
-            receiver: i64,
-        },
+        Error { receiver: i64 },
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -283,24 +262,15 @@ mod tests {
     }
 
     fn hostile_sm() -> impl Strategy<Value = StatusMessageInput> {
-        (
-            any::<i64>(),
-            any::<i64>(),
-            any::<i32>(),
-            any::<Option<i64>>(),
-            any::<bool>(),
+        (any::<i64>(), any::<i64>(), any::<i32>(), any::<Option<i64>>(), any::<bool>()).prop_map(
+            |(receiver_id, consumption_position, receiver_window, group_tag, end_of_stream)| StatusMessageInput {
+                receiver_id: receiver_id % 4,
+                consumption_position,
+                receiver_window,
+                group_tag,
+                end_of_stream,
+            },
         )
-            .prop_map(
-                |(receiver_id, consumption_position, receiver_window, group_tag, end_of_stream)| {
-                    StatusMessageInput {
-                        receiver_id: receiver_id % 4,
-                        consumption_position,
-                        receiver_window,
-                        group_tag,
-                        end_of_stream,
-                    }
-                },
-            )
     }
 
     proptest! {

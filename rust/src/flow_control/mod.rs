@@ -73,8 +73,7 @@ pub struct StatusMessageInput {
 impl StatusMessageInput {
     /// The receiver's edge: consumption position plus window, saturating on hostile input.
     pub fn edge(&self) -> i64 {
-        self.consumption_position
-            .saturating_add(i64::from(self.receiver_window))
+        self.consumption_position.saturating_add(i64::from(self.receiver_window))
     }
 }
 
@@ -145,13 +144,7 @@ pub trait FlowControl: Send + fmt::Debug {
     ///
     /// `min`/`tagged` drop timed-out and EOS/ERR-flagged receivers here and may move the limit
     /// *down* to the slowest remaining receiver.
-    fn on_idle(
-        &mut self,
-        now: Instant,
-        sender_limit: i64,
-        sender_position: i64,
-        is_end_of_stream: bool,
-    ) -> i64;
+    fn on_idle(&mut self, now: Instant, sender_limit: i64, sender_position: i64, is_end_of_stream: bool) -> i64;
 
     /// A status message with the SEND_SETUP flag (a receiver joining).
     fn on_trigger_send_setup(&mut self, receiver_id: i64, group_tag: Option<i64>, now: Instant);
@@ -169,13 +162,7 @@ pub trait FlowControl: Send + fmt::Debug {
 
     /// Retransmit clip: `min(resend_length, W*k, term_length - term_offset)` with
     /// `W = min(128 KiB, term_length/2)`, `k` = 16 (unicast/min/tagged) or 4 (max).
-    fn max_retransmission_length(
-        &self,
-        term_offset: i32,
-        resend_length: usize,
-        term_length: u32,
-        mtu: u32,
-    ) -> usize;
+    fn max_retransmission_length(&self, term_offset: i32, resend_length: usize, term_length: u32, mtu: u32) -> usize;
 
     /// Receivers currently tracked (empty for `unicast`/`max`).
     fn receivers(&self) -> Vec<TrackedReceiver>;
@@ -200,18 +187,11 @@ pub trait FlowControl: Send + fmt::Debug {
 /// `min(resend_length, W * multiple, term_length - term_offset)` with
 /// `W = min(DEFAULT_INITIAL_WINDOW_LENGTH, term_length / 2)`. An offset outside the term
 /// clips to zero rather than panicking.
-pub fn retransmission_length(
-    term_offset: i32,
-    resend_length: usize,
-    term_length: u32,
-    multiple: usize,
-) -> usize {
+pub fn retransmission_length(term_offset: i32, resend_length: usize, term_length: u32, multiple: usize) -> usize {
     let window = DEFAULT_INITIAL_WINDOW_LENGTH.min(term_length / 2) as usize;
     let offset = u32::try_from(term_offset).unwrap_or(u32::MAX);
     let remaining = term_length.saturating_sub(offset) as usize;
-    resend_length
-        .min(window.saturating_mul(multiple))
-        .min(remaining)
+    resend_length.min(window.saturating_mul(multiple)).min(remaining)
 }
 
 /// Builds the strategy for a publication, never failing.
@@ -269,10 +249,7 @@ fn instantiate(spec: &FlowControlSpec, defaults: &FlowControlDefaults) -> Box<dy
         StrategyKind::Max => Box::new(MaxFlowControl::new(timeout)),
         StrategyKind::Min => Box::new(MinFlowControl::new(min_size, timeout)),
         StrategyKind::Tagged => {
-            let tag = spec
-                .group_tag
-                .or(defaults.group_tag)
-                .unwrap_or(FALLBACK_GROUP_TAG);
+            let tag = spec.group_tag.or(defaults.group_tag).unwrap_or(FALLBACK_GROUP_TAG);
             Box::new(TaggedFlowControl::new(tag, min_size, timeout))
         }
     }
@@ -301,11 +278,7 @@ mod tests {
 
     #[test]
     fn multicast_default_strategy_comes_from_driver_defaults() {
-        let defaults = FlowControlDefaults {
-            multicast_strategy: StrategyKind::Min,
-            group_min_size: 2,
-            ..defaults()
-        };
+        let defaults = FlowControlDefaults { multicast_strategy: StrategyKind::Min, group_min_size: 2, ..defaults() };
         let strategy = build(None, true, &defaults);
         assert_eq!(strategy.strategy_name(), "min");
         assert_eq!(strategy.group_min_size(), 2);
@@ -344,35 +317,20 @@ mod tests {
     fn tagged_without_any_tag_is_rejected_by_build_checked() {
         let spec = FlowControlSpec::parse("tagged").unwrap();
         let error = build_checked(Some(&spec), true, &defaults()).unwrap_err();
-        assert_eq!(
-            error.reason,
-            "tagged flow control needs a group tag (g:<tag>)"
-        );
-        assert_eq!(
-            error.to_string(),
-            "fc=tagged: tagged flow control needs a group tag (g:<tag>)"
-        );
+        assert_eq!(error.reason, "tagged flow control needs a group tag (g:<tag>)");
+        assert_eq!(error.to_string(), "fc=tagged: tagged flow control needs a group tag (g:<tag>)");
     }
 
     #[test]
     fn tagged_default_strategy_without_default_tag_is_rejected_by_build_checked() {
-        let defaults = FlowControlDefaults {
-            multicast_strategy: StrategyKind::Tagged,
-            ..defaults()
-        };
+        let defaults = FlowControlDefaults { multicast_strategy: StrategyKind::Tagged, ..defaults() };
         assert!(build_checked(None, true, &defaults).is_err());
-        assert_eq!(
-            build(None, true, &defaults).group_tag(),
-            Some(FALLBACK_GROUP_TAG)
-        );
+        assert_eq!(build(None, true, &defaults).group_tag(), Some(FALLBACK_GROUP_TAG));
     }
 
     #[test]
     fn tagged_without_tag_uses_driver_default_tag() {
-        let defaults = FlowControlDefaults {
-            group_tag: Some(7),
-            ..defaults()
-        };
+        let defaults = FlowControlDefaults { group_tag: Some(7), ..defaults() };
         let spec = FlowControlSpec::parse("tagged,g:/2").unwrap();
         let strategy = build_checked(Some(&spec), true, &defaults).unwrap();
         assert_eq!(strategy.group_tag(), Some(7));
@@ -403,14 +361,8 @@ mod tests {
     #[test]
     fn retransmit_clip_uses_four_windows_for_max() {
         let strategy = build(None, true, &defaults());
-        assert_eq!(
-            strategy.max_retransmission_length(0, usize::MAX, 16 << 20, 1408),
-            4 << 17
-        );
-        assert_eq!(
-            strategy.max_retransmission_length(0, 768, 16 << 20, 1408),
-            768
-        );
+        assert_eq!(strategy.max_retransmission_length(0, usize::MAX, 16 << 20, 1408), 4 << 17);
+        assert_eq!(strategy.max_retransmission_length(0, 768, 16 << 20, 1408), 768);
     }
 
     #[test]
@@ -424,10 +376,7 @@ mod tests {
     #[test]
     fn retransmit_clip_window_is_half_a_small_term() {
         // term 64 KiB → W = 32 KiB; k = 4 → 128 KiB, but the term end clips first.
-        assert_eq!(
-            retransmission_length(0, usize::MAX, 64 * 1024, 4),
-            64 * 1024
-        );
+        assert_eq!(retransmission_length(0, usize::MAX, 64 * 1024, 4), 64 * 1024);
         // term 16 KiB → W = 8 KiB; k = 1 → 8 KiB.
         assert_eq!(retransmission_length(0, usize::MAX, 16 * 1024, 1), 8 * 1024);
     }

@@ -118,34 +118,21 @@ impl std::error::Error for FlowControlError {}
 impl FlowControlSpec {
     /// A spec naming `strategy` with no options.
     pub fn new(strategy: StrategyKind) -> Self {
-        FlowControlSpec {
-            strategy,
-            group_tag: None,
-            group_min_size: None,
-            receiver_timeout: None,
-        }
+        FlowControlSpec { strategy, group_tag: None, group_min_size: None, receiver_timeout: None }
     }
 
     /// Parses an `fc=` value (without the `fc=` key).
     pub fn parse(value: &str) -> Result<Self, FlowControlError> {
-        let error = |reason: String| FlowControlError {
-            value: value.to_owned(),
-            reason,
-        };
+        let error = |reason: String| FlowControlError { value: value.to_owned(), reason };
         let mut parts = value.split(',');
         let name = parts.next().unwrap_or_default();
-        let strategy = StrategyKind::from_name(name).ok_or_else(|| {
-            error(format!(
-                "unknown flow control strategy \"{name}\" (expected max, min or tagged)"
-            ))
-        })?;
+        let strategy = StrategyKind::from_name(name)
+            .ok_or_else(|| error(format!("unknown flow control strategy \"{name}\" (expected max, min or tagged)")))?;
         let mut spec = FlowControlSpec::new(strategy);
         let mut seen_group = false;
         for option in parts {
             if option.is_empty() {
-                return Err(error(
-                    "empty option (options are separated by a single ',')".into(),
-                ));
+                return Err(error("empty option (options are separated by a single ',')".into()));
             }
             if let Some(group) = option.strip_prefix("g:") {
                 if seen_group {
@@ -163,9 +150,7 @@ impl FlowControlSpec {
                 check_length("t:", timeout).map_err(error)?;
                 spec.receiver_timeout = Some(parse_timeout(timeout).map_err(error)?);
             } else {
-                return Err(error(format!(
-                    "unknown option \"{option}\" (expected g:<tag>/<min size> or t:<timeout>)"
-                )));
+                return Err(error(format!("unknown option \"{option}\" (expected g:<tag>/<min size> or t:<timeout>)")));
             }
         }
         Ok(spec)
@@ -174,10 +159,7 @@ impl FlowControlSpec {
     /// Checks the spec against the driver defaults it will be built with: `tagged` needs a
     /// group tag from `g:` or from the defaults.
     pub fn validate_with(&self, defaults: &FlowControlDefaults) -> Result<(), FlowControlError> {
-        if self.strategy == StrategyKind::Tagged
-            && self.group_tag.is_none()
-            && defaults.group_tag.is_none()
-        {
+        if self.strategy == StrategyKind::Tagged && self.group_tag.is_none() && defaults.group_tag.is_none() {
             return Err(FlowControlError {
                 value: self.to_string(),
                 reason: "tagged flow control needs a group tag (g:<tag>)".into(),
@@ -222,9 +204,7 @@ fn check_length(option: &str, value: &str) -> Result<(), String> {
 /// `tag`, `tag/minsize` or `/minsize`.
 fn parse_group(group: &str) -> Result<(Option<i64>, Option<u32>), String> {
     if group.is_empty() {
-        return Err(
-            "empty group option g: (expected g:<tag>, g:<tag>/<min size> or g:/<min size>)".into(),
-        );
+        return Err("empty group option g: (expected g:<tag>, g:<tag>/<min size> or g:/<min size>)".into());
     }
     let (tag_text, min_size_text) = match group.split_once('/') {
         Some((tag, min_size)) => (tag, Some(min_size)),
@@ -233,20 +213,17 @@ fn parse_group(group: &str) -> Result<(Option<i64>, Option<u32>), String> {
     let tag = if tag_text.is_empty() {
         None
     } else {
-        let tag = parse_integer::<i64>(tag_text)
-            .ok_or_else(|| format!("group tag \"{tag_text}\" is not an integer"))?;
+        let tag =
+            parse_integer::<i64>(tag_text).ok_or_else(|| format!("group tag \"{tag_text}\" is not an integer"))?;
         Some(tag)
     };
     let min_size = match min_size_text {
         None => None,
         Some(text) => {
-            let size = parse_integer::<i64>(text)
-                .ok_or_else(|| format!("group minimum size \"{text}\" is not an integer"))?;
+            let size =
+                parse_integer::<i64>(text).ok_or_else(|| format!("group minimum size \"{text}\" is not an integer"))?;
             if !(1..=i64::from(i32::MAX)).contains(&size) {
-                return Err(format!(
-                    "group minimum size {size} is out of range (must be 1..={})",
-                    i32::MAX
-                ));
+                return Err(format!("group minimum size {size} is out of range (must be 1..={})", i32::MAX));
             }
             // The range check above guarantees the conversion.
             Some(size as u32)
@@ -322,12 +299,7 @@ mod tests {
         group_min_size: Option<u32>,
         receiver_timeout: Option<Duration>,
     ) -> FlowControlSpec {
-        FlowControlSpec {
-            strategy,
-            group_tag,
-            group_min_size,
-            receiver_timeout,
-        }
+        FlowControlSpec { strategy, group_tag, group_min_size, receiver_timeout }
     }
 
     #[test]
@@ -339,23 +311,11 @@ mod tests {
             ("tagged,g:1001", spec(Tagged, Some(1001), None, None)),
             ("min,g:/3", spec(Min, None, Some(3), None)),
             ("tagged,g:1001/3", spec(Tagged, Some(1001), Some(3), None)),
-            (
-                "min,g:/3,t:1000ms",
-                spec(Min, None, Some(3), Some(ms(1000))),
-            ),
-            (
-                "tagged,g:1001/3,t:1s",
-                spec(Tagged, Some(1001), Some(3), Some(ms(1000))),
-            ),
+            ("min,g:/3,t:1000ms", spec(Min, None, Some(3), Some(ms(1000)))),
+            ("tagged,g:1001/3,t:1s", spec(Tagged, Some(1001), Some(3), Some(ms(1000)))),
             ("min,t:2s", spec(Min, None, None, Some(ms(2000)))),
-            (
-                "tagged,g:1001/3,t:500ms",
-                spec(Tagged, Some(1001), Some(3), Some(ms(500))),
-            ),
-            (
-                "tagged,t:1s,g:-5",
-                spec(Tagged, Some(-5), None, Some(ms(1000))),
-            ),
+            ("tagged,g:1001/3,t:500ms", spec(Tagged, Some(1001), Some(3), Some(ms(500)))),
+            ("tagged,t:1s,g:-5", spec(Tagged, Some(-5), None, Some(ms(1000)))),
             ("min,g:1001/2", spec(Min, Some(1001), Some(2), None)),
             ("max,g:/2,t:1s", spec(Max, None, Some(2), Some(ms(1000)))),
             ("tagged", spec(Tagged, None, None, None)),
@@ -369,14 +329,8 @@ mod tests {
     #[test]
     fn rejects_invalid_values_with_a_reason_naming_the_problem() {
         let cases: &[(&str, &str)] = &[
-            (
-                "",
-                "unknown flow control strategy \"\" (expected max, min or tagged)",
-            ),
-            (
-                "fast",
-                "unknown flow control strategy \"fast\" (expected max, min or tagged)",
-            ),
+            ("", "unknown flow control strategy \"\" (expected max, min or tagged)"),
+            ("fast", "unknown flow control strategy \"fast\" (expected max, min or tagged)"),
             ("MIN", "unknown flow control strategy \"MIN\""),
             ("unicast", "expected max, min or tagged"),
             (" min", "unknown flow control strategy"),
@@ -390,16 +344,10 @@ mod tests {
             ("min,g:/0", "group minimum size 0 is out of range"),
             ("tagged,g:1001/0", "group minimum size 0 is out of range"),
             ("min,g:/-1", "group minimum size -1 is out of range"),
-            (
-                "min,g:/2147483648",
-                "group minimum size 2147483648 is out of range",
-            ),
+            ("min,g:/2147483648", "group minimum size 2147483648 is out of range"),
             ("min,g:/", "group minimum size \"\" is not an integer"),
             ("min,g:/x", "group minimum size \"x\" is not an integer"),
-            (
-                "tagged,g:1001/3/4",
-                "group minimum size \"3/4\" is not an integer",
-            ),
+            ("tagged,g:1001/3/4", "group minimum size \"3/4\" is not an integer"),
             ("tagged,g:abc", "group tag \"abc\" is not an integer"),
             ("tagged,g:1001x", "group tag \"1001x\" is not an integer"),
             ("tagged,g:0x10", "group tag \"0x10\" is not an integer"),
@@ -418,11 +366,7 @@ mod tests {
         for (value, expected) in cases {
             let error = FlowControlSpec::parse(value).expect_err(value);
             assert_eq!(error.value, *value);
-            assert!(
-                error.reason.contains(expected),
-                "{value}: got {:?}",
-                error.reason
-            );
+            assert!(error.reason.contains(expected), "{value}: got {:?}", error.reason);
         }
     }
 
@@ -438,36 +382,20 @@ mod tests {
     #[test]
     fn error_display_names_the_option_and_value() {
         let error = FlowControlSpec::parse("tagged,g:abc").unwrap_err();
-        assert_eq!(
-            error.to_string(),
-            "fc=tagged,g:abc: group tag \"abc\" is not an integer"
-        );
+        assert_eq!(error.to_string(), "fc=tagged,g:abc: group tag \"abc\" is not an integer");
         let error = FlowControlSpec::parse("min,t:fast").unwrap_err();
-        assert!(error
-            .to_string()
-            .starts_with("fc=min,t:fast: receiver timeout \"fast\""));
+        assert!(error.to_string().starts_with("fc=min,t:fast: receiver timeout \"fast\""));
     }
 
     #[test]
     fn tagged_without_tag_parses_but_fails_validation_without_default_tag() {
         let spec = FlowControlSpec::parse("tagged,g:/3").unwrap();
-        let error = spec
-            .validate_with(&FlowControlDefaults::default())
-            .unwrap_err();
+        let error = spec.validate_with(&FlowControlDefaults::default()).unwrap_err();
         assert_eq!(error.value, "tagged,g:/3");
-        assert_eq!(
-            error.reason,
-            "tagged flow control needs a group tag (g:<tag>)"
-        );
-        let with_tag = FlowControlDefaults {
-            group_tag: Some(1),
-            ..Default::default()
-        };
+        assert_eq!(error.reason, "tagged flow control needs a group tag (g:<tag>)");
+        let with_tag = FlowControlDefaults { group_tag: Some(1), ..Default::default() };
         assert!(spec.validate_with(&with_tag).is_ok());
-        assert!(FlowControlSpec::parse("min")
-            .unwrap()
-            .validate_with(&Default::default())
-            .is_ok());
+        assert!(FlowControlSpec::parse("min").unwrap().validate_with(&Default::default()).is_ok());
     }
 
     #[test]
@@ -486,29 +414,14 @@ mod tests {
         for (text, expected) in cases {
             assert_eq!(parse_duration(text), Some(expected), "{text}");
         }
-        for junk in [
-            "",
-            "s",
-            "ms",
-            "1 s",
-            "1sec",
-            "1m",
-            "+1s",
-            "1e3",
-            "18446744073709551616",
-        ] {
+        for junk in ["", "s", "ms", "1 s", "1sec", "1m", "+1s", "1e3", "18446744073709551616"] {
             assert_eq!(parse_duration(junk), None, "{junk}");
         }
     }
 
     #[test]
     fn display_round_trips_through_parse() {
-        for value in [
-            "max",
-            "min,g:/3,t:1s",
-            "tagged,g:1001/3,t:500ms",
-            "tagged,g:-1,t:7ns",
-        ] {
+        for value in ["max", "min,g:/3,t:1s", "tagged,g:1001/3,t:500ms", "tagged,g:-1,t:7ns"] {
             let spec = FlowControlSpec::parse(value).unwrap();
             assert_eq!(spec.to_string(), value);
             assert_eq!(FlowControlSpec::parse(&spec.to_string()).unwrap(), spec);

@@ -22,10 +22,7 @@ pub struct TaggedFlowControl {
 impl TaggedFlowControl {
     /// A `tagged` strategy for `group_tag`, waiting for `group_min_size` tagged receivers.
     pub fn new(group_tag: i64, group_min_size: u32, receiver_timeout: Duration) -> Self {
-        TaggedFlowControl {
-            group: MinGroup::new(group_min_size, receiver_timeout),
-            group_tag,
-        }
+        TaggedFlowControl { group: MinGroup::new(group_min_size, receiver_timeout), group_tag }
     }
 
     fn matches(&self, group_tag: Option<i64>) -> bool {
@@ -72,19 +69,8 @@ impl FlowControl for TaggedFlowControl {
         self.group.has_required_receivers()
     }
 
-    fn max_retransmission_length(
-        &self,
-        term_offset: i32,
-        resend_length: usize,
-        term_length: u32,
-        _mtu: u32,
-    ) -> usize {
-        retransmission_length(
-            term_offset,
-            resend_length,
-            term_length,
-            UNICAST_RETRANSMIT_WINDOW_MULTIPLE,
-        )
+    fn max_retransmission_length(&self, term_offset: i32, resend_length: usize, term_length: u32, _mtu: u32) -> usize {
+        retransmission_length(term_offset, resend_length, term_length, UNICAST_RETRANSMIT_WINDOW_MULTIPLE)
     }
 
     fn receivers(&self) -> Vec<TrackedReceiver> {
@@ -153,10 +139,7 @@ mod tests {
     fn untagged_status_message_raises_limit_while_no_tagged_receiver_is_tracked() {
         let mut fc = tagged(0);
         let limit = fc.on_status_message(&sm(2, 3000, WINDOW), 0, 0, at(0));
-        assert_eq!(
-            limit, 4000,
-            "rule 4: max-like until a tagged receiver appears"
-        );
+        assert_eq!(limit, 4000, "rule 4: max-like until a tagged receiver appears");
         assert!(fc.receivers().is_empty());
         assert_eq!(fc.on_idle(at(1), limit, 0, false), limit);
     }
@@ -215,11 +198,7 @@ mod tests {
         let events: Vec<_> = std::iter::from_fn(|| fc.poll_event()).collect();
         assert_eq!(events.len(), 2);
         for (id, reason) in [(2, RemovalReason::EndOfStream), (3, RemovalReason::Error)] {
-            let event = FlowControlEvent::ReceiverRemoved {
-                receiver_id: id,
-                group_tag: Some(TAG),
-                reason,
-            };
+            let event = FlowControlEvent::ReceiverRemoved { receiver_id: id, group_tag: Some(TAG), reason };
             assert!(events.contains(&event), "{event:?} in {events:?}");
         }
         assert_eq!(fc.receivers().len(), 1);

@@ -15,24 +15,13 @@ pub(super) fn sm(receiver_id: i64, position: i64, window: i32) -> StatusMessageI
 }
 
 /// A status message carrying `tag`.
-pub(super) fn tagged_sm(
-    receiver_id: i64,
-    tag: i64,
-    position: i64,
-    window: i32,
-) -> StatusMessageInput {
-    StatusMessageInput {
-        group_tag: Some(tag),
-        ..sm(receiver_id, position, window)
-    }
+pub(super) fn tagged_sm(receiver_id: i64, tag: i64, position: i64, window: i32) -> StatusMessageInput {
+    StatusMessageInput { group_tag: Some(tag), ..sm(receiver_id, position, window) }
 }
 
 /// The same status message with the EOS flag.
 pub(super) fn eos(sm: StatusMessageInput) -> StatusMessageInput {
-    StatusMessageInput {
-        end_of_stream: true,
-        ..sm
-    }
+    StatusMessageInput { end_of_stream: true, ..sm }
 }
 
 /// `millis` milliseconds after the fake epoch.

@@ -52,19 +52,8 @@ impl FlowControl for UnicastFlowControl {
         true
     }
 
-    fn max_retransmission_length(
-        &self,
-        term_offset: i32,
-        resend_length: usize,
-        term_length: u32,
-        _mtu: u32,
-    ) -> usize {
-        retransmission_length(
-            term_offset,
-            resend_length,
-            term_length,
-            UNICAST_RETRANSMIT_WINDOW_MULTIPLE,
-        )
+    fn max_retransmission_length(&self, term_offset: i32, resend_length: usize, term_length: u32, _mtu: u32) -> usize {
+        retransmission_length(term_offset, resend_length, term_length, UNICAST_RETRANSMIT_WINDOW_MULTIPLE)
     }
 
     fn receivers(&self) -> Vec<TrackedReceiver> {
@@ -98,14 +87,8 @@ mod tests {
         let mut fc = UnicastFlowControl::new(Duration::from_secs(2));
         let now = Instant::ZERO;
         assert_eq!(fc.on_status_message(&sm(1, 0, 65_536), 0, 0, now), 65_536);
-        assert_eq!(
-            fc.on_status_message(&sm(1, 4096, 65_536), 65_536, 0, now),
-            69_632
-        );
-        assert_eq!(
-            fc.on_status_message(&sm(1, 0, 1024), 69_632, 0, now),
-            69_632
-        );
+        assert_eq!(fc.on_status_message(&sm(1, 4096, 65_536), 65_536, 0, now), 69_632);
+        assert_eq!(fc.on_status_message(&sm(1, 0, 1024), 69_632, 0, now), 69_632);
         assert_eq!(fc.on_idle(now, 69_632, 0, false), 69_632);
         assert_eq!(fc.on_setup(69_632, 0, now), 69_632);
     }

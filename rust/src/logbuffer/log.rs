@@ -7,8 +7,8 @@
 //! been written yet, which is how receivers find gaps.
 
 use super::position::{
-    align_frame, compute_position, max_message_length, partition_index, position_bits, term_id_of,
-    term_offset_of, FRAME_ALIGNMENT,
+    align_frame, compute_position, max_message_length, partition_index, position_bits, term_id_of, term_offset_of,
+    FRAME_ALIGNMENT,
 };
 use crate::wire::{flags, DataHeader, FrameType, DATA_HEADER_LENGTH};
 
@@ -291,10 +291,8 @@ mod tests {
         let payload: Vec<u8> = (0..3000).map(|i| i as u8).collect();
         let AppendOutcome::Appended(tail) = log.append(0, &payload, 1408, 0) else { panic!() };
         assert_eq!(tail, 1408 + 1408 + 288);
-        let flags_seen: Vec<u8> = [0usize, 1408, 2816]
-            .iter()
-            .map(|&o| DataHeader::parse(&log.term(0)[o..o + 32]).unwrap().flags)
-            .collect();
+        let flags_seen: Vec<u8> =
+            [0usize, 1408, 2816].iter().map(|&o| DataHeader::parse(&log.term(0)[o..o + 32]).unwrap().flags).collect();
         assert_eq!(flags_seen, vec![0x80, 0x00, 0x40]);
     }
 

@@ -166,7 +166,15 @@ fn run(front: UdpSocket, back: UdpSocket, impairment: Impairment, seed: u64, sto
                 Ok(length) => {
                     idle = false;
                     if let Some(to) = source {
-                        forward(&front, Some(to), &buffer[..length], &mut backward_direction, &impairment, &mut rng, stats);
+                        forward(
+                            &front,
+                            Some(to),
+                            &buffer[..length],
+                            &mut backward_direction,
+                            &impairment,
+                            &mut rng,
+                            stats,
+                        );
                     }
                 }
                 Err(_) => break,

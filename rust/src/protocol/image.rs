@@ -146,7 +146,8 @@ impl Image {
         let log = LogBuffer::new(config.identity);
         let join = config.join_position;
         let term_base = join & !(config.identity.term_length as i64 - 1);
-        let loss = LossDetector::new(config.nak_delay, config.is_group, config.multicast_nak_backoff, config.random_seed);
+        let loss =
+            LossDetector::new(config.nak_delay, config.is_group, config.multicast_nak_backoff, config.random_seed);
         Image {
             log,
             rebuild_position: join,
@@ -196,7 +197,8 @@ impl Image {
 
     /// Whether the publication signalled end of stream and every consumer read up to it.
     pub fn is_end_of_stream(&self) -> bool {
-        self.end_of_stream_position.is_some_and(|end| self.rebuild_position >= end && self.min_consumer_position() >= end)
+        self.end_of_stream_position
+            .is_some_and(|end| self.rebuild_position >= end && self.min_consumer_position() >= end)
     }
 
     /// Adds a consumer starting at the current rebuild position... or at the join position.
@@ -231,7 +233,9 @@ impl Image {
         self.last_packet_time = now;
         if DataHeader::is_heartbeat_datagram(datagram) {
             self.counters.heartbeats_received += 1;
-            if position > self.hwm_position && position <= self.min_consumer_position() + (identity.term_length / 2) as i64 {
+            if position > self.hwm_position
+                && position <= self.min_consumer_position() + (identity.term_length / 2) as i64
+            {
                 self.hwm_position = position;
             }
             if header.is_end_of_stream() {
@@ -341,10 +345,11 @@ impl Image {
     /// Time-driven work: loss detection, liveness, end of stream.
     pub fn on_tick(&mut self, now: Instant) {
         match self.state {
-            ImageState::Active => {
-                if self.is_end_of_stream() || now.saturating_since(self.last_packet_time) >= self.config.liveness_timeout {
-                    self.state = ImageState::Draining { until: now + self.config.status_interval * 5 };
-                }
+            ImageState::Active
+                if self.is_end_of_stream()
+                    || now.saturating_since(self.last_packet_time) >= self.config.liveness_timeout =>
+            {
+                self.state = ImageState::Draining { until: now + self.config.status_interval * 5 };
             }
             ImageState::Draining { until } if now >= until => self.state = ImageState::Closed,
             _ => {}
@@ -391,7 +396,8 @@ impl Image {
         let due = match self.last_sm_time {
             None => true,
             Some(last) => {
-                now.saturating_since(last) >= self.config.status_interval || consumption - self.last_sm_position >= threshold
+                now.saturating_since(last) >= self.config.status_interval
+                    || consumption - self.last_sm_position >= threshold
             }
         };
         if !due {

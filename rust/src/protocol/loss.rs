@@ -82,7 +82,9 @@ impl LossDetector {
             return None;
         };
         match self.active {
-            Some((active_position, active_length, deadline)) if active_position == position && active_length == length => {
+            Some((active_position, active_length, deadline))
+                if active_position == position && active_length == length =>
+            {
                 if now >= deadline {
                     let retry = self.retry_delay();
                     self.active = Some((position, length, now + retry));

@@ -14,7 +14,9 @@ use crate::logbuffer::log::{read_frame_length, read_frame_type};
 use crate::logbuffer::position::align_frame;
 use crate::logbuffer::{AppendOutcome, LogBuffer, StreamIdentity};
 use crate::time::Instant;
-use crate::wire::{flags, DataHeader, ErrorFrame, FrameType, Nak, RttMeasurement, Setup, StatusMessage, DATA_HEADER_LENGTH};
+use crate::wire::{
+    flags, DataHeader, ErrorFrame, FrameType, Nak, RttMeasurement, Setup, StatusMessage, DATA_HEADER_LENGTH,
+};
 
 /// Fixed protocol timers (Aeron hard-codes these too).
 pub const SETUP_INTERVAL: Duration = Duration::from_millis(100);
@@ -136,9 +138,14 @@ pub struct PublicationCounters {
 enum Lifecycle {
     Active,
     /// The application closed the publication at this final position.
-    Draining { end_position: i64 },
+    Draining {
+        end_position: i64,
+    },
     /// Everything was sent; retransmits are served until `until`.
-    Lingering { end_position: i64, until: Instant },
+    Lingering {
+        end_position: i64,
+        until: Instant,
+    },
     /// Nothing more to do: the driver may free it.
     Done,
 }
@@ -369,7 +376,12 @@ impl NetworkPublication {
             self.counters.naks_ignored += 1;
             return;
         }
-        let length = self.flow_control.max_retransmission_length(nak.term_offset, nak.length as usize, term_length, self.config.mtu);
+        let length = self.flow_control.max_retransmission_length(
+            nak.term_offset,
+            nak.length as usize,
+            term_length,
+            self.config.mtu,
+        );
         self.retransmits.on_nak(nak.term_id, nak.term_offset, length, now);
     }
 
@@ -429,7 +441,8 @@ impl NetworkPublication {
             return None;
         }
         let setup_due = self.last_setup.is_none_or(|last| now.saturating_since(last) >= SETUP_INTERVAL);
-        if (!self.has_initial_connection || self.should_send_setup) && setup_due && self.lifecycle == Lifecycle::Active {
+        if (!self.has_initial_connection || self.should_send_setup) && setup_due && self.lifecycle == Lifecycle::Active
+        {
             return Some(self.emit_setup(now, out));
         }
         if !self.has_initial_connection {

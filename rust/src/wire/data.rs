@@ -87,38 +87,23 @@ impl DataHeader {
     /// of 32, and `frame_length` either 0 (a DATA heartbeat) or ≥ 32.
     pub fn parse(bytes: &[u8]) -> Result<Self, WireError> {
         let header = FrameHeader::parse(bytes).map_err(|error| match error {
-            WireError::Truncated { actual, .. } => WireError::Truncated {
-                frame: "DATA",
-                needed: DATA_HEADER_LENGTH,
-                actual,
-            },
+            WireError::Truncated { actual, .. } => {
+                WireError::Truncated { frame: "DATA", needed: DATA_HEADER_LENGTH, actual }
+            }
             other => other,
         })?;
         let frame = match header.frame_type {
             FrameType::Data => "DATA",
             FrameType::Pad => "PAD",
-            other => {
-                return Err(WireError::WrongType {
-                    expected: "DATA or PAD",
-                    actual: other.code(),
-                })
-            }
+            other => return Err(WireError::WrongType { expected: "DATA or PAD", actual: other.code() }),
         };
         if bytes.len() < DATA_HEADER_LENGTH {
-            return Err(WireError::Truncated {
-                frame,
-                needed: DATA_HEADER_LENGTH,
-                actual: bytes.len(),
-            });
+            return Err(WireError::Truncated { frame, needed: DATA_HEADER_LENGTH, actual: bytes.len() });
         }
         let frame_length = header.frame_length;
         let heartbeat = frame_length == 0 && header.frame_type == FrameType::Data;
         if !heartbeat && frame_length < DATA_HEADER_LENGTH as i32 {
-            return Err(WireError::BadFrameLength {
-                frame,
-                frame_length,
-                datagram_length: bytes.len(),
-            });
+            return Err(WireError::BadFrameLength { frame, frame_length, datagram_length: bytes.len() });
         }
         let term_offset = read_i32(bytes, field::TERM_OFFSET);
         if term_offset < 0 || term_offset % FRAME_ALIGNMENT as i32 != 0 {
@@ -143,13 +128,8 @@ impl DataHeader {
     /// If `out` is shorter than [`DATA_HEADER_LENGTH`] (a caller bug, not network input).
     pub fn emit(&self, out: &mut [u8]) {
         let out = &mut out[..DATA_HEADER_LENGTH];
-        FrameHeader {
-            frame_length: self.frame_length,
-            version: 0,
-            flags: self.flags,
-            frame_type: self.frame_type,
-        }
-        .emit(out);
+        FrameHeader { frame_length: self.frame_length, version: 0, flags: self.flags, frame_type: self.frame_type }
+            .emit(out);
         write_i32(out, field::TERM_OFFSET, self.term_offset);
         write_i32(out, field::SESSION_ID, self.session_id);
         write_i32(out, field::STREAM_ID, self.stream_id);
@@ -176,13 +156,7 @@ impl DataHeader {
 
     /// A heartbeat: the 32-byte DATA frame with `frame_length` 0 that carries the sender's
     /// position (flags BEGIN|END, plus EOS when `end_of_stream`).
-    pub fn heartbeat(
-        session_id: i32,
-        stream_id: i32,
-        term_id: i32,
-        term_offset: i32,
-        end_of_stream: bool,
-    ) -> Self {
+    pub fn heartbeat(session_id: i32, stream_id: i32, term_id: i32, term_offset: i32, end_of_stream: bool) -> Self {
         let eos = if end_of_stream { flags::EOS } else { 0 };
         DataHeader {
             frame_length: 0,
@@ -202,11 +176,7 @@ impl DataHeader {
         datagram.len() == DATA_HEADER_LENGTH
             && matches!(
                 FrameHeader::parse(datagram),
-                Ok(FrameHeader {
-                    frame_length: 0,
-                    frame_type: FrameType::Data,
-                    ..
-                })
+                Ok(FrameHeader { frame_length: 0, frame_type: FrameType::Data, .. })
             )
     }
 
@@ -219,9 +189,7 @@ impl DataHeader {
     /// (a PAD frame only carries its header; the padded length is `frame_length`).
     pub fn payload_length(&self) -> usize {
         match self.frame_type {
-            FrameType::Data => usize::try_from(self.frame_length)
-                .unwrap_or(0)
-                .saturating_sub(DATA_HEADER_LENGTH),
+            FrameType::Data => usize::try_from(self.frame_length).unwrap_or(0).saturating_sub(DATA_HEADER_LENGTH),
             _ => 0,
         }
     }
@@ -230,9 +198,7 @@ impl DataHeader {
     /// and heartbeats.
     pub fn wire_length(&self) -> usize {
         match self.frame_type {
-            FrameType::Data if self.frame_length > 0 => {
-                align_frame_length(DATA_HEADER_LENGTH + self.payload_length())
-            }
+            FrameType::Data if self.frame_length > 0 => align_frame_length(DATA_HEADER_LENGTH + self.payload_length()),
             _ => DATA_HEADER_LENGTH,
         }
     }
@@ -258,12 +224,7 @@ pub struct DataFrames<'a> {
 impl<'a> DataFrames<'a> {
     /// Starts iterating `datagram`.
     pub fn new(datagram: &'a [u8]) -> Self {
-        DataFrames {
-            datagram,
-            offset: 0,
-            first: None,
-            done: false,
-        }
+        DataFrames { datagram, offset: 0, first: None, done: false }
     }
 
     fn next_frame(&mut self) -> Result<(DataHeader, &'a [u8]), WireError> {
@@ -271,11 +232,8 @@ impl<'a> DataFrames<'a> {
         let rest = &datagram[self.offset..];
         let header = DataHeader::parse(rest)?;
         let frame = header.frame_type.name();
-        let bad_length = || WireError::BadFrameLength {
-            frame,
-            frame_length: header.frame_length,
-            datagram_length: rest.len(),
-        };
+        let bad_length =
+            || WireError::BadFrameLength { frame, frame_length: header.frame_length, datagram_length: rest.len() };
         if let Some(first) = self.first {
             if header.term_id != first.term_id {
                 return Err(invalid(frame, "term_id", header.term_id.into()));
@@ -325,11 +283,7 @@ impl<'a> DataFrames<'a> {
 }
 
 fn invalid(frame: &'static str, field: &'static str, value: i64) -> WireError {
-    WireError::Invalid {
-        frame,
-        field,
-        value,
-    }
+    WireError::Invalid { frame, field, value }
 }
 
 impl<'a> Iterator for DataFrames<'a> {
@@ -367,10 +321,7 @@ mod tests {
     }
 
     fn hex(text: &str) -> Vec<u8> {
-        (0..text.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
-            .collect()
+        (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap()).collect()
     }
 
     #[test]
@@ -402,9 +353,7 @@ mod tests {
     fn decodes_captured_message_and_reemits_it() {
         // unicast_basic.json #4: M1, 26 bytes, frame_length 58, sent as 64 bytes.
         let datagram = hex("3a00000000c001000000000037d83287e90300001b66e1d9000000000000000048656c6c6f204165726f6e207769726520766563746f72202331000000000000");
-        let frames: Vec<_> = DataFrames::new(&datagram)
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let frames: Vec<_> = DataFrames::new(&datagram).collect::<Result<_, _>>().unwrap();
         assert_eq!(frames.len(), 1);
         let (decoded, payload) = frames[0];
         assert_eq!(decoded, header(58, 0));
@@ -420,9 +369,7 @@ mod tests {
         let mut datagram = vec![0u8; 96];
         header(48, 64).emit_frame(&[7; 16], &mut datagram);
         header(32, 128).emit(&mut datagram[64..]);
-        let frames: Vec<_> = DataFrames::new(&datagram)
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let frames: Vec<_> = DataFrames::new(&datagram).collect::<Result<_, _>>().unwrap();
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[0].1, &[7; 16]);
         assert_eq!(frames[1].0.term_offset, 128);
@@ -450,9 +397,7 @@ mod tests {
     fn pad_ends_iteration() {
         // unicast_rollover.json #5.
         let datagram = hex("6007000000c00000a0f80000a6aeb348e9030000660000000000000000000000");
-        let frames: Vec<_> = DataFrames::new(&datagram)
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let frames: Vec<_> = DataFrames::new(&datagram).collect::<Result<_, _>>().unwrap();
         assert_eq!(frames.len(), 1);
         let (pad, payload) = frames[0];
         assert_eq!(pad.frame_type, FrameType::Pad);
@@ -486,21 +431,12 @@ mod tests {
         let items: Vec<_> = DataFrames::new(&datagram).collect();
         assert_eq!(items.len(), 2);
         assert!(items[0].is_ok());
-        assert!(matches!(
-            items[1],
-            Err(WireError::Invalid {
-                field: "term_id",
-                ..
-            })
-        ));
+        assert!(matches!(items[1], Err(WireError::Invalid { field: "term_id", .. })));
         // Second frame not contiguous in the term.
         header(58, 96).emit(&mut datagram[64..]);
         assert!(matches!(
             DataFrames::new(&datagram).nth(1),
-            Some(Err(WireError::Invalid {
-                field: "term_offset",
-                ..
-            }))
+            Some(Err(WireError::Invalid { field: "term_offset", .. }))
         ));
         // A heartbeat-shaped frame inside a longer datagram.
         header(0, 64).emit(&mut datagram[64..]);
@@ -508,29 +444,17 @@ mod tests {
         // Empty datagram and short frame lengths.
         assert!(DataFrames::new(&[]).next().unwrap().is_err());
         header(31, 0).emit(&mut datagram);
-        assert!(matches!(
-            DataHeader::parse(&datagram),
-            Err(WireError::BadFrameLength {
-                frame_length: 31,
-                ..
-            })
-        ));
+        assert!(matches!(DataHeader::parse(&datagram), Err(WireError::BadFrameLength { frame_length: 31, .. })));
     }
 
     #[test]
     fn rejects_misaligned_offsets_and_other_types() {
         let mut bytes = [0u8; 32];
         header(32, 33).emit(&mut bytes);
-        assert_eq!(
-            DataHeader::parse(&bytes),
-            Err(WireError::Misaligned { term_offset: 33 })
-        );
+        assert_eq!(DataHeader::parse(&bytes), Err(WireError::Misaligned { term_offset: 33 }));
         header(32, -32).emit(&mut bytes);
         assert!(DataHeader::parse(&bytes).is_err());
         bytes[6] = 5;
-        assert!(matches!(
-            DataHeader::parse(&bytes),
-            Err(WireError::WrongType { actual: 5, .. })
-        ));
+        assert!(matches!(DataHeader::parse(&bytes), Err(WireError::WrongType { actual: 5, .. })));
     }
 }

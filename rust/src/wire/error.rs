@@ -55,42 +55,22 @@ pub enum WireError {
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WireError::Truncated {
-                frame,
-                needed,
-                actual,
-            } => write!(
-                f,
-                "truncated {frame} frame: need {needed} bytes, got {actual}"
-            ),
+            WireError::Truncated { frame, needed, actual } => {
+                write!(f, "truncated {frame} frame: need {needed} bytes, got {actual}")
+            }
             WireError::UnsupportedVersion(version) => {
                 write!(f, "unsupported frame version {version}")
             }
             WireError::WrongType { expected, actual } => {
-                write!(
-                    f,
-                    "expected a {expected} frame, got type code {actual:#06x}"
-                )
+                write!(f, "expected a {expected} frame, got type code {actual:#06x}")
             }
-            WireError::BadFrameLength {
-                frame,
-                frame_length,
-                datagram_length,
-            } => write!(
-                f,
-                "bad {frame} frame_length {frame_length} for {datagram_length} available bytes"
-            ),
+            WireError::BadFrameLength { frame, frame_length, datagram_length } => {
+                write!(f, "bad {frame} frame_length {frame_length} for {datagram_length} available bytes")
+            }
             WireError::Misaligned { term_offset } => {
-                write!(
-                    f,
-                    "term_offset {term_offset} is not a non-negative multiple of 32"
-                )
+                write!(f, "term_offset {term_offset} is not a non-negative multiple of 32")
             }
-            WireError::Invalid {
-                frame,
-                field,
-                value,
-            } => write!(f, "invalid {frame} {field}: {value}"),
+            WireError::Invalid { frame, field, value } => write!(f, "invalid {frame} {field}: {value}"),
         }
     }
 }
@@ -103,28 +83,11 @@ mod tests {
 
     #[test]
     fn messages_name_the_frame_and_the_numbers() {
-        let truncated = WireError::Truncated {
-            frame: "SM",
-            needed: 36,
-            actual: 20,
-        };
-        assert_eq!(
-            truncated.to_string(),
-            "truncated SM frame: need 36 bytes, got 20"
-        );
-        let wrong = WireError::WrongType {
-            expected: "SETUP",
-            actual: 3,
-        };
-        assert_eq!(
-            wrong.to_string(),
-            "expected a SETUP frame, got type code 0x0003"
-        );
-        let invalid = WireError::Invalid {
-            frame: "SETUP",
-            field: "mtu",
-            value: 1400,
-        };
+        let truncated = WireError::Truncated { frame: "SM", needed: 36, actual: 20 };
+        assert_eq!(truncated.to_string(), "truncated SM frame: need 36 bytes, got 20");
+        let wrong = WireError::WrongType { expected: "SETUP", actual: 3 };
+        assert_eq!(wrong.to_string(), "expected a SETUP frame, got type code 0x0003");
+        let invalid = WireError::Invalid { frame: "SETUP", field: "mtu", value: 1400 };
         assert_eq!(invalid.to_string(), "invalid SETUP mtu: 1400");
         let error: Box<dyn std::error::Error> = Box::new(WireError::UnsupportedVersion(1));
         assert_eq!(error.to_string(), "unsupported frame version 1");

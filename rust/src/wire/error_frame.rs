@@ -30,9 +30,7 @@
 
 use super::error::WireError;
 use super::flags;
-use super::header::{
-    emit_control_header, parse_control_header, read_i32, read_i64, write_i32, write_i64, FrameType,
-};
+use super::header::{emit_control_header, parse_control_header, read_i32, read_i64, write_i32, write_i64, FrameType};
 
 mod field {
     use crate::wire::header::Field;
@@ -92,19 +90,12 @@ impl ErrorFrame {
         let length = usize::try_from(error_length)
             .ok()
             .filter(|&length| length <= MAX_ERROR_MESSAGE_LENGTH)
-            .ok_or(WireError::Invalid {
-                frame: "ERR",
-                field: "error_length",
-                value: error_length.into(),
-            })?;
-        let message =
-            bytes
-                .get(field::MESSAGE..field::MESSAGE + length)
-                .ok_or(WireError::Truncated {
-                    frame: "ERR",
-                    needed: field::MESSAGE + length,
-                    actual: bytes.len(),
-                })?;
+            .ok_or(WireError::Invalid { frame: "ERR", field: "error_length", value: error_length.into() })?;
+        let message = bytes.get(field::MESSAGE..field::MESSAGE + length).ok_or(WireError::Truncated {
+            frame: "ERR",
+            needed: field::MESSAGE + length,
+            actual: bytes.len(),
+        })?;
         Ok(ErrorFrame {
             flags: header.flags,
             session_id: read_i32(bytes, field::SESSION_ID),
@@ -181,9 +172,8 @@ mod tests {
     fn matches_captured_bytes() {
         // unicast_reject.json #8.
         let mut golden = vec![
-            0x43, 0, 0, 0, 0, 0, 0x04, 0, 0xd8, 0x4b, 0x75, 0xac, 0xe9, 0x03, 0, 0, 0xd3, 0x6d,
-            0x9c, 0xba, 0xfe, 0x8d, 0xa5, 0xe6, 0x64, 0, 0, 0, 0, 0, 0, 0, 0x0d, 0, 0, 0, 0x1b, 0,
-            0, 0,
+            0x43, 0, 0, 0, 0, 0, 0x04, 0, 0xd8, 0x4b, 0x75, 0xac, 0xe9, 0x03, 0, 0, 0xd3, 0x6d, 0x9c, 0xba, 0xfe, 0x8d,
+            0xa5, 0xe6, 0x64, 0, 0, 0, 0, 0, 0, 0, 0x0d, 0, 0, 0, 0x1b, 0, 0, 0,
         ];
         golden.extend_from_slice(b"vector test: image rejected");
         let frame = ErrorFrame::parse(&golden).unwrap();
@@ -197,11 +187,7 @@ mod tests {
 
     #[test]
     fn group_tag_honours_flag() {
-        let tagged = ErrorFrame {
-            flags: flags::ERR_HAS_GROUP_TAG,
-            group_tag: 1001,
-            ..captured()
-        };
+        let tagged = ErrorFrame { flags: flags::ERR_HAS_GROUP_TAG, group_tag: 1001, ..captured() };
         assert_eq!(tagged.group_tag(), Some(1001));
         assert_eq!(ErrorFrame::parse(&tagged.to_bytes()), Ok(tagged));
     }
@@ -209,38 +195,19 @@ mod tests {
     #[test]
     fn rejects_bad_lengths() {
         let bytes = captured().to_bytes();
-        assert!(matches!(
-            ErrorFrame::parse(&bytes[..66]),
-            Err(WireError::BadFrameLength {
-                frame_length: 67,
-                ..
-            })
-        ));
+        assert!(matches!(ErrorFrame::parse(&bytes[..66]), Err(WireError::BadFrameLength { frame_length: 67, .. })));
         let mut lying = bytes.clone();
         lying[36] = 200; // error_length beyond the datagram
-        assert!(matches!(
-            ErrorFrame::parse(&lying),
-            Err(WireError::Truncated { .. })
-        ));
+        assert!(matches!(ErrorFrame::parse(&lying), Err(WireError::Truncated { .. })));
         lying[36..40].copy_from_slice(&(-1i32).to_le_bytes());
-        assert!(matches!(
-            ErrorFrame::parse(&lying),
-            Err(WireError::Invalid {
-                field: "error_length",
-                value: -1,
-                ..
-            })
-        ));
+        assert!(matches!(ErrorFrame::parse(&lying), Err(WireError::Invalid { field: "error_length", value: -1, .. })));
         lying[36..40].copy_from_slice(&1024i32.to_le_bytes());
         assert!(ErrorFrame::parse(&lying).is_err());
     }
 
     #[test]
     fn long_messages_are_cut_at_1023_bytes() {
-        let long = ErrorFrame {
-            message: vec![b'x'; 2000],
-            ..captured()
-        };
+        let long = ErrorFrame { message: vec![b'x'; 2000], ..captured() };
         let bytes = long.to_bytes();
         assert_eq!(bytes.len(), 40 + 1023);
         assert_eq!(ErrorFrame::parse(&bytes).unwrap().message.len(), 1023);

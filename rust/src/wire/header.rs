@@ -182,11 +182,7 @@ impl FrameHeader {
     /// datagrams, spec §1).
     pub fn parse(bytes: &[u8]) -> Result<Self, WireError> {
         if bytes.len() < HEADER_LENGTH {
-            return Err(WireError::Truncated {
-                frame: "frame header",
-                needed: HEADER_LENGTH,
-                actual: bytes.len(),
-            });
+            return Err(WireError::Truncated { frame: "frame header", needed: HEADER_LENGTH, actual: bytes.len() });
         }
         let version = bytes[field::VERSION];
         if version != CURRENT_VERSION {
@@ -221,25 +217,14 @@ pub(crate) fn parse_control_header(
 ) -> Result<FrameHeader, WireError> {
     let frame = expected.name();
     let header = FrameHeader::parse(bytes).map_err(|error| match error {
-        WireError::Truncated { actual, .. } => WireError::Truncated {
-            frame,
-            needed: min_length,
-            actual,
-        },
+        WireError::Truncated { actual, .. } => WireError::Truncated { frame, needed: min_length, actual },
         other => other,
     })?;
     if header.frame_type != expected {
-        return Err(WireError::WrongType {
-            expected: frame,
-            actual: header.frame_type.code(),
-        });
+        return Err(WireError::WrongType { expected: frame, actual: header.frame_type.code() });
     }
     if bytes.len() < min_length {
-        return Err(WireError::Truncated {
-            frame,
-            needed: min_length,
-            actual: bytes.len(),
-        });
+        return Err(WireError::Truncated { frame, needed: min_length, actual: bytes.len() });
     }
     Ok(header)
 }
@@ -273,30 +258,14 @@ mod tests {
     #[test]
     fn header_emits_every_byte() {
         let mut out = [0xa5u8; 8];
-        FrameHeader {
-            frame_length: 36,
-            version: 0,
-            flags: 0x40,
-            frame_type: FrameType::StatusMessage,
-        }
-        .emit(&mut out);
+        FrameHeader { frame_length: 36, version: 0, flags: 0x40, frame_type: FrameType::StatusMessage }.emit(&mut out);
         assert_eq!(out, [36, 0, 0, 0, 0, 0x40, 3, 0]);
     }
 
     #[test]
     fn header_rejects_short_and_wrong_version() {
-        assert!(matches!(
-            FrameHeader::parse(&[0; 7]),
-            Err(WireError::Truncated {
-                needed: 8,
-                actual: 7,
-                ..
-            })
-        ));
-        assert_eq!(
-            FrameHeader::parse(&[0, 0, 0, 0, 1, 0, 1, 0]),
-            Err(WireError::UnsupportedVersion(1))
-        );
+        assert!(matches!(FrameHeader::parse(&[0; 7]), Err(WireError::Truncated { needed: 8, actual: 7, .. })));
+        assert_eq!(FrameHeader::parse(&[0, 0, 0, 0, 1, 0, 1, 0]), Err(WireError::UnsupportedVersion(1)));
         let header = FrameHeader::parse(&[0xff, 0xff, 0xff, 0xff, 0, 0xc0, 0xff, 0xff]).unwrap();
         assert_eq!(header.frame_length, -1);
         assert_eq!(header.flags, 0xc0);

@@ -157,13 +157,7 @@ mod tests {
 
     #[test]
     fn dispatches_control_frames() {
-        let nak = Nak {
-            session_id: 1,
-            stream_id: 2,
-            term_id: 3,
-            term_offset: 64,
-            length: 128,
-        };
+        let nak = Nak { session_id: 1, stream_id: 2, term_id: 3, term_offset: 64, length: 128 };
         let parsed = parse_control(&nak.to_bytes()).unwrap();
         assert_eq!(parsed, Some(ControlFrame::Nak(nak)));
         let frame = parsed.unwrap();
@@ -190,9 +184,6 @@ mod tests {
         // A known type that is too short is an error, not ignored.
         let mut short_sm = [0u8; 20];
         short_sm[6] = 3;
-        assert!(matches!(
-            parse_control(&short_sm),
-            Err(WireError::Truncated { frame: "SM", .. })
-        ));
+        assert!(matches!(parse_control(&short_sm), Err(WireError::Truncated { frame: "SM", .. })));
     }
 }

@@ -98,27 +98,17 @@ mod tests {
     fn matches_captured_bytes() {
         // unicast_nak.json #19.
         let golden = [
-            0x1c, 0, 0, 0, 0, 0, 0x02, 0, 0x25, 0xd2, 0xdf, 0x7e, 0xe9, 0x03, 0, 0, 0x35, 0x65,
-            0x15, 0xd6, 0, 0x0e, 0, 0, 0, 0x01, 0, 0,
+            0x1c, 0, 0, 0, 0, 0, 0x02, 0, 0x25, 0xd2, 0xdf, 0x7e, 0xe9, 0x03, 0, 0, 0x35, 0x65, 0x15, 0xd6, 0, 0x0e, 0,
+            0, 0, 0x01, 0, 0,
         ];
-        let nak = Nak {
-            session_id: 2128597541,
-            stream_id: 1001,
-            term_id: -703240907,
-            term_offset: 3584,
-            length: 256,
-        };
+        let nak = Nak { session_id: 2128597541, stream_id: 1001, term_id: -703240907, term_offset: 3584, length: 256 };
         assert_eq!(Nak::parse(&golden), Ok(nak));
         let mut out = [0xa5u8; 28];
         assert_eq!(nak.emit(&mut out), 28);
         assert_eq!(out, golden);
         assert!(matches!(
             Nak::parse(&golden[..27]),
-            Err(WireError::Truncated {
-                frame: "NAK",
-                needed: 28,
-                actual: 27
-            })
+            Err(WireError::Truncated { frame: "NAK", needed: 28, actual: 27 })
         ));
     }
 }

@@ -83,15 +83,8 @@ mod tests {
     #[test]
     fn matches_captured_bytes() {
         // response_channel.json #5.
-        let golden = [
-            0x14, 0, 0, 0, 0, 0, 0x0b, 0, 0x8c, 0x89, 0x36, 0x19, 0x10, 0x27, 0, 0, 0x0c, 0x6b,
-            0xaa, 0xe9,
-        ];
-        let frame = ResponseSetup {
-            session_id: 423004556,
-            stream_id: 10000,
-            response_session_id: -374707444,
-        };
+        let golden = [0x14, 0, 0, 0, 0, 0, 0x0b, 0, 0x8c, 0x89, 0x36, 0x19, 0x10, 0x27, 0, 0, 0x0c, 0x6b, 0xaa, 0xe9];
+        let frame = ResponseSetup { session_id: 423004556, stream_id: 10000, response_session_id: -374707444 };
         assert_eq!(ResponseSetup::parse(&golden), Ok(frame));
         let mut out = [0xa5u8; 20];
         assert_eq!(frame.emit(&mut out), 20);

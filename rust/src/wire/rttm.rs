@@ -28,9 +28,7 @@
 
 use super::error::WireError;
 use super::flags;
-use super::header::{
-    emit_control_header, parse_control_header, read_i32, read_i64, write_i32, write_i64, FrameType,
-};
+use super::header::{emit_control_header, parse_control_header, read_i32, read_i64, write_i32, write_i64, FrameType};
 
 mod field {
     use crate::wire::header::Field;
@@ -83,11 +81,7 @@ impl RttMeasurement {
     /// The reply to this request, as Aeron builds it: same session, stream, echo timestamp and
     /// receiver id, flags 0, the given reception delta.
     pub fn reply(&self, reception_delta_ns: i64) -> Self {
-        RttMeasurement {
-            flags: 0,
-            reception_delta_ns,
-            ..*self
-        }
+        RttMeasurement { flags: 0, reception_delta_ns, ..*self }
     }
 
     /// Writes the frame to the start of `out`; returns [`RttMeasurement::LENGTH`].
@@ -122,9 +116,8 @@ mod tests {
     fn matches_captured_request_and_reply() {
         // unicast_rttm.json #2 (request) and #4 (reply).
         let mut golden = [
-            0x28, 0, 0, 0, 0, 0x80, 0x06, 0, 0x8a, 0xe0, 0x88, 0x02, 0xe9, 0x03, 0, 0, 0x9d, 0x73,
-            0xfc, 0xa4, 0x3e, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4c, 0x72, 0x0e, 0xd1, 0xc1,
-            0xa9, 0xfa, 0xce,
+            0x28, 0, 0, 0, 0, 0x80, 0x06, 0, 0x8a, 0xe0, 0x88, 0x02, 0xe9, 0x03, 0, 0, 0x9d, 0x73, 0xfc, 0xa4, 0x3e,
+            0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x4c, 0x72, 0x0e, 0xd1, 0xc1, 0xa9, 0xfa, 0xce,
         ];
         let request = RttMeasurement::parse(&golden).unwrap();
         assert_eq!(
@@ -161,14 +154,8 @@ mod tests {
         let mut out = [0xa5u8; 40];
         frame.emit(&mut out);
         assert!(!out.contains(&0xa5));
-        assert_eq!(
-            &out[16..24],
-            &[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]
-        );
-        assert_eq!(
-            &out[32..],
-            &[0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31]
-        );
+        assert_eq!(&out[16..24], &[0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11]);
+        assert_eq!(&out[32..], &[0x38, 0x37, 0x36, 0x35, 0x34, 0x33, 0x32, 0x31]);
         assert_eq!(RttMeasurement::parse(&out), Ok(frame));
     }
 }

@@ -99,24 +99,14 @@ impl Setup {
     /// in 64 KiB ..= 1 GiB, term offset a multiple of 32 within the term, MTU a multiple of 32
     /// in 32 ..= 65504. (Checks against local limits — window, socket buffer — are the caller's.)
     pub fn validate(&self) -> Result<(), WireError> {
-        let invalid = |field, value: i32| {
-            Err(WireError::Invalid {
-                frame: "SETUP",
-                field,
-                value: value.into(),
-            })
-        };
+        let invalid = |field, value: i32| Err(WireError::Invalid { frame: "SETUP", field, value: value.into() });
         let term_length = self.term_length;
-        if !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length)
-            || term_length.count_ones() != 1
-        {
+        if !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) || term_length.count_ones() != 1 {
             return invalid("term_length", term_length);
         }
         let alignment = FRAME_ALIGNMENT as i32;
         if self.term_offset % alignment != 0 {
-            return Err(WireError::Misaligned {
-                term_offset: self.term_offset,
-            });
+            return Err(WireError::Misaligned { term_offset: self.term_offset });
         }
         if !(0..=term_length).contains(&self.term_offset) {
             return invalid("term_offset", self.term_offset);
@@ -176,9 +166,8 @@ mod tests {
     fn matches_captured_bytes() {
         // unicast_basic.json #0.
         let golden = [
-            0x28, 0, 0, 0, 0, 0, 0x05, 0, 0, 0, 0, 0, 0x37, 0xd8, 0x32, 0x87, 0xe9, 0x03, 0, 0,
-            0x1b, 0x66, 0xe1, 0xd9, 0x1b, 0x66, 0xe1, 0xd9, 0, 0, 0, 0x01, 0x80, 0x05, 0, 0, 0, 0,
-            0, 0,
+            0x28, 0, 0, 0, 0, 0, 0x05, 0, 0, 0, 0, 0, 0x37, 0xd8, 0x32, 0x87, 0xe9, 0x03, 0, 0, 0x1b, 0x66, 0xe1, 0xd9,
+            0x1b, 0x66, 0xe1, 0xd9, 0, 0, 0, 0x01, 0x80, 0x05, 0, 0, 0, 0, 0, 0,
         ];
         assert_eq!(Setup::parse(&golden), Ok(captured()));
         let mut out = [0xa5u8; 40];
@@ -210,42 +199,16 @@ mod tests {
 
     #[test]
     fn validate_rejects_bad_terms_and_mtus() {
-        let bad_term = Setup {
-            term_length: 3 * 65536,
-            ..captured()
-        };
-        assert!(matches!(
-            bad_term.validate(),
-            Err(WireError::Invalid {
-                field: "term_length",
-                ..
-            })
-        ));
+        let bad_term = Setup { term_length: 3 * 65536, ..captured() };
+        assert!(matches!(bad_term.validate(), Err(WireError::Invalid { field: "term_length", .. })));
         for term_length in [32768, i32::MIN, 0, -65536] {
-            assert!(Setup {
-                term_length,
-                ..captured()
-            }
-            .validate()
-            .is_err());
+            assert!(Setup { term_length, ..captured() }.validate().is_err());
         }
         for mtu in [0, 16, 1400, 65536, -32] {
             assert!(Setup { mtu, ..captured() }.validate().is_err());
         }
-        assert_eq!(
-            Setup {
-                term_offset: 40,
-                ..captured()
-            }
-            .validate(),
-            Err(WireError::Misaligned { term_offset: 40 })
-        );
-        assert!(Setup {
-            term_offset: -32,
-            ..captured()
-        }
-        .validate()
-        .is_err());
+        assert_eq!(Setup { term_offset: 40, ..captured() }.validate(), Err(WireError::Misaligned { term_offset: 40 }));
+        assert!(Setup { term_offset: -32, ..captured() }.validate().is_err());
     }
 
     #[test]
@@ -253,18 +216,11 @@ mod tests {
         let bytes = captured().to_bytes();
         assert!(matches!(
             Setup::parse(&bytes[..39]),
-            Err(WireError::Truncated {
-                frame: "SETUP",
-                needed: 40,
-                actual: 39
-            })
+            Err(WireError::Truncated { frame: "SETUP", needed: 40, actual: 39 })
         ));
         assert!(Setup::parse(&bytes[..3]).is_err());
         let mut wrong = bytes.clone();
         wrong[6] = 6;
-        assert!(matches!(
-            Setup::parse(&wrong),
-            Err(WireError::WrongType { actual: 6, .. })
-        ));
+        assert!(matches!(Setup::parse(&wrong), Err(WireError::WrongType { actual: 6, .. })));
     }
 }

@@ -29,9 +29,7 @@
 //! S = SEND_SETUP (0x80), E = EOS (0x40). All integers little-endian.
 
 use super::error::WireError;
-use super::header::{
-    emit_control_header, parse_control_header, read_i32, read_i64, write_i32, write_i64, FrameType,
-};
+use super::header::{emit_control_header, parse_control_header, read_i32, read_i64, write_i32, write_i64, FrameType};
 
 mod field {
     use crate::wire::header::Field;
@@ -82,8 +80,8 @@ impl StatusMessage {
                 datagram_length: bytes.len(),
             });
         }
-        let group_tag = (header.frame_length == Self::LENGTH_WITH_GROUP_TAG as i32)
-            .then(|| read_i64(bytes, field::GROUP_TAG));
+        let group_tag =
+            (header.frame_length == Self::LENGTH_WITH_GROUP_TAG as i32).then(|| read_i64(bytes, field::GROUP_TAG));
         Ok(StatusMessage {
             flags: header.flags,
             session_id: read_i32(bytes, field::SESSION_ID),
@@ -127,11 +125,7 @@ impl StatusMessage {
         write_i32(out, field::SESSION_ID, self.session_id);
         write_i32(out, field::STREAM_ID, self.stream_id);
         write_i32(out, field::CONSUMPTION_TERM_ID, self.consumption_term_id);
-        write_i32(
-            out,
-            field::CONSUMPTION_TERM_OFFSET,
-            self.consumption_term_offset,
-        );
+        write_i32(out, field::CONSUMPTION_TERM_OFFSET, self.consumption_term_offset);
         write_i32(out, field::RECEIVER_WINDOW, self.receiver_window);
         write_i64(out, field::RECEIVER_ID, self.receiver_id);
         if let Some(tag) = self.group_tag {
@@ -169,8 +163,8 @@ mod tests {
     fn receiver_id_sits_at_offset_28() {
         // unicast_basic.json #2.
         let golden = [
-            0x24, 0, 0, 0, 0, 0, 0x03, 0, 0x37, 0xd8, 0x32, 0x87, 0xe9, 0x03, 0, 0, 0x1b, 0x66,
-            0xe1, 0xd9, 0, 0, 0, 0, 0, 0, 0x02, 0, 0x3c, 0xb2, 0xc6, 0x59, 0x92, 0xae, 0xa6, 0xe1,
+            0x24, 0, 0, 0, 0, 0, 0x03, 0, 0x37, 0xd8, 0x32, 0x87, 0xe9, 0x03, 0, 0, 0x1b, 0x66, 0xe1, 0xd9, 0, 0, 0, 0,
+            0, 0, 0x02, 0, 0x3c, 0xb2, 0xc6, 0x59, 0x92, 0xae, 0xa6, 0xe1,
         ];
         assert_eq!(StatusMessage::parse(&golden), Ok(sm(None)));
         let mut out = [0xa5u8; 36];
@@ -200,34 +194,19 @@ mod tests {
         bytes.truncate(40);
         assert!(matches!(
             StatusMessage::parse(&bytes),
-            Err(WireError::BadFrameLength {
-                frame_length: 44,
-                datagram_length: 40,
-                ..
-            })
+            Err(WireError::BadFrameLength { frame_length: 44, datagram_length: 40, .. })
         ));
         assert!(matches!(
             StatusMessage::parse(&bytes[..35]),
-            Err(WireError::Truncated {
-                frame: "SM",
-                needed: 36,
-                actual: 35
-            })
+            Err(WireError::Truncated { frame: "SM", needed: 36, actual: 35 })
         ));
     }
 
     #[test]
     fn flag_helpers() {
-        let request = StatusMessage {
-            flags: 0x80,
-            ..sm(None)
-        };
+        let request = StatusMessage { flags: 0x80, ..sm(None) };
         assert!(request.is_send_setup());
         assert!(!request.is_end_of_stream());
-        assert!(StatusMessage {
-            flags: 0x40,
-            ..sm(None)
-        }
-        .is_end_of_stream());
+        assert!(StatusMessage { flags: 0x40, ..sm(None) }.is_end_of_stream());
     }
 }

@@ -1,0 +1,241 @@
+//! The conductor agent: turns client commands into publications, subscriptions and endpoints.
+
+use std::net::SocketAddr;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+
+use super::context::DriverContext;
+use super::receiver::{ImageDefaults, ReceiveEndpoint, ReceiverAgent};
+use super::sender::{SendEndpoint, SenderAgent};
+use crate::channel::{ChannelUri, Media};
+use crate::client::{PublicationShared, SubscriptionShared};
+use crate::error::{Error, Result};
+use crate::flow_control::{build_checked, FlowControlSpec};
+use crate::logbuffer::StreamIdentity;
+use crate::media::udp::{bind_control_listener, bind_receiver, bind_sender, SocketOptions};
+use crate::protocol::{NetworkPublication, PublicationConfig};
+use crate::time::Instant;
+
+/// A request from a client to the driver.
+pub enum DriverCommand {
+    /// Create a publication.
+    AddPublication {
+        /// Channel URI.
+        channel: String,
+        /// Stream id.
+        stream_id: i32,
+        /// Where the answer goes.
+        reply: Sender<Result<Arc<PublicationShared>>>,
+    },
+    /// Create a subscription.
+    AddSubscription {
+        /// Channel URI.
+        channel: String,
+        /// Stream id.
+        stream_id: i32,
+        /// Where the answer goes.
+        reply: Sender<Result<Arc<SubscriptionShared>>>,
+    },
+    /// Close a subscription.
+    RemoveSubscription {
+        /// The subscription's id.
+        id: u64,
+    },
+}
+
+/// A small seeded generator for session ids and receiver ids (not for security).
+#[derive(Debug)]
+pub struct IdGenerator(u64);
+
+impl IdGenerator {
+    /// Seeded from the time and the process id, so two drivers differ.
+    pub fn from_entropy() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        IdGenerator(nanos ^ ((std::process::id() as u64) << 32) | 1)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A session id outside Aeron's reserved range [-1, 1000].
+    pub fn session_id(&mut self) -> i32 {
+        loop {
+            let id = self.next_u64() as i32;
+            if !(-1..=1000).contains(&id) {
+                return id;
+            }
+        }
+    }
+}
+
+/// The conductor agent.
+pub struct Conductor {
+    context: DriverContext,
+    commands: Receiver<DriverCommand>,
+    ids: IdGenerator,
+    next_registration: u64,
+}
+
+fn config_error(message: String) -> Error {
+    Error::Config(message)
+}
+
+impl Conductor {
+    /// A conductor reading `commands`.
+    pub fn new(context: DriverContext, commands: Receiver<DriverCommand>) -> Self {
+        Conductor { context, commands, ids: IdGenerator::from_entropy(), next_registration: 1 }
+    }
+
+    /// Handles pending commands; returns how many.
+    pub fn do_work(&mut self, now: Instant, sender: &mut SenderAgent, receiver: &mut ReceiverAgent) -> usize {
+        let mut work = 0;
+        while let Ok(command) = self.commands.try_recv() {
+            work += 1;
+            match command {
+                DriverCommand::AddPublication { channel, stream_id, reply } => {
+                    let _ = reply.send(self.add_publication(&channel, stream_id, now, sender));
+                }
+                DriverCommand::AddSubscription { channel, stream_id, reply } => {
+                    let _ = reply.send(self.add_subscription(&channel, stream_id, receiver));
+                }
+                DriverCommand::RemoveSubscription { id } => receiver.remove_subscription(id, now),
+            }
+        }
+        work
+    }
+
+    fn parse_udp(&self, channel: &str) -> Result<(ChannelUri, SocketAddr)> {
+        let uri = ChannelUri::parse(channel).map_err(|e| config_error(e.to_string()))?;
+        if uri.media != Media::Udp {
+            return Err(config_error(format!("{channel}: aeron:ipc channels are not supported yet; use aeron:udp")));
+        }
+        let endpoint = uri
+            .endpoint
+            .ok_or_else(|| config_error(format!("{channel}: endpoint is required (endpoint=host:port)")))?;
+        Ok((uri, endpoint))
+    }
+
+    fn add_publication(
+        &mut self,
+        channel: &str,
+        stream_id: i32,
+        now: Instant,
+        sender: &mut SenderAgent,
+    ) -> Result<Arc<PublicationShared>> {
+        let (uri, endpoint) = self.parse_udp(channel)?;
+        let spec = match &uri.flow_control {
+            Some(value) => Some(FlowControlSpec::parse(value).map_err(|e| config_error(format!("{channel}: {e}")))?),
+            None => None,
+        };
+        let is_multicast = uri.is_multicast();
+        let flow_control = build_checked(spec.as_ref(), is_multicast, &self.context.flow_control)
+            .map_err(|e| config_error(format!("{channel}: {e}")))?;
+        let term_length = uri.term_length.unwrap_or(self.context.term_length);
+        let mtu = uri.mtu.unwrap_or(self.context.mtu);
+        let session_id = uri.session_id.unwrap_or_else(|| self.ids.session_id());
+        let (initial_term_id, initial_position) = match uri.initial_position {
+            Some(start) => {
+                let identity =
+                    StreamIdentity { session_id, stream_id, initial_term_id: start.initial_term_id, term_length };
+                (start.initial_term_id, identity.position(start.term_id, start.term_offset))
+            }
+            None => (self.ids.next_u64() as i32, 0),
+        };
+        let identity = StreamIdentity { session_id, stream_id, initial_term_id, term_length };
+        let options = SocketOptions {
+            receive_buffer: Some(uri.so_rcvbuf.unwrap_or(self.context.socket_receive_buffer)),
+            send_buffer: uri.so_sndbuf.or(self.context.socket_send_buffer),
+            multicast_ttl: uri.ttl.map(u32::from),
+            interface: uri.interface.as_ref().map(|i| i.address),
+        };
+        let local = uri
+            .interface
+            .as_ref()
+            .map(|i| SocketAddr::new(i.address, if is_multicast { 0 } else { i.port.unwrap_or(0) }));
+        let socket = bind_sender(endpoint, local, &options)
+            .map_err(|e| Error::Driver(format!("{channel}: cannot open sending socket for {endpoint}: {e}")))?;
+        let control_socket = match (is_multicast, uri.control_address()) {
+            (true, Some(control)) => Some(
+                bind_control_listener(control, &options)
+                    .map_err(|e| Error::Driver(format!("{channel}: cannot listen on control group {control}: {e}")))?,
+            ),
+            _ => None,
+        };
+        let config = PublicationConfig {
+            identity,
+            initial_position,
+            mtu,
+            publication_window: uri.publication_window.unwrap_or(term_length / 2),
+            ttl: uri.ttl.unwrap_or(0),
+            is_group: is_multicast,
+            linger: uri.linger_or_default(),
+            connection_timeout: self.context.publication_connection_timeout,
+            retransmit_delay: self.context.retransmit_delay,
+            retransmit_linger: self.context.retransmit_linger,
+            max_resend: if is_multicast { uri.max_resend_or_default() as usize } else { 1 },
+            signal_eos: uri.eos.unwrap_or(true),
+        };
+        let publication = NetworkPublication::new(config, flow_control, now);
+        let id = self.next_registration;
+        self.next_registration += 1;
+        let shared = Arc::new(PublicationShared::new(id, channel.to_owned(), publication));
+        sender.add(SendEndpoint {
+            publication: shared.clone(),
+            socket,
+            destination: endpoint,
+            control_socket,
+            last_idle: now,
+        });
+        Ok(shared)
+    }
+
+    fn add_subscription(
+        &mut self,
+        channel: &str,
+        stream_id: i32,
+        receiver: &mut ReceiverAgent,
+    ) -> Result<Arc<SubscriptionShared>> {
+        let (uri, endpoint) = self.parse_udp(channel)?;
+        let id = self.next_registration;
+        self.next_registration += 1;
+        let shared = Arc::new(SubscriptionShared::new(id, channel.to_owned(), stream_id));
+        if let Some(existing) = receiver.endpoint_mut(endpoint) {
+            existing.add_subscription(stream_id, uri.session_id, shared.clone());
+            return Ok(shared);
+        }
+        let receive_buffer = uri.so_rcvbuf.unwrap_or(self.context.socket_receive_buffer);
+        let options = SocketOptions {
+            receive_buffer: Some(receive_buffer),
+            send_buffer: uri.so_sndbuf.or(self.context.socket_send_buffer),
+            multicast_ttl: uri.ttl.map(u32::from),
+            interface: uri.interface.as_ref().map(|i| i.address),
+        };
+        let socket = bind_receiver(endpoint, &options)
+            .map_err(|e| Error::Driver(format!("{channel}: cannot bind receiving socket {endpoint}: {e}")))?;
+        let defaults = ImageDefaults {
+            receiver_window: uri.rcv_wnd.unwrap_or(self.context.receiver_window),
+            status_interval: self.context.status_message_interval,
+            nak_delay: uri.nak_delay.unwrap_or(self.context.nak_unicast_delay),
+            multicast_nak_backoff: self.context.nak_multicast_max_backoff,
+            liveness_timeout: self.context.image_liveness_timeout,
+            group_tag: uri.group_tag,
+            is_group: uri.group.unwrap_or(uri.is_multicast()),
+            socket_receive_buffer: receive_buffer,
+        };
+        let control = if uri.is_multicast() { uri.control_address() } else { None };
+        let mut endpoint_state = ReceiveEndpoint::new(socket, endpoint, control, self.ids.next_u64() as i64, defaults);
+        endpoint_state.add_subscription(stream_id, uri.session_id, shared.clone());
+        receiver.add(endpoint_state);
+        Ok(shared)
+    }
+}

@@ -1,0 +1,78 @@
+//! End-to-end over loopback UDP: publication and subscription in one process.
+
+use std::time::{Duration, Instant};
+
+use affinity::client::{Client, MessageBatch};
+use affinity::driver::{DriverContext, ThreadingMode};
+use affinity::media::relay::{Impairment, LossyRelay};
+use affinity::protocol::OfferError;
+
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn message(index: u64) -> Vec<u8> {
+    let size = match index % 100 {
+        0 => 3000 + (index % 5000) as usize,
+        n => (n as usize * 13) % 1024,
+    };
+    let mut bytes = vec![(index % 251) as u8; size.max(8)];
+    bytes[..8].copy_from_slice(&index.to_le_bytes());
+    bytes
+}
+
+fn transfer(client: &Client, pub_channel: &str, sub_channel: &str, count: u64) {
+    let subscription = client.add_subscription(sub_channel, 10).unwrap();
+    let publication = client.add_publication(pub_channel, 10).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !publication.is_connected() {
+        client.do_work();
+        assert!(Instant::now() < deadline, "never connected");
+    }
+    let mut sent = 0u64;
+    let mut received = 0u64;
+    let mut batch = MessageBatch::default();
+    while received < count {
+        assert!(Instant::now() < deadline, "stalled at sent={sent} received={received}");
+        while sent < count {
+            match publication.offer(&message(sent)) {
+                Ok(_) => sent += 1,
+                Err(OfferError::BackPressured | OfferError::AdminAction) => break,
+                Err(error) => panic!("offer failed: {error:?}"),
+            }
+        }
+        batch.clear();
+        subscription.poll_into(&mut batch, 256).unwrap();
+        for index in 0..batch.len() {
+            assert_eq!(batch.message(index), &message(received)[..], "message {received}");
+            received += 1;
+        }
+    }
+}
+
+#[test]
+fn delivers_in_order_over_loopback() {
+    let client = Client::new(DriverContext::default()).unwrap();
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    transfer(&client, &channel, &channel, 20_000);
+}
+
+#[test]
+fn delivers_in_order_in_invoker_mode() {
+    let context = DriverContext { threading_mode: ThreadingMode::Invoker, ..DriverContext::default() };
+    let client = Client::new(context).unwrap();
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    transfer(&client, &channel, &channel, 20_000);
+}
+
+#[test]
+fn repairs_loss_duplication_and_reordering_through_a_relay() {
+    let client = Client::new(DriverContext::default()).unwrap();
+    let target: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let impairment = Impairment { loss: 0.05, duplicate: 0.01, reorder: 0.02 };
+    let relay = LossyRelay::start("127.0.0.1:0".parse().unwrap(), target, impairment, 7).unwrap();
+    let pub_channel = format!("aeron:udp?endpoint={}", relay.front_address());
+    let sub_channel = format!("aeron:udp?endpoint={target}");
+    transfer(&client, &pub_channel, &sub_channel, 20_000);
+    assert!(relay.stats().dropped.load(std::sync::atomic::Ordering::Relaxed) > 0);
+}
