@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from affinity.config.diagnostics import summary
+from affinity.config.diagnostics import plural, summary
 from affinity.config.parser import analyse_file
 
 #: Exit status: no error (warnings allowed).
@@ -52,5 +52,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         services = analysis.config.data_services
         groups = sum(len(service.source_groups) for service in services)
-        print(f"{args.config}: ok ({len(services)} data services, {groups} source groups)")
+        counts = f"{plural(len(services), 'data service')}, {plural(groups, 'source group')}"
+        print(f"{args.config}: ok ({counts})")
     return EXIT_OK if analysis.ok else EXIT_ERRORS

@@ -61,8 +61,9 @@ def summary(diagnostics: Iterable[Diagnostic]) -> str:
     warnings = len(items) - errors
     if not items:
         return "no problems"
-    return f"{_plural(errors, 'error')}, {_plural(warnings, 'warning')}"
+    return f"{plural(errors, 'error')}, {plural(warnings, 'warning')}"
 
 
-def _plural(count: int, noun: str) -> str:
+def plural(count: int, noun: str) -> str:
+    """``1 error``, ``2 errors``."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
