@@ -157,12 +157,13 @@ def _resolve(module_name: str, attribute: str, spec: str) -> object:
             f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from exc
     target: object = module
-    walked = module_name
+    walked: list[str] = []
     for part in attribute.split("."):
         if not hasattr(target, part):
-            raise PolicyError(f"{walked!r} has no attribute {part!r} (plugin {spec!r})")
+            where = f"{module_name}:{'.'.join(walked)}" if walked else module_name
+            raise PolicyError(f"{where!r} has no attribute {part!r} (plugin {spec!r})")
         target = getattr(target, part)
-        walked = f"{module_name}:{attribute.split(part)[0]}{part}"
+        walked.append(part)
     return target
 
 
