@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from affinity.config import analyse_file, analyse_text, parse_file
 
 DATA = Path(__file__).parent / "data"
@@ -51,7 +50,9 @@ def test_worked_example_shares_the_affinity_key_with_identical_priority_groups()
     channel = config.data_services[0].source_groups[0]
     container = config.data_services[1].source_groups[0]
     assert channel.affinity_rules[0].key == container.affinity_rules[0].key == "trading-adapters"
-    assert [p.names for p in channel.priority_groups] == [p.names for p in container.priority_groups]
+    assert [p.names for p in channel.priority_groups] == [
+        p.names for p in container.priority_groups
+    ]
 
 
 # -- shared affinity keys ------------------------------------------------------------------------
@@ -69,7 +70,9 @@ def test_mismatched_priority_groups_name_both_locations() -> None:
 
 def test_shared_key_with_an_extra_priority_group_is_an_error() -> None:
     text = service("affinity k ^/([^/]+)", name="one") + service(
-        "affinity k ^/([^/]+)", labels="label a label b end-priority add-priority label c", name="two"
+        "affinity k ^/([^/]+)",
+        labels="label a label b end-priority add-priority label c",
+        name="two",
     )
     assert diagnostics_of(text) == [
         "t.conf:9:43: error: source groups sharing affinity key 'k' must have identical priority "
@@ -158,10 +161,7 @@ def test_several_keys_in_one_source_group_is_a_warning() -> None:
         ),
         (
             "affinity k ^/PRIVATE/([^/]+",
-            [
-                "t.conf:3:12: error: invalid POSIX extended regular expression: "
-                "Unmatched ( or \\("
-            ],
+            ["t.conf:3:12: error: invalid POSIX extended regular expression: Unmatched ( or \\("],
         ),
         ("affinity k '^/[|(]([^|/]+)\\|'", []),
         ("affinity k /PRIVATE/([^/]+)-[0-9]+/FOO", []),
@@ -235,9 +235,9 @@ def test_empty_priority_group_is_an_error() -> None:
 
 
 def test_data_service_without_source_group_is_an_error() -> None:
-    assert diagnostics_of("add-data-service service-name s include-pattern ^/ end-data-service") == [
-        "t.conf:1:1: error: data service 's' has no add-source-group: it cannot route"
-    ]
+    assert diagnostics_of(
+        "add-data-service service-name s include-pattern ^/ end-data-service"
+    ) == ["t.conf:1:1: error: data service 's' has no add-source-group: it cannot route"]
 
 
 def test_data_service_without_include_pattern_is_a_warning() -> None:

@@ -5,9 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from affinity.config import (
     Location,
     RoutingConfig,
@@ -18,6 +15,8 @@ from affinity.config import (
 )
 from affinity.config.tokenizer import tokenize
 from affinity.exceptions import ConfigError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 DATA = Path(__file__).parent / "data"
 
@@ -31,7 +30,10 @@ def shape(config: RoutingConfig) -> list[object]:
             [
                 (
                     [(rule.key, rule.pattern) for rule in group.affinity_rules],
-                    [[(label.name, label.remote) for label in p.labels] for p in group.priority_groups],
+                    [
+                        [(label.name, label.remote) for label in p.labels]
+                        for p in group.priority_groups
+                    ],
                     group.policy,
                     group.selection,
                 )
@@ -217,15 +219,15 @@ VALID_GROUP = "add-source-group add-priority label a end-priority end-source-gro
             "t.conf:1:31: error: unterminated quote: ' is not closed on this line",
         ),
         (
-            f"add-data-service service-name \"s\"x {VALID_GROUP} end-data-service",
-            "t.conf:1:34: error: expected a blank after the closing quote \"",
+            f'add-data-service service-name "s"x {VALID_GROUP} end-data-service',
+            't.conf:1:34: error: expected a blank after the closing quote "',
         ),
         (
             "add-data-service service-name s add-source-group add-priority label",
             "t.conf:1:63: error: label expects a peer label, found the end of the file",
         ),
         (
-            f"add-data-service service-name s add-source-group\n  affinity k end-source-group",
+            "add-data-service service-name s add-source-group\n  affinity k end-source-group",
             "t.conf:2:3: error: affinity expects a regular expression, found keyword "
             "end-source-group (quote the value if it is meant literally)",
         ),
@@ -259,7 +261,8 @@ def test_syntax_error_is_reported_at_its_location(text: str, expected: str) -> N
 
 
 def test_unknown_keyword_arguments_on_its_line_are_not_reported_again() -> None:
-    text = f"add-data-service service-name s\n  request-timeout 10 20\n  {VALID_GROUP}\nend-data-service"
+    text = "add-data-service service-name s\n  request-timeout 10 20\n"
+    text += f"  {VALID_GROUP}\nend-data-service"
     assert errors_of(text) == [
         "t.conf:2:3: error: unknown keyword 'request-timeout' in add-data-service"
     ]

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from affinity.config.posix import PosixRegex, compile_ere
 
 # (pattern, subject, group): the group sed prints as \N for the match.

@@ -6,7 +6,6 @@ import importlib.metadata
 from collections.abc import Sequence
 
 import pytest
-
 from affinity.exceptions import PolicyError
 from affinity.rules import (
     BUILTIN_POLICIES,
@@ -27,11 +26,12 @@ def fake_entry_points(
 ) -> None:
     """Make ``importlib.metadata.entry_points`` see only ``entries`` (name, value) in ``group``."""
     points = importlib.metadata.EntryPoints(
-        importlib.metadata.EntryPoint(name=name, value=value, group=group) for name, value in entries
+        importlib.metadata.EntryPoint(name=name, value=value, group=group)
+        for name, value in entries
     )
 
-    def entry_points(**selection: str) -> importlib.metadata.EntryPoints:
-        return points.select(**selection)
+    def entry_points(*, group: str) -> importlib.metadata.EntryPoints:
+        return points.select(group=group)
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
 
@@ -131,7 +131,7 @@ def test_plugin_by_entry_point_name(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_entry_points_of_other_groups_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
     fake_entry_points(monkeypatch, ("crc", "sample_policies:Crc32"), group="other.group")
-    with pytest.raises(PolicyError, match="no policy plugin named 'crc'.*none installed"):
+    with pytest.raises(PolicyError, match=r"no policy plugin named 'crc'.*none installed"):
         load_policy("crc")
 
 
