@@ -110,6 +110,12 @@ class FakeDecision:
     rule_index: int | None
 
 
+@dataclass
+class FakeDecisionWithGroups(FakeDecision):
+    source_group: str = ""
+    additional: tuple[FakeDecision, ...] = ()
+
+
 class FakeRouter:
     """Routes ``/PRIVATE/<user>...`` to the first up adapter; records what it is told."""
 
@@ -188,6 +194,41 @@ def test_route_json_lists_decision_fields(
         "member": None,
         "error": "no data service matches /OTHER",
     }
+
+
+def test_route_shows_the_other_source_groups_of_a_service(
+    capsys: pytest.CaptureFixture[str],
+    fake_routing: type[FakeRouter],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def route(self: FakeRouter, subject: str) -> FakeDecisionWithGroups:
+        historical = FakeDecisionWithGroups(
+            subject, "trade-blotter-container", "HistoricalAdapter", 2, None, "workload", None
+        )
+        return FakeDecisionWithGroups(
+            subject,
+            "trade-blotter-container",
+            "TradeAdapterA",
+            0,
+            "trading-adapters:alice",
+            "hashed",
+            0,
+            source_group="trade-blotter-container#1",
+            additional=(historical,),
+        )
+
+    monkeypatch.setattr(FakeRouter, "route", route)
+    status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice/BLOTTER/TRADE")
+    assert status == 0
+    assert out == [
+        "/PRIVATE/alice/BLOTTER/TRADE -> TradeAdapterA (peer 0; service trade-blotter-container; "
+        "affinity trading-adapters:alice (affinity rule 0); reason hashed); also: "
+        "HistoricalAdapter (peer 2; service trade-blotter-container; reason workload)"
+    ]
+    status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice/BLOTTER/TRADE", "--json")
+    (decision,) = json.loads("\n".join(out))
+    assert decision["source_group"] == "trade-blotter-container#1"
+    assert decision["additional"][0]["member"] == "HistoricalAdapter"
 
 
 def test_route_unrouted_subject_exits_3(

@@ -273,9 +273,16 @@ def test_bad_policy_spelling_is_an_error(policy: str, message: str) -> None:
     assert diagnostic.startswith(f"t.conf:3:9: error: {message}")
 
 
-def test_builtin_policies_are_accepted() -> None:
-    for name in ("workload", "least-assigned", "round-robin", "modulo", "rendezvous"):
+def test_builtin_fallback_policies_are_accepted() -> None:
+    for name in ("workload", "least-assigned", "round-robin"):
         assert diagnostics_of(service(f"policy {name}")) == []
+
+
+def test_selection_name_as_policy_is_an_error() -> None:
+    assert diagnostics_of(service("policy rendezvous")) == [
+        "t.conf:3:8: error: 'rendezvous' is a selection function, not a fallback policy: write "
+        "selection rendezvous (fallback policies: workload, least-assigned, round-robin)"
+    ]
 
 
 def test_plugin_is_imported_only_when_asked() -> None:

@@ -1,7 +1,9 @@
 """``affinity route CONFIG SUBJECT... [--down LABEL...] [--json]``: where subjects go, and why.
 
 Builds the routing tables from CONFIG (as the transport does), marks the ``--down`` peers as
-down, and routes each subject in turn, so stickiness between the subjects given is visible.
+down, and asks where each subject would go (``Router.route``: nothing is bound, so the answers do
+not depend on the order of the subjects). A data service with several source groups (a blotter
+container fed by two adapters) shows the other groups' decisions after ``also:``.
 
 Exit status: 0 when every subject was routed, 1 when the configuration has errors or a
 ``--down`` label is unknown, 2 when the file cannot be read or the routing tables are not built,
@@ -38,6 +40,8 @@ DECISION_FIELDS = (
     "reason",
     "rule_index",
 )
+#: Fields shown when the Router's decisions have them.
+OPTIONAL_FIELDS = ("source_group", "priority_group")
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -119,9 +123,19 @@ def _route(router: Any, subject: str) -> dict[str, Any]:
         decision = router.route(subject)
     except AffinityError as exc:
         return {"subject": subject, "member": None, "error": str(exc)}
-    result: dict[str, Any] = {}
-    for name in DECISION_FIELDS:
-        result[name] = _plain(getattr(decision, name, None))
+    return _decision_dict(decision)
+
+
+def _decision_dict(decision: object) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        name: _plain(getattr(decision, name, None)) for name in DECISION_FIELDS
+    }
+    for name in OPTIONAL_FIELDS:
+        if hasattr(decision, name):
+            result[name] = _plain(getattr(decision, name))
+    additional = getattr(decision, "additional", ())
+    if additional:
+        result["additional"] = [_decision_dict(item) for item in additional]
     return result
 
 
@@ -142,4 +156,6 @@ def _describe(result: dict[str, Any]) -> str:
         why.append(f"affinity {result['composite']}{rule_text}")
     if result.get("reason") is not None:
         why.append(f"reason {result['reason']}")
-    return f"{subject} -> {result['member']} (peer {result['peer_index']}; {'; '.join(why)})"
+    line = f"{subject} -> {result['member']} (peer {result['peer_index']}; {'; '.join(why)})"
+    others = [_describe(item).partition(" -> ")[2] for item in result.get("additional", ())]
+    return line + "".join(f"; also: {other}" for other in others)

@@ -31,6 +31,8 @@ from affinity.rules import discovery
 
 __all__ = ["check", "check_affinity_pattern"]
 
+#: Built-in policies usable as ``policy NAME`` (the others are ``selection`` values).
+FALLBACK_POLICIES = ("workload", "least-assigned", "round-robin")
 #: Two-leg variables that must not appear in peer labels under source affinity.
 LEG_VARIABLES = ("THIS_LEG", "OTHER_LEG")
 
@@ -191,6 +193,14 @@ def _check_source_group(group: SourceGroup, *, load_plugins: bool) -> Iterator[D
 def _check_policy(group: SourceGroup, *, load_plugins: bool) -> Iterator[Diagnostic]:
     name = group.policy
     location = group.policy_location or group.location
+    if name in SELECTIONS:
+        # Built in, but a hash selection function: the routing tables take it from `selection`.
+        yield error(
+            location,
+            f"{name!r} is a selection function, not a fallback policy: write selection {name} "
+            f"(fallback policies: {', '.join(FALLBACK_POLICIES)})",
+        )
+        return
     if discovery.is_builtin_policy(name):
         return
     try:
