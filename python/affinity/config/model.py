@@ -28,6 +28,9 @@ class AffinityRule:
     key: str
     pattern: str
     location: Location
+    #: Where the first character of the pattern text is (inside its quotes, if quoted), so a
+    #: diagnostic can point at the offending character: column + index in ``pattern``.
+    pattern_location: Location | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,10 @@ class SourceGroup:
     policy: str = "workload"
     #: Selection function for hashed routing: ``modulo`` (default) or ``rendezvous``.
     selection: str = "modulo"
+    #: Where ``policy`` was written (``None`` when defaulted).
+    policy_location: Location | None = None
+    #: Where ``selection`` was written (``None`` when defaulted).
+    selection_location: Location | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,10 @@ class DataService:
     include_patterns: tuple[str, ...]
     source_groups: tuple[SourceGroup, ...]
     location: Location
+    #: Where ``service-name`` was written (``None`` when missing).
+    name_location: Location | None = None
+    #: Where each include pattern's text starts, parallel to ``include_patterns``.
+    include_pattern_locations: tuple[Location, ...] = ()
 
 
 @dataclass(frozen=True)
