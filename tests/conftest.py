@@ -1,15 +1,23 @@
-"""Shared fixtures: the configuration files under ``tests/data``."""
+"""Shared fixtures for the pytest suite."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 
-DATA = Path(__file__).parent / "data"
+import affinity
+from affinity.testing import loopback_channel
 
 
 @pytest.fixture
-def data_dir() -> Path:
-    """The directory of configuration fixtures copied from the seed."""
-    return DATA
+def client() -> Iterator[affinity.Client]:
+    """An embedded-driver client, closed after the test."""
+    with affinity.Client() as c:
+        yield c
+
+
+@pytest.fixture
+def channel() -> str:
+    """A unicast loopback channel on a free port."""
+    return loopback_channel()

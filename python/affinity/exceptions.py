@@ -9,6 +9,7 @@ __all__ = [
     "ConfigError",
     "DriverError",
     "DriverTimeoutError",
+    "MessageTooLongError",
     "PolicyError",
     "RoutingError",
 ]
@@ -32,6 +33,10 @@ class DriverError(AffinityError, RuntimeError):
 
 class DriverTimeoutError(AffinityError, TimeoutError):
     """The media driver did not answer in time."""
+
+
+class MessageTooLongError(AffinityError, ValueError):
+    """A message is longer than the publication's term length allows (``min(term/8, 16 MiB)``)."""
 
 
 class ConfigError(AffinityError, ValueError):

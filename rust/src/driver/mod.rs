@@ -16,7 +16,7 @@ use std::time::Duration;
 pub use conductor::DriverCommand;
 pub use context::{DriverContext, ThreadingMode};
 pub use idle::{IdleStrategy, Idler};
-pub(crate) use receiver::lock;
+pub use receiver::lock;
 
 use crate::error::{Error, Result};
 use crate::time::MonotonicClock;

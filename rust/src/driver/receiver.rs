@@ -343,6 +343,6 @@ impl ReceiverAgent {
 }
 
 /// Locks a mutex, recovering the data if a thread panicked while holding it.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -68,7 +68,7 @@ impl LossyRelay {
         let front_socket = UdpSocket::bind(front)?;
         let back_socket = UdpSocket::bind(SocketAddr::new(target.ip(), 0))?;
         back_socket.connect(target)?;
-        front_socket.set_read_timeout(Some(Duration::from_millis(1)))?;
+        front_socket.set_nonblocking(true)?;
         back_socket.set_nonblocking(true)?;
         let front = front_socket.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -181,6 +181,7 @@ fn run(front: UdpSocket, back: UdpSocket, impairment: Impairment, seed: u64, sto
             }
         }
         if idle {
+            wait_readable(&front, &back, Duration::from_millis(1));
             // Release held datagrams so a reordered tail is not stuck forever.
             if let Some(held) = forward_direction.held.take() {
                 let _ = back.send(&held);
@@ -189,5 +190,18 @@ fn run(front: UdpSocket, back: UdpSocket, impairment: Impairment, seed: u64, sto
                 let _ = front.send_to(&held, to);
             }
         }
+    }
+}
+
+/// Blocks until either socket is readable or `timeout` passes.
+fn wait_readable(front: &UdpSocket, back: &UdpSocket, timeout: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut fds = [
+        libc::pollfd { fd: front.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        libc::pollfd { fd: back.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+    ];
+    // SAFETY: `fds` is a valid array of two pollfd structs for the duration of the call.
+    unsafe {
+        libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as libc::c_int);
     }
 }

@@ -1,0 +1,278 @@
+"""End-to-end tests of the transport through the Python API."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import affinity
+from affinity.testing import LossyRelay, free_udp_port, loopback_channel
+from tests.workload import make_message, mixed_sizes, pump
+
+
+def wait_connected(pub: affinity.Publication, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pub.is_connected:
+        assert time.monotonic() < deadline, "publication never connected"
+        time.sleep(0.001)
+
+
+def test_offer_before_any_subscriber_reports_not_connected(client: affinity.Client, channel: str) -> None:
+    pub = client.add_publication(channel, 10)
+    assert not pub.is_connected
+    assert pub.offer(b"x") == affinity.NOT_CONNECTED
+
+
+def test_round_trip_with_headers(client: affinity.Client, channel: str) -> None:
+    sub = client.add_subscription(channel, 10)
+    pub = client.add_publication(channel, 10)
+    wait_connected(pub)
+    position = pub.offer(b"hello")
+    assert position == 64  # 32-byte header + 5 bytes, aligned to 32
+    seen: list[tuple[bytes, affinity.Header]] = []
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        sub.poll(lambda data, header: seen.append((data, header)), 10)
+    data, header = seen[0]
+    assert data == b"hello"
+    assert header.session_id == pub.session_id
+    assert header.stream_id == 10
+    assert header.position == position
+
+
+def test_offer_batch_accepts_lists_and_arrow_arrays(client: affinity.Client, channel: str) -> None:
+    sub = client.add_subscription(channel, 7)
+    pub = client.add_publication(channel, 7)
+    wait_connected(pub)
+    assert pub.offer_batch([b"a", bytearray(b"bb"), memoryview(b"ccc")]) == 3
+    assert pub.offer_batch(pa.array([b"d", b"", b"eeee"], type=pa.binary())) == 3
+    large = pa.array([b"x" * 10, b"y" * 20, b"z"], type=pa.large_binary())
+    assert pub.offer_batch(large.slice(1, 2)) == 2
+    expected = [b"a", b"bb", b"ccc", b"d", b"", b"eeee", b"y" * 20, b"z"]
+    received: list[bytes] = []
+    deadline = time.monotonic() + 5
+    while len(received) < len(expected) and time.monotonic() < deadline:
+        received.extend(sub.poll_batch(100))
+    assert received == expected
+
+
+def test_poll_batch_returns_an_arrow_array(client: affinity.Client, channel: str) -> None:
+    sub = client.add_subscription(channel, 7)
+    pub = client.add_publication(channel, 7)
+    wait_connected(pub)
+    assert pub.offer_batch([b"one", b"two", b"three"]) == 3
+    chunks: list[pa.Array] = []
+    total = 0
+    deadline = time.monotonic() + 5
+    while total < 3 and time.monotonic() < deadline:
+        array = sub.poll_batch(100, as_arrow=True)
+        assert array.type == pa.large_binary()
+        chunks.append(array)
+        total += len(array)
+    assert [v for chunk in chunks for v in chunk.to_pylist()] == [b"one", b"two", b"three"]
+
+
+def test_arrow_arrays_with_nulls_are_refused(client: affinity.Client, channel: str) -> None:
+    pub = client.add_publication(channel, 7)
+    with pytest.raises(ValueError, match="nulls"):
+        pub.offer_batch(pa.array([b"a", None], type=pa.binary()))
+    with pytest.raises(TypeError, match="binary"):
+        pub.offer_batch(pa.array([1, 2]))
+
+
+def test_too_long_message_raises(client: affinity.Client) -> None:
+    channel = loopback_channel() + "|term-length=65536"
+    sub = client.add_subscription(channel, 1)
+    pub = client.add_publication(channel, 1)
+    wait_connected(pub)
+    assert pub.max_message_length == 8192
+    with pytest.raises(affinity.MessageTooLongError, match="8193 bytes"):
+        pub.offer(b"x" * 8193)
+    assert pub.offer(b"x" * 8192) > 0
+    del sub
+
+
+@pytest.mark.parametrize(
+    ("uri", "fragment"),
+    [
+        ("aeron:udp?endpoint=127.0.0.1:40123|term-length=100000", "term-length=100000"),
+        ("aeron:udp?endpoint=127.0.0.1:40123|mtu=1000", "mtu=1000"),
+        ("aeron:udp?endpoint=127.0.0.1:40123|colour=blue", "colour"),
+        ("aeron:udp?endpoint=nowhere", "endpoint"),
+        ("udp://127.0.0.1:1", "aeron:"),
+        ("aeron:udp?endpoint=224.20.30.39:24326|fc=tagged", "tag"),
+        ("aeron:udp?endpoint=224.20.30.39:24326|fc=min,g:/0", "g:/0"),
+        ("aeron:udp?endpoint=224.20.30.39:24326|fc=min,t:fast", "fast"),
+        ("aeron:udp?endpoint=224.20.30.39:24326|fc=fastest", "fastest"),
+    ],
+)
+def test_bad_channel_uris_name_the_key_and_value(client: affinity.Client, uri: str, fragment: str) -> None:
+    with pytest.raises(affinity.ChannelUriError, match=fragment.replace("|", r"\|")) as raised:
+        client.add_publication(uri, 1)
+    assert isinstance(raised.value, ValueError)
+
+
+def test_closed_objects_refuse_use(channel: str) -> None:
+    client = affinity.Client()
+    sub = client.add_subscription(channel, 3)
+    pub = client.add_publication(channel, 3)
+    client.close()
+    assert client.is_closed and pub.is_closed and sub.is_closed
+    assert pub.offer(b"x") == affinity.CLOSED
+    with pytest.raises(affinity.ClosedError):
+        sub.poll_batch(10)
+    with pytest.raises(affinity.ClosedError):
+        client.add_publication(channel, 3)
+
+
+def test_closing_a_publication_ends_the_stream_for_the_subscriber(client: affinity.Client, channel: str) -> None:
+    sub = client.add_subscription(channel, 3)
+    pub = client.add_publication(channel, 3)
+    wait_connected(pub)
+    assert pub.offer_batch([b"last words"]) == 1
+    pub.close()
+    assert pub.offer(b"more") == affinity.CLOSED
+    got: list[bytes] = []
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        got.extend(sub.poll_batch(10))
+    assert got == [b"last words"]
+
+
+def test_two_hundred_thousand_mixed_messages_survive_loss_duplication_and_reordering() -> None:
+    port = free_udp_port()
+    relay = LossyRelay(f"127.0.0.1:{port}", loss=0.05, duplicate=0.01, reorder=0.02, seed=11)
+    try:
+        with affinity.Client() as client:
+            sub = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 5)
+            pub = client.add_publication(f"aeron:udp?endpoint={relay.address}", 5)
+            messages = [make_message(i, size) for i, size in enumerate(mixed_sizes(200_000, seed=5))]
+            received = pump(pub, sub, messages, timeout=240)
+            assert len(received) == len(messages)
+            for index, (got, want) in enumerate(zip(received, messages, strict=True)):
+                assert got == want, f"message {index} differs"
+            images = sub.images()
+            counters = pub.counters()
+        stats = relay.stats()
+        assert stats["dropped"] > 1000 and stats["duplicated"] > 100 and stats["reordered"] > 100
+        assert counters["naks_received"] > 0 and counters["retransmits_sent"] > 0
+        assert images[0]["naks_sent"] > 0 and images[0]["loss_gaps"] > 0
+    finally:
+        relay.close()
+
+
+def test_a_million_small_messages_arrive_in_order(client: affinity.Client, channel: str) -> None:
+    sub = client.add_subscription(channel, 9)
+    pub = client.add_publication(channel, 9)
+    wait_connected(pub)
+    total = 1_000_000
+    payloads = [struct.pack("<Q", i) for i in range(total)]
+    expected_next = 0
+    sent = 0
+    deadline = time.monotonic() + 120
+    while expected_next < total:
+        assert time.monotonic() < deadline, f"stalled at {expected_next}"
+        if sent < total:
+            sent += pub.offer_batch(payloads[sent : sent + 4096])
+        for data in sub.poll_batch(8192):
+            assert struct.unpack("<Q", data)[0] == expected_next
+            expected_next += 1
+
+
+def test_slow_subscriber_back_pressures_the_publisher_without_loss(client: affinity.Client) -> None:
+    channel = loopback_channel() + "|term-length=65536"
+    sub = client.add_subscription(channel, 4)
+    pub = client.add_publication(channel, 4)
+    wait_connected(pub)
+    payload = b"p" * 1000
+    back_pressured = 0
+    sent = 0
+    received = 0
+    deadline = time.monotonic() + 60
+    while received < 3000:
+        assert time.monotonic() < deadline
+        while sent < 3000:
+            result = pub.offer(payload)
+            if result == affinity.BACK_PRESSURED:
+                back_pressured += 1
+                break
+            assert result > 0
+            sent += 1
+        got = sub.poll_batch(5)  # a slow consumer: a few messages per pass
+        received += len(got)
+        assert all(m == payload for m in got)
+        time.sleep(0.0005)
+    assert back_pressured > 0
+    assert received == sent == 3000
+
+
+def test_publisher_and_subscriber_in_two_processes(tmp_path: Path) -> None:
+    port = free_udp_port()
+    script = tmp_path / "subscriber.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import struct, sys, time
+            import affinity
+            with affinity.Client() as client:
+                sub = client.add_subscription("aeron:udp?endpoint=127.0.0.1:{port}", 21)
+                print("ready", flush=True)
+                expected = 0
+                deadline = time.monotonic() + 60
+                while expected < 50_000 and time.monotonic() < deadline:
+                    for data in sub.poll_batch(1000):
+                        index, = struct.unpack_from("<Q", data)
+                        assert index == expected, (index, expected)
+                        assert len(data) == 8 + index % 300
+                        expected += 1
+                print("received", expected, flush=True)
+            """
+        )
+    )
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        with affinity.Client() as client:
+            pub = client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", 21)
+            wait_connected(pub, timeout=20)
+            messages = [struct.pack("<Q", i) + b"m" * (i % 300) for i in range(50_000)]
+            sent = 0
+            deadline = time.monotonic() + 60
+            while sent < len(messages):
+                assert time.monotonic() < deadline
+                sent += pub.offer_batch(messages[sent : sent + 1000])
+            output, _ = child.communicate(timeout=60)
+        assert output.strip() == "received 50000"
+        assert child.returncode == 0
+    finally:
+        child.kill()
+
+
+def test_invoker_mode_needs_no_driver_thread(channel: str) -> None:
+    with affinity.Client(threading="invoker") as client:
+        assert client.threading == "invoker"
+        sub = client.add_subscription(channel, 2)
+        pub = client.add_publication(channel, 2)
+        deadline = time.monotonic() + 5
+        while not pub.is_connected:
+            client.do_work()
+            assert time.monotonic() < deadline
+        messages = [make_message(i, 100) for i in range(10_000)]
+        assert pump(pub, sub, messages, timeout=30) == messages
+
+
+def test_client_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="threading"):
+        affinity.Client(threading="dedicated")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="term_length=1000"):
+        affinity.Client(term_length=1000)
+    with pytest.raises(ValueError, match="flow_control"):
+        affinity.Client(flow_control="tagged,g:")
