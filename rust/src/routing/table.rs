@@ -38,6 +38,11 @@ impl ServiceId {
     pub fn index(self) -> usize {
         self.0 as usize
     }
+
+    /// The service at zero-based position `index` (see [`RoutingTable::service_count`]).
+    pub fn from_index(index: usize) -> Self {
+        ServiceId(index as u32)
+    }
 }
 
 /// A source group, in the order added (across all services).
@@ -402,6 +407,11 @@ impl RoutingTable {
     /// Keys (affinities and non-affinity subjects) assigned to a member.
     pub fn assigned_count(&self, member: MemberId) -> u64 {
         self.members[member.index()].assigned
+    }
+
+    /// Number of data services.
+    pub fn service_count(&self) -> usize {
+        self.services.len()
     }
 
     /// A data service's name.

@@ -57,7 +57,7 @@ impl fmt::Display for PolicyError {
 impl std::error::Error for PolicyError {}
 
 /// A routing strategy.
-pub trait Policy: Send {
+pub trait Policy: Send + Sync {
     /// The configuration spelling (`workload`, `round-robin`, a plugin's name, ...).
     fn name(&self) -> &str;
 
