@@ -1,7 +1,403 @@
-//! Placeholder until this part of the bindings lands.
+//! Bindings for `crate::routing`: conversion and error mapping only.
+//!
+//! The Python wrapper `affinity.routing` builds its dataclasses from the dicts returned here.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
 
-pub(crate) fn register(_module: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::routing::policy::{builtin, Policy, PolicyError, Request};
+use crate::routing::{
+    self, Event, Explanation, GroupId, LegDecision, NoDataStatus, Reason, RoutingError,
+    RoutingTable, Selection, ServiceId, SourceGroupSpec,
+};
+
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<PyPosixRegex>()?;
+    module.add_class::<PyRoutingTable>()?;
+    module.add_function(wrap_pyfunction!(affinity_hash, module)?)?;
+    module.add_function(wrap_pyfunction!(select_member, module)?)?;
+    module.add("HASH_VERSION", routing::HASH_VERSION)?;
     Ok(())
+}
+
+fn exception(py: Python<'_>, class: &str, message: String) -> PyErr {
+    let created = py
+        .import("affinity.exceptions")
+        .and_then(|module| module.getattr(class))
+        .and_then(|class| class.call1((message.clone(),)));
+    match created {
+        Ok(instance) => PyErr::from_value(instance),
+        Err(error) => error,
+    }
+}
+
+fn to_py_error(py: Python<'_>, error: RoutingError) -> PyErr {
+    let class = match &error {
+        RoutingError::Config(_) | RoutingError::Regex(_) => "ConfigError",
+        _ => "RoutingError",
+    };
+    exception(py, class, error.to_string())
+}
+
+fn parse_selection(name: &str) -> PyResult<Selection> {
+    Selection::parse(name).ok_or_else(|| {
+        PyValueError::new_err(format!("unknown selection {name:?} (modulo, rendezvous)"))
+    })
+}
+
+/// `affinity_hash(composite)`: the version-1 affinity hash (docs/hash-spec.md).
+#[pyfunction]
+fn affinity_hash(composite: &str) -> u64 {
+    routing::affinity_hash(composite)
+}
+
+/// `select_member(composite, members, selection)`: the member `selection` picks.
+#[pyfunction]
+#[pyo3(signature = (composite, members, selection = "modulo"))]
+fn select_member(composite: &str, members: Vec<String>, selection: &str) -> PyResult<String> {
+    let index = parse_selection(selection)?
+        .select(composite, &members)
+        .ok_or_else(|| PyValueError::new_err("no member to select from"))?;
+    Ok(members[index].clone())
+}
+
+/// A POSIX extended regular expression compiled by glibc (`sed -r` semantics).
+#[pyclass(name = "PosixRegex", module = "affinity._affinity", frozen)]
+struct PyPosixRegex {
+    inner: routing::PosixRegex,
+}
+
+#[pymethods]
+impl PyPosixRegex {
+    #[new]
+    fn new(pattern: &str) -> PyResult<Self> {
+        routing::PosixRegex::new(pattern)
+            .map(|inner| PyPosixRegex { inner })
+            .map_err(|error| PyValueError::new_err(error.message))
+    }
+
+    #[getter]
+    fn pattern(&self) -> &str {
+        self.inner.pattern()
+    }
+
+    #[getter]
+    fn group_count(&self) -> usize {
+        self.inner.group_count()
+    }
+
+    fn capture<'s>(&self, subject: &'s str) -> Option<&'s str> {
+        self.inner.capture(subject)
+    }
+
+    fn is_match(&self, subject: &str) -> bool {
+        self.inner.is_match(subject)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("PosixRegex({:?})", self.inner.pattern())
+    }
+}
+
+/// A Python object used as a policy: `object.select(key, candidates) -> label`, or a callable
+/// `object(key, candidates) -> label`.
+struct PythonPolicy {
+    object: Py<PyAny>,
+    name: String,
+}
+
+impl Policy for PythonPolicy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn reason(&self) -> Reason {
+        Reason::Policy
+    }
+
+    fn select(&self, request: &Request<'_>) -> Result<usize, PolicyError> {
+        Python::attach(|py| {
+            let labels: Vec<&str> = request.candidates.iter().map(|c| c.label).collect();
+            let object = self.object.bind(py);
+            let answer = if object.hasattr("select").unwrap_or(false) {
+                object.call_method1("select", (request.key, labels.clone()))
+            } else {
+                object.call1((request.key, labels.clone()))
+            };
+            let answer = answer.map_err(|error| PolicyError(format!("raised {error}")))?;
+            let label: String = answer
+                .extract()
+                .map_err(|_| PolicyError(format!("answered {answer} instead of a member label")))?;
+            labels
+                .iter()
+                .position(|candidate| *candidate == label)
+                .ok_or_else(|| PolicyError(format!("answered unknown member {label:?}")))
+        })
+    }
+
+    fn decides_composites(&self) -> bool {
+        true
+    }
+}
+
+/// The routing tables (`crate::routing::RoutingTable`); use `affinity.routing.Router`.
+#[pyclass(name = "RoutingTable", module = "affinity._affinity")]
+struct PyRoutingTable {
+    inner: RoutingTable,
+}
+
+impl PyRoutingTable {
+    fn leg<'py>(&self, py: Python<'py>, leg: &LegDecision) -> PyResult<Bound<'py, PyDict>> {
+        let table = &self.inner;
+        let dict = PyDict::new(py);
+        let service = table.group_service(leg.group);
+        dict.set_item("service", table.service_name(service))?;
+        dict.set_item("source_group", table.group_name(leg.group))?;
+        dict.set_item("member", leg.member.map(|m| table.label(m)))?;
+        dict.set_item("peer_index", leg.member.map(|m| m.peer_index()))?;
+        dict.set_item("priority_group", leg.priority_group)?;
+        dict.set_item("composite", leg.composite.as_deref())?;
+        dict.set_item("rule_index", leg.rule)?;
+        dict.set_item("reason", leg.reason.name())?;
+        dict.set_item("since", leg.since)?;
+        Ok(dict)
+    }
+
+    fn legs<'py>(&self, py: Python<'py>, legs: &[LegDecision]) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for leg in legs {
+            list.append(self.leg(py, leg)?)?;
+        }
+        Ok(list)
+    }
+
+    fn event<'py>(&self, py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict>> {
+        let table = &self.inner;
+        let dict = PyDict::new(py);
+        dict.set_item("sequence", event.sequence)?;
+        dict.set_item("kind", event.kind.name())?;
+        dict.set_item("subject", event.subject.as_deref())?;
+        dict.set_item("composite", event.composite.as_deref())?;
+        dict.set_item("member", event.member.map(|m| table.label(m)))?;
+        dict.set_item("peer_index", event.member.map(|m| m.peer_index()))?;
+        dict.set_item("previous", event.previous.map(|m| table.label(m)))?;
+        dict.set_item(
+            "previous_peer_index",
+            event.previous.map(|m| m.peer_index()),
+        )?;
+        dict.set_item("reason", event.reason.map(Reason::name))?;
+        dict.set_item("move_reason", event.move_reason.map(|r| r.name()))?;
+        dict.set_item("message", event.message.as_deref())?;
+        Ok(dict)
+    }
+
+    fn explanation<'py>(
+        &self,
+        py: Python<'py>,
+        explanation: &Explanation,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let table = &self.inner;
+        let decision = &explanation.decision;
+        let dict = self.leg(py, decision)?;
+        let group: GroupId = decision.group;
+        let rule = decision.rule.map(|index| table.rule(group, index));
+        dict.set_item("affinity_key", rule.map(|r| r.0))?;
+        dict.set_item("pattern", rule.map(|r| r.1))?;
+        dict.set_item("policy", table.group_policy(group))?;
+        dict.set_item("selection", table.group_selection(group).name())?;
+        dict.set_item("bound_reason", explanation.bound_reason.map(Reason::name))?;
+        dict.set_item("subscribed", explanation.subscribed)?;
+        dict.set_item("references", explanation.references)?;
+        Ok(dict)
+    }
+}
+
+#[pymethods]
+impl PyRoutingTable {
+    #[new]
+    fn new() -> Self {
+        PyRoutingTable {
+            inner: RoutingTable::new(),
+        }
+    }
+
+    fn add_service(
+        &mut self,
+        py: Python<'_>,
+        name: &str,
+        include_patterns: Vec<String>,
+    ) -> PyResult<usize> {
+        let patterns: Vec<&str> = include_patterns.iter().map(String::as_str).collect();
+        self.inner
+            .add_service(name, &patterns)
+            .map(ServiceId::index)
+            .map_err(|e| to_py_error(py, e))
+    }
+
+    #[pyo3(signature = (service, name, priority_groups, rules, policy, selection = "modulo"))]
+    #[allow(clippy::too_many_arguments)] // mirrors the Python signature one-to-one
+    fn add_source_group(
+        &mut self,
+        py: Python<'_>,
+        service: usize,
+        name: String,
+        priority_groups: Vec<Vec<String>>,
+        rules: Vec<(String, String)>,
+        policy: &Bound<'_, PyAny>,
+        selection: &str,
+    ) -> PyResult<usize> {
+        let policy: Box<dyn Policy> = match policy.extract::<String>() {
+            Ok(policy_name) => builtin(&policy_name).ok_or_else(|| {
+                exception(
+                    py,
+                    "PolicyError",
+                    format!(
+                        "unknown policy {policy_name:?} (built in: workload, least-assigned, \
+                         round-robin; pass a plugin object for others)"
+                    ),
+                )
+            })?,
+            Err(_) => {
+                let name = match policy.getattr("name").and_then(|n| n.extract::<String>()) {
+                    Ok(name) => name,
+                    Err(_) => policy.get_type().name()?.to_string(),
+                };
+                Box::new(PythonPolicy {
+                    object: policy.clone().unbind(),
+                    name,
+                })
+            }
+        };
+        let spec = SourceGroupSpec {
+            name,
+            priority_groups,
+            rules,
+            selection: parse_selection(selection)?,
+            policy,
+        };
+        let services = self.inner.service_count();
+        if service >= services {
+            return Err(PyValueError::new_err(format!(
+                "unknown service index {service}"
+            )));
+        }
+        self.inner
+            .add_source_group(ServiceId::from_index(service), spec)
+            .map(GroupId::index)
+            .map_err(|e| to_py_error(py, e))
+    }
+
+    fn members(&self) -> Vec<(String, u32, bool)> {
+        let table = &self.inner;
+        table
+            .member_ids()
+            .map(|m| (table.label(m).to_owned(), m.peer_index(), table.is_up(m)))
+            .collect()
+    }
+
+    fn set_member_up(&mut self, py: Python<'_>, label: &str, up: bool) -> PyResult<()> {
+        self.inner
+            .set_member_up(label, up)
+            .map(|_| ())
+            .map_err(|e| to_py_error(py, e))
+    }
+
+    fn subscribe<'py>(&mut self, py: Python<'py>, subject: &str) -> PyResult<Bound<'py, PyList>> {
+        let (_, legs) = self
+            .inner
+            .subscribe(subject)
+            .map_err(|e| to_py_error(py, e))?;
+        self.legs(py, &legs)
+    }
+
+    fn route<'py>(&mut self, py: Python<'py>, subject: &str) -> PyResult<Bound<'py, PyList>> {
+        let (_, legs) = self.inner.route(subject).map_err(|e| to_py_error(py, e))?;
+        self.legs(py, &legs)
+    }
+
+    /// Member label (or None) of the primary source group for each subject: batch route.
+    fn route_members(
+        &mut self,
+        py: Python<'_>,
+        subjects: Vec<String>,
+    ) -> PyResult<Vec<Option<String>>> {
+        let mut members = Vec::with_capacity(subjects.len());
+        for subject in &subjects {
+            let decision = self
+                .inner
+                .route_primary(subject)
+                .map_err(|e| to_py_error(py, e))?;
+            members.push(decision.member.map(|m| self.inner.label(m).to_owned()));
+        }
+        Ok(members)
+    }
+
+    /// Subscribes each subject; returns the member label (or None) of each primary leg.
+    fn subscribe_members(
+        &mut self,
+        py: Python<'_>,
+        subjects: Vec<String>,
+    ) -> PyResult<Vec<Option<String>>> {
+        let mut members = Vec::with_capacity(subjects.len());
+        for subject in &subjects {
+            let (_, legs) = self
+                .inner
+                .subscribe(subject)
+                .map_err(|e| to_py_error(py, e))?;
+            members.push(legs[0].member.map(|m| self.inner.label(m).to_owned()));
+        }
+        Ok(members)
+    }
+
+    fn unsubscribe(&mut self, py: Python<'_>, subject: &str) -> PyResult<()> {
+        self.inner
+            .unsubscribe(subject)
+            .map_err(|e| to_py_error(py, e))
+    }
+
+    fn report_nodata<'py>(
+        &mut self,
+        py: Python<'py>,
+        subject: &str,
+        status: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let status = NoDataStatus::parse(status).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "unknown NODATA status {status:?} (unavailable, notfound, other)"
+            ))
+        })?;
+        let leg = self
+            .inner
+            .report_nodata(subject, status)
+            .map_err(|e| to_py_error(py, e))?;
+        self.leg(py, &leg)
+    }
+
+    fn explain<'py>(&mut self, py: Python<'py>, subject: &str) -> PyResult<Bound<'py, PyDict>> {
+        let explanation = self
+            .inner
+            .explain(subject)
+            .map_err(|e| to_py_error(py, e))?;
+        self.explanation(py, &explanation)
+    }
+
+    fn reset(&mut self) {
+        self.inner.reset();
+    }
+
+    fn drain_events<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let events = self.inner.drain_events();
+        let list = PyList::empty(py);
+        for event in &events {
+            list.append(self.event(py, event)?)?;
+        }
+        Ok(list)
+    }
+
+    fn affinity(&self, composite: &str) -> Option<String> {
+        self.inner
+            .affinity(composite)
+            .map(|m| self.inner.label(m).to_owned())
+    }
 }

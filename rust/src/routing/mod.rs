@@ -1,1 +1,83 @@
-//! placeholder
+//! Transport-agnostic affinity routing tables.
+//!
+//! Members (peers) with labels are arranged in ordered priority groups inside source groups;
+//! data services pick their source groups by include-pattern. A subject matching a source
+//! group's affinity rule gets a composite `affinity_key:captured` that sticks to one member
+//! until that member fails, the table is reset or the last subscription holding the composite
+//! is discarded. New composites are placed by a fixed, versioned hash ([`hash`],
+//! `docs/hash-spec.md`); other subjects by the source group's fallback [`policy`].
+//!
+//! Pure data: the tables are fed liveness changes and subscriptions and report [`Event`]s with
+//! sequence numbers; they open no socket, start no thread and read no clock.
+
+pub mod events;
+pub mod hash;
+pub mod policy;
+pub mod posix_regex;
+mod table;
+
+#[cfg(test)]
+mod tests;
+
+pub use events::{Event, EventKind, MoveReason, Reason};
+pub use hash::{affinity_hash, Selection, HASH_VERSION};
+pub use posix_regex::{PosixRegex, RegexError};
+pub use table::{
+    Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, RoutingTable,
+    ServiceId, SourceGroupSpec,
+};
+
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A fast, unkeyed hasher (the rustc "Fx" scheme) for the tables' private maps.
+///
+/// Not part of the affinity hash contract (that is [`hash`]). Unkeyed, so a client choosing
+/// subjects could provoke collisions; acceptable for a control-plane table, noted in the docs.
+#[derive(Clone, Copy, Default)]
+struct FxHasher {
+    hash: u64,
+}
+
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
+    }
+}
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(word));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, value: u8) {
+        self.add(u64::from(value));
+    }
+
+    #[inline]
+    fn write_usize(&mut self, value: usize) {
+        self.add(value as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.hash
+    }
+}
+
+type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FxHasher>>;

@@ -1,0 +1,223 @@
+//! POSIX extended regular expressions through glibc's `regcomp`/`regexec`.
+//!
+//! Affinity rules are documented as POSIX EREs whose capture must equal what `sed -r` captures
+//! (leftmost-longest, POSIX sub-match rules). Rust regex engines are leftmost-first, so the
+//! C library's engine is used directly, wrapped here so nothing else touches `unsafe`.
+
+use std::ffi::{CStr, CString};
+use std::fmt;
+
+/// Mirror of glibc's `regex_t` (`<regex.h>`, `struct re_pattern_buffer`).
+///
+/// `libc::regex_t` keeps `re_nsub` private, and the number of sub-expressions is part of this
+/// type's contract, so the same layout is declared here with public fields; its size is
+/// checked against `libc::regex_t` at compile time below.
+#[repr(C)]
+struct GlibcRegex {
+    buffer: *mut libc::c_void,
+    allocated: libc::size_t,
+    used: libc::size_t,
+    syntax: libc::c_ulong,
+    fastmap: *mut libc::c_char,
+    translate: *mut libc::c_char,
+    re_nsub: libc::size_t,
+    bitfield: u8,
+}
+
+const _: () = assert!(std::mem::size_of::<GlibcRegex>() == std::mem::size_of::<libc::regex_t>());
+const _: () = assert!(std::mem::align_of::<GlibcRegex>() == std::mem::align_of::<libc::regex_t>());
+
+/// A pattern that glibc refused; the message is glibc's own (`regerror`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegexError {
+    /// The pattern as given.
+    pub pattern: String,
+    /// glibc's message, for example `Unmatched ( or \(`.
+    pub message: String,
+}
+
+impl fmt::Display for RegexError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid POSIX extended regular expression {:?}: {}",
+            self.pattern, self.message
+        )
+    }
+}
+
+impl std::error::Error for RegexError {}
+
+/// A compiled POSIX ERE (`REG_EXTENDED`), freed with `regfree` on drop.
+pub struct PosixRegex {
+    // Boxed so the compiled buffer never moves after `regcomp` filled it in.
+    compiled: Box<GlibcRegex>,
+    pattern: String,
+}
+
+// SAFETY: the compiled `regex_t` owns heap buffers only reachable through this value, so moving
+// it to another thread is sound. glibc's `regexec` takes `const regex_t *` and serialises its
+// internal DFA state with the lock embedded in the pattern buffer (`dfa->lock`), so shared
+// `&PosixRegex` use from several threads is sound too.
+unsafe impl Send for PosixRegex {}
+// SAFETY: see the `Send` justification above: `regexec` is thread-safe on a shared pattern.
+unsafe impl Sync for PosixRegex {}
+
+impl PosixRegex {
+    /// Compiles `pattern` as a POSIX extended regular expression.
+    pub fn new(pattern: &str) -> Result<Self, RegexError> {
+        let c_pattern = CString::new(pattern).map_err(|_| RegexError {
+            pattern: pattern.to_owned(),
+            message: "pattern contains a NUL byte".to_owned(),
+        })?;
+        // SAFETY: an all-zero `regex_t` is the state `regcomp` expects to fill in.
+        let mut compiled: Box<GlibcRegex> = Box::new(unsafe { std::mem::zeroed() });
+        let raw = (&mut *compiled as *mut GlibcRegex).cast::<libc::regex_t>();
+        // SAFETY: `raw` points to a zeroed, correctly sized and aligned `regex_t`; the pattern is
+        // a valid NUL-terminated string that outlives the call.
+        let status = unsafe { libc::regcomp(raw, c_pattern.as_ptr(), libc::REG_EXTENDED) };
+        if status != 0 {
+            let message = error_message(status, raw);
+            // glibc frees partial state itself when regcomp fails; calling regfree on it is
+            // still allowed and makes sure nothing leaks.
+            // SAFETY: `raw` was passed to `regcomp`.
+            unsafe { libc::regfree(raw) };
+            return Err(RegexError {
+                pattern: pattern.to_owned(),
+                message,
+            });
+        }
+        Ok(PosixRegex {
+            compiled,
+            pattern: pattern.to_owned(),
+        })
+    }
+
+    /// The pattern as given.
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// Number of parenthesised sub-expressions (capture groups).
+    pub fn group_count(&self) -> usize {
+        self.compiled.re_nsub
+    }
+
+    fn raw(&self) -> *const libc::regex_t {
+        (&*self.compiled as *const GlibcRegex).cast::<libc::regex_t>()
+    }
+
+    /// Whether the pattern matches anywhere in `subject`.
+    pub fn is_match(&self, subject: &str) -> bool {
+        self.execute(subject, 1).is_some()
+    }
+
+    /// The text captured by group 1 when the pattern matches `subject`, as `sed -r` captures it.
+    ///
+    /// `None` when there is no match. A match in which group 1 did not take part (or a pattern
+    /// without groups) captures the empty string, as `sed -r 's/.../\1/'` would substitute.
+    pub fn capture<'s>(&self, subject: &'s str) -> Option<&'s str> {
+        let matches = self.execute(subject, 2)?;
+        let group = matches[1];
+        if group.rm_so < 0 || group.rm_eo < group.rm_so {
+            return Some("");
+        }
+        // glibc reports byte offsets into the subject; they lie on character boundaries for
+        // UTF-8 input in a UTF-8 locale and always in the default "C" locale where every byte is
+        // a character, but check rather than trust.
+        subject
+            .get(group.rm_so as usize..group.rm_eo as usize)
+            .or(Some(""))
+    }
+
+    fn execute(&self, subject: &str, groups: usize) -> Option<[libc::regmatch_t; 2]> {
+        let length = libc::regoff_t::try_from(subject.len()).ok()?;
+        let mut matches = [libc::regmatch_t {
+            rm_so: 0,
+            rm_eo: length,
+        }; 2];
+        // REG_STARTEND: the subject is delimited by matches[0] instead of a NUL terminator, so
+        // no C string is allocated per call and embedded NULs cannot truncate the subject.
+        // SAFETY: the pattern is compiled; the subject pointer is valid for `length` bytes;
+        // `matches` has room for `groups` (<= 2) entries.
+        let status = unsafe {
+            libc::regexec(
+                self.raw(),
+                subject.as_ptr().cast::<libc::c_char>(),
+                groups,
+                matches.as_mut_ptr(),
+                libc::REG_STARTEND,
+            )
+        };
+        if status != 0 {
+            return None;
+        }
+        if groups < 2 {
+            matches[1] = libc::regmatch_t {
+                rm_so: -1,
+                rm_eo: -1,
+            };
+        }
+        Some(matches)
+    }
+}
+
+impl Drop for PosixRegex {
+    fn drop(&mut self) {
+        let raw = (&mut *self.compiled as *mut GlibcRegex).cast::<libc::regex_t>();
+        // SAFETY: the pattern was compiled successfully by `regcomp` and is freed exactly once.
+        unsafe { libc::regfree(raw) };
+    }
+}
+
+impl fmt::Debug for PosixRegex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PosixRegex")
+            .field("pattern", &self.pattern)
+            .finish()
+    }
+}
+
+fn error_message(status: libc::c_int, raw: *const libc::regex_t) -> String {
+    let mut buffer = [0 as libc::c_char; 256];
+    // SAFETY: `raw` is the pattern `regcomp` reported on; the buffer length is passed.
+    unsafe { libc::regerror(status, raw, buffer.as_mut_ptr(), buffer.len()) };
+    // SAFETY: `regerror` always NUL-terminates within the given size.
+    unsafe { CStr::from_ptr(buffer.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captures_leftmost_longest_like_sed() {
+        let regex = PosixRegex::new("^/PRIVATE/([^/]+)-[0-9]+/FXTRADE").unwrap();
+        assert_eq!(regex.capture("/PRIVATE/alice-0/FXTRADE"), Some("alice"));
+        assert_eq!(regex.capture("/PRIVATE/al-ice-12/FXTRADE"), Some("al-ice"));
+        assert_eq!(regex.capture("/PUBLIC/alice-0/FXTRADE"), None);
+        // POSIX leftmost-longest: the alternation takes the longer branch, unlike Perl.
+        let alternation = PosixRegex::new("(a|ab)(c|bcd)").unwrap();
+        assert_eq!(alternation.capture("abcd"), Some("a"));
+        let longest = PosixRegex::new("x(a|ab)").unwrap();
+        assert_eq!(longest.capture("xab"), Some("ab"));
+    }
+
+    #[test]
+    fn reports_group_count_and_glibc_errors() {
+        assert_eq!(PosixRegex::new("^/A/([^/]+)/(B)").unwrap().group_count(), 2);
+        assert_eq!(PosixRegex::new("^/A").unwrap().group_count(), 0);
+        let error = PosixRegex::new("^/A/(").unwrap_err();
+        assert!(error.message.contains("Unmatched"), "{}", error.message);
+    }
+
+    #[test]
+    fn group_not_taking_part_captures_empty() {
+        let regex = PosixRegex::new("^a(b)?c").unwrap();
+        assert_eq!(regex.capture("ac"), Some(""));
+        assert_eq!(regex.capture("abc"), Some("b"));
+        assert!(!regex.is_match("xx"));
+    }
+}
