@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import pytest
-
 import affinity
+import pytest
 from affinity.testing import loopback_channel
 
 

@@ -9,12 +9,11 @@ import textwrap
 import time
 from pathlib import Path
 
+import affinity
 import pyarrow as pa
 import pytest
-
-import affinity
 from affinity.testing import LossyRelay, free_udp_port, loopback_channel
-from tests.workload import make_message, mixed_sizes, pump
+from workload import make_message, mixed_sizes, pump
 
 
 def wait_connected(pub: affinity.Publication, timeout: float = 10.0) -> None:

@@ -1,6 +1,7 @@
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, overload
+
 # Typed stubs of the compiled module affinity._affinity (transport part).
 # The routing part is appended below by the routing bindings.
 
@@ -53,7 +54,7 @@ class Publication:
     def __enter__(self) -> Publication: ...
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool: ...
+    ) -> None: ...
 
 class Subscription:
     """Receives messages on one channel and stream."""
@@ -76,7 +77,7 @@ class Subscription:
     def __enter__(self) -> Subscription: ...
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool: ...
+    ) -> None: ...
 
 class Client:
     """A connection to an embedded media driver."""
@@ -105,7 +106,7 @@ class Client:
     def __enter__(self) -> Client: ...
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> bool: ...
+    ) -> None: ...
 
 class LossyRelay:
     """A loss-injecting UDP relay on loopback, for tests."""

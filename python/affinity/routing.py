@@ -20,7 +20,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from affinity import _affinity
 from affinity.config.model import RoutingConfig
@@ -262,7 +262,9 @@ class Router:
         for service in config.data_services:
             router.add_data_service(service.name, service.include_patterns)
             for index, group in enumerate(service.source_groups, start=1):
-                policy = group.policy if group.policy in BUILTIN_POLICIES else resolve(group.policy)
+                policy: str | PolicyPlugin | Callable[[str, list[str]], str] = (
+                    group.policy if group.policy in BUILTIN_POLICIES else cast("PolicyPlugin", resolve(group.policy))
+                )
                 router.add_source_group(
                     f"{service.name}#{index}",
                     [list(priority.names) for priority in group.priority_groups],

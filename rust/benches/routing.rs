@@ -19,19 +19,14 @@ const RUNS: usize = 5;
 
 fn table(selection: Selection) -> RoutingTable {
     let mut table = RoutingTable::new();
-    let service = table
-        .add_service("trades", &["^/PRIVATE/[^/]+/FXTRADE"])
-        .unwrap();
+    let service = table.add_service("trades", &["^/PRIVATE/[^/]+/FXTRADE"]).unwrap();
     table
         .add_source_group(
             service,
             SourceGroupSpec {
                 name: "adapters".to_owned(),
                 priority_groups: vec![(1..=4).map(|i| format!("TradeAdapter{i}")).collect()],
-                rules: vec![(
-                    "trading-adapters".to_owned(),
-                    "^/PRIVATE/([^/]+)-[0-9]+/FXTRADE".to_owned(),
-                )],
+                rules: vec![("trading-adapters".to_owned(), "^/PRIVATE/([^/]+)-[0-9]+/FXTRADE".to_owned())],
                 selection,
                 policy: builtin("workload").unwrap(),
             },
@@ -46,25 +41,14 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 fn report(name: &str, per_second: Vec<f64>) {
-    let runs: Vec<String> = per_second
-        .iter()
-        .map(|v| format!("{:.2}", v / 1e6))
-        .collect();
-    println!(
-        "{name:<40} median {:>7.2} M/s   runs [{}]",
-        median(per_second) / 1e6,
-        runs.join(", ")
-    );
+    let runs: Vec<String> = per_second.iter().map(|v| format!("{:.2}", v / 1e6)).collect();
+    println!("{name:<40} median {:>7.2} M/s   runs [{}]", median(per_second) / 1e6, runs.join(", "));
 }
 
 fn main() {
     for selection in [Selection::Modulo, Selection::Rendezvous] {
-        let subscribed: Vec<String> = (0..USERS)
-            .map(|u| format!("/PRIVATE/user{u}-0/FXTRADE"))
-            .collect();
-        let seen: Vec<String> = (0..USERS)
-            .map(|u| format!("/PRIVATE/user{u}-1/FXTRADE"))
-            .collect();
+        let subscribed: Vec<String> = (0..USERS).map(|u| format!("/PRIVATE/user{u}-0/FXTRADE")).collect();
+        let seen: Vec<String> = (0..USERS).map(|u| format!("/PRIVATE/user{u}-1/FXTRADE")).collect();
         let mut routing = table(selection);
         for subject in &subscribed {
             routing.subscribe(subject).unwrap();
@@ -83,27 +67,18 @@ fn main() {
             sticky.push(lookups as f64 / start.elapsed().as_secs_f64());
             let start = Instant::now();
             for i in 0..lookups {
-                black_box(
-                    routing
-                        .route_primary(&subscribed[i % USERS])
-                        .unwrap()
-                        .member,
-                );
+                black_box(routing.route_primary(&subscribed[i % USERS]).unwrap().member);
             }
             own.push(lookups as f64 / start.elapsed().as_secs_f64());
         }
         report(&format!("sticky lookups ({})", selection.name()), sticky);
-        report(
-            &format!("subscribed-subject lookups ({})", selection.name()),
-            own,
-        );
+        report(&format!("subscribed-subject lookups ({})", selection.name()), own);
 
         let mut fresh = Vec::new();
         let count = 200_000;
         for run in 0..RUNS {
-            let subjects: Vec<String> = (0..count)
-                .map(|i| format!("/PRIVATE/user{}-{}/FXTRADE", i % (count / 2), run + 2))
-                .collect();
+            let subjects: Vec<String> =
+                (0..count).map(|i| format!("/PRIVATE/user{}-{}/FXTRADE", i % (count / 2), run + 2)).collect();
             let mut routing = table(selection);
             let start = Instant::now();
             for subject in &subjects {
@@ -112,9 +87,6 @@ fn main() {
             fresh.push(count as f64 / start.elapsed().as_secs_f64());
             black_box(routing.drain_events());
         }
-        report(
-            &format!("new subjects: regex+hash+bind ({})", selection.name()),
-            fresh,
-        );
+        report(&format!("new subjects: regex+hash+bind ({})", selection.name()), fresh);
     }
 }

@@ -32,20 +32,14 @@ impl Instant {
 impl Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, rhs: Duration) -> Instant {
-        Instant(
-            self.0
-                .saturating_add(rhs.as_nanos().min(u64::MAX as u128) as u64),
-        )
+        Instant(self.0.saturating_add(rhs.as_nanos().min(u64::MAX as u128) as u64))
     }
 }
 
 impl Sub<Duration> for Instant {
     type Output = Instant;
     fn sub(self, rhs: Duration) -> Instant {
-        Instant(
-            self.0
-                .saturating_sub(rhs.as_nanos().min(u64::MAX as u128) as u64),
-        )
+        Instant(self.0.saturating_sub(rhs.as_nanos().min(u64::MAX as u128) as u64))
     }
 }
 
@@ -58,9 +52,7 @@ pub struct MonotonicClock {
 impl MonotonicClock {
     /// A clock whose epoch is now.
     pub fn new() -> Self {
-        MonotonicClock {
-            origin: std::time::Instant::now(),
-        }
+        MonotonicClock { origin: std::time::Instant::now() }
     }
 
     /// The current time.

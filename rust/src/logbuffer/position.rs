@@ -14,12 +14,7 @@ pub const fn position_bits(term_length: u32) -> u32 {
 }
 
 /// The position of `term_offset` in term `term_id` of a stream that started at `initial_term_id`.
-pub fn compute_position(
-    term_id: i32,
-    term_offset: i32,
-    position_bits: u32,
-    initial_term_id: i32,
-) -> i64 {
+pub fn compute_position(term_id: i32, term_offset: i32, position_bits: u32, initial_term_id: i32) -> i64 {
     let term_count = term_id.wrapping_sub(initial_term_id) as i64;
     (term_count << position_bits) + term_offset as i64
 }

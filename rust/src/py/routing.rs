@@ -8,8 +8,8 @@ use pyo3::types::{PyDict, PyList};
 
 use crate::routing::policy::{builtin, Policy, PolicyError, Request};
 use crate::routing::{
-    self, Event, Explanation, GroupId, LegDecision, NoDataStatus, Reason, RoutingError,
-    RoutingTable, Selection, ServiceId, SourceGroupSpec,
+    self, Event, Explanation, GroupId, LegDecision, NoDataStatus, Reason, RoutingError, RoutingTable, Selection,
+    ServiceId, SourceGroupSpec,
 };
 
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -41,9 +41,8 @@ fn to_py_error(py: Python<'_>, error: RoutingError) -> PyErr {
 }
 
 fn parse_selection(name: &str) -> PyResult<Selection> {
-    Selection::parse(name).ok_or_else(|| {
-        PyValueError::new_err(format!("unknown selection {name:?} (modulo, rendezvous)"))
-    })
+    Selection::parse(name)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown selection {name:?} (modulo, rendezvous)")))
 }
 
 /// `affinity_hash(composite)`: the version-1 affinity hash (docs/hash-spec.md).
@@ -126,9 +125,8 @@ impl Policy for PythonPolicy {
                 object.call1((request.key, labels.clone()))
             };
             let answer = answer.map_err(|error| PolicyError(format!("raised {error}")))?;
-            let label: String = answer
-                .extract()
-                .map_err(|_| PolicyError(format!("answered {answer} instead of a member label")))?;
+            let label: String =
+                answer.extract().map_err(|_| PolicyError(format!("answered {answer} instead of a member label")))?;
             labels
                 .iter()
                 .position(|candidate| *candidate == label)
@@ -182,21 +180,14 @@ impl PyRoutingTable {
         dict.set_item("member", event.member.map(|m| table.label(m)))?;
         dict.set_item("peer_index", event.member.map(|m| m.peer_index()))?;
         dict.set_item("previous", event.previous.map(|m| table.label(m)))?;
-        dict.set_item(
-            "previous_peer_index",
-            event.previous.map(|m| m.peer_index()),
-        )?;
+        dict.set_item("previous_peer_index", event.previous.map(|m| m.peer_index()))?;
         dict.set_item("reason", event.reason.map(Reason::name))?;
         dict.set_item("move_reason", event.move_reason.map(|r| r.name()))?;
         dict.set_item("message", event.message.as_deref())?;
         Ok(dict)
     }
 
-    fn explanation<'py>(
-        &self,
-        py: Python<'py>,
-        explanation: &Explanation,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    fn explanation<'py>(&self, py: Python<'py>, explanation: &Explanation) -> PyResult<Bound<'py, PyDict>> {
         let table = &self.inner;
         let decision = &explanation.decision;
         let dict = self.leg(py, decision)?;
@@ -217,22 +208,12 @@ impl PyRoutingTable {
 impl PyRoutingTable {
     #[new]
     fn new() -> Self {
-        PyRoutingTable {
-            inner: RoutingTable::new(),
-        }
+        PyRoutingTable { inner: RoutingTable::new() }
     }
 
-    fn add_service(
-        &mut self,
-        py: Python<'_>,
-        name: &str,
-        include_patterns: Vec<String>,
-    ) -> PyResult<usize> {
+    fn add_service(&mut self, py: Python<'_>, name: &str, include_patterns: Vec<String>) -> PyResult<usize> {
         let patterns: Vec<&str> = include_patterns.iter().map(String::as_str).collect();
-        self.inner
-            .add_service(name, &patterns)
-            .map(ServiceId::index)
-            .map_err(|e| to_py_error(py, e))
+        self.inner.add_service(name, &patterns).map(ServiceId::index).map_err(|e| to_py_error(py, e))
     }
 
     #[pyo3(signature = (service, name, priority_groups, rules, policy, selection = "modulo"))]
@@ -263,24 +244,13 @@ impl PyRoutingTable {
                     Ok(name) => name,
                     Err(_) => policy.get_type().name()?.to_string(),
                 };
-                Box::new(PythonPolicy {
-                    object: policy.clone().unbind(),
-                    name,
-                })
+                Box::new(PythonPolicy { object: policy.clone().unbind(), name })
             }
         };
-        let spec = SourceGroupSpec {
-            name,
-            priority_groups,
-            rules,
-            selection: parse_selection(selection)?,
-            policy,
-        };
+        let spec = SourceGroupSpec { name, priority_groups, rules, selection: parse_selection(selection)?, policy };
         let services = self.inner.service_count();
         if service >= services {
-            return Err(PyValueError::new_err(format!(
-                "unknown service index {service}"
-            )));
+            return Err(PyValueError::new_err(format!("unknown service index {service}")));
         }
         self.inner
             .add_source_group(ServiceId::from_index(service), spec)
@@ -290,24 +260,15 @@ impl PyRoutingTable {
 
     fn members(&self) -> Vec<(String, u32, bool)> {
         let table = &self.inner;
-        table
-            .member_ids()
-            .map(|m| (table.label(m).to_owned(), m.peer_index(), table.is_up(m)))
-            .collect()
+        table.member_ids().map(|m| (table.label(m).to_owned(), m.peer_index(), table.is_up(m))).collect()
     }
 
     fn set_member_up(&mut self, py: Python<'_>, label: &str, up: bool) -> PyResult<()> {
-        self.inner
-            .set_member_up(label, up)
-            .map(|_| ())
-            .map_err(|e| to_py_error(py, e))
+        self.inner.set_member_up(label, up).map(|_| ()).map_err(|e| to_py_error(py, e))
     }
 
     fn subscribe<'py>(&mut self, py: Python<'py>, subject: &str) -> PyResult<Bound<'py, PyList>> {
-        let (_, legs) = self
-            .inner
-            .subscribe(subject)
-            .map_err(|e| to_py_error(py, e))?;
+        let (_, legs) = self.inner.subscribe(subject).map_err(|e| to_py_error(py, e))?;
         self.legs(py, &legs)
     }
 
@@ -317,68 +278,39 @@ impl PyRoutingTable {
     }
 
     /// Member label (or None) of the primary source group for each subject: batch route.
-    fn route_members(
-        &mut self,
-        py: Python<'_>,
-        subjects: Vec<String>,
-    ) -> PyResult<Vec<Option<String>>> {
+    fn route_members(&mut self, py: Python<'_>, subjects: Vec<String>) -> PyResult<Vec<Option<String>>> {
         let mut members = Vec::with_capacity(subjects.len());
         for subject in &subjects {
-            let decision = self
-                .inner
-                .route_primary(subject)
-                .map_err(|e| to_py_error(py, e))?;
+            let decision = self.inner.route_primary(subject).map_err(|e| to_py_error(py, e))?;
             members.push(decision.member.map(|m| self.inner.label(m).to_owned()));
         }
         Ok(members)
     }
 
     /// Subscribes each subject; returns the member label (or None) of each primary leg.
-    fn subscribe_members(
-        &mut self,
-        py: Python<'_>,
-        subjects: Vec<String>,
-    ) -> PyResult<Vec<Option<String>>> {
+    fn subscribe_members(&mut self, py: Python<'_>, subjects: Vec<String>) -> PyResult<Vec<Option<String>>> {
         let mut members = Vec::with_capacity(subjects.len());
         for subject in &subjects {
-            let (_, legs) = self
-                .inner
-                .subscribe(subject)
-                .map_err(|e| to_py_error(py, e))?;
+            let (_, legs) = self.inner.subscribe(subject).map_err(|e| to_py_error(py, e))?;
             members.push(legs[0].member.map(|m| self.inner.label(m).to_owned()));
         }
         Ok(members)
     }
 
     fn unsubscribe(&mut self, py: Python<'_>, subject: &str) -> PyResult<()> {
-        self.inner
-            .unsubscribe(subject)
-            .map_err(|e| to_py_error(py, e))
+        self.inner.unsubscribe(subject).map_err(|e| to_py_error(py, e))
     }
 
-    fn report_nodata<'py>(
-        &mut self,
-        py: Python<'py>,
-        subject: &str,
-        status: &str,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    fn report_nodata<'py>(&mut self, py: Python<'py>, subject: &str, status: &str) -> PyResult<Bound<'py, PyDict>> {
         let status = NoDataStatus::parse(status).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "unknown NODATA status {status:?} (unavailable, notfound, other)"
-            ))
+            PyValueError::new_err(format!("unknown NODATA status {status:?} (unavailable, notfound, other)"))
         })?;
-        let leg = self
-            .inner
-            .report_nodata(subject, status)
-            .map_err(|e| to_py_error(py, e))?;
+        let leg = self.inner.report_nodata(subject, status).map_err(|e| to_py_error(py, e))?;
         self.leg(py, &leg)
     }
 
     fn explain<'py>(&mut self, py: Python<'py>, subject: &str) -> PyResult<Bound<'py, PyDict>> {
-        let explanation = self
-            .inner
-            .explain(subject)
-            .map_err(|e| to_py_error(py, e))?;
+        let explanation = self.inner.explain(subject).map_err(|e| to_py_error(py, e))?;
         self.explanation(py, &explanation)
     }
 
@@ -396,8 +328,6 @@ impl PyRoutingTable {
     }
 
     fn affinity(&self, composite: &str) -> Option<String> {
-        self.inner
-            .affinity(composite)
-            .map(|m| self.inner.label(m).to_owned())
+        self.inner.affinity(composite).map(|m| self.inner.label(m).to_owned())
     }
 }

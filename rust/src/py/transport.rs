@@ -31,7 +31,9 @@ pub const MAX_POSITION_EXCEEDED: i64 = -5;
 
 fn exception(py: Python<'_>, name: &str, message: String) -> PyErr {
     match py.import("affinity.exceptions").and_then(|module| module.getattr(name)) {
-        Ok(class) => PyErr::from_value(class.call1((message,)).unwrap_or_else(|e| e.into_value(py).into_bound(py).into_any())),
+        Ok(class) => {
+            PyErr::from_value(class.call1((message,)).unwrap_or_else(|e| e.into_value(py).into_bound(py).into_any()))
+        }
         Err(error) => error,
     }
 }
@@ -110,7 +112,8 @@ impl Client {
             context.socket_receive_buffer = value;
         }
         if let Some(value) = flow_control {
-            let spec = FlowControlSpec::parse(value).map_err(|e| PyValueError::new_err(format!("flow_control: {e}")))?;
+            let spec =
+                FlowControlSpec::parse(value).map_err(|e| PyValueError::new_err(format!("flow_control: {e}")))?;
             context.flow_control.multicast_strategy = spec.strategy;
             context.flow_control.group_tag = spec.group_tag.or(context.flow_control.group_tag);
             context.flow_control.group_min_size = spec.group_min_size.unwrap_or(context.flow_control.group_min_size);
@@ -448,7 +451,8 @@ pub struct Subscription {
 impl Subscription {
     fn poll_messages(&self, py: Python<'_>, fragment_limit: usize) -> PyResult<(MessageBatch, usize)> {
         let mut batch = MessageBatch::default();
-        let fragments = py.detach(|| self.inner.poll_into(&mut batch, fragment_limit)).map_err(|e| to_py_error(py, e))?;
+        let fragments =
+            py.detach(|| self.inner.poll_into(&mut batch, fragment_limit)).map_err(|e| to_py_error(py, e))?;
         Ok((batch, fragments))
     }
 }
@@ -573,7 +577,8 @@ impl LossyRelay {
     #[new]
     #[pyo3(signature = (target, *, loss=0.0, duplicate=0.0, reorder=0.0, seed=1))]
     fn new(py: Python<'_>, target: &str, loss: f64, duplicate: f64, reorder: f64, seed: u64) -> PyResult<Self> {
-        let target: SocketAddr = target.parse().map_err(|e| PyValueError::new_err(format!("target {target:?}: {e}")))?;
+        let target: SocketAddr =
+            target.parse().map_err(|e| PyValueError::new_err(format!("target {target:?}: {e}")))?;
         for (name, value) in [("loss", loss), ("duplicate", duplicate), ("reorder", reorder)] {
             if !(0.0..=1.0).contains(&value) {
                 return Err(PyValueError::new_err(format!("{name}={value}: must be a probability in [0, 1]")));

@@ -128,10 +128,7 @@ mod tests {
 
     #[test]
     fn reproduces_the_shared_test_vectors() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../tests/vectors/affinity_hash.json"
-        );
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/affinity_hash.json");
         let text = std::fs::read_to_string(path).expect("tests/vectors/affinity_hash.json");
         let vectors: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(vectors["version"].as_u64(), Some(u64::from(HASH_VERSION)));
@@ -141,22 +138,11 @@ mod tests {
             let composite = case["composite"].as_str().unwrap();
             let expected = u64::from_str_radix(case["hash"].as_str().unwrap(), 16).unwrap();
             assert_eq!(affinity_hash(composite), expected, "{composite}");
-            let members: Vec<&str> = case["members"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| m.as_str().unwrap())
-                .collect();
+            let members: Vec<&str> = case["members"].as_array().unwrap().iter().map(|m| m.as_str().unwrap()).collect();
             let modulo = case["modulo"].as_str().unwrap();
             let rendezvous = case["rendezvous"].as_str().unwrap();
-            assert_eq!(
-                members[Selection::Modulo.select(composite, &members).unwrap()],
-                modulo
-            );
-            assert_eq!(
-                members[Selection::Rendezvous.select(composite, &members).unwrap()],
-                rendezvous
-            );
+            assert_eq!(members[Selection::Modulo.select(composite, &members).unwrap()], modulo);
+            assert_eq!(members[Selection::Rendezvous.select(composite, &members).unwrap()], rendezvous);
             for score in case["scores"].as_array().unwrap() {
                 let label = score["label"].as_str().unwrap();
                 let expected = u64::from_str_radix(score["score"].as_str().unwrap(), 16).unwrap();

@@ -23,8 +23,7 @@ pub use events::{Event, EventKind, MoveReason, Reason};
 pub use hash::{affinity_hash, Selection, HASH_VERSION};
 pub use posix_regex::{PosixRegex, RegexError};
 pub use table::{
-    Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, RoutingTable,
-    ServiceId, SourceGroupSpec,
+    Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, RoutingTable, ServiceId, SourceGroupSpec,
 };
 
 use std::hash::{BuildHasherDefault, Hasher};

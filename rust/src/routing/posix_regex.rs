@@ -38,11 +38,7 @@ pub struct RegexError {
 
 impl fmt::Display for RegexError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid POSIX extended regular expression {:?}: {}",
-            self.pattern, self.message
-        )
+        write!(f, "invalid POSIX extended regular expression {:?}: {}", self.pattern, self.message)
     }
 }
 
@@ -82,15 +78,9 @@ impl PosixRegex {
             // still allowed and makes sure nothing leaks.
             // SAFETY: `raw` was passed to `regcomp`.
             unsafe { libc::regfree(raw) };
-            return Err(RegexError {
-                pattern: pattern.to_owned(),
-                message,
-            });
+            return Err(RegexError { pattern: pattern.to_owned(), message });
         }
-        Ok(PosixRegex {
-            compiled,
-            pattern: pattern.to_owned(),
-        })
+        Ok(PosixRegex { compiled, pattern: pattern.to_owned() })
     }
 
     /// The pattern as given.
@@ -125,17 +115,12 @@ impl PosixRegex {
         // glibc reports byte offsets into the subject; they lie on character boundaries for
         // UTF-8 input in a UTF-8 locale and always in the default "C" locale where every byte is
         // a character, but check rather than trust.
-        subject
-            .get(group.rm_so as usize..group.rm_eo as usize)
-            .or(Some(""))
+        subject.get(group.rm_so as usize..group.rm_eo as usize).or(Some(""))
     }
 
     fn execute(&self, subject: &str, groups: usize) -> Option<[libc::regmatch_t; 2]> {
         let length = libc::regoff_t::try_from(subject.len()).ok()?;
-        let mut matches = [libc::regmatch_t {
-            rm_so: 0,
-            rm_eo: length,
-        }; 2];
+        let mut matches = [libc::regmatch_t { rm_so: 0, rm_eo: length }; 2];
         // REG_STARTEND: the subject is delimited by matches[0] instead of a NUL terminator, so
         // no C string is allocated per call and embedded NULs cannot truncate the subject.
         // SAFETY: the pattern is compiled; the subject pointer is valid for `length` bytes;
@@ -153,10 +138,7 @@ impl PosixRegex {
             return None;
         }
         if groups < 2 {
-            matches[1] = libc::regmatch_t {
-                rm_so: -1,
-                rm_eo: -1,
-            };
+            matches[1] = libc::regmatch_t { rm_so: -1, rm_eo: -1 };
         }
         Some(matches)
     }
@@ -172,9 +154,7 @@ impl Drop for PosixRegex {
 
 impl fmt::Debug for PosixRegex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PosixRegex")
-            .field("pattern", &self.pattern)
-            .finish()
+        f.debug_struct("PosixRegex").field("pattern", &self.pattern).finish()
     }
 }
 
@@ -183,9 +163,7 @@ fn error_message(status: libc::c_int, raw: *const libc::regex_t) -> String {
     // SAFETY: `raw` is the pattern `regcomp` reported on; the buffer length is passed.
     unsafe { libc::regerror(status, raw, buffer.as_mut_ptr(), buffer.len()) };
     // SAFETY: `regerror` always NUL-terminates within the given size.
-    unsafe { CStr::from_ptr(buffer.as_ptr()) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_string_lossy().into_owned()
 }
 
 #[cfg(test)]

@@ -78,10 +78,7 @@ impl fmt::Display for RoutingError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             RoutingError::NoService(subject) => {
-                write!(
-                    f,
-                    "no data service has an include-pattern matching {subject:?}"
-                )
+                write!(f, "no data service has an include-pattern matching {subject:?}")
             }
             RoutingError::NoSourceGroup(service) => {
                 write!(f, "data service {service:?} has no source group")
@@ -304,35 +301,17 @@ impl RoutingTable {
     }
 
     /// Adds a data service; subjects go to the first service with a matching include-pattern.
-    pub fn add_service(
-        &mut self,
-        name: &str,
-        include_patterns: &[&str],
-    ) -> Result<ServiceId, RoutingError> {
-        let include = include_patterns
-            .iter()
-            .map(|p| PosixRegex::new(p))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.services.push(Service {
-            name: name.to_owned(),
-            include,
-            groups: Vec::new(),
-        });
+    pub fn add_service(&mut self, name: &str, include_patterns: &[&str]) -> Result<ServiceId, RoutingError> {
+        let include = include_patterns.iter().map(|p| PosixRegex::new(p)).collect::<Result<Vec<_>, _>>()?;
+        self.services.push(Service { name: name.to_owned(), include, groups: Vec::new() });
         self.cache.clear();
         Ok(ServiceId(self.services.len() as u32 - 1))
     }
 
     /// Adds a source group to `service`; its labels are registered as members.
-    pub fn add_source_group(
-        &mut self,
-        service: ServiceId,
-        spec: SourceGroupSpec,
-    ) -> Result<GroupId, RoutingError> {
+    pub fn add_source_group(&mut self, service: ServiceId, spec: SourceGroupSpec) -> Result<GroupId, RoutingError> {
         if service.index() >= self.services.len() {
-            return Err(RoutingError::Config(format!(
-                "unknown data service #{}",
-                service.0
-            )));
+            return Err(RoutingError::Config(format!("unknown data service #{}", service.0)));
         }
         if spec.priority_groups.is_empty() || spec.priority_groups.iter().any(Vec::is_empty) {
             return Err(RoutingError::Config(format!(
@@ -351,25 +330,17 @@ impl RoutingTable {
                     regex.group_count()
                 )));
             }
-            rules.push(Rule {
-                key: key.clone(),
-                regex,
-            });
+            rules.push(Rule { key: key.clone(), regex });
         }
-        let priority_groups = spec
-            .priority_groups
-            .iter()
-            .map(|labels| labels.iter().map(|label| self.member(label)).collect())
-            .collect();
+        let priority_groups =
+            spec.priority_groups.iter().map(|labels| labels.iter().map(|label| self.member(label)).collect()).collect();
         let id = GroupId(self.groups.len() as u32);
         self.groups.push(SourceGroup {
             name: spec.name,
             service,
             priority_groups,
             rules,
-            hash: AffinityHash {
-                selection: spec.selection,
-            },
+            hash: AffinityHash { selection: spec.selection },
             policy: spec.policy,
         });
         self.services[service.index()].groups.push(id);
@@ -484,35 +455,20 @@ impl RoutingTable {
     /// subject's data service, without binding anything.
     pub fn route(&mut self, subject: &str) -> Result<(ServiceId, Vec<LegDecision>), RoutingError> {
         if let Some(subscription) = self.subscriptions.get(subject) {
-            let legs = subscription
-                .legs
-                .iter()
-                .map(|leg| current(&leg.decision))
-                .collect();
+            let legs = subscription.legs.iter().map(|leg| current(&leg.decision)).collect();
             return Ok((subscription.service, legs));
         }
         let classified = self.classify(subject)?;
-        let legs = classified
-            .legs
-            .into_iter()
-            .map(|(group, rule)| self.decide(group, subject, rule, false))
-            .collect();
+        let legs = classified.legs.into_iter().map(|(group, rule)| self.decide(group, subject, rule, false)).collect();
         Ok((classified.service, legs))
     }
 
     /// Subscribes to `subject`: binds it in every source group of its data service (reference
     /// counted: a second subscribe to the same subject only counts).
-    pub fn subscribe(
-        &mut self,
-        subject: &str,
-    ) -> Result<(ServiceId, Vec<LegDecision>), RoutingError> {
+    pub fn subscribe(&mut self, subject: &str) -> Result<(ServiceId, Vec<LegDecision>), RoutingError> {
         if let Some(subscription) = self.subscriptions.get_mut(subject) {
             subscription.references += 1;
-            let legs = subscription
-                .legs
-                .iter()
-                .map(|leg| current(&leg.decision))
-                .collect();
+            let legs = subscription.legs.iter().map(|leg| current(&leg.decision)).collect();
             return Ok((subscription.service, legs));
         }
         let classified = self.classify(subject)?;
@@ -521,33 +477,20 @@ impl RoutingTable {
         for (group, rule) in classified.legs {
             let mut decision = self.decide(group, &subject, rule, true);
             self.bind(&subject, &mut decision);
-            legs.push(Leg {
-                decision,
-                tried: Vec::new(),
-            });
+            legs.push(Leg { decision, tried: Vec::new() });
         }
         let decisions = legs.iter().map(|leg| leg.decision.clone()).collect();
         let order = self.next_order;
         self.next_order += 1;
-        self.subscriptions.insert(
-            subject,
-            Subscription {
-                order,
-                references: 1,
-                service: classified.service,
-                legs,
-            },
-        );
+        self.subscriptions.insert(subject, Subscription { order, references: 1, service: classified.service, legs });
         Ok((classified.service, decisions))
     }
 
     /// Drops one reference to `subject`; at zero the subscription is discarded and so is every
     /// affinity it was the last holder of ([`EventKind::Forgotten`]).
     pub fn unsubscribe(&mut self, subject: &str) -> Result<(), RoutingError> {
-        let subscription = self
-            .subscriptions
-            .get_mut(subject)
-            .ok_or_else(|| RoutingError::NotSubscribed(subject.to_owned()))?;
+        let subscription =
+            self.subscriptions.get_mut(subject).ok_or_else(|| RoutingError::NotSubscribed(subject.to_owned()))?;
         subscription.references -= 1;
         if subscription.references > 0 {
             return Ok(());
@@ -565,18 +508,12 @@ impl RoutingTable {
     /// (same selection over the remaining members). Up: nothing moves back; subscriptions that
     /// were waiting for any member are bound.
     pub fn set_member_up(&mut self, label: &str, up: bool) -> Result<MemberId, RoutingError> {
-        let member = self
-            .member_id(label)
-            .ok_or_else(|| RoutingError::UnknownMember(label.to_owned()))?;
+        let member = self.member_id(label).ok_or_else(|| RoutingError::UnknownMember(label.to_owned()))?;
         if self.members[member.index()].up == up {
             return Ok(member);
         }
         self.members[member.index()].up = up;
-        let mut event = self.event(if up {
-            EventKind::MemberUp
-        } else {
-            EventKind::MemberDown
-        });
+        let mut event = self.event(if up { EventKind::MemberUp } else { EventKind::MemberDown });
         event.member = Some(member);
         self.events.push(event);
         if up {
@@ -592,11 +529,7 @@ impl RoutingTable {
     /// Unavailable/NotFound on an affinity subject is authoritative for the whole source group:
     /// nothing is retried (reason [`Reason::NoData`]). Otherwise the request moves to another
     /// up member not yet tried (reason [`Reason::Retry`]), or ends when all were tried.
-    pub fn report_nodata(
-        &mut self,
-        subject: &str,
-        status: NoDataStatus,
-    ) -> Result<LegDecision, RoutingError> {
+    pub fn report_nodata(&mut self, subject: &str, status: NoDataStatus) -> Result<LegDecision, RoutingError> {
         let Some(subscription) = self.subscriptions.get(subject) else {
             return Err(RoutingError::NotSubscribed(subject.to_owned()));
         };
@@ -605,13 +538,9 @@ impl RoutingTable {
         let mut tried = leg.tried.clone();
         tried.extend(decision.member);
         let subject_arc: Arc<str> = Arc::from(subject);
-        let authoritative = decision.composite.is_some()
-            && matches!(status, NoDataStatus::Unavailable | NoDataStatus::NotFound);
-        let retry = if authoritative {
-            None
-        } else {
-            self.place(decision.group, subject, false, &tried, true)
-        };
+        let authoritative =
+            decision.composite.is_some() && matches!(status, NoDataStatus::Unavailable | NoDataStatus::NotFound);
+        let retry = if authoritative { None } else { self.place(decision.group, subject, false, &tried, true) };
         let Some((member, priority_group, _)) = retry else {
             let mut event = self.event(EventKind::NoData);
             event.subject = Some(subject_arc);
@@ -635,10 +564,7 @@ impl RoutingTable {
             if let Some(subscription) = self.subscriptions.get_mut(subject) {
                 subscription.legs[0].tried = tried;
             }
-            return Ok(LegDecision {
-                reason: Reason::NoData,
-                ..decision
-            });
+            return Ok(LegDecision { reason: Reason::NoData, ..decision });
         };
         let previous = decision.member;
         self.transfer_subscription(previous, Some(member), decision.composite.is_none());
@@ -659,10 +585,7 @@ impl RoutingTable {
             ..decision
         };
         if let Some(subscription) = self.subscriptions.get_mut(subject) {
-            subscription.legs[0] = Leg {
-                decision: updated.clone(),
-                tried,
-            };
+            subscription.legs[0] = Leg { decision: updated.clone(), tried };
         }
         Ok(updated)
     }
@@ -699,15 +622,10 @@ impl RoutingTable {
         let (group, rule) = self.classify(subject)?.legs[0].clone();
         let service = self.groups[group.index()].service;
         let decision = self.decide(group, subject, rule, false);
-        let affinity = decision
-            .composite
-            .as_ref()
-            .and_then(|c| self.affinities.get(c));
+        let affinity = decision.composite.as_ref().and_then(|c| self.affinities.get(c));
         Ok(Explanation {
             service,
-            bound_reason: affinity
-                .filter(|_| decision.reason == Reason::Sticky)
-                .map(|a| a.reason),
+            bound_reason: affinity.filter(|_| decision.reason == Reason::Sticky).map(|a| a.reason),
             references: affinity.map_or(0, |a| a.references),
             decision,
             subscribed: false,
@@ -738,22 +656,13 @@ impl RoutingTable {
             .groups
             .iter()
             .map(|&group| {
-                let rule = self.groups[group.index()]
-                    .rules
-                    .iter()
-                    .enumerate()
-                    .find_map(|(index, rule)| {
-                        rule.regex
-                            .capture(subject)
-                            .map(|captured| (index, Arc::from(composite(&rule.key, captured))))
-                    });
+                let rule = self.groups[group.index()].rules.iter().enumerate().find_map(|(index, rule)| {
+                    rule.regex.capture(subject).map(|captured| (index, Arc::from(composite(&rule.key, captured))))
+                });
                 (group, rule)
             })
             .collect();
-        let classified = Classified {
-            service: ServiceId(service as u32),
-            legs,
-        };
+        let classified = Classified { service: ServiceId(service as u32), legs };
         if self.cache.len() >= CLASSIFICATION_CACHE_LIMIT {
             self.cache.clear();
         }
@@ -762,27 +671,15 @@ impl RoutingTable {
     }
 
     fn group_contains(&self, group: GroupId, member: MemberId) -> bool {
-        self.groups[group.index()]
-            .priority_groups
-            .iter()
-            .any(|g| g.contains(&member))
+        self.groups[group.index()].priority_groups.iter().any(|g| g.contains(&member))
     }
 
     fn priority_of(&self, group: GroupId, member: MemberId) -> Option<usize> {
-        self.groups[group.index()]
-            .priority_groups
-            .iter()
-            .position(|g| g.contains(&member))
+        self.groups[group.index()].priority_groups.iter().position(|g| g.contains(&member))
     }
 
     /// The sticky member of `rule`'s composite, else a fresh placement.
-    fn decide(
-        &mut self,
-        group: GroupId,
-        subject: &str,
-        rule: Option<(usize, Arc<str>)>,
-        commit: bool,
-    ) -> LegDecision {
+    fn decide(&mut self, group: GroupId, subject: &str, rule: Option<(usize, Arc<str>)>, commit: bool) -> LegDecision {
         let (rule_index, composite) = match rule {
             Some((index, composite)) => (Some(index), Some(composite)),
             None => (None, None),
@@ -829,19 +726,11 @@ impl RoutingTable {
     ) -> Option<(MemberId, usize, Reason)> {
         let source_group = &self.groups[group.index()];
         let members = &self.members;
-        let (priority_group, ids) =
-            source_group
-                .priority_groups
-                .iter()
-                .enumerate()
-                .find_map(|(index, ids)| {
-                    let up: Vec<MemberId> = ids
-                        .iter()
-                        .copied()
-                        .filter(|m| members[m.index()].up && !exclude.contains(m))
-                        .collect();
-                    (!up.is_empty()).then_some((index, up))
-                })?;
+        let (priority_group, ids) = source_group.priority_groups.iter().enumerate().find_map(|(index, ids)| {
+            let up: Vec<MemberId> =
+                ids.iter().copied().filter(|m| members[m.index()].up && !exclude.contains(m)).collect();
+            (!up.is_empty()).then_some((index, up))
+        })?;
         let candidates: Vec<Candidate<'_>> = ids
             .iter()
             .map(|m| {
@@ -854,27 +743,17 @@ impl RoutingTable {
                 }
             })
             .collect();
-        let request = Request {
-            key,
-            is_composite,
-            candidates: &candidates,
-        };
+        let request = Request { key, is_composite, candidates: &candidates };
         let source_group = &mut self.groups[group.index()];
         let mut failure = None;
         let (index, reason) = if is_composite && !source_group.policy.decides_composites() {
-            (
-                source_group.hash.place(key, &candidates).unwrap_or(0),
-                Reason::Hashed,
-            )
+            (source_group.hash.place(key, &candidates).unwrap_or(0), Reason::Hashed)
         } else {
             let chosen = source_group.policy.select(&request).and_then(|index| {
                 if index < candidates.len() {
                     Ok(index)
                 } else {
-                    Err(PolicyError(format!(
-                        "answered candidate #{index} of {}",
-                        candidates.len()
-                    )))
+                    Err(PolicyError(format!("answered candidate #{index} of {}", candidates.len())))
                 }
             });
             match chosen {
@@ -902,20 +781,12 @@ impl RoutingTable {
             event.message = Some(message);
             self.events.push(event);
         }
-        let reason = if priority_group > 0 && reason != Reason::Fallback {
-            Reason::Failover
-        } else {
-            reason
-        };
+        let reason = if priority_group > 0 && reason != Reason::Fallback { Reason::Failover } else { reason };
         Some((ids[index], priority_group, reason))
     }
 
     fn bind(&mut self, subject: &Arc<str>, decision: &mut LegDecision) {
-        let kind = if decision.member.is_some() {
-            EventKind::Bound
-        } else {
-            EventKind::NoMemberAvailable
-        };
+        let kind = if decision.member.is_some() { EventKind::Bound } else { EventKind::NoMemberAvailable };
         let mut event = self.event(kind);
         let sequence = event.sequence;
         event.subject = Some(subject.clone());
@@ -1000,12 +871,7 @@ impl RoutingTable {
     }
 
     /// Moves one subscription's count (and its key, without a composite) between members.
-    fn transfer_subscription(
-        &mut self,
-        from: Option<MemberId>,
-        to: Option<MemberId>,
-        moves_key: bool,
-    ) {
+    fn transfer_subscription(&mut self, from: Option<MemberId>, to: Option<MemberId>, moves_key: bool) {
         if let Some(from) = from {
             let member = &mut self.members[from.index()];
             member.subscriptions = member.subscriptions.saturating_sub(1);
@@ -1023,22 +889,14 @@ impl RoutingTable {
     }
 
     fn evacuate(&mut self, down: MemberId) {
-        let mut composites: Vec<(u64, Arc<str>)> = self
-            .affinities
-            .iter()
-            .filter(|(_, a)| a.member == Some(down))
-            .map(|(c, a)| (a.since, c.clone()))
-            .collect();
+        let mut composites: Vec<(u64, Arc<str>)> =
+            self.affinities.iter().filter(|(_, a)| a.member == Some(down)).map(|(c, a)| (a.since, c.clone())).collect();
         composites.sort();
         for (_, composite) in composites {
             let owner = self.affinities[&composite].owner;
             let placed = self.place(owner, &composite, true, &[], true);
             let member = placed.map(|p| p.0);
-            let kind = if member.is_some() {
-                EventKind::Moved
-            } else {
-                EventKind::NoMemberAvailable
-            };
+            let kind = if member.is_some() { EventKind::Moved } else { EventKind::NoMemberAvailable };
             let mut event = self.event(kind);
             let sequence = event.sequence;
             event.composite = Some(composite.clone());
@@ -1121,11 +979,7 @@ impl RoutingTable {
 
     /// The member of `composite`'s affinity for a leg in `group`, placing the affinity if it
     /// has no (up) member yet.
-    fn follow_affinity(
-        &mut self,
-        group: GroupId,
-        composite: &Arc<str>,
-    ) -> Option<(MemberId, usize, Reason)> {
+    fn follow_affinity(&mut self, group: GroupId, composite: &Arc<str>) -> Option<(MemberId, usize, Reason)> {
         let current = self.affinities.get(composite).and_then(|a| a.member);
         if let Some(member) = current {
             if self.members[member.index()].up {
@@ -1158,11 +1012,7 @@ impl RoutingTable {
 /// A remembered leg as `route` reports it now.
 fn current(decision: &LegDecision) -> LegDecision {
     LegDecision {
-        reason: if decision.member.is_some() {
-            Reason::Sticky
-        } else {
-            Reason::Unavailable
-        },
+        reason: if decision.member.is_some() { Reason::Sticky } else { Reason::Unavailable },
         ..decision.clone()
     }
 }

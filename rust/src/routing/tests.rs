@@ -8,14 +8,8 @@ use super::*;
 fn spec(name: &str, groups: &[&[&str]], rules: &[(&str, &str)]) -> SourceGroupSpec {
     SourceGroupSpec {
         name: name.to_owned(),
-        priority_groups: groups
-            .iter()
-            .map(|g| g.iter().map(|l| (*l).to_owned()).collect())
-            .collect(),
-        rules: rules
-            .iter()
-            .map(|(k, p)| ((*k).to_owned(), (*p).to_owned()))
-            .collect(),
+        priority_groups: groups.iter().map(|g| g.iter().map(|l| (*l).to_owned()).collect()).collect(),
+        rules: rules.iter().map(|(k, p)| ((*k).to_owned(), (*p).to_owned())).collect(),
         selection: Selection::Modulo,
         policy: builtin("workload").unwrap(),
     }
@@ -27,18 +21,12 @@ const FOO: &str = "/PRIVATE/([^/]+)-[0-9]+/FOO";
 fn foo_table(groups: &[&[&str]]) -> RoutingTable {
     let mut table = RoutingTable::new();
     let service = table.add_service("foo", &["^/PRIVATE/"]).unwrap();
-    table
-        .add_source_group(service, spec("foo", groups, &[("foo-adapters", FOO)]))
-        .unwrap();
+    table.add_source_group(service, spec("foo", groups, &[("foo-adapters", FOO)])).unwrap();
     table
 }
 
 fn member_of(table: &mut RoutingTable, subject: &str) -> Option<String> {
-    table
-        .route_primary(subject)
-        .unwrap()
-        .member
-        .map(|m| table.label(m).to_owned())
+    table.route_primary(subject).unwrap().member.map(|m| table.label(m).to_owned())
 }
 
 #[test]
@@ -52,10 +40,7 @@ fn same_user_sticks_to_one_member_and_binds_once() {
     assert_eq!(first[0].composite.as_deref(), Some("foo-adapters:alice"));
     assert_eq!(table.affinity_count(), 1);
     let events = table.drain_events();
-    assert_eq!(
-        events.iter().filter(|e| e.kind == EventKind::Bound).count(),
-        2
-    );
+    assert_eq!(events.iter().filter(|e| e.kind == EventKind::Bound).count(), 2);
 }
 
 #[test]
@@ -70,21 +55,13 @@ fn failed_member_hands_affinities_to_survivor_and_recovery_moves_nothing_back() 
     table.drain_events();
     table.set_member_up("FooAdapter1", false).unwrap();
     for subject in &users {
-        assert_eq!(
-            member_of(&mut table, subject).as_deref(),
-            Some("FooAdapter2")
-        );
+        assert_eq!(member_of(&mut table, subject).as_deref(), Some("FooAdapter2"));
     }
     let moved = table.drain_events();
-    assert!(moved
-        .iter()
-        .any(|e| e.kind == EventKind::Moved && e.move_reason == Some(MoveReason::MemberDown)));
+    assert!(moved.iter().any(|e| e.kind == EventKind::Moved && e.move_reason == Some(MoveReason::MemberDown)));
     table.set_member_up("FooAdapter1", true).unwrap();
     for subject in &users {
-        assert_eq!(
-            member_of(&mut table, subject).as_deref(),
-            Some("FooAdapter2")
-        );
+        assert_eq!(member_of(&mut table, subject).as_deref(), Some("FooAdapter2"));
     }
     // New composites may go to the recovered member.
     let fresh: Vec<_> = (0..40)
@@ -99,10 +76,7 @@ fn failed_member_hands_affinities_to_survivor_and_recovery_moves_nothing_back() 
 
 #[test]
 fn failover_group_serves_until_first_group_recovers_then_only_new_keys_return() {
-    let mut table = foo_table(&[
-        &["FooAdapter1", "FooAdapter2"],
-        &["FooAdapter3", "FooAdapter4"],
-    ]);
+    let mut table = foo_table(&[&["FooAdapter1", "FooAdapter2"], &["FooAdapter3", "FooAdapter4"]]);
     table.subscribe("/PRIVATE/alice-0/FOO").unwrap();
     table.set_member_up("FooAdapter1", false).unwrap();
     table.set_member_up("FooAdapter2", false).unwrap();
@@ -111,14 +85,8 @@ fn failover_group_serves_until_first_group_recovers_then_only_new_keys_return() 
     let bob = table.subscribe("/PRIVATE/bob-0/FOO").unwrap().1.remove(0);
     assert_eq!(bob.reason, Reason::Failover);
     table.set_member_up("FooAdapter2", true).unwrap();
-    assert_eq!(
-        table.route_primary("/PRIVATE/alice-1/FOO").unwrap().member,
-        alice.member
-    );
-    assert_eq!(
-        table.route_primary("/PRIVATE/bob-1/FOO").unwrap().member,
-        bob.member
-    );
+    assert_eq!(table.route_primary("/PRIVATE/alice-1/FOO").unwrap().member, alice.member);
+    assert_eq!(table.route_primary("/PRIVATE/bob-1/FOO").unwrap().member, bob.member);
     let carol = table.subscribe("/PRIVATE/carol-0/FOO").unwrap().1.remove(0);
     assert_eq!(table.label(carol.member.unwrap()), "FooAdapter2");
     assert_eq!(carol.reason, Reason::Hashed);
@@ -140,10 +108,7 @@ fn last_unsubscribe_forgets_the_affinity() {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].kind, EventKind::Forgotten);
     assert_eq!(events[0].composite.as_deref(), Some("foo-adapters:alice"));
-    assert!(matches!(
-        table.unsubscribe("/PRIVATE/alice-2/FOO"),
-        Err(RoutingError::NotSubscribed(_))
-    ));
+    assert!(matches!(table.unsubscribe("/PRIVATE/alice-2/FOO"), Err(RoutingError::NotSubscribed(_))));
 }
 
 #[test]
@@ -157,60 +122,26 @@ fn nothing_up_waits_then_binds_when_a_member_comes_up() {
     table.set_member_up("FooAdapter1", true).unwrap();
     let bound = table.route_primary("/PRIVATE/alice-0/FOO").unwrap();
     assert_eq!(bound.member, table.member_id("FooAdapter1"));
-    assert_eq!(
-        table.affinity("foo-adapters:alice"),
-        table.member_id("FooAdapter1")
-    );
-    assert!(table
-        .drain_events()
-        .iter()
-        .any(|e| e.kind == EventKind::Bound));
+    assert_eq!(table.affinity("foo-adapters:alice"), table.member_id("FooAdapter1"));
+    assert!(table.drain_events().iter().any(|e| e.kind == EventKind::Bound));
 }
 
 #[test]
 fn shared_affinity_key_shares_memory_across_services() {
     let mut table = RoutingTable::new();
-    let channel = table
-        .add_service("trade-messaging-channel", &["^/PRIVATE/[^/]+/FXTRADE"])
-        .unwrap();
-    let blotter = table
-        .add_service(
-            "trade-blotter-container",
-            &["^/PRIVATE/[^/]+/BLOTTER/TRADE"],
-        )
-        .unwrap();
+    let channel = table.add_service("trade-messaging-channel", &["^/PRIVATE/[^/]+/FXTRADE"]).unwrap();
+    let blotter = table.add_service("trade-blotter-container", &["^/PRIVATE/[^/]+/BLOTTER/TRADE"]).unwrap();
     let adapters: &[&[&str]] = &[&["TradeAdapterA", "TradeAdapterB"]];
     table
-        .add_source_group(
-            channel,
-            spec(
-                "c",
-                adapters,
-                &[("trading-adapters", "^/PRIVATE/([^/]+)-[0-9]+/FXTRADE")],
-            ),
-        )
+        .add_source_group(channel, spec("c", adapters, &[("trading-adapters", "^/PRIVATE/([^/]+)-[0-9]+/FXTRADE")]))
         .unwrap();
     table
-        .add_source_group(
-            blotter,
-            spec(
-                "b",
-                adapters,
-                &[("trading-adapters", "^/PRIVATE/([^/]+)/BLOTTER/TRADE")],
-            ),
-        )
+        .add_source_group(blotter, spec("b", adapters, &[("trading-adapters", "^/PRIVATE/([^/]+)/BLOTTER/TRADE")]))
         .unwrap();
-    table
-        .add_source_group(blotter, spec("h", &[&["HistoricalAdapter"]], &[]))
-        .unwrap();
+    table.add_source_group(blotter, spec("h", &[&["HistoricalAdapter"]], &[])).unwrap();
     for user in ["alice", "bob", "carol", "dave"] {
-        let channel = table
-            .subscribe(&format!("/PRIVATE/{user}-0/FXTRADE"))
-            .unwrap()
-            .1;
-        let (service, blotter) = table
-            .subscribe(&format!("/PRIVATE/{user}/BLOTTER/TRADE"))
-            .unwrap();
+        let channel = table.subscribe(&format!("/PRIVATE/{user}-0/FXTRADE")).unwrap().1;
+        let (service, blotter) = table.subscribe(&format!("/PRIVATE/{user}/BLOTTER/TRADE")).unwrap();
         assert_eq!(table.service_name(service), "trade-blotter-container");
         assert_eq!(channel[0].member, blotter[0].member, "{user}");
         assert_eq!(blotter[1].reason, Reason::Workload);
@@ -222,34 +153,23 @@ fn shared_affinity_key_shares_memory_across_services() {
 fn authoritative_nodata_is_not_retried_but_plain_nodata_is() {
     let mut table = foo_table(&[&["FooAdapter1", "FooAdapter2"]]);
     let service = table.add_service("other", &["^/OTHER/"]).unwrap();
-    table
-        .add_source_group(service, spec("o", &[&["FooAdapter1", "FooAdapter2"]], &[]))
-        .unwrap();
+    table.add_source_group(service, spec("o", &[&["FooAdapter1", "FooAdapter2"]], &[])).unwrap();
     let alice = table.subscribe("/PRIVATE/alice-0/FOO").unwrap().1.remove(0);
-    let answer = table
-        .report_nodata("/PRIVATE/alice-0/FOO", NoDataStatus::NotFound)
-        .unwrap();
+    let answer = table.report_nodata("/PRIVATE/alice-0/FOO", NoDataStatus::NotFound).unwrap();
     assert_eq!(answer.reason, Reason::NoData);
     assert_eq!(answer.member, alice.member);
     let plain = table.subscribe("/OTHER/x").unwrap().1.remove(0);
-    let retried = table
-        .report_nodata("/OTHER/x", NoDataStatus::Unavailable)
-        .unwrap();
+    let retried = table.report_nodata("/OTHER/x", NoDataStatus::Unavailable).unwrap();
     assert_eq!(retried.reason, Reason::Retry);
     assert_ne!(retried.member, plain.member);
-    let exhausted = table
-        .report_nodata("/OTHER/x", NoDataStatus::Unavailable)
-        .unwrap();
+    let exhausted = table.report_nodata("/OTHER/x", NoDataStatus::Unavailable).unwrap();
     assert_eq!(exhausted.reason, Reason::NoData);
 }
 
 #[test]
 fn no_matching_service_is_an_error() {
     let mut table = foo_table(&[&["FooAdapter1"]]);
-    assert!(matches!(
-        table.route_primary("/PUBLIC/x"),
-        Err(RoutingError::NoService(_))
-    ));
+    assert!(matches!(table.route_primary("/PUBLIC/x"), Err(RoutingError::NoService(_))));
 }
 
 #[test]
@@ -303,9 +223,7 @@ fn round_robin_and_least_assigned_fallbacks() {
     table.add_source_group(service, group).unwrap();
     let labels: Vec<String> = (0..6)
         .map(|i| {
-            let member = table.subscribe(&format!("/s{i}")).unwrap().1[0]
-                .member
-                .unwrap();
+            let member = table.subscribe(&format!("/s{i}")).unwrap().1[0].member.unwrap();
             table.label(member).to_owned()
         })
         .collect();

@@ -28,8 +28,7 @@ impl Policy for AffinityHash {
     }
 
     fn select(&self, request: &Request<'_>) -> Result<usize, PolicyError> {
-        self.place(request.key, request.candidates)
-            .ok_or_else(|| PolicyError("no candidate".to_owned()))
+        self.place(request.key, request.candidates).ok_or_else(|| PolicyError("no candidate".to_owned()))
     }
 
     fn decides_composites(&self) -> bool {

@@ -17,8 +17,6 @@ impl Policy for LeastAssigned {
     }
 
     fn select(&self, request: &Request<'_>) -> Result<usize, PolicyError> {
-        Ok(minimum_by(request.candidates, |c| {
-            (c.assigned, c.activation)
-        }))
+        Ok(minimum_by(request.candidates, |c| (c.assigned, c.activation)))
     }
 }

@@ -106,33 +106,14 @@ mod tests {
 
     fn candidates() -> Vec<Candidate<'static>> {
         vec![
-            Candidate {
-                label: "a",
-                subscriptions: 3,
-                assigned: 1,
-                activation: 2,
-            },
-            Candidate {
-                label: "b",
-                subscriptions: 1,
-                assigned: 1,
-                activation: 0,
-            },
-            Candidate {
-                label: "c",
-                subscriptions: 1,
-                assigned: 4,
-                activation: 1,
-            },
+            Candidate { label: "a", subscriptions: 3, assigned: 1, activation: 2 },
+            Candidate { label: "b", subscriptions: 1, assigned: 1, activation: 0 },
+            Candidate { label: "c", subscriptions: 1, assigned: 4, activation: 1 },
         ]
     }
 
     fn request<'a>(candidates: &'a [Candidate<'a>]) -> Request<'a> {
-        Request {
-            key: "/X",
-            is_composite: false,
-            candidates,
-        }
+        Request { key: "/X", is_composite: false, candidates }
     }
 
     #[test]

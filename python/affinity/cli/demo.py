@@ -1,0 +1,101 @@
+"""``affinity demo``: a publisher and a subscriber in two processes over loopback UDP."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import affinity
+from affinity.testing import free_udp_port
+
+STREAM_ID = 1001
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Adds the ``demo`` subcommand."""
+    parser = subparsers.add_parser("demo", help="send messages between two processes and print the rates")
+    parser.add_argument("--count", type=int, default=2_000_000, help="messages to send (default 2,000,000)")
+    parser.add_argument("--size", type=int, default=32, help="message size in bytes (default 32)")
+    parser.add_argument("--port", type=int, default=0, help="UDP port on 127.0.0.1 (default: a free one)")
+    parser.add_argument("--role", choices=("both", "pub", "sub"), default="both", help=argparse.SUPPRESS)
+    parser.add_argument("--threading", choices=("shared", "invoker"), default="invoker")
+    parser.set_defaults(run=run)
+
+
+def _subscribe(port: int, count: int, threading: str) -> dict[str, float]:
+    with affinity.Client(threading=threading) as client:  # type: ignore[arg-type]
+        sub = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM_ID)
+        print("ready", flush=True)
+        received = 0
+        received_bytes = 0
+        first = 0.0
+        deadline = time.monotonic() + 300
+        while received < count and time.monotonic() < deadline:
+            batch = sub.poll_batch(4096)
+            if batch and not first:
+                first = time.perf_counter()
+            received += len(batch)
+            received_bytes += sum(map(len, batch))
+        elapsed = max(time.perf_counter() - first, 1e-9)
+        return {
+            "received": received,
+            "seconds": round(elapsed, 3),
+            "messages_per_second": round(received / elapsed),
+            "megabytes_per_second": round(received_bytes / elapsed / 1e6, 1),
+        }
+
+
+def _publish(port: int, count: int, size: int, threading: str) -> None:
+    with affinity.Client(threading=threading) as client:  # type: ignore[arg-type]
+        pub = client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", STREAM_ID)
+        deadline = time.monotonic() + 30
+        while not pub.is_connected:
+            client.do_work()
+            if time.monotonic() > deadline:
+                raise affinity.DriverTimeoutError("the subscriber never connected")
+        batch = [bytes([i % 256]) * size for i in range(1024)]
+        sent = 0
+        while sent < count:
+            sent += pub.offer_batch(batch[: min(len(batch), count - sent)])
+            client.do_work()
+        # Keep serving NAKs and status messages until the subscriber has everything.
+        linger_until = time.monotonic() + 2
+        while time.monotonic() < linger_until:
+            client.do_work()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs the demo; prints one JSON line with the subscriber's figures."""
+    if args.size < 1:
+        print("affinity demo: --size must be at least 1", file=sys.stderr)
+        return 2
+    if args.role == "sub":
+        print(json.dumps(_subscribe(args.port, args.count, args.threading)), flush=True)
+        return 0
+    if args.role == "pub":
+        _publish(args.port, args.count, args.size, args.threading)
+        return 0
+    port = args.port or free_udp_port()
+    command = [sys.executable, "-m", "affinity.cli", "demo", "--role", "sub", "--port", str(port)]
+    command += ["--count", str(args.count), "--threading", args.threading]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != "ready":
+            print("affinity demo: the subscriber process failed to start", file=sys.stderr)
+            return 1
+        print(f"sending {args.count:,} messages of {args.size} B over 127.0.0.1:{port} ...", flush=True)
+        _publish(port, args.count, args.size, args.threading)
+        output, _ = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    figures = json.loads(output.strip().splitlines()[-1])
+    print(
+        f"received {figures['received']:,} messages in {figures['seconds']} s: "
+        f"{figures['messages_per_second']:,} messages/s, {figures['megabytes_per_second']} MB/s"
+    )
+    return 0 if figures["received"] == args.count else 1

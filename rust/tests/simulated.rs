@@ -1,0 +1,245 @@
+//! A publication and an image driven by a fake clock over a seeded lossy "network":
+//! no sockets, no threads, no sleeps.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use affinity::flow_control::{build, FlowControlDefaults};
+use affinity::logbuffer::StreamIdentity;
+use affinity::protocol::{Image, ImageConfig, NetworkPublication, OfferError, PublicationConfig};
+use affinity::time::Instant;
+use affinity::wire::{parse_control, ControlFrame, FrameHeader, FrameType, Setup};
+
+const TERM_LENGTH: u32 = 64 * 1024;
+
+struct Network {
+    seed: u64,
+    loss: f64,
+    duplicate: f64,
+    reorder: f64,
+}
+
+impl Network {
+    fn chance(&mut self) -> f64 {
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        (self.seed >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Delivers `datagram` into `queue` with loss, duplication and reordering.
+    fn carry(&mut self, datagram: Vec<u8>, queue: &mut VecDeque<Vec<u8>>) {
+        if self.chance() < self.loss {
+            return;
+        }
+        if self.chance() < self.duplicate {
+            queue.push_back(datagram.clone());
+        }
+        if self.chance() < self.reorder && !queue.is_empty() {
+            let index = (self.chance() * queue.len() as f64) as usize;
+            queue.insert(index, datagram);
+        } else {
+            queue.push_back(datagram);
+        }
+    }
+}
+
+fn publication(now: Instant) -> NetworkPublication {
+    let identity = StreamIdentity { session_id: 77, stream_id: 1001, initial_term_id: -5, term_length: TERM_LENGTH };
+    let config = PublicationConfig {
+        identity,
+        initial_position: 0,
+        mtu: 1408,
+        publication_window: TERM_LENGTH / 2,
+        ttl: 0,
+        is_group: false,
+        linger: Duration::from_secs(1),
+        connection_timeout: Duration::from_secs(5),
+        retransmit_delay: Duration::ZERO,
+        retransmit_linger: Duration::from_millis(10),
+        max_resend: 1,
+        signal_eos: true,
+    };
+    NetworkPublication::new(config, build(None, false, &FlowControlDefaults::default()), now)
+}
+
+fn image_from(setup: &Setup, now: Instant) -> Image {
+    let identity = StreamIdentity {
+        session_id: setup.session_id,
+        stream_id: setup.stream_id,
+        initial_term_id: setup.initial_term_id,
+        term_length: setup.term_length as u32,
+    };
+    let join_position = identity.position(setup.active_term_id, setup.term_offset);
+    let config = ImageConfig {
+        identity,
+        join_position,
+        receiver_window: 32 * 1024,
+        receiver_id: 4242,
+        group_tag: None,
+        status_interval: Duration::from_millis(100),
+        nak_delay: Duration::from_micros(100),
+        is_group: false,
+        multicast_nak_backoff: Duration::from_millis(10),
+        liveness_timeout: Duration::from_secs(10),
+        random_seed: 9,
+    };
+    let mut image = Image::new(config, now);
+    image.add_consumer(1);
+    image
+}
+
+struct Run {
+    delivered: Vec<Vec<u8>>,
+    setups_seen: usize,
+    elapsed: Duration,
+}
+
+/// Sends `count` messages through the network, returning what the consumer saw.
+fn simulate(count: usize, forward: &mut Network, backward: &mut Network, drop_status_after: Option<Duration>) -> Run {
+    let step = Duration::from_micros(50);
+    let mut now = Instant::ZERO;
+    let mut publication = publication(now);
+    let mut image: Option<Image> = None;
+    let (mut to_receiver, mut to_sender) = (VecDeque::new(), VecDeque::new());
+    let mut buffer = vec![0u8; 65536];
+    let mut delivered = Vec::new();
+    let mut setups_seen = 0;
+    let mut offered = 0;
+    let message = |i: usize| -> Vec<u8> {
+        let mut bytes = vec![(i % 251) as u8; 1 + (i * 37) % 3000];
+        bytes[0] = (i % 256) as u8;
+        bytes
+    };
+    let mut partial: Vec<u8> = Vec::new();
+    for _ in 0..2_000_000 {
+        now = now + step;
+        while offered < count {
+            match publication.offer(&message(offered), 0) {
+                Ok(_) => offered += 1,
+                Err(OfferError::BackPressured | OfferError::NotConnected) => break,
+                Err(other) => panic!("{other:?}"),
+            }
+        }
+        while let Some(length) = publication.poll_transmit(now, &mut buffer) {
+            forward.carry(buffer[..length].to_vec(), &mut to_receiver);
+        }
+        publication.on_idle(now);
+        while let Some(datagram) = to_receiver.pop_front() {
+            let header = FrameHeader::parse(&datagram).unwrap();
+            match header.frame_type {
+                FrameType::Setup => {
+                    setups_seen += 1;
+                    if image.is_none() {
+                        image = Some(image_from(&Setup::parse(&datagram).unwrap(), now));
+                    }
+                }
+                _ => {
+                    if let Some(image) = image.as_mut() {
+                        let _ = image.on_data(&datagram, now);
+                    }
+                }
+            }
+        }
+        if let Some(image) = image.as_mut() {
+            image.poll_fragments(1, 64, |fragment| {
+                partial.extend_from_slice(fragment.payload);
+                if fragment.header.flags & 0x40 != 0 {
+                    delivered.push(std::mem::take(&mut partial));
+                }
+            });
+            image.on_tick(now);
+            let silenced = drop_status_after.is_some_and(|after| now.as_nanos() >= after.as_nanos() as u64);
+            while let Some(length) = image.poll_transmit(now, &mut buffer) {
+                if !silenced {
+                    backward.carry(buffer[..length].to_vec(), &mut to_sender);
+                }
+            }
+        }
+        while let Some(datagram) = to_sender.pop_front() {
+            match parse_control(&datagram).unwrap() {
+                Some(ControlFrame::StatusMessage(message)) => publication.on_status_message(&message, now),
+                Some(ControlFrame::Nak(nak)) => publication.on_nak(&nak, now),
+                _ => {}
+            }
+        }
+        if delivered.len() == count || (drop_status_after.is_some() && now.as_nanos() > 7_000_000_000) {
+            break;
+        }
+    }
+    for (index, got) in delivered.iter().enumerate() {
+        assert_eq!(got, &message(index), "message {index}");
+    }
+    let _ = &publication;
+    Run { delivered, setups_seen, elapsed: Duration::from_nanos(now.as_nanos()) }
+}
+
+fn clean() -> Network {
+    Network { seed: 1, loss: 0.0, duplicate: 0.0, reorder: 0.0 }
+}
+
+#[test]
+fn delivers_everything_in_order_on_a_perfect_network() {
+    let run = simulate(2_000, &mut clean(), &mut clean(), None);
+    assert_eq!(run.delivered.len(), 2_000);
+}
+
+#[test]
+fn repairs_loss_duplication_and_reordering_in_both_directions() {
+    let mut forward = Network { seed: 0x1234_5678, loss: 0.05, duplicate: 0.02, reorder: 0.05 };
+    let mut backward = Network { seed: 0x8765_4321, loss: 0.05, duplicate: 0.02, reorder: 0.05 };
+    let run = simulate(5_000, &mut forward, &mut backward, None);
+    assert_eq!(run.delivered.len(), 5_000);
+}
+
+#[test]
+fn survives_heavy_loss() {
+    let mut forward = Network { seed: 99, loss: 0.2, duplicate: 0.0, reorder: 0.0 };
+    let mut backward = Network { seed: 98, loss: 0.2, duplicate: 0.0, reorder: 0.0 };
+    let run = simulate(1_000, &mut forward, &mut backward, None);
+    assert_eq!(run.delivered.len(), 1_000);
+}
+
+#[test]
+fn a_lost_setup_is_sent_again_until_a_status_message_arrives() {
+    // The first datagrams (the first SETUPs) are lost; the publication keeps announcing itself.
+    let mut forward = Network { seed: 5, loss: 0.6, duplicate: 0.0, reorder: 0.0 };
+    let run = simulate(100, &mut forward, &mut clean(), None);
+    assert_eq!(run.delivered.len(), 100);
+    assert!(run.setups_seen >= 1);
+}
+
+#[test]
+fn lost_status_messages_only_delay_delivery() {
+    let mut backward = Network { seed: 77, loss: 0.5, duplicate: 0.0, reorder: 0.0 };
+    let run = simulate(2_000, &mut clean(), &mut backward, None);
+    assert_eq!(run.delivered.len(), 2_000);
+}
+
+#[test]
+fn a_receiver_that_stops_sending_status_messages_stalls_the_publisher_within_its_window() {
+    // Status messages stop after 20 ms: the publisher may only send one receiver window beyond
+    // the last reported position, so delivery stops short and nothing is corrupted.
+    let run = simulate(20_000, &mut clean(), &mut clean(), Some(Duration::from_millis(20)));
+    assert!(run.delivered.len() < 20_000, "delivered {}", run.delivered.len());
+    assert!(run.elapsed >= Duration::from_secs(7));
+}
+
+#[test]
+fn publication_is_not_connected_after_the_receiver_goes_silent() {
+    let mut now = Instant::ZERO;
+    let mut publication = publication(now);
+    let mut buffer = vec![0u8; 2048];
+    let length = publication.poll_transmit(now, &mut buffer).unwrap();
+    let setup = Setup::parse(&buffer[..length]).unwrap();
+    let mut image = image_from(&setup, now);
+    let length = image.poll_transmit(now, &mut buffer).unwrap();
+    let Some(ControlFrame::StatusMessage(message)) = parse_control(&buffer[..length]).unwrap() else { panic!() };
+    publication.on_status_message(&message, now);
+    publication.on_idle(now);
+    assert!(publication.is_connected());
+    now = now + Duration::from_secs(6);
+    publication.on_idle(now);
+    assert!(!publication.is_connected());
+    assert_eq!(publication.offer(b"x", 0), Err(OfferError::NotConnected));
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Fresh machine: set up, then run every check and test (what CI runs). Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+. .venv/bin/activate
+echo "== rust: format, lints, tests (core without Python)"
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+cargo clippy --all-targets --features python -- -D warnings
+cargo test --no-default-features
+echo "== python: lint, types, tests"
+ruff check python tests benches
+mypy python/affinity
+set +e
+python -m pytest tests -q
+status=$?
+set -e
+if [[ $status -eq 5 ]]; then
+  echo "pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit $status
