@@ -12,7 +12,7 @@ use crate::client::{PublicationShared, SubscriptionShared};
 use crate::error::{Error, Result};
 use crate::flow_control::{build_checked, FlowControlSpec};
 use crate::logbuffer::StreamIdentity;
-use crate::media::udp::{bind_control_listener, bind_receiver, bind_sender, SocketOptions};
+use crate::media::udp::{bind_control_listener, bind_receiver, bind_sender, resolve_interface, SocketOptions};
 use crate::protocol::{NetworkPublication, PublicationConfig};
 use crate::time::Instant;
 
@@ -90,6 +90,16 @@ fn config_error(message: String) -> Error {
     Error::Config(message)
 }
 
+/// The local address `interface=` selects (a CIDR prefix picks the matching local interface).
+fn interface_address(uri: &ChannelUri, channel: &str) -> Result<Option<std::net::IpAddr>> {
+    match &uri.interface {
+        None => Ok(None),
+        Some(spec) => resolve_interface(spec.address, spec.prefix_length)
+            .map(Some)
+            .map_err(|e| config_error(format!("{channel}: interface={spec}: {e}"))),
+    }
+}
+
 impl Conductor {
     /// A conductor reading `commands`.
     pub fn new(context: DriverContext, commands: Receiver<DriverCommand>) -> Self {
@@ -152,16 +162,16 @@ impl Conductor {
             None => (self.ids.next_u64() as i32, 0),
         };
         let identity = StreamIdentity { session_id, stream_id, initial_term_id, term_length };
+        let interface = interface_address(&uri, channel)?;
         let options = SocketOptions {
             receive_buffer: Some(uri.so_rcvbuf.unwrap_or(self.context.socket_receive_buffer)),
             send_buffer: uri.so_sndbuf.or(self.context.socket_send_buffer),
             multicast_ttl: uri.ttl.map(u32::from),
-            interface: uri.interface.as_ref().map(|i| i.address),
+            interface,
         };
-        let local = uri
-            .interface
-            .as_ref()
-            .map(|i| SocketAddr::new(i.address, if is_multicast { 0 } else { i.port.unwrap_or(0) }));
+        let local = uri.interface.as_ref().zip(interface).map(|(spec, address)| {
+            SocketAddr::new(address, if is_multicast { 0 } else { spec.port.unwrap_or(0) })
+        });
         let socket = bind_sender(endpoint, local, &options)
             .map_err(|e| Error::Driver(format!("{channel}: cannot open sending socket for {endpoint}: {e}")))?;
         let control_socket = match (is_multicast, uri.control_address()) {
@@ -218,7 +228,7 @@ impl Conductor {
             receive_buffer: Some(receive_buffer),
             send_buffer: uri.so_sndbuf.or(self.context.socket_send_buffer),
             multicast_ttl: uri.ttl.map(u32::from),
-            interface: uri.interface.as_ref().map(|i| i.address),
+            interface: interface_address(&uri, channel)?,
         };
         let socket = bind_receiver(endpoint, &options)
             .map_err(|e| Error::Driver(format!("{channel}: cannot bind receiving socket {endpoint}: {e}")))?;

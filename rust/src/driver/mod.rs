@@ -3,6 +3,7 @@
 
 pub mod conductor;
 pub mod context;
+pub mod events;
 pub mod idle;
 pub mod receiver;
 pub mod sender;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 pub use conductor::DriverCommand;
 pub use context::{DriverContext, ThreadingMode};
+pub use events::{DriverEvent, DriverEventKind, EventLog};
 pub use idle::{IdleStrategy, Idler};
 pub use receiver::lock;
 
@@ -22,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::time::MonotonicClock;
 use conductor::Conductor;
 use receiver::ReceiverAgent;
-use sender::SenderAgent;
+use sender::{SenderAgent, SenderCounters};
 
 /// How long a closing driver keeps sending so appended data reaches the receivers.
 const SHUTDOWN_DRAIN_LIMIT: Duration = Duration::from_secs(2);
@@ -63,15 +65,20 @@ pub struct Driver {
     invoked: Option<Mutex<DriverAgents>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     shutdown: Arc<AtomicBool>,
+    events: Arc<Mutex<EventLog>>,
+    sender_counters: Arc<SenderCounters>,
 }
 
 impl Driver {
     /// Starts a driver with `context` (a thread in shared mode, nothing in invoker mode).
     pub fn start(context: DriverContext) -> Result<Driver> {
         let (commands, receiver) = mpsc::channel();
+        let events = Arc::new(Mutex::new(EventLog::default()));
+        let sender = SenderAgent::with_event_log(context.datagrams_per_cycle, events.clone());
+        let sender_counters = sender.counters().clone();
         let agents = DriverAgents {
             conductor: Conductor::new(context.clone(), receiver),
-            sender: SenderAgent::new(context.datagrams_per_cycle),
+            sender,
             receiver: ReceiverAgent::new(context.datagrams_per_cycle),
             clock: MonotonicClock::new(),
         };
@@ -88,7 +95,24 @@ impl Driver {
                 (None, Some(handle))
             }
         };
-        Ok(Driver { context, commands, invoked, thread: Mutex::new(thread), shutdown })
+        Ok(Driver { context, commands, invoked, thread: Mutex::new(thread), shutdown, events, sender_counters })
+    }
+
+    /// Takes the events logged since the last call, oldest first (receivers joining or leaving
+    /// flow-control groups, connection changes, error frames). Each formats as one log line.
+    pub fn drain_events(&self) -> Vec<DriverEvent> {
+        self.do_work();
+        lock(&self.events).drain()
+    }
+
+    /// Events lost because nobody drained the bounded log in time.
+    pub fn dropped_events(&self) -> u64 {
+        lock(&self.events).dropped()
+    }
+
+    /// Control datagrams the sender could not decode or attribute to a publication.
+    pub fn invalid_control_frames(&self) -> u64 {
+        self.sender_counters.invalid_frames.load(Ordering::Relaxed)
     }
 
     /// The driver's settings.

@@ -1,12 +1,25 @@
 //! The sender agent: drains publications to the network, answers status messages and NAKs.
 
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
+use super::events::{DriverEvent, EventLog};
+use super::receiver::lock;
 use crate::client::PublicationShared;
 use crate::media::udp::is_would_block;
 use crate::time::Instant;
-use crate::wire::{parse_control, ControlFrame};
+use crate::wire::{parse_control, ControlFrame, FrameHeader, FrameType, StatusMessage};
+
+/// Counters of the sender agent, shared with the [`Driver`](super::Driver) handle.
+#[derive(Debug, Default)]
+pub struct SenderCounters {
+    /// Control datagrams that failed to decode, or status messages of a bad length, that
+    /// could not be attributed to a publication.
+    pub invalid_frames: AtomicU64,
+    /// Send errors other than "would block".
+    pub send_errors: AtomicU64,
+}
 
 /// One publication and the socket it sends from (which also receives its control frames).
 pub struct SendEndpoint {
@@ -30,15 +43,18 @@ pub struct SenderAgent {
     batch: Vec<u8>,
     batch_lengths: Vec<usize>,
     receive_buffer: Vec<u8>,
-    /// Control datagrams that failed to decode.
-    pub invalid_frames: u64,
-    /// Send errors other than "would block".
-    pub send_errors: u64,
+    events: Arc<Mutex<EventLog>>,
+    counters: Arc<SenderCounters>,
 }
 
 impl SenderAgent {
-    /// An agent with no publications.
+    /// An agent with no publications and an event log of its own.
     pub fn new(datagrams_per_cycle: usize) -> Self {
+        Self::with_event_log(datagrams_per_cycle, Arc::default())
+    }
+
+    /// An agent with no publications that drains publication events into `events`.
+    pub fn with_event_log(datagrams_per_cycle: usize, events: Arc<Mutex<EventLog>>) -> Self {
         SenderAgent {
             endpoints: Vec::new(),
             datagrams_per_cycle,
@@ -46,9 +62,14 @@ impl SenderAgent {
             batch: Vec::new(),
             batch_lengths: Vec::new(),
             receive_buffer: vec![0; 65536],
-            invalid_frames: 0,
-            send_errors: 0,
+            events,
+            counters: Arc::default(),
         }
+    }
+
+    /// The agent's counters (shared, readable from other threads).
+    pub fn counters(&self) -> &Arc<SenderCounters> {
+        &self.counters
     }
 
     /// Starts serving a publication.
@@ -100,14 +121,21 @@ impl SenderAgent {
                     Err(_) => break,
                 };
                 work += 1;
-                let frame = match parse_control(&self.receive_buffer[..length]) {
+                let datagram = &self.receive_buffer[..length];
+                let frame = match parse_control(datagram) {
                     Ok(Some(frame)) => frame,
                     Ok(None) => continue,
                     Err(_) => {
-                        self.invalid_frames += 1;
+                        self.on_malformed(index, datagram);
                         continue;
                     }
                 };
+                if let ControlFrame::StatusMessage(_) = frame {
+                    if !has_status_message_length(datagram) {
+                        self.on_malformed(index, datagram);
+                        continue;
+                    }
+                }
                 let endpoint = &self.endpoints[index];
                 let mut publication = endpoint.publication.state();
                 let identity = *publication.identity();
@@ -136,6 +164,42 @@ impl SenderAgent {
             }
         }
         work
+    }
+
+    /// A control datagram that failed validation: counted by the publication it names (when
+    /// session and stream are readable and match), else by the agent; never processed.
+    fn on_malformed(&self, index: usize, datagram: &[u8]) {
+        let endpoint = &self.endpoints[index];
+        if let (Some(session), Some(stream)) = (read_i32_at(datagram, 8), read_i32_at(datagram, 12)) {
+            let mut publication = endpoint.publication.state();
+            let identity = *publication.identity();
+            if session == identity.session_id && stream == identity.stream_id {
+                publication.on_malformed_control_frame();
+                return;
+            }
+        }
+        self.counters.invalid_frames.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Moves the publication's queued events into the driver's event log.
+    fn drain_events(&self, index: usize) {
+        let endpoint = &self.endpoints[index];
+        let mut publication = endpoint.publication.state();
+        let Some(first) = publication.poll_event() else { return };
+        let identity = *publication.identity();
+        let mut log = lock(&self.events);
+        let mut next = Some(first);
+        while let Some(event) = next {
+            log.push(DriverEvent {
+                time: std::time::SystemTime::now(),
+                publication_id: endpoint.publication.id,
+                channel: endpoint.publication.channel.clone(),
+                stream_id: identity.stream_id,
+                session_id: identity.session_id,
+                kind: event.into(),
+            });
+            next = publication.poll_event();
+        }
     }
 
     fn service(&mut self, index: usize, now: Instant) -> usize {
@@ -172,9 +236,12 @@ impl SenderAgent {
             match result {
                 Ok(_) => work += 1,
                 Err(error) if is_would_block(&error) => work += 1, // dropped: NAK repairs it
-                Err(_) => self.send_errors += 1,
+                Err(_) => {
+                    self.counters.send_errors.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
+        self.drain_events(index);
         work
     }
 }
@@ -187,4 +254,22 @@ impl SenderAgent {
             publication.live_receivers() > 0 && publication.sender_position() < publication.tail_position()
         })
     }
+}
+
+/// Whether a datagram carrying a status message has a valid SM length: frame_length 36 (no
+/// group tag) or 44 (with tag). Aeron logs other lengths and treats them as untagged; we count
+/// and ignore them so a malformed receiver cannot join a tagged group by accident.
+fn has_status_message_length(datagram: &[u8]) -> bool {
+    match FrameHeader::parse(datagram) {
+        Ok(header) if header.frame_type == FrameType::StatusMessage => {
+            header.frame_length == StatusMessage::LENGTH as i32
+                || header.frame_length == StatusMessage::LENGTH_WITH_GROUP_TAG as i32
+        }
+        _ => false,
+    }
+}
+
+fn read_i32_at(bytes: &[u8], offset: usize) -> Option<i32> {
+    let field = bytes.get(offset..offset + 4)?;
+    Some(i32::from_le_bytes([field[0], field[1], field[2], field[3]]))
 }

@@ -36,8 +36,22 @@ fn unspecified_like(address: &SocketAddr) -> IpAddr {
     }
 }
 
+/// Outgoing multicast settings: TTL (only when configured, as Aeron), interface, loopback.
+fn set_multicast_send_options(socket: &Socket, options: &SocketOptions) -> io::Result<()> {
+    if let Some(ttl) = options.multicast_ttl.filter(|ttl| *ttl > 0) {
+        socket.set_multicast_ttl_v4(ttl)?;
+    }
+    if let Some(IpAddr::V4(interface)) = options.interface {
+        if !interface.is_unspecified() {
+            socket.set_multicast_if_v4(&interface)?;
+        }
+    }
+    socket.set_multicast_loop_v4(true)
+}
+
 /// The socket of a receiving endpoint: bound to `endpoint` (unicast) or to the port of the
-/// group, joined to it (multicast).
+/// group, joined to it (multicast). A multicast socket also sends the endpoint's status
+/// messages and NAKs to the control group, so it gets the outgoing multicast options too.
 pub fn bind_receiver(endpoint: SocketAddr, options: &SocketOptions) -> io::Result<UdpSocket> {
     let socket = new_socket(&endpoint, options)?;
     if endpoint.ip().is_multicast() {
@@ -45,7 +59,13 @@ pub fn bind_receiver(endpoint: SocketAddr, options: &SocketOptions) -> io::Resul
         socket.set_reuse_port(true)?;
         socket.bind(&SocketAddr::new(unspecified_like(&endpoint), endpoint.port()).into())?;
         join_group(&socket, endpoint.ip(), options.interface)?;
-        socket.set_multicast_loop_v4(true)?;
+        if endpoint.is_ipv4() {
+            // Only the joined group, not every group some other socket of the host joined on
+            // this port (data and control groups share the port).
+            #[cfg(target_os = "linux")]
+            socket.set_multicast_all_v4(false)?;
+            set_multicast_send_options(&socket, options)?;
+        }
     } else {
         socket.bind(&endpoint.into())?;
     }
@@ -60,13 +80,9 @@ pub fn bind_sender(endpoint: SocketAddr, local: Option<SocketAddr>, options: &So
     let local = local.unwrap_or_else(|| SocketAddr::new(unspecified_like(&endpoint), 0));
     socket.bind(&local.into())?;
     if endpoint.ip().is_multicast() {
-        if let Some(ttl) = options.multicast_ttl {
-            socket.set_multicast_ttl_v4(ttl)?;
+        if endpoint.is_ipv4() {
+            set_multicast_send_options(&socket, options)?;
         }
-        if let Some(IpAddr::V4(interface)) = options.interface {
-            socket.set_multicast_if_v4(&interface)?;
-        }
-        socket.set_multicast_loop_v4(true)?;
     } else {
         socket.connect(&endpoint.into())?;
     }
@@ -95,4 +111,91 @@ fn join_group(socket: &Socket, group: IpAddr, interface: Option<IpAddr>) -> io::
 /// Whether an I/O error only means "nothing to do now".
 pub fn is_would_block(error: &io::Error) -> bool {
     matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
+}
+
+/// The local address selected by `interface=address[/prefix]`: the address itself without a
+/// prefix, else the first local interface address inside `address/prefix`.
+pub fn resolve_interface(address: IpAddr, prefix_length: Option<u8>) -> io::Result<IpAddr> {
+    let Some(prefix_length) = prefix_length else { return Ok(address) };
+    local_addresses()?
+        .into_iter()
+        .find(|candidate| in_network(*candidate, address, prefix_length))
+        .ok_or_else(|| {
+            io::Error::new(io::ErrorKind::AddrNotAvailable, format!("no local interface in {address}/{prefix_length}"))
+        })
+}
+
+/// Whether `candidate` lies in `network/prefix_length` (same address family only).
+pub fn in_network(candidate: IpAddr, network: IpAddr, prefix_length: u8) -> bool {
+    match (candidate, network) {
+        (IpAddr::V4(candidate), IpAddr::V4(network)) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix_length.min(32))).unwrap_or(0);
+            u32::from(candidate) & mask == u32::from(network) & mask
+        }
+        (IpAddr::V6(candidate), IpAddr::V6(network)) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix_length.min(128))).unwrap_or(0);
+            u128::from(candidate) & mask == u128::from(network) & mask
+        }
+        _ => false,
+    }
+}
+
+/// Addresses of the host's interfaces (IPv4 and IPv6), from `getifaddrs`.
+#[cfg(unix)]
+fn local_addresses() -> io::Result<Vec<IpAddr>> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut addresses = Vec::new();
+    let mut cursor = head;
+    while !cursor.is_null() {
+        // SAFETY: `cursor` is a node of the list getifaddrs returned, not yet freed.
+        let entry = unsafe { &*cursor };
+        if !entry.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points to a sockaddr whose family says which struct it is.
+            let family = i32::from(unsafe { (*entry.ifa_addr).sa_family });
+            if family == libc::AF_INET {
+                // SAFETY: family AF_INET means the sockaddr is a sockaddr_in.
+                let v4 = unsafe { &*(entry.ifa_addr as *const libc::sockaddr_in) };
+                addresses.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr))));
+            } else if family == libc::AF_INET6 {
+                // SAFETY: family AF_INET6 means the sockaddr is a sockaddr_in6.
+                let v6 = unsafe { &*(entry.ifa_addr as *const libc::sockaddr_in6) };
+                addresses.push(IpAddr::V6(Ipv6Addr::from(v6.sin6_addr.s6_addr)));
+            }
+        }
+        cursor = entry.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(addresses)
+}
+
+#[cfg(not(unix))]
+fn local_addresses() -> io::Result<Vec<IpAddr>> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "interface=address/prefix needs getifaddrs"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_addresses_inside_a_prefix() {
+        let network: IpAddr = "10.7.0.0".parse().unwrap();
+        assert!(in_network("10.7.0.3".parse().unwrap(), network, 24));
+        assert!(!in_network("10.7.1.3".parse().unwrap(), network, 24));
+        assert!(in_network("192.168.1.1".parse().unwrap(), network, 0));
+        assert!(!in_network("::1".parse().unwrap(), network, 0));
+    }
+
+    #[test]
+    fn resolves_loopback_from_its_network() {
+        let resolved = resolve_interface("127.0.0.0".parse().unwrap(), Some(8)).unwrap();
+        assert_eq!(resolved, "127.0.0.1".parse::<IpAddr>().unwrap());
+        let exact: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(resolve_interface(exact, None).unwrap(), exact);
+    }
 }

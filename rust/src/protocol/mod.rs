@@ -8,4 +8,7 @@ pub mod publication;
 pub mod retransmit;
 
 pub use image::{Image, ImageConfig, ImageCounters, ImageState};
-pub use publication::{NetworkPublication, OfferError, PublicationConfig, PublicationCounters, PublicationEvent};
+pub use publication::{
+    LiveReceiver, NetworkPublication, OfferError, PublicationConfig, PublicationCounters, PublicationEvent,
+    PublicationStatus,
+};

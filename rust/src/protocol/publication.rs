@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use super::retransmit::{ResendRange, RetransmitHandler};
-use crate::flow_control::{FlowControl, FlowControlEvent, StatusMessageInput};
+use crate::flow_control::{FlowControl, FlowControlEvent, StatusMessageInput, TrackedReceiver};
 use crate::logbuffer::log::{read_frame_length, read_frame_type};
 use crate::logbuffer::position::align_frame;
 use crate::logbuffer::{AppendOutcome, LogBuffer, StreamIdentity};
@@ -132,6 +132,60 @@ pub struct PublicationCounters {
     pub naks_ignored: u64,
     /// Error frames received.
     pub errors_received: u64,
+    /// Control frames for this publication that were malformed (bad length, unknown group-tag
+    /// length, negative receiver window) and ignored.
+    pub invalid_control_frames: u64,
+}
+
+/// A receiver the publication heard from within the connection timeout (any strategy, any
+/// tag: this is the liveness set behind "connected", not the flow-control group).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LiveReceiver {
+    /// The receiver endpoint's id.
+    pub receiver_id: i64,
+    /// The group tag of its last status message.
+    pub group_tag: Option<i64>,
+    /// The consumption position of its last status message.
+    pub position: i64,
+    /// The window of its last status message.
+    pub window: i32,
+    /// When its last status message arrived.
+    pub last_status_message: Instant,
+}
+
+/// A snapshot of a publication for counters and monitoring (`NetworkPublication::status`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PublicationStatus {
+    /// Session id.
+    pub session_id: i32,
+    /// Stream id.
+    pub stream_id: i32,
+    /// End of the last appended message (publisher position).
+    pub tail_position: i64,
+    /// Bytes before this position have been sent at least once.
+    pub sender_position: i64,
+    /// The flow-control sender limit.
+    pub sender_limit: i64,
+    /// How far the application may append.
+    pub publisher_limit: i64,
+    /// Whether the application may publish (enough live receivers for the strategy).
+    pub connected: bool,
+    /// Whether the publication was closed.
+    pub closed: bool,
+    /// Flow-control strategy name: `unicast`, `max`, `min` or `tagged`.
+    pub strategy: &'static str,
+    /// Group tag the strategy tracks (`tagged` only).
+    pub group_tag: Option<i64>,
+    /// Tracked receivers required before the publication is connected.
+    pub group_min_size: u32,
+    /// How long a silent receiver stays in the flow-control group.
+    pub receiver_timeout: Duration,
+    /// Receivers in the flow-control group (empty for `unicast` and `max`, which track none).
+    pub group_receivers: Vec<TrackedReceiver>,
+    /// Every receiver heard from within the connection timeout, tagged or not, sorted by id.
+    pub live_receivers: Vec<LiveReceiver>,
+    /// The publication's counters.
+    pub counters: PublicationCounters,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,7 +216,7 @@ pub struct NetworkPublication {
     should_send_setup: bool,
     last_setup: Option<Instant>,
     last_send: Instant,
-    receivers: HashMap<i64, Instant>,
+    receivers: HashMap<i64, LiveReceiver>,
     connected: bool,
     retransmits: RetransmitHandler,
     resend_cursor: Option<(i64, i64)>,
@@ -276,6 +330,35 @@ impl NetworkPublication {
         self.receivers.len()
     }
 
+    /// A snapshot of positions, strategy, receivers and counters.
+    pub fn status(&self) -> PublicationStatus {
+        let mut live_receivers: Vec<LiveReceiver> = self.receivers.values().copied().collect();
+        live_receivers.sort_by_key(|receiver| receiver.receiver_id);
+        let flow_control = self.flow_control.as_ref();
+        PublicationStatus {
+            session_id: self.config.identity.session_id,
+            stream_id: self.config.identity.stream_id,
+            tail_position: self.tail,
+            sender_position: self.sender_position,
+            sender_limit: self.sender_limit,
+            publisher_limit: self.publisher_limit(),
+            connected: self.is_connected(),
+            closed: self.is_closed(),
+            strategy: flow_control.strategy_name(),
+            group_tag: flow_control.group_tag(),
+            group_min_size: flow_control.group_min_size(),
+            receiver_timeout: flow_control.receiver_timeout(),
+            group_receivers: flow_control.receivers(),
+            live_receivers,
+            counters: self.counters(),
+        }
+    }
+
+    /// A control frame naming this publication failed validation; it is counted and ignored.
+    pub fn on_malformed_control_frame(&mut self) {
+        self.counters.invalid_control_frames += 1;
+    }
+
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<PublicationEvent> {
         while let Some(event) = self.flow_control.poll_event() {
@@ -335,15 +418,33 @@ impl NetworkPublication {
             }
             return;
         }
+        let term_length = self.config.identity.term_length as i64;
+        if message.receiver_window < 0
+            || message.consumption_term_offset < 0
+            || i64::from(message.consumption_term_offset) > term_length
+        {
+            // A negative window would drag min/tagged limits backwards; hostile or broken.
+            self.counters.invalid_control_frames += 1;
+            return;
+        }
         self.counters.status_messages += 1;
         let end_of_stream = message.flags & flags::SM_EOS != 0;
+        let identity = self.config.identity;
+        let position = identity.position(message.consumption_term_id, message.consumption_term_offset);
         if end_of_stream {
             self.receivers.remove(&message.receiver_id);
         } else {
-            self.receivers.insert(message.receiver_id, now);
+            self.receivers.insert(
+                message.receiver_id,
+                LiveReceiver {
+                    receiver_id: message.receiver_id,
+                    group_tag: message.group_tag,
+                    position,
+                    window: message.receiver_window,
+                    last_status_message: now,
+                },
+            );
         }
-        let identity = self.config.identity;
-        let position = identity.position(message.consumption_term_id, message.consumption_term_offset);
         let input = StatusMessageInput {
             receiver_id: message.receiver_id,
             consumption_position: position,
@@ -415,7 +516,7 @@ impl NetworkPublication {
         let is_end_of_stream = !matches!(self.lifecycle, Lifecycle::Active);
         self.sender_limit = self.flow_control.on_idle(now, self.sender_limit, self.sender_position, is_end_of_stream);
         let timeout = self.config.connection_timeout;
-        self.receivers.retain(|_, last| now.saturating_since(*last) < timeout);
+        self.receivers.retain(|_, receiver| now.saturating_since(receiver.last_status_message) < timeout);
         self.retransmits.expire(now);
         self.update_connected();
         match self.lifecycle {

@@ -1,0 +1,477 @@
+//! End-to-end multicast: one publication, several receiving drivers, every flow-control
+//! strategy.
+//!
+//! Multicast must never leave the machine, so every test re-executes itself inside a private
+//! network namespace (`unshare -n`, loopback only, multicast routed to `lo`) unless
+//! `AFFINITY_IN_NETNS` says it already runs in one. Several "processes" are several drivers
+//! (each with its own sockets and receiver id) in one test process, or the test binary
+//! re-executed in a role (`AFFINITY_ROLE`) when a receiver must die by SIGKILL.
+
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use affinity::client::{Client, MessageBatch, PublicationShared};
+use affinity::driver::{Driver, DriverCommand, DriverContext, DriverEvent, DriverEventKind};
+use affinity::flow_control::RemovalReason;
+use affinity::protocol::{ImageCounters, OfferError, PublicationStatus};
+use affinity::wire::StatusMessage;
+
+const GROUP: &str = "224.20.30.39";
+const PORT: u16 = 24326;
+const STREAM: i32 = 10;
+const INNER: &str =
+    r#"ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo && exec "$@""#;
+
+/// Runs the rest of the test only inside a private network namespace: outside one, re-executes
+/// this test in a fresh namespace, asserts it passed and returns false.
+fn in_private_netns(test: &str) -> bool {
+    if std::env::var_os("AFFINITY_IN_NETNS").is_some() {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let unshare_flags = if Command::new("unshare").args(["-n", "true"]).status().is_ok_and(|s| s.success()) {
+        "-n"
+    } else if Command::new("unshare").args(["-rn", "true"]).status().is_ok_and(|s| s.success()) {
+        "-rn"
+    } else {
+        panic!(
+            "multicast tests need a private network namespace but `unshare -n` (and `unshare -rn`) is not \
+             permitted here; run as root or enable unprivileged user namespaces"
+        );
+    };
+    let status = Command::new("unshare")
+        .args([unshare_flags, "bash", "-c", INNER, "netns"])
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("AFFINITY_IN_NETNS", "1")
+        .status()
+        .expect("run unshare");
+    assert!(status.success(), "{test} failed inside its private network namespace: {status}");
+    false
+}
+
+fn channel(extra: &str) -> String {
+    format!("aeron:udp?endpoint={GROUP}:{PORT}|interface=127.0.0.1|term-length=65536{extra}")
+}
+
+fn message(index: u64, size: usize) -> Vec<u8> {
+    let mut bytes = vec![(index % 251) as u8; size.max(8)];
+    bytes[..8].copy_from_slice(&index.to_le_bytes());
+    bytes
+}
+
+fn index_of(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes[..8].try_into().expect("8-byte prefix"))
+}
+
+/// A publication on a driver of its own (the driver handle gives the event log).
+struct Publisher {
+    driver: Driver,
+    shared: Arc<PublicationShared>,
+}
+
+impl Publisher {
+    fn new(channel: &str) -> Publisher {
+        let driver = Driver::start(DriverContext::default()).unwrap();
+        let shared = driver
+            .request(|reply| DriverCommand::AddPublication { channel: channel.to_owned(), stream_id: STREAM, reply })
+            .unwrap();
+        Publisher { driver, shared }
+    }
+
+    fn status(&self) -> PublicationStatus {
+        self.shared.state().status()
+    }
+
+    fn offer(&self, payload: &[u8]) -> Result<i64, OfferError> {
+        self.shared.state().offer(payload, 0)
+    }
+
+    fn wait_for(&self, what: &str, timeout: Duration, mut done: impl FnMut(&PublicationStatus) -> bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let status = self.status();
+            if done(&status) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}: {status:#?}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn publish(&self, count: u64, size: usize, deadline: Instant) {
+        let mut sent = 0;
+        while sent < count {
+            match self.offer(&message(sent, size)) {
+                Ok(_) => sent += 1,
+                Err(OfferError::BackPressured | OfferError::AdminAction) => std::thread::yield_now(),
+                Err(error) => panic!("offer {sent} failed: {error:?}"),
+            }
+            assert!(Instant::now() < deadline, "publishing stalled at {sent}: {:#?}", self.status());
+        }
+    }
+}
+
+/// What one subscriber thread saw.
+struct Received {
+    count: u64,
+    counters: Vec<ImageCounters>,
+}
+
+/// A subscriber on its own driver, polling on a thread; `delay` makes it slow.
+struct Subscriber {
+    received: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Received>,
+}
+
+impl Subscriber {
+    fn start(channel: String, expected: u64, delay: Option<Duration>) -> Subscriber {
+        let received = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = {
+            let received = received.clone();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let client = Client::new(DriverContext::default()).unwrap();
+                let subscription = client.add_subscription(&channel, STREAM).unwrap();
+                ready_tx.send(()).unwrap();
+                let mut batch = MessageBatch::default();
+                let mut next = 0u64;
+                let limit = if delay.is_some() { 8 } else { 256 };
+                while next < expected && !stop.load(Ordering::Acquire) {
+                    batch.clear();
+                    subscription.poll_into(&mut batch, limit).unwrap();
+                    for index in 0..batch.len() {
+                        assert_eq!(index_of(batch.message(index)), next, "out of order or lost on {channel}");
+                        next += 1;
+                    }
+                    received.store(next, Ordering::Release);
+                    match delay {
+                        Some(delay) if !batch.is_empty() => std::thread::sleep(delay),
+                        _ if batch.is_empty() => std::thread::sleep(Duration::from_micros(50)),
+                        _ => {}
+                    }
+                }
+                let counters = subscription.images().iter().map(|image| image.counters).collect();
+                Received { count: next, counters }
+            })
+        };
+        ready_rx.recv_timeout(Duration::from_secs(10)).expect("subscriber started");
+        Subscriber { received, stop, thread }
+    }
+
+    fn received(&self) -> u64 {
+        self.received.load(Ordering::Acquire)
+    }
+
+    fn finish(self) -> Received {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().expect("subscriber thread")
+    }
+
+    fn join(self) -> Received {
+        self.thread.join().expect("subscriber thread")
+    }
+}
+
+const COUNT: u64 = 5_000;
+const SIZE: usize = 200;
+const SLOW: Duration = Duration::from_millis(2);
+
+struct SlowGroupOutcome {
+    publish_time: Duration,
+    slow_received_when_published: u64,
+    fast: Vec<Received>,
+    slow: Received,
+    status: PublicationStatus,
+}
+
+/// One publisher, two fast subscribers and one slow one (sleeping 2 ms per 8 messages).
+fn run_slow_group(fc: &str, fast_extra: &str, slow_extra: &str, slow_must_finish: bool) -> SlowGroupOutcome {
+    let publisher = Publisher::new(&channel(&format!("|fc={fc}")));
+    let fast: Vec<Subscriber> =
+        (0..2).map(|_| Subscriber::start(channel(fast_extra), COUNT, None)).collect();
+    let slow = Subscriber::start(channel(slow_extra), COUNT, Some(SLOW));
+    publisher.wait_for("three live receivers", Duration::from_secs(10), |s| s.live_receivers.len() == 3 && s.connected);
+    let start = Instant::now();
+    publisher.publish(COUNT, SIZE, start + Duration::from_secs(30));
+    let publish_time = start.elapsed();
+    let slow_received_when_published = slow.received();
+    let fast: Vec<Received> = fast.into_iter().map(Subscriber::join).collect();
+    let slow = if slow_must_finish {
+        slow.join()
+    } else {
+        std::thread::sleep(Duration::from_millis(300));
+        slow.finish()
+    };
+    let status = publisher.status();
+    SlowGroupOutcome { publish_time, slow_received_when_published, fast, slow, status }
+}
+
+/// Messages that fit in the receiver window plus the publication window (32 KiB each with
+/// 64 KiB terms) of 256-byte frames, plus slack for status-message lag.
+const WINDOWS_OF_MESSAGES: u64 = 2 * 32 * 1024 / 256 + 64;
+
+#[test]
+fn min_paces_publisher_to_slowest_and_nobody_loses() {
+    if !in_private_netns("min_paces_publisher_to_slowest_and_nobody_loses") {
+        return;
+    }
+    let outcome = run_slow_group("min", "", "", true);
+    for fast in &outcome.fast {
+        assert_eq!(fast.count, COUNT);
+    }
+    assert_eq!(outcome.slow.count, COUNT, "the slow receiver lost messages under min");
+    assert!(
+        outcome.slow_received_when_published + WINDOWS_OF_MESSAGES >= COUNT,
+        "publisher ran ahead of the slow receiver: slow had {} of {COUNT} when publishing ended after {:?}",
+        outcome.slow_received_when_published,
+        outcome.publish_time
+    );
+    assert_eq!(outcome.status.strategy, "min");
+    assert_eq!(outcome.status.group_receivers.len(), 3, "{:#?}", outcome.status);
+}
+
+#[test]
+fn max_follows_fastest_and_slow_receiver_falls_behind() {
+    if !in_private_netns("max_follows_fastest_and_slow_receiver_falls_behind") {
+        return;
+    }
+    let outcome = run_slow_group("max", "", "", false);
+    for fast in &outcome.fast {
+        assert_eq!(fast.count, COUNT, "a fast receiver lost messages under max");
+    }
+    assert!(
+        outcome.slow_received_when_published + WINDOWS_OF_MESSAGES < COUNT,
+        "publisher was paced by the slow receiver: slow had {} of {COUNT} after {:?}",
+        outcome.slow_received_when_published,
+        outcome.publish_time
+    );
+    let slow_loss: u64 = outcome.slow.counters.iter().map(|c| c.overruns + c.loss_gaps).sum();
+    assert!(
+        outcome.slow.count == COUNT || slow_loss > 0,
+        "slow receiver neither finished nor counted loss: {} {:?}",
+        outcome.slow.count,
+        outcome.slow.counters
+    );
+    assert_eq!(outcome.status.strategy, "max");
+    assert!(outcome.status.group_receivers.is_empty());
+    assert_eq!(outcome.status.live_receivers.len(), 3);
+}
+
+#[test]
+fn tagged_paces_only_by_tagged_receivers() {
+    if !in_private_netns("tagged_paces_only_by_tagged_receivers") {
+        return;
+    }
+    let outcome = run_slow_group("tagged,g:1001", "|gtag=1001", "", false);
+    for fast in &outcome.fast {
+        assert_eq!(fast.count, COUNT, "a tagged receiver lost messages");
+    }
+    assert!(
+        outcome.slow_received_when_published + WINDOWS_OF_MESSAGES < COUNT,
+        "publisher was paced by the untagged slow receiver: slow had {} of {COUNT} after {:?}",
+        outcome.slow_received_when_published,
+        outcome.publish_time
+    );
+    let status = &outcome.status;
+    assert_eq!(status.strategy, "tagged");
+    assert_eq!(status.group_tag, Some(1001));
+    assert_eq!(status.group_receivers.len(), 2, "{status:#?}");
+    assert!(status.group_receivers.iter().all(|r| r.group_tag == Some(1001)));
+    let untagged = status.live_receivers.iter().filter(|r| r.group_tag.is_none()).count();
+    assert_eq!(untagged, 1, "{status:#?}");
+}
+
+/// Role of a re-executed test binary: a receiver that consumes until it is killed.
+#[test]
+fn child_receiver_role() {
+    if std::env::var("AFFINITY_ROLE").as_deref() != Ok("receiver") {
+        return;
+    }
+    let channel = std::env::var("AFFINITY_CHANNEL").expect("AFFINITY_CHANNEL");
+    let client = Client::new(DriverContext::default()).unwrap();
+    let subscription = client.add_subscription(&channel, STREAM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut batch = MessageBatch::default();
+    while Instant::now() < deadline {
+        batch.clear();
+        if subscription.poll_into(&mut batch, 256).unwrap() == 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+}
+
+fn spawn_child_receiver(channel: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["child_receiver_role", "--exact", "--nocapture", "--test-threads=1"])
+        .env("AFFINITY_ROLE", "receiver")
+        .env("AFFINITY_CHANNEL", channel)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn the receiver process")
+}
+
+fn removed(events: &[DriverEvent], reasons: &[RemovalReason]) -> Vec<i64> {
+    events
+        .iter()
+        .filter_map(|event| match event.kind {
+            DriverEventKind::ReceiverRemoved { receiver_id, reason, .. } if reasons.contains(&reason) => {
+                Some(receiver_id)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn killed_receiver_stalls_min_publisher_only_until_timeout() {
+    if !in_private_netns("killed_receiver_stalls_min_publisher_only_until_timeout") {
+        return;
+    }
+    let timeout = Duration::from_millis(500);
+    let publisher = Publisher::new(&channel("|fc=min,t:500ms"));
+    let survivor = Subscriber::start(channel(""), u64::MAX, None);
+    let mut child = spawn_child_receiver(&channel(""));
+    publisher.wait_for("two receivers in the group", Duration::from_secs(10), |s| s.group_receivers.len() == 2);
+    let ids: Vec<i64> = publisher.status().group_receivers.iter().map(|r| r.receiver_id).collect();
+
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut last_position = publisher.status().sender_position;
+    let mut last_advance = Instant::now();
+    let mut longest_stall = Duration::ZERO;
+    let mut killed_at = None;
+    let mut advanced_after_removal = false;
+    while start.elapsed() < Duration::from_secs(3) {
+        match publisher.offer(&message(sent, SIZE)) {
+            Ok(_) => sent += 1,
+            Err(OfferError::BackPressured | OfferError::AdminAction) => std::thread::sleep(Duration::from_micros(50)),
+            Err(error) => panic!("offer failed: {error:?}"),
+        }
+        let status = publisher.status();
+        if status.sender_position != last_position {
+            longest_stall = longest_stall.max(last_advance.elapsed());
+            last_position = status.sender_position;
+            last_advance = Instant::now();
+            advanced_after_removal |= killed_at.is_some() && status.group_receivers.len() == 1;
+        }
+        if killed_at.is_none() && start.elapsed() > Duration::from_millis(500) {
+            child.kill().expect("SIGKILL the receiver");
+            child.wait().unwrap();
+            killed_at = Some(Instant::now());
+        }
+    }
+    longest_stall = longest_stall.max(last_advance.elapsed());
+    drop(survivor.finish());
+
+    // Timeout + one status interval (100 ms) + the 1 ms idle cadence, with slack for a loaded
+    // 2-core machine.
+    let bound = timeout + Duration::from_millis(100) + Duration::from_millis(900);
+    assert!(longest_stall <= bound, "publisher stalled {longest_stall:?} (> {bound:?})");
+    assert!(advanced_after_removal, "publisher never continued after the receiver was dropped");
+    let events = publisher.driver.drain_events();
+    let timed_out = removed(&events, &[RemovalReason::Timeout]);
+    assert_eq!(timed_out.len(), 1, "{events:#?}");
+    assert!(ids.contains(&timed_out[0]));
+    let line = events
+        .iter()
+        .find(|e| matches!(e.kind, DriverEventKind::ReceiverRemoved { .. }))
+        .map(ToString::to_string)
+        .unwrap();
+    assert!(line.starts_with("INFO receiver removed (timeout): receiver_id="), "{line}");
+    assert!(events.iter().any(|e| matches!(e.kind, DriverEventKind::ReceiverJoined { .. })));
+}
+
+#[test]
+fn tagged_group_minimum_size_gates_connected() {
+    if !in_private_netns("tagged_group_minimum_size_gates_connected") {
+        return;
+    }
+    let publisher = Publisher::new(&channel("|fc=tagged,g:1001/3,t:500ms"));
+    let tagged_channel = channel("|gtag=1001");
+    let tagged: Vec<Client> = (0..2).map(|_| Client::new(DriverContext::default()).unwrap()).collect();
+    let untagged: Vec<Client> = (0..5).map(|_| Client::new(DriverContext::default()).unwrap()).collect();
+    let mut subscriptions = Vec::new();
+    for client in &tagged {
+        subscriptions.push(client.add_subscription(&tagged_channel, STREAM).unwrap());
+    }
+    for client in &untagged {
+        subscriptions.push(client.add_subscription(&channel(""), STREAM).unwrap());
+    }
+    publisher.wait_for("seven live receivers", Duration::from_secs(10), |s| s.live_receivers.len() == 7);
+    std::thread::sleep(Duration::from_millis(300));
+    let status = publisher.status();
+    assert!(!status.connected, "connected with 2 of 3 tagged receivers: {status:#?}");
+    assert_eq!(status.group_receivers.len(), 2);
+    assert_eq!(publisher.offer(b"too early"), Err(OfferError::NotConnected));
+
+    let third = Client::new(DriverContext::default()).unwrap();
+    let third_subscription = third.add_subscription(&tagged_channel, STREAM).unwrap();
+    publisher.wait_for("connected with the third tagged receiver", Duration::from_secs(5), |s| s.connected);
+    assert!(publisher.offer(b"now").is_ok());
+    assert_eq!(publisher.status().group_receivers.len(), 3);
+
+    drop(third_subscription);
+    drop(third);
+    publisher.wait_for("not connected after a tagged receiver left", Duration::from_secs(5), |s| !s.connected);
+    assert_eq!(publisher.offer(b"gone"), Err(OfferError::NotConnected));
+    let events = publisher.driver.drain_events();
+    assert_eq!(removed(&events, &[RemovalReason::Timeout, RemovalReason::EndOfStream]).len(), 1, "{events:#?}");
+    let joined = events.iter().filter(|e| matches!(e.kind, DriverEventKind::ReceiverJoined { .. })).count();
+    assert_eq!(joined, 3, "{events:#?}");
+    assert!(events.iter().any(|e| e.kind == DriverEventKind::ConnectionChanged { connected: false }));
+    drop(subscriptions);
+}
+
+#[test]
+fn malformed_status_messages_are_counted_and_ignored() {
+    if !in_private_netns("malformed_status_messages_are_counted_and_ignored") {
+        return;
+    }
+    let publisher = Publisher::new(&channel("|fc=min"));
+    let subscriber = Subscriber::start(channel(""), 100, None);
+    publisher.wait_for("one receiver", Duration::from_secs(10), |s| s.group_receivers.len() == 1);
+    let before = publisher.status();
+    let identity = *publisher.shared.state().identity();
+
+    let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let control = SocketAddr::from((GROUP.parse::<Ipv4Addr>().unwrap().to_bits().wrapping_add(1).to_be_bytes(), PORT));
+    let good = StatusMessage {
+        flags: 0,
+        session_id: identity.session_id,
+        stream_id: identity.stream_id,
+        consumption_term_id: identity.initial_term_id,
+        consumption_term_offset: 0,
+        receiver_window: 1 << 20,
+        receiver_id: 4242,
+        group_tag: None,
+    };
+    // 1: unknown group-tag length (40 bytes).
+    let mut bytes = good.to_bytes();
+    bytes.extend_from_slice(&[0; 4]);
+    bytes[0..4].copy_from_slice(&40i32.to_le_bytes());
+    socket.send_to(&bytes, control).unwrap();
+    // 2: negative window.
+    socket.send_to(&StatusMessage { receiver_window: -65536, ..good }.to_bytes(), control).unwrap();
+    // 3: truncated (frame_length 36 in a 20-byte datagram).
+    socket.send_to(&good.to_bytes()[..20], control).unwrap();
+
+    publisher.wait_for("three invalid control frames", Duration::from_secs(5), |s| {
+        s.counters.invalid_control_frames >= 3
+    });
+    let after = publisher.status();
+    assert_eq!(after.counters.invalid_control_frames, 3);
+    assert_eq!(after.group_receivers.len(), 1, "a malformed SM joined the group: {after:#?}");
+    assert!(after.live_receivers.iter().all(|r| r.receiver_id != 4242));
+    assert!(after.sender_limit >= before.sender_limit);
+
+    publisher.publish(100, SIZE, Instant::now() + Duration::from_secs(10));
+    assert_eq!(subscriber.join().count, 100);
+}
