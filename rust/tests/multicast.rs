@@ -195,8 +195,7 @@ struct SlowGroupOutcome {
 /// One publisher, two fast subscribers and one slow one (sleeping 2 ms per 8 messages).
 fn run_slow_group(fc: &str, fast_extra: &str, slow_extra: &str, slow_must_finish: bool) -> SlowGroupOutcome {
     let publisher = Publisher::new(&channel(&format!("|fc={fc}")));
-    let fast: Vec<Subscriber> =
-        (0..2).map(|_| Subscriber::start(channel(fast_extra), COUNT, None)).collect();
+    let fast: Vec<Subscriber> = (0..2).map(|_| Subscriber::start(channel(fast_extra), COUNT, None)).collect();
     let slow = Subscriber::start(channel(slow_extra), COUNT, Some(SLOW));
     publisher.wait_for("three live receivers", Duration::from_secs(10), |s| s.live_receivers.len() == 3 && s.connected);
     let start = Instant::now();
@@ -463,9 +462,8 @@ fn malformed_status_messages_are_counted_and_ignored() {
     // 3: truncated (frame_length 36 in a 20-byte datagram).
     socket.send_to(&good.to_bytes()[..20], control).unwrap();
 
-    publisher.wait_for("three invalid control frames", Duration::from_secs(5), |s| {
-        s.counters.invalid_control_frames >= 3
-    });
+    publisher
+        .wait_for("three invalid control frames", Duration::from_secs(5), |s| s.counters.invalid_control_frames >= 3);
     let after = publisher.status();
     assert_eq!(after.counters.invalid_control_frames, 3);
     assert_eq!(after.group_receivers.len(), 1, "a malformed SM joined the group: {after:#?}");
