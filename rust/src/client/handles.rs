@@ -71,26 +71,32 @@ pub struct SubscriptionShared {
     pub channel: String,
     /// The stream.
     pub stream_id: i32,
-    images: Mutex<Vec<ImageHandle>>,
+    /// Replaced as a whole on change, so a poll only clones an `Arc`.
+    images: Mutex<Arc<[ImageHandle]>>,
 }
 
 impl SubscriptionShared {
     /// A subscription with no image yet.
     pub fn new(id: u64, channel: String, stream_id: i32) -> Self {
-        SubscriptionShared { id, channel, stream_id, images: Mutex::new(Vec::new()) }
+        SubscriptionShared { id, channel, stream_id, images: Mutex::new(Arc::from(Vec::new())) }
     }
 
     /// The receiver created an image this subscription consumes.
     pub fn add_image(&self, image: ImageHandle) {
-        lock(&self.images).push(image);
+        let mut images = lock(&self.images);
+        let mut updated = images.to_vec();
+        updated.push(image);
+        *images = Arc::from(updated);
     }
 
     /// The receiver removed an image.
     pub fn remove_image(&self, image: &Arc<Mutex<Image>>) {
-        lock(&self.images).retain(|handle| !Arc::ptr_eq(&handle.image, image));
+        let mut images = lock(&self.images);
+        let updated: Vec<ImageHandle> = images.iter().filter(|h| !Arc::ptr_eq(&h.image, image)).cloned().collect();
+        *images = Arc::from(updated);
     }
 
-    fn images(&self) -> Vec<ImageHandle> {
+    fn images(&self) -> Arc<[ImageHandle]> {
         lock(&self.images).clone()
     }
 }

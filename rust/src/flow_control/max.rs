@@ -10,21 +10,26 @@ use crate::time::Instant;
 
 /// `snd_lmt = max(snd_lmt, edge)` on every SM from any receiver, so slow receivers may fall
 /// behind and must recover by NAK; no receiver tracking, never gates connection.
+///
+/// The `unicast` strategy is the same rule with another name and retransmit clip
+/// (see [`MaxFlowControl::unicast`]).
 #[derive(Debug, Clone)]
 pub struct MaxFlowControl {
-    receiver_timeout: Duration,
+    pub(super) name: &'static str,
+    pub(super) retransmit_multiple: usize,
+    pub(super) receiver_timeout: Duration,
 }
 
 impl MaxFlowControl {
     /// A max strategy; `receiver_timeout` is only reported, never used.
     pub fn new(receiver_timeout: Duration) -> Self {
-        MaxFlowControl { receiver_timeout }
+        MaxFlowControl { name: "max", retransmit_multiple: MAX_RETRANSMIT_WINDOW_MULTIPLE, receiver_timeout }
     }
 }
 
 impl FlowControl for MaxFlowControl {
     fn strategy_name(&self) -> &'static str {
-        "max"
+        self.name
     }
 
     fn on_status_message(
@@ -54,7 +59,7 @@ impl FlowControl for MaxFlowControl {
     }
 
     fn max_retransmission_length(&self, term_offset: i32, resend_length: usize, term_length: u32, _mtu: u32) -> usize {
-        retransmission_length(term_offset, resend_length, term_length, MAX_RETRANSMIT_WINDOW_MULTIPLE)
+        retransmission_length(term_offset, resend_length, term_length, self.retransmit_multiple)
     }
 
     fn receivers(&self) -> Vec<TrackedReceiver> {

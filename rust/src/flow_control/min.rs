@@ -14,21 +14,34 @@ use crate::time::Instant;
 /// A receiver silent for longer than the receiver timeout, or that sent an EOS SM or an ERR
 /// frame, is dropped at the next idle and the limit jumps to the next slowest. Until
 /// `group_min_size` receivers are tracked the limit does not advance.
+///
+/// The `tagged` strategy is the same machinery restricted to one group tag
+/// (see [`MinFlowControl::tagged`]).
 #[derive(Debug)]
 pub struct MinFlowControl {
-    group: MinGroup,
+    pub(super) group: MinGroup,
+    /// `None` for `min` (every receiver counts), the group tag for `tagged`.
+    pub(super) required_tag: Option<i64>,
 }
 
 impl MinFlowControl {
     /// A `min` strategy waiting for `group_min_size` receivers.
     pub fn new(group_min_size: u32, receiver_timeout: Duration) -> Self {
-        MinFlowControl { group: MinGroup::new(group_min_size, receiver_timeout) }
+        MinFlowControl { group: MinGroup::new(group_min_size, receiver_timeout), required_tag: None }
+    }
+
+    fn matches(&self, group_tag: Option<i64>) -> bool {
+        self.required_tag.is_none() || group_tag == self.required_tag
     }
 }
 
 impl FlowControl for MinFlowControl {
     fn strategy_name(&self) -> &'static str {
-        "min"
+        if self.required_tag.is_some() {
+            "tagged"
+        } else {
+            "min"
+        }
     }
 
     fn on_status_message(
@@ -38,21 +51,25 @@ impl FlowControl for MinFlowControl {
         _sender_position: i64,
         now: Instant,
     ) -> i64 {
-        self.group.on_status_message(sm, true, sender_limit, now)
+        let matches = self.matches(sm.group_tag);
+        self.group.on_status_message(sm, matches, sender_limit, now)
     }
 
     fn on_idle(&mut self, now: Instant, sender_limit: i64, _: i64, _: bool) -> i64 {
         self.group.on_idle(now, sender_limit)
     }
 
-    fn on_trigger_send_setup(&mut self, _receiver_id: i64, _: Option<i64>, _now: Instant) {
-        self.group.on_trigger_send_setup(true);
+    fn on_trigger_send_setup(&mut self, _receiver_id: i64, group_tag: Option<i64>, _now: Instant) {
+        let matches = self.matches(group_tag);
+        self.group.on_trigger_send_setup(matches);
     }
 
     fn on_setup(&mut self, sender_limit: i64, _sender_position: i64, now: Instant) -> i64 {
         self.group.on_setup(sender_limit, now)
     }
 
+    /// Only matching receivers are tracked, so the receiver id alone identifies the one to drop
+    /// (as in Aeron, the ERR frame's tag is not checked).
     fn on_error(&mut self, receiver_id: i64, _group_tag: Option<i64>, _now: Instant) {
         self.group.on_error(receiver_id);
     }
@@ -74,7 +91,7 @@ impl FlowControl for MinFlowControl {
     }
 
     fn group_tag(&self) -> Option<i64> {
-        None
+        self.required_tag
     }
 
     fn receiver_timeout(&self) -> Duration {

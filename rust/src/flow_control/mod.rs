@@ -33,8 +33,6 @@ pub mod unicast;
 pub use max::MaxFlowControl;
 pub use min::MinFlowControl;
 pub use spec::{FlowControlDefaults, FlowControlError, FlowControlSpec, StrategyKind};
-pub use tagged::TaggedFlowControl;
-pub use unicast::UnicastFlowControl;
 
 /// Receiver timeout used when neither `t:` nor the driver context sets one.
 ///
@@ -208,7 +206,7 @@ pub fn build(
 ) -> Box<dyn FlowControl> {
     match effective_spec(spec, is_multicast, defaults) {
         Some(spec) => instantiate(&spec, defaults),
-        None => Box::new(UnicastFlowControl::new(defaults.receiver_timeout)),
+        None => Box::new(MaxFlowControl::unicast(defaults.receiver_timeout)),
     }
 }
 
@@ -224,7 +222,7 @@ pub fn build_checked(
             spec.validate_with(defaults)?;
             Ok(instantiate(&spec, defaults))
         }
-        None => Ok(Box::new(UnicastFlowControl::new(defaults.receiver_timeout))),
+        None => Ok(Box::new(MaxFlowControl::unicast(defaults.receiver_timeout))),
     }
 }
 
@@ -250,7 +248,7 @@ fn instantiate(spec: &FlowControlSpec, defaults: &FlowControlDefaults) -> Box<dy
         StrategyKind::Min => Box::new(MinFlowControl::new(min_size, timeout)),
         StrategyKind::Tagged => {
             let tag = spec.group_tag.or(defaults.group_tag).unwrap_or(FALLBACK_GROUP_TAG);
-            Box::new(TaggedFlowControl::new(tag, min_size, timeout))
+            Box::new(MinFlowControl::tagged(tag, min_size, timeout))
         }
     }
 }

@@ -2,95 +2,18 @@
 
 use std::time::Duration;
 
+use super::min::MinFlowControl;
 use super::min_group::MinGroup;
-use super::{
-    retransmission_length, FlowControl, FlowControlEvent, StatusMessageInput, TrackedReceiver,
-    UNICAST_RETRANSMIT_WINDOW_MULTIPLE,
-};
-use crate::time::Instant;
 
-/// Like [`MinFlowControl`](super::MinFlowControl), but only status messages carrying
-/// `group_tag` add or update receivers; untagged (or differently tagged) receivers never hold
-/// the sender back. While no receiver is tracked and `group_min_size` is 0, a non-matching SM
-/// still raises the limit to its edge (max-like behaviour until a tagged receiver appears).
-#[derive(Debug)]
-pub struct TaggedFlowControl {
-    group: MinGroup,
-    group_tag: i64,
-}
-
-impl TaggedFlowControl {
+impl MinFlowControl {
     /// A `tagged` strategy for `group_tag`, waiting for `group_min_size` tagged receivers.
-    pub fn new(group_tag: i64, group_min_size: u32, receiver_timeout: Duration) -> Self {
-        TaggedFlowControl { group: MinGroup::new(group_min_size, receiver_timeout), group_tag }
-    }
-
-    fn matches(&self, group_tag: Option<i64>) -> bool {
-        group_tag == Some(self.group_tag)
-    }
-}
-
-impl FlowControl for TaggedFlowControl {
-    fn strategy_name(&self) -> &'static str {
-        "tagged"
-    }
-
-    fn on_status_message(
-        &mut self,
-        sm: &StatusMessageInput,
-        sender_limit: i64,
-        _sender_position: i64,
-        now: Instant,
-    ) -> i64 {
-        let matches = self.matches(sm.group_tag);
-        self.group.on_status_message(sm, matches, sender_limit, now)
-    }
-
-    fn on_idle(&mut self, now: Instant, sender_limit: i64, _: i64, _: bool) -> i64 {
-        self.group.on_idle(now, sender_limit)
-    }
-
-    fn on_trigger_send_setup(&mut self, _receiver_id: i64, group_tag: Option<i64>, _: Instant) {
-        let matches = self.matches(group_tag);
-        self.group.on_trigger_send_setup(matches);
-    }
-
-    fn on_setup(&mut self, sender_limit: i64, _sender_position: i64, now: Instant) -> i64 {
-        self.group.on_setup(sender_limit, now)
-    }
-
-    /// Only tagged receivers are tracked, so the receiver id alone identifies the one to drop
-    /// (as in Aeron, the ERR frame's tag is not checked).
-    fn on_error(&mut self, receiver_id: i64, _group_tag: Option<i64>, _now: Instant) {
-        self.group.on_error(receiver_id);
-    }
-
-    fn has_required_receivers(&self) -> bool {
-        self.group.has_required_receivers()
-    }
-
-    fn max_retransmission_length(&self, term_offset: i32, resend_length: usize, term_length: u32, _mtu: u32) -> usize {
-        retransmission_length(term_offset, resend_length, term_length, UNICAST_RETRANSMIT_WINDOW_MULTIPLE)
-    }
-
-    fn receivers(&self) -> Vec<TrackedReceiver> {
-        self.group.receivers()
-    }
-
-    fn group_min_size(&self) -> u32 {
-        self.group.group_min_size()
-    }
-
-    fn group_tag(&self) -> Option<i64> {
-        Some(self.group_tag)
-    }
-
-    fn receiver_timeout(&self) -> Duration {
-        self.group.receiver_timeout()
-    }
-
-    fn poll_event(&mut self) -> Option<FlowControlEvent> {
-        self.group.poll_event()
+    ///
+    /// Only status messages carrying `group_tag` add or update receivers; untagged (or
+    /// differently tagged) receivers never hold the sender back. While no receiver is tracked
+    /// and `group_min_size` is 0, a non-matching SM still raises the limit to its edge
+    /// (max-like behaviour until a tagged receiver appears).
+    pub fn tagged(group_tag: i64, group_min_size: u32, receiver_timeout: Duration) -> Self {
+        MinFlowControl { group: MinGroup::new(group_min_size, receiver_timeout), required_tag: Some(group_tag) }
     }
 }
 
@@ -98,13 +21,13 @@ impl FlowControl for TaggedFlowControl {
 mod tests {
     use super::*;
     use crate::flow_control::test_support::{at, eos, sm, tagged_sm};
-    use crate::flow_control::RemovalReason;
+    use crate::flow_control::{FlowControl, FlowControlEvent, RemovalReason};
 
     const TAG: i64 = 1001;
     const WINDOW: i32 = 1000;
 
-    fn tagged(group_min_size: u32) -> TaggedFlowControl {
-        TaggedFlowControl::new(TAG, group_min_size, Duration::from_secs(2))
+    fn tagged(group_min_size: u32) -> MinFlowControl {
+        MinFlowControl::tagged(TAG, group_min_size, Duration::from_secs(2))
     }
 
     #[test]
@@ -226,7 +149,7 @@ mod tests {
 
     #[test]
     fn tagged_reports_its_configuration() {
-        let fc = TaggedFlowControl::new(-1, 3, Duration::from_millis(500));
+        let fc = MinFlowControl::tagged(-1, 3, Duration::from_millis(500));
         assert_eq!(fc.strategy_name(), "tagged");
         assert_eq!(fc.group_tag(), Some(-1));
         assert_eq!(fc.group_min_size(), 3);
