@@ -12,6 +12,7 @@ cargo test --no-default-features
 echo "== python: lint, types, tests"
 ruff check python tests benches
 mypy python/affinity
+python -m mypy.stubtest affinity._affinity
 set +e
 python -m pytest tests -q
 status=$?

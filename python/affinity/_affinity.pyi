@@ -1,17 +1,36 @@
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, Final, Literal, overload
+from typing import Any, Final, Literal, final, overload
 
 # Typed stubs of the compiled module affinity._affinity (transport part).
 # The routing part is appended below by the routing bindings.
 
 __version__: str
+__all__ = [
+    "ADMIN_ACTION",
+    "BACK_PRESSURED",
+    "CLOSED",
+    "HASH_VERSION",
+    "MAX_POSITION_EXCEEDED",
+    "NOT_CONNECTED",
+    "Client",
+    "Header",
+    "LossyRelay",
+    "PosixRegex",
+    "Publication",
+    "RoutingTable",
+    "Subscription",
+    "__version__",
+    "affinity_hash",
+    "select_member",
+]
 NOT_CONNECTED: int
 BACK_PRESSURED: int
 ADMIN_ACTION: int
 CLOSED: int
 MAX_POSITION_EXCEEDED: int
 
+@final
 class Header:
     """Where a message came from."""
 
@@ -30,6 +49,7 @@ class Header:
     @property
     def reserved_value(self) -> int: ...
 
+@final
 class Publication:
     """Sends messages on one channel and stream."""
 
@@ -56,6 +76,7 @@ class Publication:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
 
+@final
 class Subscription:
     """Receives messages on one channel and stream."""
 
@@ -79,11 +100,12 @@ class Subscription:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
 
+@final
 class Client:
     """A connection to an embedded media driver."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         threading: Literal["shared", "invoker"] = "shared",
         idle: Literal["backoff", "yield", "busy-spin"] = "backoff",
@@ -94,7 +116,7 @@ class Client:
         flow_control: str | None = None,
         receiver_timeout_ms: int | None = None,
         command_timeout_ms: int | None = None,
-    ) -> None: ...
+    ) -> Client: ...
     def add_publication(self, channel: str, stream_id: int) -> Publication: ...
     def add_subscription(self, channel: str, stream_id: int) -> Subscription: ...
     def do_work(self) -> int: ...
@@ -108,12 +130,13 @@ class Client:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
 
+@final
 class LossyRelay:
     """A loss-injecting UDP relay on loopback, for tests."""
 
-    def __init__(
-        self, target: str, *, loss: float = 0.0, duplicate: float = 0.0, reorder: float = 0.0, seed: int = 1
-    ) -> None: ...
+    def __new__(
+        cls, target: str, *, loss: float = 0.0, duplicate: float = 0.0, reorder: float = 0.0, seed: int = 1
+    ) -> LossyRelay: ...
     @property
     def address(self) -> str: ...
     def stats(self) -> dict[str, int]: ...
@@ -126,6 +149,7 @@ HASH_VERSION: Final[int]
 def affinity_hash(composite: str) -> int: ...
 def select_member(composite: str, members: Sequence[str], selection: str = "modulo") -> str: ...
 
+@final
 class PosixRegex:
     def __new__(cls, pattern: str) -> PosixRegex: ...
     @property
@@ -135,6 +159,7 @@ class PosixRegex:
     def capture(self, subject: str) -> str | None: ...
     def is_match(self, subject: str) -> bool: ...
 
+@final
 class RoutingTable:
     def __new__(cls) -> RoutingTable: ...
     def add_service(self, name: str, include_patterns: list[str]) -> int: ...

@@ -1,0 +1,38 @@
+"""Every name the compiled module exports is public somewhere, or deliberately private."""
+
+from __future__ import annotations
+
+import affinity
+import affinity._affinity as compiled
+import affinity.routing
+import affinity.testing
+
+#: Compiled names used only through a Python wrapper.
+DELIBERATELY_PRIVATE = {"RoutingTable", "HASH_VERSION", "affinity_hash", "select_member", "PosixRegex"}
+
+
+def test_every_compiled_export_is_public_or_deliberately_private() -> None:
+    public = set(affinity.__all__) | set(vars(affinity.testing)) | set(vars(affinity.routing))
+    exported = set(compiled.__all__)
+    assert exported - public - DELIBERATELY_PRIVATE == set()
+
+
+def test_public_api_names_resolve() -> None:
+    for name in affinity.__all__:
+        assert getattr(affinity, name) is not None, name
+
+
+def test_offer_outcomes_are_the_aeron_codes() -> None:
+    codes = (
+        affinity.NOT_CONNECTED,
+        affinity.BACK_PRESSURED,
+        affinity.ADMIN_ACTION,
+        affinity.CLOSED,
+        affinity.MAX_POSITION_EXCEEDED,
+    )
+    assert codes == (-1, -2, -3, -4, -5)
+
+
+def test_every_exception_derives_from_the_root() -> None:
+    for name in affinity.exceptions.__all__:
+        assert issubclass(getattr(affinity.exceptions, name), affinity.AffinityError)
