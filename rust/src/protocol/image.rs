@@ -421,3 +421,148 @@ impl Image {
         Some(message.emit(out))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::logbuffer::AppendOutcome;
+    use crate::wire::{parse_control, ControlFrame};
+
+    const TERM: u32 = 64 * 1024;
+
+    fn ms(value: u64) -> Instant {
+        Instant::from_nanos(value * 1_000_000)
+    }
+
+    fn identity() -> StreamIdentity {
+        StreamIdentity { session_id: 5, stream_id: 6, initial_term_id: 100, term_length: TERM }
+    }
+
+    fn image() -> Image {
+        let config = ImageConfig {
+            identity: identity(),
+            join_position: 0,
+            receiver_window: 32 * 1024,
+            receiver_id: 1,
+            group_tag: Some(1001),
+            status_interval: Duration::from_millis(100),
+            nak_delay: Duration::from_micros(100),
+            is_group: false,
+            multicast_nak_backoff: Duration::from_millis(10),
+            liveness_timeout: Duration::from_secs(10),
+            random_seed: 3,
+        };
+        let mut image = Image::new(config, Instant::ZERO);
+        image.add_consumer(1);
+        image
+    }
+
+    /// Four 64-byte frames written by a real appender, as datagrams.
+    fn frames() -> Vec<Vec<u8>> {
+        let mut log = LogBuffer::new(identity());
+        let mut tail = 0;
+        for index in 0..4u8 {
+            let AppendOutcome::Appended(next) = log.append(tail, &[index; 20], 1408, 0) else { panic!() };
+            tail = next;
+        }
+        (0..4).map(|i| log.term(0)[i * 64..(i + 1) * 64].to_vec()).collect()
+    }
+
+    fn drain(image: &mut Image) -> Vec<u8> {
+        let mut firsts = Vec::new();
+        image.poll_fragments(1, 100, |fragment| firsts.push(fragment.payload[0]));
+        firsts
+    }
+
+    fn transmit(image: &mut Image, now: Instant) -> Vec<ControlFrame> {
+        let mut out = [0u8; 128];
+        std::iter::from_fn(|| image.poll_transmit(now, &mut out).map(|n| parse_control(&out[..n]).unwrap().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn sends_a_tagged_status_message_at_once_then_every_interval() {
+        let mut image = image();
+        let sent = transmit(&mut image, ms(0));
+        let [ControlFrame::StatusMessage(message)] = &sent[..] else { panic!("{sent:?}") };
+        assert_eq!((message.receiver_window, message.group_tag), (32 * 1024, Some(1001)));
+        assert!(transmit(&mut image, ms(50)).is_empty());
+        assert_eq!(transmit(&mut image, ms(100)).len(), 1);
+    }
+
+    #[test]
+    fn naks_a_gap_after_the_delay_and_delivers_once_filled() {
+        let mut image = image();
+        let frames = frames();
+        transmit(&mut image, ms(0));
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&frames[2], ms(1)).unwrap();
+        assert_eq!(drain(&mut image), vec![0]);
+        assert!(transmit(&mut image, ms(1)).is_empty(), "NAK before the delay");
+        let sent = transmit(&mut image, ms(2));
+        let [ControlFrame::Nak(nak)] = &sent[..] else { panic!("{sent:?}") };
+        assert_eq!((nak.term_id, nak.term_offset, nak.length), (100, 64, 64));
+        image.on_data(&frames[1], ms(3)).unwrap();
+        image.on_data(&frames[3], ms(3)).unwrap();
+        assert_eq!(drain(&mut image), vec![1, 2, 3]);
+        assert_eq!(image.counters().loss_gaps, 1);
+    }
+
+    #[test]
+    fn drops_duplicates_and_data_beyond_the_window() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        assert_eq!(image.on_data(&frames[0], ms(1)), Err(DataRejection::Duplicate));
+        let mut far = frames[1].clone();
+        far[8..12].copy_from_slice(&(TERM as i32 / 2 + 64).to_le_bytes());
+        assert_eq!(image.on_data(&far, ms(1)), Err(DataRejection::Overrun));
+        assert!(matches!(image.on_data(&far[..20], ms(1)), Err(DataRejection::Malformed(_))));
+        assert_eq!(image.counters().duplicates, 1);
+        assert_eq!(image.counters().overruns, 1);
+    }
+
+    #[test]
+    fn a_heartbeat_exposes_tail_loss() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        let mut heartbeat = frames[0][..32].to_vec();
+        heartbeat[0..4].copy_from_slice(&0i32.to_le_bytes());
+        heartbeat[8..12].copy_from_slice(&256i32.to_le_bytes());
+        image.on_data(&heartbeat, ms(2)).unwrap();
+        assert_eq!(image.hwm_position(), 256);
+        transmit(&mut image, ms(2));
+        let sent = transmit(&mut image, ms(3));
+        assert!(sent.iter().any(|f| matches!(f, ControlFrame::Nak(n) if n.term_offset == 64 && n.length == 192)));
+    }
+
+    #[test]
+    fn end_of_stream_drains_with_eos_status_messages_then_closes() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        let mut heartbeat = frames[0][..32].to_vec();
+        heartbeat[0..4].copy_from_slice(&0i32.to_le_bytes());
+        heartbeat[5] = flags::UNFRAGMENTED | flags::EOS;
+        heartbeat[8..12].copy_from_slice(&64i32.to_le_bytes());
+        image.on_data(&heartbeat, ms(2)).unwrap();
+        assert!(!image.is_end_of_stream(), "consumer has not read yet");
+        drain(&mut image);
+        image.on_tick(ms(3));
+        assert!(matches!(image.state(), ImageState::Draining { .. }));
+        let sent = transmit(&mut image, ms(3));
+        assert!(matches!(&sent[..], [ControlFrame::StatusMessage(m)] if m.is_end_of_stream()));
+        image.on_tick(ms(600));
+        assert_eq!(image.state(), ImageState::Closed);
+    }
+
+    #[test]
+    fn an_image_without_traffic_times_out() {
+        let mut image = image();
+        image.on_tick(ms(9_999));
+        assert_eq!(image.state(), ImageState::Active);
+        image.on_tick(ms(10_000));
+        assert!(matches!(image.state(), ImageState::Draining { .. }));
+    }
+}

@@ -667,3 +667,183 @@ impl NetworkPublication {
         (length, length as i64)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flow_control::{build, FlowControlDefaults};
+    use crate::wire::{parse_control, ControlFrame};
+
+    const TERM: u32 = 64 * 1024;
+
+    fn ms(value: u64) -> Instant {
+        Instant::from_nanos(value * 1_000_000)
+    }
+
+    fn publication() -> NetworkPublication {
+        let identity = StreamIdentity { session_id: 9, stream_id: 10, initial_term_id: 3, term_length: TERM };
+        let config = PublicationConfig {
+            identity,
+            initial_position: 0,
+            mtu: 1408,
+            publication_window: TERM / 2,
+            ttl: 0,
+            is_group: false,
+            linger: Duration::from_millis(500),
+            connection_timeout: Duration::from_secs(5),
+            retransmit_delay: Duration::ZERO,
+            retransmit_linger: Duration::from_millis(10),
+            max_resend: 1,
+            signal_eos: true,
+        };
+        NetworkPublication::new(config, build(None, false, &FlowControlDefaults::default()), Instant::ZERO)
+    }
+
+    fn status(position: i32, window: i32, flags: u8) -> StatusMessage {
+        StatusMessage {
+            flags,
+            session_id: 9,
+            stream_id: 10,
+            consumption_term_id: 3,
+            consumption_term_offset: position,
+            receiver_window: window,
+            receiver_id: 77,
+            group_tag: None,
+        }
+    }
+
+    fn frame_type(datagram: &[u8]) -> FrameType {
+        crate::wire::FrameHeader::parse(datagram).unwrap().frame_type
+    }
+
+    #[test]
+    fn sends_setup_every_100ms_until_the_first_status_message() {
+        let mut publication = publication();
+        let mut out = [0u8; 2048];
+        let length = publication.poll_transmit(ms(0), &mut out).unwrap();
+        assert_eq!(frame_type(&out[..length]), FrameType::Setup);
+        assert!(publication.poll_transmit(ms(50), &mut out).is_none());
+        assert!(publication.poll_transmit(ms(100), &mut out).is_some());
+        publication.on_status_message(&status(0, 65536, 0), ms(120));
+        publication.on_idle(ms(120));
+        assert!(publication.is_connected());
+        // After the first SM: no more SETUPs, a heartbeat once idle for 100 ms.
+        let length = publication.poll_transmit(ms(230), &mut out).unwrap();
+        assert!(DataHeader::is_heartbeat_datagram(&out[..length]));
+    }
+
+    #[test]
+    fn never_sends_beyond_the_receiver_window() {
+        let mut publication = publication();
+        let mut out = [0u8; 2048];
+        publication.poll_transmit(ms(0), &mut out);
+        publication.on_status_message(&status(0, 4096, 0), ms(1));
+        publication.on_idle(ms(1));
+        for _ in 0..200 {
+            publication.offer(&[7u8; 100], 0).unwrap();
+        }
+        let mut sent = 0;
+        while let Some(length) = publication.poll_transmit(ms(2), &mut out) {
+            sent += length;
+        }
+        assert!(sent <= 4096, "sent {sent}");
+        // Whole 160-byte frames only: 25 of them fit under the 4096-byte limit.
+        assert_eq!(publication.sender_position(), 25 * 160);
+        publication.on_status_message(&status(4096, 4096, 0), ms(3));
+        assert!(publication.poll_transmit(ms(3), &mut out).is_some());
+    }
+
+    #[test]
+    fn back_pressures_when_the_publication_window_is_full() {
+        let mut publication = publication();
+        let mut out = [0u8; 2048];
+        publication.poll_transmit(ms(0), &mut out);
+        publication.on_status_message(&status(0, 4096, 0), ms(1));
+        publication.on_idle(ms(1));
+        let mut accepted = 0;
+        let outcome = loop {
+            match publication.offer(&[1u8; 1000], 0) {
+                Ok(_) => accepted += 1,
+                Err(error) => break error,
+            }
+        };
+        assert_eq!(outcome, OfferError::BackPressured);
+        // 1000-byte messages take 1056 bytes of log; the window is half a term.
+        assert_eq!(accepted, (TERM as usize / 2) / 1056);
+    }
+
+    #[test]
+    fn resends_a_naked_range_once_within_the_linger() {
+        let mut publication = publication();
+        let mut out = [0u8; 2048];
+        publication.poll_transmit(ms(0), &mut out);
+        publication.on_status_message(&status(0, 65536, 0), ms(1));
+        publication.on_idle(ms(1));
+        publication.offer(&[5u8; 200], 0).unwrap();
+        publication.offer(&[6u8; 200], 0).unwrap();
+        while publication.poll_transmit(ms(2), &mut out).is_some() {}
+        let nak = Nak { session_id: 9, stream_id: 10, term_id: 3, term_offset: 0, length: 256 };
+        publication.on_nak(&nak, ms(3));
+        let length = publication.poll_transmit(ms(3), &mut out).unwrap();
+        assert_eq!(length, 256);
+        assert_eq!(&out[32..232], &[5u8; 200][..]);
+        publication.on_nak(&nak, ms(5));
+        assert!(publication.poll_transmit(ms(5), &mut out).is_none(), "a duplicate NAK within the linger resent");
+        assert_eq!(publication.counters().retransmits_sent, 1);
+    }
+
+    #[test]
+    fn ignores_naks_outside_the_sent_range() {
+        let mut publication = publication();
+        let mut out = [0u8; 2048];
+        publication.poll_transmit(ms(0), &mut out);
+        publication.on_status_message(&status(0, 65536, 0), ms(1));
+        publication.on_nak(&Nak { session_id: 9, stream_id: 10, term_id: 3, term_offset: 4096, length: 64 }, ms(2));
+        publication.on_nak(&Nak { session_id: 9, stream_id: 10, term_id: 3, term_offset: -32, length: 64 }, ms(2));
+        assert_eq!(publication.counters().naks_ignored, 2);
+        assert!(publication.poll_transmit(ms(2), &mut out).is_none());
+    }
+
+    #[test]
+    fn closing_drains_then_signals_end_of_stream_then_lingers() {
+        let mut publication = publication();
+        let mut out = [0u8; 2048];
+        publication.poll_transmit(ms(0), &mut out);
+        publication.on_status_message(&status(0, 65536, 0), ms(1));
+        publication.on_idle(ms(1));
+        publication.offer(b"bye", 0).unwrap();
+        publication.close();
+        assert_eq!(publication.offer(b"more", 0), Err(OfferError::Closed));
+        let length = publication.poll_transmit(ms(2), &mut out).unwrap();
+        assert_eq!(frame_type(&out[..length]), FrameType::Data);
+        publication.on_idle(ms(2));
+        let length = publication.poll_transmit(ms(200), &mut out).unwrap();
+        let header = DataHeader::parse(&out[..length]).unwrap();
+        assert!(DataHeader::is_heartbeat_datagram(&out[..length]) && header.is_end_of_stream());
+        publication.on_idle(ms(701));
+        publication.on_idle(ms(702));
+        assert!(publication.is_done());
+    }
+
+    #[test]
+    fn answers_rtt_requests_and_send_setup_status_messages() {
+        let mut publication = publication();
+        let mut out = [0u8; 2048];
+        publication.poll_transmit(ms(0), &mut out);
+        publication.on_status_message(&status(0, 65536, 0), ms(1));
+        let request = RttMeasurement {
+            flags: flags::RTTM_REPLY,
+            session_id: 9,
+            stream_id: 10,
+            echo_timestamp_ns: 123,
+            reception_delta_ns: 0,
+            receiver_id: 77,
+        };
+        let reply = publication.on_rtt_measurement(&request).unwrap();
+        assert_eq!((reply.flags, reply.echo_timestamp_ns, reply.receiver_id), (0, 123, 77));
+        publication.on_status_message(&status(0, 0, flags::SM_SEND_SETUP), ms(300));
+        let length = publication.poll_transmit(ms(300), &mut out).unwrap();
+        assert_eq!(frame_type(&out[..length]), FrameType::Setup);
+        assert!(matches!(parse_control(&out[..length]), Ok(Some(ControlFrame::Setup(_)))));
+    }
+}
