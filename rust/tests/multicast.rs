@@ -475,3 +475,125 @@ fn malformed_status_messages_are_counted_and_ignored() {
     publisher.publish(100, SIZE, Instant::now() + Duration::from_secs(10));
     assert_eq!(subscriber.join().count, 100);
 }
+
+/// Role of a re-executed test binary on another "host": receives `AFFINITY_COUNT` messages in
+/// order and exits (a panic, i.e. a failure, if anything is lost, reordered or late).
+#[test]
+fn multi_host_receiver_role() {
+    if std::env::var("AFFINITY_ROLE").as_deref() != Ok("multi-host-receiver") {
+        return;
+    }
+    let channel = std::env::var("AFFINITY_CHANNEL").expect("AFFINITY_CHANNEL");
+    let count: u64 = std::env::var("AFFINITY_COUNT").expect("AFFINITY_COUNT").parse().unwrap();
+    let client = Client::new(DriverContext::default()).unwrap();
+    let subscription = client.add_subscription(&channel, STREAM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut batch = MessageBatch::default();
+    let mut next = 0;
+    while next < count {
+        assert!(Instant::now() < deadline, "received only {next} of {count}: {:?}", subscription.images());
+        batch.clear();
+        if subscription.poll_into(&mut batch, 256).unwrap() == 0 {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        for index in 0..batch.len() {
+            assert_eq!(index_of(batch.message(index)), next, "lost or reordered");
+            assert_eq!(batch.message(index), &message(next, SIZE)[..]);
+            next += 1;
+        }
+    }
+    let counters: Vec<ImageCounters> = subscription.images().iter().map(|image| image.counters).collect();
+    println!("receiver done: {count} messages, image counters {counters:?}");
+}
+
+fn try_run(command: &str) -> bool {
+    Command::new("bash").args(["-c", command]).status().expect("run bash").success()
+}
+
+fn run(command: &str) {
+    assert!(try_run(command), "`{command}` failed");
+}
+
+/// Receiver host processes, killed if the test fails early.
+struct Hosts(Vec<Child>);
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            if child.try_wait().ok().flatten().is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// A receiver in a network namespace of its own (a "host" `10.7.0.<host>`), linked to the
+/// bridge `br0` of the test's namespace by a veth pair `vh<host>` ↔ `eth0`.
+fn spawn_host(host: u8, channel: &str, count: u64) -> Child {
+    let setup = format!(
+        "while ! ip link show eth0 >/dev/null 2>&1; do sleep 0.02; done; ip link set lo up && \
+         ip addr add 10.7.0.{host}/24 dev eth0 && ip link set eth0 up && \
+         ip route add 224.0.0.0/4 dev eth0 && exec \"$@\""
+    );
+    let child = Command::new("unshare")
+        .args(["-n", "bash", "-c", &setup, "host"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["multi_host_receiver_role", "--exact", "--nocapture", "--test-threads=1"])
+        .env("AFFINITY_ROLE", "multi-host-receiver")
+        .env("AFFINITY_CHANNEL", channel)
+        .env("AFFINITY_COUNT", count.to_string())
+        .spawn()
+        .expect("spawn a receiver host");
+    let pid = child.id();
+    run(&format!(
+        "ip link add vh{host} type veth peer name eth0 netns {pid} && ip link set vh{host} master br0 && \
+         ip link set vh{host} up"
+    ));
+    child
+}
+
+fn wait_child(child: &mut Child, timeout: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("receiver host did not finish within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn min_delivers_completely_across_hosts_with_lossy_link() {
+    if !in_private_netns("min_delivers_completely_across_hosts_with_lossy_link") {
+        return;
+    }
+    // The bridge lives in this private namespace; hosts 2 and 3 are namespaces of their own.
+    run("ip link add br0 type bridge mcast_snooping 0 && ip addr add 10.7.0.1/24 dev br0 && ip link set br0 up");
+    let count = 20_000;
+    let channel = format!("aeron:udp?endpoint={GROUP}:{PORT}|interface=10.7.0.0/24|term-length=65536");
+    let mut hosts = Hosts([2, 3].into_iter().map(|host| spawn_host(host, &channel, count)).collect());
+    // 2 % random loss on the bridge → host 2 link (data) and on host 2's egress (SMs, NAKs).
+    // Kernels without sch_netem (some CI VMs) get a tight token bucket instead: tail-drop loss
+    // in bursts whenever the sender outruns 40 Mbit/s.
+    let netem = try_run("tc qdisc add dev vh2 root netem loss 2%");
+    if netem {
+        run(&format!("nsenter -t {} -n tc qdisc add dev eth0 root netem loss 2%", hosts.0[0].id()));
+    } else {
+        run("tc qdisc add dev vh2 root tbf rate 40mbit burst 8kb latency 2ms");
+    }
+    println!("loss on host 2's link: {}", if netem { "netem loss 2%" } else { "tbf 40mbit (sch_netem missing)" });
+    let publisher = Publisher::new(&format!("{channel}|fc=min,g:/2"));
+    publisher.wait_for("both hosts in the group", Duration::from_secs(15), |s| s.connected);
+    publisher.publish(count, SIZE, Instant::now() + Duration::from_secs(40));
+    for host in &mut hosts.0 {
+        let status = wait_child(host, Duration::from_secs(40));
+        assert!(status.success(), "a receiver host failed: {status}");
+    }
+    let status = publisher.status();
+    assert!(status.counters.retransmits_sent > 0, "2 % loss but no retransmission: {status:#?}");
+}
