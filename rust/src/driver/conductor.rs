@@ -169,9 +169,11 @@ impl Conductor {
             multicast_ttl: uri.ttl.map(u32::from),
             interface,
         };
-        let local = uri.interface.as_ref().zip(interface).map(|(spec, address)| {
-            SocketAddr::new(address, if is_multicast { 0 } else { spec.port.unwrap_or(0) })
-        });
+        let local = uri
+            .interface
+            .as_ref()
+            .zip(interface)
+            .map(|(spec, address)| SocketAddr::new(address, if is_multicast { 0 } else { spec.port.unwrap_or(0) }));
         let socket = bind_sender(endpoint, local, &options)
             .map_err(|e| Error::Driver(format!("{channel}: cannot open sending socket for {endpoint}: {e}")))?;
         let control_socket = match (is_multicast, uri.control_address()) {

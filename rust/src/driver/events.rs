@@ -229,7 +229,10 @@ mod tests {
         let kinds: Vec<_> = log.drain().into_iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds,
-            [DriverEventKind::ConnectionChanged { connected: false }, DriverEventKind::ConnectionChanged { connected: true }]
+            [
+                DriverEventKind::ConnectionChanged { connected: false },
+                DriverEventKind::ConnectionChanged { connected: true }
+            ]
         );
         assert!(log.is_empty());
     }

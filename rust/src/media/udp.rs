@@ -117,12 +117,9 @@ pub fn is_would_block(error: &io::Error) -> bool {
 /// prefix, else the first local interface address inside `address/prefix`.
 pub fn resolve_interface(address: IpAddr, prefix_length: Option<u8>) -> io::Result<IpAddr> {
     let Some(prefix_length) = prefix_length else { return Ok(address) };
-    local_addresses()?
-        .into_iter()
-        .find(|candidate| in_network(*candidate, address, prefix_length))
-        .ok_or_else(|| {
-            io::Error::new(io::ErrorKind::AddrNotAvailable, format!("no local interface in {address}/{prefix_length}"))
-        })
+    local_addresses()?.into_iter().find(|candidate| in_network(*candidate, address, prefix_length)).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::AddrNotAvailable, format!("no local interface in {address}/{prefix_length}"))
+    })
 }
 
 /// Whether `candidate` lies in `network/prefix_length` (same address family only).
