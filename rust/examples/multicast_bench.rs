@@ -1,0 +1,224 @@
+//! Multicast throughput and receiver-loss stall benchmark.
+//!
+//! Run inside a private network namespace only (multicast must not reach a real network):
+//!
+//! ```text
+//! /work/shared/tools/netns-run cargo run --release --example multicast_bench
+//! ```
+//!
+//! Prints, as Markdown, the medians of 3 runs of: messages per second delivered to every
+//! receiver (1 and 3 receivers, 32 B and 1 KiB messages, `max`, `min`, `tagged`), and the
+//! longest publisher stall after a receiver process is SIGKILLed under `min` with receiver
+//! timeouts of 100 ms, 500 ms and 2 s.
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use affinity::client::{Client, MessageBatch, PublicationShared};
+use affinity::driver::{Driver, DriverCommand, DriverContext};
+use affinity::protocol::OfferError;
+
+const STREAM: i32 = 10;
+const RUNS: usize = 3;
+const SEND_TIME: Duration = Duration::from_millis(500);
+
+fn channel(port: u16, extra: &str) -> String {
+    format!("aeron:udp?endpoint=224.20.30.39:{port}|interface=127.0.0.1{extra}")
+}
+
+/// Whether this process's network namespace has nothing but loopback (as under netns-run).
+fn in_private_netns() -> bool {
+    let Ok(devices) = std::fs::read_to_string("/proc/self/net/dev") else { return false };
+    let names: Vec<&str> = devices.lines().skip(2).filter_map(|line| line.split(':').next()).map(str::trim).collect();
+    names == ["lo"]
+}
+
+fn add_publication(driver: &Driver, channel: &str) -> Arc<PublicationShared> {
+    driver
+        .request(|reply| DriverCommand::AddPublication { channel: channel.to_owned(), stream_id: STREAM, reply })
+        .expect("add publication")
+}
+
+fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
+}
+
+/// Spawns a receiver thread on its own driver; returns its message counter.
+fn receiver(channel: String, stop: Arc<AtomicBool>) -> (Arc<AtomicU64>, std::thread::JoinHandle<()>) {
+    let count = Arc::new(AtomicU64::new(0));
+    let counter = count.clone();
+    let thread = std::thread::spawn(move || {
+        let client = Client::new(DriverContext::default()).expect("client");
+        let subscription = client.add_subscription(&channel, STREAM).expect("subscription");
+        let mut batch = MessageBatch::default();
+        while !stop.load(Ordering::Acquire) {
+            batch.clear();
+            let fragments = subscription.poll_into(&mut batch, 1024).unwrap_or(0);
+            counter.fetch_add(batch.len() as u64, Ordering::Release);
+            if fragments == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    (count, thread)
+}
+
+/// Messages per second that reached every receiver.
+fn throughput(port: u16, receivers: usize, size: usize, strategy: &str) -> f64 {
+    let (fc, gtag) = match strategy {
+        "tagged" => ("|fc=tagged,g:1001", "|gtag=1001"),
+        other => (if other == "min" { "|fc=min" } else { "|fc=max" }, ""),
+    };
+    let driver = Driver::start(DriverContext::default()).expect("driver");
+    let publication = add_publication(&driver, &channel(port, fc));
+    let stop = Arc::new(AtomicBool::new(false));
+    let subs: Vec<_> = (0..receivers).map(|_| receiver(channel(port, gtag), stop.clone())).collect();
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            let status = publication.state().status();
+            status.connected && status.live_receivers.len() == receivers
+        }),
+        "receivers did not connect"
+    );
+    let payload = vec![7u8; size];
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while start.elapsed() < SEND_TIME {
+        let mut state = publication.state();
+        for _ in 0..64 {
+            match state.offer(&payload, 0) {
+                Ok(_) => sent += 1,
+                Err(OfferError::BackPressured | OfferError::AdminAction) => break,
+                Err(error) => panic!("offer: {error:?}"),
+            }
+        }
+        drop(state);
+        std::thread::yield_now();
+    }
+    wait_until(Duration::from_secs(10), || subs.iter().all(|(count, _)| count.load(Ordering::Acquire) >= sent));
+    let elapsed = start.elapsed();
+    let delivered = subs.iter().map(|(count, _)| count.load(Ordering::Acquire)).min().unwrap_or(0);
+    stop.store(true, Ordering::Release);
+    for (_, thread) in subs {
+        let _ = thread.join();
+    }
+    delivered as f64 / elapsed.as_secs_f64()
+}
+
+/// Longest interval without sender progress after a receiver process was SIGKILLed (`min`).
+fn stall_after_kill(port: u16, timeout: &str) -> Duration {
+    let driver = Driver::start(DriverContext::default()).expect("driver");
+    let publication = add_publication(&driver, &channel(port, &format!("|fc=min,t:{timeout}")));
+    let stop = Arc::new(AtomicBool::new(false));
+    let survivor = receiver(channel(port, ""), stop.clone());
+    let mut child = Command::new(std::env::current_exe().expect("own path"))
+        .args(["--receiver", &channel(port, "")])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn receiver process");
+    assert!(
+        wait_until(Duration::from_secs(10), || publication.state().status().group_receivers.len() == 2),
+        "receivers did not join"
+    );
+    let payload = [1u8; 256];
+    let start = Instant::now();
+    let mut killed = false;
+    let mut last_position = publication.state().sender_position();
+    let mut last_advance = Instant::now();
+    let mut longest = Duration::ZERO;
+    let mut recovered_at = None;
+    while recovered_at.is_none_or(|at: Instant| at.elapsed() < Duration::from_millis(200))
+        && start.elapsed() < Duration::from_secs(10)
+    {
+        let (position, group) = {
+            let mut state = publication.state();
+            let _ = state.offer(&payload, 0);
+            (state.sender_position(), state.flow_control().receivers().len())
+        };
+        if position != last_position {
+            if killed {
+                longest = longest.max(last_advance.elapsed());
+                if group == 1 && recovered_at.is_none() {
+                    recovered_at = Some(Instant::now());
+                }
+            }
+            last_position = position;
+            last_advance = Instant::now();
+        }
+        if !killed && start.elapsed() > Duration::from_millis(300) {
+            child.kill().expect("kill");
+            killed = true;
+            last_advance = Instant::now();
+        }
+        std::thread::sleep(Duration::from_micros(20));
+    }
+    let _ = child.kill(); // no-op when already killed
+    let _ = child.wait();
+    stop.store(true, Ordering::Release);
+    let _ = survivor.1.join();
+    longest
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--receiver") {
+        let client = Client::new(DriverContext::default()).expect("client");
+        let subscription = client.add_subscription(&args[2], STREAM).expect("subscription");
+        let mut batch = MessageBatch::default();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            batch.clear();
+            if subscription.poll_into(&mut batch, 1024).unwrap_or(0) == 0 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        return;
+    }
+    if !in_private_netns() {
+        eprintln!("refusing to send multicast outside a private network namespace; run under netns-run");
+        std::process::exit(2);
+    }
+    let mut port = 24_000;
+    println!("| receivers | size | strategy | msgs/s (median of {RUNS}) | MB/s |");
+    println!("|---|---|---|---|---|");
+    for receivers in [1, 3] {
+        for size in [32usize, 1024] {
+            for strategy in ["max", "min", "tagged"] {
+                let runs: Vec<f64> = (0..RUNS)
+                    .map(|_| {
+                        port += 2;
+                        throughput(port, receivers, size, strategy)
+                    })
+                    .collect();
+                let rate = median(runs);
+                println!("| {receivers} | {size} B | {strategy} | {rate:.0} | {:.1} |", rate * size as f64 / 1e6);
+            }
+        }
+    }
+    println!();
+    println!("| min, receiver timeout | longest publisher stall after SIGKILL (median of {RUNS}) |");
+    println!("|---|---|");
+    for timeout in ["100ms", "500ms", "2s"] {
+        let runs: Vec<f64> = (0..RUNS)
+            .map(|_| {
+                port += 2;
+                stall_after_kill(port, timeout).as_secs_f64() * 1000.0
+            })
+            .collect();
+        println!("| t:{timeout} | {:.0} ms |", median(runs));
+    }
+}
