@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::assembler::{Assembler, MessageBatch, MessageHeader};
+use crate::driver::events::DriverEvent;
 use crate::driver::{lock, Driver, DriverCommand, DriverContext, ThreadingMode};
 use crate::error::{Error, Result};
 use crate::protocol::{Image, ImageCounters, ImageState, NetworkPublication, OfferError};
@@ -169,6 +170,17 @@ impl Client {
             assembler: Mutex::new(Assembler::default()),
             next_image: Default::default(),
         })
+    }
+
+    /// Takes the driver events logged since the last call (receivers joining or leaving
+    /// flow-control groups, connection changes, error frames), oldest first.
+    pub fn drain_events(&self) -> Vec<DriverEvent> {
+        self.driver.drain_events()
+    }
+
+    /// The embedded driver (counters).
+    pub fn driver(&self) -> &Driver {
+        &self.driver
     }
 
     /// Runs one driver duty cycle (invoker mode); returns the work done. No-op otherwise.

@@ -95,7 +95,8 @@ impl DriverEvent {
     }
 }
 
-fn reason_name(reason: RemovalReason) -> &'static str {
+/// How a removal reason reads in log lines and Python event dicts.
+pub fn reason_name(reason: RemovalReason) -> &'static str {
     match reason {
         RemovalReason::Timeout => "timeout",
         RemovalReason::EndOfStream => "end of stream",

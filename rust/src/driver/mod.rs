@@ -67,6 +67,7 @@ pub struct Driver {
     shutdown: Arc<AtomicBool>,
     events: Arc<Mutex<EventLog>>,
     sender_counters: Arc<SenderCounters>,
+    receiver_counters: Arc<receiver::ReceiverCounters>,
 }
 
 impl Driver {
@@ -76,10 +77,12 @@ impl Driver {
         let events = Arc::new(Mutex::new(EventLog::default()));
         let sender = SenderAgent::with_event_log(context.datagrams_per_cycle, events.clone());
         let sender_counters = sender.counters().clone();
+        let receiver_agent = ReceiverAgent::new(context.datagrams_per_cycle);
+        let receiver_counters = receiver_agent.counters().clone();
         let agents = DriverAgents {
             conductor: Conductor::new(context.clone(), receiver),
             sender,
-            receiver: ReceiverAgent::new(context.datagrams_per_cycle),
+            receiver: receiver_agent,
             clock: MonotonicClock::new(),
         };
         let shutdown = Arc::new(AtomicBool::new(false));
@@ -95,7 +98,16 @@ impl Driver {
                 (None, Some(handle))
             }
         };
-        Ok(Driver { context, commands, invoked, thread: Mutex::new(thread), shutdown, events, sender_counters })
+        Ok(Driver {
+            context,
+            commands,
+            invoked,
+            thread: Mutex::new(thread),
+            shutdown,
+            events,
+            sender_counters,
+            receiver_counters,
+        })
     }
 
     /// Takes the events logged since the last call, oldest first (receivers joining or leaving
@@ -113,6 +125,16 @@ impl Driver {
     /// Control datagrams the sender could not decode or attribute to a publication.
     pub fn invalid_control_frames(&self) -> u64 {
         self.sender_counters.invalid_frames.load(Ordering::Relaxed)
+    }
+
+    /// Data-side datagrams the receiver could not decode (counted and dropped).
+    pub fn invalid_data_frames(&self) -> u64 {
+        self.receiver_counters.invalid_frames.load(Ordering::Relaxed)
+    }
+
+    /// Send errors other than "would block".
+    pub fn send_errors(&self) -> u64 {
+        self.sender_counters.send_errors.load(Ordering::Relaxed)
     }
 
     /// The driver's settings.

@@ -289,14 +289,20 @@ impl ReceiveEndpoint {
     }
 }
 
+/// Counters of the receiver agent, shared with the [`Driver`](super::Driver) handle.
+#[derive(Debug, Default)]
+pub struct ReceiverCounters {
+    /// Datagrams that failed to decode (bad header, truncated, inconsistent frames).
+    pub invalid_frames: std::sync::atomic::AtomicU64,
+}
+
 /// The receiver agent: every receive endpoint of the driver.
 pub struct ReceiverAgent {
     endpoints: Vec<ReceiveEndpoint>,
     datagrams_per_cycle: usize,
     buffer: Vec<u8>,
     scratch: Vec<u8>,
-    /// Datagrams that failed to decode.
-    pub invalid_frames: u64,
+    counters: Arc<ReceiverCounters>,
 }
 
 impl ReceiverAgent {
@@ -307,8 +313,13 @@ impl ReceiverAgent {
             datagrams_per_cycle,
             buffer: vec![0; 65536],
             scratch: vec![0; 65536],
-            invalid_frames: 0,
+            counters: Arc::default(),
         }
+    }
+
+    /// The agent's counters (shared, readable from other threads).
+    pub fn counters(&self) -> &Arc<ReceiverCounters> {
+        &self.counters
     }
 
     /// The endpoint bound to `address`, if any.
@@ -335,7 +346,7 @@ impl ReceiverAgent {
             let (done, malformed) =
                 endpoint.do_work(now, self.datagrams_per_cycle, &mut self.buffer, &mut self.scratch);
             work += done;
-            self.invalid_frames += malformed;
+            self.counters.invalid_frames.fetch_add(malformed, std::sync::atomic::Ordering::Relaxed);
         }
         self.endpoints.retain(|e| !e.subscriptions.is_empty() || !e.images.is_empty());
         work

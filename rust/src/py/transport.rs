@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
 use crate::client::{self, MessageBatch, MessageHeader};
+use crate::driver::events::DriverEventKind;
 use crate::driver::{DriverContext, IdleStrategy, ThreadingMode};
 use crate::error::Error;
 use crate::flow_control::FlowControlSpec;
@@ -141,6 +142,64 @@ impl Client {
     fn add_subscription(&self, py: Python<'_>, channel: &str, stream_id: i32) -> PyResult<Subscription> {
         let inner = py.detach(|| self.inner.add_subscription(channel, stream_id)).map_err(|e| to_py_error(py, e))?;
         Ok(Subscription { inner })
+    }
+
+    /// Driver events since the last call (receivers joining or leaving a flow-control group,
+    /// connection changes, error frames), oldest first. Each is also logged on the Python
+    /// logger `affinity.driver` (INFO, WARNING for error frames).
+    fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let events = py.detach(|| self.inner.drain_events());
+        let logger = py.import("logging")?.call_method1("getLogger", ("affinity.driver",))?;
+        let list = PyList::empty(py);
+        for event in events {
+            let line = event.to_string();
+            let entry = PyDict::new(py);
+            let seconds = event.time.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+            entry.set_item("time", seconds)?;
+            entry.set_item("level", event.level())?;
+            entry.set_item("channel", &event.channel)?;
+            entry.set_item("stream_id", event.stream_id)?;
+            entry.set_item("session_id", event.session_id)?;
+            match &event.kind {
+                DriverEventKind::ReceiverJoined { receiver_id, group_tag } => {
+                    entry.set_item("kind", "receiver_joined")?;
+                    entry.set_item("receiver_id", receiver_id)?;
+                    entry.set_item("group_tag", group_tag)?;
+                }
+                DriverEventKind::ReceiverRemoved { receiver_id, group_tag, reason } => {
+                    entry.set_item("kind", "receiver_removed")?;
+                    entry.set_item("receiver_id", receiver_id)?;
+                    entry.set_item("group_tag", group_tag)?;
+                    entry.set_item("reason", crate::driver::events::reason_name(*reason))?;
+                }
+                DriverEventKind::ConnectionChanged { connected } => {
+                    entry.set_item("kind", "connection_changed")?;
+                    entry.set_item("connected", connected)?;
+                }
+                DriverEventKind::ReceiverError { receiver_id, code, message } => {
+                    entry.set_item("kind", "receiver_error")?;
+                    entry.set_item("receiver_id", receiver_id)?;
+                    entry.set_item("code", code)?;
+                    entry.set_item("error", message)?;
+                }
+            }
+            let level = if event.level() == "WARN" { 30 } else { 20 };
+            logger.call_method1("log", (level, line.split_once(' ').map(|(_, rest)| rest).unwrap_or(&line)))?;
+            entry.set_item("message", line)?;
+            list.append(entry)?;
+        }
+        Ok(list)
+    }
+
+    /// Driver-wide counters: malformed datagrams dropped, send errors, events lost.
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let driver = self.inner.driver();
+        let dict = PyDict::new(py);
+        dict.set_item("invalid_data_frames", driver.invalid_data_frames())?;
+        dict.set_item("invalid_control_frames", driver.invalid_control_frames())?;
+        dict.set_item("send_errors", driver.send_errors())?;
+        dict.set_item("dropped_events", driver.dropped_events())?;
+        Ok(dict)
     }
 
     /// One driver duty cycle (invoker threading); returns the work done.
@@ -308,30 +367,44 @@ impl Publication {
 
     /// Counters: positions, limit, strategy, receivers, connected flag, traffic counts.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let state = self.inner.shared().state();
+        let status = self.inner.shared().state().status();
         let dict = PyDict::new(py);
-        let counters = state.counters();
-        dict.set_item("session_id", state.identity().session_id)?;
-        dict.set_item("stream_id", state.identity().stream_id)?;
-        dict.set_item("position", state.tail_position())?;
-        dict.set_item("sender_position", state.sender_position())?;
-        dict.set_item("sender_limit", state.sender_limit())?;
-        dict.set_item("publisher_limit", state.publisher_limit())?;
-        dict.set_item("connected", state.is_connected())?;
-        dict.set_item("strategy", state.flow_control().strategy_name())?;
-        dict.set_item("live_receivers", state.live_receivers())?;
-        let receivers = PyList::empty(py);
-        for receiver in state.flow_control().receivers() {
+        dict.set_item("session_id", status.session_id)?;
+        dict.set_item("stream_id", status.stream_id)?;
+        dict.set_item("position", status.tail_position)?;
+        dict.set_item("sender_position", status.sender_position)?;
+        dict.set_item("sender_limit", status.sender_limit)?;
+        dict.set_item("publisher_limit", status.publisher_limit)?;
+        dict.set_item("connected", status.connected)?;
+        dict.set_item("closed", status.closed)?;
+        dict.set_item("strategy", status.strategy)?;
+        dict.set_item("group_tag", status.group_tag)?;
+        dict.set_item("group_min_size", status.group_min_size)?;
+        dict.set_item("receiver_timeout_ms", status.receiver_timeout.as_millis() as u64)?;
+        let group = PyList::empty(py);
+        for receiver in &status.group_receivers {
             let entry = PyDict::new(py);
             entry.set_item("receiver_id", receiver.receiver_id)?;
             entry.set_item("group_tag", receiver.group_tag)?;
             entry.set_item("position", receiver.position)?;
             entry.set_item("window", receiver.window)?;
-            receivers.append(entry)?;
+            group.append(entry)?;
         }
-        dict.set_item("receivers", receivers)?;
+        dict.set_item("receivers", group)?;
+        let live = PyList::empty(py);
+        for receiver in &status.live_receivers {
+            let entry = PyDict::new(py);
+            entry.set_item("receiver_id", receiver.receiver_id)?;
+            entry.set_item("group_tag", receiver.group_tag)?;
+            entry.set_item("position", receiver.position)?;
+            entry.set_item("window", receiver.window)?;
+            live.append(entry)?;
+        }
+        dict.set_item("live_receivers", live)?;
+        let counters = status.counters;
         dict.set_item("status_messages", counters.status_messages)?;
         dict.set_item("naks_received", counters.naks_received)?;
+        dict.set_item("naks_ignored", counters.naks_ignored)?;
         dict.set_item("retransmits_sent", counters.retransmits_sent)?;
         dict.set_item("retransmitted_bytes", counters.retransmitted_bytes)?;
         dict.set_item("datagrams_sent", counters.datagrams_sent)?;
@@ -339,6 +412,7 @@ impl Publication {
         dict.set_item("heartbeats_sent", counters.heartbeats_sent)?;
         dict.set_item("setups_sent", counters.setups_sent)?;
         dict.set_item("errors_received", counters.errors_received)?;
+        dict.set_item("invalid_control_frames", counters.invalid_control_frames)?;
         Ok(dict)
     }
 
