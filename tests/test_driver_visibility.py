@@ -7,9 +7,8 @@ import random
 import socket
 import time
 
-import pytest
-
 import affinity
+import pytest
 from affinity.testing import free_udp_port
 
 

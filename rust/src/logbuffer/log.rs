@@ -223,14 +223,37 @@ impl LogBuffer {
                 break;
             }
             let frame_type = read_frame_type(term, offset as usize);
+            // A PAD covers `frame_length` bytes (to the end of the term when the publisher
+            // pads, a gap when a receiver gives up on it); never past the term.
             let advance = if frame_type == FrameType::Pad.code() {
-                term_length - offset
+                (align_frame(frame_length as usize) as i64).min(term_length - offset)
             } else {
                 align_frame(frame_length as usize) as i64
             };
             offset += advance;
         }
         position + (offset.min(term_length) - start)
+    }
+
+    /// Covers `length` bytes at `position` (a gap that will never be repaired) with a PAD frame
+    /// so readers skip it.
+    pub fn fill_gap(&mut self, position: i64, length: usize) {
+        let identity = self.identity;
+        let offset = identity.term_offset(position) as usize;
+        let pad = DataHeader {
+            frame_length: length as i32,
+            flags: flags::UNFRAGMENTED,
+            frame_type: FrameType::Pad,
+            term_offset: offset as i32,
+            session_id: identity.session_id,
+            stream_id: identity.stream_id,
+            term_id: identity.term_id(position),
+            reserved_value: 0,
+        };
+        let term = self.term_mut(position);
+        if offset + DATA_HEADER_LENGTH <= term.len() {
+            pad.emit(&mut term[offset..offset + DATA_HEADER_LENGTH]);
+        }
     }
 
     /// The first gap (run of unwritten 32-byte slots) between `position` and `limit` within the

@@ -57,6 +57,11 @@ pub struct ImageCounters {
     pub malformed: u64,
     /// Distinct gaps detected.
     pub loss_gaps: u64,
+    /// Gaps given up on because the publication had moved past its retransmit range; they
+    /// were skipped (the data is lost and counted here, never delivered wrong).
+    pub unrecoverable_gaps: u64,
+    /// Bytes in those gaps.
+    pub unrecoverable_bytes: u64,
     /// Bytes in those gaps.
     pub loss_bytes: u64,
     /// NAKs sent.
@@ -105,6 +110,9 @@ pub struct Image {
     log: LogBuffer,
     rebuild_position: i64,
     hwm_position: i64,
+    /// The furthest stream position the publication was seen at (data or heartbeat, even
+    /// beyond the window): tells when a gap is too old to be retransmitted.
+    observed_position: i64,
     consumers: Vec<Consumer>,
     cleaned_term_base: i64,
     last_sm_position: i64,
@@ -152,6 +160,7 @@ impl Image {
             log,
             rebuild_position: join,
             hwm_position: join,
+            observed_position: join,
             consumers: Vec::new(),
             cleaned_term_base: term_base,
             last_sm_position: join,
@@ -231,6 +240,7 @@ impl Image {
         let identity = self.config.identity;
         let position = identity.position(header.term_id, header.term_offset);
         self.last_packet_time = now;
+        self.observed_position = self.observed_position.max(position);
         if DataHeader::is_heartbeat_datagram(datagram) {
             self.counters.heartbeats_received += 1;
             if position > self.hwm_position
@@ -261,6 +271,7 @@ impl Image {
             }));
         }
         let proposed = position + length;
+        self.observed_position = self.observed_position.max(proposed);
         if position < self.rebuild_position && proposed <= self.rebuild_position {
             self.counters.duplicates += 1;
             return Err(DataRejection::Duplicate);
@@ -316,7 +327,7 @@ impl Image {
                 break;
             }
             if read_frame_type(term, offset) == FrameType::Pad.code() {
-                position += term_length - offset as i64;
+                position += (align_frame(frame_length as usize) as i64).min(term_length - offset as i64);
                 continue;
             }
             let aligned = align_frame(frame_length as usize) as i64;
@@ -363,15 +374,41 @@ impl Image {
         }
     }
 
+    /// The first gap between the rebuild position and the high-water mark, within one term.
+    fn find_current_gap(&self) -> Option<(i64, usize)> {
+        let term_length = self.config.identity.term_length as i64;
+        let term_end = (self.rebuild_position & !(term_length - 1)) + term_length;
+        self.log.find_gap(self.rebuild_position, self.hwm_position.min(term_end))
+    }
+
+    /// Whether the publication has moved so far past `position` that it can no longer resend it
+    /// (its retransmit range is `[sender position − term/2 − max message, sender position)`).
+    fn is_unrecoverable(&self, position: i64) -> bool {
+        let identity = &self.config.identity;
+        let range = (identity.term_length / 2) as i64 + self.log.max_message_length() as i64;
+        self.observed_position - position > range
+    }
+
     /// The next control frame to send to the publication (status message or NAK).
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
         if self.state == ImageState::Closed {
             return None;
         }
         if self.state == ImageState::Active {
-            let term_length = self.config.identity.term_length as i64;
-            let term_end = (self.rebuild_position & !(term_length - 1)) + term_length;
-            let gap = self.log.find_gap(self.rebuild_position, self.hwm_position.min(term_end));
+            let mut gap = self.find_current_gap();
+            // Skip gaps the publication can no longer resend (bounded work per call).
+            for _ in 0..1024 {
+                match gap {
+                    Some((position, length)) if self.is_unrecoverable(position) => {
+                        self.log.fill_gap(position, length);
+                        self.counters.unrecoverable_gaps += 1;
+                        self.counters.unrecoverable_bytes += length as u64;
+                        self.advance_rebuild();
+                        gap = self.find_current_gap();
+                    }
+                    _ => break,
+                }
+            }
             if let Some(nak) = self.loss.poll(gap, now) {
                 if nak.is_new_gap {
                     self.counters.loss_gaps += 1;
@@ -555,6 +592,38 @@ mod tests {
         assert!(matches!(&sent[..], [ControlFrame::StatusMessage(m)] if m.is_end_of_stream()));
         image.on_tick(ms(600));
         assert_eq!(image.state(), ImageState::Closed);
+    }
+
+    #[test]
+    fn skips_a_gap_the_publication_can_no_longer_resend() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&frames[2], ms(1)).unwrap();
+        drain(&mut image);
+        // A heartbeat from far ahead: the sender is past its retransmit range for offset 64.
+        let mut heartbeat = frames[0][..32].to_vec();
+        heartbeat[0..4].copy_from_slice(&0i32.to_le_bytes());
+        let far = TERM as i32 / 2 + 8192 + 128;
+        heartbeat[8..12].copy_from_slice(&far.to_le_bytes());
+        image.on_data(&heartbeat, ms(2)).unwrap();
+        let sent = transmit(&mut image, ms(3));
+        assert!(!sent.iter().any(|f| matches!(f, ControlFrame::Nak(_))), "{sent:?}");
+        assert_eq!(image.counters().unrecoverable_gaps, 1);
+        assert_eq!(image.counters().unrecoverable_bytes, 64);
+        assert_eq!(drain(&mut image), vec![2], "the frame after the gap is still delivered");
+    }
+
+    #[test]
+    fn keeps_naking_a_gap_the_publication_can_still_resend() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&frames[2], ms(1)).unwrap();
+        transmit(&mut image, ms(1));
+        let sent = transmit(&mut image, ms(500));
+        assert!(sent.iter().any(|f| matches!(f, ControlFrame::Nak(_))));
+        assert_eq!(image.counters().unrecoverable_gaps, 0);
     }
 
     #[test]

@@ -615,6 +615,8 @@ impl Subscription {
             entry.set_item("malformed", c.malformed)?;
             entry.set_item("loss_gaps", c.loss_gaps)?;
             entry.set_item("loss_bytes", c.loss_bytes)?;
+            entry.set_item("unrecoverable_gaps", c.unrecoverable_gaps)?;
+            entry.set_item("unrecoverable_bytes", c.unrecoverable_bytes)?;
             entry.set_item("naks_sent", c.naks_sent)?;
             entry.set_item("retransmits_received", c.retransmits_received)?;
             entry.set_item("status_messages_sent", c.status_messages_sent)?;
