@@ -244,6 +244,9 @@ impl Publication {
         self.check_open()?;
         let result = self.shared.state().offer(payload, 0);
         self.invoke_driver_if_needed(result.is_err());
+        if matches!(result, Err(OfferError::BackPressured | OfferError::NotConnected)) {
+            self.driver.client_idle();
+        }
         result
     }
 
@@ -271,6 +274,9 @@ impl Publication {
             }
         }
         self.invoke_driver_if_needed(true);
+        if taken == 0 && matches!(refusal, Some(OfferError::BackPressured | OfferError::NotConnected)) {
+            self.driver.client_idle();
+        }
         (taken, refusal)
     }
 
@@ -324,6 +330,7 @@ impl Subscription {
         }
         let images = self.shared.images();
         if images.is_empty() {
+            self.driver.client_idle();
             return Ok(0);
         }
         let start = self.next_image.fetch_add(1, Ordering::Relaxed) % images.len();
@@ -341,6 +348,10 @@ impl Subscription {
             if image.state() == ImageState::Closed {
                 assembler.remove_session(handle.session_id);
             }
+        }
+        drop(assembler);
+        if fragments == 0 {
+            self.driver.client_idle();
         }
         Ok(fragments)
     }

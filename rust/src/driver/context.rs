@@ -64,6 +64,10 @@ pub struct DriverContext {
     pub client_command_timeout: Duration,
     /// Datagrams a sender or receiver handles per endpoint per duty cycle.
     pub datagrams_per_cycle: usize,
+    /// Shared mode: a client call that finds nothing to do (an empty poll, a refused offer)
+    /// yields the CPU once, so an application busy loop does not starve the driver thread
+    /// on a machine with fewer cores than busy threads (true).
+    pub client_yields_when_idle: bool,
 }
 
 impl Default for DriverContext {
@@ -86,6 +90,7 @@ impl Default for DriverContext {
             socket_send_buffer: None,
             client_command_timeout: Duration::from_secs(5),
             datagrams_per_cycle: 32,
+            client_yields_when_idle: true,
         }
     }
 }

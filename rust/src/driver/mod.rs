@@ -158,6 +158,14 @@ impl Driver {
         }
     }
 
+    /// A client call found nothing to do: in shared mode, give the driver thread the CPU
+    /// (see [`DriverContext::client_yields_when_idle`]).
+    pub fn client_idle(&self) {
+        if self.invoked.is_none() && self.context.client_yields_when_idle {
+            std::thread::yield_now();
+        }
+    }
+
     /// Sends a command without waiting for an answer.
     pub fn send(&self, command: DriverCommand) {
         let _ = self.commands.send(command);

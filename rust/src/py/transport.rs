@@ -75,7 +75,7 @@ pub struct Client {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (*, threading="shared", idle="backoff", term_length=None, mtu=None, receiver_window=None, socket_receive_buffer=None, flow_control=None, receiver_timeout_ms=None, command_timeout_ms=None))]
+    #[pyo3(signature = (*, threading="shared", idle="backoff", term_length=None, mtu=None, receiver_window=None, socket_receive_buffer=None, flow_control=None, receiver_timeout_ms=None, command_timeout_ms=None, yield_when_idle=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -88,6 +88,7 @@ impl Client {
         flow_control: Option<&str>,
         receiver_timeout_ms: Option<u64>,
         command_timeout_ms: Option<u64>,
+        yield_when_idle: bool,
     ) -> PyResult<Self> {
         let mut context =
             DriverContext { threading_mode: parse_setting::<ThreadingMode>(threading)?, ..DriverContext::default() };
@@ -125,6 +126,7 @@ impl Client {
         if let Some(ms) = receiver_timeout_ms {
             context.flow_control.receiver_timeout = std::time::Duration::from_millis(ms);
         }
+        context.client_yields_when_idle = yield_when_idle;
         if let Some(ms) = command_timeout_ms {
             context.client_command_timeout = std::time::Duration::from_millis(ms);
         }
