@@ -8,24 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use affinity::wire::{parse_control, ControlFrame, DataFrames, DataHeader, FrameHeader, FrameType, DATA_HEADER_LENGTH};
 use serde_json::{json, Map, Value};
 
-const DEFAULT_VECTORS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors");
-
-fn vectors_dir() -> PathBuf {
-    let dir = std::env::var_os("AFFINITY_VECTORS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_VECTORS_DIR));
-    assert!(
-        dir.is_dir(),
-        "wire test vectors not found at {} (set AFFINITY_VECTORS_DIR to shared/vectors)",
-        dir.display()
-    );
-    dir
-}
+mod support;
+use support::{from_hex, load, vectors_dir};
 
 fn vector_files() -> Vec<PathBuf> {
     let dir = vectors_dir();
@@ -40,16 +29,6 @@ fn vector_files() -> Vec<PathBuf> {
     files.sort();
     assert!(files.len() >= 8, "expected at least 8 vector files in {}, found {}", dir.display(), files.len());
     files
-}
-
-fn load(path: &Path) -> Value {
-    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn from_hex(text: &str) -> Vec<u8> {
-    assert!(text.len() % 2 == 0, "odd hex length");
-    (0..text.len()).step_by(2).map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digit")).collect()
 }
 
 fn to_hex(bytes: &[u8]) -> String {
