@@ -19,7 +19,7 @@ fn scenario(name: &str) -> Value {
     load(&vectors_dir().join(format!("{name}.json")))
 }
 
-fn packets<'a>(scenario: &'a Value, direction: &str) -> Vec<(usize, Vec<u8>)> {
+fn packets(scenario: &Value, direction: &str) -> Vec<(usize, Vec<u8>)> {
     scenario["packets"]
         .as_array()
         .unwrap()
