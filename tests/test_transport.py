@@ -275,3 +275,26 @@ def test_client_settings_are_validated() -> None:
         affinity.Client(term_length=1000)
     with pytest.raises(ValueError, match="flow_control"):
         affinity.Client(flow_control="tagged,g:")
+
+
+def test_ipc_delivers_to_every_subscriber_and_the_slowest_paces(client: affinity.Client) -> None:
+    fast = client.add_subscription("aeron:ipc", 30)
+    slow = client.add_subscription("aeron:ipc", 30)
+    pub = client.add_publication("aeron:ipc?term-length=65536", 30)
+    wait_connected(pub)
+    messages = [make_message(i, 100 + i % 900) for i in range(3000)]
+    got_fast: list[bytes] = []
+    got_slow: list[bytes] = []
+    sent = 0
+    back_pressured = 0
+    deadline = time.monotonic() + 60
+    while len(got_slow) < len(messages) or len(got_fast) < len(messages):
+        assert time.monotonic() < deadline, (sent, len(got_fast), len(got_slow))
+        if sent < len(messages):
+            taken = pub.offer_batch(messages[sent : sent + 64])
+            back_pressured += taken == 0
+            sent += taken
+        got_fast.extend(fast.poll_batch(1000))
+        got_slow.extend(slow.poll_batch(3))
+    assert got_fast == messages and got_slow == messages
+    assert back_pressured > 0, "the slow IPC subscriber should have held the publisher back"

@@ -76,3 +76,41 @@ fn repairs_loss_duplication_and_reordering_through_a_relay() {
     transfer(&client, &pub_channel, &sub_channel, 20_000);
     assert!(relay.stats().dropped.load(std::sync::atomic::Ordering::Relaxed) > 0);
 }
+
+#[test]
+fn delivers_in_order_over_ipc_without_sockets() {
+    let client = Client::new(DriverContext::default()).unwrap();
+    transfer(&client, "aeron:ipc?term-length=65536", "aeron:ipc", 20_000);
+}
+
+#[test]
+fn ipc_subscribers_all_receive_everything_including_a_late_one() {
+    let client = Client::new(DriverContext::default()).unwrap();
+    let early = client.add_subscription("aeron:ipc", 4).unwrap();
+    let publication = client.add_publication("aeron:ipc?term-length=65536", 4).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !publication.is_connected() {
+        assert!(Instant::now() < deadline, "never connected");
+    }
+    let late = client.add_subscription("aeron:ipc", 4).unwrap();
+    while late.images().is_empty() {
+        assert!(Instant::now() < deadline, "late subscriber never joined");
+    }
+    let mut sent = 0u64;
+    let (mut early_got, mut late_got) = (Vec::new(), Vec::new());
+    let mut batch = MessageBatch::default();
+    while early_got.len() < 5_000 || late_got.len() < 5_000 {
+        assert!(Instant::now() < deadline, "stalled: early {} late {}", early_got.len(), late_got.len());
+        while sent < 5_000 && publication.offer(&message(sent)).is_ok() {
+            sent += 1;
+        }
+        for (subscription, got) in [(&early, &mut early_got), (&late, &mut late_got)] {
+            batch.clear();
+            subscription.poll_into(&mut batch, 64).unwrap();
+            got.extend((0..batch.len()).map(|i| batch.message(i).to_vec()));
+        }
+    }
+    let expected: Vec<Vec<u8>> = (0..5_000).map(message).collect();
+    assert_eq!(early_got, expected);
+    assert_eq!(late_got, expected, "the late subscriber joined before the first offer");
+}

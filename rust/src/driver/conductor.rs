@@ -5,6 +5,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 
 use super::context::DriverContext;
+use super::ipc::IpcAgent;
 use super::receiver::{ImageDefaults, ReceiveEndpoint, ReceiverAgent};
 use super::sender::{SendEndpoint, SenderAgent};
 use crate::channel::{ChannelUri, Media};
@@ -107,32 +108,42 @@ impl Conductor {
     }
 
     /// Handles pending commands; returns how many.
-    pub fn do_work(&mut self, now: Instant, sender: &mut SenderAgent, receiver: &mut ReceiverAgent) -> usize {
+    pub fn do_work(
+        &mut self,
+        now: Instant,
+        sender: &mut SenderAgent,
+        receiver: &mut ReceiverAgent,
+        ipc: &mut IpcAgent,
+    ) -> usize {
         let mut work = 0;
         while let Ok(command) = self.commands.try_recv() {
             work += 1;
             match command {
                 DriverCommand::AddPublication { channel, stream_id, reply } => {
-                    let _ = reply.send(self.add_publication(&channel, stream_id, now, sender));
+                    let _ = reply.send(self.add_publication(&channel, stream_id, now, sender, ipc));
                 }
                 DriverCommand::AddSubscription { channel, stream_id, reply } => {
-                    let _ = reply.send(self.add_subscription(&channel, stream_id, receiver));
+                    let _ = reply.send(self.add_subscription(&channel, stream_id, now, receiver, ipc));
                 }
-                DriverCommand::RemoveSubscription { id } => receiver.remove_subscription(id, now),
+                DriverCommand::RemoveSubscription { id } => {
+                    receiver.remove_subscription(id, now);
+                    ipc.remove_subscription(id, now);
+                }
             }
         }
         work
     }
 
-    fn parse_udp(&self, channel: &str) -> Result<(ChannelUri, SocketAddr)> {
+    fn parse(&self, channel: &str) -> Result<ChannelUri> {
         let uri = ChannelUri::parse(channel).map_err(|e| config_error(e.to_string()))?;
-        if uri.media != Media::Udp {
-            return Err(config_error(format!("{channel}: aeron:ipc channels are not supported yet; use aeron:udp")));
+        if uri.spy {
+            return Err(config_error(format!("{channel}: aeron-spy: subscriptions are not supported")));
         }
-        let endpoint = uri
-            .endpoint
-            .ok_or_else(|| config_error(format!("{channel}: endpoint is required (endpoint=host:port)")))?;
-        Ok((uri, endpoint))
+        Ok(uri)
+    }
+
+    fn udp_endpoint(uri: &ChannelUri, channel: &str) -> Result<SocketAddr> {
+        uri.endpoint.ok_or_else(|| config_error(format!("{channel}: endpoint is required (endpoint=host:port)")))
     }
 
     fn add_publication(
@@ -141,16 +152,23 @@ impl Conductor {
         stream_id: i32,
         now: Instant,
         sender: &mut SenderAgent,
+        ipc: &mut IpcAgent,
     ) -> Result<Arc<PublicationShared>> {
-        let (uri, endpoint) = self.parse_udp(channel)?;
-        let spec = match &uri.flow_control {
-            Some(value) => Some(FlowControlSpec::parse(value).map_err(|e| config_error(format!("{channel}: {e}")))?),
-            None => None,
+        let uri = self.parse(channel)?;
+        let is_ipc = uri.media == Media::Ipc;
+        let spec = match (&uri.flow_control, is_ipc) {
+            (Some(value), _) => {
+                Some(FlowControlSpec::parse(value).map_err(|e| config_error(format!("{channel}: {e}")))?)
+            }
+            // IPC subscribers are tethered: the slowest one paces the publisher.
+            (None, true) => Some(FlowControlSpec::parse("min").map_err(|e| Error::Driver(e.to_string()))?),
+            (None, false) => None,
         };
         let is_multicast = uri.is_multicast();
         let flow_control = build_checked(spec.as_ref(), is_multicast, &self.context.flow_control)
             .map_err(|e| config_error(format!("{channel}: {e}")))?;
-        let term_length = uri.term_length.unwrap_or(self.context.term_length);
+        let term_length =
+            uri.term_length.unwrap_or(if is_ipc { uri.term_length_or_default() } else { self.context.term_length });
         let mtu = uri.mtu.unwrap_or(self.context.mtu);
         let session_id = uri.session_id.unwrap_or_else(|| self.ids.session_id());
         let (initial_term_id, initial_position) = match uri.initial_position {
@@ -162,6 +180,29 @@ impl Conductor {
             None => (self.ids.next_u64() as i32, 0),
         };
         let identity = StreamIdentity { session_id, stream_id, initial_term_id, term_length };
+        let config = PublicationConfig {
+            identity,
+            initial_position,
+            mtu,
+            publication_window: uri.publication_window.unwrap_or(term_length / 2),
+            ttl: uri.ttl.unwrap_or(0),
+            is_group: is_multicast,
+            linger: uri.linger_or_default(),
+            connection_timeout: self.context.publication_connection_timeout,
+            retransmit_delay: self.context.retransmit_delay,
+            retransmit_linger: self.context.retransmit_linger,
+            max_resend: if is_multicast { uri.max_resend_or_default() as usize } else { 1 },
+            signal_eos: uri.eos.unwrap_or(true),
+        };
+        let publication = NetworkPublication::new(config, flow_control, now);
+        let id = self.next_registration;
+        self.next_registration += 1;
+        let shared = Arc::new(PublicationShared::new(id, channel.to_owned(), publication));
+        if is_ipc {
+            ipc.add_publication(shared.clone(), now);
+            return Ok(shared);
+        }
+        let endpoint = Self::udp_endpoint(&uri, channel)?;
         let interface = interface_address(&uri, channel)?;
         let options = SocketOptions {
             receive_buffer: Some(uri.so_rcvbuf.unwrap_or(self.context.socket_receive_buffer)),
@@ -183,24 +224,6 @@ impl Conductor {
             ),
             _ => None,
         };
-        let config = PublicationConfig {
-            identity,
-            initial_position,
-            mtu,
-            publication_window: uri.publication_window.unwrap_or(term_length / 2),
-            ttl: uri.ttl.unwrap_or(0),
-            is_group: is_multicast,
-            linger: uri.linger_or_default(),
-            connection_timeout: self.context.publication_connection_timeout,
-            retransmit_delay: self.context.retransmit_delay,
-            retransmit_linger: self.context.retransmit_linger,
-            max_resend: if is_multicast { uri.max_resend_or_default() as usize } else { 1 },
-            signal_eos: uri.eos.unwrap_or(true),
-        };
-        let publication = NetworkPublication::new(config, flow_control, now);
-        let id = self.next_registration;
-        self.next_registration += 1;
-        let shared = Arc::new(PublicationShared::new(id, channel.to_owned(), publication));
         sender.add(SendEndpoint {
             publication: shared.clone(),
             socket,
@@ -215,25 +238,15 @@ impl Conductor {
         &mut self,
         channel: &str,
         stream_id: i32,
+        now: Instant,
         receiver: &mut ReceiverAgent,
+        ipc: &mut IpcAgent,
     ) -> Result<Arc<SubscriptionShared>> {
-        let (uri, endpoint) = self.parse_udp(channel)?;
+        let uri = self.parse(channel)?;
         let id = self.next_registration;
         self.next_registration += 1;
         let shared = Arc::new(SubscriptionShared::new(id, channel.to_owned(), stream_id));
-        if let Some(existing) = receiver.endpoint_mut(endpoint) {
-            existing.add_subscription(stream_id, uri.session_id, shared.clone());
-            return Ok(shared);
-        }
         let receive_buffer = uri.so_rcvbuf.unwrap_or(self.context.socket_receive_buffer);
-        let options = SocketOptions {
-            receive_buffer: Some(receive_buffer),
-            send_buffer: uri.so_sndbuf.or(self.context.socket_send_buffer),
-            multicast_ttl: uri.ttl.map(u32::from),
-            interface: interface_address(&uri, channel)?,
-        };
-        let socket = bind_receiver(endpoint, &options)
-            .map_err(|e| Error::Driver(format!("{channel}: cannot bind receiving socket {endpoint}: {e}")))?;
         let defaults = ImageDefaults {
             receiver_window: uri.rcv_wnd.unwrap_or(self.context.receiver_window),
             status_interval: self.context.status_message_interval,
@@ -244,6 +257,24 @@ impl Conductor {
             is_group: uri.group.unwrap_or(uri.is_multicast()),
             socket_receive_buffer: receive_buffer,
         };
+        if uri.media == Media::Ipc {
+            let receiver_id = self.ids.next_u64() as i64;
+            ipc.add_subscription(stream_id, uri.session_id, receiver_id, shared.clone(), defaults, now);
+            return Ok(shared);
+        }
+        let endpoint = Self::udp_endpoint(&uri, channel)?;
+        if let Some(existing) = receiver.endpoint_mut(endpoint) {
+            existing.add_subscription(stream_id, uri.session_id, shared.clone());
+            return Ok(shared);
+        }
+        let options = SocketOptions {
+            receive_buffer: Some(receive_buffer),
+            send_buffer: uri.so_sndbuf.or(self.context.socket_send_buffer),
+            multicast_ttl: uri.ttl.map(u32::from),
+            interface: interface_address(&uri, channel)?,
+        };
+        let socket = bind_receiver(endpoint, &options)
+            .map_err(|e| Error::Driver(format!("{channel}: cannot bind receiving socket {endpoint}: {e}")))?;
         let control = if uri.is_multicast() { uri.control_address() } else { None };
         let mut endpoint_state = ReceiveEndpoint::new(socket, endpoint, control, self.ids.next_u64() as i64, defaults);
         endpoint_state.add_subscription(stream_id, uri.session_id, shared.clone());

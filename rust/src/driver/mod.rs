@@ -5,6 +5,7 @@ pub mod conductor;
 pub mod context;
 pub mod events;
 pub mod idle;
+pub mod ipc;
 pub mod receiver;
 pub mod sender;
 
@@ -34,6 +35,7 @@ pub struct DriverAgents {
     conductor: Conductor,
     sender: SenderAgent,
     receiver: ReceiverAgent,
+    ipc: ipc::IpcAgent,
     clock: MonotonicClock,
 }
 
@@ -41,16 +43,17 @@ impl DriverAgents {
     /// One duty cycle of every agent; returns the work done.
     pub fn do_work(&mut self) -> usize {
         let now = self.clock.now();
-        let mut work = self.conductor.do_work(now, &mut self.sender, &mut self.receiver);
+        let mut work = self.conductor.do_work(now, &mut self.sender, &mut self.receiver, &mut self.ipc);
         work += self.sender.do_work(now);
         work += self.receiver.do_work(now);
+        work += self.ipc.do_work(now);
         work
     }
 
     /// Closes every publication and runs until their data has been sent (bounded).
     fn drain(&mut self) {
         let deadline = std::time::Instant::now() + SHUTDOWN_DRAIN_LIMIT;
-        while self.sender.has_undelivered() && std::time::Instant::now() < deadline {
+        while (self.sender.has_undelivered() || self.ipc.has_undelivered()) && std::time::Instant::now() < deadline {
             if self.do_work() == 0 {
                 std::thread::sleep(Duration::from_micros(100));
             }
@@ -83,6 +86,7 @@ impl Driver {
             conductor: Conductor::new(context.clone(), receiver),
             sender,
             receiver: receiver_agent,
+            ipc: ipc::IpcAgent::new(context.datagrams_per_cycle),
             clock: MonotonicClock::new(),
         };
         let shutdown = Arc::new(AtomicBool::new(false));

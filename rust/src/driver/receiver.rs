@@ -38,6 +38,40 @@ pub struct ImageDefaults {
     pub socket_receive_buffer: usize,
 }
 
+impl ImageDefaults {
+    /// The configuration of an image for `setup`, or `None` when the SETUP is refused (invalid,
+    /// or an MTU larger than the receiver window or the socket receive buffer).
+    pub fn image_config(&self, setup: &Setup, receiver_id: i64, random_seed: u64) -> Option<ImageConfig> {
+        setup.validate().ok()?;
+        let term_length = setup.term_length as u32;
+        let window = self.receiver_window.min(term_length / 2);
+        if setup.mtu as u32 > window || setup.mtu as usize > self.socket_receive_buffer {
+            return None;
+        }
+        let identity = StreamIdentity {
+            session_id: setup.session_id,
+            stream_id: setup.stream_id,
+            initial_term_id: setup.initial_term_id,
+            term_length,
+        };
+        let join_position =
+            compute_position(setup.active_term_id, setup.term_offset, identity.position_bits(), setup.initial_term_id);
+        Some(ImageConfig {
+            identity,
+            join_position,
+            receiver_window: window,
+            receiver_id,
+            group_tag: self.group_tag,
+            status_interval: self.status_interval,
+            nak_delay: self.nak_delay,
+            is_group: self.is_group || setup.flags & flags::SETUP_GROUP != 0,
+            multicast_nak_backoff: self.multicast_nak_backoff,
+            liveness_timeout: self.liveness_timeout,
+            random_seed,
+        })
+    }
+}
+
 struct SubscriptionEntry {
     stream_id: i32,
     session_filter: Option<i32>,
@@ -129,37 +163,12 @@ impl ReceiveEndpoint {
             .filter(|s| s.stream_id == setup.stream_id && s.session_filter.is_none_or(|id| id == setup.session_id))
             .map(|s| s.shared.clone())
             .collect();
-        if matching.is_empty() || setup.validate().is_err() {
+        if matching.is_empty() {
             return;
         }
-        let term_length = setup.term_length as u32;
-        let window = self.defaults.receiver_window.min(term_length / 2);
-        if setup.mtu as u32 > window || setup.mtu as usize > self.defaults.socket_receive_buffer {
-            return;
-        }
-        self.pending_setups.remove(&(setup.session_id, setup.stream_id));
-        let identity = StreamIdentity {
-            session_id: setup.session_id,
-            stream_id: setup.stream_id,
-            initial_term_id: setup.initial_term_id,
-            term_length,
-        };
-        let join_position =
-            compute_position(setup.active_term_id, setup.term_offset, identity.position_bits(), setup.initial_term_id);
         self.next_seed = self.next_seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let config = ImageConfig {
-            identity,
-            join_position,
-            receiver_window: window,
-            receiver_id: self.receiver_id,
-            group_tag: self.defaults.group_tag,
-            status_interval: self.defaults.status_interval,
-            nak_delay: self.defaults.nak_delay,
-            is_group: self.defaults.is_group || setup.flags & flags::SETUP_GROUP != 0,
-            multicast_nak_backoff: self.defaults.multicast_nak_backoff,
-            liveness_timeout: self.defaults.liveness_timeout,
-            random_seed: self.next_seed,
-        };
+        let Some(config) = self.defaults.image_config(setup, self.receiver_id, self.next_seed) else { return };
+        self.pending_setups.remove(&(setup.session_id, setup.stream_id));
         let mut image = Image::new(config, now);
         for subscription in &matching {
             image.add_consumer(subscription.id);
