@@ -12,9 +12,12 @@
 
 pub mod events;
 pub mod hash;
+mod placement;
 pub mod policy;
 pub mod posix_regex;
+mod subjects;
 mod table;
+mod types;
 
 #[cfg(test)]
 mod tests;
@@ -22,9 +25,8 @@ mod tests;
 pub use events::{Event, EventKind, MoveReason, Reason};
 pub use hash::{affinity_hash, Selection, HASH_VERSION};
 pub use posix_regex::{PosixRegex, RegexError};
-pub use table::{
-    Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, RoutingTable, ServiceId, SourceGroupSpec,
-};
+pub use table::RoutingTable;
+pub use types::{Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec};
 
 use std::hash::{BuildHasherDefault, Hasher};
 

@@ -99,7 +99,9 @@ impl PosixRegex {
 
     /// Whether the pattern matches anywhere in `subject`.
     pub fn is_match(&self, subject: &str) -> bool {
-        self.execute(subject, 1).is_some()
+        // No registers asked for: glibc may stop at the first accepting state instead of
+        // searching for the longest match and its sub-matches.
+        self.execute(subject, 0).is_some()
     }
 
     /// The text captured by group 1 when the pattern matches `subject`, as `sed -r` captures it.
@@ -124,7 +126,8 @@ impl PosixRegex {
         // REG_STARTEND: the subject is delimited by matches[0] instead of a NUL terminator, so
         // no C string is allocated per call and embedded NULs cannot truncate the subject.
         // SAFETY: the pattern is compiled; the subject pointer is valid for `length` bytes;
-        // `matches` has room for `groups` (<= 2) entries.
+        // `matches` has room for `groups` (<= 2) entries; with REG_STARTEND glibc reads
+        // `matches[0]` even when `groups` is 0.
         let status = unsafe {
             libc::regexec(
                 self.raw(),
