@@ -25,7 +25,7 @@ impl RoutingTable {
         if let Some(decision) = self.sticky(leg) {
             return decision;
         }
-        let composite = leg.rule.map(|(_, id)| self.composites.name(id).clone());
+        let composite = leg.rule().map(|(_, id)| self.composites.name(id).clone());
         let key = composite.as_deref().unwrap_or(subject);
         let placed = self.place(leg.group, key, composite.is_some(), &[], commit);
         LegDecision {
@@ -33,7 +33,7 @@ impl RoutingTable {
             member: placed.map(|p| p.0),
             priority_group: placed.map(|p| p.1),
             composite,
-            rule: leg.rule.map(|(rule, _)| rule as usize),
+            rule: leg.rule().map(|(rule, _)| rule as usize),
             reason: placed.map_or(Reason::Unavailable, |p| p.2),
             since: None,
         }

@@ -257,7 +257,7 @@ impl RoutingTable {
     /// (plus, with a composite, an index into the interned composites).
     pub fn route_primary(&mut self, subject: &str) -> Result<LegDecision, RoutingError> {
         let leg = match self.subjects.get(subject) {
-            Some(entry) => match (&entry.subscription, &entry.classified) {
+            Some(entry) => match (&entry.subscription, entry.classified()) {
                 (Some(subscription), _) => return Ok(current(&subscription.legs[0].decision)),
                 (None, Some(classified)) => classified.primary,
                 (None, None) => self.classify(subject)?.primary,
@@ -297,7 +297,7 @@ impl RoutingTable {
         let mut decisions = Vec::with_capacity(classified.leg_count());
         for leg in classified.legs() {
             let mut decision = self.decide(leg, &subject, true);
-            let composite = leg.rule.map(|(_, id)| id);
+            let composite = leg.rule().map(|(_, id)| id);
             self.bind(&subject, &mut decision, composite);
             decisions.push(decision.clone());
             legs.push(Leg { decision, composite, tried: Vec::new() });
@@ -444,7 +444,7 @@ impl RoutingTable {
         let leg = self.classify(subject)?.primary;
         let service = self.groups[leg.group.index()].service;
         let decision = self.decide(leg, subject, false);
-        let affinity = leg.rule.and_then(|(_, id)| self.composites.affinity(id));
+        let affinity = leg.rule().and_then(|(_, id)| self.composites.affinity(id));
         Ok(Explanation {
             service,
             bound_reason: affinity.filter(|_| decision.reason == Reason::Sticky).map(|a| a.reason),
@@ -463,7 +463,7 @@ impl RoutingTable {
 
     /// The data service and per-source-group rule matches of an unsubscribed subject, cached.
     fn classify(&mut self, subject: &str) -> Result<Classified, RoutingError> {
-        if let Some(classified) = self.subjects.get(subject).and_then(|entry| entry.classified.as_ref()) {
+        if let Some(classified) = self.subjects.get(subject).and_then(|entry| entry.classified()) {
             return Ok(classified.clone());
         }
         // Evict before interning: eviction frees composites no cached classification names.
@@ -494,10 +494,10 @@ impl RoutingTable {
                     (index as u32, composites.intern(scratch))
                 })
             });
-            ClassifiedLeg { group, rule }
+            ClassifiedLeg::new(group, rule)
         };
         let primary = classify_leg(primary);
-        let others = others.iter().map(|&group| classify_leg(group)).collect();
+        let others = (!others.is_empty()).then(|| Box::new(others.iter().map(|&group| classify_leg(group)).collect()));
         let classified = Classified { service: ServiceId(service as u32), primary, others };
         self.subjects.cache(subject, classified.clone());
         Ok(classified)
@@ -513,7 +513,7 @@ impl RoutingTable {
     /// source group: no allocation, no hashing.
     #[inline]
     pub(super) fn sticky(&self, leg: ClassifiedLeg) -> Option<LegDecision> {
-        let (rule, id) = leg.rule?;
+        let (rule, id) = leg.rule()?;
         let affinity = self.composites.affinity(id)?;
         let member = affinity.member?;
         if !self.members[member.index()].up || !self.group_contains(leg.group, member) {
