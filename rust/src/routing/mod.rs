@@ -10,6 +10,7 @@
 //! Pure data: the tables are fed liveness changes and subscriptions and report [`Event`]s with
 //! sequence numbers; they open no socket, start no thread and read no clock.
 
+mod ere_subset;
 pub mod events;
 pub mod hash;
 mod placement;

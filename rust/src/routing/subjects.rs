@@ -12,6 +12,7 @@
 //! affinity). Slots are reclaimed only by [`Composites::collect`], run after classifications
 //! were dropped in bulk, so an id held by a live classification never dangles.
 
+use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
 use super::events::Reason;
@@ -264,11 +265,6 @@ impl Subjects {
         self.entries.get(subject)
     }
 
-    /// The map's own copy of `subject`, if known.
-    pub fn key(&self, subject: &str) -> Option<Arc<str>> {
-        self.entries.get_key_value(subject).map(|(key, _)| key.clone())
-    }
-
     pub fn subscription(&self, subject: &str) -> Option<&Subscription> {
         self.entries.get(subject).and_then(|entry| entry.subscription.as_deref())
     }
@@ -308,15 +304,29 @@ impl Subjects {
         }
     }
 
-    /// Records the subscription of a (cached, unsubscribed) subject.
-    pub fn subscribe(&mut self, subject: Arc<str>, subscription: Subscription) {
-        let entry =
-            self.entries.entry(subject).or_insert(SubjectEntry { classified: UNCLASSIFIED, subscription: None });
-        debug_assert!(entry.subscription.is_none());
-        if entry.is_classified() {
-            self.cached_only -= 1;
+    /// The map's own copy of an unsubscribed subject and its classification, if cached.
+    pub fn cached(&self, subject: &str) -> Option<(Arc<str>, Classified)> {
+        let (key, entry) = self.entries.get_key_value(subject)?;
+        entry.classified().filter(|_| entry.subscription.is_none()).map(|c| (key.clone(), c.clone()))
+    }
+
+    /// Records the subscription of an unsubscribed subject, with its classification (one probe,
+    /// whether or not the subject was cached).
+    pub fn subscribe(&mut self, subject: Arc<str>, classified: Classified, subscription: Subscription) {
+        match self.entries.entry(subject) {
+            Entry::Occupied(mut occupied) => {
+                let entry = occupied.get_mut();
+                debug_assert!(entry.subscription.is_none());
+                if entry.is_classified() {
+                    self.cached_only -= 1;
+                }
+                entry.classified = classified;
+                entry.subscription = Some(Box::new(subscription));
+            }
+            Entry::Vacant(vacant) => {
+                vacant.insert(SubjectEntry { classified, subscription: Some(Box::new(subscription)) });
+            }
         }
-        entry.subscription = Some(Box::new(subscription));
         self.subscribed += 1;
     }
 

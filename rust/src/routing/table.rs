@@ -290,9 +290,12 @@ impl RoutingTable {
             let legs = subscription.legs.iter().map(|leg| current(&leg.decision)).collect();
             return Ok((subscription.service, legs));
         }
-        let classified = self.classify(subject)?;
-        // `classify` cached the subject: share the map's copy with the subscription and events.
-        let subject: Arc<str> = self.subjects.key(subject).unwrap_or_else(|| Arc::from(subject));
+        // A subject seen before shares the map's copy of its name with the subscription and the
+        // events; a new one is classified without caching (the subscription stores it).
+        let (subject, classified) = match self.subjects.cached(subject) {
+            Some(cached) => cached,
+            None => (Arc::from(subject), self.classify_uncached(subject)?),
+        };
         let mut legs = Vec::with_capacity(classified.leg_count());
         let mut decisions = Vec::with_capacity(classified.leg_count());
         for leg in classified.legs() {
@@ -304,8 +307,9 @@ impl RoutingTable {
         }
         let order = self.next_order;
         self.next_order += 1;
-        self.subjects.subscribe(subject, Subscription { order, references: 1, service: classified.service, legs });
-        Ok((classified.service, decisions))
+        let service = classified.service;
+        self.subjects.subscribe(subject, classified, Subscription { order, references: 1, service, legs });
+        Ok((service, decisions))
     }
 
     /// Drops one reference to `subject`; at zero the subscription is discarded and so is every
@@ -466,6 +470,13 @@ impl RoutingTable {
         if let Some(classified) = self.subjects.get(subject).and_then(|entry| entry.classified()) {
             return Ok(classified.clone());
         }
+        let classified = self.classify_uncached(subject)?;
+        self.subjects.cache(subject, classified.clone());
+        Ok(classified)
+    }
+
+    /// Classifies a subject the cache does not hold; the caller stores the result.
+    fn classify_uncached(&mut self, subject: &str) -> Result<Classified, RoutingError> {
         // Evict before interning: eviction frees composites no cached classification names.
         if self.subjects.cached_only() >= CLASSIFICATION_CACHE_LIMIT {
             self.subjects.evict_unsubscribed();
@@ -498,9 +509,7 @@ impl RoutingTable {
         };
         let primary = classify_leg(primary);
         let others = (!others.is_empty()).then(|| Box::new(others.iter().map(|&group| classify_leg(group)).collect()));
-        let classified = Classified { service: ServiceId(service as u32), primary, others };
-        self.subjects.cache(subject, classified.clone());
-        Ok(classified)
+        Ok(Classified { service: ServiceId(service as u32), primary, others })
     }
 
     /// Drops every cached classification (the configuration changed).
