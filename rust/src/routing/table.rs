@@ -16,8 +16,11 @@ use super::types::{
 };
 
 /// Past this many cached classifications of unsubscribed subjects the cache starts over (bounds
-/// memory).
+/// memory). Small under test, so eviction runs.
+#[cfg(not(test))]
 const CLASSIFICATION_CACHE_LIMIT: usize = 1 << 20;
+#[cfg(test)]
+const CLASSIFICATION_CACHE_LIMIT: usize = 64;
 
 pub(super) struct Member {
     pub label: String,
