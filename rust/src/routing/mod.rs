@@ -9,6 +9,11 @@
 //!
 //! Pure data: the tables are fed liveness changes and subscriptions and report [`Event`]s with
 //! sequence numbers; they open no socket, start no thread and read no clock.
+//!
+//! Code map: `types.rs` (identifiers, errors, decisions), `table.rs` (the table, configuration,
+//! public operations), `placement.rs` (placing, binding, moving), `subjects.rs` (per-subject
+//! entries and interned composites holding the affinities), `posix_regex.rs` (glibc regex) with
+//! `ere_subset.rs` (the same answers without glibc for simple patterns).
 
 mod ere_subset;
 pub mod events;
