@@ -48,7 +48,7 @@ impl std::error::Error for RegexError {}
 
 /// A compiled POSIX ERE (`REG_EXTENDED`), freed with `regfree` on drop.
 ///
-/// Patterns in the subset of [`SimplePattern`] are also compiled to it and matched without
+/// Patterns in a simple subset (`ere_subset.rs`) are also compiled to an automaton and matched without
 /// glibc for plain-ASCII subjects (same answers: see `ere_subset.rs`).
 pub struct PosixRegex {
     // Boxed so the compiled buffer never moves after `regcomp` filled it in.

@@ -34,7 +34,7 @@ impl ServiceId {
         self.0 as usize
     }
 
-    /// The service at zero-based position `index` (see [`RoutingTable::service_count`]).
+    /// The service at zero-based position `index` (see [`RoutingTable::service_count`](super::RoutingTable::service_count)).
     pub fn from_index(index: usize) -> Self {
         ServiceId(index as u32)
     }
