@@ -3,7 +3,7 @@
 //! `cargo bench -p affinity --bench routing`
 //!
 //! * sticky lookups: `route_primary` for subjects seen before whose composite is bound
-//!   (classification cache hit + affinity hit; no regex).
+//!   (one subject-map probe, then the composite's slot; no regex).
 //! * subscribed lookups: `route_primary` for subjects that are themselves subscribed.
 //! * new subjects: `subscribe` of never-seen subjects (include-pattern regex + affinity regex +
 //!   hash + bind), half of them for users that already have an affinity.

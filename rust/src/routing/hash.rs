@@ -93,16 +93,22 @@ impl Selection {
     /// Index into `labels` (the up members, in label order) chosen for `composite`, or `None`
     /// when `labels` is empty.
     pub fn select<S: AsRef<str>>(self, composite: &str, labels: &[S]) -> Option<usize> {
-        if labels.is_empty() {
+        self.select_indexed(composite, labels.len(), |index| labels[index].as_ref())
+    }
+
+    /// [`Selection::select`] over `count` labels given by position (`label(0)` ..
+    /// `label(count - 1)`), so callers need not collect them.
+    pub fn select_indexed<'a>(self, composite: &str, count: usize, label: impl Fn(usize) -> &'a str) -> Option<usize> {
+        if count == 0 {
             return None;
         }
         match self {
-            Selection::Modulo => Some((affinity_hash(composite) % labels.len() as u64) as usize),
+            Selection::Modulo => Some((affinity_hash(composite) % count as u64) as usize),
             Selection::Rendezvous => {
                 let mut best = 0;
-                let mut best_score = rendezvous_score(labels[0].as_ref(), composite);
-                for (index, label) in labels.iter().enumerate().skip(1) {
-                    let score = rendezvous_score(label.as_ref(), composite);
+                let mut best_score = rendezvous_score(label(0), composite);
+                for index in 1..count {
+                    let score = rendezvous_score(label(index), composite);
                     if score > best_score {
                         best = index;
                         best_score = score;

@@ -9,12 +9,21 @@
 //!
 //! Pure data: the tables are fed liveness changes and subscriptions and report [`Event`]s with
 //! sequence numbers; they open no socket, start no thread and read no clock.
+//!
+//! Code map: `types.rs` (identifiers, errors, decisions), `table.rs` (the table, configuration,
+//! public operations), `placement.rs` (placing, binding, moving), `subjects.rs` (per-subject
+//! entries and interned composites holding the affinities), `posix_regex.rs` (glibc regex) with
+//! `ere_subset.rs` (the same answers without glibc for simple patterns).
 
+mod ere_subset;
 pub mod events;
 pub mod hash;
+mod placement;
 pub mod policy;
 pub mod posix_regex;
+mod subjects;
 mod table;
+mod types;
 
 #[cfg(test)]
 mod tests;
@@ -22,9 +31,8 @@ mod tests;
 pub use events::{Event, EventKind, MoveReason, Reason};
 pub use hash::{affinity_hash, Selection, HASH_VERSION};
 pub use posix_regex::{PosixRegex, RegexError};
-pub use table::{
-    Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, RoutingTable, ServiceId, SourceGroupSpec,
-};
+pub use table::RoutingTable;
+pub use types::{Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec};
 
 use std::hash::{BuildHasherDefault, Hasher};
 

@@ -7,6 +7,8 @@
 use std::ffi::{CStr, CString};
 use std::fmt;
 
+use super::ere_subset::SimplePattern;
+
 /// Mirror of glibc's `regex_t` (`<regex.h>`, `struct re_pattern_buffer`).
 ///
 /// `libc::regex_t` keeps `re_nsub` private, and the number of sub-expressions is part of this
@@ -45,10 +47,14 @@ impl fmt::Display for RegexError {
 impl std::error::Error for RegexError {}
 
 /// A compiled POSIX ERE (`REG_EXTENDED`), freed with `regfree` on drop.
+///
+/// Patterns in a simple subset (`ere_subset.rs`) are also compiled to an automaton and matched without
+/// glibc for plain-ASCII subjects (same answers: see `ere_subset.rs`).
 pub struct PosixRegex {
     // Boxed so the compiled buffer never moves after `regcomp` filled it in.
     compiled: Box<GlibcRegex>,
     pattern: String,
+    simple: Option<SimplePattern>,
 }
 
 // SAFETY: the compiled `regex_t` owns heap buffers only reachable through this value, so moving
@@ -62,6 +68,13 @@ unsafe impl Sync for PosixRegex {}
 impl PosixRegex {
     /// Compiles `pattern` as a POSIX extended regular expression.
     pub fn new(pattern: &str) -> Result<Self, RegexError> {
+        let mut regex = Self::glibc_only(pattern)?;
+        regex.simple = SimplePattern::parse(pattern).filter(|simple| simple.group_count() == regex.group_count());
+        Ok(regex)
+    }
+
+    /// Compiles `pattern` for glibc only (no [`SimplePattern`] fast path).
+    pub(super) fn glibc_only(pattern: &str) -> Result<Self, RegexError> {
         let c_pattern = CString::new(pattern).map_err(|_| RegexError {
             pattern: pattern.to_owned(),
             message: "pattern contains a NUL byte".to_owned(),
@@ -80,7 +93,7 @@ impl PosixRegex {
             unsafe { libc::regfree(raw) };
             return Err(RegexError { pattern: pattern.to_owned(), message });
         }
-        Ok(PosixRegex { compiled, pattern: pattern.to_owned() })
+        Ok(PosixRegex { compiled, pattern: pattern.to_owned(), simple: None })
     }
 
     /// The pattern as given.
@@ -99,7 +112,12 @@ impl PosixRegex {
 
     /// Whether the pattern matches anywhere in `subject`.
     pub fn is_match(&self, subject: &str) -> bool {
-        self.execute(subject, 1).is_some()
+        if let Some(simple) = self.simple.as_ref().filter(|_| SimplePattern::accepts(subject)) {
+            return simple.is_match(subject.as_bytes());
+        }
+        // No registers asked for: glibc may stop at the first accepting state instead of
+        // searching for the longest match and its sub-matches.
+        self.execute(subject, 0).is_some()
     }
 
     /// The text captured by group 1 when the pattern matches `subject`, as `sed -r` captures it.
@@ -107,6 +125,10 @@ impl PosixRegex {
     /// `None` when there is no match. A match in which group 1 did not take part (or a pattern
     /// without groups) captures the empty string, as `sed -r 's/.../\1/'` would substitute.
     pub fn capture<'s>(&self, subject: &'s str) -> Option<&'s str> {
+        if let Some(simple) = self.simple.as_ref().filter(|_| SimplePattern::accepts(subject)) {
+            let span = simple.capture(subject.as_bytes())?;
+            return Some(span.and_then(|(from, to)| subject.get(from..to)).unwrap_or(""));
+        }
         let matches = self.execute(subject, 2)?;
         let group = matches[1];
         if group.rm_so < 0 || group.rm_eo < group.rm_so {
@@ -124,7 +146,8 @@ impl PosixRegex {
         // REG_STARTEND: the subject is delimited by matches[0] instead of a NUL terminator, so
         // no C string is allocated per call and embedded NULs cannot truncate the subject.
         // SAFETY: the pattern is compiled; the subject pointer is valid for `length` bytes;
-        // `matches` has room for `groups` (<= 2) entries.
+        // `matches` has room for `groups` (<= 2) entries; with REG_STARTEND glibc reads
+        // `matches[0]` even when `groups` is 0.
         let status = unsafe {
             libc::regexec(
                 self.raw(),

@@ -1,240 +1,53 @@
-//! The routing table: members, data services, source groups, affinities and subscriptions.
+//! The routing table: members, data services, source groups, and the public operations.
+//!
+//! Placement, binding and moves live in `placement.rs`; per-subject and per-composite memory in
+//! `subjects.rs`.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::sync::Arc;
 
 use super::events::{Event, EventKind, MoveReason, Reason};
-use super::hash::{composite, Selection};
-use super::policy::{AffinityHash, Candidate, Policy, PolicyError, Request, Workload};
-use super::posix_regex::{PosixRegex, RegexError};
-use super::FastMap;
+use super::hash::Selection;
+use super::policy::{AffinityHash, Policy};
+use super::posix_regex::PosixRegex;
+use super::subjects::{Classified, ClassifiedLeg, Composites, Leg, Subjects, Subscription};
+use super::types::{
+    Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec,
+};
 
-/// Past this many cached subject classifications the cache starts over (bounds memory).
+/// Past this many cached classifications of unsubscribed subjects the cache starts over (bounds
+/// memory). Small under test, so eviction runs.
+#[cfg(not(test))]
 const CLASSIFICATION_CACHE_LIMIT: usize = 1 << 20;
+#[cfg(test)]
+const CLASSIFICATION_CACHE_LIMIT: usize = 64;
 
-/// A member (peer), numbered in order of first appearance in the configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct MemberId(u32);
-
-impl MemberId {
-    /// Zero-based position in the table's member list.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-
-    /// The 1-based peer number used in log lines (`from peer N (label)`).
-    pub fn peer_index(self) -> u32 {
-        self.0 + 1
-    }
+pub(super) struct Member {
+    pub label: String,
+    pub up: bool,
+    pub activation: u64,
+    pub subscriptions: u64,
+    pub assigned: u64,
 }
 
-/// A data service, in the order added.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServiceId(u32);
-
-impl ServiceId {
-    /// Zero-based position in the table's service list.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-
-    /// The service at zero-based position `index` (see [`RoutingTable::service_count`]).
-    pub fn from_index(index: usize) -> Self {
-        ServiceId(index as u32)
-    }
+pub(super) struct Rule {
+    pub key: String,
+    pub regex: PosixRegex,
 }
 
-/// A source group, in the order added (across all services).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct GroupId(u32);
-
-impl GroupId {
-    /// Zero-based position in the table's source-group list.
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-}
-
-/// Why a table operation failed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum RoutingError {
-    /// No data service has an include-pattern matching the subject.
-    NoService(String),
-    /// The matching data service has no source group.
-    NoSourceGroup(String),
-    /// `unsubscribe` / `report_nodata` for a subject that is not subscribed.
-    NotSubscribed(String),
-    /// A member label the table does not know.
-    UnknownMember(String),
-    /// An invalid source group or data service definition.
-    Config(String),
-    /// A pattern glibc refused.
-    Regex(RegexError),
-}
-
-impl fmt::Display for RoutingError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RoutingError::NoService(subject) => {
-                write!(f, "no data service has an include-pattern matching {subject:?}")
-            }
-            RoutingError::NoSourceGroup(service) => {
-                write!(f, "data service {service:?} has no source group")
-            }
-            RoutingError::NotSubscribed(subject) => write!(f, "{subject:?} is not subscribed"),
-            RoutingError::UnknownMember(label) => write!(f, "unknown member {label:?}"),
-            RoutingError::Config(message) => f.write_str(message),
-            RoutingError::Regex(error) => write!(f, "{error}"),
-        }
-    }
-}
-
-impl std::error::Error for RoutingError {}
-
-impl From<RegexError> for RoutingError {
-    fn from(error: RegexError) -> Self {
-        RoutingError::Regex(error)
-    }
-}
-
-/// The flags of a NODATA answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NoDataStatus {
-    /// NODATA with the Unavailable flag.
-    Unavailable,
-    /// NODATA with the NotFound flag.
-    NotFound,
-    /// NODATA with neither flag.
-    Other,
-}
-
-impl NoDataStatus {
-    /// Parses `unavailable`, `notfound` or `other`.
-    pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "unavailable" => Some(NoDataStatus::Unavailable),
-            "notfound" | "not-found" => Some(NoDataStatus::NotFound),
-            "other" => Some(NoDataStatus::Other),
-            _ => None,
-        }
-    }
-
-    /// The spelling used in events.
-    pub fn name(self) -> &'static str {
-        match self {
-            NoDataStatus::Unavailable => "unavailable",
-            NoDataStatus::NotFound => "notfound",
-            NoDataStatus::Other => "other",
-        }
-    }
-}
-
-/// A source group to add: priority groups of labels, affinity rules, selection and policy.
-pub struct SourceGroupSpec {
-    /// Name used in explanations and errors.
+pub(super) struct SourceGroup {
     pub name: String,
-    /// Ordered priority groups, each an ordered list of member labels.
-    pub priority_groups: Vec<Vec<String>>,
-    /// Ordered affinity rules: (affinity key, POSIX ERE with exactly one capture group).
-    pub rules: Vec<(String, String)>,
-    /// Hash selection function for composites.
-    pub selection: Selection,
-    /// Fallback policy for subjects no rule matches (and for composites if it
-    /// [`Policy::decides_composites`]).
+    pub service: ServiceId,
+    pub priority_groups: Vec<Vec<MemberId>>,
+    pub rules: Vec<Rule>,
+    pub hash: AffinityHash,
     pub policy: Box<dyn Policy>,
 }
 
-/// Where one source group of a subject's data service sends it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LegDecision {
-    /// The source group.
-    pub group: GroupId,
-    /// The member serving, `None` when no member is up.
-    pub member: Option<MemberId>,
-    /// Zero-based priority group of `member`.
-    pub priority_group: Option<usize>,
-    /// The composite, when an affinity rule matched.
-    pub composite: Option<Arc<str>>,
-    /// Zero-based index of the matching affinity rule.
-    pub rule: Option<usize>,
-    /// Why `member`.
-    pub reason: Reason,
-    /// Sequence number of the event that bound it (the affinity's, for a sticky composite).
-    pub since: Option<u64>,
-}
-
-/// Everything known about how a subject is (or would be) routed by its primary source group.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Explanation {
-    /// The data service whose include-pattern matched.
-    pub service: ServiceId,
-    /// How the primary source group routes it now (what `route` returns).
-    pub decision: LegDecision,
-    /// How the member was first chosen, when it is remembered (subscription or affinity).
-    pub bound_reason: Option<Reason>,
-    /// Whether the subject itself is subscribed.
-    pub subscribed: bool,
-    /// Subscriptions holding the composite (or the subject, without a composite).
-    pub references: u32,
-}
-
-struct Member {
-    label: String,
-    up: bool,
-    activation: u64,
-    subscriptions: u64,
-    assigned: u64,
-}
-
-struct Rule {
-    key: String,
-    regex: PosixRegex,
-}
-
-struct SourceGroup {
-    name: String,
-    service: ServiceId,
-    priority_groups: Vec<Vec<MemberId>>,
-    rules: Vec<Rule>,
-    hash: AffinityHash,
-    policy: Box<dyn Policy>,
-}
-
-struct Service {
-    name: String,
-    include: Vec<PosixRegex>,
-    groups: Vec<GroupId>,
-}
-
-struct Affinity {
-    member: Option<MemberId>,
-    owner: GroupId,
-    references: u32,
-    since: u64,
-    reason: Reason,
-    priority_group: Option<usize>,
-}
-
-type ClassifiedLeg = (GroupId, Option<(usize, Arc<str>)>);
-
-#[derive(Clone)]
-struct Classified {
-    service: ServiceId,
-    legs: Vec<ClassifiedLeg>,
-}
-
-struct Leg {
-    decision: LegDecision,
-    tried: Vec<MemberId>,
-}
-
-struct Subscription {
-    order: u64,
-    references: u32,
-    service: ServiceId,
-    legs: Vec<Leg>,
+pub(super) struct Service {
+    pub name: String,
+    pub include: Vec<PosixRegex>,
+    pub groups: Vec<GroupId>,
 }
 
 /// The routing tables of one process: see the [module documentation](super).
@@ -243,17 +56,20 @@ struct Subscription {
 /// keyed by composite, and the composite embeds the affinity key, so source groups sharing an
 /// affinity key share affinity memory.
 pub struct RoutingTable {
-    members: Vec<Member>,
-    member_index: HashMap<String, MemberId>,
-    services: Vec<Service>,
-    groups: Vec<SourceGroup>,
-    affinities: FastMap<Arc<str>, Affinity>,
-    subscriptions: FastMap<Arc<str>, Subscription>,
-    cache: FastMap<Arc<str>, Classified>,
-    events: Vec<Event>,
-    sequence: u64,
-    next_activation: u64,
-    next_order: u64,
+    pub(super) members: Vec<Member>,
+    pub(super) member_index: HashMap<String, MemberId>,
+    pub(super) services: Vec<Service>,
+    pub(super) groups: Vec<SourceGroup>,
+    pub(super) composites: Composites,
+    pub(super) subjects: Subjects,
+    pub(super) events: Vec<Event>,
+    pub(super) sequence: u64,
+    pub(super) next_activation: u64,
+    pub(super) next_order: u64,
+    /// Reused buffer for building composites of new subjects.
+    pub(super) scratch: String,
+    /// Reused buffer for the up members of a priority group.
+    pub(super) scratch_members: Vec<MemberId>,
 }
 
 impl Default for RoutingTable {
@@ -270,13 +86,14 @@ impl RoutingTable {
             member_index: HashMap::new(),
             services: Vec::new(),
             groups: Vec::new(),
-            affinities: FastMap::default(),
-            subscriptions: FastMap::default(),
-            cache: FastMap::default(),
+            composites: Composites::default(),
+            subjects: Subjects::default(),
             events: Vec::new(),
             sequence: 0,
             next_activation: 0,
             next_order: 0,
+            scratch: String::new(),
+            scratch_members: Vec::new(),
         }
     }
 
@@ -304,7 +121,7 @@ impl RoutingTable {
     pub fn add_service(&mut self, name: &str, include_patterns: &[&str]) -> Result<ServiceId, RoutingError> {
         let include = include_patterns.iter().map(|p| PosixRegex::new(p)).collect::<Result<Vec<_>, _>>()?;
         self.services.push(Service { name: name.to_owned(), include, groups: Vec::new() });
-        self.cache.clear();
+        self.forget_classifications();
         Ok(ServiceId(self.services.len() as u32 - 1))
     }
 
@@ -344,7 +161,7 @@ impl RoutingTable {
             policy: spec.policy,
         });
         self.services[service.index()].groups.push(id);
-        self.cache.clear();
+        self.forget_classifications();
         Ok(id)
     }
 
@@ -418,17 +235,17 @@ impl RoutingTable {
 
     /// The member a composite has an affinity to (`None` if unknown or waiting for a member).
     pub fn affinity(&self, composite: &str) -> Option<MemberId> {
-        self.affinities.get(composite).and_then(|a| a.member)
+        self.composites.find(composite).and_then(|id| self.composites.affinity(id)).and_then(|a| a.member)
     }
 
     /// Number of remembered affinities.
     pub fn affinity_count(&self) -> usize {
-        self.affinities.len()
+        self.composites.affinity_count()
     }
 
     /// Number of subscribed subjects.
     pub fn subscription_total(&self) -> usize {
-        self.subscriptions.len()
+        self.subjects.subscribed()
     }
 
     /// Takes the events reported since the last call.
@@ -439,67 +256,79 @@ impl RoutingTable {
     // ---- routing -------------------------------------------------------------------------
 
     /// What [`RoutingTable::subscribe`] would answer for the primary (first) source group,
-    /// without binding anything. The hot path: a subject seen before costs hash-map lookups.
+    /// without binding anything. The hot path: a subject seen before costs one hash-map probe
+    /// (plus, with a composite, an index into the interned composites).
     pub fn route_primary(&mut self, subject: &str) -> Result<LegDecision, RoutingError> {
-        if let Some(subscription) = self.subscriptions.get(subject) {
-            return Ok(current(&subscription.legs[0].decision));
-        }
-        let (group, rule) = match self.cache.get(subject) {
-            Some(classified) => classified.legs[0].clone(),
-            None => self.classify(subject)?.legs[0].clone(),
+        let leg = match self.subjects.get(subject) {
+            Some(entry) => match (&entry.subscription, entry.classified()) {
+                (Some(subscription), _) => return Ok(current(&subscription.legs[0].decision)),
+                (None, Some(classified)) => classified.primary,
+                (None, None) => self.classify(subject)?.primary,
+            },
+            None => self.classify(subject)?.primary,
         };
-        Ok(self.decide(group, subject, rule, false))
+        if let Some(decision) = self.sticky(leg) {
+            return Ok(decision);
+        }
+        Ok(self.decide(leg, subject, false))
     }
 
     /// What [`RoutingTable::subscribe`] would answer, one decision per source group of the
     /// subject's data service, without binding anything.
     pub fn route(&mut self, subject: &str) -> Result<(ServiceId, Vec<LegDecision>), RoutingError> {
-        if let Some(subscription) = self.subscriptions.get(subject) {
+        if let Some(subscription) = self.subjects.subscription(subject) {
             let legs = subscription.legs.iter().map(|leg| current(&leg.decision)).collect();
             return Ok((subscription.service, legs));
         }
         let classified = self.classify(subject)?;
-        let legs = classified.legs.into_iter().map(|(group, rule)| self.decide(group, subject, rule, false)).collect();
+        let legs = classified.legs().map(|leg| self.decide(leg, subject, false)).collect();
         Ok((classified.service, legs))
     }
 
     /// Subscribes to `subject`: binds it in every source group of its data service (reference
     /// counted: a second subscribe to the same subject only counts).
     pub fn subscribe(&mut self, subject: &str) -> Result<(ServiceId, Vec<LegDecision>), RoutingError> {
-        if let Some(subscription) = self.subscriptions.get_mut(subject) {
+        if let Some(subscription) = self.subjects.subscription_mut(subject) {
             subscription.references += 1;
             let legs = subscription.legs.iter().map(|leg| current(&leg.decision)).collect();
             return Ok((subscription.service, legs));
         }
-        let classified = self.classify(subject)?;
-        let subject: Arc<str> = Arc::from(subject);
-        let mut legs = Vec::with_capacity(classified.legs.len());
-        for (group, rule) in classified.legs {
-            let mut decision = self.decide(group, &subject, rule, true);
-            self.bind(&subject, &mut decision);
-            legs.push(Leg { decision, tried: Vec::new() });
+        // A subject seen before shares the map's copy of its name with the subscription and the
+        // events; a new one is classified without caching (the subscription stores it).
+        let (subject, classified) = match self.subjects.cached(subject) {
+            Some(cached) => cached,
+            None => (Arc::from(subject), self.classify_uncached(subject)?),
+        };
+        let mut legs = Vec::with_capacity(classified.leg_count());
+        let mut decisions = Vec::with_capacity(classified.leg_count());
+        for leg in classified.legs() {
+            let mut decision = self.decide(leg, &subject, true);
+            let composite = leg.rule().map(|(_, id)| id);
+            self.bind(&subject, &mut decision, composite);
+            decisions.push(decision.clone());
+            legs.push(Leg { decision, composite, tried: Vec::new() });
         }
-        let decisions = legs.iter().map(|leg| leg.decision.clone()).collect();
         let order = self.next_order;
         self.next_order += 1;
-        self.subscriptions.insert(subject, Subscription { order, references: 1, service: classified.service, legs });
-        Ok((classified.service, decisions))
+        let service = classified.service;
+        self.subjects.subscribe(subject, classified, Subscription { order, references: 1, service, legs });
+        Ok((service, decisions))
     }
 
     /// Drops one reference to `subject`; at zero the subscription is discarded and so is every
     /// affinity it was the last holder of ([`EventKind::Forgotten`]).
     pub fn unsubscribe(&mut self, subject: &str) -> Result<(), RoutingError> {
         let subscription =
-            self.subscriptions.get_mut(subject).ok_or_else(|| RoutingError::NotSubscribed(subject.to_owned()))?;
+            self.subjects.subscription_mut(subject).ok_or_else(|| RoutingError::NotSubscribed(subject.to_owned()))?;
         subscription.references -= 1;
         if subscription.references > 0 {
             return Ok(());
         }
-        let Some(subscription) = self.subscriptions.remove(subject) else {
+        let Some(subscription) = self.subjects.unsubscribe(subject) else {
             return Ok(());
         };
-        for leg in subscription.legs {
-            self.release(&leg.decision);
+        for leg in &subscription.legs {
+            self.release(leg);
         }
         Ok(())
     }
@@ -530,7 +359,7 @@ impl RoutingTable {
     /// nothing is retried (reason [`Reason::NoData`]). Otherwise the request moves to another
     /// up member not yet tried (reason [`Reason::Retry`]), or ends when all were tried.
     pub fn report_nodata(&mut self, subject: &str, status: NoDataStatus) -> Result<LegDecision, RoutingError> {
-        let Some(subscription) = self.subscriptions.get(subject) else {
+        let Some(subscription) = self.subjects.subscription(subject) else {
             return Err(RoutingError::NotSubscribed(subject.to_owned()));
         };
         let leg = &subscription.legs[0];
@@ -561,7 +390,7 @@ impl RoutingTable {
                 )
             });
             self.events.push(event);
-            if let Some(subscription) = self.subscriptions.get_mut(subject) {
+            if let Some(subscription) = self.subjects.subscription_mut(subject) {
                 subscription.legs[0].tried = tried;
             }
             return Ok(LegDecision { reason: Reason::NoData, ..decision });
@@ -584,17 +413,17 @@ impl RoutingTable {
             since: Some(since),
             ..decision
         };
-        if let Some(subscription) = self.subscriptions.get_mut(subject) {
-            subscription.legs[0] = Leg { decision: updated.clone(), tried };
+        if let Some(subscription) = self.subjects.subscription_mut(subject) {
+            subscription.legs[0].decision = updated.clone();
+            subscription.legs[0].tried = tried;
         }
         Ok(updated)
     }
 
     /// Forgets every subscription and affinity (members keep their up/down state).
     pub fn reset(&mut self) {
-        self.subscriptions.clear();
-        self.affinities.clear();
-        self.cache.clear();
+        self.subjects.clear();
+        self.composites.clear();
         for member in &mut self.members {
             member.subscriptions = 0;
             member.assigned = 0;
@@ -605,10 +434,10 @@ impl RoutingTable {
 
     /// How `subject` is (or would be) routed by its primary source group, and why.
     pub fn explain(&mut self, subject: &str) -> Result<Explanation, RoutingError> {
-        if let Some(subscription) = self.subscriptions.get(subject) {
+        if let Some(subscription) = self.subjects.subscription(subject) {
             let leg = &subscription.legs[0].decision;
-            let references = match &leg.composite {
-                Some(c) => self.affinities.get(c).map_or(0, |a| a.references),
+            let references = match subscription.legs[0].composite {
+                Some(id) => self.composites.affinity(id).map_or(0, |a| a.references),
                 None => subscription.references,
             };
             return Ok(Explanation {
@@ -619,10 +448,10 @@ impl RoutingTable {
                 references,
             });
         }
-        let (group, rule) = self.classify(subject)?.legs[0].clone();
-        let service = self.groups[group.index()].service;
-        let decision = self.decide(group, subject, rule, false);
-        let affinity = decision.composite.as_ref().and_then(|c| self.affinities.get(c));
+        let leg = self.classify(subject)?.primary;
+        let service = self.groups[leg.group.index()].service;
+        let decision = self.decide(leg, subject, false);
+        let affinity = leg.rule().and_then(|(_, id)| self.composites.affinity(id));
         Ok(Explanation {
             service,
             bound_reason: affinity.filter(|_| decision.reason == Reason::Sticky).map(|a| a.reason),
@@ -634,14 +463,27 @@ impl RoutingTable {
 
     // ---- internals -----------------------------------------------------------------------
 
-    fn event(&mut self, kind: EventKind) -> Event {
+    pub(super) fn event(&mut self, kind: EventKind) -> Event {
         self.sequence += 1;
         Event::new(self.sequence, kind)
     }
 
+    /// The data service and per-source-group rule matches of an unsubscribed subject, cached.
     fn classify(&mut self, subject: &str) -> Result<Classified, RoutingError> {
-        if let Some(classified) = self.cache.get(subject) {
+        if let Some(classified) = self.subjects.get(subject).and_then(|entry| entry.classified()) {
             return Ok(classified.clone());
+        }
+        let classified = self.classify_uncached(subject)?;
+        self.subjects.cache(subject, classified.clone());
+        Ok(classified)
+    }
+
+    /// Classifies a subject the cache does not hold; the caller stores the result.
+    fn classify_uncached(&mut self, subject: &str) -> Result<Classified, RoutingError> {
+        // Evict before interning: eviction frees composites no cached classification names.
+        if self.subjects.cached_only() >= CLASSIFICATION_CACHE_LIMIT {
+            self.subjects.evict_unsubscribed();
+            self.composites.collect(self.subjects.referenced_composites());
         }
         let service = self
             .services
@@ -649,363 +491,55 @@ impl RoutingTable {
             .position(|service| service.include.iter().any(|p| p.is_match(subject)))
             .ok_or_else(|| RoutingError::NoService(subject.to_owned()))?;
         let service_entry = &self.services[service];
-        if service_entry.groups.is_empty() {
+        let Some((&primary, others)) = service_entry.groups.split_first() else {
             return Err(RoutingError::NoSourceGroup(service_entry.name.clone()));
-        }
-        let legs = service_entry
-            .groups
-            .iter()
-            .map(|&group| {
-                let rule = self.groups[group.index()].rules.iter().enumerate().find_map(|(index, rule)| {
-                    rule.regex.capture(subject).map(|captured| (index, Arc::from(composite(&rule.key, captured))))
-                });
-                (group, rule)
-            })
-            .collect();
-        let classified = Classified { service: ServiceId(service as u32), legs };
-        if self.cache.len() >= CLASSIFICATION_CACHE_LIMIT {
-            self.cache.clear();
-        }
-        self.cache.insert(Arc::from(subject), classified.clone());
-        Ok(classified)
-    }
-
-    fn group_contains(&self, group: GroupId, member: MemberId) -> bool {
-        self.groups[group.index()].priority_groups.iter().any(|g| g.contains(&member))
-    }
-
-    fn priority_of(&self, group: GroupId, member: MemberId) -> Option<usize> {
-        self.groups[group.index()].priority_groups.iter().position(|g| g.contains(&member))
-    }
-
-    /// The sticky member of `rule`'s composite, else a fresh placement.
-    fn decide(&mut self, group: GroupId, subject: &str, rule: Option<(usize, Arc<str>)>, commit: bool) -> LegDecision {
-        let (rule_index, composite) = match rule {
-            Some((index, composite)) => (Some(index), Some(composite)),
-            None => (None, None),
         };
-        if let Some(composite) = &composite {
-            if let Some(affinity) = self.affinities.get(composite) {
-                if let Some(member) = affinity.member {
-                    if self.members[member.index()].up && self.group_contains(group, member) {
-                        return LegDecision {
-                            group,
-                            member: Some(member),
-                            priority_group: affinity.priority_group,
-                            composite: Some(composite.clone()),
-                            rule: rule_index,
-                            reason: Reason::Sticky,
-                            since: Some(affinity.since),
-                        };
-                    }
-                }
-            }
-        }
-        let key = composite.as_deref().unwrap_or(subject);
-        let placed = self.place(group, key, composite.is_some(), &[], commit);
-        LegDecision {
-            group,
-            member: placed.map(|p| p.0),
-            priority_group: placed.map(|p| p.1),
-            composite,
-            rule: rule_index,
-            reason: placed.map_or(Reason::Unavailable, |p| p.2),
-            since: None,
-        }
-    }
-
-    /// Chooses among the up members (minus `exclude`) of the first priority group that has any:
-    /// the affinity hash for composites, else the group's policy (workload if the policy fails).
-    fn place(
-        &mut self,
-        group: GroupId,
-        key: &str,
-        is_composite: bool,
-        exclude: &[MemberId],
-        commit: bool,
-    ) -> Option<(MemberId, usize, Reason)> {
-        let source_group = &self.groups[group.index()];
-        let members = &self.members;
-        let (priority_group, ids) = source_group.priority_groups.iter().enumerate().find_map(|(index, ids)| {
-            let up: Vec<MemberId> =
-                ids.iter().copied().filter(|m| members[m.index()].up && !exclude.contains(m)).collect();
-            (!up.is_empty()).then_some((index, up))
-        })?;
-        let candidates: Vec<Candidate<'_>> = ids
-            .iter()
-            .map(|m| {
-                let member = &members[m.index()];
-                Candidate {
-                    label: &member.label,
-                    subscriptions: member.subscriptions,
-                    assigned: member.assigned,
-                    activation: member.activation,
-                }
-            })
-            .collect();
-        let request = Request { key, is_composite, candidates: &candidates };
-        let source_group = &mut self.groups[group.index()];
-        let mut failure = None;
-        let (index, reason) = if is_composite && !source_group.policy.decides_composites() {
-            (source_group.hash.place(key, &candidates).unwrap_or(0), Reason::Hashed)
-        } else {
-            let chosen = source_group.policy.select(&request).and_then(|index| {
-                if index < candidates.len() {
-                    Ok(index)
-                } else {
-                    Err(PolicyError(format!("answered candidate #{index} of {}", candidates.len())))
-                }
+        let groups = &self.groups;
+        let composites = &mut self.composites;
+        let scratch = &mut self.scratch;
+        let mut classify_leg = |group: GroupId| {
+            let rule = groups[group.index()].rules.iter().enumerate().find_map(|(index, rule)| {
+                rule.regex.capture(subject).map(|captured| {
+                    // The composite `affinity_key:captured` (`hash::composite`), without allocating.
+                    scratch.clear();
+                    scratch.push_str(&rule.key);
+                    scratch.push(':');
+                    scratch.push_str(captured);
+                    (index as u32, composites.intern(scratch))
+                })
             });
-            match chosen {
-                Ok(index) => {
-                    if commit {
-                        source_group.policy.selected(&request, index);
-                    }
-                    (index, source_group.policy.reason())
-                }
-                Err(error) => {
-                    failure = Some(format!(
-                        "routing policy {:?} failed for {key:?}: {error}; using the fallback \
-                         policy workload",
-                        source_group.policy.name()
-                    ));
-                    (Workload.select(&request).unwrap_or(0), Reason::Fallback)
-                }
-            }
+            ClassifiedLeg::new(group, rule)
         };
-        drop(candidates);
-        if let Some(message) = failure {
-            let mut event = self.event(EventKind::PolicyError);
-            event.composite = is_composite.then(|| Arc::from(key));
-            event.subject = (!is_composite).then(|| Arc::from(key));
-            event.message = Some(message);
-            self.events.push(event);
-        }
-        let reason = if priority_group > 0 && reason != Reason::Fallback { Reason::Failover } else { reason };
-        Some((ids[index], priority_group, reason))
+        let primary = classify_leg(primary);
+        let others = (!others.is_empty()).then(|| Box::new(others.iter().map(|&group| classify_leg(group)).collect()));
+        Ok(Classified { service: ServiceId(service as u32), primary, others })
     }
 
-    fn bind(&mut self, subject: &Arc<str>, decision: &mut LegDecision) {
-        let kind = if decision.member.is_some() { EventKind::Bound } else { EventKind::NoMemberAvailable };
-        let mut event = self.event(kind);
-        let sequence = event.sequence;
-        event.subject = Some(subject.clone());
-        event.composite = decision.composite.clone();
-        event.member = decision.member;
-        event.reason = Some(decision.reason);
-        self.events.push(event);
-        if let Some(member) = decision.member {
-            self.members[member.index()].subscriptions += 1;
-        }
-        match &decision.composite {
-            Some(composite) => match self.affinities.get_mut(composite) {
-                Some(affinity) => {
-                    affinity.references += 1;
-                    if affinity.member.is_none() && decision.member.is_some() {
-                        affinity.member = decision.member;
-                        affinity.reason = decision.reason;
-                        affinity.priority_group = decision.priority_group;
-                        affinity.since = sequence;
-                        if let Some(member) = decision.member {
-                            self.members[member.index()].assigned += 1;
-                        }
-                    }
-                }
-                None => {
-                    self.affinities.insert(
-                        composite.clone(),
-                        Affinity {
-                            member: decision.member,
-                            owner: decision.group,
-                            references: 1,
-                            since: sequence,
-                            reason: decision.reason,
-                            priority_group: decision.priority_group,
-                        },
-                    );
-                    if let Some(member) = decision.member {
-                        self.members[member.index()].assigned += 1;
-                    }
-                }
-            },
-            None => {
-                if let Some(member) = decision.member {
-                    self.members[member.index()].assigned += 1;
-                }
-            }
-        }
-        if decision.since.is_none() {
-            decision.since = Some(sequence);
-        }
+    /// Drops every cached classification (the configuration changed).
+    fn forget_classifications(&mut self) {
+        self.subjects.forget_classifications();
+        self.composites.collect(self.subjects.referenced_composites());
     }
 
-    fn release(&mut self, decision: &LegDecision) {
-        if let Some(member) = decision.member {
-            let member = &mut self.members[member.index()];
-            member.subscriptions = member.subscriptions.saturating_sub(1);
+    /// The decision for `leg` when its composite has an affinity to an up member of the leg's
+    /// source group: no allocation, no hashing.
+    #[inline]
+    pub(super) fn sticky(&self, leg: ClassifiedLeg) -> Option<LegDecision> {
+        let (rule, id) = leg.rule()?;
+        let affinity = self.composites.affinity(id)?;
+        let member = affinity.member?;
+        if !self.members[member.index()].up || !self.group_contains(leg.group, member) {
+            return None;
         }
-        let Some(composite) = &decision.composite else {
-            if let Some(member) = decision.member {
-                let member = &mut self.members[member.index()];
-                member.assigned = member.assigned.saturating_sub(1);
-            }
-            return;
-        };
-        let Some(affinity) = self.affinities.get_mut(composite) else {
-            return;
-        };
-        affinity.references = affinity.references.saturating_sub(1);
-        if affinity.references > 0 {
-            return;
-        }
-        let member = affinity.member;
-        self.affinities.remove(composite);
-        if let Some(member) = member {
-            let entry = &mut self.members[member.index()];
-            entry.assigned = entry.assigned.saturating_sub(1);
-        }
-        let mut event = self.event(EventKind::Forgotten);
-        event.composite = Some(composite.clone());
-        event.member = member;
-        self.events.push(event);
-    }
-
-    /// Moves one subscription's count (and its key, without a composite) between members.
-    fn transfer_subscription(&mut self, from: Option<MemberId>, to: Option<MemberId>, moves_key: bool) {
-        if let Some(from) = from {
-            let member = &mut self.members[from.index()];
-            member.subscriptions = member.subscriptions.saturating_sub(1);
-            if moves_key {
-                member.assigned = member.assigned.saturating_sub(1);
-            }
-        }
-        if let Some(to) = to {
-            let member = &mut self.members[to.index()];
-            member.subscriptions += 1;
-            if moves_key {
-                member.assigned += 1;
-            }
-        }
-    }
-
-    fn evacuate(&mut self, down: MemberId) {
-        let mut composites: Vec<(u64, Arc<str>)> =
-            self.affinities.iter().filter(|(_, a)| a.member == Some(down)).map(|(c, a)| (a.since, c.clone())).collect();
-        composites.sort();
-        for (_, composite) in composites {
-            let owner = self.affinities[&composite].owner;
-            let placed = self.place(owner, &composite, true, &[], true);
-            let member = placed.map(|p| p.0);
-            let kind = if member.is_some() { EventKind::Moved } else { EventKind::NoMemberAvailable };
-            let mut event = self.event(kind);
-            let sequence = event.sequence;
-            event.composite = Some(composite.clone());
-            event.member = member;
-            event.previous = Some(down);
-            event.reason = Some(placed.map_or(Reason::Unavailable, |p| p.2));
-            event.move_reason = Some(MoveReason::MemberDown);
-            self.events.push(event);
-            if let Some(affinity) = self.affinities.get_mut(&composite) {
-                affinity.member = member;
-                affinity.since = sequence;
-                affinity.reason = placed.map_or(Reason::Unavailable, |p| p.2);
-                affinity.priority_group = placed.map(|p| p.1);
-            }
-            let entry = &mut self.members[down.index()];
-            entry.assigned = entry.assigned.saturating_sub(1);
-            if let Some(member) = member {
-                self.members[member.index()].assigned += 1;
-            }
-        }
-        self.rebind_legs(|leg| leg.member == Some(down), Some(MoveReason::MemberDown));
-    }
-
-    fn bind_waiting(&mut self) {
-        self.rebind_legs(|leg| leg.member.is_none(), None);
-    }
-
-    /// Re-places every subscription leg selected by `filter`, in subscription order: a leg with
-    /// a composite follows its affinity (placing the affinity first if it has no member).
-    fn rebind_legs(&mut self, filter: impl Fn(&LegDecision) -> bool, why: Option<MoveReason>) {
-        let mut subjects: Vec<(u64, Arc<str>)> = self
-            .subscriptions
-            .iter()
-            .filter(|(_, s)| s.legs.iter().any(|leg| filter(&leg.decision)))
-            .map(|(subject, s)| (s.order, subject.clone()))
-            .collect();
-        subjects.sort();
-        for (_, subject) in subjects {
-            let count = self.subscriptions[&subject].legs.len();
-            for index in 0..count {
-                let old = self.subscriptions[&subject].legs[index].decision.clone();
-                if !filter(&old) {
-                    continue;
-                }
-                let placed = match &old.composite {
-                    Some(composite) => self.follow_affinity(old.group, composite),
-                    None => self.place(old.group, &subject, false, &[], true),
-                };
-                if placed.is_none() && old.member.is_none() {
-                    continue; // still waiting
-                }
-                let member = placed.map(|p| p.0);
-                self.transfer_subscription(old.member, member, old.composite.is_none());
-                let kind = match (why, member) {
-                    (_, None) => EventKind::NoMemberAvailable,
-                    (Some(_), Some(_)) => EventKind::Moved,
-                    (None, Some(_)) => EventKind::Bound,
-                };
-                let reason = placed.map_or(Reason::Unavailable, |p| p.2);
-                let mut event = self.event(kind);
-                let sequence = event.sequence;
-                event.subject = Some(subject.clone());
-                event.composite = old.composite.clone();
-                event.member = member;
-                event.previous = old.member;
-                event.reason = Some(reason);
-                event.move_reason = why;
-                self.events.push(event);
-                if let Some(subscription) = self.subscriptions.get_mut(&subject) {
-                    let leg = &mut subscription.legs[index];
-                    leg.decision.member = member;
-                    leg.decision.priority_group = placed.map(|p| p.1);
-                    leg.decision.reason = reason;
-                    leg.decision.since = Some(sequence);
-                    leg.tried.clear();
-                }
-            }
-        }
-    }
-
-    /// The member of `composite`'s affinity for a leg in `group`, placing the affinity if it
-    /// has no (up) member yet.
-    fn follow_affinity(&mut self, group: GroupId, composite: &Arc<str>) -> Option<(MemberId, usize, Reason)> {
-        let current = self.affinities.get(composite).and_then(|a| a.member);
-        if let Some(member) = current {
-            if self.members[member.index()].up {
-                let reason = self.affinities[composite].reason;
-                if let Some(priority_group) = self.priority_of(group, member) {
-                    return Some((member, priority_group, reason));
-                }
-                // Misconfiguration (same key, different members): place this leg on its own.
-                return self.place(group, composite, true, &[], true);
-            }
-        }
-        let placed = self.place(group, composite, true, &[], true)?;
-        let mut event = self.event(EventKind::Bound);
-        let sequence = event.sequence;
-        event.composite = Some(composite.clone());
-        event.member = Some(placed.0);
-        event.reason = Some(placed.2);
-        self.events.push(event);
-        if let Some(affinity) = self.affinities.get_mut(composite) {
-            affinity.member = Some(placed.0);
-            affinity.reason = placed.2;
-            affinity.priority_group = Some(placed.1);
-            affinity.since = sequence;
-        }
-        self.members[placed.0.index()].assigned += 1;
-        Some(placed)
+        Some(LegDecision {
+            group: leg.group,
+            member: Some(member),
+            priority_group: affinity.priority_group.map(|p| p as usize),
+            composite: Some(self.composites.name(id).clone()),
+            rule: Some(rule as usize),
+            reason: Reason::Sticky,
+            since: Some(affinity.since),
+        })
     }
 }
 

@@ -44,6 +44,36 @@ fn same_user_sticks_to_one_member_and_binds_once() {
 }
 
 #[test]
+fn cache_eviction_and_configuration_changes_keep_subscriptions_and_affinities() {
+    let mut table = foo_table(&[&["FooAdapter1", "FooAdapter2", "FooAdapter3"]]);
+    let bound: Vec<_> =
+        (0..20).map(|u| table.subscribe(&format!("/PRIVATE/u{u}-0/FOO")).unwrap().1[0].member).collect();
+    // Far more distinct subjects than the cache holds under test (64): it is emptied many times.
+    for i in 0..2_000 {
+        let user = i % 40;
+        let decision = table.route_primary(&format!("/PRIVATE/u{user}-{}/FOO", i + 1)).unwrap();
+        if user < 20 {
+            assert_eq!(decision.member, bound[user]);
+            assert_eq!(decision.reason, Reason::Sticky);
+        }
+    }
+    table.add_service("other", &["^/OTHER/"]).unwrap();
+    for (user, member) in bound.iter().enumerate() {
+        assert_eq!(table.route_primary(&format!("/PRIVATE/u{user}-0/FOO")).unwrap().member, *member);
+        assert_eq!(table.route_primary(&format!("/PRIVATE/u{user}-9/FOO")).unwrap().member, *member);
+    }
+    for user in 0..20 {
+        table.unsubscribe(&format!("/PRIVATE/u{user}-0/FOO")).unwrap();
+    }
+    assert_eq!(table.affinity_count(), 0);
+    assert_eq!(table.subscription_total(), 0);
+    let fresh = table.subscribe("/PRIVATE/u3-5/FOO").unwrap().1.remove(0);
+    assert_eq!(fresh.reason, Reason::Hashed);
+    assert_eq!(fresh.composite.as_deref(), Some("foo-adapters:u3"));
+    assert_eq!(table.affinity("foo-adapters:u3"), fresh.member);
+}
+
+#[test]
 fn failed_member_hands_affinities_to_survivor_and_recovery_moves_nothing_back() {
     let mut table = foo_table(&[&["FooAdapter1", "FooAdapter2"]]);
     let users: Vec<String> = (0..40).map(|i| format!("/PRIVATE/user{i}-0/FOO")).collect();

@@ -1,0 +1,411 @@
+//! A matcher for a small subset of POSIX EREs that gives glibc's answers without calling it.
+//!
+//! glibc's `regexec` is exact but slow when asked for sub-matches (it walks its state log
+//! backwards to place them), and every new subject needs an affinity-rule capture. Rules are
+//! usually a chain of literals and bracket expressions with `*`, `+` or `?` and one capture
+//! group, such as `^/PRIVATE/([^/]+)-[0-9]+/FXTRADE`. Each item is one position of a Glushkov
+//! automaton whose state set fits a `u64`, so matching is bit-parallel, one step per byte:
+//!
+//! 1. the leftmost start from which the items can match, and the longest end from there;
+//! 2. backwards, the states that still lead to that end; then forwards, each byte taken by the
+//!    earliest viable item, so earlier sub-patterns take the longest runs (POSIX sub-match
+//!    rules, as glibc applies them).
+//!
+//! Supported: optional `^`, then items, then optional `$`; an item is an ordinary ASCII
+//! character, `\` followed by punctuation, `.` or a bracket expression (no `[:class:]`,
+//! `[.x.]`, `[=x=]`), optionally followed by one of `*`, `+`, `?`; at most one unquantified,
+//! non-empty, non-nested group; no `|`, no intervals, no back-references. Which bytes `.` and
+//! each bracket expression accept is asked of glibc itself when the pattern is compiled (so
+//! locale-dependent ranges agree). Any other pattern, and any subject containing a NUL or a
+//! non-ASCII byte or longer than [`MAX_SUBJECT`] bytes, goes to glibc. A differential property
+//! test against glibc pins the equivalence.
+
+use super::posix_regex::PosixRegex;
+
+/// Longest subject handled here.
+pub(super) const MAX_SUBJECT: usize = 256;
+/// Items are automaton positions `0..count`; bit `count` is the start state.
+const MAX_ITEMS: usize = 63;
+const UNBOUNDED: usize = usize::MAX;
+
+/// Set of ASCII bytes 1..=127.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ByteSet(u128);
+
+impl ByteSet {
+    fn contains(self, byte: u8) -> bool {
+        byte < 128 && self.0 & (1u128 << byte) != 0
+    }
+
+    fn single(byte: u8) -> Self {
+        ByteSet(1u128 << byte)
+    }
+
+    /// The ASCII bytes a single-atom ERE such as `[^/]` or `.` matches, according to glibc.
+    fn of_atom(atom: &str) -> Option<Self> {
+        let regex = PosixRegex::glibc_only(&format!("^{atom}$")).ok()?;
+        let mut bits = 0u128;
+        for byte in 1u8..128 {
+            let text = [byte];
+            // Every byte below 128 is a one-character UTF-8 string.
+            let text = std::str::from_utf8(&text).ok()?;
+            if regex.is_match(text) {
+                bits |= 1u128 << byte;
+            }
+        }
+        Some(ByteSet(bits))
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Item {
+    set: ByteSet,
+    min: usize,
+    max: usize,
+}
+
+/// A compiled pattern of the supported subset.
+#[derive(Clone, Debug)]
+pub(super) struct SimplePattern {
+    anchored_start: bool,
+    anchored_end: bool,
+    /// Items `start..end` form capture group 1.
+    group: Option<(usize, usize)>,
+    /// The start state's bit.
+    start: u64,
+    /// `follow[i]`: positions that may consume the next byte after position `i` consumed one
+    /// (`follow[count]`: the first byte).
+    follow: Vec<u64>,
+    /// States from which the rest of the pattern may match nothing (accepting states).
+    last: u64,
+    /// `accepting[b]`: positions whose item accepts byte `b`.
+    accepting: Vec<u64>,
+}
+
+impl SimplePattern {
+    /// The pattern, when it lies in the supported subset.
+    pub fn parse(pattern: &str) -> Option<Self> {
+        let bytes = pattern.as_bytes();
+        let mut index = 0;
+        let anchored_start = bytes.first() == Some(&b'^');
+        if anchored_start {
+            index = 1;
+        }
+        let mut anchored_end = false;
+        let mut items = Vec::new();
+        let mut group = None;
+        let mut group_start = None;
+        while index < bytes.len() {
+            let byte = bytes[index];
+            let set = match byte {
+                b'(' => {
+                    if group.is_some() || group_start.is_some() {
+                        return None;
+                    }
+                    group_start = Some(items.len());
+                    index += 1;
+                    continue;
+                }
+                b')' => {
+                    let start = group_start.take()?;
+                    if start == items.len() || bytes.get(index + 1).is_some_and(|b| b"*+?{".contains(b)) {
+                        return None;
+                    }
+                    group = Some((start, items.len()));
+                    index += 1;
+                    continue;
+                }
+                b'$' if index + 1 == bytes.len() && group_start.is_none() => {
+                    anchored_end = true;
+                    index += 1;
+                    continue;
+                }
+                b'\\' => {
+                    let escaped = *bytes.get(index + 1)?;
+                    if !b".[]\\()*+?{}|^$/".contains(&escaped) {
+                        return None;
+                    }
+                    index += 2;
+                    ByteSet::single(escaped)
+                }
+                b'.' => {
+                    index += 1;
+                    ByteSet::of_atom(".")?
+                }
+                b'[' => {
+                    let end = bracket_end(bytes, index)?;
+                    let set = ByteSet::of_atom(&pattern[index..=end])?;
+                    index = end + 1;
+                    set
+                }
+                b'|' | b'^' | b'$' | b'{' | b'}' | b'*' | b'+' | b'?' => return None,
+                byte if byte.is_ascii() && byte != 0 => {
+                    index += 1;
+                    ByteSet::single(byte)
+                }
+                _ => return None,
+            };
+            let (min, max) = match bytes.get(index) {
+                Some(b'*') => (0, UNBOUNDED),
+                Some(b'+') => (1, UNBOUNDED),
+                Some(b'?') => (0, 1),
+                Some(b'{') => return None,
+                _ => (1, 1),
+            };
+            if (min, max) != (1, 1) {
+                index += 1;
+                if bytes.get(index).is_some_and(|b| b"*+?{".contains(b)) {
+                    return None;
+                }
+            }
+            items.push(Item { set, min, max });
+            if items.len() > MAX_ITEMS {
+                return None;
+            }
+        }
+        if group_start.is_some() {
+            return None;
+        }
+        Some(Self::automaton(anchored_start, anchored_end, group, &items))
+    }
+
+    fn automaton(anchored_start: bool, anchored_end: bool, group: Option<(usize, usize)>, items: &[Item]) -> Self {
+        let count = items.len();
+        // Positions `from..` up to and including the first item that must consume a byte.
+        let reachable_from = |from: usize| {
+            let mut mask = 0u64;
+            for (index, item) in items.iter().enumerate().skip(from) {
+                mask |= 1 << index;
+                if item.min > 0 {
+                    break;
+                }
+            }
+            mask
+        };
+        let mut follow: Vec<u64> = items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| {
+                let repeat = if item.max > 1 { 1 << index } else { 0 };
+                repeat | reachable_from(index + 1)
+            })
+            .collect();
+        follow.push(reachable_from(0));
+        // Accepting: positions after which every item may match nothing, and the start state
+        // when every item may.
+        let mut last = 0u64;
+        for index in (0..count).rev() {
+            last |= 1 << index;
+            if items[index].min > 0 {
+                break;
+            }
+        }
+        if items.iter().all(|item| item.min == 0) {
+            last |= 1 << count;
+        }
+        let accepting = (0u8..128)
+            .map(|byte| {
+                items
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, item)| item.set.contains(byte))
+                    .fold(0, |mask, (index, _)| mask | 1 << index)
+            })
+            .collect();
+        SimplePattern { anchored_start, anchored_end, group, start: 1 << count, follow, last, accepting }
+    }
+
+    /// Number of capture groups (0 or 1).
+    pub fn group_count(&self) -> usize {
+        usize::from(self.group.is_some())
+    }
+
+    /// Whether `subject` is handled here (ASCII without NUL, at most [`MAX_SUBJECT`] bytes).
+    pub fn accepts(subject: &str) -> bool {
+        subject.len() <= MAX_SUBJECT && subject.bytes().all(|b| b != 0 && b.is_ascii())
+    }
+
+    /// The states after consuming `byte` in `states`.
+    #[inline]
+    fn advance(&self, states: u64, byte: u8) -> u64 {
+        let mut next = 0;
+        let mut bits = states;
+        while bits != 0 {
+            next |= self.follow[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+        }
+        next & self.accepting[usize::from(byte)]
+    }
+
+    /// Whether the pattern matches anywhere in `subject` (which [`SimplePattern::accepts`]).
+    pub fn is_match(&self, subject: &[u8]) -> bool {
+        let mut states = self.start;
+        if !self.anchored_end && states & self.last != 0 {
+            return true;
+        }
+        for &byte in subject {
+            states = self.advance(states, byte);
+            if !self.anchored_start {
+                states |= self.start;
+            } else if states == 0 {
+                return false;
+            }
+            if !self.anchored_end && states & self.last != 0 {
+                return true;
+            }
+        }
+        states & self.last != 0
+    }
+
+    /// The leftmost-longest match's span of group 1 (`None` if the pattern has no group), or
+    /// `None` outside when there is no match.
+    pub fn capture(&self, subject: &[u8]) -> Option<Option<(usize, usize)>> {
+        let length = subject.len();
+        let starts = if self.anchored_start { 0..=0 } else { 0..=length };
+        let mut states = [0u64; MAX_SUBJECT + 1];
+        for start in starts {
+            // Forwards from `start`: states after each byte; the last accepting time is the end.
+            states[start] = self.start;
+            let mut end = (states[start] & self.last != 0).then_some(start);
+            for time in start..length {
+                states[time + 1] = self.advance(states[time], subject[time]);
+                if states[time + 1] == 0 {
+                    break;
+                }
+                if states[time + 1] & self.last != 0 {
+                    end = Some(time + 1);
+                }
+            }
+            if self.anchored_end && end != Some(length) {
+                end = None;
+            }
+            let Some(end) = end else {
+                continue;
+            };
+            let Some((group_start, group_end)) = self.group else {
+                return Some(None);
+            };
+            // Backwards: the states that still lead to acceptance at `end`.
+            let mut viable = [0u64; MAX_SUBJECT + 1];
+            viable[end] = states[end] & self.last;
+            for time in (start..end).rev() {
+                let mut bits = states[time];
+                while bits != 0 {
+                    let state = bits.trailing_zeros() as usize;
+                    if self.follow[state] & viable[time + 1] != 0 {
+                        viable[time] |= 1 << state;
+                    }
+                    bits &= bits - 1;
+                }
+            }
+            // Forwards: each byte goes to the earliest viable item.
+            let (mut before_group, mut before_end) = (start, start);
+            let mut state = self.follow.len() - 1;
+            for time in start..end {
+                state = (self.follow[state] & viable[time + 1]).trailing_zeros() as usize;
+                if state < group_start {
+                    before_group += 1;
+                }
+                if state < group_end {
+                    before_end += 1;
+                }
+            }
+            return Some(Some((before_group, before_end)));
+        }
+        None
+    }
+}
+
+/// Index of the `]` closing the bracket expression opening at `open`; `None` for the forms
+/// left to glibc (`[:class:]`, `[.x.]`, `[=x=]`) or when unclosed.
+fn bracket_end(bytes: &[u8], open: usize) -> Option<usize> {
+    let mut index = open + 1;
+    if bytes.get(index) == Some(&b'^') {
+        index += 1;
+    }
+    if bytes.get(index) == Some(&b']') {
+        index += 1;
+    }
+    while let Some(&byte) = bytes.get(index) {
+        match byte {
+            b']' => return Some(index),
+            b'[' if bytes.get(index + 1).is_some_and(|b| b":.=".contains(b)) => return None,
+            byte if !byte.is_ascii() || byte == 0 => return None,
+            _ => index += 1,
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_the_usual_rule_shapes() {
+        for pattern in ["^/PRIVATE/([^/]+)-[0-9]+/FXTRADE", "^/PRIVATE/[^/]+/FXTRADE", "^/A/(.*)$", "x(a?b)c"] {
+            assert!(SimplePattern::parse(pattern).is_some(), "{pattern}");
+        }
+        for pattern in ["(a|b)", "(a)(b)", "((a))", "(a)*", "a{2}", "\\w", "[[:alpha:]]", "a^", "^*", "()"] {
+            assert!(SimplePattern::parse(pattern).is_none(), "{pattern}");
+        }
+    }
+
+    const ATOMS: &[&str] = &["a", "b", "/", "-", ".", "[^/]", "[0-9]", "[ab]", "[^a]", "\\.", "[]a]", "[a-c]", "x"];
+    const QUANTIFIERS: &[&str] = &["", "", "*", "+", "?"];
+
+    fn pattern() -> impl Strategy<Value = String> {
+        (
+            proptest::collection::vec((0..ATOMS.len(), 0..QUANTIFIERS.len()), 0..7),
+            any::<bool>(),
+            any::<bool>(),
+            proptest::option::of((0usize..7, 1usize..7)),
+        )
+            .prop_map(|(items, start, end, group)| {
+                let mut text = String::new();
+                if start {
+                    text.push('^');
+                }
+                let group = group.filter(|_| !items.is_empty()).map(|(from, len)| {
+                    let from = from % items.len();
+                    (from, (from + len).min(items.len()) - 1)
+                });
+                for (index, (atom, quantifier)) in items.iter().enumerate() {
+                    if group.is_some_and(|(first, _)| first == index) {
+                        text.push('(');
+                    }
+                    text.push_str(ATOMS[*atom]);
+                    text.push_str(QUANTIFIERS[*quantifier]);
+                    if group.is_some_and(|(_, last)| last == index) {
+                        text.push(')');
+                    }
+                }
+                if end {
+                    text.push('$');
+                }
+                text
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn agrees_with_glibc(
+            pattern in pattern(),
+            subjects in proptest::collection::vec("[ab/x.0-9\\-c\\]]{0,10}", 1..25),
+        ) {
+            let glibc = PosixRegex::glibc_only(&pattern).unwrap();
+            let simple = SimplePattern::parse(&pattern).unwrap();
+            prop_assert_eq!(simple.group_count(), glibc.group_count());
+            for subject in &subjects {
+                prop_assert_eq!(simple.is_match(subject.as_bytes()), glibc.is_match(subject), "{} {}", pattern, subject);
+                let captured = simple
+                    .capture(subject.as_bytes())
+                    .map(|span| span.map_or("", |(from, to)| &subject[from..to]));
+                prop_assert_eq!(captured, glibc.capture(subject), "{} {}", pattern, subject);
+            }
+        }
+    }
+}

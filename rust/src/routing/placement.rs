@@ -1,0 +1,367 @@
+//! Placing, binding and moving: how the table chooses members and keeps its counts and events.
+
+use std::sync::Arc;
+
+use super::events::{EventKind, MoveReason, Reason};
+use super::policy::{Candidate, Policy, PolicyError, Request, Workload};
+use super::subjects::{Affinity, ClassifiedLeg, CompositeId, Leg};
+use super::table::RoutingTable;
+use super::types::{GroupId, LegDecision, MemberId};
+
+/// A placement: the member, its zero-based priority group and why.
+pub(super) type Placed = (MemberId, usize, Reason);
+
+impl RoutingTable {
+    pub(super) fn group_contains(&self, group: GroupId, member: MemberId) -> bool {
+        self.groups[group.index()].priority_groups.iter().any(|g| g.contains(&member))
+    }
+
+    fn priority_of(&self, group: GroupId, member: MemberId) -> Option<usize> {
+        self.groups[group.index()].priority_groups.iter().position(|g| g.contains(&member))
+    }
+
+    /// The sticky member of the leg's composite, else a fresh placement.
+    pub(super) fn decide(&mut self, leg: ClassifiedLeg, subject: &str, commit: bool) -> LegDecision {
+        if let Some(decision) = self.sticky(leg) {
+            return decision;
+        }
+        let composite = leg.rule().map(|(_, id)| self.composites.name(id).clone());
+        let key = composite.as_deref().unwrap_or(subject);
+        let placed = self.place(leg.group, key, composite.is_some(), &[], commit);
+        LegDecision {
+            group: leg.group,
+            member: placed.map(|p| p.0),
+            priority_group: placed.map(|p| p.1),
+            composite,
+            rule: leg.rule().map(|(rule, _)| rule as usize),
+            reason: placed.map_or(Reason::Unavailable, |p| p.2),
+            since: None,
+        }
+    }
+
+    /// Chooses among the up members (minus `exclude`) of the first priority group that has any:
+    /// the affinity hash for composites, else the group's policy (workload if the policy fails).
+    pub(super) fn place(
+        &mut self,
+        group: GroupId,
+        key: &str,
+        is_composite: bool,
+        exclude: &[MemberId],
+        commit: bool,
+    ) -> Option<Placed> {
+        let mut ids = std::mem::take(&mut self.scratch_members);
+        let placed = self.place_among(group, key, is_composite, exclude, commit, &mut ids);
+        ids.clear();
+        self.scratch_members = ids;
+        placed
+    }
+
+    fn place_among(
+        &mut self,
+        group: GroupId,
+        key: &str,
+        is_composite: bool,
+        exclude: &[MemberId],
+        commit: bool,
+        ids: &mut Vec<MemberId>,
+    ) -> Option<Placed> {
+        let source_group = &self.groups[group.index()];
+        let members = &self.members;
+        let priority_group = source_group.priority_groups.iter().enumerate().find_map(|(index, group_ids)| {
+            ids.clear();
+            ids.extend(group_ids.iter().copied().filter(|m| members[m.index()].up && !exclude.contains(m)));
+            (!ids.is_empty()).then_some(index)
+        })?;
+        if is_composite && !source_group.policy.decides_composites() {
+            // The affinity hash needs only the labels: no candidate list is built.
+            let index = source_group
+                .hash
+                .selection
+                .select_indexed(key, ids.len(), |i| members[ids[i].index()].label.as_str())
+                .unwrap_or(0);
+            let reason = if priority_group > 0 { Reason::Failover } else { Reason::Hashed };
+            return Some((ids[index], priority_group, reason));
+        }
+        let candidates: Vec<Candidate<'_>> = ids
+            .iter()
+            .map(|m| {
+                let member = &members[m.index()];
+                Candidate {
+                    label: &member.label,
+                    subscriptions: member.subscriptions,
+                    assigned: member.assigned,
+                    activation: member.activation,
+                }
+            })
+            .collect();
+        let request = Request { key, is_composite, candidates: &candidates };
+        let source_group = &mut self.groups[group.index()];
+        let mut failure = None;
+        let chosen = source_group.policy.select(&request).and_then(|index| {
+            if index < candidates.len() {
+                Ok(index)
+            } else {
+                Err(PolicyError(format!("answered candidate #{index} of {}", candidates.len())))
+            }
+        });
+        let (index, reason) = match chosen {
+            Ok(index) => {
+                if commit {
+                    source_group.policy.selected(&request, index);
+                }
+                (index, source_group.policy.reason())
+            }
+            Err(error) => {
+                failure = Some(format!(
+                    "routing policy {:?} failed for {key:?}: {error}; using the fallback \
+                     policy workload",
+                    source_group.policy.name()
+                ));
+                (Workload.select(&request).unwrap_or(0), Reason::Fallback)
+            }
+        };
+        drop(candidates);
+        if let Some(message) = failure {
+            let mut event = self.event(EventKind::PolicyError);
+            event.composite = is_composite.then(|| Arc::from(key));
+            event.subject = (!is_composite).then(|| Arc::from(key));
+            event.message = Some(message);
+            self.events.push(event);
+        }
+        let reason = if priority_group > 0 && reason != Reason::Fallback { Reason::Failover } else { reason };
+        Some((ids[index], priority_group, reason))
+    }
+
+    pub(super) fn bind(&mut self, subject: &Arc<str>, decision: &mut LegDecision, composite: Option<CompositeId>) {
+        let kind = if decision.member.is_some() { EventKind::Bound } else { EventKind::NoMemberAvailable };
+        let mut event = self.event(kind);
+        let sequence = event.sequence;
+        event.subject = Some(subject.clone());
+        event.composite = decision.composite.clone();
+        event.member = decision.member;
+        event.reason = Some(decision.reason);
+        self.events.push(event);
+        if let Some(member) = decision.member {
+            self.members[member.index()].subscriptions += 1;
+        }
+        match composite {
+            Some(id) => match self.composites.affinity_mut(id) {
+                Some(affinity) => {
+                    affinity.references += 1;
+                    if affinity.member.is_none() && decision.member.is_some() {
+                        affinity.member = decision.member;
+                        affinity.reason = decision.reason;
+                        affinity.priority_group = decision.priority_group.map(|p| p as u32);
+                        affinity.since = sequence;
+                        if let Some(member) = decision.member {
+                            self.members[member.index()].assigned += 1;
+                        }
+                    }
+                }
+                None => {
+                    self.composites.insert_affinity(
+                        id,
+                        Affinity {
+                            member: decision.member,
+                            owner: decision.group,
+                            references: 1,
+                            since: sequence,
+                            reason: decision.reason,
+                            priority_group: decision.priority_group.map(|p| p as u32),
+                        },
+                    );
+                    if let Some(member) = decision.member {
+                        self.members[member.index()].assigned += 1;
+                    }
+                }
+            },
+            None => {
+                if let Some(member) = decision.member {
+                    self.members[member.index()].assigned += 1;
+                }
+            }
+        }
+        if decision.since.is_none() {
+            decision.since = Some(sequence);
+        }
+    }
+
+    pub(super) fn release(&mut self, leg: &Leg) {
+        let decision = &leg.decision;
+        if let Some(member) = decision.member {
+            let member = &mut self.members[member.index()];
+            member.subscriptions = member.subscriptions.saturating_sub(1);
+        }
+        let Some(id) = leg.composite else {
+            if let Some(member) = decision.member {
+                let member = &mut self.members[member.index()];
+                member.assigned = member.assigned.saturating_sub(1);
+            }
+            return;
+        };
+        let Some(affinity) = self.composites.affinity_mut(id) else {
+            return;
+        };
+        affinity.references = affinity.references.saturating_sub(1);
+        if affinity.references > 0 {
+            return;
+        }
+        let member = self.composites.remove_affinity(id).and_then(|a| a.member);
+        if let Some(member) = member {
+            let entry = &mut self.members[member.index()];
+            entry.assigned = entry.assigned.saturating_sub(1);
+        }
+        let mut event = self.event(EventKind::Forgotten);
+        event.composite = Some(self.composites.name(id).clone());
+        event.member = member;
+        self.events.push(event);
+    }
+
+    /// Moves one subscription's count (and its key, without a composite) between members.
+    pub(super) fn transfer_subscription(&mut self, from: Option<MemberId>, to: Option<MemberId>, moves_key: bool) {
+        if let Some(from) = from {
+            let member = &mut self.members[from.index()];
+            member.subscriptions = member.subscriptions.saturating_sub(1);
+            if moves_key {
+                member.assigned = member.assigned.saturating_sub(1);
+            }
+        }
+        if let Some(to) = to {
+            let member = &mut self.members[to.index()];
+            member.subscriptions += 1;
+            if moves_key {
+                member.assigned += 1;
+            }
+        }
+    }
+
+    pub(super) fn evacuate(&mut self, down: MemberId) {
+        let mut composites: Vec<(u64, Arc<str>, CompositeId)> = self
+            .composites
+            .affinities()
+            .filter(|(_, a)| a.member == Some(down))
+            .map(|(id, a)| (a.since, self.composites.name(id).clone(), id))
+            .collect();
+        composites.sort();
+        for (_, composite, id) in composites {
+            let Some(owner) = self.composites.affinity(id).map(|a| a.owner) else {
+                continue;
+            };
+            let placed = self.place(owner, &composite, true, &[], true);
+            let member = placed.map(|p| p.0);
+            let kind = if member.is_some() { EventKind::Moved } else { EventKind::NoMemberAvailable };
+            let mut event = self.event(kind);
+            let sequence = event.sequence;
+            event.composite = Some(composite.clone());
+            event.member = member;
+            event.previous = Some(down);
+            event.reason = Some(placed.map_or(Reason::Unavailable, |p| p.2));
+            event.move_reason = Some(MoveReason::MemberDown);
+            self.events.push(event);
+            if let Some(affinity) = self.composites.affinity_mut(id) {
+                affinity.member = member;
+                affinity.since = sequence;
+                affinity.reason = placed.map_or(Reason::Unavailable, |p| p.2);
+                affinity.priority_group = placed.map(|p| p.1 as u32);
+            }
+            let entry = &mut self.members[down.index()];
+            entry.assigned = entry.assigned.saturating_sub(1);
+            if let Some(member) = member {
+                self.members[member.index()].assigned += 1;
+            }
+        }
+        self.rebind_legs(|leg| leg.member == Some(down), Some(MoveReason::MemberDown));
+    }
+
+    pub(super) fn bind_waiting(&mut self) {
+        self.rebind_legs(|leg| leg.member.is_none(), None);
+    }
+
+    /// Re-places every subscription leg selected by `filter`, in subscription order: a leg with
+    /// a composite follows its affinity (placing the affinity first if it has no member).
+    fn rebind_legs(&mut self, filter: impl Fn(&LegDecision) -> bool, why: Option<MoveReason>) {
+        let mut subjects: Vec<(u64, Arc<str>)> = self
+            .subjects
+            .subscriptions()
+            .filter(|(_, s)| s.legs.iter().any(|leg| filter(&leg.decision)))
+            .map(|(subject, s)| (s.order, subject.clone()))
+            .collect();
+        subjects.sort();
+        for (_, subject) in subjects {
+            let count = self.subjects.subscription(&subject).map_or(0, |s| s.legs.len());
+            for index in 0..count {
+                let Some(leg) = self.subjects.subscription(&subject).map(|s| &s.legs[index]) else {
+                    continue;
+                };
+                let (old, composite) = (leg.decision.clone(), leg.composite);
+                if !filter(&old) {
+                    continue;
+                }
+                let placed = match composite {
+                    Some(id) => self.follow_affinity(old.group, id),
+                    None => self.place(old.group, &subject, false, &[], true),
+                };
+                if placed.is_none() && old.member.is_none() {
+                    continue; // still waiting
+                }
+                let member = placed.map(|p| p.0);
+                self.transfer_subscription(old.member, member, old.composite.is_none());
+                let kind = match (why, member) {
+                    (_, None) => EventKind::NoMemberAvailable,
+                    (Some(_), Some(_)) => EventKind::Moved,
+                    (None, Some(_)) => EventKind::Bound,
+                };
+                let reason = placed.map_or(Reason::Unavailable, |p| p.2);
+                let mut event = self.event(kind);
+                let sequence = event.sequence;
+                event.subject = Some(subject.clone());
+                event.composite = old.composite.clone();
+                event.member = member;
+                event.previous = old.member;
+                event.reason = Some(reason);
+                event.move_reason = why;
+                self.events.push(event);
+                if let Some(subscription) = self.subjects.subscription_mut(&subject) {
+                    let leg = &mut subscription.legs[index];
+                    leg.decision.member = member;
+                    leg.decision.priority_group = placed.map(|p| p.1);
+                    leg.decision.reason = reason;
+                    leg.decision.since = Some(sequence);
+                    leg.tried.clear();
+                }
+            }
+        }
+    }
+
+    /// The member of the composite's affinity for a leg in `group`, placing the affinity if it
+    /// has no (up) member yet.
+    fn follow_affinity(&mut self, group: GroupId, id: CompositeId) -> Option<Placed> {
+        let composite = self.composites.name(id).clone();
+        let current = self.composites.affinity(id).and_then(|a| a.member);
+        if let Some(member) = current {
+            if self.members[member.index()].up {
+                let reason = self.composites.affinity(id).map_or(Reason::Sticky, |a| a.reason);
+                if let Some(priority_group) = self.priority_of(group, member) {
+                    return Some((member, priority_group, reason));
+                }
+                // Misconfiguration (same key, different members): place this leg on its own.
+                return self.place(group, &composite, true, &[], true);
+            }
+        }
+        let placed = self.place(group, &composite, true, &[], true)?;
+        let mut event = self.event(EventKind::Bound);
+        let sequence = event.sequence;
+        event.composite = Some(composite);
+        event.member = Some(placed.0);
+        event.reason = Some(placed.2);
+        self.events.push(event);
+        if let Some(affinity) = self.composites.affinity_mut(id) {
+            affinity.member = Some(placed.0);
+            affinity.reason = placed.2;
+            affinity.priority_group = Some(placed.1 as u32);
+            affinity.since = sequence;
+        }
+        self.members[placed.0.index()].assigned += 1;
+        Some(placed)
+    }
+}

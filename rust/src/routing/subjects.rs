@@ -1,0 +1,378 @@
+//! What the tables remember per subject and per composite.
+//!
+//! * [`Subjects`]: one map from subject to its cached classification (data service, source
+//!   groups, matching rule and interned composite) and, when subscribed, its subscription. A
+//!   lookup of a subject seen before is a single probe.
+//! * [`Composites`]: composites interned into slots addressed by [`CompositeId`]; the slot holds
+//!   the composite's affinity, so a classified subject reaches its affinity by index, without
+//!   hashing the composite again.
+//!
+//! Architecture Invariant: a slot stays allocated while a cached classification names it or it
+//! holds an affinity (every subscription leg with a composite holds a reference on the
+//! affinity). Slots are reclaimed only by [`Composites::collect`], run after classifications
+//! were dropped in bulk, so an id held by a live classification never dangles.
+
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+
+use super::events::Reason;
+use super::types::{GroupId, LegDecision, MemberId, ServiceId};
+use super::FastMap;
+
+/// An interned composite: index of its slot in [`Composites`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct CompositeId(u32);
+
+impl CompositeId {
+    fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// The member a composite sticks to, while a subscription holds the composite.
+pub(super) struct Affinity {
+    pub member: Option<MemberId>,
+    pub owner: GroupId,
+    pub references: u32,
+    pub since: u64,
+    pub reason: Reason,
+    /// `u32` rather than `usize`: keeps a slot within one cache line.
+    pub priority_group: Option<u32>,
+}
+
+struct Slot {
+    name: Arc<str>,
+    affinity: Option<Affinity>,
+    in_use: bool,
+}
+
+/// Interned composites and their affinities.
+pub(super) struct Composites {
+    index: FastMap<Arc<str>, CompositeId>,
+    slots: Vec<Slot>,
+    free: Vec<CompositeId>,
+    affinities: usize,
+    empty: Arc<str>,
+}
+
+impl Default for Composites {
+    fn default() -> Self {
+        Composites {
+            index: FastMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            affinities: 0,
+            empty: Arc::from(""),
+        }
+    }
+}
+
+impl Composites {
+    /// The slot of `name`, allocated if new.
+    pub fn intern(&mut self, name: &str) -> CompositeId {
+        if let Some(&id) = self.index.get(name) {
+            return id;
+        }
+        let name: Arc<str> = Arc::from(name);
+        let slot = Slot { name: name.clone(), affinity: None, in_use: true };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id.index()] = slot;
+                id
+            }
+            None => {
+                self.slots.push(slot);
+                CompositeId(self.slots.len() as u32 - 1)
+            }
+        };
+        self.index.insert(name, id);
+        id
+    }
+
+    /// The slot of `name`, if interned.
+    pub fn find(&self, name: &str) -> Option<CompositeId> {
+        self.index.get(name).copied()
+    }
+
+    #[inline]
+    pub fn name(&self, id: CompositeId) -> &Arc<str> {
+        &self.slots[id.index()].name
+    }
+
+    #[inline]
+    pub fn affinity(&self, id: CompositeId) -> Option<&Affinity> {
+        self.slots[id.index()].affinity.as_ref()
+    }
+
+    pub fn affinity_mut(&mut self, id: CompositeId) -> Option<&mut Affinity> {
+        self.slots[id.index()].affinity.as_mut()
+    }
+
+    /// Gives `id` an affinity (it had none).
+    pub fn insert_affinity(&mut self, id: CompositeId, affinity: Affinity) {
+        let slot = &mut self.slots[id.index()];
+        debug_assert!(slot.in_use && slot.affinity.is_none());
+        slot.affinity = Some(affinity);
+        self.affinities += 1;
+    }
+
+    pub fn remove_affinity(&mut self, id: CompositeId) -> Option<Affinity> {
+        let removed = self.slots[id.index()].affinity.take();
+        if removed.is_some() {
+            self.affinities -= 1;
+        }
+        removed
+    }
+
+    /// Number of composites with an affinity.
+    pub fn affinity_count(&self) -> usize {
+        self.affinities
+    }
+
+    /// Every composite with an affinity, in no particular order.
+    pub fn affinities(&self) -> impl Iterator<Item = (CompositeId, &Affinity)> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(index, slot)| slot.affinity.as_ref().map(|a| (CompositeId(index as u32), a)))
+    }
+
+    /// Forgets every composite and affinity.
+    pub fn clear(&mut self) {
+        self.index.clear();
+        self.slots.clear();
+        self.free.clear();
+        self.affinities = 0;
+    }
+
+    /// Frees the slots without an affinity that `referenced` does not name.
+    pub fn collect(&mut self, referenced: impl Iterator<Item = CompositeId>) {
+        let mut keep: Vec<bool> = self.slots.iter().map(|slot| slot.affinity.is_some()).collect();
+        for id in referenced {
+            keep[id.index()] = true;
+        }
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            if slot.in_use && !keep[index] {
+                self.index.remove(&slot.name);
+                slot.name = self.empty.clone();
+                slot.in_use = false;
+                self.free.push(CompositeId(index as u32));
+            }
+        }
+    }
+}
+
+/// How one source group of a subject's data service classifies it.
+///
+/// Packed into 12 bytes (no `Option` padding): the subject map's entries stay small, which
+/// keeps lookups of subjects seen before in the CPU cache.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ClassifiedLeg {
+    pub group: GroupId,
+    /// Index of the first matching affinity rule, [`NO_RULE`] when none matched.
+    rule: u32,
+    /// The composite that rule produced (meaningless without a rule).
+    composite: CompositeId,
+}
+
+const NO_RULE: u32 = u32::MAX;
+
+impl ClassifiedLeg {
+    pub const fn new(group: GroupId, rule: Option<(u32, CompositeId)>) -> Self {
+        match rule {
+            Some((rule, composite)) => ClassifiedLeg { group, rule, composite },
+            None => ClassifiedLeg { group, rule: NO_RULE, composite: CompositeId(0) },
+        }
+    }
+
+    /// The first matching affinity rule and the composite it produced.
+    #[inline]
+    pub fn rule(self) -> Option<(u32, CompositeId)> {
+        (self.rule != NO_RULE).then_some((self.rule, self.composite))
+    }
+}
+
+/// A subject's data service and its legs, one per source group (the first is the primary).
+#[derive(Clone, Debug)]
+pub(super) struct Classified {
+    pub service: ServiceId,
+    pub primary: ClassifiedLeg,
+    /// Legs of further source groups; `None` (no allocation) for single-group services. A thin
+    /// pointer, again for small entries.
+    #[allow(clippy::box_collection)] // the extra allocation only for multi-group services
+    pub others: Option<Box<Vec<ClassifiedLeg>>>,
+}
+
+impl Classified {
+    pub fn legs(&self) -> impl Iterator<Item = ClassifiedLeg> + '_ {
+        std::iter::once(self.primary).chain(self.others.iter().flat_map(|others| others.iter().copied()))
+    }
+
+    pub fn leg_count(&self) -> usize {
+        1 + self.others.as_ref().map_or(0, |others| others.len())
+    }
+}
+
+/// One bound leg of a subscription.
+pub(super) struct Leg {
+    pub decision: LegDecision,
+    pub composite: Option<CompositeId>,
+    pub tried: Vec<MemberId>,
+}
+
+pub(super) struct Subscription {
+    pub order: u64,
+    pub references: u32,
+    pub service: ServiceId,
+    pub legs: Vec<Leg>,
+}
+
+/// Everything remembered about one subject.
+pub(super) struct SubjectEntry {
+    /// The cached classification; [`UNCLASSIFIED`] (not an `Option`, which would cost 8 bytes
+    /// per entry) only for a subscribed subject whose classification a configuration change
+    /// dropped. Read through [`SubjectEntry::classified`].
+    classified: Classified,
+    /// Boxed: most cached subjects are not subscribed, and small entries keep lookups in cache.
+    pub subscription: Option<Box<Subscription>>,
+}
+
+const UNCLASSIFIED: Classified =
+    Classified { service: ServiceId(u32::MAX), primary: ClassifiedLeg::new(GroupId(u32::MAX), None), others: None };
+
+impl SubjectEntry {
+    #[inline]
+    pub fn classified(&self) -> Option<&Classified> {
+        (self.classified.service != UNCLASSIFIED.service).then_some(&self.classified)
+    }
+
+    fn is_classified(&self) -> bool {
+        self.classified().is_some()
+    }
+}
+
+/// Subject → [`SubjectEntry`].
+#[derive(Default)]
+pub(super) struct Subjects {
+    entries: FastMap<Arc<str>, SubjectEntry>,
+    subscribed: usize,
+    cached_only: usize,
+}
+
+impl Subjects {
+    #[inline]
+    pub fn get(&self, subject: &str) -> Option<&SubjectEntry> {
+        self.entries.get(subject)
+    }
+
+    pub fn subscription(&self, subject: &str) -> Option<&Subscription> {
+        self.entries.get(subject).and_then(|entry| entry.subscription.as_deref())
+    }
+
+    pub fn subscription_mut(&mut self, subject: &str) -> Option<&mut Subscription> {
+        self.entries.get_mut(subject).and_then(|entry| entry.subscription.as_deref_mut())
+    }
+
+    /// Every subscription, in no particular order.
+    pub fn subscriptions(&self) -> impl Iterator<Item = (&Arc<str>, &Subscription)> + '_ {
+        self.entries.iter().filter_map(|(subject, entry)| entry.subscription.as_deref().map(|s| (subject, s)))
+    }
+
+    /// Subjects cached without a subscription.
+    pub fn cached_only(&self) -> usize {
+        self.cached_only
+    }
+
+    /// Number of subscribed subjects.
+    pub fn subscribed(&self) -> usize {
+        self.subscribed
+    }
+
+    /// Remembers the classification of an unsubscribed subject.
+    pub fn cache(&mut self, subject: &str, classified: Classified) {
+        match self.entries.get_mut(subject) {
+            Some(entry) => {
+                if entry.subscription.is_none() && !entry.is_classified() {
+                    self.cached_only += 1;
+                }
+                entry.classified = classified;
+            }
+            None => {
+                self.entries.insert(Arc::from(subject), SubjectEntry { classified, subscription: None });
+                self.cached_only += 1;
+            }
+        }
+    }
+
+    /// The map's own copy of an unsubscribed subject and its classification, if cached.
+    pub fn cached(&self, subject: &str) -> Option<(Arc<str>, Classified)> {
+        let (key, entry) = self.entries.get_key_value(subject)?;
+        entry.classified().filter(|_| entry.subscription.is_none()).map(|c| (key.clone(), c.clone()))
+    }
+
+    /// Records the subscription of an unsubscribed subject, with its classification (one probe,
+    /// whether or not the subject was cached).
+    pub fn subscribe(&mut self, subject: Arc<str>, classified: Classified, subscription: Subscription) {
+        match self.entries.entry(subject) {
+            Entry::Occupied(mut occupied) => {
+                let entry = occupied.get_mut();
+                debug_assert!(entry.subscription.is_none());
+                if entry.is_classified() {
+                    self.cached_only -= 1;
+                }
+                entry.classified = classified;
+                entry.subscription = Some(Box::new(subscription));
+            }
+            Entry::Vacant(vacant) => {
+                vacant.insert(SubjectEntry { classified, subscription: Some(Box::new(subscription)) });
+            }
+        }
+        self.subscribed += 1;
+    }
+
+    /// Takes a subject's subscription; its classification stays cached when it has one.
+    pub fn unsubscribe(&mut self, subject: &str) -> Option<Box<Subscription>> {
+        let entry = self.entries.get_mut(subject)?;
+        let subscription = entry.subscription.take()?;
+        self.subscribed -= 1;
+        if entry.is_classified() {
+            self.cached_only += 1;
+        } else {
+            self.entries.remove(subject);
+        }
+        Some(subscription)
+    }
+
+    /// Drops every cached classification (subscriptions stay): after a configuration change.
+    pub fn forget_classifications(&mut self) {
+        self.entries.retain(|_, entry| {
+            entry.classified = UNCLASSIFIED;
+            entry.subscription.is_some()
+        });
+        self.cached_only = 0;
+    }
+
+    /// Drops the unsubscribed subjects (bounds memory).
+    pub fn evict_unsubscribed(&mut self) {
+        self.entries.retain(|_, entry| entry.subscription.is_some());
+        self.cached_only = 0;
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.subscribed = 0;
+        self.cached_only = 0;
+    }
+
+    /// Every composite a cached classification names.
+    pub fn referenced_composites(&self) -> impl Iterator<Item = CompositeId> + '_ {
+        self.entries
+            .values()
+            .filter_map(SubjectEntry::classified)
+            .flat_map(|classified| classified.legs().filter_map(|leg| leg.rule().map(|(_, id)| id)))
+    }
+}
+
+// Small entries are the point of the packed layout: a subject map bucket (key + entry) of 48
+// bytes keeps ~20 000 subjects within a core's L2 cache.
+const _: () = assert!(std::mem::size_of::<SubjectEntry>() <= 32);
