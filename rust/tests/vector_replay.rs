@@ -220,3 +220,80 @@ fn our_status_messages_match_aerons_but_for_the_receiver_id() {
         assert_eq!(&out[..28], &theirs[..28], "{name}: everything before the receiver id");
     }
 }
+
+#[test]
+fn our_receiver_rebuilds_aeron_multicast_and_rttm_streams() {
+    for name in ["multicast_min", "multicast_tagged", "unicast_rttm"] {
+        let (messages, _) = receive(name);
+        assert_eq!(messages, basic_payloads(), "{name}");
+    }
+}
+
+/// Feeds the status messages Aeron receivers sent in `name` to our publication configured with
+/// `fc`, at their captured times; returns the index of the packet after which it connected.
+fn connects_after(name: &str, fc: &str) -> (usize, Value) {
+    let scenario = scenario(name);
+    let setup = Setup::parse(&packets(&scenario, "sender->receiver")[0].1).unwrap();
+    let spec = affinity::flow_control::FlowControlSpec::parse(fc).unwrap();
+    let defaults = FlowControlDefaults::default();
+    let flow_control = affinity::flow_control::build_checked(Some(&spec), true, &defaults).unwrap();
+    let mut publication = publication_like(&setup);
+    // Same settings, group semantics and the requested strategy.
+    let config = PublicationConfig { is_group: true, ..publication.config().clone() };
+    publication = NetworkPublication::new(config, flow_control, Instant::ZERO);
+    let mut out = vec![0u8; 2048];
+    publication.poll_transmit(Instant::ZERO, &mut out);
+    for packet in scenario["packets"].as_array().unwrap() {
+        let now = Instant::from_nanos((packet["t_rel_s"].as_f64().unwrap() * 1e9) as u64);
+        if packet["direction"] == "receiver->sender" {
+            let bytes = from_hex(packet["hex"].as_str().unwrap());
+            if let Ok(Some(ControlFrame::StatusMessage(message))) = parse_control(&bytes) {
+                publication.on_status_message(&message, now);
+            }
+        }
+        publication.on_idle(now);
+        if publication.is_connected() {
+            return (packet["index"].as_u64().unwrap() as usize, scenario);
+        }
+    }
+    panic!("{name}: never connected");
+}
+
+/// Index of the first normal (not SEND_SETUP) status message from the `n`-th receiver id.
+fn first_status_of_receiver(scenario: &Value, n: usize) -> usize {
+    let mut receivers: Vec<(u64, i64)> = scenario["identifiers"]["receivers_in_order_of_first_SM"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(id, info)| (info["first_packet_index"].as_u64().unwrap(), id.parse().unwrap()))
+        .collect();
+    receivers.sort();
+    let receiver_id = receivers[n].1;
+    scenario["packets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["direction"] == "receiver->sender")
+        .find_map(|p| match parse_control(&from_hex(p["hex"].as_str().unwrap())) {
+            Ok(Some(ControlFrame::StatusMessage(m))) if m.receiver_id == receiver_id && !m.is_send_setup() => {
+                Some(p["index"].as_u64().unwrap() as usize)
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
+#[test]
+fn tagged_group_of_two_connects_when_aerons_second_tagged_receiver_reports() {
+    // Receivers in order of first SM: A (tag 1001), B (untagged), C (tag 1001, late).
+    let (connected_at, scenario) = connects_after("multicast_tagged", "tagged,g:1001/2,t:2s");
+    let third = first_status_of_receiver(&scenario, 2);
+    assert_eq!(connected_at, third, "connected exactly when C's first status message arrived");
+}
+
+#[test]
+fn min_group_of_two_connects_when_aerons_second_receiver_reports() {
+    let (connected_at, scenario) = connects_after("multicast_min", "min,g:/2");
+    let second = first_status_of_receiver(&scenario, 1);
+    assert_eq!(connected_at, second);
+}
