@@ -137,6 +137,12 @@ impl Composites {
             .filter_map(|(index, slot)| slot.affinity.as_ref().map(|a| (CompositeId(index as u32), a)))
     }
 
+    /// Room for `additional` more composites.
+    pub fn reserve(&mut self, additional: usize) {
+        self.index.reserve(additional);
+        self.slots.reserve(additional.saturating_sub(self.free.len()));
+    }
+
     /// Forgets every composite and affinity.
     pub fn clear(&mut self) {
         self.index.clear();
@@ -356,6 +362,11 @@ impl Subjects {
     pub fn evict_unsubscribed(&mut self) {
         self.entries.retain(|_, entry| entry.subscription.is_some());
         self.cached_only = 0;
+    }
+
+    /// Room for `additional` more subjects.
+    pub fn reserve(&mut self, additional: usize) {
+        self.entries.reserve(additional);
     }
 
     pub fn clear(&mut self) {
