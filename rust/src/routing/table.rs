@@ -578,7 +578,7 @@ impl RoutingTable {
     #[inline]
     fn sticky_member(&self, leg: ClassifiedLeg) -> Option<MemberId> {
         let (_, id) = leg.rule()?;
-        let member = self.composites.affinity(id)?.member?;
+        let member = self.composites.member(id)?;
         (self.members[member.index()].up && self.group_contains(leg.group, member)).then_some(member)
     }
 
