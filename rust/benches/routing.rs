@@ -2,11 +2,13 @@
 //!
 //! `cargo bench -p affinity --bench routing`
 //!
-//! * sticky lookups: `route_primary` for subjects seen before whose composite is bound
-//!   (one subject-map probe, then the composite's slot; no regex).
-//! * subscribed lookups: `route_primary` for subjects that are themselves subscribed.
+//! * sticky lookups: `route_member` for subjects seen before whose composite is bound
+//!   (one subject-map probe, then the composite's slot; no regex, no `Arc` clone); also through
+//!   `route_primary`, which builds the whole `LegDecision`.
+//! * subscribed lookups: `route_member` for subjects that are themselves subscribed.
 //! * new subjects: `subscribe` of never-seen subjects (include-pattern regex + affinity regex +
-//!   hash + bind), half of them for users that already have an affinity.
+//!   hash + bind), each subscribed twice (the second only counts); also as a batch would:
+//!   `reserve` for the batch, then `subscribe_member`.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -58,23 +60,31 @@ fn main() {
         }
         let lookups = 5_000_000;
         let mut sticky = Vec::new();
+        let mut sticky_decision = Vec::new();
         let mut own = Vec::new();
         for _ in 0..RUNS {
             let start = Instant::now();
             for i in 0..lookups {
-                black_box(routing.route_primary(&seen[i % USERS]).unwrap().member);
+                black_box(routing.route_member(&seen[i % USERS]).unwrap());
             }
             sticky.push(lookups as f64 / start.elapsed().as_secs_f64());
             let start = Instant::now();
             for i in 0..lookups {
-                black_box(routing.route_primary(&subscribed[i % USERS]).unwrap().member);
+                black_box(routing.route_primary(&seen[i % USERS]).unwrap().member);
+            }
+            sticky_decision.push(lookups as f64 / start.elapsed().as_secs_f64());
+            let start = Instant::now();
+            for i in 0..lookups {
+                black_box(routing.route_member(&subscribed[i % USERS]).unwrap());
             }
             own.push(lookups as f64 / start.elapsed().as_secs_f64());
         }
         report(&format!("sticky lookups ({})", selection.name()), sticky);
+        report(&format!("sticky lookups, route_primary ({})", selection.name()), sticky_decision);
         report(&format!("subscribed-subject lookups ({})", selection.name()), own);
 
         let mut fresh = Vec::new();
+        let mut batch = Vec::new();
         let count = 200_000;
         for run in 0..RUNS {
             let subjects: Vec<String> =
@@ -86,7 +96,16 @@ fn main() {
             }
             fresh.push(count as f64 / start.elapsed().as_secs_f64());
             black_box(routing.drain_events());
+            let mut routing = table(selection);
+            let start = Instant::now();
+            routing.reserve(subjects.len());
+            for subject in &subjects {
+                black_box(routing.subscribe_member(subject).unwrap());
+            }
+            batch.push(count as f64 / start.elapsed().as_secs_f64());
+            black_box(routing.drain_events());
         }
         report(&format!("new subjects: regex+hash+bind ({})", selection.name()), fresh);
+        report(&format!("new subjects: reserve+subscribe_member ({})", selection.name()), batch);
     }
 }

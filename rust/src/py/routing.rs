@@ -4,7 +4,7 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyDict, PyList, PyString};
 
 use crate::routing::policy::{builtin, Policy, PolicyError, Request};
 use crate::routing::{
@@ -146,6 +146,12 @@ struct PyRoutingTable {
 }
 
 impl PyRoutingTable {
+    /// Every member's label as a Python string, by member index (batch answers share them).
+    fn labels<'py>(&self, py: Python<'py>) -> Vec<Bound<'py, PyString>> {
+        let table = &self.inner;
+        table.member_ids().map(|m| PyString::new(py, table.label(m))).collect()
+    }
+
     fn leg<'py>(&self, py: Python<'py>, leg: &LegDecision) -> PyResult<Bound<'py, PyDict>> {
         let table = &self.inner;
         let dict = PyDict::new(py);
@@ -278,21 +284,32 @@ impl PyRoutingTable {
     }
 
     /// Member label (or None) of the primary source group for each subject: batch route.
-    fn route_members(&mut self, py: Python<'_>, subjects: Vec<String>) -> PyResult<Vec<Option<String>>> {
+    fn route_members<'py>(
+        &mut self,
+        py: Python<'py>,
+        subjects: Vec<String>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyString>>>> {
+        let labels = self.labels(py);
         let mut members = Vec::with_capacity(subjects.len());
         for subject in &subjects {
-            let decision = self.inner.route_primary(subject).map_err(|e| to_py_error(py, e))?;
-            members.push(decision.member.map(|m| self.inner.label(m).to_owned()));
+            let member = self.inner.route_member(subject).map_err(|e| to_py_error(py, e))?;
+            members.push(member.map(|m| labels[m.index()].clone()));
         }
         Ok(members)
     }
 
     /// Subscribes each subject; returns the member label (or None) of each primary leg.
-    fn subscribe_members(&mut self, py: Python<'_>, subjects: Vec<String>) -> PyResult<Vec<Option<String>>> {
+    fn subscribe_members<'py>(
+        &mut self,
+        py: Python<'py>,
+        subjects: Vec<String>,
+    ) -> PyResult<Vec<Option<Bound<'py, PyString>>>> {
+        let labels = self.labels(py);
         let mut members = Vec::with_capacity(subjects.len());
+        self.inner.reserve(subjects.len());
         for subject in &subjects {
-            let (_, legs) = self.inner.subscribe(subject).map_err(|e| to_py_error(py, e))?;
-            members.push(legs[0].member.map(|m| self.inner.label(m).to_owned()));
+            let member = self.inner.subscribe_member(subject).map_err(|e| to_py_error(py, e))?;
+            members.push(member.map(|m| labels[m.index()].clone()));
         }
         Ok(members)
     }

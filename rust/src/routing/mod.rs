@@ -57,16 +57,25 @@ impl FxHasher {
 impl Hasher for FxHasher {
     #[inline]
     fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for chunk in &mut chunks {
+        let word = |at: usize| {
             let mut word = [0u8; 8];
-            word.copy_from_slice(chunk);
-            self.add(u64::from_le_bytes(word));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
+            word.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(word)
+        };
+        let len = bytes.len();
+        if len >= 8 {
+            let mut at = 0;
+            while at + 8 <= len {
+                self.add(word(at));
+                at += 8;
+            }
+            if at < len {
+                // The last 8 bytes, overlapping the previous word: no byte-by-byte tail.
+                self.add(word(len - 8));
+            }
+        } else if len > 0 {
             let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
+            word[..len].copy_from_slice(bytes);
             self.add(u64::from_le_bytes(word));
         }
     }

@@ -145,8 +145,11 @@ impl RoutingTable {
             self.members[member.index()].subscriptions += 1;
         }
         match composite {
-            Some(id) => match self.composites.affinity_mut(id) {
-                Some(affinity) => {
+            Some(id) => {
+                // Checked first, not `if let ... else`: the guard borrows the composites until
+                // the end of the whole statement.
+                if self.composites.affinity(id).is_some() {
+                    let mut affinity = self.composites.affinity_mut(id).expect("has an affinity");
                     affinity.references += 1;
                     if affinity.member.is_none() && decision.member.is_some() {
                         affinity.member = decision.member;
@@ -157,8 +160,7 @@ impl RoutingTable {
                             self.members[member.index()].assigned += 1;
                         }
                     }
-                }
-                None => {
+                } else {
                     self.composites.insert_affinity(
                         id,
                         Affinity {
@@ -174,7 +176,7 @@ impl RoutingTable {
                         self.members[member.index()].assigned += 1;
                     }
                 }
-            },
+            }
             None => {
                 if let Some(member) = decision.member {
                     self.members[member.index()].assigned += 1;
@@ -199,11 +201,13 @@ impl RoutingTable {
             }
             return;
         };
-        let Some(affinity) = self.composites.affinity_mut(id) else {
+        let Some(mut affinity) = self.composites.affinity_mut(id) else {
             return;
         };
         affinity.references = affinity.references.saturating_sub(1);
-        if affinity.references > 0 {
+        let references = affinity.references;
+        drop(affinity);
+        if references > 0 {
             return;
         }
         let member = self.composites.remove_affinity(id).and_then(|a| a.member);
@@ -258,7 +262,7 @@ impl RoutingTable {
             event.reason = Some(placed.map_or(Reason::Unavailable, |p| p.2));
             event.move_reason = Some(MoveReason::MemberDown);
             self.events.push(event);
-            if let Some(affinity) = self.composites.affinity_mut(id) {
+            if let Some(mut affinity) = self.composites.affinity_mut(id) {
                 affinity.member = member;
                 affinity.since = sequence;
                 affinity.reason = placed.map_or(Reason::Unavailable, |p| p.2);
@@ -355,7 +359,7 @@ impl RoutingTable {
         event.member = Some(placed.0);
         event.reason = Some(placed.2);
         self.events.push(event);
-        if let Some(affinity) = self.composites.affinity_mut(id) {
+        if let Some(mut affinity) = self.composites.affinity_mut(id) {
             affinity.member = Some(placed.0);
             affinity.reason = placed.2;
             affinity.priority_group = Some(placed.1 as u32);

@@ -50,6 +50,10 @@ struct Slot {
 pub(super) struct Composites {
     index: FastMap<Arc<str>, CompositeId>,
     slots: Vec<Slot>,
+    /// Per slot, the affinity's member ([`NO_MEMBER`] without one): all a sticky lookup reads,
+    /// 4 bytes instead of a 64-byte slot, so it stays cached. Kept equal to
+    /// `slots[i].affinity.member` by every method that changes an affinity ([`AffinityMut`]).
+    members: Vec<u32>,
     free: Vec<CompositeId>,
     affinities: usize,
     empty: Arc<str>,
@@ -60,6 +64,7 @@ impl Default for Composites {
         Composites {
             index: FastMap::default(),
             slots: Vec::new(),
+            members: Vec::new(),
             free: Vec::new(),
             affinities: 0,
             empty: Arc::from(""),
@@ -78,10 +83,12 @@ impl Composites {
         let id = match self.free.pop() {
             Some(id) => {
                 self.slots[id.index()] = slot;
+                self.members[id.index()] = NO_MEMBER;
                 id
             }
             None => {
                 self.slots.push(slot);
+                self.members.push(NO_MEMBER);
                 CompositeId(self.slots.len() as u32 - 1)
             }
         };
@@ -104,19 +111,31 @@ impl Composites {
         self.slots[id.index()].affinity.as_ref()
     }
 
-    pub fn affinity_mut(&mut self, id: CompositeId) -> Option<&mut Affinity> {
-        self.slots[id.index()].affinity.as_mut()
+    /// The member of `id`'s affinity, if it has one with a member: the sticky path's only read.
+    #[inline]
+    pub fn member(&self, id: CompositeId) -> Option<MemberId> {
+        let member = self.members[id.index()];
+        debug_assert_eq!(member, encode(self.affinity(id).and_then(|a| a.member)));
+        (member != NO_MEMBER).then_some(MemberId(member))
+    }
+
+    /// `id`'s affinity, writable; the member cache is brought up to date when the guard drops.
+    pub fn affinity_mut(&mut self, id: CompositeId) -> Option<AffinityMut<'_>> {
+        let member = &mut self.members[id.index()];
+        self.slots[id.index()].affinity.as_mut().map(|affinity| AffinityMut { affinity, member })
     }
 
     /// Gives `id` an affinity (it had none).
     pub fn insert_affinity(&mut self, id: CompositeId, affinity: Affinity) {
         let slot = &mut self.slots[id.index()];
         debug_assert!(slot.in_use && slot.affinity.is_none());
+        self.members[id.index()] = encode(affinity.member);
         slot.affinity = Some(affinity);
         self.affinities += 1;
     }
 
     pub fn remove_affinity(&mut self, id: CompositeId) -> Option<Affinity> {
+        self.members[id.index()] = NO_MEMBER;
         let removed = self.slots[id.index()].affinity.take();
         if removed.is_some() {
             self.affinities -= 1;
@@ -137,10 +156,18 @@ impl Composites {
             .filter_map(|(index, slot)| slot.affinity.as_ref().map(|a| (CompositeId(index as u32), a)))
     }
 
+    /// Room for `additional` more composites.
+    pub fn reserve(&mut self, additional: usize) {
+        self.index.reserve(additional);
+        self.slots.reserve(additional.saturating_sub(self.free.len()));
+        self.members.reserve(additional.saturating_sub(self.free.len()));
+    }
+
     /// Forgets every composite and affinity.
     pub fn clear(&mut self) {
         self.index.clear();
         self.slots.clear();
+        self.members.clear();
         self.free.clear();
         self.affinities = 0;
     }
@@ -159,6 +186,39 @@ impl Composites {
                 self.free.push(CompositeId(index as u32));
             }
         }
+    }
+}
+
+const NO_MEMBER: u32 = u32::MAX;
+
+fn encode(member: Option<MemberId>) -> u32 {
+    member.map_or(NO_MEMBER, |m| m.0)
+}
+
+/// A writable affinity ([`Composites::affinity_mut`]); on drop it copies the affinity's member
+/// into the composites' member cache, so no caller can leave the two apart.
+pub(super) struct AffinityMut<'a> {
+    affinity: &'a mut Affinity,
+    member: &'a mut u32,
+}
+
+impl std::ops::Deref for AffinityMut<'_> {
+    type Target = Affinity;
+
+    fn deref(&self) -> &Affinity {
+        self.affinity
+    }
+}
+
+impl std::ops::DerefMut for AffinityMut<'_> {
+    fn deref_mut(&mut self) -> &mut Affinity {
+        self.affinity
+    }
+}
+
+impl Drop for AffinityMut<'_> {
+    fn drop(&mut self) {
+        *self.member = encode(self.affinity.member);
     }
 }
 
@@ -356,6 +416,11 @@ impl Subjects {
     pub fn evict_unsubscribed(&mut self) {
         self.entries.retain(|_, entry| entry.subscription.is_some());
         self.cached_only = 0;
+    }
+
+    /// Room for `additional` more subjects.
+    pub fn reserve(&mut self, additional: usize) {
+        self.entries.reserve(additional);
     }
 
     pub fn clear(&mut self) {

@@ -273,6 +273,25 @@ impl RoutingTable {
         Ok(self.decide(leg, subject, false))
     }
 
+    /// The member [`RoutingTable::route_primary`] would answer (`decision.member`), with the same
+    /// effects (classification cache, policy errors) but no [`LegDecision`]: a sticky lookup
+    /// clones no `Arc` and touches no composite name.
+    #[inline]
+    pub fn route_member(&mut self, subject: &str) -> Result<Option<MemberId>, RoutingError> {
+        let leg = match self.subjects.get(subject) {
+            Some(entry) => match (&entry.subscription, entry.classified()) {
+                (Some(subscription), _) => return Ok(subscription.legs[0].decision.member),
+                (None, Some(classified)) => classified.primary,
+                (None, None) => self.classify(subject)?.primary,
+            },
+            None => self.classify(subject)?.primary,
+        };
+        if let Some(member) = self.sticky_member(leg) {
+            return Ok(Some(member));
+        }
+        Ok(self.decide(leg, subject, false).member)
+    }
+
     /// What [`RoutingTable::subscribe`] would answer, one decision per source group of the
     /// subject's data service, without binding anything.
     pub fn route(&mut self, subject: &str) -> Result<(ServiceId, Vec<LegDecision>), RoutingError> {
@@ -288,10 +307,38 @@ impl RoutingTable {
     /// Subscribes to `subject`: binds it in every source group of its data service (reference
     /// counted: a second subscribe to the same subject only counts).
     pub fn subscribe(&mut self, subject: &str) -> Result<(ServiceId, Vec<LegDecision>), RoutingError> {
+        let mut decisions = Vec::new();
+        let (service, _) = self.subscribe_into(subject, Some(&mut decisions))?;
+        Ok((service, decisions))
+    }
+
+    /// [`RoutingTable::subscribe`] answering only the member of the primary source group
+    /// (`decisions[0].member`), with the same effects and events; builds no decisions to return.
+    pub fn subscribe_member(&mut self, subject: &str) -> Result<Option<MemberId>, RoutingError> {
+        self.subscribe_into(subject, None).map(|(_, member)| member)
+    }
+
+    /// Makes room for `additional` more subjects (and their composites and events) ahead of a
+    /// batch of subscriptions or lookups; a hint, it changes no answer.
+    pub fn reserve(&mut self, additional: usize) {
+        self.subjects.reserve(additional);
+        self.composites.reserve(additional);
+        self.events.reserve(additional);
+    }
+
+    /// The body of [`RoutingTable::subscribe`]: the data service and the primary leg's member;
+    /// pushes the current decisions onto `decisions` when given.
+    fn subscribe_into(
+        &mut self,
+        subject: &str,
+        decisions: Option<&mut Vec<LegDecision>>,
+    ) -> Result<(ServiceId, Option<MemberId>), RoutingError> {
         if let Some(subscription) = self.subjects.subscription_mut(subject) {
             subscription.references += 1;
-            let legs = subscription.legs.iter().map(|leg| current(&leg.decision)).collect();
-            return Ok((subscription.service, legs));
+            if let Some(decisions) = decisions {
+                decisions.extend(subscription.legs.iter().map(|leg| current(&leg.decision)));
+            }
+            return Ok((subscription.service, subscription.legs[0].decision.member));
         }
         // A subject seen before shares the map's copy of its name with the subscription and the
         // events; a new one is classified without caching (the subscription stores it).
@@ -300,19 +347,25 @@ impl RoutingTable {
             None => (Arc::from(subject), self.classify_uncached(subject)?),
         };
         let mut legs = Vec::with_capacity(classified.leg_count());
-        let mut decisions = Vec::with_capacity(classified.leg_count());
+        let mut decisions = decisions;
+        if let Some(decisions) = decisions.as_deref_mut() {
+            decisions.reserve(classified.leg_count());
+        }
         for leg in classified.legs() {
             let mut decision = self.decide(leg, &subject, true);
             let composite = leg.rule().map(|(_, id)| id);
             self.bind(&subject, &mut decision, composite);
-            decisions.push(decision.clone());
+            if let Some(decisions) = decisions.as_deref_mut() {
+                decisions.push(decision.clone());
+            }
             legs.push(Leg { decision, composite, tried: Vec::new() });
         }
         let order = self.next_order;
         self.next_order += 1;
         let service = classified.service;
+        let member = legs[0].decision.member;
         self.subjects.subscribe(subject, classified, Subscription { order, references: 1, service, legs });
-        Ok((service, decisions))
+        Ok((service, member))
     }
 
     /// Drops one reference to `subject`; at zero the subscription is discarded and so is every
@@ -519,6 +572,14 @@ impl RoutingTable {
     fn forget_classifications(&mut self) {
         self.subjects.forget_classifications();
         self.composites.collect(self.subjects.referenced_composites());
+    }
+
+    /// The member of [`RoutingTable::sticky`]'s decision, without building it.
+    #[inline]
+    fn sticky_member(&self, leg: ClassifiedLeg) -> Option<MemberId> {
+        let (_, id) = leg.rule()?;
+        let member = self.composites.member(id)?;
+        (self.members[member.index()].up && self.group_contains(leg.group, member)).then_some(member)
     }
 
     /// The decision for `leg` when its composite has an affinity to an up member of the leg's
