@@ -46,20 +46,7 @@ impl Network {
 
 fn publication(now: Instant) -> NetworkPublication {
     let identity = StreamIdentity { session_id: 77, stream_id: 1001, initial_term_id: -5, term_length: TERM_LENGTH };
-    let config = PublicationConfig {
-        identity,
-        initial_position: 0,
-        mtu: 1408,
-        publication_window: TERM_LENGTH / 2,
-        ttl: 0,
-        is_group: false,
-        linger: Duration::from_secs(1),
-        connection_timeout: Duration::from_secs(5),
-        retransmit_delay: Duration::ZERO,
-        retransmit_linger: Duration::from_millis(10),
-        max_resend: 1,
-        signal_eos: true,
-    };
+    let config = PublicationConfig { linger: Duration::from_secs(1), ..PublicationConfig::new(identity, 0) };
     NetworkPublication::new(config, build(None, false, &FlowControlDefaults::default()), now)
 }
 
@@ -71,19 +58,8 @@ fn image_from(setup: &Setup, now: Instant) -> Image {
         term_length: setup.term_length as u32,
     };
     let join_position = identity.position(setup.active_term_id, setup.term_offset);
-    let config = ImageConfig {
-        identity,
-        join_position,
-        receiver_window: 32 * 1024,
-        receiver_id: 4242,
-        group_tag: None,
-        status_interval: Duration::from_millis(100),
-        nak_delay: Duration::from_micros(100),
-        is_group: false,
-        multicast_nak_backoff: Duration::from_millis(10),
-        liveness_timeout: Duration::from_secs(10),
-        random_seed: 9,
-    };
+    let config =
+        ImageConfig { receiver_window: 32 * 1024, random_seed: 9, ..ImageConfig::new(identity, join_position, 4242) };
     let mut image = Image::new(config, now);
     image.add_consumer(1);
     image

@@ -58,19 +58,7 @@ fn image_for(setup: &Setup) -> Image {
         initial_term_id: setup.initial_term_id,
         term_length: setup.term_length as u32,
     };
-    let config = ImageConfig {
-        identity,
-        join_position: identity.position(setup.active_term_id, setup.term_offset),
-        receiver_window: (128 * 1024).min(setup.term_length as u32 / 2),
-        receiver_id: 1,
-        group_tag: None,
-        status_interval: Duration::from_millis(100),
-        nak_delay: Duration::from_micros(100),
-        is_group: false,
-        multicast_nak_backoff: Duration::from_millis(10),
-        liveness_timeout: Duration::from_secs(10),
-        random_seed: 1,
-    };
+    let config = ImageConfig::new(identity, identity.position(setup.active_term_id, setup.term_offset), 1);
     let mut image = Image::new(config, Instant::ZERO);
     image.add_consumer(1);
     image
@@ -132,20 +120,8 @@ fn publication_like(setup: &Setup) -> NetworkPublication {
         initial_term_id: setup.initial_term_id,
         term_length: setup.term_length as u32,
     };
-    let config = PublicationConfig {
-        identity,
-        initial_position: identity.position(setup.active_term_id, setup.term_offset),
-        mtu: setup.mtu as u32,
-        publication_window: setup.term_length as u32 / 2,
-        ttl: 0,
-        is_group: false,
-        linger: Duration::from_secs(5),
-        connection_timeout: Duration::from_secs(5),
-        retransmit_delay: Duration::ZERO,
-        retransmit_linger: Duration::from_millis(10),
-        max_resend: 1,
-        signal_eos: true,
-    };
+    let initial_position = identity.position(setup.active_term_id, setup.term_offset);
+    let config = PublicationConfig { mtu: setup.mtu as u32, ..PublicationConfig::new(identity, initial_position) };
     NetworkPublication::new(config, build(None, false, &FlowControlDefaults::default()), Instant::ZERO)
 }
 

@@ -40,6 +40,27 @@ pub struct ImageConfig {
     pub random_seed: u64,
 }
 
+impl ImageConfig {
+    /// A unicast image of `identity` joined at `join_position`, with the defaults: a window of
+    /// min(128 KiB, term/2), no group tag, status messages every 100 ms, NAK delay 100 µs,
+    /// multicast NAK backoff 10 ms, liveness timeout 10 s.
+    pub fn new(identity: StreamIdentity, join_position: i64, receiver_id: i64) -> Self {
+        ImageConfig {
+            identity,
+            join_position,
+            receiver_window: (128 * 1024).min(identity.term_length / 2),
+            receiver_id,
+            group_tag: None,
+            status_interval: Duration::from_millis(100),
+            nak_delay: Duration::from_micros(100),
+            is_group: false,
+            multicast_nak_backoff: Duration::from_millis(10),
+            liveness_timeout: Duration::from_secs(10),
+            random_seed: receiver_id as u64,
+        }
+    }
+}
+
 /// Counters of one image.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ImageCounters {
@@ -476,19 +497,8 @@ mod tests {
     }
 
     fn image() -> Image {
-        let config = ImageConfig {
-            identity: identity(),
-            join_position: 0,
-            receiver_window: 32 * 1024,
-            receiver_id: 1,
-            group_tag: Some(1001),
-            status_interval: Duration::from_millis(100),
-            nak_delay: Duration::from_micros(100),
-            is_group: false,
-            multicast_nak_backoff: Duration::from_millis(10),
-            liveness_timeout: Duration::from_secs(10),
-            random_seed: 3,
-        };
+        let config =
+            ImageConfig { receiver_window: 32 * 1024, group_tag: Some(1001), ..ImageConfig::new(identity(), 0, 1) };
         let mut image = Image::new(config, Instant::ZERO);
         image.add_consumer(1);
         image

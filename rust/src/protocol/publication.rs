@@ -88,6 +88,28 @@ pub struct PublicationConfig {
     pub signal_eos: bool,
 }
 
+impl PublicationConfig {
+    /// A unicast publication of `identity` starting at `initial_position` with the protocol's
+    /// defaults: MTU 1408, a window of half a term, 5 s linger and connection timeout, resend
+    /// at once and linger 10 ms, one retransmit action, EOS on close.
+    pub fn new(identity: StreamIdentity, initial_position: i64) -> Self {
+        PublicationConfig {
+            identity,
+            initial_position,
+            mtu: 1408,
+            publication_window: identity.term_length / 2,
+            ttl: 0,
+            is_group: false,
+            linger: Duration::from_secs(5),
+            connection_timeout: Duration::from_secs(5),
+            retransmit_delay: Duration::ZERO,
+            retransmit_linger: Duration::from_millis(10),
+            max_resend: 1,
+            signal_eos: true,
+        }
+    }
+}
+
 /// Events a publication reports to the driver's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PublicationEvent {
@@ -682,20 +704,7 @@ mod tests {
 
     fn publication() -> NetworkPublication {
         let identity = StreamIdentity { session_id: 9, stream_id: 10, initial_term_id: 3, term_length: TERM };
-        let config = PublicationConfig {
-            identity,
-            initial_position: 0,
-            mtu: 1408,
-            publication_window: TERM / 2,
-            ttl: 0,
-            is_group: false,
-            linger: Duration::from_millis(500),
-            connection_timeout: Duration::from_secs(5),
-            retransmit_delay: Duration::ZERO,
-            retransmit_linger: Duration::from_millis(10),
-            max_resend: 1,
-            signal_eos: true,
-        };
+        let config = PublicationConfig { linger: Duration::from_millis(500), ..PublicationConfig::new(identity, 0) };
         NetworkPublication::new(config, build(None, false, &FlowControlDefaults::default()), Instant::ZERO)
     }
 
