@@ -110,12 +110,44 @@ def test_too_long_message_raises(client: affinity.Client) -> None:
         ("aeron:udp?endpoint=224.20.30.39:24326|fc=min,g:/0", "g:/0"),
         ("aeron:udp?endpoint=224.20.30.39:24326|fc=min,t:fast", "fast"),
         ("aeron:udp?endpoint=224.20.30.39:24326|fc=fastest", "fastest"),
+        ("aeron:udp?endpoint=127.0.0.1:40123|cc=cubic", "cc=cubic"),
+        ("aeron:udp?endpoint=127.0.0.1:40123|control-mode=dynamic", "control-mode"),
+        ("aeron:udp?endpoint=127.0.0.1:40123|tags=1,2", "tags"),
+        ("aeron-spy:aeron:udp?endpoint=127.0.0.1:40123", "spy"),
     ],
 )
 def test_bad_channel_uris_name_the_key_and_value(client: affinity.Client, uri: str, fragment: str) -> None:
     with pytest.raises(affinity.ChannelUriError, match=fragment.replace("|", r"\|")) as raised:
         client.add_publication(uri, 1)
     assert isinstance(raised.value, ValueError)
+
+
+def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it() -> None:
+    port = free_udp_port()
+    relay = LossyRelay(f"127.0.0.1:{port}", loss=0.1, seed=3)
+    try:
+        with affinity.Client() as client:
+            sub = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}|reliable=false", 6)
+            pub = client.add_publication(f"aeron:udp?endpoint={relay.address}", 6)
+            wait_connected(pub)
+            messages = [make_message(i, 200) for i in range(5000)]
+            received: list[bytes] = []
+            sent = 0
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and (sent < len(messages) or pub.counters()["sender_position"] < pub.position):
+                if sent < len(messages):
+                    sent += pub.offer_batch(messages[sent : sent + 50])
+                received.extend(sub.poll_batch(1000))
+            time.sleep(0.3)
+            received.extend(sub.poll_batch(10_000))
+            image = sub.images()[0]
+        indexes = [struct.unpack_from("<Q", m)[0] for m in received]
+        assert indexes == sorted(set(indexes)), "in order, no duplicates"
+        assert all(m == messages[i] for i, m in zip(indexes, received, strict=True))
+        assert image["naks_sent"] == 0 and image["unrecoverable_gaps"] > 0
+        assert len(received) < len(messages)
+    finally:
+        relay.close()
 
 
 def test_closed_objects_refuse_use(channel: str) -> None:

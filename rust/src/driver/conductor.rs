@@ -8,7 +8,7 @@ use super::context::DriverContext;
 use super::ipc::IpcAgent;
 use super::receiver::{ImageDefaults, ReceiveEndpoint, ReceiverAgent};
 use super::sender::{SendEndpoint, SenderAgent};
-use crate::channel::{ChannelUri, Media};
+use crate::channel::{ChannelUri, CongestionControl, Media};
 use crate::client::{PublicationShared, SubscriptionShared};
 use crate::error::{Error, Result};
 use crate::flow_control::{build_checked, FlowControlSpec};
@@ -134,10 +134,25 @@ impl Conductor {
         work
     }
 
+    /// Parses `channel` and refuses what it asks for that this driver does not do, rather than
+    /// ignoring it silently.
     fn parse(&self, channel: &str) -> Result<ChannelUri> {
         let uri = ChannelUri::parse(channel).map_err(|e| config_error(e.to_string()))?;
+        let unsupported = |what: &str| Err(config_error(format!("{channel}: {what} is not supported by this driver")));
         if uri.spy {
-            return Err(config_error(format!("{channel}: aeron-spy: subscriptions are not supported")));
+            return unsupported("aeron-spy: (spy subscriptions)");
+        }
+        if uri.control.is_some() || uri.control_mode.is_some() {
+            return unsupported("control / control-mode (multi-destination and response channels)");
+        }
+        if uri.tags.is_some() {
+            return unsupported("tags (shared channel endpoints)");
+        }
+        if uri.congestion_control == Some(CongestionControl::Cubic) {
+            return unsupported("cc=cubic (the receiver window is static)");
+        }
+        if uri.tether == Some(false) || uri.rejoin == Some(false) || uri.spies_simulate_connection == Some(true) {
+            return unsupported("tether=false, rejoin=false or ssc=true");
         }
         Ok(uri)
     }
@@ -256,6 +271,7 @@ impl Conductor {
             group_tag: uri.group_tag,
             is_group: uri.group.unwrap_or(uri.is_multicast()),
             socket_receive_buffer: receive_buffer,
+            reliable: uri.reliable.unwrap_or(true),
         };
         if uri.media == Media::Ipc {
             let receiver_id = self.ids.next_u64() as i64;

@@ -36,6 +36,8 @@ pub struct ImageDefaults {
     pub is_group: bool,
     /// The socket receive buffer: a SETUP whose MTU is larger is refused.
     pub socket_receive_buffer: usize,
+    /// `reliable=false`: skip gaps instead of NAKing them.
+    pub reliable: bool,
 }
 
 impl ImageDefaults {
@@ -67,6 +69,7 @@ impl ImageDefaults {
             is_group: self.is_group || setup.flags & flags::SETUP_GROUP != 0,
             multicast_nak_backoff: self.multicast_nak_backoff,
             liveness_timeout: self.liveness_timeout,
+            reliable: self.reliable,
             random_seed,
         })
     }

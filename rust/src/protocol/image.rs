@@ -36,6 +36,9 @@ pub struct ImageConfig {
     pub multicast_nak_backoff: Duration,
     /// The image is closed when nothing arrived for this long.
     pub liveness_timeout: Duration,
+    /// `false` (`reliable=false`): a gap is skipped (padded over and counted as loss) when its
+    /// NAK would be sent, instead of being NAKed.
+    pub reliable: bool,
     /// Seed for the NAK randomiser.
     pub random_seed: u64,
 }
@@ -56,6 +59,7 @@ impl ImageConfig {
             is_group: false,
             multicast_nak_backoff: Duration::from_millis(10),
             liveness_timeout: Duration::from_secs(10),
+            reliable: true,
             random_seed: receiver_id as u64,
         }
     }
@@ -435,7 +439,12 @@ impl Image {
                     self.counters.loss_gaps += 1;
                     self.counters.loss_bytes += nak.length as u64;
                 }
-                if nak.send {
+                if nak.send && !self.config.reliable {
+                    self.log.fill_gap(nak.position, nak.length);
+                    self.counters.unrecoverable_gaps += 1;
+                    self.counters.unrecoverable_bytes += nak.length as u64;
+                    self.advance_rebuild();
+                } else if nak.send {
                     self.counters.naks_sent += 1;
                     let identity = self.config.identity;
                     let frame = Nak {
@@ -634,6 +643,21 @@ mod tests {
         let sent = transmit(&mut image, ms(500));
         assert!(sent.iter().any(|f| matches!(f, ControlFrame::Nak(_))));
         assert_eq!(image.counters().unrecoverable_gaps, 0);
+    }
+
+    #[test]
+    fn an_unreliable_image_skips_gaps_instead_of_naking() {
+        let config = ImageConfig { reliable: false, ..ImageConfig::new(identity(), 0, 1) };
+        let mut image = Image::new(config, Instant::ZERO);
+        image.add_consumer(1);
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&frames[2], ms(1)).unwrap();
+        transmit(&mut image, ms(1));
+        let sent = transmit(&mut image, ms(2));
+        assert!(!sent.iter().any(|f| matches!(f, ControlFrame::Nak(_))), "{sent:?}");
+        assert_eq!(drain(&mut image), vec![0, 2]);
+        assert_eq!(image.counters().unrecoverable_gaps, 1);
     }
 
     #[test]
