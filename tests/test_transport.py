@@ -134,7 +134,10 @@ def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it() -> None
             received: list[bytes] = []
             sent = 0
             deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and (sent < len(messages) or pub.counters()["sender_position"] < pub.position):
+            def pending() -> bool:
+                return sent < len(messages) or pub.counters()["sender_position"] < pub.position
+
+            while time.monotonic() < deadline and pending():
                 if sent < len(messages):
                     sent += pub.offer_batch(messages[sent : sent + 50])
                 received.extend(sub.poll_batch(1000))
