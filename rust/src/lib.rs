@@ -13,7 +13,8 @@
 //!   stickiness, hashing, policies).
 //! * [`channel`] — channel URI parsing (`aeron:udp?...`, `aeron:ipc`).
 //! * [`media`] — the OS edge: UDP sockets, multicast membership, a loss-injecting relay.
-//! * [`driver`] — the media driver agents (conductor, sender, receiver) and their threads.
+//! * [`driver`] — the media driver agents (conductor, sender, receiver, in-memory IPC), their
+//!   threads, and the driver event log.
 //! * [`client`] — publication and subscription handles used by applications.
 //! * `py` — the PyO3 bindings (feature `python`), the only module that touches Python.
 //!

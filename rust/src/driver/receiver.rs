@@ -129,23 +129,13 @@ impl ReceiveEndpoint {
         self.bind_address
     }
 
-    /// The id carried in this endpoint's status messages.
-    pub fn receiver_id(&self) -> i64 {
-        self.receiver_id
-    }
-
-    /// The defaults images are created with.
-    pub fn defaults(&self) -> &ImageDefaults {
-        &self.defaults
-    }
-
     /// Adds a subscription to `stream_id` (optionally one session only).
     pub fn add_subscription(&mut self, stream_id: i32, session_filter: Option<i32>, shared: Arc<SubscriptionShared>) {
         self.subscriptions.push(SubscriptionEntry { stream_id, session_filter, shared });
     }
 
-    /// Removes a subscription; its images lose their consumer. Returns whether any remain.
-    pub fn remove_subscription(&mut self, subscription_id: u64, now: Instant) -> bool {
+    /// Removes a subscription; its images lose their consumer (and close when it was the last).
+    pub fn remove_subscription(&mut self, subscription_id: u64, now: Instant) {
         self.subscriptions.retain(|entry| entry.shared.id != subscription_id);
         for entry in &self.images {
             let mut image = lock(&entry.image);
@@ -153,7 +143,6 @@ impl ReceiveEndpoint {
                 image.close(now);
             }
         }
-        !self.subscriptions.is_empty()
     }
 
     fn on_setup(&mut self, setup: &Setup, source: SocketAddr, now: Instant) {

@@ -48,11 +48,6 @@ pub struct SenderAgent {
 }
 
 impl SenderAgent {
-    /// An agent with no publications and an event log of its own.
-    pub fn new(datagrams_per_cycle: usize) -> Self {
-        Self::with_event_log(datagrams_per_cycle, Arc::default())
-    }
-
     /// An agent with no publications that drains publication events into `events`.
     pub fn with_event_log(datagrams_per_cycle: usize, events: Arc<Mutex<EventLog>>) -> Self {
         SenderAgent {
@@ -75,16 +70,6 @@ impl SenderAgent {
     /// Starts serving a publication.
     pub fn add(&mut self, endpoint: SendEndpoint) {
         self.endpoints.push(endpoint);
-    }
-
-    /// Publications served.
-    pub fn len(&self) -> usize {
-        self.endpoints.len()
-    }
-
-    /// Whether no publication is served.
-    pub fn is_empty(&self) -> bool {
-        self.endpoints.is_empty()
     }
 
     /// One duty cycle; returns the work done.

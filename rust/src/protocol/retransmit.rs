@@ -108,11 +108,6 @@ impl RetransmitHandler {
     pub fn overflows(&self) -> u64 {
         self.overflows
     }
-
-    /// Actions currently delayed or lingering.
-    pub fn active(&self) -> usize {
-        self.actions.len()
-    }
 }
 
 #[cfg(test)]
