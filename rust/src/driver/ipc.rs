@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::receiver::{lock, ImageDefaults};
+use super::transmit::TransmitBatch;
 use crate::client::{ImageHandle, PublicationShared, SubscriptionShared};
 use crate::protocol::{Image, ImageState};
 use crate::time::Instant;
@@ -37,7 +38,7 @@ pub struct IpcAgent {
     links: Vec<IpcLink>,
     subscriptions: Vec<IpcSubscription>,
     datagrams_per_cycle: usize,
-    datagrams: Vec<Vec<u8>>,
+    batch: TransmitBatch,
     buffer: Vec<u8>,
     next_seed: u64,
 }
@@ -49,7 +50,7 @@ impl IpcAgent {
             links: Vec::new(),
             subscriptions: Vec::new(),
             datagrams_per_cycle,
-            datagrams: Vec::new(),
+            batch: TransmitBatch::default(),
             buffer: vec![0; 65536],
             next_seed: 0x5EED,
         }
@@ -130,24 +131,14 @@ impl IpcAgent {
     pub fn do_work(&mut self, now: Instant) -> usize {
         let mut work = 0;
         for index in 0..self.links.len() {
-            self.datagrams.clear();
             {
                 let link = &mut self.links[index];
                 let mut publication = link.publication.state();
-                for _ in 0..self.datagrams_per_cycle {
-                    match publication.poll_transmit(now, &mut self.buffer) {
-                        Some(length) => self.datagrams.push(self.buffer[..length].to_vec()),
-                        None => break,
-                    }
-                }
-                if self.datagrams.is_empty() || now.saturating_since(link.last_idle).as_micros() >= 1000 {
-                    publication.on_idle(now);
-                    link.last_idle = now;
-                }
+                self.batch.fill(&mut publication, now, &mut link.last_idle, self.datagrams_per_cycle);
             }
-            work += self.datagrams.len();
-            let datagrams = std::mem::take(&mut self.datagrams);
-            for datagram in &datagrams {
+            work += self.batch.len();
+            let batch = std::mem::take(&mut self.batch);
+            for datagram in batch.iter() {
                 let Ok(header) = FrameHeader::parse(datagram) else { continue };
                 if header.frame_type == FrameType::Setup {
                     if let Ok(setup) = Setup::parse(datagram) {
@@ -159,7 +150,7 @@ impl IpcAgent {
                     let _ = lock(&entry.image).on_data(datagram, now);
                 }
             }
-            self.datagrams = datagrams;
+            self.batch = batch;
             work += self.carry_control(index, now);
         }
         self.links.retain(|link| !link.publication.state().is_done());
@@ -198,9 +189,6 @@ impl IpcAgent {
 
     /// Whether a connected IPC publication still has data it has not handed over.
     pub fn has_undelivered(&self) -> bool {
-        self.links.iter().any(|link| {
-            let publication = link.publication.state();
-            publication.live_receivers() > 0 && publication.sender_position() < publication.tail_position()
-        })
+        self.links.iter().any(|link| link.publication.state().has_unsent_data())
     }
 }

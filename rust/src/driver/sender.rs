@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::events::{DriverEvent, EventLog};
 use super::receiver::lock;
+use super::transmit::TransmitBatch;
 use crate::client::PublicationShared;
 use crate::media::udp::is_would_block;
 use crate::time::Instant;
@@ -40,8 +41,7 @@ pub struct SenderAgent {
     endpoints: Vec<SendEndpoint>,
     datagrams_per_cycle: usize,
     mtu_buffer: Vec<u8>,
-    batch: Vec<u8>,
-    batch_lengths: Vec<usize>,
+    batch: TransmitBatch,
     receive_buffer: Vec<u8>,
     events: Arc<Mutex<EventLog>>,
     counters: Arc<SenderCounters>,
@@ -54,8 +54,7 @@ impl SenderAgent {
             endpoints: Vec::new(),
             datagrams_per_cycle,
             mtu_buffer: vec![0; 65536],
-            batch: Vec::new(),
-            batch_lengths: Vec::new(),
+            batch: TransmitBatch::default(),
             receive_buffer: vec![0; 65536],
             events,
             counters: Arc::default(),
@@ -189,30 +188,13 @@ impl SenderAgent {
 
     fn service(&mut self, index: usize, now: Instant) -> usize {
         let mut work = self.receive_control(index, now);
-        self.batch.clear();
-        self.batch_lengths.clear();
         {
             let endpoint = &mut self.endpoints[index];
             let mut publication = endpoint.publication.state();
-            for _ in 0..self.datagrams_per_cycle {
-                match publication.poll_transmit(now, &mut self.mtu_buffer) {
-                    Some(length) => {
-                        self.batch.extend_from_slice(&self.mtu_buffer[..length]);
-                        self.batch_lengths.push(length);
-                    }
-                    None => break,
-                }
-            }
-            if self.batch_lengths.is_empty() || now.saturating_since(endpoint.last_idle).as_micros() >= 1000 {
-                publication.on_idle(now);
-                endpoint.last_idle = now;
-            }
+            self.batch.fill(&mut publication, now, &mut endpoint.last_idle, self.datagrams_per_cycle);
         }
         let endpoint = &self.endpoints[index];
-        let mut offset = 0;
-        for &length in &self.batch_lengths {
-            let datagram = &self.batch[offset..offset + length];
-            offset += length;
+        for datagram in self.batch.iter() {
             let result = if endpoint.control_socket.is_some() {
                 endpoint.socket.send_to(datagram, endpoint.destination)
             } else {
@@ -234,10 +216,7 @@ impl SenderAgent {
 impl SenderAgent {
     /// Whether a connected publication still has data it has not sent.
     pub fn has_undelivered(&self) -> bool {
-        self.endpoints.iter().any(|endpoint| {
-            let publication = endpoint.publication.state();
-            publication.live_receivers() > 0 && publication.sender_position() < publication.tail_position()
-        })
+        self.endpoints.iter().any(|endpoint| endpoint.publication.state().has_unsent_data())
     }
 }
 

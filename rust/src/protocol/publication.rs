@@ -347,6 +347,12 @@ impl NetworkPublication {
         counters
     }
 
+    /// Whether appended data has not been sent yet while some receiver is still listening (a
+    /// closing driver keeps working until this is false, within a bound).
+    pub fn has_unsent_data(&self) -> bool {
+        !self.receivers.is_empty() && self.sender_position < self.tail
+    }
+
     /// Number of receivers heard from within the connection timeout.
     pub fn live_receivers(&self) -> usize {
         self.receivers.len()
