@@ -31,10 +31,12 @@ pub use values::{parse_duration, parse_size};
 
 use key::{Key, UNSUPPORTED_KEYS};
 
+use crate::protocol::defaults;
+
 /// Longest accepted URI in bytes (`AERON_URI_MAX_LENGTH` minus the C string terminator).
 pub const MAX_URI_LENGTH: usize = 4095;
 /// Default MTU for UDP and IPC: `AERON_MTU_LENGTH`.
-pub const DEFAULT_MTU: u32 = 1408;
+pub const DEFAULT_MTU: u32 = defaults::MTU;
 /// Largest MTU: 64 KiB minus IP/UDP headers, rounded down to the frame alignment.
 pub const MAX_MTU: u32 = 65504;
 /// Frames start on 32-byte boundaries; MTU and `term-offset` must be multiples of it.
@@ -44,15 +46,15 @@ pub const MIN_TERM_LENGTH: u32 = 64 * 1024;
 /// Largest term length (1 GiB).
 pub const MAX_TERM_LENGTH: u32 = 1024 * 1024 * 1024;
 /// Default term length for UDP channels: `AERON_TERM_BUFFER_LENGTH` (16 MiB).
-pub const DEFAULT_TERM_LENGTH_UDP: u32 = 16 * 1024 * 1024;
+pub const DEFAULT_TERM_LENGTH_UDP: u32 = defaults::TERM_LENGTH_UDP;
 /// Default term length for IPC channels: `AERON_IPC_TERM_BUFFER_LENGTH` (64 MiB).
-pub const DEFAULT_TERM_LENGTH_IPC: u32 = 64 * 1024 * 1024;
+pub const DEFAULT_TERM_LENGTH_IPC: u32 = defaults::TERM_LENGTH_IPC;
 /// Default receiver window cap: `AERON_RCV_INITIAL_WINDOW_LENGTH` (128 KiB).
-pub const DEFAULT_RECEIVER_WINDOW: u32 = 128 * 1024;
+pub const DEFAULT_RECEIVER_WINDOW: u32 = defaults::RECEIVER_WINDOW;
 /// Default linger after a publication closes: `AERON_PUBLICATION_LINGER_TIMEOUT` (5 s).
-pub const DEFAULT_LINGER: Duration = Duration::from_secs(5);
+pub const DEFAULT_LINGER: Duration = defaults::PUBLICATION_LINGER;
 /// Default unicast NAK delay: `AERON_NAK_UNICAST_DELAY` (100 µs).
-pub const DEFAULT_NAK_DELAY: Duration = Duration::from_micros(100);
+pub const DEFAULT_NAK_DELAY: Duration = defaults::NAK_UNICAST_DELAY;
 /// Default concurrent retransmit actions: `AERON_MAX_RESEND` (16).
 pub const DEFAULT_MAX_RESEND: u32 = 16;
 /// Largest `max-resend`.

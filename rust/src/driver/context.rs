@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use super::idle::IdleStrategy;
 use crate::flow_control::FlowControlDefaults;
+use crate::protocol::defaults;
 
 /// How the driver's agents get CPU time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,16 +77,16 @@ impl Default for DriverContext {
             threading_mode: ThreadingMode::Shared,
             idle_strategy: IdleStrategy::default(),
             flow_control: FlowControlDefaults::default(),
-            status_message_interval: Duration::from_millis(100),
-            nak_unicast_delay: Duration::from_micros(100),
-            nak_multicast_max_backoff: Duration::from_millis(10),
-            image_liveness_timeout: Duration::from_secs(10),
-            publication_connection_timeout: Duration::from_secs(5),
-            retransmit_delay: Duration::ZERO,
-            retransmit_linger: Duration::from_millis(10),
-            term_length: 16 * 1024 * 1024,
-            mtu: 1408,
-            receiver_window: 128 * 1024,
+            status_message_interval: defaults::STATUS_MESSAGE_INTERVAL,
+            nak_unicast_delay: defaults::NAK_UNICAST_DELAY,
+            nak_multicast_max_backoff: defaults::NAK_MULTICAST_MAX_BACKOFF,
+            image_liveness_timeout: defaults::IMAGE_LIVENESS_TIMEOUT,
+            publication_connection_timeout: defaults::PUBLICATION_CONNECTION_TIMEOUT,
+            retransmit_delay: defaults::RETRANSMIT_DELAY,
+            retransmit_linger: defaults::RETRANSMIT_LINGER,
+            term_length: defaults::TERM_LENGTH_UDP,
+            mtu: defaults::MTU,
+            receiver_window: defaults::RECEIVER_WINDOW,
             socket_receive_buffer: 2 * 1024 * 1024,
             socket_send_buffer: None,
             client_command_timeout: Duration::from_secs(5),

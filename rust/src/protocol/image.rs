@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::defaults;
 use super::loss::LossDetector;
 use crate::logbuffer::log::{read_frame_length, read_frame_type};
 use crate::logbuffer::position::align_frame;
@@ -51,14 +52,14 @@ impl ImageConfig {
         ImageConfig {
             identity,
             join_position,
-            receiver_window: (128 * 1024).min(identity.term_length / 2),
+            receiver_window: defaults::RECEIVER_WINDOW.min(identity.term_length / 2),
             receiver_id,
             group_tag: None,
-            status_interval: Duration::from_millis(100),
-            nak_delay: Duration::from_micros(100),
+            status_interval: defaults::STATUS_MESSAGE_INTERVAL,
+            nak_delay: defaults::NAK_UNICAST_DELAY,
             is_group: false,
-            multicast_nak_backoff: Duration::from_millis(10),
-            liveness_timeout: Duration::from_secs(10),
+            multicast_nak_backoff: defaults::NAK_MULTICAST_MAX_BACKOFF,
+            liveness_timeout: defaults::IMAGE_LIVENESS_TIMEOUT,
             reliable: true,
             random_seed: receiver_id as u64,
         }

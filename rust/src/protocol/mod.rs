@@ -2,6 +2,7 @@
 //!
 //! Nothing here opens a socket, starts a thread or reads a clock.
 
+pub mod defaults;
 pub mod image;
 pub mod loss;
 pub mod publication;

@@ -8,6 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use super::defaults;
 use super::retransmit::{ResendRange, RetransmitHandler};
 use crate::flow_control::{FlowControl, FlowControlEvent, StatusMessageInput, TrackedReceiver};
 use crate::logbuffer::log::{read_frame_length, read_frame_type};
@@ -96,14 +97,14 @@ impl PublicationConfig {
         PublicationConfig {
             identity,
             initial_position,
-            mtu: 1408,
+            mtu: defaults::MTU,
             publication_window: identity.term_length / 2,
             ttl: 0,
             is_group: false,
-            linger: Duration::from_secs(5),
-            connection_timeout: Duration::from_secs(5),
-            retransmit_delay: Duration::ZERO,
-            retransmit_linger: Duration::from_millis(10),
+            linger: defaults::PUBLICATION_LINGER,
+            connection_timeout: defaults::PUBLICATION_CONNECTION_TIMEOUT,
+            retransmit_delay: defaults::RETRANSMIT_DELAY,
+            retransmit_linger: defaults::RETRANSMIT_LINGER,
             max_resend: 1,
             signal_eos: true,
         }
