@@ -173,11 +173,5 @@ def compile_ere(pattern: str) -> CompiledEre:
         from affinity._affinity import PosixRegex as CompiledPosixRegex  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return PosixRegex(pattern)
-    try:
-        compiled: CompiledEre = CompiledPosixRegex(pattern)
-    except ValueError as error:
-        message = str(error)
-        if not message.startswith("invalid POSIX"):
-            message = f"invalid POSIX extended regular expression: {message}"
-        raise ValueError(message) from None
+    compiled: CompiledEre = CompiledPosixRegex(pattern)
     return compiled

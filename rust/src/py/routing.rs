@@ -71,9 +71,9 @@ struct PyPosixRegex {
 impl PyPosixRegex {
     #[new]
     fn new(pattern: &str) -> PyResult<Self> {
-        routing::PosixRegex::new(pattern)
-            .map(|inner| PyPosixRegex { inner })
-            .map_err(|error| PyValueError::new_err(error.message))
+        routing::PosixRegex::new(pattern).map(|inner| PyPosixRegex { inner }).map_err(|error| {
+            PyValueError::new_err(format!("invalid POSIX extended regular expression: {}", error.message))
+        })
     }
 
     #[getter]

@@ -240,6 +240,23 @@ impl Client {
     }
 }
 
+/// `[{receiver_id, group_tag, position, window}, ...]` for `Publication.counters()`.
+fn receiver_list<'py>(
+    py: Python<'py>,
+    receivers: impl Iterator<Item = (i64, Option<i64>, i64, i32)>,
+) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for (receiver_id, group_tag, position, window) in receivers {
+        let entry = PyDict::new(py);
+        entry.set_item("receiver_id", receiver_id)?;
+        entry.set_item("group_tag", group_tag)?;
+        entry.set_item("position", position)?;
+        entry.set_item("window", window)?;
+        list.append(entry)?;
+    }
+    Ok(list)
+}
+
 /// Sends messages on one channel and stream.
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct Publication {
@@ -383,26 +400,10 @@ impl Publication {
         dict.set_item("group_tag", status.group_tag)?;
         dict.set_item("group_min_size", status.group_min_size)?;
         dict.set_item("receiver_timeout_ms", status.receiver_timeout.as_millis() as u64)?;
-        let group = PyList::empty(py);
-        for receiver in &status.group_receivers {
-            let entry = PyDict::new(py);
-            entry.set_item("receiver_id", receiver.receiver_id)?;
-            entry.set_item("group_tag", receiver.group_tag)?;
-            entry.set_item("position", receiver.position)?;
-            entry.set_item("window", receiver.window)?;
-            group.append(entry)?;
-        }
-        dict.set_item("receivers", group)?;
-        let live = PyList::empty(py);
-        for receiver in &status.live_receivers {
-            let entry = PyDict::new(py);
-            entry.set_item("receiver_id", receiver.receiver_id)?;
-            entry.set_item("group_tag", receiver.group_tag)?;
-            entry.set_item("position", receiver.position)?;
-            entry.set_item("window", receiver.window)?;
-            live.append(entry)?;
-        }
-        dict.set_item("live_receivers", live)?;
+        let group = status.group_receivers.iter().map(|r| (r.receiver_id, r.group_tag, r.position, r.window));
+        dict.set_item("receivers", receiver_list(py, group)?)?;
+        let live = status.live_receivers.iter().map(|r| (r.receiver_id, r.group_tag, r.position, r.window));
+        dict.set_item("live_receivers", receiver_list(py, live)?)?;
         let counters = status.counters;
         dict.set_item("status_messages", counters.status_messages)?;
         dict.set_item("naks_received", counters.naks_received)?;
