@@ -15,7 +15,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,58 +226,7 @@ def test_hostile_datagrams_at_a_members_inbox_are_ignored_while_delivery_continu
     assert [report["highest"][str(k)] for k in range(keys)] == published["per_key_last"]
 
 
-TWO_HOSTS = """
-import os, subprocess, sys, time, json
-ROLE = {role!r}
-def sh(command):
-    subprocess.run(["bash", "-c", command], check=True)
-sh("ip link add br0 type bridge && ip addr add 10.9.0.1/24 dev br0 && ip link set br0 up && ip link set lo up")
-hosts = {{}}
-def spawn_host(number, command):
-    setup = (
-        "echo ready; while ! ip link show eth0 >/dev/null 2>&1; do sleep 0.02; done; ip link set lo up && "
-        f"ip addr add 10.9.0.{{number}}/24 dev eth0 && ip link set eth0 up && exec \\"$@\\""
-    )
-    child = subprocess.Popen(["unshare", "-n", "bash", "-c", setup, "host", *command],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert child.stdout.readline().strip() == "ready"
-    sh(f"ip link add vh{{number}} type veth peer name eth0 netns {{child.pid}} && "
-       f"ip link set vh{{number}} master br0 && ip link set vh{{number}} up")
-    return child
-group = [sys.executable, "-m", "affinity.cli", "group"]
-timings = ["--liveness", "1s", "--heartbeat", "100ms"]
-channel = "aeron:udp?endpoint=127.0.0.1:40777"
-# Host 3: the validator and two consumers (they republish on host 3's own loopback).
-consumers_host = spawn_host(3, ["bash", "-c",
-    f"{{' '.join(group)}} validate twohosts --channel '{{channel}}' --idle-exit 3 --duration 90 --expect-keys 100 --json --quiet > {{ROLE}}/validator.json & v=$!; "
-    + " ".join(
-        f"{{' '.join(group)}} consume twohosts --index {{i}} --count 2 --republish '{{channel}}' --host 10.9.0.3 "
-        f"{{' '.join(timings)}} > {{ROLE}}/consumer{{i}}.log 2>&1 & c{{i}}=$!;" for i in range(2))
-    + " wait $v; rc=$?; kill -TERM $c0 $c1; wait $c0 $c1; exit $rc"])
-deadline = time.monotonic() + 30
-members = []
-while time.monotonic() < deadline:
-    members = []
-    for name in os.listdir(os.path.join(os.environ["AFFINITY_REGISTRY"], "members", "twohosts")) if os.path.isdir(os.path.join(os.environ["AFFINITY_REGISTRY"], "members", "twohosts")) else []:
-        try:
-            with open(os.path.join(os.environ["AFFINITY_REGISTRY"], "members", "twohosts", name)) as f:
-                members.append(json.load(f))
-        except (OSError, ValueError):
-            pass
-    if sum(1 for m in members if m.get("role") == "consumer") == 2:
-        break
-    time.sleep(0.1)
-print("MEMBERS", json.dumps(members), flush=True)
-time.sleep(2.0)
-# Host 2: the publisher.
-publisher_host = spawn_host(2, group + ["publish", "twohosts", "--keys", "100", "--rate", "1000", "--count", "4000",
-                                       "--host", "10.9.0.2", "--json", *timings])
-out, _ = publisher_host.communicate(timeout=120)
-print("PUBLISHER", out.strip().splitlines()[-1] if out.strip() else "", flush=True)
-assert publisher_host.returncode == 0, out
-out, _ = consumers_host.communicate(timeout=120)
-print("CONSUMERS", consumers_host.returncode, out, flush=True)
-"""
+TWO_HOSTS = Path(__file__).parent / "groups_two_hosts.py"
 
 
 def test_publisher_and_consumers_on_two_hosts_in_network_namespaces(tmp_path: Path) -> None:
@@ -288,11 +236,9 @@ def test_publisher_and_consumers_on_two_hosts_in_network_namespaces(tmp_path: Pa
         pytest.skip("two-host test needs iproute2 (ip) and util-linux (unshare)")
     registry = tmp_path / "registry"
     create(registry, "twohosts", hc=16, qc=4)
-    script = tmp_path / "two_hosts.py"
-    script.write_text(textwrap.dedent(TWO_HOSTS.format(role=str(tmp_path))))
     env = dict(os.environ, AFFINITY_REGISTRY=str(registry), PYTHONUNBUFFERED="1")
     result = subprocess.run(
-        ["unshare", "-n", sys.executable, str(script)],
+        ["unshare", "-n", sys.executable, str(TWO_HOSTS), str(tmp_path)],
         env=env,
         capture_output=True,
         text=True,
