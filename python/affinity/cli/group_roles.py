@@ -275,10 +275,8 @@ def run_consume(args: argparse.Namespace) -> int:
                                 processed_ns=time.time_ns(),
                                 subject=_subject(prefix, message),
                             ).encode()
-                            while (code := republish.offer(out)) < 0:
-                                if code == affinity.CLOSED:
-                                    raise affinity.ClosedError("the republish publication was closed")
-                                time.sleep(0.0005)
+                            if not _offer_until_taken(republish, out, stop):
+                                break  # stopping before the validator took it: leave it unacknowledged
                     consumer.ack(message)
                     processed += 1
             _log(f"consumer {args.index} leaving: processed {processed}, undecodable {undecodable}")
@@ -292,6 +290,17 @@ def run_consume(args: argparse.Namespace) -> int:
         print(f"affinity group consume: {error}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     return EXIT_OK
+
+
+def _offer_until_taken(publication: affinity.Publication, data: bytes, stop: _StopFlag) -> bool:
+    """Offers ``data`` until the publication takes it (True) or a stop is requested (False)."""
+    while (code := publication.offer(data)) < 0:
+        if code == affinity.CLOSED:
+            raise affinity.ClosedError("the republish publication was closed")
+        if stop:
+            return False
+        time.sleep(0.0005)
+    return True
 
 
 def run_validate(args: argparse.Namespace) -> int:
@@ -340,10 +349,10 @@ def run_validate(args: argparse.Namespace) -> int:
         return EXIT_UNAVAILABLE
     report = validator.report()
     if args.json:
-        data = dataclasses.asdict(report)
-        data["ok"] = report.ok
-        data["undecodable"] = undecodable
-        print(json.dumps(data), flush=True)
+        result = dataclasses.asdict(report)
+        result["ok"] = report.ok
+        result["undecodable"] = undecodable
+        print(json.dumps(result), flush=True)
     else:
         print(
             f"received {report.received} from {report.keys_seen} keys; sequence errors {report.sequence_errors} "
