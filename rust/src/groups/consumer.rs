@@ -116,6 +116,7 @@ pub struct OwnedQueue {
 #[derive(Debug)]
 pub struct ConsumerState {
     config: GroupConfig,
+    fingerprint: u64,
     member_id: u64,
     index: u32,
     count: u32,
@@ -149,6 +150,7 @@ impl ConsumerState {
         let queue_count = config.queue_count as usize;
         let view = MemberView::new(member_id, config.fingerprint(), timing.liveness_timeout);
         ConsumerState {
+            fingerprint: config.fingerprint(),
             config,
             member_id,
             index,
@@ -178,6 +180,11 @@ impl ConsumerState {
     /// The group definition.
     pub fn config(&self) -> &GroupConfig {
         &self.config
+    }
+
+    /// The group fingerprint.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     /// The member view.
@@ -287,7 +294,7 @@ impl ConsumerState {
 
     /// Handles a heartbeat from any member.
     pub fn on_heartbeat(&mut self, heartbeat: Heartbeat, now: Instant) -> HeartbeatOutcome {
-        if heartbeat.fingerprint == self.config.fingerprint() && heartbeat.member_id != self.member_id {
+        if heartbeat.fingerprint == self.fingerprint && heartbeat.member_id != self.member_id {
             for claim in &heartbeat.claims {
                 let queue = claim.queue as usize;
                 let (Some(max_epoch), Some(known)) = (self.max_epoch.get_mut(queue), self.known_acks.get_mut(queue))
@@ -422,7 +429,8 @@ impl ConsumerState {
                     }
                 }
                 Some(ClaimState::Claiming) => {
-                    if other.is_some_and(|o| Self::beats(o, mine)) {
+                    let yielded = !self.first_candidate(queue, now).is_some_and(|(_, id)| id == self.member_id);
+                    if yielded || other.is_some_and(|o| Self::beats(o, mine)) {
                         if let Some(own) = self.queues.get_mut(q) {
                             own.state = None;
                             own.cursors.clear();
@@ -498,7 +506,7 @@ impl ConsumerState {
             }
         };
         let header = message.header;
-        if header.fingerprint != self.config.fingerprint() {
+        if header.fingerprint != self.fingerprint {
             self.counters.malformed += 1;
             return Ok(0);
         }
@@ -669,7 +677,7 @@ impl ConsumerState {
             }
         }
         (!entries.is_empty()).then(|| Ack {
-            fingerprint: self.config.fingerprint(),
+            fingerprint: self.fingerprint,
             consumer: self.member_id,
             producer,
             entries,
@@ -696,7 +704,7 @@ impl ConsumerState {
             claims.push(Claim { queue: queue as u32, epoch: own.epoch, state, acks });
         }
         Heartbeat {
-            fingerprint: self.config.fingerprint(),
+            fingerprint: self.fingerprint,
             member_id: self.member_id,
             leaving: self.closing,
             role: Role::Consumer,

@@ -14,9 +14,9 @@
 //! The design is in `docs/groups.md`; message layouts in `docs/control-plane.md`.
 
 pub mod consumer;
-//TMP pub mod discovery;
+pub mod discovery;
 pub mod publisher;
-//TMP pub mod runtime;
+pub mod runtime;
 
 use std::fmt;
 use std::time::Duration;

@@ -172,6 +172,7 @@ pub struct QueueSendStatus {
 #[derive(Debug)]
 pub struct PublisherState {
     config: GroupConfig,
+    fingerprint: u64,
     producer_id: u64,
     timing: Timing,
     resend_timeout: Duration,
@@ -191,6 +192,7 @@ impl PublisherState {
         let queues = (0..config.queue_count).map(|_| QueueSend::new(now)).collect();
         let view = MemberView::new(producer_id, config.fingerprint(), timing.liveness_timeout);
         PublisherState {
+            fingerprint: config.fingerprint(),
             config,
             producer_id,
             timing,
@@ -218,6 +220,11 @@ impl PublisherState {
     /// This producer's id.
     pub fn producer_id(&self) -> u64 {
         self.producer_id
+    }
+
+    /// The group fingerprint.
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
     }
 
     /// The member view.
@@ -347,7 +354,7 @@ impl PublisherState {
         }
         out.clear();
         DataHeader {
-            fingerprint: self.config.fingerprint(),
+            fingerprint: self.fingerprint,
             producer: self.producer_id,
             queue,
             record_count: (last - first + 1) as u32,
@@ -374,7 +381,7 @@ impl PublisherState {
 
     /// Handles an ACK from a consumer.
     pub fn on_ack(&mut self, ack: &Ack, now: Instant) {
-        if ack.producer != self.producer_id || ack.fingerprint != self.config.fingerprint() {
+        if ack.producer != self.producer_id || ack.fingerprint != self.fingerprint {
             self.counters.acks_misaddressed += 1;
             return;
         }
@@ -520,7 +527,7 @@ impl PublisherState {
             })
             .collect();
         Heartbeat {
-            fingerprint: self.config.fingerprint(),
+            fingerprint: self.fingerprint,
             member_id: self.producer_id,
             leaving: self.closed,
             role: Role::Publisher,
