@@ -271,9 +271,12 @@ fn close_hands_every_queue_over_then_leaves() {
 
 #[test]
 fn conflicting_equal_epoch_claims_are_won_by_the_lower_member_id() {
+    // `a` is consumer 0 of 1: it ranks first for every queue when alone.
     let mut a = ConsumerState::new(config(1 << 20), 5, 0, 1, Timing::default(), Duration::from_secs(30), Instant::ZERO);
     a.handle_timeout(Instant::ZERO);
     assert_eq!(a.owned().len(), 4);
+    // A rival with a lower id, consumer 1 of 2: primary of queues 1 and 3 (a tie on rank that
+    // its lower id wins), backup of 0 and 2. It claims queue 0 at the same epoch as `a`.
     let rival = Heartbeat {
         fingerprint: config(1 << 20).fingerprint(),
         member_id: 3,
@@ -281,30 +284,27 @@ fn conflicting_equal_epoch_claims_are_won_by_the_lower_member_id() {
         role: Role::Consumer,
         name: "rival".into(),
         endpoint: "127.0.0.1:2".into(),
-        index: 0,
-        count: 1,
+        index: 1,
+        count: 2,
         pid: 2,
-        claims: vec![
-            Claim { queue: 0, epoch: 1, state: ClaimState::Claiming, acks: vec![] },
-            Claim { queue: 1, epoch: 1, state: ClaimState::Claiming, acks: vec![] },
-        ],
+        claims: vec![Claim { queue: 0, epoch: 1, state: ClaimState::Claiming, acks: vec![] }],
         figures: vec![],
     };
     let t = Instant::ZERO + Duration::from_millis(100);
     a.on_heartbeat(rival.clone(), t);
     a.handle_timeout(t);
     let held: Vec<u32> = a.owned().iter().map(|q| q.queue).collect();
-    assert_eq!(held, vec![2, 3], "member 3 wins queues 0 and 1 at equal epoch");
-    // A higher epoch takes an active queue away.
+    assert_eq!(held, vec![2], "queue 0 lost at equal epoch to the lower id; 1 and 3 yielded to their primary");
     let t = t + Duration::from_millis(400);
     a.on_heartbeat(rival.clone(), t);
     a.handle_timeout(t);
-    assert_eq!(a.owned_queues(), vec![2, 3]);
+    assert_eq!(a.owned_queues(), vec![2]);
+    // A higher epoch takes an active queue away.
     let mut stronger = rival;
     stronger.claims = vec![Claim { queue: 2, epoch: 7, state: ClaimState::Active, acks: vec![] }];
     a.on_heartbeat(stronger, t);
     a.handle_timeout(t);
-    assert_eq!(a.owned_queues(), vec![3]);
+    assert!(a.owned_queues().is_empty());
     assert_eq!(a.counters().ownership_lost, 1);
 }
 
