@@ -98,7 +98,7 @@ impl App {
     /// Clean leave with planned handoff.
     fn close(&mut self) {
         self.stop_polling();
-        if let Some(mut consumer) = self.consumer.lock().unwrap().take() {
+        if let Some(consumer) = self.consumer.lock().unwrap().take() {
             consumer.close(Duration::from_secs(5));
         }
     }
@@ -318,7 +318,7 @@ fn full_retention_back_pressures_and_nothing_is_lost() {
 #[test]
 fn publish_without_consumers_is_not_connected_and_member_files_are_cleaned_up() {
     let registry = Registry::new("files");
-    let (mut publisher, _client) = publisher(&registry, 1 << 20);
+    let (publisher, _client) = publisher(&registry, 1 << 20);
     assert_eq!(publisher.publish(b"k", b"p", None).unwrap(), -1);
     let dir = affinity::groups::runtime::group_members_dir(&registry.0, "orders");
     let files: HashSet<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();

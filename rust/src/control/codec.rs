@@ -212,7 +212,7 @@ struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     fn take(&mut self, length: usize) -> Result<&'a [u8], ControlError> {
-        let end = self.at.checked_add(length).unwrap_or(usize::MAX);
+        let end = self.at.saturating_add(length);
         let slice = self.bytes.get(self.at..end).ok_or(ControlError::Truncated {
             what: self.what,
             needed: end,

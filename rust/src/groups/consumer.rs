@@ -429,7 +429,7 @@ impl ConsumerState {
                     }
                 }
                 Some(ClaimState::Claiming) => {
-                    let yielded = !self.first_candidate(queue, now).is_some_and(|(_, id)| id == self.member_id);
+                    let yielded = self.first_candidate(queue, now).is_none_or(|(_, id)| id != self.member_id);
                     if yielded || other.is_some_and(|o| Self::beats(o, mine)) {
                         if let Some(own) = self.queues.get_mut(q) {
                             own.state = None;
@@ -676,7 +676,7 @@ impl ConsumerState {
                 });
             }
         }
-        (!entries.is_empty()).then(|| Ack {
+        (!entries.is_empty()).then_some(Ack {
             fingerprint: self.fingerprint,
             consumer: self.member_id,
             producer,

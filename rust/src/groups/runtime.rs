@@ -464,7 +464,7 @@ struct Shared<B: Brain> {
 /// A member: the shared core and its background thread.
 struct Member<B: Brain> {
     shared: Arc<Shared<B>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl<B: Brain> Member<B> {
@@ -482,21 +482,22 @@ impl<B: Brain> Member<B> {
                 }
             })
             .map_err(|e| GroupError::Transport(Error::Io(e)))?;
-        Ok(Member { shared, thread: Some(thread) })
+        Ok(Member { shared, thread: Mutex::new(Some(thread)) })
     }
 
     fn core(&self) -> MutexGuard<'_, Core<B>> {
         lock(&self.shared.core)
     }
 
-    fn stop_thread(&mut self) {
+    fn stop_thread(&self) {
         self.shared.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
+        let thread = lock(&self.thread).take();
+        if let Some(thread) = thread {
             let _ = thread.join();
         }
     }
 
-    fn stop(&mut self) {
+    fn stop(&self) {
         self.stop_thread();
         self.core().shut();
     }
@@ -789,7 +790,7 @@ impl GroupPublisher {
 
     /// Stops publishing: a last heartbeat (leaving), then the member leaves. Unacknowledged
     /// records are not waited for (call [`Self::flush`] first).
-    pub fn close(&mut self) {
+    pub fn close(&self) {
         {
             let mut core = self.member.core();
             if core.closed {
@@ -971,7 +972,7 @@ impl GroupConsumer {
     /// was given (with `auto_ack`, everything delivered counts as acknowledged), handed over,
     /// then the member leaves. After `timeout / 2` queues are released whatever was
     /// acknowledged (the rest is redelivered to the next owner); after `timeout` it leaves.
-    pub fn close(&mut self, timeout: Duration) {
+    pub fn close(&self, timeout: Duration) {
         let start = std::time::Instant::now();
         {
             let mut core = self.member.core();
@@ -1192,7 +1193,7 @@ impl GroupObserver {
     }
 
     /// Leaves the control plane.
-    pub fn close(&mut self) {
+    pub fn close(&self) {
         self.member.stop();
     }
 }
