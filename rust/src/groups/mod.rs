@@ -296,3 +296,50 @@ mod tests {
 #[cfg(test)]
 #[path = "tests.rs"]
 mod state_tests;
+
+#[cfg(test)]
+mod vector_tests {
+    use super::*;
+
+    fn key_of(case: &serde_json::Value) -> Vec<u8> {
+        if let Some(repeat) = case.get("key_repeat") {
+            let text = repeat["text"].as_str().unwrap();
+            return text.repeat(repeat["count"].as_u64().unwrap() as usize).into_bytes();
+        }
+        let hex = case["key_hex"].as_str().unwrap();
+        let bytes: Vec<u8> =
+            (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        if let Some(text) = case.get("key").and_then(|k| k.as_str()) {
+            assert_eq!(text.as_bytes(), bytes.as_slice(), "key and key_hex agree");
+        }
+        bytes
+    }
+
+    #[test]
+    fn reproduces_the_group_hash_vectors() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/group_hash.json");
+        let text = std::fs::read_to_string(path).expect("tests/vectors/group_hash.json");
+        let vectors: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(vectors["version"].as_u64(), Some(u64::from(crate::routing::hash::HASH_VERSION)));
+        let cases = vectors["cases"].as_array().unwrap();
+        assert!(cases.len() >= 10);
+        let mut checked = 0;
+        for case in cases {
+            let key = key_of(case);
+            let fnv = u64::from_str_radix(case["fnv1a64"].as_str().unwrap(), 16).unwrap();
+            let hash = u64::from_str_radix(case["hash"].as_str().unwrap(), 16).unwrap();
+            assert_eq!(fnv1a64(&key), fnv);
+            assert_eq!(fmix64(fnv1a64(&key)), hash);
+            for bucket in case["buckets"].as_array().unwrap() {
+                let hash_count = bucket["hash_count"].as_u64().unwrap() as u32;
+                assert_eq!(u64::from(bucket_of(&key, hash_count)), bucket["bucket"].as_u64().unwrap());
+                for queue in bucket["queues"].as_array().unwrap() {
+                    let queue_count = queue["queue_count"].as_u64().unwrap() as u32;
+                    assert_eq!(u64::from(queue_of(&key, hash_count, queue_count)), queue["queue"].as_u64().unwrap());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 100, "{checked}");
+    }
+}
