@@ -237,8 +237,10 @@ impl ConsumerState {
         if count == 0 || index >= count {
             return None;
         }
-        let primary = queue % count;
-        Some((index + count - primary) % count)
+        let (index, count) = (u64::from(index), u64::from(count));
+        let primary = u64::from(queue) % count;
+        // u64: a hostile heartbeat may announce count = u32::MAX.
+        Some(((index + count - primary) % count) as u32)
     }
 
     /// The first live candidate for `queue` (ourselves included unless closing).

@@ -448,3 +448,45 @@ fn a_gap_is_not_delivered_and_asks_for_a_resend() {
     assert_eq!(consumer.on_data(&message(2), t), Ok(0));
     assert_eq!(consumer.counters().duplicates_dropped, 1);
 }
+
+#[test]
+fn hostile_heartbeat_extremes_do_not_overflow() {
+    let mut consumer =
+        ConsumerState::new(config(1 << 20), 10, 0, 1, Timing::default(), Duration::from_secs(30), Instant::ZERO);
+    let hostile = Heartbeat {
+        fingerprint: config(1 << 20).fingerprint(),
+        member_id: 1,
+        leaving: false,
+        role: Role::Consumer,
+        name: "x".into(),
+        endpoint: "127.0.0.1:1".into(),
+        index: u32::MAX - 1,
+        count: u32::MAX,
+        pid: 1,
+        claims: vec![Claim {
+            queue: 0,
+            epoch: u64::MAX,
+            state: ClaimState::Released,
+            acks: vec![ProducerAck { producer: 5, acked: u64::MAX, received: u64::MAX }],
+        }],
+        figures: vec![],
+    };
+    consumer.on_heartbeat(hostile, Instant::ZERO);
+    for step in 0..10 {
+        consumer.handle_timeout(Instant::ZERO + STEP * step);
+    }
+    assert_eq!(consumer.owned_queues(), vec![0, 1, 2, 3]);
+    let mut bytes = Vec::new();
+    DataHeader {
+        fingerprint: config(1 << 20).fingerprint(),
+        producer: 5,
+        queue: 0,
+        record_count: 1,
+        epoch: u64::MAX,
+        acked_floor: 0,
+        first_sequence: u64::MAX - 1,
+    }
+    .emit(&mut bytes);
+    crate::control::codec::emit_record(&mut bytes, 0, b"k", None, b"p").unwrap();
+    assert_eq!(consumer.on_data(&bytes, Instant::ZERO + STEP * 10), Ok(0), "at or below the floor: duplicate");
+}
