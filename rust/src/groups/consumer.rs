@@ -27,6 +27,9 @@ use crate::time::Instant;
 
 /// Most producers tracked per queue; the least recently active is forgotten beyond it.
 pub const MAX_PRODUCERS_PER_QUEUE: usize = 4096;
+/// A release still waiting for the application's acknowledgements after this many liveness
+/// timeouts is forced: what was delivered but not acknowledged is redelivered by the next owner.
+pub const RELEASE_TIMEOUT_LIVENESS: u32 = 5;
 /// A gap is re-reported to the producer after this long.
 pub const RESEND_REQUEST_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -361,11 +364,12 @@ impl ConsumerState {
         self.announce = true;
     }
 
-    fn start_release(&mut self, queue: u32) {
+    fn start_release(&mut self, queue: u32, now: Instant) {
         self.drop_pending(queue);
         if let Some(own) = self.queues.get_mut(queue as usize) {
             if own.state == Some(ClaimState::Active) {
                 own.state = Some(ClaimState::Releasing);
+                own.since = now;
                 self.announce = true;
             } else if own.state == Some(ClaimState::Claiming) {
                 own.state = None;
@@ -455,9 +459,11 @@ impl ConsumerState {
                         && Self::rank_of(self.index, self.count, queue) != Some(0)
                         && self.other_primary_live(queue, now)
                     {
-                        self.start_release(queue);
+                        self.start_release(queue, now);
                     }
-                    self.finish_release(queue, false);
+                    let overdue = state == Some(ClaimState::Releasing)
+                        && now.saturating_since(since) >= self.timing.liveness_timeout * RELEASE_TIMEOUT_LIVENESS;
+                    self.finish_release(queue, overdue);
                 }
             }
         }
@@ -466,13 +472,13 @@ impl ConsumerState {
 
     /// Starts a clean leave: nothing new is delivered, every held queue is released once the
     /// application acknowledged what it has; the heartbeat says "leaving" from now on.
-    pub fn begin_close(&mut self, auto_ack: bool) {
+    pub fn begin_close(&mut self, auto_ack: bool, now: Instant) {
         if auto_ack {
             self.ack_all_delivered();
         }
         self.closing = true;
         for queue in 0..self.config.queue_count {
-            self.start_release(queue);
+            self.start_release(queue, now);
             self.finish_release(queue, false);
         }
         self.announce = true;

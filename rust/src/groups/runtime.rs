@@ -1046,8 +1046,8 @@ impl GroupConsumer {
             if core.closed {
                 return;
             }
-            core.brain.state.begin_close(self.auto_ack);
             let now = core.clock.now();
+            core.brain.state.begin_close(self.auto_ack, now);
             core.send_heartbeat(now);
             core.send_acks();
         }

@@ -252,6 +252,25 @@ fn releasing_waits_for_the_application_to_acknowledge() {
 }
 
 #[test]
+fn a_release_the_application_never_acknowledges_is_forced_after_the_release_timeout() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(2));
+    sim.add_consumer(10, 0, 2);
+    sim.run(Duration::from_secs(1));
+    sim.nodes[0].acking = false;
+    sim.publish_keys(50, 0);
+    sim.step();
+    sim.add_consumer(11, 1, 2);
+    sim.run(Duration::from_secs(8));
+    assert!(sim.owned(1).is_empty(), "still waiting within the release timeout");
+    sim.run(Duration::from_secs(5));
+    assert_eq!(sim.owned(1), vec![1, 3], "forced after 5 liveness timeouts");
+    // The unacknowledged records of queues 1 and 3 were redelivered to the new owner.
+    let redelivered = sim.nodes[1].log.len();
+    assert!(redelivered > 0);
+    assert_eq!(sim.delivered_set().len(), 50);
+}
+
+#[test]
 fn close_hands_every_queue_over_then_leaves() {
     let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
     sim.add_consumer(10, 0, 2);
@@ -259,7 +278,7 @@ fn close_hands_every_queue_over_then_leaves() {
     sim.run(Duration::from_secs(1));
     sim.publish_keys(100, 0);
     sim.step();
-    sim.nodes[1].state.begin_close(false);
+    sim.nodes[1].state.begin_close(false, sim.now);
     assert!(!sim.nodes[1].state.close_complete(sim.now));
     sim.publish_keys(100, 1);
     sim.run(Duration::from_secs(1));
