@@ -275,18 +275,16 @@ impl ConsumerState {
         })
     }
 
-    /// The best claim by another live member that holds `queue`: (epoch, member id).
-    fn best_other_claim(&self, queue: u32, now: Instant) -> Option<(u64, u64)> {
-        let mut best: Option<(u64, u64)> = None;
+    /// The best claim by another live member that holds each queue: (epoch, member id).
+    /// One pass over every claim heard.
+    fn best_other_claims(&self, now: Instant) -> Vec<Option<(u64, u64)>> {
+        let mut best: Vec<Option<(u64, u64)>> = vec![None; self.queues.len()];
         for entry in self.view.live_with_role(Role::Consumer, now) {
-            for claim in entry.heartbeat.claims.iter().filter(|c| c.queue == queue && c.state.holds()) {
+            for claim in entry.heartbeat.claims.iter().filter(|c| c.state.holds()) {
+                let Some(slot) = best.get_mut(claim.queue as usize) else { continue };
                 let candidate = (claim.epoch, entry.id());
-                let better = match best {
-                    None => true,
-                    Some((epoch, id)) => claim.epoch > epoch || (claim.epoch == epoch && entry.id() < id),
-                };
-                if better {
-                    best = Some(candidate);
+                if slot.is_none_or(|current| Self::beats(candidate, current)) {
+                    *slot = Some(candidate);
                 }
             }
         }
@@ -411,13 +409,14 @@ impl ConsumerState {
         if cycle_due {
             self.next_cycle = now + self.cycle;
         }
+        let best_others = self.best_other_claims(now);
         for queue in 0..self.config.queue_count {
             let q = queue as usize;
             let Some(own) = self.queues.get(q) else { continue };
             let state = own.state;
             let mine = (own.epoch, self.member_id);
             let since = own.since;
-            let other = self.best_other_claim(queue, now);
+            let other = best_others.get(q).copied().flatten();
             match state {
                 None | Some(ClaimState::Released) => {
                     if state == Some(ClaimState::Released) && other.is_some_and(|o| o.0 > mine.0) {
@@ -495,11 +494,10 @@ impl ConsumerState {
     /// taken over by another live member (or no other consumer is live to take it).
     pub fn close_complete(&self, now: Instant) -> bool {
         let others_live = self.view.live_with_role(Role::Consumer, now).any(|e| self.view.is_candidate(e.id(), now));
-        self.queues.iter().enumerate().all(|(queue, own)| match own.state {
+        let best_others = self.best_other_claims(now);
+        self.queues.iter().zip(best_others).all(|(own, other)| match own.state {
             None => true,
-            Some(ClaimState::Released) => {
-                !others_live || self.best_other_claim(queue as u32, now).is_some_and(|(epoch, _)| epoch > own.epoch)
-            }
+            Some(ClaimState::Released) => !others_live || other.is_some_and(|(epoch, _)| epoch > own.epoch),
             Some(_) => false,
         })
     }
