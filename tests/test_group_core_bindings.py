@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import affinity
@@ -105,3 +106,24 @@ def test_bad_definitions_raise_config_error() -> None:
         compiled.group_queue(b"k", 4, 8)
     with pytest.raises(affinity.ConfigError, match="at least 1"):
         compiled.group_queues([b"k"], 4, 0)
+
+
+def test_hostile_control_datagrams_are_counted_by_a_consumer(tmp_path: Path) -> None:
+    with affinity.Client() as client:
+        consumer = compiled.GroupConsumerCore(client, "orders", "hp", 8, 2, 1 << 20, 0, 1, registry_dir=str(tmp_path))
+        try:
+            member = json.loads(next((tmp_path / "members" / "orders").glob("*.json")).read_text())
+            channel = f"aeron:udp?endpoint={member['endpoint']}"
+            attacker = client.add_publication(channel, compiled.GROUP_CONTROL_STREAM_ID)
+            deadline = time.monotonic() + 5
+            while not attacker.is_connected:
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            for garbage in (b"", b"\x01\x01", b"\x07" * 40, b"\x01\x02" + b"\xff" * 60):
+                assert attacker.offer(garbage) > 0
+            while consumer.counters().control_malformed < 4:
+                assert time.monotonic() < deadline, "hostile datagrams were not counted"
+                time.sleep(0.01)
+            assert consumer.counters().delivered == 0
+        finally:
+            consumer.close(1.0)
