@@ -272,6 +272,7 @@ impl Conductor {
             is_group: uri.group.unwrap_or(uri.is_multicast()),
             socket_receive_buffer: receive_buffer,
             reliable: uri.reliable.unwrap_or(true),
+            max_images_per_subscription: self.context.max_images_per_subscription,
         };
         if uri.media == Media::Ipc {
             let receiver_id = self.ids.next_u64() as i64;
