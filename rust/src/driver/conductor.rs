@@ -206,7 +206,7 @@ impl Conductor {
             connection_timeout: self.context.publication_connection_timeout,
             retransmit_delay: self.context.retransmit_delay,
             retransmit_linger: self.context.retransmit_linger,
-            max_resend: if is_multicast { uri.max_resend_or_default() as usize } else { 1 },
+            max_resend: uri.max_resend_or_default() as usize,
             signal_eos: uri.eos.unwrap_or(true),
         };
         let publication = NetworkPublication::new(config, flow_control, now);

@@ -34,3 +34,6 @@ pub const RETRANSMIT_LINGER: Duration = Duration::from_millis(10);
 pub const UNRECOVERABLE_GAP_TIMEOUT: Duration = Duration::from_millis(200);
 /// Images one subscription may have at once; SETUPs beyond are refused and counted.
 pub const MAX_IMAGES_PER_SUBSCRIPTION: usize = 128;
+/// Receivers a multicast (group) publication tracks at once; status messages from further
+/// receiver ids are refused and counted. A unicast publication keeps one.
+pub const MAX_RECEIVERS_PER_PUBLICATION: usize = 1024;
