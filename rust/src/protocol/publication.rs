@@ -866,6 +866,15 @@ mod tests {
         publication.on_idle(ms(20));
         publication.on_nak(&first, ms(20));
         assert_eq!(resent_bytes(&mut publication, ms(20)), 256);
+        // The same with NAKs of the largest length: each covers the rest of what was sent.
+        publication.on_idle(ms(50));
+        let (whole, tail) = (Nak { length: i32::MAX, ..first }, Nak { length: i32::MAX, ..second });
+        let mut resent = 0;
+        for index in 0..160 {
+            publication.on_nak(if index % 2 == 0 { &whole } else { &tail }, ms(50));
+            resent += resent_bytes(&mut publication, ms(50));
+        }
+        assert_eq!(resent as i64, publication.sender_position(), "one pass over [0, 4096), one over [4096, end)");
     }
 
     #[test]
