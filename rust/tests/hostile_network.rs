@@ -18,6 +18,15 @@ fn free_port() -> u16 {
     UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Resident set size of this process, from `/proc/self/statm`.
+fn rss() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).expect("resident pages");
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * u64::try_from(page).expect("page size")
+}
+
 fn message(index: u64) -> [u8; 32] {
     let mut bytes = [(index % 251) as u8; 32];
     bytes[..8].copy_from_slice(&index.to_le_bytes());
@@ -135,6 +144,7 @@ fn a_setup_flood_is_bounded_and_counted_and_the_subscription_still_works() {
     let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut bytes = [0u8; Setup::LENGTH];
     let flood = 5_000usize;
+    let rss_before = rss();
     let deadline = Instant::now() + Duration::from_secs(30);
     for session in 0..flood {
         Setup {
@@ -161,6 +171,9 @@ fn a_setup_flood_is_bounded_and_counted_and_the_subscription_still_works() {
     }
     assert_eq!(subscription.images().len(), limit);
     assert_eq!(counters.images_refused.load(Ordering::Relaxed) as usize, flood - limit);
+    let grown = rss().saturating_sub(rss_before);
+    eprintln!("{flood} SETUPs: {limit} images, RSS +{} KiB", grown / 1024);
+    assert!(grown < 64 << 20, "the flood grew RSS by {} MiB", grown >> 20);
     // The driver is alive and other subscriptions are unaffected (the flooded one is full
     // until the forged images time out).
     let other = client.add_subscription(&channel, STREAM + 1).unwrap();

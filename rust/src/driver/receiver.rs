@@ -563,6 +563,33 @@ mod tests {
     }
 
     #[test]
+    fn an_image_that_times_out_with_a_gap_is_counted_as_ended_incomplete() {
+        let (mut endpoint, _shared) = endpoint(8);
+        let counters = ReceiverCounters::default();
+        let mut scratch = vec![0u8; 65536];
+        let start = Instant::ZERO;
+        endpoint.on_datagram(&setup(5, 0, 0, 0), source(), start, &mut scratch);
+        let mut frame = vec![0u8; 64];
+        DataHeader {
+            frame_length: 64,
+            flags: flags::UNFRAGMENTED,
+            frame_type: FrameType::Data,
+            term_offset: 64,
+            session_id: 5,
+            stream_id: 10,
+            term_id: 0,
+            reserved_value: 0,
+        }
+        .emit(&mut frame);
+        assert_eq!(endpoint.on_datagram(&frame, source(), start, &mut scratch), DatagramOutcome::Taken);
+        for seconds in [1, 11, 12] {
+            endpoint.service_images(start + Duration::from_secs(seconds), &mut scratch, &counters);
+        }
+        assert!(endpoint.images().is_empty(), "the image timed out and was removed");
+        assert_eq!(counters.images_ended_incomplete.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
     fn duplicates_overruns_and_malformed_frames_are_counted_apart() {
         let (mut endpoint, _shared) = endpoint(8);
         let counters = ReceiverCounters::default();
