@@ -206,7 +206,7 @@ impl Conductor {
             connection_timeout: self.context.publication_connection_timeout,
             retransmit_delay: self.context.retransmit_delay,
             retransmit_linger: self.context.retransmit_linger,
-            max_resend: if is_multicast { uri.max_resend_or_default() as usize } else { 1 },
+            max_resend: uri.max_resend_or_default() as usize,
             signal_eos: uri.eos.unwrap_or(true),
         };
         let publication = NetworkPublication::new(config, flow_control, now);
@@ -272,6 +272,7 @@ impl Conductor {
             is_group: uri.group.unwrap_or(uri.is_multicast()),
             socket_receive_buffer: receive_buffer,
             reliable: uri.reliable.unwrap_or(true),
+            max_images_per_subscription: self.context.max_images_per_subscription,
         };
         if uri.media == Media::Ipc {
             let receiver_id = self.ids.next_u64() as i64;

@@ -69,6 +69,9 @@ pub struct DriverContext {
     /// yields the CPU once, so an application busy loop does not starve the driver thread
     /// on a machine with fewer cores than busy threads (true).
     pub client_yields_when_idle: bool,
+    /// Images one subscription may have at once (128); further SETUPs are refused and counted
+    /// (`images_refused`), so a flood of forged sessions cannot exhaust memory.
+    pub max_images_per_subscription: usize,
 }
 
 impl Default for DriverContext {
@@ -92,6 +95,7 @@ impl Default for DriverContext {
             client_command_timeout: Duration::from_secs(5),
             datagrams_per_cycle: 32,
             client_yields_when_idle: true,
+            max_images_per_subscription: defaults::MAX_IMAGES_PER_SUBSCRIPTION,
         }
     }
 }

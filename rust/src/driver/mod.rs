@@ -20,7 +20,7 @@ pub use conductor::DriverCommand;
 pub use context::{DriverContext, ThreadingMode};
 pub use events::{DriverEvent, DriverEventKind, EventLog};
 pub use idle::{IdleStrategy, Idler};
-pub use receiver::lock;
+pub use receiver::{lock, DatagramOutcome, ReceiverCounters};
 
 use crate::error::{Error, Result};
 use crate::time::MonotonicClock;
@@ -135,6 +135,12 @@ impl Driver {
     /// Data-side datagrams the receiver could not decode (counted and dropped).
     pub fn invalid_data_frames(&self) -> u64 {
         self.receiver_counters.invalid_frames.load(Ordering::Relaxed)
+    }
+
+    /// The receiver's counters: malformed, duplicate, overrun and inactive-image datagrams,
+    /// refused SETUPs and images, images that ended with data missing.
+    pub fn receiver_counters(&self) -> &receiver::ReceiverCounters {
+        &self.receiver_counters
     }
 
     /// Send errors other than "would block".

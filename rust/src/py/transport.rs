@@ -193,11 +193,21 @@ impl Client {
         Ok(list)
     }
 
-    /// Driver-wide counters: malformed datagrams dropped, send errors, events lost.
+    /// Driver-wide counters: malformed datagrams dropped (and only those), duplicate, overrun
+    /// and inactive-image datagrams, refused SETUPs and images, images that ended with data
+    /// missing, send errors, events lost.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let driver = self.inner.driver();
         let dict = PyDict::new(py);
         dict.set_item("invalid_data_frames", driver.invalid_data_frames())?;
+        let receiver = driver.receiver_counters();
+        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
+        dict.set_item("duplicate_data_frames", load(&receiver.duplicate_frames))?;
+        dict.set_item("overrun_data_frames", load(&receiver.overrun_frames))?;
+        dict.set_item("inactive_image_frames", load(&receiver.inactive_image_frames))?;
+        dict.set_item("setups_refused", load(&receiver.setups_refused))?;
+        dict.set_item("images_refused", load(&receiver.images_refused))?;
+        dict.set_item("images_ended_incomplete", load(&receiver.images_ended_incomplete))?;
         dict.set_item("invalid_control_frames", driver.invalid_control_frames())?;
         dict.set_item("send_errors", driver.send_errors())?;
         dict.set_item("dropped_events", driver.dropped_events())?;
@@ -416,6 +426,7 @@ impl Publication {
         dict.set_item("setups_sent", counters.setups_sent)?;
         dict.set_item("errors_received", counters.errors_received)?;
         dict.set_item("invalid_control_frames", counters.invalid_control_frames)?;
+        dict.set_item("receivers_refused", counters.receivers_refused)?;
         Ok(dict)
     }
 
@@ -616,6 +627,8 @@ impl Subscription {
             entry.set_item("duplicates", c.duplicates)?;
             entry.set_item("overruns", c.overruns)?;
             entry.set_item("malformed", c.malformed)?;
+            entry.set_item("inactive", c.inactive)?;
+            entry.set_item("eos_rejected", c.eos_rejected)?;
             entry.set_item("loss_gaps", c.loss_gaps)?;
             entry.set_item("loss_bytes", c.loss_bytes)?;
             entry.set_item("unrecoverable_gaps", c.unrecoverable_gaps)?;
