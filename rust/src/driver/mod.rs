@@ -7,20 +7,21 @@ pub mod events;
 pub mod idle;
 pub mod ipc;
 pub mod receiver;
+pub mod reply;
 pub mod sender;
 pub mod transmit;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use conductor::DriverCommand;
-pub use context::{DriverContext, ThreadingMode};
+pub use context::{ranges, DriverContext, SettingRange, ThreadingMode};
 pub use events::{DriverEvent, DriverEventKind, EventLog};
 pub use idle::{IdleStrategy, Idler};
-pub use receiver::lock;
+pub use reply::{Reply, ReplySlot};
 
 use crate::error::{Error, Result};
 use crate::time::MonotonicClock;
@@ -30,6 +31,35 @@ use sender::{SenderAgent, SenderCounters};
 
 /// How long a closing driver keeps sending so appended data reaches the receivers.
 const SHUTDOWN_DRAIN_LIMIT: Duration = Duration::from_secs(2);
+/// How long a client waiting for an answer sleeps between checks while another thread runs the
+/// invoker duty cycle.
+const REPLY_POLL_STEP: Duration = Duration::from_micros(200);
+
+/// Locks a mutex shared by the driver and its clients.
+///
+/// A poisoned mutex means a thread panicked while changing the state it guards: that is a bug,
+/// and the state may be inconsistent, so it is not recovered silently. The panic names the
+/// cause; in shared mode it stops the driver thread (clients then get `DriverError`), in invoker
+/// mode it reaches the caller.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(_) => panic!("affinity: a thread panicked while holding a driver lock; the driver state is inconsistent"),
+    }
+}
+
+/// Locks a mutex, reporting poisoning (see [`lock`]) as an error naming `what` it guards.
+pub fn lock_checked<'a, T>(mutex: &'a Mutex<T>, what: &str) -> Result<MutexGuard<'a, T>> {
+    mutex.lock().map_err(|_| poisoned(what))
+}
+
+fn poisoned(what: &str) -> Error {
+    Error::Driver(poisoned_message(what))
+}
+
+fn poisoned_message(what: &str) -> String {
+    format!("a thread panicked while holding the {what} lock (a bug); the driver stopped")
+}
 
 /// The three agents of a driver, run one after the other.
 pub struct DriverAgents {
@@ -67,6 +97,8 @@ pub struct Driver {
     context: DriverContext,
     commands: Sender<DriverCommand>,
     invoked: Option<Mutex<DriverAgents>>,
+    /// Why the driver stopped working (a poisoned lock, a dead driver thread), once it has.
+    failure: OnceLock<String>,
     thread: Mutex<Option<JoinHandle<()>>>,
     shutdown: Arc<AtomicBool>,
     events: Arc<Mutex<EventLog>>,
@@ -77,6 +109,7 @@ pub struct Driver {
 impl Driver {
     /// Starts a driver with `context` (a thread in shared mode, nothing in invoker mode).
     pub fn start(context: DriverContext) -> Result<Driver> {
+        context.validate()?;
         let (commands, receiver) = mpsc::channel();
         let events = Arc::new(Mutex::new(EventLog::default()));
         let sender = SenderAgent::with_event_log(context.datagrams_per_cycle, events.clone());
@@ -107,6 +140,7 @@ impl Driver {
             context,
             commands,
             invoked,
+            failure: OnceLock::new(),
             thread: Mutex::new(thread),
             shutdown,
             events,
@@ -152,14 +186,51 @@ impl Driver {
         self.shutdown.load(Ordering::Acquire)
     }
 
-    /// One duty cycle in invoker mode (0 in shared mode, where the thread does the work).
+    /// `Ok` while the driver works: closed after shutdown, the failure once it failed (a
+    /// poisoned lock, a driver thread that died).
+    pub fn check_running(&self) -> Result<()> {
+        if let Some(failure) = self.failure.get() {
+            return Err(Error::Driver(failure.clone()));
+        }
+        if self.is_shut_down() {
+            return Err(Error::Closed("driver"));
+        }
+        let thread_died = match self.thread.try_lock() {
+            Ok(thread) => thread.as_ref().is_some_and(|handle| handle.is_finished()),
+            Err(_) => false,
+        };
+        if thread_died {
+            let failure = self.failure.get_or_init(|| "the driver thread stopped unexpectedly".into());
+            return Err(Error::Driver(failure.clone()));
+        }
+        Ok(())
+    }
+
+    /// Whether the driver failed (cheap; see [`Driver::check_running`]).
+    pub fn has_failed(&self) -> bool {
+        self.failure.get().is_some()
+    }
+
+    fn fail(&self, reason: String) -> Error {
+        Error::Driver(self.failure.get_or_init(|| reason).clone())
+    }
+
+    /// One duty cycle in invoker mode if no other thread is running one (0 in shared mode,
+    /// where the driver thread does the work). A poisoned driver lock is recorded as the
+    /// driver's failure, which [`Driver::check_running`] then reports.
     pub fn do_work(&self) -> usize {
+        self.try_do_work().unwrap_or(0)
+    }
+
+    /// [`Driver::do_work`], reporting a failed driver as an error.
+    pub fn try_do_work(&self) -> Result<usize> {
         match &self.invoked {
             Some(agents) => match agents.try_lock() {
-                Ok(mut agents) => agents.do_work(),
-                Err(_) => 0,
+                Ok(mut agents) => Ok(agents.do_work()),
+                Err(TryLockError::WouldBlock) => Ok(0),
+                Err(TryLockError::Poisoned(_)) => Err(self.fail(poisoned_message("driver agents"))),
             },
-            None => 0,
+            None => Ok(0),
         }
     }
 
@@ -172,25 +243,48 @@ impl Driver {
     }
 
     /// Sends a command without waiting for an answer.
-    pub fn send(&self, command: DriverCommand) {
-        let _ = self.commands.send(command);
-        self.do_work();
+    pub fn send(&self, command: DriverCommand) -> Result<()> {
+        self.commands.send(command).map_err(|_| Error::Closed("driver"))?;
+        self.try_do_work().map(drop)
     }
 
-    /// Sends a command and waits for its answer.
-    pub fn request<T>(&self, command: impl FnOnce(Sender<Result<T>>) -> DriverCommand) -> Result<T> {
-        if self.is_shut_down() {
-            return Err(Error::Closed("driver"));
+    /// Sends a command and waits for its answer, at most the command timeout.
+    ///
+    /// In invoker mode the caller runs duty cycles itself until the answer arrives, or waits
+    /// while another thread runs them. Either the answer arrives (and the resource is the
+    /// caller's) or the command is abandoned, in which case the conductor undoes it.
+    pub fn request<T>(&self, command: impl FnOnce(Reply<T>) -> DriverCommand) -> Result<T> {
+        self.check_running()?;
+        let reply = ReplySlot::new();
+        self.commands.send(command(reply.clone())).map_err(|_| Error::Closed("driver"))?;
+        let timeout = self.context.client_command_timeout;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.try_do_work()? == 0 || self.invoked.is_none() {
+                // Nothing ran here: the driver thread (or another invoker) answers.
+                if let Some(answer) = reply.wait(deadline, self.wait_step())? {
+                    return answer;
+                }
+            } else if let Some(answer) = reply.try_take()? {
+                return answer;
+            }
+            if std::time::Instant::now() >= deadline {
+                if let Some(answer) = reply.abandon()? {
+                    return answer;
+                }
+                self.check_running()?;
+                return Err(Error::Timeout(format!("no answer from the driver within {timeout:?}")));
+            }
         }
-        let (reply, answer) = mpsc::channel();
-        self.commands.send(command(reply)).map_err(|_| Error::Closed("driver"))?;
+    }
+
+    /// How long to wait at once for an answer: the whole timeout when a driver thread answers.
+    fn wait_step(&self) -> Duration {
         if self.invoked.is_some() {
-            self.do_work();
-            return answer.try_recv().map_err(|_| Error::Driver("the driver did not answer".into()))?;
+            REPLY_POLL_STEP
+        } else {
+            Duration::from_millis(50)
         }
-        answer.recv_timeout(self.context.client_command_timeout).map_err(|_| {
-            Error::Timeout(format!("no answer from the driver within {:?}", self.context.client_command_timeout))
-        })?
     }
 
     /// Stops the driver after sending what publications still hold (bounded wait).
@@ -199,9 +293,15 @@ impl Driver {
             return;
         }
         if let Some(agents) = &self.invoked {
-            lock(agents).drain();
+            if let Ok(mut agents) = agents.lock() {
+                agents.drain();
+            }
         }
-        if let Some(thread) = lock(&self.thread).take() {
+        let thread = match self.thread.lock() {
+            Ok(mut thread) => thread.take(),
+            Err(_) => None,
+        };
+        if let Some(thread) = thread {
             thread.thread().unpark();
             let _ = thread.join();
         }
