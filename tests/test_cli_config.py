@@ -273,3 +273,24 @@ def test_down_adapter_is_avoided(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert status == 0
     assert json.loads("\n".join(out))[0]["member"] not in (first, None)
+
+
+@pytest.mark.parametrize("pattern", ["a{1,1000}{1,1000}", "a{1,32767}{1,32767}"])
+def test_check_reports_a_pattern_over_the_compile_budget_at_file_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, pattern: str
+) -> None:
+    import time
+
+    path = tmp_path / "blowup.conf"
+    path.write_text(
+        "add-data-service service-name s\n"
+        f"    include-pattern {pattern}\n"
+        "    add-source-group add-priority label A end-priority end-source-group\n"
+        "end-data-service\n"
+    )
+    started = time.monotonic()
+    status, out, _ = run(capsys, "check", str(path))
+    assert time.monotonic() - started < 5
+    assert status == 1
+    assert out[0].startswith(f"{path}:2:21: error: include-pattern: invalid POSIX extended regular expression")
+    assert "limit of 10000" in out[0]

@@ -21,18 +21,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from affinity._affinity import PosixRegex
 from affinity.config import ere
 from affinity.config.diagnostics import Diagnostic, error, warning
 from affinity.config.model import AffinityRule, DataService, Location, RoutingConfig, SourceGroup
-from affinity.config.posix import compile_ere
 from affinity.config.syntax import SELECTIONS
 from affinity.exceptions import PolicyError
 from affinity.rules import discovery
 
 __all__ = ["check", "check_affinity_pattern"]
 
-#: Built-in policies usable as ``policy NAME`` (the others are ``selection`` values).
-FALLBACK_POLICIES = ("workload", "least-assigned", "round-robin")
 #: Two-leg variables that must not appear in peer labels under source affinity.
 LEG_VARIABLES = ("THIS_LEG", "OTHER_LEG")
 
@@ -80,7 +78,7 @@ def check_affinity_pattern(rule: AffinityRule) -> list[Diagnostic]:
             )
         )
     try:
-        count = compile_ere(pattern).group_count
+        count = PosixRegex(pattern).group_count
     except ValueError as exc:
         diagnostics.append(error(_at(rule, 0), str(exc)))
         return diagnostics
@@ -134,7 +132,7 @@ def _check_service(service: DataService) -> Iterator[Diagnostic]:
         service.include_patterns, _pattern_locations(service), strict=True
     ):
         try:
-            compile_ere(pattern)
+            PosixRegex(pattern)
         except ValueError as exc:
             yield error(location, f"include-pattern: {exc}")
     if not service.source_groups:
@@ -198,7 +196,7 @@ def _check_policy(group: SourceGroup, *, load_plugins: bool) -> Iterator[Diagnos
         yield error(
             location,
             f"{name!r} is a selection function, not a fallback policy: write selection {name} "
-            f"(fallback policies: {', '.join(FALLBACK_POLICIES)})",
+            f"(fallback policies: {', '.join(discovery.BUILTIN_POLICIES)})",
         )
         return
     if discovery.is_builtin_policy(name):
