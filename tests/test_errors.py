@@ -50,7 +50,9 @@ def test_offer_of_a_str_raises_argument_type_error(client: affinity.Client, chan
 
 def test_socket_failure_is_an_os_error_with_errno(client: affinity.Client) -> None:
     # 192.0.2.0/24 (TEST-NET-1) is never a local address: bind fails with EADDRNOTAVAIL.
-    with pytest.raises(affinity.AffinityOSError, match="cannot bind receiving socket 192.0.2.1:40000") as raised:
+    with pytest.raises(
+        affinity.AffinityOSError, match=re.escape("cannot bind receiving socket 192.0.2.1:40000")
+    ) as raised:
         client.add_subscription("aeron:udp?endpoint=192.0.2.1:40000", 1)
     assert isinstance(raised.value, OSError)
     assert raised.value.errno == errno.EADDRNOTAVAIL
@@ -104,7 +106,10 @@ def test_pyarrow_array_with_non_monotonic_offsets_is_refused(client: affinity.Cl
 
 def test_arrow_array_longer_than_its_offsets_buffer_is_refused(client: affinity.Client, channel: str) -> None:
     array = HostileArray([0, 1], b"x", length=5)
-    with client.add_publication(channel, 1) as pub, pytest.raises(affinity.InvalidArgumentError, match="offsets buffer"):
+    with (
+        client.add_publication(channel, 1) as pub,
+        pytest.raises(affinity.InvalidArgumentError, match="offsets buffer"),
+    ):
         pub.offer_batch(array)
 
 

@@ -163,7 +163,7 @@ mod tests {
     }
 
     #[test]
-    fn builtin_names() {
+    fn every_registered_policy_is_constructed_under_its_name() {
         for name in builtin_names() {
             assert_eq!(builtin(name).unwrap().name(), name);
         }
