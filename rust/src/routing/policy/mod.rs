@@ -78,10 +78,13 @@ pub trait Policy: Send + Sync {
     }
 }
 
+/// Makes a new instance of a built-in policy.
+pub type PolicyConstructor = fn() -> Box<dyn Policy>;
+
 /// The registry of built-in fallback policies: configuration name and constructor, in
 /// documentation order. The one list: the Python package and the configuration checks read
 /// the names from here (`affinity._affinity.BUILTIN_POLICIES`).
-pub const BUILTIN_POLICIES: [(&str, fn() -> Box<dyn Policy>); 3] =
+pub const BUILTIN_POLICIES: [(&str, PolicyConstructor); 3] =
     [("workload", workload), ("least-assigned", least_assigned), ("round-robin", round_robin)];
 
 fn workload() -> Box<dyn Policy> {
