@@ -142,3 +142,20 @@ def test_offer_batch_never_panics_on_hostile_arrow_buffers(
             assert 0 <= taken <= len(array)
             # An empty array reads no offsets; any other accepted array was well formed.
             assert len(array) == 0 or all(0 <= value <= len(data) for value in offsets[offset:])
+
+
+@pytest.mark.parametrize("stream_id", [2**31, -(2**31) - 1, 10**40])
+def test_stream_id_out_of_range_is_an_invalid_argument_not_overflow(client: affinity.Client, stream_id: int) -> None:
+    with pytest.raises(affinity.InvalidArgumentError, match=f"stream_id={stream_id}: must be between"):
+        client.add_publication("aeron:ipc", stream_id)
+    with pytest.raises(affinity.InvalidArgumentError, match=f"stream_id={stream_id}: must be between"):
+        client.add_subscription("aeron:ipc", stream_id)
+
+
+@pytest.mark.parametrize("limit", [0, -1, 2**64, 10**40])
+def test_fragment_limit_out_of_range_is_an_invalid_argument(client: affinity.Client, limit: int) -> None:
+    with client.add_subscription("aeron:ipc", 1) as sub:
+        with pytest.raises(affinity.InvalidArgumentError, match=f"fragment_limit={limit}: must be between 1 and"):
+            sub.poll(lambda data, header: None, limit)
+        with pytest.raises(affinity.InvalidArgumentError, match=f"fragment_limit={limit}: must be between 1 and"):
+            sub.poll_batch(limit)

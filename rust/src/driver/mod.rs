@@ -303,7 +303,10 @@ impl Driver {
         };
         if let Some(thread) = thread {
             thread.thread().unpark();
-            let _ = thread.join();
+            if thread.join().is_err() {
+                // The driver thread panicked (a bug): calls that still reach it report it.
+                self.failure.get_or_init(|| "the driver thread panicked".into());
+            }
         }
     }
 }

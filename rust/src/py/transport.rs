@@ -94,6 +94,34 @@ fn limited(
     result.map_err(|rule| setting_error(format!("{}={shown}: {rule}", range.name)))
 }
 
+/// An integer argument in `min..=max`: any Python int is taken (no `OverflowError`), a value
+/// outside the range raises `InvalidArgumentError`, another type `ArgumentTypeError`.
+fn int_argument(name: &str, value: &Bound<'_, PyAny>, min: i128, max: i128) -> PyResult<i128> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(wrong_type(format!("{name}: expected an integer, got {}", type_name(value))));
+    }
+    match value.extract::<i128>() {
+        Ok(number) if (min..=max).contains(&number) => Ok(number),
+        _ => Err(invalid_argument(format!("{name}={value}: must be between {min} and {max}"))),
+    }
+}
+
+fn stream_id_argument(value: &Bound<'_, PyAny>) -> PyResult<i32> {
+    // The range is i32's own, so the narrowing cannot fail.
+    Ok(int_argument("stream_id", value, i32::MIN.into(), i32::MAX.into())? as i32)
+}
+
+/// Most fragments one poll may take (bounds the memory a poll allocates).
+const MAX_FRAGMENT_LIMIT: i128 = 1 << 24;
+
+fn fragment_limit_argument(value: Option<&Bound<'_, PyAny>>, default: usize) -> PyResult<usize> {
+    match value {
+        // The range is within usize on every supported platform.
+        Some(value) => Ok(int_argument("fragment_limit", value, 1, MAX_FRAGMENT_LIMIT)? as usize),
+        None => Ok(default),
+    }
+}
+
 /// Warns with `ResourceWarning` that a handle is being collected without `close()`.
 fn warn_unclosed(py: Python<'_>, message: &std::ffi::CStr) {
     let category = py.get_type::<PyResourceWarning>();
@@ -173,13 +201,15 @@ impl Client {
     }
 
     /// Creates a publication.
-    fn add_publication(&self, py: Python<'_>, channel: &str, stream_id: i32) -> PyResult<Publication> {
+    fn add_publication(&self, py: Python<'_>, channel: &str, stream_id: &Bound<'_, PyAny>) -> PyResult<Publication> {
+        let stream_id = stream_id_argument(stream_id)?;
         let inner = py.detach(|| self.inner.add_publication(channel, stream_id)).map_err(transport_error)?;
         Ok(Publication { inner })
     }
 
     /// Creates a subscription.
-    fn add_subscription(&self, py: Python<'_>, channel: &str, stream_id: i32) -> PyResult<Subscription> {
+    fn add_subscription(&self, py: Python<'_>, channel: &str, stream_id: &Bound<'_, PyAny>) -> PyResult<Subscription> {
+        let stream_id = stream_id_argument(stream_id)?;
         let inner = py.detach(|| self.inner.add_subscription(channel, stream_id)).map_err(transport_error)?;
         Ok(Subscription { inner })
     }
@@ -428,26 +458,26 @@ impl Publication {
 
     /// Whether the publication (or its client) was closed.
     #[getter]
-    fn is_closed(&self) -> bool {
-        self.inner.is_closed()
+    fn is_closed(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.inner.is_closed())
     }
 
     /// The end of the last appended message.
     #[getter]
-    fn position(&self) -> i64 {
-        self.inner.shared().state().tail_position()
+    fn position(&self, py: Python<'_>) -> i64 {
+        py.detach(|| self.inner.shared().state().tail_position())
     }
 
     /// The publication's session id.
     #[getter]
-    fn session_id(&self) -> i32 {
-        self.inner.shared().state().identity().session_id
+    fn session_id(&self, py: Python<'_>) -> i32 {
+        py.detach(|| self.inner.shared().state().identity().session_id)
     }
 
     /// The stream id.
     #[getter]
-    fn stream_id(&self) -> i32 {
-        self.inner.shared().state().identity().stream_id
+    fn stream_id(&self, py: Python<'_>) -> i32 {
+        py.detach(|| self.inner.shared().state().identity().stream_id)
     }
 
     /// The channel URI.
@@ -458,8 +488,8 @@ impl Publication {
 
     /// The largest message `offer` accepts.
     #[getter]
-    fn max_message_length(&self) -> usize {
-        self.inner.shared().state().max_message_length()
+    fn max_message_length(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.inner.shared().state().max_message_length())
     }
 
     /// Counters: positions, limit, strategy, receivers, connected flag, traffic counts.
@@ -649,8 +679,14 @@ impl Subscription {
 impl Subscription {
     /// Calls `handler(data, header)` for each whole message within `fragment_limit` fragments;
     /// returns the number of fragments consumed.
-    #[pyo3(signature = (handler, fragment_limit=10))]
-    fn poll(&self, py: Python<'_>, handler: &Bound<'_, PyAny>, fragment_limit: usize) -> PyResult<usize> {
+    #[pyo3(signature = (handler, fragment_limit=None))]
+    fn poll(
+        &self,
+        py: Python<'_>,
+        handler: &Bound<'_, PyAny>,
+        fragment_limit: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let fragment_limit = fragment_limit_argument(fragment_limit, 10)?;
         let (batch, fragments) = self.poll_messages(py, fragment_limit)?;
         for index in 0..batch.len() {
             let header = Bound::new(py, Header::from(&batch.headers[index]))?;
@@ -661,8 +697,14 @@ impl Subscription {
 
     /// Whole messages within `fragment_limit` fragments, as `list[bytes]`, or as a
     /// `pyarrow.LargeBinaryArray` with `as_arrow=True`.
-    #[pyo3(signature = (fragment_limit=1000, *, as_arrow=false))]
-    fn poll_batch<'py>(&self, py: Python<'py>, fragment_limit: usize, as_arrow: bool) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (fragment_limit=None, *, as_arrow=false))]
+    fn poll_batch<'py>(
+        &self,
+        py: Python<'py>,
+        fragment_limit: Option<&Bound<'_, PyAny>>,
+        as_arrow: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let fragment_limit = fragment_limit_argument(fragment_limit, 1000)?;
         let (batch, _) = self.poll_messages(py, fragment_limit)?;
         if as_arrow {
             let pyarrow = py.import("pyarrow")?;
