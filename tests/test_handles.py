@@ -37,6 +37,13 @@ def test_unclosed_subscription_warns_and_stops_receiving(client: affinity.Client
             time.sleep(0.01)
 
 
+def test_unclosed_client_warns_when_collected() -> None:
+    client = affinity.Client(threading="invoker")
+    with pytest.warns(ResourceWarning, match="Client collected without close"):
+        del client
+        collect()
+
+
 def test_closed_handles_do_not_warn(client: affinity.Client, channel: str) -> None:
     sub = client.add_subscription(channel, 1)
     pub = client.add_publication(channel, 1)

@@ -325,3 +325,87 @@ fn run_shared(mut agents: DriverAgents, strategy: IdleStrategy, stop: &AtomicBoo
     }
     agents.drain();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invoker() -> Driver {
+        Driver::start(DriverContext { threading_mode: ThreadingMode::Invoker, ..DriverContext::default() }).unwrap()
+    }
+
+    fn poison<T: Send>(mutex: &Mutex<T>) {
+        std::thread::scope(|scope| {
+            let holder = scope.spawn(|| {
+                let _guard = mutex.lock();
+                panic!("a bug while holding the lock");
+            });
+            assert!(holder.join().is_err());
+        });
+        assert!(mutex.is_poisoned());
+    }
+
+    #[test]
+    fn a_poisoned_driver_lock_is_reported_not_recovered() {
+        let driver = invoker();
+        assert!(driver.check_running().is_ok());
+        poison(driver.invoked.as_ref().unwrap());
+        let failure = driver.try_do_work().unwrap_err();
+        assert!(matches!(&failure, Error::Driver(message) if message.contains("panicked")), "{failure}");
+        assert_eq!(driver.do_work(), 0);
+        assert!(driver.has_failed());
+        assert!(matches!(driver.check_running(), Err(Error::Driver(_))));
+        let started = std::time::Instant::now();
+        let answer =
+            driver.request(|reply| DriverCommand::AddSubscription { channel: "aeron:ipc".into(), stream_id: 1, reply });
+        assert!(matches!(answer, Err(Error::Driver(_))));
+        assert!(started.elapsed() < Duration::from_secs(1), "a failed driver must not make callers wait");
+    }
+
+    #[test]
+    #[should_panic(expected = "a thread panicked while holding a driver lock")]
+    fn lock_refuses_a_poisoned_mutex() {
+        let mutex = Mutex::new(0);
+        poison(&mutex);
+        drop(lock(&mutex));
+    }
+
+    #[test]
+    fn invoker_request_waits_while_another_thread_runs_the_duty_cycle() {
+        let driver = invoker();
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    driver.do_work();
+                }
+            });
+            for stream_id in 0..50 {
+                let answer = driver.request(|reply| DriverCommand::AddPublication {
+                    channel: "aeron:ipc?term-length=64k".into(),
+                    stream_id,
+                    reply,
+                });
+                assert!(answer.is_ok(), "stream {stream_id}: {:?}", answer.err());
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+
+    #[test]
+    fn an_unanswered_request_times_out_within_the_command_timeout() {
+        let context = DriverContext {
+            threading_mode: ThreadingMode::Invoker,
+            client_command_timeout: Duration::from_millis(50),
+            ..DriverContext::default()
+        };
+        let driver = Driver::start(context).unwrap();
+        let agents = driver.invoked.as_ref().unwrap().lock().unwrap(); // nobody can run a cycle
+        let started = std::time::Instant::now();
+        let answer =
+            driver.request(|reply| DriverCommand::AddSubscription { channel: "aeron:ipc".into(), stream_id: 1, reply });
+        assert!(matches!(answer, Err(Error::Timeout(_))), "{:?}", answer.err());
+        assert!(started.elapsed() < Duration::from_secs(2));
+        drop(agents);
+    }
+}
