@@ -139,37 +139,71 @@ impl Client {
 
     /// Creates a publication on `channel` / `stream_id`.
     pub fn add_publication(&self, channel: &str, stream_id: i32) -> Result<Publication> {
-        self.check_open()?;
-        let shared = self.driver.request(|reply| DriverCommand::AddPublication {
-            channel: channel.to_owned(),
-            stream_id,
-            reply,
-        })?;
-        lock_checked(&self.publications, "client")?.push(shared.clone());
-        Ok(Publication {
-            shared,
-            driver: self.driver.clone(),
-            closed: AtomicBool::new(false),
-            offers: Default::default(),
-        })
+        match self.add_publication_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Client::add_publication`], asking `interrupt` now and then whether to give up while
+    /// it waits for the driver (see [`Driver::request_with`]).
+    pub fn add_publication_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<Publication>, E> {
+        if let Err(error) = self.check_open() {
+            return Ok(Err(error));
+        }
+        let answer = self.driver.request_with(
+            |reply| DriverCommand::AddPublication { channel: channel.to_owned(), stream_id, reply },
+            interrupt,
+        )?;
+        Ok(answer.and_then(|shared| {
+            lock_checked(&self.publications, "client")?.push(shared.clone());
+            Ok(Publication {
+                shared,
+                driver: self.driver.clone(),
+                closed: AtomicBool::new(false),
+                offers: Default::default(),
+            })
+        }))
     }
 
     /// Creates a subscription on `channel` / `stream_id`.
     pub fn add_subscription(&self, channel: &str, stream_id: i32) -> Result<Subscription> {
-        self.check_open()?;
-        let shared = self.driver.request(|reply| DriverCommand::AddSubscription {
-            channel: channel.to_owned(),
-            stream_id,
-            reply,
-        })?;
-        lock_checked(&self.subscriptions, "client")?.push(shared.clone());
-        Ok(Subscription {
-            shared,
-            driver: self.driver.clone(),
-            closed: AtomicBool::new(false),
-            assembler: Mutex::new(Assembler::default()),
-            next_image: Default::default(),
-        })
+        match self.add_subscription_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Client::add_subscription`], asking `interrupt` now and then whether to give up while
+    /// it waits for the driver (see [`Driver::request_with`]).
+    pub fn add_subscription_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<Subscription>, E> {
+        if let Err(error) = self.check_open() {
+            return Ok(Err(error));
+        }
+        let answer = self.driver.request_with(
+            |reply| DriverCommand::AddSubscription { channel: channel.to_owned(), stream_id, reply },
+            interrupt,
+        )?;
+        Ok(answer.and_then(|shared| {
+            lock_checked(&self.subscriptions, "client")?.push(shared.clone());
+            Ok(Subscription {
+                shared,
+                driver: self.driver.clone(),
+                closed: AtomicBool::new(false),
+                assembler: Mutex::new(Assembler::default()),
+                next_image: Default::default(),
+            })
+        }))
     }
 
     /// Takes the driver events logged since the last call (receivers joining or leaving

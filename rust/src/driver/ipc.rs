@@ -56,6 +56,12 @@ impl IpcAgent {
         }
     }
 
+    /// Whether any IPC publication is served (for tests).
+    #[cfg(test)]
+    pub(crate) fn has_publications(&self) -> bool {
+        !self.links.is_empty()
+    }
+
     /// Serves an IPC publication.
     pub fn add_publication(&mut self, publication: Arc<PublicationShared>, now: Instant) {
         self.links.push(IpcLink { publication, images: Vec::new(), last_idle: now });

@@ -34,6 +34,9 @@ const SHUTDOWN_DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// How long a client waiting for an answer sleeps between checks while another thread runs the
 /// invoker duty cycle.
 const REPLY_POLL_STEP: Duration = Duration::from_micros(200);
+/// How often a waiting request checks that the driver still runs and asks its caller whether to
+/// give up ([`Driver::request_with`]).
+pub const INTERRUPT_CHECK_INTERVAL: Duration = Duration::from_millis(50);
 
 /// Locks a mutex shared by the driver and its clients.
 ///
@@ -254,26 +257,73 @@ impl Driver {
     /// while another thread runs them. Either the answer arrives (and the resource is the
     /// caller's) or the command is abandoned, in which case the conductor undoes it.
     pub fn request<T>(&self, command: impl FnOnce(Reply<T>) -> DriverCommand) -> Result<T> {
-        self.check_running()?;
+        match self.request_with(command, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(answer) => answer,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Driver::request`], calling `interrupt` every [`INTERRUPT_CHECK_INTERVAL`] while it
+    /// waits: when `interrupt` fails (Ctrl-C in Python), the command is abandoned (undone by
+    /// the conductor if it runs later) and its error returned. An answer that arrived first
+    /// is returned instead: the resource exists and is the caller's.
+    pub fn request_with<T, E>(
+        &self,
+        command: impl FnOnce(Reply<T>) -> DriverCommand,
+        mut interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<T>, E> {
+        if let Err(error) = self.check_running() {
+            return Ok(Err(error));
+        }
         let reply = ReplySlot::new();
-        self.commands.send(command(reply.clone())).map_err(|_| Error::Closed("driver"))?;
+        if self.commands.send(command(reply.clone())).is_err() {
+            return Ok(Err(Error::Closed("driver")));
+        }
         let timeout = self.context.client_command_timeout;
-        let deadline = std::time::Instant::now() + timeout;
+        let started = std::time::Instant::now();
+        let deadline = started + timeout;
+        let mut next_check = started + INTERRUPT_CHECK_INTERVAL;
+        // Gives up: the answer if it arrived meanwhile, else `error` (the command is undone).
+        let give_up = |error: Error| match reply.abandon() {
+            Ok(Some(answer)) => answer,
+            Ok(None) => Err(error),
+            Err(poisoned) => Err(poisoned),
+        };
         loop {
-            if self.try_do_work()? == 0 || self.invoked.is_none() {
+            let ran = match self.try_do_work() {
+                Ok(work) => work,
+                Err(error) => return Ok(give_up(error)),
+            };
+            let answer = if ran == 0 || self.invoked.is_none() {
                 // Nothing ran here: the driver thread (or another invoker) answers.
-                if let Some(answer) = reply.wait(deadline, self.wait_step())? {
-                    return answer;
-                }
-            } else if let Some(answer) = reply.try_take()? {
-                return answer;
+                reply.wait(deadline, self.wait_step())
+            } else {
+                reply.try_take()
+            };
+            match answer {
+                Ok(Some(answer)) => return Ok(answer),
+                Ok(None) => {}
+                Err(error) => return Ok(give_up(error)),
             }
-            if std::time::Instant::now() >= deadline {
-                if let Some(answer) = reply.abandon()? {
-                    return answer;
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                let error = self
+                    .check_running()
+                    .err()
+                    .unwrap_or_else(|| Error::Timeout(format!("no answer from the driver within {timeout:?}")));
+                return Ok(give_up(error));
+            }
+            if now >= next_check {
+                next_check = now + INTERRUPT_CHECK_INTERVAL;
+                if let Err(error) = self.check_running() {
+                    return Ok(give_up(error));
                 }
-                self.check_running()?;
-                return Err(Error::Timeout(format!("no answer from the driver within {timeout:?}")));
+                if let Err(interrupted) = interrupt() {
+                    return match reply.abandon() {
+                        Ok(Some(answer)) => Ok(answer),
+                        _ => Err(interrupted),
+                    };
+                }
             }
         }
     }
@@ -390,6 +440,36 @@ mod tests {
             }
             stop.store(true, Ordering::Relaxed);
         });
+    }
+
+    #[test]
+    fn an_interrupted_request_returns_at_once_and_its_command_is_undone() {
+        let context = DriverContext {
+            threading_mode: ThreadingMode::Invoker,
+            client_command_timeout: Duration::from_secs(60),
+            ..DriverContext::default()
+        };
+        let driver = Driver::start(context).unwrap();
+        let mut holder = driver.invoked.as_ref().unwrap().lock().unwrap(); // nobody can run a cycle
+        let started = std::time::Instant::now();
+        let mut asked = 0;
+        let answer = driver.request_with(
+            |reply| DriverCommand::AddPublication { channel: "aeron:ipc?term-length=64k".into(), stream_id: 1, reply },
+            || {
+                asked += 1;
+                if asked == 3 {
+                    Err("interrupted")
+                } else {
+                    Ok(())
+                }
+            },
+        );
+        assert!(matches!(answer, Err("interrupted")));
+        assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+        // The conductor meets the abandoned command later and must not serve it.
+        holder.do_work();
+        assert!(!holder.ipc.has_publications(), "an interrupted command left its publication behind");
+        drop(holder);
     }
 
     #[test]

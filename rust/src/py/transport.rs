@@ -203,14 +203,18 @@ impl Client {
     /// Creates a publication.
     fn add_publication(&self, py: Python<'_>, channel: &str, stream_id: &Bound<'_, PyAny>) -> PyResult<Publication> {
         let stream_id = stream_id_argument(stream_id)?;
-        let inner = py.detach(|| self.inner.add_publication(channel, stream_id)).map_err(transport_error)?;
+        let interrupt = || Python::attach(|py| py.check_signals());
+        let inner =
+            py.detach(|| self.inner.add_publication_with(channel, stream_id, interrupt))?.map_err(transport_error)?;
         Ok(Publication { inner })
     }
 
     /// Creates a subscription.
     fn add_subscription(&self, py: Python<'_>, channel: &str, stream_id: &Bound<'_, PyAny>) -> PyResult<Subscription> {
         let stream_id = stream_id_argument(stream_id)?;
-        let inner = py.detach(|| self.inner.add_subscription(channel, stream_id)).map_err(transport_error)?;
+        let interrupt = || Python::attach(|py| py.check_signals());
+        let inner =
+            py.detach(|| self.inner.add_subscription_with(channel, stream_id, interrupt))?.map_err(transport_error)?;
         Ok(Subscription { inner })
     }
 
