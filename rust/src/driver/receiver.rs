@@ -460,7 +460,6 @@ impl ReceiverAgent {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
