@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.netns
+
 # The repository's helper: a fresh network namespace, loopback only, multicast routed to lo.
 NETNS_RUN = Path(__file__).resolve().parent.parent / "rust" / "tests" / "support" / "netns-run"
 

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use super::lock;
 use crate::client::{ImageHandle, SubscriptionShared};
 use crate::logbuffer::position::compute_position;
 use crate::logbuffer::StreamIdentity;
@@ -469,11 +470,6 @@ impl ReceiverAgent {
         self.endpoints.retain(|e| !e.subscriptions.is_empty() || !e.images.is_empty());
         work
     }
-}
-
-/// Locks a mutex, recovering the data if a thread panicked while holding it.
-pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -75,12 +75,12 @@ pub enum Selection {
 impl Selection {
     /// Parses `modulo` or `rendezvous`.
     pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "modulo" => Some(Selection::Modulo),
-            "rendezvous" => Some(Selection::Rendezvous),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|selection| selection.name() == name)
     }
+
+    /// The configuration spelling.
+    /// Every selection function, in documentation order (exported to Python as `SELECTIONS`).
+    pub const ALL: [Selection; 2] = [Selection::Modulo, Selection::Rendezvous];
 
     /// The configuration spelling.
     pub fn name(self) -> &'static str {
