@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 import affinity
 from affinity.spark.encoding import decode_arrow, decode_binary, decode_json

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -21,7 +21,7 @@ from pyspark.sql.types import StructType
 from affinity.spark.envelope import NIL_QUERY, Kind
 from affinity.spark.errors import SparkOptionError
 from affinity.spark.options import SinkOptions, parse_sink_options, parse_source_options
-from affinity.spark.sink import TaskResult, publish_markers, transport_for, validate_schema, write_task
+from affinity.spark.sink import TaskResult, check_group, publish_markers, transport_for, validate_schema, write_task
 from affinity.spark.source import SOURCE_BINARY_SCHEMA, StreamSource
 
 __all__ = ["FORMAT_NAME", "AffinityCommitMessage", "AffinityDataSource"]
@@ -74,6 +74,8 @@ def _spark_schema_check(schema: StructType, options: SinkOptions) -> None:
     except Exception as error:  # pyspark raises its own errors for unsupported types
         raise SparkOptionError(f"the DataFrame's schema cannot be written as Arrow: {error}") from None
     validate_schema(arrow_schema, options)
+    if options.group is not None:
+        check_group(options.group, options.registry)
 
 
 def _task_partition() -> tuple[int, dict[str, str | None]]:
@@ -103,12 +105,12 @@ class BatchWriter(DataSourceArrowWriter):
         transport = transport_for(self.options)
         return AffinityCommitMessage.of(write_task(iterator, self.options, transport, self.query_id, 0, partition))
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Commit markers to every queue."""
         transport = transport_for(self.options)
         publish_markers(transport, Kind.COMMIT, self.query_id, 0, _results(messages), self.options.ack_timeout)
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Abort markers to every queue: consumers drop the rows of this write."""
         transport = transport_for(self.options)
         publish_markers(transport, Kind.ABORT, self.query_id, 0, [], self.options.ack_timeout)
@@ -133,7 +135,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         result = write_task(iterator, self.options, transport, uuid.UUID(raw_query), int(raw_batch), partition)
         return AffinityCommitMessage.of(result)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Commit markers for ``batchId`` to every queue."""
         results = _results(messages)
         if not results:
@@ -141,7 +143,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         transport = transport_for(self.options)
         publish_markers(transport, Kind.COMMIT, results[0].query_id, batchId, results, self.options.ack_timeout)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Abort markers for ``batchId`` (query id unknown when every task failed: the nil id, meaning any)."""
         results = _results(messages)
         query_id = results[0].query_id if results else NIL_QUERY
@@ -172,12 +174,12 @@ class AffinityDataSource(DataSource):
         _spark_schema_check(schema, options)
         return BatchWriter(options)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:  # noqa: N802
+    def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
         """The streaming writer (options and schema checked here, on the driver)."""
         options = parse_sink_options(self.options)
         _spark_schema_check(schema, options)
         return StreamWriter(options)
 
-    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:  # noqa: N802
+    def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         """The stream reader; it runs on the driver and keeps a replay window of what it read."""
         return StreamSource(parse_source_options(self.options), to_arrow_schema(schema))

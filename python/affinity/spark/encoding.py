@@ -23,8 +23,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 
 from affinity.spark.errors import EnvelopeError, SparkOptionError
 from affinity.spark.options import ValueFormat
@@ -48,7 +48,7 @@ _SIZE_HEADROOM: Final = 0.9
 
 
 def _key_type_ok(data_type: pa.DataType) -> bool:
-    return (
+    return bool(
         pa.types.is_string(data_type)
         or pa.types.is_large_string(data_type)
         or pa.types.is_binary(data_type)
@@ -94,14 +94,15 @@ def _length_prefixes(values: pa.Array) -> pa.Array:
 def key_array(batch: pa.RecordBatch, key: Sequence[str]) -> pa.Array:
     """One binary key per row (see the module doc for the encoding)."""
     if len(key) == 1:
-        return pc.fill_null(_as_binary(batch.column(key[0])), b"")
+        return pc.cast(pc.fill_null(_as_binary(batch.column(key[0])), b""), pa.binary())
     parts: list[pa.Array] = []
     for name in key:
         values = pc.cast(_as_binary(batch.column(name)), pa.large_binary())
         parts.append(_length_prefixes(values))
         parts.append(pc.fill_null(values, b""))
-    joined: pa.Array = pc.binary_join_element_wise(*parts, b"")
-    return joined
+    joined = pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.large_binary()))
+    keys: pa.Array = pc.cast(joined, pa.binary())
+    return keys
 
 
 def split_by_queue(batch: pa.RecordBatch, queues: Sequence[int]) -> list[tuple[int, pa.RecordBatch]]:
@@ -148,7 +149,8 @@ def encode_body(batch: pa.RecordBatch, fmt: ValueFormat, value_column: str | Non
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write_batch(batch)
-        return sink.getvalue().to_pybytes()
+        encoded: bytes = sink.getvalue().to_pybytes()
+        return encoded
     if fmt is ValueFormat.JSON:
         import orjson
 
@@ -216,7 +218,8 @@ def decode_binary(body: bytes | memoryview) -> list[bytes]:
 def body_rows(fmt: ValueFormat, body: bytes | memoryview) -> int:
     """How many rows a body holds (used to check the envelope's row count)."""
     if fmt is ValueFormat.ARROW:
-        return decode_arrow(body).num_rows
+        rows: int = decode_arrow(body).num_rows
+        return rows
     if fmt is ValueFormat.JSON:
         return len(decode_json(body))
     return len(decode_binary(body))

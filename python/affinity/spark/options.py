@@ -215,8 +215,6 @@ def _target(values: dict[str, str]) -> tuple[str | None, str | None, int | None]
             raise SparkOptionError(f"option channel={channel!r} needs option streamId")
         if not channel.startswith("aeron:"):
             raise SparkOptionError(f"option channel={channel!r} is not an aeron channel URI (aeron:udp?...)")
-    elif not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", group):
-        raise SparkOptionError(f"option group={group!r} is not a group name (letters, digits, '.', '_', '-')")
     return group, channel, stream_id
 
 

@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 
 import affinity
-from affinity.exceptions import ChannelUriError, ClosedError
+from affinity.exceptions import ChannelUriError, ClosedError, ConfigError
 from affinity.spark.encoding import check_key_columns, encode_body, key_array, row_groups, split_by_queue
 from affinity.spark.envelope import (
     MARKER_PARTITION,
@@ -36,6 +36,7 @@ from affinity.spark.options import SinkOptions, ValueFormat
 
 __all__ = [
     "CHANNEL_QUEUE",
+    "check_group",
     "TaskResult",
     "Transport",
     "publish_markers",
@@ -154,16 +155,27 @@ class ChannelTransport:
             delay = _wait(delay)
 
 
+def check_group(group: str, registry: str | None) -> None:
+    """The group exists in the registry (else :class:`SparkOptionError` naming the option)."""
+    from affinity.groups import load_group
+
+    try:
+        load_group(group, registry)
+    except ConfigError as error:
+        where = "" if registry is None else f" (registry={registry!r})"
+        raise SparkOptionError(f"option group={group!r}{where}: {error}") from None
+
+
 class GroupTransport:
     """A :class:`affinity.groups.GroupPublisher` of the group named by the ``group`` option."""
 
     def __init__(self, client: affinity.Client, group: str, registry: str | None, ack_timeout: float) -> None:
-        from affinity.groups import GroupPublisher, load_group
+        from affinity.groups import GroupPublisher
 
-        definition = load_group(group, registry=registry)
-        self._hash_count = int(definition.hash_count)
-        self._queue_count = int(definition.queue_count)
+        check_group(group, registry)
         self._publisher = GroupPublisher(client, group, registry=registry)
+        self._hash_count = self._publisher.definition.hash_count
+        self._queue_count = self._publisher.definition.queue_count
         self._what = f"group {group!r}"
         self._timeout = ack_timeout
 
@@ -179,7 +191,7 @@ class GroupTransport:
 
     def queues_of(self, keys: pa.Array) -> list[int]:
         """``affinity_hash(key) % HC % QC`` for each key, in Rust."""
-        from affinity._affinity import group_queues
+        from affinity.groups import group_queues
 
         queues: list[int] = group_queues(keys, self._hash_count, self._queue_count)
         return queues
@@ -246,7 +258,7 @@ def value_column(schema: pa.Schema, options: SinkOptions) -> str | None:
     """The binary column of ``value=binary`` (the one binary column that is not a key)."""
     if options.value is not ValueFormat.BINARY:
         return None
-    candidates = [
+    candidates: list[str] = [
         f.name
         for f in schema
         if f.name not in options.key and (pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type))

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Final
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 
 import affinity
@@ -76,7 +76,7 @@ class StreamSource(SimpleDataSourceStreamReader):
                 raise SparkOptionError(f"option channel={self._options.channel!r}: {error}") from None
         return self._subscription
 
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802
+    def initialOffset(self) -> dict[str, int]:
         """Subscribes now (what is sent from here on is read); no position yet."""
         self._subscribe()
         return {}
@@ -103,7 +103,7 @@ class StreamSource(SimpleDataSourceStreamReader):
         batches = self._binary(fresh) if self._options.value is ValueFormat.BINARY else self._arrow(fresh)
         return iter(batches), end
 
-    def readBetweenOffsets(self, start: dict[str, int], end: dict[str, int]) -> Iterator[pa.RecordBatch]:  # noqa: N802
+    def readBetweenOffsets(self, start: dict[str, int], end: dict[str, int]) -> Iterator[pa.RecordBatch]:
         """Replay after a restart: the transport keeps no log, so only an empty range can be served."""
         if start == end:
             return iter([])
