@@ -94,17 +94,24 @@ def session() -> Any:
 
 def _python_noop() -> Any:
     """A Python Arrow data source that only counts rows: the ceiling of any Python sink."""
-    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
 
     class Writer(DataSourceArrowWriter):
-        def write(self, iterator: Any) -> None:
+        def write(self, iterator: Any) -> WriterCommitMessage:
             for _ in iterator:
                 pass
+            return WriterCommitMessage()
 
     class StreamWriter(DataSourceStreamArrowWriter):
-        def write(self, iterator: Any) -> None:
+        def write(self, iterator: Any) -> WriterCommitMessage:
             for _ in iterator:
                 pass
+            return WriterCommitMessage()
 
     class PythonNoop(DataSource):
         @classmethod

@@ -332,3 +332,57 @@ def test_a_consumer_killed_mid_stream_loses_nothing(spark: Any, group: Group, tm
             if process.poll() is None:
                 process.terminate()
                 process.wait(15)
+
+
+def test_the_group_source_reads_what_a_group_publisher_sends(
+    spark: Any, group: Group, client: affinity.Client, tmp_path: Path
+) -> None:
+    from affinity.groups import GroupPublisher
+
+    reader = (
+        spark.readStream.format("affinity")
+        .option("group", group.name)
+        .option("index", "0")
+        .option("count", "1")
+        .option("registry", group.registry)
+    )
+    query = (
+        reader.load()
+        .writeStream.format("memory")
+        .queryName("group_rows")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    publisher = GroupPublisher(client, group.name, registry=group.registry)
+
+    def send(first: int, last: int) -> None:
+        number = first
+        deadline = time.monotonic() + 60
+        while number < last and time.monotonic() < deadline:
+            if publisher.publish(f"key-{number % 8}", f"payload-{number}".encode()) > 0:
+                number += 1
+            else:
+                time.sleep(0.05)
+        assert number == last, "the source's consumer never owned the queues"
+
+    def rows_in_table(count: int) -> bool:
+        query.processAllAvailable()
+        return bool(spark.sql("SELECT count(*) AS n FROM group_rows").collect()[0].n >= count)
+
+    def acknowledged() -> int:
+        return sum(q.acked_sequence for q in publisher.status().queues)
+
+    try:
+        send(0, 40)
+        wait_for(lambda: rows_in_table(40), 60, "40 rows in the memory sink", step=0.2)
+        # Spark tells a source a batch committed when it plans the next one: more data acks the first.
+        send(40, 48)
+        wait_for(lambda: rows_in_table(48), 60, "48 rows in the memory sink", step=0.2)
+        wait_for(lambda: acknowledged() >= 40, 30, "the first 40 messages to be acknowledged", step=0.1)
+        rows = spark.sql("SELECT key, value, queue FROM group_rows").collect()
+        assert sorted(bytes(r.value) for r in rows) == sorted(f"payload-{i}".encode() for i in range(48))
+        for r in rows:
+            assert r.queue == group_queue(bytes(r.key), HASH_COUNT, QUEUE_COUNT)
+    finally:
+        publisher.close()
+        query.stop()
