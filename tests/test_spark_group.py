@@ -75,7 +75,7 @@ class Consumers:
 
     def __init__(self, client: affinity.Client, group: Group, count: int) -> None:
         self.consumers = [
-            SinkConsumer(group.name, i, count, client=client, registry=group.registry, liveness_timeout=1.0)
+            SinkConsumer(group.name, i, count, client=client, registry=group.registry, liveness_timeout=1.0, cycle=1.0)
             for i in range(count)
         ]
         self.received = [Received(i) for i in range(count)]
@@ -287,7 +287,7 @@ def test_group_options_are_checked_against_the_registry_and_schema(spark: Any, g
 
 
 def _start_consumer(group: Group, index: int, count: int, out: Path) -> subprocess.Popen[str]:
-    process = subprocess.Popen(
+    return subprocess.Popen(
         [
             sys.executable,
             str(HERE / "spark_group_consumer.py"),
@@ -302,9 +302,6 @@ def _start_consumer(group: Group, index: int, count: int, out: Path) -> subproce
         text=True,
         env={**os.environ, "PYTHONPATH": str(HERE)},
     )
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    return process
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -317,10 +314,12 @@ def test_a_consumer_killed_mid_stream_loses_nothing(spark: Any, group: Group, tm
     outputs = [tmp_path / f"consumer{i}.jsonl" for i in range(3)]
     processes = [_start_consumer(group, i, 3, outputs[i]) for i in range(3)]
     try:
+        for process in processes:  # started together: each claims its primary queues
+            assert process.stdout is not None and process.stdout.readline().strip() == "ready"
         source = tmp_path / "in"
         source.mkdir()
         expected: set[tuple[str, int]] = set()
-        files = 8
+        files = 6
         for batch in range(files):
             keys = [f"acct-{i % 200}" for i in range(2000)]
             numbers = [batch * 10_000 + i for i in range(2000)]
@@ -364,6 +363,8 @@ def test_a_consumer_killed_mid_stream_loses_nothing(spark: Any, group: Group, tm
             if process.poll() is None:
                 process.terminate()
                 process.wait(15)
+            if process.stdout is not None:
+                process.stdout.close()
 
 
 def test_the_group_source_reads_what_a_group_publisher_sends(
