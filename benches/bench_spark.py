@@ -137,6 +137,48 @@ def frame(spark: Any, rows: int) -> Any:
     )
 
 
+class _CountingTransport:
+    """A transport that only counts: the sink's own Python work, without the network."""
+
+    queue_count = 8
+    hash_count = 64
+
+    def __init__(self) -> None:
+        self.messages = 0
+
+    def queues_of(self, keys: Any) -> list[int]:
+        from affinity.groups import group_queues
+
+        return group_queues(keys, self.hash_count, self.queue_count)
+
+    def send(self, queue: int, payload: bytes, deadline: float) -> None:
+        self.messages += 1
+
+    def flush(self, deadline: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def sink_work_only(rows: int) -> float:
+    """Rows/s of ``write_task`` (key encoding, queues, split, Arrow IPC, envelopes) on one core."""
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from affinity.spark.options import parse_sink_options
+    from affinity.spark.sink import write_task
+
+    ids = pa.array(range(rows), pa.int64())
+    keys = pc.binary_join_element_wise("acct-", pc.cast(ids, pa.string()), "")
+    table = pa.table({"k": keys, "a": ids, "b": ids, "c": pc.cast(ids, pa.float64()), "d": ids})
+    options = parse_sink_options({"group": "bench", "key": "k"})
+    return rows / timed(
+        lambda: write_task(iter(table.to_batches(10_000)), options, _CountingTransport(), uuid.uuid4(), 0, 0)
+    )
+
+
 def timed(action: Any) -> float:
     start = time.perf_counter()
     action()
@@ -225,6 +267,7 @@ def main() -> None:
         ratio = affinity_rate / statistics.median(results[f"{kind} noop"])
         python_ratio = affinity_rate / statistics.median(results[f"{kind} python_noop"])
         print(f"{kind}: affinity / noop = {ratio:.0%}, affinity / python_noop = {python_ratio:.0%}")
+    print(f"sink work alone (no transport, one core): {sink_work_only(args.rows):,.0f} rows/s")
     for index, out in enumerate(outputs):
         report = json.loads(out.read_text()) if out.exists() else {"rows": 0, "busy": 0.0}
         rate = report["rows"] / report["busy"] if report["busy"] else 0.0
