@@ -64,6 +64,14 @@ def member_files(registry: Path) -> list[dict[str, object]]:
     return found
 
 
+def _last_ownership(log: Path) -> str:
+    try:
+        lines = [line for line in log.read_text().splitlines() if " owns queues " in line]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
 def main() -> int:
     workdir = Path(sys.argv[1])
     registry = Path(os.environ["AFFINITY_REGISTRY"])
@@ -73,18 +81,19 @@ def main() -> int:
     script = [f"{shlex.join(validate)} > {shlex.quote(str(workdir / 'validator.json'))} & v=$!"]
     for index in range(2):
         consume = [*AFFINITY, "consume", GROUP, "--index", str(index), "--count", "2", "--republish", CHANNEL]
-        consume += ["--host", "10.9.0.3", *TIMINGS]
+        consume += ["--host", "10.9.0.3", "--cycle", "2", *TIMINGS]
         log = shlex.quote(str(workdir / f"consumer{index}.log"))
         script.append(f"{shlex.join(consume)} > {log} 2>&1 & c{index}=$!")
     script.append('wait $v; rc=$?; kill -TERM $c0 $c1; wait $c0 $c1; exit "$rc"')
     consumers = spawn_host(3, ["bash", "-c", "; ".join(script)])
-    deadline = time.monotonic() + 30
-    members = member_files(registry)
-    while sum(1 for m in members if m.get("role") == "consumer") < 2 and time.monotonic() < deadline:
+    # Wait for the steady state: each consumer owns its primaries (queue % 2 == index).
+    primaries = {index: f"consumer {index} owns queues [{index}, {index + 2}]" for index in range(2)}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(
+        owned in _last_ownership(workdir / f"consumer{index}.log") for index, owned in primaries.items()
+    ):
         time.sleep(0.1)
-        members = member_files(registry)
-    print("MEMBERS", json.dumps(members), flush=True)
-    time.sleep(2.0)
+    print("MEMBERS", json.dumps(member_files(registry)), flush=True)
     publish = [*AFFINITY, "publish", GROUP, "--keys", str(KEYS), "--rate", "1000", "--count", str(COUNT)]
     publisher = spawn_host(2, [*publish, "--host", "10.9.0.2", "--json", *TIMINGS])
     out, _ = publisher.communicate(timeout=120)
