@@ -1,10 +1,11 @@
 """The consumer-group bindings convert keys and payloads safely: lists and pyarrow arrays agree,
-and no offsets buffer, however hostile, gets past validation (it raises ConfigError)."""
+and no offsets buffer, however hostile, gets past validation (it raises InvalidArgumentError)."""
 
 from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 import affinity
@@ -72,12 +73,20 @@ def test_lists_and_every_arrow_string_type_agree() -> None:
         (FakeArray("large_binary", 1, struct.pack("<2q", -5, 0), None), "negative"),
         (FakeArray("binary", 5, b"\0" * 8, None), "shorter than the array"),
         (FakeArray("binary", 1, b"\0" * 8, None, offset=2**62), "overflow"),
-        (FakeArray("int32", 1, b"", None), "expected a pyarrow"),
     ],
 )
-def test_hostile_arrow_offsets_raise_config_error(array: FakeArray, message: str) -> None:
-    with pytest.raises(affinity.ConfigError, match=message):
+def test_hostile_arrow_offsets_raise_invalid_argument(array: FakeArray, message: str) -> None:
+    with pytest.raises(affinity.InvalidArgumentError, match=message):
         compiled.group_queues(array, 64, 8)
+
+
+def test_wrong_types_raise_argument_type_error() -> None:
+    with pytest.raises(affinity.ArgumentTypeError, match="expected a pyarrow"):
+        compiled.group_queues(FakeArray("int32", 1, b"", None), 64, 8)
+    with pytest.raises(affinity.ArgumentTypeError, match="expected a sequence"):
+        compiled.group_queues(b"not a list", 64, 8)
+    with pytest.raises(affinity.ArgumentTypeError, match="bytes-like"):
+        compiled.group_queues([1, 2], 64, 8)
 
 
 @settings(max_examples=300, deadline=None)
@@ -94,7 +103,7 @@ def test_arbitrary_offsets_buffers_never_crash(
     array = FakeArray(type_name, length, offsets, data, offset)
     try:
         queues = compiled.group_queues(array, 64, 8)
-    except affinity.ConfigError:
+    except affinity.InvalidArgumentError:
         return
     assert len(queues) == length
     assert all(0 <= queue < 8 for queue in queues)
@@ -105,3 +114,24 @@ def test_bad_definitions_raise_config_error() -> None:
         compiled.group_queue(b"k", 4, 8)
     with pytest.raises(affinity.ConfigError, match="at least 1"):
         compiled.group_queues([b"k"], 4, 0)
+
+
+def test_hostile_control_datagrams_are_counted_by_a_consumer(tmp_path: Path) -> None:
+    with affinity.Client() as client:
+        consumer = compiled.GroupConsumerCore(client, "orders", "hp", 8, 2, 1 << 20, 0, 1, registry_dir=str(tmp_path))
+        try:
+            member = json.loads(next((tmp_path / "members" / "orders").glob("*.json")).read_text())
+            channel = f"aeron:udp?endpoint={member['endpoint']}"
+            attacker = client.add_publication(channel, compiled.GROUP_CONTROL_STREAM_ID)
+            deadline = time.monotonic() + 5
+            while not attacker.is_connected:
+                assert time.monotonic() < deadline
+                time.sleep(0.001)
+            for garbage in (b"", b"\x01\x01", b"\x07" * 40, b"\x01\x02" + b"\xff" * 60):
+                assert attacker.offer(garbage) > 0
+            while consumer.counters().control_malformed < 4:
+                assert time.monotonic() < deadline, "hostile datagrams were not counted"
+                time.sleep(0.01)
+            assert consumer.counters().delivered == 0
+        finally:
+            consumer.close(1.0)

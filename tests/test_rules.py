@@ -39,12 +39,30 @@ def fake_entry_points(
 
 
 def test_builtin_names_are_not_plugins() -> None:
-    for name in ("workload", "least-assigned", "round-robin", "modulo", "rendezvous"):
+    for name in ("workload", "least-assigned", "round-robin"):
         assert is_builtin_policy(name)
         assert name in BUILTIN_POLICIES
         with pytest.raises(PolicyError, match=f"'{name}' is a built-in policy, not a plugin"):
             load_policy(name)
     assert not is_builtin_policy("sample_policies:Crc32")
+
+
+def test_selection_names_are_neither_policies_nor_plugins() -> None:
+    for name in ("modulo", "rendezvous"):
+        assert not is_builtin_policy(name)
+        with pytest.raises(PolicyError, match=f"'{name}' is a selection function, not a policy"):
+            load_policy(name)
+
+
+def test_builtin_policy_names_come_from_the_rust_registry() -> None:
+    import affinity.routing
+    from affinity import _affinity
+    from affinity.config import syntax
+
+    assert BUILTIN_POLICIES == _affinity.BUILTIN_POLICIES == affinity.routing.BUILTIN_POLICIES
+    assert syntax.SELECTIONS == _affinity.SELECTIONS == affinity.routing.SELECTIONS
+    for name in BUILTIN_POLICIES:  # every registered name is usable by the routing tables
+        affinity.routing.Router().add_source_group("g", [["m"]], policy=name)
 
 
 # -- dotted paths ----------------------------------------------------------------------------------
