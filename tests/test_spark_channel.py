@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -29,7 +30,8 @@ def spark() -> Any:
 @pytest.fixture
 def subscribed(client: affinity.Client) -> Iterator[tuple[str, affinity.Subscription]]:
     channel = loopback_channel()
-    yield channel, client.add_subscription(channel, 11)
+    with client.add_subscription(channel, 11) as sub:
+        yield channel, sub
 
 
 def collect(sub: affinity.Subscription, done: Any, timeout: float = 30.0) -> list[tuple[Envelope, bytes]]:
@@ -152,8 +154,9 @@ def test_the_source_reads_raw_messages_as_binary_rows(spark: Any, client: affini
     channel = loopback_channel()
     reader = spark.readStream.format("affinity").option("channel", channel).option("streamId", "12")
     query = _memory_query(spark, reader, "raw_rows")
-    try:
-        pub = client.add_publication(channel, 12)
+    with contextlib.ExitStack() as stack:
+        stack.callback(query.stop)
+        pub = stack.enter_context(client.add_publication(channel, 12))
         wait_for(lambda: pub.is_connected, 60, "the source to subscribe")
         for i in range(20):
             assert pub.offer(f"raw-{i}".encode()) > 0
@@ -167,8 +170,6 @@ def test_the_source_reads_raw_messages_as_binary_rows(spark: Any, client: affini
         assert [bytes(r.value) for r in rows] == [f"raw-{i}".encode() for i in range(20)]
         assert {r.session_id for r in rows} == {pub.session_id} and all(r.kind is None for r in rows)
         assert [r.position for r in rows] == sorted({r.position for r in rows})
-    finally:
-        query.stop()
 
 
 def test_the_source_decodes_arrow_columns_the_sender_wrote(spark: Any, client: affinity.Client) -> None:
@@ -181,8 +182,9 @@ def test_the_source_decodes_arrow_columns_the_sender_wrote(spark: Any, client: a
         .option("value", "arrow")
     )
     query = _memory_query(spark, reader, "arrow_rows")
-    try:
-        pub = client.add_publication(channel, 13)
+    with contextlib.ExitStack() as stack:
+        stack.callback(query.stop)
+        pub = stack.enter_context(client.add_publication(channel, 13))
         wait_for(lambda: pub.is_connected, 60, "the source to subscribe")
         query_id = uuid.uuid4()
         for seq in range(1, 4):
@@ -201,8 +203,6 @@ def test_the_source_decodes_arrow_columns_the_sender_wrote(spark: Any, client: a
         assert [(r.account, r.amount) for r in rows] == [
             (f"a{i}", seq * 100 + i) for seq in range(1, 4) for i in range(5)
         ]
-    finally:
-        query.stop()
 
 
 def test_the_source_refuses_arrow_without_a_schema(spark: Any) -> None:
