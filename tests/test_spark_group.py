@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from affinity.groups import create_group, group_queue
-from affinity.spark import AbortItem, CommitItem, DataItem, SinkConsumer
+from affinity.spark import AbortItem, CommitItem, DataItem, SinkConsumer, consume
 from spark_support import spark_session, wait_for
 
 pytestmark = pytest.mark.spark
@@ -264,12 +264,59 @@ def test_a_retried_task_sends_no_duplicate_to_consumers(
         running.stop()
 
 
-def test_json_values_reach_consumers_as_records(spark: Any, group: Group, consumers: Any) -> None:
-    running = consumers(1)
-    df = keyed_rows(spark, 1000, 2, 10)
-    group.option(df.write).option("key", "k, n").option("value", "json").mode("append").save()
-    wait_for(lambda: running.commits_of(0) == QUEUE_COUNT, 60, "a commit on every queue")
-    assert sorted(n for _, _, n in running.received[0].rows) == list(range(1000))
+def test_consume_yields_json_records_and_binary_values(spark: Any, group: Group, client: affinity.Client) -> None:
+    items: list[Any] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        for item in consume(group.name, 0, 1, client=client, registry=group.registry, stop=stop, cycle=1.0):
+            items.append(item)
+
+    def commits(batch_query: set[Any]) -> int:
+        return sum(1 for i in list(items) if isinstance(i, CommitItem) and i.query_id not in batch_query)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        df = keyed_rows(spark, 1000, 2, 10).selectExpr("k", "n", "cast(concat('v', n) AS binary) AS payload")
+        group.option(df.write).option("key", "k, n").option("value", "json").mode("append").save()
+        wait_for(lambda: commits(set()) == QUEUE_COUNT, 60, "the json write's commit on every queue")
+        first = {i.query_id for i in list(items) if isinstance(i, CommitItem)}
+        group.option(df.write).option("key", "k").option("value", "binary").mode("append").save()
+        wait_for(lambda: commits(first) == QUEUE_COUNT, 60, "the binary write's commit on every queue")
+    finally:
+        stop.set()
+        thread.join(30)
+    data = [i for i in items if isinstance(i, DataItem)]
+    records = [r for i in data if i.format.value == "json" for r in i.records()]
+    assert sorted(r["n"] for r in records) == list(range(1000))
+    assert {r["payload"] for r in records} >= {"djA="}  # base64 of b"v0"
+    values = [v for i in data if i.format.value == "binary" for v in i.values()]
+    assert sorted(values) == sorted(f"v{n}".encode() for n in range(1000))
+
+
+def test_a_failed_write_sends_abort_markers_to_every_queue(spark: Any, group: Group, consumers: Any) -> None:
+    from pyspark.sql.functions import col, udf
+    from pyspark.sql.types import LongType
+
+    running = consumers(2)
+
+    @udf(returnType=LongType(), useArrow=False)  # type: ignore[untyped-decorator]
+    def always_fail(n: int) -> int:
+        if n == 1500:
+            raise RuntimeError("injected permanent failure")
+        return n
+
+    df = keyed_rows(spark, 2000, 2, 10)
+    with pytest.raises(Exception, match="injected permanent failure"):
+        group.option(df.withColumn("n", always_fail(col("n"))).write).option("key", "k").mode("append").save()
+
+    def aborts() -> int:
+        return sum(len(r.aborts) for r in running.received)
+
+    wait_for(lambda: aborts() == QUEUE_COUNT, 60, "an abort marker on every queue")
+    assert {a.queue for r in running.received for a in r.aborts} == set(range(QUEUE_COUNT))
+    assert running.commits_of(0) == 0
 
 
 def test_group_options_are_checked_against_the_registry_and_schema(spark: Any, group: Group) -> None:

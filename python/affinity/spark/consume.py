@@ -305,10 +305,14 @@ def consume(
     poll_timeout: float = 0.1,
     idle_timeout: float | None = None,
     stop: threading.Event | None = None,
+    **group_options: Any,
 ) -> Iterator[Item]:
     """Items from the group as consumer ``index`` of ``count``, until ``stop`` is set or nothing came for
-    ``idle_timeout`` seconds (None: forever). Closing the generator closes the consumer."""
-    consumer = SinkConsumer(group, index, count, client=client, registry=registry, name=name)
+    ``idle_timeout`` seconds (None: forever). Closing the generator closes the consumer.
+
+    ``group_options`` go to :class:`affinity.groups.GroupConsumer` (``cycle``, ``liveness_timeout``, ...).
+    """
+    consumer = SinkConsumer(group, index, count, client=client, registry=registry, name=name, **group_options)
     try:
         last = time.monotonic()
         while stop is None or not stop.is_set():
