@@ -293,3 +293,16 @@ def test_docs_list_every_option() -> None:
     table = (Path(__file__).parent.parent / "docs" / "spark.md").read_text(encoding="utf-8")
     for spec in OPTIONS:
         assert f"| `{spec.name}` |" in table, spec.name
+
+
+def test_every_spark_exception_derives_from_the_root() -> None:
+    import affinity.spark.errors as errors
+
+    for name in errors.__all__:
+        assert issubclass(getattr(errors, name), affinity.AffinityError), name
+
+
+def test_a_value_json_cannot_encode_raises_an_envelope_error() -> None:
+    batch = pa.RecordBatch.from_pydict({"when": pa.array([pa.MonthDayNano([1, 2, 3])], pa.month_day_nano_interval())})
+    with pytest.raises(EnvelopeError, match="does not encode as JSON"):
+        encode_body(batch, ValueFormat.JSON)

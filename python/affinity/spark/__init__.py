@@ -22,7 +22,7 @@ from affinity.spark.consume import (
     decode_message,
 )
 from affinity.spark.envelope import Envelope, Kind
-from affinity.spark.errors import AckTimeoutError, EnvelopeError, RetentionError, SparkOptionError
+from affinity.spark.errors import AckTimeoutError, EnvelopeError, RetentionError, SparkOptionError, SparkTaskError
 from affinity.spark.options import OPTIONS, ValueFormat
 from affinity.spark.registration import register
 
@@ -40,6 +40,7 @@ __all__ = [
     "RetentionError",
     "SinkConsumer",
     "SparkOptionError",
+    "SparkTaskError",
     "ValueFormat",
     "consume",
     "decode_message",

@@ -19,7 +19,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from affinity.spark.envelope import NIL_QUERY, Kind
-from affinity.spark.errors import SparkOptionError
+from affinity.spark.errors import SparkOptionError, SparkTaskError
 from affinity.spark.options import SinkOptions, parse_sink_options, parse_source_options
 from affinity.spark.sink import TaskResult, check_group, publish_markers, transport_for, validate_schema, write_task
 from affinity.spark.source import GROUP_SOURCE_BINARY_SCHEMA, SOURCE_BINARY_SCHEMA, GroupStreamSource, StreamSource
@@ -83,7 +83,7 @@ def _task_partition() -> tuple[int, dict[str, str | None]]:
 
     context = TaskContext.get()
     if context is None:
-        raise RuntimeError("the affinity sink's write() runs only inside a Spark task")
+        raise SparkTaskError("the affinity sink's write() runs only inside a Spark task")
     properties = {name: context.getLocalProperty(name) for name in (QUERY_ID_PROPERTY, BATCH_ID_PROPERTY)}
     return context.partitionId(), properties
 
@@ -127,7 +127,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
         partition, properties = _task_partition()
         raw_query, raw_batch = properties[QUERY_ID_PROPERTY], properties[BATCH_ID_PROPERTY]
         if raw_query is None or raw_batch is None:
-            raise RuntimeError(
+            raise SparkTaskError(
                 f"Spark did not set {QUERY_ID_PROPERTY!r}/{BATCH_ID_PROPERTY!r} on this streaming task "
                 "(micro-batch triggers only; continuous processing is not supported)"
             )

@@ -111,7 +111,7 @@ def split_by_queue(batch: pa.RecordBatch, queues: Sequence[int]) -> list[tuple[i
         return []
     queue_array = pa.array(queues, pa.int32())
     if len(queue_array) != batch.num_rows:
-        raise ValueError(f"{len(queue_array)} queues for {batch.num_rows} rows")
+        raise EnvelopeError(f"{len(queue_array)} queues for {batch.num_rows} rows")
     order = pc.sort_indices(queue_array)  # stable: rows of one queue keep their order
     ordered = batch.take(order)
     runs = pc.run_end_encode(queue_array.take(order))
@@ -155,9 +155,12 @@ def encode_body(batch: pa.RecordBatch, fmt: ValueFormat, value_column: str | Non
         import orjson
 
         dumps = orjson.dumps
-        return b"\n".join(dumps(row, default=_json_default) for row in batch.to_pylist())
+        try:
+            return b"\n".join(dumps(row, default=_json_default) for row in batch.to_pylist())
+        except orjson.JSONEncodeError as error:
+            raise EnvelopeError(f"a row does not encode as JSON (value=json): {error}") from None
     if value_column is None:
-        raise ValueError("binary bodies need the value column")
+        raise EnvelopeError("binary bodies need the value column")
     column = batch.column(value_column)
     if column.null_count:
         raise EnvelopeError(f"column {value_column!r} has {column.null_count} null values; binary mode sends bytes")

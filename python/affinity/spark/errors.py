@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from affinity.exceptions import AffinityError, ConfigError
 
-__all__ = ["AckTimeoutError", "EnvelopeError", "RetentionError", "SparkOptionError"]
+__all__ = ["AckTimeoutError", "EnvelopeError", "RetentionError", "SparkOptionError", "SparkTaskError"]
 
 
 class SparkOptionError(ConfigError):
@@ -21,3 +21,7 @@ class AckTimeoutError(AffinityError, TimeoutError):
 
 class RetentionError(AffinityError, LookupError):
     """The source was asked to replay offsets it no longer holds (the transport keeps a window, not a log)."""
+
+
+class SparkTaskError(AffinityError, RuntimeError):
+    """The sink ran where it cannot work: outside a Spark task, or under a continuous trigger."""
