@@ -18,10 +18,13 @@ if TYPE_CHECKING:
     from affinity.demo.orchestrator import DemoResult
 
 #: Size of the chart in inches, and its resolution.
-FIGURE_SIZE = (12.0, 9.0)
+FIGURE_SIZE = (13.0, 9.0)
 DPI = 110
 KILL_COLOR = "#d62728"
 JOIN_COLOR = "#2ca02c"
+HANDOFF_COLOR = "#17becf"
+#: Legends sit right of the panels, where they hide no data.
+OUTSIDE_LEGEND: dict[str, object] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 8}
 
 
 def _mark_events(axes: Axes, result: DemoResult, label: bool) -> None:
@@ -89,7 +92,7 @@ def write_chart(result: DemoResult, path: Path) -> None:
     throughput.plot(centers, total, color="#1f77b4", linewidth=2, label="processed by consumers")
     throughput.set_ylabel("events/s")
     throughput.set_title("throughput", loc="left", fontsize=10)
-    throughput.legend(loc="lower right", fontsize=8)
+    throughput.legend(**OUTSIDE_LEGEND)
     throughput.set_ylim(bottom=0)
     _mark_events(throughput, result, label=True)
 
@@ -97,14 +100,16 @@ def write_chart(result: DemoResult, path: Path) -> None:
         load.stackplot(centers, per_consumer, labels=[labels.get(c, f"c{c}") for c in consumers], alpha=0.85)
     load.set_ylabel("events/s")
     load.set_title("load per consumer (stacked)", loc="left", fontsize=10)
-    load.legend(loc="lower right", fontsize=8, ncols=max(1, len(consumers)))
     load.set_ylim(bottom=0)
     _mark_events(load, result, label=False)
+    # Queue moves as ticks along the top edge of the load panel.
+    top = load.get_xaxis_transform()
     for move in report.moves:
-        load.plot(move.at, 0, marker="^", color=KILL_COLOR if move.cause.value == "failover" else "#17becf")
-    load.plot([], [], marker="^", linestyle="", color=KILL_COLOR, label="queue moved (failover)")
-    load.plot([], [], marker="^", linestyle="", color="#17becf", label="queue moved (handoff)")
-    load.legend(loc="lower right", fontsize=8, ncols=max(1, len(consumers) + 2))
+        color = KILL_COLOR if move.cause.value == "failover" else HANDOFF_COLOR
+        load.plot(move.at, 0.97, marker="v", color=color, transform=top, clip_on=False, markersize=7)
+    load.plot([], [], marker="v", linestyle="", color=KILL_COLOR, label="queue moved\n(failover)")
+    load.plot([], [], marker="v", linestyle="", color=HANDOFF_COLOR, label="queue moved\n(handoff)")
+    load.legend(**OUTSIDE_LEGEND)
 
     empty = total == 0
     latency.plot(centers, np.where(empty, np.nan, timeline.p50_ms), color="#9467bd", label="p50")
@@ -118,7 +123,7 @@ def write_chart(result: DemoResult, path: Path) -> None:
         loc="left",
         fontsize=10,
     )
-    latency.legend(loc="upper right", fontsize=8)
+    latency.legend(**OUTSIDE_LEGEND)
     _mark_events(latency, result, label=False)
     for axes in (throughput, load, latency):
         axes.grid(alpha=0.3)
