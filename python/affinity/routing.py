@@ -129,8 +129,7 @@ class Explanation:
         why = self.reason if self.bound_reason is None else f"{self.reason}, {self.bound_reason}"
         since = "" if self.since is None else f" since event #{self.since}"
         return (
-            f"{self.subject}: service {self.service}, source group {self.source_group}; "
-            f"{rule}; {member} [{why}]{since}"
+            f"{self.subject}: service {self.service}, source group {self.source_group}; {rule}; {member} [{why}]{since}"
         )
 
 
@@ -165,9 +164,7 @@ class RoutingEvent:
             if subject is None:
                 return [(logging.INFO, f"Affinity <{composite}> is bound to {peer}")]
             lines = (
-                []
-                if composite is None
-                else [(logging.INFO, f"Object <{subject}> is bound to affinity <{composite}>")]
+                [] if composite is None else [(logging.INFO, f"Object <{subject}> is bound to affinity <{composite}>")]
             )
             return [*lines, (logging.INFO, request)]
         if self.kind == "moved":

@@ -23,6 +23,8 @@ from affinity.testing import free_udp_port
 STREAM_ID = 1001
 
 
+#: Width of the summary when the output is not a terminal.
+CONSOLE_WIDTH = 120
 #: Prefix of the default output folder (a UTC time stamp follows).
 OUT_PREFIX = "affinity-demo-"
 
@@ -94,8 +96,10 @@ def run_pipeline(args: argparse.Namespace) -> int:
         print(f"affinity demo: {error}", file=sys.stderr)
         return 2
     console = Console()
+    if not console.is_terminal:
+        console = Console(width=CONSOLE_WIDTH)  # pipes and logs: wide enough for the tables
     try:
-        result = run_demo(settings)
+        result = run_demo(settings, console)
     except DemoError as error:
         print(f"affinity demo: {error}", file=sys.stderr)
         return 1

@@ -127,9 +127,7 @@ def _route(router: Any, subject: str) -> dict[str, Any]:
 
 
 def _decision_dict(decision: object) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        name: _plain(getattr(decision, name, None)) for name in DECISION_FIELDS
-    }
+    result: dict[str, Any] = {name: _plain(getattr(decision, name, None)) for name in DECISION_FIELDS}
     for name in OPTIONAL_FIELDS:
         if hasattr(decision, name):
             result[name] = _plain(getattr(decision, name))

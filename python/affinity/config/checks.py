@@ -62,15 +62,12 @@ def check_affinity_pattern(rule: AffinityRule) -> list[Diagnostic]:
         diagnostics.append(
             error(
                 _at(rule, 0),
-                "do not wrap the regular expression in /.../ delimiters: write it bare, "
-                "as sed -r takes it",
+                "do not wrap the regular expression in /.../ delimiters: write it bare, as sed -r takes it",
             )
         )
     else:
         for index in scan.escaped_slashes:
-            diagnostics.append(
-                warning(_at(rule, index), "do not escape forward slashes: write / instead of \\/")
-            )
+            diagnostics.append(warning(_at(rule, index), "do not escape forward slashes: write / instead of \\/"))
     for index in scan.alternations:
         diagnostics.append(
             error(
@@ -88,8 +85,7 @@ def check_affinity_pattern(rule: AffinityRule) -> list[Diagnostic]:
         diagnostics.append(
             error(
                 _at(rule, 0),
-                "the regular expression has no capture group: "
-                "add exactly one ( ) around the value to extract",
+                "the regular expression has no capture group: add exactly one ( ) around the value to extract",
             )
         )
     elif count > 1:
@@ -97,8 +93,7 @@ def check_affinity_pattern(rule: AffinityRule) -> list[Diagnostic]:
         diagnostics.append(
             error(
                 _at(rule, second),
-                f"the regular expression has {count} capture groups: "
-                "an affinity regular expression needs exactly one",
+                f"the regular expression has {count} capture groups: an affinity regular expression needs exactly one",
             )
         )
     return diagnostics
@@ -119,8 +114,7 @@ def _check_service_names(config: RoutingConfig) -> Iterator[Diagnostic]:
         if service.name in first:
             yield error(
                 service.name_location,
-                f"duplicate service name {service.name!r} "
-                f"(first defined at {first[service.name].name_location})",
+                f"duplicate service name {service.name!r} (first defined at {first[service.name].name_location})",
             )
         else:
             first[service.name] = service
@@ -130,9 +124,7 @@ def _check_service(service: DataService) -> Iterator[Diagnostic]:
     label = f"data service {service.name!r}" if service.name else "data service"
     if not service.include_patterns:
         yield warning(service.location, f"{label} has no include-pattern: it serves no subject")
-    for pattern, location in zip(
-        service.include_patterns, _pattern_locations(service), strict=True
-    ):
+    for pattern, location in zip(service.include_patterns, _pattern_locations(service), strict=True):
         try:
             compile_ere(pattern)
         except ValueError as exc:
@@ -162,8 +154,7 @@ def _check_source_group(group: SourceGroup, *, load_plugins: bool) -> Iterator[D
             if label.name in seen:
                 yield warning(
                     label.location,
-                    f"peer {label.name!r} is listed twice in this source group "
-                    f"(first at {seen[label.name]})",
+                    f"peer {label.name!r} is listed twice in this source group (first at {seen[label.name]})",
                 )
             else:
                 seen[label.name] = label.location
@@ -267,9 +258,7 @@ def _describe(groups: list[tuple[str, ...]]) -> str:
     return " then ".join("(" + ", ".join(names) + ")" for names in groups)
 
 
-def _compare_capture(
-    rule: AffinityRule, first_capture: dict[str, tuple[AffinityRule, str]]
-) -> Iterator[Diagnostic]:
+def _compare_capture(rule: AffinityRule, first_capture: dict[str, tuple[AffinityRule, str]]) -> Iterator[Diagnostic]:
     scan = ere.scan(rule.pattern)
     if len(scan.groups) != 1 or scan.groups[0][1] < 0:
         return

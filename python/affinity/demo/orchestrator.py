@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+
 from affinity.demo import protocol
 from affinity.demo.children import Child, ConsumerState, GeneratorState, child_environment, python_module_command
 from affinity.demo.collector import Collector
@@ -31,8 +33,12 @@ from affinity.testing import free_udp_port
 
 #: Seconds between two looks at the children in the main loop.
 TICK = 0.05
-#: Seconds without a new record after which the validator is considered drained.
+#: Seconds without a new record after which the validator is drained once it has every event.
 QUIET_PERIOD = 0.5
+#: Seconds without a new record after which the validator is drained even if events are missing
+#: (the generator had every event acknowledged, and consumers republish before they acknowledge,
+#: so whatever is still missing will not come).
+GIVE_UP_QUIET_PERIOD = 3.0
 
 
 class DemoError(AffinityError, RuntimeError):
@@ -167,7 +173,7 @@ def _wait(what: str, done: object, timeout: float, run: _Run, child: Child | Non
         time.sleep(TICK)
 
 
-def run_demo(settings: DemoSettings) -> DemoResult:
+def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResult:
     """Runs the whole demo and returns what it measured (raises :class:`DemoError` when a part fails)."""
     from affinity.groups import create_group
 
@@ -177,7 +183,7 @@ def run_demo(settings: DemoSettings) -> DemoResult:
     log_dir.mkdir(exist_ok=True)
     registry = Path(tempfile.mkdtemp(prefix="affinity-demo-registry-"))
     group = f"{GROUP_NAME_PREFIX}-{os.getpid()}"
-    display = Display(settings)
+    display = Display(settings, console)
     children: list[Child] = []
     try:
         create_group(group, HASH_PREFIX, settings.hash_count, settings.queue_count, QUEUE_SIZE, registry=registry)
@@ -268,7 +274,8 @@ def run_demo(settings: DemoSettings) -> DemoResult:
         display.note(f"generator done: {generated:,} events in {generation_seconds:.1f} s; draining the validator")
         drain_deadline = time.monotonic() + DRAIN_TIMEOUT
         while time.monotonic() < drain_deadline:
-            if collector.received() >= generated and collector.idle_for() >= QUIET_PERIOD:
+            quiet = collector.idle_for()
+            if quiet >= GIVE_UP_QUIET_PERIOD or (collector.received() >= generated and quiet >= QUIET_PERIOD):
                 break
             display.update((time.time_ns() - start_ns) / 1e9, run.consumers, run.generator, collector.live())
             time.sleep(TICK)

@@ -135,8 +135,7 @@ def _entry_point(name: str) -> importlib.metadata.EntryPoint:
         )
     if len({entry.value for entry in matches}) > 1:
         raise PolicyError(
-            f"policy plugin name {name!r} is registered several times: "
-            + ", ".join(entry.value for entry in matches)
+            f"policy plugin name {name!r} is registered several times: " + ", ".join(entry.value for entry in matches)
         )
     return matches[0]
 
@@ -145,17 +144,11 @@ def _resolve(module_name: str, attribute: str, spec: str) -> object:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and (
-            module_name == exc.name or module_name.startswith(exc.name + ".")
-        ):
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise PolicyError(f"module {module_name!r} not found (plugin {spec!r})") from exc
-        raise PolicyError(
-            f"importing module {module_name!r} failed: it needs module {exc.name!r}, not found"
-        ) from exc
+        raise PolicyError(f"importing module {module_name!r} failed: it needs module {exc.name!r}, not found") from exc
     except Exception as exc:
-        raise PolicyError(
-            f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise PolicyError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
     target: object = module
     walked: list[str] = []
     for part in attribute.split("."):
@@ -178,9 +171,7 @@ def _as_policy(target: object, spec: str) -> SelectionPolicy:
             return FunctionPolicy(target)
         if _accepts(target, 0):
             return _checked(_call(target, spec, "calling factory"), spec)
-        raise PolicyError(
-            f"plugin {spec!r} is a function taking neither (composite, candidates) nor nothing"
-        )
+        raise PolicyError(f"plugin {spec!r} is a function taking neither (composite, candidates) nor nothing")
     raise PolicyError(
         f"plugin {spec!r} is a {type(target).__name__}, not a policy: expected an object with "
         "select(composite, candidates), a class, or a function"
@@ -197,13 +188,10 @@ def _call(factory: Callable[[], object], spec: str, what: str) -> object:
 def _checked(target: object, spec: str) -> SelectionPolicy:
     select = getattr(target, "select", None)
     if not callable(select):
-        raise PolicyError(
-            f"plugin {spec!r} gave a {type(target).__name__} without a callable select method"
-        )
+        raise PolicyError(f"plugin {spec!r} gave a {type(target).__name__} without a callable select method")
     if not _accepts(select, 2):
         raise PolicyError(
-            f"plugin {spec!r}: select must accept (composite, candidates); "
-            f"its signature is {_signature(select)}"
+            f"plugin {spec!r}: select must accept (composite, candidates); its signature is {_signature(select)}"
         )
     if not isinstance(target, SelectionPolicy):  # pragma: no cover - guaranteed above
         raise PolicyError(f"plugin {spec!r} is not a SelectionPolicy")
