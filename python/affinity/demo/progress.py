@@ -39,6 +39,7 @@ class Display:
         self._interactive = settings.live and self._console.is_terminal
         self._live: Live | None = None
         self._notes: list[str] = []
+        self._notes_before_live = 0
         self._next_plain = 0.0
 
     def note(self, text: str) -> None:
@@ -50,6 +51,7 @@ class Display:
     def start(self) -> None:
         """Starts the live view (no-op when not interactive)."""
         if self._interactive and self._live is None:
+            self._notes_before_live = len(self._notes)
             self._live = Live(
                 Text("starting ..."),
                 console=self._console,
@@ -97,7 +99,7 @@ class Display:
         rate = sum(stats.last_bin_rates.values())
         header = Text.assemble(
             ("affinity pipeline demo  ", "bold"),
-            f"t={now:5.1f}s / {settings.duration:g}s   ",
+            f"t={now:5.1f}s " + (f"/ {settings.duration:g}s   " if now <= settings.duration else "(draining)   "),
             ("generated ", "dim"),
             f"{generated:,}   ",
             ("validated ", "dim"),
@@ -147,5 +149,5 @@ class Display:
             ("   failover replays ", "dim"),
             str(stats.failover_replays),
         )
-        notes = Text("\n".join(self._notes[-NOTES_SHOWN:]), style="dim")
+        notes = Text("\n".join(self._notes[self._notes_before_live :][-NOTES_SHOWN:]), style="dim")
         return Group(header, table, owners, Text("queue moves", style="bold"), moves, checks, notes)
