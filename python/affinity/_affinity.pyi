@@ -14,14 +14,27 @@ __all__ = [
     "MAX_POSITION_EXCEEDED",
     "NOT_CONNECTED",
     "Client",
+    "ConsumerStatus",
+    "GroupConsumerCore",
+    "GroupMessage",
+    "GroupObserverCore",
+    "GroupPublisherCore",
+    "GroupStatus",
     "Header",
     "LossyRelay",
+    "MemberStatus",
     "PosixRegex",
     "Publication",
+    "PublisherStatus",
+    "QueueSendStatus",
+    "QueueStatus",
     "RoutingTable",
     "Subscription",
     "__version__",
     "affinity_hash",
+    "group_bucket",
+    "group_queue",
+    "group_queues",
     "select_member",
 ]
 NOT_CONNECTED: int
@@ -190,3 +203,217 @@ class RoutingTable:
     def affinity(self, composite: str) -> str | None: ...
 
 # ---- end routing -------------------------------------------------------------------------------
+# ---- groups (rust/src/py/groups.rs) ------------------------------------------------------------
+
+def group_bucket(key: bytes | str, hash_count: int) -> int: ...
+def group_queue(key: bytes | str, hash_count: int, queue_count: int) -> int: ...
+def group_queues(keys: Sequence[bytes | str] | Any, hash_count: int, queue_count: int) -> list[int]: ...
+
+@final
+class GroupMessage:
+    """A message of a group, as delivered by ``GroupConsumerCore.poll``."""
+
+    @property
+    def key(self) -> bytes: ...
+    @property
+    def payload(self) -> bytes: ...
+    @property
+    def queue(self) -> int: ...
+    @property
+    def bucket(self) -> int: ...
+    @property
+    def producer(self) -> int: ...
+    @property
+    def sequence(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def subject(self) -> str | None: ...
+
+@final
+class QueueSendStatus:
+    @property
+    def queue(self) -> int: ...
+    @property
+    def owner_id(self) -> int: ...
+    @property
+    def owner_name(self) -> str: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def sent_sequence(self) -> int: ...
+    @property
+    def acked_sequence(self) -> int: ...
+    @property
+    def retained_bytes(self) -> int: ...
+    @property
+    def retained_messages(self) -> int: ...
+
+@final
+class PublisherStatus:
+    @property
+    def producer_id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def queues(self) -> list[QueueSendStatus]: ...
+
+@final
+class ConsumerStatus:
+    @property
+    def member_id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def owned(self) -> list[int]: ...
+    @property
+    def delivered(self) -> int: ...
+    @property
+    def duplicates_dropped(self) -> int: ...
+
+@final
+class MemberStatus:
+    @property
+    def member_id(self) -> int: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def index(self) -> int: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def last_heard_ms(self) -> int: ...
+
+@final
+class QueueStatus:
+    @property
+    def queue(self) -> int: ...
+    @property
+    def owner_id(self) -> int: ...
+    @property
+    def owner_name(self) -> str: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def acked_sequence(self) -> int: ...
+    @property
+    def sent_sequence(self) -> int: ...
+    @property
+    def retained_bytes(self) -> int: ...
+    @property
+    def lag(self) -> int: ...
+
+@final
+class GroupStatus:
+    @property
+    def members(self) -> list[MemberStatus]: ...
+    @property
+    def queues(self) -> list[QueueStatus]: ...
+
+@final
+class GroupPublisherCore:
+    """Publishes keyed records to a group."""
+
+    def __new__(
+        cls,
+        client: Client,
+        group: str,
+        hash_prefix: str,
+        hash_count: int,
+        queue_count: int,
+        queue_size: int,
+        *,
+        registry_dir: str,
+        name: str | None = None,
+        host: str = "127.0.0.1",
+        control: str | None = None,
+        liveness_timeout_ms: int = 2000,
+        heartbeat_interval_ms: int = 100,
+        resend_timeout_ms: int = 1000,
+    ) -> GroupPublisherCore: ...
+    @property
+    def producer_id(self) -> int: ...
+    def publish(self, key: bytes | str, payload: bytes, subject: str | None = None) -> int: ...
+    def publish_batch(self, keys: Sequence[bytes | str] | Any, payloads: Sequence[bytes] | Any) -> int: ...
+    def publish_to_queue(self, queue: int, payload: bytes, key: bytes | str | None = None) -> int: ...
+    def flush(self, timeout: float = 5.0) -> bool: ...
+    def status(self) -> PublisherStatus: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> GroupPublisherCore: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+@final
+class GroupConsumerCore:
+    """Consumes the queues this member owns."""
+
+    def __new__(
+        cls,
+        client: Client,
+        group: str,
+        hash_prefix: str,
+        hash_count: int,
+        queue_count: int,
+        queue_size: int,
+        index: int,
+        count: int,
+        *,
+        registry_dir: str,
+        auto_ack: bool = False,
+        name: str | None = None,
+        host: str = "127.0.0.1",
+        control: str | None = None,
+        cycle_ms: int = 30000,
+        liveness_timeout_ms: int = 2000,
+        heartbeat_interval_ms: int = 100,
+    ) -> GroupConsumerCore: ...
+    @property
+    def member_id(self) -> int: ...
+    def poll(self, max_messages: int = 1000, timeout: float = 0.0) -> list[GroupMessage]: ...
+    def ack(self, message: GroupMessage) -> None: ...
+    def owned_queues(self) -> list[int]: ...
+    def status(self) -> ConsumerStatus: ...
+    def close(self, timeout: float = 5.0) -> None: ...
+    def __enter__(self) -> GroupConsumerCore: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+@final
+class GroupObserverCore:
+    """Watches a group's control plane; owns nothing."""
+
+    def __new__(
+        cls,
+        client: Client,
+        group: str,
+        hash_prefix: str,
+        hash_count: int,
+        queue_count: int,
+        queue_size: int,
+        *,
+        registry_dir: str,
+        host: str = "127.0.0.1",
+        control: str | None = None,
+        liveness_timeout_ms: int = 2000,
+        heartbeat_interval_ms: int = 100,
+    ) -> GroupObserverCore: ...
+    def status(self) -> GroupStatus: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> GroupObserverCore: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+# ---- end groups --------------------------------------------------------------------------------

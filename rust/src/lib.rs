@@ -16,6 +16,9 @@
 //! * [`driver`] — the media driver agents (conductor, sender, receiver, in-memory IPC), their
 //!   threads, and the driver event log.
 //! * [`client`] — publication and subscription handles used by applications.
+//! * [`control`] — the control plane: heartbeat/ack/data codecs and the member view (sans-IO).
+//! * [`groups`] — hashed consumer groups: sans-IO publisher and consumer state, and the
+//!   runtime that runs them over [`client`].
 //! * `py` — the PyO3 bindings (feature `python`), the only module that touches Python.
 //!
 //! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control` or
@@ -23,9 +26,11 @@
 
 pub mod channel;
 pub mod client;
+pub mod control;
 pub mod driver;
 pub mod error;
 pub mod flow_control;
+pub mod groups;
 pub mod logbuffer;
 pub mod media;
 pub mod protocol;

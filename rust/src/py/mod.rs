@@ -2,6 +2,7 @@
 
 use pyo3::prelude::*;
 
+mod groups;
 mod routing;
 mod transport;
 
@@ -10,5 +11,6 @@ mod transport;
 fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
     transport::register(module)?;
     routing::register(module)?;
+    groups::register(module)?;
     Ok(())
 }

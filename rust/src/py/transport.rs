@@ -30,7 +30,7 @@ pub const CLOSED: i64 = -4;
 /// Offer outcome: the stream reached its maximum position.
 pub const MAX_POSITION_EXCEEDED: i64 = -5;
 
-fn exception(py: Python<'_>, name: &str, message: String) -> PyErr {
+pub(crate) fn exception(py: Python<'_>, name: &str, message: String) -> PyErr {
     match py.import("affinity.exceptions").and_then(|module| module.getattr(name)) {
         Ok(class) => {
             PyErr::from_value(class.call1((message,)).unwrap_or_else(|e| e.into_value(py).into_bound(py).into_any()))
@@ -69,7 +69,14 @@ fn parse_setting<T: FromStr<Err = String>>(value: &str) -> PyResult<T> {
 /// A connection to an (embedded) media driver.
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct Client {
-    inner: client::Client,
+    inner: std::sync::Arc<client::Client>,
+}
+
+impl Client {
+    /// The Rust client, shared with group members created from it.
+    pub(crate) fn shared(&self) -> std::sync::Arc<client::Client> {
+        self.inner.clone()
+    }
 }
 
 #[pymethods]
@@ -131,7 +138,7 @@ impl Client {
             context.client_command_timeout = std::time::Duration::from_millis(ms);
         }
         let inner = py.detach(|| client::Client::new(context)).map_err(|e| to_py_error(py, e))?;
-        Ok(Client { inner })
+        Ok(Client { inner: std::sync::Arc::new(inner) })
     }
 
     /// Creates a publication.
