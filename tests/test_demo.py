@@ -125,6 +125,18 @@ def test_records_are_checked_in_processing_order_not_arrival_order() -> None:
     assert [(m.source, m.target) for m in report.moves] == [(0, 1)]
 
 
+def test_records_before_the_clock_starts_wait_and_land_in_the_first_bin() -> None:
+    validator = Validator(accounts=1, start_ns=None, bin_seconds=1.0)
+    validator.add([row(0, 1, 0, 0, 100.0)], now_ns=int(200 * SECOND))
+    assert validator.received_total == 1
+    assert validator.live().received == 0  # buffered, not checked
+    validator.rebase(int(101 * SECOND))
+    validator.add([row(0, 2, 0, 0, 103.5)], now_ns=int(200 * SECOND))
+    report = validator.report(generated=2)
+    assert report.passed
+    assert report.timeline.per_consumer == {0: [1, 0, 1]}
+
+
 def test_records_beyond_what_was_generated_are_unexpected() -> None:
     validator = Validator(accounts=1, start_ns=0, bin_seconds=1.0)
     feed(validator, [row(0, 1, 0, 0, 0.1), row(0, 2, 0, 0, 0.2)])

@@ -19,9 +19,9 @@ IDLE_SLEEP = 0.002
 class Collector:
     """Runs the validation subscription on its own thread; snapshots and the report are thread-safe."""
 
-    def __init__(self, port: int, accounts: int, start_ns: int, bin_seconds: float) -> None:
+    def __init__(self, port: int, accounts: int, bin_seconds: float) -> None:
         self.channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
-        self._validator = Validator(accounts, start_ns, bin_seconds)
+        self._validator = Validator(accounts, None, bin_seconds)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -60,7 +60,7 @@ class Collector:
             self._ready.set()
 
     def rebase(self, start_ns: int) -> None:
-        """Sets the time origin of the timeline (the generator's start)."""
+        """Sets the time origin of the timeline (the generator's start); checks begin then."""
         with self._lock:
             self._validator.rebase(start_ns)
 

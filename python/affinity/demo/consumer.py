@@ -99,7 +99,7 @@ class GroupEventSource:
 
 
 class SparkEventSource:
-    """Row groups the Spark sink wrote (Arrow columns ``account``, ``seq``, ``event_time``).
+    """Row groups the Spark sink wrote (Arrow columns ``account``, ``seq``, ``event_time_us``).
 
     The sink's consumer acknowledges what a poll returned at the next poll (``auto_ack``), so the
     rows are republished before they are acknowledged, as with :class:`GroupEventSource`. Commit
@@ -126,8 +126,7 @@ class SparkEventSource:
                 batch = item.batch()
                 accounts = batch.column("account").to_pylist()
                 seqs = batch.column("seq").to_pylist()
-                # Spark timestamps are microseconds since the epoch.
-                event_us = batch.column("event_time").cast("int64").to_pylist()
+                event_us = batch.column("event_time_us").to_pylist()
                 queue = item.queue
                 rows.extend(
                     (account, seq, ordinal, queue, us * 1000, now)

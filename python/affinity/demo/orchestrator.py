@@ -190,8 +190,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
         display.note(
             f"group {group!r}: {settings.queue_count} queues, {settings.hash_count} hash buckets, registry {registry}"
         )
-        # The validator's clock starts now; it is re-based to the generator's start below.
-        collector = Collector(free_udp_port(), settings.accounts, time.time_ns(), TIMELINE_BIN_SECONDS)
+        # The validator buffers what arrives until it knows the generator's start (rebase below).
+        collector = Collector(free_udp_port(), settings.accounts, TIMELINE_BIN_SECONDS)
         collector.start(STARTUP_TIMEOUT)
         run = _Run(settings, registry, group, collector, display, log_dir, child_environment(registry))
         for ordinal in range(settings.consumers):

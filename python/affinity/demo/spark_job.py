@@ -42,31 +42,77 @@ if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import SparkSession
 
-#: Schema of the generated events.
-EVENT_SCHEMA = "account long, seq long, event_time timestamp"
-#: File (in the checkpoint folder) where the source writes when generation started (ns since the epoch).
+#: Schema of the generated events. The event time is carried as microseconds since the epoch: the
+#: sink cannot write a TimestampType column yet (its Arrow schema conversion is called without a
+#: time zone and fails).
+EVENT_SCHEMA = "account long, seq long, event_time_us long"
+#: File (in the query's work folder) where the source writes when the clock started (ns since the epoch).
 START_FILE = "generation-start-ns"
+#: Seconds of events in the warm-up batch (see :class:`AccountEventsReader`).
+WARMUP_SECONDS = 1
+
+
+def warmup_events(rate: int, total: int) -> int:
+    """Events of the warm-up batch."""
+    return min(total, rate * WARMUP_SECONDS)
+
+
+def start_clock(start_file: Path) -> int:
+    """Writes now (ns since the epoch) to ``start_file`` atomically and returns it."""
+    origin = time.time_ns()
+    partial = start_file.with_suffix(".partial")
+    partial.write_text(str(origin))
+    partial.replace(start_file)  # the reader never sees half a number
+    return origin
 
 
 @dataclass(frozen=True)
 class AccountRange(InputPartition):
-    """Events ``start <= v < end`` of the accounts with ``account % partitions == partition``."""
+    """Events ``start <= v < end`` of the accounts with ``account % partitions == partition``.
+
+    It carries everything :meth:`AccountEventsReader.read` needs: Spark may build a new reader in
+    the worker that reads a partition, so the reader's own state is not used there.
+    """
 
     partition: int
     partitions: int
     start: int
     end: int
+    accounts: int
+    rate: int
+    warmup: int
+    #: When the warm-up events were generated.
+    warmup_ns: int
+    #: When event ``warmup`` was due (the clock of the steady stream); 0 while warming up.
+    origin_ns: int
+
+    def due_us(self, values: Any) -> Any:
+        """When each event was due, in microseconds since the epoch (numpy arrays in and out)."""
+        import numpy as np
+
+        steady = self.origin_ns + (values - self.warmup) * 1_000_000_000 // self.rate
+        return np.where(values < self.warmup, self.warmup_ns, steady) // 1000
 
 
 class AccountEventsReader(DataSourceStreamReader):
-    """Offsets are event counts: ``{"value": n}``; the latest is how many are due by now."""
+    """Offsets are event counts (``{"value": n}``); the latest is how many are due by now.
+
+    The first micro-batch of a query is slow (Python workers start, the sink joins the group), so
+    the source warms up: it offers one second of events at once and starts its clock only once
+    that batch is committed. The job (which sees the query's progress) then writes the time to
+    the ``startFile`` option's path, the demo's t = 0; from then on events are due at ``rate``
+    per second. (``commit`` cannot be the signal: Spark calls it only when it plans the next
+    batch, and there is none before the clock starts.)
+    """
 
     def __init__(self, options: dict[str, str]) -> None:
         self.accounts = int(options["accounts"])
         self.rate = int(options["rate"])
         self.total = int(options["total"])
-        self.start_ns = time.time_ns()
-        Path(options["startfile"]).write_text(str(self.start_ns))
+        self.start_file = Path(options["startfile"])
+        self.warmup = warmup_events(self.rate, self.total)
+        self.warmup_ns = 0
+        self.origin_ns = 0
 
     def initialOffset(self) -> dict[str, int]:
         """Nothing generated yet."""
@@ -74,15 +120,33 @@ class AccountEventsReader(DataSourceStreamReader):
 
     # The no-argument form: PySpark 4.0 and 4.1 call it so, and later versions still accept it.
     def latestOffset(self) -> dict[str, int]:  # type: ignore[override]
-        """Events due by now, at most ``total``."""
-        due = (time.time_ns() - self.start_ns) * self.rate // 1_000_000_000
+        """Events due by now, at most ``total`` (the warm-up events until the clock starts)."""
+        if not self.origin_ns:
+            self.warmup_ns = self.warmup_ns or time.time_ns()
+            if not self.start_file.exists():
+                return {"value": self.warmup}
+            self.origin_ns = int(self.start_file.read_text())
+        due = self.warmup + (time.time_ns() - self.origin_ns) * self.rate // 1_000_000_000
         return {"value": min(self.total, due)}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[AccountRange]:
         """One range per partition (empty when nothing new is due)."""
         if end["value"] <= start["value"]:
             return []
-        return [AccountRange(p, SPARK_PARTITIONS, start["value"], end["value"]) for p in range(SPARK_PARTITIONS)]
+        return [
+            AccountRange(
+                p,
+                SPARK_PARTITIONS,
+                start["value"],
+                end["value"],
+                self.accounts,
+                self.rate,
+                self.warmup,
+                self.warmup_ns,
+                self.origin_ns,
+            )
+            for p in range(SPARK_PARTITIONS)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The partition's events as one Arrow batch."""
@@ -92,13 +156,14 @@ class AccountEventsReader(DataSourceStreamReader):
         if not isinstance(partition, AccountRange):
             raise TypeError(f"not a partition of the demo source: {partition!r}")
         values = np.arange(partition.start, partition.end, dtype=np.int64)
-        accounts = values % self.accounts
-        values = values[accounts % partition.partitions == partition.partition]
-        accounts = values % self.accounts
-        due_us = (self.start_ns + values * 1_000_000_000 // self.rate) // 1000
+        values = values[(values % partition.accounts) % partition.partitions == partition.partition]
         yield pa.RecordBatch.from_arrays(
-            [pa.array(accounts), pa.array(values // self.accounts + 1), pa.array(due_us, pa.timestamp("us", tz="UTC"))],
-            names=["account", "seq", "event_time"],
+            [
+                pa.array(values % partition.accounts),
+                pa.array(values // partition.accounts + 1),
+                pa.array(partition.due_us(values)),
+            ],
+            names=["account", "seq", "event_time_us"],
         )
 
     def commit(self, end: dict[str, int]) -> None:
@@ -114,7 +179,7 @@ class AccountEventsSource(DataSource):
         return SPARK_SOURCE_NAME
 
     def schema(self) -> str:
-        """account, seq, event_time."""
+        """account, seq, event_time_us."""
         return EVENT_SCHEMA
 
     def streamReader(self, schema: Any) -> AccountEventsReader:
@@ -184,12 +249,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             .start()
         )
         deadline = time.monotonic() + SPARK_STARTUP_TIMEOUT
-        while not start_file.exists() or not start_file.read_text():
+        while committed_events(query) < warmup_events(args.rate, args.total):
             if query.exception() is not None or time.monotonic() > deadline:
-                print(f"spark_job: the query did not start: {query.exception()}", file=sys.stderr)
+                print(f"spark_job: the warm-up batch was not committed: {query.exception()}", file=sys.stderr)
                 return 1
             time.sleep(0.05)
-        start_ns = int(start_file.read_text())
+        start_ns = start_clock(start_file)
         generation_end = time.monotonic() + args.total / args.rate + FLUSH_TIMEOUT
         committed = 0
         while committed < args.total:

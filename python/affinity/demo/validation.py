@@ -177,9 +177,10 @@ def expected_per_account(generated: int, accounts: int, account: int) -> int:
 class Validator:
     """Checks processed records; not thread-safe (one thread feeds it, others read snapshots under a lock)."""
 
-    def __init__(self, accounts: int, start_ns: int, bin_seconds: float) -> None:
+    def __init__(self, accounts: int, start_ns: int | None, bin_seconds: float) -> None:
         self._accounts = accounts
-        self._start_ns = start_ns
+        self._start_ns = start_ns or 0
+        self._started = start_ns is not None
         self._bin_ns = int(bin_seconds * 1e9)
         self._bin_seconds = bin_seconds
         self._pending: list[Row] = []
@@ -206,8 +207,13 @@ class Validator:
         return self._received + len(self._pending)
 
     def rebase(self, start_ns: int) -> None:
-        """Sets the time origin (generation start) of the timeline and of every reported time."""
+        """Sets the time origin (generation start) of the timeline and of every reported time.
+
+        Until then records are only buffered, so that none is placed on a timeline with the
+        wrong origin (the Spark generator's warm-up batch arrives before its clock starts).
+        """
         self._start_ns = start_ns
+        self._started = True
 
     def mark_killed(self, consumer: int) -> None:
         """Records that ``consumer`` was SIGKILLed: what it processed but never acked may be replayed."""
@@ -220,10 +226,11 @@ class Validator:
 
     def flush(self) -> None:
         """Checks every buffered record (at the end, once nothing more can arrive)."""
+        self._started = True
         self._release(None)
 
     def _release(self, cutoff_ns: int | None) -> None:
-        if not self._pending:
+        if not self._pending or not self._started:
             return
         self._pending.sort(key=lambda row: row[_DONE_NS])
         if cutoff_ns is None:
