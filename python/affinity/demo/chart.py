@@ -79,11 +79,11 @@ def write_chart(result: DemoResult, path: Path) -> None:
     )
     report = result.validation
     verdict = "PASS" if result.passed else "FAIL"
-    source = "Spark Structured Streaming -> format('affinity')" if result.settings.spark else "GroupPublisher"
+    source = "Spark Structured Streaming (format 'affinity')" if result.settings.spark else "GroupPublisher"
     figure.suptitle(
-        f"affinity pipeline demo ({source}): {result.generated:,} events, {result.settings.accounts:,} accounts - "
-        f"lost {report.lost}, duplicated {report.duplicates}, order {'held' if report.order_held else 'BROKEN'} "
-        f"- {verdict}",
+        f"affinity pipeline demo: {source} -> consumer group -> {result.settings.consumers} consumers\n"
+        f"{result.generated:,} events, {result.settings.accounts:,} accounts: lost {report.lost}, "
+        f"duplicated {report.duplicates}, order {'held' if report.order_held else 'BROKEN'} - {verdict}",
         fontsize=11,
         fontweight="bold",
     )

@@ -58,8 +58,9 @@ def summary(result: DemoResult) -> RenderableType:
         "replayed after the SIGKILL (processed, never acked)",
         f"{report.failover_replays:,}",
     )
+    warmup = f" (after the {report.latency.warmup_events:,}-event warm-up)" if report.latency.warmup_events else ""
     checks.add_row(
-        "latency generated -> consumed",
+        f"latency generated -> consumed{warmup}",
         f"p50 {report.latency.p50_ms:,.1f} ms   p99 {report.latency.p99_ms:,.1f} ms   "
         f"max {report.latency.max_ms:,.0f} ms",
     )
