@@ -10,7 +10,10 @@ over loopback UDP and prints the rates.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -23,6 +26,8 @@ from affinity.testing import free_udp_port
 STREAM_ID = 1001
 
 
+#: Modules of the ``demo`` extra.
+DEMO_MODULES = ("rich", "matplotlib")
 #: Width of the summary when the output is not a terminal.
 CONSOLE_WIDTH = 120
 #: Prefix of the default output folder (a UTC time stamp follows).
@@ -56,11 +61,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--no-spark", dest="spark", action="store_false", help="generate with a plain Python GroupPublisher, no Spark"
     )
-    parser.add_argument("--kill-at", type=float, help="seconds after the start to SIGKILL a consumer (default 1/3)")
-    parser.add_argument("--join-at", type=float, help="seconds after the start to start a new consumer (default 0.6)")
+    parser.add_argument(
+        "--kill-at", type=float, help="seconds after the start to SIGKILL a consumer (default: a third of --duration)"
+    )
+    parser.add_argument(
+        "--join-at", type=float, help="seconds after the start to start a new consumer (default: 0.6 x --duration)"
+    )
     parser.add_argument("--no-live", dest="live", action="store_false", help="plain progress lines, no live view")
     parser.set_defaults(run=run_pipeline)
-    modes = parser.add_subparsers(dest="demo_mode", metavar="MODE")
+    modes = parser.add_subparsers(dest="demo_mode", metavar="{transport}", help="optional: another demo instead")
     transport = modes.add_parser("transport", help="send messages between two processes and print the rates")
     transport.add_argument("--count", type=int, default=2_000_000, help="messages to send (default 2,000,000)")
     transport.add_argument("--size", type=int, default=32, help="message size in bytes (default 32)")
@@ -68,6 +77,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     transport.add_argument("--role", choices=("both", "pub", "sub"), default="both", help=argparse.SUPPRESS)
     transport.add_argument("--threading", choices=("shared", "invoker"), default="invoker")
     transport.set_defaults(run=run)
+
+
+def missing_dependency(spark: bool) -> str | None:
+    """What the pipeline demo needs and is not installed, said with the fix; None when all is there."""
+    missing = [name for name in DEMO_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"the demo needs the demo extra (missing {', '.join(missing)}): pip install 'affinity[demo]'"
+    if spark:
+        if importlib.util.find_spec("pyspark") is None:
+            return "the Spark demo needs the spark extra: pip install 'affinity[spark]' (or run with --no-spark)"
+        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+            return "the Spark demo needs Java 17 or newer (no java on PATH, JAVA_HOME unset); or run with --no-spark"
+    return None
 
 
 def run_pipeline(args: argparse.Namespace) -> int:
@@ -79,6 +101,10 @@ def run_pipeline(args: argparse.Namespace) -> int:
     from affinity.demo.settings import DemoSettings
     from affinity.exceptions import ConfigError
 
+    problem = missing_dependency(args.spark)
+    if problem is not None:
+        print(f"affinity demo: {problem}", file=sys.stderr)
+        return 2
     out = args.out or Path(f"{OUT_PREFIX}{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}")
     try:
         settings = DemoSettings.create(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -17,6 +18,8 @@ from affinity.demo.validation import LiveStats, MoveCause
 NOTES_SHOWN = 8
 #: Queue moves shown (the most recent).
 MOVES_SHOWN = 8
+#: Seconds over which the live rates are computed.
+RATE_WINDOW = 2.0
 #: Seconds between plain progress lines when the output is not a terminal.
 PLAIN_INTERVAL = 5.0
 
@@ -41,6 +44,7 @@ class Display:
         self._notes: list[str] = []
         self._notes_before_live = 0
         self._next_plain = 0.0
+        self._history: deque[tuple[float, dict[int, int]]] = deque()
 
     def note(self, text: str) -> None:
         """Adds a line to the event log (printed at once when not interactive)."""
@@ -73,8 +77,9 @@ class Display:
         self, now: float, consumers: dict[int, ConsumerState], generator: GeneratorState, stats: LiveStats
     ) -> None:
         """Redraws the live view, or prints a progress line every few seconds."""
+        rates = self._rates(now, stats)
         if self._live is not None:
-            self._live.update(self.render(now, consumers, generator, stats))
+            self._live.update(self.render(now, consumers, generator, stats, rates))
             return
         if time.monotonic() >= self._next_plain:
             self._next_plain = time.monotonic() + PLAIN_INTERVAL
@@ -85,18 +90,34 @@ class Display:
             )
             self._console.print(
                 f"t={now:5.1f}s generated {generated:,} validated {stats.received:,} "
-                f"({sum(stats.last_bin_rates.values()):,.0f}/s) {shares} "
+                f"({sum(rates.values()):,.0f}/s) {shares} "
                 f"dup {stats.duplicates} order errors {stats.order_errors} replays {stats.failover_replays}",
                 highlight=False,
             )
 
+    def _rates(self, now: float, stats: LiveStats) -> dict[int, float]:
+        """Events per second of each consumer over the last :data:`RATE_WINDOW` seconds."""
+        self._history.append((now, dict(stats.per_consumer)))
+        while len(self._history) > 1 and now - self._history[1][0] >= RATE_WINDOW:
+            self._history.popleft()
+        then, before = self._history[0]
+        elapsed = now - then
+        if elapsed <= 0:
+            return {}
+        return {c: (n - before.get(c, 0)) / elapsed for c, n in stats.per_consumer.items()}
+
     def render(
-        self, now: float, consumers: dict[int, ConsumerState], generator: GeneratorState, stats: LiveStats
+        self,
+        now: float,
+        consumers: dict[int, ConsumerState],
+        generator: GeneratorState,
+        stats: LiveStats,
+        rates: dict[int, float],
     ) -> RenderableType:
         """The live view."""
         settings = self._settings
         generated = generator.progress.generated if generator.progress else 0
-        rate = sum(stats.last_bin_rates.values())
+        rate = sum(rates.values())
         header = Text.assemble(
             ("affinity pipeline demo  ", "bold"),
             f"t={now:5.1f}s " + (f"/ {settings.duration:g}s   " if now <= settings.duration else "(draining)   "),
@@ -119,7 +140,7 @@ class Display:
                 consumer_state_text(state),
                 f"{processed:,}",
                 f"{processed * 100 / max(stats.received, 1):.1f}%",
-                f"{stats.last_bin_rates.get(ordinal, 0.0):,.0f}",
+                f"{rates.get(ordinal, 0.0):,.0f}",
                 " ".join(str(q) for q in owned) or "-",
             )
         owners = Table(title="queue owners (claims)", title_justify="left", show_header=True, expand=False)

@@ -133,7 +133,6 @@ class LiveStats:
     duplicates: int
     failover_replays: int
     order_errors: int
-    last_bin_rates: dict[int, float]
     latency_p99_ms: float
 
 
@@ -301,10 +300,9 @@ class Validator:
 
     def live(self) -> LiveStats:
         """A snapshot for the live display."""
-        counts = self._bins.counts
-        last_full = max((len(c) for c in counts.values()), default=0) - 2
-        rates = {c: (v[last_full] / self._bin_seconds if 0 <= last_full < len(v) else 0.0) for c, v in counts.items()}
-        recent = sorted(self._bins.latencies[last_full]) if 0 <= last_full < len(self._bins.latencies) else []
+        bins = self._bins.latencies
+        last_full = len(bins) - 2
+        recent = sorted(bins[last_full]) if last_full >= 0 else []
         return LiveStats(
             received=self._received,
             per_consumer=dict(self._per_consumer),
@@ -313,7 +311,6 @@ class Validator:
             duplicates=self._duplicates,
             failover_replays=self._replays,
             order_errors=self._order_errors,
-            last_bin_rates=rates,
             latency_p99_ms=percentile(recent, 0.99) / 1e6,
         )
 
