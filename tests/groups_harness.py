@@ -56,7 +56,8 @@ class Role:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
@@ -130,6 +131,13 @@ class Role:
                 return json.loads(line)
         raise AssertionError(f"{self.name}: no JSON result:\n{self.describe()}")
 
+    def finish(self) -> None:
+        """Once the process has exited: waits for the reader and closes the pipes."""
+        self._reader.join(timeout=5)
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
     def describe(self) -> str:
         """The last lines of output, for failure messages."""
         tail = "\n".join(self.output()[-40:])
@@ -160,11 +168,12 @@ class Roles:
         return role
 
     def close(self) -> None:
-        """Kills whatever is still running."""
+        """Kills whatever is still running and closes every pipe."""
         for role in self.started:
             if role.process.poll() is None:
                 role.process.kill()
-                role.process.wait(timeout=10)
+            role.process.wait(timeout=10)
+            role.finish()
 
 
 def roles_fixture(tmp_path: Path) -> Iterator[Roles]:

@@ -57,9 +57,7 @@ def test_check_unreadable_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_p
     assert "cannot read" in err and "missing.conf" in err
 
 
-def test_check_loads_plugins_unless_told_not_to(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_check_loads_plugins_unless_told_not_to(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "plugin.conf"
     path.write_text(
         "add-data-service service-name s include-pattern ^/\n"
@@ -138,9 +136,7 @@ class FakeRouter:
             raise RoutingError(f"no data service matches {subject}")
         member = next(m for m in ("TradeAdapterA", "TradeAdapterB") if m not in self.down)
         user = subject.split("/")[2].split("-")[0]
-        return FakeDecision(
-            subject, "trade-messaging-channel", member, 0, f"trading-adapters:{user}", "affinity", 0
-        )
+        return FakeDecision(subject, "trade-messaging-channel", member, 0, f"trading-adapters:{user}", "affinity", 0)
 
 
 @pytest.fixture
@@ -152,9 +148,7 @@ def fake_routing(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FakeRouter]]:
     yield FakeRouter
 
 
-def test_route_prints_member_and_why(
-    capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]
-) -> None:
+def test_route_prints_member_and_why(capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]) -> None:
     status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice-0/FXTRADE")
     assert status == 0
     assert out == [
@@ -166,17 +160,13 @@ def test_route_prints_member_and_why(
 def test_route_marks_down_labels_before_routing(
     capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]
 ) -> None:
-    status, out, _ = run(
-        capsys, "route", str(WORKED), "/PRIVATE/bob-1/FXTRADE", "--down", "TradeAdapterA"
-    )
+    status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/bob-1/FXTRADE", "--down", "TradeAdapterA")
     assert status == 0
     assert fake_routing.instances[0].down == ["TradeAdapterA"]
     assert " -> TradeAdapterB " in out[0]
 
 
-def test_route_json_lists_decision_fields(
-    capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]
-) -> None:
+def test_route_json_lists_decision_fields(capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]) -> None:
     status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/a-0/FXTRADE", "/OTHER", "--json")
     assert status == 3
     decisions = json.loads("\n".join(out))
@@ -231,9 +221,7 @@ def test_route_shows_the_other_source_groups_of_a_service(
     assert decision["additional"][0]["member"] == "HistoricalAdapter"
 
 
-def test_route_unrouted_subject_exits_3(
-    capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]
-) -> None:
+def test_route_unrouted_subject_exits_3(capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]) -> None:
     status, out, _ = run(capsys, "route", str(WORKED), "/OTHER")
     assert status == 3
     assert out == ["/OTHER -> not routed: no data service matches /OTHER"]
@@ -268,8 +256,6 @@ def test_down_adapter_is_avoided(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice-0/FXTRADE", "--json")
     assert status == 0
     first = json.loads("\n".join(out))[0]["member"]
-    status, out, _ = run(
-        capsys, "route", str(WORKED), "/PRIVATE/alice-0/FXTRADE", "--json", "--down", first
-    )
+    status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice-0/FXTRADE", "--json", "--down", first)
     assert status == 0
     assert json.loads("\n".join(out))[0]["member"] not in (first, None)

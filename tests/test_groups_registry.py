@@ -7,11 +7,33 @@ import multiprocessing
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
+import affinity
+import pyarrow as pa
 import pytest
 from affinity import AffinityError, ConfigError
-from affinity.groups import GroupDefinition, create_group, delete_group, list_groups, load_group, registry_dir
-from affinity.groups.registry import MAX_HASH_COUNT, MIN_QUEUE_SIZE, REGISTRY_ENV, group_file
+from affinity._affinity import GroupObserverCore
+from affinity.groups import (
+    GroupDefinition,
+    create_group,
+    delete_group,
+    group_bucket,
+    group_queue,
+    group_queues,
+    list_groups,
+    load_group,
+    registry_dir,
+)
+from affinity.groups.registry import (
+    MAX_HASH_COUNT,
+    MAX_QUEUE_COUNT,
+    MAX_QUEUE_SIZE,
+    MIN_QUEUE_SIZE,
+    REGISTRY_ENV,
+    group_file,
+)
+from test_hash_spec import fmix64, fnv1a64
 
 QS = 1 << 20
 
@@ -64,7 +86,7 @@ def test_environment_variable_selects_the_registry(tmp_path: Path, monkeypatch: 
         (("g", "hp", 4, 8, QS), r"queue count \(QC\) 8 exceeds hash count \(HC\) 4"),
         (("g", "hp", 4, 0, QS), r"queue count \(QC\) 0 is out of range"),
         (("g", "hp", 0, 0, QS), r"hash count \(HC\) 0 is out of range"),
-        (("g", "hp", MAX_HASH_COUNT + 1, 1, QS), r"hash count \(HC\) 65537 is out of range"),
+        (("g", "hp", MAX_HASH_COUNT + 1, 1, QS), rf"hash count \(HC\) {MAX_HASH_COUNT + 1} is out of range"),
         (("g", "hp", 4, 2, MIN_QUEUE_SIZE - 1), rf"queue size \(QS\) {MIN_QUEUE_SIZE - 1} is out of range"),
         (("g/x", "hp", 4, 2, QS), r"name 'g/x' is invalid"),
         ((".hidden", "hp", 4, 2, QS), r"name '.hidden' is invalid"),
@@ -156,3 +178,87 @@ def test_registry_survives_its_creating_process(tmp_path: Path) -> None:
     assert process.exitcode == 0
     assert load_group("kept", tmp_path) == GroupDefinition("kept", "kept", 16, 4, QS)
     assert sorted(os.listdir(tmp_path / "groups")) == [".lock", "kept.json"]  # no temporary file left
+
+
+# ---- cross-language hash vectors --------------------------------------------------------------
+
+GROUP_VECTORS = Path(__file__).parent / "vectors" / "group_hash.json"
+
+
+def _vector_key(case: dict[str, Any]) -> bytes:
+    if "key_repeat" in case:
+        repeat = case["key_repeat"]
+        return str(repeat["text"]).encode("utf-8") * int(repeat["count"])
+    if "key" in case:
+        key = str(case["key"]).encode("utf-8")
+        assert "key_hex" not in case or bytes.fromhex(case["key_hex"]) == key
+        return key
+    return bytes.fromhex(case["key_hex"])
+
+
+def reference_bucket(key: bytes, hash_count: int) -> int:
+    """docs/groups.md, from the spec alone: ``fmix64(fnv1a64(key)) % HC``."""
+    return fmix64(fnv1a64(key)) % hash_count
+
+
+def test_pure_python_reference_reproduces_the_group_hash_vectors() -> None:
+    cases = json.loads(GROUP_VECTORS.read_text())["cases"]
+    checked = 0
+    for case in cases:
+        key = _vector_key(case)
+        assert f"{fnv1a64(key):016x}" == case["fnv1a64"], case
+        assert f"{fmix64(fnv1a64(key)):016x}" == case["hash"], case
+        for bucket in case["buckets"]:
+            assert reference_bucket(key, bucket["hash_count"]) == bucket["bucket"], (case, bucket)
+            for queue in bucket["queues"]:
+                assert bucket["bucket"] % queue["queue_count"] == queue["queue"]
+                checked += 1
+    assert len(cases) >= 10 and checked >= 20
+
+
+def test_compiled_group_hash_agrees_with_the_vectors_and_the_reference() -> None:
+    cases = json.loads(GROUP_VECTORS.read_text())["cases"]
+    for case in cases:
+        key = _vector_key(case)
+        text_key: bytes | str = key.decode("utf-8") if "key" in case else key
+        for bucket in case["buckets"]:
+            assert group_bucket(text_key, bucket["hash_count"]) == bucket["bucket"]
+            for queue in bucket["queues"]:
+                assert group_queue(key, bucket["hash_count"], queue["queue_count"]) == queue["queue"]
+    keys = [f"key-{i}".encode() for i in range(2000)] + [b"", b"\xff\x00"]
+    expected = [reference_bucket(key, 100) % 12 for key in keys]
+    assert group_queues(keys, 100, 12) == expected
+    assert group_queues(pa.array(keys, type=pa.binary()), 100, 12) == expected
+    assert group_queues([key.decode("utf-8", "replace") for key in keys[:2000]], 100, 12) == expected[:2000]
+
+
+@pytest.mark.parametrize(
+    ("hash_count", "queue_count", "queue_size", "valid"),
+    [
+        (MAX_HASH_COUNT, MAX_QUEUE_COUNT, MIN_QUEUE_SIZE, True),
+        (MAX_HASH_COUNT + 1, 1, MIN_QUEUE_SIZE, False),
+        (MAX_QUEUE_COUNT + 1, MAX_QUEUE_COUNT + 1, MIN_QUEUE_SIZE, False),
+        (8, 4, MIN_QUEUE_SIZE - 1, False),
+        (8, 4, MAX_QUEUE_SIZE, True),
+        (8, 4, MAX_QUEUE_SIZE + 1, False),
+    ],
+)
+def test_registry_limits_are_the_rust_layers(
+    tmp_path: Path, hash_count: int, queue_count: int, queue_size: int, valid: bool
+) -> None:
+    """A definition the registry accepts is one the Rust layer accepts, and the reverse."""
+    try:
+        GroupDefinition("limits", "limits", hash_count, queue_count, queue_size)
+        registry_ok = True
+    except ConfigError:
+        registry_ok = False
+    with affinity.Client() as client:
+        try:
+            observer = GroupObserverCore(
+                client, "limits", "limits", hash_count, queue_count, queue_size, registry_dir=str(tmp_path)
+            )
+            observer.close()
+            core_ok = True
+        except ConfigError:
+            core_ok = False
+    assert registry_ok == core_ok == valid

@@ -26,8 +26,7 @@ def fake_entry_points(
 ) -> None:
     """Make ``importlib.metadata.entry_points`` see only ``entries`` (name, value) in ``group``."""
     points = importlib.metadata.EntryPoints(
-        importlib.metadata.EntryPoint(name=name, value=value, group=group)
-        for name, value in entries
+        importlib.metadata.EntryPoint(name=name, value=value, group=group) for name, value in entries
     )
 
     def entry_points(*, group: str) -> importlib.metadata.EntryPoints:
@@ -142,9 +141,7 @@ def test_unknown_entry_point_lists_the_installed_ones(monkeypatch: pytest.Monkey
 
 
 def test_entry_point_registered_twice_is_ambiguous(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_entry_points(
-        monkeypatch, ("crc", "sample_policies:Crc32"), ("crc", "sample_policies:FirstCandidate")
-    )
+    fake_entry_points(monkeypatch, ("crc", "sample_policies:Crc32"), ("crc", "sample_policies:FirstCandidate"))
     with pytest.raises(PolicyError, match="registered several times"):
         load_policy("crc")
 

@@ -283,3 +283,13 @@ def test_decode_message_gives_typed_items() -> None:
     assert item.queue == 2 and item.batch().equals(batch)  # type: ignore[union-attr]
     commit = decode_message(encode(marker(Kind.COMMIT, 0), encode_commit_body({0: 1})))
     assert commit.last_sequences == {0: 1}  # type: ignore[union-attr]
+
+
+def test_docs_list_every_option() -> None:
+    from pathlib import Path
+
+    from affinity.spark.options import OPTIONS
+
+    table = (Path(__file__).parent.parent / "docs" / "spark.md").read_text(encoding="utf-8")
+    for spec in OPTIONS:
+        assert f"| `{spec.name}` |" in table, spec.name

@@ -134,6 +134,7 @@ def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it() -> None
             received: list[bytes] = []
             sent = 0
             deadline = time.monotonic() + 30
+
             def pending() -> bool:
                 return sent < len(messages) or pub.counters()["sender_position"] < pub.position
 

@@ -282,7 +282,12 @@ def run_consume(args: argparse.Namespace) -> int:
             _log(f"consumer {args.index} leaving: processed {processed}, undecodable {undecodable}")
             consumer.close(args.close_timeout)
             status = consumer.status()
-            _log(f"consumer {args.index} left: delivered {status.delivered}, duplicates {status.duplicates_dropped}")
+            counters = client.counters()
+            invalid = counters.get("invalid_data_frames", 0) + counters.get("invalid_control_frames", 0)
+            _log(
+                f"consumer {args.index} left: delivered {status.delivered}, duplicates {status.duplicates_dropped}, "
+                f"invalid datagrams ignored {invalid}"
+            )
     except ConfigError as error:
         print(f"affinity group consume: {error}", file=sys.stderr)
         return EXIT_ERRORS

@@ -120,7 +120,7 @@ class GroupPublisher:
         """Sends messages in order (lists or pyarrow arrays); returns how many were taken."""
         return self._core.publish_batch(keys, payloads)
 
-    def publish_to_queue(self, queue: int, payload: bytes, key: bytes | str = b"") -> int:
+    def publish_to_queue(self, queue: int, payload: bytes, key: bytes | str | None = None) -> int:
         """Sends one message to one queue, whatever its key hashes to (same return codes)."""
         return self._core.publish_to_queue(queue, payload, key)
 

@@ -56,14 +56,16 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Hash prefixes: the first level of every message subject ``HP/bucket/topic``; letters, digits,
 #: ``_ . -`` (no ``/``), 1 to 64 characters, as the seed's ``__hash1__``.
 HASH_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-#: Largest hash count (HC): buckets are the unit of order, 64 Ki of them is plenty.
-MAX_HASH_COUNT = 65536
-#: Largest queue count (QC): every heartbeat carries one claim per owned queue.
-MAX_QUEUE_COUNT = 1024
-#: Smallest queue size (QS, bytes retained per queue by each publisher): one 64 KiB message.
-MIN_QUEUE_SIZE = 65536
-#: Largest queue size (QS): 4 GiB per queue and publisher.
-MAX_QUEUE_SIZE = 1 << 32
+# The numeric limits are the Rust layer's (rust/src/groups/mod.rs, rust/src/control/limits.rs;
+# docs/groups.md); tests/test_groups_registry.py checks that the two agree.
+#: Largest hash count (HC).
+MAX_HASH_COUNT = 1 << 20
+#: Largest queue count (QC): every heartbeat can carry one claim per queue.
+MAX_QUEUE_COUNT = 4096
+#: Smallest queue size (QS, bytes each publisher retains per queue until acknowledged): 1 KiB.
+MIN_QUEUE_SIZE = 1024
+#: Largest queue size (QS): 16 GiB (retention is in memory).
+MAX_QUEUE_SIZE = 1 << 34
 #: File-name suffix of a definition file.
 DEFINITION_SUFFIX = ".json"
 #: Lock file serialising create and delete within one registry.

@@ -22,7 +22,7 @@ from affinity.spark.envelope import NIL_QUERY, Kind
 from affinity.spark.errors import SparkOptionError
 from affinity.spark.options import SinkOptions, parse_sink_options, parse_source_options
 from affinity.spark.sink import TaskResult, check_group, publish_markers, transport_for, validate_schema, write_task
-from affinity.spark.source import SOURCE_BINARY_SCHEMA, StreamSource
+from affinity.spark.source import GROUP_SOURCE_BINARY_SCHEMA, SOURCE_BINARY_SCHEMA, GroupStreamSource, StreamSource
 
 __all__ = ["FORMAT_NAME", "AffinityCommitMessage", "AffinityDataSource"]
 
@@ -166,7 +166,7 @@ class AffinityDataSource(DataSource):
             raise SparkOptionError(
                 "option value='arrow' on the source needs the rows' schema: spark.readStream.schema(...)"
             )
-        return SOURCE_BINARY_SCHEMA
+        return GROUP_SOURCE_BINARY_SCHEMA if source.group is not None else SOURCE_BINARY_SCHEMA
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         """The batch writer (options and schema checked here, on the driver)."""
@@ -182,4 +182,7 @@ class AffinityDataSource(DataSource):
 
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         """The stream reader; it runs on the driver and keeps a replay window of what it read."""
-        return StreamSource(parse_source_options(self.options), to_arrow_schema(schema))
+        options = parse_source_options(self.options)
+        if options.group is not None:
+            return GroupStreamSource(options, to_arrow_schema(schema))
+        return StreamSource(options, to_arrow_schema(schema))

@@ -36,9 +36,9 @@ from affinity.spark.options import SinkOptions, ValueFormat
 
 __all__ = [
     "CHANNEL_QUEUE",
-    "check_group",
     "TaskResult",
     "Transport",
+    "check_group",
     "publish_markers",
     "transport_for",
     "validate_schema",
