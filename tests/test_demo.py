@@ -232,7 +232,7 @@ def test_no_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_pat
     report = run_demo(
         out,
         "--no-spark",
-        *("--duration", "16", "--rate", "1500", "--accounts", "600"),
+        *("--duration", "18", "--rate", "1500", "--accounts", "600"),
         *("--kill-at", "4", "--join-at", "8"),
     )
     check_report(report, out)
@@ -247,7 +247,7 @@ def test_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_path: 
     out = tmp_path / "demo"
     report = run_demo(
         out,
-        *("--duration", "18", "--rate", "1000", "--accounts", "500"),
+        *("--duration", "20", "--rate", "1000", "--accounts", "500"),
         *("--kill-at", "5", "--join-at", "9"),
     )
     check_report(report, out)

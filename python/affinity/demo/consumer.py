@@ -21,7 +21,6 @@ import affinity
 from affinity.demo import protocol
 from affinity.demo.records import decode_event, encode_processed, records_per_message
 from affinity.demo.settings import (
-    CLOSE_TIMEOUT,
     CONSUMER_CYCLE_SECONDS,
     CONSUMER_POLL_MAX,
     CONSUMER_POLL_TIMEOUT,
@@ -31,6 +30,8 @@ from affinity.demo.settings import (
 )
 from affinity.groups import GroupConsumer, GroupMessage
 
+#: Seconds a consumer keeps its client open after closing, so its last messages are delivered.
+LINGER = 1.0
 #: Seconds to sleep while the validator's publication is back-pressured.
 OFFER_RETRY_SLEEP = 0.0005
 #: Transport results after which an offer is simply retried.
@@ -76,6 +77,7 @@ class GroupEventSource:
         self._to_ack: dict[tuple[int, int], GroupMessage] = {}
 
     def take(self, ordinal: int) -> list[Row]:
+        """Decoded events of the next poll, stamped with ``ordinal``, the queue and now."""
         messages = self._consumer.poll(CONSUMER_POLL_MAX, timeout=CONSUMER_POLL_TIMEOUT)
         now = time.time_ns()
         rows: list[Row] = []
@@ -87,14 +89,17 @@ class GroupEventSource:
         return rows
 
     def ack(self) -> None:
+        """Acknowledges, per (producer, queue), the last message taken (acks are cumulative)."""
         for message in self._to_ack.values():
             self._consumer.ack(message)
         self._to_ack.clear()
 
     def owned(self) -> list[int]:
+        """Queues this consumer owns now."""
         return sorted(self._consumer.owned_queues())
 
     def close(self) -> None:
+        """Planned handoff of every owned queue, then leave."""
         self._consumer.close()
 
 
@@ -116,6 +121,7 @@ class SparkEventSource:
         self.aborts = 0
 
     def take(self, ordinal: int) -> list[Row]:
+        """The rows of the row groups of the next poll (acknowledges the previous poll's)."""
         from affinity.spark import AbortItem, DataItem
 
         items = self._consumer.poll(CONSUMER_POLL_MAX, CONSUMER_POLL_TIMEOUT)
@@ -141,9 +147,11 @@ class SparkEventSource:
         """Nothing to do: the next poll acknowledges."""
 
     def owned(self) -> list[int]:
+        """Queues this consumer owns now."""
         return sorted(self._consumer.owned_queues())
 
     def close(self) -> None:
+        """Planned handoff of every owned queue, then leave."""
         self._consumer.close()
 
 
@@ -204,10 +212,9 @@ def run(source: EventSource, client: affinity.Client, args: argparse.Namespace) 
                 next_status = now + STATUS_INTERVAL
     finally:
         source.close()
-        # Let the last republished messages and acks leave before the client closes.
-        linger = time.monotonic() + min(CLOSE_TIMEOUT, 1.0)
-        while time.monotonic() < linger:
-            time.sleep(0.05)
+        # The embedded driver stops with the client: give the last republished messages time to
+        # reach the validator (and their retransmissions, if any) before it does.
+        time.sleep(LINGER)
     print(protocol.encode(protocol.ConsumerStatus(args.ordinal, [], processed)), flush=True)
     return 0
 
