@@ -223,7 +223,7 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
         assert progress is not None
         start_ns = progress.start_ns
         collector.rebase(start_ns)
-        display.note("generating events")
+        display.note(f"generating events ({time.monotonic() - wall_start:.1f} s after the start of the demo)")
         deadline = time.monotonic() + settings.duration + FLUSH_TIMEOUT + SPARK_STARTUP_TIMEOUT
         victim = settings.victim_index
         joiner = settings.consumers

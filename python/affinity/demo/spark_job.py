@@ -59,7 +59,8 @@ def warmup_events(rate: int, total: int) -> int:
 
 def start_clock(start_file: Path) -> int:
     """Writes now (ns since the epoch) to ``start_file`` atomically and returns it."""
-    origin = time.time_ns()
+    # Whole microseconds: event times travel as microseconds, and event ``warmup`` is due exactly then.
+    origin = time.time_ns() // 1000 * 1000
     partial = start_file.with_suffix(".partial")
     partial.write_text(str(origin))
     partial.replace(start_file)  # the reader never sees half a number
