@@ -147,6 +147,28 @@ def test_records_beyond_what_was_generated_are_unexpected() -> None:
     assert not report.passed
 
 
+# ---- chart helpers ------------------------------------------------------------------------------
+
+
+def test_moving_average_spreads_a_burst_over_its_window() -> None:
+    import numpy as np
+    from affinity.demo.chart import moving_average
+
+    smoothed = moving_average(np.array([[0.0, 0.0, 9.0, 0.0, 0.0]]), 3)
+    assert smoothed.tolist() == [[0.0, 3.0, 3.0, 3.0, 0.0]]
+    # The edges average over the bins that exist.
+    assert moving_average(np.array([6.0, 0.0]), 3).tolist() == [3.0, 3.0]
+
+
+def test_generated_rate_comes_from_cumulative_samples() -> None:
+    import numpy as np
+    from affinity.demo.chart import generated_rate
+
+    samples = [(0.0, 0), (1.0, 100), (2.0, 300)]
+    assert generated_rate(samples, np.array([0.0, 1.0, 2.0])).tolist() == [100.0, 200.0]
+    assert generated_rate([(0.0, 0)], np.array([0.0, 1.0])).tolist() == [0.0]
+
+
 # ---- settings and CLI ---------------------------------------------------------------------------
 
 

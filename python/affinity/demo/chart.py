@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 
     from affinity.demo.orchestrator import DemoResult
 
+#: Bins averaged in the throughput and load panels: Spark's micro-batches arrive in bursts, so a
+#: single one-second bin mostly shows when batches happened to land.
+SMOOTHING_BINS = 3
 #: Size of the chart in inches, and its resolution.
 FIGURE_SIZE = (13.0, 9.0)
 DPI = 110
@@ -49,6 +52,18 @@ def _mark_events(axes: Axes, result: DemoResult, label: bool) -> None:
             )
 
 
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    """Centered moving average over ``window`` bins along the last axis (shorter at the edges)."""
+    if window <= 1 or values.shape[-1] == 0:
+        return values
+    kernel = np.ones(window)
+    counts = np.convolve(np.ones(values.shape[-1]), kernel, mode="same")
+    rows = np.atleast_2d(values)
+    smoothed = np.array([np.convolve(row, kernel, mode="same") / counts for row in rows])
+    result: np.ndarray = smoothed.reshape(values.shape)
+    return result
+
+
 def generated_rate(samples: list[tuple[float, int]], edges: np.ndarray) -> np.ndarray:
     """Events generated per second in each bin between ``edges``, from cumulative samples."""
     if len(samples) < 2:
@@ -71,7 +86,10 @@ def write_chart(result: DemoResult, path: Path) -> None:
     consumers = sorted(timeline.per_consumer)
     per_consumer = np.array([timeline.per_consumer[c] for c in consumers], dtype=float).reshape(len(consumers), bins)
     per_consumer /= width
-    total = per_consumer.sum(axis=0) if consumers else np.zeros(bins)
+    raw_total = per_consumer.sum(axis=0) if consumers else np.zeros(bins)
+    per_consumer = moving_average(per_consumer, SMOOTHING_BINS)
+    total = moving_average(raw_total, SMOOTHING_BINS)
+    smoothing = f"{SMOOTHING_BINS * width:g} s moving average"
     labels = {state.ordinal: f"c{state.ordinal} (index {state.index})" for state in result.consumers}
 
     figure, (throughput, load, latency) = plt.subplots(
@@ -88,10 +106,11 @@ def write_chart(result: DemoResult, path: Path) -> None:
         fontweight="bold",
     )
 
-    throughput.plot(centers, generated_rate(result.generated_samples, edges), color="#7f7f7f", label="generated")
+    generated = moving_average(generated_rate(result.generated_samples, edges), SMOOTHING_BINS)
+    throughput.plot(centers, generated, color="#7f7f7f", label="generated (committed)")
     throughput.plot(centers, total, color="#1f77b4", linewidth=2, label="processed by consumers")
     throughput.set_ylabel("events/s")
-    throughput.set_title("throughput", loc="left", fontsize=10)
+    throughput.set_title(f"throughput ({smoothing})", loc="left", fontsize=10)
     throughput.legend(**OUTSIDE_LEGEND)
     throughput.set_ylim(bottom=0)
     _mark_events(throughput, result, label=True)
@@ -99,7 +118,7 @@ def write_chart(result: DemoResult, path: Path) -> None:
     if consumers:
         load.stackplot(centers, per_consumer, labels=[labels.get(c, f"c{c}") for c in consumers], alpha=0.85)
     load.set_ylabel("events/s")
-    load.set_title("load per consumer (stacked)", loc="left", fontsize=10)
+    load.set_title(f"load per consumer, stacked ({smoothing})", loc="left", fontsize=10)
     load.set_ylim(bottom=0)
     _mark_events(load, result, label=False)
     # Queue moves as ticks along the top edge of the load panel.
@@ -111,9 +130,9 @@ def write_chart(result: DemoResult, path: Path) -> None:
     load.plot([], [], marker="v", linestyle="", color=HANDOFF_COLOR, label="queue moved\n(handoff)")
     load.legend(**OUTSIDE_LEGEND)
 
-    empty = total == 0
-    latency.plot(centers, np.where(empty, np.nan, timeline.p50_ms), color="#9467bd", label="p50")
-    latency.plot(centers, np.where(empty, np.nan, timeline.p99_ms), color="#ff7f0e", label="p99")
+    empty = raw_total == 0
+    latency.plot(centers, np.where(empty, np.nan, timeline.p50_ms), color="#9467bd", marker=".", label="p50")
+    latency.plot(centers, np.where(empty, np.nan, timeline.p99_ms), color="#ff7f0e", marker=".", label="p99")
     latency.set_yscale("log")
     latency.set_ylabel("ms")
     latency.set_xlabel("seconds since the generator started")
