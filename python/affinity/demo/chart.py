@@ -53,14 +53,16 @@ def _mark_events(axes: Axes, result: DemoResult, label: bool) -> None:
 
 
 def moving_average(values: np.ndarray, window: int) -> np.ndarray:
-    """Centered moving average over ``window`` bins along the last axis (shorter at the edges)."""
-    if window <= 1 or values.shape[-1] == 0:
+    """Centered moving average over ``window`` bins along the last axis (fewer bins at the edges)."""
+    length = values.shape[-1]
+    if window <= 1 or length == 0:
         return values
-    kernel = np.ones(window)
-    counts = np.convolve(np.ones(values.shape[-1]), kernel, mode="same")
-    rows = np.atleast_2d(values)
-    smoothed = np.array([np.convolve(row, kernel, mode="same") / counts for row in rows])
-    result: np.ndarray = smoothed.reshape(values.shape)
+    half = window // 2
+    index = np.arange(length)
+    low = np.maximum(index - half, 0)
+    high = np.minimum(index + half + 1, length)
+    sums = np.concatenate([np.zeros((*values.shape[:-1], 1)), np.cumsum(values, axis=-1)], axis=-1)
+    result: np.ndarray = (sums[..., high] - sums[..., low]) / (high - low)
     return result
 
 
