@@ -17,6 +17,7 @@ from affinity.demo.collector import Collector
 from affinity.demo.progress import Display
 from affinity.demo.settings import (
     CLOSE_TIMEOUT,
+    CONSUMER_CYCLE_SECONDS,
     DRAIN_TIMEOUT,
     FLUSH_TIMEOUT,
     GROUP_NAME_PREFIX,
@@ -31,6 +32,8 @@ from affinity.demo.validation import MoveCause, ValidationReport
 from affinity.exceptions import AffinityError
 from affinity.testing import free_udp_port
 
+#: Seconds to wait, once every queue is owned, for every consumer to own its primary queues.
+PRIMARIES_TIMEOUT = 2 * CONSUMER_CYCLE_SECONDS + 2.0
 #: Seconds between two looks at the children in the main loop.
 TICK = 0.05
 #: Seconds without a new record after which the validator is drained once it has every event.
@@ -137,6 +140,19 @@ class _Run:
                     f"its log ({child.log_path}):\n{child.log_tail()}"
                 )
 
+    def primaries_owned(self) -> bool:
+        """Every live consumer owns its primary queues (``q % count == index``)."""
+        count = self.settings.consumers
+        for state in self.consumers.values():
+            if state.killed_at is not None:
+                continue
+            if state.status is None:
+                return False
+            primaries = {q for q in range(self.settings.queue_count) if q % count == state.index}
+            if not primaries <= set(state.status.owned):
+                return False
+        return True
+
     def owned_queues(self) -> set[int]:
         owned: set[int] = set()
         for state in self.consumers.values():
@@ -199,7 +215,15 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
         children.extend(run.processes.values())
         all_queues = set(range(settings.queue_count))
         _wait("every queue owned by a consumer", lambda: run.owned_queues() == all_queues, STARTUP_TIMEOUT, run)
-        display.note(f"{settings.consumers} consumers own all {settings.queue_count} queues")
+        # A consumer that started late gets its primary queues back within a cycle; start from
+        # the steady state so that every move in the report comes from the kill or the join.
+        try:
+            _wait("every consumer owning its primary queues", run.primaries_owned, PRIMARIES_TIMEOUT, run)
+            display.note(f"{settings.consumers} consumers own all {settings.queue_count} queues, each its primaries")
+        except DemoError:
+            display.note(
+                f"{settings.consumers} consumers own all {settings.queue_count} queues (not all primaries yet)"
+            )
         generator = Child("generator", _generator_command(settings, group, registry), log_dir, run.env)
         children.append(generator)
         display.note("starting the Spark query (local[2]) ..." if settings.spark else "starting the generator ...")
