@@ -273,12 +273,15 @@ def test_publisher_and_consumers_on_two_hosts_in_network_namespaces(tmp_path: Pa
 def test_full_retention_back_pressures_and_loses_nothing_once_the_consumer_acknowledges(tmp_path: Path) -> None:
     queue_size = 16 * 1024
     create_group("bp", "bp", 4, 1, queue_size, tmp_path)
-    timings = {"liveness_timeout": LIVENESS, "heartbeat_interval": HEARTBEAT}
     payloads = [f"{n:08d}".encode() * 12 for n in range(2000)]  # 96 bytes each
     with affinity.Client() as publisher_client, affinity.Client() as consumer_client:
-        publisher = GroupPublisher(publisher_client, "bp", registry=tmp_path, **timings)
+        publisher = GroupPublisher(
+            publisher_client, "bp", registry=tmp_path, liveness_timeout=LIVENESS, heartbeat_interval=HEARTBEAT
+        )
         assert publisher.publish(b"k", payloads[0]) == affinity.NOT_CONNECTED  # nobody to send to yet
-        consumer = GroupConsumer(consumer_client, "bp", 0, 1, registry=tmp_path, **timings)
+        consumer = GroupConsumer(
+            consumer_client, "bp", 0, 1, registry=tmp_path, liveness_timeout=LIVENESS, heartbeat_interval=HEARTBEAT
+        )
         wait_until("the consumer to own the queue", lambda: consumer.owned_queues() == [0], START_TIMEOUT)
         wait_until("the publisher to see the owner", lambda: publisher.status().queues[0].owner_id != 0, 10)
         received: list[bytes] = []

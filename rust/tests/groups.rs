@@ -329,8 +329,11 @@ fn publish_without_consumers_is_not_connected_and_member_files_are_cleaned_up() 
     let (publisher, _client) = publisher(&registry, 1 << 20);
     assert_eq!(publisher.publish(b"k", b"p", None).unwrap(), -1);
     let dir = affinity::groups::runtime::group_members_dir(&registry.0, "orders");
-    let files: HashSet<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(files.len(), 1);
+    // A removed file is written again at the next scan.
+    std::fs::remove_file(&files[0]).unwrap();
+    assert!(wait_until(Duration::from_secs(2), || files[0].exists()));
     publisher.close();
     assert_eq!(publisher.publish(b"k", b"p", None).unwrap(), -4);
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);

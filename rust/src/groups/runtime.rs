@@ -172,6 +172,7 @@ struct Core<B: Brain> {
     hostname: String,
     dir: PathBuf,
     own_file: Option<PathBuf>,
+    member_file: MemberFile,
     timing: Timing,
     control_sub: Subscription,
     data_sub: Option<Subscription>,
@@ -245,6 +246,7 @@ impl<B: Brain> Core<B> {
             hostname: hostname.clone(),
         };
         let own_file = discovery::write_member_file(&dir, &file)?;
+        let member_file = file;
         let mut core = Core {
             brain,
             client,
@@ -257,6 +259,7 @@ impl<B: Brain> Core<B> {
             hostname,
             dir,
             own_file: Some(own_file),
+            member_file,
             timing: options.timing,
             control_sub,
             data_sub,
@@ -336,6 +339,14 @@ impl<B: Brain> Core<B> {
 
     fn scan(&mut self, now: Instant) {
         self.last_scan = Some(now);
+        if let Some(own) = &self.own_file {
+            if !own.exists() {
+                // Someone removed our file (a mistaken clean-up): write it again.
+                if let Ok(path) = discovery::write_member_file(&self.dir, &self.member_file) {
+                    self.own_file = Some(path);
+                }
+            }
+        }
         let found = discovery::scan(&self.dir, &self.group);
         self.counters.files_invalid = found.invalid;
         let mut on_disk = HashSet::new();
@@ -1035,8 +1046,8 @@ impl GroupConsumer {
             if core.closed {
                 return;
             }
-            core.brain.state.begin_close(self.auto_ack);
             let now = core.clock.now();
+            core.brain.state.begin_close(self.auto_ack, now);
             core.send_heartbeat(now);
             core.send_acks();
         }
