@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--duration",
         type=float,
         default=defaults.DEFAULT_DURATION,
-        help="seconds of event generation (default %(default)g)",
+        help="seconds of event generation, from t = 0 when events start flowing (default %(default)g)",
     )
     parser.add_argument("--accounts", type=int, default=defaults.DEFAULT_ACCOUNTS, help="keys (default %(default)s)")
     parser.add_argument(
@@ -62,10 +62,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--no-spark", dest="spark", action="store_false", help="generate with a plain Python GroupPublisher, no Spark"
     )
     parser.add_argument(
-        "--kill-at", type=float, help="seconds after the start to SIGKILL a consumer (default: a third of --duration)"
+        "--kill-at", type=float, help="seconds after t = 0 to SIGKILL a consumer (default: a third of --duration)"
     )
     parser.add_argument(
-        "--join-at", type=float, help="seconds after the start to start a new consumer (default: 0.6 x --duration)"
+        "--join-at", type=float, help="seconds after t = 0 to start a new consumer (default: 0.6 x --duration)"
     )
     parser.add_argument("--no-live", dest="live", action="store_false", help="plain progress lines, no live view")
     parser.set_defaults(run=run_pipeline)
