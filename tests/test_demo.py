@@ -17,7 +17,7 @@ pytest.importorskip("matplotlib")
 
 from affinity.demo.records import decode_processed, encode_processed
 from affinity.demo.settings import CHART_PNG, REPORT_JSON, REPORT_TEXT, DemoSettings
-from affinity.demo.validation import REORDER_WINDOW_NS, MoveCause, Validator
+from affinity.demo.validation import RELEASE_INTERVAL_NS, REORDER_WINDOW_NS, MoveCause, Validator
 from affinity.exceptions import ConfigError
 
 SECOND = 1_000_000_000
@@ -114,6 +114,16 @@ def test_a_missing_tail_is_lost() -> None:
     assert report.delivered == 2
 
 
+def test_checks_run_at_most_every_release_interval() -> None:
+    validator = Validator(accounts=1, start_ns=0, bin_seconds=1.0)
+    late = REORDER_WINDOW_NS + 10 * RELEASE_INTERVAL_NS
+    validator.add([row(0, 1, 0, 0, 0.0)], now_ns=late)
+    validator.add([row(0, 2, 0, 0, 0.0)], now_ns=late + 1)  # within the interval: only buffered
+    assert validator.live().received == 1
+    validator.add([], now_ns=late + RELEASE_INTERVAL_NS)
+    assert validator.live().received == 2
+
+
 def test_records_are_checked_in_processing_order_not_arrival_order() -> None:
     validator = Validator(accounts=1, start_ns=0, bin_seconds=1.0)
     # The new owner's record (processed later) is polled before the old owner's last one.
@@ -132,6 +142,7 @@ def test_records_before_the_clock_starts_wait_and_land_in_the_first_bin() -> Non
     assert validator.live().received == 0  # buffered, not checked
     validator.rebase(int(101 * SECOND))
     validator.add([row(0, 2, 0, 0, 103.5)], now_ns=int(200 * SECOND))
+    validator.flush()
     report = validator.report(generated=2)
     assert report.passed
     assert report.timeline.per_consumer == {0: [1, 0, 1]}

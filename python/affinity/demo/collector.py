@@ -11,7 +11,7 @@ from affinity.demo.settings import VALIDATION_STREAM_ID
 from affinity.demo.validation import LiveStats, ValidationReport, Validator
 
 #: Fragments taken per poll of the validation subscription.
-POLL_FRAGMENTS = 256
+POLL_FRAGMENTS = 4096
 #: Seconds the collector sleeps when a poll found nothing.
 IDLE_SLEEP = 0.002
 
