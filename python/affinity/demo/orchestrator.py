@@ -260,10 +260,11 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
                     run.generator.samples.append((now, update.generated))
             run.poll_consumers()
             if now >= settings.kill_at and not any(e.kind == "kill" for e in run.events):
-                run.processes[victim].kill()
-                run.processes[victim].process.wait()
-                run.consumers[victim].killed_at = now
+                # Marked first, so no record the survivors replay is checked before the mark; the
+                # process is reaped at the end (waiting here could stall the loop on a loaded machine).
                 collector.mark_killed(victim)
+                run.consumers[victim].killed_at = now
+                run.processes[victim].kill()
                 run.events.append(TimelineEvent(now, "kill", victim, run.consumers[victim].index))
                 display.note(f"t={now:5.1f}s  SIGKILL consumer c{victim} (index {run.consumers[victim].index})")
             if now >= settings.join_at and not any(e.kind == "join" for e in run.events):
