@@ -24,10 +24,16 @@ def main() -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     consumer = SinkConsumer(
-        group, int(index), int(count), registry=registry, name=f"spark-test-{index}", liveness_timeout=liveness
+        group,
+        int(index),
+        int(count),
+        registry=registry,
+        name=f"spark-test-{index}",
+        liveness_timeout=liveness,
+        cycle=1.0,
     )
     deadline = time.monotonic() + 30
-    while not consumer.owned_queues() and time.monotonic() < deadline:
+    while len(consumer.owned_queues()) < 2 and time.monotonic() < deadline:  # its primaries (QC 6, count 3)
         consumer.poll(100, 0.05)
     print("ready", flush=True)
     with open(out, "a", encoding="utf-8") as sink:
@@ -49,6 +55,7 @@ def main() -> None:
                 else:
                     assert isinstance(item, AbortItem)
                     line = {"t": "abort", "q": item.queue, "batch": item.batch_id}
+                line["ts"] = round(time.time(), 3)
                 sink.write(json.dumps(line) + "\n")
             sink.flush()
     consumer.close()

@@ -75,11 +75,13 @@ class Consumers:
 
     def __init__(self, client: affinity.Client, group: Group, count: int) -> None:
         self.consumers = [
-            SinkConsumer(group.name, i, count, client=client, registry=group.registry, liveness_timeout=1.0)
+            SinkConsumer(group.name, i, count, client=client, registry=group.registry, liveness_timeout=1.0, cycle=1.0)
             for i in range(count)
         ]
         self.received = [Received(i) for i in range(count)]
         self._stop = threading.Event()
+        #: While set, the consumers do not poll (so nothing is delivered or acknowledged).
+        self.paused = threading.Event()
         self._lock = threading.Lock()
         self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(count)]
         for thread in self._threads:
@@ -94,6 +96,9 @@ class Consumers:
     def _run(self, index: int) -> None:
         consumer, received = self.consumers[index], self.received[index]
         while not self._stop.is_set():
+            if self.paused.is_set():
+                time.sleep(0.02)
+                continue
             items = consumer.poll(1000, 0.05)
             owned = set(consumer.owned_queues())
             with self._lock:
@@ -204,32 +209,59 @@ def test_streaming_keeps_order_per_key_across_five_micro_batches(
     check_order_per_key(running.received)
 
 
-def test_a_retried_task_sends_no_duplicate_to_consumers(spark: Any, group: Group, consumers: Any) -> None:
-    running = consumers(2)
+def _publisher_pids(group: Group) -> set[int]:
+    members = Path(group.registry) / "members" / group.name
+    pids = set()
+    for path in members.glob("*.json") if members.exists() else []:
+        try:
+            member = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # being written
+        if member.get("role") == "publisher" and member.get("pid") != os.getpid():
+            pids.add(int(member["pid"]))
+    return pids
 
-    def fail_once(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
 
-        context = TaskContext.get()
-        fail = context is not None and context.partitionId() == 1 and context.attemptNumber() == 0
-        for count, batch in enumerate(batches):
-            if fail and count == 3:
-                time.sleep(1.5)  # let the sink publish what it has before the attempt dies
-                raise RuntimeError("injected failure of partition 1, attempt 0")
-            yield batch
+def test_a_retried_task_sends_no_duplicate_to_consumers(
+    spark: Any, client: affinity.Client, tmp_path: Path, consumers: Any
+) -> None:
+    # A small queue size (QS) and paused consumers hold both write tasks inside write(), each after
+    # sending part of its rows; one task's Python worker is then killed, and Spark retries it.
+    name = "spark-retry"
+    registry = tmp_path / "retry-registry"
+    create_group(name, f"__{name}__", HASH_COUNT, QUEUE_COUNT, 65536, registry)
+    small = Group(name, str(registry))
+    running = Consumers(client, small, 2)
+    running.paused.set()
+    df = keyed_rows(spark, 8_000, 2, 40).selectExpr("*", "repeat('x', 300) AS pad")
+    killed: list[int] = []
 
-    df = keyed_rows(spark, 8_000, 2, 40)
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")
+    def kill_one_writer() -> None:  # on a thread: Spark writes from the thread that registered the source
+        try:
+            deadline = time.monotonic() + 120
+            while len(_publisher_pids(small)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(2.0)  # both are back-pressured now: nothing is acknowledged while consumers pause
+            pids = _publisher_pids(small)
+            if len(pids) >= 2:
+                killed.append(min(pids))
+                os.kill(killed[0], signal.SIGKILL)
+        finally:
+            running.paused.clear()
+
+    killer = threading.Thread(target=kill_one_writer, daemon=True)
     try:
-        flaky = df.mapInArrow(fail_once, df.schema)
-        group.option(flaky.write).option("key", "k").option("maxBatchRows", "100").mode("append").save()
+        killer.start()
+        small.option(df.write).option("key", "k").option("maxBatchRows", "50").mode("append").save()
+        killer.join(10)
+        assert killed, "the two write tasks never joined the group"
+        wait_for(lambda: running.commits_of(0) == QUEUE_COUNT, 60, "a commit on every queue")
+        assert sum(c.stats.duplicates_discarded for c in running.consumers) > 0, "the retry replayed nothing"
+        expected = {(r.k, r.n) for r in df.select("k", "n").collect()}
+        check_exactly_once_at_the_owner(running.received, expected)
+        check_order_per_key(running.received)
     finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    wait_for(lambda: running.commits_of(0) == QUEUE_COUNT, 60, "a commit on every queue")
-    assert sum(c.stats.duplicates_discarded for c in running.consumers) > 0, "the failed attempt sent nothing"
-    expected = {(r.k, r.n) for r in df.select("k", "n").collect()}
-    check_exactly_once_at_the_owner(running.received, expected)
-    check_order_per_key(running.received)
+        running.stop()
 
 
 def test_json_values_reach_consumers_as_records(spark: Any, group: Group, consumers: Any) -> None:
@@ -255,7 +287,7 @@ def test_group_options_are_checked_against_the_registry_and_schema(spark: Any, g
 
 
 def _start_consumer(group: Group, index: int, count: int, out: Path) -> subprocess.Popen[str]:
-    process = subprocess.Popen(
+    return subprocess.Popen(
         [
             sys.executable,
             str(HERE / "spark_group_consumer.py"),
@@ -270,9 +302,6 @@ def _start_consumer(group: Group, index: int, count: int, out: Path) -> subproce
         text=True,
         env={**os.environ, "PYTHONPATH": str(HERE)},
     )
-    assert process.stdout is not None
-    assert process.stdout.readline().strip() == "ready"
-    return process
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
@@ -285,10 +314,12 @@ def test_a_consumer_killed_mid_stream_loses_nothing(spark: Any, group: Group, tm
     outputs = [tmp_path / f"consumer{i}.jsonl" for i in range(3)]
     processes = [_start_consumer(group, i, 3, outputs[i]) for i in range(3)]
     try:
+        for process in processes:  # started together: each claims its primary queues
+            assert process.stdout is not None and process.stdout.readline().strip() == "ready"
         source = tmp_path / "in"
         source.mkdir()
         expected: set[tuple[str, int]] = set()
-        files = 8
+        files = 6
         for batch in range(files):
             keys = [f"acct-{i % 200}" for i in range(2000)]
             numbers = [batch * 10_000 + i for i in range(2000)]
@@ -332,6 +363,8 @@ def test_a_consumer_killed_mid_stream_loses_nothing(spark: Any, group: Group, tm
             if process.poll() is None:
                 process.terminate()
                 process.wait(15)
+            if process.stdout is not None:
+                process.stdout.close()
 
 
 def test_the_group_source_reads_what_a_group_publisher_sends(

@@ -80,6 +80,9 @@ class Transport(Protocol):
     def flush(self, deadline: float) -> None:
         """Return once everything sent is acknowledged (or sent, for a channel), else raise."""
 
+    def close(self) -> None:
+        """Release the publication or leave the group."""
+
 
 def _wait(delay: float) -> float:
     time.sleep(delay)
@@ -154,6 +157,10 @@ class ChannelTransport:
                 )
             delay = _wait(delay)
 
+    def close(self) -> None:
+        """Close the publication."""
+        self._publication.close()
+
 
 def check_group(group: str, registry: str | None) -> None:
     """The group exists in the registry (else :class:`SparkOptionError` naming the option)."""
@@ -214,6 +221,10 @@ class GroupTransport:
                 "(consumers slow or gone); the task fails so Spark can retry it"
             )
 
+    def close(self) -> None:
+        """Leave the group."""
+        self._publisher.close()
+
 
 _LOCK = threading.Lock()
 _CLIENT: list[affinity.Client] = []
@@ -230,9 +241,7 @@ def _client() -> affinity.Client:
 def _close_all() -> None:
     with _LOCK:
         for transport in _TRANSPORTS.values():
-            close = getattr(transport, "close", None)
-            if close is not None:
-                close()
+            transport.close()
         _TRANSPORTS.clear()
         for client in _CLIENT:
             client.close()
@@ -243,7 +252,7 @@ def transport_for(options: SinkOptions) -> Transport:
     """This process's transport for the options' target (created once, then reused)."""
     cache_key = (options.group, options.channel, options.stream_id, options.registry)
     with _LOCK:
-        transport = _TRANSPORTS.get(cache_key)
+        transport: Transport | None = _TRANSPORTS.get(cache_key)
         if transport is None:
             if options.group is not None:
                 transport = GroupTransport(_client(), options.group, options.registry, options.ack_timeout)
