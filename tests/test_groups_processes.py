@@ -22,7 +22,13 @@ from typing import Any
 
 import affinity
 import pytest
-from affinity.groups import GroupConsumer, GroupPublisher, create_group
+from affinity.groups import (
+    GROUP_CONTROL_STREAM_ID,
+    GROUP_DATA_STREAM_ID,
+    GroupConsumer,
+    GroupPublisher,
+    create_group,
+)
 from affinity.testing import loopback_channel
 from groups_harness import START_TIMEOUT, Role, Roles, roles_fixture, run_group, wait_until
 
@@ -213,7 +219,17 @@ def test_hostile_datagrams_at_a_members_inbox_are_ignored_while_delivery_continu
         "publisher", "publish", group, "--keys", str(keys), "--rate", "500", "--count", "3000", "--json", *TIMINGS
     )
     rng = random.Random(7)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+    garbage = [rng.randbytes(rng.randrange(1, 600)) for _ in range(200)]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock, affinity.Client() as client:
+        # Well-formed transport frames with garbage inside, on the group's control and data streams.
+        inbox = f"aeron:udp?endpoint={host}:{port}"
+        streams = [
+            client.add_publication(inbox, GROUP_CONTROL_STREAM_ID),
+            client.add_publication(inbox, GROUP_DATA_STREAM_ID),
+        ]
+        wait_until("publications to the inbox", lambda: all(p.is_connected for p in streams), 10)
+        framed = sum(1 for payload in garbage for stream in streams if stream.offer(payload) > 0)
+        # And raw random datagrams at the inbox port.
         deadline = time.monotonic() + 4.0
         sent = 0
         while time.monotonic() < deadline and publisher.process.poll() is None:
@@ -221,6 +237,8 @@ def test_hostile_datagrams_at_a_members_inbox_are_ignored_while_delivery_continu
             sent += 1
             if sent % 50 == 0:
                 time.sleep(0.01)
+        for stream in streams:
+            stream.close()
     assert sent > 1000
     assert publisher.process.wait(timeout=60) == 0, publisher.describe()
     published = publisher.json_result()
@@ -228,8 +246,12 @@ def test_hostile_datagrams_at_a_members_inbox_are_ignored_while_delivery_continu
     assert consumer.process.poll() is None, consumer.describe()
     consumer.wait_owned({0, 1}, 1.0)
     assert consumer.stop() == 0, consumer.describe()
-    _, left = consumer.wait_line(r"invalid datagrams ignored (\d+)", 5.0)
-    assert int(left[1]) >= sent // 2, f"{sent} hostile datagrams sent, {left[1]} counted"
+    pattern = r"invalid datagrams ignored (\d+), malformed control messages (\d+), malformed data messages (\d+)"
+    _, left = consumer.wait_line(pattern, 5.0)
+    invalid, control, data = int(left[1]), int(left[2]), int(left[3])
+    assert invalid >= sent // 2, f"{sent} random datagrams sent, {invalid} counted"
+    assert framed >= 300 and control + data >= framed * 9 // 10, (framed, control, data)
+    assert control > 0 and data > 0
     assert report["ok"] and report["lost"] == 0 and report["duplicates"] == 0
     assert [report["highest"][str(k)] for k in range(keys)] == published["per_key_last"]
 

@@ -282,11 +282,13 @@ def run_consume(args: argparse.Namespace) -> int:
             _log(f"consumer {args.index} leaving: processed {processed}, undecodable {undecodable}")
             consumer.close(args.close_timeout)
             status = consumer.status()
-            counters = client.counters()
-            invalid = counters.get("invalid_data_frames", 0) + counters.get("invalid_control_frames", 0)
+            transport = client.counters()
+            invalid = transport["invalid_data_frames"] + transport["invalid_control_frames"]
+            group = consumer.counters()
             _log(
                 f"consumer {args.index} left: delivered {status.delivered}, duplicates {status.duplicates_dropped}, "
-                f"invalid datagrams ignored {invalid}"
+                f"invalid datagrams ignored {invalid}, malformed control messages {group.control_malformed}, "
+                f"malformed data messages {group.data_malformed}"
             )
     except ConfigError as error:
         print(f"affinity group consume: {error}", file=sys.stderr)

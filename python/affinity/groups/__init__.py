@@ -24,10 +24,14 @@ from affinity.groups.registry import (
     registry_dir,
 )
 from affinity.groups.types import (
+    GROUP_CONTROL_STREAM_ID,
+    GROUP_DATA_STREAM_ID,
+    ConsumerCounters,
     ConsumerStatus,
     GroupMessage,
     GroupStatus,
     MemberStatus,
+    PublisherCounters,
     PublisherStatus,
     QueueSendStatus,
     QueueStatus,
@@ -37,6 +41,9 @@ from affinity.groups.types import (
 )
 
 __all__ = [
+    "GROUP_CONTROL_STREAM_ID",
+    "GROUP_DATA_STREAM_ID",
+    "ConsumerCounters",
     "ConsumerStatus",
     "GroupConsumer",
     "GroupDefinition",
@@ -45,6 +52,7 @@ __all__ = [
     "GroupPublisher",
     "GroupStatus",
     "MemberStatus",
+    "PublisherCounters",
     "PublisherStatus",
     "QueueSendStatus",
     "QueueStatus",

@@ -17,12 +17,14 @@ from typing import Any
 
 from affinity._affinity import (
     Client,
+    ConsumerCounters,
     ConsumerStatus,
     GroupConsumerCore,
     GroupMessage,
     GroupObserverCore,
     GroupPublisherCore,
     GroupStatus,
+    PublisherCounters,
     PublisherStatus,
 )
 from affinity.exceptions import ConfigError
@@ -132,6 +134,10 @@ class GroupPublisher:
         """Per queue: owner, epoch, sent and acknowledged sequence numbers, retained bytes."""
         return self._core.status()
 
+    def counters(self) -> PublisherCounters:
+        """What this publisher ignored or repeated (malformed control messages, resends, ...)."""
+        return self._core.counters()
+
     def close(self) -> None:
         """Leaves the group (unacknowledged messages are not sent any more)."""
         self._core.close()
@@ -223,6 +229,10 @@ class GroupConsumer:
     def status(self) -> ConsumerStatus:
         """Index, count, owned queues, messages delivered and duplicates dropped."""
         return self._core.status()
+
+    def counters(self) -> ConsumerCounters:
+        """What this consumer dropped or ignored (duplicates, malformed messages, ...)."""
+        return self._core.counters()
 
     def close(self, timeout: float = 5.0) -> None:
         """Clean leave: hands every owned queue over (drain, acknowledge, release), then leaves."""

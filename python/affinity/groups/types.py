@@ -7,10 +7,14 @@ The status classes and :class:`GroupMessage` are frozen pyclasses built by the R
 from __future__ import annotations
 
 from affinity._affinity import (
+    GROUP_CONTROL_STREAM_ID,
+    GROUP_DATA_STREAM_ID,
+    ConsumerCounters,
     ConsumerStatus,
     GroupMessage,
     GroupStatus,
     MemberStatus,
+    PublisherCounters,
     PublisherStatus,
     QueueSendStatus,
     QueueStatus,
@@ -20,10 +24,14 @@ from affinity._affinity import (
 )
 
 __all__ = [
+    "GROUP_CONTROL_STREAM_ID",
+    "GROUP_DATA_STREAM_ID",
+    "ConsumerCounters",
     "ConsumerStatus",
     "GroupMessage",
     "GroupStatus",
     "MemberStatus",
+    "PublisherCounters",
     "PublisherStatus",
     "QueueSendStatus",
     "QueueStatus",
