@@ -16,6 +16,8 @@
 //! * [`driver`] — the media driver agents (conductor, sender, receiver, in-memory IPC), their
 //!   threads, and the driver event log.
 //! * [`client`] — publication and subscription handles used by applications.
+//! * [`shm`] — the client ↔ driver contract in shared memory: mapped log buffers, counters,
+//!   command ring, broadcast buffer, error log and the `cnc` file (Aeron's layouts).
 //! * `py` — the PyO3 bindings (feature `python`), the only module that touches Python.
 //!
 //! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control` or
@@ -30,6 +32,7 @@ pub mod logbuffer;
 pub mod media;
 pub mod protocol;
 pub mod routing;
+pub mod shm;
 pub mod time;
 pub mod wire;
 
