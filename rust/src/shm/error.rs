@@ -54,6 +54,22 @@ pub enum ShmError {
     },
     /// A write to a region mapped read-only.
     ReadOnly,
+    /// A live driver already uses the directory.
+    DriverActive {
+        /// The directory.
+        dir: PathBuf,
+        /// The live driver's process id.
+        pid: i64,
+        /// Age of its last heartbeat in milliseconds.
+        heartbeat_age_ms: i64,
+    },
+    /// The directory is not private to this user.
+    Permissions {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 impl ShmError {
@@ -89,6 +105,12 @@ impl fmt::Display for ShmError {
                 write!(f, "access at offset {index} is not aligned to {align} bytes")
             }
             ShmError::ReadOnly => write!(f, "write to a region mapped read-only"),
+            ShmError::DriverActive { dir, pid, heartbeat_age_ms } => write!(
+                f,
+                "a driver (pid {pid}) is running on {} (heartbeat {heartbeat_age_ms} ms ago); stop it or use another directory",
+                dir.display()
+            ),
+            ShmError::Permissions { dir, detail } => write!(f, "driver directory {}: {detail}", dir.display()),
         }
     }
 }

@@ -11,6 +11,8 @@
 //! * [`error_log`] — bounded log of distinct errors with counts and first/last time.
 //! * [`cnc`] — the `cnc.dat` file that holds the ring, broadcast buffer, counters and error log
 //!   behind a versioned header with the driver's pid and heartbeat.
+//! * [`command`] — the commands and responses carried by the ring and the broadcast buffer.
+//! * [`directory`] — the driver directory: default location, 0700, live / stale driver detection.
 //! * [`buffer`], [`file`] — the mapping primitives: every access is bounds- and
 //!   alignment-checked; files are created 0600 and sized with `ftruncate` (sparse).
 //!
@@ -28,7 +30,9 @@ compile_error!("the shared-memory layouts are little-endian");
 pub mod broadcast;
 pub mod buffer;
 pub mod cnc;
+pub mod command;
 pub mod counters;
+pub mod directory;
 pub mod error;
 pub mod error_log;
 pub mod file;
