@@ -8,6 +8,7 @@ pub mod idle;
 pub mod ipc;
 pub mod receiver;
 pub mod sender;
+pub mod standalone;
 pub mod transmit;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -22,6 +22,11 @@ pub const PUBLICATIONS_DIR: &str = "publications";
 /// Default driver timeout: a heartbeat older than this means the driver is dead (ms).
 pub const DRIVER_TIMEOUT_MS: i64 = 10_000;
 
+/// Milliseconds since the Unix epoch: the clock driver and clients compare heartbeats with.
+pub fn epoch_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
 /// The directory to use when none is given.
 pub fn default_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty()) {
