@@ -28,6 +28,7 @@ pub mod client;
 pub mod driver;
 pub mod error;
 pub mod flow_control;
+pub mod limits;
 pub mod logbuffer;
 pub mod media;
 pub mod protocol;
