@@ -20,6 +20,15 @@ from affinity._affinity import (
     Subscription,
     __version__,
 )
+from affinity.driver import (
+    DRIVER_USAGE,
+    CounterValue,
+    DriverErrorRecord,
+    DriverStat,
+    default_driver_dir,
+    driver_stat,
+    run_driver,
+)
 from affinity.exceptions import (
     AffinityError,
     AffinityOSError,
@@ -39,6 +48,7 @@ __all__ = [
     "ADMIN_ACTION",
     "BACK_PRESSURED",
     "CLOSED",
+    "DRIVER_USAGE",
     "MAX_POSITION_EXCEEDED",
     "NOT_CONNECTED",
     "AffinityError",
@@ -48,7 +58,10 @@ __all__ = [
     "Client",
     "ClosedError",
     "ConfigError",
+    "CounterValue",
     "DriverError",
+    "DriverErrorRecord",
+    "DriverStat",
     "DriverTimeoutError",
     "Header",
     "InvalidArgumentError",
@@ -58,4 +71,7 @@ __all__ = [
     "RoutingError",
     "Subscription",
     "__version__",
+    "default_driver_dir",
+    "driver_stat",
+    "run_driver",
 ]

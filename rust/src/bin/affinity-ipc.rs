@@ -6,6 +6,8 @@
 //! affinity-ipc publish   --dir D [--stream S] [--channel URI] --count N [--size BYTES]
 //! affinity-ipc subscribe --dir D [--stream S] [--channel URI] --count N [--size BYTES]
 //! affinity-ipc hold      --dir D [--stream S]      (a publication and a subscription, forever)
+//! affinity-ipc attach    --dir D --count N         (median time of N attaches)
+//! affinity-ipc idle-publications --dir D --count N (N publications on N streams: time, RSS)
 //! ```
 //!
 //! Messages carry their sequence number in the first 8 bytes; the subscriber checks every
@@ -61,6 +63,8 @@ fn main() {
         "publish" => publish(&args),
         "subscribe" => subscribe(&args),
         "hold" => hold(&args),
+        "attach" => attach(&args),
+        "idle-publications" => idle_publications(&args),
         other => Err(format!("unknown role {other:?}")),
     });
     if let Err(message) = result {
@@ -167,5 +171,55 @@ fn hold(args: &Args) -> Result<(), String> {
     while start.elapsed() < RUN_TIMEOUT {
         std::thread::sleep(Duration::from_millis(100));
     }
+    Ok(())
+}
+
+fn attach(args: &Args) -> Result<(), String> {
+    let mut times = Vec::new();
+    for _ in 0..args.count.max(1) {
+        let start = Instant::now();
+        let client = AttachedClient::connect(&args.dir, DRIVER_TIMEOUT).map_err(|e| e.to_string())?;
+        times.push(start.elapsed());
+        drop(client);
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    println!(
+        "{{\"role\":\"attach\",\"attaches\":{},\"median_ms\":{:.3},\"max_ms\":{:.3}}}",
+        times.len(),
+        median.as_secs_f64() * 1e3,
+        times[times.len() - 1].as_secs_f64() * 1e3
+    );
+    Ok(())
+}
+
+/// Resident set size of process `pid` in KiB (from /proc).
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn idle_publications(args: &Args) -> Result<(), String> {
+    let client = AttachedClient::connect(&args.dir, DRIVER_TIMEOUT).map_err(|e| e.to_string())?;
+    let driver_pid = u32::try_from(client.driver_pid()).map_err(|e| e.to_string())?;
+    let driver_before = rss_kib(driver_pid).unwrap_or(0);
+    let own_before = rss_kib(std::process::id()).unwrap_or(0);
+    let start = Instant::now();
+    let mut publications = Vec::new();
+    for i in 0..args.count {
+        let stream = args.stream.wrapping_add(i as i32);
+        publications.push(client.add_publication(&args.channel, stream).map_err(|e| e.to_string())?);
+    }
+    let elapsed = start.elapsed();
+    let driver_after = rss_kib(driver_pid).unwrap_or(0);
+    let own_after = rss_kib(std::process::id()).unwrap_or(0);
+    println!(
+        "{{\"role\":\"idle-publications\",\"publications\":{},\"seconds\":{:.3},\"driver_rss_kib\":{driver_after},\"driver_rss_growth_kib\":{},\"client_rss_kib\":{own_after},\"client_rss_growth_kib\":{}}}",
+        publications.len(),
+        elapsed.as_secs_f64(),
+        driver_after.saturating_sub(driver_before),
+        own_after.saturating_sub(own_before)
+    );
     Ok(())
 }

@@ -697,17 +697,18 @@ pub struct DriverOptions {
 }
 
 /// Usage text of the driver command (one place for the binary and the Python CLI).
-pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedicated|shared-network|shared] \
-[--idle spin|yield|backoff] [--term-length N] [--mtu N] [--client-timeout DUR] [--linger DUR]\n\
-  --dir             driver directory (default $AFFINITY_DIR, else /dev/shm/affinity-$USER)\n\
-  --threading       agent threads; the standalone driver carries aeron:ipc only so far, so every\n\
-                    mode runs the one conductor thread (default shared)\n\
-  --idle            idle strategy of the driver thread (default backoff)\n\
-  --term-length     term length of IPC logs whose channel names none (default 64m)\n\
-  --mtu             MTU of IPC logs whose channel names none (default 1408)\n\
-  --client-timeout  a client silent this long is reclaimed (default 5s)\n\
-  --linger          a released publication waits at most this long for its subscribers (default 5s)\n\
-  --flow-control, --receiver-timeout: refused (they apply to aeron:udp, which this driver does not carry yet)";
+pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedicated|shared-network|shared]
+                       [--idle spin|yield|backoff] [--term-length N] [--mtu N]
+                       [--client-timeout DUR] [--linger DUR]
+  --dir             driver directory (default $AFFINITY_DIR, else /dev/shm/affinity-$USER)
+  --threading       agent threads; the standalone driver carries aeron:ipc only so far, so every
+                    mode runs the one conductor thread (default shared)
+  --idle            idle strategy of the driver thread (default backoff)
+  --term-length     term length of IPC logs whose channel names none (default 64m)
+  --mtu             MTU of IPC logs whose channel names none (default 1408)
+  --client-timeout  a client silent this long is reclaimed (default 5s)
+  --linger          a released publication waits at most this long for its subscribers (default 5s)
+  --flow-control, --receiver-timeout: refused (they apply to aeron:udp, not carried here yet)";
 
 /// Parses driver command-line arguments (without the program name).
 pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {

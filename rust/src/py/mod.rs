@@ -2,6 +2,7 @@
 
 use pyo3::prelude::*;
 
+mod driver;
 mod errors;
 mod routing;
 mod transport;
@@ -11,5 +12,6 @@ mod transport;
 fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
     transport::register(module)?;
     routing::register(module)?;
+    driver::register(module)?;
     Ok(())
 }

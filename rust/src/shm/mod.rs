@@ -13,6 +13,7 @@
 //!   behind a versioned header with the driver's pid and heartbeat.
 //! * [`command`] — the commands and responses carried by the ring and the broadcast buffer.
 //! * [`directory`] — the driver directory: default location, 0700, live / stale driver detection.
+//! * [`stat`] — a read-only snapshot (header, counters, errors) for `affinity stat`.
 //! * [`buffer`], [`file`] — the mapping primitives: every access is bounds- and
 //!   alignment-checked; files are created 0600 and sized with `ftruncate` (sparse).
 //!
@@ -38,6 +39,7 @@ pub mod error_log;
 pub mod file;
 pub mod log_buffer;
 pub mod ring_buffer;
+pub mod stat;
 #[cfg(test)]
 pub(crate) mod test_support;
 
