@@ -128,7 +128,7 @@ fn subscribe(args: &Args) -> Result<(), String> {
     let mut idle = 0u64;
     while next < args.count && error.is_none() {
         let fragments = subscription
-            .poll(256, |message| {
+            .poll(4096, |message| {
                 let sequence = message.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
                 if sequence != Some(next) || message.len() != args.size {
                     error.get_or_insert(format!(

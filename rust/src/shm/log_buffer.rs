@@ -527,21 +527,23 @@ impl LogBuffer {
         let mut fragments = 0;
         while fragments < fragment_limit && offset < self.term_length as usize {
             let Some((length, aligned)) = self.committed_frame(term, offset)? else { break };
-            let mut head = [0u8; DATA_HEADER_LENGTH];
-            term.get_bytes(offset, &mut head)?;
-            if i16::from_le_bytes([head[frame::TYPE], head[frame::TYPE + 1]]) != FrameType::Pad.code() {
+            // Bytes 4..8 are version, flags and type: one load tells a PAD frame (which may span
+            // most of the term) from data, which is then copied in one piece with its header.
+            let word = term.get_i32(offset + 4)?.to_le_bytes();
+            if i16::from_le_bytes([word[2], word[3]]) != FrameType::Pad.code() {
                 scratch.clear();
-                term.read_into(offset + DATA_HEADER_LENGTH, length - DATA_HEADER_LENGTH, scratch)?;
+                term.read_into(offset, length, scratch)?;
+                let head = &scratch[..DATA_HEADER_LENGTH];
+                let mut reserved = [0u8; 8];
+                reserved.copy_from_slice(&head[frame::RESERVED_VALUE..frame::RESERVED_VALUE + 8]);
                 let header = FragmentHeader {
                     position: position + (offset - term_offset) as i64,
                     flags: head[frame::FLAGS],
-                    reserved_value: i64::from_le_bytes(
-                        head[frame::RESERVED_VALUE..frame::RESERVED_VALUE + 8].try_into().unwrap_or([0; 8]),
-                    ),
+                    reserved_value: i64::from_le_bytes(reserved),
                     term_id,
                     term_offset: offset as u32,
                 };
-                handler(&header, scratch);
+                handler(&header, &scratch[DATA_HEADER_LENGTH..]);
                 fragments += 1;
             }
             offset += aligned;
