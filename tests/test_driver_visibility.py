@@ -51,16 +51,17 @@ def test_receiver_join_and_timeout_are_events_logged_at_info(caplog: pytest.LogC
             assert counters["group_min_size"] == 1 and counters["receiver_timeout_ms"] == 300
             assert [r["group_tag"] for r in counters["receivers"]] == [7]
             events: list[dict[str, object]] = []
-            wait_for(
-                lambda: events.extend(publisher_side.events()) or any(e["kind"] == "receiver_joined" for e in events)
-            )
+
+            def has_event(kind: str) -> bool:
+                events.extend(publisher_side.events())
+                return any(e["kind"] == kind for e in events)
+
+            wait_for(lambda: has_event("receiver_joined"))
             joined = next(e for e in events if e["kind"] == "receiver_joined")
             assert joined["group_tag"] == 7 and joined["stream_id"] == 3
             os.kill(subscriber.pid, signal.SIGKILL)
             subscriber.wait(timeout=10)
-            wait_for(
-                lambda: events.extend(publisher_side.events()) or any(e["kind"] == "receiver_removed" for e in events)
-            )
+            wait_for(lambda: has_event("receiver_removed"))
             removed = next(e for e in events if e["kind"] == "receiver_removed")
             assert removed["receiver_id"] == joined["receiver_id"]
             # Killed: its status messages just stop. Only a timeout can have removed it.

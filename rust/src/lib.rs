@@ -18,16 +18,22 @@
 //! * [`client`] — publication and subscription handles used by applications.
 //! * [`shm`] — the client ↔ driver contract in shared memory: mapped log buffers, counters,
 //!   command ring, broadcast buffer, error log and the `cnc` file (Aeron's layouts).
+//! * [`control`] — the control plane: heartbeat/ack/data codecs and the member view (sans-IO).
+//! * [`groups`] — hashed consumer groups: sans-IO publisher and consumer state, and the
+//!   runtime that runs them over [`client`].
 //! * `py` — the PyO3 bindings (feature `python`), the only module that touches Python.
 //!
-//! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control` or
-//! `routing` opens a socket, starts a thread or reads the clock.
+//! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control`,
+//! `routing`, `control` or `groups` (outside `groups::runtime` and `groups::discovery`) opens a
+//! socket, starts a thread or reads the clock.
 
 pub mod channel;
 pub mod client;
+pub mod control;
 pub mod driver;
 pub mod error;
 pub mod flow_control;
+pub mod groups;
 pub mod limits;
 pub mod logbuffer;
 pub mod media;

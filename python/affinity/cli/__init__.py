@@ -14,6 +14,7 @@ SUBCOMMAND_MODULES = (
     "affinity.cli.route",
     "affinity.cli.driver",
     "affinity.cli.stat",
+    "affinity.cli.group",
 )
 
 

@@ -1,12 +1,24 @@
-"""``affinity demo``: a publisher and a subscriber in two processes over loopback UDP."""
+"""``affinity demo``: the Spark pipeline demo (the main job); ``affinity demo transport``: the transport demo.
+
+``affinity demo`` runs a Structured Streaming query that writes keyed account events into a
+consumer group, three consumer processes (one SIGKILLed midway, a new one joining later) and a
+validator, then prints the summary and writes a report and a chart (:mod:`affinity.demo`).
+``affinity demo transport`` sends messages between a publisher and a subscriber in two processes
+over loopback UDP and prints the rates.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
 import affinity
 from affinity.testing import free_udp_port
@@ -14,15 +26,114 @@ from affinity.testing import free_udp_port
 STREAM_ID = 1001
 
 
+#: Modules of the ``demo`` extra.
+DEMO_MODULES = ("rich", "matplotlib")
+#: Width of the summary when the output is not a terminal.
+CONSOLE_WIDTH = 120
+#: Prefix of the default output folder (a UTC time stamp follows).
+OUT_PREFIX = "affinity-demo-"
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Adds the ``demo`` subcommand."""
-    parser = subparsers.add_parser("demo", help="send messages between two processes and print the rates")
-    parser.add_argument("--count", type=int, default=2_000_000, help="messages to send (default 2,000,000)")
-    parser.add_argument("--size", type=int, default=32, help="message size in bytes (default 32)")
-    parser.add_argument("--port", type=int, default=0, help="UDP port on 127.0.0.1 (default: a free one)")
-    parser.add_argument("--role", choices=("both", "pub", "sub"), default="both", help=argparse.SUPPRESS)
-    parser.add_argument("--threading", choices=("shared", "invoker"), default="invoker")
-    parser.set_defaults(run=run)
+    """Adds the ``demo`` subcommand (the pipeline demo) and ``demo transport``."""
+    from affinity.demo import settings as defaults
+
+    parser = subparsers.add_parser(
+        "demo",
+        help="the pipeline demo: Spark -> consumer group -> consumers, one killed, one joining; validated",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=defaults.DEFAULT_DURATION,
+        help="seconds of event generation, from t = 0 when events start flowing (default %(default)g)",
+    )
+    parser.add_argument("--accounts", type=int, default=defaults.DEFAULT_ACCOUNTS, help="keys (default %(default)s)")
+    parser.add_argument(
+        "--consumers", type=int, default=defaults.DEFAULT_CONSUMERS, help="consumer processes (default %(default)s)"
+    )
+    parser.add_argument(
+        "--rate", type=int, default=defaults.DEFAULT_RATE, help="events per second (default %(default)s)"
+    )
+    parser.add_argument("--out", type=Path, help=f"output folder (default ./{OUT_PREFIX}<UTC time>)")
+    parser.add_argument(
+        "--no-spark", dest="spark", action="store_false", help="generate with a plain Python GroupPublisher, no Spark"
+    )
+    parser.add_argument(
+        "--kill-at", type=float, help="seconds after t = 0 to SIGKILL a consumer (default: a third of --duration)"
+    )
+    parser.add_argument(
+        "--join-at", type=float, help="seconds after t = 0 to start a new consumer (default: 0.6 x --duration)"
+    )
+    parser.add_argument("--no-live", dest="live", action="store_false", help="plain progress lines, no live view")
+    parser.set_defaults(run=run_pipeline)
+    modes = parser.add_subparsers(dest="demo_mode", metavar="{transport}", help="optional: another demo instead")
+    transport = modes.add_parser("transport", help="send messages between two processes and print the rates")
+    transport.add_argument("--count", type=int, default=2_000_000, help="messages to send (default 2,000,000)")
+    transport.add_argument("--size", type=int, default=32, help="message size in bytes (default 32)")
+    transport.add_argument("--port", type=int, default=0, help="UDP port on 127.0.0.1 (default: a free one)")
+    transport.add_argument("--role", choices=("both", "pub", "sub"), default="both", help=argparse.SUPPRESS)
+    transport.add_argument("--threading", choices=("shared", "invoker"), default="invoker")
+    transport.set_defaults(run=run)
+
+
+def missing_dependency(spark: bool) -> str | None:
+    """What the pipeline demo needs and is not installed, said with the fix; None when all is there."""
+    missing = [name for name in DEMO_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        return f"the demo needs the demo extra (missing {', '.join(missing)}): pip install 'affinity[demo]'"
+    if spark:
+        if importlib.util.find_spec("pyspark") is None:
+            return "the Spark demo needs the spark extra: pip install 'affinity[spark]' (or run with --no-spark)"
+        if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+            return "the Spark demo needs Java 17 or newer (no java on PATH, JAVA_HOME unset); or run with --no-spark"
+    return None
+
+
+def run_pipeline(args: argparse.Namespace) -> int:
+    """Runs the pipeline demo; exit code 0 when the validation passed and both moves were seen."""
+    from rich.console import Console
+
+    from affinity.demo.orchestrator import DemoError, run_demo
+    from affinity.demo.report import write_report
+    from affinity.demo.settings import DemoSettings
+    from affinity.exceptions import ConfigError
+
+    problem = missing_dependency(args.spark)
+    if problem is not None:
+        print(f"affinity demo: {problem}", file=sys.stderr)
+        return 2
+    out = args.out or Path(f"{OUT_PREFIX}{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}")
+    try:
+        settings = DemoSettings.create(
+            duration=args.duration,
+            accounts=args.accounts,
+            consumers=args.consumers,
+            rate=args.rate,
+            out=out.resolve(),
+            spark=args.spark,
+            kill_at=args.kill_at,
+            join_at=args.join_at,
+            live=args.live,
+        )
+    except ConfigError as error:
+        print(f"affinity demo: {error}", file=sys.stderr)
+        return 2
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=CONSOLE_WIDTH)  # pipes and logs: wide enough for the tables
+    try:
+        result = run_demo(settings, console)
+    except DemoError as error:
+        print(f"affinity demo: {error}", file=sys.stderr)
+        return 1
+    files = write_report(result, console)
+    console.print(
+        f"\nreport and chart written to {files.folder}/ ({files.chart.name}, {files.text.name}, {files.json.name})"
+    )
+    return 0 if result.passed else 1
 
 
 def _subscribe(port: int, count: int, threading: str) -> dict[str, float]:
@@ -68,7 +179,7 @@ def _publish(port: int, count: int, size: int, threading: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Runs the demo; prints one JSON line with the subscriber's figures."""
+    """Runs the transport demo; prints one JSON line with the subscriber's figures."""
     if args.size < 1:
         print("affinity demo: --size must be at least 1", file=sys.stderr)
         return 2
@@ -79,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         _publish(args.port, args.count, args.size, args.threading)
         return 0
     port = args.port or free_udp_port()
-    command = [sys.executable, "-m", "affinity.cli", "demo", "--role", "sub", "--port", str(port)]
+    command = [sys.executable, "-m", "affinity.cli", "demo", "transport", "--role", "sub", "--port", str(port)]
     command += ["--count", str(args.count), "--threading", args.threading]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:

@@ -18,6 +18,10 @@ use crate::wire::{flags, DataHeader, FrameHeader, FrameType, RttMeasurement, Set
 
 /// A session the receiver asked to SETUP, and when (do not ask again within 1 s).
 const PENDING_SETUP_TIMEOUT: Duration = Duration::from_secs(1);
+/// Status messages and NAKs one image may send per duty cycle.
+const CONTROL_FRAMES_PER_CYCLE: usize = 4;
+/// Bytes of scratch buffer per control frame (a status message with group tag is 48 bytes).
+const CONTROL_FRAME_SLOT: usize = 256;
 /// Sessions remembered as asked to SETUP at once (a flood of unknown sessions cannot grow the
 /// table past this; beyond it, no SETUP is asked for until old entries expire).
 const MAX_PENDING_SETUPS: usize = 1024;
@@ -320,20 +324,28 @@ impl ReceiveEndpoint {
         let mut index = 0;
         while index < self.images.len() {
             let entry = &self.images[index];
+            // Control frames are written into `scratch` under the image lock (which
+            // subscriptions also take) and sent after it is released: no I/O under that lock.
+            let mut lengths = [0usize; CONTROL_FRAMES_PER_CYCLE];
+            let mut count = 0;
             let (closed, incomplete) = {
                 let mut image = lock(&entry.image);
                 image.on_tick(now);
-                for _ in 0..4 {
-                    match image.poll_transmit(now, scratch) {
-                        Some(length) => {
-                            work += 1;
-                            let _ = self.socket.send_to(&scratch[..length], entry.control);
+                for (slot, length) in scratch.chunks_mut(CONTROL_FRAME_SLOT).zip(lengths.iter_mut()) {
+                    match image.poll_transmit(now, slot) {
+                        Some(written) => {
+                            *length = written;
+                            count += 1;
                         }
                         None => break,
                     }
                 }
                 (image.state() == ImageState::Closed, image.ended_with_data_missing())
             };
+            for (slot, length) in scratch.chunks(CONTROL_FRAME_SLOT).zip(&lengths[..count]) {
+                work += 1;
+                let _ = self.socket.send_to(&slot[..*length], entry.control);
+            }
             if closed {
                 if incomplete {
                     counters.images_ended_incomplete.fetch_add(1, Ordering::Relaxed);

@@ -252,9 +252,11 @@ impl Image {
     }
 
     /// Whether the publication signalled end of stream and every consumer read up to it.
+    /// Like Aeron, only once nothing was seen beyond the end (rebuild = high-water mark).
     pub fn is_end_of_stream(&self) -> bool {
-        self.end_of_stream_position
-            .is_some_and(|end| self.rebuild_position >= end && self.min_consumer_position() >= end)
+        self.end_of_stream_position.is_some_and(|end| {
+            self.rebuild_position >= end && self.hwm_position <= end && self.min_consumer_position() >= end
+        })
     }
 
     /// Adds a consumer starting at the current rebuild position... or at the join position.
@@ -314,9 +316,23 @@ impl Image {
         // |position| < 2^61 (term count < 2^31, term length ≤ 2^30): no sum below can overflow.
         let position = identity.position(header.term_id, header.term_offset);
         let proposed = position + in_term;
+        // Past the end: data beyond it, or a heartbeat without EOS at or beyond it (a
+        // publication that ended sends only EOS heartbeats).
+        let past_end = self
+            .end_of_stream_position
+            .is_some_and(|end| proposed > end || (is_heartbeat && !header.is_end_of_stream() && position >= end));
+        if matches!(self.state, ImageState::Draining { .. }) && past_end && proposed <= self.window_limit() {
+            // Draining after an end of stream, yet the publication goes on: that end of stream
+            // was not its own (Aeron's rule, "EOS only where everything has arrived", cannot
+            // tell a forged EOS at the live position). Receive again instead of losing the rest.
+            self.state = ImageState::Active;
+            self.end_of_stream_position = None;
+            self.counters.eos_rejected += 1;
+            self.last_sm_time = None;
+        }
         if self.state != ImageState::Active {
             self.counters.inactive += 1;
-            if self.end_of_stream_position.is_some_and(|end| proposed > end) {
+            if past_end {
                 self.data_after_end = true;
             }
             return Err(DataRejection::Inactive);
@@ -759,7 +775,27 @@ mod tests {
     }
 
     #[test]
-    fn an_image_ended_by_a_false_end_of_stream_counts_the_data_it_missed() {
+    fn data_past_an_accepted_end_of_stream_revives_a_draining_image() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        // Forged EOS exactly at the live position: indistinguishable from a real one, accepted.
+        image.on_data(&heartbeat_at(100, 64, true), ms(2)).unwrap();
+        drain(&mut image);
+        image.on_tick(ms(3));
+        assert!(matches!(image.state(), ImageState::Draining { .. }));
+        // The publication goes on sending: that end of stream was not its own.
+        image.on_data(&frames[1], ms(4)).unwrap();
+        assert_eq!(image.state(), ImageState::Active);
+        assert_eq!(image.counters().eos_rejected, 1);
+        image.on_data(&frames[2], ms(4)).unwrap();
+        assert_eq!(drain(&mut image), vec![1, 2]);
+        let sent = transmit(&mut image, ms(4));
+        assert!(matches!(&sent[..], [ControlFrame::StatusMessage(m)] if !m.is_end_of_stream()), "{sent:?}");
+    }
+
+    #[test]
+    fn a_plain_heartbeat_at_the_end_position_revives_a_draining_image() {
         let mut image = image();
         let frames = frames();
         image.on_data(&frames[0], ms(1)).unwrap();
@@ -767,10 +803,33 @@ mod tests {
         drain(&mut image);
         image.on_tick(ms(3));
         assert!(matches!(image.state(), ImageState::Draining { .. }));
-        // The publisher goes on sending: the end of stream was false.
-        assert_eq!(image.on_data(&frames[1], ms(4)), Err(DataRejection::Inactive));
+        // A publication that ended only sends EOS heartbeats; this one has not ended.
+        image.on_data(&heartbeat_at(100, 64, false), ms(4)).unwrap();
+        assert_eq!(image.state(), ImageState::Active);
+    }
+
+    #[test]
+    fn an_image_drains_on_end_of_stream_only_with_nothing_seen_beyond_it() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&heartbeat_at(100, 64, true), ms(2)).unwrap();
+        // A second (forged) EOS further ahead: rejected, but it shows a position past the end.
+        image.on_data(&heartbeat_at(100, 1024, true), ms(2)).unwrap();
+        drain(&mut image);
+        image.on_tick(ms(3));
+        assert_eq!(image.state(), ImageState::Active);
+    }
+
+    #[test]
+    fn a_closed_consumer_does_not_revive_its_image() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.close(ms(2));
+        assert_eq!(image.on_data(&frames[1], ms(3)), Err(DataRejection::Inactive));
         assert_eq!(image.counters().inactive, 1);
-        assert!(image.ended_with_data_missing());
+        assert!(matches!(image.state(), ImageState::Draining { .. }));
     }
 
     #[test]

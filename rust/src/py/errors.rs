@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 
 use crate::error::Error;
+use crate::groups::GroupError;
 use crate::protocol::OfferError;
 use crate::routing::policy::PolicyError as RustPolicyError;
 use crate::routing::{RegexError, RoutingError as RustRoutingError};
@@ -42,6 +43,17 @@ pub(crate) fn transport_error(error: Error) -> PyErr {
         Error::Closed(_) => ClosedError::new_err(error.to_string()),
         Error::Timeout(_) => DriverTimeoutError::new_err(error.to_string()),
         Error::Driver(_) => DriverError::new_err(error.to_string()),
+    }
+}
+
+/// The exception for a consumer-group error.
+pub(crate) fn group_error(error: GroupError) -> PyErr {
+    match error {
+        GroupError::Definition(message) => ConfigError::new_err(message),
+        GroupError::RecordTooLong { .. } => MessageTooLongError::new_err(error.to_string()),
+        GroupError::Closed => ClosedError::new_err(error.to_string()),
+        GroupError::Transport(error) => transport_error(error),
+        GroupError::Registry(message) => AffinityOSError::new_err(message),
     }
 }
 

@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 mod driver;
 mod errors;
+mod groups;
 mod routing;
 mod transport;
 
@@ -13,5 +14,6 @@ fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
     transport::register(module)?;
     routing::register(module)?;
     driver::register(module)?;
+    groups::register(module)?;
     Ok(())
 }

@@ -135,7 +135,14 @@ fn warn_unclosed(py: Python<'_>, message: &std::ffi::CStr) {
 /// A connection to an (embedded) media driver.
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct Client {
-    inner: client::Client,
+    inner: std::sync::Arc<client::Client>,
+}
+
+impl Client {
+    /// The Rust client, shared with the group members created from it.
+    pub(crate) fn shared(&self) -> std::sync::Arc<client::Client> {
+        self.inner.clone()
+    }
 }
 
 #[pymethods]
@@ -197,7 +204,7 @@ impl Client {
             context.client_command_timeout = std::time::Duration::from_millis(ms);
         }
         let inner = py.detach(|| client::Client::new(context)).map_err(transport_error)?;
-        Ok(Client { inner })
+        Ok(Client { inner: std::sync::Arc::new(inner) })
     }
 
     /// Creates a publication.

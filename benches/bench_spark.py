@@ -1,0 +1,279 @@
+"""Rows/s through the ``affinity`` sink against Spark's ``noop`` sink on the same query, same run.
+
+``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2]``
+
+The DataFrame: ``rows`` rows of 5 columns (string key ``acct-<id % 10000>`` + 4 numeric values),
+in ``local[2]``. Batch: ``spark.range`` → ``write.save()``. Streaming: the same rows as 10 Parquet
+files read by ``readStream`` (one micro-batch per file, ``availableNow``). Each figure is the median
+of ``runs``; ``noop`` is the ceiling (the cost of producing the rows). Consumers are separate
+processes (``SinkConsumer`` in group mode, a subscriber in channel mode) that decode every Arrow
+body and report rows and busy time; rows/s per consumer is rows over the time from its first to
+its last message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+CONSUMER = textwrap.dedent(
+    """
+    import json, sys, time
+    mode, target, index, count, registry, out = sys.argv[1:7]
+    rows = 0
+    busy = 0.0
+    first = last = None
+    stop_after = float(sys.argv[7])
+    if mode == "group":
+        from affinity.spark import SinkConsumer, DataItem
+        consumer = SinkConsumer(target, int(index), int(count), registry=registry)
+        poll = lambda: [i.envelope.rows for i in consumer.poll(1000, 0.05) if isinstance(i, DataItem)
+                        and i.batch().num_rows >= 0]
+    else:
+        import affinity
+        from affinity.spark import decode_message, DataItem
+        client = affinity.Client()
+        channel, stream = target.rsplit("#", 1)
+        sub = client.add_subscription(channel, int(stream))
+        def poll():
+            counts = []
+            for raw in sub.poll_batch(1000):
+                item = decode_message(raw)
+                if isinstance(item, DataItem):
+                    counts.append(item.batch().num_rows)
+            if not counts:
+                time.sleep(0.005)
+            return counts
+    print("ready", flush=True)
+    idle_since = time.monotonic()
+    while True:
+        counts = poll()
+        now = time.monotonic()
+        if counts:
+            rows += sum(counts)
+            if last is not None and now - last < 0.5:
+                busy += now - last
+            first = first if first is not None else now
+            last = now
+            idle_since = now
+            with open(out, "w") as f:
+                json.dump({"rows": rows, "busy": busy}, f)
+        elif first is not None and now - idle_since > stop_after:
+            break
+    """
+)
+
+
+def session() -> Any:
+    import affinity.spark
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "2g")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    affinity.spark.register(spark)
+    spark.dataSource.register(_python_noop())
+    return spark
+
+
+def _python_noop() -> Any:
+    """A Python Arrow data source that only counts rows: the ceiling of any Python sink."""
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceArrowWriter,
+        DataSourceStreamArrowWriter,
+        WriterCommitMessage,
+    )
+
+    class Writer(DataSourceArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class StreamWriter(DataSourceStreamArrowWriter):
+        def write(self, iterator: Any) -> WriterCommitMessage:
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class PythonNoop(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "python_noop"
+
+        def writer(self, schema: Any, overwrite: bool) -> Writer:
+            return Writer()
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> StreamWriter:
+            return StreamWriter()
+
+    return PythonNoop
+
+
+def frame(spark: Any, rows: int) -> Any:
+    return spark.range(0, rows, numPartitions=2).selectExpr(
+        "concat('acct-', cast(id % 10000 AS string)) AS k",
+        "id AS a",
+        "id * 2 AS b",
+        "cast(id AS double) AS c",
+        "id % 97 AS d",
+    )
+
+
+class _CountingTransport:
+    """A transport that only counts: the sink's own Python work, without the network."""
+
+    queue_count = 8
+    hash_count = 64
+
+    def __init__(self) -> None:
+        self.messages = 0
+
+    def queues_of(self, keys: Any) -> list[int]:
+        from affinity.groups import group_queues
+
+        return group_queues(keys, self.hash_count, self.queue_count)
+
+    def send(self, queue: int, payload: bytes, deadline: float) -> None:
+        self.messages += 1
+
+    def flush(self, deadline: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def sink_work_only(rows: int) -> float:
+    """Rows/s of ``write_task`` (key encoding, queues, split, Arrow IPC, envelopes) on one core."""
+    import uuid
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from affinity.spark.options import parse_sink_options
+    from affinity.spark.sink import write_task
+
+    ids = pa.array(range(rows), pa.int64())
+    keys = pc.binary_join_element_wise("acct-", pc.cast(ids, pa.string()), "")
+    table = pa.table({"k": keys, "a": ids, "b": ids, "c": pc.cast(ids, pa.float64()), "d": ids})
+    options = parse_sink_options({"group": "bench", "key": "k"})
+    return rows / timed(
+        lambda: write_task(iter(table.to_batches(10_000)), options, _CountingTransport(), uuid.uuid4(), 0, 0)
+    )
+
+
+def timed(action: Any) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=["group", "channel"], default="group")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--consumers", type=int, default=2)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    registry = work / "registry"
+    from affinity.testing import loopback_channel
+
+    if args.mode == "group":
+        from affinity.groups import create_group
+
+        create_group("bench", "bench", 64, 8, 64 << 20, registry)
+        target = "bench"
+        options = {"group": "bench", "key": "k", "registry": str(registry)}
+    else:
+        channel = loopback_channel()
+        target = f"{channel}#21"
+        options = {"channel": channel, "streamId": "21"}
+    count = args.consumers if args.mode == "group" else 1
+    outputs = [work / f"consumer{i}.json" for i in range(count)]
+    script = work / "consumer.py"
+    script.write_text(CONSUMER)
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(script), args.mode, target, str(i), str(count), str(registry), str(out), "20"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i, out in enumerate(outputs)
+    ]
+    for process in processes:
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    spark = session()
+    df = frame(spark, args.rows)
+    files = work / "parquet"
+    df.repartition(10).write.parquet(str(files))
+    schema = "k string, a long, b long, c double, d long"
+
+    def sink(writer: Any) -> Any:
+        writer = writer.format("affinity")
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        return writer
+
+    def stream(fmt: str, run: int) -> None:
+        reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(files))
+        writer = reader.writeStream.option("checkpointLocation", str(work / f"ckpt-{fmt}-{run}"))
+        writer = sink(writer) if fmt == "affinity" else writer.format(fmt)
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+
+    sinks = ("noop", "python_noop", "affinity")
+    results: dict[str, list[float]] = {f"{kind} {name}": [] for kind in ("batch", "stream") for name in sinks}
+
+    def batch(name: str) -> None:
+        writer = sink(df.write) if name == "affinity" else df.write.format(name)
+        writer.mode("append" if name == "affinity" else "overwrite").save()
+
+    for name in sinks:  # warm-up: JIT, Python workers, the sink's transport
+        batch(name)
+    for run in range(args.runs):
+        for name in sinks:
+            results[f"batch {name}"].append(args.rows / timed(lambda n=name: batch(n)))
+        for name in sinks:
+            results[f"stream {name}"].append(args.rows / timed(lambda n=name, r=run: stream(n, r)))
+    for process in processes:
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    print(f"mode {args.mode}, {args.rows} rows x 5 columns, {args.runs} runs, local[2], {os.cpu_count()} cores")
+    for name, values in results.items():
+        runs = ", ".join(f"{v:,.0f}" for v in values)
+        print(f"{name:<18} median {statistics.median(values):>12,.0f} rows/s   runs [{runs}]")
+    for kind in ("batch", "stream"):
+        affinity_rate = statistics.median(results[f"{kind} affinity"])
+        ratio = affinity_rate / statistics.median(results[f"{kind} noop"])
+        python_ratio = affinity_rate / statistics.median(results[f"{kind} python_noop"])
+        print(f"{kind}: affinity / noop = {ratio:.0%}, affinity / python_noop = {python_ratio:.0%}")
+    print(f"sink work alone (no transport, one core): {sink_work_only(args.rows):,.0f} rows/s")
+    for index, out in enumerate(outputs):
+        report = json.loads(out.read_text()) if out.exists() else {"rows": 0, "busy": 0.0}
+        rate = report["rows"] / report["busy"] if report["busy"] else 0.0
+        print(f"consumer {index}: {report['rows']:,} rows, {rate:,.0f} rows/s while receiving (gaps < 0.5 s)")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""``affinity group ...``: define consumer groups and re-run the seed's experiment by hand.
+
+Definitions (stored in the registry: ``--registry``, else ``$AFFINITY_REGISTRY``, else
+``$XDG_STATE_HOME/affinity``, else ``~/.local/state/affinity``)::
+
+    affinity group create NAME --hash-prefix HP --hash-count HC --queue-count QC --queue-size QS
+    affinity group list
+    affinity group delete NAME
+    affinity group status NAME [--json] [--watch 1s]
+
+The seed's three test programs (start the validator first, then consumers, then the publisher)::
+
+    affinity group validate NAME --channel aeron:udp?endpoint=127.0.0.1:40500
+    affinity group consume NAME --index 0 --count 2 --republish aeron:udp?endpoint=127.0.0.1:40500
+    affinity group consume NAME --index 1 --count 2 --republish aeron:udp?endpoint=127.0.0.1:40500
+    affinity group publish NAME --keys 1000 --rate 2000
+
+Exit status: 0 success; 1 a bad definition, argument or (validate) an ordering error or loss;
+2 the registry or the transport is unavailable; 3 (publish) not everything was acknowledged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from typing import Any
+
+from affinity.exceptions import AffinityError, ConfigError
+from affinity.groups.registry import (
+    MAX_HASH_COUNT,
+    MAX_QUEUE_COUNT,
+    MAX_QUEUE_SIZE,
+    MIN_QUEUE_SIZE,
+    create_group,
+    delete_group,
+    list_groups,
+)
+
+#: Exit status: success.
+EXIT_OK = 0
+#: Exit status: bad definition or argument; validate found an ordering error or a loss.
+EXIT_ERRORS = 1
+#: Exit status: the registry or the transport is unavailable.
+EXIT_UNAVAILABLE = 2
+#: Exit status: publish stopped with messages not acknowledged.
+EXIT_UNACKED = 3
+
+#: ``--watch``/``--cycle`` durations: a number with an optional unit.
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m)?\s*")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
+
+#: Fields of a member and of a queue in ``status`` output, in column order.
+MEMBER_FIELDS = ("member_id", "name", "role", "index", "count", "endpoint", "last_heard_ms")
+QUEUE_FIELDS = (
+    "queue",
+    "owner_id",
+    "owner_name",
+    "epoch",
+    "state",
+    "acked_sequence",
+    "sent_sequence",
+    "retained_bytes",
+    "lag",
+)
+
+
+def duration(text: str) -> float:
+    """Parses ``1s``, ``500ms``, ``2m`` or ``1.5`` (seconds) into seconds; argparse type."""
+    match = _DURATION.fullmatch(text)
+    if match is None or float(match.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: expected a positive number with ms, s or m")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``group`` subcommand and its own subcommands."""
+    parser = subparsers.add_parser(
+        "group",
+        help="consumer groups: define them, watch them, run the seed's publisher, consumer and validator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="group_command", required=True, metavar="ACTION")
+
+    create = commands.add_parser("create", help="define a group in the registry")
+    _registry_option(create)
+    create.add_argument("name", metavar="NAME")
+    create.add_argument("--hash-prefix", required=True, metavar="HP", help="subject prefix (first topic level)")
+    create.add_argument(
+        "--hash-count", required=True, type=int, metavar="HC", help=f"buckets a key hashes into (1..{MAX_HASH_COUNT})"
+    )
+    create.add_argument(
+        "--queue-count",
+        required=True,
+        type=int,
+        metavar="QC",
+        help=f"queues the buckets are striped over (1..min(HC, {MAX_QUEUE_COUNT}))",
+    )
+    create.add_argument(
+        "--queue-size",
+        required=True,
+        type=int,
+        metavar="QS",
+        help=f"bytes each publisher retains per queue until acknowledged ({MIN_QUEUE_SIZE}..{MAX_QUEUE_SIZE})",
+    )
+    create.set_defaults(run=_run_create)
+
+    listing = commands.add_parser("list", help="list the groups defined in the registry")
+    _registry_option(listing)
+    listing.add_argument("--json", action="store_true", help="print a JSON array")
+    listing.set_defaults(run=_run_list)
+
+    delete = commands.add_parser("delete", help="remove a group's definition from the registry")
+    _registry_option(delete)
+    delete.add_argument("name", metavar="NAME")
+    delete.set_defaults(run=_run_delete)
+
+    status = commands.add_parser("status", help="members, owner and epoch of each queue, positions, lag")
+    _member_options(status)
+    status.add_argument("--json", action="store_true", help="print JSON (one object per line with --watch)")
+    status.add_argument("--watch", type=duration, metavar="INTERVAL", help="print again every INTERVAL (1s, 500ms)")
+    status.add_argument(
+        "--settle",
+        type=duration,
+        default=0.5,
+        metavar="TIME",
+        help="listen this long before the first report (default 0.5s)",
+    )
+    status.set_defaults(run=_run_status)
+
+    from affinity.cli import group_roles
+
+    group_roles.register(commands, _member_options)
+
+
+def _registry_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--registry", metavar="DIR", help="registry directory (default: $AFFINITY_REGISTRY, ...)")
+
+
+def _member_options(parser: argparse.ArgumentParser) -> None:
+    """Options of every command that joins a group's control plane."""
+    parser.add_argument("name", metavar="NAME")
+    _registry_option(parser)
+    parser.add_argument("--host", metavar="ADDRESS", help="address of this member's inbox (default 127.0.0.1)")
+    parser.add_argument("--control", metavar="CHANNEL", help="optional multicast control channel")
+    parser.add_argument("--liveness", type=duration, metavar="TIME", help="liveness timeout (default 2s)")
+    parser.add_argument("--heartbeat", type=duration, metavar="TIME", help="heartbeat interval (default 100ms)")
+
+
+def _fail(command: str, error: Exception, code: int = EXIT_ERRORS) -> int:
+    print(f"affinity group {command}: {error}", file=sys.stderr)
+    return code
+
+
+def _run_create(args: argparse.Namespace) -> int:
+    try:
+        definition = create_group(
+            args.name, args.hash_prefix, args.hash_count, args.queue_count, args.queue_size, args.registry
+        )
+    except ConfigError as error:
+        return _fail("create", error)
+    print(
+        f"created group {definition.name}: HP={definition.hash_prefix} HC={definition.hash_count} "
+        f"QC={definition.queue_count} QS={definition.queue_size}"
+    )
+    return EXIT_OK
+
+
+def _run_list(args: argparse.Namespace) -> int:
+    try:
+        definitions = list_groups(args.registry)
+    except ConfigError as error:
+        return _fail("list", error)
+    if args.json:
+        print(json.dumps([definition.to_json() for definition in definitions]))
+        return EXIT_OK
+    if not definitions:
+        print("no groups defined")
+    for definition in definitions:
+        print(
+            f"{definition.name}  HP={definition.hash_prefix} HC={definition.hash_count} "
+            f"QC={definition.queue_count} QS={definition.queue_size}"
+        )
+    return EXIT_OK
+
+
+def _run_delete(args: argparse.Namespace) -> int:
+    try:
+        definition = delete_group(args.name, args.registry)
+    except ConfigError as error:
+        return _fail("delete", error)
+    print(f"deleted group {definition.name}")
+    return EXIT_OK
+
+
+def plain(value: object) -> object:
+    """A pyclass attribute as JSON-ready data (lists and dicts of plain values kept)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return str(value)
+
+
+def status_json(status: object) -> dict[str, object]:
+    """A ``GroupStatus`` as a JSON-ready object: ``members`` and ``queues`` lists."""
+    return {
+        "members": [{name: plain(getattr(m, name, None)) for name in MEMBER_FIELDS} for m in status.members],  # type: ignore[attr-defined]
+        "queues": [{name: plain(getattr(q, name, None)) for name in QUEUE_FIELDS} for q in status.queues],  # type: ignore[attr-defined]
+    }
+
+
+def _table(rows: list[dict[str, object]], columns: tuple[str, ...]) -> list[str]:
+    cells = [[str(row[column]) if row[column] is not None else "-" for column in columns] for row in rows]
+    widths = [max([len(column), *(len(line[i]) for line in cells)]) for i, column in enumerate(columns)]
+    lines = ["  ".join(column.ljust(width) for column, width in zip(columns, widths, strict=True))]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in cells]
+    return lines
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    try:
+        import affinity
+        from affinity.groups import GroupObserver
+
+        with affinity.Client() as client:
+            observer = GroupObserver(
+                client,
+                args.name,
+                registry=args.registry,
+                host=args.host,
+                control=args.control,
+                liveness_timeout=args.liveness,
+                heartbeat_interval=args.heartbeat,
+            )
+            try:
+                time.sleep(args.settle)
+                while True:
+                    report = status_json(observer.status())
+                    if args.json:
+                        print(json.dumps(report), flush=True)
+                    else:
+                        print(f"group {args.name} at {time.strftime('%H:%M:%S')}")
+                        print(*_table(report["members"], MEMBER_FIELDS), sep="\n")  # type: ignore[arg-type]
+                        print(*_table(report["queues"], QUEUE_FIELDS), sep="\n", flush=True)  # type: ignore[arg-type]
+                    if args.watch is None:
+                        return EXIT_OK
+                    time.sleep(args.watch)
+            finally:
+                observer.close()
+    except ConfigError as error:
+        return _fail("status", error)
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except AffinityError as error:
+        return _fail("status", error, EXIT_UNAVAILABLE)

@@ -1,0 +1,330 @@
+"""Runs the pipeline demo: group, validator, consumers, generator, the kill and the join, then the report."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from affinity.demo import protocol
+from affinity.demo.children import Child, ConsumerState, GeneratorState, child_environment, python_module_command
+from affinity.demo.collector import Collector
+from affinity.demo.progress import Display
+from affinity.demo.settings import (
+    CLOSE_TIMEOUT,
+    CONSUMER_CYCLE_SECONDS,
+    DRAIN_TIMEOUT,
+    FLUSH_TIMEOUT,
+    GROUP_NAME_PREFIX,
+    HASH_PREFIX,
+    QUEUE_SIZE,
+    SPARK_STARTUP_TIMEOUT,
+    STARTUP_TIMEOUT,
+    TIMELINE_BIN_SECONDS,
+    DemoSettings,
+)
+from affinity.demo.validation import MoveCause, ValidationReport
+from affinity.exceptions import AffinityError
+from affinity.testing import free_udp_port
+
+#: Seconds to wait, once every queue is owned, for every consumer to own its primary queues.
+PRIMARIES_TIMEOUT = 2 * CONSUMER_CYCLE_SECONDS + 2.0
+#: Seconds between two looks at the children in the main loop.
+TICK = 0.05
+#: Seconds without a new record after which the validator is drained once it has every event.
+QUIET_PERIOD = 0.5
+#: Seconds without a new record after which the validator is drained even if events are missing
+#: (the generator had every event acknowledged, and consumers republish before they acknowledge,
+#: so whatever is still missing will not come).
+GIVE_UP_QUIET_PERIOD = 3.0
+
+
+class DemoError(AffinityError, RuntimeError):
+    """A demo process failed or did not do its part in time; the message names it and quotes its log."""
+
+
+@dataclass(frozen=True)
+class TimelineEvent:
+    """The kill or the join, for the report and the chart."""
+
+    at: float
+    kind: str  # "kill" or "join"
+    consumer: int
+    index: int
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """Everything the demo measured."""
+
+    settings: DemoSettings
+    group: str
+    generated: int
+    generation_seconds: float
+    validation: ValidationReport
+    consumers: list[ConsumerState]
+    events: list[TimelineEvent]
+    generated_samples: list[tuple[float, int]]
+    wall_seconds: float
+
+    @property
+    def failover_seen(self) -> bool:
+        """A queue moved away from the killed consumer after the kill."""
+        kill = next((e for e in self.events if e.kind == "kill"), None)
+        return kill is not None and any(
+            m.source == kill.consumer and m.at >= kill.at
+            for m in self.validation.moves
+            if m.cause == MoveCause.FAILOVER
+        )
+
+    @property
+    def rejoin_seen(self) -> bool:
+        """A queue moved to the replacement consumer after it joined."""
+        join = next((e for e in self.events if e.kind == "join"), None)
+        return join is not None and any(m.target == join.consumer and m.at >= join.at for m in self.validation.moves)
+
+    @property
+    def passed(self) -> bool:
+        """The validation passed and both ownership changes were observed."""
+        return self.validation.passed and self.failover_seen and self.rejoin_seen
+
+
+@dataclass
+class _Run:
+    settings: DemoSettings
+    registry: Path
+    group: str
+    collector: Collector
+    display: Display
+    log_dir: Path
+    env: dict[str, str]
+    consumers: dict[int, ConsumerState] = field(default_factory=dict)
+    processes: dict[int, Child] = field(default_factory=dict)
+    generator: GeneratorState = field(default_factory=GeneratorState)
+    events: list[TimelineEvent] = field(default_factory=list)
+
+    def start_consumer(self, ordinal: int, index: int, at: float) -> None:
+        command = python_module_command(
+            "affinity.demo.consumer",
+            "--group",
+            self.group,
+            "--registry",
+            str(self.registry),
+            "--index",
+            str(index),
+            "--count",
+            str(self.settings.consumers),
+            "--ordinal",
+            str(ordinal),
+            "--validator",
+            self.collector.channel,
+            *(["--spark"] if self.settings.spark else []),
+        )
+        self.consumers[ordinal] = ConsumerState(ordinal, index, at)
+        self.processes[ordinal] = Child(f"consumer-{ordinal}", command, self.log_dir, self.env)
+
+    def poll_consumers(self) -> None:
+        for ordinal, child in self.processes.items():
+            for update in child.updates():
+                if isinstance(update, protocol.ConsumerStatus):
+                    self.consumers[ordinal].status = update
+            state = self.consumers[ordinal]
+            if not child.alive and state.killed_at is None:
+                raise DemoError(
+                    f"consumer {state.label} exited with status {child.process.returncode}; "
+                    f"its log ({child.log_path}):\n{child.log_tail()}"
+                )
+
+    def primaries_owned(self) -> bool:
+        """Every live consumer owns its primary queues (``q % count == index``)."""
+        count = self.settings.consumers
+        for state in self.consumers.values():
+            if state.killed_at is not None:
+                continue
+            if state.status is None:
+                return False
+            primaries = {q for q in range(self.settings.queue_count) if q % count == state.index}
+            if not primaries <= set(state.status.owned):
+                return False
+        return True
+
+    def owned_queues(self) -> set[int]:
+        owned: set[int] = set()
+        for state in self.consumers.values():
+            if state.killed_at is None and state.status is not None:
+                owned.update(state.status.owned)
+        return owned
+
+
+def _generator_command(settings: DemoSettings, group: str, registry: Path) -> list[str]:
+    module = "affinity.demo.spark_job" if settings.spark else "affinity.demo.generator"
+    return python_module_command(
+        module,
+        "--group",
+        group,
+        "--registry",
+        str(registry),
+        "--accounts",
+        str(settings.accounts),
+        "--rate",
+        str(settings.rate),
+        "--total",
+        str(settings.total_events),
+    )
+
+
+def _wait(what: str, done: object, timeout: float, run: _Run, child: Child | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not callable(done) or not done():
+        if time.monotonic() > deadline:
+            log = f"; its log ({child.log_path}):\n{child.log_tail()}" if child is not None else ""
+            raise DemoError(f"{what} did not happen within {timeout:g} s{log}")
+        run.poll_consumers()
+        run.display.refresh_idle(run.consumers)
+        time.sleep(TICK)
+
+
+def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResult:
+    """Runs the whole demo and returns what it measured (raises :class:`DemoError` when a part fails)."""
+    from affinity.groups import create_group
+
+    wall_start = time.monotonic()
+    settings.out.mkdir(parents=True, exist_ok=True)
+    log_dir = settings.out / "logs"
+    log_dir.mkdir(exist_ok=True)
+    registry = Path(tempfile.mkdtemp(prefix="affinity-demo-registry-"))
+    group = f"{GROUP_NAME_PREFIX}-{os.getpid()}"
+    display = Display(settings, console)
+    children: list[Child] = []
+    try:
+        create_group(group, HASH_PREFIX, settings.hash_count, settings.queue_count, QUEUE_SIZE, registry=registry)
+        display.note(
+            f"group {group!r}: {settings.queue_count} queues, {settings.hash_count} hash buckets, registry {registry}"
+        )
+        # The validator buffers what arrives until it knows the generator's start (rebase below).
+        collector = Collector(free_udp_port(), settings.accounts, TIMELINE_BIN_SECONDS)
+        collector.start(STARTUP_TIMEOUT)
+        run = _Run(settings, registry, group, collector, display, log_dir, child_environment(registry))
+        for ordinal in range(settings.consumers):
+            run.start_consumer(ordinal, ordinal, 0.0)
+        children.extend(run.processes.values())
+        all_queues = set(range(settings.queue_count))
+        _wait("every queue owned by a consumer", lambda: run.owned_queues() == all_queues, STARTUP_TIMEOUT, run)
+        # A consumer that started late gets its primary queues back within a cycle; start from
+        # the steady state so that every move in the report comes from the kill or the join.
+        try:
+            _wait("every consumer owning its primary queues", run.primaries_owned, PRIMARIES_TIMEOUT, run)
+            display.note(f"{settings.consumers} consumers own all {settings.queue_count} queues, each its primaries")
+        except DemoError:
+            display.note(
+                f"{settings.consumers} consumers own all {settings.queue_count} queues (not all primaries yet)"
+            )
+        generator = Child("generator", _generator_command(settings, group, registry), log_dir, run.env)
+        children.append(generator)
+        display.note("starting the Spark query (local[2]) ..." if settings.spark else "starting the generator ...")
+
+        def generator_started() -> bool:
+            for update in generator.updates():
+                if isinstance(update, protocol.GeneratorProgress):
+                    run.generator.progress = update
+            if not generator.alive and run.generator.progress is None:
+                raise DemoError(f"the generator exited early; its log ({generator.log_path}):\n{generator.log_tail()}")
+            return run.generator.progress is not None
+
+        _wait(
+            "the generator's start",
+            generator_started,
+            SPARK_STARTUP_TIMEOUT if settings.spark else STARTUP_TIMEOUT,
+            run,
+            generator,
+        )
+        progress = run.generator.progress
+        assert progress is not None
+        start_ns = progress.start_ns
+        collector.rebase(start_ns)
+        display.note(f"generating events ({time.monotonic() - wall_start:.1f} s after the start of the demo)")
+        deadline = time.monotonic() + settings.duration + FLUSH_TIMEOUT + SPARK_STARTUP_TIMEOUT
+        victim = settings.victim_index
+        joiner = settings.consumers
+        display.start()
+        while True:
+            now = (time.time_ns() - start_ns) / 1e9
+            for update in generator.updates():
+                if isinstance(update, protocol.GeneratorProgress):
+                    run.generator.progress = update
+                    run.generator.samples.append((now, update.generated))
+            run.poll_consumers()
+            if now >= settings.kill_at and not any(e.kind == "kill" for e in run.events):
+                # Marked first, so no record the survivors replay is checked before the mark; the
+                # process is reaped at the end (waiting here could stall the loop on a loaded machine).
+                collector.mark_killed(victim)
+                run.consumers[victim].killed_at = now
+                run.processes[victim].kill()
+                run.events.append(TimelineEvent(now, "kill", victim, run.consumers[victim].index))
+                display.note(f"t={now:5.1f}s  SIGKILL consumer c{victim} (index {run.consumers[victim].index})")
+            if now >= settings.join_at and not any(e.kind == "join" for e in run.events):
+                index = run.consumers[victim].index
+                run.start_consumer(joiner, index, now)
+                children.append(run.processes[joiner])
+                run.events.append(TimelineEvent(now, "join", joiner, index))
+                display.note(f"t={now:5.1f}s  new consumer c{joiner} joins with index {index}")
+            display.update(now, run.consumers, run.generator, collector.live())
+            current = run.generator.progress
+            if current is not None and current.done:
+                break
+            if not generator.alive:
+                for update in generator.updates():
+                    if isinstance(update, protocol.GeneratorProgress):
+                        run.generator.progress = update
+                if run.generator.progress is not None and run.generator.progress.done:
+                    break
+                raise DemoError(
+                    f"the generator exited with status {generator.process.returncode}; "
+                    f"its log ({generator.log_path}):\n{generator.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise DemoError(
+                    f"the generator did not finish; its log ({generator.log_path}):\n{generator.log_tail()}"
+                )
+            time.sleep(TICK)
+        final = run.generator.progress
+        assert final is not None
+        generation_seconds = (time.time_ns() - start_ns) / 1e9
+        generated = final.generated
+        display.note(f"generator done: {generated:,} events in {generation_seconds:.1f} s; draining the validator")
+        drain_deadline = time.monotonic() + DRAIN_TIMEOUT
+        while time.monotonic() < drain_deadline:
+            quiet = collector.idle_for()
+            if quiet >= GIVE_UP_QUIET_PERIOD or (collector.received() >= generated and quiet >= QUIET_PERIOD):
+                break
+            display.update((time.time_ns() - start_ns) / 1e9, run.consumers, run.generator, collector.live())
+            time.sleep(TICK)
+        display.stop()
+        generator.terminate(CLOSE_TIMEOUT)
+        for ordinal, child in run.processes.items():
+            if run.consumers[ordinal].killed_at is None:
+                child.terminate(CLOSE_TIMEOUT)
+        report = collector.stop(generated)
+        return DemoResult(
+            settings=settings,
+            group=group,
+            generated=generated,
+            generation_seconds=generation_seconds,
+            validation=report,
+            consumers=list(run.consumers.values()),
+            events=run.events,
+            generated_samples=run.generator.samples,
+            wall_seconds=time.monotonic() - wall_start,
+        )
+    finally:
+        display.stop()
+        for child in children:
+            if child.alive:
+                child.kill()
+                child.process.wait()
+        shutil.rmtree(registry, ignore_errors=True)

@@ -1,0 +1,142 @@
+"""The demo's summary: rich tables on the console, ``report.txt``, ``report.json`` and the chart."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from affinity.demo.chart import write_chart
+from affinity.demo.orchestrator import DemoResult
+from affinity.demo.settings import CHART_PNG, REPORT_JSON, REPORT_TEXT
+from affinity.demo.validation import MoveCause
+
+#: Width of report.txt.
+TEXT_WIDTH = 110
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Where the report went."""
+
+    folder: Path
+    json: Path
+    text: Path
+    chart: Path
+
+
+def _verdict(ok: bool, text: str) -> Text:
+    return Text(text, style="bold green" if ok else "bold red")
+
+
+def summary(result: DemoResult) -> RenderableType:
+    """The summary tables: the checks, the consumers and the queue moves."""
+    report = result.validation
+    settings = result.settings
+    checks = Table(title="pipeline demo: validation", title_justify="left", show_header=False)
+    checks.add_column("what")
+    checks.add_column("value", justify="right")
+    source = "Spark Structured Streaming (local[2]) -> format('affinity')" if settings.spark else "GroupPublisher"
+    checks.add_row("generator", source)
+    checks.add_row("accounts (keys)", f"{settings.accounts:,}")
+    checks.add_row("events generated", f"{result.generated:,} in {result.generation_seconds:.1f} s")
+    checks.add_row("events processed (incl. replays)", f"{report.received:,}")
+    checks.add_row("delivered", f"{report.delivered:,}")
+    checks.add_row("lost", _verdict(report.lost == 0, f"{report.lost:,}"))
+    checks.add_row("duplicated", _verdict(report.duplicates == 0, f"{report.duplicates:,}"))
+    checks.add_row("per-key order", _verdict(report.order_held, "held" if report.order_held else "BROKEN"))
+    checks.add_row("order errors (gaps, late arrivals)", f"{report.order_errors:,}")
+    if report.unexpected:
+        checks.add_row("unexpected records", _verdict(False, f"{report.unexpected:,}"))
+    checks.add_row(
+        "replayed after the SIGKILL (processed, never acked)",
+        f"{report.failover_replays:,}",
+    )
+    checks.add_row(
+        "latency generated -> consumed",
+        f"p50 {report.latency.p50_ms:,.1f} ms   p99 {report.latency.p99_ms:,.1f} ms   "
+        f"max {report.latency.max_ms:,.0f} ms",
+    )
+    if report.latency.warmup_events:
+        checks.add_row("warm-up events (Spark's first batch, not in the latency)", f"{report.latency.warmup_events:,}")
+    rate = result.generated / result.generation_seconds if result.generation_seconds > 0 else 0.0
+    checks.add_row("throughput", f"{rate:,.0f} events/s over the generation")
+    checks.add_row(
+        "queue moved after the kill", _verdict(result.failover_seen, "yes" if result.failover_seen else "no")
+    )
+    checks.add_row(
+        "queue moved to the new consumer", _verdict(result.rejoin_seen, "yes" if result.rejoin_seen else "no")
+    )
+    checks.add_row("run time, start to report", f"{result.wall_seconds:.0f} s")
+    checks.add_row("verdict", _verdict(result.passed, "PASS" if result.passed else "FAIL"))
+
+    consumers = Table(title="consumers", title_justify="left")
+    for column in ("consumer", "index", "started", "killed", "processed", "share"):
+        consumers.add_column(column, justify="right" if column in ("processed", "share") else "left")
+    total = max(report.received, 1)
+    for state in result.consumers:
+        processed = report.per_consumer.get(state.ordinal, 0)
+        consumers.add_row(
+            state.label,
+            str(state.index),
+            f"{state.started_at:.1f} s",
+            f"{state.killed_at:.1f} s" if state.killed_at is not None else "-",
+            f"{processed:,}",
+            f"{processed * 100 / total:.1f}%",
+        )
+
+    moves = Table(title="queue moves (who processed each queue, from the records)", title_justify="left")
+    for column in ("time", "queue", "from", "to", "cause", "keys moved", "replayed"):
+        moves.add_column(column, justify="right" if column in ("time", "keys moved", "replayed") else "left")
+    for move in report.moves:
+        moves.add_row(
+            f"{move.at:.2f} s",
+            f"q{move.queue}",
+            f"c{move.source}",
+            f"c{move.target}",
+            Text(move.cause.value, style="red" if move.cause == MoveCause.FAILOVER else "cyan"),
+            f"{move.keys:,}",
+            f"{move.replayed:,}",
+        )
+    parts: list[RenderableType] = [checks, consumers, moves]
+    if report.errors:
+        parts.append(Text("first errors:\n" + "\n".join(report.errors), style="red"))
+    return Group(*parts)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"cannot write {type(value).__name__} to the JSON report")
+
+
+def result_json(result: DemoResult) -> str:
+    """The whole result as JSON (settings, counts, moves, timeline, events)."""
+    data = dataclasses.asdict(result)
+    data["passed"] = result.passed
+    data["failover_seen"] = result.failover_seen
+    data["rejoin_seen"] = result.rejoin_seen
+    data["validation"]["passed"] = result.validation.passed
+    data["validation"]["order_held"] = result.validation.order_held
+    return json.dumps(data, indent=2, default=_json_default)
+
+
+def write_report(result: DemoResult, console: Console) -> ReportFiles:
+    """Prints the summary and writes report.json, report.txt and the chart into the output folder."""
+    folder = result.settings.out
+    files = ReportFiles(folder, folder / REPORT_JSON, folder / REPORT_TEXT, folder / CHART_PNG)
+    rendered = summary(result)
+    console.print(rendered)
+    files.json.write_text(result_json(result))
+    with files.text.open("w") as text:
+        Console(file=text, width=TEXT_WIDTH, color_system=None, force_terminal=False).print(rendered)
+    write_chart(result, files.chart)
+    return files

@@ -1,0 +1,288 @@
+"""``GroupPublisher``, ``GroupConsumer`` and ``GroupObserver``: the registry in front of the Rust cores.
+
+Each reads its group's definition by name from the registry, checks what depends on the
+definition (a consumer's ``count`` against the queue count) and hands everything to the core,
+which runs the control plane (heartbeats, claims, epochs) and the data path. Times are given in
+seconds here and passed to the cores in milliseconds; options left at ``None`` take the core's
+defaults (liveness timeout 2 s, heartbeats every 100 ms, cycle 30 s, resend after 1 s).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from affinity._affinity import (
+    Client,
+    ConsumerStatus,
+    GroupConsumerCore,
+    GroupMessage,
+    GroupObserverCore,
+    GroupPublisherCore,
+    GroupStatus,
+    PublisherStatus,
+)
+from affinity.exceptions import ConfigError
+from affinity.groups.registry import GroupDefinition, load_group, registry_dir
+
+__all__ = ["GroupConsumer", "GroupObserver", "GroupPublisher"]
+
+#: A registry location as the functions of :mod:`affinity.groups.registry` accept it.
+Registry = str | os.PathLike[str] | None
+
+
+def _milliseconds(option: str, seconds: float | None) -> int | None:
+    """``seconds`` as whole milliseconds (at least 1); ``ConfigError`` naming ``option`` otherwise."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"{option} must be a positive number of seconds, found {seconds!r}")
+    return max(1, round(seconds * 1000))
+
+
+def _common_options(
+    registry: Registry,
+    name: str | None,
+    host: str | None,
+    control: str | None,
+    timings: dict[str, float | None],
+) -> dict[str, Any]:
+    options: dict[str, Any] = {"registry_dir": str(registry_dir(registry))}
+    for key, value in (("name", name), ("host", host), ("control", control)):
+        if value is not None:
+            options[key] = value
+    for option, seconds in timings.items():
+        milliseconds = _milliseconds(option, seconds)
+        if milliseconds is not None:
+            options[f"{option}_ms"] = milliseconds
+    return options
+
+
+class GroupPublisher:
+    """Publishes keyed messages to a consumer group: ``key`` → bucket → queue → the queue's owner.
+
+    Every message is retained until the queue's owner acknowledges it (at most the group's queue
+    size per queue); ``publish`` returns the message's sequence number (> 0) or
+    ``affinity.NOT_CONNECTED`` (no live consumer), ``affinity.BACK_PRESSURED`` (retention full)
+    or ``affinity.CLOSED``. Nothing is dropped: a message refused is not sent.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        group: str,
+        *,
+        registry: Registry = None,
+        name: str | None = None,
+        host: str | None = None,
+        control: str | None = None,
+        liveness_timeout: float | None = None,
+        heartbeat_interval: float | None = None,
+        resend_timeout: float | None = None,
+    ) -> None:
+        #: The group's definition as read from the registry.
+        self.definition: GroupDefinition = load_group(group, registry)
+        definition = self.definition
+        options = _common_options(
+            registry,
+            name,
+            host,
+            control,
+            {
+                "liveness_timeout": liveness_timeout,
+                "heartbeat_interval": heartbeat_interval,
+                "resend_timeout": resend_timeout,
+            },
+        )
+        self._core = GroupPublisherCore(
+            client,
+            definition.name,
+            definition.hash_prefix,
+            definition.hash_count,
+            definition.queue_count,
+            definition.queue_size,
+            **options,
+        )
+
+    @property
+    def producer_id(self) -> int:
+        """This publisher's producer id (consumers keep sequence numbers per producer and queue)."""
+        return self._core.producer_id
+
+    def publish(self, key: bytes | str, payload: bytes, subject: str | None = None) -> int:
+        """Sends one message; ``subject`` (``topic``) travels as ``HP/bucket/topic``."""
+        return self._core.publish(key, payload, subject)
+
+    def publish_batch(self, keys: Sequence[bytes | str] | Any, payloads: Sequence[bytes] | Any) -> int:
+        """Sends messages in order (lists or pyarrow arrays); returns how many were taken."""
+        return self._core.publish_batch(keys, payloads)
+
+    def publish_to_queue(self, queue: int, payload: bytes, key: bytes | str | None = None) -> int:
+        """Sends one message to one queue, whatever its key hashes to (same return codes)."""
+        return self._core.publish_to_queue(queue, payload, key)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Waits up to ``timeout`` seconds; True once everything published is acknowledged."""
+        return self._core.flush(timeout)
+
+    def status(self) -> PublisherStatus:
+        """Per queue: owner, epoch, sent and acknowledged sequence numbers, retained bytes."""
+        return self._core.status()
+
+    def close(self) -> None:
+        """Leaves the group (unacknowledged messages are not sent any more)."""
+        self._core.close()
+
+    def __enter__(self) -> GroupPublisher:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class GroupConsumer:
+    """Consumer ``index`` of ``count`` in a group: primary of queues ``q`` with ``q % count == index``.
+
+    It serves its primary queues, takes over queues whose owner is gone (after the liveness
+    timeout, from the last acknowledged position) and, every ``cycle`` seconds, hands the queues
+    it holds for an absent primary back once that primary is live (drain, acknowledge, then the
+    primary starts: no duplicate, no reordering). Messages arrive in order per key, once.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        group: str,
+        index: int,
+        count: int,
+        auto_ack: bool = False,
+        *,
+        registry: Registry = None,
+        name: str | None = None,
+        host: str | None = None,
+        control: str | None = None,
+        cycle: float | None = None,
+        liveness_timeout: float | None = None,
+        heartbeat_interval: float | None = None,
+    ) -> None:
+        #: The group's definition as read from the registry.
+        self.definition: GroupDefinition = load_group(group, registry)
+        definition = self.definition
+        for option, value in (("index", index), ("count", count)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"consumer {option} must be an integer, found {value!r}")
+        if not 1 <= count <= definition.queue_count:
+            raise ConfigError(
+                f"consumer count {count} is out of range for group {definition.name!r}: expected 1 to its "
+                f"queue count (QC) {definition.queue_count} (a consumer beyond QC would never own a queue)"
+            )
+        if not 0 <= index < count:
+            raise ConfigError(f"consumer index {index} is out of range: expected 0 to count - 1 = {count - 1}")
+        options = _common_options(
+            registry,
+            name,
+            host,
+            control,
+            {"cycle": cycle, "liveness_timeout": liveness_timeout, "heartbeat_interval": heartbeat_interval},
+        )
+        self._core = GroupConsumerCore(
+            client,
+            definition.name,
+            definition.hash_prefix,
+            definition.hash_count,
+            definition.queue_count,
+            definition.queue_size,
+            index,
+            count,
+            auto_ack=auto_ack,
+            **options,
+        )
+
+    @property
+    def member_id(self) -> int:
+        """This consumer's member id in the control plane."""
+        return self._core.member_id
+
+    def poll(self, max_messages: int = 1000, timeout: float = 0.0) -> list[GroupMessage]:
+        """Up to ``max_messages`` messages of the queues this consumer owns, waiting up to ``timeout`` s."""
+        return self._core.poll(max_messages, timeout)
+
+    def ack(self, message: GroupMessage) -> None:
+        """Acknowledges ``message`` and everything delivered before it from its producer and queue."""
+        self._core.ack(message)
+
+    def owned_queues(self) -> list[int]:
+        """The queues this consumer delivers now (active claims)."""
+        return self._core.owned_queues()
+
+    def status(self) -> ConsumerStatus:
+        """Index, count, owned queues, messages delivered and duplicates dropped."""
+        return self._core.status()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Clean leave: hands every owned queue over (drain, acknowledge, release), then leaves."""
+        self._core.close(timeout)
+
+    def __enter__(self) -> GroupConsumer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class GroupObserver:
+    """Watches a group's control plane without owning anything (``affinity group status``)."""
+
+    def __init__(
+        self,
+        client: Client,
+        group: str,
+        *,
+        registry: Registry = None,
+        host: str | None = None,
+        control: str | None = None,
+        liveness_timeout: float | None = None,
+        heartbeat_interval: float | None = None,
+    ) -> None:
+        #: The group's definition as read from the registry.
+        self.definition: GroupDefinition = load_group(group, registry)
+        definition = self.definition
+        options = _common_options(
+            registry,
+            None,
+            host,
+            control,
+            {"liveness_timeout": liveness_timeout, "heartbeat_interval": heartbeat_interval},
+        )
+        self._core = GroupObserverCore(
+            client,
+            definition.name,
+            definition.hash_prefix,
+            definition.hash_count,
+            definition.queue_count,
+            definition.queue_size,
+            **options,
+        )
+
+    def status(self) -> GroupStatus:
+        """Live members, and per queue: owner, epoch, state, acknowledged and sent positions, lag."""
+        return self._core.status()
+
+    def close(self) -> None:
+        """Leaves the control plane."""
+        self._core.close()
+
+    def __enter__(self) -> GroupObserver:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,296 @@
+"""The consumer-group registry: one JSON file per group definition, in a directory on disk.
+
+Where it lives (the first that is set): the ``registry=`` argument, ``$AFFINITY_REGISTRY``,
+``$XDG_STATE_HOME/affinity``, ``~/.local/state/affinity``. The directory is created ``0700`` and
+definition files ``0600``; a definition is written to a temporary file, flushed, and linked to
+``<registry>/groups/<name>.json`` (``link`` fails when the name exists, so of two creators exactly
+one wins and nobody ever reads a half-written file). Creation and deletion hold an advisory lock
+on ``<registry>/groups/.lock`` so that the hash-prefix check and the write are one step.
+
+Live members' discovery files live under ``<registry>/members/<group>/``; the Rust layer writes
+and reads those, this module never does.
+
+File layout::
+
+    {"version": 1, "name": "orders", "HP": "orders", "HC": 64, "QC": 8, "QS": 67108864}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from affinity.exceptions import ConfigError
+
+__all__ = [
+    "MAX_HASH_COUNT",
+    "MAX_QUEUE_COUNT",
+    "MAX_QUEUE_SIZE",
+    "MIN_QUEUE_SIZE",
+    "REGISTRY_ENV",
+    "REGISTRY_VERSION",
+    "GroupDefinition",
+    "create_group",
+    "delete_group",
+    "group_file",
+    "list_groups",
+    "load_group",
+    "members_dir",
+    "registry_dir",
+]
+
+#: Environment variable naming the registry directory.
+REGISTRY_ENV = "AFFINITY_REGISTRY"
+#: Version of the definition file layout this module reads and writes.
+REGISTRY_VERSION = 1
+#: Group names: a letter or digit, then letters, digits, ``_ . -``; at most 64 characters.
+#: (The name is a file name, so no ``/`` and no leading dot.)
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: Hash prefixes: the first level of every message subject ``HP/bucket/topic``; letters, digits,
+#: ``_ . -`` (no ``/``), 1 to 64 characters, as the seed's ``__hash1__``.
+HASH_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# The numeric limits are the Rust layer's (rust/src/groups/mod.rs, rust/src/control/limits.rs;
+# docs/groups.md); tests/test_groups_registry.py checks that the two agree.
+#: Largest hash count (HC).
+MAX_HASH_COUNT = 1 << 20
+#: Largest queue count (QC): every heartbeat can carry one claim per queue.
+MAX_QUEUE_COUNT = 4096
+#: Smallest queue size (QS, bytes each publisher retains per queue until acknowledged): 1 KiB.
+MIN_QUEUE_SIZE = 1024
+#: Largest queue size (QS): 16 GiB (retention is in memory).
+MAX_QUEUE_SIZE = 1 << 34
+#: File-name suffix of a definition file.
+DEFINITION_SUFFIX = ".json"
+#: Lock file serialising create and delete within one registry.
+LOCK_NAME = ".lock"
+
+
+@dataclass(frozen=True)
+class GroupDefinition:
+    """A consumer group's shared parameters, read by every publisher and consumer by name.
+
+    ``hash_prefix`` (HP) is the subject prefix, ``hash_count`` (HC) the number of buckets a key
+    hashes into, ``queue_count`` (QC) the number of queues the buckets are striped over
+    (queue = bucket mod QC), ``queue_size`` (QS) the bytes each publisher retains per queue until
+    they are acknowledged.
+    """
+
+    name: str
+    hash_prefix: str
+    hash_count: int
+    queue_count: int
+    queue_size: int
+
+    def __post_init__(self) -> None:
+        _check_name("name", self.name, NAME_PATTERN)
+        _check_name("hash prefix (HP)", self.hash_prefix, HASH_PREFIX_PATTERN)
+        _check_int("hash count (HC)", self.hash_count, 1, MAX_HASH_COUNT)
+        _check_int("queue count (QC)", self.queue_count, 1, MAX_QUEUE_COUNT)
+        if self.queue_count > self.hash_count:
+            raise ConfigError(
+                f"group queue count (QC) {self.queue_count} exceeds hash count (HC) {self.hash_count}: "
+                "every queue needs at least one bucket (HC >= QC >= 1)"
+            )
+        _check_int("queue size (QS)", self.queue_size, MIN_QUEUE_SIZE, MAX_QUEUE_SIZE)
+
+    def to_json(self) -> dict[str, int | str]:
+        """The registry file's object (field names as the seed's: HP, HC, QC, QS)."""
+        return {
+            "version": REGISTRY_VERSION,
+            "name": self.name,
+            "HP": self.hash_prefix,
+            "HC": self.hash_count,
+            "QC": self.queue_count,
+            "QS": self.queue_size,
+        }
+
+    @classmethod
+    def from_json(cls, data: object, source: str) -> GroupDefinition:
+        """Validates a decoded registry file; errors name ``source`` and the bad field."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"{source}: expected a JSON object, found {type(data).__name__}")
+        version = data.get("version")
+        if version != REGISTRY_VERSION:
+            raise ConfigError(f"{source}: unsupported version {version!r} (this reader knows {REGISTRY_VERSION})")
+        fields: dict[str, object] = {}
+        for key, expected in (("name", str), ("HP", str), ("HC", int), ("QC", int), ("QS", int)):
+            value = data.get(key)
+            if not isinstance(value, expected) or isinstance(value, bool):
+                raise ConfigError(f"{source}: field {key!r} must be a {expected.__name__}, found {value!r}")
+            fields[key] = value
+        unknown = sorted(set(data) - {"version", "name", "HP", "HC", "QC", "QS"})
+        if unknown:
+            raise ConfigError(f"{source}: unknown field(s) {', '.join(map(repr, unknown))}")
+        try:
+            return cls(
+                name=str(fields["name"]),
+                hash_prefix=str(fields["HP"]),
+                hash_count=int(str(fields["HC"])),
+                queue_count=int(str(fields["QC"])),
+                queue_size=int(str(fields["QS"])),
+            )
+        except ConfigError as error:
+            raise ConfigError(f"{source}: {error}") from None
+
+
+def _check_name(field: str, value: object, pattern: re.Pattern[str]) -> None:
+    if not isinstance(value, str) or pattern.fullmatch(value) is None:
+        raise ConfigError(f"group {field} {value!r} is invalid: expected {pattern.pattern}")
+
+
+def _check_int(field: str, value: object, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"group {field} must be an integer, found {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"group {field} {value} is out of range: expected {low} to {high}")
+
+
+def registry_dir(registry: str | os.PathLike[str] | None = None) -> Path:
+    """The registry directory (not created): argument, ``$AFFINITY_REGISTRY``, XDG state, home."""
+    if registry is not None:
+        return Path(registry)
+    from_env = os.environ.get(REGISTRY_ENV)
+    if from_env:
+        return Path(from_env)
+    state = os.environ.get("XDG_STATE_HOME")
+    if state:
+        return Path(state) / "affinity"
+    return Path.home() / ".local" / "state" / "affinity"
+
+
+def _groups_dir(registry: str | os.PathLike[str] | None, *, create: bool) -> Path:
+    path = registry_dir(registry) / "groups"
+    if create:
+        try:
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"cannot create the group registry {path}: {error.strerror or error}") from None
+    return path
+
+
+def group_file(name: str, registry: str | os.PathLike[str] | None = None) -> Path:
+    """The definition file of group ``name`` (which must be a valid group name)."""
+    _check_name("name", name, NAME_PATTERN)
+    return _groups_dir(registry, create=False) / f"{name}{DEFINITION_SUFFIX}"
+
+
+def members_dir(name: str, registry: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of the live members' discovery files of group ``name`` (written by Rust)."""
+    _check_name("name", name, NAME_PATTERN)
+    return registry_dir(registry) / "members" / name
+
+
+@contextlib.contextmanager
+def _locked(groups: Path) -> Iterator[None]:
+    lock_path = groups / LOCK_NAME
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as error:
+        raise ConfigError(f"cannot open the registry lock {lock_path}: {error.strerror or error}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> GroupDefinition:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read group definition {path}: {error}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path}:{error.lineno}:{error.colno}: corrupt group definition: {error.msg}") from None
+    definition = GroupDefinition.from_json(data, str(path))
+    if definition.name != path.name.removesuffix(DEFINITION_SUFFIX):
+        raise ConfigError(f"{path}: field 'name' is {definition.name!r} but the file is named for another group")
+    return definition
+
+
+def load_group(name: str, registry: str | os.PathLike[str] | None = None) -> GroupDefinition:
+    """The definition of group ``name``; ``ConfigError`` when it is unknown or its file is corrupt."""
+    path = group_file(name, registry)
+    try:
+        return _read(path)
+    except FileNotFoundError:
+        known = ", ".join(definition.name for definition in list_groups(registry)) or "none"
+        raise ConfigError(f"unknown group {name!r}: no {path} (known groups: {known})") from None
+
+
+def list_groups(registry: str | os.PathLike[str] | None = None) -> list[GroupDefinition]:
+    """Every group defined in the registry, by name; a corrupt file raises ``ConfigError`` naming it."""
+    groups = _groups_dir(registry, create=False)
+    if not groups.is_dir():
+        return []
+    definitions = []
+    for path in sorted(groups.glob(f"*{DEFINITION_SUFFIX}")):
+        if path.name.startswith("."):
+            continue
+        try:
+            definitions.append(_read(path))
+        except FileNotFoundError:
+            continue  # deleted while listing
+    return definitions
+
+
+def create_group(
+    name: str,
+    hash_prefix: str,
+    hash_count: int,
+    queue_count: int,
+    queue_size: int,
+    registry: str | os.PathLike[str] | None = None,
+) -> GroupDefinition:
+    """Validates and stores a new group; ``ConfigError`` if the name or the hash prefix is in use."""
+    definition = GroupDefinition(name, hash_prefix, hash_count, queue_count, queue_size)
+    groups = _groups_dir(registry, create=True)
+    with _locked(groups):
+        for existing in list_groups(registry):
+            if existing.name == name:
+                raise ConfigError(f"group name {name!r} is already in use ({group_file(name, registry)})")
+            if existing.hash_prefix == hash_prefix:
+                raise ConfigError(f"group hash prefix (HP) {hash_prefix!r} is already used by group {existing.name!r}")
+        target = group_file(name, registry)
+        fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=groups)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(definition.to_json(), out)
+                out.write("\n")
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(temporary, 0o600)
+            try:
+                os.link(temporary, target)
+            except FileExistsError:
+                raise ConfigError(f"group name {name!r} is already in use ({target})") from None
+            except OSError as error:
+                raise ConfigError(f"cannot write group definition {target}: {error.strerror or error}") from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+    return definition
+
+
+def delete_group(name: str, registry: str | os.PathLike[str] | None = None) -> GroupDefinition:
+    """Removes group ``name`` from the registry and returns what it was; unknown name: ``ConfigError``."""
+    groups = _groups_dir(registry, create=False)
+    if not groups.is_dir():
+        raise ConfigError(f"unknown group {name!r}: the registry {groups} does not exist")
+    with _locked(groups):
+        definition = load_group(name, registry)
+        try:
+            group_file(name, registry).unlink()
+        except OSError as error:
+            raise ConfigError(f"cannot delete group {name!r}: {error.strerror or error}") from None
+    return definition

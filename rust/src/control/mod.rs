@@ -1,0 +1,22 @@
+//! The control plane shared by consumer groups (and, later, subject routing): typed, versioned
+//! message codecs and the member view (liveness from heartbeats). Sans-IO: nothing here opens
+//! a socket, starts a thread or reads the clock.
+//!
+//! Layouts are in [`codec`] and `docs/control-plane.md`; every limit is in [`limits`].
+
+pub mod codec;
+mod error;
+pub mod limits;
+pub mod view;
+
+pub use codec::{
+    parse_control, Ack, AckEntry, Claim, ClaimState, ControlMessage, DataHeader, DataMessage, Header, Heartbeat, Kind,
+    ProducerAck, QueueFigures, RecordView, Role,
+};
+pub use error::ControlError;
+pub use view::{HeartbeatOutcome, MemberEntry, MemberView, ViewCounters};
+
+/// Stream id of the CONTROL stream of a member's inbox (heartbeats, acks).
+pub const CONTROL_STREAM_ID: i32 = 0x4146_4301;
+/// Stream id of the DATA stream of a member's inbox (records for owned queues).
+pub const DATA_STREAM_ID: i32 = 0x4146_4402;

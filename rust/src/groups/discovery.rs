@@ -1,0 +1,241 @@
+//! Discovery files: `<registry>/members/<group>/<member_id>.json`, one per live member.
+//!
+//! Written atomically (temporary file with mode 0600 created with `O_EXCL`, then `rename`),
+//! removed on close. A file is only a hint where to send heartbeats: liveness comes from
+//! heartbeats alone. Files of processes that no longer exist on this host are removed.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::GroupError;
+use crate::control::limits::{MAX_ENDPOINT_LENGTH, MAX_MEMBERS, MAX_NAME_LENGTH};
+use crate::control::Role;
+
+/// Version of the member file format.
+pub const MEMBER_FILE_VERSION: u32 = 1;
+/// Largest member file read, in bytes.
+pub const MAX_MEMBER_FILE_LENGTH: u64 = 4096;
+/// Folder of the discovery files under the registry.
+pub const MEMBERS_FOLDER: &str = "members";
+
+/// The content of a discovery file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberFile {
+    /// Format version ([`MEMBER_FILE_VERSION`]).
+    pub version: u32,
+    /// The member id (also the file name).
+    pub member_id: u64,
+    /// The group.
+    pub group: String,
+    /// Human-readable name.
+    pub name: String,
+    /// `publisher`, `consumer` or `observer`.
+    pub role: String,
+    /// Inbox endpoint `ip:port`.
+    pub endpoint: String,
+    /// Process id.
+    pub pid: u32,
+    /// Host name of the process.
+    pub hostname: String,
+}
+
+impl MemberFile {
+    /// Checks what a file read from disk says (it is untrusted).
+    pub fn validate(&self) -> Result<Role, String> {
+        if self.version != MEMBER_FILE_VERSION {
+            return Err(format!("version {} is not {MEMBER_FILE_VERSION}", self.version));
+        }
+        if self.member_id == 0 {
+            return Err("member_id 0".into());
+        }
+        if self.name.len() > MAX_NAME_LENGTH || self.endpoint.len() > MAX_ENDPOINT_LENGTH {
+            return Err("name or endpoint too long".into());
+        }
+        if self.endpoint.parse::<std::net::SocketAddr>().is_err() {
+            return Err(format!("endpoint {:?} is not ip:port", self.endpoint));
+        }
+        Role::parse(&self.role).ok_or_else(|| format!("role {:?} unknown", self.role))
+    }
+}
+
+/// `<registry>/members/<group>`.
+pub fn members_dir(registry: &Path, group: &str) -> PathBuf {
+    registry.join(MEMBERS_FOLDER).join(group)
+}
+
+fn registry_error(path: &Path, error: std::io::Error) -> GroupError {
+    GroupError::Registry(format!("{}: {error}", path.display()))
+}
+
+/// Writes `file` as `<dir>/<member_id>.json` atomically, creating `dir` (0700) if needed.
+pub fn write_member_file(dir: &Path, file: &MemberFile) -> Result<PathBuf, GroupError> {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| registry_error(dir, e))?;
+    let text = serde_json::to_vec_pretty(file).map_err(|e| GroupError::Registry(e.to_string()))?;
+    let path = dir.join(format!("{}.json", file.member_id));
+    let temporary = dir.join(format!(".{}.{}.tmp", file.member_id, std::process::id()));
+    let mut handle = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&temporary)
+        .map_err(|e| registry_error(&temporary, e))?;
+    let written = handle.write_all(&text).and_then(|_| handle.sync_all());
+    drop(handle);
+    if let Err(error) = written.and_then(|_| fs::rename(&temporary, &path)) {
+        let _ = fs::remove_file(&temporary);
+        return Err(registry_error(&path, error));
+    }
+    Ok(path)
+}
+
+/// What a scan found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Valid files (path, content, role).
+    pub members: Vec<(PathBuf, MemberFile, Role)>,
+    /// Files that could not be read or are invalid.
+    pub invalid: u64,
+}
+
+/// Reads every `*.json` file in `dir` (at most [`MAX_MEMBERS`], each at most
+/// [`MAX_MEMBER_FILE_LENGTH`] bytes). A missing folder is an empty scan.
+pub fn scan(dir: &Path, group: &str) -> Scan {
+    let mut result = Scan::default();
+    let Ok(entries) = fs::read_dir(dir) else { return result };
+    for entry in entries.flatten().take(MAX_MEMBERS * 2) {
+        let path = entry.path();
+        let is_json = path.extension().is_some_and(|e| e == "json")
+            && !path.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if !is_json {
+            continue;
+        }
+        let parsed = fs::metadata(&path)
+            .ok()
+            .filter(|m| m.is_file() && m.len() <= MAX_MEMBER_FILE_LENGTH)
+            .and_then(|_| fs::read(&path).ok())
+            .and_then(|bytes| serde_json::from_slice::<MemberFile>(&bytes).ok())
+            .and_then(|file| {
+                let role = file.validate().ok()?;
+                (file.group == group).then_some((file, role))
+            });
+        match parsed {
+            Some((file, role)) if result.members.len() < MAX_MEMBERS => result.members.push((path, file, role)),
+            Some(_) => {}
+            None => result.invalid += 1,
+        }
+    }
+    result
+}
+
+/// This host's name.
+pub fn hostname() -> String {
+    let mut buffer = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it or
+    // truncates, and we stop at the first NUL or the end.
+    let rc = unsafe { libc::gethostname(buffer.as_mut_ptr().cast(), buffer.len()) };
+    if rc != 0 {
+        return String::from("localhost");
+    }
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    String::from_utf8_lossy(&buffer[..end]).into_owned()
+}
+
+/// Whether process `pid` exists on this host.
+pub fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks for existence and permission; it sends nothing.
+    let rc = unsafe { libc::kill(pid, 0) };
+    let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    exists && !is_zombie(pid)
+}
+
+/// Whether `pid` is a zombie (killed, not yet reaped by its parent): as good as gone.
+fn is_zombie(pid: libc::pid_t) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // `pid (comm) state ...`: comm may contain spaces and parentheses, so split at the last ')'.
+    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+}
+
+/// Whether `file` belongs to a process of this host that no longer exists.
+pub fn is_stale(file: &MemberFile, own_hostname: &str) -> bool {
+    file.hostname == own_hostname && !process_exists(file.pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn file(id: u64, pid: u32) -> MemberFile {
+        MemberFile {
+            version: MEMBER_FILE_VERSION,
+            member_id: id,
+            group: "orders".into(),
+            name: "n".into(),
+            role: "consumer".into(),
+            endpoint: "127.0.0.1:4000".into(),
+            pid,
+            hostname: hostname(),
+        }
+    }
+
+    #[test]
+    fn member_files_are_written_0600_and_scanned_back() {
+        let root = std::env::temp_dir().join(format!("affinity-discovery-{}", std::process::id()));
+        let dir = members_dir(&root, "orders");
+        let path = write_member_file(&dir, &file(7, std::process::id())).unwrap();
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        fs::write(dir.join("junk.json"), b"{not json").unwrap();
+        let mut other = file(8, 1);
+        other.group = "other".into();
+        write_member_file(&dir, &other).unwrap();
+        let found = scan(&dir, "orders");
+        assert_eq!(found.members.len(), 1);
+        assert_eq!(found.members[0].1.member_id, 7);
+        assert_eq!(found.invalid, 2, "junk and the other group's file");
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn files_of_dead_processes_on_this_host_are_stale() {
+        assert!(!is_stale(&file(1, std::process::id()), &hostname()));
+        assert!(is_stale(&file(1, i32::MAX as u32 - 1), &hostname()));
+        let mut remote = file(1, i32::MAX as u32 - 1);
+        remote.hostname = "elsewhere.invalid".into();
+        assert!(!is_stale(&remote, &hostname()));
+    }
+
+    #[test]
+    fn a_killed_unreaped_child_is_stale() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        assert!(process_exists(pid));
+        child.kill().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while process_exists(pid) {
+            assert!(std::time::Instant::now() < deadline, "zombie still counted as alive");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn invalid_files_are_refused() {
+        let mut bad = file(1, 1);
+        bad.endpoint = "not-an-endpoint".into();
+        assert!(bad.validate().is_err());
+        bad = file(0, 1);
+        assert!(bad.validate().is_err());
+        bad = file(1, 1);
+        bad.role = "boss".into();
+        assert!(bad.validate().is_err());
+    }
+}

@@ -1,0 +1,511 @@
+//! Sans-IO tests: a publisher and consumers wired by an instant, lossless "network" driven by
+//! a fake clock. Heartbeats, ACKs and DATA go through the real codecs.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::consumer::{ConsumerState, Delivery};
+use super::publisher::{PublisherState, Refusal};
+use super::{GroupConfig, Timing};
+use crate::control::{Ack, AckEntry, Claim, ClaimState, ControlError, DataHeader, Heartbeat, ProducerAck, Role};
+use crate::time::Instant;
+
+const STEP: Duration = Duration::from_millis(100);
+
+fn config(queue_size: u64) -> GroupConfig {
+    GroupConfig::new("orders", "hp", 64, 4, queue_size).unwrap()
+}
+
+struct Node {
+    state: ConsumerState,
+    log: Vec<Delivery>,
+    /// The application acknowledges what it received at the next step.
+    acking: bool,
+    alive: bool,
+}
+
+struct Sim {
+    now: Instant,
+    publisher: PublisherState,
+    nodes: Vec<Node>,
+    /// Every delivery in time order, with the consumer that made it.
+    timeline: Vec<(usize, Delivery)>,
+    cycle: Duration,
+}
+
+impl Sim {
+    fn new(queue_size: u64, cycle: Duration) -> Sim {
+        let now = Instant::from_nanos(1_000_000_000);
+        let publisher = PublisherState::new(config(queue_size), 1000, Timing::default(), Duration::from_secs(1), now);
+        Sim { now, publisher, nodes: Vec::new(), timeline: Vec::new(), cycle }
+    }
+
+    fn add_consumer(&mut self, member_id: u64, index: u32, count: u32) -> usize {
+        let state =
+            ConsumerState::new(config(1 << 20), member_id, index, count, Timing::default(), self.cycle, self.now);
+        self.nodes.push(Node { state, log: Vec::new(), acking: true, alive: true });
+        self.nodes.len() - 1
+    }
+
+    fn heartbeats(&mut self) {
+        let beats: Vec<Vec<u8>> = self
+            .nodes
+            .iter()
+            .filter(|n| n.alive)
+            .map(|n| n.state.heartbeat("c", "127.0.0.1:1", 1).to_bytes().unwrap())
+            .collect();
+        for bytes in &beats {
+            let hb = Heartbeat::parse(bytes).unwrap();
+            self.publisher.on_heartbeat(hb.clone(), self.now);
+            for node in self.nodes.iter_mut().filter(|n| n.alive) {
+                node.state.on_heartbeat(hb.clone(), self.now);
+            }
+        }
+    }
+
+    fn send_data(&mut self) {
+        let mut buffer = Vec::new();
+        for queue in 0..4 {
+            while let Some(transmit) = self.publisher.build_data(queue, &mut buffer) {
+                if let Some(node) = self.nodes.iter_mut().find(|n| n.alive && n.state.member_id() == transmit.owner) {
+                    node.state.on_data(&buffer, self.now).unwrap();
+                }
+                // A dead owner's data is lost in the network; the publisher still counts it sent.
+                self.publisher.commit(queue, transmit.last_sequence);
+            }
+        }
+    }
+
+    fn applications(&mut self) {
+        for (index, node) in self.nodes.iter_mut().enumerate().filter(|(_, n)| n.alive) {
+            let mut out = Vec::new();
+            node.state.deliver(usize::MAX, &mut out);
+            for delivery in &out {
+                if node.acking {
+                    node.state.ack(delivery.queue, delivery.producer, delivery.sequence, delivery.epoch);
+                }
+                self.timeline.push((index, delivery.clone()));
+            }
+            node.log.extend(out);
+            for ack in node.state.take_acks() {
+                let bytes = ack.to_bytes().unwrap();
+                self.publisher.on_ack(&Ack::parse(&bytes).unwrap(), self.now);
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        self.now = self.now + STEP;
+        self.heartbeats();
+        self.publisher.handle_timeout(self.now);
+        for node in self.nodes.iter_mut().filter(|n| n.alive) {
+            node.state.handle_timeout(self.now);
+        }
+        self.heartbeats();
+        self.send_data();
+        self.applications();
+    }
+
+    fn run(&mut self, duration: Duration) {
+        let steps = duration.as_nanos() / STEP.as_nanos();
+        for _ in 0..steps {
+            self.step();
+        }
+    }
+
+    fn publish_keys(&mut self, count: usize, round: usize) -> usize {
+        let mut taken = 0;
+        for key in 0..count {
+            let payload = format!("{round}");
+            match self.publisher.publish(format!("key-{key}").as_bytes(), None, payload.as_bytes()) {
+                Ok(_) => taken += 1,
+                Err(Ok(Refusal::BackPressured)) => {}
+                Err(other) => panic!("unexpected refusal {other:?}"),
+            }
+        }
+        taken
+    }
+
+    fn owned(&self, node: usize) -> Vec<u32> {
+        self.nodes[node].state.owned_queues()
+    }
+
+    /// Per (producer, queue): sequences strictly increasing in time order, across consumers.
+    fn assert_no_duplicate_no_reorder(&self) {
+        let mut last: HashMap<(u64, u32), u64> = HashMap::new();
+        for (_, delivery) in &self.timeline {
+            let previous = last.insert((delivery.producer, delivery.queue), delivery.sequence).unwrap_or(0);
+            assert_eq!(delivery.sequence, previous + 1, "queue {} sequence {}", delivery.queue, delivery.sequence);
+        }
+    }
+
+    fn delivered_set(&self) -> std::collections::HashSet<(u32, u64)> {
+        self.timeline.iter().map(|(_, d)| (d.queue, d.sequence)).collect()
+    }
+}
+
+#[test]
+fn two_consumers_split_the_queues_by_primary() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    sim.add_consumer(10, 0, 2);
+    sim.add_consumer(11, 1, 2);
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.owned(0), vec![0, 2]);
+    assert_eq!(sim.owned(1), vec![1, 3]);
+    assert_eq!(sim.publish_keys(200, 0), 200);
+    sim.run(Duration::from_millis(500));
+    assert_eq!(sim.timeline.len(), 200);
+    for (node, delivery) in &sim.timeline {
+        assert_eq!(delivery.queue % 2, *node as u32);
+    }
+    sim.assert_no_duplicate_no_reorder();
+    assert!(sim.publisher.all_acked());
+}
+
+#[test]
+fn nothing_is_claimed_before_the_settle_period() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    sim.add_consumer(10, 0, 1);
+    sim.step();
+    assert!(sim.owned(0).is_empty(), "claiming queues deliver nothing yet");
+    sim.run(Duration::from_millis(400));
+    assert_eq!(sim.owned(0), vec![0, 1, 2, 3]);
+}
+
+#[test]
+fn failover_moves_a_silent_owners_queues_within_the_liveness_timeout_and_loses_nothing() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    sim.add_consumer(10, 0, 2);
+    sim.add_consumer(11, 1, 2);
+    sim.run(Duration::from_secs(1));
+    sim.publish_keys(100, 0);
+    sim.step();
+    // Consumer 1 processes but its acknowledgements never leave: it dies now.
+    sim.nodes[1].acking = false;
+    sim.publish_keys(100, 1);
+    sim.step();
+    sim.nodes[1].alive = false;
+    let died = sim.now;
+    sim.publish_keys(100, 2);
+    let mut moved_at = None;
+    for _ in 0..40 {
+        sim.step();
+        if moved_at.is_none() && sim.owned(0) == vec![0, 1, 2, 3] {
+            moved_at = Some(sim.now);
+        }
+    }
+    let moved_at = moved_at.expect("survivor took every queue");
+    assert!(moved_at.saturating_since(died) <= Duration::from_secs(3), "{:?}", moved_at.saturating_since(died));
+    let published: usize = sim.publisher.queue_status().iter().map(|q| q.sent_sequence as usize).sum();
+    assert_eq!(published, 300);
+    assert_eq!(sim.delivered_set().len(), 300, "nothing lost");
+    assert!(sim.publisher.all_acked());
+    // What the dead owner processed without acknowledging is redelivered to the survivor, once.
+    let survivor: Vec<&Delivery> = sim.nodes[0].log.iter().collect();
+    let mut seen = std::collections::HashSet::new();
+    for delivery in survivor {
+        assert!(seen.insert((delivery.queue, delivery.sequence)), "survivor saw a duplicate");
+    }
+}
+
+#[test]
+fn planned_handoff_returns_queues_to_their_primary_without_duplicate_or_reordering() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(2));
+    sim.add_consumer(10, 0, 2);
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.owned(0), vec![0, 1, 2, 3]);
+    sim.add_consumer(11, 1, 2);
+    for round in 0..40 {
+        sim.publish_keys(50, round);
+        sim.step();
+    }
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.owned(0), vec![0, 2]);
+    assert_eq!(sim.owned(1), vec![1, 3]);
+    sim.assert_no_duplicate_no_reorder();
+    assert_eq!(sim.delivered_set().len(), 2000);
+    assert_eq!(sim.nodes[0].state.counters().releases, 2);
+}
+
+#[test]
+fn releasing_waits_for_the_application_to_acknowledge() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(2));
+    sim.add_consumer(10, 0, 2);
+    sim.run(Duration::from_secs(1));
+    sim.nodes[0].acking = false;
+    sim.publish_keys(50, 0);
+    sim.step();
+    sim.add_consumer(11, 1, 2);
+    sim.run(Duration::from_secs(3));
+    // Consumer 0 is stuck releasing queues 1 and 3: nothing acknowledged.
+    assert!(sim.owned(1).is_empty());
+    let releasing: Vec<u32> =
+        sim.nodes[0].state.owned().iter().filter(|q| q.state == ClaimState::Releasing).map(|q| q.queue).collect();
+    assert_eq!(releasing, vec![1, 3]);
+    let log = sim.nodes[0].log.clone();
+    for delivery in &log {
+        sim.nodes[0].state.ack(delivery.queue, delivery.producer, delivery.sequence, delivery.epoch);
+    }
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.owned(1), vec![1, 3]);
+    sim.assert_no_duplicate_no_reorder();
+}
+
+#[test]
+fn a_release_the_application_never_acknowledges_is_forced_after_the_release_timeout() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(2));
+    sim.add_consumer(10, 0, 2);
+    sim.run(Duration::from_secs(1));
+    sim.nodes[0].acking = false;
+    sim.publish_keys(50, 0);
+    sim.step();
+    sim.add_consumer(11, 1, 2);
+    sim.run(Duration::from_secs(8));
+    assert!(sim.owned(1).is_empty(), "still waiting within the release timeout");
+    sim.run(Duration::from_secs(5));
+    assert_eq!(sim.owned(1), vec![1, 3], "forced after 5 liveness timeouts");
+    // The unacknowledged records of queues 1 and 3 were redelivered to the new owner.
+    let redelivered = sim.nodes[1].log.len();
+    assert!(redelivered > 0);
+    assert_eq!(sim.delivered_set().len(), 50);
+}
+
+#[test]
+fn close_hands_every_queue_over_then_leaves() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    sim.add_consumer(10, 0, 2);
+    sim.add_consumer(11, 1, 2);
+    sim.run(Duration::from_secs(1));
+    sim.publish_keys(100, 0);
+    sim.step();
+    sim.nodes[1].state.begin_close(false, sim.now);
+    assert!(!sim.nodes[1].state.close_complete(sim.now));
+    sim.publish_keys(100, 1);
+    sim.run(Duration::from_secs(1));
+    assert!(sim.nodes[1].state.close_complete(sim.now));
+    assert_eq!(sim.owned(0), vec![0, 1, 2, 3]);
+    sim.assert_no_duplicate_no_reorder();
+    assert_eq!(sim.delivered_set().len(), 200);
+}
+
+#[test]
+fn conflicting_equal_epoch_claims_are_won_by_the_lower_member_id() {
+    // `a` is consumer 0 of 1: it ranks first for every queue when alone.
+    let mut a = ConsumerState::new(config(1 << 20), 5, 0, 1, Timing::default(), Duration::from_secs(30), Instant::ZERO);
+    a.handle_timeout(Instant::ZERO);
+    assert_eq!(a.owned().len(), 4);
+    // A rival with a lower id, consumer 1 of 2: primary of queues 1 and 3 (a tie on rank that
+    // its lower id wins), backup of 0 and 2. It claims queue 0 at the same epoch as `a`.
+    let rival = Heartbeat {
+        fingerprint: config(1 << 20).fingerprint(),
+        member_id: 3,
+        leaving: false,
+        role: Role::Consumer,
+        name: "rival".into(),
+        endpoint: "127.0.0.1:2".into(),
+        index: 1,
+        count: 2,
+        pid: 2,
+        claims: vec![Claim { queue: 0, epoch: 1, state: ClaimState::Claiming, acks: vec![] }],
+        figures: vec![],
+    };
+    let t = Instant::ZERO + Duration::from_millis(100);
+    a.on_heartbeat(rival.clone(), t);
+    a.handle_timeout(t);
+    let held: Vec<u32> = a.owned().iter().map(|q| q.queue).collect();
+    assert_eq!(held, vec![2], "queue 0 lost at equal epoch to the lower id; 1 and 3 yielded to their primary");
+    let t = t + Duration::from_millis(400);
+    a.on_heartbeat(rival.clone(), t);
+    a.handle_timeout(t);
+    assert_eq!(a.owned_queues(), vec![2]);
+    // A higher epoch takes an active queue away.
+    let mut stronger = rival;
+    stronger.claims = vec![Claim { queue: 2, epoch: 7, state: ClaimState::Active, acks: vec![] }];
+    a.on_heartbeat(stronger, t);
+    a.handle_timeout(t);
+    assert!(a.owned_queues().is_empty());
+    assert_eq!(a.counters().ownership_lost, 1);
+}
+
+#[test]
+fn full_retention_back_pressures_and_loses_nothing() {
+    let mut sim = Sim::new(4096, Duration::from_secs(30));
+    sim.add_consumer(10, 0, 1);
+    sim.run(Duration::from_secs(1));
+    sim.nodes[0].acking = false;
+    let mut refused = 0;
+    let mut accepted = 0;
+    for key in 0..400 {
+        match sim.publisher.publish_to_queue(0, format!("k{key}").as_bytes(), &[7u8; 100]) {
+            Ok(_) => accepted += 1,
+            Err(Ok(Refusal::BackPressured)) => refused += 1,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert!(refused > 0 && accepted > 0);
+    assert!(sim.publisher.queue_status()[0].retained_bytes <= 4096);
+    sim.run(Duration::from_millis(500));
+    assert_eq!(sim.nodes[0].log.len(), accepted);
+    sim.nodes[0].acking = true;
+    let log = sim.nodes[0].log.clone();
+    for delivery in &log {
+        sim.nodes[0].state.ack(delivery.queue, delivery.producer, delivery.sequence, delivery.epoch);
+    }
+    sim.run(Duration::from_millis(300));
+    assert!(sim.publisher.all_acked());
+    assert!(sim.publisher.publish_to_queue(0, b"k", &[7u8; 100]).is_ok());
+}
+
+#[test]
+fn publish_without_any_live_consumer_is_not_connected() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    assert!(matches!(sim.publisher.publish(b"k", None, b"p"), Err(Ok(Refusal::NotConnected))));
+    sim.add_consumer(10, 0, 1);
+    sim.step();
+    assert!(sim.publisher.publish(b"k", None, b"p").is_ok());
+}
+
+#[test]
+fn hostile_acks_and_claims_are_counted_and_ignored() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    sim.add_consumer(10, 0, 1);
+    sim.run(Duration::from_secs(1));
+    sim.nodes[0].acking = false;
+    sim.publish_keys(20, 0);
+    sim.step();
+    let fingerprint = config(1 << 20).fingerprint();
+    let beyond = Ack {
+        fingerprint,
+        consumer: 10,
+        producer: 1000,
+        entries: vec![
+            AckEntry { queue: 0, flags: 0, epoch: 1, acked: 1_000_000, received: 0 },
+            AckEntry { queue: 99, flags: 0, epoch: 1, acked: 1, received: 1 },
+        ],
+    };
+    sim.publisher.on_ack(&beyond, sim.now);
+    let counters = sim.publisher.counters();
+    assert_eq!(counters.acks_beyond_sent, 1);
+    assert_eq!(counters.acks_bad_queue, 1);
+    assert!(!sim.publisher.all_acked(), "nothing was acknowledged by the hostile ack");
+    let hostile = Heartbeat {
+        fingerprint,
+        member_id: 66,
+        leaving: false,
+        role: Role::Consumer,
+        name: "x".into(),
+        endpoint: "127.0.0.1:3".into(),
+        index: 0,
+        count: 1,
+        pid: 3,
+        claims: vec![Claim {
+            queue: 4,
+            epoch: 1,
+            state: ClaimState::Active,
+            acks: vec![ProducerAck { producer: 1000, acked: 5, received: 5 }],
+        }],
+        figures: vec![],
+    };
+    sim.publisher.on_heartbeat(hostile.clone(), sim.now);
+    sim.nodes[0].state.on_heartbeat(hostile, sim.now);
+    assert_eq!(sim.publisher.counters().claims_bad_queue, 1);
+    assert_eq!(sim.nodes[0].state.counters().bad_queue, 1);
+    // DATA for a queue >= QC, or with an acked floor at or beyond its records, is dropped.
+    let mut bytes = Vec::new();
+    DataHeader { fingerprint, producer: 1000, queue: 9, record_count: 0, epoch: 1, acked_floor: 0, first_sequence: 1 }
+        .emit(&mut bytes);
+    assert_eq!(sim.nodes[0].state.on_data(&bytes, sim.now), Ok(0));
+    assert_eq!(sim.nodes[0].state.counters().bad_queue, 2);
+    assert!(matches!(sim.nodes[0].state.on_data(&bytes[..30], sim.now), Err(ControlError::Truncated { .. })));
+    assert_eq!(sim.nodes[0].state.counters().malformed, 1);
+}
+
+#[test]
+fn data_for_an_unowned_queue_or_old_epoch_is_dropped() {
+    let mut consumer =
+        ConsumerState::new(config(1 << 20), 10, 0, 2, Timing::default(), Duration::from_secs(30), Instant::ZERO);
+    let mut bytes = Vec::new();
+    let fingerprint = config(1 << 20).fingerprint();
+    DataHeader { fingerprint, producer: 1, queue: 0, record_count: 1, epoch: 1, acked_floor: 0, first_sequence: 1 }
+        .emit(&mut bytes);
+    crate::control::codec::emit_record(&mut bytes, 0, b"k", None, b"p").unwrap();
+    assert_eq!(consumer.on_data(&bytes, Instant::ZERO), Ok(0));
+    assert_eq!(consumer.counters().not_owned_dropped, 1);
+}
+
+#[test]
+fn a_gap_is_not_delivered_and_asks_for_a_resend() {
+    let mut consumer =
+        ConsumerState::new(config(1 << 20), 10, 0, 1, Timing::default(), Duration::from_secs(30), Instant::ZERO);
+    consumer.handle_timeout(Instant::ZERO);
+    let t = Instant::ZERO + Duration::from_secs(1);
+    consumer.handle_timeout(t);
+    assert_eq!(consumer.owned_queues(), vec![0, 1, 2, 3]);
+    let fingerprint = config(1 << 20).fingerprint();
+    let message = |first: u64| {
+        let mut bytes = Vec::new();
+        DataHeader {
+            fingerprint,
+            producer: 1,
+            queue: 0,
+            record_count: 1,
+            epoch: 1,
+            acked_floor: 0,
+            first_sequence: first,
+        }
+        .emit(&mut bytes);
+        crate::control::codec::emit_record(&mut bytes, 0, b"k", None, b"p").unwrap();
+        bytes
+    };
+    assert_eq!(consumer.on_data(&message(1), t), Ok(1));
+    assert_eq!(consumer.on_data(&message(3), t), Ok(0));
+    let acks = consumer.take_acks();
+    assert_eq!(acks.len(), 1);
+    assert_eq!(acks[0].entries[0].flags, crate::control::codec::ACK_FLAG_RESEND);
+    assert_eq!(acks[0].entries[0].received, 1);
+    assert_eq!(consumer.on_data(&message(2), t), Ok(1));
+    assert_eq!(consumer.on_data(&message(2), t), Ok(0));
+    assert_eq!(consumer.counters().duplicates_dropped, 1);
+}
+
+#[test]
+fn hostile_heartbeat_extremes_do_not_overflow() {
+    let mut consumer =
+        ConsumerState::new(config(1 << 20), 10, 0, 1, Timing::default(), Duration::from_secs(30), Instant::ZERO);
+    let hostile = Heartbeat {
+        fingerprint: config(1 << 20).fingerprint(),
+        member_id: 1,
+        leaving: false,
+        role: Role::Consumer,
+        name: "x".into(),
+        endpoint: "127.0.0.1:1".into(),
+        index: u32::MAX - 1,
+        count: u32::MAX,
+        pid: 1,
+        claims: vec![Claim {
+            queue: 0,
+            epoch: u64::MAX,
+            state: ClaimState::Released,
+            acks: vec![ProducerAck { producer: 5, acked: u64::MAX, received: u64::MAX }],
+        }],
+        figures: vec![],
+    };
+    consumer.on_heartbeat(hostile, Instant::ZERO);
+    for step in 0..10 {
+        consumer.handle_timeout(Instant::ZERO + STEP * step);
+    }
+    assert_eq!(consumer.owned_queues(), vec![0, 1, 2, 3]);
+    let mut bytes = Vec::new();
+    DataHeader {
+        fingerprint: config(1 << 20).fingerprint(),
+        producer: 5,
+        queue: 0,
+        record_count: 1,
+        epoch: u64::MAX,
+        acked_floor: 0,
+        first_sequence: u64::MAX - 1,
+    }
+    .emit(&mut bytes);
+    crate::control::codec::emit_record(&mut bytes, 0, b"k", None, b"p").unwrap();
+    assert_eq!(consumer.on_data(&bytes, Instant::ZERO + STEP * 10), Ok(0), "at or below the floor: duplicate");
+}

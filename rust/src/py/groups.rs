@@ -1,0 +1,850 @@
+//! Bindings for consumer groups: `GroupPublisherCore`, `GroupConsumerCore`,
+//! `GroupObserverCore`, `GroupMessage`, the status classes and the hash helpers.
+//!
+//! Conversion, GIL release and error mapping only: every decision is made in
+//! `crate::groups`. Keys and payloads come as lists (bytes, str for keys, or any contiguous
+//! buffer) or pyarrow binary/large_binary/string/large_string arrays whose offsets are checked
+//! in full (non-negative, monotonic, within the data buffer) before any slice is taken.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pyo3::buffer::PyBuffer;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString};
+
+use super::errors::{config_error, group_error, invalid_argument, wrong_type};
+use super::transport::Client;
+use crate::groups::runtime::{self, MemberOptions};
+use crate::groups::{self as core_groups, GroupConfig, Timing};
+
+/// The longest a single GIL-free wait lasts before signals (Ctrl-C) are checked.
+const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+fn duration_ms(name: &str, value: u64) -> PyResult<Duration> {
+    if value == 0 {
+        return Err(config_error(format!("{name}={value}: must be positive")));
+    }
+    Ok(Duration::from_millis(value))
+}
+
+fn seconds(name: &str, value: f64) -> PyResult<Duration> {
+    if !value.is_finite() || !(0.0..=1e9).contains(&value) {
+        return Err(config_error(format!("{name}={value}: must be a finite number of seconds >= 0")));
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+/// A contiguous buffer view kept alive (and un-resizable) while its slice is used.
+struct BufferView {
+    unsigned: Option<PyBuffer<u8>>,
+    signed: Option<PyBuffer<i8>>,
+}
+
+impl BufferView {
+    fn new(object: &Bound<'_, PyAny>, what: &str) -> PyResult<BufferView> {
+        let type_error = || {
+            wrong_type(format!(
+                "{what}: expected bytes or a bytes-like object, got {}",
+                object.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ))
+        };
+        // pyarrow buffers export signed bytes ("b"); bytes, bytearray and memoryview unsigned.
+        let view = match PyBuffer::<u8>::get(object) {
+            Ok(buffer) => BufferView { unsigned: Some(buffer), signed: None },
+            Err(_) => {
+                BufferView { unsigned: None, signed: Some(PyBuffer::<i8>::get(object).map_err(|_| type_error())?) }
+            }
+        };
+        let contiguous = match (&view.unsigned, &view.signed) {
+            (Some(buffer), _) => buffer.is_c_contiguous(),
+            (None, Some(buffer)) => buffer.is_c_contiguous(),
+            (None, None) => false,
+        };
+        if !contiguous {
+            return Err(invalid_argument(format!("{what}: the buffer must be C-contiguous")));
+        }
+        Ok(view)
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        let (pointer, length) = match (&self.unsigned, &self.signed) {
+            (Some(buffer), _) => (buffer.buf_ptr() as *const u8, buffer.len_bytes()),
+            (None, Some(buffer)) => (buffer.buf_ptr() as *const u8, buffer.len_bytes()),
+            (None, None) => return &[],
+        };
+        if length == 0 || pointer.is_null() {
+            return &[];
+        }
+        // SAFETY: the buffer is C-contiguous and `length` bytes long; the exported view held
+        // in `self` keeps the exporter from freeing or resizing it while `self` lives.
+        unsafe { std::slice::from_raw_parts(pointer, length) }
+    }
+}
+
+/// One Python object whose bytes are borrowed.
+enum Held<'py> {
+    Bytes(Bound<'py, PyBytes>),
+    Str(Bound<'py, PyString>),
+    Buffer(BufferView),
+}
+
+impl<'py> Held<'py> {
+    fn new(object: Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Held<'py>> {
+        if let Ok(bytes) = object.cast::<PyBytes>() {
+            return Ok(Held::Bytes(bytes.clone()));
+        }
+        if let Ok(text) = object.cast::<PyString>() {
+            if allow_str {
+                text.to_str()?;
+                return Ok(Held::Str(text.clone()));
+            }
+            return Err(wrong_type(format!("{what}: expected bytes, got str")));
+        }
+        Ok(Held::Buffer(BufferView::new(&object, what)?))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Held::Bytes(bytes) => bytes.as_bytes(),
+            Held::Str(text) => text.to_str().map(str::as_bytes).unwrap_or(b""),
+            Held::Buffer(view) => view.as_slice(),
+        }
+    }
+}
+
+/// A column of byte strings: Python items, or a checked pyarrow array.
+enum Column<'py> {
+    Items(Vec<Held<'py>>),
+    Arrow { offsets: Vec<usize>, data: Option<BufferView> },
+}
+
+impl Column<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Column::Items(items) => items.len(),
+            Column::Arrow { offsets, .. } => offsets.len().saturating_sub(1),
+        }
+    }
+
+    fn slices(&self) -> Vec<&[u8]> {
+        match self {
+            Column::Items(items) => items.iter().map(Held::bytes).collect(),
+            Column::Arrow { offsets, data } => {
+                let data = data.as_ref().map(BufferView::as_slice).unwrap_or(b"");
+                // Offsets were checked against `data` when the column was built.
+                offsets.windows(2).map(|w| data.get(w[0]..w[1]).unwrap_or(b"")).collect()
+            }
+        }
+    }
+}
+
+fn is_arrow(object: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(object.hasattr("buffers")? && object.hasattr("type")? && object.hasattr("offset")?)
+}
+
+fn arrow_column<'py>(array: &Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Column<'py>> {
+    let type_name = array.getattr("type")?.str()?.to_string();
+    let large = match type_name.as_str() {
+        "binary" => false,
+        "large_binary" => true,
+        "string" | "utf8" if allow_str => false,
+        "large_string" | "large_utf8" if allow_str => true,
+        other => {
+            let allowed =
+                if allow_str { "binary, large_binary, string or large_string" } else { "binary or large_binary" };
+            return Err(wrong_type(format!("{what}: expected a pyarrow {allowed} array, got type {other}")));
+        }
+    };
+    if array.getattr("null_count")?.extract::<usize>()? > 0 {
+        return Err(invalid_argument(format!("{what}: the arrow array contains nulls")));
+    }
+    let count: usize = array.len()?;
+    let first: usize = array.getattr("offset")?.extract()?;
+    let buffers = array.call_method0("buffers")?;
+    if buffers.len()? < 3 {
+        return Err(invalid_argument(format!("{what}: expected 3 arrow buffers (validity, offsets, data)")));
+    }
+    let offsets_object = buffers.get_item(1)?;
+    let data_object = buffers.get_item(2)?;
+    if offsets_object.is_none() {
+        return Err(invalid_argument(format!("{what}: the arrow array has no offsets buffer")));
+    }
+    let offsets_view = BufferView::new(&offsets_object, what)?;
+    let data = if data_object.is_none() { None } else { Some(BufferView::new(&data_object, what)?) };
+    let data_length = data.as_ref().map_or(0, |d| d.as_slice().len());
+    let raw = offsets_view.as_slice();
+    let width = if large { 8 } else { 4 };
+    let mut offsets = Vec::with_capacity(count.saturating_add(1));
+    let end_index = first.checked_add(count).ok_or_else(|| invalid_argument(format!("{what}: offset overflow")))?;
+    let mut previous = 0usize;
+    for index in first..=end_index {
+        let at = index.checked_mul(width).ok_or_else(|| invalid_argument(format!("{what}: offset overflow")))?;
+        let chunk = raw
+            .get(at..at.saturating_add(width))
+            .ok_or_else(|| invalid_argument(format!("{what}: arrow offsets buffer is shorter than the array")))?;
+        let value: i64 = if large {
+            i64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]))
+        } else {
+            i64::from(i32::from_le_bytes(chunk.try_into().unwrap_or([0; 4])))
+        };
+        let value = usize::try_from(value)
+            .map_err(|_| invalid_argument(format!("{what}: negative arrow offset {value} at index {index}")))?;
+        if index > first && value < previous {
+            return Err(invalid_argument(format!("{what}: arrow offsets decrease at index {index}")));
+        }
+        if value > data_length {
+            return Err(invalid_argument(format!(
+                "{what}: arrow offset {value} at index {index} is beyond the data buffer ({data_length} bytes)"
+            )));
+        }
+        previous = value;
+        offsets.push(value);
+    }
+    Ok(Column::Arrow { offsets, data })
+}
+
+fn column<'py>(object: &Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Column<'py>> {
+    if is_arrow(object)? {
+        return arrow_column(object, allow_str, what);
+    }
+    if object.cast::<PyBytes>().is_ok() || object.cast::<PyString>().is_ok() {
+        return Err(wrong_type(format!("{what}: expected a sequence of items, got a single bytes/str")));
+    }
+    let mut items = Vec::new();
+    if let Ok(list) = object.cast::<PyList>() {
+        items.reserve(list.len());
+        for item in list.iter() {
+            items.push(Held::new(item, allow_str, what)?);
+        }
+    } else {
+        for item in object.try_iter()? {
+            items.push(Held::new(item?, allow_str, what)?);
+        }
+    }
+    Ok(Column::Items(items))
+}
+
+fn key_held<'py>(key: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
+    Held::new(key.clone(), true, "key")
+}
+
+fn counts(hash_count: u32, queue_count: u32) -> PyResult<()> {
+    core_groups::check_counts(hash_count, queue_count).map_err(group_error)
+}
+
+/// `affinity_hash(key) % hash_count`.
+#[pyfunction]
+fn group_bucket(key: &Bound<'_, PyAny>, hash_count: u32) -> PyResult<u32> {
+    if hash_count < 1 {
+        return Err(config_error(format!("hash_count={hash_count}: must be at least 1")));
+    }
+    let held = key_held(key)?;
+    Ok(core_groups::bucket_of(held.bytes(), hash_count))
+}
+
+/// `group_bucket(key, hash_count) % queue_count`.
+#[pyfunction]
+fn group_queue(key: &Bound<'_, PyAny>, hash_count: u32, queue_count: u32) -> PyResult<u32> {
+    counts(hash_count, queue_count)?;
+    let held = key_held(key)?;
+    Ok(core_groups::queue_of(held.bytes(), hash_count, queue_count))
+}
+
+/// The queue of every key (a sequence of bytes/str or a pyarrow array).
+#[pyfunction]
+fn group_queues(py: Python<'_>, keys: &Bound<'_, PyAny>, hash_count: u32, queue_count: u32) -> PyResult<Vec<u32>> {
+    counts(hash_count, queue_count)?;
+    let column = column(keys, true, "keys")?;
+    let slices = column.slices();
+    Ok(py.detach(|| slices.iter().map(|key| core_groups::queue_of(key, hash_count, queue_count)).collect()))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn definition(
+    group: &str,
+    hash_prefix: &str,
+    hash_count: u32,
+    queue_count: u32,
+    queue_size: u64,
+) -> PyResult<GroupConfig> {
+    GroupConfig::new(group, hash_prefix, hash_count, queue_count, queue_size).map_err(group_error)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn options(
+    registry_dir: &str,
+    name: Option<String>,
+    host: &str,
+    control: Option<String>,
+    liveness_timeout_ms: u64,
+    heartbeat_interval_ms: u64,
+) -> PyResult<MemberOptions> {
+    if registry_dir.is_empty() {
+        return Err(config_error("registry_dir: must not be empty"));
+    }
+    let timing = Timing::new(
+        duration_ms("heartbeat_interval_ms", heartbeat_interval_ms)?,
+        duration_ms("liveness_timeout_ms", liveness_timeout_ms)?,
+    )
+    .map_err(group_error)?;
+    Ok(MemberOptions { registry_dir: PathBuf::from(registry_dir), name, host: host.to_owned(), control, timing })
+}
+
+/// Runs `wait(limit)` without the GIL in slices of at most [`SIGNAL_CHECK_INTERVAL`],
+/// checking for signals between slices, until it returns `Some` or `total` has passed.
+fn wait_interruptibly<T: Send>(
+    py: Python<'_>,
+    total: Duration,
+    mut wait: impl FnMut(Duration) -> Option<T> + Send,
+) -> PyResult<Option<T>> {
+    let deadline = std::time::Instant::now() + total;
+    loop {
+        let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+        let slice = remaining.min(SIGNAL_CHECK_INTERVAL);
+        if let Some(value) = py.detach(|| wait(slice)) {
+            return Ok(Some(value));
+        }
+        if remaining <= slice {
+            return Ok(None);
+        }
+        py.check_signals()?;
+    }
+}
+
+/// A message of a group, as delivered by `GroupConsumerCore.poll`.
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+pub struct GroupMessage {
+    key: Py<PyBytes>,
+    payload: Py<PyBytes>,
+    queue: u32,
+    bucket: u32,
+    producer: u64,
+    sequence: u64,
+    epoch: u64,
+    subject: Option<String>,
+}
+
+#[pymethods]
+impl GroupMessage {
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "GroupMessage(queue={}, bucket={}, producer={}, sequence={}, epoch={}, key={} bytes, payload={} bytes)",
+            self.queue,
+            self.bucket,
+            self.producer,
+            self.sequence,
+            self.epoch,
+            self.key.bind(py).as_bytes().len(),
+            self.payload.bind(py).as_bytes().len()
+        )
+    }
+}
+
+/// One queue's send figures (`PublisherStatus.queues`).
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+#[derive(Clone)]
+pub struct QueueSendStatus {
+    queue: u32,
+    owner_id: u64,
+    owner_name: String,
+    epoch: u64,
+    sent_sequence: u64,
+    acked_sequence: u64,
+    retained_bytes: u64,
+    retained_messages: u64,
+}
+
+/// A publisher's status.
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+pub struct PublisherStatus {
+    producer_id: u64,
+    name: String,
+    queues: Vec<QueueSendStatus>,
+}
+
+/// A consumer's status.
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+pub struct ConsumerStatus {
+    member_id: u64,
+    name: String,
+    index: u32,
+    count: u32,
+    owned: Vec<u32>,
+    delivered: u64,
+    duplicates_dropped: u64,
+}
+
+/// A member as an observer sees it.
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+#[derive(Clone)]
+pub struct MemberStatus {
+    member_id: u64,
+    name: String,
+    role: String,
+    index: u32,
+    count: u32,
+    endpoint: String,
+    last_heard_ms: u64,
+}
+
+/// A queue as an observer sees it.
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+#[derive(Clone)]
+pub struct QueueStatus {
+    queue: u32,
+    owner_id: u64,
+    owner_name: String,
+    epoch: u64,
+    state: String,
+    acked_sequence: u64,
+    sent_sequence: u64,
+    retained_bytes: u64,
+    lag: u64,
+}
+
+/// The group as an observer sees it.
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+pub struct GroupStatus {
+    members: Vec<MemberStatus>,
+    queues: Vec<QueueStatus>,
+}
+
+/// What a publisher ignored or repeated (hostile or stale input is counted, never fatal).
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+pub struct PublisherCounters {
+    acks_bad_queue: u64,
+    acks_beyond_sent: u64,
+    acks_misaddressed: u64,
+    claims_bad_queue: u64,
+    records_resent: u64,
+    owner_changes: u64,
+    control_malformed: u64,
+    foreign_group: u64,
+    files_invalid: u64,
+    files_removed: u64,
+    peer_errors: u64,
+    control_send_refused: u64,
+}
+
+/// What a consumer dropped or ignored (hostile or stale input is counted, never fatal).
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+pub struct ConsumerCounters {
+    delivered: u64,
+    duplicates_dropped: u64,
+    not_owned_dropped: u64,
+    data_malformed: u64,
+    bad_queue: u64,
+    bad_floor: u64,
+    gaps: u64,
+    stale_acks: u64,
+    ownership_lost: u64,
+    claims: u64,
+    releases: u64,
+    control_malformed: u64,
+    foreign_group: u64,
+    files_invalid: u64,
+    files_removed: u64,
+    peer_errors: u64,
+    control_send_refused: u64,
+}
+
+/// Publishes keyed records to a group (wrapped by `affinity.groups.GroupPublisher`).
+#[pyclass(module = "affinity._affinity", frozen)]
+pub struct GroupPublisherCore {
+    inner: runtime::GroupPublisher,
+}
+
+#[pymethods]
+impl GroupPublisherCore {
+    #[new]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, name=None, host="127.0.0.1", control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100, resend_timeout_ms=1000))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        client: &Client,
+        group: &str,
+        hash_prefix: &str,
+        hash_count: u32,
+        queue_count: u32,
+        queue_size: u64,
+        registry_dir: &str,
+        name: Option<String>,
+        host: &str,
+        control: Option<String>,
+        liveness_timeout_ms: u64,
+        heartbeat_interval_ms: u64,
+        resend_timeout_ms: u64,
+    ) -> PyResult<Self> {
+        let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
+        let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let resend = duration_ms("resend_timeout_ms", resend_timeout_ms)?;
+        let client = client.shared();
+        let inner =
+            py.detach(|| runtime::GroupPublisher::new(client, config, &options, resend)).map_err(group_error)?;
+        Ok(GroupPublisherCore { inner })
+    }
+
+    /// This producer's id.
+    #[getter]
+    fn producer_id(&self) -> u64 {
+        self.inner.producer_id()
+    }
+
+    /// Publishes one keyed record: its sequence number (> 0), or NOT_CONNECTED (-1),
+    /// BACK_PRESSURED (-2), CLOSED (-4). `subject` travels as `HP/bucket/subject`.
+    #[pyo3(signature = (key, payload, subject=None))]
+    fn publish(&self, key: &Bound<'_, PyAny>, payload: &Bound<'_, PyAny>, subject: Option<&str>) -> PyResult<i64> {
+        let key = key_held(key)?;
+        let payload = Held::new(payload.clone(), false, "payload")?;
+        self.inner.publish(key.bytes(), payload.bytes(), subject).map_err(group_error)
+    }
+
+    /// Publishes keyed records in order until one is refused; returns how many were taken.
+    fn publish_batch(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, payloads: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let keys = column(keys, true, "keys")?;
+        let payloads = column(payloads, false, "payloads")?;
+        if keys.len() != payloads.len() {
+            return Err(invalid_argument(format!(
+                "publish_batch: {} keys but {} payloads",
+                keys.len(),
+                payloads.len()
+            )));
+        }
+        let key_slices = keys.slices();
+        let payload_slices = payloads.slices();
+        let inner = &self.inner;
+        py.detach(|| inner.publish_batch(key_slices.iter().copied().zip(payload_slices.iter().copied())))
+            .map_err(group_error)
+    }
+
+    /// Publishes one record to `queue` (same return codes as `publish`).
+    #[pyo3(signature = (queue, payload, key=None))]
+    fn publish_to_queue(
+        &self,
+        queue: u32,
+        payload: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<i64> {
+        let key = key.map(|k| key_held(k)).transpose()?;
+        let payload = Held::new(payload.clone(), false, "payload")?;
+        let key_bytes = key.as_ref().map(Held::bytes).unwrap_or(b"");
+        self.inner.publish_to_queue(queue, payload.bytes(), key_bytes).map_err(group_error)
+    }
+
+    /// True once everything published is acknowledged; False after `timeout` seconds.
+    #[pyo3(signature = (timeout=5.0))]
+    fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+        let total = seconds("timeout", timeout)?;
+        let inner = &self.inner;
+        Ok(wait_interruptibly(py, total, |slice| inner.flush(slice).then_some(()))?.is_some())
+    }
+
+    /// Per-queue send figures.
+    fn status(&self, py: Python<'_>) -> PublisherStatus {
+        let status = py.detach(|| self.inner.status());
+        PublisherStatus {
+            producer_id: status.producer_id,
+            name: status.name,
+            queues: status
+                .queues
+                .into_iter()
+                .map(|q| QueueSendStatus {
+                    queue: q.queue,
+                    owner_id: q.owner_id,
+                    owner_name: q.owner_name,
+                    epoch: q.epoch,
+                    sent_sequence: q.sent_sequence,
+                    acked_sequence: q.acked_sequence,
+                    retained_bytes: q.retained_bytes,
+                    retained_messages: q.retained_messages,
+                })
+                .collect(),
+        }
+    }
+
+    /// Counters of ignored, hostile or repeated input.
+    fn counters(&self) -> PublisherCounters {
+        let (state, runtime) = self.inner.counters();
+        PublisherCounters {
+            acks_bad_queue: state.acks_bad_queue,
+            acks_beyond_sent: state.acks_beyond_sent,
+            acks_misaddressed: state.acks_misaddressed,
+            claims_bad_queue: state.claims_bad_queue,
+            records_resent: state.records_resent,
+            owner_changes: state.owner_changes,
+            control_malformed: runtime.control_malformed,
+            foreign_group: runtime.foreign_group,
+            files_invalid: runtime.files_invalid,
+            files_removed: runtime.files_removed,
+            peer_errors: runtime.peer_errors,
+            control_send_refused: runtime.control_send_refused,
+        }
+    }
+
+    /// Leaves the group (does not wait for acknowledgements: call `flush` first).
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}
+
+/// Consumes the queues this member owns (wrapped by `affinity.groups.GroupConsumer`).
+#[pyclass(module = "affinity._affinity", frozen)]
+pub struct GroupConsumerCore {
+    inner: runtime::GroupConsumer,
+}
+
+#[pymethods]
+impl GroupConsumerCore {
+    #[new]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, index, count, *, registry_dir, auto_ack=false, name=None, host="127.0.0.1", control=None, cycle_ms=30000, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        client: &Client,
+        group: &str,
+        hash_prefix: &str,
+        hash_count: u32,
+        queue_count: u32,
+        queue_size: u64,
+        index: u32,
+        count: u32,
+        registry_dir: &str,
+        auto_ack: bool,
+        name: Option<String>,
+        host: &str,
+        control: Option<String>,
+        cycle_ms: u64,
+        liveness_timeout_ms: u64,
+        heartbeat_interval_ms: u64,
+    ) -> PyResult<Self> {
+        let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
+        let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let cycle = duration_ms("cycle_ms", cycle_ms)?;
+        let client = client.shared();
+        let inner = py
+            .detach(|| runtime::GroupConsumer::new(client, config, index, count, &options, auto_ack, cycle))
+            .map_err(group_error)?;
+        Ok(GroupConsumerCore { inner })
+    }
+
+    /// This consumer's member id.
+    #[getter]
+    fn member_id(&self) -> u64 {
+        self.inner.member_id()
+    }
+
+    /// Up to `max_messages` messages, waiting up to `timeout` seconds for the first.
+    #[pyo3(signature = (max_messages=1000, timeout=0.0))]
+    fn poll(&self, py: Python<'_>, max_messages: usize, timeout: f64) -> PyResult<Vec<GroupMessage>> {
+        let total = seconds("timeout", timeout)?;
+        let inner = &self.inner;
+        let mut failure = None;
+        let deliveries = wait_interruptibly(py, total, |slice| match inner.poll(max_messages, slice) {
+            Ok(batch) if batch.is_empty() && max_messages > 0 => None,
+            Ok(batch) => Some(batch),
+            Err(error) => {
+                failure = Some(error);
+                Some(Vec::new())
+            }
+        })?;
+        if let Some(error) = failure {
+            return Err(group_error(error));
+        }
+        Ok(deliveries
+            .unwrap_or_default()
+            .into_iter()
+            .map(|d| GroupMessage {
+                key: PyBytes::new(py, &d.key).unbind(),
+                payload: PyBytes::new(py, &d.payload).unbind(),
+                queue: d.queue,
+                bucket: d.bucket,
+                producer: d.producer,
+                sequence: d.sequence,
+                epoch: d.epoch,
+                subject: d.subject,
+            })
+            .collect())
+    }
+
+    /// Acknowledges `message` and everything delivered before it from the same producer and
+    /// queue. A message of a queue this consumer no longer owns is ignored (counted).
+    fn ack(&self, message: &GroupMessage) {
+        self.inner.ack(message.queue, message.producer, message.sequence, message.epoch);
+    }
+
+    /// Queues this consumer delivers now.
+    fn owned_queues(&self) -> Vec<u32> {
+        self.inner.owned_queues()
+    }
+
+    /// Counters and owned queues.
+    fn status(&self, py: Python<'_>) -> ConsumerStatus {
+        let status = py.detach(|| self.inner.status());
+        ConsumerStatus {
+            member_id: status.member_id,
+            name: status.name,
+            index: status.index,
+            count: status.count,
+            owned: status.owned,
+            delivered: status.delivered,
+            duplicates_dropped: status.duplicates_dropped,
+        }
+    }
+
+    /// Counters of dropped, hostile or stale input.
+    fn counters(&self) -> ConsumerCounters {
+        let (state, runtime) = self.inner.counters();
+        ConsumerCounters {
+            delivered: state.delivered,
+            duplicates_dropped: state.duplicates_dropped,
+            not_owned_dropped: state.not_owned_dropped,
+            data_malformed: state.malformed,
+            bad_queue: state.bad_queue,
+            bad_floor: state.bad_floor,
+            gaps: state.gaps,
+            stale_acks: state.stale_acks,
+            ownership_lost: state.ownership_lost,
+            claims: state.claims,
+            releases: state.releases,
+            control_malformed: runtime.control_malformed,
+            foreign_group: runtime.foreign_group,
+            files_invalid: runtime.files_invalid,
+            files_removed: runtime.files_removed,
+            peer_errors: runtime.peer_errors,
+            control_send_refused: runtime.control_send_refused,
+        }
+    }
+
+    /// Clean leave: planned handoff of every owned queue, then leave (bounded by `timeout`).
+    #[pyo3(signature = (timeout=5.0))]
+    fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let total = seconds("timeout", timeout)?;
+        py.detach(|| self.inner.close(total));
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py, 5.0)?;
+        Ok(false)
+    }
+}
+
+/// Watches a group's control plane (for `affinity group status`); owns nothing.
+#[pyclass(module = "affinity._affinity", frozen)]
+pub struct GroupObserverCore {
+    inner: runtime::GroupObserver,
+}
+
+#[pymethods]
+impl GroupObserverCore {
+    #[new]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, host="127.0.0.1", control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        client: &Client,
+        group: &str,
+        hash_prefix: &str,
+        hash_count: u32,
+        queue_count: u32,
+        queue_size: u64,
+        registry_dir: &str,
+        host: &str,
+        control: Option<String>,
+        liveness_timeout_ms: u64,
+        heartbeat_interval_ms: u64,
+    ) -> PyResult<Self> {
+        let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
+        let options = options(registry_dir, None, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let client = client.shared();
+        let inner = py.detach(|| runtime::GroupObserver::new(client, config, &options)).map_err(group_error)?;
+        Ok(GroupObserverCore { inner })
+    }
+
+    /// Members and queues as heard on the control plane.
+    fn status(&self, py: Python<'_>) -> GroupStatus {
+        let status = py.detach(|| self.inner.status());
+        GroupStatus {
+            members: status
+                .members
+                .into_iter()
+                .map(|m| MemberStatus {
+                    member_id: m.member_id,
+                    name: m.name,
+                    role: m.role,
+                    index: m.index,
+                    count: m.count,
+                    endpoint: m.endpoint,
+                    last_heard_ms: m.last_heard_ms,
+                })
+                .collect(),
+            queues: status
+                .queues
+                .into_iter()
+                .map(|q| QueueStatus {
+                    queue: q.queue,
+                    owner_id: q.owner_id,
+                    owner_name: q.owner_name,
+                    epoch: q.epoch,
+                    state: q.state,
+                    acked_sequence: q.acked_sequence,
+                    sent_sequence: q.sent_sequence,
+                    retained_bytes: q.retained_bytes,
+                    lag: q.lag,
+                })
+                .collect(),
+        }
+    }
+
+    /// Leaves the control plane.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close());
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}
+
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(group_bucket, module)?)?;
+    module.add_function(wrap_pyfunction!(group_queue, module)?)?;
+    module.add_function(wrap_pyfunction!(group_queues, module)?)?;
+    module.add_class::<GroupPublisherCore>()?;
+    module.add_class::<GroupConsumerCore>()?;
+    module.add_class::<GroupObserverCore>()?;
+    module.add_class::<GroupMessage>()?;
+    module.add_class::<PublisherStatus>()?;
+    module.add_class::<QueueSendStatus>()?;
+    module.add_class::<ConsumerStatus>()?;
+    module.add_class::<GroupStatus>()?;
+    module.add_class::<MemberStatus>()?;
+    module.add_class::<QueueStatus>()?;
+    module.add("GROUP_CONTROL_STREAM_ID", crate::control::CONTROL_STREAM_ID)?;
+    module.add("GROUP_DATA_STREAM_ID", crate::control::DATA_STREAM_ID)?;
+    module.add_class::<PublisherCounters>()?;
+    module.add_class::<ConsumerCounters>()?;
+    Ok(())
+}

@@ -1,0 +1,194 @@
+"""Runs ``affinity group`` role processes for the consumer-group tests and watches their output.
+
+Every role is a real process (``python -m affinity.cli group ...``) with the test's own registry
+(``AFFINITY_REGISTRY``); a reader thread timestamps each stdout line as it arrives, so tests can
+wait for "consumer 0 owns queues [...]" and measure when it happened. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: How long a role may take to start (import, bind, first heartbeat) on a loaded 2-core machine.
+START_TIMEOUT = 30.0
+_OWNS = re.compile(r"^(?P<time>\d+\.\d+) consumer (?P<index>\d+) owns queues (?P<queues>\[[^\]]*\])")
+
+
+def group_command(*args: str) -> list[str]:
+    """The command line of ``affinity group ARGS`` run by this interpreter."""
+    return [sys.executable, "-m", "affinity.cli", "group", *args]
+
+
+def role_env(registry: Path) -> dict[str, str]:
+    """The environment of a role process: the test's registry, unbuffered output."""
+    env = dict(os.environ)
+    env["AFFINITY_REGISTRY"] = str(registry)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_group(registry: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Runs ``affinity group ARGS`` to completion."""
+    return subprocess.run(
+        group_command(*args), env=role_env(registry), capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@dataclass
+class Role:
+    """One running role process and the lines it printed, with their arrival times."""
+
+    name: str
+    process: subprocess.Popen[str]
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._lock:
+                self.lines.append((time.time(), line.rstrip("\n")))
+
+    def output(self) -> list[str]:
+        """Every line printed so far."""
+        with self._lock:
+            return [line for _, line in self.lines]
+
+    def wait_line(self, pattern: str, timeout: float, after: float = 0.0) -> tuple[float, re.Match[str]]:
+        """The first line at or after ``after`` matching ``pattern``, with its time; fails after ``timeout``."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        exited_seen = False
+        while True:
+            with self._lock:
+                for stamp, line in self.lines:
+                    match = regex.search(line)
+                    if stamp >= after and match is not None:
+                        return stamp, match
+            if exited_seen:
+                raise AssertionError(f"{self.name} exited ({self.process.returncode}):\n{self.describe()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: no line matching {pattern!r} within {timeout}s:\n{self.describe()}")
+            exited_seen = self.process.poll() is not None  # one more look once the reader has drained
+            time.sleep(0.2 if exited_seen else 0.02)
+
+    def owned(self) -> tuple[float, set[int]] | None:
+        """The latest "owns queues" report (the time the consumer printed, the queues)."""
+        with self._lock:
+            for _, line in reversed(self.lines):
+                match = _OWNS.match(line)
+                if match is not None:
+                    return float(match["time"]), set(ast.literal_eval(match["queues"]))
+        return None
+
+    def wait_owned(self, queues: set[int], timeout: float) -> float:
+        """Waits until the consumer reports owning exactly ``queues``; returns when it printed that."""
+        deadline = time.monotonic() + timeout
+        while True:
+            latest = self.owned()
+            if latest is not None and latest[1] == queues:
+                return latest[0]
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise AssertionError(
+                    f"{self.name}: does not own {sorted(queues)} after {timeout}s (last: {latest}):\n{self.describe()}"
+                )
+            time.sleep(0.02)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM (clean leave), then the exit status."""
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=timeout)
+
+    def kill(self) -> float:
+        """SIGKILL; returns the time it was sent."""
+        stamp = time.time()
+        self.process.kill()
+        self.process.wait(timeout=10)
+        return stamp
+
+    def json_result(self, timeout: float = 30.0) -> Any:
+        """Waits for the exit and returns the last stdout line parsed as JSON."""
+        self.process.wait(timeout=timeout)
+        time.sleep(0.1)
+        for line in reversed(self.output()):
+            if line.startswith("{"):
+                return json.loads(line)
+        raise AssertionError(f"{self.name}: no JSON result:\n{self.describe()}")
+
+    def finish(self) -> None:
+        """Once the process has exited: waits for the reader and closes the pipes."""
+        self._reader.join(timeout=5)
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def describe(self) -> str:
+        """The last lines of output, for failure messages."""
+        tail = "\n".join(self.output()[-40:])
+        stderr = ""
+        if self.process.poll() is not None and self.process.stderr is not None:
+            stderr = self.process.stderr.read()[-4000:]
+        return f"--- {self.name} stdout (tail)\n{tail}\n--- stderr\n{stderr}"
+
+
+class Roles:
+    """Starts role processes and makes sure none outlives the test."""
+
+    def __init__(self, registry: Path) -> None:
+        self.registry = registry
+        self.started: list[Role] = []
+
+    def start(self, name: str, *args: str, command: list[str] | None = None) -> Role:
+        """Starts ``affinity group ARGS`` (or ``command``) as role ``name``."""
+        process = subprocess.Popen(
+            command or group_command(*args),
+            env=role_env(self.registry),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        role = Role(name, process)
+        self.started.append(role)
+        return role
+
+    def close(self) -> None:
+        """Kills whatever is still running and closes every pipe."""
+        for role in self.started:
+            if role.process.poll() is None:
+                role.process.kill()
+            role.process.wait(timeout=10)
+            role.finish()
+
+
+def roles_fixture(tmp_path: Path) -> Iterator[Roles]:
+    """Body of the ``roles`` fixture: a ``Roles`` on a fresh registry, cleaned up afterwards."""
+    roles = Roles(tmp_path / "registry")
+    try:
+        yield roles
+    finally:
+        roles.close()
+
+
+def wait_until(what: str, predicate: Callable[[], bool], timeout: float) -> None:
+    """Polls ``predicate`` until true; fails naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)

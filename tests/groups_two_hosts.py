@@ -1,0 +1,108 @@
+"""Two "hosts" for the consumer-group test: run inside a private network namespace (``unshare -n``).
+
+Makes a bridge ``br0`` (10.9.0.1/24) in the namespace it runs in and two host namespaces linked
+to it by veth pairs: host 10.9.0.2 runs the publisher, host 10.9.0.3 the validator and two
+consumers (which republish on host 3's own loopback). Members advertise their veth address
+(``--host``). Prints ``MEMBERS <json>`` (the member files while the consumers run) and
+``PUBLISHER <json>`` (the publisher's summary); the validator's report goes to
+``WORKDIR/validator.json``, the consumers' output to ``WORKDIR/consumer<i>.log``.
+
+    usage: groups_two_hosts.py WORKDIR      (AFFINITY_REGISTRY names the registry)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GROUP = "twohosts"
+KEYS = 100
+COUNT = 4000
+CHANNEL = "aeron:udp?endpoint=127.0.0.1:40777"
+AFFINITY = [sys.executable, "-m", "affinity.cli", "group"]
+TIMINGS = ["--liveness", "1s", "--heartbeat", "100ms"]
+
+
+def sh(command: str) -> None:
+    subprocess.run(["bash", "-c", command], check=True)
+
+
+def spawn_host(number: int, command: list[str]) -> subprocess.Popen[str]:
+    """Runs ``command`` in a new network namespace whose ``eth0`` is 10.9.0.NUMBER on the bridge."""
+    setup = (
+        "echo ready; while ! ip link show eth0 >/dev/null 2>&1; do sleep 0.02; done; ip link set lo up && "
+        f'ip addr add 10.9.0.{number}/24 dev eth0 && ip link set eth0 up && exec "$@"'
+    )
+    child = subprocess.Popen(
+        ["unshare", "-n", "bash", "-c", setup, "host", *command],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    # Only once the child is in its own namespace may its end of the veth pair move there.
+    sh(
+        f"ip link add vh{number} type veth peer name eth0 netns {child.pid} && "
+        f"ip link set vh{number} master br0 && ip link set vh{number} up"
+    )
+    return child
+
+
+def member_files(registry: Path) -> list[dict[str, object]]:
+    folder = registry / "members" / GROUP
+    found = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # being rewritten
+    return found
+
+
+def _last_ownership(log: Path) -> str:
+    try:
+        lines = [line for line in log.read_text().splitlines() if " owns queues " in line]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def main() -> int:
+    workdir = Path(sys.argv[1])
+    registry = Path(os.environ["AFFINITY_REGISTRY"])
+    sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.9.0.1/24 dev br0 && ip link set br0 up")
+    validate = [*AFFINITY, "validate", GROUP, "--channel", CHANNEL, "--idle-exit", "3", "--duration", "90"]
+    validate += ["--expect-keys", str(KEYS), "--json", "--quiet"]
+    script = [f"{shlex.join(validate)} > {shlex.quote(str(workdir / 'validator.json'))} & v=$!"]
+    for index in range(2):
+        consume = [*AFFINITY, "consume", GROUP, "--index", str(index), "--count", "2", "--republish", CHANNEL]
+        consume += ["--host", "10.9.0.3", "--cycle", "2", *TIMINGS]
+        log = shlex.quote(str(workdir / f"consumer{index}.log"))
+        script.append(f"{shlex.join(consume)} > {log} 2>&1 & c{index}=$!")
+    script.append('wait $v; rc=$?; kill -TERM $c0 $c1; wait $c0 $c1; exit "$rc"')
+    consumers = spawn_host(3, ["bash", "-c", "; ".join(script)])
+    # Wait for the steady state: each consumer owns its primaries (queue % 2 == index).
+    primaries = {index: f"consumer {index} owns queues [{index}, {index + 2}]" for index in range(2)}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(
+        owned in _last_ownership(workdir / f"consumer{index}.log") for index, owned in primaries.items()
+    ):
+        time.sleep(0.1)
+    print("MEMBERS", json.dumps(member_files(registry)), flush=True)
+    publish = [*AFFINITY, "publish", GROUP, "--keys", str(KEYS), "--rate", "1000", "--count", str(COUNT)]
+    publisher = spawn_host(2, [*publish, "--host", "10.9.0.2", "--json", *TIMINGS])
+    out, _ = publisher.communicate(timeout=120)
+    lines = out.strip().splitlines()
+    print("PUBLISHER", lines[-1] if lines else "{}", flush=True)
+    consumers_out, _ = consumers.communicate(timeout=120)
+    print("CONSUMERS", consumers.returncode, consumers_out, flush=True)
+    return 0 if publisher.returncode == 0 and consumers.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
