@@ -20,6 +20,15 @@ from affinity._affinity import (
     Subscription,
     __version__,
 )
+from affinity.driver import (
+    DRIVER_USAGE,
+    CounterValue,
+    DriverErrorRecord,
+    DriverStat,
+    default_driver_dir,
+    driver_stat,
+    run_driver,
+)
 from affinity.exceptions import (
     AffinityError,
     AffinityOSError,
@@ -63,6 +72,7 @@ __all__ = [
     "ADMIN_ACTION",
     "BACK_PRESSURED",
     "CLOSED",
+    "DRIVER_USAGE",
     "GROUP_CONTROL_STREAM_ID",
     "GROUP_DATA_STREAM_ID",
     "MAX_POSITION_EXCEEDED",
@@ -76,7 +86,10 @@ __all__ = [
     "ConfigError",
     "ConsumerCounters",
     "ConsumerStatus",
+    "CounterValue",
     "DriverError",
+    "DriverErrorRecord",
+    "DriverStat",
     "DriverTimeoutError",
     "GroupConsumer",
     "GroupDefinition",
@@ -98,10 +111,13 @@ __all__ = [
     "Subscription",
     "__version__",
     "create_group",
+    "default_driver_dir",
     "delete_group",
+    "driver_stat",
     "group_bucket",
     "group_queue",
     "group_queues",
     "list_groups",
     "load_group",
+    "run_driver",
 ]

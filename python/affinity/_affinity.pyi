@@ -25,6 +25,7 @@ __all__ = [
     "BACK_PRESSURED",
     "BUILTIN_POLICIES",
     "CLOSED",
+    "DRIVER_USAGE",
     "GROUP_CONTROL_STREAM_ID",
     "GROUP_DATA_STREAM_ID",
     "HASH_VERSION",
@@ -53,11 +54,40 @@ __all__ = [
     "Subscription",
     "__version__",
     "affinity_hash",
+    "default_driver_dir",
+    "driver_stat",
     "group_bucket",
     "group_queue",
     "group_queues",
+    "run_driver",
     "select_member",
 ]
+
+#: Usage text of ``affinity driver`` / ``affinity-driver``.
+DRIVER_USAGE: Final[str]
+
+def run_driver(argv: Sequence[str]) -> None:
+    """Run the standalone driver in the foreground until SIGINT/SIGTERM (ConfigError: bad option;
+    DriverError: cannot start, e.g. a live driver holds the directory)."""
+
+def default_driver_dir() -> str:
+    """``$AFFINITY_DIR``, else a per-user folder under /dev/shm (or the temp dir)."""
+
+def driver_stat(
+    dir: str,
+) -> tuple[
+    str,
+    int,
+    int,
+    int,
+    int,
+    list[tuple[int, int, str, int, int, int]],
+    list[tuple[int, int, int, str]],
+]:
+    """Read-only snapshot of a driver directory: (dir, pid, start_ms, heartbeat_age_ms, version,
+    counters as (id, type_id, label, value, registration_id, owner_id), errors as (count,
+    first_ms, last_ms, message)). DriverError when there is no readable cnc file."""
+
 NOT_CONNECTED: int
 BACK_PRESSURED: int
 ADMIN_ACTION: int

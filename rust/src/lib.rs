@@ -16,6 +16,8 @@
 //! * [`driver`] — the media driver agents (conductor, sender, receiver, in-memory IPC), their
 //!   threads, and the driver event log.
 //! * [`client`] — publication and subscription handles used by applications.
+//! * [`shm`] — the client ↔ driver contract in shared memory: mapped log buffers, counters,
+//!   command ring, broadcast buffer, error log and the `cnc` file (Aeron's layouts).
 //! * [`control`] — the control plane: heartbeat/ack/data codecs and the member view (sans-IO).
 //! * [`groups`] — hashed consumer groups: sans-IO publisher and consumer state, and the
 //!   runtime that runs them over [`client`].
@@ -37,6 +39,7 @@ pub mod logbuffer;
 pub mod media;
 pub mod protocol;
 pub mod routing;
+pub mod shm;
 pub mod time;
 pub mod wire;
 

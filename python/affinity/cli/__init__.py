@@ -12,6 +12,8 @@ SUBCOMMAND_MODULES = (
     "affinity.cli.demo",
     "affinity.cli.check",
     "affinity.cli.route",
+    "affinity.cli.driver",
+    "affinity.cli.stat",
     "affinity.cli.group",
 )
 

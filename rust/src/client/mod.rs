@@ -5,6 +5,7 @@
 //! the standalone driver will map the same buffers from a shared-memory directory.
 
 mod assembler;
+pub mod attached;
 mod handles;
 
 pub use assembler::{MessageBatch, MessageHeader};

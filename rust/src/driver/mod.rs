@@ -9,6 +9,7 @@ pub mod ipc;
 pub mod receiver;
 pub mod reply;
 pub mod sender;
+pub mod standalone;
 pub mod transmit;
 
 use std::sync::atomic::{AtomicBool, Ordering};

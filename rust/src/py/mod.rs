@@ -2,6 +2,7 @@
 
 use pyo3::prelude::*;
 
+mod driver;
 mod errors;
 mod groups;
 mod routing;
@@ -12,6 +13,7 @@ mod transport;
 fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
     transport::register(module)?;
     routing::register(module)?;
+    driver::register(module)?;
     groups::register(module)?;
     Ok(())
 }

@@ -1,0 +1,116 @@
+"""``affinity stat [--dir PATH] [--watch 1s] [--json] [--errors]``: show a standalone driver's
+counters (like AeronStat) or its error log, read from the driver directory's ``cnc.dat``.
+
+The cnc file is mapped read-only: ``stat`` sends no command and writes nothing, so it never
+disturbs the driver. ``--watch`` refreshes the table every interval (``--count`` stops after
+that many refreshes); ``--json`` prints one JSON object per refresh instead (counters with id,
+type id, label, value, registration id and owner); ``--errors`` prints the distinct errors with
+their counts and first/last time.
+
+Exit status: 0, or 1 when no readable driver directory is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from typing import Any
+
+from affinity.driver import DriverStat, driver_stat
+from affinity.exceptions import DriverError
+
+#: Exit status: the snapshot(s) were printed.
+EXIT_OK = 0
+#: Exit status: no readable driver directory.
+EXIT_NO_DRIVER = 1
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
+
+
+def parse_interval(text: str) -> float:
+    """Seconds in ``1s``, ``500ms``, ``2m`` or a bare number of seconds."""
+    match = _DURATION.match(text.strip())
+    if match is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 1s or 500ms")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return seconds
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``stat`` subcommand."""
+    parser = subparsers.add_parser(
+        "stat",
+        help="show a standalone driver's counters or errors",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dir", help="driver directory (default $AFFINITY_DIR, else per user in /dev/shm)")
+    parser.add_argument("--watch", type=parse_interval, metavar="DUR", help="refresh every DUR (1s, 500ms)")
+    parser.add_argument("--count", type=int, metavar="N", help="with --watch: stop after N refreshes")
+    parser.add_argument("--json", action="store_true", help="one JSON object per refresh")
+    parser.add_argument("--errors", action="store_true", help="print the error log instead of counters")
+    parser.set_defaults(run=run)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+def render_table(stat: DriverStat) -> str:
+    """The AeronStat-like text table."""
+    lines = [
+        f"{stat.dir}  driver pid {stat.pid}  up since {_iso(stat.start_ms)}  "
+        f"heartbeat {stat.heartbeat_age_ms} ms ago  cnc version {stat.version >> 16}.{(stat.version >> 8) & 0xFF}",
+        "=" * 80,
+    ]
+    lines.extend(f"{c.id:4d}: {c.value:20,d} - {c.label}" for c in stat.counters)
+    return "\n".join(lines)
+
+
+def render_errors(stat: DriverStat) -> str:
+    """The error log: count, first and last time, message."""
+    lines = [f"{e.count} observations from {_iso(e.first_ms)} to {_iso(e.last_ms)}: {e.message}" for e in stat.errors]
+    lines.append(f"{len(stat.errors)} distinct errors in {stat.dir}")
+    return "\n".join(lines)
+
+
+def render_json(stat: DriverStat) -> str:
+    """One JSON line."""
+    payload = asdict(stat)
+    payload["time_ms"] = int(time.time() * 1000)
+    return json.dumps(payload, separators=(",", ":"))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print one snapshot, or refresh every ``--watch`` interval; return the exit status."""
+    refreshes = 0
+    while True:
+        try:
+            stat = driver_stat(args.dir)
+        except DriverError as exc:
+            print(f"affinity stat: {exc}", file=sys.stderr)
+            return EXIT_NO_DRIVER
+        if args.json:
+            text = render_json(stat)
+        elif args.errors:
+            text = render_errors(stat)
+        else:
+            text = render_table(stat)
+        if args.watch is not None and not args.json and sys.stdout.isatty():
+            print("\033[H\033[2J", end="")
+        try:
+            print(text, flush=True)
+        except BrokenPipeError:  # `affinity stat | head`
+            return EXIT_OK
+        refreshes += 1
+        if args.watch is None or (args.count is not None and refreshes >= args.count):
+            return EXIT_OK
+        time.sleep(args.watch)

@@ -1,0 +1,85 @@
+"""The standalone media driver from Python: run one in the foreground, find its directory, and
+read a read-only snapshot of its counters and error log.
+
+>>> import affinity
+>>> stat = affinity.driver_stat()                 # doctest: +SKIP
+>>> stat.counter("Clients")                       # doctest: +SKIP
+0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from affinity import _affinity
+
+#: Usage text of ``affinity driver`` (the options are parsed by the driver itself).
+DRIVER_USAGE: str = _affinity.DRIVER_USAGE
+
+
+@dataclass(frozen=True)
+class CounterValue:
+    """One allocated counter of the driver's counters file."""
+
+    id: int
+    type_id: int
+    label: str
+    value: int
+    registration_id: int
+    owner_id: int
+
+
+@dataclass(frozen=True)
+class DriverErrorRecord:
+    """One distinct error of the driver's error log."""
+
+    count: int
+    first_ms: int
+    last_ms: int
+    message: str
+
+
+@dataclass(frozen=True)
+class DriverStat:
+    """A snapshot of a driver directory (cnc header, counters, errors)."""
+
+    dir: str
+    pid: int
+    start_ms: int
+    heartbeat_age_ms: int
+    version: int
+    counters: tuple[CounterValue, ...]
+    errors: tuple[DriverErrorRecord, ...]
+
+    def counter(self, label: str) -> int | None:
+        """Value of the first counter labelled ``label``, if there is one."""
+        return next((c.value for c in self.counters if c.label == label), None)
+
+
+def default_driver_dir() -> str:
+    """``$AFFINITY_DIR``, else a per-user folder under ``/dev/shm`` (or the temp dir)."""
+    return _affinity.default_driver_dir()
+
+
+def run_driver(argv: Sequence[str] = ()) -> None:
+    """Run the standalone driver in this process until SIGINT/SIGTERM (``argv``: the options of
+    ``affinity driver``). Raises ConfigError for a bad option, DriverError when it cannot start
+    (for example: a live driver holds the directory; the message names its pid)."""
+    _affinity.run_driver(list(argv))
+
+
+def driver_stat(directory: str | None = None) -> DriverStat:
+    """Read-only snapshot of ``directory`` (default :func:`default_driver_dir`); never disturbs
+    the driver. Raises DriverError when there is no readable ``cnc.dat``."""
+    path = directory if directory is not None else default_driver_dir()
+    dir_, pid, start_ms, age, version, counters, errors = _affinity.driver_stat(path)
+    return DriverStat(
+        dir=dir_,
+        pid=pid,
+        start_ms=start_ms,
+        heartbeat_age_ms=age,
+        version=version,
+        counters=tuple(CounterValue(*row) for row in counters),
+        errors=tuple(DriverErrorRecord(*row) for row in errors),
+    )

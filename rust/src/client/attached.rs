@@ -1,0 +1,549 @@
+//! A client attached to a standalone driver through its directory (`shm/`): commands go on the
+//! cnc's to-driver ring, responses come back on the broadcast buffer, publications append into
+//! the mapped log with the lock-free term appender (no lock shared with the driver), and
+//! subscriptions read mapped logs and publish their own position counters.
+//!
+//! A background thread sends keepalives every [`KEEPALIVE_INTERVAL`] and watches the driver's
+//! heartbeat; once the driver has been silent for the driver timeout, every call returns
+//! [`Error::Timeout`] (Python: `affinity.DriverTimeoutError`) instead of hanging.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::shm::broadcast::{BroadcastReceiver, Received};
+use crate::shm::cnc::{Cnc, CNC_FILE};
+use crate::shm::command::{Command, Response};
+use crate::shm::counters::{Counter, CountersReader};
+use crate::shm::directory::{self, epoch_ms, DirectoryState};
+use crate::shm::log_buffer::{LogBuffer, Offer};
+use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
+use crate::wire::flags;
+
+/// How often the client tells the driver it is alive.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(100);
+/// How long a command waits for its response.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Result<T> = std::result::Result<T, Error>;
+
+fn shm(error: crate::shm::ShmError) -> Error {
+    Error::from(error)
+}
+
+struct ImageInfo {
+    correlation_id: i64,
+    log_file: String,
+    position_counter_id: i32,
+}
+
+#[derive(Default)]
+struct Inbox {
+    responses: HashMap<i64, Response>,
+    pending: HashSet<i64>,
+    images: HashMap<i64, Vec<ImageInfo>>,
+    gone: HashSet<i64>,
+}
+
+struct Shared {
+    dir: PathBuf,
+    cnc: Cnc,
+    ring: ManyToOneRingBuffer,
+    counters: CountersReader,
+    client_id: i64,
+    driver_pid: i64,
+    driver_timeout_ms: i64,
+    driver_dead: AtomicBool,
+    closed: AtomicBool,
+    generation: AtomicU64,
+    receiver: Mutex<(BroadcastReceiver, Vec<u8>)>,
+    inbox: Mutex<Inbox>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding these locks leaves plain data consistent enough to continue.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    fn check(&self) -> Result<()> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::Closed("client"));
+        }
+        if self.driver_dead.load(Ordering::Relaxed) {
+            return Err(self.driver_timeout());
+        }
+        Ok(())
+    }
+
+    fn driver_timeout(&self) -> Error {
+        let age = self.cnc.driver_heartbeat_ms().map(|beat| epoch_ms().saturating_sub(beat)).unwrap_or(-1);
+        Error::Timeout(format!(
+            "the driver (pid {}) in {} has not beaten for {age} ms (driver timeout {} ms)",
+            self.driver_pid,
+            self.dir.display(),
+            self.driver_timeout_ms
+        ))
+    }
+
+    fn send(&self, command: &Command) -> Result<()> {
+        let (msg_type_id, bytes) = command.encode();
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        loop {
+            match self.ring.write(msg_type_id, &bytes).map_err(shm)? {
+                Write::Written => return Ok(()),
+                Write::Full if Instant::now() < deadline => std::thread::sleep(Duration::from_micros(100)),
+                Write::Full => {
+                    return Err(Error::Timeout(format!("the to-driver ring in {} stayed full", self.dir.display())))
+                }
+            }
+        }
+    }
+
+    /// Reads the broadcast buffer: keeps responses we wait for and images of our subscriptions.
+    fn service(&self) -> Result<()> {
+        let mut guard = lock(&self.receiver);
+        let (receiver, scratch) = &mut *guard;
+        let mut inbox = lock(&self.inbox);
+        let mut changed = false;
+        for _ in 0..1024 {
+            let msg_type_id = match receiver.receive(scratch).map_err(shm)? {
+                Received::Message(id) => id,
+                Received::Empty => break,
+                // Responses may have been lost: waiting commands time out; images are re-sent
+                // only on new publications, so a lapped client is as good as closed. The driver's
+                // buffer (1 MiB) makes this very unlikely.
+                Received::Lapped => continue,
+            };
+            let Ok(response) = Response::decode(msg_type_id, scratch) else { continue };
+            match response {
+                Response::AvailableImage {
+                    correlation_id,
+                    subscription_registration_id,
+                    log_file,
+                    subscriber_position_counter_id,
+                    ..
+                } => {
+                    if let Some(images) = inbox.images.get_mut(&subscription_registration_id) {
+                        images.push(ImageInfo {
+                            correlation_id,
+                            log_file,
+                            position_counter_id: subscriber_position_counter_id,
+                        });
+                        changed = true;
+                    }
+                }
+                Response::UnavailableImage { correlation_id, subscription_registration_id, .. } => {
+                    if inbox.images.contains_key(&subscription_registration_id) {
+                        inbox.gone.insert(correlation_id);
+                        changed = true;
+                    }
+                }
+                Response::ClientTimeout { client_id } if client_id == self.client_id => {
+                    self.closed.store(true, Ordering::Relaxed);
+                }
+                Response::Error { correlation_id, .. }
+                | Response::PublicationReady { correlation_id, .. }
+                | Response::SubscriptionReady { correlation_id }
+                | Response::OperationSuccess { correlation_id } => {
+                    if inbox.pending.remove(&correlation_id) {
+                        inbox.responses.insert(correlation_id, response);
+                    }
+                }
+                Response::ClientTimeout { .. } => {}
+            }
+        }
+        if changed {
+            self.generation.fetch_add(1, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Sends a command built with a fresh correlation id and waits for its response.
+    fn request(&self, build: impl FnOnce(i64) -> Command) -> Result<Response> {
+        self.check()?;
+        let correlation_id = self.ring.next_correlation_id().map_err(shm)?;
+        lock(&self.inbox).pending.insert(correlation_id);
+        let command = build(correlation_id);
+        if let Command::AddSubscription { .. } = command {
+            lock(&self.inbox).images.insert(correlation_id, Vec::new());
+        }
+        self.send(&command)?;
+        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        let mut pause = Duration::from_micros(20);
+        loop {
+            self.service()?;
+            if let Some(response) = lock(&self.inbox).responses.remove(&correlation_id) {
+                if let Response::Error { message, .. } = &response {
+                    if let Command::AddSubscription { .. } = command {
+                        lock(&self.inbox).images.remove(&correlation_id);
+                    }
+                    return Err(Error::Config(message.clone()));
+                }
+                return Ok(response);
+            }
+            self.check()?;
+            if Instant::now() >= deadline {
+                lock(&self.inbox).pending.remove(&correlation_id);
+                return Err(Error::Timeout(format!(
+                    "the driver in {} did not answer command {correlation_id}",
+                    self.dir.display()
+                )));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    fn open_log(&self, log_file: &str) -> Result<LogBuffer> {
+        // The name comes from another process: it must stay inside the directory.
+        let relative = Path::new(log_file);
+        if relative.components().any(|c| !matches!(c, Component::Normal(_))) {
+            return Err(Error::Driver(format!("the driver named a log outside its directory: {log_file:?}")));
+        }
+        LogBuffer::open(&self.dir.join(relative)).map_err(shm)
+    }
+}
+
+/// A client of a standalone driver.
+pub struct AttachedClient {
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    keepalive: Option<JoinHandle<()>>,
+}
+
+impl AttachedClient {
+    /// Attaches to the live driver in `dir`; `driver_timeout` bounds how long a silent driver is
+    /// trusted.
+    pub fn connect(dir: &Path, driver_timeout: Duration) -> Result<Self> {
+        let driver_timeout_ms = driver_timeout.as_millis() as i64;
+        match directory::inspect(dir, driver_timeout_ms, epoch_ms()) {
+            DirectoryState::Live { .. } => {}
+            DirectoryState::Absent => {
+                return Err(Error::Timeout(format!("no driver is running in {} (no {CNC_FILE})", dir.display())))
+            }
+            DirectoryState::Stale { reason } => {
+                return Err(Error::Timeout(format!("no live driver in {}: {reason}", dir.display())))
+            }
+        }
+        let cnc = Cnc::open(&dir.join(CNC_FILE), true).map_err(shm)?;
+        let ring = cnc.to_driver().map_err(shm)?;
+        let receiver = cnc.to_clients_receiver().map_err(shm)?;
+        let client_id = ring.next_correlation_id().map_err(shm)?;
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            counters: cnc.counters().map_err(shm)?,
+            driver_pid: cnc.pid().map_err(shm)?,
+            ring,
+            cnc,
+            client_id,
+            driver_timeout_ms,
+            driver_dead: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            generation: AtomicU64::new(0),
+            receiver: Mutex::new((receiver, Vec::new())),
+            inbox: Mutex::new(Inbox::default()),
+        });
+        shared.send(&Command::ClientKeepalive { client_id })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let keepalive = {
+            let shared = Arc::clone(&shared);
+            let stop = Arc::clone(&stop);
+            std::thread::Builder::new()
+                .name("affinity-keepalive".into())
+                .spawn(move || keepalive_loop(&shared, &stop))
+                .map_err(Error::Io)?
+        };
+        Ok(Self { shared, stop, keepalive: Some(keepalive) })
+    }
+
+    /// This client's id (allocated by the driver's correlation counter).
+    pub fn client_id(&self) -> i64 {
+        self.shared.client_id
+    }
+
+    /// The driver's process id.
+    pub fn driver_pid(&self) -> i64 {
+        self.shared.driver_pid
+    }
+
+    /// Adds a publication (`aeron:ipc`); publishers of one stream share one log.
+    pub fn add_publication(&self, channel: &str, stream_id: i32) -> Result<AttachedPublication> {
+        let client_id = self.shared.client_id;
+        let response = self.shared.request(|correlation_id| Command::AddPublication {
+            client_id,
+            correlation_id,
+            stream_id,
+            channel: channel.to_string(),
+        })?;
+        let Response::PublicationReady { registration_id, session_id, publisher_limit_counter_id, log_file, .. } =
+            response
+        else {
+            return Err(Error::Driver(format!("unexpected answer to add_publication: {response:?}")));
+        };
+        let log = self.shared.open_log(&log_file)?;
+        let limit = self.shared.counters.counter(publisher_limit_counter_id as usize).map_err(shm)?;
+        Ok(AttachedPublication { shared: Arc::clone(&self.shared), registration_id, session_id, stream_id, log, limit })
+    }
+
+    /// Adds a subscription (`aeron:ipc`); images arrive as publications appear.
+    pub fn add_subscription(&self, channel: &str, stream_id: i32) -> Result<AttachedSubscription> {
+        let client_id = self.shared.client_id;
+        let response = self.shared.request(|correlation_id| Command::AddSubscription {
+            client_id,
+            correlation_id,
+            stream_id,
+            channel: channel.to_string(),
+        })?;
+        let Response::SubscriptionReady { correlation_id } = response else {
+            return Err(Error::Driver(format!("unexpected answer to add_subscription: {response:?}")));
+        };
+        Ok(AttachedSubscription {
+            shared: Arc::clone(&self.shared),
+            registration_id: correlation_id,
+            stream_id,
+            images: Vec::new(),
+            generation: u64::MAX,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Closes the client: the driver releases its resources now (publications linger).
+    pub fn close(&mut self) {
+        if self.shared.closed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(handle) = self.keepalive.take() {
+            let _ = handle.join();
+        }
+        let _ = self.shared.send(&Command::ClientClose { client_id: self.shared.client_id });
+    }
+}
+
+impl Drop for AttachedClient {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn keepalive_loop(shared: &Shared, stop: &AtomicBool) {
+    let mut last_keepalive = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(10));
+        let _ = shared.service();
+        if last_keepalive.elapsed() >= KEEPALIVE_INTERVAL {
+            last_keepalive = Instant::now();
+            let _ = shared.send(&Command::ClientKeepalive { client_id: shared.client_id });
+            let age = shared.cnc.driver_heartbeat_ms().map(|beat| epoch_ms().saturating_sub(beat)).unwrap_or(i64::MAX);
+            if age > shared.driver_timeout_ms {
+                shared.driver_dead.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What an offer did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachedOffer {
+    /// Appended; the new stream position.
+    Position(i64),
+    /// The slowest subscriber is a publication window behind: retry later.
+    BackPressured,
+    /// No subscriber: nothing is written.
+    NotConnected,
+    /// The log rotated: retry now.
+    AdminAction,
+    /// The stream reached its largest position.
+    MaxPositionExceeded,
+}
+
+/// A publication in a standalone driver's shared log.
+pub struct AttachedPublication {
+    shared: Arc<Shared>,
+    registration_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    log: LogBuffer,
+    limit: Counter,
+}
+
+impl AttachedPublication {
+    /// Registration id (shared by all publishers of the stream).
+    pub fn registration_id(&self) -> i64 {
+        self.registration_id
+    }
+
+    /// Session id of the log.
+    pub fn session_id(&self) -> i32 {
+        self.session_id
+    }
+
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        self.stream_id
+    }
+
+    /// Largest message accepted.
+    pub fn max_message_length(&self) -> usize {
+        self.log.max_message_length()
+    }
+
+    /// Appends one message (lock-free; any number of threads and processes may offer at once).
+    pub fn offer(&self, payload: &[u8]) -> Result<AttachedOffer> {
+        self.shared.check()?;
+        let limit = self.limit.get().map_err(shm)?;
+        Ok(match self.log.offer(payload, 0, limit).map_err(shm)? {
+            Offer::Appended(position) => AttachedOffer::Position(position),
+            Offer::BackPressured if !self.log.is_connected().map_err(shm)? => AttachedOffer::NotConnected,
+            Offer::BackPressured => AttachedOffer::BackPressured,
+            Offer::AdminAction => AttachedOffer::AdminAction,
+            Offer::MaxPositionExceeded => AttachedOffer::MaxPositionExceeded,
+        })
+    }
+
+    /// Whether a subscriber is attached.
+    pub fn is_connected(&self) -> Result<bool> {
+        self.log.is_connected().map_err(shm)
+    }
+}
+
+impl Drop for AttachedPublication {
+    fn drop(&mut self) {
+        if self.shared.check().is_ok() {
+            let correlation_id = self.shared.ring.next_correlation_id().unwrap_or(-1);
+            let _ = self.shared.send(&Command::RemovePublication {
+                client_id: self.shared.client_id,
+                correlation_id,
+                registration_id: self.registration_id,
+            });
+        }
+    }
+}
+
+struct AttachedImage {
+    correlation_id: i64,
+    log: LogBuffer,
+    position_counter: Counter,
+    position: i64,
+    assembly: Vec<u8>,
+    closing: bool,
+}
+
+/// A subscription to a standalone driver's logs.
+pub struct AttachedSubscription {
+    shared: Arc<Shared>,
+    registration_id: i64,
+    stream_id: i32,
+    images: Vec<AttachedImage>,
+    generation: u64,
+    scratch: Vec<u8>,
+}
+
+impl AttachedSubscription {
+    /// Registration id.
+    pub fn registration_id(&self) -> i64 {
+        self.registration_id
+    }
+
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        self.stream_id
+    }
+
+    /// Number of images (publications) currently attached.
+    pub fn image_count(&mut self) -> Result<usize> {
+        self.refresh()?;
+        Ok(self.images.len())
+    }
+
+    fn refresh(&mut self) -> Result<()> {
+        let generation = self.shared.generation.load(Ordering::Acquire);
+        if generation == self.generation {
+            return Ok(());
+        }
+        self.generation = generation;
+        let mut inbox = lock(&self.shared.inbox);
+        let Inbox { images, gone, .. } = &mut *inbox;
+        let Some(infos) = images.get_mut(&self.registration_id) else { return Ok(()) };
+        for info in infos.drain(..) {
+            let log = self.shared.open_log(&info.log_file)?;
+            let position_counter = self.shared.counters.counter(info.position_counter_id as usize).map_err(shm)?;
+            let position = position_counter.get().map_err(shm)?;
+            self.images.push(AttachedImage {
+                correlation_id: info.correlation_id,
+                log,
+                position_counter,
+                position,
+                assembly: Vec::new(),
+                closing: false,
+            });
+        }
+        for image in &mut self.images {
+            if gone.remove(&image.correlation_id) {
+                image.closing = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Delivers up to `fragment_limit` messages (fragmented messages reassembled) to `handler`;
+    /// returns how many fragments were consumed.
+    pub fn poll<F: FnMut(&[u8])>(&mut self, fragment_limit: usize, mut handler: F) -> Result<usize> {
+        self.shared.check()?;
+        self.refresh()?;
+        let mut fragments = 0;
+        let scratch = &mut self.scratch;
+        for image in &mut self.images {
+            if fragments >= fragment_limit {
+                break;
+            }
+            let assembly = &mut image.assembly;
+            let mut count = 0;
+            let position = image
+                .log
+                .read(image.position, fragment_limit - fragments, scratch, |header, fragment| {
+                    count += 1;
+                    if header.flags & flags::UNFRAGMENTED == flags::UNFRAGMENTED {
+                        handler(fragment);
+                        return;
+                    }
+                    if header.flags & flags::BEGIN != 0 {
+                        assembly.clear();
+                    }
+                    assembly.extend_from_slice(fragment);
+                    if header.flags & flags::END != 0 {
+                        handler(assembly);
+                        assembly.clear();
+                    }
+                })
+                .map_err(shm)?;
+            fragments += count;
+            if position != image.position {
+                image.position = position;
+                image.position_counter.set(position).map_err(shm)?;
+            }
+        }
+        self.images
+            .retain(|image| !image.closing || image.position < image.log.end_of_stream_position().unwrap_or(i64::MIN));
+        Ok(fragments)
+    }
+}
+
+impl Drop for AttachedSubscription {
+    fn drop(&mut self) {
+        lock(&self.shared.inbox).images.remove(&self.registration_id);
+        if self.shared.check().is_ok() {
+            let correlation_id = self.shared.ring.next_correlation_id().unwrap_or(-1);
+            let _ = self.shared.send(&Command::RemoveSubscription {
+                client_id: self.shared.client_id,
+                correlation_id,
+                registration_id: self.registration_id,
+            });
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! Memory mappings shared between processes, and bounds-checked atomic access to them.
+//!
+//! A [`Mapping`] owns one `mmap` (a file opened with `MAP_SHARED`, or an anonymous region for
+//! tests and single-process use). A [`Region`] is a window into a mapping; every accessor checks
+//! the index against the window and the natural alignment of the value, and returns
+//! [`ShmError::OutOfBounds`] / [`ShmError::Misaligned`] instead of touching memory outside it.
+//!
+//! Shared memory is never turned into a Rust reference (`&[u8]`): another process may write it at
+//! any moment. Integers are read and written through atomics (`Acquire` / `Release` where the
+//! protocol orders them, `Relaxed` elsewhere), payload bytes through raw copies. The protocols
+//! above only copy bytes that their writer has published (frame or record length stored last with
+//! `Release`), so a well-behaved peer never races a copy.
+
+use std::fs::File;
+use std::sync::atomic::{AtomicI32, AtomicI64, Ordering};
+use std::sync::Arc;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use super::error::ShmError;
+
+/// One memory mapping and whether it may be written.
+#[derive(Debug)]
+pub struct Mapping {
+    raw: MmapRaw,
+    writable: bool,
+}
+
+impl Mapping {
+    /// Maps all of `file` shared; `writable` selects `PROT_WRITE`.
+    pub fn map_file(file: &File, writable: bool) -> std::io::Result<Self> {
+        let raw =
+            if writable { MmapOptions::new().map_raw(file)? } else { MmapOptions::new().map_raw_read_only(file)? };
+        Ok(Self { raw, writable })
+    }
+
+    /// An anonymous, zero-filled, private mapping of `len` bytes (pages appear on first touch).
+    pub fn anonymous(len: usize) -> std::io::Result<Self> {
+        let map = MmapOptions::new().len(len).map_anon()?;
+        Ok(Self { raw: MmapRaw::from(map), writable: true })
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.raw.len()
+    }
+
+    /// Whether the mapping is empty (never, for the files this layer creates).
+    pub fn is_empty(&self) -> bool {
+        self.raw.len() == 0
+    }
+
+    /// A region covering the whole mapping.
+    pub fn into_region(self) -> Region {
+        let len = self.raw.len();
+        Region { map: Arc::new(self), offset: 0, len }
+    }
+}
+
+/// A bounds-checked window into a [`Mapping`]; cheap to clone (shares the mapping).
+#[derive(Clone, Debug)]
+pub struct Region {
+    map: Arc<Mapping>,
+    offset: usize,
+    len: usize,
+}
+
+// SAFETY: all access to the mapped memory goes through atomics or raw copies; the mapping lives as
+// long as any region (Arc), and `MmapRaw` itself is Send + Sync.
+unsafe impl Send for Region {}
+// SAFETY: as above; `&Region` only allows atomic access and raw copies.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Bytes in this window.
+    pub fn capacity(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the underlying mapping may be written.
+    pub fn is_writable(&self) -> bool {
+        self.map.writable
+    }
+
+    /// A sub-window `[offset, offset + len)` of this one.
+    pub fn slice(&self, offset: usize, len: usize) -> Result<Region, ShmError> {
+        self.check(offset, len, 1)?;
+        Ok(Region { map: Arc::clone(&self.map), offset: self.offset + offset, len })
+    }
+
+    fn check(&self, index: usize, size: usize, align: usize) -> Result<(), ShmError> {
+        let end = index.checked_add(size).ok_or(ShmError::OutOfBounds { index, size, capacity: self.len })?;
+        if end > self.len {
+            return Err(ShmError::OutOfBounds { index, size, capacity: self.len });
+        }
+        // The mapping starts on a page boundary, so alignment of the absolute offset is alignment
+        // of the address.
+        if (self.offset + index) % align != 0 {
+            return Err(ShmError::Misaligned { index, align });
+        }
+        Ok(())
+    }
+
+    fn ptr(&self, index: usize) -> *mut u8 {
+        // In bounds: callers ran `check` first.
+        self.map.raw.as_mut_ptr().wrapping_add(self.offset + index)
+    }
+
+    fn check_write(&self, index: usize, size: usize, align: usize) -> Result<*mut u8, ShmError> {
+        if !self.map.writable {
+            return Err(ShmError::ReadOnly);
+        }
+        self.check(index, size, align)?;
+        Ok(self.ptr(index))
+    }
+
+    fn i64_at(&self, index: usize) -> Result<&AtomicI64, ShmError> {
+        self.check(index, 8, 8)?;
+        // SAFETY: in bounds and 8-aligned (checked), the mapping outlives `&self`, and every
+        // access to shared integers in this layer is atomic.
+        Ok(unsafe { AtomicI64::from_ptr(self.ptr(index).cast::<i64>()) })
+    }
+
+    fn i32_at(&self, index: usize) -> Result<&AtomicI32, ShmError> {
+        self.check(index, 4, 4)?;
+        // SAFETY: as in `i64_at`, 4-aligned.
+        Ok(unsafe { AtomicI32::from_ptr(self.ptr(index).cast::<i32>()) })
+    }
+
+    fn i64_at_mut(&self, index: usize) -> Result<&AtomicI64, ShmError> {
+        self.check_write(index, 8, 8)?;
+        self.i64_at(index)
+    }
+
+    fn i32_at_mut(&self, index: usize) -> Result<&AtomicI32, ShmError> {
+        self.check_write(index, 4, 4)?;
+        self.i32_at(index)
+    }
+
+    /// Reads an `i64` with `Acquire` ordering.
+    pub fn get_i64_acquire(&self, index: usize) -> Result<i64, ShmError> {
+        Ok(self.i64_at(index)?.load(Ordering::Acquire))
+    }
+
+    /// Reads an `i64` with no ordering.
+    pub fn get_i64(&self, index: usize) -> Result<i64, ShmError> {
+        Ok(self.i64_at(index)?.load(Ordering::Relaxed))
+    }
+
+    /// Writes an `i64` with `Release` ordering.
+    pub fn put_i64_release(&self, index: usize, value: i64) -> Result<(), ShmError> {
+        self.i64_at_mut(index)?.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes an `i64` with no ordering.
+    pub fn put_i64(&self, index: usize, value: i64) -> Result<(), ShmError> {
+        self.i64_at_mut(index)?.store(value, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Atomically adds `delta` (wrapping, as the hardware does) and returns the previous value.
+    pub fn get_and_add_i64(&self, index: usize, delta: i64) -> Result<i64, ShmError> {
+        Ok(self.i64_at_mut(index)?.fetch_add(delta, Ordering::AcqRel))
+    }
+
+    /// Atomically replaces `expected` by `new`; `true` when it did.
+    pub fn compare_and_set_i64(&self, index: usize, expected: i64, new: i64) -> Result<bool, ShmError> {
+        Ok(self.i64_at_mut(index)?.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire).is_ok())
+    }
+
+    /// Reads an `i32` with `Acquire` ordering.
+    pub fn get_i32_acquire(&self, index: usize) -> Result<i32, ShmError> {
+        Ok(self.i32_at(index)?.load(Ordering::Acquire))
+    }
+
+    /// Reads an `i32` with no ordering.
+    pub fn get_i32(&self, index: usize) -> Result<i32, ShmError> {
+        Ok(self.i32_at(index)?.load(Ordering::Relaxed))
+    }
+
+    /// Writes an `i32` with `Release` ordering.
+    pub fn put_i32_release(&self, index: usize, value: i32) -> Result<(), ShmError> {
+        self.i32_at_mut(index)?.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes an `i32` with no ordering.
+    pub fn put_i32(&self, index: usize, value: i32) -> Result<(), ShmError> {
+        self.i32_at_mut(index)?.store(value, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Atomically replaces `expected` by `new`; `true` when it did.
+    pub fn compare_and_set_i32(&self, index: usize, expected: i32, new: i32) -> Result<bool, ShmError> {
+        Ok(self.i32_at_mut(index)?.compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire).is_ok())
+    }
+
+    /// Copies `bytes` into the region at `index`.
+    pub fn put_bytes(&self, index: usize, bytes: &[u8]) -> Result<(), ShmError> {
+        let dst = self.check_write(index, bytes.len(), 1)?;
+        // SAFETY: `dst .. dst + len` is inside the writable mapping (checked); `bytes` is ordinary
+        // memory that cannot overlap a mapping we only reach through raw pointers.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes starting at `index` into `out`.
+    pub fn get_bytes(&self, index: usize, out: &mut [u8]) -> Result<(), ShmError> {
+        self.check(index, out.len(), 1)?;
+        // SAFETY: the source range is inside the mapping (checked) and `out` is ordinary memory.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr(index), out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    /// Appends `len` bytes starting at `index` to `out`.
+    pub fn read_into(&self, index: usize, len: usize, out: &mut Vec<u8>) -> Result<(), ShmError> {
+        self.check(index, len, 1)?;
+        out.reserve(len);
+        let start = out.len();
+        // SAFETY: the source range is inside the mapping (checked); `reserve` made room for `len`
+        // bytes after `start`, which are initialised by the copy before `set_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr(index), out.as_mut_ptr().add(start), len);
+            out.set_len(start + len);
+        }
+        Ok(())
+    }
+
+    /// Sets `len` bytes starting at `index` to `value`.
+    pub fn set_memory(&self, index: usize, len: usize, value: u8) -> Result<(), ShmError> {
+        let dst = self.check_write(index, len, 1)?;
+        // SAFETY: inside the writable mapping (checked).
+        unsafe { std::ptr::write_bytes(dst, value, len) };
+        Ok(())
+    }
+}
+
+/// Rounds `value` up to a multiple of `alignment` (a power of two); `None` on overflow.
+pub fn align_up(value: usize, alignment: usize) -> Option<usize> {
+    let mask = alignment.checked_sub(1)?;
+    Some(value.checked_add(mask)? & !mask)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_and_misaligned_access_is_an_error() {
+        let region = Mapping::anonymous(4096).unwrap().into_region();
+        assert!(matches!(region.get_i64(4096), Err(ShmError::OutOfBounds { .. })));
+        assert!(matches!(region.get_i64(4092), Err(ShmError::OutOfBounds { .. })));
+        assert!(matches!(region.get_i64(4), Err(ShmError::Misaligned { .. })));
+        assert!(matches!(region.get_i32(usize::MAX - 1), Err(ShmError::OutOfBounds { .. })));
+        assert!(matches!(region.put_bytes(4090, &[0; 8]), Err(ShmError::OutOfBounds { .. })));
+        let window = region.slice(1024, 64).unwrap();
+        assert!(matches!(window.get_i64(64), Err(ShmError::OutOfBounds { .. })));
+        window.put_i64(56, 7).unwrap();
+        assert_eq!(region.get_i64(1080).unwrap(), 7);
+        assert!(region.slice(4000, 200).is_err());
+    }
+
+    #[test]
+    fn atomics_read_back_what_was_written() {
+        let region = Mapping::anonymous(4096).unwrap().into_region();
+        region.put_i64_release(8, -5).unwrap();
+        assert_eq!(region.get_and_add_i64(8, 10).unwrap(), -5);
+        assert!(region.compare_and_set_i64(8, 5, 9).unwrap());
+        assert!(!region.compare_and_set_i64(8, 5, 11).unwrap());
+        assert_eq!(region.get_i64_acquire(8).unwrap(), 9);
+        region.put_bytes(100, b"hello").unwrap();
+        let mut out = Vec::new();
+        region.read_into(100, 5, &mut out).unwrap();
+        assert_eq!(out, b"hello");
+    }
+
+    #[test]
+    fn align_up_rounds_and_reports_overflow() {
+        assert_eq!(align_up(33, 32), Some(64));
+        assert_eq!(align_up(64, 32), Some(64));
+        assert_eq!(align_up(usize::MAX, 32), None);
+    }
+}

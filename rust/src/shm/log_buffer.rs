@@ -1,0 +1,812 @@
+//! Mapped log buffers in the Aeron layout: three term partitions followed by a metadata page,
+//! a lock-free many-writer term appender, a term reader and scanner that only see committed
+//! frames, and the cleaner that zeroes a partition before it is reused.
+//!
+//! ```text
+//! +----------------------------+  0
+//! |       term partition 0     |
+//! +----------------------------+  term_length
+//! |       term partition 1     |
+//! +----------------------------+  2 * term_length
+//! |       term partition 2     |
+//! +----------------------------+  3 * term_length
+//! |   metadata (LOG_META_DATA_LENGTH bytes, see `meta`)   |
+//! +----------------------------+  file length (rounded up to page_size)
+//! ```
+//!
+//! Appending: a writer reads the active term count, claims `aligned_length` bytes with one atomic
+//! add on that partition's raw tail (`term_id << 32 | term_offset`), writes the frame header with
+//! a negative length (in progress), the payload, and finally stores the positive frame length with
+//! `Release`. Readers load the frame length with `Acquire` and stop at a length `<= 0`, so they never
+//! see a half-written frame. A claim that crosses the end of the term writes a padding frame over
+//! the rest of the term (if it started inside it) and rotates the log to the next partition; the
+//! caller then retries ([`Offer::AdminAction`]).
+
+use std::path::{Path, PathBuf};
+
+use super::buffer::{align_up, Region};
+use super::error::ShmError;
+use super::file;
+use crate::logbuffer::log::{PARTITION_COUNT, TERM_MAX_LENGTH, TERM_MIN_LENGTH};
+use crate::logbuffer::position::{align_frame, compute_position, fragmented_length, max_message_length, position_bits};
+use crate::wire::{flags, FrameType, DATA_HEADER_LENGTH, FRAME_ALIGNMENT, MAX_MTU};
+
+/// Bytes of the metadata section at the end of a log (one minimum page).
+pub const LOG_META_DATA_LENGTH: usize = 4096;
+/// Smallest page size a log accepts.
+pub const PAGE_MIN_SIZE: u32 = 4096;
+/// Largest page size a log accepts.
+pub const PAGE_MAX_SIZE: u32 = 1 << 30;
+/// Identifies an affinity log buffer ("AFFLOG01" little-endian), at [`meta::MAGIC`].
+pub const LOG_MAGIC: i64 = i64::from_le_bytes(*b"AFFLOG01");
+/// Version of this layout, at [`meta::LAYOUT_VERSION`].
+pub const LOG_LAYOUT_VERSION: i32 = 1;
+
+/// Offsets inside the metadata section (Aeron's `LogBufferDescriptor` offsets for Aeron's fields).
+pub mod meta {
+    /// Raw tail counter of partition `i` at `TERM_TAIL_COUNTERS + 8 * i` (`i64`).
+    pub const TERM_TAIL_COUNTERS: usize = 0;
+    /// Count of terms since the initial term (`i32`); selects the active partition.
+    pub const ACTIVE_TERM_COUNT: usize = 24;
+    /// Position of the end of stream, `i64::MAX` while open.
+    pub const END_OF_STREAM_POSITION: usize = 128;
+    /// 1 when the publication has at least one connected subscriber (`i32`).
+    pub const IS_CONNECTED: usize = 136;
+    /// Number of connected transports (images) (`i32`).
+    pub const ACTIVE_TRANSPORT_COUNT: usize = 140;
+    /// Registration id of the publication or image owning this log (`i64`).
+    pub const CORRELATION_ID: usize = 256;
+    /// Term id of position 0 (`i32`).
+    pub const INITIAL_TERM_ID: usize = 264;
+    /// Length of the default frame header (`i32`, always 32).
+    pub const DEFAULT_FRAME_HEADER_LENGTH: usize = 268;
+    /// Maximum transmission unit (`i32`).
+    pub const MTU_LENGTH: usize = 272;
+    /// Term length (`i32`).
+    pub const TERM_LENGTH: usize = 276;
+    /// Page size the file length is aligned to (`i32`).
+    pub const PAGE_SIZE: usize = 280;
+    /// The DATA header every frame of this log starts from (32 bytes; 128 reserved).
+    pub const DEFAULT_FRAME_HEADER: usize = 384;
+    /// [`super::LOG_MAGIC`] (`i64`), written last when the log is created.
+    pub const MAGIC: usize = 512;
+    /// [`super::LOG_LAYOUT_VERSION`] (`i32`).
+    pub const LAYOUT_VERSION: usize = 520;
+}
+
+/// Data header field offsets used by the appender (see `wire::data`).
+mod frame {
+    pub const LENGTH: usize = 0;
+    pub const FLAGS: usize = 5;
+    pub const TYPE: usize = 6;
+    pub const TERM_OFFSET: usize = 8;
+    pub const TERM_ID: usize = 20;
+    pub const RESERVED_VALUE: usize = 24;
+}
+
+/// Parameters of a new log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogParams {
+    /// Bytes per term: a power of two in `[64 KiB, 1 GiB]`.
+    pub term_length: u32,
+    /// Largest frame: a multiple of 32 in `[64, 65504]`.
+    pub mtu: u32,
+    /// Page size the file length is rounded to: a power of two in `[4 KiB, 1 GiB]`.
+    pub page_size: u32,
+    /// Term id of position 0.
+    pub initial_term_id: i32,
+    /// Session id written into every frame.
+    pub session_id: i32,
+    /// Stream id written into every frame.
+    pub stream_id: i32,
+    /// Registration id of the owner.
+    pub correlation_id: i64,
+}
+
+impl LogParams {
+    /// Checks every parameter and returns the total file length.
+    pub fn validate(&self) -> Result<usize, String> {
+        check_term_length(self.term_length)?;
+        check_mtu(self.mtu, self.term_length)?;
+        check_page_size(self.page_size)?;
+        log_length(self.term_length, self.page_size).ok_or_else(|| "log length overflows".to_string())
+    }
+}
+
+fn check_term_length(term_length: u32) -> Result<(), String> {
+    if !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) || !term_length.is_power_of_two() {
+        return Err(format!(
+            "term length {term_length} must be a power of two between {TERM_MIN_LENGTH} and {TERM_MAX_LENGTH}"
+        ));
+    }
+    Ok(())
+}
+
+fn check_mtu(mtu: u32, term_length: u32) -> Result<(), String> {
+    let min = (DATA_HEADER_LENGTH + FRAME_ALIGNMENT) as u32;
+    let max = (MAX_MTU as u32).min(term_length);
+    if !(min..=max).contains(&mtu) || mtu as usize % FRAME_ALIGNMENT != 0 {
+        return Err(format!("mtu {mtu} must be a multiple of {FRAME_ALIGNMENT} between {min} and {max}"));
+    }
+    Ok(())
+}
+
+fn check_page_size(page_size: u32) -> Result<(), String> {
+    if !(PAGE_MIN_SIZE..=PAGE_MAX_SIZE).contains(&page_size) || !page_size.is_power_of_two() {
+        return Err(format!(
+            "page size {page_size} must be a power of two between {PAGE_MIN_SIZE} and {PAGE_MAX_SIZE}"
+        ));
+    }
+    Ok(())
+}
+
+/// Total bytes of a log file: three terms plus metadata, rounded up to the page size.
+pub fn log_length(term_length: u32, page_size: u32) -> Option<usize> {
+    let terms = (term_length as usize).checked_mul(PARTITION_COUNT)?;
+    align_up(terms.checked_add(LOG_META_DATA_LENGTH)?, page_size as usize)
+}
+
+/// The raw tail value for `term_id` at `term_offset`.
+pub fn pack_tail(term_id: i32, term_offset: u32) -> i64 {
+    ((term_id as i64) << 32) | term_offset as i64
+}
+
+/// Term id part of a raw tail.
+pub fn tail_term_id(raw_tail: i64) -> i32 {
+    (raw_tail >> 32) as i32
+}
+
+/// Term offset part of a raw tail, capped at `term_length` (claims past the end keep adding).
+pub fn tail_term_offset(raw_tail: i64, term_length: u32) -> u32 {
+    ((raw_tail & 0xFFFF_FFFF) as u64).min(term_length as u64) as u32
+}
+
+/// Result of an offer into the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offer {
+    /// Written; the value is the position after the message.
+    Appended(i64),
+    /// The publisher limit was reached (`position >= limit`): retry later.
+    BackPressured,
+    /// The term was filled and the log rotated (or a rotation was in progress): retry now.
+    AdminAction,
+    /// The stream reached its largest position.
+    MaxPositionExceeded,
+}
+
+/// One committed fragment handed to a reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FragmentHeader {
+    /// Stream position of the frame's start.
+    pub position: i64,
+    /// BEGIN / END flags.
+    pub flags: u8,
+    /// The frame's reserved value.
+    pub reserved_value: i64,
+    /// Term id of the frame.
+    pub term_id: i32,
+    /// Offset of the frame in its term.
+    pub term_offset: u32,
+}
+
+/// A mapped log buffer (publication or image).
+#[derive(Clone, Debug)]
+pub struct LogBuffer {
+    terms: [Region; PARTITION_COUNT],
+    meta: Region,
+    term_length: u32,
+    mtu: u32,
+    initial_term_id: i32,
+    position_bits: u32,
+    default_header: [u8; DATA_HEADER_LENGTH],
+    path: Option<PathBuf>,
+}
+
+impl LogBuffer {
+    /// Creates a log file at `path` (must not exist; mode 0600; sparse).
+    pub fn create(path: &Path, params: &LogParams) -> Result<Self, ShmError> {
+        let length = params.validate().map_err(ShmError::Parameter)?;
+        let region = file::create_mapped(path, length)?;
+        Self::initialise(region, params, Some(path))
+    }
+
+    /// Creates a log in anonymous memory (one process only).
+    pub fn anonymous(params: &LogParams) -> Result<Self, ShmError> {
+        let length = params.validate().map_err(ShmError::Parameter)?;
+        Self::initialise(file::anonymous(length)?, params, None)
+    }
+
+    fn initialise(region: Region, params: &LogParams, path: Option<&Path>) -> Result<Self, ShmError> {
+        let term_length = params.term_length as usize;
+        let meta = region.slice(term_length * PARTITION_COUNT, LOG_META_DATA_LENGTH)?;
+        meta.put_i64(meta::TERM_TAIL_COUNTERS, pack_tail(params.initial_term_id, 0))?;
+        for partition in 1..PARTITION_COUNT {
+            // So that rotating into partition i finds the term id it expects (Aeron's scheme).
+            let term_id = params.initial_term_id.wrapping_sub(PARTITION_COUNT as i32).wrapping_add(partition as i32);
+            meta.put_i64(meta::TERM_TAIL_COUNTERS + 8 * partition, pack_tail(term_id, 0))?;
+        }
+        meta.put_i32(meta::ACTIVE_TERM_COUNT, 0)?;
+        meta.put_i64(meta::END_OF_STREAM_POSITION, i64::MAX)?;
+        meta.put_i64(meta::CORRELATION_ID, params.correlation_id)?;
+        meta.put_i32(meta::INITIAL_TERM_ID, params.initial_term_id)?;
+        meta.put_i32(meta::DEFAULT_FRAME_HEADER_LENGTH, DATA_HEADER_LENGTH as i32)?;
+        meta.put_i32(meta::MTU_LENGTH, params.mtu as i32)?;
+        meta.put_i32(meta::TERM_LENGTH, params.term_length as i32)?;
+        meta.put_i32(meta::PAGE_SIZE, params.page_size as i32)?;
+        meta.put_bytes(meta::DEFAULT_FRAME_HEADER, &default_header(params.session_id, params.stream_id))?;
+        meta.put_i32(meta::LAYOUT_VERSION, LOG_LAYOUT_VERSION)?;
+        meta.put_i64_release(meta::MAGIC, LOG_MAGIC)?;
+        Self::from_region(region, path)
+    }
+
+    /// Opens and validates an existing log file.
+    pub fn open(path: &Path) -> Result<Self, ShmError> {
+        let region = file::open_mapped(path, "log buffer", LOG_META_DATA_LENGTH, true)?;
+        Self::from_region(region, Some(path))
+    }
+
+    /// Validates a mapped log (magic, version, term length, MTU, page size, file length).
+    pub fn from_region(region: Region, path: Option<&Path>) -> Result<Self, ShmError> {
+        let invalid = |detail: String| ShmError::invalid("log buffer", path, detail);
+        let len = region.capacity();
+        if len < LOG_META_DATA_LENGTH {
+            return Err(invalid(format!("truncated: {len} bytes, at least {LOG_META_DATA_LENGTH} expected")));
+        }
+        // The metadata sits after three terms; find it from the term length stored in it, which
+        // we can only read once we know where it is: try the one layout that matches the length.
+        let term_length = find_term_length(&region).ok_or_else(|| {
+            invalid(format!(
+                "{len} bytes is not three power-of-two terms plus {LOG_META_DATA_LENGTH} bytes of metadata"
+            ))
+        })?;
+        let meta = region.slice(term_length as usize * PARTITION_COUNT, LOG_META_DATA_LENGTH)?;
+        let magic = meta.get_i64_acquire(meta::MAGIC)?;
+        if magic != LOG_MAGIC {
+            return Err(invalid(format!("magic {magic:#018x}, expected {LOG_MAGIC:#018x}")));
+        }
+        let version = meta.get_i32(meta::LAYOUT_VERSION)?;
+        if version != LOG_LAYOUT_VERSION {
+            return Err(invalid(format!("layout version {version}, this build reads {LOG_LAYOUT_VERSION}")));
+        }
+        let stored_term_length = meta.get_i32(meta::TERM_LENGTH)?;
+        if stored_term_length as i64 != term_length as i64 {
+            return Err(invalid(format!("term length {stored_term_length} does not match the file length {len}")));
+        }
+        let page_size = u32::try_from(meta.get_i32(meta::PAGE_SIZE)?).unwrap_or(0);
+        check_page_size(page_size).map_err(&invalid)?;
+        if log_length(term_length, page_size) != Some(len) {
+            return Err(invalid(format!(
+                "{len} bytes, expected {:?} for term length {term_length} and page size {page_size}",
+                log_length(term_length, page_size)
+            )));
+        }
+        let mtu = u32::try_from(meta.get_i32(meta::MTU_LENGTH)?).unwrap_or(0);
+        check_mtu(mtu, term_length).map_err(&invalid)?;
+        let header_length = meta.get_i32(meta::DEFAULT_FRAME_HEADER_LENGTH)?;
+        if header_length != DATA_HEADER_LENGTH as i32 {
+            return Err(invalid(format!("default frame header length {header_length}, expected {DATA_HEADER_LENGTH}")));
+        }
+        let mut default_header = [0u8; DATA_HEADER_LENGTH];
+        meta.get_bytes(meta::DEFAULT_FRAME_HEADER, &mut default_header)?;
+        let t = term_length as usize;
+        let terms = [region.slice(0, t)?, region.slice(t, t)?, region.slice(2 * t, t)?];
+        Ok(Self {
+            terms,
+            initial_term_id: meta.get_i32(meta::INITIAL_TERM_ID)?,
+            meta,
+            term_length,
+            mtu,
+            position_bits: position_bits(term_length),
+            default_header,
+            path: path.map(Path::to_path_buf),
+        })
+    }
+
+    /// The file this log is mapped from (`None` when anonymous).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Bytes per term.
+    pub fn term_length(&self) -> u32 {
+        self.term_length
+    }
+
+    /// Maximum transmission unit.
+    pub fn mtu(&self) -> u32 {
+        self.mtu
+    }
+
+    /// Term id of position 0.
+    pub fn initial_term_id(&self) -> i32 {
+        self.initial_term_id
+    }
+
+    /// The metadata section (tail counters, flags).
+    pub fn metadata(&self) -> &Region {
+        &self.meta
+    }
+
+    /// Term partition `index` (0..3).
+    pub fn term(&self, index: usize) -> Option<&Region> {
+        self.terms.get(index)
+    }
+
+    fn partition(&self, index: usize) -> Result<&Region, ShmError> {
+        self.terms.get(index).ok_or_else(|| ShmError::corrupt("log metadata", 0, format!("partition index {index}")))
+    }
+
+    /// Largest message `offer` accepts: `min(term_length / 8, 16 MiB)`.
+    pub fn max_message_length(&self) -> usize {
+        max_message_length(self.term_length)
+    }
+
+    /// Largest stream position (`term_length * 2^31`).
+    pub fn max_position(&self) -> i64 {
+        (self.term_length as i64) << 31
+    }
+
+    /// Bytes a publisher may run ahead of its slowest consumer: half a term (Aeron's window).
+    pub fn publication_window(&self) -> i64 {
+        (self.term_length / 2) as i64
+    }
+
+    /// The partition of the active term and its term count.
+    pub fn active_term_count(&self) -> Result<i32, ShmError> {
+        self.meta.get_i32_acquire(meta::ACTIVE_TERM_COUNT)
+    }
+
+    /// Raw tail (`term_id << 32 | offset`) of `partition`.
+    pub fn raw_tail(&self, partition: usize) -> Result<i64, ShmError> {
+        self.meta.get_i64_acquire(meta::TERM_TAIL_COUNTERS + 8 * partition)
+    }
+
+    /// The position the next append will claim (the producer position).
+    pub fn tail_position(&self) -> Result<i64, ShmError> {
+        let term_count = self.active_term_count()?;
+        let raw = self.raw_tail(partition_index(term_count as i64))?;
+        let offset = tail_term_offset(raw, self.term_length);
+        Ok(compute_position(tail_term_id(raw), offset as i32, self.position_bits, self.initial_term_id))
+    }
+
+    /// Position of the end of stream (`i64::MAX` while open).
+    pub fn end_of_stream_position(&self) -> Result<i64, ShmError> {
+        self.meta.get_i64_acquire(meta::END_OF_STREAM_POSITION)
+    }
+
+    /// Marks the end of stream at `position` (driver side).
+    pub fn set_end_of_stream_position(&self, position: i64) -> Result<(), ShmError> {
+        self.meta.put_i64_release(meta::END_OF_STREAM_POSITION, position)
+    }
+
+    /// Whether a subscriber is connected (written by the driver).
+    pub fn is_connected(&self) -> Result<bool, ShmError> {
+        Ok(self.meta.get_i32_acquire(meta::IS_CONNECTED)? == 1)
+    }
+
+    /// Sets the connected flag (driver side).
+    pub fn set_connected(&self, connected: bool) -> Result<(), ShmError> {
+        self.meta.put_i32_release(meta::IS_CONNECTED, i32::from(connected))
+    }
+
+    /// Offers `payload` with `reserved_value` if the tail is below `limit` (the publisher limit).
+    ///
+    /// Many threads and processes may offer into one log at once. Messages longer than
+    /// `mtu - 32` are fragmented; longer than [`Self::max_message_length`] is an error.
+    pub fn offer(&self, payload: &[u8], reserved_value: i64, limit: i64) -> Result<Offer, ShmError> {
+        if payload.len() > self.max_message_length() {
+            return Err(ShmError::Parameter(format!(
+                "message of {} bytes exceeds the maximum of {} for term length {}",
+                payload.len(),
+                self.max_message_length(),
+                self.term_length
+            )));
+        }
+        let term_count = self.active_term_count()?;
+        let partition = partition_index(term_count as i64);
+        let raw = self.raw_tail(partition)?;
+        let term_id = tail_term_id(raw);
+        if term_id.wrapping_sub(self.initial_term_id) != term_count {
+            return Ok(Offer::AdminAction);
+        }
+        let offset = tail_term_offset(raw, self.term_length);
+        let position = compute_position(term_id, offset as i32, self.position_bits, self.initial_term_id);
+        if position >= limit {
+            return Ok(if position >= self.max_position() { Offer::MaxPositionExceeded } else { Offer::BackPressured });
+        }
+        let max_payload = self.mtu as usize - DATA_HEADER_LENGTH;
+        let claimed = if payload.len() <= max_payload {
+            align_frame(payload.len() + DATA_HEADER_LENGTH)
+        } else {
+            fragmented_length(payload.len(), max_payload)
+        };
+        let raw = self.meta.get_and_add_i64(meta::TERM_TAIL_COUNTERS + 8 * partition, claimed as i64)?;
+        let term_id = tail_term_id(raw);
+        let term_offset = (raw & 0xFFFF_FFFF) as u64;
+        let resulting = term_offset + claimed as u64;
+        let term = self.partition(partition)?;
+        if resulting > self.term_length as u64 {
+            if term_offset < self.term_length as u64 {
+                self.write_padding(term, term_offset as usize, term_id)?;
+            }
+            self.rotate(term_count, term_id)?;
+            return Ok(Offer::AdminAction);
+        }
+        let term_offset = term_offset as usize;
+        if payload.len() <= max_payload {
+            self.write_frame(term, term_offset, term_id, flags::UNFRAGMENTED, payload, reserved_value)?;
+        } else {
+            let mut frame_offset = term_offset;
+            let mut chunks = payload.chunks(max_payload).peekable();
+            let mut first = true;
+            while let Some(chunk) = chunks.next() {
+                let mut frame_flags = if first { flags::BEGIN } else { 0 };
+                if chunks.peek().is_none() {
+                    frame_flags |= flags::END;
+                }
+                self.write_frame(term, frame_offset, term_id, frame_flags, chunk, reserved_value)?;
+                frame_offset += align_frame(chunk.len() + DATA_HEADER_LENGTH);
+                first = false;
+            }
+        }
+        Ok(Offer::Appended(compute_position(term_id, resulting as i32, self.position_bits, self.initial_term_id)))
+    }
+
+    fn write_frame(
+        &self,
+        term: &Region,
+        offset: usize,
+        term_id: i32,
+        frame_flags: u8,
+        payload: &[u8],
+        reserved_value: i64,
+    ) -> Result<(), ShmError> {
+        let frame_length = (payload.len() + DATA_HEADER_LENGTH) as i32;
+        term.put_i32_release(offset + frame::LENGTH, -frame_length)?;
+        let mut header = self.default_header;
+        header[frame::FLAGS] = frame_flags;
+        header[frame::TERM_OFFSET..frame::TERM_OFFSET + 4].copy_from_slice(&(offset as i32).to_le_bytes());
+        header[frame::TERM_ID..frame::TERM_ID + 4].copy_from_slice(&term_id.to_le_bytes());
+        header[frame::RESERVED_VALUE..frame::RESERVED_VALUE + 8].copy_from_slice(&reserved_value.to_le_bytes());
+        // Bytes 4.. of the header (the length stays negative until the end).
+        term.put_bytes(offset + 4, &header[4..])?;
+        term.put_bytes(offset + DATA_HEADER_LENGTH, payload)?;
+        term.put_i32_release(offset + frame::LENGTH, frame_length)
+    }
+
+    fn write_padding(&self, term: &Region, offset: usize, term_id: i32) -> Result<(), ShmError> {
+        let length = (self.term_length as usize - offset) as i32;
+        term.put_i32_release(offset + frame::LENGTH, -length)?;
+        let mut header = self.default_header;
+        header[frame::FLAGS] = flags::UNFRAGMENTED;
+        header[frame::TYPE..frame::TYPE + 2].copy_from_slice(&FrameType::Pad.code().to_le_bytes());
+        header[frame::TERM_OFFSET..frame::TERM_OFFSET + 4].copy_from_slice(&(offset as i32).to_le_bytes());
+        header[frame::TERM_ID..frame::TERM_ID + 4].copy_from_slice(&term_id.to_le_bytes());
+        term.put_bytes(offset + 4, &header[4..])?;
+        term.put_i32_release(offset + frame::LENGTH, length)
+    }
+
+    /// Moves the log on to the term after `term_id` (Aeron's `rotateLog`); any writer that
+    /// tripped the end of the term may call it, only the first one has an effect.
+    fn rotate(&self, term_count: i32, term_id: i32) -> Result<bool, ShmError> {
+        let next_term_id = term_id.wrapping_add(1);
+        let next_term_count = term_count.wrapping_add(1);
+        let next_partition = partition_index(next_term_count as i64);
+        let expected_term_id = next_term_id.wrapping_sub(PARTITION_COUNT as i32);
+        let tail_offset = meta::TERM_TAIL_COUNTERS + 8 * next_partition;
+        loop {
+            let raw = self.meta.get_i64_acquire(tail_offset)?;
+            if tail_term_id(raw) != expected_term_id {
+                break;
+            }
+            if self.meta.compare_and_set_i64(tail_offset, raw, pack_tail(next_term_id, 0))? {
+                break;
+            }
+        }
+        self.meta.compare_and_set_i32(meta::ACTIVE_TERM_COUNT, term_count, next_term_count)
+    }
+
+    /// Reads committed fragments from `position` (within one term) into `handler`, at most
+    /// `fragment_limit` of them; returns the position after the last frame consumed (padding
+    /// included). Stops at the first frame not yet committed.
+    pub fn read<F>(
+        &self,
+        position: i64,
+        fragment_limit: usize,
+        scratch: &mut Vec<u8>,
+        mut handler: F,
+    ) -> Result<i64, ShmError>
+    where
+        F: FnMut(&FragmentHeader, &[u8]),
+    {
+        let term_offset = (position & (self.term_length as i64 - 1)) as usize;
+        let term_count = position >> self.position_bits;
+        let term = self.partition(partition_index(term_count))?;
+        let term_id = self.initial_term_id.wrapping_add(term_count as i32);
+        let mut offset = term_offset;
+        let mut fragments = 0;
+        while fragments < fragment_limit && offset < self.term_length as usize {
+            let Some((length, aligned)) = self.committed_frame(term, offset)? else { break };
+            // Bytes 4..8 are version, flags and type: one load tells a PAD frame (which may span
+            // most of the term) from data, which is then copied in one piece with its header.
+            let word = term.get_i32(offset + 4)?.to_le_bytes();
+            if i16::from_le_bytes([word[2], word[3]]) != FrameType::Pad.code() {
+                scratch.clear();
+                term.read_into(offset, length, scratch)?;
+                let head = &scratch[..DATA_HEADER_LENGTH];
+                let mut reserved = [0u8; 8];
+                reserved.copy_from_slice(&head[frame::RESERVED_VALUE..frame::RESERVED_VALUE + 8]);
+                let header = FragmentHeader {
+                    position: position + (offset - term_offset) as i64,
+                    flags: head[frame::FLAGS],
+                    reserved_value: i64::from_le_bytes(reserved),
+                    term_id,
+                    term_offset: offset as u32,
+                };
+                handler(&header, &scratch[DATA_HEADER_LENGTH..]);
+                fragments += 1;
+            }
+            offset += aligned;
+        }
+        Ok(position + (offset - term_offset) as i64)
+    }
+
+    /// The committed frame at `offset`: `(frame_length, aligned_length)`, `None` when not yet
+    /// committed; an error when the length cannot be a frame of this term.
+    fn committed_frame(&self, term: &Region, offset: usize) -> Result<Option<(usize, usize)>, ShmError> {
+        let length = term.get_i32_acquire(offset + frame::LENGTH)?;
+        if length <= 0 {
+            return Ok(None);
+        }
+        let length = length as usize;
+        let aligned = align_frame(length);
+        if length < DATA_HEADER_LENGTH || aligned > self.term_length as usize - offset {
+            return Err(ShmError::corrupt(
+                "term",
+                offset,
+                format!("frame length {length} does not fit a term of {} bytes", self.term_length),
+            ));
+        }
+        Ok(Some((length, aligned)))
+    }
+
+    /// Bytes of committed frames available to send from `position`, at most `max_length`
+    /// (Aeron's `TermScanner`): `(available, padding)`. A padding frame ends the scan; only its
+    /// header counts as available, the rest is returned as `padding`.
+    pub fn scan(&self, position: i64, max_length: usize) -> Result<(usize, usize), ShmError> {
+        let term_offset = (position & (self.term_length as i64 - 1)) as usize;
+        let term = self.partition(partition_index(position >> self.position_bits))?;
+        let limit = max_length.min(self.term_length as usize - term_offset);
+        let mut available = 0;
+        while available < limit {
+            let offset = term_offset + available;
+            let Some((_, aligned)) = self.committed_frame(term, offset)? else { break };
+            let mut kind = [0u8; 2];
+            term.get_bytes(offset + frame::TYPE, &mut kind)?;
+            if i16::from_le_bytes(kind) == FrameType::Pad.code() {
+                if available + DATA_HEADER_LENGTH > max_length {
+                    break;
+                }
+                return Ok((available + DATA_HEADER_LENGTH, aligned - DATA_HEADER_LENGTH));
+            }
+            if available + aligned > max_length {
+                break;
+            }
+            available += aligned;
+        }
+        Ok((available, 0))
+    }
+
+    /// Zeroes the log from `*clean_position` towards `target` (at most to the end of a term per
+    /// call), as Aeron's `cleanBufferTo`: the driver calls it with
+    /// `min consumer position - term_length` so a partition is clean before writers rotate into it.
+    pub fn clean_to(&self, clean_position: &mut i64, target: i64) -> Result<(), ShmError> {
+        if target <= *clean_position {
+            return Ok(());
+        }
+        let term = self.partition(partition_index(*clean_position >> self.position_bits))?;
+        let offset = (*clean_position & (self.term_length as i64 - 1)) as usize;
+        let length = ((target - *clean_position) as u64).min((self.term_length as usize - offset) as u64) as usize;
+        // Everything but the first frame length, then that length last so a reader never sees a
+        // stale frame start behind zeroed bytes.
+        if length > 8 {
+            term.set_memory(offset + 8, length - 8, 0)?;
+        }
+        term.put_i64_release(offset, 0)?;
+        *clean_position += length as i64;
+        Ok(())
+    }
+}
+
+/// The only term length a file of `region`'s size and page size can hold: the file is
+/// `align(3 * term + 4096, page)`, so the term length is the largest power of two with
+/// `3 * term + 4096 <= len`.
+fn find_term_length(region: &Region) -> Option<u32> {
+    let len = region.capacity();
+    let mut term = TERM_MAX_LENGTH;
+    while term >= TERM_MIN_LENGTH {
+        let needed = (term as usize).checked_mul(PARTITION_COUNT)?.checked_add(LOG_META_DATA_LENGTH)?;
+        if needed <= len && len - needed < (term as usize) {
+            return Some(term);
+        }
+        term /= 2;
+    }
+    None
+}
+
+/// Partition of the term `term_count` terms after the initial one; total for any input (a
+/// corrupt negative count from shared memory maps into range instead of panicking).
+fn partition_index(term_count: i64) -> usize {
+    term_count.rem_euclid(PARTITION_COUNT as i64) as usize
+}
+
+/// The DATA header every frame of a log starts from.
+pub fn default_header(session_id: i32, stream_id: i32) -> [u8; DATA_HEADER_LENGTH] {
+    let mut header = [0u8; DATA_HEADER_LENGTH];
+    header[4] = crate::wire::CURRENT_VERSION;
+    header[frame::FLAGS] = flags::UNFRAGMENTED;
+    header[frame::TYPE..frame::TYPE + 2].copy_from_slice(&FrameType::Data.code().to_le_bytes());
+    header[12..16].copy_from_slice(&session_id.to_le_bytes());
+    header[16..20].copy_from_slice(&stream_id.to_le_bytes());
+    header
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::test_support::tempdir;
+
+    fn params(term_length: u32) -> LogParams {
+        LogParams {
+            term_length,
+            mtu: 1408,
+            page_size: 4096,
+            initial_term_id: 7,
+            session_id: 11,
+            stream_id: 1001,
+            correlation_id: 3,
+        }
+    }
+
+    #[test]
+    fn appended_messages_are_read_back_in_order_across_term_rotation() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let (mut clean, mut read_position) = (0, 0);
+        let mut scratch = Vec::new();
+        let (mut sent, mut received) = (0u32, 0u32);
+        let mut attempts = 0;
+        while sent < 5_000 && attempts < 20_000 {
+            attempts += 1;
+            let payload = sent.to_le_bytes().repeat(1 + sent as usize % 50);
+            log.clean_to(&mut clean, read_position - log.term_length() as i64).unwrap();
+            match log.offer(&payload, 0, read_position + log.publication_window()).unwrap() {
+                Offer::Appended(_) => sent += 1,
+                Offer::AdminAction | Offer::BackPressured => {}
+                Offer::MaxPositionExceeded => panic!("max position"),
+            }
+            read_position = log
+                .read(read_position, usize::MAX, &mut scratch, |_, p| {
+                    assert_eq!(p, received.to_le_bytes().repeat(1 + received as usize % 50));
+                    received += 1;
+                })
+                .unwrap();
+        }
+        assert_eq!((sent, received), (5_000, 5_000));
+        assert!(read_position > 3 * 64 * 1024, "must rotate through all partitions, end {read_position}");
+        assert_eq!(read_position, log.tail_position().unwrap());
+    }
+
+    #[test]
+    fn offer_at_the_limit_is_back_pressured() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        assert_eq!(log.offer(&[1; 100], 0, 0).unwrap(), Offer::BackPressured);
+        assert_eq!(log.offer(&[1; 100], 0, 1).unwrap(), Offer::Appended(160));
+        assert_eq!(log.offer(&[1; 100], 0, 160).unwrap(), Offer::BackPressured);
+    }
+
+    #[test]
+    fn large_messages_are_fragmented_with_begin_and_end_flags() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let payload: Vec<u8> = (0..4000u32).map(|i| i as u8).collect();
+        assert!(matches!(log.offer(&payload, 9, i64::MAX).unwrap(), Offer::Appended(_)));
+        let mut scratch = Vec::new();
+        let mut frames = Vec::new();
+        log.read(0, usize::MAX, &mut scratch, |h, p| frames.push((h.flags, h.reserved_value, p.to_vec()))).unwrap();
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[0].0, flags::BEGIN);
+        assert_eq!(frames[1].0, 0);
+        assert_eq!(frames[2].0, flags::END);
+        assert!(frames.iter().all(|f| f.1 == 9));
+        let joined: Vec<u8> = frames.into_iter().flat_map(|f| f.2).collect();
+        assert_eq!(joined, payload);
+        let too_long = vec![0; log.max_message_length() + 1];
+        assert!(matches!(log.offer(&too_long, 0, i64::MAX), Err(ShmError::Parameter(_))));
+    }
+
+    #[test]
+    fn a_frame_in_progress_is_not_read_and_not_scanned() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        log.offer(&[5; 40], 0, i64::MAX).unwrap();
+        // Simulate a writer that has claimed and not yet committed the second frame.
+        let term = log.term(0).unwrap();
+        term.put_i32_release(96, -64).unwrap();
+        let mut scratch = Vec::new();
+        let mut count = 0;
+        let position = log.read(0, usize::MAX, &mut scratch, |_, _| count += 1).unwrap();
+        assert_eq!((count, position), (1, 96));
+        assert_eq!(log.scan(0, 4096).unwrap(), (96, 0));
+    }
+
+    #[test]
+    fn a_corrupt_frame_length_is_an_error_not_a_panic() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let term = log.term(0).unwrap();
+        term.put_i32_release(0, 70_000).unwrap();
+        let mut scratch = Vec::new();
+        assert!(matches!(log.read(0, 10, &mut scratch, |_, _| {}), Err(ShmError::Corrupt { .. })));
+        term.put_i32_release(0, 8).unwrap();
+        assert!(matches!(log.scan(0, 4096), Err(ShmError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn the_term_end_is_padded_and_the_scanner_reports_the_padding() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let payload = [1u8; 1000];
+        let mut position = 0;
+        for _ in 0..200 {
+            match log.offer(&payload, 0, i64::MAX).unwrap() {
+                Offer::Appended(p) => position = p,
+                Offer::AdminAction => break,
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(log.active_term_count().unwrap(), 1);
+        let (available, padding) = log.scan(position, 64 * 1024).unwrap();
+        assert_eq!(available, DATA_HEADER_LENGTH);
+        assert_eq!(position as usize + DATA_HEADER_LENGTH + padding, 64 * 1024);
+        assert_eq!(log.tail_position().unwrap(), 64 * 1024);
+    }
+
+    #[test]
+    fn open_validates_the_file() {
+        let dir = tempdir();
+        let path = dir.join("log");
+        let log = LogBuffer::create(&path, &params(64 * 1024)).unwrap();
+        log.offer(b"persisted", 0, i64::MAX).unwrap();
+        let reopened = LogBuffer::open(&path).unwrap();
+        assert_eq!(reopened.tail_position().unwrap(), 64);
+        assert_eq!(reopened.initial_term_id(), 7);
+        // Sparse: three 64 KiB terms plus metadata, but only touched pages are allocated.
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.len() as usize, 3 * 64 * 1024 + 4096);
+        use std::os::unix::fs::MetadataExt;
+        assert!(meta.blocks() * 512 < 64 * 1024, "{} bytes allocated", meta.blocks() * 512);
+        assert_eq!(meta.mode() & 0o777, 0o600);
+
+        // Truncated.
+        let short = dir.join("short");
+        std::fs::write(&short, vec![0u8; 1000]).unwrap();
+        let error = LogBuffer::open(&short).unwrap_err().to_string();
+        assert!(error.contains("truncated"), "{error}");
+        // Right length, no magic.
+        let zero = dir.join("zero");
+        std::fs::write(&zero, vec![0u8; 3 * 64 * 1024 + 4096]).unwrap();
+        let error = LogBuffer::open(&zero).unwrap_err().to_string();
+        assert!(error.contains("magic"), "{error}");
+        // Length that is not three terms plus metadata.
+        let odd = dir.join("odd");
+        std::fs::write(&odd, vec![0u8; 5000]).unwrap();
+        assert!(LogBuffer::open(&odd).unwrap_err().to_string().contains("not three power-of-two terms"));
+        // Corrupt MTU.
+        log.metadata().put_i32(meta::MTU_LENGTH, 33).unwrap();
+        assert!(LogBuffer::open(&path).unwrap_err().to_string().contains("mtu 33"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn parameters_out_of_range_are_refused() {
+        assert!(LogBuffer::anonymous(&LogParams { term_length: 100_000, ..params(65536) }).is_err());
+        assert!(LogBuffer::anonymous(&LogParams { mtu: 100, ..params(65536) }).is_err());
+        assert!(LogBuffer::anonymous(&LogParams { page_size: 1000, ..params(65536) }).is_err());
+    }
+}

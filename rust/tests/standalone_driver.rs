@@ -1,0 +1,270 @@
+//! The standalone driver with real processes: `affinity-driver` in one process, publishers and
+//! subscribers (`affinity-ipc`) in others, over `aeron:ipc` logs they all map. Kill -9 of a
+//! client and of the driver, two drivers on one directory, permissions, a corrupt cnc.
+//! Every wait is bounded by time.
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use affinity::client::attached::{AttachedClient, AttachedOffer};
+use affinity::shm::cnc::{Cnc, CNC_FILE};
+
+const DRIVER: &str = env!("CARGO_BIN_EXE_affinity-driver");
+const IPC: &str = env!("CARGO_BIN_EXE_affinity-ipc");
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("affinity-standalone-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A child process killed (SIGKILL) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    /// Waits for a line equal to or containing `marker` on stdout.
+    fn wait_for_line(&mut self, marker: &str) -> String {
+        let stdout = self.0.stdout.as_mut().expect("stdout piped");
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        for _ in 0..100 {
+            line.clear();
+            let read = reader.read_line(&mut line).expect("read child stdout");
+            assert!(read > 0, "child exited before printing {marker:?}");
+            if line.contains(marker) {
+                return line;
+            }
+        }
+        panic!("no {marker:?} in the child's first 100 lines");
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(start.elapsed() < timeout, "process did not exit within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.0.id() as i32, signal) };
+    }
+}
+
+fn start_driver(dir: &Path, extra: &[&str]) -> Proc {
+    let mut child = Proc(
+        Command::new(DRIVER)
+            .arg("--dir")
+            .arg(dir)
+            .args(["--term-length", "1m"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn affinity-driver"),
+    );
+    child.wait_for_line("ready in");
+    child
+}
+
+fn ipc(role: &str, dir: &Path, count: u64, size: usize) -> Proc {
+    Proc(
+        Command::new(IPC)
+            .arg(role)
+            .arg("--dir")
+            .arg(dir)
+            .args(["--count", &count.to_string(), "--size", &size.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn affinity-ipc"),
+    )
+}
+
+fn output(mut child: Proc, timeout: Duration) -> String {
+    let status = child.wait_exit(timeout);
+    let mut text = String::new();
+    use std::io::Read;
+    child.0.stdout.take().expect("stdout").read_to_string(&mut text).expect("read stdout");
+    assert!(status.success(), "child failed ({status}): {text}");
+    text
+}
+
+/// Value of the first allocated counter whose label starts with `label`.
+fn counter(dir: &Path, label: &str) -> Option<i64> {
+    let cnc = Cnc::open(&dir.join(CNC_FILE), false).ok()?;
+    cnc.counters().ok()?.allocated().ok()?.into_iter().find(|c| c.label.starts_with(label)).map(|c| c.value)
+}
+
+fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn a_million_ipc_messages_between_processes_arrive_in_order() {
+    let dir = tempdir("million");
+    let driver = start_driver(&dir, &[]);
+    let mut subscriber = ipc("subscribe", &dir, 1_000_000, 32);
+    subscriber.wait_for_line("ready");
+    let publisher = ipc("publish", &dir, 1_000_000, 32);
+    let sent = output(publisher, Duration::from_secs(300));
+    let received = output(subscriber, Duration::from_secs(300));
+    assert!(sent.contains("\"messages\":1000000"), "{sent}");
+    assert!(received.contains("\"messages\":1000000"), "{received}");
+    drop(driver);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn two_subscribers_each_get_every_message_and_the_slowest_paces_the_publisher() {
+    let dir = tempdir("two-subscribers");
+    let _driver = start_driver(&dir, &[]);
+    let mut a = ipc("subscribe", &dir, 200_000, 200);
+    a.wait_for_line("ready");
+    let mut b = ipc("subscribe", &dir, 200_000, 200);
+    b.wait_for_line("ready");
+    // Both images exist before the publisher writes (the publisher waits only for one).
+    assert!(wait_until(Duration::from_secs(5), || counter(&dir, "Subscriptions") == Some(2)));
+    let publisher = ipc("publish", &dir, 200_000, 200);
+    output(publisher, Duration::from_secs(300));
+    for subscriber in [a, b] {
+        assert!(output(subscriber, Duration::from_secs(300)).contains("\"messages\":200000"));
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_killed_client_is_reclaimed_after_the_client_timeout() {
+    let dir = tempdir("kill-client");
+    let _driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
+    let mut client = ipc("hold", &dir, 0, 32);
+    client.wait_for_line("ready");
+    assert_eq!(counter(&dir, "Clients"), Some(1));
+    assert_eq!(counter(&dir, "IPC publications"), Some(1));
+    assert_eq!(counter(&dir, "Subscriptions"), Some(1));
+    assert!(counter(&dir, "sub-pos:").is_some());
+    client.signal(libc::SIGKILL);
+    client.wait_exit(Duration::from_secs(5));
+    let killed = Instant::now();
+    assert!(
+        wait_until(Duration::from_secs(6), || counter(&dir, "Client timeouts") == Some(1)
+            && counter(&dir, "Clients") == Some(0)
+            && counter(&dir, "IPC publications") == Some(0)
+            && counter(&dir, "Subscriptions") == Some(0)),
+        "resources not reclaimed"
+    );
+    assert!(killed.elapsed() >= Duration::from_millis(800), "reclaimed before the client timeout");
+    assert!(counter(&dir, "sub-pos:").is_none() && counter(&dir, "pub-lmt:").is_none(), "counters freed");
+    let logs = std::fs::read_dir(dir.join("publications")).unwrap().count();
+    assert_eq!(logs, 0, "log file removed");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_killed_driver_makes_clients_time_out_and_a_restart_takes_over() {
+    let dir = tempdir("kill-driver");
+    let driver = start_driver(&dir, &[]);
+    let client = AttachedClient::connect(&dir, Duration::from_millis(500)).unwrap();
+    let publication = client.add_publication("aeron:ipc", 5).unwrap();
+    assert_eq!(publication.offer(b"x").unwrap(), AttachedOffer::NotConnected);
+    driver.signal(libc::SIGKILL);
+    let mut driver = driver;
+    driver.wait_exit(Duration::from_secs(5));
+    let killed = Instant::now();
+    let timed_out = wait_until(Duration::from_secs(3), || {
+        matches!(publication.offer(b"x"), Err(affinity::error::Error::Timeout(_)))
+    });
+    assert!(timed_out, "no timeout error after the driver died");
+    assert!(killed.elapsed() < Duration::from_secs(2));
+    let message = publication.offer(b"x").unwrap_err().to_string();
+    assert!(message.contains("has not beaten"), "{message}");
+    drop(publication);
+    drop(client);
+    // The pid is gone: a new driver takes the directory over.
+    let mut restarted = start_driver(&dir, &[]);
+    let client = AttachedClient::connect(&dir, Duration::from_secs(2)).unwrap();
+    assert!(client.add_subscription("aeron:ipc", 5).is_ok());
+    drop(client);
+    restarted.signal(libc::SIGTERM);
+    assert!(restarted.wait_exit(Duration::from_secs(5)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_second_driver_on_a_live_directory_refuses_and_names_the_pid() {
+    let dir = tempdir("two-drivers");
+    let first = start_driver(&dir, &[]);
+    let second = Command::new(DRIVER).arg("--dir").arg(&dir).output().expect("run second driver");
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains(&format!("pid {}", first.0.id())), "{stderr}");
+    drop(first);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn sigterm_shuts_down_cleanly_ends_streams_and_removes_files() {
+    let dir = tempdir("sigterm");
+    let mut driver = start_driver(&dir, &[]);
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o777, 0o700, "directory 0700");
+    assert_eq!(std::fs::metadata(dir.join(CNC_FILE)).unwrap().mode() & 0o777, 0o600, "cnc 0600");
+    let client = AttachedClient::connect(&dir, Duration::from_secs(2)).unwrap();
+    let mut subscription = client.add_subscription("aeron:ipc", 9).unwrap();
+    let publication = client.add_publication("aeron:ipc", 9).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || subscription.image_count().unwrap_or(0) == 1));
+    let log = std::fs::read_dir(dir.join("publications")).unwrap().next().unwrap().unwrap().path();
+    assert_eq!(std::fs::metadata(&log).unwrap().mode() & 0o777, 0o600, "log 0600");
+    assert!(wait_until(Duration::from_secs(5), || matches!(
+        publication.offer(b"last words"),
+        Ok(AttachedOffer::Position(_))
+    )));
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(5)).success());
+    assert!(!dir.join(CNC_FILE).exists() && !log.exists(), "files removed");
+    // The subscriber still drains what was written, then the image ends (end of stream).
+    let mut got = Vec::new();
+    let drained = wait_until(Duration::from_secs(3), || {
+        let _ = subscription.poll(10, |m| got.push(m.to_vec()));
+        got.len() == 1 && subscription.image_count().unwrap_or(1) == 0
+    });
+    assert!(drained, "got {got:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_corrupt_or_truncated_cnc_is_a_clear_error_and_a_new_driver_replaces_it() {
+    let dir = tempdir("corrupt");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(CNC_FILE), vec![7u8; 200]).unwrap();
+    let error = AttachedClient::connect(&dir, Duration::from_secs(1)).err().expect("must fail").to_string();
+    assert!(error.contains("cnc") && error.contains("magic"), "{error}");
+    std::fs::write(dir.join(CNC_FILE), b"short").unwrap();
+    let error = AttachedClient::connect(&dir, Duration::from_secs(1)).err().expect("must fail").to_string();
+    assert!(error.contains("truncated"), "{error}");
+    let mut driver = start_driver(&dir, &[]);
+    assert!(AttachedClient::connect(&dir, Duration::from_secs(1)).is_ok());
+    driver.signal(libc::SIGINT);
+    assert!(driver.wait_exit(Duration::from_secs(5)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}

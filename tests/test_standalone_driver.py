@@ -1,0 +1,165 @@
+"""The standalone driver as a process (``affinity driver``) and ``affinity stat`` reading it:
+clean SIGTERM shutdown, a second driver refused by pid, permissions, corrupt and truncated cnc
+files, and the typed snapshot API. Every wait is bounded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat as stat_module
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import affinity
+import pytest
+from affinity.exceptions import DriverError
+
+CLI = [sys.executable, "-m", "affinity.cli"]
+START_TIMEOUT_S = 20.0
+
+
+def start_driver(directory: Path, *options: str) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [*CLI, "driver", "--dir", str(directory), "--term-length", "1m", *options],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert "ready in" in line, f"driver did not start: {line!r} {process.stderr.read() if process.stderr else ''}"
+    return process
+
+
+def finish(process: subprocess.Popen[str]) -> int:
+    """Waits for ``process`` (bounded), closes its pipes, returns its exit status."""
+    process.communicate(timeout=10)
+    return process.returncode
+
+
+@pytest.fixture
+def driver_dir(tmp_path: Path) -> Path:
+    return tmp_path / "driver"
+
+
+@pytest.fixture
+def driver(driver_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    process = start_driver(driver_dir)
+    yield process
+    if process.poll() is None:
+        process.kill()
+    finish(process)
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_stat_json_lists_the_system_counters_of_a_running_driver(
+    driver: subprocess.Popen[str], driver_dir: Path
+) -> None:
+    result = run_cli("stat", "--dir", str(driver_dir), "--json", "--watch", "100ms", "--count", "2")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2
+    snapshot = json.loads(lines[-1])
+    assert snapshot["pid"] == driver.pid
+    labels = {counter["label"]: counter["value"] for counter in snapshot["counters"]}
+    assert labels["Clients"] == 0 and labels["Client timeouts"] == 0
+    assert snapshot["heartbeat_age_ms"] < 5_000
+
+
+def test_stat_table_and_errors_render(driver: subprocess.Popen[str], driver_dir: Path) -> None:
+    table = run_cli("stat", "--dir", str(driver_dir))
+    assert table.returncode == 0
+    assert f"driver pid {driver.pid}" in table.stdout and "Commands received" in table.stdout
+    errors = run_cli("stat", "--dir", str(driver_dir), "--errors")
+    assert errors.returncode == 0 and "0 distinct errors" in errors.stdout
+
+
+def test_typed_snapshot_api(driver: subprocess.Popen[str], driver_dir: Path) -> None:
+    snapshot = affinity.driver_stat(str(driver_dir))
+    assert snapshot.pid == driver.pid
+    assert snapshot.counter("IPC publications") == 0
+    assert snapshot.counter("no such counter") is None
+    assert all(isinstance(c, affinity.CounterValue) for c in snapshot.counters)
+
+
+def test_sigterm_shuts_down_cleanly_and_removes_the_files(driver: subprocess.Popen[str], driver_dir: Path) -> None:
+    assert (driver_dir / "cnc.dat").exists()
+    driver.send_signal(signal.SIGTERM)
+    assert finish(driver) == 0
+    assert not (driver_dir / "cnc.dat").exists()
+    gone = run_cli("stat", "--dir", str(driver_dir))
+    assert gone.returncode == 1 and "cnc.dat" in gone.stderr
+
+
+def test_sigint_shuts_down_cleanly(driver: subprocess.Popen[str], driver_dir: Path) -> None:
+    driver.send_signal(signal.SIGINT)
+    assert finish(driver) == 0
+    assert not (driver_dir / "cnc.dat").exists()
+
+
+def test_a_second_driver_refuses_and_names_the_pid(driver: subprocess.Popen[str], driver_dir: Path) -> None:
+    second = run_cli("driver", "--dir", str(driver_dir))
+    assert second.returncode == 1
+    assert f"pid {driver.pid}" in second.stderr
+
+
+def test_directory_is_0700_and_cnc_0600(driver: subprocess.Popen[str], driver_dir: Path) -> None:
+    assert stat_module.S_IMODE(driver_dir.stat().st_mode) == 0o700
+    assert stat_module.S_IMODE((driver_dir / "cnc.dat").stat().st_mode) == 0o600
+
+
+def test_a_killed_driver_leaves_a_stale_directory_that_a_new_driver_takes_over(driver_dir: Path) -> None:
+    first = start_driver(driver_dir)
+    first.kill()
+    finish(first)
+    second = start_driver(driver_dir)
+    try:
+        assert affinity.driver_stat(str(driver_dir)).pid == second.pid
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert finish(second) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [(b"", "truncated"), (b"x" * 64, "truncated"), (b"\x07" * 4096, "magic")],
+)
+def test_a_corrupt_or_truncated_cnc_is_a_clear_error(driver_dir: Path, content: bytes, expected: str) -> None:
+    driver_dir.mkdir(mode=0o700)
+    (driver_dir / "cnc.dat").write_bytes(content)
+    with pytest.raises(DriverError, match=expected):
+        affinity.driver_stat(str(driver_dir))
+    result = run_cli("stat", "--dir", str(driver_dir))
+    assert result.returncode == 1 and expected in result.stderr
+
+
+def test_bad_options_exit_2_with_the_option_named(driver_dir: Path) -> None:
+    result = run_cli("driver", "--dir", str(driver_dir), "--term-length", "1000")
+    assert result.returncode == 2 and "term length 1000" in result.stderr
+    result = run_cli("driver", "--flow-control", "max")
+    assert result.returncode == 2 and "aeron:udp" in result.stderr
+    assert run_cli("driver", "--help").stdout.startswith("usage: affinity driver")
+    assert run_cli("stat", "--watch", "soon").returncode == 2
+
+
+def test_default_directory_follows_affinity_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AFFINITY_DIR", str(tmp_path / "x"))
+    assert affinity.default_driver_dir() == str(tmp_path / "x")
+    monkeypatch.delenv("AFFINITY_DIR")
+    assert affinity.default_driver_dir().startswith(("/dev/shm/affinity-", os.path.join(os.path.realpath("/tmp"), "")))
+
+
+def test_driver_start_is_fast(driver_dir: Path) -> None:
+    start = time.monotonic()
+    process = start_driver(driver_dir)
+    elapsed = time.monotonic() - start
+    process.send_signal(signal.SIGTERM)
+    assert finish(process) == 0
+    assert elapsed < START_TIMEOUT_S
