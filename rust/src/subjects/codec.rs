@@ -35,6 +35,10 @@ pub const DATA_FLAGS: u16 = FLAG_IMAGE | FLAG_UPDATE | FLAG_NODATA_UNAVAILABLE |
 /// ENLIST flag: the payload is a coverage pattern (without it, the enlistment names none).
 pub const FLAG_COVERAGE: u16 = 0x0001;
 
+/// The subject of an ENLIST or DELIST meaning "this router's faucet control topic, whatever its
+/// name".
+pub const ANY_CONTROL_TOPIC: &str = "*";
+
 /// What a record asks or carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RecordKind {
@@ -240,6 +244,15 @@ pub(crate) fn emit_unchecked(
     out.extend_from_slice(&sender.to_le_bytes());
     out.extend_from_slice(subject.as_bytes());
     out.extend_from_slice(payload);
+}
+
+/// The length of the record starting at `offset` of bytes this process encoded, read from its
+/// header; `None` if the header is not there.
+pub fn record_length_at(bytes: &[u8], offset: usize) -> Option<usize> {
+    let header = bytes.get(offset..offset.checked_add(RECORD_HEADER_LENGTH)?)?;
+    let subject = usize::from(u16::from_le_bytes(le(header, 4)));
+    let payload = u32::from_le_bytes(le(header, 8)) as usize;
+    Some(RECORD_HEADER_LENGTH + subject + payload)
 }
 
 fn le<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::codec::{
-    emit_unchecked, RecordKind, Records, SubjectRecord, FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND,
-    FLAG_NODATA_UNAVAILABLE, FLAG_STATUS, FLAG_UPDATE,
+    emit_unchecked, RecordKind, Records, SubjectRecord, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_IMAGE,
+    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_STATUS, FLAG_UPDATE,
 };
 use super::faucet::{Faucet, FaucetEvent, Party};
 use crate::control::{Heartbeat, HeartbeatOutcome, MemberView, Role};
@@ -48,6 +48,11 @@ impl Outbox {
 
     fn push(&mut self, to: u64, kind: RecordKind, flags: u16, sender: u64, subject: &str, payload: &[u8]) {
         emit_unchecked(self.buffer(to), kind, flags, sender, subject, payload);
+    }
+
+    /// The destinations with queued records.
+    pub fn destinations(&self) -> impl Iterator<Item = u64> + '_ {
+        self.dirty.iter().copied()
     }
 
     /// Whether anything is queued.
@@ -319,7 +324,7 @@ impl RouterCore {
             RecordKind::Enlist => {
                 let coverage =
                     (record.flags & FLAG_COVERAGE != 0).then(|| String::from_utf8_lossy(record.payload).into_owned());
-                if self.faucet.as_ref().is_none_or(|f| f.config().control_topic != record.subject) {
+                if !self.is_control_topic(record.subject, true) {
                     self.counters.refused += 1;
                 } else if self.sources.contains_key(&record.sender) {
                     self.enlist(record.sender, coverage);
@@ -331,15 +336,25 @@ impl RouterCore {
                 }
             }
             RecordKind::Delist => {
-                if let Some(faucet) = &mut self.faucet {
-                    faucet.remove_publisher(record.sender);
-                    self.apply_faucet();
-                } else {
-                    self.counters.refused += 1;
+                let control = self.is_control_topic(record.subject, true);
+                match &mut self.faucet {
+                    Some(faucet) if control => {
+                        faucet.remove_publisher(record.sender);
+                        self.apply_faucet();
+                    }
+                    _ => self.counters.refused += 1,
                 }
             }
             RecordKind::Request | RecordKind::Discard => self.counters.refused += 1,
         }
+    }
+
+    /// Whether `subject` names the faucet's control topic (or, when `wildcard`, is
+    /// [`ANY_CONTROL_TOPIC`] and a faucet is configured).
+    fn is_control_topic(&self, subject: &str, wildcard: bool) -> bool {
+        self.faucet
+            .as_ref()
+            .is_some_and(|f| f.config().control_topic == subject || (wildcard && subject == ANY_CONTROL_TOPIC))
     }
 
     fn enlist(&mut self, id: u64, coverage: Option<String>) {
@@ -384,7 +399,7 @@ impl RouterCore {
             None => Arc::from(subject),
         };
         *info.subjects.entry(subject.clone()).or_insert(0) += 1;
-        let control_topic = self.faucet.as_ref().is_some_and(|f| f.config().control_topic == *subject);
+        let control_topic = self.is_control_topic(&subject, false);
         let is_faucet = self.faucet.as_ref().is_some_and(|f| f.matches(&subject));
         if let Some(state) = self.subjects.get_mut(&subject) {
             state.subscribers.push(subscriber);
@@ -449,7 +464,7 @@ impl RouterCore {
         }
         let last = state.subscribers.is_empty();
         let faucet_topic = state.faucet;
-        let control_topic = self.faucet.as_ref().is_some_and(|f| f.config().control_topic == subject);
+        let control_topic = self.is_control_topic(subject, false);
         if faucet_topic {
             if let Some(faucet) = &mut self.faucet {
                 faucet.unsubscribe(subject, subscriber);
