@@ -12,6 +12,7 @@ SUBCOMMAND_MODULES = (
     "affinity.cli.demo",
     "affinity.cli.check",
     "affinity.cli.route",
+    "affinity.cli.router",
 )
 
 

@@ -4,6 +4,7 @@ use pyo3::prelude::*;
 
 mod groups;
 mod routing;
+mod subjects;
 mod transport;
 
 /// The compiled module `affinity._affinity`.
@@ -12,5 +13,6 @@ fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
     transport::register(module)?;
     routing::register(module)?;
     groups::register(module)?;
+    subjects::register(module)?;
     Ok(())
 }
