@@ -602,43 +602,70 @@ impl SubjectPeer {
     }
 
     fn send(&self, kind: RecordKind, flags: u16, subject: &str, payload: &[u8]) -> Result<(), SubjectsError> {
+        self.send_all(std::iter::once((kind, flags, subject, payload)))
+    }
+
+    /// Encodes every record (refusing the whole batch if one is invalid), queues them and sends
+    /// what the publication accepts, packed.
+    fn send_all<'a>(
+        &self,
+        records: impl IntoIterator<Item = (RecordKind, u16, &'a str, &'a [u8])>,
+    ) -> Result<(), SubjectsError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(SubjectsError::Closed);
         }
         let mut bytes = Vec::new();
-        SubjectRecord { kind, flags, sender: self.shared.id, subject, payload }.emit(&mut bytes)?;
+        for (kind, flags, subject, payload) in records {
+            SubjectRecord { kind, flags, sender: self.shared.id, subject, payload }.emit(&mut bytes)?;
+        }
         let mut link = lock(&self.shared.link);
         link.push(&bytes);
         link.flush();
         Ok(())
     }
 
-    /// Receives up to `fragment_limit` fragments' worth of records.
-    pub fn poll(&self, fragment_limit: usize) -> Result<Vec<Delivery>, SubjectsError> {
+    /// Receives up to `fragment_limit` fragments' worth of records, each handed to `handler`
+    /// without a copy; returns the number of records.
+    pub fn poll_with(
+        &self,
+        fragment_limit: usize,
+        mut handler: impl FnMut(&SubjectRecord<'_>),
+    ) -> Result<usize, SubjectsError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(SubjectsError::Closed);
         }
         let mut batch = lock(&self.batch);
         batch.clear();
         self.inbox.poll_into(&mut batch, fragment_limit)?;
-        let mut out = Vec::new();
-        let mut counters = lock(&self.counters);
+        let (mut received, mut malformed) = (0u64, 0u64);
         for index in 0..batch.len() {
             for record in Records::new(batch.message(index)) {
                 match record {
-                    Ok(r) => {
-                        counters.received += 1;
-                        out.push(Delivery {
-                            kind: r.kind,
-                            flags: r.flags,
-                            subject: r.subject.to_owned(),
-                            payload: r.payload.to_vec(),
-                        });
+                    Ok(record) => {
+                        received += 1;
+                        handler(&record);
                     }
-                    Err(_) => counters.malformed += 1,
+                    Err(_) => malformed += 1,
                 }
             }
         }
+        let mut counters = lock(&self.counters);
+        counters.received += received;
+        counters.malformed += malformed;
+        Ok(received as usize)
+    }
+
+    /// Receives up to `fragment_limit` fragments' worth of records, copied out.
+    pub fn poll(&self, fragment_limit: usize) -> Result<Vec<Delivery>, SubjectsError> {
+        let mut out = Vec::new();
+        self.poll_with(fragment_limit, |r| {
+            out.push(Delivery {
+                kind: r.kind,
+                flags: r.flags,
+                subject: r.subject.to_owned(),
+                payload: r.payload.to_vec(),
+            })
+        })?;
         Ok(out)
     }
 
@@ -694,6 +721,14 @@ impl SubjectSubscriber {
         self.peer.send(RecordKind::Subscribe, 0, subject, reply.as_bytes())
     }
 
+    /// Subscribes to several subjects at once (packed into as few messages as possible);
+    /// nothing is sent if one subject is invalid.
+    pub fn subscribe_batch<'a>(&self, subjects: impl IntoIterator<Item = &'a str>) -> Result<(), SubjectsError> {
+        let reply = format!("{}\n{}", self.peer.shared.endpoint, self.peer.shared.name);
+        let reply = reply.as_bytes();
+        self.peer.send_all(subjects.into_iter().map(|subject| (RecordKind::Subscribe, 0, subject, reply)))
+    }
+
     /// Drops one subscription to `subject`.
     pub fn unsubscribe(&self, subject: &str) -> Result<(), SubjectsError> {
         self.peer.send(RecordKind::Unsubscribe, 0, subject, &[])
@@ -733,6 +768,17 @@ impl SubjectSource {
     /// Publishes data for `subject` (an image when `image`, else an update).
     pub fn publish(&self, subject: &str, payload: &[u8], image: bool) -> Result<(), SubjectsError> {
         self.peer.send(RecordKind::Data, if image { FLAG_IMAGE } else { FLAG_UPDATE }, subject, payload)
+    }
+
+    /// Publishes several updates (`image` false) or images at once, packed into as few
+    /// transport messages as possible; nothing is sent if one record is invalid.
+    pub fn publish_batch<'a>(
+        &self,
+        records: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+        image: bool,
+    ) -> Result<(), SubjectsError> {
+        let flags = if image { FLAG_IMAGE } else { FLAG_UPDATE };
+        self.peer.send_all(records.into_iter().map(|(subject, payload)| (RecordKind::Data, flags, subject, payload)))
     }
 
     /// Answers NODATA for `subject` (`Unavailable` or `NotFound`; the record has no flag for
