@@ -23,8 +23,9 @@
 //!   and its runtime over [`client`] and [`control`].
 //! * `py` — the PyO3 bindings (feature `python`), the only module that touches Python.
 //!
-//! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control` or
-//! `routing` opens a socket, starts a thread or reads the clock.
+//! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control`,
+//! `routing`, `control` or `groups` (outside `groups::runtime` and `groups::discovery`) opens a
+//! socket, starts a thread or reads the clock.
 
 pub mod channel;
 pub mod client;

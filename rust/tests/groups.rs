@@ -139,10 +139,15 @@ fn publisher(registry: &Registry, queue_size: u64) -> (GroupPublisher, Arc<Clien
     (publisher, client)
 }
 
-/// Publishes `per_key` rounds over `keys` keys; the payload is `key:round`. Retries
-/// refusals (bounded).
+/// Publishes rounds over `keys` keys; the payload is `key:round`. Retries refusals (bounded).
 fn publish_rounds(publisher: &GroupPublisher, keys: usize, rounds: std::ops::Range<usize>) {
+    publish_paced(publisher, keys, rounds, Duration::ZERO);
+}
+
+/// [`publish_rounds`] with a pause after each round, so a run spans ownership changes.
+fn publish_paced(publisher: &GroupPublisher, keys: usize, rounds: std::ops::Range<usize>, pause: Duration) {
     for round in rounds {
+        std::thread::sleep(pause);
         for key in 0..keys {
             let payload = format!("k{key}:{round}");
             let deadline = Instant::now() + Duration::from_secs(10);
@@ -241,8 +246,8 @@ fn clean_close_hands_queues_over_without_duplicate_or_reordering() {
     assert!(wait_until(Duration::from_secs(8), || a.owned() == vec![0, 2] && b.owned() == vec![1, 3]));
     wait_for_consumers(&publisher);
     let publishing = std::thread::scope(|scope| {
-        let handle = scope.spawn(|| publish_rounds(&publisher, 40, 0..60));
-        std::thread::sleep(Duration::from_millis(150));
+        let handle = scope.spawn(|| publish_paced(&publisher, 40, 0..200, Duration::from_millis(5)));
+        std::thread::sleep(Duration::from_millis(300));
         b.close();
         handle.join()
     });
@@ -252,7 +257,7 @@ fn clean_close_hands_queues_over_without_duplicate_or_reordering() {
     let mut all = a.deliveries();
     all.extend(b.deliveries());
     assert!(!b.deliveries().is_empty(), "b consumed before leaving");
-    assert_each_key_once_in_order(&all, 40, 60);
+    assert_each_key_once_in_order(&all, 40, 200);
 }
 
 #[test]
@@ -265,15 +270,18 @@ fn crashed_consumer_loses_its_queues_within_liveness_plus_one_second_and_nothing
     wait_for_consumers(&publisher);
     publish_rounds(&publisher, 40, 0..10);
     assert!(publisher.flush(Duration::from_secs(10)));
+    // b's application stops: records for its queues now sit unread in its inbox.
+    b.stop_polling();
+    publish_rounds(&publisher, 40, 10..15);
     b.crash();
     let crashed = Instant::now();
-    publish_rounds(&publisher, 40, 10..20);
+    publish_rounds(&publisher, 40, 15..20);
     assert!(wait_until(LIVENESS + Duration::from_secs(2), || a.owned() == vec![0, 1, 2, 3]));
     let took = crashed.elapsed();
     assert!(took <= LIVENESS + Duration::from_secs(1), "failover took {took:?}");
     assert!(publisher.flush(Duration::from_secs(10)), "the survivor acknowledged everything");
-    // Nothing lost: every (key, round) was delivered; b acked all it processed before the
-    // crash (flush above), so nothing is redelivered either.
+    // Nothing lost: every (key, round) was delivered once, in order per key: b acknowledged all
+    // it processed (flush above), what it never read went to the survivor.
     let mut all = a.deliveries();
     all.extend(b.deliveries());
     assert_each_key_once_in_order(&all, 40, 20);
@@ -321,9 +329,122 @@ fn publish_without_consumers_is_not_connected_and_member_files_are_cleaned_up() 
     let (publisher, _client) = publisher(&registry, 1 << 20);
     assert_eq!(publisher.publish(b"k", b"p", None).unwrap(), -1);
     let dir = affinity::groups::runtime::group_members_dir(&registry.0, "orders");
-    let files: HashSet<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect();
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
     assert_eq!(files.len(), 1);
+    // A removed file is written again at the next scan.
+    std::fs::remove_file(&files[0]).unwrap();
+    assert!(wait_until(Duration::from_secs(2), || files[0].exists()));
     publisher.close();
     assert_eq!(publisher.publish(b"k", b"p", None).unwrap(), -4);
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+#[test]
+fn a_primary_that_joins_later_gets_its_queues_within_one_cycle_without_duplicate_or_reordering() {
+    let registry = Registry::new("scaleup");
+    let cycle = Duration::from_millis(1500);
+    let a = App::start(&registry, 0, 2, cycle);
+    let (publisher, _client) = publisher(&registry, 4 << 20);
+    assert!(wait_until(Duration::from_secs(5), || a.owned() == vec![0, 1, 2, 3]));
+    wait_for_consumers(&publisher);
+    let mut b = None;
+    let mut joined = Instant::now();
+    std::thread::scope(|scope| {
+        let handle = scope.spawn(|| publish_paced(&publisher, 40, 0..500, Duration::from_millis(5)));
+        std::thread::sleep(Duration::from_millis(200));
+        joined = Instant::now();
+        b = Some(App::start(&registry, 1, 2, cycle));
+        handle.join().unwrap();
+    });
+    let b = b.unwrap();
+    let published_until = Instant::now();
+    assert!(wait_until(cycle * 2 + Duration::from_secs(1), || a.owned() == vec![0, 2] && b.owned() == vec![1, 3]));
+    let b_first = b.deliveries().first().map(|(at, _)| *at).expect("b received its queues");
+    assert!(b_first < published_until, "the handoff happened while records were flowing");
+    assert!(joined.elapsed() < cycle * 3, "primary took its queues back within a cycle");
+    assert!(publisher.flush(Duration::from_secs(10)));
+    let mut all = a.deliveries();
+    all.extend(b.deliveries());
+    assert_each_key_once_in_order(&all, 40, 500);
+}
+
+#[test]
+fn hostile_control_datagrams_are_counted_and_ignored() {
+    let registry = Registry::new("hostile");
+    let consumer_client = client();
+    let consumer = GroupConsumer::new(
+        consumer_client.clone(),
+        group(1 << 20),
+        0,
+        1,
+        &registry.options(),
+        true,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let dir = affinity::groups::runtime::group_members_dir(&registry.0, "orders");
+    let file = std::fs::read_dir(&dir).unwrap().flatten().next().unwrap().path();
+    let member: serde_json::Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+    let endpoint = member["endpoint"].as_str().unwrap();
+    let attacker = client();
+    let channel = format!("aeron:udp?endpoint={endpoint}");
+    let control = attacker.add_publication(&channel, affinity::control::CONTROL_STREAM_ID).unwrap();
+    let data = attacker.add_publication(&channel, affinity::control::DATA_STREAM_ID).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || control.is_connected() && data.is_connected()));
+    let garbage: Vec<Vec<u8>> = vec![vec![], vec![1, 1, 0, 0], vec![9; 64], {
+        let mut bytes = vec![1u8, 1, 0, 0, 0, 0, 0, 0];
+        bytes.extend_from_slice(&group(1 << 20).fingerprint().to_le_bytes());
+        bytes.extend_from_slice(&7u64.to_le_bytes());
+        bytes.extend_from_slice(&[2, 0, 0, 0]);
+        bytes.extend_from_slice(&[0xff; 24]); // claim_count = 0xffffffff: refused before allocating
+        bytes
+    }];
+    for bytes in &garbage {
+        assert!(control.offer(bytes).is_ok());
+        assert!(data.offer(bytes).is_ok());
+    }
+    assert!(wait_until(Duration::from_secs(5), || consumer.counters().1.control_malformed >= garbage.len() as u64));
+    let _ = consumer.poll(100, Duration::from_millis(200)).unwrap();
+    assert!(consumer.counters().0.malformed >= garbage.len() as u64);
+    // Still a working consumer.
+    let (publisher, _pclient) = publisher(&registry, 1 << 20);
+    wait_for_consumers(&publisher);
+    assert!(wait_until(Duration::from_secs(5), || consumer.owned_queues() == vec![0, 1, 2, 3]));
+    assert!(publisher.publish(b"k", b"p", None).unwrap() > 0);
+    let mut got = Vec::new();
+    assert!(wait_until(Duration::from_secs(5), || {
+        got.extend(consumer.poll(10, Duration::ZERO).unwrap());
+        !got.is_empty()
+    }));
+    assert_eq!(got[0].payload, b"p");
+}
+
+#[test]
+fn observer_reports_members_owners_and_publisher_figures() {
+    let registry = Registry::new("observer");
+    let a = App::start(&registry, 0, 2, Duration::from_secs(30));
+    let b = App::start(&registry, 1, 2, Duration::from_secs(30));
+    let (publisher, _client) = publisher(&registry, 1 << 20);
+    assert!(wait_until(Duration::from_secs(8), || a.owned() == vec![0, 2] && b.owned() == vec![1, 3]));
+    wait_for_consumers(&publisher);
+    publish_rounds(&publisher, 20, 0..5);
+    assert!(publisher.flush(Duration::from_secs(5)));
+    let observer_client = client();
+    let observer =
+        affinity::groups::runtime::GroupObserver::new(observer_client, group(1 << 20), &registry.options()).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || {
+        let status = observer.status();
+        status.members.len() == 3
+            && status.queues.iter().all(|q| q.state == "active")
+            && status.queues.iter().map(|q| q.acked_sequence).sum::<u64>() == 100
+    }));
+    let status = observer.status();
+    let a_id = a.consumer.lock().unwrap().as_ref().unwrap().member_id();
+    for queue in &status.queues {
+        assert_eq!(queue.owner_id == a_id, queue.queue % 2 == 0, "{queue:?}");
+        assert_eq!(queue.lag, 0);
+    }
+    let roles: HashSet<String> = status.members.iter().map(|m| m.role.clone()).collect();
+    assert_eq!(roles, ["consumer", "publisher"].into_iter().map(String::from).collect());
+    observer.close();
 }

@@ -27,6 +27,9 @@ use crate::time::Instant;
 
 /// Most producers tracked per queue; the least recently active is forgotten beyond it.
 pub const MAX_PRODUCERS_PER_QUEUE: usize = 4096;
+/// A release still waiting for the application's acknowledgements after this many liveness
+/// timeouts is forced: what was delivered but not acknowledged is redelivered by the next owner.
+pub const RELEASE_TIMEOUT_LIVENESS: u32 = 5;
 /// A gap is re-reported to the producer after this long.
 pub const RESEND_REQUEST_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -237,8 +240,10 @@ impl ConsumerState {
         if count == 0 || index >= count {
             return None;
         }
-        let primary = queue % count;
-        Some((index + count - primary) % count)
+        let (index, count) = (u64::from(index), u64::from(count));
+        let primary = u64::from(queue) % count;
+        // u64: a hostile heartbeat may announce count = u32::MAX.
+        Some(((index + count - primary) % count) as u32)
     }
 
     /// The first live candidate for `queue` (ourselves included unless closing).
@@ -270,18 +275,16 @@ impl ConsumerState {
         })
     }
 
-    /// The best claim by another live member that holds `queue`: (epoch, member id).
-    fn best_other_claim(&self, queue: u32, now: Instant) -> Option<(u64, u64)> {
-        let mut best: Option<(u64, u64)> = None;
+    /// The best claim by another live member that holds each queue: (epoch, member id).
+    /// One pass over every claim heard.
+    fn best_other_claims(&self, now: Instant) -> Vec<Option<(u64, u64)>> {
+        let mut best: Vec<Option<(u64, u64)>> = vec![None; self.queues.len()];
         for entry in self.view.live_with_role(Role::Consumer, now) {
-            for claim in entry.heartbeat.claims.iter().filter(|c| c.queue == queue && c.state.holds()) {
+            for claim in entry.heartbeat.claims.iter().filter(|c| c.state.holds()) {
+                let Some(slot) = best.get_mut(claim.queue as usize) else { continue };
                 let candidate = (claim.epoch, entry.id());
-                let better = match best {
-                    None => true,
-                    Some((epoch, id)) => claim.epoch > epoch || (claim.epoch == epoch && entry.id() < id),
-                };
-                if better {
-                    best = Some(candidate);
+                if slot.is_none_or(|current| Self::beats(candidate, current)) {
+                    *slot = Some(candidate);
                 }
             }
         }
@@ -359,11 +362,12 @@ impl ConsumerState {
         self.announce = true;
     }
 
-    fn start_release(&mut self, queue: u32) {
+    fn start_release(&mut self, queue: u32, now: Instant) {
         self.drop_pending(queue);
         if let Some(own) = self.queues.get_mut(queue as usize) {
             if own.state == Some(ClaimState::Active) {
                 own.state = Some(ClaimState::Releasing);
+                own.since = now;
                 self.announce = true;
             } else if own.state == Some(ClaimState::Claiming) {
                 own.state = None;
@@ -405,13 +409,14 @@ impl ConsumerState {
         if cycle_due {
             self.next_cycle = now + self.cycle;
         }
+        let best_others = self.best_other_claims(now);
         for queue in 0..self.config.queue_count {
             let q = queue as usize;
             let Some(own) = self.queues.get(q) else { continue };
             let state = own.state;
             let mine = (own.epoch, self.member_id);
             let since = own.since;
-            let other = self.best_other_claim(queue, now);
+            let other = best_others.get(q).copied().flatten();
             match state {
                 None | Some(ClaimState::Released) => {
                     if state == Some(ClaimState::Released) && other.is_some_and(|o| o.0 > mine.0) {
@@ -453,9 +458,11 @@ impl ConsumerState {
                         && Self::rank_of(self.index, self.count, queue) != Some(0)
                         && self.other_primary_live(queue, now)
                     {
-                        self.start_release(queue);
+                        self.start_release(queue, now);
                     }
-                    self.finish_release(queue, false);
+                    let overdue = state == Some(ClaimState::Releasing)
+                        && now.saturating_since(since) >= self.timing.liveness_timeout * RELEASE_TIMEOUT_LIVENESS;
+                    self.finish_release(queue, overdue);
                 }
             }
         }
@@ -464,13 +471,13 @@ impl ConsumerState {
 
     /// Starts a clean leave: nothing new is delivered, every held queue is released once the
     /// application acknowledged what it has; the heartbeat says "leaving" from now on.
-    pub fn begin_close(&mut self, auto_ack: bool) {
+    pub fn begin_close(&mut self, auto_ack: bool, now: Instant) {
         if auto_ack {
             self.ack_all_delivered();
         }
         self.closing = true;
         for queue in 0..self.config.queue_count {
-            self.start_release(queue);
+            self.start_release(queue, now);
             self.finish_release(queue, false);
         }
         self.announce = true;
@@ -487,11 +494,10 @@ impl ConsumerState {
     /// taken over by another live member (or no other consumer is live to take it).
     pub fn close_complete(&self, now: Instant) -> bool {
         let others_live = self.view.live_with_role(Role::Consumer, now).any(|e| self.view.is_candidate(e.id(), now));
-        self.queues.iter().enumerate().all(|(queue, own)| match own.state {
+        let best_others = self.best_other_claims(now);
+        self.queues.iter().zip(best_others).all(|(own, other)| match own.state {
             None => true,
-            Some(ClaimState::Released) => {
-                !others_live || self.best_other_claim(queue as u32, now).is_some_and(|(epoch, _)| epoch > own.epoch)
-            }
+            Some(ClaimState::Released) => !others_live || other.is_some_and(|(epoch, _)| epoch > own.epoch),
             Some(_) => false,
         })
     }

@@ -152,7 +152,15 @@ pub fn process_exists(pid: u32) -> bool {
     }
     // SAFETY: signal 0 only checks for existence and permission; it sends nothing.
     let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    exists && !is_zombie(pid)
+}
+
+/// Whether `pid` is a zombie (killed, not yet reaped by its parent): as good as gone.
+fn is_zombie(pid: libc::pid_t) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // `pid (comm) state ...`: comm may contain spaces and parentheses, so split at the last ')'.
+    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
 }
 
 /// Whether `file` belongs to a process of this host that no longer exists.
@@ -203,6 +211,20 @@ mod tests {
         let mut remote = file(1, i32::MAX as u32 - 1);
         remote.hostname = "elsewhere.invalid".into();
         assert!(!is_stale(&remote, &hostname()));
+    }
+
+    #[test]
+    fn a_killed_unreaped_child_is_stale() {
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = child.id();
+        assert!(process_exists(pid));
+        child.kill().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while process_exists(pid) {
+            assert!(std::time::Instant::now() < deadline, "zombie still counted as alive");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        child.wait().unwrap();
     }
 
     #[test]

@@ -120,6 +120,15 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A peer's inbox, as this member reaches it.
+/// Publications to create for a peer.
+struct PeerRequest {
+    id: u64,
+    endpoint: String,
+    data: bool,
+    on_disk: bool,
+    requested: Instant,
+}
+
 struct Peer {
     control: Option<Publication>,
     data: Option<Publication>,
@@ -163,11 +172,13 @@ struct Core<B: Brain> {
     hostname: String,
     dir: PathBuf,
     own_file: Option<PathBuf>,
+    member_file: MemberFile,
     timing: Timing,
     control_sub: Subscription,
     data_sub: Option<Subscription>,
     multicast: Option<(Publication, Subscription)>,
     peers: HashMap<u64, Peer>,
+    wanted: Vec<PeerRequest>,
     last_heartbeat: Option<Instant>,
     last_scan: Option<Instant>,
     control_batch: MessageBatch,
@@ -235,6 +246,7 @@ impl<B: Brain> Core<B> {
             hostname: hostname.clone(),
         };
         let own_file = discovery::write_member_file(&dir, &file)?;
+        let member_file = file;
         let mut core = Core {
             brain,
             client,
@@ -247,11 +259,13 @@ impl<B: Brain> Core<B> {
             hostname,
             dir,
             own_file: Some(own_file),
+            member_file,
             timing: options.timing,
             control_sub,
             data_sub,
             multicast,
             peers: HashMap::new(),
+            wanted: Vec::new(),
             last_heartbeat: None,
             last_scan: None,
             control_batch: MessageBatch::default(),
@@ -262,39 +276,77 @@ impl<B: Brain> Core<B> {
         };
         let now = core.clock.now();
         core.scan(now);
+        core.open_wanted_now();
         Ok(core)
     }
 
+    /// Asks for publications to a peer; they are created outside the member's lock (a driver
+    /// round trip) and installed by [`Self::install`].
     fn add_peer(&mut self, id: u64, endpoint: &str, role: Role, on_disk: bool, now: Instant) {
-        if self.peers.len() >= MAX_MEMBERS {
+        if self.peers.contains_key(&id) || self.wanted.iter().any(|request| request.id == id) {
+            return;
+        }
+        if self.peers.len() + self.wanted.len() >= MAX_MEMBERS {
             self.counters.peer_errors += 1;
             return;
         }
-        let control = self
-            .client
-            .add_publication(
-                &format!("aeron:udp?endpoint={endpoint}|term-length={CONTROL_TERM_LENGTH}"),
-                CONTROL_STREAM_ID,
-            )
-            .ok();
-        let data = if self.brain.wants_data_publication(role) {
-            let publication =
-                self.client.add_publication(&format!("aeron:udp?endpoint={endpoint}"), DATA_STREAM_ID).ok();
-            if let Some(publication) = &publication {
-                self.brain.on_data_publication(publication);
-            }
-            publication
-        } else {
-            None
-        };
+        let data = self.brain.wants_data_publication(role);
+        self.wanted.push(PeerRequest { id, endpoint: endpoint.to_owned(), data, on_disk, requested: now });
+    }
+
+    fn install(&mut self, request: PeerRequest, control: Option<Publication>, data: Option<Publication>) {
+        if let Some(publication) = &data {
+            self.brain.on_data_publication(publication);
+        }
         if control.is_none() {
             self.counters.peer_errors += 1;
         }
-        self.peers.insert(id, Peer { control, data, discovered: now, on_disk });
+        let peer = Peer { control, data, discovered: request.requested, on_disk: request.on_disk };
+        self.peers.insert(request.id, peer);
+    }
+
+    /// Creates the publications asked for (called without the lock in the background thread).
+    fn open_peers(
+        client: &Client,
+        requests: Vec<PeerRequest>,
+    ) -> Vec<(PeerRequest, Option<Publication>, Option<Publication>)> {
+        requests
+            .into_iter()
+            .map(|request| {
+                let control = client
+                    .add_publication(
+                        &format!("aeron:udp?endpoint={}|term-length={CONTROL_TERM_LENGTH}", request.endpoint),
+                        CONTROL_STREAM_ID,
+                    )
+                    .ok();
+                let data = if request.data {
+                    client.add_publication(&format!("aeron:udp?endpoint={}", request.endpoint), DATA_STREAM_ID).ok()
+                } else {
+                    None
+                };
+                (request, control, data)
+            })
+            .collect()
+    }
+
+    /// Resolves pending peer requests at once (start-up, before the thread runs).
+    fn open_wanted_now(&mut self) {
+        let requests = std::mem::take(&mut self.wanted);
+        for (request, control, data) in Self::open_peers(&self.client, requests) {
+            self.install(request, control, data);
+        }
     }
 
     fn scan(&mut self, now: Instant) {
         self.last_scan = Some(now);
+        if let Some(own) = &self.own_file {
+            if !own.exists() {
+                // Someone removed our file (a mistaken clean-up): write it again.
+                if let Ok(path) = discovery::write_member_file(&self.dir, &self.member_file) {
+                    self.own_file = Some(path);
+                }
+            }
+        }
         let found = discovery::scan(&self.dir, &self.group);
         self.counters.files_invalid = found.invalid;
         let mut on_disk = HashSet::new();
@@ -325,11 +377,11 @@ impl<B: Brain> Core<B> {
     /// Peers found on disk are all heard (or have had a liveness timeout to speak up).
     fn discovery_complete(&self, now: Instant) -> bool {
         let view = self.brain.view();
-        self.peers.iter().all(|(id, peer)| {
-            !peer.on_disk
-                || view.get(*id).is_some()
-                || now.saturating_since(peer.discovered) >= self.timing.liveness_timeout
-        })
+        let settled = |id: u64, on_disk: bool, since: Instant| {
+            !on_disk || view.get(id).is_some() || now.saturating_since(since) >= self.timing.liveness_timeout
+        };
+        self.peers.iter().all(|(id, peer)| settled(*id, peer.on_disk, peer.discovered))
+            && self.wanted.iter().all(|request| settled(request.id, request.on_disk, request.requested))
     }
 
     fn handle_control(&mut self, bytes_index: usize, now: Instant) {
@@ -475,7 +527,22 @@ impl<B: Brain> Member<B> {
             .name("affinity-group".into())
             .spawn(move || {
                 while !background.stop.load(Ordering::Acquire) {
-                    let work = lock(&background.core).duty_cycle();
+                    let (work, requests, client) = {
+                        let mut core = lock(&background.core);
+                        let work = core.duty_cycle();
+                        (work, std::mem::take(&mut core.wanted), core.client.clone())
+                    };
+                    if !requests.is_empty() {
+                        // Driver round trips happen without the lock: the data path never waits on them.
+                        let opened = Core::<B>::open_peers(&client, requests);
+                        let mut core = lock(&background.core);
+                        for (request, control, data) in opened {
+                            if !core.closed {
+                                core.install(request, control, data);
+                            }
+                        }
+                        continue;
+                    }
                     if work == 0 {
                         std::thread::sleep(IDLE_SLEEP);
                     }
@@ -979,8 +1046,8 @@ impl GroupConsumer {
             if core.closed {
                 return;
             }
-            core.brain.state.begin_close(self.auto_ack);
             let now = core.clock.now();
+            core.brain.state.begin_close(self.auto_ack, now);
             core.send_heartbeat(now);
             core.send_acks();
         }

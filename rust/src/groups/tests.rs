@@ -252,6 +252,25 @@ fn releasing_waits_for_the_application_to_acknowledge() {
 }
 
 #[test]
+fn a_release_the_application_never_acknowledges_is_forced_after_the_release_timeout() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(2));
+    sim.add_consumer(10, 0, 2);
+    sim.run(Duration::from_secs(1));
+    sim.nodes[0].acking = false;
+    sim.publish_keys(50, 0);
+    sim.step();
+    sim.add_consumer(11, 1, 2);
+    sim.run(Duration::from_secs(8));
+    assert!(sim.owned(1).is_empty(), "still waiting within the release timeout");
+    sim.run(Duration::from_secs(5));
+    assert_eq!(sim.owned(1), vec![1, 3], "forced after 5 liveness timeouts");
+    // The unacknowledged records of queues 1 and 3 were redelivered to the new owner.
+    let redelivered = sim.nodes[1].log.len();
+    assert!(redelivered > 0);
+    assert_eq!(sim.delivered_set().len(), 50);
+}
+
+#[test]
 fn close_hands_every_queue_over_then_leaves() {
     let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
     sim.add_consumer(10, 0, 2);
@@ -259,7 +278,7 @@ fn close_hands_every_queue_over_then_leaves() {
     sim.run(Duration::from_secs(1));
     sim.publish_keys(100, 0);
     sim.step();
-    sim.nodes[1].state.begin_close(false);
+    sim.nodes[1].state.begin_close(false, sim.now);
     assert!(!sim.nodes[1].state.close_complete(sim.now));
     sim.publish_keys(100, 1);
     sim.run(Duration::from_secs(1));
@@ -447,4 +466,46 @@ fn a_gap_is_not_delivered_and_asks_for_a_resend() {
     assert_eq!(consumer.on_data(&message(2), t), Ok(1));
     assert_eq!(consumer.on_data(&message(2), t), Ok(0));
     assert_eq!(consumer.counters().duplicates_dropped, 1);
+}
+
+#[test]
+fn hostile_heartbeat_extremes_do_not_overflow() {
+    let mut consumer =
+        ConsumerState::new(config(1 << 20), 10, 0, 1, Timing::default(), Duration::from_secs(30), Instant::ZERO);
+    let hostile = Heartbeat {
+        fingerprint: config(1 << 20).fingerprint(),
+        member_id: 1,
+        leaving: false,
+        role: Role::Consumer,
+        name: "x".into(),
+        endpoint: "127.0.0.1:1".into(),
+        index: u32::MAX - 1,
+        count: u32::MAX,
+        pid: 1,
+        claims: vec![Claim {
+            queue: 0,
+            epoch: u64::MAX,
+            state: ClaimState::Released,
+            acks: vec![ProducerAck { producer: 5, acked: u64::MAX, received: u64::MAX }],
+        }],
+        figures: vec![],
+    };
+    consumer.on_heartbeat(hostile, Instant::ZERO);
+    for step in 0..10 {
+        consumer.handle_timeout(Instant::ZERO + STEP * step);
+    }
+    assert_eq!(consumer.owned_queues(), vec![0, 1, 2, 3]);
+    let mut bytes = Vec::new();
+    DataHeader {
+        fingerprint: config(1 << 20).fingerprint(),
+        producer: 5,
+        queue: 0,
+        record_count: 1,
+        epoch: u64::MAX,
+        acked_floor: 0,
+        first_sequence: u64::MAX - 1,
+    }
+    .emit(&mut bytes);
+    crate::control::codec::emit_record(&mut bytes, 0, b"k", None, b"p").unwrap();
+    assert_eq!(consumer.on_data(&bytes, Instant::ZERO + STEP * 10), Ok(0), "at or below the floor: duplicate");
 }

@@ -430,6 +430,45 @@ pub struct GroupStatus {
     queues: Vec<QueueStatus>,
 }
 
+/// What a publisher ignored or repeated (hostile or stale input is counted, never fatal).
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+pub struct PublisherCounters {
+    acks_bad_queue: u64,
+    acks_beyond_sent: u64,
+    acks_misaddressed: u64,
+    claims_bad_queue: u64,
+    records_resent: u64,
+    owner_changes: u64,
+    control_malformed: u64,
+    foreign_group: u64,
+    files_invalid: u64,
+    files_removed: u64,
+    peer_errors: u64,
+    control_send_refused: u64,
+}
+
+/// What a consumer dropped or ignored (hostile or stale input is counted, never fatal).
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+pub struct ConsumerCounters {
+    delivered: u64,
+    duplicates_dropped: u64,
+    not_owned_dropped: u64,
+    data_malformed: u64,
+    bad_queue: u64,
+    bad_floor: u64,
+    gaps: u64,
+    stale_acks: u64,
+    ownership_lost: u64,
+    claims: u64,
+    releases: u64,
+    control_malformed: u64,
+    foreign_group: u64,
+    files_invalid: u64,
+    files_removed: u64,
+    peer_errors: u64,
+    control_send_refused: u64,
+}
+
 /// Publishes keyed records to a group (wrapped by `affinity.groups.GroupPublisher`).
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct GroupPublisherCore {
@@ -548,6 +587,25 @@ impl GroupPublisherCore {
                     retained_messages: q.retained_messages,
                 })
                 .collect(),
+        }
+    }
+
+    /// Counters of ignored, hostile or repeated input.
+    fn counters(&self) -> PublisherCounters {
+        let (state, runtime) = self.inner.counters();
+        PublisherCounters {
+            acks_bad_queue: state.acks_bad_queue,
+            acks_beyond_sent: state.acks_beyond_sent,
+            acks_misaddressed: state.acks_misaddressed,
+            claims_bad_queue: state.claims_bad_queue,
+            records_resent: state.records_resent,
+            owner_changes: state.owner_changes,
+            control_malformed: runtime.control_malformed,
+            foreign_group: runtime.foreign_group,
+            files_invalid: runtime.files_invalid,
+            files_removed: runtime.files_removed,
+            peer_errors: runtime.peer_errors,
+            control_send_refused: runtime.control_send_refused,
         }
     }
 
@@ -671,6 +729,30 @@ impl GroupConsumerCore {
         }
     }
 
+    /// Counters of dropped, hostile or stale input.
+    fn counters(&self) -> ConsumerCounters {
+        let (state, runtime) = self.inner.counters();
+        ConsumerCounters {
+            delivered: state.delivered,
+            duplicates_dropped: state.duplicates_dropped,
+            not_owned_dropped: state.not_owned_dropped,
+            data_malformed: state.malformed,
+            bad_queue: state.bad_queue,
+            bad_floor: state.bad_floor,
+            gaps: state.gaps,
+            stale_acks: state.stale_acks,
+            ownership_lost: state.ownership_lost,
+            claims: state.claims,
+            releases: state.releases,
+            control_malformed: runtime.control_malformed,
+            foreign_group: runtime.foreign_group,
+            files_invalid: runtime.files_invalid,
+            files_removed: runtime.files_removed,
+            peer_errors: runtime.peer_errors,
+            control_send_refused: runtime.control_send_refused,
+        }
+    }
+
     /// Clean leave: planned handoff of every owned queue, then leave (bounded by `timeout`).
     #[pyo3(signature = (timeout=5.0))]
     fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
@@ -788,5 +870,9 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<GroupStatus>()?;
     module.add_class::<MemberStatus>()?;
     module.add_class::<QueueStatus>()?;
+    module.add("GROUP_CONTROL_STREAM_ID", crate::control::CONTROL_STREAM_ID)?;
+    module.add("GROUP_DATA_STREAM_ID", crate::control::DATA_STREAM_ID)?;
+    module.add_class::<PublisherCounters>()?;
+    module.add_class::<ConsumerCounters>()?;
     Ok(())
 }

@@ -1,0 +1,93 @@
+//! Consumer groups with a multicast control channel (`control=`): members in different
+//! registries (no shared discovery files) find each other through multicast heartbeats alone.
+//!
+//! Multicast must never leave the machine: the test re-executes itself inside a private network
+//! namespace (`unshare -n`, loopback only, multicast routed to `lo`), as `multicast.rs` does.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use affinity::client::Client;
+use affinity::driver::DriverContext;
+use affinity::groups::runtime::{GroupConsumer, GroupPublisher, MemberOptions};
+use affinity::groups::{GroupConfig, Timing};
+
+const INNER: &str =
+    r#"ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo && exec "$@""#;
+const CONTROL: &str = "aeron:udp?endpoint=224.20.30.41:24410|interface=127.0.0.1";
+
+fn in_private_netns(test: &str) -> bool {
+    if std::env::var_os("AFFINITY_IN_NETNS").is_some() {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let flags = if Command::new("unshare").args(["-n", "true"]).status().is_ok_and(|s| s.success()) {
+        "-n"
+    } else if Command::new("unshare").args(["-rn", "true"]).status().is_ok_and(|s| s.success()) {
+        "-rn"
+    } else {
+        panic!("this test needs a private network namespace but `unshare -n` (and `-rn`) is not permitted here");
+    };
+    let status = Command::new("unshare")
+        .args([flags, "bash", "-c", INNER, "netns"])
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("AFFINITY_IN_NETNS", "1")
+        .status()
+        .expect("run unshare");
+    assert!(status.success(), "{test} failed inside its private network namespace: {status}");
+    false
+}
+
+fn options(registry: &std::path::Path) -> MemberOptions {
+    let mut options = MemberOptions::new(registry);
+    options.control = Some(CONTROL.to_owned());
+    options.timing = Timing::new(Duration::from_millis(50), Duration::from_secs(1)).unwrap();
+    options
+}
+
+#[test]
+fn members_in_separate_registries_meet_through_the_multicast_control_channel() {
+    if !in_private_netns("members_in_separate_registries_meet_through_the_multicast_control_channel") {
+        return;
+    }
+    let root = std::env::temp_dir().join(format!("affinity-groups-mcast-{}", std::process::id()));
+    let group = GroupConfig::new("orders", "hp", 16, 2, 1 << 20).unwrap();
+    let consumer_client = Arc::new(Client::new(DriverContext::default()).unwrap());
+    let consumer = GroupConsumer::new(
+        consumer_client,
+        group.clone(),
+        0,
+        1,
+        &options(&root.join("a")),
+        true,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    let publisher_client = Arc::new(Client::new(DriverContext::default()).unwrap());
+    let publisher =
+        GroupPublisher::new(publisher_client, group, &options(&root.join("b")), Duration::from_secs(1)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(publisher.has_consumer() && consumer.owned_queues() == vec![0, 1]) {
+        assert!(Instant::now() < deadline, "members never heard each other over multicast");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for i in 0..100u32 {
+        while publisher.publish(&i.to_le_bytes(), &i.to_le_bytes(), None).unwrap() < 0 {
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let mut received = 0;
+    while received < 100 {
+        assert!(Instant::now() < deadline, "received {received} of 100");
+        received += consumer.poll(1000, Duration::from_millis(10)).unwrap().len();
+    }
+    // auto_ack: the next poll acknowledges what the previous one delivered.
+    assert!(consumer.poll(1000, Duration::ZERO).unwrap().is_empty());
+    assert!(publisher.flush(Duration::from_secs(5)), "acks travel to the publisher found by multicast");
+    publisher.close();
+    consumer.close(Duration::from_secs(1));
+    let _ = std::fs::remove_dir_all(&root);
+}
