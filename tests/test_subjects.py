@@ -83,8 +83,9 @@ def test_a_subscriber_gets_the_image_then_updates_and_the_log_has_the_seed_lines
 def test_hostile_subject_and_control_messages_are_counted_and_ignored(
     client: affinity.Client, listen: str, transformer: SubjectRouter
 ) -> None:
-    data = client.add_publication(listen, _affinity.SUBJECT_DATA_STREAM_ID)
-    control = client.add_publication(listen, _affinity.SUBJECT_CONTROL_STREAM_ID)
+    # The subject router listens on the control plane's stream ids (exported as GROUP_*).
+    data = client.add_publication(listen, _affinity.GROUP_DATA_STREAM_ID)
+    control = client.add_publication(listen, _affinity.GROUP_CONTROL_STREAM_ID)
     until(lambda: None, lambda: data.is_connected and control.is_connected, "raw publications connected")
     garbage = [b"\x01", b"\xff" * 40, b"\x01\x05\x00\x00\xff\xff" + b"\x00" * 18, b"\x01\x03" + b"\x00" * 60]
     for message in garbage:

@@ -7,6 +7,18 @@ from typing import Any, Final, Literal, final, overload
 
 __version__: str
 __all__ = [
+    "RouterStatusInfo",
+    "SUBJECT_FLAG_IMAGE",
+    "SUBJECT_FLAG_NODATA_NOTFOUND",
+    "SUBJECT_FLAG_NODATA_UNAVAILABLE",
+    "SUBJECT_FLAG_STATUS",
+    "SUBJECT_FLAG_UPDATE",
+    "SUBJECT_KIND_DATA",
+    "SUBJECT_KIND_DISCARD",
+    "SUBJECT_KIND_REQUEST",
+    "SubjectRouterCore",
+    "SubjectSourceCore",
+    "SubjectSubscriberCore",
     "ADMIN_ACTION",
     "BACK_PRESSURED",
     "CLOSED",
@@ -496,16 +508,14 @@ class GroupObserverCore:
 
 # ---- subjects ----------------------------------------------------------------------------------
 
-SUBJECT_FLAG_IMAGE: int
-SUBJECT_FLAG_UPDATE: int
-SUBJECT_FLAG_NODATA_UNAVAILABLE: int
-SUBJECT_FLAG_NODATA_NOTFOUND: int
-SUBJECT_FLAG_STATUS: int
-SUBJECT_CONTROL_STREAM_ID: int
-SUBJECT_DATA_STREAM_ID: int
-SUBJECT_KIND_REQUEST: int
-SUBJECT_KIND_DISCARD: int
-SUBJECT_KIND_DATA: int
+SUBJECT_FLAG_IMAGE: Final[int]
+SUBJECT_FLAG_UPDATE: Final[int]
+SUBJECT_FLAG_NODATA_UNAVAILABLE: Final[int]
+SUBJECT_FLAG_NODATA_NOTFOUND: Final[int]
+SUBJECT_FLAG_STATUS: Final[int]
+SUBJECT_KIND_REQUEST: Final[int]
+SUBJECT_KIND_DISCARD: Final[int]
+SUBJECT_KIND_DATA: Final[int]
 
 @final
 class RouterStatusInfo:

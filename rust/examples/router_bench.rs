@@ -207,7 +207,7 @@ fn end_to_end() {
         let (stop, publishing, requests, published) =
             (stop.clone(), publishing.clone(), requests.clone(), published.clone());
         threads.push(std::thread::spawn(move || {
-            let payload = vec![9u8; PAYLOAD];
+            let payload = [9u8; PAYLOAD];
             let mut served: Vec<String> = Vec::new();
             let mut next = 0;
             while !stop.load(Ordering::Relaxed) {
@@ -300,7 +300,6 @@ fn end_to_end() {
     publishing.store(true, Ordering::Relaxed);
     std::thread::sleep(RUN);
     publishing.store(false, Ordering::Relaxed);
-    let sent = published.load(Ordering::Relaxed);
     let settle = Instant::now();
     let mut last = updates.load(Ordering::Relaxed);
     loop {
@@ -313,6 +312,7 @@ fn end_to_end() {
     }
     let elapsed = start.elapsed().as_secs_f64() - 0.2;
     let delivered = updates.load(Ordering::Relaxed);
+    let sent = published.load(Ordering::Relaxed);
     let after = router.status();
     println!(
         "end to end relay: {:.0} deliveries/s ({} updates published, {} delivered of {} expected, {:.1} s; router dropped {} records, relayed {})",

@@ -30,8 +30,6 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SUBJECT_FLAG_NODATA_UNAVAILABLE", FLAG_NODATA_UNAVAILABLE)?;
     module.add("SUBJECT_FLAG_NODATA_NOTFOUND", FLAG_NODATA_NOTFOUND)?;
     module.add("SUBJECT_FLAG_STATUS", FLAG_STATUS)?;
-    module.add("SUBJECT_CONTROL_STREAM_ID", crate::control::CONTROL_STREAM_ID)?;
-    module.add("SUBJECT_DATA_STREAM_ID", crate::control::DATA_STREAM_ID)?;
     module.add("SUBJECT_KIND_REQUEST", RecordKind::Request as u8)?;
     module.add("SUBJECT_KIND_DISCARD", RecordKind::Discard as u8)?;
     module.add("SUBJECT_KIND_DATA", RecordKind::Data as u8)?;

@@ -41,7 +41,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// Not part of the affinity hash contract (that is [`hash`]). Unkeyed, so a client choosing
 /// subjects could provoke collisions; acceptable for a control-plane table, noted in the docs.
 #[derive(Clone, Copy, Default)]
-struct FxHasher {
+pub(crate) struct FxHasher {
     hash: u64,
 }
 
@@ -96,4 +96,5 @@ impl Hasher for FxHasher {
     }
 }
 
-type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FxHasher>>;
+/// A hash map with [`FxHasher`] (the tables' maps; also the subject router's).
+pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FxHasher>>;

@@ -18,7 +18,7 @@ use super::codec::{
 };
 use super::faucet::{Faucet, FaucetEvent, Party};
 use crate::control::{Heartbeat, HeartbeatOutcome, MemberView, Role};
-use crate::routing::{Event, EventKind, MemberId, NoDataStatus, Reason, RoutingTable};
+use crate::routing::{Event, EventKind, FastMap, MemberId, NoDataStatus, Reason, RoutingTable};
 use crate::time::Instant;
 
 /// Most log entries kept for the application to drain; older ones are dropped (counted).
@@ -32,7 +32,7 @@ pub const MAX_SUBSCRIBERS: usize = 65_536;
 /// buffer as one or more transport messages.
 #[derive(Default)]
 pub struct Outbox {
-    buffers: HashMap<u64, Vec<u8>>,
+    buffers: FastMap<u64, Vec<u8>>,
     dirty: Vec<u64>,
 }
 
@@ -128,7 +128,7 @@ struct SubscriberInfo {
     endpoint: Arc<str>,
     name: Arc<str>,
     registered: Instant,
-    subjects: HashMap<Arc<str>, u32>,
+    subjects: FastMap<Arc<str>, u32>,
 }
 
 struct SourceInfo {
@@ -143,8 +143,9 @@ pub struct RouterCore {
     table: RoutingTable,
     faucet: Option<Faucet>,
     view: MemberView,
-    subjects: HashMap<Arc<str>, SubjectState>,
-    subscribers: HashMap<u64, SubscriberInfo>,
+    /// Unkeyed fast hashing, as in the routing tables (see `docs/subjects.md`, limits).
+    subjects: FastMap<Arc<str>, SubjectState>,
+    subscribers: FastMap<u64, SubscriberInfo>,
     sources: HashMap<u64, SourceInfo>,
     /// Per table member: the live source serving that label.
     member_source: Vec<Option<u64>>,
@@ -171,8 +172,8 @@ impl RouterCore {
             table,
             faucet,
             view: MemberView::new(id, super::fingerprint(), liveness_timeout),
-            subjects: HashMap::new(),
-            subscribers: HashMap::new(),
+            subjects: FastMap::default(),
+            subscribers: FastMap::default(),
             sources: HashMap::new(),
             member_source,
             pending_enlist: HashMap::new(),
@@ -383,7 +384,7 @@ impl RouterCore {
                     endpoint: Arc::from(endpoint),
                     name: Arc::from(name),
                     registered: now,
-                    subjects: HashMap::new(),
+                    subjects: FastMap::default(),
                 },
             );
         }
