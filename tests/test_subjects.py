@@ -125,7 +125,7 @@ def test_a_subject_no_service_covers_is_answered_nodata_notfound(
 def test_faucet_coverage_limits_a_publisher_and_late_enlistment_takes_outstanding_topics(
     client: affinity.Client, listen: str
 ) -> None:
-    with SubjectRouter(client, DATA / "faucet_space.conf", listen=listen, liveness_timeout=1.0) as router:
+    with SubjectRouter(client, DATA / "faucet_space.conf", listen=listen, liveness_timeout=1.0):
         cobalt = Source(client, listen, "cpub", coverage=["/space/C.*"], **FAST)
         sub = Subscriber(client, listen, name="s1", **FAST)
         events: list[FaucetEvent] = []
