@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Fresh machine: set up, then run the end-to-end demo (publisher and subscriber in two processes).
+# Fresh machine: set up, then run the main job: the Spark pipeline demo (a Structured Streaming
+# query writes keyed events into a consumer group; three consumer processes, one killed midway,
+# one joining later; a validator proves per-key order with nothing lost or duplicated).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh spark,demo
 . .venv/bin/activate
-affinity demo --count 2000000 --size 32
-affinity demo --count 200000 --size 1024
+affinity demo "$@"

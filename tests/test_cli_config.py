@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
-from collections.abc import Iterator
-from dataclasses import dataclass
+import time
 from pathlib import Path
 
 import pytest
 from affinity.cli import main
-from affinity.exceptions import RoutingError
+from affinity.config.parser import analyse_file
+from affinity.routing import Decision, Router
 
 DATA = Path(__file__).parent / "data"
 WORKED = DATA / "worked_example_transformer.conf"
@@ -57,9 +55,7 @@ def test_check_unreadable_file_exits_2(capsys: pytest.CaptureFixture[str], tmp_p
     assert "cannot read" in err and "missing.conf" in err
 
 
-def test_check_loads_plugins_unless_told_not_to(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_check_loads_plugins_unless_told_not_to(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = tmp_path / "plugin.conf"
     path.write_text(
         "add-data-service service-name s include-pattern ^/\n"
@@ -96,158 +92,82 @@ def test_route_unknown_down_label_exits_1(capsys: pytest.CaptureFixture[str]) ->
     assert "TradeAdapterA" in err
 
 
-# -- route against a stand-in Router that follows the routing engineer's contract ----------------
+# -- route: the CLI prints what the routing tables decide ------------------------------------------
 
 
-@dataclass
-class FakeDecision:
-    subject: str
-    service: str
-    member: str
-    peer_index: int
-    composite: str | None
-    reason: str
-    rule_index: int | None
+def worked_decision(subject: str, *down: str) -> Decision:
+    """What the routing tables decide for ``subject`` in the worked example (the CLI's source)."""
+    router = Router.from_config(analyse_file(WORKED).config)
+    for label in down:
+        router.set_member_up(label, False)
+    return router.route(subject)
 
 
-@dataclass
-class FakeDecisionWithGroups(FakeDecision):
-    source_group: str = ""
-    additional: tuple[FakeDecision, ...] = ()
-
-
-class FakeRouter:
-    """Routes ``/PRIVATE/<user>...`` to the first up adapter; records what it is told."""
-
-    instances: list[FakeRouter] = []  # noqa: RUF012 - test bookkeeping
-
-    def __init__(self) -> None:
-        self.down: list[str] = []
-        FakeRouter.instances.append(self)
-
-    @classmethod
-    def from_config(cls, config: object) -> FakeRouter:
-        return cls()
-
-    def set_member_up(self, label: str, up: bool) -> None:
-        assert up is False
-        self.down.append(label)
-
-    def route(self, subject: str) -> FakeDecision:
-        if not subject.startswith("/PRIVATE/"):
-            raise RoutingError(f"no data service matches {subject}")
-        member = next(m for m in ("TradeAdapterA", "TradeAdapterB") if m not in self.down)
-        user = subject.split("/")[2].split("-")[0]
-        return FakeDecision(
-            subject, "trade-messaging-channel", member, 0, f"trading-adapters:{user}", "affinity", 0
-        )
-
-
-@pytest.fixture
-def fake_routing(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[FakeRouter]]:
-    module = types.ModuleType("affinity.routing")
-    module.Router = FakeRouter  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "affinity.routing", module)
-    FakeRouter.instances.clear()
-    yield FakeRouter
-
-
-def test_route_prints_member_and_why(
-    capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]
-) -> None:
+def test_route_prints_member_and_why(capsys: pytest.CaptureFixture[str]) -> None:
+    decision = worked_decision("/PRIVATE/alice-0/FXTRADE")
     status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice-0/FXTRADE")
     assert status == 0
     assert out == [
-        "/PRIVATE/alice-0/FXTRADE -> TradeAdapterA (peer 0; service trade-messaging-channel; "
-        "affinity trading-adapters:alice (affinity rule 0); reason affinity)"
+        f"/PRIVATE/alice-0/FXTRADE -> {decision.member} (peer {decision.peer_index}; "
+        "service trade-messaging-channel; affinity trading-adapters:alice (affinity rule 0); reason hashed)"
     ]
 
 
-def test_route_marks_down_labels_before_routing(
-    capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]
-) -> None:
-    status, out, _ = run(
-        capsys, "route", str(WORKED), "/PRIVATE/bob-1/FXTRADE", "--down", "TradeAdapterA"
-    )
+def test_route_marks_down_labels_before_routing(capsys: pytest.CaptureFixture[str]) -> None:
+    first = worked_decision("/PRIVATE/bob-1/FXTRADE").member
+    assert first is not None
+    status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/bob-1/FXTRADE", "--down", first)
     assert status == 0
-    assert fake_routing.instances[0].down == ["TradeAdapterA"]
-    assert " -> TradeAdapterB " in out[0]
+    assert f" -> {worked_decision('/PRIVATE/bob-1/FXTRADE', first).member} " in out[0]
+    assert f" -> {first} " not in out[0]
 
 
-def test_route_json_lists_decision_fields(
-    capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]
-) -> None:
+def test_route_json_lists_decision_fields(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/a-0/FXTRADE", "/OTHER", "--json")
     assert status == 3
     decisions = json.loads("\n".join(out))
+    decision = worked_decision("/PRIVATE/a-0/FXTRADE")
     assert decisions[0] == {
         "subject": "/PRIVATE/a-0/FXTRADE",
         "service": "trade-messaging-channel",
-        "member": "TradeAdapterA",
-        "peer_index": 0,
+        "source_group": "trade-messaging-channel#1",
+        "member": decision.member,
+        "peer_index": decision.peer_index,
+        "priority_group": 0,
         "composite": "trading-adapters:a",
-        "reason": "affinity",
+        "reason": "hashed",
         "rule_index": 0,
     }
     assert decisions[1] == {
         "subject": "/OTHER",
         "member": None,
-        "error": "no data service matches /OTHER",
+        "error": 'no data service has an include-pattern matching "/OTHER"',
     }
 
 
-def test_route_shows_the_other_source_groups_of_a_service(
-    capsys: pytest.CaptureFixture[str],
-    fake_routing: type[FakeRouter],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def route(self: FakeRouter, subject: str) -> FakeDecisionWithGroups:
-        historical = FakeDecisionWithGroups(
-            subject, "trade-blotter-container", "HistoricalAdapter", 2, None, "workload", None
-        )
-        return FakeDecisionWithGroups(
-            subject,
-            "trade-blotter-container",
-            "TradeAdapterA",
-            0,
-            "trading-adapters:alice",
-            "hashed",
-            0,
-            source_group="trade-blotter-container#1",
-            additional=(historical,),
-        )
-
-    monkeypatch.setattr(FakeRouter, "route", route)
-    status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice/BLOTTER/TRADE")
+def test_route_shows_the_other_source_groups_of_a_service(capsys: pytest.CaptureFixture[str]) -> None:
+    subject = "/PRIVATE/alice/BLOTTER/TRADE"
+    decision = worked_decision(subject)
+    (other,) = decision.additional
+    status, out, _ = run(capsys, "route", str(WORKED), subject)
     assert status == 0
     assert out == [
-        "/PRIVATE/alice/BLOTTER/TRADE -> TradeAdapterA (peer 0; service trade-blotter-container; "
-        "affinity trading-adapters:alice (affinity rule 0); reason hashed); also: "
-        "HistoricalAdapter (peer 2; service trade-blotter-container; reason workload)"
+        f"{subject} -> {decision.member} (peer {decision.peer_index}; service trade-blotter-container; "
+        f"affinity trading-adapters:alice (affinity rule 0); reason hashed); also: "
+        f"{other.member} (peer {other.peer_index}; service trade-blotter-container; reason {other.reason})"
     ]
-    status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice/BLOTTER/TRADE", "--json")
-    (decision,) = json.loads("\n".join(out))
-    assert decision["source_group"] == "trade-blotter-container#1"
-    assert decision["additional"][0]["member"] == "HistoricalAdapter"
+    status, out, _ = run(capsys, "route", str(WORKED), subject, "--json")
+    (printed,) = json.loads("\n".join(out))
+    assert printed["source_group"] == decision.source_group
+    assert printed["additional"][0]["member"] == other.member
 
 
-def test_route_unrouted_subject_exits_3(
-    capsys: pytest.CaptureFixture[str], fake_routing: type[FakeRouter]
-) -> None:
+def test_route_unrouted_subject_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "route", str(WORKED), "/OTHER")
     assert status == 3
-    assert out == ["/OTHER -> not routed: no data service matches /OTHER"]
+    assert out == ['/OTHER -> not routed: no data service has an include-pattern matching "/OTHER"']
 
 
-# -- route with the real routing tables (after the routing branch is merged and built) -----------
-
-
-@pytest.fixture
-def real_routing() -> None:
-    pytest.importorskip("affinity.routing", exc_type=ImportError)
-
-
-@pytest.mark.usefixtures("real_routing")
 def test_channel_and_blotter_of_a_user_go_to_the_same_adapter(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -263,13 +183,29 @@ def test_channel_and_blotter_of_a_user_go_to_the_same_adapter(
     assert set(members) <= {"TradeAdapterA", "TradeAdapterB"}
 
 
-@pytest.mark.usefixtures("real_routing")
 def test_down_adapter_is_avoided(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice-0/FXTRADE", "--json")
     assert status == 0
     first = json.loads("\n".join(out))[0]["member"]
-    status, out, _ = run(
-        capsys, "route", str(WORKED), "/PRIVATE/alice-0/FXTRADE", "--json", "--down", first
-    )
+    status, out, _ = run(capsys, "route", str(WORKED), "/PRIVATE/alice-0/FXTRADE", "--json", "--down", first)
     assert status == 0
     assert json.loads("\n".join(out))[0]["member"] not in (first, None)
+
+
+@pytest.mark.parametrize("pattern", ["a{1,1000}{1,1000}", "a{1,32767}{1,32767}"])
+def test_check_reports_a_pattern_over_the_compile_budget_at_file_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, pattern: str
+) -> None:
+    path = tmp_path / "blowup.conf"
+    path.write_text(
+        "add-data-service service-name s\n"
+        f"    include-pattern {pattern}\n"
+        "    add-source-group add-priority label A end-priority end-source-group\n"
+        "end-data-service\n"
+    )
+    started = time.monotonic()
+    status, out, _ = run(capsys, "check", str(path))
+    assert time.monotonic() - started < 5
+    assert status == 1
+    assert out[0].startswith(f"{path}:2:21: error: include-pattern: invalid POSIX extended regular expression")
+    assert "more than the limit of 1000:" in out[0]

@@ -50,9 +50,7 @@ def test_worked_example_shares_the_affinity_key_with_identical_priority_groups()
     channel = config.data_services[0].source_groups[0]
     container = config.data_services[1].source_groups[0]
     assert channel.affinity_rules[0].key == container.affinity_rules[0].key == "trading-adapters"
-    assert [p.names for p in channel.priority_groups] == [
-        p.names for p in container.priority_groups
-    ]
+    assert [p.names for p in channel.priority_groups] == [p.names for p in container.priority_groups]
 
 
 # -- shared affinity keys ------------------------------------------------------------------------
@@ -175,8 +173,7 @@ def test_invalid_include_pattern_is_an_error_at_the_pattern() -> None:
     text = "add-data-service service-name s include-pattern '^/(x'\n"
     text += "add-source-group add-priority label a end-priority end-source-group end-data-service"
     assert diagnostics_of(text) == [
-        "t.conf:1:50: error: include-pattern: invalid POSIX extended regular expression: "
-        "Unmatched ( or \\("
+        "t.conf:1:50: error: include-pattern: invalid POSIX extended regular expression: Unmatched ( or \\("
     ]
 
 
@@ -215,17 +212,13 @@ def test_empty_service_name_is_an_error() -> None:
 
 def test_duplicate_service_names_name_both_locations() -> None:
     text = service("", name="dup") + service("", name="dup")
-    assert diagnostics_of(text) == [
-        "t.conf:6:31: error: duplicate service name 'dup' (first defined at t.conf:1:31)"
-    ]
+    assert diagnostics_of(text) == ["t.conf:6:31: error: duplicate service name 'dup' (first defined at t.conf:1:31)"]
 
 
 def test_source_group_without_priority_group_is_an_error() -> None:
     text = "add-data-service service-name s include-pattern ^/\n"
     text += "  add-source-group affinity k ^/([^/]+) end-source-group\nend-data-service"
-    assert diagnostics_of(text) == [
-        "t.conf:2:3: error: add-source-group has no add-priority block: it has no peers"
-    ]
+    assert diagnostics_of(text) == ["t.conf:2:3: error: add-source-group has no add-priority block: it has no peers"]
 
 
 def test_empty_priority_group_is_an_error() -> None:
@@ -235,9 +228,9 @@ def test_empty_priority_group_is_an_error() -> None:
 
 
 def test_data_service_without_source_group_is_an_error() -> None:
-    assert diagnostics_of(
-        "add-data-service service-name s include-pattern ^/ end-data-service"
-    ) == ["t.conf:1:1: error: data service 's' has no add-source-group: it cannot route"]
+    assert diagnostics_of("add-data-service service-name s include-pattern ^/ end-data-service") == [
+        "t.conf:1:1: error: data service 's' has no add-source-group: it cannot route"
+    ]
 
 
 def test_data_service_without_include_pattern_is_a_warning() -> None:
@@ -290,8 +283,7 @@ def test_plugin_is_imported_only_when_asked() -> None:
     assert analyse_text(text, "t.conf").diagnostics == ()
     (diagnostic,) = analyse_text(text, "t.conf", load_plugins=True).diagnostics
     assert str(diagnostic).startswith(
-        "t.conf:3:8: error: policy 'sample_policies:Missing': 'sample_policies' has no attribute "
-        "'Missing'"
+        "t.conf:3:8: error: policy 'sample_policies:Missing': 'sample_policies' has no attribute 'Missing'"
     )
 
 

@@ -30,10 +30,7 @@ def shape(config: RoutingConfig) -> list[object]:
             [
                 (
                     [(rule.key, rule.pattern) for rule in group.affinity_rules],
-                    [
-                        [(label.name, label.remote) for label in p.labels]
-                        for p in group.priority_groups
-                    ],
+                    [[(label.name, label.remote) for label in p.labels] for p in group.priority_groups],
                     group.policy,
                     group.selection,
                 )
@@ -195,12 +192,10 @@ VALID_GROUP = "add-source-group add-priority label a end-priority end-source-gro
         ),
         (
             f"add-data-service service-name s {VALID_GROUP}",
-            "t.conf:1:1: error: add-data-service is not closed: expected end-data-service "
-            "before the end of the file",
+            "t.conf:1:1: error: add-data-service is not closed: expected end-data-service before the end of the file",
         ),
         (
-            "add-data-service service-name s\nadd-source-group add-priority label a end-priority\n"
-            "end-data-service",
+            "add-data-service service-name s\nadd-source-group add-priority label a end-priority\nend-data-service",
             "t.conf:2:1: error: add-source-group is not closed: expected end-source-group before "
             "end-data-service at t.conf:3:1",
         ),
@@ -233,13 +228,11 @@ VALID_GROUP = "add-source-group add-priority label a end-priority end-source-gro
         ),
         (
             f"add-data-service service-name s\n  label x\n  {VALID_GROUP} end-data-service",
-            "t.conf:2:3: error: label is not allowed in add-data-service; it belongs inside "
-            "add-priority",
+            "t.conf:2:3: error: label is not allowed in add-data-service; it belongs inside add-priority",
         ),
         (
             f"{VALID_GROUP}",
-            "t.conf:1:1: error: add-source-group is not allowed in the top level; it belongs "
-            "inside add-data-service",
+            "t.conf:1:1: error: add-source-group is not allowed in the top level; it belongs inside add-data-service",
         ),
         (
             f"add-data-service service-name s\n service-name t {VALID_GROUP} end-data-service",
@@ -263,9 +256,7 @@ def test_syntax_error_is_reported_at_its_location(text: str, expected: str) -> N
 def test_unknown_keyword_arguments_on_its_line_are_not_reported_again() -> None:
     text = "add-data-service service-name s\n  request-timeout 10 20\n"
     text += f"  {VALID_GROUP}\nend-data-service"
-    assert errors_of(text) == [
-        "t.conf:2:3: error: unknown keyword 'request-timeout' in add-data-service"
-    ]
+    assert errors_of(text) == ["t.conf:2:3: error: unknown keyword 'request-timeout' in add-data-service"]
 
 
 def test_every_problem_is_reported_not_only_the_first() -> None:

@@ -1,5 +1,5 @@
 """The consumer-group bindings convert keys and payloads safely: lists and pyarrow arrays agree,
-and no offsets buffer, however hostile, gets past validation (it raises ConfigError)."""
+and no offsets buffer, however hostile, gets past validation (it raises InvalidArgumentError)."""
 
 from __future__ import annotations
 
@@ -73,12 +73,20 @@ def test_lists_and_every_arrow_string_type_agree() -> None:
         (FakeArray("large_binary", 1, struct.pack("<2q", -5, 0), None), "negative"),
         (FakeArray("binary", 5, b"\0" * 8, None), "shorter than the array"),
         (FakeArray("binary", 1, b"\0" * 8, None, offset=2**62), "overflow"),
-        (FakeArray("int32", 1, b"", None), "expected a pyarrow"),
     ],
 )
-def test_hostile_arrow_offsets_raise_config_error(array: FakeArray, message: str) -> None:
-    with pytest.raises(affinity.ConfigError, match=message):
+def test_hostile_arrow_offsets_raise_invalid_argument(array: FakeArray, message: str) -> None:
+    with pytest.raises(affinity.InvalidArgumentError, match=message):
         compiled.group_queues(array, 64, 8)
+
+
+def test_wrong_types_raise_argument_type_error() -> None:
+    with pytest.raises(affinity.ArgumentTypeError, match="expected a pyarrow"):
+        compiled.group_queues(FakeArray("int32", 1, b"", None), 64, 8)
+    with pytest.raises(affinity.ArgumentTypeError, match="expected a sequence"):
+        compiled.group_queues(b"not a list", 64, 8)
+    with pytest.raises(affinity.ArgumentTypeError, match="bytes-like"):
+        compiled.group_queues([1, 2], 64, 8)
 
 
 @settings(max_examples=300, deadline=None)
@@ -95,7 +103,7 @@ def test_arbitrary_offsets_buffers_never_crash(
     array = FakeArray(type_name, length, offsets, data, offset)
     try:
         queues = compiled.group_queues(array, 64, 8)
-    except affinity.ConfigError:
+    except affinity.InvalidArgumentError:
         return
     assert len(queues) == length
     assert all(0 <= queue < 8 for queue in queues)

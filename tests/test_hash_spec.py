@@ -96,10 +96,7 @@ def make_vectors() -> dict[str, Any]:
             "members": members,
             "modulo": select_modulo(composite, members),
             "rendezvous": select_rendezvous(composite, members),
-            "scores": [
-                {"label": label, "score": f"{rendezvous_score(label, composite):016x}"}
-                for label in members
-            ],
+            "scores": [{"label": label, "score": f"{rendezvous_score(label, composite):016x}"} for label in members],
         }
         for composite, members in inputs
     ]

@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-NETNS_SETUP = "ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo"
+pytestmark = pytest.mark.netns
+
+# The repository's helper: a fresh network namespace, loopback only, multicast routed to lo.
+NETNS_RUN = Path(__file__).resolve().parent.parent / "rust" / "tests" / "support" / "netns-run"
 
 
 def run_in_private_netns(script: str, tmp_path: Path) -> str:
@@ -19,7 +22,7 @@ def run_in_private_netns(script: str, tmp_path: Path) -> str:
         pytest.fail("multicast tests need util-linux (unshare) and iproute2 (ip)")
     path = tmp_path / "scenario.py"
     path.write_text(textwrap.dedent(script))
-    command = ["unshare", "-n", "bash", "-c", f'{NETNS_SETUP} && exec "$@"', "netns", sys.executable, str(path)]
+    command = [str(NETNS_RUN), sys.executable, str(path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     return result.stdout

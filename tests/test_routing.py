@@ -25,9 +25,7 @@ BLOTTER_RULE = ("trading-adapters", "^/PRIVATE/([^/]+)/BLOTTER/TRADE")
 
 def group(labels: tuple[str, ...], rules: tuple[tuple[str, str], ...] = ()) -> SourceGroup:
     return SourceGroup(
-        priority_groups=(
-            PriorityGroup(tuple(PeerLabel(name, True, HERE) for name in labels), HERE),
-        ),
+        priority_groups=(PriorityGroup(tuple(PeerLabel(name, True, HERE) for name in labels), HERE),),
         affinity_rules=tuple(AffinityRule(key, pattern, HERE) for key, pattern in rules),
         location=HERE,
     )
@@ -70,9 +68,7 @@ def transformer() -> Router:
                     group(ADAPTERS, (BLOTTER_RULE,)),
                     group(("HistoricalAdapter",)),
                 ),
-                service(
-                    "trade-blotter-items", "^/PRIVATE/([^/]+)/ITEM", group(("HistoricalAdapter",))
-                ),
+                service("trade-blotter-items", "^/PRIVATE/([^/]+)/ITEM", group(("HistoricalAdapter",))),
             ),
             "transformer.conf",
         )
@@ -120,8 +116,7 @@ def test_log_lines_have_the_datasource_format(caplog: pytest.LogCaptureFixture) 
     assert decision.peer_index == ADAPTERS.index(decision.member or "") + 2  # Transformer is 1
     assert caplog.messages == [
         "Object </PRIVATE/alice-0/FXTRADE> is bound to affinity <trading-adapters:alice>",
-        f"We can request object </PRIVATE/alice-0/FXTRADE> from peer {decision.peer_index} "
-        f"({decision.member})",
+        f"We can request object </PRIVATE/alice-0/FXTRADE> from peer {decision.peer_index} ({decision.member})",
     ]
     assert decision.member == "TradeAdapterB"  # pinned by the hash vectors (version 1)
 

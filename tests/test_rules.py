@@ -26,8 +26,7 @@ def fake_entry_points(
 ) -> None:
     """Make ``importlib.metadata.entry_points`` see only ``entries`` (name, value) in ``group``."""
     points = importlib.metadata.EntryPoints(
-        importlib.metadata.EntryPoint(name=name, value=value, group=group)
-        for name, value in entries
+        importlib.metadata.EntryPoint(name=name, value=value, group=group) for name, value in entries
     )
 
     def entry_points(*, group: str) -> importlib.metadata.EntryPoints:
@@ -40,12 +39,30 @@ def fake_entry_points(
 
 
 def test_builtin_names_are_not_plugins() -> None:
-    for name in ("workload", "least-assigned", "round-robin", "modulo", "rendezvous"):
+    for name in ("workload", "least-assigned", "round-robin"):
         assert is_builtin_policy(name)
         assert name in BUILTIN_POLICIES
         with pytest.raises(PolicyError, match=f"'{name}' is a built-in policy, not a plugin"):
             load_policy(name)
     assert not is_builtin_policy("sample_policies:Crc32")
+
+
+def test_selection_names_are_neither_policies_nor_plugins() -> None:
+    for name in ("modulo", "rendezvous"):
+        assert not is_builtin_policy(name)
+        with pytest.raises(PolicyError, match=f"'{name}' is a selection function, not a policy"):
+            load_policy(name)
+
+
+def test_builtin_policy_names_come_from_the_rust_registry() -> None:
+    import affinity.routing
+    from affinity import _affinity
+    from affinity.config import syntax
+
+    assert BUILTIN_POLICIES == _affinity.BUILTIN_POLICIES == affinity.routing.BUILTIN_POLICIES
+    assert syntax.SELECTIONS == _affinity.SELECTIONS == affinity.routing.SELECTIONS
+    for name in BUILTIN_POLICIES:  # every registered name is usable by the routing tables
+        affinity.routing.Router().add_source_group("g", [["m"]], policy=name)
 
 
 # -- dotted paths ----------------------------------------------------------------------------------
@@ -142,9 +159,7 @@ def test_unknown_entry_point_lists_the_installed_ones(monkeypatch: pytest.Monkey
 
 
 def test_entry_point_registered_twice_is_ambiguous(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_entry_points(
-        monkeypatch, ("crc", "sample_policies:Crc32"), ("crc", "sample_policies:FirstCandidate")
-    )
+    fake_entry_points(monkeypatch, ("crc", "sample_policies:Crc32"), ("crc", "sample_policies:FirstCandidate"))
     with pytest.raises(PolicyError, match="registered several times"):
         load_policy("crc")
 

@@ -27,6 +27,7 @@ def test_offer_before_any_subscriber_reports_not_connected(client: affinity.Clie
     pub = client.add_publication(channel, 10)
     assert not pub.is_connected
     assert pub.offer(b"x") == affinity.NOT_CONNECTED
+    pub.close()
 
 
 def test_round_trip_with_headers(client: affinity.Client, channel: str) -> None:
@@ -44,6 +45,8 @@ def test_round_trip_with_headers(client: affinity.Client, channel: str) -> None:
     assert header.session_id == pub.session_id
     assert header.stream_id == 10
     assert header.position == position
+    pub.close()
+    sub.close()
 
 
 def test_offer_batch_accepts_lists_and_arrow_arrays(client: affinity.Client, channel: str) -> None:
@@ -60,6 +63,8 @@ def test_offer_batch_accepts_lists_and_arrow_arrays(client: affinity.Client, cha
     while len(received) < len(expected) and time.monotonic() < deadline:
         received.extend(sub.poll_batch(100))
     assert received == expected
+    pub.close()
+    sub.close()
 
 
 def test_poll_batch_returns_an_arrow_array(client: affinity.Client, channel: str) -> None:
@@ -76,6 +81,8 @@ def test_poll_batch_returns_an_arrow_array(client: affinity.Client, channel: str
         chunks.append(array)
         total += len(array)
     assert [v for chunk in chunks for v in chunk.to_pylist()] == [b"one", b"two", b"three"]
+    pub.close()
+    sub.close()
 
 
 def test_arrow_arrays_with_nulls_are_refused(client: affinity.Client, channel: str) -> None:
@@ -84,6 +91,7 @@ def test_arrow_arrays_with_nulls_are_refused(client: affinity.Client, channel: s
         pub.offer_batch(pa.array([b"a", None], type=pa.binary()))
     with pytest.raises(TypeError, match="binary"):
         pub.offer_batch(pa.array([1, 2]))
+    pub.close()
 
 
 def test_too_long_message_raises(client: affinity.Client) -> None:
@@ -95,7 +103,8 @@ def test_too_long_message_raises(client: affinity.Client) -> None:
     with pytest.raises(affinity.MessageTooLongError, match="8193 bytes"):
         pub.offer(b"x" * 8193)
     assert pub.offer(b"x" * 8192) > 0
-    del sub
+    pub.close()
+    sub.close()
 
 
 @pytest.mark.parametrize(
@@ -134,6 +143,7 @@ def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it() -> None
             received: list[bytes] = []
             sent = 0
             deadline = time.monotonic() + 30
+
             def pending() -> bool:
                 return sent < len(messages) or pub.counters()["sender_position"] < pub.position
 
@@ -178,8 +188,10 @@ def test_closing_a_publication_ends_the_stream_for_the_subscriber(client: affini
     while not got and time.monotonic() < deadline:
         got.extend(sub.poll_batch(10))
     assert got == [b"last words"]
+    sub.close()
 
 
+@pytest.mark.slow
 def test_two_hundred_thousand_mixed_messages_survive_loss_duplication_and_reordering() -> None:
     port = free_udp_port()
     relay = LossyRelay(f"127.0.0.1:{port}", loss=0.05, duplicate=0.01, reorder=0.02, seed=11)
@@ -218,6 +230,8 @@ def test_a_million_small_messages_arrive_in_order(client: affinity.Client, chann
         for data in sub.poll_batch(8192):
             assert struct.unpack("<Q", data)[0] == expected_next
             expected_next += 1
+    pub.close()
+    sub.close()
 
 
 def test_slow_subscriber_back_pressures_the_publisher_without_loss(client: affinity.Client) -> None:
@@ -245,6 +259,8 @@ def test_slow_subscriber_back_pressures_the_publisher_without_loss(client: affin
         time.sleep(0.0005)
     assert back_pressured > 0
     assert received == sent == 3000
+    pub.close()
+    sub.close()
 
 
 def test_publisher_and_subscriber_in_two_processes(tmp_path: Path) -> None:
@@ -333,3 +349,6 @@ def test_ipc_delivers_to_every_subscriber_and_the_slowest_paces(client: affinity
         got_slow.extend(slow.poll_batch(3))
     assert got_fast == messages and got_slow == messages
     assert back_pressured > 0, "the slow IPC subscriber should have held the publisher back"
+    pub.close()
+    fast.close()
+    slow.close()

@@ -1,20 +1,37 @@
+"""Typed stubs of the compiled module ``affinity._affinity`` (checked with ``mypy.stubtest``).
+
+Errors: every exception raised here is a class of :mod:`affinity.exceptions` (all derive from
+``AffinityError``); hot-path outcomes of ``offer`` are negative return codes, not exceptions.
+"""
+
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, final, overload
 
-# Typed stubs of the compiled module affinity._affinity (transport part).
-# The routing part is appended below by the routing bindings.
+from affinity.records import (
+    DriverCounters,
+    DriverEventInfo,
+    ExplanationInfo,
+    ImageInfo,
+    LegInfo,
+    PublicationCounters,
+    RelayStats,
+    RoutingEventInfo,
+)
 
 __version__: str
 __all__ = [
     "ADMIN_ACTION",
     "BACK_PRESSURED",
+    "BUILTIN_POLICIES",
     "CLOSED",
     "GROUP_CONTROL_STREAM_ID",
     "GROUP_DATA_STREAM_ID",
     "HASH_VERSION",
+    "MAX_PATTERN_POSITIONS",
     "MAX_POSITION_EXCEEDED",
     "NOT_CONNECTED",
+    "SELECTIONS",
     "SUBJECT_FLAG_IMAGE",
     "SUBJECT_FLAG_NODATA_NOTFOUND",
     "SUBJECT_FLAG_NODATA_UNAVAILABLE",
@@ -80,10 +97,29 @@ class Header:
 
 @final
 class Publication:
-    """Sends messages on one channel and stream."""
+    """Sends messages on one channel and stream.
 
-    def offer(self, data: bytes | bytearray | memoryview) -> int: ...
-    def offer_batch(self, messages: Sequence[bytes | bytearray | memoryview] | Iterable[bytes] | Any) -> int: ...
+    Close it (``close()`` or ``with``) when done: data already offered is still delivered, then
+    the stream ends. A publication collected without ``close()`` is closed then, with a
+    ``ResourceWarning``.
+    """
+
+    def offer(self, data: bytes | bytearray | memoryview) -> int:
+        """Append one message; the new position (> 0) or a negative outcome code.
+
+        Raises ``MessageTooLongError`` for a message longer than ``max_message_length``,
+        ``ArgumentTypeError`` for an object that is not bytes-like. Releases the GIL.
+        """
+
+    def offer_batch(self, messages: Sequence[bytes | bytearray | memoryview] | Iterable[bytes] | Any) -> int:
+        """Append messages (bytes-like objects, or a pyarrow binary/large_binary array) until
+        one is refused; how many were taken.
+
+        An Arrow array is checked whole before anything is sent: nulls, or offsets that are
+        negative, decreasing or beyond the data buffer, raise ``InvalidArgumentError``.
+        Releases the GIL.
+        """
+
     @property
     def is_connected(self) -> bool: ...
     @property
@@ -98,7 +134,7 @@ class Publication:
     def channel(self) -> str: ...
     @property
     def max_message_length(self) -> int: ...
-    def counters(self) -> dict[str, Any]: ...
+    def counters(self) -> PublicationCounters: ...
     def close(self) -> None: ...
     def __enter__(self) -> Publication: ...
     def __exit__(
@@ -107,13 +143,23 @@ class Publication:
 
 @final
 class Subscription:
-    """Receives messages on one channel and stream."""
+    """Receives messages on one channel and stream.
 
-    def poll(self, handler: Callable[[bytes, Header], object], fragment_limit: int = 10) -> int: ...
+    The subscription lives as long as this object: when it is collected without ``close()`` it
+    closes (its images end and nothing more is received) and a ``ResourceWarning`` is issued.
+    Keep a reference: ``client.add_subscription(...)`` without keeping the result subscribes to
+    nothing.
+    """
+
+    def poll(self, handler: Callable[[bytes, Header], object], fragment_limit: int | None = None) -> int:
+        """Call ``handler(data, header)`` for each whole message within ``fragment_limit``
+        fragments (default 10, at most 16777216); the number of fragments consumed.
+        Non-blocking; the GIL is released while the driver's state is read."""
+
     @overload
-    def poll_batch(self, fragment_limit: int = 1000, *, as_arrow: Literal[False] = False) -> list[bytes]: ...
+    def poll_batch(self, fragment_limit: int | None = None, *, as_arrow: Literal[False] = False) -> list[bytes]: ...
     @overload
-    def poll_batch(self, fragment_limit: int = 1000, *, as_arrow: Literal[True]) -> Any: ...
+    def poll_batch(self, fragment_limit: int | None = None, *, as_arrow: Literal[True]) -> Any: ...
     @property
     def is_connected(self) -> bool: ...
     @property
@@ -122,7 +168,7 @@ class Subscription:
     def channel(self) -> str: ...
     @property
     def stream_id(self) -> int: ...
-    def images(self) -> list[dict[str, Any]]: ...
+    def images(self) -> list[ImageInfo]: ...
     def close(self) -> None: ...
     def __enter__(self) -> Subscription: ...
     def __exit__(
@@ -131,13 +177,24 @@ class Subscription:
 
 @final
 class Client:
-    """A connection to an embedded media driver."""
+    """A connection to an embedded media driver.
+
+    ``threading`` defaults to ``"shared"`` (a driver thread), ``idle`` to ``"backoff"``.
+    Settings out of range raise ``ConfigError`` naming the setting and its range:
+    ``term_length`` a power of two in [65536, 1073741824]; ``mtu`` a multiple of 32 in
+    [64, 65504]; ``receiver_window`` in [mtu, 536870912]; ``socket_receive_buffer`` in
+    [mtu, 2147483647]; ``receiver_timeout_ms`` and ``command_timeout_ms`` in [1, 3600000].
+
+    Close it (``close()`` or ``with``): closing stops the driver after publications drained
+    (at most 2 s, without the GIL). A client collected without ``close()`` is closed then, with
+    a ``ResourceWarning``.
+    """
 
     def __new__(
         cls,
         *,
-        threading: Literal["shared", "invoker"] = "shared",
-        idle: Literal["backoff", "yield", "busy-spin"] = "backoff",
+        threading: Literal["shared", "invoker"] | None = None,
+        idle: Literal["backoff", "yield", "busy-spin"] | None = None,
         term_length: int | None = None,
         mtu: int | None = None,
         receiver_window: int | None = None,
@@ -147,11 +204,19 @@ class Client:
         command_timeout_ms: int | None = None,
         yield_when_idle: bool = True,
     ) -> Client: ...
-    def add_publication(self, channel: str, stream_id: int) -> Publication: ...
-    def add_subscription(self, channel: str, stream_id: int) -> Subscription: ...
+    def add_publication(self, channel: str, stream_id: int) -> Publication:
+        """Create a publication; waits for the driver (at most ``command_timeout_ms``).
+
+        Either it is returned, or an exception is raised and the driver keeps nothing of it
+        (``DriverTimeoutError`` on timeout, ``ChannelUriError``, ``AffinityOSError``).
+        """
+
+    def add_subscription(self, channel: str, stream_id: int) -> Subscription:
+        """Create a subscription; same guarantees as :meth:`add_publication`."""
+
     def do_work(self) -> int: ...
-    def events(self) -> list[dict[str, Any]]: ...
-    def counters(self) -> dict[str, int]: ...
+    def events(self) -> list[DriverEventInfo]: ...
+    def counters(self) -> DriverCounters: ...
     @property
     def threading(self) -> str: ...
     @property
@@ -171,18 +236,22 @@ class LossyRelay:
     ) -> LossyRelay: ...
     @property
     def address(self) -> str: ...
-    def stats(self) -> dict[str, int]: ...
+    def stats(self) -> RelayStats: ...
     def close(self) -> None: ...
-# ---- routing (rust/src/py/routing.rs) ----------------------------------------------------------
-# Kept in one block; other parts of the bindings add their own blocks to this file.
 
 HASH_VERSION: Final[int]
+BUILTIN_POLICIES: Final[tuple[str, ...]]
+SELECTIONS: Final[tuple[str, ...]]
+MAX_PATTERN_POSITIONS: Final[int]
 
 def affinity_hash(composite: str) -> int: ...
 def select_member(composite: str, members: Sequence[str], selection: str = "modulo") -> str: ...
 
 @final
 class PosixRegex:
+    """A POSIX ERE compiled by glibc (``sed -r`` semantics); ``ConfigError`` if invalid or if
+    its repetitions unroll to more than ``MAX_PATTERN_POSITIONS`` positions."""
+
     def __new__(cls, pattern: str) -> PosixRegex: ...
     @property
     def pattern(self) -> str: ...
@@ -206,18 +275,17 @@ class RoutingTable:
     ) -> int: ...
     def members(self) -> list[tuple[str, int, bool]]: ...
     def set_member_up(self, label: str, up: bool) -> None: ...
-    def subscribe(self, subject: str) -> list[dict[str, Any]]: ...
-    def route(self, subject: str) -> list[dict[str, Any]]: ...
+    def subscribe(self, subject: str) -> list[LegInfo]: ...
+    def route(self, subject: str) -> list[LegInfo]: ...
     def route_members(self, subjects: list[str]) -> list[str | None]: ...
     def subscribe_members(self, subjects: list[str]) -> list[str | None]: ...
     def unsubscribe(self, subject: str) -> None: ...
-    def report_nodata(self, subject: str, status: str) -> dict[str, Any]: ...
-    def explain(self, subject: str) -> dict[str, Any]: ...
+    def report_nodata(self, subject: str, status: str) -> LegInfo: ...
+    def explain(self, subject: str) -> ExplanationInfo: ...
     def reset(self) -> None: ...
-    def drain_events(self) -> list[dict[str, Any]]: ...
+    def drain_events(self) -> list[RoutingEventInfo]: ...
     def affinity(self, composite: str) -> str | None: ...
 
-# ---- end routing -------------------------------------------------------------------------------
 # ---- groups (rust/src/py/groups.rs) ------------------------------------------------------------
 
 GROUP_CONTROL_STREAM_ID: Final[int]

@@ -14,25 +14,25 @@ hands them to subscribers. Hashing is specified in ``docs/hash-spec.md``.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast, runtime_checkable
 
 from affinity import _affinity
 from affinity.config.model import RoutingConfig
-from affinity.exceptions import PolicyError, RoutingError
+from affinity.exceptions import RoutingError
+from affinity.records import LegInfo
+from affinity.rules import SelectionPolicy, load_policy
 
 __all__ = [
     "BUILTIN_POLICIES",
     "HASH_VERSION",
+    "MAX_PATTERN_POSITIONS",
     "SELECTIONS",
     "Decision",
     "Explanation",
-    "PolicyPlugin",
+    "PolicySpec",
     "PosixRegex",
     "Router",
     "RoutingEvent",
@@ -42,30 +42,26 @@ __all__ = [
 
 logger = logging.getLogger("affinity.routing")
 
-#: Fallback policies implemented in Rust, by configuration name.
-BUILTIN_POLICIES: tuple[str, ...] = ("workload", "least-assigned", "round-robin")
-#: Hash selection functions by configuration name.
-SELECTIONS: tuple[str, ...] = ("modulo", "rendezvous")
+#: Fallback policies implemented in Rust, by configuration name (the Rust registry).
+BUILTIN_POLICIES: tuple[str, ...] = _affinity.BUILTIN_POLICIES
+#: Hash selection functions by configuration name (the Rust registry).
+SELECTIONS: tuple[str, ...] = _affinity.SELECTIONS
 #: Version of the affinity hash and selection functions (``docs/hash-spec.md``).
 HASH_VERSION: int = _affinity.HASH_VERSION
+#: Most positions a pattern may unroll to (nested ``{m,n}`` intervals multiply); larger
+#: patterns are refused with :class:`affinity.ConfigError`.
+MAX_PATTERN_POSITIONS: int = _affinity.MAX_PATTERN_POSITIONS
 
 PosixRegex = _affinity.PosixRegex
 affinity_hash = _affinity.affinity_hash
 select_member = _affinity.select_member
 
 
-@runtime_checkable
-class PolicyPlugin(Protocol):
-    """A custom policy: asked once per new composite (or new non-affinity subject).
-
-    ``candidates`` are the labels of the up members of the first priority group that has any,
-    in label order; the answer must be one of them. Raising, or answering anything else, logs an
-    error and the ``workload`` policy decides instead.
-    """
-
-    def select(self, composite: str, candidates: list[str]) -> str:
-        """The label of the member for ``composite``."""
-        ...
+#: What :meth:`Router.add_source_group` takes as a policy: a built-in name, a plugin object
+#: (:class:`affinity.rules.SelectionPolicy`) or a function ``(composite, candidates) -> label``.
+#: A plugin is asked once per new composite (or new non-affinity subject); raising, or answering
+#: a label that is not a candidate, logs an error and the ``workload`` policy decides instead.
+PolicySpec = str | SelectionPolicy | Callable[[str, list[str]], str]
 
 
 @dataclass(frozen=True)
@@ -129,8 +125,7 @@ class Explanation:
         why = self.reason if self.bound_reason is None else f"{self.reason}, {self.bound_reason}"
         since = "" if self.since is None else f" since event #{self.since}"
         return (
-            f"{self.subject}: service {self.service}, source group {self.source_group}; "
-            f"{rule}; {member} [{why}]{since}"
+            f"{self.subject}: service {self.service}, source group {self.source_group}; {rule}; {member} [{why}]{since}"
         )
 
 
@@ -165,9 +160,7 @@ class RoutingEvent:
             if subject is None:
                 return [(logging.INFO, f"Affinity <{composite}> is bound to {peer}")]
             lines = (
-                []
-                if composite is None
-                else [(logging.INFO, f"Object <{subject}> is bound to affinity <{composite}>")]
+                [] if composite is None else [(logging.INFO, f"Object <{subject}> is bound to affinity <{composite}>")]
             )
             return [*lines, (logging.INFO, request)]
         if self.kind == "moved":
@@ -190,7 +183,7 @@ class RoutingEvent:
         return [(logging.INFO, f"{self.kind}: {self}")]
 
 
-def _decision(subject: str, legs: Sequence[dict[str, Any]]) -> Decision:
+def _decision(subject: str, legs: Sequence[LegInfo]) -> Decision:
     first, *rest = legs
     return Decision(
         subject=subject,
@@ -205,28 +198,6 @@ def _decision(subject: str, legs: Sequence[dict[str, Any]]) -> Decision:
         since=first["since"],
         additional=tuple(_decision(subject, [leg]) for leg in rest),
     )
-
-
-def _default_policy_resolver(name: str) -> object:
-    """Built-in names stay names; others go through :mod:`affinity.rules` or ``module:attr``."""
-    if name in BUILTIN_POLICIES:
-        return name
-    try:
-        rules = importlib.import_module("affinity.rules")
-    except ImportError:
-        rules = None
-    for loader_name in ("load_policy", "resolve_policy", "load"):
-        loader = getattr(rules, loader_name, None)
-        if callable(loader):
-            return loader(name)
-    if ":" not in name:
-        raise PolicyError(f"unknown policy {name!r}: not built in and not module:attribute")
-    module_name, _, attribute = name.partition(":")
-    try:
-        found: object = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise PolicyError(f"cannot load policy {name!r}: {error}") from error
-    return found() if inspect.isclass(found) else found
 
 
 class Router:
@@ -249,22 +220,20 @@ class Router:
         cls,
         config: RoutingConfig,
         *,
-        resolve_policy: Callable[[str], object] | None = None,
+        resolve_policy: Callable[[str], PolicySpec] | None = None,
     ) -> Router:
         """One source group per ``add-source-group`` of every data service, in file order.
 
         Source groups with the same affinity key share affinity memory. ``resolve_policy`` maps a
-        non-built-in policy name to a plugin object (default: :mod:`affinity.rules`, else
-        ``module:attribute``).
+        non-built-in policy name to a plugin object (default:
+        :func:`affinity.rules.load_policy`: an entry point name or ``package.module:attribute``).
         """
-        resolve = resolve_policy or _default_policy_resolver
+        resolve: Callable[[str], PolicySpec] = resolve_policy or load_policy
         router = cls()
         for service in config.data_services:
             router.add_data_service(service.name, service.include_patterns)
             for index, group in enumerate(service.source_groups, start=1):
-                policy: str | PolicyPlugin | Callable[[str, list[str]], str] = (
-                    group.policy if group.policy in BUILTIN_POLICIES else cast("PolicyPlugin", resolve(group.policy))
-                )
+                policy = group.policy if group.policy in BUILTIN_POLICIES else resolve(group.policy)
                 router.add_source_group(
                     f"{service.name}#{index}",
                     [list(priority.names) for priority in group.priority_groups],
@@ -288,7 +257,7 @@ class Router:
         name: str,
         priority_groups: Sequence[Sequence[str]],
         rules: Sequence[tuple[str, str]] = (),
-        policy: str | PolicyPlugin | Callable[[str, list[str]], str] = "workload",
+        policy: PolicySpec = "workload",
         selection: str = "modulo",
         *,
         service: str | None = None,

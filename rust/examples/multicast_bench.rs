@@ -3,7 +3,7 @@
 //! Run inside a private network namespace only (multicast must not reach a real network):
 //!
 //! ```text
-//! /work/shared/tools/netns-run cargo run --release --example multicast_bench
+//! rust/tests/support/netns-run cargo run --release --example multicast_bench
 //! ```
 //!
 //! Prints, as Markdown, the medians of 3 runs of: messages per second delivered to every

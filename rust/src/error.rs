@@ -6,10 +6,19 @@ use std::fmt;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// A channel URI or driver setting is invalid.
+    /// A channel URI is invalid or asks for something this driver does not do.
     Config(String),
+    /// A driver setting is out of its range; the message names the setting and the range.
+    Setting(String),
     /// An operating-system call failed.
     Io(std::io::Error),
+    /// An operating-system call on a socket failed; `context` names the channel and address.
+    Socket {
+        /// What was being done, for example `aeron:udp?endpoint=...: cannot bind 127.0.0.1:40123`.
+        context: String,
+        /// The operating system's error (its `errno` reaches Python's `OSError.errno`).
+        source: std::io::Error,
+    },
     /// The object (client, publication, subscription) was closed.
     Closed(&'static str),
     /// The driver did not answer in time.
@@ -21,8 +30,9 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Config(message) => write!(f, "{message}"),
+            Error::Config(message) | Error::Setting(message) => write!(f, "{message}"),
             Error::Io(error) => write!(f, "I/O error: {error}"),
+            Error::Socket { context, source } => write!(f, "{context}: {source}"),
             Error::Closed(what) => write!(f, "{what} is closed"),
             Error::Timeout(message) => write!(f, "timed out: {message}"),
             Error::Driver(message) => write!(f, "driver error: {message}"),
@@ -30,7 +40,14 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io(error) | Error::Socket { source: error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
 
 impl From<std::io::Error> for Error {
     fn from(error: std::io::Error) -> Self {

@@ -34,6 +34,7 @@ pub mod driver;
 pub mod error;
 pub mod flow_control;
 pub mod groups;
+pub mod limits;
 pub mod logbuffer;
 pub mod media;
 pub mod protocol;

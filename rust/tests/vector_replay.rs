@@ -1,4 +1,4 @@
-//! Interoperability with captured Aeron traffic (`shared/vectors/`), in both directions:
+//! Interoperability with captured Aeron traffic (`rust/tests/vectors/`), in both directions:
 //! our receiver state machine rebuilds the application messages from the packets an Aeron
 //! sender produced, and our sender produces the same bytes an Aeron sender put on the wire
 //! for the same messages.
@@ -29,7 +29,7 @@ fn packets(scenario: &Value, direction: &str) -> Vec<(usize, Vec<u8>)> {
         .collect()
 }
 
-/// The payloads M1..M5 of `shared/vectors/README.md`.
+/// The payloads M1..M5 of `rust/tests/vectors/README.md`.
 fn basic_payloads() -> Vec<Vec<u8>> {
     vec![
         b"Hello Aeron wire vector #1".to_vec(),

@@ -1,10 +1,10 @@
-//! Decodes every packet captured from a real Aeron 1.48 C driver (`shared/vectors/*.json`),
+//! Decodes every packet captured from a real Aeron 1.48 C driver (`rust/tests/vectors/*.json`),
 //! checks every field against the independent decode in the file, re-encodes the packet to the
 //! identical bytes, and checks the per-type frame counts.
 //!
-//! The vectors live at `../../shared/vectors` relative to this crate (the repository layout of
-//! `/work/main` next to `/work/shared`); `AFFINITY_VECTORS_DIR` overrides the location (for
-//! worktrees that are not next to `shared/`). A missing directory fails the test.
+//! The vectors live in the repository at `rust/tests/vectors/` (found through
+//! `CARGO_MANIFEST_DIR`); `AFFINITY_VECTORS_DIR` overrides the location. A missing directory
+//! fails the test.
 
 use std::collections::BTreeMap;
 use std::fs;

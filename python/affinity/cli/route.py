@@ -6,8 +6,8 @@ not depend on the order of the subjects). A data service with several source gro
 container fed by two adapters) shows the other groups' decisions after ``also:``.
 
 Exit status: 0 when every subject was routed, 1 when the configuration has errors or a
-``--down`` label is unknown, 2 when the file cannot be read or the routing tables are not built,
-3 when some subject could not be routed (no data service, or no peer up).
+``--down`` label is unknown, 2 when the file cannot be read, 3 when some subject could not be
+routed (no data service, or no peer up).
 """
 
 from __future__ import annotations
@@ -15,33 +15,39 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, TypedDict
 
 from affinity.config.model import RoutingConfig
 from affinity.config.parser import analyse_file
 from affinity.exceptions import AffinityError
+from affinity.routing import Decision, Router
 
 #: Exit status: every subject routed.
 EXIT_OK = 0
 #: Exit status: the configuration (or a ``--down`` label) is wrong.
 EXIT_ERRORS = 1
-#: Exit status: the file cannot be read, or the compiled routing tables are missing.
+#: Exit status: the file cannot be read.
 EXIT_UNAVAILABLE = 2
 #: Exit status: at least one subject could not be routed.
 EXIT_UNROUTED = 3
 
-#: The :class:`affinity.routing.Decision` fields, in output order.
-DECISION_FIELDS = (
-    "subject",
-    "service",
-    "member",
-    "peer_index",
-    "composite",
-    "reason",
-    "rule_index",
-)
-#: Fields shown when the Router's decisions have them.
-OPTIONAL_FIELDS = ("source_group", "priority_group")
+
+class RouteResult(TypedDict, total=False):
+    """One subject's answer as ``--json`` prints it: the :class:`affinity.routing.Decision`
+    fields (``additional`` only when the service has other source groups), or ``subject``,
+    ``member`` (``None``) and ``error`` when it could not be routed."""
+
+    subject: str
+    service: str
+    source_group: str
+    member: str | None
+    peer_index: int | None
+    priority_group: int | None
+    composite: str | None
+    reason: str
+    rule_index: int | None
+    additional: list[RouteResult]
+    error: str
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -86,11 +92,6 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_ERRORS
     try:
-        from affinity.routing import Router  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as exc:
-        print(f"affinity route: routing tables unavailable: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    try:
         router = Router.from_config(analysis.config)
         for label in args.down:
             router.set_member_up(label, False)
@@ -117,7 +118,7 @@ def _labels(config: RoutingConfig) -> set[str]:
     }
 
 
-def _route(router: Any, subject: str) -> dict[str, Any]:
+def _route(router: Router, subject: str) -> RouteResult:
     """One decision as a JSON-ready dict; an ``error`` entry when the subject is not routed."""
     try:
         decision = router.route(subject)
@@ -126,26 +127,24 @@ def _route(router: Any, subject: str) -> dict[str, Any]:
     return _decision_dict(decision)
 
 
-def _decision_dict(decision: object) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        name: _plain(getattr(decision, name, None)) for name in DECISION_FIELDS
+def _decision_dict(decision: Decision) -> RouteResult:
+    result: RouteResult = {
+        "subject": decision.subject,
+        "service": decision.service,
+        "source_group": decision.source_group,
+        "member": decision.member,
+        "peer_index": decision.peer_index,
+        "priority_group": decision.priority_group,
+        "composite": decision.composite,
+        "reason": decision.reason,
+        "rule_index": decision.rule_index,
     }
-    for name in OPTIONAL_FIELDS:
-        if hasattr(decision, name):
-            result[name] = _plain(getattr(decision, name))
-    additional = getattr(decision, "additional", ())
-    if additional:
-        result["additional"] = [_decision_dict(item) for item in additional]
+    if decision.additional:
+        result["additional"] = [_decision_dict(item) for item in decision.additional]
     return result
 
 
-def _plain(value: object) -> object:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
-
-
-def _describe(result: dict[str, Any]) -> str:
+def _describe(result: RouteResult) -> str:
     subject = result["subject"]
     if result.get("member") is None:
         return f"{subject} -> not routed: {result.get('error') or result.get('reason')}"
@@ -157,5 +156,5 @@ def _describe(result: dict[str, Any]) -> str:
     if result.get("reason") is not None:
         why.append(f"reason {result['reason']}")
     line = f"{subject} -> {result['member']} (peer {result['peer_index']}; {'; '.join(why)})"
-    others = [_describe(item).partition(" -> ")[2] for item in result.get("additional", ())]
+    others = [_describe(item).partition(" -> ")[2] for item in result.get("additional", [])]
     return line + "".join(f"; also: {other}" for other in others)

@@ -21,18 +21,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from affinity._affinity import PosixRegex
 from affinity.config import ere
 from affinity.config.diagnostics import Diagnostic, error, warning
 from affinity.config.model import AffinityRule, DataService, Location, RoutingConfig, SourceGroup
-from affinity.config.posix import compile_ere
 from affinity.config.syntax import SELECTIONS
 from affinity.exceptions import PolicyError
 from affinity.rules import discovery
 
 __all__ = ["check", "check_affinity_pattern"]
 
-#: Built-in policies usable as ``policy NAME`` (the others are ``selection`` values).
-FALLBACK_POLICIES = ("workload", "least-assigned", "round-robin")
 #: Two-leg variables that must not appear in peer labels under source affinity.
 LEG_VARIABLES = ("THIS_LEG", "OTHER_LEG")
 
@@ -62,15 +60,12 @@ def check_affinity_pattern(rule: AffinityRule) -> list[Diagnostic]:
         diagnostics.append(
             error(
                 _at(rule, 0),
-                "do not wrap the regular expression in /.../ delimiters: write it bare, "
-                "as sed -r takes it",
+                "do not wrap the regular expression in /.../ delimiters: write it bare, as sed -r takes it",
             )
         )
     else:
         for index in scan.escaped_slashes:
-            diagnostics.append(
-                warning(_at(rule, index), "do not escape forward slashes: write / instead of \\/")
-            )
+            diagnostics.append(warning(_at(rule, index), "do not escape forward slashes: write / instead of \\/"))
     for index in scan.alternations:
         diagnostics.append(
             error(
@@ -80,7 +75,7 @@ def check_affinity_pattern(rule: AffinityRule) -> list[Diagnostic]:
             )
         )
     try:
-        count = compile_ere(pattern).group_count
+        count = PosixRegex(pattern).group_count
     except ValueError as exc:
         diagnostics.append(error(_at(rule, 0), str(exc)))
         return diagnostics
@@ -88,8 +83,7 @@ def check_affinity_pattern(rule: AffinityRule) -> list[Diagnostic]:
         diagnostics.append(
             error(
                 _at(rule, 0),
-                "the regular expression has no capture group: "
-                "add exactly one ( ) around the value to extract",
+                "the regular expression has no capture group: add exactly one ( ) around the value to extract",
             )
         )
     elif count > 1:
@@ -97,8 +91,7 @@ def check_affinity_pattern(rule: AffinityRule) -> list[Diagnostic]:
         diagnostics.append(
             error(
                 _at(rule, second),
-                f"the regular expression has {count} capture groups: "
-                "an affinity regular expression needs exactly one",
+                f"the regular expression has {count} capture groups: an affinity regular expression needs exactly one",
             )
         )
     return diagnostics
@@ -119,8 +112,7 @@ def _check_service_names(config: RoutingConfig) -> Iterator[Diagnostic]:
         if service.name in first:
             yield error(
                 service.name_location,
-                f"duplicate service name {service.name!r} "
-                f"(first defined at {first[service.name].name_location})",
+                f"duplicate service name {service.name!r} (first defined at {first[service.name].name_location})",
             )
         else:
             first[service.name] = service
@@ -130,11 +122,9 @@ def _check_service(service: DataService) -> Iterator[Diagnostic]:
     label = f"data service {service.name!r}" if service.name else "data service"
     if not service.include_patterns:
         yield warning(service.location, f"{label} has no include-pattern: it serves no subject")
-    for pattern, location in zip(
-        service.include_patterns, _pattern_locations(service), strict=True
-    ):
+    for pattern, location in zip(service.include_patterns, _pattern_locations(service), strict=True):
         try:
-            compile_ere(pattern)
+            PosixRegex(pattern)
         except ValueError as exc:
             yield error(location, f"include-pattern: {exc}")
     if not service.source_groups:
@@ -162,8 +152,7 @@ def _check_source_group(group: SourceGroup, *, load_plugins: bool) -> Iterator[D
             if label.name in seen:
                 yield warning(
                     label.location,
-                    f"peer {label.name!r} is listed twice in this source group "
-                    f"(first at {seen[label.name]})",
+                    f"peer {label.name!r} is listed twice in this source group (first at {seen[label.name]})",
                 )
             else:
                 seen[label.name] = label.location
@@ -198,7 +187,7 @@ def _check_policy(group: SourceGroup, *, load_plugins: bool) -> Iterator[Diagnos
         yield error(
             location,
             f"{name!r} is a selection function, not a fallback policy: write selection {name} "
-            f"(fallback policies: {', '.join(FALLBACK_POLICIES)})",
+            f"(fallback policies: {', '.join(discovery.BUILTIN_POLICIES)})",
         )
         return
     if discovery.is_builtin_policy(name):
@@ -267,9 +256,7 @@ def _describe(groups: list[tuple[str, ...]]) -> str:
     return " then ".join("(" + ", ".join(names) + ")" for names in groups)
 
 
-def _compare_capture(
-    rule: AffinityRule, first_capture: dict[str, tuple[AffinityRule, str]]
-) -> Iterator[Diagnostic]:
+def _compare_capture(rule: AffinityRule, first_capture: dict[str, tuple[AffinityRule, str]]) -> Iterator[Diagnostic]:
     scan = ere.scan(rule.pattern)
     if len(scan.groups) != 1 or scan.groups[0][1] < 0:
         return

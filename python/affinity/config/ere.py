@@ -1,6 +1,6 @@
 """A lexical scan of a POSIX extended regular expression, for the checks.
 
-It does not match anything (:mod:`affinity.config.posix` does, with glibc); it finds where the
+It does not match anything (``affinity._affinity.PosixRegex`` does, with glibc); it finds where the
 capture groups, ``|`` operators and escaped slashes are, so a diagnostic can point at the
 character at fault and the checks can compare the sub-patterns that capture values.
 """

@@ -183,9 +183,7 @@ class _Parser:
                 if value is None:
                     continue
                 if draft.name_location is not None:
-                    self._error(
-                        token.location, f"service-name given twice (first at {draft.name_location})"
-                    )
+                    self._error(token.location, f"service-name given twice (first at {draft.name_location})")
                     continue
                 draft.name, draft.name_location = value.value, value.value_location
             elif token.is_keyword("include-pattern"):
@@ -233,9 +231,7 @@ class _Parser:
             location=opening.location,
         )
         if draft.policy is not None:
-            group = dataclasses.replace(
-                group, policy=draft.policy.value, policy_location=draft.policy.value_location
-            )
+            group = dataclasses.replace(group, policy=draft.policy.value, policy_location=draft.policy.value_location)
         if draft.selection is not None:
             group = dataclasses.replace(
                 group,
@@ -250,9 +246,7 @@ class _Parser:
             return
         previous = draft.policy if token.value == "policy" else draft.selection
         if previous is not None:
-            self._error(
-                token.location, f"{token.value} given twice (first at {previous.value_location})"
-            )
+            self._error(token.location, f"{token.value} given twice (first at {previous.value_location})")
         elif token.value == "policy":
             draft.policy = value
         else:
@@ -303,9 +297,7 @@ class _Parser:
         """The argument after ``keyword``, or ``None`` (reported) when a keyword or EOF follows."""
         token = self._peek()
         if token is None:
-            self._error(
-                keyword.location, f"{keyword.value} expects {what}, found the end of the file"
-            )
+            self._error(keyword.location, f"{keyword.value} expects {what}, found the end of the file")
             return None
         if not token.quoted and token.value in KEYWORDS:
             self._error(
@@ -335,9 +327,7 @@ class _Parser:
         self._error(token.location, f"{word} is not allowed in {block}; it belongs {where}")
         if word in BLOCK_END:
             # Parse the misplaced block so its contents do not cascade into more errors.
-            {DATA_SERVICE: self._data_service, SOURCE_GROUP: self._source_group}.get(
-                word, self._priority
-            )(token)
+            {DATA_SERVICE: self._data_service, SOURCE_GROUP: self._source_group}.get(word, self._priority)(token)
             return
         for what in option.arguments:
             if self._argument(token, what) is None:
@@ -372,9 +362,7 @@ class _Parser:
 _IMPLICIT_CLOSERS = {
     DATA_SERVICE: frozenset({DATA_SERVICE}),
     SOURCE_GROUP: frozenset({DATA_SERVICE, "end-data-service", SOURCE_GROUP}),
-    PRIORITY: frozenset(
-        {DATA_SERVICE, "end-data-service", SOURCE_GROUP, "end-source-group", PRIORITY}
-    ),
+    PRIORITY: frozenset({DATA_SERVICE, "end-data-service", SOURCE_GROUP, "end-source-group", PRIORITY}),
 }
 
 

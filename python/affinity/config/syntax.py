@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from affinity import _affinity
+
 #: Top level (outside every block), as named in messages.
 TOP_LEVEL = "the top level"
 DATA_SERVICE = "add-data-service"
@@ -47,5 +49,5 @@ OPTIONS = {
 #: Every word that is a keyword when unquoted.
 KEYWORDS = frozenset(OPTIONS) | frozenset(BLOCK_START)
 
-#: Values of ``selection``.
-SELECTIONS = ("modulo", "rendezvous")
+#: Values of ``selection`` (the Rust registry).
+SELECTIONS: tuple[str, ...] = _affinity.SELECTIONS

@@ -59,9 +59,7 @@ def tokenize(text: str, file: str = "<string>") -> tuple[list[Token], list[Diagn
     return tokens, diagnostics
 
 
-def _tokenize_line(
-    line: str, file: str, line_number: int, tokens: list[Token], diagnostics: list[Diagnostic]
-) -> None:
+def _tokenize_line(line: str, file: str, line_number: int, tokens: list[Token], diagnostics: list[Diagnostic]) -> None:
     index = 0
     length = len(line)
     while index < length:
@@ -75,9 +73,7 @@ def _tokenize_line(
         if char in QUOTES:
             close = line.find(char, index + 1)
             if close < 0:
-                diagnostics.append(
-                    error(location, f"unterminated quote: {char} is not closed on this line")
-                )
+                diagnostics.append(error(location, f"unterminated quote: {char} is not closed on this line"))
                 tokens.append(Token(line[index + 1 :], location, quoted=True))
                 return
             tokens.append(Token(line[index + 1 : close], location, quoted=True))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from affinity.rules.discovery import (
     BUILTIN_POLICIES,
     ENTRY_POINT_GROUP,
+    SELECTIONS,
     FunctionPolicy,
     available_plugins,
     is_builtin_policy,
@@ -22,6 +23,7 @@ from affinity.rules.protocol import SelectionPolicy
 __all__ = [
     "BUILTIN_POLICIES",
     "ENTRY_POINT_GROUP",
+    "SELECTIONS",
     "FunctionPolicy",
     "SelectionPolicy",
     "available_plugins",

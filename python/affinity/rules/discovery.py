@@ -9,12 +9,14 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from affinity import _affinity
 from affinity.exceptions import PolicyError
 from affinity.rules.protocol import SelectionPolicy
 
 __all__ = [
     "BUILTIN_POLICIES",
     "ENTRY_POINT_GROUP",
+    "SELECTIONS",
     "FunctionPolicy",
     "available_plugins",
     "is_builtin_policy",
@@ -25,8 +27,11 @@ __all__ = [
 #: Entry point group under which distributions register policy plugins.
 ENTRY_POINT_GROUP = "affinity.policies"
 
-#: Policies implemented by the routing tables themselves (never loaded as plugins).
-BUILTIN_POLICIES = frozenset({"workload", "least-assigned", "round-robin", "modulo", "rendezvous"})
+#: Policies implemented by the routing tables themselves (never loaded as plugins): the Rust
+#: registry, in documentation order.
+BUILTIN_POLICIES: tuple[str, ...] = _affinity.BUILTIN_POLICIES
+#: Hash selection functions (``selection NAME``): built in too, and not policies.
+SELECTIONS: tuple[str, ...] = _affinity.SELECTIONS
 
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 _DOTTED_PATH = re.compile(
@@ -54,10 +59,19 @@ def validate_spec(spec: str) -> None:
     """
     if is_builtin_policy(spec):
         return
+    _refuse_selection(spec)
     if ":" in spec:
         _split_path(spec)
         return
     _entry_point(spec)
+
+
+def _refuse_selection(spec: str) -> None:
+    if spec in SELECTIONS:
+        raise PolicyError(
+            f"{spec!r} is a selection function, not a policy: write selection {spec} "
+            f"(policies: {', '.join(BUILTIN_POLICIES)})"
+        )
 
 
 def load_policy(spec: str) -> SelectionPolicy:
@@ -76,6 +90,7 @@ def load_policy(spec: str) -> SelectionPolicy:
     """
     if is_builtin_policy(spec):
         raise PolicyError(f"{spec!r} is a built-in policy, not a plugin")
+    _refuse_selection(spec)
     if ":" in spec:
         module_name, attribute = _split_path(spec)
         target = _resolve(module_name, attribute, spec)
@@ -121,7 +136,7 @@ def _entry_points() -> list[importlib.metadata.EntryPoint]:
 def _entry_point(name: str) -> importlib.metadata.EntryPoint:
     if not _ENTRY_POINT_NAME.match(name):
         raise PolicyError(
-            f"{name!r} is neither a built-in policy ({', '.join(sorted(BUILTIN_POLICIES))}), "
+            f"{name!r} is neither a built-in policy ({', '.join(BUILTIN_POLICIES)}), "
             "a plugin name nor a package.module:attribute path"
         )
     matches = [entry for entry in _entry_points() if entry.name == name]
@@ -130,13 +145,12 @@ def _entry_point(name: str) -> importlib.metadata.EntryPoint:
         listing = ", ".join(known) if known else "none installed"
         raise PolicyError(
             f"no policy plugin named {name!r} in entry point group {ENTRY_POINT_GROUP!r} "
-            f"(plugins: {listing}; built-in: {', '.join(sorted(BUILTIN_POLICIES))}); "
+            f"(plugins: {listing}; built-in: {', '.join(BUILTIN_POLICIES)}); "
             "to load by path write package.module:attribute"
         )
     if len({entry.value for entry in matches}) > 1:
         raise PolicyError(
-            f"policy plugin name {name!r} is registered several times: "
-            + ", ".join(entry.value for entry in matches)
+            f"policy plugin name {name!r} is registered several times: " + ", ".join(entry.value for entry in matches)
         )
     return matches[0]
 
@@ -145,17 +159,11 @@ def _resolve(module_name: str, attribute: str, spec: str) -> object:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name is not None and (
-            module_name == exc.name or module_name.startswith(exc.name + ".")
-        ):
+        if exc.name is not None and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise PolicyError(f"module {module_name!r} not found (plugin {spec!r})") from exc
-        raise PolicyError(
-            f"importing module {module_name!r} failed: it needs module {exc.name!r}, not found"
-        ) from exc
+        raise PolicyError(f"importing module {module_name!r} failed: it needs module {exc.name!r}, not found") from exc
     except Exception as exc:
-        raise PolicyError(
-            f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise PolicyError(f"importing module {module_name!r} failed: {type(exc).__name__}: {exc}") from exc
     target: object = module
     walked: list[str] = []
     for part in attribute.split("."):
@@ -178,9 +186,7 @@ def _as_policy(target: object, spec: str) -> SelectionPolicy:
             return FunctionPolicy(target)
         if _accepts(target, 0):
             return _checked(_call(target, spec, "calling factory"), spec)
-        raise PolicyError(
-            f"plugin {spec!r} is a function taking neither (composite, candidates) nor nothing"
-        )
+        raise PolicyError(f"plugin {spec!r} is a function taking neither (composite, candidates) nor nothing")
     raise PolicyError(
         f"plugin {spec!r} is a {type(target).__name__}, not a policy: expected an object with "
         "select(composite, candidates), a class, or a function"
@@ -197,13 +203,10 @@ def _call(factory: Callable[[], object], spec: str, what: str) -> object:
 def _checked(target: object, spec: str) -> SelectionPolicy:
     select = getattr(target, "select", None)
     if not callable(select):
-        raise PolicyError(
-            f"plugin {spec!r} gave a {type(target).__name__} without a callable select method"
-        )
+        raise PolicyError(f"plugin {spec!r} gave a {type(target).__name__} without a callable select method")
     if not _accepts(select, 2):
         raise PolicyError(
-            f"plugin {spec!r}: select must accept (composite, candidates); "
-            f"its signature is {_signature(select)}"
+            f"plugin {spec!r}: select must accept (composite, candidates); its signature is {_signature(select)}"
         )
     if not isinstance(target, SelectionPolicy):  # pragma: no cover - guaranteed above
         raise PolicyError(f"plugin {spec!r} is not a SelectionPolicy")

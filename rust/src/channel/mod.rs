@@ -31,20 +31,14 @@ pub use values::{parse_duration, parse_size};
 
 use key::{Key, UNSUPPORTED_KEYS};
 
+use crate::limits;
 use crate::protocol::defaults;
 
 /// Longest accepted URI in bytes (`AERON_URI_MAX_LENGTH` minus the C string terminator).
 pub const MAX_URI_LENGTH: usize = 4095;
 /// Default MTU for UDP and IPC: `AERON_MTU_LENGTH`.
 pub const DEFAULT_MTU: u32 = defaults::MTU;
-/// Largest MTU: 64 KiB minus IP/UDP headers, rounded down to the frame alignment.
-pub const MAX_MTU: u32 = 65504;
-/// Frames start on 32-byte boundaries; MTU and `term-offset` must be multiples of it.
-pub const FRAME_ALIGNMENT: u32 = 32;
-/// Smallest term length (64 KiB).
-pub const MIN_TERM_LENGTH: u32 = 64 * 1024;
-/// Largest term length (1 GiB).
-pub const MAX_TERM_LENGTH: u32 = 1024 * 1024 * 1024;
+pub use crate::limits::{FRAME_ALIGNMENT, MAX_MTU, MAX_TERM_LENGTH, MIN_TERM_LENGTH};
 /// Default term length for UDP channels: `AERON_TERM_BUFFER_LENGTH` (16 MiB).
 pub const DEFAULT_TERM_LENGTH_UDP: u32 = defaults::TERM_LENGTH_UDP;
 /// Default term length for IPC channels: `AERON_IPC_TERM_BUFFER_LENGTH` (64 MiB).
@@ -386,27 +380,10 @@ impl ChannelUri {
                 self.ttl = Some(ttl);
             }
             Key::Mtu => {
-                let mtu = parse_size(value)?;
-                if mtu <= u64::from(FRAME_ALIGNMENT)
-                    || mtu > u64::from(MAX_MTU)
-                    || mtu % u64::from(FRAME_ALIGNMENT) != 0
-                {
-                    return Err(format!(
-                        "must be a multiple of {FRAME_ALIGNMENT} greater than {FRAME_ALIGNMENT} \
-                         and at most {MAX_MTU}"
-                    ));
-                }
-                self.mtu = Some(to_u32(mtu));
+                self.mtu = Some(limits::mtu(i128::from(parse_size(value)?))?);
             }
             Key::TermLength => {
-                let length = parse_size(value)?;
-                if !length.is_power_of_two()
-                    || length < u64::from(MIN_TERM_LENGTH)
-                    || length > u64::from(MAX_TERM_LENGTH)
-                {
-                    return Err(format!("must be a power of two between {MIN_TERM_LENGTH} and {MAX_TERM_LENGTH}"));
-                }
-                self.term_length = Some(to_u32(length));
+                self.term_length = Some(limits::term_length(i128::from(parse_size(value)?))?);
             }
             Key::InitTermId => position.initial_term_id = Some(parse_i32(value)?),
             Key::TermId => position.term_id = Some(parse_i32(value)?),

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::assembler::{Assembler, MessageBatch, MessageHeader};
 use crate::driver::events::DriverEvent;
-use crate::driver::{lock, Driver, DriverCommand, DriverContext, ThreadingMode};
+use crate::driver::{lock, lock_checked, Driver, DriverCommand, DriverContext, ThreadingMode};
 use crate::error::{Error, Result};
 use crate::protocol::{Image, ImageCounters, ImageState, NetworkPublication, OfferError};
 
@@ -139,37 +139,71 @@ impl Client {
 
     /// Creates a publication on `channel` / `stream_id`.
     pub fn add_publication(&self, channel: &str, stream_id: i32) -> Result<Publication> {
-        self.check_open()?;
-        let shared = self.driver.request(|reply| DriverCommand::AddPublication {
-            channel: channel.to_owned(),
-            stream_id,
-            reply,
-        })?;
-        lock(&self.publications).push(shared.clone());
-        Ok(Publication {
-            shared,
-            driver: self.driver.clone(),
-            closed: AtomicBool::new(false),
-            offers: Default::default(),
-        })
+        match self.add_publication_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Client::add_publication`], asking `interrupt` now and then whether to give up while
+    /// it waits for the driver (see [`Driver::request_with`]).
+    pub fn add_publication_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<Publication>, E> {
+        if let Err(error) = self.check_open() {
+            return Ok(Err(error));
+        }
+        let answer = self.driver.request_with(
+            |reply| DriverCommand::AddPublication { channel: channel.to_owned(), stream_id, reply },
+            interrupt,
+        )?;
+        Ok(answer.and_then(|shared| {
+            lock_checked(&self.publications, "client")?.push(shared.clone());
+            Ok(Publication {
+                shared,
+                driver: self.driver.clone(),
+                closed: AtomicBool::new(false),
+                offers: Default::default(),
+            })
+        }))
     }
 
     /// Creates a subscription on `channel` / `stream_id`.
     pub fn add_subscription(&self, channel: &str, stream_id: i32) -> Result<Subscription> {
-        self.check_open()?;
-        let shared = self.driver.request(|reply| DriverCommand::AddSubscription {
-            channel: channel.to_owned(),
-            stream_id,
-            reply,
-        })?;
-        lock(&self.subscriptions).push(shared.clone());
-        Ok(Subscription {
-            shared,
-            driver: self.driver.clone(),
-            closed: AtomicBool::new(false),
-            assembler: Mutex::new(Assembler::default()),
-            next_image: Default::default(),
-        })
+        match self.add_subscription_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Client::add_subscription`], asking `interrupt` now and then whether to give up while
+    /// it waits for the driver (see [`Driver::request_with`]).
+    pub fn add_subscription_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<Subscription>, E> {
+        if let Err(error) = self.check_open() {
+            return Ok(Err(error));
+        }
+        let answer = self.driver.request_with(
+            |reply| DriverCommand::AddSubscription { channel: channel.to_owned(), stream_id, reply },
+            interrupt,
+        )?;
+        Ok(answer.and_then(|shared| {
+            lock_checked(&self.subscriptions, "client")?.push(shared.clone());
+            Ok(Subscription {
+                shared,
+                driver: self.driver.clone(),
+                closed: AtomicBool::new(false),
+                assembler: Mutex::new(Assembler::default()),
+                next_image: Default::default(),
+            })
+        }))
     }
 
     /// Takes the driver events logged since the last call (receivers joining or leaving
@@ -183,9 +217,15 @@ impl Client {
         &self.driver
     }
 
-    /// Runs one driver duty cycle (invoker mode); returns the work done. No-op otherwise.
+    /// Runs one driver duty cycle (invoker mode) unless another thread is running one; returns
+    /// the work done. No-op otherwise.
     pub fn do_work(&self) -> usize {
         self.driver.do_work()
+    }
+
+    /// `Ok` while the driver works; the failure (or closed) otherwise.
+    pub fn check_running(&self) -> Result<()> {
+        self.driver.check_running()
     }
 
     /// Whether [`Client::close`] was called.
@@ -198,11 +238,20 @@ impl Client {
         if self.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        for publication in lock(&self.publications).drain(..) {
-            publication.state().close();
+        // Closing a driver that failed (poisoned lock) still stops its thread: errors here have
+        // already been reported by the call that met them, so close goes on regardless.
+        if let Ok(mut publications) = self.publications.lock() {
+            for publication in publications.drain(..) {
+                if let Ok(mut state) = publication.state.lock() {
+                    state.close();
+                }
+            }
         }
-        for subscription in lock(&self.subscriptions).drain(..) {
-            self.driver.send(DriverCommand::RemoveSubscription { id: subscription.id });
+        if let Ok(mut subscriptions) = self.subscriptions.lock() {
+            for subscription in subscriptions.drain(..) {
+                // The driver is shut down next, which removes every subscription anyway.
+                self.driver.send(DriverCommand::RemoveSubscription { id: subscription.id }).ok();
+            }
         }
         self.driver.shutdown();
     }
@@ -224,7 +273,7 @@ pub struct Publication {
 
 impl Publication {
     fn check_open(&self) -> std::result::Result<(), OfferError> {
-        if self.closed.load(Ordering::Acquire) || self.driver.is_shut_down() {
+        if self.closed.load(Ordering::Acquire) || self.driver.is_shut_down() || self.driver.has_failed() {
             Err(OfferError::Closed)
         } else {
             Ok(())
@@ -235,6 +284,8 @@ impl Publication {
         if self.driver.context().threading_mode == ThreadingMode::Invoker
             && (force || self.offers.fetch_add(1, Ordering::Relaxed) % 16 == 0)
         {
+            // A failure is recorded in the driver: the next offer reports the publication closed
+            // and every request reports the failure.
             self.driver.do_work();
         }
     }
@@ -280,6 +331,11 @@ impl Publication {
         (taken, refusal)
     }
 
+    /// `Ok` while the driver works; the failure (or closed) otherwise.
+    pub fn check_running(&self) -> Result<()> {
+        self.driver.check_running()
+    }
+
     /// Whether enough receivers are connected to publish.
     pub fn is_connected(&self) -> bool {
         !self.closed.load(Ordering::Acquire) && self.shared.state().is_connected()
@@ -322,11 +378,15 @@ impl Subscription {
     /// Moves up to `fragment_limit` fragments into `batch` as whole messages; returns the
     /// number of fragments consumed.
     pub fn poll_into(&self, batch: &mut MessageBatch, fragment_limit: usize) -> Result<usize> {
-        if self.closed.load(Ordering::Acquire) || self.driver.is_shut_down() {
+        if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed("subscription"));
         }
+        self.driver.check_running().map_err(|error| match error {
+            Error::Closed(_) => Error::Closed("subscription"),
+            other => other,
+        })?;
         if self.driver.context().threading_mode == ThreadingMode::Invoker {
-            self.driver.do_work();
+            self.driver.try_do_work()?;
         }
         let images = self.shared.images();
         if images.is_empty() {
@@ -334,14 +394,14 @@ impl Subscription {
             return Ok(0);
         }
         let start = self.next_image.fetch_add(1, Ordering::Relaxed) % images.len();
-        let mut assembler = lock(&self.assembler);
+        let mut assembler = lock_checked(&self.assembler, "subscription assembler")?;
         let mut fragments = 0;
         for index in 0..images.len() {
             if fragments >= fragment_limit {
                 break;
             }
             let handle = &images[(start + index) % images.len()];
-            let mut image = lock(&handle.image);
+            let mut image = lock_checked(&handle.image, "image")?;
             fragments += image.poll_fragments(self.shared.id, fragment_limit - fragments, |fragment| {
                 assembler.on_fragment(&fragment, batch)
             });
@@ -394,6 +454,11 @@ impl Subscription {
             .collect()
     }
 
+    /// `Ok` while the driver works; the failure (or closed) otherwise.
+    pub fn check_running(&self) -> Result<()> {
+        self.driver.check_running()
+    }
+
     /// The shared state.
     pub fn shared(&self) -> &Arc<SubscriptionShared> {
         &self.shared
@@ -402,7 +467,8 @@ impl Subscription {
     /// Stops receiving: the driver closes this subscription's images.
     pub fn close(&self) {
         if !self.closed.swap(true, Ordering::AcqRel) {
-            self.driver.send(DriverCommand::RemoveSubscription { id: self.shared.id });
+            // A driver that is shut down or failed has no subscription left to remove.
+            self.driver.send(DriverCommand::RemoveSubscription { id: self.shared.id }).ok();
         }
     }
 

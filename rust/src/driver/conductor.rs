@@ -1,12 +1,13 @@
 //! The conductor agent: turns client commands into publications, subscriptions and endpoints.
 
 use std::net::SocketAddr;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
 use super::context::DriverContext;
 use super::ipc::IpcAgent;
 use super::receiver::{ImageDefaults, ReceiveEndpoint, ReceiverAgent};
+use super::reply::Reply;
 use super::sender::{SendEndpoint, SenderAgent};
 use crate::channel::{ChannelUri, CongestionControl, Media};
 use crate::client::{PublicationShared, SubscriptionShared};
@@ -26,7 +27,7 @@ pub enum DriverCommand {
         /// Stream id.
         stream_id: i32,
         /// Where the answer goes.
-        reply: Sender<Result<Arc<PublicationShared>>>,
+        reply: Reply<Arc<PublicationShared>>,
     },
     /// Create a subscription.
     AddSubscription {
@@ -35,7 +36,7 @@ pub enum DriverCommand {
         /// Stream id.
         stream_id: i32,
         /// Where the answer goes.
-        reply: Sender<Result<Arc<SubscriptionShared>>>,
+        reply: Reply<Arc<SubscriptionShared>>,
     },
     /// Close a subscription.
     RemoveSubscription {
@@ -44,34 +45,25 @@ pub enum DriverCommand {
     },
 }
 
-/// A small seeded generator for session ids and receiver ids (not for security).
+/// Session ids and receiver ids: random, so two drivers (or two runs) differ (not for security).
 #[derive(Debug)]
-pub struct IdGenerator(u64);
+pub struct IdGenerator(fastrand::Rng);
 
 impl IdGenerator {
-    /// Seeded from the time and the process id, so two drivers differ.
+    /// Seeded from the operating system's entropy (through `fastrand`).
     pub fn from_entropy() -> Self {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1);
-        IdGenerator(nanos ^ ((std::process::id() as u64) << 32) | 1)
+        IdGenerator(fastrand::Rng::new())
     }
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.u64(..)
     }
 
     /// A session id outside Aeron's reserved range [-1, 1000].
     pub fn session_id(&mut self) -> i32 {
         loop {
-            let id = self.next_u64() as i32;
+            let id = self.0.i32(..);
             if !(-1..=1000).contains(&id) {
                 return id;
             }
@@ -108,6 +100,10 @@ impl Conductor {
     }
 
     /// Handles pending commands; returns how many.
+    ///
+    /// A resource is installed (handed to the sender, receiver or IPC agent) only once its
+    /// client has taken the answer; when the client gave up first, the prepared resource is
+    /// dropped here, which closes its sockets: nothing is left behind.
     pub fn do_work(
         &mut self,
         now: Instant,
@@ -120,10 +116,25 @@ impl Conductor {
             work += 1;
             match command {
                 DriverCommand::AddPublication { channel, stream_id, reply } => {
-                    let _ = reply.send(self.add_publication(&channel, stream_id, now, sender, ipc));
+                    match self.add_publication(&channel, stream_id, now) {
+                        Ok(prepared) => {
+                            if reply.answer(Ok(prepared.shared().clone())).is_ok() {
+                                prepared.install(sender, ipc, now);
+                            }
+                        }
+                        // Nothing was created: whether the client still waits does not matter.
+                        Err(error) => drop(reply.answer(Err(error))),
+                    }
                 }
                 DriverCommand::AddSubscription { channel, stream_id, reply } => {
-                    let _ = reply.send(self.add_subscription(&channel, stream_id, now, receiver, ipc));
+                    match self.add_subscription(&channel, stream_id, receiver) {
+                        Ok(prepared) => {
+                            if reply.answer(Ok(prepared.shared.clone())).is_ok() {
+                                prepared.install(receiver, ipc, now);
+                            }
+                        }
+                        Err(error) => drop(reply.answer(Err(error))),
+                    }
                 }
                 DriverCommand::RemoveSubscription { id } => {
                     receiver.remove_subscription(id, now);
@@ -161,14 +172,7 @@ impl Conductor {
         uri.endpoint.ok_or_else(|| config_error(format!("{channel}: endpoint is required (endpoint=host:port)")))
     }
 
-    fn add_publication(
-        &mut self,
-        channel: &str,
-        stream_id: i32,
-        now: Instant,
-        sender: &mut SenderAgent,
-        ipc: &mut IpcAgent,
-    ) -> Result<Arc<PublicationShared>> {
+    fn add_publication(&mut self, channel: &str, stream_id: i32, now: Instant) -> Result<PreparedPublication> {
         let uri = self.parse(channel)?;
         let is_ipc = uri.media == Media::Ipc;
         let spec = match (&uri.flow_control, is_ipc) {
@@ -206,7 +210,7 @@ impl Conductor {
             connection_timeout: self.context.publication_connection_timeout,
             retransmit_delay: self.context.retransmit_delay,
             retransmit_linger: self.context.retransmit_linger,
-            max_resend: if is_multicast { uri.max_resend_or_default() as usize } else { 1 },
+            max_resend: uri.max_resend_or_default() as usize,
             signal_eos: uri.eos.unwrap_or(true),
         };
         let publication = NetworkPublication::new(config, flow_control, now);
@@ -214,8 +218,7 @@ impl Conductor {
         self.next_registration += 1;
         let shared = Arc::new(PublicationShared::new(id, channel.to_owned(), publication));
         if is_ipc {
-            ipc.add_publication(shared.clone(), now);
-            return Ok(shared);
+            return Ok(PreparedPublication::Ipc(shared));
         }
         let endpoint = Self::udp_endpoint(&uri, channel)?;
         let interface = interface_address(&uri, channel)?;
@@ -230,33 +233,31 @@ impl Conductor {
             .as_ref()
             .zip(interface)
             .map(|(spec, address)| SocketAddr::new(address, if is_multicast { 0 } else { spec.port.unwrap_or(0) }));
-        let socket = bind_sender(endpoint, local, &options)
-            .map_err(|e| Error::Driver(format!("{channel}: cannot open sending socket for {endpoint}: {e}")))?;
+        let socket = bind_sender(endpoint, local, &options).map_err(|source| Error::Socket {
+            context: format!("{channel}: cannot open sending socket for {endpoint}"),
+            source,
+        })?;
         let control_socket = match (is_multicast, uri.control_address()) {
-            (true, Some(control)) => Some(
-                bind_control_listener(control, &options)
-                    .map_err(|e| Error::Driver(format!("{channel}: cannot listen on control group {control}: {e}")))?,
-            ),
+            (true, Some(control)) => Some(bind_control_listener(control, &options).map_err(|source| {
+                Error::Socket { context: format!("{channel}: cannot listen on control group {control}"), source }
+            })?),
             _ => None,
         };
-        sender.add(SendEndpoint {
-            publication: shared.clone(),
+        Ok(PreparedPublication::Udp(SendEndpoint {
+            publication: shared,
             socket,
             destination: endpoint,
             control_socket,
             last_idle: now,
-        });
-        Ok(shared)
+        }))
     }
 
     fn add_subscription(
         &mut self,
         channel: &str,
         stream_id: i32,
-        now: Instant,
         receiver: &mut ReceiverAgent,
-        ipc: &mut IpcAgent,
-    ) -> Result<Arc<SubscriptionShared>> {
+    ) -> Result<PreparedSubscription> {
         let uri = self.parse(channel)?;
         let id = self.next_registration;
         self.next_registration += 1;
@@ -272,16 +273,17 @@ impl Conductor {
             is_group: uri.group.unwrap_or(uri.is_multicast()),
             socket_receive_buffer: receive_buffer,
             reliable: uri.reliable.unwrap_or(true),
+            max_images_per_subscription: self.context.max_images_per_subscription,
         };
+        let session_filter = uri.session_id;
+        let prepared = |target| PreparedSubscription { shared: shared.clone(), stream_id, session_filter, target };
         if uri.media == Media::Ipc {
             let receiver_id = self.ids.next_u64() as i64;
-            ipc.add_subscription(stream_id, uri.session_id, receiver_id, shared.clone(), defaults, now);
-            return Ok(shared);
+            return Ok(prepared(SubscriptionTarget::Ipc { receiver_id, defaults }));
         }
         let endpoint = Self::udp_endpoint(&uri, channel)?;
-        if let Some(existing) = receiver.endpoint_mut(endpoint) {
-            existing.add_subscription(stream_id, uri.session_id, shared.clone());
-            return Ok(shared);
+        if receiver.endpoint_mut(endpoint).is_some() {
+            return Ok(prepared(SubscriptionTarget::Existing(endpoint)));
         }
         let options = SocketOptions {
             receive_buffer: Some(receive_buffer),
@@ -289,12 +291,170 @@ impl Conductor {
             multicast_ttl: uri.ttl.map(u32::from),
             interface: interface_address(&uri, channel)?,
         };
-        let socket = bind_receiver(endpoint, &options)
-            .map_err(|e| Error::Driver(format!("{channel}: cannot bind receiving socket {endpoint}: {e}")))?;
+        let socket = bind_receiver(endpoint, &options).map_err(|source| Error::Socket {
+            context: format!("{channel}: cannot bind receiving socket {endpoint}"),
+            source,
+        })?;
         let control = if uri.is_multicast() { uri.control_address() } else { None };
-        let mut endpoint_state = ReceiveEndpoint::new(socket, endpoint, control, self.ids.next_u64() as i64, defaults);
-        endpoint_state.add_subscription(stream_id, uri.session_id, shared.clone());
-        receiver.add(endpoint_state);
-        Ok(shared)
+        let endpoint_state = ReceiveEndpoint::new(socket, endpoint, control, self.ids.next_u64() as i64, defaults);
+        Ok(prepared(SubscriptionTarget::New(Box::new(endpoint_state))))
+    }
+}
+
+/// A publication created (sockets bound) but not yet served: installed once the client took it.
+enum PreparedPublication {
+    Ipc(Arc<PublicationShared>),
+    Udp(SendEndpoint),
+}
+
+impl PreparedPublication {
+    fn shared(&self) -> &Arc<PublicationShared> {
+        match self {
+            PreparedPublication::Ipc(shared) => shared,
+            PreparedPublication::Udp(endpoint) => &endpoint.publication,
+        }
+    }
+
+    fn install(self, sender: &mut SenderAgent, ipc: &mut IpcAgent, now: Instant) {
+        match self {
+            PreparedPublication::Ipc(shared) => ipc.add_publication(shared, now),
+            PreparedPublication::Udp(endpoint) => sender.add(endpoint),
+        }
+    }
+}
+
+/// Where a prepared subscription goes.
+enum SubscriptionTarget {
+    Ipc {
+        receiver_id: i64,
+        defaults: ImageDefaults,
+    },
+    /// An endpoint the receiver already serves.
+    Existing(SocketAddr),
+    /// A newly bound endpoint.
+    New(Box<ReceiveEndpoint>),
+}
+
+/// A subscription created (socket bound if new) but not yet installed.
+struct PreparedSubscription {
+    shared: Arc<SubscriptionShared>,
+    stream_id: i32,
+    session_filter: Option<i32>,
+    target: SubscriptionTarget,
+}
+
+impl PreparedSubscription {
+    fn install(self, receiver: &mut ReceiverAgent, ipc: &mut IpcAgent, now: Instant) {
+        let PreparedSubscription { shared, stream_id, session_filter, target } = self;
+        match target {
+            SubscriptionTarget::Ipc { receiver_id, defaults } => {
+                ipc.add_subscription(stream_id, session_filter, receiver_id, shared, defaults, now)
+            }
+            SubscriptionTarget::Existing(address) => {
+                if let Some(existing) = receiver.endpoint_mut(address) {
+                    existing.add_subscription(stream_id, session_filter, shared);
+                }
+            }
+            SubscriptionTarget::New(mut endpoint) => {
+                endpoint.add_subscription(stream_id, session_filter, shared);
+                receiver.add(*endpoint);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::UdpSocket;
+    use std::sync::{mpsc, Mutex};
+
+    use super::*;
+    use crate::driver::events::EventLog;
+    use crate::driver::reply::ReplySlot;
+
+    struct Agents {
+        conductor: Conductor,
+        commands: mpsc::Sender<DriverCommand>,
+        sender: SenderAgent,
+        receiver: ReceiverAgent,
+        ipc: IpcAgent,
+    }
+
+    impl Agents {
+        fn new() -> Self {
+            let (commands, queue) = mpsc::channel();
+            Agents {
+                conductor: Conductor::new(DriverContext::default(), queue),
+                commands,
+                sender: SenderAgent::with_event_log(4, Arc::new(Mutex::new(EventLog::default()))),
+                receiver: ReceiverAgent::new(4),
+                ipc: IpcAgent::new(4),
+            }
+        }
+
+        fn run(&mut self) {
+            self.conductor.do_work(Instant::ZERO, &mut self.sender, &mut self.receiver, &mut self.ipc);
+        }
+
+        fn subscribe(&mut self, channel: &str, abandon: bool) -> Reply<Arc<SubscriptionShared>> {
+            let reply = ReplySlot::new();
+            let command =
+                DriverCommand::AddSubscription { channel: channel.to_owned(), stream_id: 1, reply: reply.clone() };
+            self.commands.send(command).unwrap();
+            if abandon {
+                assert!(reply.abandon().unwrap().is_none());
+            }
+            self.run();
+            reply
+        }
+    }
+
+    fn free_port() -> u16 {
+        UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn abandoned_subscription_leaves_no_socket_behind() {
+        let mut agents = Agents::new();
+        let port = free_port();
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+        let reply = agents.subscribe(&channel, true);
+        assert!(reply.try_take().unwrap().is_none());
+        assert!(UdpSocket::bind(("127.0.0.1", port)).is_ok(), "the abandoned subscription kept its socket");
+        assert!(agents.receiver.endpoint_mut(format!("127.0.0.1:{port}").parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn answered_subscription_is_installed_and_holds_its_socket() {
+        let mut agents = Agents::new();
+        let port = free_port();
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+        let reply = agents.subscribe(&channel, false);
+        let shared = reply.try_take().unwrap().expect("answered").expect("subscribed");
+        assert_eq!(shared.channel, channel);
+        assert!(UdpSocket::bind(("127.0.0.1", port)).is_err(), "the subscription's socket is not bound");
+        assert!(agents.receiver.endpoint_mut(format!("127.0.0.1:{port}").parse().unwrap()).is_some());
+    }
+
+    #[test]
+    fn abandoned_publication_leaves_no_socket_behind() {
+        let mut agents = Agents::new();
+        let publish = |agents: &mut Agents, port: u16, abandon: bool| {
+            let reply = ReplySlot::new();
+            let channel = format!("aeron:udp?endpoint=127.0.0.1:9|interface=127.0.0.1:{port}|term-length=64k");
+            let command = DriverCommand::AddPublication { channel, stream_id: 1, reply: reply.clone() };
+            agents.commands.send(command).unwrap();
+            if abandon {
+                assert!(reply.abandon().unwrap().is_none());
+            }
+            agents.run();
+            reply.try_take().unwrap()
+        };
+        let port = free_port();
+        assert!(publish(&mut agents, port, true).is_none());
+        assert!(UdpSocket::bind(("127.0.0.1", port)).is_ok(), "the abandoned publication kept its socket");
+        let port = free_port();
+        assert!(matches!(publish(&mut agents, port, false), Some(Ok(_))));
+        assert!(UdpSocket::bind(("127.0.0.1", port)).is_err(), "the publication's socket is not bound");
     }
 }

@@ -3,8 +3,64 @@
 use std::time::Duration;
 
 use super::idle::IdleStrategy;
+use crate::error::{Error, Result};
 use crate::flow_control::FlowControlDefaults;
+use crate::limits;
 use crate::protocol::defaults;
+
+/// The allowed values of one integer setting (inclusive bounds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SettingRange {
+    /// The setting's name, as the Python `Client` spells it.
+    pub name: &'static str,
+    /// Smallest allowed value.
+    pub min: u64,
+    /// Largest allowed value.
+    pub max: u64,
+}
+
+impl SettingRange {
+    /// `value` if it lies in the range; otherwise an [`Error::Setting`] naming the setting and
+    /// the range. Takes a wide integer so callers check before narrowing.
+    pub fn check(&self, value: i128) -> Result<u64> {
+        match u64::try_from(value) {
+            Ok(value) if (self.min..=self.max).contains(&value) => Ok(value),
+            _ => Err(self.out_of_range(value)),
+        }
+    }
+
+    /// The error for a value outside the range (`value` as the caller spelled it).
+    pub fn out_of_range(&self, value: impl std::fmt::Display) -> Error {
+        Error::Setting(format!("{}={value}: must be between {} and {}", self.name, self.min, self.max))
+    }
+}
+
+/// The ranges of the integer settings, defined once: [`DriverContext::validate`] and the
+/// Python bindings check against them.
+pub mod ranges {
+    use super::SettingRange;
+    use crate::limits;
+
+    /// `term_length` (bytes; also a power of two: [`limits::term_length`]).
+    pub const TERM_LENGTH: SettingRange =
+        SettingRange { name: "term_length", min: limits::MIN_TERM_LENGTH as u64, max: limits::MAX_TERM_LENGTH as u64 };
+    /// `mtu` (bytes; also a multiple of 32: [`limits::mtu`]).
+    pub const MTU: SettingRange =
+        SettingRange { name: "mtu", min: limits::MIN_MTU as u64, max: limits::MAX_MTU as u64 };
+    /// `receiver_window` (bytes; also at least the MTU, or no SETUP is accepted).
+    pub const RECEIVER_WINDOW: SettingRange = SettingRange {
+        name: "receiver_window",
+        min: limits::MIN_MTU as u64,
+        max: (limits::MAX_TERM_LENGTH / 2) as u64,
+    };
+    /// `socket_receive_buffer` (bytes, `SO_RCVBUF`; also at least the MTU).
+    pub const SOCKET_RECEIVE_BUFFER: SettingRange =
+        SettingRange { name: "socket_receive_buffer", min: limits::MIN_MTU as u64, max: i32::MAX as u64 };
+    /// `receiver_timeout_ms`: a publication forgets a silent receiver after this long.
+    pub const RECEIVER_TIMEOUT_MS: SettingRange = SettingRange { name: "receiver_timeout_ms", min: 1, max: 3_600_000 };
+    /// `command_timeout_ms`: how long a client waits for the driver to answer.
+    pub const COMMAND_TIMEOUT_MS: SettingRange = SettingRange { name: "command_timeout_ms", min: 1, max: 3_600_000 };
+}
 
 /// How the driver's agents get CPU time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +125,37 @@ pub struct DriverContext {
     /// yields the CPU once, so an application busy loop does not starve the driver thread
     /// on a machine with fewer cores than busy threads (true).
     pub client_yields_when_idle: bool,
+    /// Images one subscription may have at once (128); further SETUPs are refused and counted
+    /// (`images_refused`), so a flood of forged sessions cannot exhaust memory.
+    pub max_images_per_subscription: usize,
+}
+
+impl DriverContext {
+    /// Checks every setting against its range ([`ranges`]) and against the others (a receiver
+    /// window or socket buffer smaller than the MTU would refuse every SETUP: nothing would ever
+    /// connect). The error names the setting and its allowed range.
+    pub fn validate(&self) -> Result<()> {
+        let rule = |name: &str, value: u32, rule: &str| Error::Setting(format!("{name}={value}: {rule}"));
+        limits::term_length(i128::from(self.term_length))
+            .map_err(|why| rule(ranges::TERM_LENGTH.name, self.term_length, why))?;
+        limits::mtu(i128::from(self.mtu)).map_err(|why| rule(ranges::MTU.name, self.mtu, why))?;
+        let mtu = u64::from(self.mtu);
+        let at_least_mtu = |range: SettingRange, value: u64| {
+            range.check(i128::from(value))?;
+            if value < mtu {
+                return Err(Error::Setting(format!(
+                    "{}={value}: must be between the mtu ({mtu}) and {}",
+                    range.name, range.max
+                )));
+            }
+            Ok(())
+        };
+        at_least_mtu(ranges::RECEIVER_WINDOW, u64::from(self.receiver_window))?;
+        at_least_mtu(ranges::SOCKET_RECEIVE_BUFFER, self.socket_receive_buffer as u64)?;
+        ranges::RECEIVER_TIMEOUT_MS.check(self.flow_control.receiver_timeout.as_millis() as i128)?;
+        ranges::COMMAND_TIMEOUT_MS.check(self.client_command_timeout.as_millis() as i128)?;
+        Ok(())
+    }
 }
 
 impl Default for DriverContext {
@@ -92,6 +179,52 @@ impl Default for DriverContext {
             client_command_timeout: Duration::from_secs(5),
             datagrams_per_cycle: 32,
             client_yields_when_idle: true,
+            max_images_per_subscription: defaults::MAX_IMAGES_PER_SUBSCRIPTION,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setting_error(context: DriverContext) -> String {
+        match context.validate() {
+            Err(Error::Setting(message)) => message,
+            other => panic!("expected a setting error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        DriverContext::default().validate().unwrap();
+    }
+
+    #[test]
+    fn settings_that_would_never_connect_are_refused_with_their_range() {
+        let zero_window = setting_error(DriverContext { receiver_window: 0, ..DriverContext::default() });
+        assert_eq!(zero_window, "receiver_window=0: must be between 64 and 536870912");
+        let small_window = setting_error(DriverContext { receiver_window: 1024, ..DriverContext::default() });
+        assert_eq!(small_window, "receiver_window=1024: must be between the mtu (1408) and 536870912");
+        let no_buffer = setting_error(DriverContext { socket_receive_buffer: 0, ..DriverContext::default() });
+        assert!(no_buffer.starts_with("socket_receive_buffer=0: must be between"), "{no_buffer}");
+        let no_time =
+            setting_error(DriverContext { client_command_timeout: Duration::ZERO, ..DriverContext::default() });
+        assert_eq!(no_time, "command_timeout_ms=0: must be between 1 and 3600000");
+    }
+
+    #[test]
+    fn term_length_and_mtu_use_the_protocol_limits() {
+        let term = setting_error(DriverContext { term_length: 1000, ..DriverContext::default() });
+        assert_eq!(term, format!("term_length=1000: {}", limits::TERM_LENGTH_RULE));
+        let mtu = setting_error(DriverContext { mtu: 33, ..DriverContext::default() });
+        assert_eq!(mtu, format!("mtu=33: {}", limits::MTU_RULE));
+    }
+
+    #[test]
+    fn range_check_takes_values_wider_than_the_setting() {
+        assert!(ranges::COMMAND_TIMEOUT_MS.check(-1).is_err());
+        assert!(ranges::COMMAND_TIMEOUT_MS.check(i128::MAX).is_err());
+        assert_eq!(ranges::COMMAND_TIMEOUT_MS.check(5000).unwrap(), 5000);
     }
 }

@@ -40,7 +40,7 @@ pub struct IpcAgent {
     datagrams_per_cycle: usize,
     batch: TransmitBatch,
     buffer: Vec<u8>,
-    next_seed: u64,
+    seeds: fastrand::Rng,
 }
 
 impl IpcAgent {
@@ -52,8 +52,14 @@ impl IpcAgent {
             datagrams_per_cycle,
             batch: TransmitBatch::default(),
             buffer: vec![0; 65536],
-            next_seed: 0x5EED,
+            seeds: fastrand::Rng::new(),
         }
+    }
+
+    /// Whether any IPC publication is served (for tests).
+    #[cfg(test)]
+    pub(crate) fn has_publications(&self) -> bool {
+        !self.links.is_empty()
     }
 
     /// Serves an IPC publication.
@@ -109,9 +115,8 @@ impl IpcAgent {
             if !matches || link.images.iter().any(|e| e.subscription_id == subscription.shared.id) {
                 continue;
             }
-            self.next_seed = self.next_seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            let Some(config) = subscription.defaults.image_config(setup, subscription.receiver_id, self.next_seed)
-            else {
+            let seed = self.seeds.u64(..);
+            let Some(config) = subscription.defaults.image_config(setup, subscription.receiver_id, seed) else {
                 continue;
             };
             let mut image = Image::new(config, now);

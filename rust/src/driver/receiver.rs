@@ -3,19 +3,24 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+pub use super::lock;
 use crate::client::{ImageHandle, SubscriptionShared};
 use crate::logbuffer::position::compute_position;
 use crate::logbuffer::StreamIdentity;
 use crate::media::udp::is_would_block;
-use crate::protocol::{Image, ImageConfig, ImageState};
+use crate::protocol::{DataRejection, Image, ImageConfig, ImageState};
 use crate::time::Instant;
 use crate::wire::{flags, DataHeader, FrameHeader, FrameType, RttMeasurement, Setup, StatusMessage};
 
 /// A session the receiver asked to SETUP, and when (do not ask again within 1 s).
 const PENDING_SETUP_TIMEOUT: Duration = Duration::from_secs(1);
+/// Sessions remembered as asked to SETUP at once (a flood of unknown sessions cannot grow the
+/// table past this; beyond it, no SETUP is asked for until old entries expire).
+const MAX_PENDING_SETUPS: usize = 1024;
 
 /// Settings an endpoint applies to the images it creates.
 #[derive(Clone, Debug)]
@@ -38,6 +43,9 @@ pub struct ImageDefaults {
     pub socket_receive_buffer: usize,
     /// `reliable=false`: skip gaps instead of NAKing them.
     pub reliable: bool,
+    /// Images one subscription may have at once; SETUPs beyond are refused and counted
+    /// ([`crate::driver::DriverContext::max_images_per_subscription`]).
+    pub max_images_per_subscription: usize,
 }
 
 impl ImageDefaults {
@@ -45,9 +53,10 @@ impl ImageDefaults {
     /// or an MTU larger than the receiver window or the socket receive buffer).
     pub fn image_config(&self, setup: &Setup, receiver_id: i64, random_seed: u64) -> Option<ImageConfig> {
         setup.validate().ok()?;
-        let term_length = setup.term_length as u32;
+        let term_length = u32::try_from(setup.term_length).ok()?;
         let window = self.receiver_window.min(term_length / 2);
-        if setup.mtu as u32 > window || setup.mtu as usize > self.socket_receive_buffer {
+        let mtu = u32::try_from(setup.mtu).ok()?;
+        if mtu > window || mtu as usize > self.socket_receive_buffer {
             return None;
         }
         let identity = StreamIdentity {
@@ -145,9 +154,9 @@ impl ReceiveEndpoint {
         }
     }
 
-    fn on_setup(&mut self, setup: &Setup, source: SocketAddr, now: Instant) {
+    fn on_setup(&mut self, setup: &Setup, source: SocketAddr, now: Instant) -> DatagramOutcome {
         if self.images.iter().any(|e| e.session_id == setup.session_id && e.stream_id == setup.stream_id) {
-            return;
+            return DatagramOutcome::Taken;
         }
         let matching: Vec<Arc<SubscriptionShared>> = self
             .subscriptions
@@ -156,10 +165,19 @@ impl ReceiveEndpoint {
             .map(|s| s.shared.clone())
             .collect();
         if matching.is_empty() {
-            return;
+            return DatagramOutcome::Taken;
+        }
+        // A subscription at its image limit takes no new image; when none can, refuse.
+        let limit = self.defaults.max_images_per_subscription;
+        let matching: Vec<Arc<SubscriptionShared>> =
+            matching.into_iter().filter(|s| self.image_count(s.id) < limit).collect();
+        if matching.is_empty() {
+            return DatagramOutcome::ImageRefused;
         }
         self.next_seed = self.next_seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let Some(config) = self.defaults.image_config(setup, self.receiver_id, self.next_seed) else { return };
+        let Some(config) = self.defaults.image_config(setup, self.receiver_id, self.next_seed) else {
+            return DatagramOutcome::SetupRefused;
+        };
         self.pending_setups.remove(&(setup.session_id, setup.stream_id));
         let mut image = Image::new(config, now);
         for subscription in &matching {
@@ -176,6 +194,17 @@ impl ReceiveEndpoint {
             });
         }
         self.images.push(ImageEntry { session_id: setup.session_id, stream_id: setup.stream_id, control, image });
+        DatagramOutcome::Taken
+    }
+
+    /// Images subscription `id` consumes on this endpoint.
+    fn image_count(&self, id: u64) -> usize {
+        self.images.iter().filter(|e| lock(&e.image).consumer_position(id).is_some()).count()
+    }
+
+    /// The images of this endpoint (for tests and tools).
+    pub fn images(&self) -> Vec<Arc<Mutex<Image>>> {
+        self.images.iter().map(|e| e.image.clone()).collect()
     }
 
     fn elicit_setup(&mut self, header: &DataHeader, source: SocketAddr, now: Instant, buffer: &mut [u8]) {
@@ -185,6 +214,12 @@ impl ReceiveEndpoint {
         let key = (header.session_id, header.stream_id);
         if self.pending_setups.get(&key).is_some_and(|since| now.saturating_since(*since) < PENDING_SETUP_TIMEOUT) {
             return;
+        }
+        if self.pending_setups.len() >= MAX_PENDING_SETUPS {
+            self.pending_setups.retain(|_, since| now.saturating_since(*since) < PENDING_SETUP_TIMEOUT);
+            if self.pending_setups.len() >= MAX_PENDING_SETUPS {
+                return;
+            }
         }
         self.pending_setups.insert(key, now);
         let message = StatusMessage {
@@ -201,32 +236,44 @@ impl ReceiveEndpoint {
         let _ = self.socket.send_to(&buffer[..length], self.control_override.unwrap_or(source));
     }
 
-    /// Handles one received datagram.
-    fn on_datagram(&mut self, datagram: &[u8], source: SocketAddr, now: Instant, scratch: &mut [u8]) -> bool {
-        let Ok(header) = FrameHeader::parse(datagram) else { return false };
+    /// Handles one received datagram (what [`ReceiveEndpoint::do_work`] does with each one read;
+    /// public so tests and fuzzers can drive the whole receiving side without a network).
+    pub fn on_datagram(
+        &mut self,
+        datagram: &[u8],
+        source: SocketAddr,
+        now: Instant,
+        scratch: &mut [u8],
+    ) -> DatagramOutcome {
+        let Ok(header) = FrameHeader::parse(datagram) else { return DatagramOutcome::Malformed };
         match header.frame_type {
             FrameType::Data | FrameType::Pad => {
-                let Ok(data) = DataHeader::parse(datagram) else { return false };
+                let Ok(data) = DataHeader::parse(datagram) else { return DatagramOutcome::Malformed };
                 match self.images.iter_mut().find(|e| e.session_id == data.session_id && e.stream_id == data.stream_id)
                 {
                     Some(entry) => {
-                        if self.control_override.is_none() {
+                        let result = lock(&entry.image).on_data(datagram, now);
+                        if result.is_ok() && self.control_override.is_none() {
+                            // Only a frame the image took may redirect its status messages.
                             entry.control = source;
                         }
-                        lock(&entry.image).on_data(datagram, now).is_ok()
+                        match result {
+                            Ok(()) => DatagramOutcome::Taken,
+                            Err(DataRejection::Malformed(_)) => DatagramOutcome::Malformed,
+                            Err(DataRejection::Duplicate) => DatagramOutcome::Duplicate,
+                            Err(DataRejection::Overrun) => DatagramOutcome::Overrun,
+                            Err(DataRejection::Inactive) => DatagramOutcome::Inactive,
+                        }
                     }
                     None => {
                         self.elicit_setup(&data, source, now, scratch);
-                        true
+                        DatagramOutcome::Taken
                     }
                 }
             }
             FrameType::Setup => match Setup::parse(datagram) {
-                Ok(setup) => {
-                    self.on_setup(&setup, source, now);
-                    true
-                }
-                Err(_) => false,
+                Ok(setup) => self.on_setup(&setup, source, now),
+                Err(_) => DatagramOutcome::Malformed,
             },
             FrameType::Rttm => {
                 if let Ok(request) = RttMeasurement::parse(datagram) {
@@ -237,33 +284,43 @@ impl ReceiveEndpoint {
                         let _ = self.socket.send_to(&scratch[..length], source);
                     }
                 }
-                true
+                DatagramOutcome::Taken
             }
-            _ => true,
+            _ => DatagramOutcome::Taken,
         }
     }
 
-    /// Reads up to `budget` datagrams, then services every image. Returns work done and the
-    /// number of malformed datagrams seen.
-    pub fn do_work(&mut self, now: Instant, budget: usize, buffer: &mut [u8], scratch: &mut [u8]) -> (usize, u64) {
+    /// Reads up to `budget` datagrams, then services every image. Returns work done; every
+    /// datagram's outcome is counted in `counters`.
+    pub fn do_work(
+        &mut self,
+        now: Instant,
+        budget: usize,
+        buffer: &mut [u8],
+        scratch: &mut [u8],
+        counters: &ReceiverCounters,
+    ) -> usize {
         let mut work = 0;
-        let mut malformed = 0;
         for _ in 0..budget {
             match self.socket.recv_from(buffer) {
                 Ok((length, source)) => {
                     work += 1;
-                    if !self.on_datagram(&buffer[..length], source, now, scratch) {
-                        malformed += 1;
-                    }
+                    counters.count(self.on_datagram(&buffer[..length], source, now, scratch));
                 }
                 Err(error) if is_would_block(&error) => break,
                 Err(_) => break,
             }
         }
+        work + self.service_images(now, scratch, counters)
+    }
+
+    /// Time-driven work of every image (liveness, status messages, NAKs); removes closed images.
+    pub fn service_images(&mut self, now: Instant, scratch: &mut [u8], counters: &ReceiverCounters) -> usize {
+        let mut work = 0;
         let mut index = 0;
         while index < self.images.len() {
             let entry = &self.images[index];
-            let closed = {
+            let (closed, incomplete) = {
                 let mut image = lock(&entry.image);
                 image.on_tick(now);
                 for _ in 0..4 {
@@ -275,9 +332,12 @@ impl ReceiveEndpoint {
                         None => break,
                     }
                 }
-                image.state() == ImageState::Closed
+                (image.state() == ImageState::Closed, image.ended_with_data_missing())
             };
             if closed {
+                if incomplete {
+                    counters.images_ended_incomplete.fetch_add(1, Ordering::Relaxed);
+                }
                 let entry = self.images.swap_remove(index);
                 for subscription in &self.subscriptions {
                     subscription.shared.remove_image(&entry.image);
@@ -286,15 +346,63 @@ impl ReceiveEndpoint {
             }
             index += 1;
         }
-        (work, malformed)
+        work
     }
+}
+
+/// What the receiver did with one datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DatagramOutcome {
+    /// Taken (into an image, as a new image, or handled as control).
+    Taken,
+    /// Could not be decoded, or its fields contradict each other.
+    Malformed,
+    /// Everything in it had already been received.
+    Duplicate,
+    /// It lies beyond its image's receiver window.
+    Overrun,
+    /// Its image no longer receives (draining after end of stream or timeout).
+    Inactive,
+    /// A SETUP whose fields are invalid (term ids, offsets, lengths, MTU) or exceed local limits.
+    SetupRefused,
+    /// A SETUP refused because every matching subscription is at its image limit.
+    ImageRefused,
 }
 
 /// Counters of the receiver agent, shared with the [`Driver`](super::Driver) handle.
 #[derive(Debug, Default)]
 pub struct ReceiverCounters {
-    /// Datagrams that failed to decode (bad header, truncated, inconsistent frames).
-    pub invalid_frames: std::sync::atomic::AtomicU64,
+    /// Datagrams that failed to decode (bad header, truncated, inconsistent frames), and only those.
+    pub invalid_frames: AtomicU64,
+    /// DATA datagrams already received (retransmits that crossed, duplicated datagrams).
+    pub duplicate_frames: AtomicU64,
+    /// DATA/heartbeat datagrams beyond their image's receiver window (ignored).
+    pub overrun_frames: AtomicU64,
+    /// Datagrams for images that no longer receive.
+    pub inactive_image_frames: AtomicU64,
+    /// SETUPs refused for invalid or locally unacceptable fields.
+    pub setups_refused: AtomicU64,
+    /// SETUPs refused because the subscriptions were at their image limit.
+    pub images_refused: AtomicU64,
+    /// Images that ended with data missing (skipped gaps, data seen but never rebuilt, data
+    /// after a false end of stream).
+    pub images_ended_incomplete: AtomicU64,
+}
+
+impl ReceiverCounters {
+    /// Counts one datagram's outcome.
+    pub fn count(&self, outcome: DatagramOutcome) {
+        let counter = match outcome {
+            DatagramOutcome::Taken => return,
+            DatagramOutcome::Malformed => &self.invalid_frames,
+            DatagramOutcome::Duplicate => &self.duplicate_frames,
+            DatagramOutcome::Overrun => &self.overrun_frames,
+            DatagramOutcome::Inactive => &self.inactive_image_frames,
+            DatagramOutcome::SetupRefused => &self.setups_refused,
+            DatagramOutcome::ImageRefused => &self.images_refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The receiver agent: every receive endpoint of the driver.
@@ -344,17 +452,169 @@ impl ReceiverAgent {
     pub fn do_work(&mut self, now: Instant) -> usize {
         let mut work = 0;
         for endpoint in &mut self.endpoints {
-            let (done, malformed) =
-                endpoint.do_work(now, self.datagrams_per_cycle, &mut self.buffer, &mut self.scratch);
-            work += done;
-            self.counters.invalid_frames.fetch_add(malformed, std::sync::atomic::Ordering::Relaxed);
+            work +=
+                endpoint.do_work(now, self.datagrams_per_cycle, &mut self.buffer, &mut self.scratch, &self.counters);
         }
         self.endpoints.retain(|e| !e.subscriptions.is_empty() || !e.images.is_empty());
         work
     }
 }
 
-/// Locks a mutex, recovering the data if a thread panicked while holding it.
-pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::DataHeader;
+
+    const TERM: i32 = 64 * 1024;
+
+    fn defaults(max_images: usize) -> ImageDefaults {
+        ImageDefaults {
+            receiver_window: 128 * 1024,
+            status_interval: Duration::from_millis(100),
+            nak_delay: Duration::from_micros(100),
+            multicast_nak_backoff: Duration::from_millis(10),
+            liveness_timeout: Duration::from_secs(10),
+            group_tag: None,
+            is_group: false,
+            socket_receive_buffer: 2 << 20,
+            reliable: true,
+            max_images_per_subscription: max_images,
+        }
+    }
+
+    fn endpoint(max_images: usize) -> (ReceiveEndpoint, Arc<SubscriptionShared>) {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let address = socket.local_addr().unwrap();
+        let mut endpoint = ReceiveEndpoint::new(socket, address, None, 77, defaults(max_images));
+        let shared = Arc::new(SubscriptionShared::new(1, "test".into(), 10));
+        endpoint.add_subscription(10, None, shared.clone());
+        (endpoint, shared)
+    }
+
+    fn setup(session_id: i32, initial_term_id: i32, active_term_id: i32, term_offset: i32) -> Vec<u8> {
+        let mut bytes = vec![0u8; Setup::LENGTH];
+        Setup {
+            flags: 0,
+            term_offset,
+            session_id,
+            stream_id: 10,
+            initial_term_id,
+            active_term_id,
+            term_length: TERM,
+            mtu: 1408,
+            ttl: 0,
+        }
+        .emit(&mut bytes);
+        bytes
+    }
+
+    fn source() -> SocketAddr {
+        "127.0.0.1:9".parse().unwrap()
+    }
+
+    #[test]
+    fn a_setup_whose_active_term_precedes_the_initial_term_is_refused_and_the_receiver_lives_on() {
+        let (mut endpoint, _shared) = endpoint(8);
+        let counters = ReceiverCounters::default();
+        let mut scratch = vec![0u8; 65536];
+        let now = Instant::ZERO;
+        // The reported crash: initial term id 1000, active 999, 64 KiB terms.
+        let outcome = endpoint.on_datagram(&setup(5, 1000, 999, 0), source(), now, &mut scratch);
+        counters.count(outcome);
+        endpoint.service_images(now, &mut scratch, &counters);
+        assert_eq!(outcome, DatagramOutcome::SetupRefused);
+        assert_eq!(counters.setups_refused.load(Ordering::Relaxed), 1);
+        assert!(endpoint.images().is_empty());
+        // A valid SETUP afterwards still makes an image.
+        let outcome = endpoint.on_datagram(&setup(6, 1000, 1002, 4096), source(), now, &mut scratch);
+        assert_eq!(outcome, DatagramOutcome::Taken);
+        endpoint.service_images(now, &mut scratch, &counters);
+        assert_eq!(endpoint.images().len(), 1);
+    }
+
+    #[test]
+    fn setup_fields_that_contradict_each_other_are_refused() {
+        let (mut endpoint, _shared) = endpoint(8);
+        let mut scratch = vec![0u8; 65536];
+        for bad in [setup(5, 0, -1, 0), setup(5, i32::MIN, i32::MAX, 0), setup(5, 0, 0, TERM + 32), setup(5, 0, 0, -32)]
+        {
+            assert_eq!(
+                endpoint.on_datagram(&bad, source(), Instant::ZERO, &mut scratch),
+                DatagramOutcome::SetupRefused
+            );
+        }
+        assert!(endpoint.images().is_empty());
+    }
+
+    #[test]
+    fn a_setup_flood_is_bounded_per_subscription_and_counted() {
+        let (mut endpoint, _shared) = endpoint(8);
+        let counters = ReceiverCounters::default();
+        let mut scratch = vec![0u8; 65536];
+        for session in 0..5_000 {
+            counters.count(endpoint.on_datagram(&setup(session, 0, 0, 0), source(), Instant::ZERO, &mut scratch));
+        }
+        assert_eq!(endpoint.images().len(), 8);
+        assert_eq!(counters.images_refused.load(Ordering::Relaxed), 4_992);
+    }
+
+    #[test]
+    fn an_image_that_times_out_with_a_gap_is_counted_as_ended_incomplete() {
+        let (mut endpoint, _shared) = endpoint(8);
+        let counters = ReceiverCounters::default();
+        let mut scratch = vec![0u8; 65536];
+        let start = Instant::ZERO;
+        endpoint.on_datagram(&setup(5, 0, 0, 0), source(), start, &mut scratch);
+        let mut frame = vec![0u8; 64];
+        DataHeader {
+            frame_length: 64,
+            flags: flags::UNFRAGMENTED,
+            frame_type: FrameType::Data,
+            term_offset: 64,
+            session_id: 5,
+            stream_id: 10,
+            term_id: 0,
+            reserved_value: 0,
+        }
+        .emit(&mut frame);
+        assert_eq!(endpoint.on_datagram(&frame, source(), start, &mut scratch), DatagramOutcome::Taken);
+        for seconds in [1, 11, 12] {
+            endpoint.service_images(start + Duration::from_secs(seconds), &mut scratch, &counters);
+        }
+        assert!(endpoint.images().is_empty(), "the image timed out and was removed");
+        assert_eq!(counters.images_ended_incomplete.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn duplicates_overruns_and_malformed_frames_are_counted_apart() {
+        let (mut endpoint, _shared) = endpoint(8);
+        let counters = ReceiverCounters::default();
+        let mut scratch = vec![0u8; 65536];
+        let now = Instant::ZERO;
+        counters.count(endpoint.on_datagram(&setup(5, 0, 0, 0), source(), now, &mut scratch));
+        let frame = |term_id: i32, term_offset: i32| {
+            let mut bytes = vec![0u8; 64];
+            DataHeader {
+                frame_length: 64,
+                flags: flags::UNFRAGMENTED,
+                frame_type: FrameType::Data,
+                term_offset,
+                session_id: 5,
+                stream_id: 10,
+                term_id,
+                reserved_value: 0,
+            }
+            .emit(&mut bytes);
+            bytes
+        };
+        for datagram in [frame(0, 0), frame(0, 0), frame(0, 0), frame(100, 0), frame(0, 64)[..40].to_vec(), vec![1, 2]]
+        {
+            counters.count(endpoint.on_datagram(&datagram, source(), now, &mut scratch));
+        }
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        assert_eq!(load(&counters.duplicate_frames), 2);
+        assert_eq!(load(&counters.overrun_frames), 1);
+        assert_eq!(load(&counters.invalid_frames), 2);
+        assert_eq!(load(&counters.inactive_image_frames), 0);
+    }
 }

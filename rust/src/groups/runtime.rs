@@ -745,7 +745,7 @@ impl GroupPublisher {
     /// `CLOSED` (-4). `topic` travels as the subject `HP/bucket/topic`.
     pub fn publish(&self, key: &[u8], payload: &[u8], topic: Option<&str>) -> Result<PublishCode, GroupError> {
         let mut core = self.member.core();
-        if core.closed {
+        if core.closed || core.client.is_closed() {
             return Ok(Refusal::Closed.code());
         }
         let result = core.brain.state.publish(key, topic, payload);
@@ -755,7 +755,7 @@ impl GroupPublisher {
     /// Publishes one record to `queue` directly (Spark row groups, markers).
     pub fn publish_to_queue(&self, queue: u32, payload: &[u8], key: &[u8]) -> Result<PublishCode, GroupError> {
         let mut core = self.member.core();
-        if core.closed {
+        if core.closed || core.client.is_closed() {
             return Ok(Refusal::Closed.code());
         }
         let result = core.brain.state.publish_to_queue(queue, key, payload).map(|sequence| (queue, sequence));
@@ -769,7 +769,7 @@ impl GroupPublisher {
         records: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<usize, GroupError> {
         let mut core = self.member.core();
-        if core.closed {
+        if core.closed || core.client.is_closed() {
             return Ok(0);
         }
         let queue_count = core.brain.state.config().queue_count as usize;
@@ -973,7 +973,7 @@ impl GroupConsumer {
         loop {
             {
                 let mut core = self.member.core();
-                if core.closed {
+                if core.closed || core.client.is_closed() {
                     return Err(GroupError::Closed);
                 }
                 if first && self.auto_ack {

@@ -6,6 +6,7 @@
 //! data header (see [`crate::wire::DataHeader`]); a frame whose `frame_length` is zero has not
 //! been written yet, which is how receivers find gaps.
 
+use super::memory::TermMemory;
 use super::position::{
     align_frame, compute_position, max_message_length, partition_index, position_bits, term_id_of, term_offset_of,
     FRAME_ALIGNMENT,
@@ -75,7 +76,7 @@ pub enum AppendOutcome {
 /// The three term partitions of one stream.
 pub struct LogBuffer {
     identity: StreamIdentity,
-    partitions: [Vec<u8>; PARTITION_COUNT],
+    partitions: [TermMemory; PARTITION_COUNT],
 }
 
 impl std::fmt::Debug for LogBuffer {
@@ -85,10 +86,14 @@ impl std::fmt::Debug for LogBuffer {
 }
 
 impl LogBuffer {
-    /// Zeroed partitions for `identity` (the allocation is lazy: untouched pages cost nothing).
+    /// Zeroed partitions for `identity`, each its own lazily committed mapping
+    /// ([`TermMemory`]): untouched pages cost nothing, and dropping the log returns the memory.
     pub fn new(identity: StreamIdentity) -> Self {
         let length = identity.term_length as usize;
-        LogBuffer { identity, partitions: [vec![0; length], vec![0; length], vec![0; length]] }
+        LogBuffer {
+            identity,
+            partitions: [TermMemory::zeroed(length), TermMemory::zeroed(length), TermMemory::zeroed(length)],
+        }
     }
 
     /// The stream this log belongs to.

@@ -30,8 +30,9 @@ pub fn term_offset_of(position: i64, term_length: u32) -> i32 {
 }
 
 /// Which of the three term partitions holds the term `term_count` terms after the initial one.
+/// (`rem_euclid`: a negative count still names a partition, never an index out of range.)
 pub fn partition_index(term_count: i64) -> usize {
-    (term_count % 3) as usize
+    term_count.rem_euclid(3) as usize
 }
 
 /// Bytes a message of `length` bytes takes in the log once fragmented for `max_payload`-byte frames.

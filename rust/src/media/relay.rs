@@ -49,19 +49,6 @@ struct Direction {
     held: Option<Vec<u8>>,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 impl LossyRelay {
     /// Starts a relay listening on `front` (port 0 picks one) and forwarding to `target`.
     pub fn start(front: SocketAddr, target: SocketAddr, impairment: Impairment, seed: u64) -> io::Result<Self> {
@@ -114,7 +101,7 @@ fn forward(
     datagram: &[u8],
     direction: &mut Direction,
     impairment: &Impairment,
-    rng: &mut Rng,
+    rng: &mut fastrand::Rng,
     stats: &RelayStats,
 ) {
     stats.received.fetch_add(1, Ordering::Relaxed);
@@ -124,17 +111,17 @@ fn forward(
             None => socket.send(bytes),
         };
     };
-    if rng.next() < impairment.loss {
+    if rng.f64() < impairment.loss {
         stats.dropped.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    if direction.held.is_none() && rng.next() < impairment.reorder {
+    if direction.held.is_none() && rng.f64() < impairment.reorder {
         stats.reordered.fetch_add(1, Ordering::Relaxed);
         direction.held = Some(datagram.to_vec());
         return;
     }
     send(datagram);
-    if rng.next() < impairment.duplicate {
+    if rng.f64() < impairment.duplicate {
         stats.duplicated.fetch_add(1, Ordering::Relaxed);
         send(datagram);
     }
@@ -144,7 +131,7 @@ fn forward(
 }
 
 fn run(front: UdpSocket, back: UdpSocket, impairment: Impairment, seed: u64, stop: &AtomicBool, stats: &RelayStats) {
-    let mut rng = Rng(seed | 1);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut buffer = vec![0u8; 65536];
     let mut source: Option<SocketAddr> = None;
     let mut forward_direction = Direction { held: None };

@@ -27,3 +27,13 @@ pub const PUBLICATION_LINGER: Duration = Duration::from_secs(5);
 pub const RETRANSMIT_DELAY: Duration = Duration::ZERO;
 /// How long a resent range ignores further NAKs (`AERON_RETRANSMIT_UNICAST_LINGER`).
 pub const RETRANSMIT_LINGER: Duration = Duration::from_millis(10);
+/// An image gives up on a gap (pads it over, counts it as unrecoverable) once the gap has been
+/// NAKed this long without repair while the publication's frames kept arriving beyond the
+/// receiver window: the publication has moved past its retransmit range. Frames beyond the
+/// window never move the image's positions, so one forged frame cannot make a gap look old.
+pub const UNRECOVERABLE_GAP_TIMEOUT: Duration = Duration::from_millis(200);
+/// Images one subscription may have at once; SETUPs beyond are refused and counted.
+pub const MAX_IMAGES_PER_SUBSCRIPTION: usize = 128;
+/// Receivers a multicast (group) publication tracks at once; status messages from further
+/// receiver ids are refused and counted. A unicast publication keeps one.
+pub const MAX_RECEIVERS_PER_PUBLICATION: usize = 1024;

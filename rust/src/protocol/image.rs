@@ -81,6 +81,11 @@ pub struct ImageCounters {
     pub overruns: u64,
     /// Malformed datagrams dropped.
     pub malformed: u64,
+    /// Datagrams that arrived after the image stopped receiving (draining or closed).
+    pub inactive: u64,
+    /// End-of-stream heartbeats ignored because the image had not received everything up to
+    /// their position, or had received beyond it.
+    pub eos_rejected: u64,
     /// Distinct gaps detected.
     pub loss_gaps: u64,
     /// Gaps given up on because the publication had moved past its retransmit range; they
@@ -136,9 +141,14 @@ pub struct Image {
     log: LogBuffer,
     rebuild_position: i64,
     hwm_position: i64,
-    /// The furthest stream position the publication was seen at (data or heartbeat, even
-    /// beyond the window): tells when a gap is too old to be retransmitted.
-    observed_position: i64,
+    /// The gap at the rebuild position being NAKed: its position, since when, and the overrun
+    /// count then (overruns since show the publication has moved on; see
+    /// [`defaults::UNRECOVERABLE_GAP_TIMEOUT`]).
+    stalled_gap: Option<(i64, Instant, u64)>,
+    /// Data arrived beyond the end-of-stream position after the image stopped.
+    data_after_end: bool,
+    /// The end of the furthest DATA frame taken (heartbeats excluded).
+    data_hwm_position: i64,
     consumers: Vec<Consumer>,
     cleaned_term_base: i64,
     last_sm_position: i64,
@@ -186,7 +196,9 @@ impl Image {
             log,
             rebuild_position: join,
             hwm_position: join,
-            observed_position: join,
+            stalled_gap: None,
+            data_after_end: false,
+            data_hwm_position: join,
             consumers: Vec::new(),
             cleaned_term_base: term_base,
             last_sm_position: join,
@@ -230,6 +242,15 @@ impl Image {
         self.counters
     }
 
+    /// Whether the image stopped receiving with data missing: a gap was skipped, data beyond the
+    /// rebuild position had been seen, or data arrived after it stopped.
+    pub fn ended_with_data_missing(&self) -> bool {
+        self.state != ImageState::Active
+            && (self.counters.unrecoverable_gaps > 0
+                || self.rebuild_position < self.hwm_position
+                || self.data_after_end)
+    }
+
     /// Whether the publication signalled end of stream and every consumer read up to it.
     pub fn is_end_of_stream(&self) -> bool {
         self.end_of_stream_position
@@ -258,53 +279,79 @@ impl Image {
     }
 
     /// A DATA, PAD or heartbeat datagram for this image.
+    ///
+    /// Nothing beyond the receiver window (the lowest consumer position + term/2) is taken:
+    /// such a frame is an overrun, counted and ignored, and moves no position. End of stream
+    /// is accepted only at the position everything has been received up to (as Aeron does).
     pub fn on_data(&mut self, datagram: &[u8], now: Instant) -> Result<(), DataRejection> {
-        if self.state != ImageState::Active {
-            return Err(DataRejection::Inactive);
-        }
         let header = DataHeader::parse(datagram).map_err(|e| self.malformed(e))?;
         let identity = self.config.identity;
-        let position = identity.position(header.term_id, header.term_offset);
-        self.last_packet_time = now;
-        self.observed_position = self.observed_position.max(position);
-        if DataHeader::is_heartbeat_datagram(datagram) {
-            self.counters.heartbeats_received += 1;
-            if position > self.hwm_position
-                && position <= self.min_consumer_position() + (identity.term_length / 2) as i64
-            {
-                self.hwm_position = position;
-            }
-            if header.is_end_of_stream() {
-                self.end_of_stream_position = Some(position);
-            }
-            return Ok(());
-        }
-        // Validate every frame before touching the log.
-        let mut frames = 0;
-        for frame in DataFrames::new(datagram) {
-            frame.map_err(|e| self.malformed(e))?;
-            frames += 1;
-        }
-        if frames == 0 || header.term_offset as usize % 32 != 0 {
+        let term_length = i64::from(identity.term_length);
+        let is_heartbeat = DataHeader::is_heartbeat_datagram(datagram);
+        if header.term_offset % 32 != 0 {
             return Err(self.malformed(WireError::Misaligned { term_offset: header.term_offset }));
         }
         let length = datagram.len() as i64;
-        if header.term_offset as i64 + length > identity.term_length as i64 {
+        if !is_heartbeat {
+            // Validate every frame before touching the log.
+            let mut frames = 0;
+            for frame in DataFrames::new(datagram) {
+                frame.map_err(|e| self.malformed(e))?;
+                frames += 1;
+            }
+            if frames == 0 {
+                return Err(self.malformed(WireError::Misaligned { term_offset: header.term_offset }));
+            }
+        }
+        let in_term = if is_heartbeat { 0 } else { length };
+        if header.term_offset < 0 || i64::from(header.term_offset) + in_term > term_length {
             return Err(self.malformed(WireError::BadFrameLength {
                 frame: "DATA",
                 frame_length: header.frame_length,
                 datagram_length: datagram.len(),
             }));
         }
-        let proposed = position + length;
-        self.observed_position = self.observed_position.max(proposed);
+        // |position| < 2^61 (term count < 2^31, term length ≤ 2^30): no sum below can overflow.
+        let position = identity.position(header.term_id, header.term_offset);
+        let proposed = position + in_term;
+        if self.state != ImageState::Active {
+            self.counters.inactive += 1;
+            if self.end_of_stream_position.is_some_and(|end| proposed > end) {
+                self.data_after_end = true;
+            }
+            return Err(DataRejection::Inactive);
+        }
+        if proposed > self.window_limit() {
+            self.counters.overruns += 1;
+            return Err(DataRejection::Overrun);
+        }
+        if is_heartbeat {
+            self.last_packet_time = now;
+            self.counters.heartbeats_received += 1;
+            if header.is_end_of_stream() {
+                if position == self.rebuild_position && self.data_hwm_position <= position {
+                    // Everything up to here arrived and nothing beyond: heartbeat-only hwm
+                    // beyond it was never data.
+                    self.end_of_stream_position = Some(position);
+                    self.hwm_position = position;
+                    return Ok(());
+                } else {
+                    self.counters.eos_rejected += 1;
+                }
+            }
+            self.hwm_position = self.hwm_position.max(position);
+            return Ok(());
+        }
         if position < self.rebuild_position && proposed <= self.rebuild_position {
+            self.last_packet_time = now;
             self.counters.duplicates += 1;
             return Err(DataRejection::Duplicate);
         }
-        if proposed > self.min_consumer_position() + (identity.term_length / 2) as i64 {
-            self.counters.overruns += 1;
-            return Err(DataRejection::Overrun);
+        self.last_packet_time = now;
+        if self.end_of_stream_position.is_some_and(|end| proposed > end) {
+            // Data past the end of stream: that end of stream was not the publication's.
+            self.end_of_stream_position = None;
+            self.counters.eos_rejected += 1;
         }
         if position < self.hwm_position {
             self.counters.retransmits_received += 1;
@@ -313,8 +360,15 @@ impl Image {
         self.counters.datagrams_received += 1;
         self.counters.bytes_received += length as u64;
         self.hwm_position = self.hwm_position.max(proposed);
+        self.data_hwm_position = self.data_hwm_position.max(proposed);
         self.advance_rebuild();
         Ok(())
+    }
+
+    /// The furthest position a frame may reach: the lowest consumer position plus half a term
+    /// (what the log can hold without overwriting unread data).
+    fn window_limit(&self) -> i64 {
+        self.min_consumer_position() + i64::from(self.config.identity.term_length / 2)
     }
 
     fn malformed(&mut self, error: WireError) -> DataRejection {
@@ -407,12 +461,19 @@ impl Image {
         self.log.find_gap(self.rebuild_position, self.hwm_position.min(term_end))
     }
 
-    /// Whether the publication has moved so far past `position` that it can no longer resend it
-    /// (its retransmit range is `[sender position − term/2 − max message, sender position)`).
-    fn is_unrecoverable(&self, position: i64) -> bool {
-        let identity = &self.config.identity;
-        let range = (identity.term_length / 2) as i64 + self.log.max_message_length() as i64;
-        self.observed_position - position > range
+    /// Whether the gap at `position` has been NAKed without repair for
+    /// [`defaults::UNRECOVERABLE_GAP_TIMEOUT`] while frames beyond the window kept arriving: the
+    /// publication has moved past its retransmit range. Tracks the gap as a side effect.
+    fn is_unrecoverable(&mut self, position: i64, now: Instant) -> bool {
+        match self.stalled_gap {
+            Some((tracked, since, overruns)) if tracked == position => {
+                now.saturating_since(since) >= defaults::UNRECOVERABLE_GAP_TIMEOUT && self.counters.overruns > overruns
+            }
+            _ => {
+                self.stalled_gap = Some((position, now, self.counters.overruns));
+                false
+            }
+        }
     }
 
     /// The next control frame to send to the publication (status message or NAK).
@@ -422,17 +483,15 @@ impl Image {
         }
         if self.state == ImageState::Active {
             let mut gap = self.find_current_gap();
-            // Skip gaps the publication can no longer resend (bounded work per call).
-            for _ in 0..1024 {
-                match gap {
-                    Some((position, length)) if self.is_unrecoverable(position) => {
-                        self.log.fill_gap(position, length);
-                        self.counters.unrecoverable_gaps += 1;
-                        self.counters.unrecoverable_bytes += length as u64;
-                        self.advance_rebuild();
-                        gap = self.find_current_gap();
-                    }
-                    _ => break,
+            // Skip a gap the publication can no longer resend.
+            if let Some((position, length)) = gap {
+                if self.is_unrecoverable(position, now) {
+                    self.log.fill_gap(position, length);
+                    self.counters.unrecoverable_gaps += 1;
+                    self.counters.unrecoverable_bytes += length as u64;
+                    self.stalled_gap = None;
+                    self.advance_rebuild();
+                    gap = self.find_current_gap();
                 }
             }
             if let Some(nak) = self.loss.poll(gap, now) {
@@ -614,6 +673,117 @@ mod tests {
         assert_eq!(image.state(), ImageState::Closed);
     }
 
+    fn heartbeat_at(term_id: i32, term_offset: i32, eos: bool) -> Vec<u8> {
+        let mut bytes = vec![0u8; 32];
+        DataHeader {
+            frame_length: 0,
+            flags: if eos { flags::UNFRAGMENTED | flags::EOS } else { flags::UNFRAGMENTED },
+            frame_type: FrameType::Data,
+            term_offset,
+            session_id: 5,
+            stream_id: 6,
+            term_id,
+            reserved_value: 0,
+        }
+        .emit(&mut bytes);
+        bytes
+    }
+
+    #[test]
+    fn a_heartbeat_beyond_the_window_is_an_overrun_and_moves_nothing() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&frames[2], ms(1)).unwrap();
+        // Forged: term id = current + 100.
+        assert_eq!(image.on_data(&heartbeat_at(200, 0, false), ms(2)), Err(DataRejection::Overrun));
+        assert_eq!(image.hwm_position(), 192);
+        assert_eq!(image.counters().overruns, 1);
+        assert_eq!(image.counters().heartbeats_received, 0);
+        transmit(&mut image, ms(2));
+        let sent = transmit(&mut image, ms(3));
+        assert!(sent.iter().any(|f| matches!(f, ControlFrame::Nak(n) if n.term_offset == 64)), "{sent:?}");
+        assert_eq!(image.counters().unrecoverable_gaps, 0);
+        image.on_data(&frames[1], ms(4)).unwrap();
+        assert_eq!(drain(&mut image), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn data_beyond_the_window_does_not_make_gaps_unrecoverable() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&frames[2], ms(1)).unwrap();
+        let mut far = frames[3].clone();
+        far[8..12].copy_from_slice(&(TERM as i32 - 64).to_le_bytes());
+        assert_eq!(image.on_data(&far, ms(2)), Err(DataRejection::Overrun));
+        transmit(&mut image, ms(2));
+        let sent = transmit(&mut image, ms(3));
+        assert!(sent.iter().any(|f| matches!(f, ControlFrame::Nak(_))), "{sent:?}");
+        assert_eq!(image.counters().unrecoverable_gaps, 0);
+    }
+
+    #[test]
+    fn end_of_stream_ahead_of_what_was_received_is_ignored() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        // EOS 32,000 bytes ahead and EOS ahead of a gap: neither ends the image.
+        let _ = image.on_data(&heartbeat_at(100, 32_000 & !31, true), ms(2));
+        image.on_data(&frames[2], ms(2)).unwrap();
+        image.on_data(&heartbeat_at(100, 192, true), ms(2)).unwrap();
+        drain(&mut image);
+        image.on_tick(ms(3));
+        assert_eq!(image.state(), ImageState::Active);
+        assert_eq!(image.counters().eos_rejected, 2);
+        // Once everything up to the EOS position arrived, the (repeated) EOS is accepted.
+        image.on_data(&frames[1], ms(4)).unwrap();
+        image.on_data(&heartbeat_at(100, 192, true), ms(4)).unwrap();
+        drain(&mut image);
+        image.on_tick(ms(5));
+        assert!(matches!(image.state(), ImageState::Draining { .. }));
+        assert!(!image.ended_with_data_missing());
+    }
+
+    #[test]
+    fn end_of_stream_behind_what_was_received_is_ignored() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&frames[1], ms(1)).unwrap();
+        image.on_data(&heartbeat_at(100, 64, true), ms(2)).unwrap();
+        drain(&mut image);
+        image.on_tick(ms(3));
+        assert_eq!(image.state(), ImageState::Active);
+        assert_eq!(image.counters().eos_rejected, 1);
+    }
+
+    #[test]
+    fn an_image_ended_by_a_false_end_of_stream_counts_the_data_it_missed() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&heartbeat_at(100, 64, true), ms(2)).unwrap();
+        drain(&mut image);
+        image.on_tick(ms(3));
+        assert!(matches!(image.state(), ImageState::Draining { .. }));
+        // The publisher goes on sending: the end of stream was false.
+        assert_eq!(image.on_data(&frames[1], ms(4)), Err(DataRejection::Inactive));
+        assert_eq!(image.counters().inactive, 1);
+        assert!(image.ended_with_data_missing());
+    }
+
+    #[test]
+    fn an_image_timing_out_with_a_gap_ended_with_data_missing() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&frames[2], ms(1)).unwrap();
+        image.on_tick(ms(20_000));
+        assert!(matches!(image.state(), ImageState::Draining { .. }));
+        assert!(image.ended_with_data_missing());
+    }
+
     #[test]
     fn skips_a_gap_the_publication_can_no_longer_resend() {
         let mut image = image();
@@ -621,17 +791,37 @@ mod tests {
         image.on_data(&frames[0], ms(1)).unwrap();
         image.on_data(&frames[2], ms(1)).unwrap();
         drain(&mut image);
-        // A heartbeat from far ahead: the sender is past its retransmit range for offset 64.
-        let mut heartbeat = frames[0][..32].to_vec();
-        heartbeat[0..4].copy_from_slice(&0i32.to_le_bytes());
-        let far = TERM as i32 / 2 + 8192 + 128;
-        heartbeat[8..12].copy_from_slice(&far.to_le_bytes());
-        image.on_data(&heartbeat, ms(2)).unwrap();
-        let sent = transmit(&mut image, ms(3));
+        transmit(&mut image, ms(1));
+        // The publication has moved on (its frames arrive beyond the window) and never answers
+        // the NAKs: once the gap has stood for the give-up time, it is skipped.
+        let mut far = frames[3].clone();
+        far[8..12].copy_from_slice(&(TERM as i32 - 64).to_le_bytes());
+        // The gap was first seen (and NAK-tracked) at 1 ms.
+        for step in 2..(1 + defaults::UNRECOVERABLE_GAP_TIMEOUT.as_millis() as u64) {
+            let _ = image.on_data(&far, ms(step));
+            let sent = transmit(&mut image, ms(step));
+            assert_eq!(image.counters().unrecoverable_gaps, 0, "{sent:?}");
+        }
+        let end = 1 + defaults::UNRECOVERABLE_GAP_TIMEOUT.as_millis() as u64;
+        let _ = image.on_data(&far, ms(end));
+        let sent = transmit(&mut image, ms(end));
         assert!(!sent.iter().any(|f| matches!(f, ControlFrame::Nak(_))), "{sent:?}");
         assert_eq!(image.counters().unrecoverable_gaps, 1);
         assert_eq!(image.counters().unrecoverable_bytes, 64);
         assert_eq!(drain(&mut image), vec![2], "the frame after the gap is still delivered");
+        assert!(image.ended_with_data_missing() || image.state() == ImageState::Active);
+    }
+
+    #[test]
+    fn a_gap_without_evidence_that_the_publication_moved_on_is_naked_for_ever() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        image.on_data(&frames[2], ms(1)).unwrap();
+        transmit(&mut image, ms(1));
+        let sent = transmit(&mut image, ms(5_000));
+        assert!(sent.iter().any(|f| matches!(f, ControlFrame::Nak(_))), "{sent:?}");
+        assert_eq!(image.counters().unrecoverable_gaps, 0);
     }
 
     #[test]

@@ -8,7 +8,7 @@ pub mod loss;
 pub mod publication;
 pub mod retransmit;
 
-pub use image::{Image, ImageConfig, ImageCounters, ImageState};
+pub use image::{DataRejection, Image, ImageConfig, ImageCounters, ImageState};
 pub use publication::{
     LiveReceiver, NetworkPublication, OfferError, PublicationConfig, PublicationCounters, PublicationEvent,
     PublicationStatus,

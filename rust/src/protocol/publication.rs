@@ -83,7 +83,8 @@ pub struct PublicationConfig {
     pub retransmit_delay: Duration,
     /// How long a resent range ignores further NAKs.
     pub retransmit_linger: Duration,
-    /// Concurrent retransmit actions (1 for unicast).
+    /// Concurrent retransmit actions (`max-resend`, Aeron's 16 by default); NAKs beyond are
+    /// ignored and counted, never replace an action.
     pub max_resend: usize,
     /// Whether heartbeats carry the EOS flag once closed and drained.
     pub signal_eos: bool,
@@ -92,7 +93,7 @@ pub struct PublicationConfig {
 impl PublicationConfig {
     /// A unicast publication of `identity` starting at `initial_position` with the protocol's
     /// defaults: MTU 1408, a window of half a term, 5 s linger and connection timeout, resend
-    /// at once and linger 10 ms, one retransmit action, EOS on close.
+    /// at once and linger 10 ms, 16 retransmit actions, EOS on close.
     pub fn new(identity: StreamIdentity, initial_position: i64) -> Self {
         PublicationConfig {
             identity,
@@ -105,7 +106,7 @@ impl PublicationConfig {
             connection_timeout: defaults::PUBLICATION_CONNECTION_TIMEOUT,
             retransmit_delay: defaults::RETRANSMIT_DELAY,
             retransmit_linger: defaults::RETRANSMIT_LINGER,
-            max_resend: 1,
+            max_resend: crate::channel::DEFAULT_MAX_RESEND as usize,
             signal_eos: true,
         }
     }
@@ -158,6 +159,9 @@ pub struct PublicationCounters {
     /// Control frames for this publication that were malformed (bad length, unknown group-tag
     /// length, negative receiver window) and ignored.
     pub invalid_control_frames: u64,
+    /// Status messages from new receivers refused because the publication already tracks
+    /// [`defaults::MAX_RECEIVERS_PER_PUBLICATION`] receivers.
+    pub receivers_refused: u64,
 }
 
 /// A receiver the publication heard from within the connection timeout (any strategy, any
@@ -456,8 +460,20 @@ impl NetworkPublication {
             self.counters.invalid_control_frames += 1;
             return;
         }
-        self.counters.status_messages += 1;
         let end_of_stream = message.flags & flags::SM_EOS != 0;
+        let is_new = !self.receivers.contains_key(&message.receiver_id);
+        if is_new && !end_of_stream {
+            if !self.config.is_group {
+                // Unicast: one receiver; a new one replaces it.
+                self.receivers.clear();
+            } else if self.receivers.len() >= defaults::MAX_RECEIVERS_PER_PUBLICATION {
+                self.counters.receivers_refused += 1;
+                return;
+            }
+        }
+        self.counters.status_messages += 1;
+        // Aeron's largest receiver window: a quarter of the term.
+        let window = message.receiver_window.min((term_length / 4) as i32);
         let identity = self.config.identity;
         let position = identity.position(message.consumption_term_id, message.consumption_term_offset);
         if end_of_stream {
@@ -469,7 +485,7 @@ impl NetworkPublication {
                     receiver_id: message.receiver_id,
                     group_tag: message.group_tag,
                     position,
-                    window: message.receiver_window,
+                    window,
                     last_status_message: now,
                 },
             );
@@ -477,7 +493,7 @@ impl NetworkPublication {
         let input = StatusMessageInput {
             receiver_id: message.receiver_id,
             consumption_position: position,
-            receiver_window: message.receiver_window,
+            receiver_window: window,
             group_tag: message.group_tag,
             end_of_stream,
         };
@@ -806,6 +822,114 @@ mod tests {
         publication.on_nak(&nak, ms(5));
         assert!(publication.poll_transmit(ms(5), &mut out).is_none(), "a duplicate NAK within the linger resent");
         assert_eq!(publication.counters().retransmits_sent, 1);
+    }
+
+    /// A connected publication that has sent `messages` 200-byte messages (256 bytes of log each).
+    fn sent(messages: usize) -> NetworkPublication {
+        let mut publication = publication();
+        let mut out = [0u8; 2048];
+        publication.poll_transmit(ms(0), &mut out);
+        publication.on_status_message(&status(0, 65536, 0), ms(1));
+        publication.on_idle(ms(1));
+        for _ in 0..messages {
+            publication.offer(&[5u8; 200], 0).unwrap();
+        }
+        while publication.poll_transmit(ms(2), &mut out).is_some() {}
+        publication
+    }
+
+    fn resent_bytes(publication: &mut NetworkPublication, now: Instant) -> usize {
+        let mut out = [0u8; 2048];
+        let mut total = 0;
+        for _ in 0..10_000 {
+            match publication.poll_transmit(now, &mut out) {
+                Some(length) if !DataHeader::is_heartbeat_datagram(&out[..length]) => total += length,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        total
+    }
+
+    #[test]
+    fn alternating_naks_for_two_ranges_resend_each_once_within_the_linger() {
+        let mut publication = sent(60);
+        let first = Nak { session_id: 9, stream_id: 10, term_id: 3, term_offset: 0, length: 256 };
+        let second = Nak { term_offset: 4096, ..first };
+        let mut resent = 0;
+        for index in 0..160 {
+            publication.on_nak(if index % 2 == 0 { &first } else { &second }, ms(3));
+            resent += resent_bytes(&mut publication, ms(3));
+        }
+        assert_eq!(resent, 512, "one resend per range per linger");
+        // After the linger, the same NAK is served again.
+        publication.on_idle(ms(20));
+        publication.on_nak(&first, ms(20));
+        assert_eq!(resent_bytes(&mut publication, ms(20)), 256);
+        // The same with NAKs of the largest length: each covers the rest of what was sent.
+        publication.on_idle(ms(50));
+        let (whole, tail) = (Nak { length: i32::MAX, ..first }, Nak { length: i32::MAX, ..second });
+        let mut resent = 0;
+        for index in 0..160 {
+            publication.on_nak(if index % 2 == 0 { &whole } else { &tail }, ms(50));
+            resent += resent_bytes(&mut publication, ms(50));
+        }
+        assert_eq!(resent as i64, publication.sender_position(), "one pass over [0, 4096), one over [4096, end)");
+    }
+
+    #[test]
+    fn a_nak_overlapping_a_lingering_range_resends_nothing_more() {
+        let mut publication = sent(60);
+        let nak = Nak { session_id: 9, stream_id: 10, term_id: 3, term_offset: 256, length: 1024 };
+        publication.on_nak(&nak, ms(3));
+        assert_eq!(resent_bytes(&mut publication, ms(3)), 1024);
+        publication.on_nak(&Nak { term_offset: 0, length: 512, ..nak }, ms(4));
+        assert_eq!(resent_bytes(&mut publication, ms(4)), 0);
+    }
+
+    #[test]
+    fn a_huge_nak_resends_at_most_what_was_sent_up_to_the_end_of_the_term() {
+        let mut publication = sent(60);
+        assert_eq!(publication.sender_position(), 60 * 256);
+        let nak = Nak { session_id: 9, stream_id: 10, term_id: 3, term_offset: 58 * 256, length: i32::MAX };
+        publication.on_nak(&nak, ms(3));
+        assert_eq!(resent_bytes(&mut publication, ms(3)), 512);
+    }
+
+    #[test]
+    fn a_status_message_window_is_clamped_to_a_quarter_term() {
+        let mut publication = publication();
+        let mut out = [0u8; 2048];
+        publication.poll_transmit(ms(0), &mut out);
+        publication.on_status_message(&status(0, i32::MAX, 0), ms(1));
+        assert_eq!(publication.sender_limit(), i64::from(TERM / 4));
+        assert_eq!(publication.status().live_receivers[0].window, (TERM / 4) as i32);
+    }
+
+    #[test]
+    fn a_unicast_publication_keeps_one_receiver() {
+        let mut publication = publication();
+        for id in 0..20_000 {
+            publication.on_status_message(&StatusMessage { receiver_id: id, ..status(0, 4096, 0) }, ms(1));
+        }
+        assert_eq!(publication.status().live_receivers.len(), 1);
+    }
+
+    #[test]
+    fn a_group_publication_bounds_its_receivers_and_counts_refusals() {
+        let identity = StreamIdentity { session_id: 9, stream_id: 10, initial_term_id: 3, term_length: TERM };
+        let config = PublicationConfig { is_group: true, ..PublicationConfig::new(identity, 0) };
+        let spec = crate::flow_control::FlowControlSpec::parse("min").unwrap();
+        let mut publication =
+            NetworkPublication::new(config, build(Some(&spec), true, &FlowControlDefaults::default()), Instant::ZERO);
+        for id in 0..20_000 {
+            publication.on_status_message(&StatusMessage { receiver_id: id, ..status(0, 4096, 0) }, ms(1));
+        }
+        let status = publication.status();
+        let max = defaults::MAX_RECEIVERS_PER_PUBLICATION;
+        assert_eq!(status.live_receivers.len(), max);
+        assert!(status.group_receivers.len() <= max);
+        assert_eq!(status.counters.receivers_refused, (20_000 - max) as u64);
     }
 
     #[test]

@@ -24,10 +24,11 @@ struct Action {
 }
 
 impl Action {
-    fn covers(&self, term_id: i32, term_offset: i32) -> bool {
-        self.term_id == term_id
-            && term_offset >= self.term_offset
-            && (term_offset as i64) < self.term_offset as i64 + self.length as i64
+    /// Whether `[term_offset, term_offset + length)` of `term_id` overlaps this action's range.
+    fn overlaps(&self, term_id: i32, term_offset: i32, length: usize) -> bool {
+        let (start, end) = (i64::from(term_offset), i64::from(term_offset).saturating_add(length as i64));
+        let (own_start, own_end) = (i64::from(self.term_offset), i64::from(self.term_offset) + self.length as i64);
+        self.term_id == term_id && start < own_end && own_start < end
     }
 }
 
@@ -53,26 +54,24 @@ pub struct RetransmitHandler {
 }
 
 impl RetransmitHandler {
-    /// A handler keeping at most `max_actions` concurrent actions (1 for unicast, `max-resend`
-    /// for multicast).
+    /// A handler keeping at most `max_actions` concurrent actions (`max-resend`).
     pub fn new(max_actions: usize, delay: Duration, linger: Duration) -> Self {
         RetransmitHandler { actions: Vec::new(), max_actions: max_actions.max(1), delay, linger, overflows: 0 }
     }
 
     /// A NAK arrived. Returns whether it opened a new action.
+    ///
+    /// A NAK overlapping a delayed or lingering action is ignored (each range is resent at
+    /// most once per delay + linger, however many NAKs ask for it); with `max_actions` active,
+    /// further NAKs are ignored and counted, never replace an action.
     pub fn on_nak(&mut self, term_id: i32, term_offset: i32, length: usize, now: Instant) -> bool {
         self.expire(now);
-        if length == 0 || self.actions.iter().any(|action| action.covers(term_id, term_offset)) {
+        if length == 0 || self.actions.iter().any(|action| action.overlaps(term_id, term_offset, length)) {
             return false;
         }
         if self.actions.len() >= self.max_actions {
-            if self.max_actions == 1 {
-                // Unicast keeps one action: a NAK for another range replaces it.
-                self.actions.clear();
-            } else {
-                self.overflows += 1;
-                return false;
-            }
+            self.overflows += 1;
+            return false;
         }
         let state = ActionState::Delayed { until: now + self.delay };
         self.actions.push(Action { term_id, term_offset, length, state });
@@ -140,12 +139,22 @@ mod tests {
     }
 
     #[test]
-    fn unicast_replaces_its_single_action() {
+    fn a_full_handler_ignores_new_ranges_until_an_action_expires() {
         let mut handler = RetransmitHandler::new(1, Duration::ZERO, Duration::from_millis(10));
         assert!(handler.on_nak(1, 0, 32, ms(0)));
         handler.poll_due(ms(0));
-        assert!(handler.on_nak(1, 64, 32, ms(1)));
-        assert_eq!(handler.poll_due(ms(1)).map(|r| r.term_offset), Some(64));
+        assert!(!handler.on_nak(1, 64, 32, ms(1)), "a new range must not replace a lingering action");
+        assert_eq!(handler.overflows(), 1);
+        assert!(handler.on_nak(1, 64, 32, ms(10)));
+        assert_eq!(handler.poll_due(ms(10)).map(|r| r.term_offset), Some(64));
+    }
+
+    #[test]
+    fn a_nak_overlapping_an_action_from_below_is_ignored() {
+        let mut handler = RetransmitHandler::new(16, Duration::ZERO, Duration::from_millis(10));
+        assert!(handler.on_nak(1, 1024, 512, ms(0)));
+        assert!(!handler.on_nak(1, 0, 1056, ms(1)));
+        assert!(handler.on_nak(1, 0, 1024, ms(1)), "adjacent, not overlapping");
     }
 
     #[test]

@@ -13,36 +13,24 @@ use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use super::transport::{exception, to_py_error, Client};
+use super::errors::{config_error, group_error, invalid_argument, wrong_type};
+use super::transport::Client;
 use crate::groups::runtime::{self, MemberOptions};
-use crate::groups::{self as core_groups, GroupConfig, GroupError, Timing};
+use crate::groups::{self as core_groups, GroupConfig, Timing};
 
 /// The longest a single GIL-free wait lasts before signals (Ctrl-C) are checked.
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
-fn group_error(py: Python<'_>, error: GroupError) -> PyErr {
-    match error {
-        GroupError::Definition(message) | GroupError::Registry(message) => exception(py, "ConfigError", message),
-        GroupError::RecordTooLong { .. } => exception(py, "MessageTooLongError", error.to_string()),
-        GroupError::Closed => exception(py, "ClosedError", "group member is closed".into()),
-        GroupError::Transport(error) => to_py_error(py, error),
-    }
-}
-
-fn config_error(py: Python<'_>, message: String) -> PyErr {
-    exception(py, "ConfigError", message)
-}
-
-fn duration_ms(py: Python<'_>, name: &str, value: u64) -> PyResult<Duration> {
+fn duration_ms(name: &str, value: u64) -> PyResult<Duration> {
     if value == 0 {
-        return Err(config_error(py, format!("{name}={value}: must be positive")));
+        return Err(config_error(format!("{name}={value}: must be positive")));
     }
     Ok(Duration::from_millis(value))
 }
 
-fn seconds(py: Python<'_>, name: &str, value: f64) -> PyResult<Duration> {
+fn seconds(name: &str, value: f64) -> PyResult<Duration> {
     if !value.is_finite() || !(0.0..=1e9).contains(&value) {
-        return Err(config_error(py, format!("{name}={value}: must be a finite number of seconds >= 0")));
+        return Err(config_error(format!("{name}={value}: must be a finite number of seconds >= 0")));
     }
     Ok(Duration::from_secs_f64(value))
 }
@@ -54,15 +42,12 @@ struct BufferView {
 }
 
 impl BufferView {
-    fn new(py: Python<'_>, object: &Bound<'_, PyAny>, what: &str) -> PyResult<BufferView> {
+    fn new(object: &Bound<'_, PyAny>, what: &str) -> PyResult<BufferView> {
         let type_error = || {
-            config_error(
-                py,
-                format!(
-                    "{what}: expected bytes or a bytes-like object, got {}",
-                    object.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-                ),
-            )
+            wrong_type(format!(
+                "{what}: expected bytes or a bytes-like object, got {}",
+                object.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            ))
         };
         // pyarrow buffers export signed bytes ("b"); bytes, bytearray and memoryview unsigned.
         let view = match PyBuffer::<u8>::get(object) {
@@ -77,7 +62,7 @@ impl BufferView {
             (None, None) => false,
         };
         if !contiguous {
-            return Err(config_error(py, format!("{what}: the buffer must be C-contiguous")));
+            return Err(invalid_argument(format!("{what}: the buffer must be C-contiguous")));
         }
         Ok(view)
     }
@@ -105,7 +90,7 @@ enum Held<'py> {
 }
 
 impl<'py> Held<'py> {
-    fn new(py: Python<'py>, object: Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Held<'py>> {
+    fn new(object: Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Held<'py>> {
         if let Ok(bytes) = object.cast::<PyBytes>() {
             return Ok(Held::Bytes(bytes.clone()));
         }
@@ -114,9 +99,9 @@ impl<'py> Held<'py> {
                 text.to_str()?;
                 return Ok(Held::Str(text.clone()));
             }
-            return Err(config_error(py, format!("{what}: expected bytes, got str")));
+            return Err(wrong_type(format!("{what}: expected bytes, got str")));
         }
-        Ok(Held::Buffer(BufferView::new(py, &object, what)?))
+        Ok(Held::Buffer(BufferView::new(&object, what)?))
     }
 
     fn bytes(&self) -> &[u8] {
@@ -158,7 +143,7 @@ fn is_arrow(object: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(object.hasattr("buffers")? && object.hasattr("type")? && object.hasattr("offset")?)
 }
 
-fn arrow_column<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Column<'py>> {
+fn arrow_column<'py>(array: &Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Column<'py>> {
     let type_name = array.getattr("type")?.str()?.to_string();
     let large = match type_name.as_str() {
         "binary" => false,
@@ -168,53 +153,50 @@ fn arrow_column<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, allow_str: bool
         other => {
             let allowed =
                 if allow_str { "binary, large_binary, string or large_string" } else { "binary or large_binary" };
-            return Err(config_error(py, format!("{what}: expected a pyarrow {allowed} array, got type {other}")));
+            return Err(wrong_type(format!("{what}: expected a pyarrow {allowed} array, got type {other}")));
         }
     };
     if array.getattr("null_count")?.extract::<usize>()? > 0 {
-        return Err(config_error(py, format!("{what}: the arrow array contains nulls")));
+        return Err(invalid_argument(format!("{what}: the arrow array contains nulls")));
     }
     let count: usize = array.len()?;
     let first: usize = array.getattr("offset")?.extract()?;
     let buffers = array.call_method0("buffers")?;
     if buffers.len()? < 3 {
-        return Err(config_error(py, format!("{what}: expected 3 arrow buffers (validity, offsets, data)")));
+        return Err(invalid_argument(format!("{what}: expected 3 arrow buffers (validity, offsets, data)")));
     }
     let offsets_object = buffers.get_item(1)?;
     let data_object = buffers.get_item(2)?;
     if offsets_object.is_none() {
-        return Err(config_error(py, format!("{what}: the arrow array has no offsets buffer")));
+        return Err(invalid_argument(format!("{what}: the arrow array has no offsets buffer")));
     }
-    let offsets_view = BufferView::new(py, &offsets_object, what)?;
-    let data = if data_object.is_none() { None } else { Some(BufferView::new(py, &data_object, what)?) };
+    let offsets_view = BufferView::new(&offsets_object, what)?;
+    let data = if data_object.is_none() { None } else { Some(BufferView::new(&data_object, what)?) };
     let data_length = data.as_ref().map_or(0, |d| d.as_slice().len());
     let raw = offsets_view.as_slice();
     let width = if large { 8 } else { 4 };
     let mut offsets = Vec::with_capacity(count.saturating_add(1));
-    let end_index = first.checked_add(count).ok_or_else(|| config_error(py, format!("{what}: offset overflow")))?;
+    let end_index = first.checked_add(count).ok_or_else(|| invalid_argument(format!("{what}: offset overflow")))?;
     let mut previous = 0usize;
     for index in first..=end_index {
-        let at = index.checked_mul(width).ok_or_else(|| config_error(py, format!("{what}: offset overflow")))?;
+        let at = index.checked_mul(width).ok_or_else(|| invalid_argument(format!("{what}: offset overflow")))?;
         let chunk = raw
             .get(at..at.saturating_add(width))
-            .ok_or_else(|| config_error(py, format!("{what}: arrow offsets buffer is shorter than the array")))?;
+            .ok_or_else(|| invalid_argument(format!("{what}: arrow offsets buffer is shorter than the array")))?;
         let value: i64 = if large {
             i64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]))
         } else {
             i64::from(i32::from_le_bytes(chunk.try_into().unwrap_or([0; 4])))
         };
         let value = usize::try_from(value)
-            .map_err(|_| config_error(py, format!("{what}: negative arrow offset {value} at index {index}")))?;
+            .map_err(|_| invalid_argument(format!("{what}: negative arrow offset {value} at index {index}")))?;
         if index > first && value < previous {
-            return Err(config_error(py, format!("{what}: arrow offsets decrease at index {index}")));
+            return Err(invalid_argument(format!("{what}: arrow offsets decrease at index {index}")));
         }
         if value > data_length {
-            return Err(config_error(
-                py,
-                format!(
-                    "{what}: arrow offset {value} at index {index} is beyond the data buffer ({data_length} bytes)"
-                ),
-            ));
+            return Err(invalid_argument(format!(
+                "{what}: arrow offset {value} at index {index} is beyond the data buffer ({data_length} bytes)"
+            )));
         }
         previous = value;
         offsets.push(value);
@@ -222,77 +204,75 @@ fn arrow_column<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, allow_str: bool
     Ok(Column::Arrow { offsets, data })
 }
 
-fn column<'py>(py: Python<'py>, object: &Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Column<'py>> {
+fn column<'py>(object: &Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Column<'py>> {
     if is_arrow(object)? {
-        return arrow_column(py, object, allow_str, what);
+        return arrow_column(object, allow_str, what);
     }
     if object.cast::<PyBytes>().is_ok() || object.cast::<PyString>().is_ok() {
-        return Err(config_error(py, format!("{what}: expected a sequence of items, got a single bytes/str")));
+        return Err(wrong_type(format!("{what}: expected a sequence of items, got a single bytes/str")));
     }
     let mut items = Vec::new();
     if let Ok(list) = object.cast::<PyList>() {
         items.reserve(list.len());
         for item in list.iter() {
-            items.push(Held::new(py, item, allow_str, what)?);
+            items.push(Held::new(item, allow_str, what)?);
         }
     } else {
         for item in object.try_iter()? {
-            items.push(Held::new(py, item?, allow_str, what)?);
+            items.push(Held::new(item?, allow_str, what)?);
         }
     }
     Ok(Column::Items(items))
 }
 
-fn key_held<'py>(py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
-    Held::new(py, key.clone(), true, "key")
+fn key_held<'py>(key: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
+    Held::new(key.clone(), true, "key")
 }
 
-fn counts(py: Python<'_>, hash_count: u32, queue_count: u32) -> PyResult<()> {
-    core_groups::check_counts(hash_count, queue_count).map_err(|e| group_error(py, e))
+fn counts(hash_count: u32, queue_count: u32) -> PyResult<()> {
+    core_groups::check_counts(hash_count, queue_count).map_err(group_error)
 }
 
 /// `affinity_hash(key) % hash_count`.
 #[pyfunction]
-fn group_bucket(py: Python<'_>, key: &Bound<'_, PyAny>, hash_count: u32) -> PyResult<u32> {
+fn group_bucket(key: &Bound<'_, PyAny>, hash_count: u32) -> PyResult<u32> {
     if hash_count < 1 {
-        return Err(config_error(py, format!("hash_count={hash_count}: must be at least 1")));
+        return Err(config_error(format!("hash_count={hash_count}: must be at least 1")));
     }
-    let held = key_held(py, key)?;
+    let held = key_held(key)?;
     Ok(core_groups::bucket_of(held.bytes(), hash_count))
 }
 
 /// `group_bucket(key, hash_count) % queue_count`.
 #[pyfunction]
-fn group_queue(py: Python<'_>, key: &Bound<'_, PyAny>, hash_count: u32, queue_count: u32) -> PyResult<u32> {
-    counts(py, hash_count, queue_count)?;
-    let held = key_held(py, key)?;
+fn group_queue(key: &Bound<'_, PyAny>, hash_count: u32, queue_count: u32) -> PyResult<u32> {
+    counts(hash_count, queue_count)?;
+    let held = key_held(key)?;
     Ok(core_groups::queue_of(held.bytes(), hash_count, queue_count))
 }
 
 /// The queue of every key (a sequence of bytes/str or a pyarrow array).
 #[pyfunction]
 fn group_queues(py: Python<'_>, keys: &Bound<'_, PyAny>, hash_count: u32, queue_count: u32) -> PyResult<Vec<u32>> {
-    counts(py, hash_count, queue_count)?;
-    let column = column(py, keys, true, "keys")?;
+    counts(hash_count, queue_count)?;
+    let column = column(keys, true, "keys")?;
     let slices = column.slices();
     Ok(py.detach(|| slices.iter().map(|key| core_groups::queue_of(key, hash_count, queue_count)).collect()))
 }
 
 #[allow(clippy::too_many_arguments)]
 fn definition(
-    py: Python<'_>,
     group: &str,
     hash_prefix: &str,
     hash_count: u32,
     queue_count: u32,
     queue_size: u64,
 ) -> PyResult<GroupConfig> {
-    GroupConfig::new(group, hash_prefix, hash_count, queue_count, queue_size).map_err(|e| group_error(py, e))
+    GroupConfig::new(group, hash_prefix, hash_count, queue_count, queue_size).map_err(group_error)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn options(
-    py: Python<'_>,
     registry_dir: &str,
     name: Option<String>,
     host: &str,
@@ -301,13 +281,13 @@ fn options(
     heartbeat_interval_ms: u64,
 ) -> PyResult<MemberOptions> {
     if registry_dir.is_empty() {
-        return Err(config_error(py, "registry_dir: must not be empty".into()));
+        return Err(config_error("registry_dir: must not be empty"));
     }
     let timing = Timing::new(
-        duration_ms(py, "heartbeat_interval_ms", heartbeat_interval_ms)?,
-        duration_ms(py, "liveness_timeout_ms", liveness_timeout_ms)?,
+        duration_ms("heartbeat_interval_ms", heartbeat_interval_ms)?,
+        duration_ms("liveness_timeout_ms", liveness_timeout_ms)?,
     )
-    .map_err(|e| group_error(py, e))?;
+    .map_err(group_error)?;
     Ok(MemberOptions { registry_dir: PathBuf::from(registry_dir), name, host: host.to_owned(), control, timing })
 }
 
@@ -496,13 +476,12 @@ impl GroupPublisherCore {
         heartbeat_interval_ms: u64,
         resend_timeout_ms: u64,
     ) -> PyResult<Self> {
-        let config = definition(py, group, hash_prefix, hash_count, queue_count, queue_size)?;
-        let options = options(py, registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
-        let resend = duration_ms(py, "resend_timeout_ms", resend_timeout_ms)?;
+        let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
+        let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let resend = duration_ms("resend_timeout_ms", resend_timeout_ms)?;
         let client = client.shared();
-        let inner = py
-            .detach(|| runtime::GroupPublisher::new(client, config, &options, resend))
-            .map_err(|e| group_error(py, e))?;
+        let inner =
+            py.detach(|| runtime::GroupPublisher::new(client, config, &options, resend)).map_err(group_error)?;
         Ok(GroupPublisherCore { inner })
     }
 
@@ -515,54 +494,48 @@ impl GroupPublisherCore {
     /// Publishes one keyed record: its sequence number (> 0), or NOT_CONNECTED (-1),
     /// BACK_PRESSURED (-2), CLOSED (-4). `subject` travels as `HP/bucket/subject`.
     #[pyo3(signature = (key, payload, subject=None))]
-    fn publish(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        payload: &Bound<'_, PyAny>,
-        subject: Option<&str>,
-    ) -> PyResult<i64> {
-        let key = key_held(py, key)?;
-        let payload = Held::new(py, payload.clone(), false, "payload")?;
-        self.inner.publish(key.bytes(), payload.bytes(), subject).map_err(|e| group_error(py, e))
+    fn publish(&self, key: &Bound<'_, PyAny>, payload: &Bound<'_, PyAny>, subject: Option<&str>) -> PyResult<i64> {
+        let key = key_held(key)?;
+        let payload = Held::new(payload.clone(), false, "payload")?;
+        self.inner.publish(key.bytes(), payload.bytes(), subject).map_err(group_error)
     }
 
     /// Publishes keyed records in order until one is refused; returns how many were taken.
     fn publish_batch(&self, py: Python<'_>, keys: &Bound<'_, PyAny>, payloads: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let keys = column(py, keys, true, "keys")?;
-        let payloads = column(py, payloads, false, "payloads")?;
+        let keys = column(keys, true, "keys")?;
+        let payloads = column(payloads, false, "payloads")?;
         if keys.len() != payloads.len() {
-            return Err(config_error(
-                py,
-                format!("publish_batch: {} keys but {} payloads", keys.len(), payloads.len()),
-            ));
+            return Err(invalid_argument(format!(
+                "publish_batch: {} keys but {} payloads",
+                keys.len(),
+                payloads.len()
+            )));
         }
         let key_slices = keys.slices();
         let payload_slices = payloads.slices();
         let inner = &self.inner;
         py.detach(|| inner.publish_batch(key_slices.iter().copied().zip(payload_slices.iter().copied())))
-            .map_err(|e| group_error(py, e))
+            .map_err(group_error)
     }
 
     /// Publishes one record to `queue` (same return codes as `publish`).
     #[pyo3(signature = (queue, payload, key=None))]
     fn publish_to_queue(
         &self,
-        py: Python<'_>,
         queue: u32,
         payload: &Bound<'_, PyAny>,
         key: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<i64> {
-        let key = key.map(|k| key_held(py, k)).transpose()?;
-        let payload = Held::new(py, payload.clone(), false, "payload")?;
+        let key = key.map(|k| key_held(k)).transpose()?;
+        let payload = Held::new(payload.clone(), false, "payload")?;
         let key_bytes = key.as_ref().map(Held::bytes).unwrap_or(b"");
-        self.inner.publish_to_queue(queue, payload.bytes(), key_bytes).map_err(|e| group_error(py, e))
+        self.inner.publish_to_queue(queue, payload.bytes(), key_bytes).map_err(group_error)
     }
 
     /// True once everything published is acknowledged; False after `timeout` seconds.
     #[pyo3(signature = (timeout=5.0))]
     fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
-        let total = seconds(py, "timeout", timeout)?;
+        let total = seconds("timeout", timeout)?;
         let inner = &self.inner;
         Ok(wait_interruptibly(py, total, |slice| inner.flush(slice).then_some(()))?.is_some())
     }
@@ -655,13 +628,13 @@ impl GroupConsumerCore {
         liveness_timeout_ms: u64,
         heartbeat_interval_ms: u64,
     ) -> PyResult<Self> {
-        let config = definition(py, group, hash_prefix, hash_count, queue_count, queue_size)?;
-        let options = options(py, registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
-        let cycle = duration_ms(py, "cycle_ms", cycle_ms)?;
+        let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
+        let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let cycle = duration_ms("cycle_ms", cycle_ms)?;
         let client = client.shared();
         let inner = py
             .detach(|| runtime::GroupConsumer::new(client, config, index, count, &options, auto_ack, cycle))
-            .map_err(|e| group_error(py, e))?;
+            .map_err(group_error)?;
         Ok(GroupConsumerCore { inner })
     }
 
@@ -674,7 +647,7 @@ impl GroupConsumerCore {
     /// Up to `max_messages` messages, waiting up to `timeout` seconds for the first.
     #[pyo3(signature = (max_messages=1000, timeout=0.0))]
     fn poll(&self, py: Python<'_>, max_messages: usize, timeout: f64) -> PyResult<Vec<GroupMessage>> {
-        let total = seconds(py, "timeout", timeout)?;
+        let total = seconds("timeout", timeout)?;
         let inner = &self.inner;
         let mut failure = None;
         let deliveries = wait_interruptibly(py, total, |slice| match inner.poll(max_messages, slice) {
@@ -686,7 +659,7 @@ impl GroupConsumerCore {
             }
         })?;
         if let Some(error) = failure {
-            return Err(group_error(py, error));
+            return Err(group_error(error));
         }
         Ok(deliveries
             .unwrap_or_default()
@@ -756,7 +729,7 @@ impl GroupConsumerCore {
     /// Clean leave: planned handoff of every owned queue, then leave (bounded by `timeout`).
     #[pyo3(signature = (timeout=5.0))]
     fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
-        let total = seconds(py, "timeout", timeout)?;
+        let total = seconds("timeout", timeout)?;
         py.detach(|| self.inner.close(total));
         Ok(())
     }
@@ -797,11 +770,10 @@ impl GroupObserverCore {
         liveness_timeout_ms: u64,
         heartbeat_interval_ms: u64,
     ) -> PyResult<Self> {
-        let config = definition(py, group, hash_prefix, hash_count, queue_count, queue_size)?;
-        let options = options(py, registry_dir, None, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
+        let options = options(registry_dir, None, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
         let client = client.shared();
-        let inner =
-            py.detach(|| runtime::GroupObserver::new(client, config, &options)).map_err(|e| group_error(py, e))?;
+        let inner = py.detach(|| runtime::GroupObserver::new(client, config, &options)).map_err(group_error)?;
         Ok(GroupObserverCore { inner })
     }
 

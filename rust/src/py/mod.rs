@@ -2,6 +2,7 @@
 
 use pyo3::prelude::*;
 
+mod errors;
 mod groups;
 mod routing;
 mod subjects;

@@ -2,11 +2,11 @@
 //!
 //! The Python wrapper `affinity.routing` builds its dataclasses from the dicts returned here.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
-use crate::routing::policy::{builtin, Policy, PolicyError, Request};
+use super::errors::{self, invalid_argument, policy_error, regex_error, routing_error};
+use crate::routing::policy::{builtin, builtin_names, Policy, PolicyError, Request};
 use crate::routing::{
     self, Event, Explanation, GroupId, LegDecision, NoDataStatus, Reason, RoutingError, RoutingTable, Selection,
     ServiceId, SourceGroupSpec,
@@ -18,31 +18,22 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(affinity_hash, module)?)?;
     module.add_function(wrap_pyfunction!(select_member, module)?)?;
     module.add("HASH_VERSION", routing::HASH_VERSION)?;
+    let py = module.py();
+    module.add("BUILTIN_POLICIES", PyTuple::new(py, builtin_names().collect::<Vec<_>>())?)?;
+    module.add("SELECTIONS", PyTuple::new(py, Selection::ALL.map(Selection::name))?)?;
+    module.add("MAX_PATTERN_POSITIONS", routing::posix_regex::MAX_PATTERN_POSITIONS)?;
     Ok(())
 }
 
-fn exception(py: Python<'_>, class: &str, message: String) -> PyErr {
-    let created = py
-        .import("affinity.exceptions")
-        .and_then(|module| module.getattr(class))
-        .and_then(|class| class.call1((message.clone(),)));
-    match created {
-        Ok(instance) => PyErr::from_value(instance),
-        Err(error) => error,
-    }
-}
-
-fn to_py_error(py: Python<'_>, error: RoutingError) -> PyErr {
-    let class = match &error {
-        RoutingError::Config(_) | RoutingError::Regex(_) => "ConfigError",
-        _ => "RoutingError",
-    };
-    exception(py, class, error.to_string())
+fn to_py_error(_py: Python<'_>, error: RoutingError) -> PyErr {
+    routing_error(error)
 }
 
 fn parse_selection(name: &str) -> PyResult<Selection> {
-    Selection::parse(name)
-        .ok_or_else(|| PyValueError::new_err(format!("unknown selection {name:?} (modulo, rendezvous)")))
+    Selection::parse(name).ok_or_else(|| {
+        let known: Vec<&str> = Selection::ALL.map(Selection::name).to_vec();
+        errors::config_error(format!("unknown selection {name:?} ({})", known.join(", ")))
+    })
 }
 
 /// `affinity_hash(composite)`: the version-1 affinity hash (docs/hash-spec.md).
@@ -57,7 +48,7 @@ fn affinity_hash(composite: &str) -> u64 {
 fn select_member(composite: &str, members: Vec<String>, selection: &str) -> PyResult<String> {
     let index = parse_selection(selection)?
         .select(composite, &members)
-        .ok_or_else(|| PyValueError::new_err("no member to select from"))?;
+        .ok_or_else(|| invalid_argument("no member to select from"))?;
     Ok(members[index].clone())
 }
 
@@ -71,9 +62,7 @@ struct PyPosixRegex {
 impl PyPosixRegex {
     #[new]
     fn new(pattern: &str) -> PyResult<Self> {
-        routing::PosixRegex::new(pattern).map(|inner| PyPosixRegex { inner }).map_err(|error| {
-            PyValueError::new_err(format!("invalid POSIX extended regular expression: {}", error.message))
-        })
+        routing::PosixRegex::new(pattern).map(|inner| PyPosixRegex { inner }).map_err(regex_error)
     }
 
     #[getter]
@@ -236,14 +225,11 @@ impl PyRoutingTable {
     ) -> PyResult<usize> {
         let policy: Box<dyn Policy> = match policy.extract::<String>() {
             Ok(policy_name) => builtin(&policy_name).ok_or_else(|| {
-                exception(
-                    py,
-                    "PolicyError",
-                    format!(
-                        "unknown policy {policy_name:?} (built in: workload, least-assigned, \
-                         round-robin; pass a plugin object for others)"
-                    ),
-                )
+                let known: Vec<&str> = builtin_names().collect();
+                policy_error(PolicyError(format!(
+                    "unknown policy {policy_name:?} (built in: {}; pass a plugin object for others)",
+                    known.join(", ")
+                )))
             })?,
             Err(_) => {
                 let name = match policy.getattr("name").and_then(|n| n.extract::<String>()) {
@@ -256,7 +242,7 @@ impl PyRoutingTable {
         let spec = SourceGroupSpec { name, priority_groups, rules, selection: parse_selection(selection)?, policy };
         let services = self.inner.service_count();
         if service >= services {
-            return Err(PyValueError::new_err(format!("unknown service index {service}")));
+            return Err(invalid_argument(format!("unknown service index {service}")));
         }
         self.inner
             .add_source_group(ServiceId::from_index(service), spec)
@@ -320,7 +306,7 @@ impl PyRoutingTable {
 
     fn report_nodata<'py>(&mut self, py: Python<'py>, subject: &str, status: &str) -> PyResult<Bound<'py, PyDict>> {
         let status = NoDataStatus::parse(status).ok_or_else(|| {
-            PyValueError::new_err(format!("unknown NODATA status {status:?} (unavailable, notfound, other)"))
+            invalid_argument(format!("unknown NODATA status {status:?} (unavailable, notfound, other)"))
         })?;
         let leg = self.inner.report_nodata(subject, status).map_err(|e| to_py_error(py, e))?;
         self.leg(py, &leg)

@@ -7,15 +7,17 @@ use std::str::FromStr;
 use std::sync::atomic::Ordering;
 
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyResourceWarning;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList};
 
+use super::errors::{self, invalid_argument, transport_error, wrong_type};
 use crate::client::{self, MessageBatch, MessageHeader};
 use crate::driver::events::DriverEventKind;
-use crate::driver::{DriverContext, IdleStrategy, ThreadingMode};
+use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange, ThreadingMode};
 use crate::error::Error;
 use crate::flow_control::FlowControlSpec;
+use crate::limits;
 use crate::media::relay::{Impairment, LossyRelay as RustRelay};
 use crate::protocol::OfferError;
 
@@ -30,40 +32,104 @@ pub const CLOSED: i64 = -4;
 /// Offer outcome: the stream reached its maximum position.
 pub const MAX_POSITION_EXCEEDED: i64 = -5;
 
-pub(crate) fn exception(py: Python<'_>, name: &str, message: String) -> PyErr {
-    match py.import("affinity.exceptions").and_then(|module| module.getattr(name)) {
-        Ok(class) => {
-            PyErr::from_value(class.call1((message,)).unwrap_or_else(|e| e.into_value(py).into_bound(py).into_any()))
-        }
-        Err(error) => error,
-    }
-}
+/// Messages `offer_batch` appends between checks for Ctrl-C when it takes them one by one.
+const SIGNAL_CHECK_INTERVAL: usize = 1024;
 
-/// Maps a crate error to the matching `affinity.exceptions` class.
-pub(crate) fn to_py_error(py: Python<'_>, error: Error) -> PyErr {
-    let name = match &error {
-        Error::Config(_) => "ChannelUriError",
-        Error::Closed(_) => "ClosedError",
-        Error::Timeout(_) => "DriverTimeoutError",
-        _ => "DriverError",
-    };
-    exception(py, name, error.to_string())
-}
-
-fn offer_code(py: Python<'_>, result: Result<i64, OfferError>) -> PyResult<i64> {
+fn offer_code(result: Result<i64, OfferError>) -> PyResult<i64> {
     match result {
         Ok(position) => Ok(position),
-        Err(OfferError::MessageTooLong { length, max }) => Err(exception(
-            py,
-            "MessageTooLongError",
-            format!("message of {length} bytes exceeds the maximum of {max} bytes for this term length"),
-        )),
-        Err(error) => Ok(error.code()),
+        Err(error) => match errors::offer_error(error) {
+            Some(exception) => Err(exception),
+            None => Ok(error.code()),
+        },
     }
 }
 
-fn parse_setting<T: FromStr<Err = String>>(value: &str) -> PyResult<T> {
-    value.parse().map_err(PyValueError::new_err)
+fn setting_error(message: String) -> PyErr {
+    transport_error(Error::Setting(message))
+}
+
+fn setting_text(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let text = value
+        .cast::<pyo3::types::PyString>()
+        .map_err(|_| setting_error(format!("{name}: expected a string, got {}", type_name(value))))?;
+    Ok(text.to_string_lossy().into_owned())
+}
+
+fn parse_setting<T: FromStr<Err = String>>(name: &str, value: &Bound<'_, PyAny>) -> PyResult<T> {
+    setting_text(name, value)?.parse().map_err(|message| setting_error(format!("{name}: {message}")))
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value.get_type().name().map(|name| name.to_string()).unwrap_or_default()
+}
+
+/// A Python int as a wide integer: any int is taken (so no `OverflowError`), then range-checked
+/// by the caller. An int wider than 128 bits is out of every range.
+fn setting_int(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Result<i128, String>> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(setting_error(format!("{name}: expected an integer, got {}", type_name(value))));
+    }
+    Ok(value.extract::<i128>().map_err(|_| value.to_string()))
+}
+
+/// An integer setting checked against its range ([`ranges`]).
+fn ranged(range: &SettingRange, value: &Bound<'_, PyAny>) -> PyResult<u64> {
+    match setting_int(range.name, value)? {
+        Ok(wide) => range.check(wide).map_err(transport_error),
+        Err(text) => Err(transport_error(range.out_of_range(text))),
+    }
+}
+
+/// An integer setting checked by a protocol limit ([`limits`]).
+fn limited(
+    range: &SettingRange,
+    value: &Bound<'_, PyAny>,
+    check: fn(i128) -> Result<u32, &'static str>,
+) -> PyResult<u32> {
+    let (shown, result) = match setting_int(range.name, value)? {
+        Ok(wide) => (wide.to_string(), check(wide)),
+        Err(text) => (text, check(i128::MAX)),
+    };
+    result.map_err(|rule| setting_error(format!("{}={shown}: {rule}", range.name)))
+}
+
+/// An integer argument in `min..=max`: any Python int is taken (no `OverflowError`), a value
+/// outside the range raises `InvalidArgumentError`, another type `ArgumentTypeError`.
+fn int_argument(name: &str, value: &Bound<'_, PyAny>, min: i128, max: i128) -> PyResult<i128> {
+    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
+        return Err(wrong_type(format!("{name}: expected an integer, got {}", type_name(value))));
+    }
+    match value.extract::<i128>() {
+        Ok(number) if (min..=max).contains(&number) => Ok(number),
+        _ => Err(invalid_argument(format!("{name}={value}: must be between {min} and {max}"))),
+    }
+}
+
+fn stream_id_argument(value: &Bound<'_, PyAny>) -> PyResult<i32> {
+    // The range is i32's own, so the narrowing cannot fail.
+    Ok(int_argument("stream_id", value, i32::MIN.into(), i32::MAX.into())? as i32)
+}
+
+/// Most fragments one poll may take (bounds the memory a poll allocates).
+const MAX_FRAGMENT_LIMIT: i128 = 1 << 24;
+
+fn fragment_limit_argument(value: Option<&Bound<'_, PyAny>>, default: usize) -> PyResult<usize> {
+    match value {
+        // The range is within usize on every supported platform.
+        Some(value) => Ok(int_argument("fragment_limit", value, 1, MAX_FRAGMENT_LIMIT)? as usize),
+        None => Ok(default),
+    }
+}
+
+/// Warns with `ResourceWarning` that a handle is being collected without `close()`.
+fn warn_unclosed(py: Python<'_>, message: &std::ffi::CStr) {
+    let category = py.get_type::<PyResourceWarning>();
+    if let Err(error) = PyErr::warn(py, &category, message, 1) {
+        // `filterwarnings = error` turns the warning into an exception, which a destructor
+        // cannot raise: report it the way Python reports errors in `__del__`.
+        error.write_unraisable(py, None);
+    }
 }
 
 /// A connection to an (embedded) media driver.
@@ -73,7 +139,7 @@ pub struct Client {
 }
 
 impl Client {
-    /// The Rust client, shared with group members created from it.
+    /// The Rust client, shared with the group members created from it.
     pub(crate) fn shared(&self) -> std::sync::Arc<client::Client> {
         self.inner.clone()
     }
@@ -82,47 +148,45 @@ impl Client {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (*, threading="shared", idle="backoff", term_length=None, mtu=None, receiver_window=None, socket_receive_buffer=None, flow_control=None, receiver_timeout_ms=None, command_timeout_ms=None, yield_when_idle=true))]
+    #[pyo3(signature = (*, threading=None, idle=None, term_length=None, mtu=None, receiver_window=None, socket_receive_buffer=None, flow_control=None, receiver_timeout_ms=None, command_timeout_ms=None, yield_when_idle=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        threading: &str,
-        idle: &str,
-        term_length: Option<u32>,
-        mtu: Option<u32>,
-        receiver_window: Option<u32>,
-        socket_receive_buffer: Option<usize>,
-        flow_control: Option<&str>,
-        receiver_timeout_ms: Option<u64>,
-        command_timeout_ms: Option<u64>,
+        threading: Option<&Bound<'_, PyAny>>,
+        idle: Option<&Bound<'_, PyAny>>,
+        term_length: Option<&Bound<'_, PyAny>>,
+        mtu: Option<&Bound<'_, PyAny>>,
+        receiver_window: Option<&Bound<'_, PyAny>>,
+        socket_receive_buffer: Option<&Bound<'_, PyAny>>,
+        flow_control: Option<&Bound<'_, PyAny>>,
+        receiver_timeout_ms: Option<&Bound<'_, PyAny>>,
+        command_timeout_ms: Option<&Bound<'_, PyAny>>,
         yield_when_idle: bool,
     ) -> PyResult<Self> {
-        let mut context =
-            DriverContext { threading_mode: parse_setting::<ThreadingMode>(threading)?, ..DriverContext::default() };
-        context.idle_strategy = parse_setting::<IdleStrategy>(idle)?;
+        let mut context = DriverContext::default();
+        if let Some(value) = threading {
+            context.threading_mode = parse_setting::<ThreadingMode>("threading", value)?;
+        }
+        if let Some(value) = idle {
+            context.idle_strategy = parse_setting::<IdleStrategy>("idle", value)?;
+        }
         if let Some(value) = term_length {
-            if !value.is_power_of_two() || !(65536..=1 << 30).contains(&value) {
-                return Err(PyValueError::new_err(format!(
-                    "term_length={value}: must be a power of two between 65536 and 1073741824"
-                )));
-            }
-            context.term_length = value;
+            context.term_length = limited(&ranges::TERM_LENGTH, value, limits::term_length)?;
         }
         if let Some(value) = mtu {
-            if value <= 32 || value > 65504 || value % 32 != 0 {
-                return Err(PyValueError::new_err(format!("mtu={value}: must be a multiple of 32 in (32, 65504]")));
-            }
-            context.mtu = value;
+            context.mtu = limited(&ranges::MTU, value, limits::mtu)?;
         }
         if let Some(value) = receiver_window {
-            context.receiver_window = value;
+            // The range's maximum fits u32 (half the largest term).
+            context.receiver_window = ranged(&ranges::RECEIVER_WINDOW, value)? as u32;
         }
         if let Some(value) = socket_receive_buffer {
-            context.socket_receive_buffer = value;
+            context.socket_receive_buffer = ranged(&ranges::SOCKET_RECEIVE_BUFFER, value)? as usize;
         }
         if let Some(value) = flow_control {
+            let text = setting_text("flow_control", value)?;
             let spec =
-                FlowControlSpec::parse(value).map_err(|e| PyValueError::new_err(format!("flow_control: {e}")))?;
+                FlowControlSpec::parse(&text).map_err(|e| setting_error(format!("flow_control={text:?}: {e}")))?;
             context.flow_control.multicast_strategy = spec.strategy;
             context.flow_control.group_tag = spec.group_tag.or(context.flow_control.group_tag);
             context.flow_control.group_min_size = spec.group_min_size.unwrap_or(context.flow_control.group_min_size);
@@ -130,26 +194,34 @@ impl Client {
                 context.flow_control.receiver_timeout = timeout;
             }
         }
-        if let Some(ms) = receiver_timeout_ms {
+        if let Some(value) = receiver_timeout_ms {
+            let ms = ranged(&ranges::RECEIVER_TIMEOUT_MS, value)?;
             context.flow_control.receiver_timeout = std::time::Duration::from_millis(ms);
         }
         context.client_yields_when_idle = yield_when_idle;
-        if let Some(ms) = command_timeout_ms {
+        if let Some(value) = command_timeout_ms {
+            let ms = ranged(&ranges::COMMAND_TIMEOUT_MS, value)?;
             context.client_command_timeout = std::time::Duration::from_millis(ms);
         }
-        let inner = py.detach(|| client::Client::new(context)).map_err(|e| to_py_error(py, e))?;
+        let inner = py.detach(|| client::Client::new(context)).map_err(transport_error)?;
         Ok(Client { inner: std::sync::Arc::new(inner) })
     }
 
     /// Creates a publication.
-    fn add_publication(&self, py: Python<'_>, channel: &str, stream_id: i32) -> PyResult<Publication> {
-        let inner = py.detach(|| self.inner.add_publication(channel, stream_id)).map_err(|e| to_py_error(py, e))?;
+    fn add_publication(&self, py: Python<'_>, channel: &str, stream_id: &Bound<'_, PyAny>) -> PyResult<Publication> {
+        let stream_id = stream_id_argument(stream_id)?;
+        let interrupt = || Python::attach(|py| py.check_signals());
+        let inner =
+            py.detach(|| self.inner.add_publication_with(channel, stream_id, interrupt))?.map_err(transport_error)?;
         Ok(Publication { inner })
     }
 
     /// Creates a subscription.
-    fn add_subscription(&self, py: Python<'_>, channel: &str, stream_id: i32) -> PyResult<Subscription> {
-        let inner = py.detach(|| self.inner.add_subscription(channel, stream_id)).map_err(|e| to_py_error(py, e))?;
+    fn add_subscription(&self, py: Python<'_>, channel: &str, stream_id: &Bound<'_, PyAny>) -> PyResult<Subscription> {
+        let stream_id = stream_id_argument(stream_id)?;
+        let interrupt = || Python::attach(|py| py.check_signals());
+        let inner =
+            py.detach(|| self.inner.add_subscription_with(channel, stream_id, interrupt))?.map_err(transport_error)?;
         Ok(Subscription { inner })
     }
 
@@ -157,6 +229,7 @@ impl Client {
     /// connection changes, error frames), oldest first. Each is also logged on the Python
     /// logger `affinity.driver` (INFO, WARNING for error frames).
     fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        py.detach(|| self.inner.check_running()).map_err(transport_error)?;
         let events = py.detach(|| self.inner.drain_events());
         let logger = py.import("logging")?.call_method1("getLogger", ("affinity.driver",))?;
         let list = PyList::empty(py);
@@ -200,20 +273,32 @@ impl Client {
         Ok(list)
     }
 
-    /// Driver-wide counters: malformed datagrams dropped, send errors, events lost.
+    /// Driver-wide counters: malformed datagrams dropped (and only those), duplicate, overrun
+    /// and inactive-image datagrams, refused SETUPs and images, images that ended with data
+    /// missing, send errors, events lost.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let driver = self.inner.driver();
+        let dropped_events = py.detach(|| driver.dropped_events());
         let dict = PyDict::new(py);
         dict.set_item("invalid_data_frames", driver.invalid_data_frames())?;
+        let receiver = driver.receiver_counters();
+        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
+        dict.set_item("duplicate_data_frames", load(&receiver.duplicate_frames))?;
+        dict.set_item("overrun_data_frames", load(&receiver.overrun_frames))?;
+        dict.set_item("inactive_image_frames", load(&receiver.inactive_image_frames))?;
+        dict.set_item("setups_refused", load(&receiver.setups_refused))?;
+        dict.set_item("images_refused", load(&receiver.images_refused))?;
+        dict.set_item("images_ended_incomplete", load(&receiver.images_ended_incomplete))?;
         dict.set_item("invalid_control_frames", driver.invalid_control_frames())?;
         dict.set_item("send_errors", driver.send_errors())?;
-        dict.set_item("dropped_events", driver.dropped_events())?;
+        dict.set_item("dropped_events", dropped_events)?;
         Ok(dict)
     }
 
-    /// One driver duty cycle (invoker threading); returns the work done.
-    fn do_work(&self, py: Python<'_>) -> usize {
-        py.detach(|| self.inner.do_work())
+    /// One driver duty cycle (invoker threading) unless another thread is running one;
+    /// returns the work done.
+    fn do_work(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.inner.driver().try_do_work()).map_err(transport_error)
     }
 
     /// The threading mode: "shared" or "invoker".
@@ -247,6 +332,19 @@ impl Client {
     }
 }
 
+impl Drop for Client {
+    fn drop(&mut self) {
+        if self.inner.is_closed() {
+            return;
+        }
+        Python::attach(|py| {
+            warn_unclosed(py, c"affinity.Client collected without close(): use `with Client() as client:`");
+            // Stopping the driver drains publications (up to 2 s): never with the GIL held.
+            py.detach(|| self.inner.close());
+        });
+    }
+}
+
 /// `[{receiver_id, group_tag, position, window}, ...]` for `Publication.counters()`.
 fn receiver_list<'py>(
     py: Python<'py>,
@@ -274,12 +372,7 @@ fn with_bytes<R>(object: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyRes
     if let Ok(bytes) = object.cast::<PyBytes>() {
         return Ok(f(bytes.as_bytes()));
     }
-    let type_error = || {
-        PyTypeError::new_err(format!(
-            "expected a bytes-like object, got {}",
-            object.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-        ))
-    };
+    let type_error = || wrong_type(format!("expected a bytes-like object, got {}", type_name(object)));
     // pyarrow buffers export signed bytes ("b"); bytes, bytearray and memoryview unsigned ("B").
     let unsigned = PyBuffer::<u8>::get(object).ok();
     let signed = if unsigned.is_none() { Some(PyBuffer::<i8>::get(object).map_err(|_| type_error())?) } else { None };
@@ -289,49 +382,80 @@ fn with_bytes<R>(object: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyRes
         (None, None) => return Err(type_error()),
     };
     if !contiguous {
-        return Err(PyValueError::new_err("the buffer must be C-contiguous"));
+        return Err(invalid_argument("the buffer must be C-contiguous"));
     }
-    // SAFETY: the buffer is contiguous, and the view held in `unsigned`/`signed` keeps the
-    // exporter from freeing or resizing the memory until after `f` returns.
+    if length == 0 {
+        return Ok(f(&[]));
+    }
+    // SAFETY: the buffer is contiguous and non-empty, and the view held in `unsigned`/`signed`
+    // keeps the exporter from freeing or resizing the memory until after `f` returns.
     let slice = unsafe { std::slice::from_raw_parts(pointer, length) };
     Ok(f(slice))
 }
 
-fn arrow_offsets(buffer: &Bound<'_, PyAny>, large: bool, count: usize, first: usize) -> PyResult<Vec<usize>> {
-    with_bytes(buffer, |bytes| {
-        let width = if large { 8 } else { 4 };
-        let mut offsets = Vec::with_capacity(count + 1);
-        for index in first..=first + count {
-            let at = index * width;
-            let chunk = bytes.get(at..at + width);
-            let value = match chunk {
-                Some(chunk) if large => i64::from_le_bytes(chunk.try_into().unwrap_or([0; 8])) as usize,
-                Some(chunk) => i32::from_le_bytes(chunk.try_into().unwrap_or([0; 4])) as usize,
-                None => return Err(PyValueError::new_err("arrow offsets buffer is shorter than the array")),
-            };
-            offsets.push(value);
+/// The `count + 1` offsets of an Arrow binary array starting at element `first`, checked:
+/// inside the offsets buffer, non-negative, non-decreasing, and ending within `data_length`.
+fn arrow_offsets(
+    bytes: &[u8],
+    large: bool,
+    count: usize,
+    first: usize,
+    data_length: usize,
+) -> Result<Vec<usize>, String> {
+    let width: usize = if large { 8 } else { 4 };
+    let end = first.checked_add(count).ok_or("the array offset and length overflow")?;
+    let needed = end.checked_add(1).and_then(|n| n.checked_mul(width)).ok_or("the array is too long")?;
+    if bytes.len() < needed {
+        return Err(format!(
+            "the offsets buffer holds {} bytes, the array needs {needed} ({} offsets of {width} bytes from element {first})",
+            bytes.len(),
+            count + 1
+        ));
+    }
+    let mut offsets = Vec::with_capacity(count + 1);
+    let mut previous = 0usize;
+    for (index, chunk) in bytes[first * width..needed].chunks_exact(width).enumerate() {
+        let value: i64 = match *chunk {
+            [a, b, c, d] => i64::from(i32::from_le_bytes([a, b, c, d])),
+            [a, b, c, d, e, f, g, h] => i64::from_le_bytes([a, b, c, d, e, f, g, h]),
+            _ => return Err("offsets buffer of an unexpected width".into()),
+        };
+        let offset = usize::try_from(value).map_err(|_| format!("offset {} is negative ({value})", first + index))?;
+        if index > 0 && offset < previous {
+            return Err(format!("offsets are not monotonic: offset {} is {offset}, after {previous}", first + index));
         }
-        Ok(offsets)
-    })?
+        if offset > data_length {
+            return Err(format!("offset {} is {offset}, beyond the data buffer of {data_length} bytes", first + index));
+        }
+        offsets.push(offset);
+        previous = offset;
+    }
+    Ok(offsets)
 }
 
 #[pymethods]
 impl Publication {
     /// Appends one message; returns the new position (> 0) or a negative outcome code.
     fn offer(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<i64> {
-        let result = with_bytes(data, |bytes| self.inner.offer(bytes))?;
-        offer_code(py, result)
+        let result = with_bytes(data, |bytes| py.detach(|| self.inner.offer(bytes)))?;
+        offer_code(result)
     }
 
     /// Appends messages (a sequence of bytes-like objects, or a pyarrow binary/large_binary
     /// array) until one is refused; returns how many were taken.
     fn offer_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<usize> {
         if messages.hasattr("buffers")? && messages.hasattr("type")? {
-            return self.offer_arrow(py, messages);
+            return self.offer_arrow(py, messages).map_err(|error| {
+                if errors::is_affinity_error(py, &error) {
+                    error
+                } else {
+                    invalid_argument(format!("offer_batch: unusable pyarrow array: {error}"))
+                }
+            });
         }
         let (taken, refusal) = if let Ok(list) = messages.cast::<PyList>() {
-            let mut slices: Vec<&[u8]> = Vec::with_capacity(list.len());
             let items: Vec<Bound<'_, PyAny>> = list.iter().collect();
+            let mut slices: Vec<&[u8]> = Vec::with_capacity(items.len());
             for item in &items {
                 if let Ok(bytes) = item.cast::<PyBytes>() {
                     slices.push(bytes.as_bytes());
@@ -339,44 +463,42 @@ impl Publication {
                     return self.offer_each(py, messages);
                 }
             }
-            self.inner.offer_batch(slices)
+            py.detach(|| self.inner.offer_batch(slices))
         } else {
             return self.offer_each(py, messages);
         };
-        if let Some(error @ OfferError::MessageTooLong { .. }) = refusal {
-            offer_code(py, Err(error))?;
-        }
+        refused(refusal)?;
         Ok(taken)
     }
 
     /// Whether enough receivers are connected.
     #[getter]
-    fn is_connected(&self) -> bool {
-        self.inner.is_connected()
+    fn is_connected(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.inner.is_connected())
     }
 
     /// Whether the publication (or its client) was closed.
     #[getter]
-    fn is_closed(&self) -> bool {
-        self.inner.is_closed()
+    fn is_closed(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.inner.is_closed())
     }
 
     /// The end of the last appended message.
     #[getter]
-    fn position(&self) -> i64 {
-        self.inner.shared().state().tail_position()
+    fn position(&self, py: Python<'_>) -> i64 {
+        py.detach(|| self.inner.shared().state().tail_position())
     }
 
     /// The publication's session id.
     #[getter]
-    fn session_id(&self) -> i32 {
-        self.inner.shared().state().identity().session_id
+    fn session_id(&self, py: Python<'_>) -> i32 {
+        py.detach(|| self.inner.shared().state().identity().session_id)
     }
 
     /// The stream id.
     #[getter]
-    fn stream_id(&self) -> i32 {
-        self.inner.shared().state().identity().stream_id
+    fn stream_id(&self, py: Python<'_>) -> i32 {
+        py.detach(|| self.inner.shared().state().identity().stream_id)
     }
 
     /// The channel URI.
@@ -387,13 +509,13 @@ impl Publication {
 
     /// The largest message `offer` accepts.
     #[getter]
-    fn max_message_length(&self) -> usize {
-        self.inner.shared().state().max_message_length()
+    fn max_message_length(&self, py: Python<'_>) -> usize {
+        py.detach(|| self.inner.shared().state().max_message_length())
     }
 
     /// Counters: positions, limit, strategy, receivers, connected flag, traffic counts.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let status = self.inner.shared().state().status();
+        let status = py.detach(|| self.inner.shared().state().status());
         let dict = PyDict::new(py);
         dict.set_item("session_id", status.session_id)?;
         dict.set_item("stream_id", status.stream_id)?;
@@ -423,12 +545,13 @@ impl Publication {
         dict.set_item("setups_sent", counters.setups_sent)?;
         dict.set_item("errors_received", counters.errors_received)?;
         dict.set_item("invalid_control_frames", counters.invalid_control_frames)?;
+        dict.set_item("receivers_refused", counters.receivers_refused)?;
         Ok(dict)
     }
 
     /// Closes the publication; appended data is still delivered.
-    fn close(&self) {
-        self.inner.close();
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close());
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -436,9 +559,29 @@ impl Publication {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
+    }
+}
+
+impl Drop for Publication {
+    fn drop(&mut self) {
+        if self.inner.is_closed() {
+            return;
+        }
+        Python::attach(|py| {
+            warn_unclosed(py, c"affinity.Publication collected without close(): its data still drains, then it ends");
+            py.detach(|| self.inner.close());
+        });
+    }
+}
+
+/// Raises for a refusal that is misuse (a message too long); other refusals end the batch.
+fn refused(refusal: Option<OfferError>) -> PyResult<()> {
+    match refusal.and_then(errors::offer_error) {
+        Some(exception) => Err(exception),
+        None => Ok(()),
     }
 }
 
@@ -446,11 +589,14 @@ impl Publication {
     fn offer_each(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<usize> {
         let mut taken = 0;
         for item in messages.try_iter()? {
-            let code = offer_code(py, with_bytes(&item?, |bytes| self.inner.offer(bytes))?)?;
+            let code = offer_code(with_bytes(&item?, |bytes| py.detach(|| self.inner.offer(bytes)))?)?;
             if code < 0 {
                 break;
             }
             taken += 1;
+            if taken % SIGNAL_CHECK_INTERVAL == 0 {
+                py.check_signals()?;
+            }
         }
         Ok(taken)
     }
@@ -461,31 +607,42 @@ impl Publication {
             "binary" | "string" => false,
             "large_binary" | "large_string" => true,
             other => {
-                return Err(PyTypeError::new_err(format!(
+                return Err(wrong_type(format!(
                     "offer_batch takes a pyarrow binary or large_binary array, got type {other}"
                 )))
             }
         };
-        if array.getattr("null_count")?.extract::<usize>()? > 0 {
-            return Err(PyValueError::new_err("offer_batch: the arrow array contains nulls"));
+        if array.getattr("null_count")?.extract::<i64>()? != 0 {
+            return Err(invalid_argument("offer_batch: the arrow array contains nulls"));
         }
         let count: usize = array.len()?;
+        if count == 0 {
+            return Ok(0);
+        }
         let first: usize = array.getattr("offset")?.extract()?;
         let buffers = array.call_method0("buffers")?;
+        if buffers.len()? != 3 {
+            return Err(invalid_argument(format!(
+                "offer_batch: a binary array has 3 buffers (validity, offsets, data), this one {}",
+                buffers.len()?
+            )));
+        }
         let offsets_buffer = buffers.get_item(1)?;
+        if offsets_buffer.is_none() {
+            return Err(invalid_argument("offer_batch: the arrow array has no offsets buffer"));
+        }
         let data_buffer = buffers.get_item(2)?;
-        let offsets = arrow_offsets(&offsets_buffer, large, count, first)?;
         let empty = PyBytes::new(py, b"");
         let data_object = if data_buffer.is_none() { empty.into_any() } else { data_buffer };
         let (taken, refusal) = with_bytes(&data_object, |data| {
-            if offsets.last().copied().unwrap_or(0) > data.len() {
-                return Err(PyValueError::new_err("arrow data buffer is shorter than the offsets say"));
-            }
-            Ok(self.inner.offer_batch(offsets.windows(2).map(|w| &data[w[0]..w[1]])))
+            let offsets =
+                with_bytes(&offsets_buffer, |bytes| arrow_offsets(bytes, large, count, first, data.len()))?
+                    .map_err(|message| invalid_argument(format!("offer_batch: malformed arrow array: {message}")))?;
+            // Checked above: every offset lies within `data` and they never decrease.
+            let messages = offsets.windows(2).filter_map(|pair| data.get(pair[0]..pair[1]));
+            Ok::<_, PyErr>(py.detach(|| self.inner.offer_batch(messages)))
         })??;
-        if let Some(error @ OfferError::MessageTooLong { .. }) = refusal {
-            offer_code(py, Err(error))?;
-        }
+        refused(refusal)?;
         Ok(taken)
     }
 }
@@ -535,8 +692,7 @@ pub struct Subscription {
 impl Subscription {
     fn poll_messages(&self, py: Python<'_>, fragment_limit: usize) -> PyResult<(MessageBatch, usize)> {
         let mut batch = MessageBatch::default();
-        let fragments =
-            py.detach(|| self.inner.poll_into(&mut batch, fragment_limit)).map_err(|e| to_py_error(py, e))?;
+        let fragments = py.detach(|| self.inner.poll_into(&mut batch, fragment_limit)).map_err(transport_error)?;
         Ok((batch, fragments))
     }
 }
@@ -545,8 +701,14 @@ impl Subscription {
 impl Subscription {
     /// Calls `handler(data, header)` for each whole message within `fragment_limit` fragments;
     /// returns the number of fragments consumed.
-    #[pyo3(signature = (handler, fragment_limit=10))]
-    fn poll(&self, py: Python<'_>, handler: &Bound<'_, PyAny>, fragment_limit: usize) -> PyResult<usize> {
+    #[pyo3(signature = (handler, fragment_limit=None))]
+    fn poll(
+        &self,
+        py: Python<'_>,
+        handler: &Bound<'_, PyAny>,
+        fragment_limit: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let fragment_limit = fragment_limit_argument(fragment_limit, 10)?;
         let (batch, fragments) = self.poll_messages(py, fragment_limit)?;
         for index in 0..batch.len() {
             let header = Bound::new(py, Header::from(&batch.headers[index]))?;
@@ -557,8 +719,14 @@ impl Subscription {
 
     /// Whole messages within `fragment_limit` fragments, as `list[bytes]`, or as a
     /// `pyarrow.LargeBinaryArray` with `as_arrow=True`.
-    #[pyo3(signature = (fragment_limit=1000, *, as_arrow=false))]
-    fn poll_batch<'py>(&self, py: Python<'py>, fragment_limit: usize, as_arrow: bool) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (fragment_limit=None, *, as_arrow=false))]
+    fn poll_batch<'py>(
+        &self,
+        py: Python<'py>,
+        fragment_limit: Option<&Bound<'_, PyAny>>,
+        as_arrow: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let fragment_limit = fragment_limit_argument(fragment_limit, 1000)?;
         let (batch, _) = self.poll_messages(py, fragment_limit)?;
         if as_arrow {
             let pyarrow = py.import("pyarrow")?;
@@ -583,8 +751,8 @@ impl Subscription {
 
     /// Whether at least one publication is connected.
     #[getter]
-    fn is_connected(&self) -> bool {
-        self.inner.is_connected()
+    fn is_connected(&self, py: Python<'_>) -> PyResult<bool> {
+        py.detach(|| self.inner.check_running().map(|()| self.inner.is_connected())).map_err(transport_error)
     }
 
     /// Whether the subscription (or its client) was closed.
@@ -607,8 +775,9 @@ impl Subscription {
 
     /// One dict per image: positions, loss and NAK counters.
     fn images<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let images = py.detach(|| self.inner.check_running().map(|()| self.inner.images())).map_err(transport_error)?;
         let list = PyList::empty(py);
-        for status in self.inner.images() {
+        for status in images {
             let entry = PyDict::new(py);
             entry.set_item("session_id", status.session_id)?;
             entry.set_item("source", status.source)?;
@@ -623,6 +792,8 @@ impl Subscription {
             entry.set_item("duplicates", c.duplicates)?;
             entry.set_item("overruns", c.overruns)?;
             entry.set_item("malformed", c.malformed)?;
+            entry.set_item("inactive", c.inactive)?;
+            entry.set_item("eos_rejected", c.eos_rejected)?;
             entry.set_item("loss_gaps", c.loss_gaps)?;
             entry.set_item("loss_bytes", c.loss_bytes)?;
             entry.set_item("unrecoverable_gaps", c.unrecoverable_gaps)?;
@@ -636,8 +807,8 @@ impl Subscription {
     }
 
     /// Stops receiving.
-    fn close(&self) {
-        self.inner.close();
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close());
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -645,9 +816,21 @@ impl Subscription {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
         false
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.inner.is_closed() {
+            return;
+        }
+        Python::attach(|py| {
+            warn_unclosed(py, c"affinity.Subscription collected without close(): it stopped receiving");
+            py.detach(|| self.inner.close());
+        });
     }
 }
 
@@ -663,16 +846,16 @@ impl LossyRelay {
     #[new]
     #[pyo3(signature = (target, *, loss=0.0, duplicate=0.0, reorder=0.0, seed=1))]
     fn new(py: Python<'_>, target: &str, loss: f64, duplicate: f64, reorder: f64, seed: u64) -> PyResult<Self> {
-        let target: SocketAddr =
-            target.parse().map_err(|e| PyValueError::new_err(format!("target {target:?}: {e}")))?;
+        let target: SocketAddr = target.parse().map_err(|e| invalid_argument(format!("target {target:?}: {e}")))?;
         for (name, value) in [("loss", loss), ("duplicate", duplicate), ("reorder", reorder)] {
             if !(0.0..=1.0).contains(&value) {
-                return Err(PyValueError::new_err(format!("{name}={value}: must be a probability in [0, 1]")));
+                return Err(invalid_argument(format!("{name}={value}: must be a probability in [0, 1]")));
             }
         }
         let front = SocketAddr::new(target.ip(), 0);
-        let relay = RustRelay::start(front, target, Impairment { loss, duplicate, reorder }, seed)
-            .map_err(|e| to_py_error(py, Error::Io(e)))?;
+        let relay = py
+            .detach(|| RustRelay::start(front, target, Impairment { loss, duplicate, reorder }, seed))
+            .map_err(|source| transport_error(Error::Socket { context: format!("relay to {target}"), source }))?;
         let address = relay.front_address().to_string();
         Ok(LossyRelay { inner: std::sync::Mutex::new(relay), address })
     }

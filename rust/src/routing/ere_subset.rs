@@ -352,15 +352,43 @@ mod tests {
         }
     }
 
-    const ATOMS: &[&str] = &["a", "b", "/", "-", ".", "[^/]", "[0-9]", "[ab]", "[^a]", "\\.", "[]a]", "[a-c]", "x"];
+    /// Atoms and, for each, bytes it matches (to build subjects that match) .
+    const ATOMS: &[(&str, &str)] = &[
+        ("a", "a"),
+        ("b", "b"),
+        ("/", "/"),
+        ("-", "-"),
+        (".", "ab/x-P9"),
+        ("[^/]", "abx-.P9"),
+        ("[0-9]", "0123456789"),
+        ("[ab]", "ab"),
+        ("[^a]", "b/x-"),
+        ("\\.", "."),
+        ("[]a]", "]a"),
+        ("[a-c]", "abc"),
+        ("x", "x"),
+        // The seed's rules: literal words and upper-case ranges.
+        ("P", "P"),
+        ("R", "R"),
+        ("I", "I"),
+        ("V", "V"),
+        ("A", "A"),
+        ("T", "T"),
+        ("E", "E"),
+        ("[A-Z]", "PRIVATEFX"),
+        ("[^/-]", "abPR9"),
+    ];
     const QUANTIFIERS: &[&str] = &["", "", "*", "+", "?"];
+    const NOISE: &[u8] = b"ab/x.-09]cPRIVATEFX";
 
-    fn pattern() -> impl Strategy<Value = String> {
+    /// Patterns of up to [`MAX_ITEMS`] items, as the production rules are (items, anchors, the
+    /// capture group's first and last item).
+    fn pattern() -> impl Strategy<Value = (String, Vec<(usize, usize)>)> {
         (
-            proptest::collection::vec((0..ATOMS.len(), 0..QUANTIFIERS.len()), 0..7),
+            proptest::collection::vec((0..ATOMS.len(), 0..QUANTIFIERS.len()), 0..=MAX_ITEMS),
             any::<bool>(),
             any::<bool>(),
-            proptest::option::of((0usize..7, 1usize..7)),
+            proptest::option::of((0usize..MAX_ITEMS, 1usize..MAX_ITEMS)),
         )
             .prop_map(|(items, start, end, group)| {
                 let mut text = String::new();
@@ -375,7 +403,7 @@ mod tests {
                     if group.is_some_and(|(first, _)| first == index) {
                         text.push('(');
                     }
-                    text.push_str(ATOMS[*atom]);
+                    text.push_str(ATOMS[*atom].0);
                     text.push_str(QUANTIFIERS[*quantifier]);
                     if group.is_some_and(|(_, last)| last == index) {
                         text.push(')');
@@ -384,27 +412,87 @@ mod tests {
                 if end {
                     text.push('$');
                 }
-                text
+                (text, items)
             })
     }
 
+    /// A subject of at most [`MAX_SUBJECT`] bytes built to match `items` (repetitions of each
+    /// item's bytes between noise), then maybe mutated: most match, many nearly do.
+    fn subject(items: &[(usize, usize)], seed: u64) -> String {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let noise = |rng: &mut fastrand::Rng, out: &mut Vec<u8>, most: usize| {
+            for _ in 0..rng.usize(..=most) {
+                out.push(NOISE[rng.usize(..NOISE.len())]);
+            }
+        };
+        let mut bytes = Vec::new();
+        noise(&mut rng, &mut bytes, 8);
+        for &(atom, quantifier) in items {
+            let count = match QUANTIFIERS[quantifier] {
+                "*" => rng.usize(0..=6),
+                "+" => rng.usize(1..=6),
+                "?" => rng.usize(0..=1),
+                _ => 1,
+            };
+            let sample = ATOMS[atom].1.as_bytes();
+            for _ in 0..count {
+                bytes.push(sample[rng.usize(..sample.len())]);
+            }
+        }
+        noise(&mut rng, &mut bytes, 8);
+        if !bytes.is_empty() && rng.u8(..4) == 0 {
+            let at = rng.usize(..bytes.len());
+            bytes[at] = NOISE[rng.usize(..NOISE.len())];
+        }
+        bytes.truncate(MAX_SUBJECT);
+        String::from_utf8(bytes).unwrap_or_default()
+    }
+
+    fn assert_agrees(pattern: &str, subject: &str) -> Result<(), TestCaseError> {
+        let glibc = PosixRegex::glibc_only(pattern).unwrap();
+        let simple = SimplePattern::parse(pattern).unwrap();
+        prop_assert_eq!(simple.group_count(), glibc.group_count());
+        prop_assert!(SimplePattern::accepts(subject), "{} is not a subject the automaton takes", subject);
+        prop_assert_eq!(simple.is_match(subject.as_bytes()), glibc.is_match(subject), "{} {}", pattern, subject);
+        let captured = simple.capture(subject.as_bytes()).map(|span| span.map_or("", |(from, to)| &subject[from..to]));
+        prop_assert_eq!(captured, glibc.capture(subject), "{} {}", pattern, subject);
+        Ok(())
+    }
+
+    #[test]
+    fn seed_rules_agree_with_glibc_on_long_subjects() {
+        let rules = ["^/PRIVATE/([^/]+)-[0-9]+/FXTRADE", "^/PRIVATE/([^/]+)/BLOTTER/TRADE", "/FILTER/([^/]*)/"];
+        let names = ["alice", "al-ice", "a-b-c-d-e-f", "", "x"];
+        for rule in rules {
+            for name in names {
+                for filler in [0usize, 40, 120, 240] {
+                    let long = format!("{}{name}", "q-".repeat(filler / 2));
+                    for subject in [
+                        format!("/PRIVATE/{long}-12/FXTRADE"),
+                        format!("/PRIVATE/{long}/BLOTTER/TRADE"),
+                        format!("/FILTER/{long}/PRIVATE/{name}/BLOTTER/TRADE"),
+                        format!("{long}/PRIVATE/{name}-/FXTRADE"),
+                    ] {
+                        let subject = &subject[..subject.len().min(MAX_SUBJECT)];
+                        assert_agrees(rule, subject).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #![proptest_config(ProptestConfig::with_cases(600))]
 
         #[test]
         fn agrees_with_glibc(
-            pattern in pattern(),
-            subjects in proptest::collection::vec("[ab/x.0-9\\-c\\]]{0,10}", 1..25),
+            (pattern, items) in pattern(),
+            seeds in proptest::collection::vec(any::<u64>(), 1..12),
+            random in proptest::collection::vec("[ab/x.0-9\\-c\\]PRIVATE]{0,40}", 0..6),
         ) {
-            let glibc = PosixRegex::glibc_only(&pattern).unwrap();
-            let simple = SimplePattern::parse(&pattern).unwrap();
-            prop_assert_eq!(simple.group_count(), glibc.group_count());
-            for subject in &subjects {
-                prop_assert_eq!(simple.is_match(subject.as_bytes()), glibc.is_match(subject), "{} {}", pattern, subject);
-                let captured = simple
-                    .capture(subject.as_bytes())
-                    .map(|span| span.map_or("", |(from, to)| &subject[from..to]));
-                prop_assert_eq!(captured, glibc.capture(subject), "{} {}", pattern, subject);
+            let built = seeds.iter().map(|&seed| subject(&items, seed));
+            for subject in built.chain(random) {
+                assert_agrees(&pattern, &subject)?;
             }
         }
     }

@@ -75,12 +75,12 @@ pub enum Selection {
 impl Selection {
     /// Parses `modulo` or `rendezvous`.
     pub fn parse(name: &str) -> Option<Self> {
-        match name {
-            "modulo" => Some(Selection::Modulo),
-            "rendezvous" => Some(Selection::Rendezvous),
-            _ => None,
-        }
+        Self::ALL.into_iter().find(|selection| selection.name() == name)
     }
+
+    /// The configuration spelling.
+    /// Every selection function, in documentation order (exported to Python as `SELECTIONS`).
+    pub const ALL: [Selection; 2] = [Selection::Modulo, Selection::Rendezvous];
 
     /// The configuration spelling.
     pub fn name(self) -> &'static str {
@@ -130,6 +130,26 @@ mod tests {
         assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+        // More rows of the FNV reference test suite (isthe.com/chongo/src/fnv/test_fnv.c, FNV-1a 64).
+        assert_eq!(fnv1a64(b"b"), 0xaf63_df4c_8601_f1a5);
+        assert_eq!(fnv1a64(b"foo"), 0xdcb2_7518_fed9_d577);
+    }
+
+    /// `fmix64` against values computed outside this crate: 0 is the finaliser's fixed point,
+    /// `fmix64(1) = 0xb456bcfc34c2cb2c` is the value quoted for MurmurHash3's finaliser, and the
+    /// others were computed with Python's arbitrary-precision integers from the MurmurHash3
+    /// reference (`smhasher/src/MurmurHash3.cpp`, `fmix64`):
+    /// `k ^= k >> 33; k = k * 0xff51afd7ed558ccd mod 2^64; k ^= k >> 33;
+    ///  k = k * 0xc4ceb9fe1a85ec53 mod 2^64; k ^= k >> 33`.
+    #[test]
+    fn fmix64_matches_independently_computed_values() {
+        assert_eq!(fmix64(0), 0);
+        assert_eq!(fmix64(1), 0xb456_bcfc_34c2_cb2c);
+        assert_eq!(fmix64(2), 0x3abf_2a20_6506_83e7);
+        assert_eq!(fmix64(u64::MAX), 0x64b5_720b_4b82_5f21);
+        assert_eq!(fmix64(0x0123_4567_89ab_cdef), 0x87cb_fbfe_8902_2cea);
+        // fmix64(fnv1a64("")): the affinity hash of the empty composite.
+        assert_eq!(affinity_hash(""), 0xefd0_1f60_ba99_2926);
     }
 
     #[test]

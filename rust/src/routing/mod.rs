@@ -34,67 +34,8 @@ pub use posix_regex::{PosixRegex, RegexError};
 pub use table::RoutingTable;
 pub use types::{Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec};
 
-use std::hash::{BuildHasherDefault, Hasher};
-
-/// A fast, unkeyed hasher (the rustc "Fx" scheme) for the tables' private maps.
+/// The tables' private maps (and the subject router's): `rustc-hash`'s fast, unkeyed hasher.
 ///
 /// Not part of the affinity hash contract (that is [`hash`]). Unkeyed, so a client choosing
 /// subjects could provoke collisions; acceptable for a control-plane table, noted in the docs.
-#[derive(Clone, Copy, Default)]
-pub(crate) struct FxHasher {
-    hash: u64,
-}
-
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.hash = (self.hash.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
-    }
-}
-
-impl Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let word = |at: usize| {
-            let mut word = [0u8; 8];
-            word.copy_from_slice(&bytes[at..at + 8]);
-            u64::from_le_bytes(word)
-        };
-        let len = bytes.len();
-        if len >= 8 {
-            let mut at = 0;
-            while at + 8 <= len {
-                self.add(word(at));
-                at += 8;
-            }
-            if at < len {
-                // The last 8 bytes, overlapping the previous word: no byte-by-byte tail.
-                self.add(word(len - 8));
-            }
-        } else if len > 0 {
-            let mut word = [0u8; 8];
-            word[..len].copy_from_slice(bytes);
-            self.add(u64::from_le_bytes(word));
-        }
-    }
-
-    #[inline]
-    fn write_u8(&mut self, value: u8) {
-        self.add(u64::from(value));
-    }
-
-    #[inline]
-    fn write_usize(&mut self, value: usize) {
-        self.add(value as u64);
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.hash
-    }
-}
-
-/// A hash map with [`FxHasher`] (the tables' maps; also the subject router's).
-pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, BuildHasherDefault<FxHasher>>;
+pub(crate) type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;

@@ -29,7 +29,17 @@ struct GlibcRegex {
 const _: () = assert!(std::mem::size_of::<GlibcRegex>() == std::mem::size_of::<libc::regex_t>());
 const _: () = assert!(std::mem::align_of::<GlibcRegex>() == std::mem::align_of::<libc::regex_t>());
 
-/// A pattern that glibc refused; the message is glibc's own (`regerror`).
+/// Most positions a pattern may have once its interval repetitions are unrolled.
+///
+/// glibc compiles `x{m,n}` by copying `x` `n` times, so nested intervals multiply:
+/// `a{1,1000}{1,1000}` is a million positions (seconds and gigabytes to compile, and
+/// `a{1,32767}{1,32767}` never finishes), and compile time grows faster than linearly even below
+/// that (`a{1,10000}`: 0.6 s and 800 MB; `(.*){1,500}` at this limit: under 0.1 s and 50 MB).
+/// Routing rules need a few dozen.
+pub const MAX_PATTERN_POSITIONS: u64 = 1_000;
+
+/// A pattern that glibc refused (the message is glibc's own, from `regerror`) or that is
+/// larger than [`MAX_PATTERN_POSITIONS`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegexError {
     /// The pattern as given.
@@ -75,6 +85,17 @@ impl PosixRegex {
 
     /// Compiles `pattern` for glibc only (no [`SimplePattern`] fast path).
     pub(super) fn glibc_only(pattern: &str) -> Result<Self, RegexError> {
+        let positions = unrolled_positions(pattern.as_bytes());
+        if positions > MAX_PATTERN_POSITIONS {
+            return Err(RegexError {
+                pattern: pattern.to_owned(),
+                message: format!(
+                    "its repetitions unroll to {} positions, more than the limit of {MAX_PATTERN_POSITIONS}: \
+                     use smaller or fewer {{m,n}} intervals (nested ones multiply)",
+                    if positions == u64::MAX { "too many".to_owned() } else { positions.to_string() }
+                ),
+            });
+        }
         let c_pattern = CString::new(pattern).map_err(|_| RegexError {
             pattern: pattern.to_owned(),
             message: "pattern contains a NUL byte".to_owned(),
@@ -181,6 +202,113 @@ impl fmt::Debug for PosixRegex {
     }
 }
 
+/// An upper bound of the positions glibc allocates for `pattern`: every atom counts one, a
+/// bracket expression one, a `*`, `+` or `?` one more (its loop node), and an interval `{m,n}`
+/// (or `{m,}`, `{m}`) multiplies the atom or group before it by its largest count. Saturates at `u64::MAX`. Lexical only: a malformed
+/// pattern gets some bound and glibc then reports what is wrong with it.
+fn unrolled_positions(pattern: &[u8]) -> u64 {
+    // Per open group: the total before the group.
+    let mut outer: Vec<u64> = Vec::new();
+    let mut total: u64 = 0;
+    // Size of the last atom or group, which a following interval repeats.
+    let mut last: u64 = 0;
+    let mut index = 0;
+    while index < pattern.len() {
+        match pattern[index] {
+            b'\\' => {
+                index += 2;
+                last = 1;
+                total = total.saturating_add(1);
+                continue;
+            }
+            b'[' => {
+                index = bracket_end(pattern, index);
+                last = 1;
+                total = total.saturating_add(1);
+                continue;
+            }
+            b'(' => {
+                outer.push(total);
+                total = 0;
+                last = 0;
+            }
+            b')' => {
+                let group = total;
+                total = outer.pop().unwrap_or(0).saturating_add(group);
+                last = group;
+            }
+            b'{' => {
+                if let Some((count, end)) = interval(pattern, index) {
+                    let repeated = last.saturating_mul(count);
+                    total = total.saturating_sub(last).saturating_add(repeated);
+                    last = repeated;
+                    index = end;
+                    continue;
+                }
+                last = 1;
+                total = total.saturating_add(1);
+            }
+            b'|' | b'^' | b'$' => last = 0,
+            b'*' | b'+' | b'?' => {
+                last = last.saturating_add(1);
+                total = total.saturating_add(1);
+            }
+            _ => {
+                last = 1;
+                total = total.saturating_add(1);
+            }
+        }
+        index += 1;
+    }
+    outer.into_iter().fold(total, u64::saturating_add)
+}
+
+/// The largest count of the interval `{m}`, `{m,}` or `{m,n}` at `start`, and the index just
+/// past it; `None` if there is no well-formed interval there.
+fn interval(pattern: &[u8], start: usize) -> Option<(u64, usize)> {
+    let close = start + 1 + pattern.get(start + 1..)?.iter().position(|&byte| byte == b'}')?;
+    let body = std::str::from_utf8(pattern.get(start + 1..close)?).ok()?;
+    let number = |text: &str| -> Option<u64> {
+        if text.is_empty() || !text.bytes().all(|byte| byte.is_ascii_digit()) {
+            return None;
+        }
+        // More digits than u64 holds is still a (huge) count.
+        Some(text.parse().unwrap_or(u64::MAX))
+    };
+    let count = match body.split_once(',') {
+        None => number(body)?,
+        Some((min, "")) => number(min)?.saturating_add(1),
+        Some((min, max)) => number(min)?.max(number(max)?),
+    };
+    Some((count.max(1), close + 1))
+}
+
+/// The index just past the bracket expression opening at `start` (or the end of the pattern).
+fn bracket_end(pattern: &[u8], start: usize) -> usize {
+    let mut index = start + 1;
+    if pattern.get(index) == Some(&b'^') {
+        index += 1;
+    }
+    if pattern.get(index) == Some(&b']') {
+        index += 1; // a leading ] is literal
+    }
+    while index < pattern.len() {
+        match pattern[index] {
+            b']' => return index + 1,
+            b'[' if matches!(pattern.get(index + 1), Some(b'.' | b':' | b'=')) => {
+                let terminator = [pattern[index + 1], b']'];
+                let rest = &pattern[index + 2..];
+                index = match rest.windows(2).position(|pair| pair == terminator) {
+                    Some(at) => index + 2 + at + 2,
+                    None => pattern.len(),
+                };
+            }
+            _ => index += 1,
+        }
+    }
+    pattern.len()
+}
+
 fn error_message(status: libc::c_int, raw: *const libc::regex_t) -> String {
     let mut buffer = [0 as libc::c_char; 256];
     // SAFETY: `raw` is the pattern `regcomp` reported on; the buffer length is passed.
@@ -212,6 +340,35 @@ mod tests {
         assert_eq!(PosixRegex::new("^/A").unwrap().group_count(), 0);
         let error = PosixRegex::new("^/A/(").unwrap_err();
         assert!(error.message.contains("Unmatched"), "{}", error.message);
+    }
+
+    #[test]
+    fn nested_intervals_beyond_the_budget_are_refused_quickly() {
+        for pattern in [
+            "a{1,1000}{1,1000}",
+            "a{1,32767}{1,32767}",
+            "(ab{1,200}){1,200}",
+            "x{99999999999999999999}",
+            "(.*){1,1000}",
+        ] {
+            let started = std::time::Instant::now();
+            let error = PosixRegex::new(pattern).unwrap_err();
+            assert!(error.message.contains("limit of 1000:"), "{pattern}: {}", error.message);
+            assert!(started.elapsed() < std::time::Duration::from_secs(1), "{pattern} took {:?}", started.elapsed());
+        }
+    }
+
+    #[test]
+    fn realistic_patterns_fit_the_budget() {
+        for pattern in ["^/PRIVATE/([^/]+)-[0-9]{1,10}/FXTRADE", "^/A/([a-z]{2,8})/[[:digit:]]{4}", "a{1,30}{1,30}"] {
+            PosixRegex::new(pattern).unwrap();
+        }
+        assert_eq!(unrolled_positions(b"a{1,30}{1,30}"), 900);
+        assert_eq!(unrolled_positions(b"^/PRIVATE/([^/]+)-[0-9]+/FXTRADE"), 22);
+        assert_eq!(unrolled_positions(b"(.*){1,500}"), 1000);
+        assert_eq!(unrolled_positions(b"(ab){3}c"), 7);
+        assert_eq!(unrolled_positions(b"[{]{2}"), 2);
+        assert_eq!(unrolled_positions(b"a{,5}"), 5, "not an interval: five literal atoms");
     }
 
     #[test]

@@ -97,7 +97,8 @@ impl Setup {
 
     /// Semantic checks a receiver makes before creating an image: term length a power of two
     /// in 64 KiB ..= 1 GiB, term offset a multiple of 32 within the term, MTU a multiple of 32
-    /// in 32 ..= 65504. (Checks against local limits — window, socket buffer — are the caller's.)
+    /// in 32 ..= 65504 and no larger than the term, active term id at or after the initial one
+    /// (modulo 2^32). (Checks against local limits — window, socket buffer — are the caller's.)
     pub fn validate(&self) -> Result<(), WireError> {
         let invalid = |field, value: i32| Err(WireError::Invalid { frame: "SETUP", field, value: value.into() });
         let term_length = self.term_length;
@@ -111,8 +112,14 @@ impl Setup {
         if !(0..=term_length).contains(&self.term_offset) {
             return invalid("term_offset", self.term_offset);
         }
-        if !(alignment..=MAX_MTU).contains(&self.mtu) || self.mtu % alignment != 0 {
+        if !(alignment..=MAX_MTU).contains(&self.mtu) || self.mtu % alignment != 0 || self.mtu > term_length {
             return invalid("mtu", self.mtu);
+        }
+        // The active term must not precede the initial one: term ids wrap, so the term count
+        // `active - initial` (mod 2^32) must lie in 0 ..= i32::MAX, or the join position would
+        // be negative (no partition holds it).
+        if self.active_term_id.wrapping_sub(self.initial_term_id) < 0 {
+            return invalid("active_term_id", self.active_term_id);
         }
         Ok(())
     }
@@ -209,6 +216,16 @@ mod tests {
         }
         assert_eq!(Setup { term_offset: 40, ..captured() }.validate(), Err(WireError::Misaligned { term_offset: 40 }));
         assert!(Setup { term_offset: -32, ..captured() }.validate().is_err());
+    }
+
+    #[test]
+    fn validate_rejects_an_active_term_before_the_initial_term() {
+        let before = Setup { initial_term_id: 1000, active_term_id: 999, ..captured() };
+        assert!(matches!(before.validate(), Err(WireError::Invalid { field: "active_term_id", .. })));
+        let far = Setup { initial_term_id: i32::MIN, active_term_id: i32::MAX, ..captured() };
+        assert!(far.validate().is_err(), "2^32 - 1 terms ahead is 1 term behind");
+        let wrapped = Setup { initial_term_id: i32::MAX, active_term_id: i32::MIN, ..captured() };
+        assert!(wrapped.validate().is_ok(), "one term after the initial one, across the wrap");
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Helpers shared by the integration tests that read `shared/vectors/`.
+//! Helpers shared by the integration tests that read the captured wire vectors
+//! (`rust/tests/vectors/`, a copy of the Aeron 1.48 captures kept in the repository).
 #![allow(dead_code)]
 
 use std::fs;
@@ -6,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-const DEFAULT_VECTORS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/vectors");
+const DEFAULT_VECTORS_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/vectors");
 
 pub fn vectors_dir() -> PathBuf {
     let dir = std::env::var_os("AFFINITY_VECTORS_DIR")
@@ -14,7 +15,7 @@ pub fn vectors_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_VECTORS_DIR));
     assert!(
         dir.is_dir(),
-        "wire test vectors not found at {} (set AFFINITY_VECTORS_DIR to shared/vectors)",
+        "wire test vectors not found at {} (they are part of the repository: rust/tests/vectors; AFFINITY_VECTORS_DIR overrides)",
         dir.display()
     );
     dir
