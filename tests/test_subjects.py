@@ -96,6 +96,8 @@ def test_hostile_subject_and_control_messages_are_counted_and_ignored(
         lambda: transformer.status().malformed >= 3 and transformer.status().control_malformed >= 4,
         "counters",
     )
+    data.close()
+    control.close()
     status = transformer.status()
     assert status.subjects == 0
     # The router still works afterwards.

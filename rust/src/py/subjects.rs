@@ -9,14 +9,15 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+use super::errors::{config_error, subjects_error};
 use super::routing::PyRoutingTable;
-use super::transport::{exception, to_py_error, Client};
+use super::transport::Client;
 use crate::groups::Timing;
 use crate::routing::{NoDataStatus, Reason};
 use crate::subjects::codec::{FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_STATUS, FLAG_UPDATE};
 use crate::subjects::faucet::connection_name;
 use crate::subjects::runtime::{
-    PeerOptions, RouterOptions, RouterRuntime, SubjectPeer, SubjectSource, SubjectSubscriber, SubjectsError,
+    PeerOptions, RouterOptions, RouterRuntime, SubjectPeer, SubjectSource, SubjectSubscriber,
 };
 use crate::subjects::{Announcements, Faucet, FaucetConfig, LogEntry, RecordKind};
 
@@ -36,18 +37,9 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-fn subjects_error(py: Python<'_>, error: SubjectsError) -> PyErr {
-    match error {
-        SubjectsError::Transport(error) => to_py_error(py, error),
-        SubjectsError::Config(message) => exception(py, "ConfigError", message),
-        SubjectsError::Codec(error) => exception(py, "ConfigError", error.to_string()),
-        SubjectsError::Closed => exception(py, "ClosedError", "subject peer is closed".into()),
-    }
-}
-
-fn timing(py: Python<'_>, heartbeat_interval_ms: u64, liveness_timeout_ms: u64) -> PyResult<Timing> {
+fn timing(heartbeat_interval_ms: u64, liveness_timeout_ms: u64) -> PyResult<Timing> {
     Timing::new(Duration::from_millis(heartbeat_interval_ms), Duration::from_millis(liveness_timeout_ms))
-        .map_err(|e| exception(py, "ConfigError", e.to_string()))
+        .map_err(|e| config_error(e.to_string()))
 }
 
 /// A running router (wrapped by `affinity.cli.router` and `affinity.subjects.RouterHandle`).
@@ -94,22 +86,20 @@ impl SubjectRouterCore {
         liveness_timeout_ms: u64,
         heartbeat_interval_ms: u64,
     ) -> PyResult<Self> {
-        let timing = timing(py, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let timing = timing(heartbeat_interval_ms, liveness_timeout_ms)?;
         let faucet = match faucet {
             Some((control_topic, subscription_topic, announcements, coverage_option)) => {
-                let announcements = Announcements::parse(&announcements).ok_or_else(|| {
-                    exception(py, "ConfigError", format!("announcements {announcements:?}: must be default or all"))
-                })?;
+                let announcements = Announcements::parse(&announcements)
+                    .ok_or_else(|| config_error(format!("announcements {announcements:?}: must be default or all")))?;
                 let config = FaucetConfig { control_topic, subscription_topic, announcements, coverage_option };
-                Some(Faucet::new(config).map_err(|e| exception(py, "ConfigError", e.to_string()))?)
+                Some(Faucet::new(config).map_err(|e| config_error(e.to_string()))?)
             }
             None => None,
         };
         let table = std::mem::take(&mut table.borrow_mut().inner);
         let client = client.shared();
         let options = RouterOptions { listen, control, timing };
-        let inner =
-            py.detach(|| RouterRuntime::start(client, table, faucet, &options)).map_err(|e| subjects_error(py, e))?;
+        let inner = py.detach(|| RouterRuntime::start(client, table, faucet, &options)).map_err(subjects_error)?;
         Ok(SubjectRouterCore { inner })
     }
 
@@ -196,18 +186,17 @@ impl SubjectRouterCore {
 }
 
 fn peer_options(
-    py: Python<'_>,
     router: String,
     name: String,
     host: String,
     heartbeat_interval_ms: u64,
     liveness_timeout_ms: u64,
 ) -> PyResult<PeerOptions> {
-    Ok(PeerOptions { router, name, host, timing: timing(py, heartbeat_interval_ms, liveness_timeout_ms)? })
+    Ok(PeerOptions { router, name, host, timing: timing(heartbeat_interval_ms, liveness_timeout_ms)? })
 }
 
 fn poll<'py>(py: Python<'py>, peer: &SubjectPeer, limit: usize) -> PyResult<Bound<'py, PyList>> {
-    let deliveries = py.detach(|| peer.poll(limit)).map_err(|e| subjects_error(py, e))?;
+    let deliveries = py.detach(|| peer.poll(limit)).map_err(subjects_error)?;
     let list = PyList::empty(py);
     for d in deliveries {
         list.append((d.kind as u8, d.flags, d.subject, PyBytes::new(py, &d.payload)))?;
@@ -235,9 +224,9 @@ impl SubjectSubscriberCore {
         heartbeat_interval_ms: u64,
         liveness_timeout_ms: u64,
     ) -> PyResult<Self> {
-        let options = peer_options(py, router, name, host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let options = peer_options(router, name, host, heartbeat_interval_ms, liveness_timeout_ms)?;
         let client = client.shared();
-        let inner = py.detach(|| SubjectSubscriber::new(&client, &options)).map_err(|e| subjects_error(py, e))?;
+        let inner = py.detach(|| SubjectSubscriber::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSubscriberCore { inner })
     }
 
@@ -248,13 +237,13 @@ impl SubjectSubscriberCore {
     }
 
     /// Sends SUBSCRIBE.
-    fn subscribe(&self, py: Python<'_>, subject: &str) -> PyResult<()> {
-        self.inner.subscribe(subject).map_err(|e| subjects_error(py, e))
+    fn subscribe(&self, subject: &str) -> PyResult<()> {
+        self.inner.subscribe(subject).map_err(subjects_error)
     }
 
     /// Sends UNSUBSCRIBE.
-    fn unsubscribe(&self, py: Python<'_>, subject: &str) -> PyResult<()> {
-        self.inner.unsubscribe(subject).map_err(|e| subjects_error(py, e))
+    fn unsubscribe(&self, subject: &str) -> PyResult<()> {
+        self.inner.unsubscribe(subject).map_err(subjects_error)
     }
 
     /// `[(kind, flags, subject, payload)]` received.
@@ -294,9 +283,9 @@ impl SubjectSourceCore {
         heartbeat_interval_ms: u64,
         liveness_timeout_ms: u64,
     ) -> PyResult<Self> {
-        let options = peer_options(py, router, label, host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let options = peer_options(router, label, host, heartbeat_interval_ms, liveness_timeout_ms)?;
         let client = client.shared();
-        let inner = py.detach(|| SubjectSource::new(&client, &options)).map_err(|e| subjects_error(py, e))?;
+        let inner = py.detach(|| SubjectSource::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSourceCore { inner })
     }
 
@@ -308,30 +297,28 @@ impl SubjectSourceCore {
 
     /// Sends ENLIST (one enlistment; `coverage` optional).
     #[pyo3(signature = (control_topic, coverage=None))]
-    fn enlist(&self, py: Python<'_>, control_topic: &str, coverage: Option<&str>) -> PyResult<()> {
-        self.inner.enlist(control_topic, coverage).map_err(|e| subjects_error(py, e))
+    fn enlist(&self, control_topic: &str, coverage: Option<&str>) -> PyResult<()> {
+        self.inner.enlist(control_topic, coverage).map_err(subjects_error)
     }
 
     /// Sends DELIST.
-    fn delist(&self, py: Python<'_>, control_topic: &str) -> PyResult<()> {
-        self.inner.delist(control_topic).map_err(|e| subjects_error(py, e))
+    fn delist(&self, control_topic: &str) -> PyResult<()> {
+        self.inner.delist(control_topic).map_err(subjects_error)
     }
 
     /// Publishes an image or an update.
     #[pyo3(signature = (subject, payload, image=false))]
-    fn publish(&self, py: Python<'_>, subject: &str, payload: &[u8], image: bool) -> PyResult<()> {
-        self.inner.publish(subject, payload, image).map_err(|e| subjects_error(py, e))
+    fn publish(&self, subject: &str, payload: &[u8], image: bool) -> PyResult<()> {
+        self.inner.publish(subject, payload, image).map_err(subjects_error)
     }
 
     /// Answers NODATA (`unavailable` or `notfound`).
-    fn nodata(&self, py: Python<'_>, subject: &str, status: &str) -> PyResult<()> {
+    fn nodata(&self, subject: &str, status: &str) -> PyResult<()> {
         let status = match NoDataStatus::parse(status) {
             Some(status @ (NoDataStatus::Unavailable | NoDataStatus::NotFound)) => status,
-            _ => {
-                return Err(exception(py, "ConfigError", format!("nodata status {status:?}: unavailable or notfound")))
-            }
+            _ => return Err(config_error(format!("nodata status {status:?}: unavailable or notfound"))),
         };
-        self.inner.nodata(subject, status).map_err(|e| subjects_error(py, e))
+        self.inner.nodata(subject, status).map_err(subjects_error)
     }
 
     /// `[(kind, flags, subject, payload)]` received (REQUEST 3, DISCARD 4, DATA 5).
