@@ -19,6 +19,21 @@ DELIBERATELY_PRIVATE = {
     "GroupConsumerCore",
     "GroupObserverCore",
 }
+#: Subject router: wrapped by affinity.subjects (Subscriber, Source, SubjectRouter, Flags).
+DELIBERATELY_PRIVATE |= {
+    "SubjectRouterCore",
+    "SubjectSubscriberCore",
+    "SubjectSourceCore",
+    "RouterStatusInfo",
+    "SUBJECT_FLAG_IMAGE",
+    "SUBJECT_FLAG_UPDATE",
+    "SUBJECT_FLAG_NODATA_UNAVAILABLE",
+    "SUBJECT_FLAG_NODATA_NOTFOUND",
+    "SUBJECT_FLAG_STATUS",
+    "SUBJECT_KIND_REQUEST",
+    "SUBJECT_KIND_DISCARD",
+    "SUBJECT_KIND_DATA",
+}
 
 
 def test_every_compiled_export_is_public_or_deliberately_private() -> None:

@@ -33,6 +33,14 @@ __all__ = [
     "MAX_POSITION_EXCEEDED",
     "NOT_CONNECTED",
     "SELECTIONS",
+    "SUBJECT_FLAG_IMAGE",
+    "SUBJECT_FLAG_NODATA_NOTFOUND",
+    "SUBJECT_FLAG_NODATA_UNAVAILABLE",
+    "SUBJECT_FLAG_STATUS",
+    "SUBJECT_FLAG_UPDATE",
+    "SUBJECT_KIND_DATA",
+    "SUBJECT_KIND_DISCARD",
+    "SUBJECT_KIND_REQUEST",
     "Client",
     "ConsumerCounters",
     "ConsumerStatus",
@@ -50,7 +58,11 @@ __all__ = [
     "PublisherStatus",
     "QueueSendStatus",
     "QueueStatus",
+    "RouterStatusInfo",
     "RoutingTable",
+    "SubjectRouterCore",
+    "SubjectSourceCore",
+    "SubjectSubscriberCore",
     "Subscription",
     "__version__",
     "affinity_hash",
@@ -591,3 +603,96 @@ class GroupObserverCore:
     ) -> None: ...
 
 # ---- end groups --------------------------------------------------------------------------------
+
+# ---- subjects ----------------------------------------------------------------------------------
+
+SUBJECT_FLAG_IMAGE: Final[int]
+SUBJECT_FLAG_UPDATE: Final[int]
+SUBJECT_FLAG_NODATA_UNAVAILABLE: Final[int]
+SUBJECT_FLAG_NODATA_NOTFOUND: Final[int]
+SUBJECT_FLAG_STATUS: Final[int]
+SUBJECT_KIND_REQUEST: Final[int]
+SUBJECT_KIND_DISCARD: Final[int]
+SUBJECT_KIND_DATA: Final[int]
+
+@final
+class RouterStatusInfo:
+    malformed: int
+    refused: int
+    stale_data: int
+    unknown_unsubscribes: int
+    no_service: int
+    foreign: int
+    log_dropped: int
+    relayed: int
+    routed: int
+    control_malformed: int
+    unroutable: int
+    dropped_records: int
+    messages_sent: int
+    subjects: int
+    affinities: int
+    members: list[tuple[str, bool]]
+
+@final
+class SubjectRouterCore:
+    def __new__(
+        cls,
+        client: Client,
+        table: RoutingTable,
+        listen: str,
+        *,
+        faucet: tuple[str, str, str, str | None] | None = None,
+        control: str | None = None,
+        liveness_timeout_ms: int = 2000,
+        heartbeat_interval_ms: int = 100,
+    ) -> SubjectRouterCore: ...
+    @property
+    def id(self) -> int: ...
+    def drain_log(self) -> list[dict[str, Any]]: ...
+    def status(self) -> RouterStatusInfo: ...
+    def close(self) -> None: ...
+
+@final
+class SubjectSubscriberCore:
+    def __new__(
+        cls,
+        client: Client,
+        router: str,
+        *,
+        name: str,
+        host: str = "127.0.0.1",
+        heartbeat_interval_ms: int = 100,
+        liveness_timeout_ms: int = 2000,
+    ) -> SubjectSubscriberCore: ...
+    @property
+    def id(self) -> int: ...
+    def subscribe(self, subject: str) -> None: ...
+    def unsubscribe(self, subject: str) -> None: ...
+    def poll(self, limit: int) -> list[tuple[int, int, str, bytes]]: ...
+    def counters(self) -> tuple[int, int, int]: ...
+    def close(self) -> None: ...
+
+@final
+class SubjectSourceCore:
+    def __new__(
+        cls,
+        client: Client,
+        router: str,
+        *,
+        label: str,
+        host: str = "127.0.0.1",
+        heartbeat_interval_ms: int = 100,
+        liveness_timeout_ms: int = 2000,
+    ) -> SubjectSourceCore: ...
+    @property
+    def id(self) -> int: ...
+    def enlist(self, control_topic: str, coverage: str | None = None) -> None: ...
+    def delist(self, control_topic: str) -> None: ...
+    def publish(self, subject: str, payload: bytes, image: bool = False) -> None: ...
+    def nodata(self, subject: str, status: str) -> None: ...
+    def poll(self, limit: int) -> list[tuple[int, int, str, bytes]]: ...
+    def counters(self) -> tuple[int, int, int]: ...
+    def close(self) -> None: ...
+
+# ---- end subjects ------------------------------------------------------------------------------

@@ -21,6 +21,8 @@
 //! * [`control`] — the control plane: heartbeat/ack/data codecs and the member view (sans-IO).
 //! * [`groups`] — hashed consumer groups: sans-IO publisher and consumer state, and the
 //!   runtime that runs them over [`client`].
+//! * [`subjects`] — the subject router (routing tables in the data path, faucet), its codec
+//!   and its runtime over [`client`] and [`control`].
 //! * `py` — the PyO3 bindings (feature `python`), the only module that touches Python.
 //!
 //! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control`,
@@ -40,6 +42,7 @@ pub mod media;
 pub mod protocol;
 pub mod routing;
 pub mod shm;
+pub mod subjects;
 pub mod time;
 pub mod wire;
 

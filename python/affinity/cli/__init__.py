@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES = (
     "affinity.cli.driver",
     "affinity.cli.stat",
     "affinity.cli.group",
+    "affinity.cli.router",
 )
 
 

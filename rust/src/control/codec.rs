@@ -299,6 +299,12 @@ pub enum Role {
     Consumer = 2,
     /// Watches the control plane (status tools); owns nothing.
     Observer = 3,
+    /// A subject router (`crate::subjects`).
+    Router = 4,
+    /// A data source (adapter peer or faucet publisher) of a subject router.
+    Source = 5,
+    /// A subscriber of a subject router.
+    Subscriber = 6,
 }
 
 impl Role {
@@ -308,6 +314,9 @@ impl Role {
             1 => Some(Role::Publisher),
             2 => Some(Role::Consumer),
             3 => Some(Role::Observer),
+            4 => Some(Role::Router),
+            5 => Some(Role::Source),
+            6 => Some(Role::Subscriber),
             _ => None,
         }
     }
@@ -318,12 +327,17 @@ impl Role {
             Role::Publisher => "publisher",
             Role::Consumer => "consumer",
             Role::Observer => "observer",
+            Role::Router => "router",
+            Role::Source => "source",
+            Role::Subscriber => "subscriber",
         }
     }
 
     /// Parses a lower-case name.
     pub fn parse(name: &str) -> Option<Role> {
-        [Role::Publisher, Role::Consumer, Role::Observer].into_iter().find(|role| role.name() == name)
+        [Role::Publisher, Role::Consumer, Role::Observer, Role::Router, Role::Source, Role::Subscriber]
+            .into_iter()
+            .find(|role| role.name() == name)
     }
 }
 

@@ -86,7 +86,7 @@ pub struct RuntimeCounters {
     pub control_send_refused: u64,
 }
 
-fn new_member_id() -> u64 {
+pub(crate) fn new_member_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();

@@ -8,6 +8,7 @@ use crate::groups::GroupError;
 use crate::protocol::OfferError;
 use crate::routing::policy::PolicyError as RustPolicyError;
 use crate::routing::{RegexError, RoutingError as RustRoutingError};
+use crate::subjects::runtime::SubjectsError;
 
 pyo3::import_exception!(affinity.exceptions, AffinityOSError);
 pyo3::import_exception!(affinity.exceptions, ArgumentTypeError);
@@ -54,6 +55,16 @@ pub(crate) fn group_error(error: GroupError) -> PyErr {
         GroupError::Closed => ClosedError::new_err(error.to_string()),
         GroupError::Transport(error) => transport_error(error),
         GroupError::Registry(message) => AffinityOSError::new_err(message),
+    }
+}
+
+/// The exception for a subject router, subscriber or source error.
+pub(crate) fn subjects_error(error: SubjectsError) -> PyErr {
+    match error {
+        SubjectsError::Transport(error) => transport_error(error),
+        SubjectsError::Config(message) => ConfigError::new_err(message),
+        SubjectsError::Codec(error) => ConfigError::new_err(error.to_string()),
+        SubjectsError::Closed => ClosedError::new_err("subject peer is closed"),
     }
 }
 

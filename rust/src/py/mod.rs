@@ -6,6 +6,7 @@ mod driver;
 mod errors;
 mod groups;
 mod routing;
+mod subjects;
 mod transport;
 
 /// The compiled module `affinity._affinity`.
@@ -15,5 +16,6 @@ fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
     routing::register(module)?;
     driver::register(module)?;
     groups::register(module)?;
+    subjects::register(module)?;
     Ok(())
 }

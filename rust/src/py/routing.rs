@@ -130,8 +130,8 @@ impl Policy for PythonPolicy {
 
 /// The routing tables (`crate::routing::RoutingTable`); use `affinity.routing.Router`.
 #[pyclass(name = "RoutingTable", module = "affinity._affinity")]
-struct PyRoutingTable {
-    inner: RoutingTable,
+pub(super) struct PyRoutingTable {
+    pub(super) inner: RoutingTable,
 }
 
 impl PyRoutingTable {

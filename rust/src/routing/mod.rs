@@ -34,8 +34,8 @@ pub use posix_regex::{PosixRegex, RegexError};
 pub use table::RoutingTable;
 pub use types::{Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec};
 
-/// The tables' private maps: `rustc-hash`'s fast, unkeyed hasher.
+/// The tables' private maps (and the subject router's): `rustc-hash`'s fast, unkeyed hasher.
 ///
 /// Not part of the affinity hash contract (that is [`hash`]). Unkeyed, so a client choosing
 /// subjects could provoke collisions; acceptable for a control-plane table, noted in the docs.
-type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;
+pub(crate) type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;

@@ -1,0 +1,99 @@
+"""``affinity router --config services.conf [--listen CHANNEL] [--control CHANNEL]``: run a router.
+
+Runs a DataSource-like subject router in the foreground: subscribers send subscribe /
+unsubscribe requests to ``--listen``; each new subject is routed to a peer by the configuration's
+data services (``add-data-service`` blocks, as ``affinity route`` reads them), the request is
+forwarded to that peer and its updates relayed to every subscriber. Faucet topics (an
+``add-faucet`` block in the same file) are assigned to enlisted publishers. What the router does
+is logged on the ``affinity.router`` logger (stderr). Stops on SIGINT / SIGTERM.
+
+Exit status: 0 after a clean stop, 1 when the configuration has errors, 2 when the file cannot
+be read or the router cannot start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from affinity import _affinity
+from affinity.config.faucet import analyse_router_text
+from affinity.exceptions import AffinityError
+
+#: Exit status: stopped cleanly.
+EXIT_OK = 0
+#: Exit status: the configuration has errors.
+EXIT_ERRORS = 1
+#: Exit status: the file cannot be read, or the router cannot start.
+EXIT_UNAVAILABLE = 2
+#: Default listen channel.
+DEFAULT_LISTEN = "aeron:udp?endpoint=127.0.0.1:40500"
+#: How often the log is flushed, in seconds.
+LOG_INTERVAL = 0.05
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``router`` subcommand."""
+    parser = subparsers.add_parser(
+        "router",
+        help="run a subject router (routing tables in the data path, faucet)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="services configuration")
+    parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="CHANNEL", help="channel to listen on")
+    parser.add_argument("--control", metavar="CHANNEL", help="extra channel heartbeats are read from")
+    parser.add_argument("--liveness-timeout", type=float, default=2.0, metavar="SECONDS", help="peer liveness timeout")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the router until a signal arrives."""
+    from affinity.subjects import SubjectRouter
+
+    try:
+        with open(args.config, encoding="utf-8") as stream:
+            text = stream.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"affinity router: cannot read {args.config}: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    analysis = analyse_router_text(text, args.config)
+    for diagnostic in analysis.diagnostics:
+        print(diagnostic, file=sys.stderr)
+    if analysis.errors:
+        return EXIT_ERRORS
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    client = _affinity.Client()
+    try:
+        router = SubjectRouter(
+            client,
+            analysis.config,
+            listen=args.listen,
+            control=args.control,
+            liveness_timeout=args.liveness_timeout,
+        )
+    except AffinityError as exc:
+        print(f"affinity router: {exc}", file=sys.stderr)
+        client.close()
+        return EXIT_UNAVAILABLE
+    print(f"affinity router: listening on {args.listen}", file=sys.stderr, flush=True)
+    try:
+        while not stop.wait(LOG_INTERVAL):
+            router.flush_log()
+    finally:
+        router.close()
+        client.close()
+    return EXIT_OK

@@ -1,0 +1,340 @@
+"""Subjects on the wire: subscribe through a router, serve subjects as a source.
+
+The router (``affinity router --config services.conf``, or :class:`SubjectRouter` in process)
+routes each new subject to a peer with the affinity routing tables, forwards the request, and
+relays the peer's updates to every subscriber; faucet topics go to enlisted publishers. The data
+path is Rust (:mod:`affinity._affinity`); this module configures it and wraps the handles.
+
+>>> sub = Subscriber(client, router="aeron:udp?endpoint=127.0.0.1:40500")  # doctest: +SKIP
+>>> sub.subscribe("/PRIVATE/alice-0/FXTRADE", print)                      # doctest: +SKIP
+>>> sub.poll(100)                                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from affinity import _affinity
+from affinity.config.faucet import RouterConfig, parse_router_file
+from affinity.exceptions import ConfigError
+from affinity.routing import Router, RoutingEvent
+
+__all__ = [
+    "ANY_CONTROL_TOPIC",
+    "FaucetEvent",
+    "Flags",
+    "RouterStatus",
+    "Source",
+    "SubjectRouter",
+    "Subscriber",
+]
+
+logger = logging.getLogger("affinity.router")
+
+#: ENLIST subject meaning "the router's faucet control topic, whatever its name".
+ANY_CONTROL_TOPIC = "*"
+#: NODATA statuses a source may answer.
+NODATA_STATUSES = ("unavailable", "notfound")
+
+
+class Flags(enum.IntFlag):
+    """Flags of a subject message."""
+
+    IMAGE = _affinity.SUBJECT_FLAG_IMAGE
+    UPDATE = _affinity.SUBJECT_FLAG_UPDATE
+    NODATA_UNAVAILABLE = _affinity.SUBJECT_FLAG_NODATA_UNAVAILABLE
+    NODATA_NOTFOUND = _affinity.SUBJECT_FLAG_NODATA_NOTFOUND
+    STATUS = _affinity.SUBJECT_FLAG_STATUS
+
+
+#: ``callback(subject, flags, payload)`` for a subscriber.
+SubjectCallback = Callable[[str, Flags, bytes], object]
+#: ``callback(subject)`` for a source's requests and discards.
+RequestCallback = Callable[[str], object]
+
+
+@dataclass(frozen=True)
+class FaucetEvent:
+    """One faucet announcement (the seed's variables; ``None`` where the seed omits them)."""
+
+    event: str
+    topic: str
+    client_name: str | None = None
+    connection_name: str | None = None
+    subscriber_client_name: str | None = None
+    subscriber_connection_name: str | None = None
+
+    @classmethod
+    def from_json(cls, payload: bytes) -> FaucetEvent:
+        """Decodes the JSON published on the control topic; :class:`ConfigError` if malformed."""
+        try:
+            data = json.loads(payload)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"faucet event is not JSON: {exc}") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("event"), str):
+            raise ConfigError(f"faucet event without an event field: {payload!r}")
+        fields = {name: data.get(name) for name in cls.__dataclass_fields__}
+        return cls(**{name: (value if isinstance(value, str) else None) for name, value in fields.items()})  # type: ignore[arg-type]
+
+
+def _seconds_to_ms(name: str, value: float) -> int:
+    if not value > 0:
+        raise ConfigError(f"{name}={value}: must be positive")
+    return max(1, round(value * 1000))
+
+
+class Subscriber:
+    """Subscribes to subjects through a router; :meth:`poll` runs the callbacks."""
+
+    def __init__(
+        self,
+        client: _affinity.Client,
+        router: str,
+        *,
+        name: str | None = None,
+        host: str = "127.0.0.1",
+        heartbeat_interval: float = 0.1,
+        liveness_timeout: float = 2.0,
+    ) -> None:
+        self._core = _affinity.SubjectSubscriberCore(
+            client,
+            router,
+            name=name if name is not None else f"subscriber-{os.getpid()}",
+            host=host,
+            heartbeat_interval_ms=_seconds_to_ms("heartbeat_interval", heartbeat_interval),
+            liveness_timeout_ms=_seconds_to_ms("liveness_timeout", liveness_timeout),
+        )
+        self._callbacks: dict[str, list[SubjectCallback]] = {}
+
+    @property
+    def connection_id(self) -> int:
+        """This subscriber's connection id (its member id)."""
+        return self._core.id
+
+    def subscribe(self, subject: str, callback: SubjectCallback) -> None:
+        """Subscribes to ``subject``; ``callback(subject, flags, payload)`` runs from :meth:`poll`."""
+        self._core.subscribe(subject)
+        self._callbacks.setdefault(subject, []).append(callback)
+
+    def unsubscribe(self, subject: str) -> None:
+        """Drops the latest subscription to ``subject`` (and its callback)."""
+        callbacks = self._callbacks.get(subject)
+        if not callbacks:
+            raise ConfigError(f"unsubscribe: {subject!r} is not subscribed")
+        self._core.unsubscribe(subject)
+        callbacks.pop()
+        if not callbacks:
+            del self._callbacks[subject]
+
+    def poll(self, limit: int = 100) -> int:
+        """Receives up to ``limit`` fragments' worth and runs the callbacks; returns how many ran."""
+        ran = 0
+        for _kind, flags, subject, payload in self._core.poll(limit):
+            for callback in self._callbacks.get(subject, ()):
+                callback(subject, Flags(flags), payload)
+                ran += 1
+        return ran
+
+    def close(self) -> None:
+        """Says "leaving" to the router (which drops this subscriber's subscriptions)."""
+        self._core.close()
+
+    def __enter__(self) -> Subscriber:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+class Source:
+    """A data source (adapter peer, faucet publisher) of a router.
+
+    ``label`` must match a ``remote-label`` of the router's configuration to be routed to.
+    With ``coverage`` (or ``faucet``) the source also enlists as a faucet publisher: one
+    enlistment per coverage pattern (their union counts), on the control topic ``faucet``
+    (default: the router's own).
+    """
+
+    def __init__(
+        self,
+        client: _affinity.Client,
+        router: str,
+        label: str,
+        *,
+        coverage: Sequence[str] | None = None,
+        faucet: str | None = None,
+        host: str = "127.0.0.1",
+        heartbeat_interval: float = 0.1,
+        liveness_timeout: float = 2.0,
+    ) -> None:
+        if isinstance(coverage, str):
+            raise ConfigError("coverage must be a sequence of patterns, not one string")
+        self._core = _affinity.SubjectSourceCore(
+            client,
+            router,
+            label=label,
+            host=host,
+            heartbeat_interval_ms=_seconds_to_ms("heartbeat_interval", heartbeat_interval),
+            liveness_timeout_ms=_seconds_to_ms("liveness_timeout", liveness_timeout),
+        )
+        self._on_request: list[RequestCallback] = []
+        self._on_discard: list[RequestCallback] = []
+        self._control = faucet if faucet is not None else ANY_CONTROL_TOPIC
+        self.label = label
+        if coverage:
+            for pattern in coverage:
+                self._core.enlist(self._control, pattern)
+        elif faucet is not None:
+            self._core.enlist(self._control, None)
+
+    @property
+    def connection_id(self) -> int:
+        """This source's connection id (its member id)."""
+        return self._core.id
+
+    def on_request(self, callback: RequestCallback) -> None:
+        """``callback(subject)`` when a subject is routed (or a faucet topic assigned) here."""
+        self._on_request.append(callback)
+
+    def on_discard(self, callback: RequestCallback) -> None:
+        """``callback(subject)`` when a subject is no longer wanted from here."""
+        self._on_discard.append(callback)
+
+    def publish(self, subject: str, payload: bytes, *, image: bool = False) -> None:
+        """Sends an update (or, with ``image``, a full image) of ``subject`` to the router."""
+        self._core.publish(subject, payload, image)
+
+    def nodata(self, subject: str, status: str) -> None:
+        """Answers NODATA (``unavailable`` or ``notfound``) for ``subject``."""
+        if status not in NODATA_STATUSES:
+            raise ConfigError(f"nodata status {status!r}: must be one of {', '.join(NODATA_STATUSES)}")
+        self._core.nodata(subject, status)
+
+    def poll(self, limit: int = 100) -> list[FaucetEvent]:
+        """Runs request / discard callbacks; returns the faucet events received."""
+        events: list[FaucetEvent] = []
+        for kind, _flags, subject, payload in self._core.poll(limit):
+            if kind == _affinity.SUBJECT_KIND_REQUEST:
+                for callback in self._on_request:
+                    callback(subject)
+            elif kind == _affinity.SUBJECT_KIND_DISCARD:
+                for callback in self._on_discard:
+                    callback(subject)
+            elif kind == _affinity.SUBJECT_KIND_DATA:
+                try:
+                    events.append(FaucetEvent.from_json(payload))
+                except ConfigError:
+                    logger.warning("ignored a malformed faucet event on %s", subject)
+        return events
+
+    def close(self) -> None:
+        """Says "leaving" to the router: its subjects move to other peers."""
+        self._core.close()
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
+class RouterStatus:
+    """A router's counters (hostile input is counted and ignored) and its members."""
+
+    malformed: int
+    refused: int
+    stale_data: int
+    unknown_unsubscribes: int
+    no_service: int
+    foreign: int
+    log_dropped: int
+    relayed: int
+    routed: int
+    control_malformed: int
+    unroutable: int
+    dropped_records: int
+    messages_sent: int
+    subjects: int
+    affinities: int
+    members: tuple[tuple[str, bool], ...]
+
+
+def _log_entry(entry: dict[str, Any]) -> None:
+    kind = entry["kind"]
+    if kind == "faucet":
+        logger.info("Faucet %s %s: %s", entry["action"], entry["topic"], entry["json"])
+    elif kind in ("source-up", "source-down"):
+        state = "up" if kind == "source-up" else "down"
+        logger.info("Source %s (connection %s) is %s", entry["label"], entry["connection_name"], state)
+    else:
+        for level, line in RoutingEvent(**entry).log_lines():
+            logger.log(level, line)
+
+
+class SubjectRouter:
+    """A router running in this process (what ``affinity router`` runs).
+
+    Its routing-table events are logged on the ``affinity.router`` logger in the seed's
+    formats by :meth:`flush_log` (``Object <s> is bound to affinity <k:v>``, ``We can request
+    object <s> from peer N (Label)``, one line per move with its reason).
+    """
+
+    def __init__(
+        self,
+        client: _affinity.Client,
+        config: RouterConfig | str | os.PathLike[str],
+        *,
+        listen: str,
+        control: str | None = None,
+        liveness_timeout: float = 2.0,
+        heartbeat_interval: float = 0.1,
+    ) -> None:
+        if not isinstance(config, RouterConfig):
+            config = parse_router_file(config)
+        router = Router.from_config(config.routing)
+        faucet = config.faucet
+        self._core = _affinity.SubjectRouterCore(
+            client,
+            router._table,
+            listen,
+            faucet=None
+            if faucet is None
+            else (faucet.control_topic, faucet.subscription_topic, faucet.announcements, faucet.coverage_option),
+            control=control,
+            liveness_timeout_ms=_seconds_to_ms("liveness_timeout", liveness_timeout),
+            heartbeat_interval_ms=_seconds_to_ms("heartbeat_interval", heartbeat_interval),
+        )
+        self.listen = listen
+
+    def flush_log(self) -> int:
+        """Logs what the router did since the last call; returns the number of entries."""
+        entries = self._core.drain_log()
+        for entry in entries:
+            _log_entry(entry)
+        return len(entries)
+
+    def status(self) -> RouterStatus:
+        """The latest counters (refreshed every 10 ms)."""
+        info = self._core.status()
+        fields = {name: getattr(info, name) for name in RouterStatus.__dataclass_fields__}
+        fields["members"] = tuple(tuple(member) for member in info.members)
+        return RouterStatus(**fields)
+
+    def close(self) -> None:
+        """Stops the router thread (after logging what is left)."""
+        self.flush_log()
+        self._core.close()
+
+    def __enter__(self) -> SubjectRouter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

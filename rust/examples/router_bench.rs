@@ -1,0 +1,371 @@
+//! Subject router figures: the sans-IO core alone, then end to end over loopback.
+//!
+//! ```text
+//! cargo run --release --example router_bench [MAX_PARK_US]
+//! ```
+//!
+//! `MAX_PARK_US` sets the drivers' longest idle park (default: the driver's 1 ms).
+//!
+//! Workload: 10,000 subjects `/bench/u<i % 1000>/s<i>` in one data service with an affinity
+//! rule on the user, two sources (SrcA, SrcB); 100 subscribers, subscriber `s` subscribes to
+//! the 1,000 subjects with `i % 10 == s % 10`, so every subject has 10 subscribers and one
+//! update is delivered 10 times. Payloads are 100 bytes.
+//!
+//! * core relay: packed update messages fed to `RouterCore::on_message`, outbox drained;
+//!   deliveries per second (= updates × 10).
+//! * core routing: 200,000 SUBSCRIBEs of new subjects fed to `RouterCore::on_message`.
+//! * end to end: a `RouterRuntime`, two `SubjectSource`s (one thread each, answering every
+//!   REQUEST with an image, then publishing updates round-robin in batches) and 100
+//!   `SubjectSubscriber`s on one client polled by one thread; new subjects routed per second
+//!   (first SUBSCRIBE sent, each subscriber sending its 1,000 in one batch → last REQUEST
+//!   received), deliveries per second over 5 s, and
+//!   SUBSCRIBE → first image latency (p50/p99 of 1,000 new subjects, one at a time).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use affinity::client::Client;
+use affinity::control::{Heartbeat, Role};
+use affinity::driver::idle::IdleStrategy;
+use affinity::driver::DriverContext;
+use affinity::groups::Timing;
+use affinity::routing::policy::builtin;
+use affinity::routing::{RoutingTable, Selection, SourceGroupSpec};
+use affinity::subjects::codec::{FLAG_IMAGE, FLAG_UPDATE};
+use affinity::subjects::runtime::{PeerOptions, RouterOptions, RouterRuntime, SubjectSource, SubjectSubscriber};
+use affinity::subjects::{RecordKind, RouterCore, SubjectRecord};
+
+const SUBJECTS: usize = 10_000;
+const SUBSCRIBERS: usize = 100;
+const FANOUT: usize = 10;
+const PAYLOAD: usize = 100;
+const USERS: usize = 1000;
+const NEW_SUBJECTS: usize = 200_000;
+const RUN: Duration = Duration::from_secs(5);
+const LATENCY_SAMPLES: usize = 1000;
+const DEADLINE: Duration = Duration::from_secs(60);
+const SOURCES: [&str; 2] = ["SrcA", "SrcB"];
+
+fn table() -> RoutingTable {
+    let mut table = RoutingTable::new();
+    let service = table.add_service("bench", &["^/bench/"]).unwrap();
+    let spec = SourceGroupSpec {
+        name: "sources".into(),
+        priority_groups: vec![SOURCES.iter().map(|s| (*s).to_owned()).collect()],
+        rules: vec![("bench".into(), "^/bench/([^/]+)/".into())],
+        selection: Selection::Modulo,
+        policy: builtin("workload").unwrap(),
+    };
+    table.add_source_group(service, spec).unwrap();
+    table
+}
+
+fn subject(i: usize) -> String {
+    format!("/bench/u{}/s{i}", i % USERS)
+}
+
+fn record(kind: RecordKind, flags: u16, sender: u64, subject: &str, payload: &[u8], out: &mut Vec<u8>) {
+    SubjectRecord { kind, flags, sender, subject, payload }.emit(out).unwrap();
+}
+
+fn heartbeat(id: u64, role: Role, name: &str) -> Heartbeat {
+    Heartbeat {
+        fingerprint: affinity::subjects::fingerprint(),
+        member_id: id,
+        leaving: false,
+        role,
+        name: name.into(),
+        endpoint: format!("127.0.0.1:{}", 20000 + id),
+        index: 0,
+        count: 0,
+        pid: 1,
+        claims: Vec::new(),
+        figures: Vec::new(),
+    }
+}
+
+/// Packs records into messages of about 16 KiB.
+fn pack(records: impl Iterator<Item = Vec<u8>>) -> Vec<Vec<u8>> {
+    let mut messages = vec![Vec::new()];
+    for r in records {
+        if messages.last().unwrap().len() + r.len() > 16 * 1024 {
+            messages.push(Vec::new());
+        }
+        messages.last_mut().unwrap().extend_from_slice(&r);
+    }
+    messages
+}
+
+fn core_figures() {
+    let now = affinity::time::Instant::ZERO;
+    let mut core = RouterCore::new(1, table(), None, Duration::from_secs(3600));
+    let source_ids: HashMap<&str, u64> = SOURCES.iter().enumerate().map(|(i, s)| (*s, 10 + i as u64)).collect();
+    for (label, id) in &source_ids {
+        core.on_heartbeat(heartbeat(*id, Role::Source, label), now);
+    }
+    let subscribe = |s: usize, subject: &str| {
+        let mut out = Vec::new();
+        let reply = format!("127.0.0.1:{}\nsub{s}", 30000 + s);
+        record(RecordKind::Subscribe, 0, 1000 + s as u64, subject, reply.as_bytes(), &mut out);
+        out
+    };
+    let subs = pack(
+        (0..SUBJECTS)
+            .flat_map(|i| (0..FANOUT).map(move |k| (i, i % 10 + 10 * k)))
+            .map(|(i, s)| subscribe(s, &subject(i))),
+    );
+    for message in &subs {
+        core.on_message(message, now);
+    }
+    core.outbox().drain(|_, _| {});
+    core.drain_log();
+    let payload = [7u8; PAYLOAD];
+    let updates = pack((0..SUBJECTS).map(|i| {
+        let name = subject(i);
+        let server = source_ids[core.serving(&name)[0]];
+        let mut out = Vec::new();
+        record(RecordKind::Data, FLAG_UPDATE, server, &name, &payload, &mut out);
+        out
+    }));
+    let rounds = 30;
+    let mut bytes = 0usize;
+    let start = Instant::now();
+    for _ in 0..rounds {
+        for message in &updates {
+            core.on_message(message, now);
+            core.outbox().drain(|_, b| bytes += b.len());
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let delivered = (rounds * SUBJECTS * FANOUT) as f64;
+    println!(
+        "core relay: {:.0} deliveries/s ({} updates x {FANOUT} subscribers, {rounds} rounds, {:.0} MB/s out)",
+        delivered / elapsed,
+        SUBJECTS,
+        bytes as f64 / elapsed / 1e6
+    );
+    assert_eq!(core.counters().relayed as usize, rounds * SUBJECTS * FANOUT);
+
+    let mut core = RouterCore::new(1, table(), None, Duration::from_secs(3600));
+    for (label, id) in &source_ids {
+        core.on_heartbeat(heartbeat(*id, Role::Source, label), now);
+    }
+    let news = pack((0..NEW_SUBJECTS).map(|i| subscribe(i % SUBSCRIBERS, &format!("/bench/u{}/n{i}", i % 50_000))));
+    let start = Instant::now();
+    for message in &news {
+        core.on_message(message, now);
+        core.outbox().drain(|_, _| {});
+        core.drain_log();
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    assert_eq!(core.subject_count(), NEW_SUBJECTS);
+    println!(
+        "core routing: {:.0} new subscriptions/s ({NEW_SUBJECTS} new subjects, 50,000 users)",
+        NEW_SUBJECTS as f64 / elapsed
+    );
+}
+
+/// Embedded drivers with the default idle strategy, or with its longest park set to
+/// `max_park` (first argument, in microseconds).
+fn client() -> Arc<Client> {
+    let mut context = DriverContext::default();
+    if let Some(max_park) = std::env::args().nth(1).and_then(|a| a.parse::<u64>().ok()) {
+        context.idle_strategy = IdleStrategy::Backoff {
+            spins: 10,
+            yields: 20,
+            min_park: Duration::from_micros(1),
+            max_park: Duration::from_micros(max_park),
+        };
+    }
+    Arc::new(Client::new(context).unwrap())
+}
+
+fn end_to_end() {
+    let timing = Timing::new(Duration::from_millis(100), Duration::from_secs(5)).unwrap();
+    let listen =
+        format!("aeron:udp?endpoint={}", std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
+    let router_client = client();
+    let router = RouterRuntime::start(
+        router_client.clone(),
+        table(),
+        None,
+        &RouterOptions { listen: listen.clone(), control: None, timing },
+    )
+    .unwrap();
+    let options =
+        |name: &str| PeerOptions { router: listen.clone(), name: name.into(), host: "127.0.0.1".into(), timing };
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishing = Arc::new(AtomicBool::new(false));
+    let requests = Arc::new(AtomicUsize::new(0));
+    let published = Arc::new(AtomicU64::new(0));
+    let source_client = client();
+    let mut threads = Vec::new();
+    for label in SOURCES {
+        let source = SubjectSource::new(&source_client, &options(label)).unwrap();
+        let (stop, publishing, requests, published) =
+            (stop.clone(), publishing.clone(), requests.clone(), published.clone());
+        threads.push(std::thread::spawn(move || {
+            let payload = [9u8; PAYLOAD];
+            let mut served: Vec<String> = Vec::new();
+            let mut next = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let mut new = Vec::new();
+                source
+                    .peer()
+                    .poll_with(1024, |r| {
+                        if r.kind == RecordKind::Request {
+                            new.push(r.subject.to_owned());
+                        }
+                    })
+                    .unwrap();
+                if !new.is_empty() {
+                    requests.fetch_add(new.len(), Ordering::Relaxed);
+                    source.publish_batch(new.iter().map(|s| (s.as_str(), &payload[..])), true).unwrap();
+                    served.extend(new.into_iter().filter(|s| s.contains("/s")));
+                }
+                if publishing.load(Ordering::Relaxed) && !served.is_empty() {
+                    let batch = 256.min(served.len());
+                    let records = (0..batch).map(|k| (served[(next + k) % served.len()].as_str(), &payload[..]));
+                    source.publish_batch(records, false).unwrap();
+                    next = (next + batch) % served.len();
+                    published.fetch_add(batch as u64, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_micros(50));
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }));
+    }
+    while router.status().members.iter().any(|(_, up)| !up) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let subscriber_client = client();
+    let subscribers: Vec<SubjectSubscriber> = (0..SUBSCRIBERS)
+        .map(|s| SubjectSubscriber::new(&subscriber_client, &options(&format!("sub{s}"))).unwrap())
+        .collect();
+    let images = Arc::new(AtomicU64::new(0));
+    let updates = Arc::new(AtomicU64::new(0));
+    let subscribers = Arc::new(subscribers);
+    let stop_polling = Arc::new(AtomicBool::new(false));
+    let poller = {
+        let (subscribers, stop, images, updates) =
+            (subscribers.clone(), stop_polling.clone(), images.clone(), updates.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let mut work = 0;
+                for subscriber in subscribers.iter() {
+                    work += subscriber
+                        .peer()
+                        .poll_with(1024, |r| {
+                            if r.flags == FLAG_IMAGE {
+                                images.fetch_add(1, Ordering::Relaxed);
+                            } else if r.flags == FLAG_UPDATE {
+                                updates.fetch_add(1, Ordering::Relaxed);
+                            }
+                        })
+                        .unwrap();
+                }
+                if work == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    // Routing: every subscriber's subscriptions; the first of each subject is a new subject.
+    let start = Instant::now();
+    for (s, subscriber) in subscribers.iter().enumerate() {
+        let names: Vec<String> = (s % 10..SUBJECTS).step_by(10).map(subject).collect();
+        subscriber.subscribe_batch(names.iter().map(String::as_str)).unwrap();
+    }
+    while requests.load(Ordering::Relaxed) < SUBJECTS {
+        assert!(start.elapsed() < DEADLINE, "only {} requests", requests.load(Ordering::Relaxed));
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let routed = start.elapsed().as_secs_f64();
+    println!(
+        "end to end routing: {:.0} new subjects routed/s ({SUBJECTS} subjects, {} subscriptions, first SUBSCRIBE -> last REQUEST in {:.3} s)",
+        SUBJECTS as f64 / routed,
+        SUBJECTS * FANOUT,
+        routed
+    );
+    while images.load(Ordering::Relaxed) < (SUBJECTS * FANOUT) as u64 {
+        assert!(start.elapsed() < DEADLINE, "only {} images", images.load(Ordering::Relaxed));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Relay.
+    let before = router.status();
+    let start = Instant::now();
+    publishing.store(true, Ordering::Relaxed);
+    std::thread::sleep(RUN);
+    publishing.store(false, Ordering::Relaxed);
+    let settle = Instant::now();
+    let mut last = updates.load(Ordering::Relaxed);
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = updates.load(Ordering::Relaxed);
+        if now == last || settle.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        last = now;
+    }
+    let elapsed = start.elapsed().as_secs_f64() - 0.2;
+    let delivered = updates.load(Ordering::Relaxed);
+    let sent = published.load(Ordering::Relaxed);
+    let after = router.status();
+    println!(
+        "end to end relay: {:.0} deliveries/s ({} updates published, {} delivered of {} expected, {:.1} s; router dropped {} records, relayed {})",
+        delivered as f64 / elapsed,
+        sent,
+        delivered,
+        sent * FANOUT as u64,
+        elapsed,
+        after.runtime.dropped_records - before.runtime.dropped_records,
+        after.counters.relayed - before.counters.relayed,
+    );
+    // Latency: one subscriber, new subjects one at a time.
+    stop_polling.store(true, Ordering::Relaxed);
+    poller.join().unwrap();
+    let probe = SubjectSubscriber::new(&subscriber_client, &options("probe")).unwrap();
+    let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
+    let got = Mutex::new(false);
+    for i in 0..LATENCY_SAMPLES + 50 {
+        let name = format!("/bench/lat{}/l{i}", i % 7);
+        let start = Instant::now();
+        probe.subscribe(&name).unwrap();
+        *got.lock().unwrap() = false;
+        while !*got.lock().unwrap() {
+            assert!(start.elapsed() < Duration::from_secs(5), "no image for {name}");
+            probe
+                .peer()
+                .poll_with(64, |r| {
+                    if r.flags == FLAG_IMAGE && r.subject == name {
+                        *got.lock().unwrap() = true;
+                    }
+                })
+                .unwrap();
+        }
+        if i >= 50 {
+            samples.push(start.elapsed());
+        }
+        probe.unsubscribe(&name).unwrap();
+    }
+    samples.sort();
+    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)].as_secs_f64() * 1e6;
+    println!(
+        "end to end latency SUBSCRIBE -> first image: p50 {:.0} us, p99 {:.0} us ({LATENCY_SAMPLES} new subjects)",
+        p(0.5),
+        p(0.99)
+    );
+    stop.store(true, Ordering::Relaxed);
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    router.close();
+}
+
+fn main() {
+    core_figures();
+    end_to_end();
+}

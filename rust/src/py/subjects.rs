@@ -1,0 +1,339 @@
+//! Bindings for the subject router: `SubjectRouterCore`, `SubjectSubscriberCore`,
+//! `SubjectSourceCore`, `RouterStatusInfo` and the record flags.
+//!
+//! Conversion, GIL release and error mapping only: every decision is made in
+//! `crate::subjects`. The Python wrappers are `affinity.subjects` and `affinity.cli.router`.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use super::errors::{config_error, subjects_error};
+use super::routing::PyRoutingTable;
+use super::transport::Client;
+use crate::groups::Timing;
+use crate::routing::{NoDataStatus, Reason};
+use crate::subjects::codec::{FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_STATUS, FLAG_UPDATE};
+use crate::subjects::faucet::connection_name;
+use crate::subjects::runtime::{
+    PeerOptions, RouterOptions, RouterRuntime, SubjectPeer, SubjectSource, SubjectSubscriber,
+};
+use crate::subjects::{Announcements, Faucet, FaucetConfig, LogEntry, RecordKind};
+
+pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<SubjectRouterCore>()?;
+    module.add_class::<SubjectSubscriberCore>()?;
+    module.add_class::<SubjectSourceCore>()?;
+    module.add_class::<RouterStatusInfo>()?;
+    module.add("SUBJECT_FLAG_IMAGE", FLAG_IMAGE)?;
+    module.add("SUBJECT_FLAG_UPDATE", FLAG_UPDATE)?;
+    module.add("SUBJECT_FLAG_NODATA_UNAVAILABLE", FLAG_NODATA_UNAVAILABLE)?;
+    module.add("SUBJECT_FLAG_NODATA_NOTFOUND", FLAG_NODATA_NOTFOUND)?;
+    module.add("SUBJECT_FLAG_STATUS", FLAG_STATUS)?;
+    module.add("SUBJECT_KIND_REQUEST", RecordKind::Request as u8)?;
+    module.add("SUBJECT_KIND_DISCARD", RecordKind::Discard as u8)?;
+    module.add("SUBJECT_KIND_DATA", RecordKind::Data as u8)?;
+    Ok(())
+}
+
+fn timing(heartbeat_interval_ms: u64, liveness_timeout_ms: u64) -> PyResult<Timing> {
+    Timing::new(Duration::from_millis(heartbeat_interval_ms), Duration::from_millis(liveness_timeout_ms))
+        .map_err(|e| config_error(e.to_string()))
+}
+
+/// A running router (wrapped by `affinity.cli.router` and `affinity.subjects.RouterHandle`).
+#[pyclass(module = "affinity._affinity", frozen)]
+pub struct SubjectRouterCore {
+    inner: RouterRuntime,
+}
+
+/// A router's counters and members.
+#[pyclass(module = "affinity._affinity", frozen, get_all)]
+pub struct RouterStatusInfo {
+    malformed: u64,
+    refused: u64,
+    stale_data: u64,
+    unknown_unsubscribes: u64,
+    no_service: u64,
+    foreign: u64,
+    log_dropped: u64,
+    relayed: u64,
+    routed: u64,
+    control_malformed: u64,
+    unroutable: u64,
+    dropped_records: u64,
+    messages_sent: u64,
+    subjects: usize,
+    affinities: usize,
+    members: Vec<(String, bool)>,
+}
+
+#[pymethods]
+impl SubjectRouterCore {
+    /// Starts a router: takes the routing tables out of `table` (left empty), optional faucet
+    /// `(control_topic, subscription_topic, announcements, coverage_option)`.
+    #[new]
+    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        client: &Client,
+        table: &Bound<'_, PyRoutingTable>,
+        listen: String,
+        faucet: Option<(String, String, String, Option<String>)>,
+        control: Option<String>,
+        liveness_timeout_ms: u64,
+        heartbeat_interval_ms: u64,
+    ) -> PyResult<Self> {
+        let timing = timing(heartbeat_interval_ms, liveness_timeout_ms)?;
+        let faucet = match faucet {
+            Some((control_topic, subscription_topic, announcements, coverage_option)) => {
+                let announcements = Announcements::parse(&announcements)
+                    .ok_or_else(|| config_error(format!("announcements {announcements:?}: must be default or all")))?;
+                let config = FaucetConfig { control_topic, subscription_topic, announcements, coverage_option };
+                Some(Faucet::new(config).map_err(|e| config_error(e.to_string()))?)
+            }
+            None => None,
+        };
+        let table = std::mem::take(&mut table.borrow_mut().inner);
+        let client = client.shared();
+        let options = RouterOptions { listen, control, timing };
+        let inner = py.detach(|| RouterRuntime::start(client, table, faucet, &options)).map_err(subjects_error)?;
+        Ok(SubjectRouterCore { inner })
+    }
+
+    /// The router's member id.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.inner.id()
+    }
+
+    /// Takes the log entries made since the last call, as dicts (`kind` first).
+    fn drain_log<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let labels = self.inner.labels();
+        let label = |m: crate::routing::MemberId| labels.get(m.index()).map(String::as_str);
+        let list = PyList::empty(py);
+        for entry in self.inner.drain_log() {
+            let dict = PyDict::new(py);
+            match &entry {
+                LogEntry::Routing(event) => {
+                    dict.set_item("sequence", event.sequence)?;
+                    dict.set_item("kind", event.kind.name())?;
+                    dict.set_item("subject", event.subject.as_deref())?;
+                    dict.set_item("composite", event.composite.as_deref())?;
+                    dict.set_item("member", event.member.and_then(label))?;
+                    dict.set_item("peer_index", event.member.map(|m| m.peer_index()))?;
+                    dict.set_item("previous", event.previous.and_then(label))?;
+                    dict.set_item("previous_peer_index", event.previous.map(|m| m.peer_index()))?;
+                    dict.set_item("reason", event.reason.map(Reason::name))?;
+                    dict.set_item("move_reason", event.move_reason.map(|r| r.name()))?;
+                    dict.set_item("message", event.message.as_deref())?;
+                }
+                LogEntry::Faucet(event) => {
+                    dict.set_item("kind", "faucet")?;
+                    dict.set_item("action", event.action.name())?;
+                    dict.set_item("topic", &*event.topic)?;
+                    dict.set_item("client_name", event.publisher.as_ref().map(|p| &*p.name))?;
+                    dict.set_item("connection_name", event.publisher.as_ref().map(|p| connection_name(p.id)))?;
+                    dict.set_item("subscriber_client_name", event.subscriber.as_ref().map(|p| &*p.name))?;
+                    dict.set_item(
+                        "subscriber_connection_name",
+                        event.subscriber.as_ref().map(|p| connection_name(p.id)),
+                    )?;
+                    dict.set_item("json", event.to_json())?;
+                }
+                LogEntry::SourceUp(name, id) | LogEntry::SourceDown(name, id) => {
+                    let up = matches!(entry, LogEntry::SourceUp(..));
+                    dict.set_item("kind", if up { "source-up" } else { "source-down" })?;
+                    dict.set_item("label", &**name)?;
+                    dict.set_item("connection_name", connection_name(*id))?;
+                }
+            }
+            list.append(dict)?;
+        }
+        Ok(list)
+    }
+
+    /// The latest counters and member states.
+    fn status(&self) -> RouterStatusInfo {
+        let status = self.inner.status();
+        let (c, r) = (status.counters, status.runtime);
+        RouterStatusInfo {
+            malformed: c.malformed,
+            refused: c.refused,
+            stale_data: c.stale_data,
+            unknown_unsubscribes: c.unknown_unsubscribes,
+            no_service: c.no_service,
+            foreign: c.foreign,
+            log_dropped: c.log_dropped,
+            relayed: c.relayed,
+            routed: c.routed,
+            control_malformed: r.control_malformed,
+            unroutable: r.unroutable,
+            dropped_records: r.dropped_records,
+            messages_sent: r.messages_sent,
+            subjects: status.subjects,
+            affinities: status.affinities,
+            members: status.members,
+        }
+    }
+
+    /// Stops the router thread.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close());
+    }
+}
+
+fn peer_options(
+    router: String,
+    name: String,
+    host: String,
+    heartbeat_interval_ms: u64,
+    liveness_timeout_ms: u64,
+) -> PyResult<PeerOptions> {
+    Ok(PeerOptions { router, name, host, timing: timing(heartbeat_interval_ms, liveness_timeout_ms)? })
+}
+
+fn poll<'py>(py: Python<'py>, peer: &SubjectPeer, limit: usize) -> PyResult<Bound<'py, PyList>> {
+    let deliveries = py.detach(|| peer.poll(limit)).map_err(subjects_error)?;
+    let list = PyList::empty(py);
+    for d in deliveries {
+        list.append((d.kind as u8, d.flags, d.subject, PyBytes::new(py, &d.payload)))?;
+    }
+    Ok(list)
+}
+
+/// A subscriber (wrapped by `affinity.subjects.Subscriber`).
+#[pyclass(module = "affinity._affinity", frozen)]
+pub struct SubjectSubscriberCore {
+    inner: SubjectSubscriber,
+}
+
+#[pymethods]
+impl SubjectSubscriberCore {
+    /// Opens an inbox and starts heartbeating to `router`.
+    #[new]
+    #[pyo3(signature = (client, router, *, name, host="127.0.0.1".to_owned(), heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
+    fn new(
+        py: Python<'_>,
+        client: &Client,
+        router: String,
+        name: String,
+        host: String,
+        heartbeat_interval_ms: u64,
+        liveness_timeout_ms: u64,
+    ) -> PyResult<Self> {
+        let options = peer_options(router, name, host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let client = client.shared();
+        let inner = py.detach(|| SubjectSubscriber::new(&client, &options)).map_err(subjects_error)?;
+        Ok(SubjectSubscriberCore { inner })
+    }
+
+    /// The connection id.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.inner.peer().id()
+    }
+
+    /// Sends SUBSCRIBE.
+    fn subscribe(&self, subject: &str) -> PyResult<()> {
+        self.inner.subscribe(subject).map_err(subjects_error)
+    }
+
+    /// Sends UNSUBSCRIBE.
+    fn unsubscribe(&self, subject: &str) -> PyResult<()> {
+        self.inner.unsubscribe(subject).map_err(subjects_error)
+    }
+
+    /// `[(kind, flags, subject, payload)]` received.
+    fn poll<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
+        poll(py, self.inner.peer(), limit)
+    }
+
+    /// `(malformed, received, dropped_records)`.
+    fn counters(&self) -> (u64, u64, u64) {
+        let c = self.inner.peer().counters();
+        (c.malformed, c.received, c.dropped_records)
+    }
+
+    /// Says "leaving" and stops the heartbeat thread.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.peer().close());
+    }
+}
+
+/// A source (wrapped by `affinity.subjects.Source`).
+#[pyclass(module = "affinity._affinity", frozen)]
+pub struct SubjectSourceCore {
+    inner: SubjectSource,
+}
+
+#[pymethods]
+impl SubjectSourceCore {
+    /// Opens an inbox and starts heartbeating to `router` with `label`.
+    #[new]
+    #[pyo3(signature = (client, router, *, label, host="127.0.0.1".to_owned(), heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
+    fn new(
+        py: Python<'_>,
+        client: &Client,
+        router: String,
+        label: String,
+        host: String,
+        heartbeat_interval_ms: u64,
+        liveness_timeout_ms: u64,
+    ) -> PyResult<Self> {
+        let options = peer_options(router, label, host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let client = client.shared();
+        let inner = py.detach(|| SubjectSource::new(&client, &options)).map_err(subjects_error)?;
+        Ok(SubjectSourceCore { inner })
+    }
+
+    /// The connection id.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.inner.peer().id()
+    }
+
+    /// Sends ENLIST (one enlistment; `coverage` optional).
+    #[pyo3(signature = (control_topic, coverage=None))]
+    fn enlist(&self, control_topic: &str, coverage: Option<&str>) -> PyResult<()> {
+        self.inner.enlist(control_topic, coverage).map_err(subjects_error)
+    }
+
+    /// Sends DELIST.
+    fn delist(&self, control_topic: &str) -> PyResult<()> {
+        self.inner.delist(control_topic).map_err(subjects_error)
+    }
+
+    /// Publishes an image or an update.
+    #[pyo3(signature = (subject, payload, image=false))]
+    fn publish(&self, subject: &str, payload: &[u8], image: bool) -> PyResult<()> {
+        self.inner.publish(subject, payload, image).map_err(subjects_error)
+    }
+
+    /// Answers NODATA (`unavailable` or `notfound`).
+    fn nodata(&self, subject: &str, status: &str) -> PyResult<()> {
+        let status = match NoDataStatus::parse(status) {
+            Some(status @ (NoDataStatus::Unavailable | NoDataStatus::NotFound)) => status,
+            _ => return Err(config_error(format!("nodata status {status:?}: unavailable or notfound"))),
+        };
+        self.inner.nodata(subject, status).map_err(subjects_error)
+    }
+
+    /// `[(kind, flags, subject, payload)]` received (REQUEST 3, DISCARD 4, DATA 5).
+    fn poll<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
+        poll(py, self.inner.peer(), limit)
+    }
+
+    /// `(malformed, received, dropped_records)`.
+    fn counters(&self) -> (u64, u64, u64) {
+        let c = self.inner.peer().counters();
+        (c.malformed, c.received, c.dropped_records)
+    }
+
+    /// Says "leaving" and stops the heartbeat thread.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.peer().close());
+    }
+}

@@ -1,0 +1,457 @@
+//! The subject message: one record of the subject protocol, several packed per transport
+//! message. Untrusted bytes in, typed [`SubjectRecord`]s or a [`SubjectError`] out.
+//!
+//! Layout (little-endian), `docs/subjects.md`:
+//!
+//! ```text
+//!  0 version u8 (1) | 1 kind u8 | 2 flags u16 | 4 subject_length u16 | 6 reserved u16 (0)
+//!  8 payload_length u32 | 12 reserved u32 (0) | 16 sender u64 | 24 subject | payload
+//! ```
+//!
+//! A transport message holds one or more records back to back; [`Records`] walks them and
+//! stops at the first malformed one (the rest of that message is dropped, counted once).
+
+use std::fmt;
+
+use crate::control::limits::{MAX_PAYLOAD_LENGTH, MAX_SUBJECT_LENGTH};
+
+/// Version byte of every record.
+pub const SUBJECT_VERSION: u8 = 1;
+/// Bytes before the subject.
+pub const RECORD_HEADER_LENGTH: usize = 24;
+
+/// DATA flag: the payload is a full image (initial state) of the subject.
+pub const FLAG_IMAGE: u16 = 0x0001;
+/// DATA flag: the payload is an update.
+pub const FLAG_UPDATE: u16 = 0x0002;
+/// DATA flag: NODATA with the Unavailable flag.
+pub const FLAG_NODATA_UNAVAILABLE: u16 = 0x0004;
+/// DATA flag: NODATA with the NotFound flag.
+pub const FLAG_NODATA_NOTFOUND: u16 = 0x0008;
+/// DATA flag: a status message from the router (the payload is UTF-8 text), e.g. after a move.
+pub const FLAG_STATUS: u16 = 0x0010;
+/// Every DATA flag defined.
+pub const DATA_FLAGS: u16 = FLAG_IMAGE | FLAG_UPDATE | FLAG_NODATA_UNAVAILABLE | FLAG_NODATA_NOTFOUND | FLAG_STATUS;
+/// ENLIST flag: the payload is a coverage pattern (without it, the enlistment names none).
+pub const FLAG_COVERAGE: u16 = 0x0001;
+
+/// The subject of an ENLIST or DELIST meaning "this router's faucet control topic, whatever its
+/// name".
+pub const ANY_CONTROL_TOPIC: &str = "*";
+
+/// What a record asks or carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    /// Subscriber → router: subscribe to `subject`; payload `endpoint\nname` (the reply inbox).
+    Subscribe = 1,
+    /// Subscriber → router: drop one subscription to `subject`.
+    Unsubscribe = 2,
+    /// Router → source: serve `subject` (send an image, then updates).
+    Request = 3,
+    /// Router → source: stop serving `subject`.
+    Discard = 4,
+    /// Source → router → subscribers: data for `subject` (flags say which).
+    Data = 5,
+    /// Source → router: enlist as a faucet publisher on control topic `subject`.
+    Enlist = 6,
+    /// Source → router: leave the faucet control topic `subject`.
+    Delist = 7,
+}
+
+impl RecordKind {
+    /// The kind with wire code `code`.
+    pub fn from_code(code: u8) -> Option<RecordKind> {
+        Some(match code {
+            1 => RecordKind::Subscribe,
+            2 => RecordKind::Unsubscribe,
+            3 => RecordKind::Request,
+            4 => RecordKind::Discard,
+            5 => RecordKind::Data,
+            6 => RecordKind::Enlist,
+            7 => RecordKind::Delist,
+            _ => return None,
+        })
+    }
+
+    /// Upper-case name, as in `docs/subjects.md`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordKind::Subscribe => "SUBSCRIBE",
+            RecordKind::Unsubscribe => "UNSUBSCRIBE",
+            RecordKind::Request => "REQUEST",
+            RecordKind::Discard => "DISCARD",
+            RecordKind::Data => "DATA",
+            RecordKind::Enlist => "ENLIST",
+            RecordKind::Delist => "DELIST",
+        }
+    }
+
+    fn allowed_flags(self) -> u16 {
+        match self {
+            RecordKind::Data => DATA_FLAGS,
+            RecordKind::Enlist => FLAG_COVERAGE,
+            _ => 0,
+        }
+    }
+}
+
+/// Why bytes are not a subject record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SubjectError {
+    /// Fewer bytes than the header or the declared lengths need.
+    Truncated {
+        /// Byte offset of the record in its message.
+        offset: usize,
+        /// Bytes needed from that offset.
+        needed: usize,
+        /// Bytes available from that offset.
+        actual: usize,
+    },
+    /// The version byte is not [`SUBJECT_VERSION`].
+    UnsupportedVersion(u8),
+    /// The kind byte is unknown.
+    UnknownKind(u8),
+    /// Flags this kind does not define.
+    UnknownFlags {
+        /// The record's kind.
+        kind: RecordKind,
+        /// The flags that are not allowed.
+        flags: u16,
+    },
+    /// A reserved field is not zero.
+    Reserved {
+        /// Byte offset of the field in the record.
+        at: usize,
+    },
+    /// The subject is empty or longer than [`MAX_SUBJECT_LENGTH`].
+    SubjectLength(usize),
+    /// The payload is longer than [`MAX_PAYLOAD_LENGTH`].
+    PayloadLength(u64),
+    /// The subject is not UTF-8.
+    SubjectNotUtf8,
+    /// A SUBSCRIBE payload is not `endpoint\nname` in UTF-8.
+    BadSubscribePayload,
+}
+
+impl fmt::Display for SubjectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SubjectError::Truncated { offset, needed, actual } => {
+                write!(f, "truncated subject record at byte {offset}: need {needed} bytes, got {actual}")
+            }
+            SubjectError::UnsupportedVersion(v) => write!(f, "unsupported subject record version {v}"),
+            SubjectError::UnknownKind(k) => write!(f, "unknown subject record kind {k}"),
+            SubjectError::UnknownFlags { kind, flags } => {
+                write!(f, "{} record: undefined flags {flags:#06x}", kind.name())
+            }
+            SubjectError::Reserved { at } => write!(f, "subject record: reserved field at byte {at} is not zero"),
+            SubjectError::SubjectLength(n) => {
+                write!(f, "subject record: subject length {n} is not within 1..={MAX_SUBJECT_LENGTH}")
+            }
+            SubjectError::PayloadLength(n) => {
+                write!(f, "subject record: payload length {n} exceeds the limit of {MAX_PAYLOAD_LENGTH}")
+            }
+            SubjectError::SubjectNotUtf8 => f.write_str("subject record: subject is not UTF-8"),
+            SubjectError::BadSubscribePayload => {
+                f.write_str("SUBSCRIBE record: payload is not `endpoint\\nname` in UTF-8")
+            }
+        }
+    }
+}
+
+impl std::error::Error for SubjectError {}
+
+/// One decoded record, borrowing the message bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SubjectRecord<'a> {
+    /// What it is.
+    pub kind: RecordKind,
+    /// Kind-specific flags (checked against the kind).
+    pub flags: u16,
+    /// The sender's member id.
+    pub sender: u64,
+    /// The subject (1..=[`MAX_SUBJECT_LENGTH`] bytes of UTF-8).
+    pub subject: &'a str,
+    /// The payload (≤ [`MAX_PAYLOAD_LENGTH`] bytes).
+    pub payload: &'a [u8],
+}
+
+impl<'a> SubjectRecord<'a> {
+    /// The encoded length of this record.
+    pub fn encoded_length(&self) -> usize {
+        RECORD_HEADER_LENGTH + self.subject.len() + self.payload.len()
+    }
+
+    /// Appends the record to `out`; refuses a subject, payload or flags the decoder would refuse.
+    pub fn emit(&self, out: &mut Vec<u8>) -> Result<(), SubjectError> {
+        check_subject_length(self.subject.len())?;
+        if self.payload.len() > MAX_PAYLOAD_LENGTH {
+            return Err(SubjectError::PayloadLength(self.payload.len() as u64));
+        }
+        let undefined = self.flags & !self.kind.allowed_flags();
+        if undefined != 0 {
+            return Err(SubjectError::UnknownFlags { kind: self.kind, flags: undefined });
+        }
+        emit_unchecked(out, self.kind, self.flags, self.sender, self.subject, self.payload);
+        Ok(())
+    }
+
+    /// Decodes the record at the start of `bytes`; returns it and its encoded length.
+    pub fn parse(bytes: &'a [u8]) -> Result<(SubjectRecord<'a>, usize), SubjectError> {
+        parse_at(bytes, 0)
+    }
+
+    /// The `(endpoint, name)` of a SUBSCRIBE payload.
+    pub fn subscribe_reply(&self) -> Result<(&'a str, &'a str), SubjectError> {
+        let text = std::str::from_utf8(self.payload).map_err(|_| SubjectError::BadSubscribePayload)?;
+        let (endpoint, name) = text.split_once('\n').ok_or(SubjectError::BadSubscribePayload)?;
+        if endpoint.is_empty() || endpoint.len() > crate::control::limits::MAX_ENDPOINT_LENGTH {
+            return Err(SubjectError::BadSubscribePayload);
+        }
+        if name.len() > crate::control::limits::MAX_NAME_LENGTH {
+            return Err(SubjectError::BadSubscribePayload);
+        }
+        Ok((endpoint, name))
+    }
+}
+
+fn check_subject_length(length: usize) -> Result<(), SubjectError> {
+    if length == 0 || length > MAX_SUBJECT_LENGTH {
+        return Err(SubjectError::SubjectLength(length));
+    }
+    Ok(())
+}
+
+/// Appends a record whose subject and payload lengths the caller already checked (the relay's
+/// hot path: it re-emits records it decoded, which are within the limits by construction).
+pub(crate) fn emit_unchecked(
+    out: &mut Vec<u8>,
+    kind: RecordKind,
+    flags: u16,
+    sender: u64,
+    subject: &str,
+    payload: &[u8],
+) {
+    out.reserve(RECORD_HEADER_LENGTH + subject.len() + payload.len());
+    out.push(SUBJECT_VERSION);
+    out.push(kind as u8);
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&(subject.len() as u16).to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&sender.to_le_bytes());
+    out.extend_from_slice(subject.as_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// The length of the record starting at `offset` of bytes this process encoded, read from its
+/// header; `None` if the header is not there.
+pub fn record_length_at(bytes: &[u8], offset: usize) -> Option<usize> {
+    let header = bytes.get(offset..offset.checked_add(RECORD_HEADER_LENGTH)?)?;
+    let subject = usize::from(u16::from_le_bytes(le(header, 4)));
+    let payload = u32::from_le_bytes(le(header, 8)) as usize;
+    Some(RECORD_HEADER_LENGTH + subject + payload)
+}
+
+fn le<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    if let Some(source) = bytes.get(at..at.saturating_add(N)) {
+        out.copy_from_slice(source);
+    }
+    out
+}
+
+fn parse_at(message: &[u8], offset: usize) -> Result<(SubjectRecord<'_>, usize), SubjectError> {
+    let bytes = message.get(offset..).unwrap_or(&[]);
+    if bytes.len() < RECORD_HEADER_LENGTH {
+        return Err(SubjectError::Truncated { offset, needed: RECORD_HEADER_LENGTH, actual: bytes.len() });
+    }
+    let version = bytes.first().copied().unwrap_or(0);
+    if version != SUBJECT_VERSION {
+        return Err(SubjectError::UnsupportedVersion(version));
+    }
+    let code = bytes.get(1).copied().unwrap_or(0);
+    let kind = RecordKind::from_code(code).ok_or(SubjectError::UnknownKind(code))?;
+    let flags = u16::from_le_bytes(le(bytes, 2));
+    let undefined = flags & !kind.allowed_flags();
+    if undefined != 0 {
+        return Err(SubjectError::UnknownFlags { kind, flags: undefined });
+    }
+    let subject_length = usize::from(u16::from_le_bytes(le(bytes, 4)));
+    if u16::from_le_bytes(le(bytes, 6)) != 0 {
+        return Err(SubjectError::Reserved { at: 6 });
+    }
+    let payload_length = u32::from_le_bytes(le(bytes, 8));
+    if u32::from_le_bytes(le(bytes, 12)) != 0 {
+        return Err(SubjectError::Reserved { at: 12 });
+    }
+    let sender = u64::from_le_bytes(le(bytes, 16));
+    check_subject_length(subject_length)?;
+    if payload_length as usize > MAX_PAYLOAD_LENGTH {
+        return Err(SubjectError::PayloadLength(u64::from(payload_length)));
+    }
+    let subject_end = RECORD_HEADER_LENGTH + subject_length;
+    let end = subject_end + payload_length as usize;
+    let (Some(subject), Some(payload)) = (bytes.get(RECORD_HEADER_LENGTH..subject_end), bytes.get(subject_end..end))
+    else {
+        return Err(SubjectError::Truncated { offset, needed: end, actual: bytes.len() });
+    };
+    let subject = std::str::from_utf8(subject).map_err(|_| SubjectError::SubjectNotUtf8)?;
+    Ok((SubjectRecord { kind, flags, sender, subject, payload }, end))
+}
+
+/// The records of one transport message, in order; yields one error and stops at the first
+/// malformed record.
+pub struct Records<'a> {
+    message: &'a [u8],
+    offset: usize,
+    failed: bool,
+}
+
+impl<'a> Records<'a> {
+    /// Walks `message`.
+    pub fn new(message: &'a [u8]) -> Self {
+        Records { message, offset: 0, failed: false }
+    }
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<SubjectRecord<'a>, SubjectError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.offset >= self.message.len() {
+            return None;
+        }
+        match parse_at(self.message, self.offset) {
+            Ok((record, length)) => {
+                self.offset += length;
+                Some(Ok(record))
+            }
+            Err(error) => {
+                self.failed = true;
+                Some(Err(error))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn data<'a>(subject: &'a str, payload: &'a [u8]) -> SubjectRecord<'a> {
+        SubjectRecord { kind: RecordKind::Data, flags: FLAG_IMAGE, sender: 7, subject, payload }
+    }
+
+    #[test]
+    fn a_record_round_trips_with_its_documented_layout() {
+        let record = data("/PRIVATE/alice-0/FXTRADE", b"price=1");
+        let mut out = Vec::new();
+        record.emit(&mut out).unwrap();
+        assert_eq!(out.len(), 24 + 24 + 7);
+        assert_eq!(out.len(), record.encoded_length());
+        assert_eq!(&out[..2], &[1, 5]);
+        assert_eq!(u16::from_le_bytes([out[4], out[5]]), 24);
+        assert_eq!(u64::from_le_bytes(out[16..24].try_into().unwrap()), 7);
+        assert_eq!(SubjectRecord::parse(&out).unwrap(), (record, out.len()));
+    }
+
+    #[test]
+    fn several_records_pack_into_one_message_and_walk_in_order() {
+        let mut out = Vec::new();
+        data("/a", b"1").emit(&mut out).unwrap();
+        data("/b", b"22").emit(&mut out).unwrap();
+        let subjects: Vec<_> = Records::new(&out).map(|r| r.unwrap().subject).collect();
+        assert_eq!(subjects, ["/a", "/b"]);
+    }
+
+    #[test]
+    fn a_malformed_record_stops_the_walk_with_one_error() {
+        let mut out = Vec::new();
+        data("/a", b"1").emit(&mut out).unwrap();
+        out.extend_from_slice(&[9; 30]);
+        let results: Vec<_> = Records::new(&out).collect();
+        assert_eq!(results.len(), 2);
+        assert_eq!(results[1], Err(SubjectError::UnsupportedVersion(9)));
+    }
+
+    #[test]
+    fn each_defect_has_its_own_error() {
+        let mut good = Vec::new();
+        data("/a", b"xy").emit(&mut good).unwrap();
+        let mutate = |at: usize, value: u8| {
+            let mut bytes = good.clone();
+            bytes[at] = value;
+            SubjectRecord::parse(&bytes).map(|_| ()).unwrap_err()
+        };
+        assert_eq!(mutate(0, 2), SubjectError::UnsupportedVersion(2));
+        assert_eq!(mutate(1, 99), SubjectError::UnknownKind(99));
+        assert_eq!(mutate(3, 0x80), SubjectError::UnknownFlags { kind: RecordKind::Data, flags: 0x8001 & !DATA_FLAGS });
+        assert_eq!(mutate(6, 1), SubjectError::Reserved { at: 6 });
+        assert_eq!(mutate(12, 1), SubjectError::Reserved { at: 12 });
+        assert_eq!(mutate(4, 0), SubjectError::SubjectLength(0));
+        assert!(matches!(mutate(8, 200), SubjectError::Truncated { offset: 0, .. }));
+        assert_eq!(mutate(24, 0xFF), SubjectError::SubjectNotUtf8);
+        let mut huge = good.clone();
+        huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(SubjectRecord::parse(&huge).unwrap_err(), SubjectError::PayloadLength(u64::from(u32::MAX)));
+        assert!(matches!(SubjectRecord::parse(&good[..10]), Err(SubjectError::Truncated { needed: 24, .. })));
+    }
+
+    #[test]
+    fn the_encoder_refuses_what_the_decoder_would_refuse() {
+        let long = "x".repeat(MAX_SUBJECT_LENGTH + 1);
+        assert_eq!(data(&long, b"").emit(&mut Vec::new()), Err(SubjectError::SubjectLength(long.len())));
+        assert_eq!(data("", b"").emit(&mut Vec::new()), Err(SubjectError::SubjectLength(0)));
+        let flags =
+            SubjectRecord { kind: RecordKind::Request, flags: FLAG_IMAGE, sender: 1, subject: "/a", payload: b"" };
+        assert!(matches!(flags.emit(&mut Vec::new()), Err(SubjectError::UnknownFlags { .. })));
+    }
+
+    #[test]
+    fn a_subscribe_payload_names_the_reply_inbox_and_the_client() {
+        let record = SubjectRecord {
+            kind: RecordKind::Subscribe,
+            flags: 0,
+            sender: 1,
+            subject: "/a",
+            payload: b"127.0.0.1:4000\nalice",
+        };
+        assert_eq!(record.subscribe_reply(), Ok(("127.0.0.1:4000", "alice")));
+        let bad = SubjectRecord { payload: b"no-newline", ..record };
+        assert_eq!(bad.subscribe_reply(), Err(SubjectError::BadSubscribePayload));
+        let empty = SubjectRecord { payload: b"\nname", ..record };
+        assert_eq!(empty.subscribe_reply(), Err(SubjectError::BadSubscribePayload));
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_the_decoder(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            for record in Records::new(&bytes) {
+                let _ = record.map(|r| r.subscribe_reply());
+            }
+        }
+
+        #[test]
+        fn mutated_records_never_panic_and_valid_ones_round_trip(
+            subject in "/[a-zA-Z0-9/é]{1,40}",
+            payload in proptest::collection::vec(any::<u8>(), 0..64),
+            flips in proptest::collection::vec((0usize..128, any::<u8>()), 0..4),
+        ) {
+            let record = data(&subject, &payload);
+            let mut bytes = Vec::new();
+            record.emit(&mut bytes).unwrap();
+            prop_assert_eq!(SubjectRecord::parse(&bytes).unwrap(), (record, bytes.len()));
+            for (at, value) in flips {
+                let len = bytes.len();
+                bytes[at % len] = value;
+            }
+            for record in Records::new(&bytes) {
+                let _ = record;
+            }
+        }
+    }
+}

@@ -1,0 +1,689 @@
+//! The router state machine, sans-IO: subscribe / unsubscribe requests in, a routing-table
+//! decision, REQUEST / DISCARD to peers, every update relayed to every subscriber of its
+//! subject; peer failure (control-plane liveness) moves subjects by the tables' rules and
+//! re-requests them, subscribers get a STATUS then fresh data; NODATA under source affinity is
+//! authoritative. Faucet topics go to the [`Faucet`] instead of the tables.
+//!
+//! Inputs: [`RouterCore::on_message`] (records from the listen channel), [`RouterCore::on_heartbeat`]
+//! (control plane), [`RouterCore::tick`] (time). Outputs: records queued per destination in the
+//! [`Outbox`], and [`LogEntry`]s for the log. No socket, thread or clock here.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::codec::{
+    emit_unchecked, RecordKind, Records, SubjectRecord, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_IMAGE,
+    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_STATUS, FLAG_UPDATE,
+};
+use super::faucet::{Faucet, FaucetEvent, Party};
+use crate::control::{Heartbeat, HeartbeatOutcome, MemberView, Role};
+use crate::routing::{Event, EventKind, FastMap, MemberId, NoDataStatus, Reason, RoutingTable};
+use crate::time::Instant;
+
+/// Most log entries kept for the application to drain; older ones are dropped (counted).
+pub const MAX_PENDING_LOG: usize = 65_536;
+/// Members silent for this many liveness timeouts are forgotten by the view.
+pub const FORGET_AFTER_TIMEOUTS: u32 = 5;
+/// Most subscribers one router tracks (more SUBSCRIBEs from new ids are counted and ignored).
+pub const MAX_SUBSCRIBERS: usize = 65_536;
+
+/// Records queued per destination member id, packed back to back; the runtime sends each
+/// buffer as one or more transport messages.
+#[derive(Default)]
+pub struct Outbox {
+    buffers: FastMap<u64, Vec<u8>>,
+    dirty: Vec<u64>,
+}
+
+impl Outbox {
+    #[inline]
+    fn buffer(&mut self, to: u64) -> &mut Vec<u8> {
+        let buffer = self.buffers.entry(to).or_default();
+        if buffer.is_empty() {
+            self.dirty.push(to);
+        }
+        buffer
+    }
+
+    fn push(&mut self, to: u64, kind: RecordKind, flags: u16, sender: u64, subject: &str, payload: &[u8]) {
+        emit_unchecked(self.buffer(to), kind, flags, sender, subject, payload);
+    }
+
+    /// The destinations with queued records.
+    pub fn destinations(&self) -> impl Iterator<Item = u64> + '_ {
+        self.dirty.iter().copied()
+    }
+
+    /// Whether anything is queued.
+    pub fn is_empty(&self) -> bool {
+        self.dirty.is_empty()
+    }
+
+    /// Hands every non-empty buffer to `send(destination, bytes)` and empties it (the
+    /// allocation is kept for the next round).
+    pub fn drain(&mut self, mut send: impl FnMut(u64, &[u8])) {
+        for to in std::mem::take(&mut self.dirty) {
+            if let Some(buffer) = self.buffers.get_mut(&to) {
+                send(to, buffer);
+                buffer.clear();
+            }
+        }
+    }
+
+    /// Forgets a destination's buffer.
+    fn remove(&mut self, to: u64) {
+        self.buffers.remove(&to);
+        self.dirty.retain(|&d| d != to);
+    }
+}
+
+/// Something to log, in order.
+#[derive(Clone, Debug)]
+pub enum LogEntry {
+    /// A routing-table event (the seed's bound / request lines, moves with their reason, ...).
+    Routing(Event),
+    /// A faucet announcement (also published on the control topic as JSON).
+    Faucet(FaucetEvent),
+    /// A source (peer) joined or was lost: label, member id.
+    SourceUp(Arc<str>, u64),
+    /// A source was lost (liveness) or left.
+    SourceDown(Arc<str>, u64),
+}
+
+/// Counters of hostile, stale or refused input; every one is also ignored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouterCounters {
+    /// Transport messages holding a malformed record (the rest of the message is dropped).
+    pub malformed: u64,
+    /// Well-formed records of a kind the router never accepts (REQUEST, DISCARD) or from the
+    /// wrong party (DATA from a non-source, ENLIST with no faucet, bad SUBSCRIBE payload).
+    pub refused: u64,
+    /// DATA for a subject nobody subscribes to, or from a source that does not serve it.
+    pub stale_data: u64,
+    /// UNSUBSCRIBEs for a subscription the subscriber does not hold.
+    pub unknown_unsubscribes: u64,
+    /// SUBSCRIBEs for subjects no data service covers (answered NODATA notfound).
+    pub no_service: u64,
+    /// Heartbeats from another namespace.
+    pub foreign: u64,
+    /// Log entries dropped because nobody drained them.
+    pub log_dropped: u64,
+    /// Updates relayed (one per subscriber delivery).
+    pub relayed: u64,
+    /// New subjects routed.
+    pub routed: u64,
+}
+
+struct SubjectState {
+    subscribers: Vec<u64>,
+    /// Members currently requested (one per source group leg that has one).
+    serving: Vec<MemberId>,
+    faucet: bool,
+    /// The last image or NODATA (flags, payload), replayed to later subscribers.
+    image: Option<(u16, Vec<u8>)>,
+}
+
+struct SubscriberInfo {
+    endpoint: Arc<str>,
+    name: Arc<str>,
+    registered: Instant,
+    subjects: FastMap<Arc<str>, u32>,
+}
+
+struct SourceInfo {
+    label: Arc<str>,
+    endpoint: Arc<str>,
+    member: Option<MemberId>,
+}
+
+/// The router: see the [module documentation](self).
+pub struct RouterCore {
+    id: u64,
+    table: RoutingTable,
+    faucet: Option<Faucet>,
+    view: MemberView,
+    /// Unkeyed fast hashing, as in the routing tables (see `docs/subjects.md`, limits).
+    subjects: FastMap<Arc<str>, SubjectState>,
+    subscribers: FastMap<u64, SubscriberInfo>,
+    sources: HashMap<u64, SourceInfo>,
+    /// Per table member: the live source serving that label.
+    member_source: Vec<Option<u64>>,
+    /// ENLISTs heard before their source's first heartbeat: when, and the coverage values.
+    pending_enlist: HashMap<u64, (Instant, Vec<Option<String>>)>,
+    outbox: Outbox,
+    log: VecDeque<LogEntry>,
+    counters: RouterCounters,
+    scratch: Vec<u8>,
+}
+
+impl RouterCore {
+    /// A router with member id `id` over `table` (every member starts down until its source
+    /// is heard) and an optional faucet; peers are live while heard within `liveness_timeout`.
+    pub fn new(id: u64, mut table: RoutingTable, faucet: Option<Faucet>, liveness_timeout: Duration) -> RouterCore {
+        let labels: Vec<String> = table.member_ids().map(|m| table.label(m).to_owned()).collect();
+        for label in &labels {
+            let _ = table.set_member_up(label, false);
+        }
+        table.drain_events();
+        let member_source = vec![None; labels.len()];
+        RouterCore {
+            id,
+            table,
+            faucet,
+            view: MemberView::new(id, super::fingerprint(), liveness_timeout),
+            subjects: FastMap::default(),
+            subscribers: FastMap::default(),
+            sources: HashMap::new(),
+            member_source,
+            pending_enlist: HashMap::new(),
+            outbox: Outbox::default(),
+            log: VecDeque::new(),
+            counters: RouterCounters::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// This router's member id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The routing tables (read-only: labels, affinities, counts).
+    pub fn table(&self) -> &RoutingTable {
+        &self.table
+    }
+
+    /// The faucet, if configured.
+    pub fn faucet(&self) -> Option<&Faucet> {
+        self.faucet.as_ref()
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> RouterCounters {
+        self.counters
+    }
+
+    /// Records queued for peers.
+    pub fn outbox(&mut self) -> &mut Outbox {
+        &mut self.outbox
+    }
+
+    /// Takes the log entries made since the last call.
+    pub fn drain_log(&mut self) -> Vec<LogEntry> {
+        self.log.drain(..).collect()
+    }
+
+    /// The reply endpoint (`host:port`) of a subscriber or source.
+    pub fn endpoint(&self, id: u64) -> Option<&Arc<str>> {
+        self.subscribers.get(&id).map(|s| &s.endpoint).or_else(|| self.sources.get(&id).map(|s| &s.endpoint))
+    }
+
+    /// Subscribers of `subject` (ids, one per subscription).
+    pub fn subscribers_of(&self, subject: &str) -> &[u64] {
+        self.subjects.get(subject).map_or(&[], |s| &s.subscribers)
+    }
+
+    /// Labels of the members currently requested for `subject`.
+    pub fn serving(&self, subject: &str) -> Vec<&str> {
+        self.subjects.get(subject).map_or(Vec::new(), |s| s.serving.iter().map(|&m| self.table.label(m)).collect())
+    }
+
+    /// Number of subscribed subjects.
+    pub fn subject_count(&self) -> usize {
+        self.subjects.len()
+    }
+
+    // ---- inputs ----------------------------------------------------------------------------
+
+    /// Handles one transport message from the listen channel (one or more records).
+    pub fn on_message(&mut self, message: &[u8], now: Instant) {
+        for record in Records::new(message) {
+            match record {
+                Ok(record) => self.on_record(record, now),
+                Err(_) => self.counters.malformed += 1,
+            }
+        }
+    }
+
+    /// Handles a heartbeat from the control plane.
+    pub fn on_heartbeat(&mut self, heartbeat: Heartbeat, now: Instant) {
+        let (id, role) = (heartbeat.member_id, heartbeat.role);
+        let label: Arc<str> = Arc::from(heartbeat.name.as_str());
+        let endpoint: Arc<str> = Arc::from(heartbeat.endpoint.as_str());
+        let leaving = heartbeat.leaving;
+        match self.view.on_heartbeat(heartbeat, now) {
+            HeartbeatOutcome::ForeignGroup | HeartbeatOutcome::Full => {
+                self.counters.foreign += 1;
+                return;
+            }
+            HeartbeatOutcome::Own => return,
+            HeartbeatOutcome::Joined | HeartbeatOutcome::Refreshed => {}
+        }
+        if leaving {
+            return;
+        }
+        match role {
+            Role::Source => {
+                if !self.sources.contains_key(&id) {
+                    let member = self.table.member_id(&label);
+                    self.sources.insert(id, SourceInfo { label: label.clone(), endpoint, member });
+                    self.push_log(LogEntry::SourceUp(label.clone(), id));
+                    if let Some(member) = member {
+                        let slot = &mut self.member_source[member.index()];
+                        if slot.is_none() {
+                            *slot = Some(id);
+                            let _ = self.table.set_member_up(&label, true);
+                            self.apply_routing_events();
+                        }
+                    }
+                }
+                if let Some((_, pending)) = self.pending_enlist.remove(&id) {
+                    for coverage in pending {
+                        self.enlist(id, coverage);
+                    }
+                }
+            }
+            Role::Subscriber => {
+                if let Some(subscriber) = self.subscribers.get_mut(&id) {
+                    subscriber.endpoint = endpoint;
+                    subscriber.name = label;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Runs the timers: sources and subscribers not heard for the liveness timeout are gone.
+    pub fn tick(&mut self, now: Instant) {
+        let liveness = self.view.liveness_timeout();
+        let lost_sources: Vec<u64> =
+            self.sources.keys().copied().filter(|&id| !self.view.is_candidate(id, now)).collect();
+        for id in lost_sources {
+            self.source_lost(id);
+        }
+        let lost_subscribers: Vec<u64> = self
+            .subscribers
+            .iter()
+            .filter(|(&id, s)| !self.view.is_candidate(id, now) && now.saturating_since(s.registered) >= liveness)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in lost_subscribers {
+            self.subscriber_lost(id);
+        }
+        self.pending_enlist.retain(|_, (heard, _)| now.saturating_since(*heard) < liveness);
+        self.view.expire(now, liveness * FORGET_AFTER_TIMEOUTS);
+    }
+
+    // ---- records ---------------------------------------------------------------------------
+
+    fn on_record(&mut self, record: SubjectRecord<'_>, now: Instant) {
+        match record.kind {
+            RecordKind::Data => self.on_data(record),
+            RecordKind::Subscribe => self.on_subscribe(record, now),
+            RecordKind::Unsubscribe => self.unsubscribe(record.sender, record.subject),
+            RecordKind::Enlist => {
+                let coverage =
+                    (record.flags & FLAG_COVERAGE != 0).then(|| String::from_utf8_lossy(record.payload).into_owned());
+                if !self.is_control_topic(record.subject, true) {
+                    self.counters.refused += 1;
+                } else if self.sources.contains_key(&record.sender) {
+                    self.enlist(record.sender, coverage);
+                } else if self.pending_enlist.len() < MAX_SUBSCRIBERS {
+                    // ENLIST before the source's first heartbeat: kept until it is heard.
+                    self.pending_enlist.entry(record.sender).or_insert_with(|| (now, Vec::new())).1.push(coverage);
+                } else {
+                    self.counters.refused += 1;
+                }
+            }
+            RecordKind::Delist => {
+                let control = self.is_control_topic(record.subject, true);
+                match &mut self.faucet {
+                    Some(faucet) if control => {
+                        faucet.remove_publisher(record.sender);
+                        self.apply_faucet();
+                    }
+                    _ => self.counters.refused += 1,
+                }
+            }
+            RecordKind::Request | RecordKind::Discard => self.counters.refused += 1,
+        }
+    }
+
+    /// Whether `subject` names the faucet's control topic (or, when `wildcard`, is
+    /// [`ANY_CONTROL_TOPIC`] and a faucet is configured).
+    fn is_control_topic(&self, subject: &str, wildcard: bool) -> bool {
+        self.faucet
+            .as_ref()
+            .is_some_and(|f| f.config().control_topic == subject || (wildcard && subject == ANY_CONTROL_TOPIC))
+    }
+
+    fn enlist(&mut self, id: u64, coverage: Option<String>) {
+        let Some(source) = self.sources.get(&id) else { return };
+        let party = Party { id, name: source.label.clone() };
+        if let Some(faucet) = &mut self.faucet {
+            faucet.enlist(party, coverage.as_deref());
+            self.apply_faucet();
+        }
+    }
+
+    fn on_subscribe(&mut self, record: SubjectRecord<'_>, now: Instant) {
+        let Ok((endpoint, name)) = record.subscribe_reply() else {
+            self.counters.refused += 1;
+            return;
+        };
+        let sender = record.sender;
+        if !self.subscribers.contains_key(&sender) {
+            if self.subscribers.len() >= MAX_SUBSCRIBERS || self.sources.contains_key(&sender) {
+                self.counters.refused += 1;
+                return;
+            }
+            self.subscribers.insert(
+                sender,
+                SubscriberInfo {
+                    endpoint: Arc::from(endpoint),
+                    name: Arc::from(name),
+                    registered: now,
+                    subjects: FastMap::default(),
+                },
+            );
+        }
+        self.subscribe(sender, record.subject);
+    }
+
+    /// Subscribes `subscriber` (already registered) to `subject`.
+    fn subscribe(&mut self, subscriber: u64, subject: &str) {
+        let Some(info) = self.subscribers.get_mut(&subscriber) else { return };
+        let name = info.name.clone();
+        let subject: Arc<str> = match self.subjects.get_key_value(subject) {
+            Some((key, _)) => key.clone(),
+            None => Arc::from(subject),
+        };
+        *info.subjects.entry(subject.clone()).or_insert(0) += 1;
+        let control_topic = self.is_control_topic(&subject, false);
+        let is_faucet = self.faucet.as_ref().is_some_and(|f| f.matches(&subject));
+        if let Some(state) = self.subjects.get_mut(&subject) {
+            state.subscribers.push(subscriber);
+            if let Some((flags, payload)) = &state.image {
+                self.outbox.push(subscriber, RecordKind::Data, *flags, self.id, &subject, payload);
+            }
+            if is_faucet {
+                if let Some(faucet) = &mut self.faucet {
+                    faucet.subscribe(&subject, Party { id: subscriber, name });
+                }
+                self.apply_faucet();
+            } else if !control_topic {
+                let _ = self.table.subscribe_member(&subject);
+                self.apply_routing_events();
+            }
+            return;
+        }
+        self.subjects.insert(
+            subject.clone(),
+            SubjectState { subscribers: vec![subscriber], serving: Vec::new(), faucet: is_faucet, image: None },
+        );
+        if control_topic {
+            return;
+        }
+        self.counters.routed += 1;
+        if is_faucet {
+            if let Some(faucet) = &mut self.faucet {
+                faucet.subscribe(&subject, Party { id: subscriber, name });
+            }
+            self.apply_faucet();
+            return;
+        }
+        let routed = self.table.subscribe_member(&subject);
+        self.apply_routing_events();
+        if let Err(error) = routed {
+            self.counters.no_service += 1;
+            self.subjects.remove(&subject);
+            if let Some(info) = self.subscribers.get_mut(&subscriber) {
+                info.subjects.remove(&subject);
+            }
+            let text = error.to_string();
+            self.outbox.push(subscriber, RecordKind::Data, FLAG_NODATA_NOTFOUND, self.id, &subject, text.as_bytes());
+        }
+    }
+
+    /// Drops one subscription of `subscriber` to `subject`.
+    fn unsubscribe(&mut self, subscriber: u64, subject: &str) {
+        let held = self.subscribers.get_mut(&subscriber).and_then(|info| {
+            let count = info.subjects.get_mut(subject)?;
+            *count -= 1;
+            if *count == 0 {
+                info.subjects.remove(subject);
+            }
+            Some(())
+        });
+        let Some(state) = held.and_then(|_| self.subjects.get_mut(subject)) else {
+            self.counters.unknown_unsubscribes += 1;
+            return;
+        };
+        if let Some(position) = state.subscribers.iter().position(|&s| s == subscriber) {
+            state.subscribers.remove(position);
+        }
+        let last = state.subscribers.is_empty();
+        let faucet_topic = state.faucet;
+        let control_topic = self.is_control_topic(subject, false);
+        if faucet_topic {
+            if let Some(faucet) = &mut self.faucet {
+                faucet.unsubscribe(subject, subscriber);
+            }
+            self.apply_faucet();
+        } else if !control_topic {
+            let _ = self.table.unsubscribe(subject);
+            if last {
+                let serving = self.subjects.get(subject).map(|s| s.serving.clone()).unwrap_or_default();
+                for member in serving {
+                    self.send_to_member(member, RecordKind::Discard, subject);
+                }
+            }
+            self.apply_routing_events();
+        }
+        if last {
+            self.subjects.remove(subject);
+        }
+    }
+
+    fn on_data(&mut self, record: SubjectRecord<'_>) {
+        let sender = record.sender;
+        let Some(source) = self.sources.get(&sender) else {
+            self.counters.refused += 1;
+            return;
+        };
+        let member = source.member;
+        let Some(state) = self.subjects.get(record.subject) else {
+            self.counters.stale_data += 1;
+            return;
+        };
+        let allowed = if state.faucet {
+            self.faucet.as_ref().and_then(|f| f.assignment(record.subject)) == Some(sender)
+        } else {
+            member.is_some_and(|m| state.serving.contains(&m))
+        };
+        if !allowed || record.flags & FLAG_STATUS != 0 {
+            self.counters.stale_data += 1;
+            return;
+        }
+        let nodata = match record.flags {
+            f if f & FLAG_NODATA_NOTFOUND != 0 => Some(NoDataStatus::NotFound),
+            f if f & FLAG_NODATA_UNAVAILABLE != 0 => Some(NoDataStatus::Unavailable),
+            _ => None,
+        };
+        if let (Some(status), false, Some(member)) = (nodata, state.faucet, member) {
+            let primary = self.table.route_member(record.subject).ok().flatten();
+            if primary == Some(member) {
+                let decision = self.table.report_nodata(record.subject, status);
+                self.apply_routing_events();
+                if decision.is_ok_and(|d| d.reason == Reason::Retry) {
+                    return;
+                }
+            }
+        }
+        let Some(state) = self.subjects.get_mut(record.subject) else { return };
+        if record.flags & (FLAG_IMAGE | FLAG_NODATA_NOTFOUND | FLAG_NODATA_UNAVAILABLE) != 0 {
+            match &mut state.image {
+                Some((flags, payload)) => {
+                    *flags = record.flags;
+                    payload.clear();
+                    payload.extend_from_slice(record.payload);
+                }
+                None => state.image = Some((record.flags, record.payload.to_vec())),
+            }
+        }
+        let flags = if record.flags == 0 { FLAG_UPDATE } else { record.flags };
+        self.counters.relayed += state.subscribers.len() as u64;
+        // One encoding, copied into each subscriber's buffer.
+        self.scratch.clear();
+        emit_unchecked(&mut self.scratch, RecordKind::Data, flags, self.id, record.subject, record.payload);
+        for &subscriber in &state.subscribers {
+            let buffer = self.outbox.buffer(subscriber);
+            buffer.extend_from_slice(&self.scratch);
+        }
+    }
+
+    // ---- effects ---------------------------------------------------------------------------
+
+    fn send_to_member(&mut self, member: MemberId, kind: RecordKind, subject: &str) {
+        if let Some(Some(source)) = self.member_source.get(member.index()) {
+            self.outbox.push(*source, kind, 0, self.id, subject, &[]);
+        }
+    }
+
+    fn status(&mut self, subject: &str, text: &str) {
+        let Some(state) = self.subjects.get_mut(subject) else { return };
+        state.image = None;
+        for &subscriber in &state.subscribers {
+            self.outbox.push(subscriber, RecordKind::Data, FLAG_STATUS, self.id, subject, text.as_bytes());
+        }
+    }
+
+    fn push_log(&mut self, entry: LogEntry) {
+        if self.log.len() >= MAX_PENDING_LOG {
+            self.log.pop_front();
+            self.counters.log_dropped += 1;
+        }
+        self.log.push_back(entry);
+    }
+
+    fn peer(&self, member: MemberId) -> String {
+        format!("peer {} ({})", member.peer_index(), self.table.label(member))
+    }
+
+    /// Acts on the routing tables' events: REQUEST on a bind, STATUS + DISCARD + REQUEST on a
+    /// move, STATUS when no peer is left.
+    fn apply_routing_events(&mut self) {
+        for event in self.table.drain_events() {
+            if let Some(subject) = event.subject.clone() {
+                match event.kind {
+                    EventKind::Bound => {
+                        if let (Some(member), Some(state)) = (event.member, self.subjects.get_mut(&subject)) {
+                            if !state.serving.contains(&member) {
+                                state.serving.push(member);
+                                self.send_to_member(member, RecordKind::Request, &subject);
+                            }
+                        }
+                    }
+                    EventKind::Moved => {
+                        if let (Some(member), Some(state)) = (event.member, self.subjects.get_mut(&subject)) {
+                            state.serving.retain(|&m| Some(m) != event.previous);
+                            if !state.serving.contains(&member) {
+                                state.serving.push(member);
+                            }
+                            let reason = event.move_reason.map_or("moved", |r| r.name());
+                            let text = match event.previous {
+                                Some(previous) => {
+                                    format!("moved from {} to {}: {reason}", self.peer(previous), self.peer(member))
+                                }
+                                None => format!("moved to {}: {reason}", self.peer(member)),
+                            };
+                            if let Some(previous) = event.previous {
+                                self.send_to_member(previous, RecordKind::Discard, &subject);
+                            }
+                            self.status(&subject, &text);
+                            self.send_to_member(member, RecordKind::Request, &subject);
+                        }
+                    }
+                    EventKind::NoMemberAvailable => {
+                        if let Some(state) = self.subjects.get_mut(&subject) {
+                            state.serving.retain(|&m| Some(m) != event.previous);
+                            self.status(&subject, "no peer available");
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            self.push_log(LogEntry::Routing(event));
+        }
+    }
+
+    /// Publishes the faucet's announcements on the control topic (to its subscribers and to
+    /// every enlisted publisher) and acts on its assignment changes.
+    fn apply_faucet(&mut self) {
+        let Some(faucet) = &mut self.faucet else { return };
+        let events = faucet.drain_events();
+        let changes = faucet.drain_changes();
+        let control = faucet.config().control_topic.clone();
+        let mut audience: Vec<u64> = faucet.publisher_ids().collect();
+        audience.extend(self.subjects.get(control.as_str()).map_or(&[][..], |s| &s.subscribers));
+        for event in events {
+            let json = event.to_json();
+            for &to in &audience {
+                self.outbox.push(to, RecordKind::Data, FLAG_UPDATE, self.id, &control, json.as_bytes());
+            }
+            self.push_log(LogEntry::Faucet(event));
+        }
+        for change in changes {
+            if let Some(from) = change.from {
+                if self.sources.contains_key(&from) {
+                    self.outbox.push(from, RecordKind::Discard, 0, self.id, &change.topic, &[]);
+                }
+                if change.to.is_some() {
+                    self.status(&change.topic, "publisher lost: reassigned");
+                }
+            }
+            if let Some(to) = change.to {
+                self.outbox.push(to, RecordKind::Request, 0, self.id, &change.topic, &[]);
+            }
+        }
+    }
+
+    fn source_lost(&mut self, id: u64) {
+        let Some(source) = self.sources.remove(&id) else { return };
+        self.outbox.remove(id);
+        self.push_log(LogEntry::SourceDown(source.label.clone(), id));
+        if let Some(member) = source.member {
+            if self.member_source.get(member.index()) == Some(&Some(id)) {
+                // Another live source with the same label takes over, else the member is down.
+                let heir = self.sources.iter().find(|(_, s)| s.member == Some(member)).map(|(&id, _)| id);
+                self.member_source[member.index()] = heir;
+                if heir.is_none() {
+                    let _ = self.table.set_member_up(&source.label, false);
+                    self.apply_routing_events();
+                }
+            }
+        }
+        if self.faucet.as_ref().is_some_and(|f| f.is_publisher(id)) {
+            if let Some(faucet) = &mut self.faucet {
+                faucet.remove_publisher(id);
+            }
+            self.apply_faucet();
+        }
+    }
+
+    fn subscriber_lost(&mut self, id: u64) {
+        let Some(info) = self.subscribers.get(&id) else { return };
+        let held: Vec<(Arc<str>, u32)> = info.subjects.iter().map(|(s, &n)| (s.clone(), n)).collect();
+        for (subject, count) in held {
+            for _ in 0..count {
+                self.unsubscribe(id, &subject);
+            }
+        }
+        self.subscribers.remove(&id);
+        self.outbox.remove(id);
+    }
+}
+
+#[cfg(test)]
+mod tests;

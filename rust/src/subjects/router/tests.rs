@@ -1,0 +1,385 @@
+//! The router, sans-IO, on the seed's worked example (Transformer configuration) and a faucet.
+
+use std::time::Duration;
+
+use super::*;
+use crate::control::Heartbeat;
+use crate::routing::policy::builtin;
+use crate::routing::{Selection, SourceGroupSpec};
+use crate::subjects::codec::{FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_STATUS, FLAG_UPDATE};
+use crate::subjects::faucet::{Announcements, FaucetConfig};
+
+const LIVENESS: Duration = Duration::from_secs(2);
+const ROUTER: u64 = 1;
+const ALICE: u64 = 100;
+const BOB: u64 = 101;
+const TRADE: &str = "/PRIVATE/alice-0/FXTRADE";
+const BLOTTER: &str = "/PRIVATE/alice/BLOTTER/TRADE";
+
+fn spec(name: &str, labels: &[&str], rules: &[(&str, &str)]) -> SourceGroupSpec {
+    SourceGroupSpec {
+        name: name.into(),
+        priority_groups: vec![labels.iter().map(|l| (*l).to_owned()).collect()],
+        rules: rules.iter().map(|(k, p)| ((*k).to_owned(), (*p).to_owned())).collect(),
+        selection: Selection::Modulo,
+        policy: builtin("workload").unwrap(),
+    }
+}
+
+/// The seed's Transformer configuration, plus a load-balanced service without affinity.
+fn transformer() -> RoutingTable {
+    let mut table = RoutingTable::new();
+    let adapters = ["TradeAdapterA", "TradeAdapterB"];
+    let channel = table.add_service("trade-messaging-channel", &["^/PRIVATE/([^/]+)/FXTRADE"]).unwrap();
+    let rule = [("trading-adapters", "^/PRIVATE/([^/]+)-[0-9]+/FXTRADE")];
+    table.add_source_group(channel, spec("channel", &adapters, &rule)).unwrap();
+    let container = table.add_service("trade-blotter-container", &["^/PRIVATE/([^/]+)/BLOTTER/TRADE"]).unwrap();
+    let rule = [("trading-adapters", "^/PRIVATE/([^/]+)/BLOTTER/TRADE")];
+    table.add_source_group(container, spec("live", &adapters, &rule)).unwrap();
+    table.add_source_group(container, spec("initial", &["HistoricalAdapter"], &[])).unwrap();
+    let prices = table.add_service("prices", &["^/PRICES/"]).unwrap();
+    table.add_source_group(prices, spec("prices", &["PriceA", "PriceB"], &[])).unwrap();
+    table
+}
+
+fn at(ms: u64) -> Instant {
+    Instant::from_nanos(ms * 1_000_000)
+}
+
+fn heartbeat(id: u64, role: Role, name: &str) -> Heartbeat {
+    Heartbeat {
+        fingerprint: crate::subjects::fingerprint(),
+        member_id: id,
+        leaving: false,
+        role,
+        name: name.into(),
+        endpoint: format!("127.0.0.1:{}", 40000 + id),
+        index: 0,
+        count: 0,
+        pid: 1,
+        claims: Vec::new(),
+        figures: Vec::new(),
+    }
+}
+
+fn record(kind: RecordKind, flags: u16, sender: u64, subject: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    SubjectRecord { kind, flags, sender, subject, payload }.emit(&mut out).unwrap();
+    out
+}
+
+fn subscribe(router: &mut RouterCore, subscriber: u64, subject: &str, now: Instant) {
+    let reply = format!("127.0.0.1:{}\nuser{subscriber}", 40000 + subscriber);
+    router.on_message(&record(RecordKind::Subscribe, 0, subscriber, subject, reply.as_bytes()), now);
+}
+
+/// `(to, kind, flags, subject, payload)` for everything queued, in order per destination.
+fn sent(router: &mut RouterCore) -> Vec<(u64, RecordKind, u16, String, String)> {
+    let mut out = Vec::new();
+    router.outbox().drain(|to, bytes| {
+        for r in Records::new(bytes) {
+            let r = r.unwrap();
+            out.push((to, r.kind, r.flags, r.subject.to_owned(), String::from_utf8_lossy(r.payload).into_owned()));
+        }
+    });
+    out.sort_by_key(|entry| entry.0);
+    out
+}
+
+struct Fixture {
+    router: RouterCore,
+    ids: HashMap<&'static str, u64>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let mut router = RouterCore::new(ROUTER, transformer(), None, LIVENESS);
+        let mut ids = HashMap::new();
+        for (i, label) in ["TradeAdapterA", "TradeAdapterB", "HistoricalAdapter", "PriceA", "PriceB"].iter().enumerate()
+        {
+            let id = 10 + i as u64;
+            router.on_heartbeat(heartbeat(id, Role::Source, label), at(0));
+            ids.insert(*label, id);
+        }
+        router.drain_log();
+        Fixture { router, ids }
+    }
+
+    fn id(&self, label: &str) -> u64 {
+        self.ids[label]
+    }
+
+    /// Heartbeats from every source but `dead` at `now`.
+    fn beat(&mut self, now: Instant, dead: &[&str]) {
+        for (label, id) in self.ids.clone() {
+            if !dead.contains(&label) {
+                self.router.on_heartbeat(heartbeat(id, Role::Source, label), now);
+            }
+        }
+        for id in [ALICE, BOB] {
+            self.router.on_heartbeat(heartbeat(id, Role::Subscriber, "user"), now);
+        }
+    }
+}
+
+#[test]
+fn a_new_subject_is_requested_from_one_peer_and_its_updates_reach_every_subscriber() {
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, TRADE, at(1));
+    let out = sent(&mut f.router);
+    assert_eq!(out.len(), 1);
+    let (adapter, kind, _, subject, _) = &out[0];
+    assert_eq!((*kind, subject.as_str()), (RecordKind::Request, TRADE));
+    assert!([f.id("TradeAdapterA"), f.id("TradeAdapterB")].contains(adapter));
+    let adapter = *adapter;
+    f.router.on_message(&record(RecordKind::Data, FLAG_IMAGE, adapter, TRADE, b"image"), at(2));
+    assert_eq!(sent(&mut f.router), [(ALICE, RecordKind::Data, FLAG_IMAGE, TRADE.into(), "image".into())]);
+    // A second subscriber gets the cached image at once, and no second request goes out.
+    subscribe(&mut f.router, BOB, TRADE, at(3));
+    assert_eq!(sent(&mut f.router), [(BOB, RecordKind::Data, FLAG_IMAGE, TRADE.into(), "image".into())]);
+    f.router.on_message(&record(RecordKind::Data, FLAG_UPDATE, adapter, TRADE, b"u1"), at(4));
+    let out = sent(&mut f.router);
+    assert_eq!(out.iter().map(|e| e.0).collect::<Vec<_>>(), [ALICE, BOB]);
+    assert!(out.iter().all(|e| e.2 == FLAG_UPDATE && e.4 == "u1"));
+    assert_eq!(f.router.counters().relayed, 3);
+}
+
+#[test]
+fn the_trade_channel_and_the_blotter_container_go_to_the_same_adapter_and_the_historical_one() {
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, TRADE, at(1));
+    subscribe(&mut f.router, ALICE, BLOTTER, at(1));
+    let channel = f.router.serving(TRADE);
+    let container = f.router.serving(BLOTTER);
+    assert_eq!(channel.len(), 1);
+    assert_eq!(container, [channel[0], "HistoricalAdapter"]);
+    let log = f.router.drain_log();
+    let bound = log.iter().filter(|e| matches!(e, LogEntry::Routing(ev) if ev.kind == EventKind::Bound)).count();
+    assert!(bound >= 3);
+}
+
+#[test]
+fn a_failed_adapter_moves_its_subjects_to_the_survivor_status_first_and_nothing_moves_back() {
+    let mut f = Fixture::new();
+    f.beat(at(0), &[]);
+    subscribe(&mut f.router, ALICE, TRADE, at(1));
+    subscribe(&mut f.router, BOB, BLOTTER, at(1));
+    sent(&mut f.router);
+    let first = f.router.serving(TRADE)[0].to_owned();
+    let survivor = if first == "TradeAdapterA" { "TradeAdapterB" } else { "TradeAdapterA" };
+    let dead: &str = if first == "TradeAdapterA" { "TradeAdapterA" } else { "TradeAdapterB" };
+    // The adapter stops heartbeating; the others keep on.
+    f.beat(at(1500), &[dead]);
+    f.router.tick(at(1500));
+    assert_eq!(sent(&mut f.router), []);
+    f.beat(at(2100), &[dead]);
+    f.router.tick(at(2100));
+    let out = sent(&mut f.router);
+    let survivor_id = f.id(survivor);
+    assert_eq!(
+        out,
+        [
+            (survivor_id, RecordKind::Request, 0, TRADE.into(), String::new()),
+            (survivor_id, RecordKind::Request, 0, BLOTTER.into(), String::new()),
+            (
+                ALICE,
+                RecordKind::Data,
+                FLAG_STATUS,
+                TRADE.into(),
+                format!(
+                    "moved from peer {} ({dead}) to peer {} ({survivor}): member-down",
+                    if dead == "TradeAdapterA" { 1 } else { 2 },
+                    if dead == "TradeAdapterA" { 2 } else { 1 }
+                )
+            ),
+            (
+                BOB,
+                RecordKind::Data,
+                FLAG_STATUS,
+                BLOTTER.into(),
+                format!(
+                    "moved from peer {} ({dead}) to peer {} ({survivor}): member-down",
+                    if dead == "TradeAdapterA" { 1 } else { 2 },
+                    if dead == "TradeAdapterA" { 2 } else { 1 }
+                )
+            ),
+        ]
+    );
+    assert_eq!(f.router.serving(TRADE), [survivor]);
+    assert_eq!(f.router.serving(BLOTTER), ["HistoricalAdapter", survivor]);
+    // Fresh data from the survivor flows; anything late from the dead one is dropped.
+    f.router.on_message(&record(RecordKind::Data, FLAG_IMAGE, survivor_id, TRADE, b"fresh"), at(2200));
+    assert_eq!(sent(&mut f.router), [(ALICE, RecordKind::Data, FLAG_IMAGE, TRADE.into(), "fresh".into())]);
+    f.router.on_message(&record(RecordKind::Data, FLAG_UPDATE, f.id(dead), TRADE, b"late"), at(2200));
+    assert_eq!(sent(&mut f.router), []);
+    // The adapter comes back (new process, new id): nothing moves back.
+    f.router.on_heartbeat(heartbeat(77, Role::Source, dead), at(2300));
+    assert_eq!(sent(&mut f.router), []);
+    assert_eq!(f.router.serving(TRADE), [survivor]);
+    let log = f.router.drain_log();
+    assert!(log.iter().any(|e| matches!(e, LogEntry::Routing(ev) if ev.kind == EventKind::MemberUp)));
+    assert!(log
+        .iter()
+        .any(|e| matches!(e, LogEntry::Routing(ev) if ev.move_reason == Some(crate::routing::MoveReason::MemberDown))));
+}
+
+#[test]
+fn nodata_notfound_under_source_affinity_is_forwarded_and_never_rerouted() {
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, TRADE, at(1));
+    let adapter = sent(&mut f.router)[0].0;
+    f.router.on_message(&record(RecordKind::Data, FLAG_NODATA_NOTFOUND, adapter, TRADE, b""), at(2));
+    assert_eq!(sent(&mut f.router), [(ALICE, RecordKind::Data, FLAG_NODATA_NOTFOUND, TRADE.into(), String::new())]);
+    assert_eq!(f.router.serving(TRADE).len(), 1);
+    // A later subscriber gets the authoritative NODATA too.
+    subscribe(&mut f.router, BOB, TRADE, at(3));
+    assert_eq!(sent(&mut f.router), [(BOB, RecordKind::Data, FLAG_NODATA_NOTFOUND, TRADE.into(), String::new())]);
+}
+
+#[test]
+fn nodata_without_affinity_is_retried_on_another_peer_and_not_forwarded() {
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, "/PRICES/EURUSD", at(1));
+    let first = sent(&mut f.router)[0].0;
+    f.router.on_message(&record(RecordKind::Data, FLAG_NODATA_NOTFOUND, first, "/PRICES/EURUSD", b""), at(2));
+    let out = sent(&mut f.router);
+    let other = if first == f.id("PriceA") { f.id("PriceB") } else { f.id("PriceA") };
+    assert!(out.contains(&(other, RecordKind::Request, 0, "/PRICES/EURUSD".into(), String::new())));
+    assert!(out.contains(&(first, RecordKind::Discard, 0, "/PRICES/EURUSD".into(), String::new())));
+    assert!(!out.iter().any(|e| e.0 == ALICE && e.2 == FLAG_NODATA_NOTFOUND));
+}
+
+#[test]
+fn the_last_unsubscribe_discards_the_subject_at_every_serving_peer() {
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, BLOTTER, at(1));
+    subscribe(&mut f.router, BOB, BLOTTER, at(1));
+    sent(&mut f.router);
+    f.router.on_message(&record(RecordKind::Unsubscribe, 0, ALICE, BLOTTER, b""), at(2));
+    assert_eq!(sent(&mut f.router), []);
+    f.router.on_message(&record(RecordKind::Unsubscribe, 0, BOB, BLOTTER, b""), at(3));
+    let out = sent(&mut f.router);
+    assert_eq!(out.len(), 2);
+    assert!(out.iter().all(|e| e.1 == RecordKind::Discard && e.3 == BLOTTER));
+    assert_eq!(f.router.subject_count(), 0);
+    assert_eq!(f.router.table().affinity_count(), 0);
+}
+
+#[test]
+fn a_lost_subscriber_releases_its_subscriptions() {
+    let mut f = Fixture::new();
+    f.beat(at(0), &[]);
+    subscribe(&mut f.router, ALICE, TRADE, at(1));
+    sent(&mut f.router);
+    for ms in [1000, 2000, 2500] {
+        for (label, id) in f.ids.clone() {
+            f.router.on_heartbeat(heartbeat(id, Role::Source, label), at(ms));
+        }
+        f.router.tick(at(ms));
+    }
+    let out = sent(&mut f.router);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].1, out[0].3.as_str()), (RecordKind::Discard, TRADE));
+    assert_eq!(f.router.subject_count(), 0);
+}
+
+#[test]
+fn a_subject_no_service_covers_is_answered_nodata_notfound() {
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, "/NOWHERE", at(1));
+    let out = sent(&mut f.router);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].0, out[0].2), (ALICE, FLAG_NODATA_NOTFOUND));
+    assert!(out[0].4.contains("no data service"));
+    assert_eq!(f.router.counters().no_service, 1);
+}
+
+#[test]
+fn hostile_records_are_counted_and_ignored() {
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, TRADE, at(1));
+    let adapter = sent(&mut f.router)[0].0;
+    f.router.on_message(&[1, 2, 3], at(2));
+    f.router.on_message(&[0xFF; 64], at(2));
+    let mut truncated = record(RecordKind::Data, FLAG_UPDATE, adapter, TRADE, b"payload");
+    truncated.truncate(30);
+    f.router.on_message(&truncated, at(2));
+    assert_eq!(f.router.counters().malformed, 3);
+    // Kinds the router never accepts, data from a non-source, a bad SUBSCRIBE payload.
+    f.router.on_message(&record(RecordKind::Request, 0, ALICE, TRADE, b""), at(2));
+    f.router.on_message(&record(RecordKind::Discard, 0, ALICE, TRADE, b""), at(2));
+    f.router.on_message(&record(RecordKind::Data, FLAG_UPDATE, ALICE, TRADE, b"spoof"), at(2));
+    f.router.on_message(&record(RecordKind::Subscribe, 0, 555, TRADE, b"no reply"), at(2));
+    f.router.on_message(&record(RecordKind::Enlist, FLAG_COVERAGE, adapter, "ctl", b".*"), at(2));
+    assert_eq!(f.router.counters().refused, 5);
+    // Data from a source that does not serve the subject, or for nothing subscribed.
+    let other = if adapter == f.id("TradeAdapterA") { f.id("TradeAdapterB") } else { f.id("TradeAdapterA") };
+    f.router.on_message(&record(RecordKind::Data, FLAG_UPDATE, other, TRADE, b"x"), at(2));
+    f.router.on_message(&record(RecordKind::Data, FLAG_UPDATE, adapter, "/PRIVATE/zed-0/FXTRADE", b"x"), at(2));
+    f.router.on_message(&record(RecordKind::Data, FLAG_STATUS, adapter, TRADE, b"forged status"), at(2));
+    assert_eq!(f.router.counters().stale_data, 3);
+    f.router.on_message(&record(RecordKind::Unsubscribe, 0, BOB, TRADE, b""), at(2));
+    assert_eq!(f.router.counters().unknown_unsubscribes, 1);
+    // A foreign-namespace heartbeat is counted.
+    let mut foreign = heartbeat(9, Role::Source, "TradeAdapterA");
+    foreign.fingerprint ^= 1;
+    f.router.on_heartbeat(foreign, at(2));
+    assert_eq!(f.router.counters().foreign, 1);
+    assert_eq!(sent(&mut f.router), []);
+    assert_eq!(f.router.serving(TRADE).len(), 1);
+}
+
+fn faucet_router(announcements: Announcements) -> RouterCore {
+    let faucet = Faucet::new(FaucetConfig {
+        control_topic: "symbol_faucet_control".into(),
+        subscription_topic: "/symbols/.*".into(),
+        announcements,
+        coverage_option: None,
+    })
+    .unwrap();
+    RouterCore::new(ROUTER, RoutingTable::new(), Some(faucet), LIVENESS)
+}
+
+#[test]
+fn faucet_topics_are_assigned_requested_announced_as_json_and_reassigned_on_publisher_loss() {
+    let mut r = faucet_router(Announcements::All);
+    let (p1, p2, watcher) = (20, 21, 30);
+    subscribe(&mut r, watcher, "symbol_faucet_control", at(0));
+    r.on_heartbeat(heartbeat(p1, Role::Source, "pub1"), at(0));
+    r.on_message(&record(RecordKind::Enlist, 0, p1, "symbol_faucet_control", b""), at(0));
+    // ENLIST before the heartbeat is kept until the source is heard.
+    r.on_message(&record(RecordKind::Enlist, 0, p2, "symbol_faucet_control", b""), at(0));
+    r.on_heartbeat(heartbeat(p2, Role::Source, "pub2"), at(1));
+    subscribe(&mut r, ALICE, "/symbols/IBM", at(2));
+    let out = sent(&mut r);
+    assert!(out.contains(&(p1, RecordKind::Request, 0, "/symbols/IBM".into(), String::new())));
+    let json = format!(
+        r#"{{"client_name":"pub1","connection_name":"{:016x}","topic":"/symbols/IBM","event":"assign","subscriber_client_name":"user{ALICE}","subscriber_connection_name":"{ALICE:016x}"}}"#,
+        p1
+    );
+    for to in [p1, p2, watcher] {
+        assert!(
+            out.contains(&(to, RecordKind::Data, FLAG_UPDATE, "symbol_faucet_control".into(), json.clone())),
+            "{to}"
+        );
+    }
+    r.on_message(&record(RecordKind::Data, FLAG_IMAGE, p1, "/symbols/IBM", b"100"), at(3));
+    r.on_message(&record(RecordKind::Data, FLAG_IMAGE, p2, "/symbols/IBM", b"not assigned"), at(3));
+    assert_eq!(sent(&mut r), [(ALICE, RecordKind::Data, FLAG_IMAGE, "/symbols/IBM".into(), "100".into())]);
+    // pub1 goes silent: the topic goes to pub2, ALICE gets a status, events unassign then assign.
+    for ms in [1000, 2100] {
+        r.on_heartbeat(heartbeat(p2, Role::Source, "pub2"), at(ms));
+        r.on_heartbeat(heartbeat(ALICE, Role::Subscriber, "a"), at(ms));
+        r.on_heartbeat(heartbeat(watcher, Role::Subscriber, "w"), at(ms));
+        r.tick(at(ms));
+    }
+    let out = sent(&mut r);
+    assert!(out.contains(&(p2, RecordKind::Request, 0, "/symbols/IBM".into(), String::new())));
+    assert!(out.iter().any(|e| e.0 == ALICE && e.2 == FLAG_STATUS));
+    let events: Vec<&str> = out
+        .iter()
+        .filter(|e| e.0 == watcher)
+        .map(|e| if e.4.contains(r#""event":"unassign""#) { "unassign" } else { "assign" })
+        .collect();
+    assert_eq!(events, ["unassign", "assign"]);
+}

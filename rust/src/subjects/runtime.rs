@@ -1,0 +1,796 @@
+//! The router, subscribers and sources over the client API ([`Client`], [`Publication`],
+//! [`Subscription`]), with the control plane's heartbeats for liveness.
+//!
+//! * The router listens on one channel (`--listen`, e.g. `aeron:udp?endpoint=127.0.0.1:40500`):
+//!   heartbeats on [`CONTROL_STREAM_ID`], subject records on [`DATA_STREAM_ID`]. One thread
+//!   runs the [`RouterCore`]: reads both streams (bounded per iteration), ticks the timers and
+//!   sends every destination's queued records, packed, to that peer's inbox.
+//! * Subscribers and sources have an inbox (a unicast subscription on an OS-chosen port,
+//!   [`DATA_STREAM_ID`]) and a background thread that heartbeats to the router every interval
+//!   and retries records the router's publication has not accepted yet. Their data path
+//!   (`subscribe`, `publish`, `poll`) runs on the caller's thread.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::codec::{
+    record_length_at, RecordKind, Records, SubjectError, SubjectRecord, FLAG_COVERAGE, FLAG_IMAGE,
+    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_UPDATE,
+};
+use super::faucet::Faucet;
+use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG};
+use crate::client::{Client, MessageBatch, Publication, Subscription};
+use crate::control::limits::MAX_NAME_LENGTH;
+use crate::control::{parse_control, ControlMessage, Heartbeat, Role, CONTROL_STREAM_ID, DATA_STREAM_ID};
+use crate::error::Error;
+use crate::groups::Timing;
+use crate::protocol::OfferError;
+use crate::routing::{NoDataStatus, RoutingTable};
+use crate::time::MonotonicClock;
+
+/// Term length of every subject publication (largest message 128 KiB).
+pub const SUBJECT_TERM_LENGTH: &str = "1m";
+/// Records are packed into transport messages of at most this many bytes (a larger record
+/// goes alone).
+pub const BATCH_BYTES: usize = 16 * 1024;
+/// Bytes a link keeps for a peer that does not keep up; past it, records are dropped (counted).
+pub const MAX_BACKLOG_BYTES: usize = 64 << 20;
+/// Fragments read per stream per router iteration.
+pub const FRAGMENTS_PER_ITERATION: usize = 1024;
+/// How often the router runs its timers.
+pub const TICK_INTERVAL: Duration = Duration::from_millis(10);
+/// How long a thread sleeps when an iteration found nothing to do.
+pub const IDLE_SLEEP: Duration = Duration::from_micros(100);
+/// Attempts at binding an inbox on a free port.
+const INBOX_ATTEMPTS: usize = 16;
+
+/// Why a subject runtime operation failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SubjectsError {
+    /// The transport refused (channel, driver, closed client).
+    Transport(Error),
+    /// An invalid option (name, host, timing, channel).
+    Config(String),
+    /// A subject, payload or flags the codec refuses.
+    Codec(SubjectError),
+    /// The handle was closed.
+    Closed,
+}
+
+impl std::fmt::Display for SubjectsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubjectsError::Transport(error) => write!(f, "{error}"),
+            SubjectsError::Config(message) => f.write_str(message),
+            SubjectsError::Codec(error) => write!(f, "{error}"),
+            SubjectsError::Closed => f.write_str("closed"),
+        }
+    }
+}
+
+impl std::error::Error for SubjectsError {}
+
+impl From<Error> for SubjectsError {
+    fn from(error: Error) -> Self {
+        SubjectsError::Transport(error)
+    }
+}
+
+impl From<SubjectError> for SubjectsError {
+    fn from(error: SubjectError) -> Self {
+        SubjectsError::Codec(error)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn udp_channel(endpoint: &str) -> String {
+    format!("aeron:udp?endpoint={endpoint}|term-length={SUBJECT_TERM_LENGTH}")
+}
+
+/// Counters of a link (one destination).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkCounters {
+    /// Transport messages sent.
+    pub messages: u64,
+    /// Records dropped because the backlog was full or the publication failed.
+    pub dropped_records: u64,
+}
+
+/// A publication to one peer and the bytes it has not accepted yet.
+struct Link {
+    publication: Publication,
+    backlog: Vec<u8>,
+    sent: usize,
+    counters: LinkCounters,
+}
+
+impl Link {
+    fn new(publication: Publication) -> Link {
+        Link { publication, backlog: Vec::new(), sent: 0, counters: LinkCounters::default() }
+    }
+
+    fn push(&mut self, records: &[u8]) {
+        if self.backlog.len() - self.sent + records.len() > MAX_BACKLOG_BYTES {
+            self.counters.dropped_records += Records::new(records).count() as u64;
+            return;
+        }
+        if self.sent > 0 && self.sent * 2 >= self.backlog.len() {
+            self.backlog.drain(..self.sent);
+            self.sent = 0;
+        }
+        self.backlog.extend_from_slice(records);
+    }
+
+    fn pending(&self) -> bool {
+        self.sent < self.backlog.len()
+    }
+
+    /// Sends what it can, packed at record boundaries; returns the messages sent.
+    fn flush(&mut self) -> usize {
+        let mut messages = 0;
+        while self.sent < self.backlog.len() {
+            let mut end = self.sent;
+            while end < self.backlog.len() {
+                let Some(length) = record_length_at(&self.backlog, end) else {
+                    end = self.backlog.len();
+                    break;
+                };
+                if end > self.sent && end - self.sent + length > BATCH_BYTES {
+                    break;
+                }
+                end += length;
+            }
+            match self.publication.offer(&self.backlog[self.sent..end]) {
+                Ok(_) => {
+                    self.sent = end;
+                    messages += 1;
+                }
+                Err(OfferError::BackPressured | OfferError::NotConnected | OfferError::AdminAction) => break,
+                Err(_) => {
+                    self.counters.dropped_records += Records::new(&self.backlog[self.sent..end]).count() as u64;
+                    self.sent = end;
+                }
+            }
+        }
+        if self.sent == self.backlog.len() {
+            self.backlog.clear();
+            self.sent = 0;
+        }
+        self.counters.messages += messages as u64;
+        messages
+    }
+}
+
+fn open_inbox(client: &Client, host: &str) -> Result<(String, Subscription), SubjectsError> {
+    let address: IpAddr =
+        host.parse().map_err(|_| SubjectsError::Config(format!("host {host:?}: not an IP address")))?;
+    if address.is_unspecified() {
+        return Err(SubjectsError::Config(format!("host {host:?}: a wildcard address cannot be advertised")));
+    }
+    let mut last = None;
+    for _ in 0..INBOX_ATTEMPTS {
+        let probe = std::net::UdpSocket::bind(SocketAddr::new(address, 0))
+            .map_err(|e| SubjectsError::Config(format!("host {host}: cannot bind an inbox: {e}")))?;
+        let endpoint = probe.local_addr().map_err(Error::Io)?.to_string();
+        drop(probe);
+        match client.add_subscription(&format!("aeron:udp?endpoint={endpoint}"), DATA_STREAM_ID) {
+            Ok(subscription) => return Ok((endpoint, subscription)),
+            Err(error @ Error::Driver(_)) => last = Some(error),
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Err(last.unwrap_or_else(|| Error::Driver("cannot open an inbox".into())).into())
+}
+
+fn check_name(name: &str) -> Result<(), SubjectsError> {
+    if name.is_empty() || name.len() > MAX_NAME_LENGTH || name.contains('\n') {
+        return Err(SubjectsError::Config(format!(
+            "name {name:?}: must be 1..={MAX_NAME_LENGTH} bytes without a newline"
+        )));
+    }
+    Ok(())
+}
+
+// ---- the router -------------------------------------------------------------------------------
+
+/// Options of a router.
+#[derive(Clone, Debug)]
+pub struct RouterOptions {
+    /// The channel subscribers and sources send to (`aeron:udp?endpoint=host:port`).
+    pub listen: String,
+    /// An optional extra channel heartbeats are read from (e.g. multicast).
+    pub control: Option<String>,
+    /// Liveness timeout of peers (the heartbeat interval is the peers' own).
+    pub timing: Timing,
+}
+
+/// Counters of the router's runtime (transport level).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RouterRuntimeCounters {
+    /// Control-stream messages that did not decode (or were not heartbeats).
+    pub control_malformed: u64,
+    /// Records for a destination whose endpoint is unknown or whose publication failed.
+    pub unroutable: u64,
+    /// Records dropped by links (backlog full, publication refused).
+    pub dropped_records: u64,
+    /// Transport messages sent.
+    pub messages_sent: u64,
+}
+
+/// A snapshot of the router.
+#[derive(Clone, Debug, Default)]
+pub struct RouterStatus {
+    /// The router's counters (hostile and stale input, relays).
+    pub counters: RouterCounters,
+    /// The runtime's counters.
+    pub runtime: RouterRuntimeCounters,
+    /// Subscribed subjects.
+    pub subjects: usize,
+    /// Remembered affinities.
+    pub affinities: usize,
+    /// Per table member: (label, up).
+    pub members: Vec<(String, bool)>,
+}
+
+struct RouterShared {
+    stop: AtomicBool,
+    log: Mutex<VecDeque<LogEntry>>,
+    log_dropped: AtomicU64,
+    status: Mutex<RouterStatus>,
+}
+
+/// A running router: one thread over a [`RouterCore`]; stops on [`RouterRuntime::close`] or drop.
+pub struct RouterRuntime {
+    id: u64,
+    labels: Vec<String>,
+    shared: Arc<RouterShared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct RouterLoop {
+    core: RouterCore,
+    client: Arc<Client>,
+    clock: MonotonicClock,
+    data: Subscription,
+    control: Vec<Subscription>,
+    links: HashMap<u64, Link>,
+    batch: MessageBatch,
+    counters: RouterRuntimeCounters,
+    shared: Arc<RouterShared>,
+}
+
+impl RouterRuntime {
+    /// Starts a router over `table` (and `faucet`) on `options.listen`.
+    pub fn start(
+        client: Arc<Client>,
+        table: RoutingTable,
+        faucet: Option<Faucet>,
+        options: &RouterOptions,
+    ) -> Result<RouterRuntime, SubjectsError> {
+        let id = crate::groups::runtime::new_member_id();
+        let labels: Vec<String> = table.member_ids().map(|m| table.label(m).to_owned()).collect();
+        let data = client.add_subscription(&options.listen, DATA_STREAM_ID)?;
+        let mut control = vec![client.add_subscription(&options.listen, CONTROL_STREAM_ID)?];
+        if let Some(channel) = &options.control {
+            control.push(client.add_subscription(channel, CONTROL_STREAM_ID)?);
+        }
+        let shared = Arc::new(RouterShared {
+            stop: AtomicBool::new(false),
+            log: Mutex::new(VecDeque::new()),
+            log_dropped: AtomicU64::new(0),
+            status: Mutex::new(RouterStatus::default()),
+        });
+        let mut state = RouterLoop {
+            core: RouterCore::new(id, table, faucet, options.timing.liveness_timeout),
+            client,
+            clock: MonotonicClock::new(),
+            data,
+            control,
+            links: HashMap::new(),
+            batch: MessageBatch::default(),
+            counters: RouterRuntimeCounters::default(),
+            shared: shared.clone(),
+        };
+        state.publish_status();
+        let thread = std::thread::Builder::new()
+            .name("affinity-router".into())
+            .spawn(move || state.run())
+            .map_err(|e| SubjectsError::Transport(Error::Io(e)))?;
+        Ok(RouterRuntime { id, labels, shared, thread: Mutex::new(Some(thread)) })
+    }
+
+    /// The router's member id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The routing tables' member labels, by member index.
+    pub fn labels(&self) -> &[String] {
+        &self.labels
+    }
+
+    /// Takes the log entries made since the last call (at most [`MAX_PENDING_LOG`] are kept).
+    pub fn drain_log(&self) -> Vec<LogEntry> {
+        lock(&self.shared.log).drain(..).collect()
+    }
+
+    /// The latest snapshot (refreshed every [`TICK_INTERVAL`]).
+    pub fn status(&self) -> RouterStatus {
+        let mut status = lock(&self.shared.status).clone();
+        status.counters.log_dropped += self.shared.log_dropped.load(Ordering::Relaxed);
+        status
+    }
+
+    /// Stops the thread (idempotent).
+    pub fn close(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(thread) = lock(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for RouterRuntime {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl RouterLoop {
+    fn run(mut self) {
+        let mut last_tick = self.clock.now();
+        while !self.shared.stop.load(Ordering::Acquire) && !self.client.is_closed() {
+            let mut work = self.poll_control();
+            work += self.poll_data();
+            let now = self.clock.now();
+            if now.saturating_since(last_tick) >= TICK_INTERVAL {
+                last_tick = now;
+                self.core.tick(now);
+                self.forward_log();
+                self.publish_status();
+            }
+            work += self.send();
+            if work == 0 {
+                std::thread::sleep(IDLE_SLEEP);
+            }
+        }
+    }
+
+    fn poll_control(&mut self) -> usize {
+        let mut work = 0;
+        for subscription in &self.control {
+            self.batch.clear();
+            work += subscription.poll_into(&mut self.batch, FRAGMENTS_PER_ITERATION).unwrap_or(0);
+            let now = self.clock.now();
+            for index in 0..self.batch.len() {
+                match parse_control(self.batch.message(index)) {
+                    Ok(ControlMessage::Heartbeat(heartbeat)) => self.core.on_heartbeat(heartbeat, now),
+                    _ => self.counters.control_malformed += 1,
+                }
+            }
+        }
+        work
+    }
+
+    fn poll_data(&mut self) -> usize {
+        self.batch.clear();
+        let work = self.data.poll_into(&mut self.batch, FRAGMENTS_PER_ITERATION).unwrap_or(0);
+        let now = self.clock.now();
+        for index in 0..self.batch.len() {
+            self.core.on_message(self.batch.message(index), now);
+        }
+        work
+    }
+
+    fn send(&mut self) -> usize {
+        let RouterLoop { core, client, links, counters, .. } = self;
+        // Links for new destinations first (endpoints come from the core), then the records.
+        let new: Vec<u64> = core.outbox().destinations().filter(|to| !links.contains_key(to)).collect();
+        for to in new {
+            let Some(endpoint) = core.endpoint(to) else { continue };
+            if let Ok(publication) = client.add_publication(&udp_channel(endpoint), DATA_STREAM_ID) {
+                links.insert(to, Link::new(publication));
+            }
+        }
+        core.outbox().drain(|to, bytes| match links.get_mut(&to) {
+            Some(link) => link.push(bytes),
+            None => counters.unroutable += Records::new(bytes).count() as u64,
+        });
+        let mut work = 0;
+        for link in links.values_mut() {
+            if link.pending() {
+                work += link.flush();
+            }
+        }
+        // Links to peers the router forgot (no endpoint any more) are closed.
+        links.retain(|id, link| {
+            let keep = core.endpoint(*id).is_some() || link.pending();
+            if !keep {
+                counters.dropped_records += link.counters.dropped_records;
+                link.publication.close();
+            }
+            keep
+        });
+        work
+    }
+
+    fn forward_log(&mut self) {
+        let entries = self.core.drain_log();
+        if entries.is_empty() {
+            return;
+        }
+        let mut log = lock(&self.shared.log);
+        for entry in entries {
+            if log.len() >= MAX_PENDING_LOG {
+                log.pop_front();
+                self.shared.log_dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            log.push_back(entry);
+        }
+    }
+
+    fn publish_status(&mut self) {
+        let table = self.core.table();
+        let members = table.member_ids().map(|m| (table.label(m).to_owned(), table.is_up(m))).collect();
+        let mut runtime = self.counters;
+        runtime.dropped_records += self.links.values().map(|l| l.counters.dropped_records).sum::<u64>();
+        runtime.messages_sent += self.links.values().map(|l| l.counters.messages).sum::<u64>();
+        *lock(&self.shared.status) = RouterStatus {
+            counters: self.core.counters(),
+            runtime,
+            subjects: self.core.subject_count(),
+            affinities: table.affinity_count(),
+            members,
+        };
+    }
+}
+
+// ---- subscribers and sources ------------------------------------------------------------------
+
+/// Options of a subscriber or a source.
+#[derive(Clone, Debug)]
+pub struct PeerOptions {
+    /// The router's listen channel.
+    pub router: String,
+    /// The client name (a source's label: it must match a `remote-label` of the router's
+    /// configuration to be routed to).
+    pub name: String,
+    /// Address of the inbox (default 127.0.0.1); must be reachable by the router.
+    pub host: String,
+    /// Heartbeat interval and liveness timeout.
+    pub timing: Timing,
+}
+
+/// One record received by a subscriber or a source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    /// What it is (DATA, REQUEST, DISCARD).
+    pub kind: RecordKind,
+    /// DATA flags.
+    pub flags: u16,
+    /// The subject.
+    pub subject: String,
+    /// The payload.
+    pub payload: Vec<u8>,
+}
+
+/// Counters of a subscriber or source.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerCounters {
+    /// Inbox messages holding a malformed record.
+    pub malformed: u64,
+    /// Records received.
+    pub received: u64,
+    /// Records dropped because the router's publication never accepted them.
+    pub dropped_records: u64,
+}
+
+struct PeerShared {
+    id: u64,
+    name: String,
+    endpoint: String,
+    role: Role,
+    link: Mutex<Link>,
+    heartbeat: Publication,
+    timing: Timing,
+    stop: AtomicBool,
+}
+
+impl PeerShared {
+    fn send_heartbeat(&self, leaving: bool) {
+        let heartbeat = Heartbeat {
+            fingerprint: super::fingerprint(),
+            member_id: self.id,
+            leaving,
+            role: self.role,
+            name: self.name.clone(),
+            endpoint: self.endpoint.clone(),
+            index: 0,
+            count: 0,
+            pid: std::process::id(),
+            claims: Vec::new(),
+            figures: Vec::new(),
+        };
+        if let Ok(bytes) = heartbeat.to_bytes() {
+            let _ = self.heartbeat.offer(&bytes);
+        }
+    }
+
+    fn run(self: Arc<Self>) {
+        let clock = MonotonicClock::new();
+        let mut last = None;
+        while !self.stop.load(Ordering::Acquire) {
+            let now = clock.now();
+            if last.is_none_or(|at| now.saturating_since(at) >= self.timing.heartbeat_interval) {
+                last = Some(now);
+                self.send_heartbeat(false);
+            }
+            let pending = {
+                let mut link = lock(&self.link);
+                if link.pending() {
+                    link.flush();
+                }
+                link.pending()
+            };
+            std::thread::sleep(if pending { IDLE_SLEEP } else { Duration::from_millis(1) });
+        }
+    }
+}
+
+/// What subscribers and sources share: an inbox, a link to the router, a heartbeat thread.
+pub struct SubjectPeer {
+    shared: Arc<PeerShared>,
+    inbox: Subscription,
+    batch: Mutex<MessageBatch>,
+    counters: Mutex<PeerCounters>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    closed: AtomicBool,
+}
+
+impl SubjectPeer {
+    fn open(client: &Client, role: Role, options: &PeerOptions) -> Result<SubjectPeer, SubjectsError> {
+        check_name(&options.name)?;
+        let (endpoint, inbox) = open_inbox(client, &options.host)?;
+        let to_router = client.add_publication(&options.router, DATA_STREAM_ID)?;
+        let heartbeat = client.add_publication(&options.router, CONTROL_STREAM_ID)?;
+        let shared = Arc::new(PeerShared {
+            id: crate::groups::runtime::new_member_id(),
+            name: options.name.clone(),
+            endpoint,
+            role,
+            link: Mutex::new(Link::new(to_router)),
+            heartbeat,
+            timing: options.timing,
+            stop: AtomicBool::new(false),
+        });
+        let runner = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("affinity-subject-peer".into())
+            .spawn(move || runner.run())
+            .map_err(|e| SubjectsError::Transport(Error::Io(e)))?;
+        Ok(SubjectPeer {
+            shared,
+            inbox,
+            batch: Mutex::new(MessageBatch::default()),
+            counters: Mutex::new(PeerCounters::default()),
+            thread: Mutex::new(Some(thread)),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// This peer's member id (its connection id).
+    pub fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// The inbox endpoint (`host:port`).
+    pub fn endpoint(&self) -> &str {
+        &self.shared.endpoint
+    }
+
+    /// Whether the router's listen channel accepted the connection.
+    pub fn is_connected(&self) -> bool {
+        lock(&self.shared.link).publication.is_connected()
+    }
+
+    fn send(&self, kind: RecordKind, flags: u16, subject: &str, payload: &[u8]) -> Result<(), SubjectsError> {
+        self.send_all(std::iter::once((kind, flags, subject, payload)))
+    }
+
+    /// Encodes every record (refusing the whole batch if one is invalid), queues them and sends
+    /// what the publication accepts, packed.
+    fn send_all<'a>(
+        &self,
+        records: impl IntoIterator<Item = (RecordKind, u16, &'a str, &'a [u8])>,
+    ) -> Result<(), SubjectsError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(SubjectsError::Closed);
+        }
+        let mut bytes = Vec::new();
+        for (kind, flags, subject, payload) in records {
+            SubjectRecord { kind, flags, sender: self.shared.id, subject, payload }.emit(&mut bytes)?;
+        }
+        let mut link = lock(&self.shared.link);
+        link.push(&bytes);
+        link.flush();
+        Ok(())
+    }
+
+    /// Receives up to `fragment_limit` fragments' worth of records, each handed to `handler`
+    /// without a copy; returns the number of records.
+    pub fn poll_with(
+        &self,
+        fragment_limit: usize,
+        mut handler: impl FnMut(&SubjectRecord<'_>),
+    ) -> Result<usize, SubjectsError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(SubjectsError::Closed);
+        }
+        let mut batch = lock(&self.batch);
+        batch.clear();
+        self.inbox.poll_into(&mut batch, fragment_limit)?;
+        let (mut received, mut malformed) = (0u64, 0u64);
+        for index in 0..batch.len() {
+            for record in Records::new(batch.message(index)) {
+                match record {
+                    Ok(record) => {
+                        received += 1;
+                        handler(&record);
+                    }
+                    Err(_) => malformed += 1,
+                }
+            }
+        }
+        let mut counters = lock(&self.counters);
+        counters.received += received;
+        counters.malformed += malformed;
+        Ok(received as usize)
+    }
+
+    /// Receives up to `fragment_limit` fragments' worth of records, copied out.
+    pub fn poll(&self, fragment_limit: usize) -> Result<Vec<Delivery>, SubjectsError> {
+        let mut out = Vec::new();
+        self.poll_with(fragment_limit, |r| {
+            out.push(Delivery {
+                kind: r.kind,
+                flags: r.flags,
+                subject: r.subject.to_owned(),
+                payload: r.payload.to_vec(),
+            })
+        })?;
+        Ok(out)
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> PeerCounters {
+        let mut counters = *lock(&self.counters);
+        counters.dropped_records = lock(&self.shared.link).counters.dropped_records;
+        counters
+    }
+
+    /// Sends a last heartbeat saying "leaving" and stops the thread (idempotent).
+    pub fn close(&self) {
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        {
+            let mut link = lock(&self.shared.link);
+            link.flush();
+        }
+        self.shared.send_heartbeat(true);
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(thread) = lock(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for SubjectPeer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A subscriber: subscribes to subjects through a router and receives their data.
+pub struct SubjectSubscriber {
+    peer: SubjectPeer,
+}
+
+impl SubjectSubscriber {
+    /// Opens an inbox and starts heartbeating to `options.router`.
+    pub fn new(client: &Client, options: &PeerOptions) -> Result<SubjectSubscriber, SubjectsError> {
+        Ok(SubjectSubscriber { peer: SubjectPeer::open(client, Role::Subscriber, options)? })
+    }
+
+    /// The common part (id, poll, counters, close).
+    pub fn peer(&self) -> &SubjectPeer {
+        &self.peer
+    }
+
+    /// Subscribes to `subject` (one more subscription if already subscribed).
+    pub fn subscribe(&self, subject: &str) -> Result<(), SubjectsError> {
+        let reply = format!("{}\n{}", self.peer.shared.endpoint, self.peer.shared.name);
+        self.peer.send(RecordKind::Subscribe, 0, subject, reply.as_bytes())
+    }
+
+    /// Subscribes to several subjects at once (packed into as few messages as possible);
+    /// nothing is sent if one subject is invalid.
+    pub fn subscribe_batch<'a>(&self, subjects: impl IntoIterator<Item = &'a str>) -> Result<(), SubjectsError> {
+        let reply = format!("{}\n{}", self.peer.shared.endpoint, self.peer.shared.name);
+        let reply = reply.as_bytes();
+        self.peer.send_all(subjects.into_iter().map(|subject| (RecordKind::Subscribe, 0, subject, reply)))
+    }
+
+    /// Drops one subscription to `subject`.
+    pub fn unsubscribe(&self, subject: &str) -> Result<(), SubjectsError> {
+        self.peer.send(RecordKind::Unsubscribe, 0, subject, &[])
+    }
+}
+
+/// A source: serves the subjects the router requests, or the faucet topics it is assigned.
+pub struct SubjectSource {
+    peer: SubjectPeer,
+}
+
+impl SubjectSource {
+    /// Opens an inbox and starts heartbeating to `options.router` with label `options.name`.
+    pub fn new(client: &Client, options: &PeerOptions) -> Result<SubjectSource, SubjectsError> {
+        Ok(SubjectSource { peer: SubjectPeer::open(client, Role::Source, options)? })
+    }
+
+    /// The common part (id, poll, counters, close).
+    pub fn peer(&self) -> &SubjectPeer {
+        &self.peer
+    }
+
+    /// Enlists as a faucet publisher on `control_topic` ([`super::codec::ANY_CONTROL_TOPIC`]: the router's own),
+    /// with an optional coverage pattern; each call is one more enlistment (coverage unions).
+    pub fn enlist(&self, control_topic: &str, coverage: Option<&str>) -> Result<(), SubjectsError> {
+        match coverage {
+            Some(pattern) => self.peer.send(RecordKind::Enlist, FLAG_COVERAGE, control_topic, pattern.as_bytes()),
+            None => self.peer.send(RecordKind::Enlist, 0, control_topic, &[]),
+        }
+    }
+
+    /// Leaves the faucet.
+    pub fn delist(&self, control_topic: &str) -> Result<(), SubjectsError> {
+        self.peer.send(RecordKind::Delist, 0, control_topic, &[])
+    }
+
+    /// Publishes data for `subject` (an image when `image`, else an update).
+    pub fn publish(&self, subject: &str, payload: &[u8], image: bool) -> Result<(), SubjectsError> {
+        self.peer.send(RecordKind::Data, if image { FLAG_IMAGE } else { FLAG_UPDATE }, subject, payload)
+    }
+
+    /// Publishes several updates (`image` false) or images at once, packed into as few
+    /// transport messages as possible; nothing is sent if one record is invalid.
+    pub fn publish_batch<'a>(
+        &self,
+        records: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+        image: bool,
+    ) -> Result<(), SubjectsError> {
+        let flags = if image { FLAG_IMAGE } else { FLAG_UPDATE };
+        self.peer.send_all(records.into_iter().map(|(subject, payload)| (RecordKind::Data, flags, subject, payload)))
+    }
+
+    /// Answers NODATA for `subject` (`Unavailable` or `NotFound`; the record has no flag for
+    /// any other NODATA).
+    pub fn nodata(&self, subject: &str, status: NoDataStatus) -> Result<(), SubjectsError> {
+        let flags = match status {
+            NoDataStatus::NotFound => FLAG_NODATA_NOTFOUND,
+            NoDataStatus::Unavailable => FLAG_NODATA_UNAVAILABLE,
+            NoDataStatus::Other => {
+                return Err(SubjectsError::Config("nodata: status must be unavailable or notfound".into()))
+            }
+        };
+        self.peer.send(RecordKind::Data, flags, subject, &[])
+    }
+}

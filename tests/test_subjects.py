@@ -1,0 +1,233 @@
+"""The subject router in process: API, faucet coverage, hostile input, configuration errors."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import affinity
+import pytest
+from affinity import _affinity
+from affinity.config.faucet import analyse_router_text, parse_router_file
+from affinity.exceptions import AffinityError, ConfigError
+from affinity.subjects import FaucetEvent, Flags, Source, SubjectRouter, Subscriber
+from affinity.testing import loopback_channel
+
+DATA = Path(__file__).parent / "data"
+TIMEOUT = 10.0
+FAST = {"heartbeat_interval": 0.05, "liveness_timeout": 1.0}
+
+
+def until(step: Callable[[], object], done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        step()
+        if done():
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def listen() -> str:
+    return loopback_channel()
+
+
+@pytest.fixture
+def transformer(client: affinity.Client, listen: str) -> Iterator[SubjectRouter]:
+    with SubjectRouter(client, DATA / "worked_example_transformer.conf", listen=listen, liveness_timeout=1.0) as r:
+        yield r
+
+
+def wait_up(router: SubjectRouter, *labels: str) -> None:
+    until(lambda: None, lambda: all(up for label, up in router.status().members if label in labels), f"{labels} up")
+
+
+def test_a_subscriber_gets_the_image_then_updates_and_the_log_has_the_seed_lines(
+    client: affinity.Client, listen: str, transformer: SubjectRouter, caplog: pytest.LogCaptureFixture
+) -> None:
+    adapters = [Source(client, listen, label, **FAST) for label in ("TradeAdapterA", "TradeAdapterB")]
+    wait_up(transformer, "TradeAdapterA", "TradeAdapterB")
+    requested: list[tuple[str, str]] = []
+    for source in adapters:
+        source.on_request(lambda subject, source=source: requested.append((source.label, subject)))
+    sub = Subscriber(client, listen, name="alice", **FAST)
+    got: list[tuple[str, Flags, bytes]] = []
+    sub.subscribe("/PRIVATE/alice-0/FXTRADE", lambda s, f, p: got.append((s, f, p)))
+    until(lambda: [s.poll() for s in adapters], lambda: bool(requested), "a request")
+    label, subject = requested[0]
+    server = next(s for s in adapters if s.label == label)
+    server.publish(subject, b"image", image=True)
+    server.publish(subject, b"update")
+    until(lambda: sub.poll(), lambda: len(got) >= 2, "image and update")
+    assert got == [(subject, Flags.IMAGE, b"image"), (subject, Flags.UPDATE, b"update")]
+    with caplog.at_level(logging.INFO, logger="affinity.router"):
+        transformer.flush_log()
+    peer = 1 + ["TradeAdapterA", "TradeAdapterB"].index(label)
+    assert f"Object <{subject}> is bound to affinity <trading-adapters:alice>" in caplog.messages
+    assert f"We can request object <{subject}> from peer {peer} ({label})" in caplog.messages
+    sub.unsubscribe(subject)
+    discarded: list[str] = []
+    server.on_discard(discarded.append)
+    until(lambda: server.poll(), lambda: discarded == [subject], "discard")
+    with pytest.raises(ConfigError, match="not subscribed"):
+        sub.unsubscribe(subject)
+    for source in adapters:
+        source.close()
+    sub.close()
+
+
+def test_hostile_subject_and_control_messages_are_counted_and_ignored(
+    client: affinity.Client, listen: str, transformer: SubjectRouter
+) -> None:
+    # The subject router listens on the control plane's stream ids (exported as GROUP_*).
+    data = client.add_publication(listen, _affinity.GROUP_DATA_STREAM_ID)
+    control = client.add_publication(listen, _affinity.GROUP_CONTROL_STREAM_ID)
+    until(lambda: None, lambda: data.is_connected and control.is_connected, "raw publications connected")
+    garbage = [b"\x01", b"\xff" * 40, b"\x01\x05\x00\x00\xff\xff" + b"\x00" * 18, b"\x01\x03" + b"\x00" * 60]
+    for message in garbage:
+        data.offer(message)
+        control.offer(message)
+    until(
+        lambda: None,
+        lambda: transformer.status().malformed >= 3 and transformer.status().control_malformed >= 4,
+        "counters",
+    )
+    data.close()
+    control.close()
+    status = transformer.status()
+    assert status.subjects == 0
+    # The router still works afterwards.
+    source = Source(client, listen, "HistoricalAdapter", **FAST)
+    wait_up(transformer, "HistoricalAdapter")
+    sub = Subscriber(client, listen, name="bob", **FAST)
+    got: list[bytes] = []
+    sub.subscribe("/PRIVATE/bob/ITEM", lambda s, f, p: got.append(p))
+    source.on_request(lambda subject: source.publish(subject, b"item", image=True))
+    until(lambda: (source.poll(), sub.poll()), lambda: got == [b"item"], "item")
+    source.close()
+    sub.close()
+
+
+def test_a_subject_no_service_covers_is_answered_nodata_notfound(
+    client: affinity.Client, listen: str, transformer: SubjectRouter
+) -> None:
+    sub = Subscriber(client, listen, name="carol", **FAST)
+    got: list[tuple[Flags, bytes]] = []
+    sub.subscribe("/NOWHERE", lambda s, f, p: got.append((f, p)))
+    until(lambda: sub.poll(), lambda: bool(got), "nodata")
+    assert got[0][0] == Flags.NODATA_NOTFOUND
+    assert b"no data service" in got[0][1]
+    sub.close()
+
+
+def test_faucet_coverage_limits_a_publisher_and_late_enlistment_takes_outstanding_topics(
+    client: affinity.Client, listen: str
+) -> None:
+    with SubjectRouter(client, DATA / "faucet_space.conf", listen=listen, liveness_timeout=1.0):
+        cobalt = Source(client, listen, "cpub", coverage=["/space/C.*"], **FAST)
+        sub = Subscriber(client, listen, name="s1", **FAST)
+        events: list[FaucetEvent] = []
+        watcher = Subscriber(client, listen, name="watcher", **FAST)
+        watcher.subscribe("space_faucet_control", lambda s, f, p: events.append(FaucetEvent.from_json(p)))
+        time.sleep(0.3)
+        requests: dict[str, list[str]] = {"cpub": [], "apub": []}
+        cobalt.on_request(requests["cpub"].append)
+        for topic in ("/space/COBALT", "/space/A"):
+            sub.subscribe(topic, lambda s, f, p: None)
+            until(
+                lambda: (sub.poll(), watcher.poll(), cobalt.poll()),
+                lambda t=topic: any(e.topic == t for e in events),
+                topic,
+            )
+        assert [(e.event, e.topic, e.client_name) for e in events] == [
+            ("assign", "/space/COBALT", "cpub"),
+            ("no_handlers", "/space/A", None),
+        ]
+        assert events[0].subscriber_client_name is None  # default announcements
+        assert events[0].connection_name == f"{cobalt.connection_id:016x}"
+        # A publisher covering /space/A enlists late: the outstanding topic is assigned to it.
+        apub = Source(client, listen, "apub", coverage=["/space/A.*", "/space/("], **FAST)
+        apub.on_request(requests["apub"].append)
+        until(lambda: (watcher.poll(), apub.poll(), cobalt.poll()), lambda: len(events) >= 3, "late assign")
+        assert (events[2].event, events[2].topic, events[2].client_name) == ("assign", "/space/A", "apub")
+        until(lambda: apub.poll(), lambda: requests["apub"] == ["/space/A"], "request to apub")
+        assert requests["cpub"] == ["/space/COBALT"]
+        for handle in (cobalt, apub, sub, watcher):
+            handle.close()
+
+
+def test_faucet_events_decode_to_typed_records() -> None:
+    payload = json.dumps({"client_name": "p", "connection_name": "01", "topic": "/t", "event": "assign"})
+    event = FaucetEvent.from_json(payload.encode())
+    assert event == FaucetEvent("assign", "/t", "p", "01", None, None)
+    with pytest.raises(ConfigError):
+        FaucetEvent.from_json(b"not json")
+    with pytest.raises(ConfigError):
+        FaucetEvent.from_json(b"[1]")
+
+
+def test_the_faucet_block_is_parsed_with_file_line_errors() -> None:
+    text = (
+        "add-faucet\n"
+        "    control-topic ctl\n"
+        '    subscription-topic "/s/("\n'
+        "    announcements some\n"
+        "    bogus x\n"
+        "end-faucet\n"
+        'add-data-service service-name s include-pattern "^/x" add-source-group add-priority label p '
+        "end-priority end-source-group end-data-service\n"
+    )
+    analysis = analyse_router_text(text, "r.conf")
+    messages = [str(d) for d in analysis.errors]
+    assert any(m.startswith("r.conf:3:25: error: subscription-topic '/s/('") for m in messages), messages
+    assert any(m.startswith("r.conf:4:19: error: announcements 'some'") for m in messages), messages
+    assert any(m.startswith("r.conf:5:5: error: unexpected 'bogus'") for m in messages), messages
+    assert analysis.config.faucet is None
+    # The data service after the block keeps its line numbers and parses.
+    assert [s.name for s in analysis.config.routing.data_services] == ["s"]
+    missing = analyse_router_text("add-faucet\n control-topic c\n", "m.conf")
+    assert [str(d) for d in missing.errors] == ["m.conf:1:1: error: add-faucet without end-faucet"]
+    two = analyse_router_text(
+        "add-faucet control-topic a subscription-topic /a end-faucet\n"
+        "add-faucet control-topic b subscription-topic /b end-faucet\n",
+        "t.conf",
+    )
+    assert [str(d) for d in two.errors] == ["t.conf:2:1: error: only one add-faucet block is allowed"]
+    assert two.config.faucet is not None and two.config.faucet.control_topic == "a"
+
+
+def test_parse_router_file_reads_the_seed_faucet_configurations() -> None:
+    symbols = parse_router_file(DATA / "faucet_symbols.conf").faucet
+    space = parse_router_file(DATA / "faucet_space.conf").faucet
+    assert symbols is not None and space is not None
+    assert (symbols.control_topic, symbols.subscription_topic, symbols.announcements) == (
+        "symbol_faucet_control",
+        "/symbols/.*",
+        "all",
+    )
+    assert (space.subscription_topic, space.announcements, space.coverage_option) == (
+        "/space/.*",
+        "default",
+        "udo_coverage",
+    )
+
+
+def test_invalid_arguments_raise_affinity_errors(client: affinity.Client, listen: str) -> None:
+    with pytest.raises(AffinityError):
+        Subscriber(client, listen, name="", **FAST)
+    with pytest.raises(AffinityError):
+        Subscriber(client, listen, name="x", heartbeat_interval=0.0)
+    source = Source(client, listen, "S", **FAST)
+    with pytest.raises(ConfigError, match="nodata status"):
+        source.nodata("/a", "gone")
+    with pytest.raises(AffinityError):
+        source.publish("", b"x")
+    with pytest.raises(ConfigError):
+        Source(client, listen, "S2", coverage="/a.*")  # type: ignore[arg-type]
+    source.close()
+    with pytest.raises(AffinityError, match="closed"):
+        source.publish("/a", b"x")
