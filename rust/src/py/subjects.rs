@@ -214,17 +214,17 @@ pub struct SubjectSubscriberCore {
 impl SubjectSubscriberCore {
     /// Opens an inbox and starts heartbeating to `router`.
     #[new]
-    #[pyo3(signature = (client, router, *, name, host="127.0.0.1".to_owned(), heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
+    #[pyo3(signature = (client, router, *, name, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
     fn new(
         py: Python<'_>,
         client: &Client,
         router: String,
         name: String,
-        host: String,
+        host: &str,
         heartbeat_interval_ms: u64,
         liveness_timeout_ms: u64,
     ) -> PyResult<Self> {
-        let options = peer_options(router, name, host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let options = peer_options(router, name, host.to_owned(), heartbeat_interval_ms, liveness_timeout_ms)?;
         let client = client.shared();
         let inner = py.detach(|| SubjectSubscriber::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSubscriberCore { inner })
@@ -273,17 +273,17 @@ pub struct SubjectSourceCore {
 impl SubjectSourceCore {
     /// Opens an inbox and starts heartbeating to `router` with `label`.
     #[new]
-    #[pyo3(signature = (client, router, *, label, host="127.0.0.1".to_owned(), heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
+    #[pyo3(signature = (client, router, *, label, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
     fn new(
         py: Python<'_>,
         client: &Client,
         router: String,
         label: String,
-        host: String,
+        host: &str,
         heartbeat_interval_ms: u64,
         liveness_timeout_ms: u64,
     ) -> PyResult<Self> {
-        let options = peer_options(router, label, host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let options = peer_options(router, label, host.to_owned(), heartbeat_interval_ms, liveness_timeout_ms)?;
         let client = client.shared();
         let inner = py.detach(|| SubjectSource::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSourceCore { inner })
