@@ -9,10 +9,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
+use super::buffers::{arrow_binary, is_arrow, ArrowBinary, BufferView};
 use super::errors::{config_error, group_error, invalid_argument, wrong_type};
 use super::transport::Client;
 use crate::groups::runtime::{self, MemberOptions};
@@ -33,53 +33,6 @@ fn seconds(name: &str, value: f64) -> PyResult<Duration> {
         return Err(config_error(format!("{name}={value}: must be a finite number of seconds >= 0")));
     }
     Ok(Duration::from_secs_f64(value))
-}
-
-/// A contiguous buffer view kept alive (and un-resizable) while its slice is used.
-struct BufferView {
-    unsigned: Option<PyBuffer<u8>>,
-    signed: Option<PyBuffer<i8>>,
-}
-
-impl BufferView {
-    fn new(object: &Bound<'_, PyAny>, what: &str) -> PyResult<BufferView> {
-        let type_error = || {
-            wrong_type(format!(
-                "{what}: expected bytes or a bytes-like object, got {}",
-                object.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-            ))
-        };
-        // pyarrow buffers export signed bytes ("b"); bytes, bytearray and memoryview unsigned.
-        let view = match PyBuffer::<u8>::get(object) {
-            Ok(buffer) => BufferView { unsigned: Some(buffer), signed: None },
-            Err(_) => {
-                BufferView { unsigned: None, signed: Some(PyBuffer::<i8>::get(object).map_err(|_| type_error())?) }
-            }
-        };
-        let contiguous = match (&view.unsigned, &view.signed) {
-            (Some(buffer), _) => buffer.is_c_contiguous(),
-            (None, Some(buffer)) => buffer.is_c_contiguous(),
-            (None, None) => false,
-        };
-        if !contiguous {
-            return Err(invalid_argument(format!("{what}: the buffer must be C-contiguous")));
-        }
-        Ok(view)
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        let (pointer, length) = match (&self.unsigned, &self.signed) {
-            (Some(buffer), _) => (buffer.buf_ptr() as *const u8, buffer.len_bytes()),
-            (None, Some(buffer)) => (buffer.buf_ptr() as *const u8, buffer.len_bytes()),
-            (None, None) => return &[],
-        };
-        if length == 0 || pointer.is_null() {
-            return &[];
-        }
-        // SAFETY: the buffer is C-contiguous and `length` bytes long; the exported view held
-        // in `self` keeps the exporter from freeing or resizing it while `self` lives.
-        unsafe { std::slice::from_raw_parts(pointer, length) }
-    }
 }
 
 /// One Python object whose bytes are borrowed.
@@ -116,97 +69,28 @@ impl<'py> Held<'py> {
 /// A column of byte strings: Python items, or a checked pyarrow array.
 enum Column<'py> {
     Items(Vec<Held<'py>>),
-    Arrow { offsets: Vec<usize>, data: Option<BufferView> },
+    Arrow(ArrowBinary),
 }
 
 impl Column<'_> {
     fn len(&self) -> usize {
         match self {
             Column::Items(items) => items.len(),
-            Column::Arrow { offsets, .. } => offsets.len().saturating_sub(1),
+            Column::Arrow(array) => array.len(),
         }
     }
 
     fn slices(&self) -> Vec<&[u8]> {
         match self {
             Column::Items(items) => items.iter().map(Held::bytes).collect(),
-            Column::Arrow { offsets, data } => {
-                let data = data.as_ref().map(BufferView::as_slice).unwrap_or(b"");
-                // Offsets were checked against `data` when the column was built.
-                offsets.windows(2).map(|w| data.get(w[0]..w[1]).unwrap_or(b"")).collect()
-            }
+            Column::Arrow(array) => array.slices().collect(),
         }
     }
-}
-
-fn is_arrow(object: &Bound<'_, PyAny>) -> PyResult<bool> {
-    Ok(object.hasattr("buffers")? && object.hasattr("type")? && object.hasattr("offset")?)
-}
-
-fn arrow_column<'py>(array: &Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Column<'py>> {
-    let type_name = array.getattr("type")?.str()?.to_string();
-    let large = match type_name.as_str() {
-        "binary" => false,
-        "large_binary" => true,
-        "string" | "utf8" if allow_str => false,
-        "large_string" | "large_utf8" if allow_str => true,
-        other => {
-            let allowed =
-                if allow_str { "binary, large_binary, string or large_string" } else { "binary or large_binary" };
-            return Err(wrong_type(format!("{what}: expected a pyarrow {allowed} array, got type {other}")));
-        }
-    };
-    if array.getattr("null_count")?.extract::<usize>()? > 0 {
-        return Err(invalid_argument(format!("{what}: the arrow array contains nulls")));
-    }
-    let count: usize = array.len()?;
-    let first: usize = array.getattr("offset")?.extract()?;
-    let buffers = array.call_method0("buffers")?;
-    if buffers.len()? < 3 {
-        return Err(invalid_argument(format!("{what}: expected 3 arrow buffers (validity, offsets, data)")));
-    }
-    let offsets_object = buffers.get_item(1)?;
-    let data_object = buffers.get_item(2)?;
-    if offsets_object.is_none() {
-        return Err(invalid_argument(format!("{what}: the arrow array has no offsets buffer")));
-    }
-    let offsets_view = BufferView::new(&offsets_object, what)?;
-    let data = if data_object.is_none() { None } else { Some(BufferView::new(&data_object, what)?) };
-    let data_length = data.as_ref().map_or(0, |d| d.as_slice().len());
-    let raw = offsets_view.as_slice();
-    let width = if large { 8 } else { 4 };
-    let mut offsets = Vec::with_capacity(count.saturating_add(1));
-    let end_index = first.checked_add(count).ok_or_else(|| invalid_argument(format!("{what}: offset overflow")))?;
-    let mut previous = 0usize;
-    for index in first..=end_index {
-        let at = index.checked_mul(width).ok_or_else(|| invalid_argument(format!("{what}: offset overflow")))?;
-        let chunk = raw
-            .get(at..at.saturating_add(width))
-            .ok_or_else(|| invalid_argument(format!("{what}: arrow offsets buffer is shorter than the array")))?;
-        let value: i64 = if large {
-            i64::from_le_bytes(chunk.try_into().unwrap_or([0; 8]))
-        } else {
-            i64::from(i32::from_le_bytes(chunk.try_into().unwrap_or([0; 4])))
-        };
-        let value = usize::try_from(value)
-            .map_err(|_| invalid_argument(format!("{what}: negative arrow offset {value} at index {index}")))?;
-        if index > first && value < previous {
-            return Err(invalid_argument(format!("{what}: arrow offsets decrease at index {index}")));
-        }
-        if value > data_length {
-            return Err(invalid_argument(format!(
-                "{what}: arrow offset {value} at index {index} is beyond the data buffer ({data_length} bytes)"
-            )));
-        }
-        previous = value;
-        offsets.push(value);
-    }
-    Ok(Column::Arrow { offsets, data })
 }
 
 fn column<'py>(object: &Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyResult<Column<'py>> {
     if is_arrow(object)? {
-        return arrow_column(object, allow_str, what);
+        return arrow_binary(object, allow_str, what).map(Column::Arrow);
     }
     if object.cast::<PyBytes>().is_ok() || object.cast::<PyString>().is_ok() {
         return Err(wrong_type(format!("{what}: expected a sequence of items, got a single bytes/str")));

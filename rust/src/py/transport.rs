@@ -6,11 +6,11 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
 
-use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyResourceWarning;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList};
 
+use super::buffers::{arrow_binary, is_arrow, with_bytes};
 use super::errors::{self, invalid_argument, transport_error, wrong_type};
 use crate::client::{self, MessageBatch, MessageHeader};
 use crate::driver::events::DriverEventKind;
@@ -368,71 +368,6 @@ pub struct Publication {
     inner: client::Publication,
 }
 
-fn with_bytes<R>(object: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
-    if let Ok(bytes) = object.cast::<PyBytes>() {
-        return Ok(f(bytes.as_bytes()));
-    }
-    let type_error = || wrong_type(format!("expected a bytes-like object, got {}", type_name(object)));
-    // pyarrow buffers export signed bytes ("b"); bytes, bytearray and memoryview unsigned ("B").
-    let unsigned = PyBuffer::<u8>::get(object).ok();
-    let signed = if unsigned.is_none() { Some(PyBuffer::<i8>::get(object).map_err(|_| type_error())?) } else { None };
-    let (pointer, length, contiguous) = match (&unsigned, &signed) {
-        (Some(buffer), _) => (buffer.buf_ptr() as *const u8, buffer.len_bytes(), buffer.is_c_contiguous()),
-        (None, Some(buffer)) => (buffer.buf_ptr() as *const u8, buffer.len_bytes(), buffer.is_c_contiguous()),
-        (None, None) => return Err(type_error()),
-    };
-    if !contiguous {
-        return Err(invalid_argument("the buffer must be C-contiguous"));
-    }
-    if length == 0 {
-        return Ok(f(&[]));
-    }
-    // SAFETY: the buffer is contiguous and non-empty, and the view held in `unsigned`/`signed`
-    // keeps the exporter from freeing or resizing the memory until after `f` returns.
-    let slice = unsafe { std::slice::from_raw_parts(pointer, length) };
-    Ok(f(slice))
-}
-
-/// The `count + 1` offsets of an Arrow binary array starting at element `first`, checked:
-/// inside the offsets buffer, non-negative, non-decreasing, and ending within `data_length`.
-fn arrow_offsets(
-    bytes: &[u8],
-    large: bool,
-    count: usize,
-    first: usize,
-    data_length: usize,
-) -> Result<Vec<usize>, String> {
-    let width: usize = if large { 8 } else { 4 };
-    let end = first.checked_add(count).ok_or("the array offset and length overflow")?;
-    let needed = end.checked_add(1).and_then(|n| n.checked_mul(width)).ok_or("the array is too long")?;
-    if bytes.len() < needed {
-        return Err(format!(
-            "the offsets buffer holds {} bytes, the array needs {needed} ({} offsets of {width} bytes from element {first})",
-            bytes.len(),
-            count + 1
-        ));
-    }
-    let mut offsets = Vec::with_capacity(count + 1);
-    let mut previous = 0usize;
-    for (index, chunk) in bytes[first * width..needed].chunks_exact(width).enumerate() {
-        let value: i64 = match *chunk {
-            [a, b, c, d] => i64::from(i32::from_le_bytes([a, b, c, d])),
-            [a, b, c, d, e, f, g, h] => i64::from_le_bytes([a, b, c, d, e, f, g, h]),
-            _ => return Err("offsets buffer of an unexpected width".into()),
-        };
-        let offset = usize::try_from(value).map_err(|_| format!("offset {} is negative ({value})", first + index))?;
-        if index > 0 && offset < previous {
-            return Err(format!("offsets are not monotonic: offset {} is {offset}, after {previous}", first + index));
-        }
-        if offset > data_length {
-            return Err(format!("offset {} is {offset}, beyond the data buffer of {data_length} bytes", first + index));
-        }
-        offsets.push(offset);
-        previous = offset;
-    }
-    Ok(offsets)
-}
-
 #[pymethods]
 impl Publication {
     /// Appends one message; returns the new position (> 0) or a negative outcome code.
@@ -444,7 +379,7 @@ impl Publication {
     /// Appends messages (a sequence of bytes-like objects, or a pyarrow binary/large_binary
     /// array) until one is refused; returns how many were taken.
     fn offer_batch(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<usize> {
-        if messages.hasattr("buffers")? && messages.hasattr("type")? {
+        if is_arrow(messages)? {
             return self.offer_arrow(py, messages).map_err(|error| {
                 if errors::is_affinity_error(py, &error) {
                     error
@@ -602,46 +537,8 @@ impl Publication {
     }
 
     fn offer_arrow(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<usize> {
-        let type_name = array.getattr("type")?.str()?.to_string();
-        let large = match type_name.as_str() {
-            "binary" | "string" => false,
-            "large_binary" | "large_string" => true,
-            other => {
-                return Err(wrong_type(format!(
-                    "offer_batch takes a pyarrow binary or large_binary array, got type {other}"
-                )))
-            }
-        };
-        if array.getattr("null_count")?.extract::<i64>()? != 0 {
-            return Err(invalid_argument("offer_batch: the arrow array contains nulls"));
-        }
-        let count: usize = array.len()?;
-        if count == 0 {
-            return Ok(0);
-        }
-        let first: usize = array.getattr("offset")?.extract()?;
-        let buffers = array.call_method0("buffers")?;
-        if buffers.len()? != 3 {
-            return Err(invalid_argument(format!(
-                "offer_batch: a binary array has 3 buffers (validity, offsets, data), this one {}",
-                buffers.len()?
-            )));
-        }
-        let offsets_buffer = buffers.get_item(1)?;
-        if offsets_buffer.is_none() {
-            return Err(invalid_argument("offer_batch: the arrow array has no offsets buffer"));
-        }
-        let data_buffer = buffers.get_item(2)?;
-        let empty = PyBytes::new(py, b"");
-        let data_object = if data_buffer.is_none() { empty.into_any() } else { data_buffer };
-        let (taken, refusal) = with_bytes(&data_object, |data| {
-            let offsets =
-                with_bytes(&offsets_buffer, |bytes| arrow_offsets(bytes, large, count, first, data.len()))?
-                    .map_err(|message| invalid_argument(format!("offer_batch: malformed arrow array: {message}")))?;
-            // Checked above: every offset lies within `data` and they never decrease.
-            let messages = offsets.windows(2).filter_map(|pair| data.get(pair[0]..pair[1]));
-            Ok::<_, PyErr>(py.detach(|| self.inner.offer_batch(messages)))
-        })??;
+        let array = arrow_binary(array, true, "offer_batch")?;
+        let (taken, refusal) = py.detach(|| self.inner.offer_batch(array.slices()));
         refused(refusal)?;
         Ok(taken)
     }
