@@ -28,6 +28,11 @@ __all__ = ["FORMAT_NAME", "AffinityCommitMessage", "AffinityDataSource"]
 
 #: The name given to ``format(...)``.
 FORMAT_NAME: Final = "affinity"
+#: Time zone of ``TimestampType`` in the Arrow schema checked on the driver. PySpark's own data source
+#: read path does the same (``to_arrow_schema(..., timezone="UTC")`` in
+#: ``pyspark/sql/worker/plan_data_source_read.py``): the planning worker has no session to ask. The
+#: batches a task receives carry the session time zone; the instants are UTC either way.
+ARROW_SCHEMA_TIMEZONE: Final = "UTC"
 #: Task-local properties Spark sets on every task of a streaming query's micro-batch.
 QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
 BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
@@ -70,9 +75,9 @@ class AffinityCommitMessage(WriterCommitMessage):
 
 def _spark_schema_check(schema: StructType, options: SinkOptions) -> None:
     try:
-        arrow_schema = to_arrow_schema(schema)
+        arrow_schema = to_arrow_schema(schema, timezone=ARROW_SCHEMA_TIMEZONE)
     except Exception as error:  # pyspark raises its own errors for unsupported types
-        raise SparkOptionError(f"the DataFrame's schema cannot be written as Arrow: {error}") from None
+        raise SparkOptionError(f"the DataFrame's schema cannot be written as Arrow: {error!r}") from None
     validate_schema(arrow_schema, options)
     if options.group is not None:
         check_group(options.group, options.registry)
@@ -184,5 +189,5 @@ class AffinityDataSource(DataSource):
         """The stream reader; it runs on the driver and keeps a replay window of what it read."""
         options = parse_source_options(self.options)
         if options.group is not None:
-            return GroupStreamSource(options, to_arrow_schema(schema))
-        return StreamSource(options, to_arrow_schema(schema))
+            return GroupStreamSource(options, to_arrow_schema(schema, timezone=ARROW_SCHEMA_TIMEZONE))
+        return StreamSource(options, to_arrow_schema(schema, timezone=ARROW_SCHEMA_TIMEZONE))

@@ -10,8 +10,10 @@ Key bytes (what the group hashes; docs/spark.md "Keys"):
   key tuples share the encoding.
 
 Bodies (:class:`ValueFormat`): ``arrow`` an Arrow IPC stream (schema + one record batch), ``json``
-JSON Lines (orjson; binary values as base64 text, decimals as text), ``binary`` one binary column,
-each value as a 4-byte little-endian length then the bytes.
+JSON Lines (orjson; binary values as base64 text, decimals as text, dates as ``YYYY-MM-DD``,
+timestamps as RFC 3339 text in UTC such as ``2026-01-02T03:04:05.123456+00:00`` -- orjson leaves out
+the fraction when it is zero -- and time-zone-less timestamps without an offset), ``binary`` one
+binary column, each value as a 4-byte little-endian length then the bytes.
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ __all__ = [
 
 _LENGTH: Final = struct.Struct("<I")
 _NULL_LENGTH: Final = b"\xff\xff\xff\xff"
+#: Time zone the ``json`` body writes time-zone-aware timestamps in (whatever the session's).
+JSON_TIMEZONE: Final = "UTC"
 #: Share of ``maxBatchBytes`` a row group is sized for before encoding (IPC framing, schema).
 _SIZE_HEADROOM: Final = 0.9
 
@@ -143,6 +147,20 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
+def _utc_timestamps(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The batch with every time-zone-aware top-level timestamp column relabelled to UTC (same instants)."""
+    schema = batch.schema
+    aware = [
+        i for i, f in enumerate(schema) if pa.types.is_timestamp(f.type) and f.type.tz not in (None, JSON_TIMEZONE)
+    ]
+    if not aware:
+        return batch
+    columns = list(batch.columns)
+    for i in aware:
+        columns[i] = columns[i].cast(pa.timestamp(schema.field(i).type.unit, tz=JSON_TIMEZONE))
+    return pa.RecordBatch.from_arrays(columns, names=schema.names)
+
+
 def encode_body(batch: pa.RecordBatch, fmt: ValueFormat, value_column: str | None = None) -> bytes:
     """The message body of a row group in format ``fmt`` (``value_column`` names the binary column)."""
     if fmt is ValueFormat.ARROW:
@@ -156,7 +174,8 @@ def encode_body(batch: pa.RecordBatch, fmt: ValueFormat, value_column: str | Non
 
         dumps = orjson.dumps
         try:
-            return b"\n".join(dumps(row, default=_json_default) for row in batch.to_pylist())
+            rows = _utc_timestamps(batch).to_pylist()
+            return b"\n".join(dumps(row, default=_json_default) for row in rows)
         except orjson.JSONEncodeError as error:
             raise EnvelopeError(f"a row does not encode as JSON (value=json): {error}") from None
     if value_column is None:

@@ -37,6 +37,8 @@ DEFAULT_MAX_BATCH_ROWS: Final = 10_000
 MAX_BATCH_ROWS_LIMIT: Final = 10_000_000
 #: Default of ``ackTimeout`` in seconds.
 DEFAULT_ACK_TIMEOUT: Final = 60.0
+#: Upper bound of ``ackTimeout`` in seconds (one day).
+MAX_ACK_TIMEOUT: Final = 86_400.0
 #: Options Spark itself may add to the map; accepted and ignored.
 SPARK_INJECTED_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
 
@@ -141,7 +143,8 @@ def _normalise(options: Mapping[str, str], *, sink: bool) -> dict[str, str]:
     return result
 
 
-def _int(values: dict[str, str], name: str, low: int, high: int) -> int | None:
+def _int(values: dict[str, str], name: str, low: int, high: int, unit: str = "") -> int | None:
+    """The integer option ``name`` in ``[low, high]`` (``unit`` follows the range in the error)."""
     raw = values.get(name.lower())
     if raw is None:
         return None
@@ -150,7 +153,7 @@ def _int(values: dict[str, str], name: str, low: int, high: int) -> int | None:
     except ValueError:
         raise SparkOptionError(f"option {name}={raw!r} is not an integer") from None
     if not low <= number <= high:
-        raise SparkOptionError(f"option {name}={raw!r} is out of range [{low}, {high}]")
+        raise SparkOptionError(f"option {name}={raw!r} is out of range [{low}, {high}]{unit}")
     return number
 
 
@@ -163,8 +166,10 @@ def _duration(values: dict[str, str], name: str, default: float) -> float:
         raise SparkOptionError(f"option {name}={raw!r} is not a duration (examples: 30, 30s, 500ms, 2m)")
     number = float(match.group(1))
     seconds = number / 1000.0 if match.group(2) == "ms" else number * 60.0 if match.group(2) == "m" else number
-    if not 0.0 < seconds <= 86_400.0:
-        raise SparkOptionError(f"option {name}={raw!r} must be more than 0 and at most one day")
+    if not 0.0 < seconds <= MAX_ACK_TIMEOUT:
+        raise SparkOptionError(
+            f"option {name}={raw!r} must be more than 0s and at most {MAX_ACK_TIMEOUT:.0f}s (one day)"
+        )
     return seconds
 
 
@@ -234,8 +239,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise SparkOptionError(f"option group={group!r} needs option key (the column(s) rows are routed by)")
     if group is None and key:
         raise SparkOptionError(f"option key={key_raw!r} applies only with option group (a channel has no keys)")
-    rows = _int(values, "maxBatchRows", 1, MAX_BATCH_ROWS_LIMIT)
-    size = _int(values, "maxBatchBytes", MIN_BATCH_BYTES, MAX_BATCH_BYTES_LIMIT)
+    rows = _int(values, "maxBatchRows", 1, MAX_BATCH_ROWS_LIMIT, " rows")
+    size = _int(
+        values, "maxBatchBytes", MIN_BATCH_BYTES, MAX_BATCH_BYTES_LIMIT, " bytes (a message must fit the transport's)"
+    )
     return SinkOptions(
         group=group,
         channel=channel,
