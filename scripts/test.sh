@@ -12,7 +12,7 @@ cargo test --no-default-features
 echo "== python: lint, types, tests"
 ruff check python tests benches
 ruff format --check python tests benches
-mypy python/affinity
+mypy python/affinity python/pyspark_affinity
 python -m mypy.stubtest affinity._affinity
 set +e
 # Spark tests must run here, never skip (conftest turns a skipped `spark` test into a failure).
