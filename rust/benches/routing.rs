@@ -6,9 +6,13 @@
 //!   (one subject-map probe, then the composite's slot; no regex, no `Arc` clone); also through
 //!   `route_primary`, which builds the whole `LegDecision`.
 //! * subscribed lookups: `route_member` for subjects that are themselves subscribed.
-//! * new subjects: `subscribe` of never-seen subjects (include-pattern regex + affinity regex +
-//!   hash + bind), each subscribed twice (the second only counts); also as a batch would:
-//!   `reserve` for the batch, then `subscribe_member`.
+//! * distinct new subjects (the headline): `subscribe` where every call is a subject (and
+//!   composite) the table has never seen (include-pattern regex + affinity regex + hash + bind);
+//!   also as a batch would: `reserve` for the batch, then `subscribe_member`.
+//! * distinct subjects over 10 000 composites: every subject new, but its affinity composite
+//!   (the user) already bound after the first 10 000.
+//! * mixed subscribes: the same calls over a set where each subject comes twice, so half of the
+//!   calls are only reference-count bumps of a subscription made earlier in the run.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -44,7 +48,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 fn report(name: &str, per_second: Vec<f64>) {
     let runs: Vec<String> = per_second.iter().map(|v| format!("{:.2}", v / 1e6)).collect();
-    println!("{name:<40} median {:>7.2} M/s   runs [{}]", median(per_second) / 1e6, runs.join(", "));
+    println!("{name:<62} median {:>7.2} M/s   runs [{}]", median(per_second) / 1e6, runs.join(", "));
 }
 
 fn main() {
@@ -83,29 +87,52 @@ fn main() {
         report(&format!("sticky lookups, route_primary ({})", selection.name()), sticky_decision);
         report(&format!("subscribed-subject lookups ({})", selection.name()), own);
 
-        let mut fresh = Vec::new();
-        let mut batch = Vec::new();
         let count = 200_000;
-        for run in 0..RUNS {
-            let subjects: Vec<String> =
-                (0..count).map(|i| format!("/PRIVATE/user{}-{}/FXTRADE", i % (count / 2), run + 2)).collect();
-            let mut routing = table(selection);
-            let start = Instant::now();
-            for subject in &subjects {
-                black_box(routing.subscribe(subject).unwrap());
-            }
-            fresh.push(count as f64 / start.elapsed().as_secs_f64());
-            black_box(routing.drain_events());
-            let mut routing = table(selection);
-            let start = Instant::now();
-            routing.reserve(subjects.len());
-            for subject in &subjects {
-                black_box(routing.subscribe_member(subject).unwrap());
-            }
-            batch.push(count as f64 / start.elapsed().as_secs_f64());
-            black_box(routing.drain_events());
-        }
-        report(&format!("new subjects: regex+hash+bind ({})", selection.name()), fresh);
-        report(&format!("new subjects: reserve+subscribe_member ({})", selection.name()), batch);
+        let distinct = |run: usize| -> Vec<String> {
+            (0..count).map(|i| format!("/PRIVATE/user{i}-{}/FXTRADE", run + 2)).collect()
+        };
+        let shared = |run: usize| -> Vec<String> {
+            (0..count)
+                .map(|i| format!("/PRIVATE/user{}-{}/FXTRADE", i % USERS, (run + 2) * count + i / USERS))
+                .collect()
+        };
+        let mixed = |run: usize| -> Vec<String> {
+            (0..count).map(|i| format!("/PRIVATE/user{}-{}/FXTRADE", i % (count / 2), run + 2)).collect()
+        };
+        let (fresh, batch) = subscribe_rates(selection, &distinct);
+        report(&format!("distinct new subjects: subscribe ({})", selection.name()), fresh);
+        report(&format!("distinct new subjects: reserve+subscribe_member ({})", selection.name()), batch);
+        let (fresh, batch) = subscribe_rates(selection, &shared);
+        report(&format!("distinct subjects, {USERS} composites: subscribe ({})", selection.name()), fresh);
+        report(&format!("distinct subjects, {USERS} composites: reserve+member ({})", selection.name()), batch);
+        let (fresh, batch) = subscribe_rates(selection, &mixed);
+        report(&format!("mixed, half re-subscribes: subscribe ({})", selection.name()), fresh);
+        report(&format!("mixed, half re-subscribes: reserve+member ({})", selection.name()), batch);
     }
+}
+
+/// Subscribes per second over `subjects(run)` for each run, into a fresh table: through
+/// `subscribe`, and through `reserve` + `subscribe_member`.
+fn subscribe_rates(selection: Selection, subjects: &dyn Fn(usize) -> Vec<String>) -> (Vec<f64>, Vec<f64>) {
+    let mut fresh = Vec::new();
+    let mut batch = Vec::new();
+    for run in 0..RUNS {
+        let subjects = subjects(run);
+        let mut routing = table(selection);
+        let start = Instant::now();
+        for subject in &subjects {
+            black_box(routing.subscribe(subject).unwrap());
+        }
+        fresh.push(subjects.len() as f64 / start.elapsed().as_secs_f64());
+        black_box(routing.drain_events());
+        let mut routing = table(selection);
+        let start = Instant::now();
+        routing.reserve(subjects.len());
+        for subject in &subjects {
+            black_box(routing.subscribe_member(subject).unwrap());
+        }
+        batch.push(subjects.len() as f64 / start.elapsed().as_secs_f64());
+        black_box(routing.drain_events());
+    }
+    (fresh, batch)
 }

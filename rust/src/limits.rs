@@ -10,7 +10,9 @@ pub const FRAME_ALIGNMENT: u32 = 32;
 pub const MIN_TERM_LENGTH: u32 = 64 * 1024;
 /// Largest term length (1 GiB).
 pub const MAX_TERM_LENGTH: u32 = 1024 * 1024 * 1024;
-/// Smallest MTU: one 32-byte data header plus at least one aligned payload unit.
+/// Smallest MTU: one 32-byte data header plus at least one aligned payload unit. The same bound
+/// applies to a received SETUP's MTU: Aeron's `Configuration.validateMtuLength` refuses a sender
+/// MTU not above the 32-byte header, so an Aeron peer never advertises less than 64.
 pub const MIN_MTU: u32 = 2 * FRAME_ALIGNMENT;
 /// Largest MTU: 64 KiB minus IP/UDP headers, rounded down to the frame alignment.
 pub const MAX_MTU: u32 = 65504;

@@ -170,7 +170,7 @@ pub struct ChannelUri {
     pub control: Option<SocketAddr>,
     /// `control-mode`: `dynamic`, `manual` or `response`.
     pub control_mode: Option<ControlMode>,
-    /// `mtu`: maximum datagram payload incl. the 32-byte header; a multiple of 32 in 33..=65504.
+    /// `mtu`: maximum datagram payload incl. the 32-byte header; a multiple of 32 in 64..=65504.
     pub mtu: Option<u32>,
     /// `term-length`: a power of two in 64 KiB..=1 GiB.
     pub term_length: Option<u32>,

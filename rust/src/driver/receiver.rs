@@ -112,7 +112,8 @@ pub struct ReceiveEndpoint {
     subscriptions: Vec<SubscriptionEntry>,
     images: Vec<ImageEntry>,
     pending_setups: HashMap<(i32, i32), Instant>,
-    next_seed: u64,
+    /// Seeds for the images' loss detectors, from a generator seeded with the receiver id.
+    seeds: fastrand::Rng,
 }
 
 impl ReceiveEndpoint {
@@ -133,7 +134,7 @@ impl ReceiveEndpoint {
             subscriptions: Vec::new(),
             images: Vec::new(),
             pending_setups: HashMap::new(),
-            next_seed: receiver_id as u64,
+            seeds: fastrand::Rng::with_seed(receiver_id as u64),
         }
     }
 
@@ -178,8 +179,7 @@ impl ReceiveEndpoint {
         if matching.is_empty() {
             return DatagramOutcome::ImageRefused;
         }
-        self.next_seed = self.next_seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let Some(config) = self.defaults.image_config(setup, self.receiver_id, self.next_seed) else {
+        let Some(config) = self.defaults.image_config(setup, self.receiver_id, self.seeds.u64(..)) else {
             return DatagramOutcome::SetupRefused;
         };
         self.pending_setups.remove(&(setup.session_id, setup.stream_id));

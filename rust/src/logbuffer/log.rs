@@ -16,11 +16,6 @@ use crate::wire::{flags, DataHeader, FrameType, DATA_HEADER_LENGTH};
 /// Number of term partitions in a log.
 pub const PARTITION_COUNT: usize = 3;
 
-/// Smallest legal term length (64 KiB).
-pub const TERM_MIN_LENGTH: u32 = 64 * 1024;
-/// Largest legal term length (1 GiB).
-pub const TERM_MAX_LENGTH: u32 = 1024 * 1024 * 1024;
-
 /// The identity of one stream instance: what every data header of the log carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamIdentity {

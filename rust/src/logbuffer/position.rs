@@ -1,7 +1,7 @@
 //! 64-bit stream positions from term id and term offset, with 32-bit wrapping term ids.
 
-/// Every frame starts on a multiple of this many bytes.
-pub const FRAME_ALIGNMENT: usize = 32;
+/// Every frame starts on a multiple of [`crate::limits::FRAME_ALIGNMENT`] (as `usize`).
+pub const FRAME_ALIGNMENT: usize = crate::limits::FRAME_ALIGNMENT as usize;
 
 /// Rounds `length` up to the next multiple of [`FRAME_ALIGNMENT`].
 pub const fn align_frame(length: usize) -> usize {

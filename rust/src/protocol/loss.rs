@@ -32,24 +32,15 @@ pub struct LossDetector {
     nak_delay: Duration,
     is_group: bool,
     multicast_backoff: Duration,
-    random_state: u64,
+    /// Explicitly seeded, so delays are reproducible per seed (sans-IO, deterministic in tests).
+    rng: fastrand::Rng,
     active: Option<(i64, usize, Instant)>,
 }
 
 impl LossDetector {
     /// A detector with unicast or multicast timing.
     pub fn new(nak_delay: Duration, is_group: bool, multicast_backoff: Duration, seed: u64) -> Self {
-        LossDetector { nak_delay, is_group, multicast_backoff, random_state: seed | 1, active: None }
-    }
-
-    fn next_random(&mut self) -> f64 {
-        // xorshift64*: deterministic per seed, good enough for jitter.
-        let mut x = self.random_state;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.random_state = x;
-        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+        LossDetector { nak_delay, is_group, multicast_backoff, rng: fastrand::Rng::with_seed(seed), active: None }
     }
 
     fn first_delay(&mut self) -> Duration {
@@ -70,7 +61,7 @@ impl LossDetector {
 
     fn random_delay(&mut self) -> Duration {
         let lambda = MULTICAST_GROUP_SIZE.ln() + 1.0;
-        let u = self.next_random();
+        let u = self.rng.f64();
         let factor = (1.0 + u * (lambda.exp() - 1.0)).ln() / lambda;
         self.multicast_backoff.mul_f64(factor.clamp(0.0, 1.0))
     }
@@ -139,5 +130,15 @@ mod tests {
         assert!(delays.iter().all(|d| *d < Duration::from_millis(10)));
         let distinct: std::collections::HashSet<_> = delays.iter().collect();
         assert!(distinct.len() > 150);
+    }
+
+    #[test]
+    fn multicast_delays_are_reproducible_per_seed() {
+        let delays = |seed| {
+            let mut detector = LossDetector::new(Duration::from_micros(100), true, Duration::from_millis(10), seed);
+            (0..20).map(|_| detector.random_delay()).collect::<Vec<_>>()
+        };
+        assert_eq!(delays(7), delays(7));
+        assert_ne!(delays(7), delays(8));
     }
 }

@@ -27,9 +27,10 @@ use std::path::{Path, PathBuf};
 use super::buffer::{align_up, Region};
 use super::error::ShmError;
 use super::file;
-use crate::logbuffer::log::{PARTITION_COUNT, TERM_MAX_LENGTH, TERM_MIN_LENGTH};
+use crate::limits::{self, MAX_TERM_LENGTH, MIN_TERM_LENGTH};
+use crate::logbuffer::log::PARTITION_COUNT;
 use crate::logbuffer::position::{align_frame, compute_position, fragmented_length, max_message_length, position_bits};
-use crate::wire::{flags, FrameType, DATA_HEADER_LENGTH, FRAME_ALIGNMENT, MAX_MTU};
+use crate::wire::{flags, FrameType, DATA_HEADER_LENGTH};
 
 /// Bytes of the metadata section at the end of a log (one minimum page).
 pub const LOG_META_DATA_LENGTH: usize = 4096;
@@ -114,19 +115,18 @@ impl LogParams {
 }
 
 fn check_term_length(term_length: u32) -> Result<(), String> {
-    if !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) || !term_length.is_power_of_two() {
-        return Err(format!(
-            "term length {term_length} must be a power of two between {TERM_MIN_LENGTH} and {TERM_MAX_LENGTH}"
-        ));
+    if !limits::is_valid_term_length(term_length.into()) {
+        return Err(format!("term length {term_length} {}", limits::TERM_LENGTH_RULE));
     }
     Ok(())
 }
 
 fn check_mtu(mtu: u32, term_length: u32) -> Result<(), String> {
-    let min = (DATA_HEADER_LENGTH + FRAME_ALIGNMENT) as u32;
-    let max = (MAX_MTU as u32).min(term_length);
-    if !(min..=max).contains(&mtu) || mtu as usize % FRAME_ALIGNMENT != 0 {
-        return Err(format!("mtu {mtu} must be a multiple of {FRAME_ALIGNMENT} between {min} and {max}"));
+    if !limits::is_valid_mtu(mtu.into()) {
+        return Err(format!("mtu {mtu} {}", limits::MTU_RULE));
+    }
+    if mtu > term_length {
+        return Err(format!("mtu {mtu} must not exceed the term length {term_length}"));
     }
     Ok(())
 }
@@ -623,8 +623,8 @@ impl LogBuffer {
 /// `3 * term + 4096 <= len`.
 fn find_term_length(region: &Region) -> Option<u32> {
     let len = region.capacity();
-    let mut term = TERM_MAX_LENGTH;
-    while term >= TERM_MIN_LENGTH {
+    let mut term = MAX_TERM_LENGTH;
+    while term >= MIN_TERM_LENGTH {
         let needed = (term as usize).checked_mul(PARTITION_COUNT)?.checked_add(LOG_META_DATA_LENGTH)?;
         if needed <= len && len - needed < (term as usize) {
             return Some(term);

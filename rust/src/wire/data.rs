@@ -37,8 +37,8 @@ use super::header::{read_i32, read_i64, write_i32, write_i64, FrameHeader, Frame
 /// Length of the data header (DATA and PAD).
 pub const DATA_HEADER_LENGTH: usize = 32;
 
-/// Every frame in a term starts at a multiple of this.
-pub const FRAME_ALIGNMENT: usize = 32;
+/// Every frame in a term starts at a multiple of [`crate::limits::FRAME_ALIGNMENT`] (as `usize`).
+const FRAME_ALIGNMENT: usize = crate::limits::FRAME_ALIGNMENT as usize;
 
 mod field {
     use crate::wire::header::Field;

@@ -22,7 +22,7 @@ mod rttm;
 mod setup;
 mod status;
 
-pub use data::{align_frame_length, DataFrames, DataHeader, DATA_HEADER_LENGTH, FRAME_ALIGNMENT};
+pub use data::{align_frame_length, DataFrames, DataHeader, DATA_HEADER_LENGTH};
 pub use error::WireError;
 pub use error_frame::{
     ErrorFrame, ERROR_CODE_IMAGE_REJECTED, ERROR_CODE_PUBLICATION_REVOKED, MAX_ERROR_MESSAGE_LENGTH,
@@ -31,7 +31,7 @@ pub use header::{FrameHeader, FrameType, CURRENT_VERSION, HEADER_LENGTH};
 pub use nak::Nak;
 pub use response_setup::ResponseSetup;
 pub use rttm::RttMeasurement;
-pub use setup::{Setup, MAX_MTU, TERM_MAX_LENGTH, TERM_MIN_LENGTH};
+pub use setup::Setup;
 pub use status::StatusMessage;
 
 /// Flag bits of the header's flags byte; their meaning depends on the frame type.

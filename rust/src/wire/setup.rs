@@ -28,9 +28,9 @@
 //!
 //! R = SEND_RESPONSE_SETUP (0x80), G = GROUP (0x40). All integers little-endian.
 
-use super::data::FRAME_ALIGNMENT;
 use super::error::WireError;
 use super::header::{emit_control_header, parse_control_header, read_i32, write_i32, FrameType};
+use crate::limits::{self, FRAME_ALIGNMENT};
 
 mod field {
     use crate::wire::header::Field;
@@ -43,13 +43,6 @@ mod field {
     pub const MTU: Field = 32..36;
     pub const TTL: Field = 36..40;
 }
-
-/// Smallest term length Aeron allows (64 KiB).
-pub const TERM_MIN_LENGTH: i32 = 64 * 1024;
-/// Largest term length Aeron allows (1 GiB).
-pub const TERM_MAX_LENGTH: i32 = 1024 * 1024 * 1024;
-/// Largest MTU Aeron allows.
-pub const MAX_MTU: i32 = 65504;
 
 /// A SETUP frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -96,13 +89,15 @@ impl Setup {
     }
 
     /// Semantic checks a receiver makes before creating an image: term length a power of two
-    /// in 64 KiB ..= 1 GiB, term offset a multiple of 32 within the term, MTU a multiple of 32
-    /// in 32 ..= 65504 and no larger than the term, active term id at or after the initial one
+    /// in 64 KiB ..= 1 GiB ([`limits::is_valid_term_length`]), term offset a multiple of 32
+    /// within the term, MTU a multiple of 32 in 64 ..= 65504 ([`limits::is_valid_mtu`], as
+    /// Aeron's `Configuration.validateMtuLength` requires of a sender's MTU: more than the
+    /// 32-byte header) and no larger than the term, active term id at or after the initial one
     /// (modulo 2^32). (Checks against local limits — window, socket buffer — are the caller's.)
     pub fn validate(&self) -> Result<(), WireError> {
         let invalid = |field, value: i32| Err(WireError::Invalid { frame: "SETUP", field, value: value.into() });
         let term_length = self.term_length;
-        if !(TERM_MIN_LENGTH..=TERM_MAX_LENGTH).contains(&term_length) || term_length.count_ones() != 1 {
+        if !limits::is_valid_term_length(term_length.into()) {
             return invalid("term_length", term_length);
         }
         let alignment = FRAME_ALIGNMENT as i32;
@@ -112,7 +107,7 @@ impl Setup {
         if !(0..=term_length).contains(&self.term_offset) {
             return invalid("term_offset", self.term_offset);
         }
-        if !(alignment..=MAX_MTU).contains(&self.mtu) || self.mtu % alignment != 0 || self.mtu > term_length {
+        if !limits::is_valid_mtu(self.mtu.into()) || self.mtu > term_length {
             return invalid("mtu", self.mtu);
         }
         // The active term must not precede the initial one: term ids wrap, so the term count
@@ -211,7 +206,7 @@ mod tests {
         for term_length in [32768, i32::MIN, 0, -65536] {
             assert!(Setup { term_length, ..captured() }.validate().is_err());
         }
-        for mtu in [0, 16, 1400, 65536, -32] {
+        for mtu in [0, 16, 32, 1400, 65536, -32] {
             assert!(Setup { mtu, ..captured() }.validate().is_err());
         }
         assert_eq!(Setup { term_offset: 40, ..captured() }.validate(), Err(WireError::Misaligned { term_offset: 40 }));
