@@ -79,7 +79,7 @@ impl ClientHandle {
             ClientHandle::Attached(client) => Ok(check_attached_channel(channel)
                 .and_then(|()| client.add_publication(channel, stream_id))
                 .map(|publication| PublicationHandle::Attached {
-                    publication: Mutex::new(Some(publication)),
+                    publication: Mutex::new(Some(Box::new(publication))),
                     channel: channel.to_string(),
                     stream_id,
                 })),
@@ -131,8 +131,8 @@ pub enum PublicationHandle {
     Embedded(Publication),
     /// In a standalone driver's shared log; `None` once closed.
     Attached {
-        /// The mapped publication.
-        publication: Mutex<Option<AttachedPublication>>,
+        /// The mapped publication (boxed: it is much larger than the embedded handle).
+        publication: Mutex<Option<Box<AttachedPublication>>>,
         /// Channel URI as given.
         channel: String,
         /// Stream id.
@@ -154,10 +154,10 @@ impl PublicationHandle {
     }
 
     fn with_attached<R>(
-        publication: &Mutex<Option<AttachedPublication>>,
+        publication: &Mutex<Option<Box<AttachedPublication>>>,
         f: impl FnOnce(&AttachedPublication) -> Result<R>,
     ) -> Result<R> {
-        lock(publication).as_ref().ok_or_else(closed_publication).and_then(f)
+        lock(publication).as_deref().ok_or_else(closed_publication).and_then(f)
     }
 
     /// Appends one message: `Ok(position)`, `Ok(Err(refusal))`, or `Err` when the client or its
