@@ -335,3 +335,18 @@ impl SubscriptionHandle {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attached_client_accepts_ipc_and_refuses_udp_naming_the_channel() {
+        assert!(check_attached_channel("aeron:ipc").is_ok());
+        assert!(check_attached_channel("aeron:ipc?term-length=64k").is_ok());
+        let udp = "aeron:udp?endpoint=127.0.0.1:40123";
+        let message = check_attached_channel(udp).unwrap_err().to_string();
+        assert!(message.contains(udp) && message.contains("not built yet"), "{message}");
+        assert!(check_attached_channel("nonsense").is_err());
+    }
+}
