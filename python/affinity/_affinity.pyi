@@ -4,6 +4,7 @@ Errors: every exception raised here is a class of :mod:`affinity.exceptions` (al
 ``AffinityError``); hot-path outcomes of ``offer`` are negative return codes, not exceptions.
 """
 
+import os
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import Any, Final, Literal, final, overload
@@ -207,9 +208,22 @@ class Subscription:
 
 @final
 class Client:
-    """A connection to an embedded media driver.
+    """A connection to a media driver: embedded in this process (the default) or the
+    standalone driver process (``affinity driver``) running in a directory.
 
-    ``threading`` defaults to ``"shared"`` (a driver thread), ``idle`` to ``"backoff"``.
+    Which one: an explicit ``dir=PATH`` attaches to the standalone driver in ``PATH``; without
+    ``dir``, a non-empty ``$AFFINITY_DIR`` attaches to the driver there; otherwise the client
+    starts an embedded driver. An attached client carries ``aeron:ipc`` channels (``aeron:udp``
+    raises ``ChannelUriError``: not built yet through the standalone driver), takes the
+    driver's settings (passing an embedded setting with ``dir`` raises ``ConfigError``), and
+    raises ``DriverTimeoutError`` on its next call once the driver has been silent for
+    ``driver_timeout_ms`` (default 10000; also raised when no driver runs in the directory).
+    ``threading`` is then ``"standalone"``; ``counters()``, ``events()``, ``do_work()``,
+    ``Publication.counters()`` and ``Subscription.images()`` raise ``ConfigError`` (use
+    :func:`driver_stat`). Closing an attached client keeps its publications' data: the driver
+    delivers it to their subscribers after the process exits.
+
+    Embedded: ``threading`` defaults to ``"shared"`` (a driver thread), ``idle`` to ``"backoff"``.
     Settings out of range raise ``ConfigError`` naming the setting and its range:
     ``term_length`` a power of two in [65536, 1073741824]; ``mtu`` a multiple of 32 in
     [64, 65504]; ``receiver_window`` in [mtu, 536870912]; ``socket_receive_buffer`` in
@@ -223,6 +237,8 @@ class Client:
     def __new__(
         cls,
         *,
+        dir: str | os.PathLike[str] | None = None,
+        driver_timeout_ms: int | None = None,
         threading: Literal["shared", "invoker"] | None = None,
         idle: Literal["backoff", "yield", "busy-spin"] | None = None,
         term_length: int | None = None,

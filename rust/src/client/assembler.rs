@@ -65,6 +65,12 @@ impl MessageBatch {
         self.headers.clear();
     }
 
+    /// Appends one whole message with its header.
+    pub(crate) fn push_message(&mut self, message: &[u8], header: MessageHeader) {
+        self.data.extend_from_slice(message);
+        self.push_header(header);
+    }
+
     fn push_header(&mut self, header: MessageHeader) {
         self.offsets.push(self.data.len());
         self.headers.push(header);

@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::client::{MessageBatch, MessageHeader};
 use crate::error::Error;
+use crate::protocol::OfferError;
 use crate::shm::broadcast::{BroadcastReceiver, Received};
 use crate::shm::cnc::{Cnc, CNC_FILE};
 use crate::shm::command::{Command, Response};
@@ -37,6 +39,7 @@ fn shm(error: crate::shm::ShmError) -> Error {
 
 struct ImageInfo {
     correlation_id: i64,
+    session_id: i32,
     log_file: String,
     position_counter_id: i32,
 }
@@ -126,11 +129,13 @@ impl Shared {
                     subscription_registration_id,
                     log_file,
                     subscriber_position_counter_id,
+                    session_id,
                     ..
                 } => {
                     if let Some(images) = inbox.images.get_mut(&subscription_registration_id) {
                         images.push(ImageInfo {
                             correlation_id,
+                            session_id,
                             log_file,
                             position_counter_id: subscriber_position_counter_id,
                         });
@@ -213,7 +218,7 @@ impl Shared {
 pub struct AttachedClient {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
-    keepalive: Option<JoinHandle<()>>,
+    keepalive: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl AttachedClient {
@@ -258,12 +263,22 @@ impl AttachedClient {
                 .spawn(move || keepalive_loop(&shared, &stop))
                 .map_err(Error::Io)?
         };
-        Ok(Self { shared, stop, keepalive: Some(keepalive) })
+        Ok(Self { shared, stop, keepalive: Mutex::new(Some(keepalive)) })
     }
 
     /// This client's id (allocated by the driver's correlation counter).
     pub fn client_id(&self) -> i64 {
         self.shared.client_id
+    }
+
+    /// Whether [`Self::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Relaxed)
+    }
+
+    /// The directory of the driver this client is attached to.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
     }
 
     /// The driver's process id.
@@ -313,12 +328,12 @@ impl AttachedClient {
     }
 
     /// Closes the client: the driver releases its resources now (publications linger).
-    pub fn close(&mut self) {
+    pub fn close(&self) {
         if self.shared.closed.swap(true, Ordering::Relaxed) {
             return;
         }
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(handle) = self.keepalive.take() {
+        if let Some(handle) = lock(&self.keepalive).take() {
             let _ = handle.join();
         }
         let _ = self.shared.send(&Command::ClientClose { client_id: self.shared.client_id });
@@ -406,6 +421,50 @@ impl AttachedPublication {
         })
     }
 
+    /// The end of the last appended message.
+    pub fn position(&self) -> Result<i64> {
+        self.log.tail_position().map_err(shm)
+    }
+
+    /// Appends one message with the embedded publication's contract: `Ok(Ok(position))`,
+    /// `Ok(Err(refusal))` (an admin action is retried once at once; a message too long is
+    /// [`OfferError::MessageTooLong`]), `Err` when the client is closed or the driver dead.
+    pub fn try_offer(&self, payload: &[u8]) -> Result<std::result::Result<i64, OfferError>> {
+        let max = self.log.max_message_length();
+        if payload.len() > max {
+            return Ok(Err(OfferError::MessageTooLong { length: payload.len(), max }));
+        }
+        let mut outcome = self.offer(payload)?;
+        if outcome == AttachedOffer::AdminAction {
+            outcome = self.offer(payload)?;
+        }
+        Ok(match outcome {
+            AttachedOffer::Position(position) => Ok(position),
+            AttachedOffer::BackPressured => Err(OfferError::BackPressured),
+            AttachedOffer::NotConnected => Err(OfferError::NotConnected),
+            AttachedOffer::AdminAction => Err(OfferError::AdminAction),
+            AttachedOffer::MaxPositionExceeded => Err(OfferError::MaxPositionExceeded),
+        })
+    }
+
+    /// Appends messages in order until one is refused, with the embedded publication's contract:
+    /// returns how many were taken and the refusal that stopped the batch (an admin action is
+    /// retried at once; a message too long is [`OfferError::MessageTooLong`]). A dead driver or
+    /// closed client is an `Err` ([`Error::Timeout`] / [`Error::Closed`]).
+    pub fn offer_batch<'a, I>(&self, messages: I) -> Result<(usize, Option<OfferError>)>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        let mut taken = 0;
+        for message in messages {
+            if let Err(refusal) = self.try_offer(message)? {
+                return Ok((taken, Some(refusal)));
+            }
+            taken += 1;
+        }
+        Ok((taken, None))
+    }
+
     /// Whether a subscriber is attached.
     pub fn is_connected(&self) -> Result<bool> {
         self.log.is_connected().map_err(shm)
@@ -427,6 +486,7 @@ impl Drop for AttachedPublication {
 
 struct AttachedImage {
     correlation_id: i64,
+    session_id: i32,
     log: LogBuffer,
     position_counter: Counter,
     position: i64,
@@ -476,6 +536,7 @@ impl AttachedSubscription {
             let position = position_counter.get().map_err(shm)?;
             self.images.push(AttachedImage {
                 correlation_id: info.correlation_id,
+                session_id: info.session_id,
                 log,
                 position_counter,
                 position,
@@ -531,6 +592,67 @@ impl AttachedSubscription {
         self.images
             .retain(|image| !image.closing || image.position < image.log.end_of_stream_position().unwrap_or(i64::MIN));
         Ok(fragments)
+    }
+}
+
+impl AttachedSubscription {
+    /// Appends up to `fragment_limit` fragments' worth of whole messages, with their headers, to
+    /// `batch` (the embedded subscription's `poll_into` contract); returns fragments consumed.
+    pub fn poll_into(&mut self, batch: &mut MessageBatch, fragment_limit: usize) -> Result<usize> {
+        self.shared.check()?;
+        self.refresh()?;
+        let mut fragments = 0;
+        let stream_id = self.stream_id;
+        let scratch = &mut self.scratch;
+        for image in &mut self.images {
+            if fragments >= fragment_limit {
+                break;
+            }
+            let session_id = image.session_id;
+            let assembly = &mut image.assembly;
+            let mut count = 0;
+            let position = image
+                .log
+                .read(image.position, fragment_limit - fragments, scratch, |header, fragment| {
+                    count += 1;
+                    let message_header = || MessageHeader {
+                        session_id,
+                        stream_id,
+                        // The frame's end: where the next message starts.
+                        position: header.position.saturating_add(fragment.len() as i64),
+                        term_id: header.term_id,
+                        term_offset: header.term_offset as i32,
+                        flags: header.flags,
+                        reserved_value: header.reserved_value,
+                    };
+                    if header.flags & flags::UNFRAGMENTED == flags::UNFRAGMENTED {
+                        batch.push_message(fragment, message_header());
+                        return;
+                    }
+                    if header.flags & flags::BEGIN != 0 {
+                        assembly.clear();
+                    }
+                    assembly.extend_from_slice(fragment);
+                    if header.flags & flags::END != 0 {
+                        batch.push_message(assembly, message_header());
+                        assembly.clear();
+                    }
+                })
+                .map_err(shm)?;
+            fragments += count;
+            if position != image.position {
+                image.position = position;
+                image.position_counter.set(position).map_err(shm)?;
+            }
+        }
+        self.images
+            .retain(|image| !image.closing || image.position < image.log.end_of_stream_position().unwrap_or(i64::MIN));
+        Ok(fragments)
+    }
+
+    /// Whether at least one publication's image is attached.
+    pub fn is_connected(&mut self) -> Result<bool> {
+        Ok(self.image_count()? > 0)
     }
 }
 

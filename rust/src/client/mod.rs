@@ -6,7 +6,9 @@
 
 mod assembler;
 pub mod attached;
+mod handle;
 mod handles;
 
 pub use assembler::{MessageBatch, MessageHeader};
+pub use handle::{embedded_only, ClientHandle, PublicationHandle, SubscriptionHandle, ATTACHED_CHANNEL_PREFIX};
 pub use handles::{Client, ImageHandle, ImageStatus, Publication, PublicationShared, Subscription, SubscriptionShared};

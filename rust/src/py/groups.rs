@@ -363,7 +363,7 @@ impl GroupPublisherCore {
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
         let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
         let resend = duration_ms("resend_timeout_ms", resend_timeout_ms)?;
-        let client = client.shared();
+        let client = client.shared()?;
         let inner =
             py.detach(|| runtime::GroupPublisher::new(client, config, &options, resend)).map_err(group_error)?;
         Ok(GroupPublisherCore { inner })
@@ -515,7 +515,7 @@ impl GroupConsumerCore {
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
         let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
         let cycle = duration_ms("cycle_ms", cycle_ms)?;
-        let client = client.shared();
+        let client = client.shared()?;
         let inner = py
             .detach(|| runtime::GroupConsumer::new(client, config, index, count, &options, auto_ack, cycle))
             .map_err(group_error)?;
@@ -656,7 +656,7 @@ impl GroupObserverCore {
     ) -> PyResult<Self> {
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
         let options = options(registry_dir, None, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
-        let client = client.shared();
+        let client = client.shared()?;
         let inner = py.detach(|| runtime::GroupObserver::new(client, config, &options)).map_err(group_error)?;
         Ok(GroupObserverCore { inner })
     }

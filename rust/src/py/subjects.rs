@@ -97,7 +97,7 @@ impl SubjectRouterCore {
             None => None,
         };
         let table = std::mem::take(&mut table.borrow_mut().inner);
-        let client = client.shared();
+        let client = client.shared()?;
         let options = RouterOptions { listen, control, timing };
         let inner = py.detach(|| RouterRuntime::start(client, table, faucet, &options)).map_err(subjects_error)?;
         Ok(SubjectRouterCore { inner })
@@ -225,7 +225,7 @@ impl SubjectSubscriberCore {
         liveness_timeout_ms: u64,
     ) -> PyResult<Self> {
         let options = peer_options(router, name, host.to_owned(), heartbeat_interval_ms, liveness_timeout_ms)?;
-        let client = client.shared();
+        let client = client.shared()?;
         let inner = py.detach(|| SubjectSubscriber::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSubscriberCore { inner })
     }
@@ -284,7 +284,7 @@ impl SubjectSourceCore {
         liveness_timeout_ms: u64,
     ) -> PyResult<Self> {
         let options = peer_options(router, label, host.to_owned(), heartbeat_interval_ms, liveness_timeout_ms)?;
-        let client = client.shared();
+        let client = client.shared()?;
         let inner = py.detach(|| SubjectSource::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSourceCore { inner })
     }

@@ -12,7 +12,7 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList};
 
 use super::buffers::{arrow_binary, is_arrow, with_bytes};
 use super::errors::{self, invalid_argument, transport_error, wrong_type};
-use crate::client::{self, MessageBatch, MessageHeader};
+use crate::client::{self, ClientHandle, MessageBatch, MessageHeader, PublicationHandle, SubscriptionHandle};
 use crate::driver::events::DriverEventKind;
 use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange, ThreadingMode};
 use crate::error::Error;
@@ -20,6 +20,7 @@ use crate::flow_control::FlowControlSpec;
 use crate::limits;
 use crate::media::relay::{Impairment, LossyRelay as RustRelay};
 use crate::protocol::OfferError;
+use crate::shm::directory;
 
 /// Offer outcome: no receiver connected.
 pub const NOT_CONNECTED: i64 = -1;
@@ -132,26 +133,32 @@ fn warn_unclosed(py: Python<'_>, message: &std::ffi::CStr) {
     }
 }
 
-/// A connection to an (embedded) media driver.
+/// A connection to a media driver: embedded (the default) or standalone (`dir=`).
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct Client {
-    inner: std::sync::Arc<client::Client>,
+    inner: ClientHandle,
 }
 
 impl Client {
-    /// The Rust client, shared with the group members created from it.
-    pub(crate) fn shared(&self) -> std::sync::Arc<client::Client> {
-        self.inner.clone()
+    /// The embedded Rust client, shared with the group members created from it.
+    pub(crate) fn shared(&self) -> PyResult<std::sync::Arc<client::Client>> {
+        self.embedded("consumer groups").cloned()
+    }
+
+    fn embedded(&self, what: &str) -> PyResult<&std::sync::Arc<client::Client>> {
+        self.inner.embedded(what).map_err(transport_error)
     }
 }
 
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (*, threading=None, idle=None, term_length=None, mtu=None, receiver_window=None, socket_receive_buffer=None, flow_control=None, receiver_timeout_ms=None, command_timeout_ms=None, yield_when_idle=true))]
+    #[pyo3(signature = (*, dir=None, driver_timeout_ms=None, threading=None, idle=None, term_length=None, mtu=None, receiver_window=None, socket_receive_buffer=None, flow_control=None, receiver_timeout_ms=None, command_timeout_ms=None, yield_when_idle=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
+        dir: Option<std::path::PathBuf>,
+        driver_timeout_ms: Option<&Bound<'_, PyAny>>,
         threading: Option<&Bound<'_, PyAny>>,
         idle: Option<&Bound<'_, PyAny>>,
         term_length: Option<&Bound<'_, PyAny>>,
@@ -163,6 +170,39 @@ impl Client {
         command_timeout_ms: Option<&Bound<'_, PyAny>>,
         yield_when_idle: bool,
     ) -> PyResult<Self> {
+        let dir = dir.or_else(|| std::env::var_os(directory::ENV_DIR).filter(|v| !v.is_empty()).map(Into::into));
+        if let Some(dir) = dir {
+            let embedded_settings = [
+                ("threading", threading),
+                ("idle", idle),
+                ("term_length", term_length),
+                ("mtu", mtu),
+                ("receiver_window", receiver_window),
+                ("socket_receive_buffer", socket_receive_buffer),
+                ("flow_control", flow_control),
+                ("receiver_timeout_ms", receiver_timeout_ms),
+                ("command_timeout_ms", command_timeout_ms),
+            ];
+            if let Some((name, _)) = embedded_settings.iter().find(|(_, value)| value.is_some()) {
+                return Err(setting_error(format!(
+                    "{name} configures the embedded driver; a client attached to the standalone driver in {} \
+                     uses that driver's settings (affinity driver --help)",
+                    dir.display()
+                )));
+            }
+            let timeout_ms = match driver_timeout_ms {
+                Some(value) => int_argument("driver_timeout_ms", value, 1, i128::from(u32::MAX))? as u64,
+                None => directory::DRIVER_TIMEOUT_MS as u64,
+            };
+            let timeout = std::time::Duration::from_millis(timeout_ms);
+            let inner = py.detach(|| ClientHandle::attach(&dir, timeout)).map_err(transport_error)?;
+            return Ok(Client { inner });
+        }
+        if driver_timeout_ms.is_some() {
+            return Err(setting_error(
+                "driver_timeout_ms applies to a client attached to a standalone driver (dir= or $AFFINITY_DIR)".into(),
+            ));
+        }
         let mut context = DriverContext::default();
         if let Some(value) = threading {
             context.threading_mode = parse_setting::<ThreadingMode>("threading", value)?;
@@ -204,7 +244,7 @@ impl Client {
             context.client_command_timeout = std::time::Duration::from_millis(ms);
         }
         let inner = py.detach(|| client::Client::new(context)).map_err(transport_error)?;
-        Ok(Client { inner: std::sync::Arc::new(inner) })
+        Ok(Client { inner: ClientHandle::Embedded(std::sync::Arc::new(inner)) })
     }
 
     /// Creates a publication.
@@ -229,8 +269,9 @@ impl Client {
     /// connection changes, error frames), oldest first. Each is also logged on the Python
     /// logger `affinity.driver` (INFO, WARNING for error frames).
     fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        py.detach(|| self.inner.check_running()).map_err(transport_error)?;
-        let events = py.detach(|| self.inner.drain_events());
+        let inner = self.embedded("Client.events()")?;
+        py.detach(|| inner.check_running()).map_err(transport_error)?;
+        let events = py.detach(|| inner.drain_events());
         let logger = py.import("logging")?.call_method1("getLogger", ("affinity.driver",))?;
         let list = PyList::empty(py);
         for event in events {
@@ -277,7 +318,7 @@ impl Client {
     /// and inactive-image datagrams, refused SETUPs and images, images that ended with data
     /// missing, send errors, events lost.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let driver = self.inner.driver();
+        let driver = self.embedded("Client.counters() (use affinity.driver_stat for a standalone driver)")?.driver();
         let dropped_events = py.detach(|| driver.dropped_events());
         let dict = PyDict::new(py);
         dict.set_item("invalid_data_frames", driver.invalid_data_frames())?;
@@ -298,15 +339,19 @@ impl Client {
     /// One driver duty cycle (invoker threading) unless another thread is running one;
     /// returns the work done.
     fn do_work(&self, py: Python<'_>) -> PyResult<usize> {
-        py.detach(|| self.inner.driver().try_do_work()).map_err(transport_error)
+        let driver = self.embedded("Client.do_work()")?.driver();
+        py.detach(|| driver.try_do_work()).map_err(transport_error)
     }
 
     /// The threading mode: "shared" or "invoker".
     #[getter]
     fn threading(&self) -> &'static str {
-        match self.inner.context().threading_mode {
-            ThreadingMode::Shared => "shared",
-            ThreadingMode::Invoker => "invoker",
+        match &self.inner {
+            ClientHandle::Embedded(inner) => match inner.context().threading_mode {
+                ThreadingMode::Shared => "shared",
+                ThreadingMode::Invoker => "invoker",
+            },
+            ClientHandle::Attached(_) => "standalone",
         }
     }
 
@@ -365,14 +410,14 @@ fn receiver_list<'py>(
 /// Sends messages on one channel and stream.
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct Publication {
-    inner: client::Publication,
+    inner: PublicationHandle,
 }
 
 #[pymethods]
 impl Publication {
     /// Appends one message; returns the new position (> 0) or a negative outcome code.
     fn offer(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<i64> {
-        let result = with_bytes(data, |bytes| py.detach(|| self.inner.offer(bytes)))?;
+        let result = with_bytes(data, |bytes| py.detach(|| self.inner.offer(bytes)))?.map_err(transport_error)?;
         offer_code(result)
     }
 
@@ -398,7 +443,7 @@ impl Publication {
                     return self.offer_each(py, messages);
                 }
             }
-            py.detach(|| self.inner.offer_batch(slices))
+            py.detach(|| self.inner.offer_batch(slices)).map_err(transport_error)?
         } else {
             return self.offer_each(py, messages);
         };
@@ -408,8 +453,8 @@ impl Publication {
 
     /// Whether enough receivers are connected.
     #[getter]
-    fn is_connected(&self, py: Python<'_>) -> bool {
-        py.detach(|| self.inner.is_connected())
+    fn is_connected(&self, py: Python<'_>) -> PyResult<bool> {
+        py.detach(|| self.inner.is_connected()).map_err(transport_error)
     }
 
     /// Whether the publication (or its client) was closed.
@@ -420,37 +465,41 @@ impl Publication {
 
     /// The end of the last appended message.
     #[getter]
-    fn position(&self, py: Python<'_>) -> i64 {
-        py.detach(|| self.inner.shared().state().tail_position())
+    fn position(&self, py: Python<'_>) -> PyResult<i64> {
+        py.detach(|| self.inner.position()).map_err(transport_error)
     }
 
     /// The publication's session id.
     #[getter]
-    fn session_id(&self, py: Python<'_>) -> i32 {
-        py.detach(|| self.inner.shared().state().identity().session_id)
+    fn session_id(&self, py: Python<'_>) -> PyResult<i32> {
+        py.detach(|| self.inner.session_id()).map_err(transport_error)
     }
 
     /// The stream id.
     #[getter]
     fn stream_id(&self, py: Python<'_>) -> i32 {
-        py.detach(|| self.inner.shared().state().identity().stream_id)
+        py.detach(|| self.inner.stream_id())
     }
 
     /// The channel URI.
     #[getter]
     fn channel(&self) -> String {
-        self.inner.shared().channel.clone()
+        self.inner.channel()
     }
 
     /// The largest message `offer` accepts.
     #[getter]
-    fn max_message_length(&self, py: Python<'_>) -> usize {
-        py.detach(|| self.inner.shared().state().max_message_length())
+    fn max_message_length(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.inner.max_message_length()).map_err(transport_error)
     }
 
     /// Counters: positions, limit, strategy, receivers, connected flag, traffic counts.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let status = py.detach(|| self.inner.shared().state().status());
+        let inner = self
+            .inner
+            .embedded("Publication.counters() (use affinity.driver_stat for a standalone driver)")
+            .map_err(transport_error)?;
+        let status = py.detach(|| inner.shared().state().status());
         let dict = PyDict::new(py);
         dict.set_item("session_id", status.session_id)?;
         dict.set_item("stream_id", status.stream_id)?;
@@ -524,7 +573,8 @@ impl Publication {
     fn offer_each(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<usize> {
         let mut taken = 0;
         for item in messages.try_iter()? {
-            let code = offer_code(with_bytes(&item?, |bytes| py.detach(|| self.inner.offer(bytes)))?)?;
+            let result = with_bytes(&item?, |bytes| py.detach(|| self.inner.offer(bytes)))?.map_err(transport_error)?;
+            let code = offer_code(result)?;
             if code < 0 {
                 break;
             }
@@ -538,7 +588,7 @@ impl Publication {
 
     fn offer_arrow(&self, py: Python<'_>, array: &Bound<'_, PyAny>) -> PyResult<usize> {
         let array = arrow_binary(array, true, "offer_batch")?;
-        let (taken, refusal) = py.detach(|| self.inner.offer_batch(array.slices()));
+        let (taken, refusal) = py.detach(|| self.inner.offer_batch(array.slices())).map_err(transport_error)?;
         refused(refusal)?;
         Ok(taken)
     }
@@ -583,7 +633,7 @@ impl Header {
 /// Receives messages on one channel and stream.
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct Subscription {
-    inner: client::Subscription,
+    inner: SubscriptionHandle,
 }
 
 impl Subscription {
@@ -649,7 +699,7 @@ impl Subscription {
     /// Whether at least one publication is connected.
     #[getter]
     fn is_connected(&self, py: Python<'_>) -> PyResult<bool> {
-        py.detach(|| self.inner.check_running().map(|()| self.inner.is_connected())).map_err(transport_error)
+        py.detach(|| self.inner.is_connected()).map_err(transport_error)
     }
 
     /// Whether the subscription (or its client) was closed.
@@ -661,18 +711,22 @@ impl Subscription {
     /// The channel URI.
     #[getter]
     fn channel(&self) -> String {
-        self.inner.shared().channel.clone()
+        self.inner.channel()
     }
 
     /// The stream id.
     #[getter]
     fn stream_id(&self) -> i32 {
-        self.inner.shared().stream_id
+        self.inner.stream_id()
     }
 
     /// One dict per image: positions, loss and NAK counters.
     fn images<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let images = py.detach(|| self.inner.check_running().map(|()| self.inner.images())).map_err(transport_error)?;
+        let inner = self
+            .inner
+            .embedded("Subscription.images() (use affinity.driver_stat for a standalone driver)")
+            .map_err(transport_error)?;
+        let images = py.detach(|| inner.check_running().map(|()| inner.images())).map_err(transport_error)?;
         let list = PyList::empty(py);
         for status in images {
             let entry = PyDict::new(py);

@@ -1,0 +1,352 @@
+//! One handle type per role over both kinds of client: the embedded driver ([`Client`]) and a
+//! standalone driver attached through its directory ([`AttachedClient`]). The bindings hold
+//! these, so a Python `Client`, `Publication` or `Subscription` is the same class either way;
+//! the operations the standalone driver does not carry yet are named in their errors.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::attached::{AttachedClient, AttachedPublication, AttachedSubscription};
+use super::{Client, MessageBatch, Publication, Subscription};
+use crate::channel::{ChannelUri, Media};
+use crate::error::Error;
+use crate::protocol::OfferError;
+
+type Result<T> = std::result::Result<T, Error>;
+
+/// The channel scheme the standalone driver carries today.
+pub const ATTACHED_CHANNEL_PREFIX: &str = "aeron:ipc";
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Plain handles: a panic elsewhere leaves them usable.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Refuses channels the standalone driver does not carry yet, naming the channel.
+fn check_attached_channel(channel: &str) -> Result<()> {
+    let uri = ChannelUri::parse(channel).map_err(|e| Error::Config(format!("channel {channel:?}: {e}")))?;
+    if uri.media == Media::Ipc {
+        return Ok(());
+    }
+    Err(Error::Config(format!(
+        "channel {channel:?}: a client attached to a standalone driver carries only {ATTACHED_CHANNEL_PREFIX} \
+         channels; UDP through the standalone driver is not built yet (use the embedded driver: Client() \
+         without dir)"
+    )))
+}
+
+/// What an operation only the embedded driver offers says on an attached client.
+pub fn embedded_only(what: &str) -> Error {
+    Error::Setting(format!(
+        "{what} is available only with the embedded driver (Client() without dir), not yet through a standalone driver"
+    ))
+}
+
+/// A client of either driver.
+pub enum ClientHandle {
+    /// The embedded driver, in this process.
+    Embedded(Arc<Client>),
+    /// A standalone driver in another process.
+    Attached(AttachedClient),
+}
+
+impl ClientHandle {
+    /// Attaches to the standalone driver in `dir`.
+    pub fn attach(dir: &Path, driver_timeout: Duration) -> Result<Self> {
+        AttachedClient::connect(dir, driver_timeout).map(ClientHandle::Attached)
+    }
+
+    /// The embedded client, or the error naming `what` needs it.
+    pub fn embedded(&self, what: &str) -> Result<&Arc<Client>> {
+        match self {
+            ClientHandle::Embedded(client) => Ok(client),
+            ClientHandle::Attached(_) => Err(embedded_only(what)),
+        }
+    }
+
+    /// Adds a publication; `interrupt` is polled while the embedded driver answers.
+    pub fn add_publication_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<PublicationHandle>, E> {
+        match self {
+            ClientHandle::Embedded(client) => {
+                Ok(client.add_publication_with(channel, stream_id, interrupt)?.map(PublicationHandle::Embedded))
+            }
+            ClientHandle::Attached(client) => Ok(check_attached_channel(channel)
+                .and_then(|()| client.add_publication(channel, stream_id))
+                .map(|publication| PublicationHandle::Attached {
+                    publication: Mutex::new(Some(Box::new(publication))),
+                    channel: channel.to_string(),
+                    stream_id,
+                })),
+        }
+    }
+
+    /// Adds a subscription; `interrupt` is polled while the embedded driver answers.
+    pub fn add_subscription_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<SubscriptionHandle>, E> {
+        match self {
+            ClientHandle::Embedded(client) => {
+                Ok(client.add_subscription_with(channel, stream_id, interrupt)?.map(SubscriptionHandle::Embedded))
+            }
+            ClientHandle::Attached(client) => Ok(check_attached_channel(channel)
+                .and_then(|()| client.add_subscription(channel, stream_id))
+                .map(|subscription| SubscriptionHandle::Attached {
+                    subscription: Mutex::new(Some(subscription)),
+                    channel: channel.to_string(),
+                    stream_id,
+                })),
+        }
+    }
+
+    /// Whether the client was closed.
+    pub fn is_closed(&self) -> bool {
+        match self {
+            ClientHandle::Embedded(client) => client.is_closed(),
+            ClientHandle::Attached(client) => client.is_closed(),
+        }
+    }
+
+    /// Closes the client (embedded: stops the driver; attached: tells the driver, whose
+    /// publications linger until their subscribers have the data).
+    pub fn close(&self) {
+        match self {
+            ClientHandle::Embedded(client) => client.close(),
+            ClientHandle::Attached(client) => client.close(),
+        }
+    }
+}
+
+/// A publication of either driver.
+pub enum PublicationHandle {
+    /// In the embedded driver.
+    Embedded(Publication),
+    /// In a standalone driver's shared log; `None` once closed.
+    Attached {
+        /// The mapped publication (boxed: it is much larger than the embedded handle).
+        publication: Mutex<Option<Box<AttachedPublication>>>,
+        /// Channel URI as given.
+        channel: String,
+        /// Stream id.
+        stream_id: i32,
+    },
+}
+
+fn closed_publication() -> Error {
+    Error::Closed("publication")
+}
+
+impl PublicationHandle {
+    /// The embedded publication, or the error naming `what` needs it.
+    pub fn embedded(&self, what: &str) -> Result<&Publication> {
+        match self {
+            PublicationHandle::Embedded(publication) => Ok(publication),
+            PublicationHandle::Attached { .. } => Err(embedded_only(what)),
+        }
+    }
+
+    fn with_attached<R>(
+        publication: &Mutex<Option<Box<AttachedPublication>>>,
+        f: impl FnOnce(&AttachedPublication) -> Result<R>,
+    ) -> Result<R> {
+        lock(publication).as_deref().ok_or_else(closed_publication).and_then(f)
+    }
+
+    /// Appends one message: `Ok(position)`, `Ok(Err(refusal))`, or `Err` when the client or its
+    /// driver is gone (an attached client whose driver died: [`Error::Timeout`]).
+    pub fn offer(&self, payload: &[u8]) -> Result<std::result::Result<i64, OfferError>> {
+        match self {
+            PublicationHandle::Embedded(publication) => Ok(publication.offer(payload)),
+            PublicationHandle::Attached { publication, .. } => {
+                Self::with_attached(publication, |p| p.try_offer(payload))
+            }
+        }
+    }
+
+    /// Appends messages until one is refused: how many were taken and the refusal.
+    pub fn offer_batch<'a, I>(&self, messages: I) -> Result<(usize, Option<OfferError>)>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        match self {
+            PublicationHandle::Embedded(publication) => Ok(publication.offer_batch(messages)),
+            PublicationHandle::Attached { publication, .. } => {
+                Self::with_attached(publication, |p| p.offer_batch(messages))
+            }
+        }
+    }
+
+    /// Whether a subscriber is connected (attached: a closed publication is not).
+    pub fn is_connected(&self) -> Result<bool> {
+        match self {
+            PublicationHandle::Embedded(publication) => Ok(publication.is_connected()),
+            PublicationHandle::Attached { publication, .. } => match lock(publication).as_ref() {
+                Some(p) => p.is_connected(),
+                None => Ok(false),
+            },
+        }
+    }
+
+    /// Whether the publication was closed.
+    pub fn is_closed(&self) -> bool {
+        match self {
+            PublicationHandle::Embedded(publication) => publication.is_closed(),
+            PublicationHandle::Attached { publication, .. } => lock(publication).is_none(),
+        }
+    }
+
+    /// Closes the publication; data already appended is still delivered (it lingers in the
+    /// standalone driver until its subscribers have it).
+    pub fn close(&self) {
+        match self {
+            PublicationHandle::Embedded(publication) => publication.close(),
+            PublicationHandle::Attached { publication, .. } => drop(lock(publication).take()),
+        }
+    }
+
+    /// Session id, or [`Error::Closed`] for a closed attached publication.
+    pub fn session_id(&self) -> Result<i32> {
+        match self {
+            PublicationHandle::Embedded(publication) => Ok(publication.shared().state().identity().session_id),
+            PublicationHandle::Attached { publication, .. } => Self::with_attached(publication, |p| Ok(p.session_id())),
+        }
+    }
+
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        match self {
+            PublicationHandle::Embedded(publication) => publication.shared().state().identity().stream_id,
+            PublicationHandle::Attached { stream_id, .. } => *stream_id,
+        }
+    }
+
+    /// Channel URI.
+    pub fn channel(&self) -> String {
+        match self {
+            PublicationHandle::Embedded(publication) => publication.shared().channel.clone(),
+            PublicationHandle::Attached { channel, .. } => channel.clone(),
+        }
+    }
+
+    /// The largest message accepted.
+    pub fn max_message_length(&self) -> Result<usize> {
+        match self {
+            PublicationHandle::Embedded(publication) => Ok(publication.shared().state().max_message_length()),
+            PublicationHandle::Attached { publication, .. } => {
+                Self::with_attached(publication, |p| Ok(p.max_message_length()))
+            }
+        }
+    }
+
+    /// The end of the last appended message.
+    pub fn position(&self) -> Result<i64> {
+        match self {
+            PublicationHandle::Embedded(publication) => Ok(publication.shared().state().tail_position()),
+            PublicationHandle::Attached { publication, .. } => Self::with_attached(publication, |p| p.position()),
+        }
+    }
+}
+
+/// A subscription of either driver.
+pub enum SubscriptionHandle {
+    /// In the embedded driver.
+    Embedded(Subscription),
+    /// Reading a standalone driver's logs; `None` once closed.
+    Attached {
+        /// The mapped subscription (polling moves its positions: one poller at a time).
+        subscription: Mutex<Option<AttachedSubscription>>,
+        /// Channel URI as given.
+        channel: String,
+        /// Stream id.
+        stream_id: i32,
+    },
+}
+
+impl SubscriptionHandle {
+    /// The embedded subscription, or the error naming `what` needs it.
+    pub fn embedded(&self, what: &str) -> Result<&Subscription> {
+        match self {
+            SubscriptionHandle::Embedded(subscription) => Ok(subscription),
+            SubscriptionHandle::Attached { .. } => Err(embedded_only(what)),
+        }
+    }
+
+    /// Appends whole messages within `fragment_limit` fragments to `batch`; returns fragments.
+    pub fn poll_into(&self, batch: &mut MessageBatch, fragment_limit: usize) -> Result<usize> {
+        match self {
+            SubscriptionHandle::Embedded(subscription) => subscription.poll_into(batch, fragment_limit),
+            SubscriptionHandle::Attached { subscription, .. } => match lock(subscription).as_mut() {
+                Some(s) => s.poll_into(batch, fragment_limit),
+                None => Err(Error::Closed("subscription")),
+            },
+        }
+    }
+
+    /// Whether a publication is connected; `Err` when the client or its driver is gone.
+    pub fn is_connected(&self) -> Result<bool> {
+        match self {
+            SubscriptionHandle::Embedded(subscription) => {
+                subscription.check_running().map(|()| subscription.is_connected())
+            }
+            SubscriptionHandle::Attached { subscription, .. } => match lock(subscription).as_mut() {
+                Some(s) => s.is_connected(),
+                None => Err(Error::Closed("subscription")),
+            },
+        }
+    }
+
+    /// Whether the subscription was closed.
+    pub fn is_closed(&self) -> bool {
+        match self {
+            SubscriptionHandle::Embedded(subscription) => subscription.is_closed(),
+            SubscriptionHandle::Attached { subscription, .. } => lock(subscription).is_none(),
+        }
+    }
+
+    /// Stops receiving.
+    pub fn close(&self) {
+        match self {
+            SubscriptionHandle::Embedded(subscription) => subscription.close(),
+            SubscriptionHandle::Attached { subscription, .. } => drop(lock(subscription).take()),
+        }
+    }
+
+    /// Channel URI.
+    pub fn channel(&self) -> String {
+        match self {
+            SubscriptionHandle::Embedded(subscription) => subscription.shared().channel.clone(),
+            SubscriptionHandle::Attached { channel, .. } => channel.clone(),
+        }
+    }
+
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        match self {
+            SubscriptionHandle::Embedded(subscription) => subscription.shared().stream_id,
+            SubscriptionHandle::Attached { stream_id, .. } => *stream_id,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attached_client_accepts_ipc_and_refuses_udp_naming_the_channel() {
+        assert!(check_attached_channel("aeron:ipc").is_ok());
+        assert!(check_attached_channel("aeron:ipc?term-length=64k").is_ok());
+        let udp = "aeron:udp?endpoint=127.0.0.1:40123";
+        let message = check_attached_channel(udp).unwrap_err().to_string();
+        assert!(message.contains(udp) && message.contains("not built yet"), "{message}");
+        assert!(check_attached_channel("nonsense").is_err());
+    }
+}

@@ -1,0 +1,242 @@
+"""``affinity.Client(dir=...)``: Python clients attached to a standalone driver process
+(``affinity driver``) over ``aeron:ipc``, with publisher, subscriber and driver in separate
+processes. A million messages in order through ``offer_batch``; kill -9 of the driver raises
+``DriverTimeoutError``; data offered before a publisher process exits is still delivered.
+Every wait is bounded by time."""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import affinity
+import pytest
+from affinity.exceptions import ChannelUriError, ConfigError, DriverTimeoutError
+
+CLI = [sys.executable, "-m", "affinity.cli"]
+STREAM_ID = 1001
+CHANNEL = "aeron:ipc"
+MESSAGE_SIZE = 32
+PROCESS_TIMEOUT_S = 120.0
+
+
+def start_driver(directory: Path) -> subprocess.Popen[str]:
+    process = subprocess.Popen(
+        [*CLI, "driver", "--dir", str(directory), "--term-length", "1m"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    assert "ready in" in line, f"driver did not start: {line!r} {process.stderr.read() if process.stderr else ''}"
+    return process
+
+
+@pytest.fixture
+def driver_dir(tmp_path: Path) -> Path:
+    return tmp_path / "driver"
+
+
+@pytest.fixture
+def driver(driver_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    process = start_driver(driver_dir)
+    yield process
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=20)
+
+
+# Shared by the child scripts: message i is i (8 bytes, little endian) padded to MESSAGE_SIZE.
+CHILD_PRELUDE = f"""
+import sys, time
+import affinity
+import pyarrow as pa
+DIR, COUNT = sys.argv[1], int(sys.argv[2])
+STREAM_ID, CHANNEL, SIZE = {STREAM_ID}, {CHANNEL!r}, {MESSAGE_SIZE}
+DEADLINE = time.monotonic() + {PROCESS_TIMEOUT_S}
+def message(i):
+    return i.to_bytes(8, "little") + bytes(SIZE - 8)
+"""
+
+PUBLISHER = CHILD_PRELUDE + textwrap.dedent(
+    """
+    BATCH = 4096
+    with affinity.Client(dir=DIR) as client:
+        publication = client.add_publication(CHANNEL, STREAM_ID)
+        while not publication.is_connected:
+            assert time.monotonic() < DEADLINE, "no subscriber connected"
+            time.sleep(0.001)
+        sent = 0
+        while sent < COUNT:
+            assert time.monotonic() < DEADLINE, f"only {sent} of {COUNT} offered"
+            end = min(sent + BATCH, COUNT)
+            batch = pa.array([message(i) for i in range(sent, end)], type=pa.binary())
+            taken = publication.offer_batch(batch)
+            # A refused message ends the batch: the next batch starts with it.
+            sent += taken
+        publication.close()
+    print("sent", sent, flush=True)
+    """
+)
+
+SUBSCRIBER = CHILD_PRELUDE + textwrap.dedent(
+    """
+    with affinity.Client(dir=DIR) as client:
+        subscription = client.add_subscription(CHANNEL, STREAM_ID)
+        print("subscribed", flush=True)
+        expected = 0
+        while expected < COUNT:
+            assert time.monotonic() < DEADLINE, f"only {expected} of {COUNT} received"
+            for data in subscription.poll_batch(4096):
+                if data != message(expected):
+                    print("out of order at", expected, data.hex(), flush=True)
+                    sys.exit(1)
+                expected += 1
+        subscription.close()
+    print("received", expected, flush=True)
+    """
+)
+
+
+def spawn(script: str, directory: Path, count: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script, str(directory), str(count)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def message(i: int) -> bytes:
+    return i.to_bytes(8, "little") + bytes(MESSAGE_SIZE - 8)
+
+
+def finish(process: subprocess.Popen[str]) -> str:
+    try:
+        out, err = process.communicate(timeout=PROCESS_TIMEOUT_S + 30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        out, err = process.communicate()
+    assert process.returncode == 0, f"exit {process.returncode}: {out} {err}"
+    return out
+
+
+def test_a_million_messages_offered_in_arrow_batches_arrive_in_order_between_processes(
+    driver: subprocess.Popen[str], driver_dir: Path
+) -> None:
+    count = 1_000_000
+    subscriber = spawn(SUBSCRIBER, driver_dir, count)
+    assert subscriber.stdout is not None
+    assert subscriber.stdout.readline().strip() == "subscribed"
+    publisher = spawn(PUBLISHER, driver_dir, count)
+    assert f"sent {count}" in finish(publisher)
+    assert f"received {count}" in finish(subscriber)
+
+
+def test_data_offered_before_the_publisher_process_exits_is_still_delivered(
+    driver: subprocess.Popen[str], driver_dir: Path
+) -> None:
+    count = 5_000
+    with affinity.Client(dir=str(driver_dir)) as client:
+        subscription = client.add_subscription(CHANNEL, STREAM_ID)
+        publisher = spawn(PUBLISHER, driver_dir, count)
+        assert f"sent {count}" in finish(publisher)
+        # The publisher process is gone before anything was read here.
+        received: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while len(received) < count and time.monotonic() < deadline:
+            received.extend(subscription.poll_batch(1000))
+        assert received == [message(i) for i in range(count)]
+        subscription.close()
+
+
+def test_a_driver_killed_with_sigkill_makes_the_next_call_raise_driver_timeout_within_the_timeout(
+    driver: subprocess.Popen[str], driver_dir: Path
+) -> None:
+    timeout_s = 1.0
+    client = affinity.Client(dir=str(driver_dir), driver_timeout_ms=int(timeout_s * 1000))
+    subscription = client.add_subscription(CHANNEL, STREAM_ID)
+    publication = client.add_publication(CHANNEL, STREAM_ID)
+    assert publication.offer(message(0)) > 0
+    assert subscription.poll_batch(10) == [message(0)]
+    driver.kill()
+    driver.wait(timeout=10)
+    killed = time.monotonic()
+    raised = None
+    while time.monotonic() - killed < timeout_s + 5:
+        try:
+            publication.offer(message(1))
+            subscription.poll_batch(10)
+        except DriverTimeoutError as error:
+            raised = time.monotonic() - killed
+            assert str(driver_dir) in str(error)
+            break
+        time.sleep(0.01)
+    assert raised is not None, "no DriverTimeoutError after the driver was killed"
+    # The heartbeat is checked every keepalive interval (100 ms): allow for that and scheduling.
+    assert raised < timeout_s + 1.0
+    with pytest.raises(DriverTimeoutError):
+        subscription.poll_batch(10)
+    publication.close()
+    subscription.close()
+    client.close()
+
+
+def test_a_udp_channel_through_the_standalone_driver_is_refused_naming_the_channel(
+    driver: subprocess.Popen[str], driver_dir: Path
+) -> None:
+    channel = "aeron:udp?endpoint=127.0.0.1:40999"
+    with affinity.Client(dir=str(driver_dir)) as client:
+        with pytest.raises(ChannelUriError, match="UDP through the standalone driver is not built yet") as raised:
+            client.add_publication(channel, STREAM_ID)
+        assert channel in str(raised.value)
+        with pytest.raises(ChannelUriError, match="not built yet"):
+            client.add_subscription(channel, STREAM_ID)
+
+
+def test_attached_client_reports_standalone_and_refuses_embedded_only_calls(
+    driver: subprocess.Popen[str], driver_dir: Path
+) -> None:
+    with affinity.Client(dir=str(driver_dir)) as client:
+        assert client.threading == "standalone"
+        with pytest.raises(ConfigError, match="embedded driver"):
+            client.counters()
+        publication = client.add_publication(CHANNEL, STREAM_ID)
+        assert publication.channel == CHANNEL and publication.stream_id == STREAM_ID
+        assert not publication.is_connected
+        assert publication.offer(message(0)) == affinity.NOT_CONNECTED
+        with pytest.raises(ConfigError, match="embedded driver"):
+            publication.counters()
+        publication.close()
+        assert publication.is_closed
+    assert client.is_closed
+    with pytest.raises(ConfigError, match="driver_timeout_ms"):
+        affinity.Client(driver_timeout_ms=1000)
+    with pytest.raises(ConfigError, match="term_length configures the embedded driver"):
+        affinity.Client(dir=str(driver_dir), term_length=1 << 20)
+
+
+def test_affinity_dir_in_the_environment_attaches_and_attach_takes_well_under_50_ms(
+    driver: subprocess.Popen[str], driver_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AFFINITY_DIR", str(driver_dir))
+    durations = []
+    for _ in range(5):
+        start = time.perf_counter()
+        client = affinity.Client()
+        durations.append(time.perf_counter() - start)
+        assert client.threading == "standalone"
+        client.close()
+    assert statistics.median(durations) < 0.05, durations
+
+
+def test_attaching_where_no_driver_runs_raises_driver_timeout(tmp_path: Path) -> None:
+    with pytest.raises(DriverTimeoutError, match="no driver is running"):
+        affinity.Client(dir=str(tmp_path / "nothing"))
