@@ -354,17 +354,7 @@ impl Cnc {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shm::test_support::tempdir;
-
-    fn small() -> CncParams {
-        CncParams {
-            to_driver_capacity: 4096,
-            to_clients_capacity: 4096,
-            counters: 16,
-            error_log_length: 4096,
-            ..CncParams::default()
-        }
-    }
+    use crate::shm::test_support::{small_cnc as small, tempdir};
 
     #[test]
     fn a_created_cnc_opens_with_the_same_sections() {

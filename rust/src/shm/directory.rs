@@ -147,18 +147,7 @@ pub fn remove_driver_files(dir: &Path) -> Result<(), ShmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shm::cnc::CncParams;
-    use crate::shm::test_support::tempdir;
-
-    fn small() -> CncParams {
-        CncParams {
-            to_driver_capacity: 4096,
-            to_clients_capacity: 4096,
-            counters: 16,
-            error_log_length: 4096,
-            ..CncParams::default()
-        }
-    }
+    use crate::shm::test_support::{small_cnc as small, tempdir};
 
     #[test]
     fn a_live_driver_is_refused_with_its_pid() {

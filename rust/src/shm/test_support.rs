@@ -15,3 +15,14 @@ pub fn tempdir() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// cnc sections small enough for unit tests: 4 KiB rings and error log, 16 counters.
+pub fn small_cnc() -> crate::shm::cnc::CncParams {
+    crate::shm::cnc::CncParams {
+        to_driver_capacity: 4096,
+        to_clients_capacity: 4096,
+        counters: 16,
+        error_log_length: 4096,
+        ..crate::shm::cnc::CncParams::default()
+    }
+}
