@@ -136,3 +136,88 @@ fn a_million_udp_messages_between_processes_arrive_in_order() {
     assert!(!dir.join(CNC_FILE).exists(), "SIGTERM removes the driver's files");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn every_threading_mode_moves_data_in_order() {
+    for mode in ["dedicated", "shared-network", "shared"] {
+        let port = free_port();
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+        let dir = transfer(mode, &["--threading", mode], &channel, 100_000, 200);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn loss_through_a_relay_is_repaired_by_naks_through_the_standalone_driver() {
+    use affinity::media::relay::{Impairment, LossyRelay};
+    use std::sync::atomic::Ordering;
+    let port = free_port();
+    let target = format!("127.0.0.1:{port}").parse().expect("address");
+    let impairment = Impairment { loss: 0.02, duplicate: 0.01, reorder: 0.01 };
+    let relay = LossyRelay::start("127.0.0.1:0".parse().expect("address"), target, impairment, 7).expect("relay");
+    let dir = tempdir("loss");
+    let mut driver = start_driver(&dir, &[]);
+    let mut subscriber = client("subscribe", &dir, &format!("aeron:udp?endpoint=127.0.0.1:{port}"), 200_000, 64);
+    subscriber.wait_for_line("ready");
+    let front = relay.front_address();
+    let publisher = client("publish", &dir, &format!("aeron:udp?endpoint={front}"), 200_000, 64);
+    assert!(output(publisher, Duration::from_secs(300)).contains("\"messages\":200000"));
+    assert!(output(subscriber, Duration::from_secs(300)).contains("\"messages\":200000"));
+    assert!(relay.stats().dropped.load(Ordering::Relaxed) > 0, "the relay dropped nothing");
+    assert!(system(&dir, SystemCounter::NaksSent) > 0, "no NAK was sent");
+    assert!(system(&dir, SystemCounter::Retransmits) > 0, "nothing was retransmitted");
+    assert!(system(&dir, SystemCounter::DuplicateDataFrames) > 0, "duplicates are counted apart");
+    assert_eq!(system(&dir, SystemCounter::InvalidDataFrames), 0, "duplicates are not malformed");
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_still_arrives() {
+    let dir = tempdir("kill");
+    let mut driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
+    let port = free_port();
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+    let count = 50_000;
+    let mut subscriber = client("subscribe", &dir, &channel, count, 64);
+    subscriber.wait_for_line("ready");
+    let mut publisher = Proc(
+        Command::new(IPC)
+            .args(["publish", "--dir"])
+            .arg(&dir)
+            .args(["--channel", &channel, "--count", &count.to_string(), "--size", "64", "--hang", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn publisher"),
+    );
+    publisher.wait_for_line("\"role\":\"publish\"");
+    assert_eq!(system(&dir, SystemCounter::NetworkPublications), 1);
+    publisher.signal(libc::SIGKILL);
+    let _ = publisher.wait_exit(Duration::from_secs(10));
+    // Everything it appended before dying reaches the subscriber.
+    assert!(output(subscriber, Duration::from_secs(120)).contains(&format!("\"messages\":{count}")));
+    assert!(
+        wait_until(Duration::from_secs(20), || system(&dir, SystemCounter::NetworkPublications) == 0),
+        "the dead client's publication was not reclaimed"
+    );
+    assert!(system(&dir, SystemCounter::ClientTimeouts) >= 1);
+    assert!(!std::fs::read_dir(dir.join("publications"))
+        .expect("publications")
+        .any(|e| e.map(|e| !e.file_name().to_string_lossy().starts_with("image-")).unwrap_or(false)));
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}
