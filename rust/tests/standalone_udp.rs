@@ -221,3 +221,111 @@ fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_sti
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A 32-byte DATA header (a heartbeat) for `session` at `position` of a stream whose log has
+/// `initial_term_id` and `term_length`.
+fn forged_heartbeat(
+    session: i32,
+    stream: i32,
+    initial_term_id: i32,
+    term_length: u32,
+    position: i64,
+    eos: bool,
+) -> Vec<u8> {
+    use affinity::wire::{flags, DataHeader, FrameType, DATA_HEADER_LENGTH};
+    let bits = term_length.trailing_zeros();
+    let mut bytes = vec![0u8; DATA_HEADER_LENGTH];
+    DataHeader {
+        frame_length: 0,
+        flags: if eos { flags::UNFRAGMENTED | flags::EOS } else { flags::UNFRAGMENTED },
+        frame_type: FrameType::Data,
+        term_offset: (position & (i64::from(term_length) - 1)) as i32,
+        session_id: session,
+        stream_id: stream,
+        term_id: initial_term_id.wrapping_add((position >> bits) as i32),
+        reserved_value: 0,
+    }
+    .emit(&mut bytes);
+    bytes
+}
+
+fn forged_setup(session: i32, stream: i32, initial_term_id: i32, active_term_id: i32) -> Vec<u8> {
+    use affinity::wire::Setup;
+    let mut bytes = vec![0u8; 64];
+    let length = Setup {
+        flags: 0,
+        term_offset: 0,
+        session_id: session,
+        stream_id: stream,
+        initial_term_id,
+        active_term_id,
+        term_length: 64 * 1024,
+        mtu: 1408,
+        ttl: 0,
+    }
+    .emit(&mut bytes);
+    bytes.truncate(length);
+    bytes
+}
+
+#[test]
+fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_driver() {
+    let dir = tempdir("hostile");
+    let mut driver = start_driver(&dir, &[]);
+    let port = free_port();
+    let endpoint = format!("127.0.0.1:{port}");
+    let channel = format!("aeron:udp?endpoint={endpoint}");
+    let stream = 1001;
+    let count = 300_000;
+    let mut subscriber = client("subscribe", &dir, &channel, count, 64);
+    subscriber.wait_for_line("ready");
+    let attacker = UdpSocket::bind("127.0.0.1:0").expect("bind attacker");
+    // A SETUP whose active term precedes its initial term (it once killed the driver), a SETUP
+    // flood of distinct sessions, and garbage.
+    attacker.send_to(&forged_setup(4242, stream, 1000, 999), &endpoint).expect("send");
+    for session in 0..300 {
+        attacker.send_to(&forged_setup(10_000 + session, stream, 5, 5), &endpoint).expect("send");
+    }
+    attacker.send_to(&[0xFF; 7], &endpoint).expect("send");
+    attacker.send_to(&[0u8; 40], &endpoint).expect("send");
+    let publisher = client("publish", &dir, &channel, count, 64);
+    // The live session, once its publication exists: a heartbeat 100 terms ahead, end of stream
+    // at, behind and ahead of the live position.
+    let mut attacked = false;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !attacked && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+        let Ok(cnc) = Cnc::open(&dir.join(CNC_FILE), false) else { continue };
+        let Ok(counters) = cnc.counters() else { continue };
+        let Ok(all) = counters.allocated() else { continue };
+        let Some(position) = all.iter().find(|c| c.label.starts_with("snd-pos:")) else { continue };
+        if position.value < 64 * 1024 {
+            continue;
+        }
+        let session = i32::from_le_bytes(position.key[..4].try_into().expect("key"));
+        let log = std::fs::read_dir(dir.join("publications"))
+            .expect("publications")
+            .filter_map(Result::ok)
+            .find(|e| !e.file_name().to_string_lossy().starts_with("image-"))
+            .expect("publication log");
+        let log = affinity::shm::log_buffer::LogBuffer::open(&log.path()).expect("open log");
+        let (initial, term) = (log.initial_term_id(), log.term_length());
+        let live = position.value & !31;
+        for (delta, eos) in [(100 * i64::from(term), false), (0, true), (-4096, true), (32_000, true)] {
+            let frame = forged_heartbeat(session, stream, initial, term, (live + delta).max(0) & !31, eos);
+            attacker.send_to(&frame, &endpoint).expect("send");
+        }
+        attacked = true;
+    }
+    assert!(attacked, "the publication never started");
+    assert!(output(publisher, Duration::from_secs(300)).contains(&format!("\"messages\":{count}")));
+    assert!(output(subscriber, Duration::from_secs(300)).contains(&format!("\"messages\":{count}")));
+    assert!(system(&dir, SystemCounter::SetupsRefused) >= 1, "the inconsistent SETUP was not refused");
+    assert!(system(&dir, SystemCounter::InvalidDataFrames) >= 1, "garbage was not counted as malformed");
+    // 300 forged sessions against a bound of 128 images per subscription (one is the live one).
+    assert!(system(&dir, SystemCounter::ImagesRefused) >= 300 - 127, "the SETUP flood was not bounded");
+    assert!(system(&dir, SystemCounter::Images) <= 128);
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success(), "the driver did not survive to shut down cleanly");
+    let _ = std::fs::remove_dir_all(dir);
+}

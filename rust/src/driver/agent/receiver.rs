@@ -179,7 +179,8 @@ pub struct ReceiveEndpoint {
     subscriptions: Vec<SubscriptionEntry>,
     images: Vec<ImageEntry>,
     pending_setups: HashMap<(i32, i32), Instant>,
-    pending_images: HashMap<(i32, i32), Instant>,
+    /// Images asked of the conductor and not yet added: when, and for which subscriptions.
+    pending_images: HashMap<(i32, i32), (Instant, Vec<i64>)>,
     seeds: fastrand::Rng,
 }
 
@@ -201,8 +202,11 @@ impl ReceiveEndpoint {
         }
     }
 
+    /// Images subscription `registration_id` has or was promised (asked of the conductor).
     fn image_count(&self, registration_id: i64) -> usize {
-        self.images.iter().filter(|e| e.consumers.iter().any(|(id, _)| *id == registration_id)).count()
+        let existing = self.images.iter().filter(|e| e.consumers.iter().any(|(id, _)| *id == registration_id)).count();
+        let pending = self.pending_images.values().filter(|(_, ids)| ids.contains(&registration_id)).count();
+        existing + pending
     }
 
     fn on_setup(
@@ -216,9 +220,11 @@ impl ReceiveEndpoint {
         if self.images.iter().any(|e| e.session_id == setup.session_id && e.stream_id == setup.stream_id) {
             return DatagramOutcome::Taken;
         }
-        if self.pending_images.get(&key).is_some_and(|since| now.saturating_since(*since) < PENDING_IMAGE_TIMEOUT) {
+        if self.pending_images.get(&key).is_some_and(|(since, _)| now.saturating_since(*since) < PENDING_IMAGE_TIMEOUT)
+        {
             return DatagramOutcome::Taken;
         }
+        self.pending_images.retain(|_, (since, _)| now.saturating_since(*since) < PENDING_IMAGE_TIMEOUT);
         let matching: Vec<i64> = self
             .subscriptions
             .iter()
@@ -238,13 +244,10 @@ impl ReceiveEndpoint {
         };
         let Ok(mtu) = u32::try_from(setup.mtu) else { return DatagramOutcome::SetupRefused };
         if self.pending_images.len() >= MAX_PENDING_SETUPS {
-            self.pending_images.retain(|_, since| now.saturating_since(*since) < PENDING_IMAGE_TIMEOUT);
-            if self.pending_images.len() >= MAX_PENDING_SETUPS {
-                return DatagramOutcome::ImageRefused;
-            }
+            return DatagramOutcome::ImageRefused;
         }
         self.pending_setups.remove(&key);
-        self.pending_images.insert(key, now);
+        self.pending_images.insert(key, (now, matching.clone()));
         let request = ImageRequest { endpoint: self.address, config, mtu, source, subscriptions: matching };
         let _ = events.send(AgentEvent::CreateImage(Box::new(request)));
         DatagramOutcome::Taken
