@@ -1,6 +1,6 @@
 //! The media driver's agents over shared memory, and the launch type embedders use.
 //!
-//! * the conductor ([`crate::driver::standalone::StandaloneDriver`]): client commands, counters,
+//! * the [`conductor`] ([`conductor::StandaloneDriver`]): client commands, counters,
 //!   client liveness, IPC publications, the life of network publications and images, events;
 //! * the [`sender`]: network publications (data, retransmits, heartbeats, SETUP out; status
 //!   messages, NAKs, RTT requests and error frames in);
@@ -14,6 +14,7 @@
 //!
 //! Nothing here imports `client/`.
 
+pub mod conductor;
 pub mod receiver;
 pub mod sender;
 
@@ -24,12 +25,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::idle::{IdleStrategy, Idler};
-use super::standalone::{StandaloneConfig, StandaloneDriver};
 use crate::protocol::{Image, NetworkPublication};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::ShmError;
+use conductor::{StandaloneConfig, StandaloneDriver};
 use receiver::{ImageDefaults, ReceiverAgent};
 use sender::SenderAgent;
 
