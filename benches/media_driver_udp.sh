@@ -38,7 +38,7 @@ embedded() { # SIZE COUNT MODE
 for round in $(seq "$ROUNDS"); do
   for size in 32 1024; do
     count=$COUNT32; [[ $size == 1024 ]] && count=$COUNT1K
-    standalone "$size" "$count" shared
+    standalone "$size" "$count" "${THREADING:-shared}"
     embedded "$size" "$count" shared
     embedded "$size" "$count" invoker
   done
