@@ -465,6 +465,7 @@ mod tests {
         };
         let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
         send(Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 5, channel: channel.clone() });
+        send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 5, channel: channel.clone() });
         send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: channel.clone() });
         run(&mut driver, &mut answers);
         let Some(Response::PublicationReady { publisher_limit_counter_id, log_file, .. }) =
@@ -472,20 +473,46 @@ mod tests {
         else {
             panic!("{answers:?}")
         };
+        let images = |answers: &Vec<Response>| {
+            answers
+                .iter()
+                .filter_map(|a| match a {
+                    Response::AvailableImage { correlation_id, subscription_registration_id, .. } => {
+                        Some((*subscription_registration_id, *correlation_id))
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
         let start = std::time::Instant::now();
-        while !answers.iter().any(|a| matches!(a, Response::AvailableImage { .. })) {
+        while images(&answers).len() < 2 {
             assert!(start.elapsed() < Duration::from_secs(10), "no image: {answers:?}");
             run(&mut driver, &mut answers);
         }
-        let Some(Response::AvailableImage {
-            log_file: image_file,
-            subscriber_position_counter_id,
-            source_identity,
-            ..
-        }) = answers.iter().find(|a| matches!(a, Response::AvailableImage { .. })).cloned()
-        else {
-            unreachable!()
+        let links = images(&answers);
+        assert_eq!(links.len(), 2, "one image, announced to each subscription: {links:?}");
+        assert_ne!(links[0].1, links[1].1, "each subscription knows the image by its own correlation id");
+        let image_of = |subscription: i64| {
+            answers
+                .iter()
+                .find_map(|a| match a {
+                    Response::AvailableImage {
+                        subscription_registration_id,
+                        log_file,
+                        subscriber_position_counter_id,
+                        source_identity,
+                        ..
+                    } if *subscription_registration_id == subscription => {
+                        Some((log_file.clone(), *subscriber_position_counter_id, source_identity.clone()))
+                    }
+                    _ => None,
+                })
+                .unwrap()
         };
+        let (image_file, subscriber_position_counter_id, source_identity) = image_of(10);
+        let (other_file, other_position_id, _) = image_of(12);
+        assert_eq!(image_file, other_file, "one image log for both subscriptions");
+        let other_position = counters.counter(other_position_id as usize).unwrap();
         assert!(source_identity.starts_with("127.0.0.1:"), "{source_identity}");
         let publication = LogBuffer::open(&dir.join(&log_file)).unwrap();
         let image = LogBuffer::open(&dir.join(&image_file)).unwrap();
@@ -509,6 +536,8 @@ mod tests {
                 })
                 .unwrap();
             position.set(read_position).unwrap();
+            // The second subscription reads nothing here, it only keeps up.
+            other_position.set(read_position).unwrap();
         }
         assert_eq!(received, (0..5_000).collect::<Vec<u32>>());
         send(Command::QueryPublication { client_id: 1, correlation_id: 20, registration_id: 11 });
@@ -539,6 +568,31 @@ mod tests {
         assert!(connected, "no connection_changed event: {answers:?}");
         assert_eq!(SystemCounter::NetworkPublications.read(&counters).unwrap(), 1);
         assert_eq!(SystemCounter::Images.read(&counters).unwrap(), 1);
+        // The publisher releases its publication: end of stream, and each subscription hears
+        // that its image is gone under the id it knows it by.
+        send(Command::RemovePublication { client_id: 1, correlation_id: 30, registration_id: 11 });
+        let start = std::time::Instant::now();
+        let gone = |answers: &Vec<Response>| {
+            answers
+                .iter()
+                .filter_map(|a| match a {
+                    Response::UnavailableImage { correlation_id, subscription_registration_id, .. } => {
+                        Some((*subscription_registration_id, *correlation_id))
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        while gone(&answers).len() < 2 {
+            assert!(start.elapsed() < Duration::from_secs(20), "images not unavailable: {answers:?}");
+            run(&mut driver, &mut answers);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut gone = gone(&answers);
+        gone.sort();
+        let mut links = links;
+        links.sort();
+        assert_eq!(gone, links);
         driver.close().unwrap();
         assert!(!dir.join(CNC_FILE).exists(), "close removes the driver's files");
         std::fs::remove_dir_all(dir).unwrap();
