@@ -1,6 +1,7 @@
 //! Routing throughput without criterion: medians of 5 runs, from `std::time`.
 //!
-//! `cargo bench -p affinity --bench routing`
+//! `cargo bench -p affinity --bench routing` (all), or `... -- subscribes` / `... -- lookups` for
+//! one part (a profile of the subscribe path without the lookups around it).
 //!
 //! * sticky lookups: `route_member` for subjects seen before whose composite is bound
 //!   (one subject-map probe, then the composite's slot; no regex, no `Arc` clone); also through
@@ -52,6 +53,9 @@ fn report(name: &str, per_second: Vec<f64>) {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; a plain argument names the only part to run.
+    let only = std::env::args().skip(1).find(|argument| !argument.starts_with("--"));
+    let runs = |part: &str| only.as_deref().is_none_or(|only| only == part);
     for selection in [Selection::Modulo, Selection::Rendezvous] {
         let subscribed: Vec<String> = (0..USERS).map(|u| format!("/PRIVATE/user{u}-0/FXTRADE")).collect();
         let seen: Vec<String> = (0..USERS).map(|u| format!("/PRIVATE/user{u}-1/FXTRADE")).collect();
@@ -62,7 +66,7 @@ fn main() {
         for subject in &seen {
             routing.route_primary(subject).unwrap();
         }
-        let lookups = 5_000_000;
+        let lookups = if runs("lookups") { 5_000_000 } else { 0 };
         let mut sticky = Vec::new();
         let mut sticky_decision = Vec::new();
         let mut own = Vec::new();
@@ -83,9 +87,14 @@ fn main() {
             }
             own.push(lookups as f64 / start.elapsed().as_secs_f64());
         }
-        report(&format!("sticky lookups ({})", selection.name()), sticky);
-        report(&format!("sticky lookups, route_primary ({})", selection.name()), sticky_decision);
-        report(&format!("subscribed-subject lookups ({})", selection.name()), own);
+        if runs("lookups") {
+            report(&format!("sticky lookups ({})", selection.name()), sticky);
+            report(&format!("sticky lookups, route_primary ({})", selection.name()), sticky_decision);
+            report(&format!("subscribed-subject lookups ({})", selection.name()), own);
+        }
+        if !runs("subscribes") {
+            continue;
+        }
 
         let count = 200_000;
         let distinct = |run: usize| -> Vec<String> {
@@ -125,6 +134,10 @@ fn subscribe_rates(selection: Selection, subjects: &dyn Fn(usize) -> Vec<String>
         }
         fresh.push(subjects.len() as f64 / start.elapsed().as_secs_f64());
         black_box(routing.drain_events());
+        drop(routing);
+        if std::env::var_os("TRIM").is_some() {
+            unsafe { libc::malloc_trim(0) };
+        }
         let mut routing = table(selection);
         let start = Instant::now();
         routing.reserve(subjects.len());
@@ -133,6 +146,10 @@ fn subscribe_rates(selection: Selection, subjects: &dyn Fn(usize) -> Vec<String>
         }
         batch.push(subjects.len() as f64 / start.elapsed().as_secs_f64());
         black_box(routing.drain_events());
+        drop(routing);
+        if std::env::var_os("TRIM").is_some() {
+            unsafe { libc::malloc_trim(0) };
+        }
     }
     (fresh, batch)
 }
