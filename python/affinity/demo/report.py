@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from datetime import UTC, datetime
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
