@@ -135,9 +135,6 @@ fn subscribe_rates(selection: Selection, subjects: &dyn Fn(usize) -> Vec<String>
         fresh.push(subjects.len() as f64 / start.elapsed().as_secs_f64());
         black_box(routing.drain_events());
         drop(routing);
-        if std::env::var_os("TRIM").is_some() {
-            unsafe { libc::malloc_trim(0) };
-        }
         let mut routing = table(selection);
         let start = Instant::now();
         routing.reserve(subjects.len());
@@ -147,9 +144,6 @@ fn subscribe_rates(selection: Selection, subjects: &dyn Fn(usize) -> Vec<String>
         batch.push(subjects.len() as f64 / start.elapsed().as_secs_f64());
         black_box(routing.drain_events());
         drop(routing);
-        if std::env::var_os("TRIM").is_some() {
-            unsafe { libc::malloc_trim(0) };
-        }
     }
     (fresh, batch)
 }
