@@ -14,6 +14,9 @@
 //!   (the user) already bound after the first 10 000.
 //! * mixed subscribes: the same calls over a set where each subject comes twice, so half of the
 //!   calls are only reference-count bumps of a subscription made earlier in the run.
+//!
+//! The distinct-subject rates are also given per CPU second of the benchmark's thread: on a
+//! shared machine the wall clock counts the time other processes hold the core.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
