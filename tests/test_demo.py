@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("rich")
 pytest.importorskip("matplotlib")
 
-from affinity.demo.records import decode_processed, encode_processed
+from affinity.demo.records import RecordError, decode_processed, encode_processed, event_times_ns
 from affinity.demo.settings import CHART_PNG, REPORT_JSON, REPORT_TEXT, DemoSettings
 from affinity.demo.validation import RELEASE_INTERVAL_NS, REORDER_WINDOW_NS, MoveCause, Validator
 from affinity.exceptions import ConfigError
@@ -42,6 +42,33 @@ def feed(validator: Validator, rows: list[tuple[int, int, int, int, int, int]]) 
 def test_processed_records_round_trip_packed_in_one_message() -> None:
     rows = [(7, 3, 1, 2, 100, 200), (2**40, 1, 0, 11, -5, 2**62)]
     assert list(decode_processed(encode_processed(rows))) == rows
+
+
+def test_event_times_of_a_timestamp_column_are_its_instants_whatever_the_time_zone() -> None:
+    pa = pytest.importorskip("pyarrow")
+    micros = [1_763_900_000_000_001, 1_763_900_000_250_000]
+    for tz in ("UTC", "Europe/Paris", "America/New_York", None):
+        column = pa.array(micros, type=pa.timestamp("us", tz=tz))
+        assert event_times_ns(column) == [us * 1000 for us in micros], tz
+    millis = [us // 1000 for us in micros]
+    chunked = pa.chunked_array([pa.array(millis, type=pa.timestamp("ms", tz="Asia/Tokyo"))])
+    assert event_times_ns(chunked) == [ms * 1_000_000 for ms in millis]
+
+
+def test_event_times_of_a_column_that_is_not_a_timestamp_are_refused_by_name() -> None:
+    pa = pytest.importorskip("pyarrow")
+    with pytest.raises(RecordError, match="column 'event_time_us' is int64, expected a timestamp"):
+        event_times_ns(pa.array([1, 2]), "event_time_us")
+    with pytest.raises(RecordError, match="null event times"):
+        event_times_ns(pa.array([1, None], type=pa.timestamp("us", tz="UTC")))
+
+
+def test_the_report_names_the_earliest_and_latest_event_time() -> None:
+    validator = Validator(accounts=2, start_ns=0, bin_seconds=1.0)
+    feed(validator, [row(0, 1, 0, 0, 0.1), row(1, 1, 1, 1, 0.2), row(0, 2, 0, 0, 1.1)])
+    report = validator.report(generated=3)
+    events = sorted(r[4] for r in [row(0, 1, 0, 0, 0.1), row(1, 1, 1, 1, 0.2), row(0, 2, 0, 0, 1.1)])
+    assert (report.first_event_ns, report.last_event_ns) == (events[0], events[-1])
 
 
 def test_a_processed_message_of_the_wrong_length_is_refused() -> None:
@@ -256,7 +283,10 @@ def check_report(report: dict[str, Any], out: Path) -> None:
     chart = out / CHART_PNG
     assert chart.stat().st_size > 10_000
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "per-key order" in (out / REPORT_TEXT).read_text()
+    text = (out / REPORT_TEXT).read_text()
+    assert "per-key order" in text
+    assert 0 < validation["first_event_ns"] <= validation["last_event_ns"]
+    assert "event times (UTC" in text
 
 
 @pytest.mark.slow
@@ -285,3 +315,5 @@ def test_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_path: 
     )
     check_report(report, out)
     assert report["settings"]["spark"] is True
+    # The event time travelled as a Spark TimestampType column, read back as instants.
+    assert "Spark TimestampType column" in (out / REPORT_TEXT).read_text()

@@ -15,7 +15,7 @@ from affinity.config.model import (
     SourceGroup,
 )
 from affinity.exceptions import ConfigError, PolicyError, RoutingError
-from affinity.routing import Decision, Explanation, PosixRegex, Router, RoutingEvent
+from affinity.routing import ABOVE_INFO_KINDS, Decision, Explanation, PosixRegex, Router, RoutingEvent
 
 HERE = Location("test.conf", 1, 1)
 ADAPTERS = ("TradeAdapterA", "TradeAdapterB")
@@ -275,3 +275,58 @@ def test_posix_regex_matches_sed() -> None:
     assert PosixRegex("x(a|ab)").capture("xab") == "ab"  # leftmost-longest
     with pytest.raises(ValueError, match="Unmatched"):
         PosixRegex("(")
+
+
+EVENT_KINDS = (
+    "bound",
+    "moved",
+    "forgotten",
+    "no-member-available",
+    "member-up",
+    "member-down",
+    "nodata",
+    "policy-error",
+    "reset",
+)
+
+
+def test_exactly_the_above_info_kinds_log_above_info() -> None:
+    above = {
+        kind
+        for kind in EVENT_KINDS
+        for subject in ("/u/alice", None)
+        if any(
+            level > logging.INFO
+            for level, _ in RoutingEvent(1, kind, subject=subject, composite="k:alice", member="a").log_lines()
+        )
+    }
+    assert above == ABOVE_INFO_KINDS
+
+
+def test_batches_keep_the_same_history_and_warnings_whether_or_not_info_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    every: list[RoutingEvent] = []
+
+    def run(level: int, observe: bool = False) -> tuple[list[RoutingEvent], list[tuple[int, str]]]:
+        caplog.clear()
+        caplog.set_level(level, logger="affinity.routing")
+        router = Router(max_events=5)
+        if observe:
+            router.on_event(every.append)
+        router.add_source_group("g", [["a"], ["b"]], [("k", "^/u/([^/]+)")])
+        router.subscribe_members([f"/u/user{i}" for i in range(20)])
+        router.set_member_up("a", False)
+        router.set_member_up("b", False)
+        router.subscribe_members([f"/u/late{i}" for i in range(20)])
+        router.subscribe_members([f"/u/user{i}" for i in range(3)])
+        above_info = [(r.levelno, r.getMessage()) for r in caplog.records if r.levelno > logging.INFO]
+        return list(router.events()), above_info
+
+    quiet, loud, observed = run(logging.WARNING), run(logging.INFO), run(logging.WARNING, observe=True)
+    assert quiet == loud == observed
+    history, warnings = quiet
+    assert [e.sequence for e in history] == sorted(e.sequence for e in history) and len(history) == 5
+    assert history == every[-5:]
+    expected = [line for event in every for line in event.log_lines() if line[0] > logging.INFO]
+    assert warnings == expected and len(expected) > 20

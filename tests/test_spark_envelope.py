@@ -277,6 +277,22 @@ def test_an_abort_lets_the_replayed_batch_through_again() -> None:
     assert dedup.admit(data(2, 0, 1), 0) == "deliver"
 
 
+def test_arrow_bodies_carry_timestamp_columns_through_the_envelope() -> None:
+    from affinity.demo.records import event_times_ns
+
+    micros = [1_763_900_000_000_001, 1_763_900_000_250_000]
+    # A Spark TimestampType column reaches the sink in the session's time zone.
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([1, 2]), pa.array(micros, type=pa.timestamp("us", tz="Europe/Paris"))],
+        names=["account", "event_time"],
+    )
+    item = decode_message(encode(data(0, 0, 1), encode_body(batch, ValueFormat.ARROW)), queue=0)
+    received = item.batch()  # type: ignore[union-attr]
+    assert received.equals(batch)
+    assert received.schema.field("event_time").type == pa.timestamp("us", tz="Europe/Paris")
+    assert event_times_ns(received.column("event_time")) == [us * 1000 for us in micros]
+
+
 def test_decode_message_gives_typed_items() -> None:
     batch = pa.RecordBatch.from_pydict({"n": [1, 2, 3]})
     item = decode_message(encode(data(0, 0, 1), encode_body(batch, ValueFormat.ARROW)), queue=2)

@@ -18,6 +18,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from affinity import _affinity
 from affinity.config.model import RoutingConfig
@@ -41,6 +42,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("affinity.routing")
+
+#: Event kinds whose log lines are above INFO (:meth:`RoutingEvent.log_lines`): logged even when
+#: INFO is not, so the router builds these events whatever else it skips.
+ABOVE_INFO_KINDS: Final = frozenset({"no-member-available", "policy-error"})
 
 #: Fallback policies implemented in Rust, by configuration name (the Rust registry).
 BUILTIN_POLICIES: tuple[str, ...] = _affinity.BUILTIN_POLICIES
@@ -151,7 +156,10 @@ class RoutingEvent:
     message: str | None = None
 
     def log_lines(self) -> list[tuple[int, str]]:
-        """The (level, message) lines logged for this event, in the DataSource formats."""
+        """The (level, message) lines logged for this event, in the DataSource formats.
+
+        Only the kinds in :data:`ABOVE_INFO_KINDS` log above INFO.
+        """
         peer = f"peer {self.peer_index} ({self.member})"
         previous = f"peer {self.previous_peer_index} ({self.previous})"
         subject, composite = self.subject, self.composite
@@ -289,7 +297,7 @@ class Router:
     def set_member_up(self, label: str, up: bool) -> list[RoutingEvent]:
         """Marks a member up or down and returns the events it caused."""
         self._table.set_member_up(label, up)
-        return self._pump()
+        return self._pump(complete=True)
 
     def subscribe(self, subject: str) -> Decision:
         """Binds ``subject`` (reference counted) and says where it goes."""
@@ -382,8 +390,20 @@ class Router:
         """Calls ``callback`` with every future event (an exception in it is logged)."""
         self._callbacks.append(callback)
 
-    def _pump(self) -> list[RoutingEvent]:
-        events = [RoutingEvent(**raw) for raw in self._table.drain_events()]
+    def _pump(self, *, complete: bool = False) -> list[RoutingEvent]:
+        """Moves the table's events to the log, the callbacks and the bounded history.
+
+        When nothing else can see them (no callback, INFO not logged, the caller does not want them
+        back: not ``complete``), only the events the history keeps (the last ``max_events``) and
+        those logged above INFO are built; a batch of new subscriptions then costs no Python
+        object per event. What is logged, called back and kept is the same either way.
+        """
+        keep = self._events.maxlen
+        if complete or keep is None or self._callbacks or logger.isEnabledFor(logging.INFO):
+            raw_events = self._table.drain_events()
+        else:
+            raw_events = self._table.drain_events_tail(keep, sorted(ABOVE_INFO_KINDS))
+        events = [RoutingEvent(**raw) for raw in raw_events]
         for event in events:
             for level, line in event.log_lines():
                 logger.log(level, line)

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import affinity
 from affinity.demo import protocol
-from affinity.demo.records import decode_event, encode_processed, records_per_message
+from affinity.demo.records import decode_event, encode_processed, event_times_ns, records_per_message
 from affinity.demo.settings import (
     CONSUMER_CYCLE_SECONDS,
     CONSUMER_POLL_MAX,
@@ -104,7 +104,7 @@ class GroupEventSource:
 
 
 class SparkEventSource:
-    """Row groups the Spark sink wrote (Arrow columns ``account``, ``seq``, ``event_time_us``).
+    """Row groups the Spark sink wrote (Arrow columns ``account``, ``seq``, ``event_time``: a timestamp).
 
     The sink's consumer acknowledges what a poll returned at the next poll (``auto_ack``), so the
     rows are republished before they are acknowledged, as with :class:`GroupEventSource`. Commit
@@ -132,11 +132,11 @@ class SparkEventSource:
                 batch = item.batch()
                 accounts = batch.column("account").to_pylist()
                 seqs = batch.column("seq").to_pylist()
-                event_us = batch.column("event_time_us").to_pylist()
+                event_ns = event_times_ns(batch.column("event_time"))
                 queue = item.queue
                 rows.extend(
-                    (account, seq, ordinal, queue, us * 1000, now)
-                    for account, seq, us in zip(accounts, seqs, event_us, strict=True)
+                    (account, seq, ordinal, queue, ns, now)
+                    for account, seq, ns in zip(accounts, seqs, event_ns, strict=True)
                 )
             elif isinstance(item, AbortItem):
                 self.aborts += 1

@@ -1,7 +1,8 @@
 """Byte layouts of the demo's records: the generated event and the record a consumer republishes.
 
 Event (the group message payload of the plain-Python generator; the Spark generator sends the
-same fields as Arrow columns ``account``, ``seq``, ``event_time``)::
+same fields as Arrow columns ``account``, ``seq`` and ``event_time``, the last a Spark
+``TimestampType``, read back by :func:`event_times_ns`)::
 
     0        8        16       24
     +--------+--------+--------+
@@ -22,8 +23,12 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from affinity.exceptions import AffinityError
+
+if TYPE_CHECKING:
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 EVENT = struct.Struct("<QQq")
 PROCESSED = struct.Struct("<QQHHqq")
@@ -72,6 +77,25 @@ def decode_processed(message: bytes) -> Iterator[tuple[int, int, int, int, int, 
         raise RecordError(f"processed message is {len(message)} bytes, not a multiple of {PROCESSED.size}")
     rows: Iterator[tuple[int, int, int, int, int, int]] = PROCESSED.iter_unpack(message)
     return rows
+
+
+def event_times_ns(column: pa.Array | pa.ChunkedArray, name: str = "event_time") -> list[int]:
+    """The instants of an Arrow timestamp column (any unit, any or no time zone) in ns since the epoch.
+
+    A Spark ``TimestampType`` column reaches the consumers as ``timestamp[us, <session time zone>]``;
+    the instant is the same whatever the zone. Anything but a timestamp column raises
+    :class:`RecordError` naming the column and its type.
+    """
+    import pyarrow as pa
+
+    if not pa.types.is_timestamp(column.type):
+        raise RecordError(f"column {name!r} is {column.type}, expected a timestamp (Spark TimestampType)")
+    # The stored integers are the instant in the column's unit, whatever its time zone.
+    nanos = column.cast(pa.timestamp("ns", tz=column.type.tz)).cast(pa.int64())
+    values: list[int] = nanos.to_pylist()
+    if any(v is None for v in values):
+        raise RecordError(f"column {name!r} has null event times")
+    return values
 
 
 def records_per_message(max_message_length: int) -> int:

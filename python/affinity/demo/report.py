@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
@@ -33,6 +34,13 @@ class ReportFiles:
 
 def _verdict(ok: bool, text: str) -> Text:
     return Text(text, style="bold green" if ok else "bold red")
+
+
+def event_time_text(ns: int) -> str:
+    """An event time (ns since the epoch) as UTC ISO 8601 to the microsecond, e.g. ``2026-11-23T21:10:00.000250Z``."""
+    seconds, nanos = divmod(ns, 1_000_000_000)
+    moment = datetime.fromtimestamp(seconds, tz=UTC).replace(microsecond=nanos // 1000)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def summary(result: DemoResult) -> RenderableType:
@@ -65,6 +73,12 @@ def summary(result: DemoResult) -> RenderableType:
     )
     if report.latency.warmup_events:
         checks.add_row("warm-up events (Spark's first batch, not in the latency)", f"{report.latency.warmup_events:,}")
+    if report.last_event_ns:
+        carried = "Spark TimestampType column" if settings.spark else "event field"
+        checks.add_row(
+            f"event times (UTC, {carried})",
+            f"{event_time_text(report.first_event_ns)} .. {event_time_text(report.last_event_ns)}",
+        )
     rate = result.generated / result.generation_seconds if result.generation_seconds > 0 else 0.0
     checks.add_row("throughput", f"{rate:,.0f} events/s over the generation")
     checks.add_row(

@@ -42,10 +42,11 @@ if TYPE_CHECKING:
     import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql import SparkSession
 
-#: Schema of the generated events. The event time is carried as microseconds since the epoch: the
-#: sink cannot write a TimestampType column yet (its Arrow schema conversion is called without a
-#: time zone and fails).
-EVENT_SCHEMA = "account long, seq long, event_time_us long"
+#: Schema of the generated events: the event time is a Spark ``TimestampType`` (an instant, in
+#: microseconds), carried end to end: the source yields it as an Arrow ``timestamp[us, UTC]``
+#: column, the sink writes it into the group as an Arrow timestamp column of the session's time
+#: zone, and the consumers read the instant back (:func:`affinity.demo.records.event_times_ns`).
+EVENT_SCHEMA = "account long, seq long, event_time timestamp"
 #: File (in the query's work folder) where the source writes when the clock started (ns since the epoch).
 START_FILE = "generation-start-ns"
 #: Seconds of events in the warm-up batch (see :class:`AccountEventsReader`).
@@ -162,9 +163,9 @@ class AccountEventsReader(DataSourceStreamReader):
             [
                 pa.array(values % partition.accounts),
                 pa.array(values // partition.accounts + 1),
-                pa.array(partition.due_us(values)),
+                pa.array(partition.due_us(values), type=pa.timestamp("us", tz="UTC")),
             ],
-            names=["account", "seq", "event_time_us"],
+            names=["account", "seq", "event_time"],
         )
 
     def commit(self, end: dict[str, int]) -> None:
@@ -180,7 +181,7 @@ class AccountEventsSource(DataSource):
         return SPARK_SOURCE_NAME
 
     def schema(self) -> str:
-        """account, seq, event_time_us."""
+        """account, seq, event_time (a timestamp)."""
         return EVENT_SCHEMA
 
     def streamReader(self, schema: Any) -> AccountEventsReader:

@@ -114,6 +114,10 @@ class ValidationReport:
     latency: LatencySummary
     timeline: Timeline
     errors: list[str]
+    #: Event time of the earliest and the latest event processed (ns since the epoch; 0 when none):
+    #: the Spark generator's ``event_time`` TimestampType column, or the plain generator's field.
+    first_event_ns: int = 0
+    last_event_ns: int = 0
 
     @property
     def order_held(self) -> bool:
@@ -198,6 +202,8 @@ class Validator:
         self._owner = [-1] * accounts
         self._high = [0] * accounts
         self._replay_limit = [0] * accounts
+        self._first_event_ns = 0
+        self._last_event_ns = 0
         self._queue_owner: dict[int, int] = {}
         self._current_move: dict[int, _Move] = {}
         self._moves: list[_Move] = []
@@ -260,6 +266,8 @@ class Validator:
 
     def _check(self, account: int, seq: int, consumer: int, queue: int, event_ns: int, done_ns: int) -> None:
         self._received += 1
+        self._first_event_ns = min(self._first_event_ns or event_ns, event_ns)
+        self._last_event_ns = max(self._last_event_ns, event_ns)
         self._per_consumer[consumer] = self._per_consumer.get(consumer, 0) + 1
         # Events due before the clock started (the Spark generator's warm-up batch) measure the
         # query's start-up, not the pipeline: they are counted but left out of the latency.
@@ -361,4 +369,6 @@ class Validator:
                 p99_ms=[percentile(v, 0.99) / 1e6 for v in per_bin_sorted],
             ),
             errors=list(self._errors),
+            first_event_ns=self._first_event_ns,
+            last_event_ns=self._last_event_ns,
         )

@@ -6,6 +6,7 @@
 //! ```text
 //!  (none) --first live candidate, epoch = max seen + 1--> claiming
 //!  claiming --settle period with no better claim--> active      (better claim: drop it)
+//!             (none when no other live candidate could contend and the queue was held before)
 //!  active --cycle, primary live / close()--> releasing          (higher epoch seen: lost)
 //!  releasing --application acked all delivered--> released (final acks announced)
 //! ```
@@ -267,6 +268,24 @@ impl ConsumerState {
         best
     }
 
+    /// How long a claim at `epoch` waits for a better claim before delivering.
+    ///
+    /// A contending claim can only come from another live candidate consumer (a new one claims
+    /// nothing before it has heard every member it discovered, and then sees our claim). With
+    /// none in view and an epoch above 1 (the queue was held before, so this is a failover or a
+    /// handoff to the last consumer standing, not a group starting up, where later starters
+    /// should still win their primaries), nobody can contend: no settle. Otherwise the
+    /// [`Timing::settle`] period.
+    fn settle_period(&self, epoch: u64, now: Instant) -> Duration {
+        let contenders =
+            self.view.live_with_role(Role::Consumer, now).any(|entry| self.view.is_candidate(entry.id(), now));
+        if !contenders && epoch > 1 {
+            Duration::ZERO
+        } else {
+            self.timing.settle()
+        }
+    }
+
     /// Whether a live consumer other than us is the primary (rank 0) of `queue`.
     fn other_primary_live(&self, queue: u32, now: Instant) -> bool {
         self.view.live_with_role(Role::Consumer, now).any(|entry| {
@@ -441,7 +460,7 @@ impl ConsumerState {
                             own.cursors.clear();
                         }
                         self.announce = true;
-                    } else if now.saturating_since(since) >= self.timing.settle() {
+                    } else if now.saturating_since(since) >= self.settle_period(mine.0, now) {
                         if let Some(own) = self.queues.get_mut(q) {
                             own.state = Some(ClaimState::Active);
                         }

@@ -38,8 +38,11 @@ pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_CYCLE: Duration = Duration::from_secs(30);
 /// Default publisher resend timeout.
 pub const DEFAULT_RESEND_TIMEOUT: Duration = Duration::from_secs(1);
-/// Settle period of a claim, in heartbeat intervals.
-pub const SETTLE_HEARTBEATS: u32 = 3;
+/// Settle period of a claim that another live candidate could contend, in heartbeat intervals:
+/// claims are announced at once, so a contending claim made before ours or at the same time is
+/// heard well within one interval. A claim nobody else could contend does not settle
+/// (`docs/groups.md`, "Ownership and epochs").
+pub const SETTLE_HEARTBEATS: u32 = 1;
 /// Target size of one DATA message: records are packed up to this many bytes.
 pub const DATA_MESSAGE_TARGET: usize = 16 * 1024;
 
@@ -251,7 +254,7 @@ impl Timing {
         Ok(Timing { heartbeat_interval, liveness_timeout })
     }
 
-    /// The settle period of a claim.
+    /// The settle period of a claim another live candidate could contend.
     pub fn settle(&self) -> Duration {
         self.heartbeat_interval * SETTLE_HEARTBEATS
     }

@@ -31,13 +31,15 @@ struct Sim {
     /// Every delivery in time order, with the consumer that made it.
     timeline: Vec<(usize, Delivery)>,
     cycle: Duration,
+    /// Consumers hear no other consumer (the publisher hears everyone): split views.
+    partitioned: bool,
 }
 
 impl Sim {
     fn new(queue_size: u64, cycle: Duration) -> Sim {
         let now = Instant::from_nanos(1_000_000_000);
         let publisher = PublisherState::new(config(queue_size), 1000, Timing::default(), Duration::from_secs(1), now);
-        Sim { now, publisher, nodes: Vec::new(), timeline: Vec::new(), cycle }
+        Sim { now, publisher, nodes: Vec::new(), timeline: Vec::new(), cycle, partitioned: false }
     }
 
     fn add_consumer(&mut self, member_id: u64, index: u32, count: u32) -> usize {
@@ -57,8 +59,11 @@ impl Sim {
         for bytes in &beats {
             let hb = Heartbeat::parse(bytes).unwrap();
             self.publisher.on_heartbeat(hb.clone(), self.now);
+            let partitioned = self.partitioned;
             for node in self.nodes.iter_mut().filter(|n| n.alive) {
-                node.state.on_heartbeat(hb.clone(), self.now);
+                if !partitioned || node.state.member_id() == hb.member_id {
+                    node.state.on_heartbeat(hb.clone(), self.now);
+                }
             }
         }
     }
@@ -128,6 +133,27 @@ impl Sim {
 
     fn owned(&self, node: usize) -> Vec<u32> {
         self.nodes[node].state.owned_queues()
+    }
+
+    /// The claim state of `queue` at `node`, if it holds one.
+    fn claim_state(&self, node: usize, queue: u32) -> Option<ClaimState> {
+        self.nodes[node].state.owned().into_iter().find(|q| q.queue == queue).map(|q| q.state)
+    }
+
+    /// Steps until `node` claims `queue` (at most `steps` steps); the time of the claim.
+    fn step_until_claiming(&mut self, node: usize, queue: u32, steps: usize) -> Instant {
+        for _ in 0..steps {
+            self.step();
+            if self.claim_state(node, queue) == Some(ClaimState::Claiming) {
+                return self.now;
+            }
+        }
+        panic!("node {node} did not claim queue {queue} within {steps} steps");
+    }
+
+    /// Per queue, the consumers that delivered it.
+    fn deliverers(&self, queue: u32) -> std::collections::BTreeSet<usize> {
+        self.timeline.iter().filter(|(_, d)| d.queue == queue).map(|(node, _)| *node).collect()
     }
 
     /// Per (producer, queue): sequences strictly increasing in time order, across consumers.
@@ -508,4 +534,109 @@ fn hostile_heartbeat_extremes_do_not_overflow() {
     .emit(&mut bytes);
     crate::control::codec::emit_record(&mut bytes, 0, b"k", None, b"p").unwrap();
     assert_eq!(consumer.on_data(&bytes, Instant::ZERO + STEP * 10), Ok(0), "at or below the floor: duplicate");
+}
+
+#[test]
+fn a_lone_survivor_delivers_a_dead_owners_queues_without_a_settle_period() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    sim.add_consumer(10, 0, 2);
+    sim.add_consumer(11, 1, 2);
+    sim.run(Duration::from_secs(1));
+    sim.publish_keys(100, 0);
+    sim.step();
+    sim.nodes[1].alive = false;
+    let died = sim.now;
+    sim.publish_keys(100, 1);
+    let claimed = sim.step_until_claiming(0, 1, 40);
+    assert!(claimed.saturating_since(died) <= Timing::default().liveness_timeout + STEP);
+    // Nobody else is live to contend: the next timer tick (1 ms later) delivers.
+    sim.nodes[0].state.handle_timeout(claimed + Duration::from_millis(1));
+    assert_eq!(sim.claim_state(0, 1), Some(ClaimState::Active));
+    assert_eq!(sim.claim_state(0, 3), Some(ClaimState::Active));
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.delivered_set().len(), 200, "nothing lost");
+    sim.assert_no_duplicate_no_reorder();
+    assert!(sim.publisher.all_acked());
+}
+
+#[test]
+fn a_claim_another_live_consumer_could_contend_settles_for_one_heartbeat_interval() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    for (id, index) in [(10, 0), (11, 1), (12, 2)] {
+        sim.add_consumer(id, index, 3);
+    }
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.owned(1), vec![1]);
+    sim.publish_keys(100, 0);
+    sim.step();
+    sim.nodes[1].alive = false;
+    sim.publish_keys(100, 1);
+    // Queue 1's next candidate is consumer 2 (rank 1); consumer 0 (rank 2) stays out.
+    let claimed = sim.step_until_claiming(2, 1, 40);
+    sim.nodes[2].state.handle_timeout(claimed + Duration::from_millis(1));
+    assert_eq!(sim.claim_state(2, 1), Some(ClaimState::Claiming), "consumer 0 is live: settle");
+    assert_eq!(sim.claim_state(0, 1), None);
+    sim.step();
+    assert_eq!(sim.claim_state(2, 1), Some(ClaimState::Active), "one heartbeat interval later");
+    assert_eq!(sim.claim_state(0, 1), None);
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.delivered_set().len(), 200);
+    sim.assert_no_duplicate_no_reorder();
+}
+
+#[test]
+fn a_consumer_rejoining_during_the_settle_takes_its_primary_with_one_owner_at_a_time() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    for (id, index) in [(10, 0), (11, 1), (12, 2)] {
+        sim.add_consumer(id, index, 3);
+    }
+    sim.run(Duration::from_secs(1));
+    sim.publish_keys(100, 0);
+    sim.step();
+    sim.nodes[1].alive = false;
+    sim.publish_keys(100, 1);
+    sim.step_until_claiming(2, 1, 40);
+    // Consumer 1 comes back (a new member) while consumer 2 settles; it claims nothing until
+    // it has heard the members it discovered.
+    let rejoined = sim.add_consumer(13, 1, 3);
+    sim.nodes[rejoined].state.set_discovery_complete(false);
+    sim.step();
+    assert_eq!(sim.claim_state(2, 1), None, "the claimer yields to the live primary");
+    sim.nodes[rejoined].state.set_discovery_complete(true);
+    for _ in 0..10 {
+        sim.step();
+        assert_ne!(sim.claim_state(2, 1), Some(ClaimState::Active));
+    }
+    assert_eq!(sim.owned(rejoined), vec![1]);
+    sim.publish_keys(100, 2);
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.delivered_set().len(), 300, "nothing lost");
+    sim.assert_no_duplicate_no_reorder();
+    assert!(!sim.deliverers(1).contains(&2), "consumer 2 never delivered queue 1");
+}
+
+#[test]
+fn split_views_let_only_the_best_claim_receive_and_heal_without_duplicates() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    sim.partitioned = true;
+    sim.add_consumer(10, 0, 2);
+    sim.add_consumer(11, 1, 2);
+    sim.run(Duration::from_secs(1));
+    // Each consumer believes itself alone and holds every queue at epoch 1...
+    assert_eq!(sim.owned(0), vec![0, 1, 2, 3]);
+    assert_eq!(sim.owned(1), vec![0, 1, 2, 3]);
+    sim.publish_keys(200, 0);
+    sim.run(Duration::from_millis(500));
+    // ...but the publisher sends each queue only to the best claim (equal epochs: lower id).
+    assert_eq!(sim.delivered_set().len(), 200);
+    for queue in 0..4 {
+        assert_eq!(sim.deliverers(queue), [0].into_iter().collect(), "queue {queue}");
+    }
+    sim.partitioned = false;
+    sim.publish_keys(200, 1);
+    sim.run(Duration::from_secs(1));
+    assert!(sim.owned(1).is_empty(), "the worse claims are lost once heard");
+    assert_eq!(sim.delivered_set().len(), 400);
+    sim.assert_no_duplicate_no_reorder();
+    assert!(sim.publisher.all_acked());
 }

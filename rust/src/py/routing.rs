@@ -330,6 +330,26 @@ impl PyRoutingTable {
         Ok(list)
     }
 
+    /// Drains the event queue like `drain_events`, converting only the events an observer can
+    /// still see: every event whose kind is named in `kinds`, and the last `keep` events (in
+    /// queue order). The others are dropped unconverted.
+    fn drain_events_tail<'py>(
+        &mut self,
+        py: Python<'py>,
+        keep: usize,
+        kinds: Vec<String>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let events = self.inner.drain_events();
+        let tail = events.len().saturating_sub(keep);
+        let list = PyList::empty(py);
+        for (index, event) in events.iter().enumerate() {
+            if index >= tail || kinds.iter().any(|kind| kind == event.kind.name()) {
+                list.append(self.event(py, event)?)?;
+            }
+        }
+        Ok(list)
+    }
+
     fn affinity(&self, composite: &str) -> Option<String> {
         self.inner.affinity(composite).map(|m| self.inner.label(m).to_owned())
     }

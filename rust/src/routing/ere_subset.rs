@@ -24,6 +24,8 @@ use super::posix_regex::PosixRegex;
 
 /// Longest subject handled here.
 pub(super) const MAX_SUBJECT: usize = 256;
+/// Subjects shorter than this are matched with short state logs ([`SimplePattern::capture`]).
+const SHORT_SUBJECT: usize = 64;
 /// Items are automaton positions `0..count`; bit `count` is the start state.
 const MAX_ITEMS: usize = 63;
 const UNBOUNDED: usize = usize::MAX;
@@ -79,7 +81,12 @@ pub(super) struct SimplePattern {
     /// States from which the rest of the pattern may match nothing (accepting states).
     last: u64,
     /// `accepting[b]`: positions whose item accepts byte `b`.
-    accepting: Vec<u64>,
+    accepting: Box<[u64; 128]>,
+    /// When every item must consume at least one byte (a chain, as most rules are): the
+    /// positions that may repeat. `follow` is then a shift: position `i` leads to `i + 1`, and to
+    /// itself when it repeats, so a step is a few word operations instead of a loop over the
+    /// states ([`SimplePattern::advance`]).
+    chain_repeat: Option<u64>,
 }
 
 impl SimplePattern {
@@ -203,16 +210,18 @@ impl SimplePattern {
         if items.iter().all(|item| item.min == 0) {
             last |= 1 << count;
         }
-        let accepting = (0u8..128)
-            .map(|byte| {
-                items
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, item)| item.set.contains(byte))
-                    .fold(0, |mask, (index, _)| mask | 1 << index)
-            })
-            .collect();
-        SimplePattern { anchored_start, anchored_end, group, start: 1 << count, follow, last, accepting }
+        let mut accepting = Box::new([0u64; 128]);
+        for (byte, mask) in (0u8..).zip(accepting.iter_mut()) {
+            *mask = items
+                .iter()
+                .enumerate()
+                .filter(|(_, item)| item.set.contains(byte))
+                .fold(0, |mask, (index, _)| mask | 1 << index);
+        }
+        let chain_repeat = items.iter().all(|item| item.min > 0).then(|| {
+            items.iter().enumerate().filter(|(_, item)| item.max > 1).fold(0, |mask, (index, _)| mask | 1 << index)
+        });
+        SimplePattern { anchored_start, anchored_end, group, start: 1 << count, follow, last, accepting, chain_repeat }
     }
 
     /// Number of capture groups (0 or 1).
@@ -225,16 +234,52 @@ impl SimplePattern {
         subject.len() <= MAX_SUBJECT && subject.bytes().all(|b| b != 0 && b.is_ascii())
     }
 
-    /// The states after consuming `byte` in `states`.
+    /// The states after consuming `byte` (ASCII, as [`SimplePattern::accepts`] checks) in
+    /// `states`.
     #[inline]
     fn advance(&self, states: u64, byte: u8) -> u64 {
+        self.successors(states) & self.accepting[usize::from(byte & 0x7f)]
+    }
+
+    /// The positions that may consume the next byte after any of `states` (whatever the byte).
+    #[inline]
+    fn successors(&self, states: u64) -> u64 {
+        if let Some(repeat) = self.chain_repeat {
+            // Position `i` leads to `i + 1` (the last one into the start bit, which no byte
+            // accepts) and, when it repeats, to itself; the start state leads to position 0.
+            let items = states & !self.start;
+            let from_start = u64::from(states & self.start != 0);
+            return (items << 1) | (items & repeat) | from_start;
+        }
         let mut next = 0;
         let mut bits = states;
         while bits != 0 {
             next |= self.follow[bits.trailing_zeros() as usize];
             bits &= bits - 1;
         }
-        next & self.accepting[usize::from(byte)]
+        next
+    }
+
+    /// The states of `states` from which some position of `viable` (the next step's viable
+    /// states) follows.
+    #[inline]
+    fn leading_to(&self, states: u64, viable: u64) -> u64 {
+        if let Some(repeat) = self.chain_repeat {
+            // The inverse of the shift in `advance`: `i` leads to `i + 1` and, repeating, to
+            // itself; the start state leads to position 0.
+            let start = if viable & 1 != 0 { self.start } else { 0 };
+            return states & ((viable >> 1) | (viable & repeat) | start);
+        }
+        let mut leading = 0;
+        let mut bits = states;
+        while bits != 0 {
+            let state = bits.trailing_zeros() as usize;
+            if self.follow[state] & viable != 0 {
+                leading |= 1 << state;
+            }
+            bits &= bits - 1;
+        }
+        leading
     }
 
     /// Whether the pattern matches anywhere in `subject` (which [`SimplePattern::accepts`]).
@@ -260,9 +305,22 @@ impl SimplePattern {
     /// The leftmost-longest match's span of group 1 (`None` if the pattern has no group), or
     /// `None` outside when there is no match.
     pub fn capture(&self, subject: &[u8]) -> Option<Option<(usize, usize)>> {
+        // Short subjects (the usual case) use short state logs: less stack to clear per call.
+        if subject.len() < SHORT_SUBJECT {
+            self.capture_in::<SHORT_SUBJECT>(subject)
+        } else {
+            self.capture_in::<{ MAX_SUBJECT + 1 }>(subject)
+        }
+    }
+
+    /// [`SimplePattern::capture`] with state logs of `N` entries (`N > subject.len()`).
+    fn capture_in<const N: usize>(&self, subject: &[u8]) -> Option<Option<(usize, usize)>> {
         let length = subject.len();
+        if length >= N {
+            return None;
+        }
         let starts = if self.anchored_start { 0..=0 } else { 0..=length };
-        let mut states = [0u64; MAX_SUBJECT + 1];
+        let mut states = [0u64; N];
         for start in starts {
             // Forwards from `start`: states after each byte; the last accepting time is the end.
             states[start] = self.start;
@@ -286,29 +344,22 @@ impl SimplePattern {
                 return Some(None);
             };
             // Backwards: the states that still lead to acceptance at `end`.
-            let mut viable = [0u64; MAX_SUBJECT + 1];
+            let mut viable = [0u64; N];
             viable[end] = states[end] & self.last;
             for time in (start..end).rev() {
-                let mut bits = states[time];
-                while bits != 0 {
-                    let state = bits.trailing_zeros() as usize;
-                    if self.follow[state] & viable[time + 1] != 0 {
-                        viable[time] |= 1 << state;
-                    }
-                    bits &= bits - 1;
-                }
+                viable[time] = self.leading_to(states[time], viable[time + 1]);
             }
-            // Forwards: each byte goes to the earliest viable item.
+            // Forwards: each byte goes to the earliest viable item. States are one-hot words here,
+            // so "position < p" is "word < 1 << p" (`p <= MAX_ITEMS`).
+            let (group_start, group_end) = (1u64 << group_start, 1u64 << group_end);
             let (mut before_group, mut before_end) = (start, start);
-            let mut state = self.follow.len() - 1;
+            let mut state = self.start;
             for time in start..end {
-                state = (self.follow[state] & viable[time + 1]).trailing_zeros() as usize;
-                if state < group_start {
-                    before_group += 1;
-                }
-                if state < group_end {
-                    before_end += 1;
-                }
+                let next = self.successors(state) & viable[time + 1];
+                // The lowest set bit (`viable` guarantees one).
+                state = next & next.wrapping_neg();
+                before_group += usize::from(state < group_start);
+                before_end += usize::from(state < group_end);
             }
             return Some(Some((before_group, before_end)));
         }
@@ -381,11 +432,19 @@ mod tests {
     const QUANTIFIERS: &[&str] = &["", "", "*", "+", "?"];
     const NOISE: &[u8] = b"ab/x.-09]cPRIVATEFX";
 
+    /// Indices into [`QUANTIFIERS`] of the quantifiers that keep a pattern a chain (every item
+    /// consumes a byte: the shift automaton).
+    const CHAIN_QUANTIFIERS: &[usize] = &[0, 3];
+
     /// Patterns of up to [`MAX_ITEMS`] items, as the production rules are (items, anchors, the
-    /// capture group's first and last item).
-    fn pattern() -> impl Strategy<Value = (String, Vec<(usize, usize)>)> {
+    /// capture group's first and last item); with `chain`, only quantifiers that keep every item
+    /// consuming (no `*`, `?`).
+    fn pattern(chain: bool) -> impl Strategy<Value = (String, Vec<(usize, usize)>)> {
+        let quantifier =
+            (0..QUANTIFIERS.len())
+                .prop_map(move |q| if chain { CHAIN_QUANTIFIERS[q % CHAIN_QUANTIFIERS.len()] } else { q });
         (
-            proptest::collection::vec((0..ATOMS.len(), 0..QUANTIFIERS.len()), 0..=MAX_ITEMS),
+            proptest::collection::vec((0..ATOMS.len(), quantifier), 0..=MAX_ITEMS),
             any::<bool>(),
             any::<bool>(),
             proptest::option::of((0usize..MAX_ITEMS, 1usize..MAX_ITEMS)),
@@ -452,11 +511,24 @@ mod tests {
         let glibc = PosixRegex::glibc_only(pattern).unwrap();
         let simple = SimplePattern::parse(pattern).unwrap();
         prop_assert_eq!(simple.group_count(), glibc.group_count());
+        // The shift automaton of chains must answer as the general one does.
+        let mut general = simple.clone();
+        general.chain_repeat = None;
+        prop_assert_eq!(simple.is_match(subject.as_bytes()), general.is_match(subject.as_bytes()));
+        prop_assert_eq!(simple.capture(subject.as_bytes()), general.capture(subject.as_bytes()));
         prop_assert!(SimplePattern::accepts(subject), "{} is not a subject the automaton takes", subject);
         prop_assert_eq!(simple.is_match(subject.as_bytes()), glibc.is_match(subject), "{} {}", pattern, subject);
         let captured = simple.capture(subject.as_bytes()).map(|span| span.map_or("", |(from, to)| &subject[from..to]));
         prop_assert_eq!(captured, glibc.capture(subject), "{} {}", pattern, subject);
         Ok(())
+    }
+
+    #[test]
+    fn seed_rules_are_chains() {
+        for rule in ["^/PRIVATE/([^/]+)-[0-9]+/FXTRADE", "^/PRIVATE/[^/]+/FXTRADE", "^/PRIVATE/([^/]+)/BLOTTER/TRADE"] {
+            assert!(SimplePattern::parse(rule).is_some_and(|p| p.chain_repeat.is_some()), "{rule}");
+        }
+        assert!(SimplePattern::parse("/FILTER/([^/]*)/").is_some_and(|p| p.chain_repeat.is_none()));
     }
 
     #[test]
@@ -486,10 +558,23 @@ mod tests {
 
         #[test]
         fn agrees_with_glibc(
-            (pattern, items) in pattern(),
+            (pattern, items) in pattern(false),
             seeds in proptest::collection::vec(any::<u64>(), 1..12),
             random in proptest::collection::vec("[ab/x.0-9\\-c\\]PRIVATE]{0,40}", 0..6),
         ) {
+            let built = seeds.iter().map(|&seed| subject(&items, seed));
+            for subject in built.chain(random) {
+                assert_agrees(&pattern, &subject)?;
+            }
+        }
+
+        #[test]
+        fn chains_agree_with_glibc(
+            (pattern, items) in pattern(true),
+            seeds in proptest::collection::vec(any::<u64>(), 1..12),
+            random in proptest::collection::vec("[ab/x.0-9\\-c\\]PRIVATE]{0,40}", 0..6),
+        ) {
+            prop_assert!(SimplePattern::parse(&pattern).is_some_and(|p| p.chain_repeat.is_some()), "{}", pattern);
             let built = seeds.iter().map(|&seed| subject(&items, seed));
             for subject in built.chain(random) {
                 assert_agrees(&pattern, &subject)?;

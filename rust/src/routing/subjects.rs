@@ -12,12 +12,14 @@
 //! affinity). Slots are reclaimed only by [`Composites::collect`], run after classifications
 //! were dropped in bulk, so an id held by a live classification never dangles.
 
-use std::collections::hash_map::Entry;
+use std::hash::BuildHasher;
 use std::sync::Arc;
+
+use hashbrown::hash_map::RawEntryMut;
 
 use super::events::Reason;
 use super::types::{GroupId, LegDecision, MemberId, ServiceId};
-use super::FastMap;
+use super::HashedMap;
 
 /// An interned composite: index of its slot in [`Composites`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -48,7 +50,7 @@ struct Slot {
 
 /// Interned composites and their affinities.
 pub(super) struct Composites {
-    index: FastMap<Arc<str>, CompositeId>,
+    index: HashedMap<Arc<str>, CompositeId>,
     slots: Vec<Slot>,
     /// Per slot, the affinity's member ([`NO_MEMBER`] without one): all a sticky lookup reads,
     /// 4 bytes instead of a 64-byte slot, so it stays cached. Kept equal to
@@ -62,7 +64,7 @@ pub(super) struct Composites {
 impl Default for Composites {
     fn default() -> Self {
         Composites {
-            index: FastMap::default(),
+            index: HashedMap::default(),
             slots: Vec::new(),
             members: Vec::new(),
             free: Vec::new(),
@@ -75,9 +77,11 @@ impl Default for Composites {
 impl Composites {
     /// The slot of `name`, allocated if new.
     pub fn intern(&mut self, name: &str) -> CompositeId {
-        if let Some(&id) = self.index.get(name) {
-            return id;
-        }
+        // One hash for the lookup and the insertion.
+        let vacant = match self.index.raw_entry_mut().from_key(name) {
+            RawEntryMut::Occupied(occupied) => return *occupied.get(),
+            RawEntryMut::Vacant(vacant) => vacant,
+        };
         let name: Arc<str> = Arc::from(name);
         let slot = Slot { name: name.clone(), affinity: None, in_use: true };
         let id = match self.free.pop() {
@@ -92,7 +96,7 @@ impl Composites {
                 CompositeId(self.slots.len() as u32 - 1)
             }
         };
-        self.index.insert(name, id);
+        vacant.insert(name, id);
         id
     }
 
@@ -314,12 +318,48 @@ impl SubjectEntry {
 /// Subject → [`SubjectEntry`].
 #[derive(Default)]
 pub(super) struct Subjects {
-    entries: FastMap<Arc<str>, SubjectEntry>,
+    entries: HashedMap<Arc<str>, SubjectEntry>,
     subscribed: usize,
     cached_only: usize,
 }
 
+/// What [`Subjects::lookup`] found for a subject.
+pub(super) enum Lookup<'a> {
+    /// Subscribed: its subscription.
+    Subscribed(&'a mut Subscription),
+    /// Classified but not subscribed: the map's copy of the name and the classification.
+    Cached(Arc<str>, Classified),
+    /// Neither.
+    Unknown,
+}
+
 impl Subjects {
+    /// The hash of `subject` in this map, for [`Subjects::lookup`] and [`Subjects::subscribe`].
+    #[inline]
+    pub fn hash(&self, subject: &str) -> u64 {
+        self.entries.hasher().hash_one(subject)
+    }
+
+    /// What the map holds for `subject` (whose [`Subjects::hash`] is `hash`): one probe.
+    #[inline]
+    pub fn lookup(&mut self, hash: u64, subject: &str) -> Lookup<'_> {
+        let RawEntryMut::Occupied(occupied) = self.entries.raw_entry_mut().from_key_hashed_nocheck(hash, subject)
+        else {
+            return Lookup::Unknown;
+        };
+        let (key, entry) = occupied.into_key_value();
+        if entry.subscription.is_none() {
+            return match entry.classified() {
+                Some(classified) => Lookup::Cached(key.clone(), classified.clone()),
+                None => Lookup::Unknown,
+            };
+        }
+        match entry.subscription.as_deref_mut() {
+            Some(subscription) => Lookup::Subscribed(subscription),
+            None => Lookup::Unknown,
+        }
+    }
+
     #[inline]
     pub fn get(&self, subject: &str) -> Option<&SubjectEntry> {
         self.entries.get(subject)
@@ -364,17 +404,11 @@ impl Subjects {
         }
     }
 
-    /// The map's own copy of an unsubscribed subject and its classification, if cached.
-    pub fn cached(&self, subject: &str) -> Option<(Arc<str>, Classified)> {
-        let (key, entry) = self.entries.get_key_value(subject)?;
-        entry.classified().filter(|_| entry.subscription.is_none()).map(|c| (key.clone(), c.clone()))
-    }
-
-    /// Records the subscription of an unsubscribed subject, with its classification (one probe,
-    /// whether or not the subject was cached).
-    pub fn subscribe(&mut self, subject: Arc<str>, classified: Classified, subscription: Subscription) {
-        match self.entries.entry(subject) {
-            Entry::Occupied(mut occupied) => {
+    /// Records the subscription of an unsubscribed subject (whose [`Subjects::hash`] is
+    /// `hash`), with its classification (one probe, whether or not the subject was cached).
+    pub fn subscribe(&mut self, hash: u64, subject: Arc<str>, classified: Classified, subscription: Subscription) {
+        match self.entries.raw_entry_mut().from_key_hashed_nocheck(hash, &*subject) {
+            RawEntryMut::Occupied(mut occupied) => {
                 let entry = occupied.get_mut();
                 debug_assert!(entry.subscription.is_none());
                 if entry.is_classified() {
@@ -383,8 +417,12 @@ impl Subjects {
                 entry.classified = classified;
                 entry.subscription = Some(Box::new(subscription));
             }
-            Entry::Vacant(vacant) => {
-                vacant.insert(SubjectEntry { classified, subscription: Some(Box::new(subscription)) });
+            RawEntryMut::Vacant(vacant) => {
+                vacant.insert_hashed_nocheck(
+                    hash,
+                    subject,
+                    SubjectEntry { classified, subscription: Some(Box::new(subscription)) },
+                );
             }
         }
         self.subscribed += 1;

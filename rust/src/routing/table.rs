@@ -10,7 +10,7 @@ use super::events::{Event, EventKind, MoveReason, Reason};
 use super::hash::Selection;
 use super::policy::{AffinityHash, Policy};
 use super::posix_regex::PosixRegex;
-use super::subjects::{Classified, ClassifiedLeg, Composites, Leg, Subjects, Subscription};
+use super::subjects::{Classified, ClassifiedLeg, Composites, Leg, Lookup, Subjects, Subscription};
 use super::types::{
     Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec,
 };
@@ -333,18 +333,20 @@ impl RoutingTable {
         subject: &str,
         decisions: Option<&mut Vec<LegDecision>>,
     ) -> Result<(ServiceId, Option<MemberId>), RoutingError> {
-        if let Some(subscription) = self.subjects.subscription_mut(subject) {
-            subscription.references += 1;
-            if let Some(decisions) = decisions {
-                decisions.extend(subscription.legs.iter().map(|leg| current(&leg.decision)));
+        // One hash of the subject for its lookup and its insertion. A subject seen before shares
+        // the map's copy of its name with the subscription and the events; a new one is
+        // classified without caching (the subscription stores it).
+        let hash = self.subjects.hash(subject);
+        let (subject, classified) = match self.subjects.lookup(hash, subject) {
+            Lookup::Subscribed(subscription) => {
+                subscription.references += 1;
+                if let Some(decisions) = decisions {
+                    decisions.extend(subscription.legs.iter().map(|leg| current(&leg.decision)));
+                }
+                return Ok((subscription.service, subscription.legs[0].decision.member));
             }
-            return Ok((subscription.service, subscription.legs[0].decision.member));
-        }
-        // A subject seen before shares the map's copy of its name with the subscription and the
-        // events; a new one is classified without caching (the subscription stores it).
-        let (subject, classified) = match self.subjects.cached(subject) {
-            Some(cached) => cached,
-            None => (Arc::from(subject), self.classify_uncached(subject)?),
+            Lookup::Cached(subject, classified) => (subject, classified),
+            Lookup::Unknown => (Arc::from(subject), self.classify_uncached(subject)?),
         };
         let mut legs = Vec::with_capacity(classified.leg_count());
         let mut decisions = decisions;
@@ -364,7 +366,7 @@ impl RoutingTable {
         self.next_order += 1;
         let service = classified.service;
         let member = legs[0].decision.member;
-        self.subjects.subscribe(subject, classified, Subscription { order, references: 1, service, legs });
+        self.subjects.subscribe(hash, subject, classified, Subscription { order, references: 1, service, legs });
         Ok((service, member))
     }
 
