@@ -4,11 +4,14 @@
 //!
 //! ```text
 //! affinity-ipc publish   --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--batch M]
-//! affinity-ipc subscribe --dir D [--stream S] [--channel URI] --count N [--size BYTES]
+//! affinity-ipc subscribe --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--check seq|length]
 //! affinity-ipc hold      --dir D [--stream S]      (a publication and a subscription, forever)
 //! affinity-ipc attach    --dir D --count N         (median time of N attaches)
 //! affinity-ipc idle-publications --dir D --count N (N publications on N streams: time, RSS)
 //! ```
+//!
+//! `subscribe --check length` checks only the count and length of messages (publishers that do
+//! not number them: the Python benchmark's); the default checks the sequence numbers too.
 //!
 //! `publish --batch M` (M > 1) appends with `offer_batch`, M messages per call (one claim on the
 //! log per call, up to the publisher limit and the term end); the default offers one at a time.
@@ -36,6 +39,7 @@ struct Args {
     count: u64,
     size: usize,
     batch: usize,
+    check_sequence: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -49,6 +53,7 @@ fn parse() -> Result<Args, String> {
         count: 1_000_000,
         size: 32,
         batch: 1,
+        check_sequence: true,
     };
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -59,6 +64,13 @@ fn parse() -> Result<Args, String> {
             "--channel" => parsed.channel = value.clone(),
             "--count" => parsed.count = number()?,
             "--size" => parsed.size = number()?.max(8) as usize,
+            "--check" => {
+                parsed.check_sequence = match value.as_str() {
+                    "seq" => true,
+                    "length" => false,
+                    other => return Err(format!("--check {other:?}: seq or length")),
+                }
+            }
             "--batch" => parsed.batch = number()?.clamp(1, 1 << 20) as usize,
             other => return Err(format!("unknown option {other:?}")),
         }
@@ -182,7 +194,7 @@ fn subscribe(args: &Args) -> Result<(), String> {
         let fragments = subscription
             .poll(4096, |message| {
                 let sequence = message.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-                if sequence != Some(next) || message.len() != args.size {
+                if (args.check_sequence && sequence != Some(next)) || message.len() != args.size {
                     error.get_or_insert(format!(
                         "expected message {next} of {} bytes, got {sequence:?} of {}",
                         args.size,

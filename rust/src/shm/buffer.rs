@@ -90,9 +90,9 @@ impl Region {
 
     #[inline]
     fn check(&self, index: usize, size: usize, align: usize) -> Result<(), ShmError> {
-        let end = index.checked_add(size).ok_or_else(|| ShmError::OutOfBounds { index, size, capacity: self.len })?;
-        if end > self.len {
-            return Err(ShmError::OutOfBounds { index, size, capacity: self.len });
+        match index.checked_add(size) {
+            Some(end) if end <= self.len => {}
+            _ => return Err(ShmError::OutOfBounds { index, size, capacity: self.len }),
         }
         // The mapping starts on a page boundary, so alignment of the absolute offset is alignment
         // of the address.
