@@ -90,8 +90,9 @@ def json_line(text: str, role: str) -> dict[str, Any]:
     raise RuntimeError(f"no {role} result in {text!r}")
 
 
-def one_run(binaries: Path, case: str, count: int, size: int) -> dict[str, Any]:
+def one_run(binaries: Path, subscriber_ipc: Path | None, case: str, count: int, size: int) -> dict[str, Any]:
     ipc = str(binaries / "affinity-ipc")
+    subscriber_command = str(subscriber_ipc or binaries / "affinity-ipc")
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         directory = str(Path(tmp) / "driver")
         driver = subprocess.Popen(
@@ -102,9 +103,19 @@ def one_run(binaries: Path, case: str, count: int, size: int) -> dict[str, Any]:
         )
         try:
             assert driver.stdout is not None and "ready" in driver.stdout.readline()
-            check = ["--check", "seq"] if case.startswith("rust") else ["--check", "length"]
+            check = [] if case.startswith("rust") else ["--check", "length"]
             subscriber = subprocess.Popen(
-                [ipc, "subscribe", "--dir", directory, "--count", str(count), "--size", str(size), *check],
+                [
+                    subscriber_command,
+                    "subscribe",
+                    "--dir",
+                    directory,
+                    "--count",
+                    str(count),
+                    "--size",
+                    str(size),
+                    *check,
+                ],
                 stdout=subprocess.PIPE,
                 text=True,
             )
@@ -144,6 +155,9 @@ def main() -> None:
     parser.add_argument("--cases", default="rust-offer,rust-batch,py-offer,py-batch-list,py-batch-arrow")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--binaries", type=Path, default=ROOT / "target" / "release")
+    parser.add_argument(
+        "--subscriber-ipc", type=Path, help="affinity-ipc for the subscriber (default: the one in --binaries)"
+    )
     parser.add_argument("--label", default="", help="recorded in every line (e.g. before / after)")
     parser.add_argument("--out", type=Path, help="append the JSON lines to this file")
     args = parser.parse_args()
@@ -155,7 +169,7 @@ def main() -> None:
                 count = max(count // 5, 1)  # one Python call per message: a shorter run
             rates = []
             for run in range(args.runs):
-                result = one_run(args.binaries, case, count, size)
+                result = one_run(args.binaries, args.subscriber_ipc, case, count, size)
                 line = {"label": args.label, "case": case, "size": size, "count": count, "run": run, **result}
                 text = json.dumps(line)
                 print(text, flush=True)
