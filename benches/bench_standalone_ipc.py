@@ -138,8 +138,9 @@ def one_run(binaries: Path, subscriber_ipc: Path | None, case: str, count: int, 
             return {
                 "received_per_s": received["rate"],
                 "offered_per_s": sent["rate"],
-                "subscriber_cpu_rate": received["cpu_rate"],
-                "publisher_cpu_rate": sent["cpu_rate"],
+                # Builds before the CPU figures were added report none.
+                "subscriber_cpu_rate": received.get("cpu_rate"),
+                "publisher_cpu_rate": sent.get("cpu_rate"),
                 "load_before": load_before,
                 "load_after": load_average(),
             }
@@ -178,12 +179,16 @@ def main() -> None:
                         out.write(text + "\n")
                 rates.append(result)
             received = [r["received_per_s"] / 1e6 for r in rates]
-            publisher_cpu = [r["publisher_cpu_rate"] / 1e6 for r in rates]
+            publisher_cpu = [r["publisher_cpu_rate"] / 1e6 for r in rates if r["publisher_cpu_rate"]]
+            subscriber_cpu = [r["subscriber_cpu_rate"] / 1e6 for r in rates if r["subscriber_cpu_rate"]]
+            cpu = "n/a"
+            if publisher_cpu and subscriber_cpu:
+                cpu = f"{statistics.median(publisher_cpu):.2f} M / {statistics.median(subscriber_cpu):.2f} M"
             loads = [f"{r['load_before']:.1f}->{r['load_after']:.1f}" for r in rates]
             summary.append(
                 f"{args.label:8} {case:15} {size:5} B  median {statistics.median(received):6.2f} M msg/s "
-                f"(min {min(received):.2f}, max {max(received):.2f}); publisher per CPU-second "
-                f"{statistics.median(publisher_cpu):.2f} M; load {', '.join(loads)}"
+                f"(min {min(received):.2f}, max {max(received):.2f}); per CPU-second publisher / subscriber "
+                f"{cpu}; load {', '.join(loads)}"
             )
     print("\n".join(summary))
 
