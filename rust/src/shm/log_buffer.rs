@@ -463,7 +463,7 @@ impl LogBuffer {
         // one message, as Aeron's), then more while they stay below the limit and inside the term
         // as seen now; a tail moved on by other writers meanwhile only makes the claim cross the
         // term end, which pads and rotates as for one message.
-        let budget = ((limit - position) as u64).min(u64::from(self.term_length - offset));
+        let budget = (limit.saturating_sub(position) as u64).min(u64::from(self.term_length - offset));
         let mut claimed = self.framed_length(first.len()) as u64;
         let mut count = 1;
         for message in &messages[1..] {
