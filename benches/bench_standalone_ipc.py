@@ -1,9 +1,25 @@
-"""IPC through the standalone driver from Python: ``affinity driver`` in one process, a publisher
-(``offer_batch`` with a pyarrow binary array) and a subscriber (``poll_batch(as_arrow=True)``)
-in two others, all attached with ``Client(dir=...)``. Prints one JSON line per run and the
-median messages/s (subscriber side: first message to last).
+"""IPC through the standalone driver, publisher and subscriber in separate processes.
 
-    python benches/bench_standalone_ipc.py --count 5000000 --size 32 --runs 3
+Every run starts a fresh driver (``target/release/affinity-driver``, ``--threading shared``), a
+subscriber (``affinity-ipc subscribe``, Rust, which counts and checks every message) and one
+publisher, one of:
+
+- ``rust-offer``: ``affinity-ipc publish``, one message per ``offer``;
+- ``rust-batch``: ``affinity-ipc publish --batch 8192`` (``offer_batch``, one claim per 1,024);
+- ``py-offer``: Python ``Publication.offer`` in a loop;
+- ``py-batch-list``: Python ``offer_batch`` with a list of 8,192 ``bytes``;
+- ``py-batch-arrow``: Python ``offer_batch`` with a pyarrow ``binary`` array of 8,192.
+
+Rust publishers number their messages and the subscriber checks the order; Python publishers send
+identical messages and the subscriber checks count and length (``--check length``). The rate is the
+subscriber's, first message to last; each line also carries the publisher's own rate, the CPU time
+of both hot threads (``cpu_rate``: messages per CPU-second, what each side does with a core of its
+own, independent of the machine's load) and the load average before and after the run. One JSON
+line per run goes to stdout and to ``--out``; then a median / min / max summary per case.
+
+    cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc
+    maturin develop --release
+    python benches/bench_standalone_ipc.py --runs 3 --out benches/results/standalone_ipc.jsonl
 """
 
 from __future__ import annotations
@@ -16,96 +32,165 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 TIMEOUT_S = 300
+BATCH = 8192
+ROOT = Path(__file__).resolve().parent.parent
+STREAM_ID = 1001
 
 PUBLISHER = textwrap.dedent(
     """
-    import sys, time
-    import affinity, pyarrow as pa
-    directory, count, size, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), 8192
-    array = pa.array([bytes(size)] * batch, type=pa.binary())
+    import os, resource, sys, time
+    import affinity
+    directory, count, size, mode, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+    if mode == "py-batch-arrow":
+        import pyarrow as pa
+        messages = pa.array([bytes(size)] * batch, type=pa.binary())
+    else:
+        messages = [bytes(size)] * batch
+    payload = bytes(size)
     with affinity.Client(dir=directory) as client:
-        publication = client.add_publication("aeron:ipc", 77)
+        publication = client.add_publication("aeron:ipc", int(sys.argv[6]))
         deadline = time.monotonic() + 60
         while not publication.is_connected:
             assert time.monotonic() < deadline, "no subscriber"
             time.sleep(0.001)
         sent, start = 0, time.perf_counter()
-        while sent < count:
-            sent += publication.offer_batch(array.slice(0, min(batch, count - sent)))
+        cpu = time.thread_time()
+        if mode == "py-offer":
+            while sent < count:
+                if publication.offer(payload) > 0:
+                    sent += 1
+        elif mode == "py-batch-arrow":
+            while sent < count:
+                sent += publication.offer_batch(messages.slice(0, min(batch, count - sent)))
+        else:
+            while sent < count:
+                n = min(batch, count - sent)
+                sent += publication.offer_batch(messages if n == batch else messages[:n])
         elapsed = time.perf_counter() - start
+        cpu = time.thread_time() - cpu
         publication.close()
-    print(sent / elapsed, flush=True)
-    """
-)
-
-SUBSCRIBER = textwrap.dedent(
-    """
-    import sys, time
-    import affinity
-    directory, count = sys.argv[1], int(sys.argv[2])
-    with affinity.Client(dir=directory) as client:
-        subscription = client.add_subscription("aeron:ipc", 77)
-        print("ready", flush=True)
-        received, start = 0, None
-        deadline = time.monotonic() + 240
-        while received < count and time.monotonic() < deadline:
-            n = len(subscription.poll_batch(65536, as_arrow=True))
-            if n and start is None:
-                start = time.perf_counter()
-            received += n
-        elapsed = time.perf_counter() - (start or time.perf_counter())
-        subscription.close()
-    print(received, received / elapsed if elapsed else 0.0, flush=True)
+    print('{"role":"publish","messages":%d,"seconds":%.6f,"rate":%.0f,"cpu_seconds":%.6f,"cpu_rate":%.0f}'
+          % (sent, elapsed, sent / elapsed, cpu, sent / max(cpu, 1e-9)), flush=True)
     """
 )
 
 
-def one_run(count: int, size: int) -> dict[str, float]:
+def load_average() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def json_line(text: str, role: str) -> dict[str, Any]:
+    for line in text.splitlines():
+        if line.startswith("{") and f'"role":"{role}"' in line:
+            result: dict[str, Any] = json.loads(line)
+            return result
+    raise RuntimeError(f"no {role} result in {text!r}")
+
+
+def one_run(binaries: Path, subscriber_ipc: Path | None, case: str, count: int, size: int) -> dict[str, Any]:
+    ipc = str(binaries / "affinity-ipc")
+    subscriber_command = str(subscriber_ipc or binaries / "affinity-ipc")
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         directory = str(Path(tmp) / "driver")
         driver = subprocess.Popen(
-            [sys.executable, "-m", "affinity.cli", "driver", "--dir", directory],
+            [str(binaries / "affinity-driver"), "--dir", directory, "--threading", "shared"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         try:
-            assert driver.stdout is not None and "ready in" in driver.stdout.readline()
+            assert driver.stdout is not None and "ready" in driver.stdout.readline()
+            check = [] if case.startswith("rust") else ["--check", "length"]
             subscriber = subprocess.Popen(
-                [sys.executable, "-c", SUBSCRIBER, directory, str(count)], stdout=subprocess.PIPE, text=True
+                [
+                    subscriber_command,
+                    "subscribe",
+                    "--dir",
+                    directory,
+                    "--count",
+                    str(count),
+                    "--size",
+                    str(size),
+                    *check,
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
             )
             assert subscriber.stdout is not None and subscriber.stdout.readline().strip() == "ready"
-            publisher = subprocess.run(
-                [sys.executable, "-c", PUBLISHER, directory, str(count), str(size)],
-                capture_output=True,
-                text=True,
-                timeout=TIMEOUT_S,
-                check=True,
-            )
+            load_before = load_average()
+            if case.startswith("rust"):
+                batch = ["--batch", str(BATCH)] if case == "rust-batch" else []
+                command = [ipc, "publish", "--dir", directory, "--count", str(count), "--size", str(size), *batch]
+            else:
+                command = [sys.executable, "-c", PUBLISHER, directory, str(count), str(size), case, str(BATCH)]
+                command.append(str(STREAM_ID))
+            publisher = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=True)
             out, _ = subscriber.communicate(timeout=TIMEOUT_S)
-            received, rate = out.split()
-            if int(received) != count:
-                raise RuntimeError(f"subscriber received {received} of {count}")
-            return {"received_per_s": float(rate), "offered_per_s": float(publisher.stdout.strip())}
+            if subscriber.returncode != 0:
+                raise RuntimeError(f"subscriber failed: {out!r}")
+            sent = json_line(publisher.stdout, "publish")
+            received = json_line(out, "subscribe")
+            if received["messages"] != count:
+                raise RuntimeError(f"subscriber received {received['messages']} of {count}")
+            return {
+                "received_per_s": received["rate"],
+                "offered_per_s": sent["rate"],
+                # Builds before the CPU figures were added report none.
+                "subscriber_cpu_rate": received.get("cpu_rate"),
+                "publisher_cpu_rate": sent.get("cpu_rate"),
+                "load_before": load_before,
+                "load_after": load_average(),
+            }
         finally:
             driver.terminate()
             driver.communicate(timeout=30)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--count", type=int, default=5_000_000)
-    parser.add_argument("--size", type=int, default=32)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=10_000_000, help="messages per run (32 B; 1 KiB: a fifth)")
+    parser.add_argument("--sizes", default="32,1024")
+    parser.add_argument("--cases", default="rust-offer,rust-batch,py-offer,py-batch-list,py-batch-arrow")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--binaries", type=Path, default=ROOT / "target" / "release")
+    parser.add_argument(
+        "--subscriber-ipc", type=Path, help="affinity-ipc for the subscriber (default: the one in --binaries)"
+    )
+    parser.add_argument("--label", default="", help="recorded in every line (e.g. before / after)")
+    parser.add_argument("--out", type=Path, help="append the JSON lines to this file")
     args = parser.parse_args()
-    rates = []
-    for run in range(args.runs):
-        result = one_run(args.count, args.size)
-        print(json.dumps({"run": run, "size": args.size, "count": args.count, **result}), flush=True)
-        rates.append(result["received_per_s"])
-    print(f"median {statistics.median(rates) / 1e6:.2f} M msg/s received ({args.size} B, {args.runs} runs)")
+    summary: list[str] = []
+    for size in (int(s) for s in args.sizes.split(",")):
+        for case in args.cases.split(","):
+            count = args.count if size <= 64 else max(args.count // 5, 1)
+            if case == "py-offer":
+                count = max(count // 5, 1)  # one Python call per message: a shorter run
+            rates = []
+            for run in range(args.runs):
+                result = one_run(args.binaries, args.subscriber_ipc, case, count, size)
+                line = {"label": args.label, "case": case, "size": size, "count": count, "run": run, **result}
+                text = json.dumps(line)
+                print(text, flush=True)
+                if args.out is not None:
+                    with args.out.open("a") as out:
+                        out.write(text + "\n")
+                rates.append(result)
+            received = [r["received_per_s"] / 1e6 for r in rates]
+            publisher_cpu = [r["publisher_cpu_rate"] / 1e6 for r in rates if r["publisher_cpu_rate"]]
+            subscriber_cpu = [r["subscriber_cpu_rate"] / 1e6 for r in rates if r["subscriber_cpu_rate"]]
+            cpu = "n/a"
+            if publisher_cpu and subscriber_cpu:
+                cpu = f"{statistics.median(publisher_cpu):.2f} M / {statistics.median(subscriber_cpu):.2f} M"
+            loads = [f"{r['load_before']:.1f}->{r['load_after']:.1f}" for r in rates]
+            summary.append(
+                f"{args.label:8} {case:15} {size:5} B  median {statistics.median(received):6.2f} M msg/s "
+                f"(min {min(received):.2f}, max {max(received):.2f}); per CPU-second publisher / subscriber "
+                f"{cpu}; load {', '.join(loads)}"
+            )
+    print("\n".join(summary))
 
 
 if __name__ == "__main__":

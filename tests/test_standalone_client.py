@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import affinity
+import pyarrow as pa
 import pytest
 from affinity.exceptions import ChannelUriError, ConfigError, DriverTimeoutError
 
@@ -260,3 +261,38 @@ def test_affinity_dir_in_the_environment_attaches_and_attach_takes_well_under_50
 def test_attaching_where_no_driver_runs_raises_driver_timeout(tmp_path: Path) -> None:
     with pytest.raises(DriverTimeoutError, match="no driver is running"):
         affinity.Client(dir=str(tmp_path / "nothing"))
+
+
+def test_offer_batch_over_many_claims_keeps_order_fragments_and_frame_end_positions(
+    driver: subprocess.Popen[str], driver_dir: Path
+) -> None:
+    # 2,500 messages: more than two batch claims (1,024 each), some longer than the MTU.
+    messages = [i.to_bytes(4, "little") * (1 + (i % 7) * (500 if i % 50 == 0 else 3)) for i in range(2500)]
+    with affinity.Client(dir=str(driver_dir)) as client:
+        subscription = client.add_subscription(CHANNEL, STREAM_ID + 7)
+        publication = client.add_publication(CHANNEL, STREAM_ID + 7)
+        deadline = time.monotonic() + 10
+        while not publication.is_connected:
+            assert time.monotonic() < deadline, "no subscriber"
+            time.sleep(0.001)
+        taken = publication.offer_batch(messages[:1500])
+        taken += publication.offer_batch(pa.array(messages[taken:], type=pa.binary()))
+        assert taken == len(messages)
+        received: list[bytes] = []
+        ends: list[int] = []
+
+        def on_message(data: bytes, header: affinity.Header) -> None:
+            received.append(data)
+            ends.append(header.position)
+
+        deadline = time.monotonic() + 10
+        while len(received) < len(messages) and time.monotonic() < deadline:
+            subscription.poll(on_message, 1000)
+        position = publication.position
+        publication.close()
+        subscription.close()
+    assert received == messages
+    # A header's position is the end of its last frame: the stream position after it.
+    assert ends[-1] == position
+    assert ends == sorted(ends) and len(set(ends)) == len(ends)
+    assert all(end % 32 == 0 for end in ends)

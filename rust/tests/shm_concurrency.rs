@@ -204,3 +204,90 @@ fn term_appender_many_writers_claims_never_overlap_and_reader_sees_only_whole_fr
     assert!(rotations > 0 && position > 10 * 64 * 1024, "the test must cross many terms (position {position})");
     assert_eq!(position, log.tail_position().unwrap());
 }
+
+#[test]
+fn batch_claims_from_many_writers_never_overlap_and_commit_each_frame_whole() {
+    const PER_WRITER: u32 = 40_000;
+    let log = LogBuffer::anonymous(&LogParams {
+        term_length: 64 * 1024,
+        mtu: 1408,
+        page_size: 4096,
+        initial_term_id: 9,
+        session_id: 1,
+        stream_id: 2,
+        correlation_id: 3,
+    })
+    .unwrap();
+    let consumer = Arc::new(AtomicI64::new(0));
+    let start = Instant::now();
+    let max_body = 1600; // a few messages are fragmented inside a batch
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let log = log.clone();
+            let consumer = Arc::clone(&consumer);
+            thread::spawn(move || {
+                let mut sequence = 0;
+                let (mut batches, mut admin) = (0u64, 0u64);
+                while sequence < PER_WRITER && start.elapsed() < DEADLINE {
+                    // Batches of 1..=40 messages, each framed from its writer and sequence.
+                    let size = 1 + (sequence as usize * 31 + writer as usize) % 40;
+                    let messages: Vec<Vec<u8>> = (sequence..PER_WRITER.min(sequence + size as u32))
+                        .map(|s| message(writer, s, if s % 97 == 0 { max_body } else { 200 }))
+                        .collect();
+                    let slices: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+                    let limit = consumer.load(Ordering::Acquire) + log.publication_window();
+                    let (taken, outcome) = log.offer_batch(&slices, i64::from(writer), limit).unwrap();
+                    sequence += taken as u32;
+                    match outcome {
+                        Offer::Appended(_) => batches += 1,
+                        Offer::AdminAction => admin += 1,
+                        Offer::BackPressured => thread::yield_now(),
+                        Offer::MaxPositionExceeded => panic!("max position"),
+                    }
+                }
+                (sequence, batches, admin)
+            })
+        })
+        .collect();
+    let mut next = [0u32; WRITERS as usize];
+    let (mut position, mut clean) = (0i64, 0i64);
+    let mut scratch = Vec::new();
+    let mut assembling: Vec<u8> = Vec::new();
+    while next.iter().any(|&n| n < PER_WRITER) && start.elapsed() < DEADLINE {
+        let before = position;
+        position = log
+            .read(position, 100, &mut scratch, |header, fragment| {
+                if header.flags & flags::BEGIN != 0 {
+                    assert!(assembling.is_empty(), "BEGIN inside another message: overlapping claims");
+                }
+                assembling.extend_from_slice(fragment);
+                if header.flags & flags::END != 0 {
+                    let writer = u32::from_le_bytes(assembling[0..4].try_into().unwrap());
+                    let sequence = u32::from_le_bytes(assembling[4..8].try_into().unwrap());
+                    let body = if sequence % 97 == 0 { max_body } else { 200 };
+                    assert_eq!(verify(&assembling, body), (writer, sequence));
+                    assert_eq!(header.reserved_value, i64::from(writer));
+                    assert_eq!(sequence, next[writer as usize], "writer {writer}: out of order or lost");
+                    next[writer as usize] += 1;
+                    assembling.clear();
+                }
+            })
+            .unwrap();
+        consumer.store(position, Ordering::Release);
+        log.clean_to(&mut clean, position - i64::from(log.term_length())).unwrap();
+        if position == before {
+            thread::yield_now();
+        }
+    }
+    let (mut multi, mut rotations) = (0, 0);
+    for handle in writers {
+        let (sent, batches, admin) = handle.join().unwrap();
+        assert_eq!(sent, PER_WRITER);
+        multi += batches;
+        rotations += admin;
+    }
+    assert_eq!(next, [PER_WRITER; WRITERS as usize]);
+    assert!(multi < u64::from(WRITERS * PER_WRITER) / 2, "most claims must carry several messages ({multi})");
+    assert!(rotations > 0 && position > 10 * 64 * 1024, "the test must cross many terms (position {position})");
+    assert_eq!(position, log.tail_position().unwrap());
+}

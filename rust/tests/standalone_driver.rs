@@ -82,12 +82,17 @@ fn start_driver(dir: &Path, extra: &[&str]) -> Proc {
 }
 
 fn ipc(role: &str, dir: &Path, count: u64, size: usize) -> Proc {
+    ipc_with(role, dir, count, size, &[])
+}
+
+fn ipc_with(role: &str, dir: &Path, count: u64, size: usize, extra: &[&str]) -> Proc {
     Proc(
         Command::new(IPC)
             .arg(role)
             .arg("--dir")
             .arg(dir)
             .args(["--count", &count.to_string(), "--size", &size.to_string()])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -132,6 +137,25 @@ fn a_million_ipc_messages_between_processes_arrive_in_order() {
     let received = output(subscriber, Duration::from_secs(300));
     assert!(sent.contains("\"messages\":1000000"), "{sent}");
     assert!(received.contains("\"messages\":1000000"), "{received}");
+    drop(driver);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn batch_offers_between_processes_arrive_in_order_small_and_fragmented() {
+    let dir = tempdir("batch");
+    let driver = start_driver(&dir, &["--term-length", "1m"]);
+    // Small messages: many claims of up to 1024 messages, across many term rotations; then
+    // messages longer than the MTU (fragmented inside a batch claim).
+    for (count, size) in [(1_000_000u64, 40usize), (20_000, 5000)] {
+        let mut subscriber = ipc("subscribe", &dir, count, size);
+        subscriber.wait_for_line("ready");
+        let publisher = ipc_with("publish", &dir, count, size, &["--batch", "3000"]);
+        let sent = output(publisher, Duration::from_secs(300));
+        let received = output(subscriber, Duration::from_secs(300));
+        assert!(sent.contains(&format!("\"messages\":{count},")), "{sent}");
+        assert!(received.contains(&format!("\"messages\":{count},")), "{received}");
+    }
     drop(driver);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -3,21 +3,29 @@
 //! (`docs/benchmarks.md`, "Media driver") run it.
 //!
 //! ```text
-//! affinity-ipc publish   --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--hang 1]
-//! affinity-ipc subscribe --dir D [--stream S] [--channel URI] --count N [--size BYTES]
+//! affinity-ipc publish   --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--batch M] [--hang 1]
+//! affinity-ipc subscribe --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--check seq|length]
 //! affinity-ipc hold      --dir D [--stream S]      (a publication and a subscription, forever)
 //! affinity-ipc attach    --dir D --count N         (median time of N attaches)
 //! affinity-ipc idle-publications --dir D --count N (N publications on N streams: time, RSS)
 //! ```
 //!
+//! `subscribe --check length` checks only the count and length of messages (publishers that do
+//! not number them: the Python benchmark's); the default checks the sequence numbers too.
+//!
+//! `publish --batch M` (M > 1) appends with `offer_batch`, M messages per call (one claim on the
+//! log per call, up to the publisher limit and the term end); the default offers one at a time.
+//!
 //! Messages carry their sequence number in the first 8 bytes; the subscriber checks every
 //! message arrives once and in order and prints one JSON line: `{"role":..,"messages":..,
-//! "seconds":..,"rate":..}`. Exit status 1 on any error or gap. Loops are bounded by time.
+//! "seconds":..,"rate":..,"cpu_seconds":..,"cpu_rate":..}` (CPU time of the hot thread over the
+//! timed interval: the rate per CPU-second does not depend on how busy the machine is). Exit status 1 on any error or gap. Loops are bounded by time.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use affinity::client::attached::{AttachedClient, AttachedOffer};
+use affinity::protocol::OfferError;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 const RUN_TIMEOUT: Duration = Duration::from_secs(600);
@@ -33,6 +41,8 @@ struct Args {
     /// `publish --hang 1`: after offering, keep the process (and its publication) alive until
     /// killed (the kill -9 tests), at most the run timeout.
     hang: bool,
+    batch: usize,
+    check_sequence: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -46,6 +56,8 @@ fn parse() -> Result<Args, String> {
         count: 1_000_000,
         size: 32,
         hang: false,
+        batch: 1,
+        check_sequence: true,
     };
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -57,6 +69,14 @@ fn parse() -> Result<Args, String> {
             "--count" => parsed.count = number()?,
             "--size" => parsed.size = number()?.max(8) as usize,
             "--hang" => parsed.hang = number()? != 0,
+            "--check" => {
+                parsed.check_sequence = match value.as_str() {
+                    "seq" => true,
+                    "length" => false,
+                    other => return Err(format!("--check {other:?}: seq or length")),
+                }
+            }
+            "--batch" => parsed.batch = number()?.clamp(1, 1 << 20) as usize,
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -78,11 +98,27 @@ fn main() {
     }
 }
 
-fn report(role: &str, messages: u64, elapsed: Duration) {
+/// CPU time this thread has used (user + system), from `getrusage(RUSAGE_THREAD)`.
+fn thread_cpu() -> Duration {
+    // SAFETY: `getrusage` only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a zeroed `rusage`.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let time = |t: libc::timeval| Duration::new(t.tv_sec.max(0) as u64, (t.tv_usec.max(0) as u32) * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// One JSON line: wall-clock rate, and the CPU time the hot thread used over the same interval
+/// (`cpu_rate` = messages per CPU-second: what the process would do with a core of its own).
+fn report(role: &str, messages: u64, elapsed: Duration, cpu: Duration) {
     let seconds = elapsed.as_secs_f64();
+    let cpu_seconds = cpu.as_secs_f64();
     println!(
-        "{{\"role\":\"{role}\",\"messages\":{messages},\"seconds\":{seconds:.6},\"rate\":{:.0}}}",
-        messages as f64 / seconds.max(1e-9)
+        "{{\"role\":\"{role}\",\"messages\":{messages},\"seconds\":{seconds:.6},\"rate\":{:.0},\"cpu_seconds\":{cpu_seconds:.6},\"cpu_rate\":{:.0}}}",
+        messages as f64 / seconds.max(1e-9),
+        messages as f64 / cpu_seconds.max(1e-9)
     );
 }
 
@@ -97,26 +133,54 @@ fn publish(args: &Args) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut payload = vec![0u8; args.size];
+    let mut batch = vec![0u8; args.size * args.batch];
     let start = Instant::now();
+    let cpu_start = thread_cpu();
     let mut sequence = 0u64;
     let mut spins = 0u64;
     while sequence < args.count {
-        payload[..8].copy_from_slice(&sequence.to_le_bytes());
-        match publication.offer(&payload).map_err(|e| e.to_string())? {
-            AttachedOffer::Position(_) => sequence += 1,
-            AttachedOffer::BackPressured | AttachedOffer::AdminAction | AttachedOffer::NotConnected => {
-                spins += 1;
-                if spins % 1024 == 0 {
-                    if start.elapsed() > RUN_TIMEOUT {
-                        return Err(format!("timed out after {sequence} messages"));
-                    }
-                    std::thread::yield_now();
+        let progressed = if args.batch > 1 {
+            let wanted = (args.count - sequence).min(args.batch as u64) as usize;
+            let messages: Vec<&[u8]> = batch
+                .chunks_mut(args.size)
+                .take(wanted)
+                .zip(sequence..)
+                .map(|(message, number)| {
+                    message[..8].copy_from_slice(&number.to_le_bytes());
+                    &*message
+                })
+                .collect();
+            let (taken, refusal) = publication.offer_batch(messages).map_err(|e| e.to_string())?;
+            sequence += taken as u64;
+            match refusal {
+                Some(OfferError::MaxPositionExceeded) => return Err("max position exceeded".into()),
+                Some(OfferError::MessageTooLong { length, max }) => {
+                    return Err(format!("message of {length} bytes exceeds {max}"))
                 }
+                _ => taken > 0,
             }
-            AttachedOffer::MaxPositionExceeded => return Err("max position exceeded".into()),
+        } else {
+            payload[..8].copy_from_slice(&sequence.to_le_bytes());
+            match publication.offer(&payload).map_err(|e| e.to_string())? {
+                AttachedOffer::Position(_) => {
+                    sequence += 1;
+                    true
+                }
+                AttachedOffer::BackPressured | AttachedOffer::AdminAction | AttachedOffer::NotConnected => false,
+                AttachedOffer::MaxPositionExceeded => return Err("max position exceeded".into()),
+            }
+        };
+        if !progressed {
+            spins += 1;
+            if spins % 1024 == 0 {
+                if start.elapsed() > RUN_TIMEOUT {
+                    return Err(format!("timed out after {sequence} messages"));
+                }
+                std::thread::yield_now();
+            }
         }
     }
-    report("publish", sequence, start.elapsed());
+    report("publish", sequence, start.elapsed(), thread_cpu().saturating_sub(cpu_start));
     if args.hang {
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
@@ -143,7 +207,7 @@ fn subscribe(args: &Args) -> Result<(), String> {
         let fragments = subscription
             .poll(4096, |message| {
                 let sequence = message.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])));
-                if sequence != Some(next) || message.len() != args.size {
+                if (args.check_sequence && sequence != Some(next)) || message.len() != args.size {
                     error.get_or_insert(format!(
                         "expected message {next} of {} bytes, got {sequence:?} of {}",
                         args.size,
@@ -154,9 +218,12 @@ fn subscribe(args: &Args) -> Result<(), String> {
             })
             .map_err(|e| e.to_string())?;
         if fragments > 0 && start.is_none() {
-            start = Some(Instant::now());
+            start = Some((Instant::now(), thread_cpu()));
         }
         if fragments == 0 {
+            // Re-reading the frame the publisher is about to write takes its cache line away
+            // from it: pause between empty polls.
+            std::hint::spin_loop();
             idle += 1;
             if idle % 1024 == 0 {
                 if began.elapsed() > RUN_TIMEOUT {
@@ -169,7 +236,8 @@ fn subscribe(args: &Args) -> Result<(), String> {
     if let Some(error) = error {
         return Err(error);
     }
-    report("subscribe", next, start.map(|s| s.elapsed()).unwrap_or_default());
+    let (elapsed, cpu) = start.map(|(s, c)| (s.elapsed(), thread_cpu().saturating_sub(c))).unwrap_or_default();
+    report("subscribe", next, elapsed, cpu);
     Ok(())
 }
 

@@ -9,13 +9,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::client::{MessageBatch, MessageHeader};
 use crate::error::Error;
+use crate::logbuffer::position::align_frame;
 use crate::protocol::OfferError;
 use crate::shm::broadcast::{BroadcastReceiver, Received};
 use crate::shm::cnc::{Cnc, CNC_FILE};
@@ -24,12 +25,16 @@ use crate::shm::counters::{Counter, CountersReader};
 use crate::shm::directory::{self, epoch_ms, DirectoryState};
 use crate::shm::log_buffer::{LogBuffer, Offer};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
-use crate::wire::flags;
+use crate::wire::{flags, DATA_HEADER_LENGTH};
 
 /// How often the client tells the driver it is alive.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(100);
 /// How long a command waits for its response.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most messages `offer_batch` appends with one claim on the log's tail.
+pub const BATCH_CLAIM_MESSAGES: usize = 1024;
+/// Term-end rotations `offer_batch` retries at once before it reports an admin action.
+const ADMIN_RETRIES: u32 = 2;
 
 type Result<T> = std::result::Result<T, Error>;
 
@@ -304,7 +309,15 @@ impl AttachedClient {
         };
         let log = self.shared.open_log(&log_file)?;
         let limit = self.shared.counters.counter(publisher_limit_counter_id as usize).map_err(shm)?;
-        Ok(AttachedPublication { shared: Arc::clone(&self.shared), registration_id, session_id, stream_id, log, limit })
+        Ok(AttachedPublication {
+            shared: Arc::clone(&self.shared),
+            registration_id,
+            session_id,
+            stream_id,
+            log,
+            limit,
+            cached_limit: AtomicI64::new(i64::MIN),
+        })
     }
 
     /// Adds a subscription (`aeron:ipc`); images arrive as publications appear.
@@ -387,6 +400,9 @@ pub struct AttachedPublication {
     stream_id: i32,
     log: LogBuffer,
     limit: Counter,
+    /// The publisher limit last read from `limit`: offers compare against it and read the
+    /// counter again only when it is reached (or while no subscriber is connected).
+    cached_limit: AtomicI64,
 }
 
 impl AttachedPublication {
@@ -413,14 +429,42 @@ impl AttachedPublication {
     /// Appends one message (lock-free; any number of threads and processes may offer at once).
     pub fn offer(&self, payload: &[u8]) -> Result<AttachedOffer> {
         self.shared.check()?;
+        Ok(self.append(std::slice::from_ref(&payload))?.1)
+    }
+
+    /// Appends a prefix of `messages` (non-empty, lengths checked) with one claim: how many and
+    /// the outcome. The publisher limit is the cached one while a subscriber is connected; the
+    /// counter is read again when the cached limit is reached, and on every offer while none is
+    /// connected (so that offers then report [`AttachedOffer::NotConnected`] at once).
+    fn append(&self, messages: &[&[u8]]) -> Result<(usize, AttachedOffer)> {
+        let connected = self.log.is_connected().map_err(shm)?;
+        let mut limit = self.cached_limit.load(Ordering::Relaxed);
+        if !connected {
+            limit = self.refresh_limit()?;
+        }
+        let (mut taken, mut outcome) = self.log.offer_batch(messages, 0, limit).map_err(shm)?;
+        if outcome == Offer::BackPressured && connected {
+            let fresh = self.refresh_limit()?;
+            if fresh > limit {
+                (taken, outcome) = self.log.offer_batch(messages, 0, fresh).map_err(shm)?;
+            }
+        }
+        Ok((
+            taken,
+            match outcome {
+                Offer::Appended(position) => AttachedOffer::Position(position),
+                Offer::BackPressured if !self.log.is_connected().map_err(shm)? => AttachedOffer::NotConnected,
+                Offer::BackPressured => AttachedOffer::BackPressured,
+                Offer::AdminAction => AttachedOffer::AdminAction,
+                Offer::MaxPositionExceeded => AttachedOffer::MaxPositionExceeded,
+            },
+        ))
+    }
+
+    fn refresh_limit(&self) -> Result<i64> {
         let limit = self.limit.get().map_err(shm)?;
-        Ok(match self.log.offer(payload, 0, limit).map_err(shm)? {
-            Offer::Appended(position) => AttachedOffer::Position(position),
-            Offer::BackPressured if !self.log.is_connected().map_err(shm)? => AttachedOffer::NotConnected,
-            Offer::BackPressured => AttachedOffer::BackPressured,
-            Offer::AdminAction => AttachedOffer::AdminAction,
-            Offer::MaxPositionExceeded => AttachedOffer::MaxPositionExceeded,
-        })
+        self.cached_limit.store(limit, Ordering::Relaxed);
+        Ok(limit)
     }
 
     /// The end of the last appended message.
@@ -453,18 +497,60 @@ impl AttachedPublication {
     /// returns how many were taken and the refusal that stopped the batch (an admin action is
     /// retried at once; a message too long is [`OfferError::MessageTooLong`]). A dead driver or
     /// closed client is an `Err` ([`Error::Timeout`] / [`Error::Closed`]).
+    ///
+    /// Up to [`BATCH_CLAIM_MESSAGES`] messages are appended with one claim on the log's tail
+    /// (`docs/driver-protocol.md`, batch claim), each framed and committed as a single offer.
     pub fn offer_batch<'a, I>(&self, messages: I) -> Result<(usize, Option<OfferError>)>
     where
         I: IntoIterator<Item = &'a [u8]>,
     {
+        let max = self.log.max_message_length();
+        let mut messages = messages.into_iter();
+        let mut chunk: Vec<&[u8]> = Vec::with_capacity(BATCH_CLAIM_MESSAGES);
         let mut taken = 0;
-        for message in messages {
-            if let Err(refusal) = self.try_offer(message)? {
+        loop {
+            chunk.clear();
+            let mut too_long = None;
+            for message in messages.by_ref() {
+                if message.len() > max {
+                    too_long = Some(message.len());
+                    break;
+                }
+                chunk.push(message);
+                if chunk.len() == BATCH_CLAIM_MESSAGES {
+                    break;
+                }
+            }
+            let mut done = 0;
+            let mut admin_retries = 0;
+            while done < chunk.len() {
+                self.shared.check()?;
+                let (appended, outcome) = self.append(&chunk[done..])?;
+                done += appended;
+                taken += appended;
+                let refusal = match outcome {
+                    AttachedOffer::Position(_) => {
+                        admin_retries = 0;
+                        continue;
+                    }
+                    AttachedOffer::AdminAction if admin_retries < ADMIN_RETRIES => {
+                        admin_retries += 1;
+                        continue;
+                    }
+                    AttachedOffer::AdminAction => OfferError::AdminAction,
+                    AttachedOffer::BackPressured => OfferError::BackPressured,
+                    AttachedOffer::NotConnected => OfferError::NotConnected,
+                    AttachedOffer::MaxPositionExceeded => OfferError::MaxPositionExceeded,
+                };
                 return Ok((taken, Some(refusal)));
             }
-            taken += 1;
+            if let Some(length) = too_long {
+                return Ok((taken, Some(OfferError::MessageTooLong { length, max })));
+            }
+            if chunk.len() < BATCH_CLAIM_MESSAGES {
+                return Ok((taken, None));
+            }
         }
-        Ok((taken, None))
     }
 
     /// Whether a subscriber is attached.
@@ -621,7 +707,9 @@ impl AttachedSubscription {
                         session_id,
                         stream_id,
                         // The frame's end: where the next message starts.
-                        position: header.position.saturating_add(fragment.len() as i64),
+                        position: header
+                            .position
+                            .saturating_add(align_frame(fragment.len() + DATA_HEADER_LENGTH) as i64),
                         term_id: header.term_id,
                         term_offset: header.term_offset as i32,
                         flags: header.flags,

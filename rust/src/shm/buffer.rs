@@ -88,10 +88,11 @@ impl Region {
         Ok(Region { map: Arc::clone(&self.map), offset: self.offset + offset, len })
     }
 
+    #[inline]
     fn check(&self, index: usize, size: usize, align: usize) -> Result<(), ShmError> {
-        let end = index.checked_add(size).ok_or(ShmError::OutOfBounds { index, size, capacity: self.len })?;
-        if end > self.len {
-            return Err(ShmError::OutOfBounds { index, size, capacity: self.len });
+        match index.checked_add(size) {
+            Some(end) if end <= self.len => {}
+            _ => return Err(ShmError::OutOfBounds { index, size, capacity: self.len }),
         }
         // The mapping starts on a page boundary, so alignment of the absolute offset is alignment
         // of the address.
@@ -101,11 +102,13 @@ impl Region {
         Ok(())
     }
 
+    #[inline]
     fn ptr(&self, index: usize) -> *mut u8 {
         // In bounds: callers ran `check` first.
         self.map.raw.as_mut_ptr().wrapping_add(self.offset + index)
     }
 
+    #[inline]
     fn check_write(&self, index: usize, size: usize, align: usize) -> Result<*mut u8, ShmError> {
         if !self.map.writable {
             return Err(ShmError::ReadOnly);
@@ -114,6 +117,7 @@ impl Region {
         Ok(self.ptr(index))
     }
 
+    #[inline]
     fn i64_at(&self, index: usize) -> Result<&AtomicI64, ShmError> {
         self.check(index, 8, 8)?;
         // SAFETY: in bounds and 8-aligned (checked), the mapping outlives `&self`, and every
@@ -121,45 +125,53 @@ impl Region {
         Ok(unsafe { AtomicI64::from_ptr(self.ptr(index).cast::<i64>()) })
     }
 
+    #[inline]
     fn i32_at(&self, index: usize) -> Result<&AtomicI32, ShmError> {
         self.check(index, 4, 4)?;
         // SAFETY: as in `i64_at`, 4-aligned.
         Ok(unsafe { AtomicI32::from_ptr(self.ptr(index).cast::<i32>()) })
     }
 
+    #[inline]
     fn i64_at_mut(&self, index: usize) -> Result<&AtomicI64, ShmError> {
         self.check_write(index, 8, 8)?;
         self.i64_at(index)
     }
 
+    #[inline]
     fn i32_at_mut(&self, index: usize) -> Result<&AtomicI32, ShmError> {
         self.check_write(index, 4, 4)?;
         self.i32_at(index)
     }
 
     /// Reads an `i64` with `Acquire` ordering.
+    #[inline]
     pub fn get_i64_acquire(&self, index: usize) -> Result<i64, ShmError> {
         Ok(self.i64_at(index)?.load(Ordering::Acquire))
     }
 
     /// Reads an `i64` with no ordering.
+    #[inline]
     pub fn get_i64(&self, index: usize) -> Result<i64, ShmError> {
         Ok(self.i64_at(index)?.load(Ordering::Relaxed))
     }
 
     /// Writes an `i64` with `Release` ordering.
+    #[inline]
     pub fn put_i64_release(&self, index: usize, value: i64) -> Result<(), ShmError> {
         self.i64_at_mut(index)?.store(value, Ordering::Release);
         Ok(())
     }
 
     /// Writes an `i64` with no ordering.
+    #[inline]
     pub fn put_i64(&self, index: usize, value: i64) -> Result<(), ShmError> {
         self.i64_at_mut(index)?.store(value, Ordering::Relaxed);
         Ok(())
     }
 
     /// Atomically adds `delta` (wrapping, as the hardware does) and returns the previous value.
+    #[inline]
     pub fn get_and_add_i64(&self, index: usize, delta: i64) -> Result<i64, ShmError> {
         Ok(self.i64_at_mut(index)?.fetch_add(delta, Ordering::AcqRel))
     }
@@ -170,22 +182,26 @@ impl Region {
     }
 
     /// Reads an `i32` with `Acquire` ordering.
+    #[inline]
     pub fn get_i32_acquire(&self, index: usize) -> Result<i32, ShmError> {
         Ok(self.i32_at(index)?.load(Ordering::Acquire))
     }
 
     /// Reads an `i32` with no ordering.
+    #[inline]
     pub fn get_i32(&self, index: usize) -> Result<i32, ShmError> {
         Ok(self.i32_at(index)?.load(Ordering::Relaxed))
     }
 
     /// Writes an `i32` with `Release` ordering.
+    #[inline]
     pub fn put_i32_release(&self, index: usize, value: i32) -> Result<(), ShmError> {
         self.i32_at_mut(index)?.store(value, Ordering::Release);
         Ok(())
     }
 
     /// Writes an `i32` with no ordering.
+    #[inline]
     pub fn put_i32(&self, index: usize, value: i32) -> Result<(), ShmError> {
         self.i32_at_mut(index)?.store(value, Ordering::Relaxed);
         Ok(())
@@ -197,6 +213,7 @@ impl Region {
     }
 
     /// Copies `bytes` into the region at `index`.
+    #[inline]
     pub fn put_bytes(&self, index: usize, bytes: &[u8]) -> Result<(), ShmError> {
         let dst = self.check_write(index, bytes.len(), 1)?;
         // SAFETY: `dst .. dst + len` is inside the writable mapping (checked); `bytes` is ordinary
@@ -206,6 +223,7 @@ impl Region {
     }
 
     /// Copies `out.len()` bytes starting at `index` into `out`.
+    #[inline]
     pub fn get_bytes(&self, index: usize, out: &mut [u8]) -> Result<(), ShmError> {
         self.check(index, out.len(), 1)?;
         // SAFETY: the source range is inside the mapping (checked) and `out` is ordinary memory.
@@ -214,6 +232,7 @@ impl Region {
     }
 
     /// Appends `len` bytes starting at `index` to `out`.
+    #[inline]
     pub fn read_into(&self, index: usize, len: usize, out: &mut Vec<u8>) -> Result<(), ShmError> {
         self.check(index, len, 1)?;
         out.reserve(len);
@@ -232,6 +251,180 @@ impl Region {
         let dst = self.check_write(index, len, 1)?;
         // SAFETY: inside the writable mapping (checked).
         unsafe { std::ptr::write_bytes(dst, value, len) };
+        Ok(())
+    }
+}
+
+impl Region {
+    /// A writable window `[index, index + len)` of this region, checked once (bounds, 8-byte
+    /// alignment of `index`, writable), for a sequence of writes whose own checks are then only
+    /// against `len` (the appender writes a whole claim through one window).
+    #[inline]
+    pub fn writer(&self, index: usize, len: usize) -> Result<RegionWriter<'_>, ShmError> {
+        let base = self.check_write(index, len, 8)?;
+        Ok(RegionWriter { base, len, _region: std::marker::PhantomData })
+    }
+
+    /// A read window `[index, index + len)` of this region, checked once (bounds, 8-byte
+    /// alignment of `index`), for a sequence of reads checked only against `len`.
+    #[inline]
+    pub fn reader(&self, index: usize, len: usize) -> Result<RegionReader<'_>, ShmError> {
+        self.check(index, len, 8)?;
+        Ok(RegionReader { base: self.ptr(index), len, _region: std::marker::PhantomData })
+    }
+
+    /// Hints the CPU to fetch the cache line holding `index` for writing (a no-op outside the
+    /// region, on read-only mappings and on CPUs without the instruction).
+    #[inline]
+    pub fn prefetch_write(&self, index: usize) {
+        if index < self.len && self.map.writable {
+            prefetch_write(self.ptr(index));
+        }
+    }
+
+    /// Hints the CPU to fetch the cache line holding `index` for reading (a no-op outside the
+    /// region).
+    #[inline]
+    pub fn prefetch_read(&self, index: usize) {
+        if index < self.len {
+            prefetch_read(self.ptr(index));
+        }
+    }
+}
+
+#[inline]
+fn prefetch_write(ptr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `prefetchw` never faults and has no visible effect on memory (CPUs without it run
+    // it as a no-op); it reads no register but its address operand and writes none.
+    unsafe {
+        std::arch::asm!("prefetchw [{0}]", in(reg) ptr, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
+#[inline]
+fn prefetch_read(ptr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and has no visible effect on memory.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
+/// A checked writable window of a [`Region`] (see [`Region::writer`]): each access checks only
+/// its offset against the window's length and the value's alignment.
+#[derive(Debug)]
+pub struct RegionWriter<'a> {
+    base: *mut u8,
+    len: usize,
+    _region: std::marker::PhantomData<&'a Region>,
+}
+
+impl RegionWriter<'_> {
+    /// Bytes in this window.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the window is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    fn at(&self, index: usize, size: usize, align: usize) -> Result<*mut u8, ShmError> {
+        match index.checked_add(size) {
+            Some(end) if end <= self.len && index % align == 0 => Ok(self.base.wrapping_add(index)),
+            Some(end) if end <= self.len => Err(ShmError::Misaligned { index, align }),
+            _ => Err(ShmError::OutOfBounds { index, size, capacity: self.len }),
+        }
+    }
+
+    /// Writes an `i32` with `Release` ordering.
+    #[inline]
+    pub fn put_i32_release(&self, index: usize, value: i32) -> Result<(), ShmError> {
+        let ptr = self.at(index, 4, 4)?;
+        // SAFETY: inside the window (checked), 4-aligned (the window start is 8-aligned and
+        // `index` is checked), the mapping outlives the borrowed region.
+        unsafe { AtomicI32::from_ptr(ptr.cast::<i32>()) }.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Copies `bytes` into the window at `index`.
+    #[inline]
+    pub fn put_bytes(&self, index: usize, bytes: &[u8]) -> Result<(), ShmError> {
+        let dst = self.at(index, bytes.len(), 1)?;
+        // SAFETY: inside the writable window (checked); `bytes` is ordinary memory.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+        Ok(())
+    }
+}
+
+/// A checked read window of a [`Region`] (see [`Region::reader`]).
+#[derive(Debug)]
+pub struct RegionReader<'a> {
+    base: *mut u8,
+    len: usize,
+    _region: std::marker::PhantomData<&'a Region>,
+}
+
+impl RegionReader<'_> {
+    /// Bytes in this window.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the window is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    fn at(&self, index: usize, size: usize, align: usize) -> Result<*mut u8, ShmError> {
+        match index.checked_add(size) {
+            Some(end) if end <= self.len && index % align == 0 => Ok(self.base.wrapping_add(index)),
+            Some(end) if end <= self.len => Err(ShmError::Misaligned { index, align }),
+            _ => Err(ShmError::OutOfBounds { index, size, capacity: self.len }),
+        }
+    }
+
+    /// Reads an `i32` with `Acquire` ordering.
+    #[inline]
+    pub fn get_i32_acquire(&self, index: usize) -> Result<i32, ShmError> {
+        let ptr = self.at(index, 4, 4)?;
+        // SAFETY: inside the window, 4-aligned (checked); the mapping outlives the region.
+        Ok(unsafe { AtomicI32::from_ptr(ptr.cast::<i32>()) }.load(Ordering::Acquire))
+    }
+
+    /// Reads an `i32` with no ordering.
+    #[inline]
+    pub fn get_i32(&self, index: usize) -> Result<i32, ShmError> {
+        let ptr = self.at(index, 4, 4)?;
+        // SAFETY: as in `get_i32_acquire`.
+        Ok(unsafe { AtomicI32::from_ptr(ptr.cast::<i32>()) }.load(Ordering::Relaxed))
+    }
+
+    /// Replaces the contents of `out` by the `len` bytes at `index`.
+    #[inline]
+    pub fn copy_to(&self, index: usize, len: usize, out: &mut Vec<u8>) -> Result<(), ShmError> {
+        let src = self.at(index, len, 1)?;
+        out.clear();
+        out.reserve(len);
+        // SAFETY: the source is inside the window (checked); `reserve` made room for `len` bytes,
+        // initialised by the copy before `set_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), len);
+            out.set_len(len);
+        }
         Ok(())
     }
 }

@@ -24,7 +24,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::buffer::{align_up, Region};
+use super::buffer::{align_up, Region, RegionReader, RegionWriter};
 use super::error::ShmError;
 use super::file;
 use crate::limits::{self, MAX_TERM_LENGTH, MIN_TERM_LENGTH};
@@ -394,84 +394,176 @@ impl LogBuffer {
     /// Many threads and processes may offer into one log at once. Messages longer than
     /// `mtu - 32` are fragmented; longer than [`Self::max_message_length`] is an error.
     pub fn offer(&self, payload: &[u8], reserved_value: i64, limit: i64) -> Result<Offer, ShmError> {
-        if payload.len() > self.max_message_length() {
+        self.check_message_length(payload.len())?;
+        Ok(self.append(std::slice::from_ref(&payload), reserved_value, limit)?.1)
+    }
+
+    /// Offers a batch: appends, in order and with one claim (one atomic add on the tail), the
+    /// longest prefix of `messages` that fits below `limit` (at least the first message, as
+    /// [`Self::offer`]) and before the end of the term. Returns how many were appended and the
+    /// outcome: [`Offer::Appended`] with the position after the last one when at least one was,
+    /// otherwise the refusal of the first ([`Offer::AdminAction`] at a term end: retry now).
+    ///
+    /// Every message is framed exactly as [`Self::offer`] frames it and committed on its own
+    /// (frame length stored last, `Release`), so a reader sees a prefix of the batch, never a
+    /// half-written frame. A message longer than [`Self::max_message_length`] is an error and
+    /// nothing is appended. An empty batch appends nothing and reports the tail position.
+    pub fn offer_batch(&self, messages: &[&[u8]], reserved_value: i64, limit: i64) -> Result<(usize, Offer), ShmError> {
+        if messages.is_empty() {
+            return Ok((0, Offer::Appended(self.tail_position()?)));
+        }
+        for message in messages {
+            self.check_message_length(message.len())?;
+        }
+        self.append(messages, reserved_value, limit)
+    }
+
+    fn check_message_length(&self, length: usize) -> Result<(), ShmError> {
+        if length > self.max_message_length() {
             return Err(ShmError::Parameter(format!(
-                "message of {} bytes exceeds the maximum of {} for term length {}",
-                payload.len(),
+                "message of {length} bytes exceeds the maximum of {} for term length {}",
                 self.max_message_length(),
                 self.term_length
             )));
         }
+        Ok(())
+    }
+
+    /// Bytes `payload` occupies in the term: one aligned frame, or `mtu`-sized fragments.
+    #[inline]
+    fn framed_length(&self, payload: usize) -> usize {
+        let max_payload = self.mtu as usize - DATA_HEADER_LENGTH;
+        if payload <= max_payload {
+            align_frame(payload + DATA_HEADER_LENGTH)
+        } else {
+            fragmented_length(payload, max_payload)
+        }
+    }
+
+    /// The term appender (`docs/driver-protocol.md`): one claim for a prefix of `messages`
+    /// (non-empty, every length checked by the caller).
+    fn append(&self, messages: &[&[u8]], reserved_value: i64, limit: i64) -> Result<(usize, Offer), ShmError> {
+        let Some(first) = messages.first() else { return Ok((0, Offer::BackPressured)) };
         let term_count = self.active_term_count()?;
         let partition = partition_index(term_count as i64);
-        let raw = self.raw_tail(partition)?;
+        let tail_counter = meta::TERM_TAIL_COUNTERS + 8 * partition;
+        let raw = self.meta.get_i64_acquire(tail_counter)?;
         let term_id = tail_term_id(raw);
         if term_id.wrapping_sub(self.initial_term_id) != term_count {
-            return Ok(Offer::AdminAction);
+            return Ok((0, Offer::AdminAction));
         }
         let offset = tail_term_offset(raw, self.term_length);
         let position = compute_position(term_id, offset as i32, self.position_bits, self.initial_term_id);
         if position >= limit {
-            return Ok(if position >= self.max_position() { Offer::MaxPositionExceeded } else { Offer::BackPressured });
+            let refusal =
+                if position >= self.max_position() { Offer::MaxPositionExceeded } else { Offer::BackPressured };
+            return Ok((0, refusal));
         }
-        let max_payload = self.mtu as usize - DATA_HEADER_LENGTH;
-        let claimed = if payload.len() <= max_payload {
-            align_frame(payload.len() + DATA_HEADER_LENGTH)
-        } else {
-            fragmented_length(payload.len(), max_payload)
-        };
-        let raw = self.meta.get_and_add_i64(meta::TERM_TAIL_COUNTERS + 8 * partition, claimed as i64)?;
+        // The claim: the first message whatever its length (a single offer may cross the limit by
+        // one message, as Aeron's), then more while they stay below the limit and inside the term
+        // as seen now; a tail moved on by other writers meanwhile only makes the claim cross the
+        // term end, which pads and rotates as for one message.
+        let budget = (limit.saturating_sub(position) as u64).min(u64::from(self.term_length - offset));
+        let mut claimed = self.framed_length(first.len()) as u64;
+        let mut count = 1;
+        for message in &messages[1..] {
+            let length = self.framed_length(message.len()) as u64;
+            if claimed + length > budget {
+                break;
+            }
+            claimed += length;
+            count += 1;
+        }
+        let raw = self.meta.get_and_add_i64(tail_counter, claimed as i64)?;
         let term_id = tail_term_id(raw);
         let term_offset = (raw & 0xFFFF_FFFF) as u64;
-        let resulting = term_offset + claimed as u64;
+        let resulting = term_offset + claimed;
         let term = self.partition(partition)?;
-        if resulting > self.term_length as u64 {
-            if term_offset < self.term_length as u64 {
+        if resulting > u64::from(self.term_length) {
+            if term_offset < u64::from(self.term_length) {
                 self.write_padding(term, term_offset as usize, term_id)?;
             }
             self.rotate(term_count, term_id)?;
-            return Ok(Offer::AdminAction);
+            return Ok((0, Offer::AdminAction));
         }
         let term_offset = term_offset as usize;
-        if payload.len() <= max_payload {
-            self.write_frame(term, term_offset, term_id, flags::UNFRAGMENTED, payload, reserved_value)?;
-        } else {
-            let mut frame_offset = term_offset;
-            let mut chunks = payload.chunks(max_payload).peekable();
-            let mut first = true;
-            while let Some(chunk) = chunks.next() {
-                let mut frame_flags = if first { flags::BEGIN } else { 0 };
-                if chunks.peek().is_none() {
-                    frame_flags |= flags::END;
-                }
-                self.write_frame(term, frame_offset, term_id, frame_flags, chunk, reserved_value)?;
-                frame_offset += align_frame(chunk.len() + DATA_HEADER_LENGTH);
-                first = false;
-            }
+        let claimed = claimed as usize;
+        // The next claim's lines: fetched for writing now, so that the next atomic add does not
+        // wait for this claim's stores to miss in the cache.
+        for line in 0..PREFETCH_LINES {
+            term.prefetch_write(term_offset + claimed + line * CACHE_LINE);
         }
-        Ok(Offer::Appended(compute_position(term_id, resulting as i32, self.position_bits, self.initial_term_id)))
+        let writer = term.writer(term_offset, claimed)?;
+        let mut at = 0;
+        for message in &messages[..count] {
+            if count > 1 && PREFETCH_LINES > 0 {
+                term.prefetch_write(term_offset + at + PREFETCH_LINES * CACHE_LINE);
+            }
+            at += self.write_message(&writer, at, term_offset + at, term_id, message, reserved_value)?;
+        }
+        Ok((
+            count,
+            Offer::Appended(compute_position(term_id, resulting as i32, self.position_bits, self.initial_term_id)),
+        ))
     }
 
+    /// Writes one message (one frame or its fragments) at `at` in `writer`, which starts at
+    /// `term_offset - at` in the term; returns the bytes written (aligned).
+    #[inline]
+    fn write_message(
+        &self,
+        writer: &RegionWriter<'_>,
+        at: usize,
+        term_offset: usize,
+        term_id: i32,
+        payload: &[u8],
+        reserved_value: i64,
+    ) -> Result<usize, ShmError> {
+        let max_payload = self.mtu as usize - DATA_HEADER_LENGTH;
+        if payload.len() <= max_payload {
+            self.write_frame(writer, at, term_offset, term_id, flags::UNFRAGMENTED, payload, reserved_value)?;
+            return Ok(align_frame(payload.len() + DATA_HEADER_LENGTH));
+        }
+        let mut written = 0;
+        let mut chunks = payload.chunks(max_payload).peekable();
+        let mut first = true;
+        while let Some(chunk) = chunks.next() {
+            let mut frame_flags = if first { flags::BEGIN } else { 0 };
+            if chunks.peek().is_none() {
+                frame_flags |= flags::END;
+            }
+            self.write_frame(writer, at + written, term_offset + written, term_id, frame_flags, chunk, reserved_value)?;
+            written += align_frame(chunk.len() + DATA_HEADER_LENGTH);
+            first = false;
+        }
+        Ok(written)
+    }
+
+    /// One frame: length negative (in progress), header bytes 4.., payload, then the positive
+    /// length with `Release` (the commit).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
     fn write_frame(
         &self,
-        term: &Region,
-        offset: usize,
+        writer: &RegionWriter<'_>,
+        at: usize,
+        term_offset: usize,
         term_id: i32,
         frame_flags: u8,
         payload: &[u8],
         reserved_value: i64,
     ) -> Result<(), ShmError> {
         let frame_length = (payload.len() + DATA_HEADER_LENGTH) as i32;
-        term.put_i32_release(offset + frame::LENGTH, -frame_length)?;
+        writer.put_i32_release(at + frame::LENGTH, -frame_length)?;
         let mut header = self.default_header;
         header[frame::FLAGS] = frame_flags;
-        header[frame::TERM_OFFSET..frame::TERM_OFFSET + 4].copy_from_slice(&(offset as i32).to_le_bytes());
+        header[frame::TERM_OFFSET..frame::TERM_OFFSET + 4].copy_from_slice(&(term_offset as i32).to_le_bytes());
         header[frame::TERM_ID..frame::TERM_ID + 4].copy_from_slice(&term_id.to_le_bytes());
         header[frame::RESERVED_VALUE..frame::RESERVED_VALUE + 8].copy_from_slice(&reserved_value.to_le_bytes());
         // Bytes 4.. of the header (the length stays negative until the end).
-        term.put_bytes(offset + 4, &header[4..])?;
-        term.put_bytes(offset + DATA_HEADER_LENGTH, payload)?;
-        term.put_i32_release(offset + frame::LENGTH, frame_length)
+        writer.put_bytes(at + 4, &header[4..])?;
+        writer.put_bytes(at + DATA_HEADER_LENGTH, payload)?;
+        writer.put_i32_release(at + frame::LENGTH, frame_length)
     }
 
     fn write_padding(&self, term: &Region, offset: usize, term_id: i32) -> Result<(), ShmError> {
@@ -509,6 +601,10 @@ impl LogBuffer {
     /// Reads committed fragments from `position` (within one term) into `handler`, at most
     /// `fragment_limit` of them; returns the position after the last frame consumed (padding
     /// included). Stops at the first frame not yet committed.
+    ///
+    /// Frames are read in runs: the committed frame lengths are scanned (`Acquire`) up to
+    /// [`READ_CHUNK`] bytes, the run is copied out of the mapping in one piece, and the handler
+    /// gets slices of that private copy (shared memory is never handed out as a reference).
     pub fn read<F>(
         &self,
         position: i64,
@@ -523,51 +619,111 @@ impl LogBuffer {
         let term_count = position >> self.position_bits;
         let term = self.partition(partition_index(term_count))?;
         let term_id = self.initial_term_id.wrapping_add(term_count as i32);
-        let mut offset = term_offset;
+        let reader = term.reader(term_offset, self.term_length as usize - term_offset)?;
+        let mut offset = 0;
         let mut fragments = 0;
-        while fragments < fragment_limit && offset < self.term_length as usize {
-            let Some((length, aligned)) = self.committed_frame(term, offset)? else { break };
-            // Bytes 4..8 are version, flags and type: one load tells a PAD frame (which may span
-            // most of the term) from data, which is then copied in one piece with its header.
-            let word = term.get_i32(offset + 4)?.to_le_bytes();
-            if i16::from_le_bytes([word[2], word[3]]) != FrameType::Pad.code() {
-                scratch.clear();
-                term.read_into(offset, length, scratch)?;
-                let head = &scratch[..DATA_HEADER_LENGTH];
+        while fragments < fragment_limit && offset < reader.len() {
+            // Scan a run of committed frames from `offset`: `data_end` is the end of the last
+            // data frame, `end` includes a final padding frame (never copied).
+            let run_start = offset;
+            let mut end = offset;
+            let mut data_end = offset;
+            let mut run_fragments = 0;
+            while fragments + run_fragments < fragment_limit && end < reader.len() && end - run_start < READ_CHUNK {
+                if PREFETCH_LINES > 0 {
+                    term.prefetch_read(term_offset + end + PREFETCH_LINES * CACHE_LINE);
+                }
+                let Some(aligned) = self.committed_frame(&reader, term_offset, end)? else { break };
+                if frame_type(&reader, end)? == FrameType::Pad.code() {
+                    end += aligned;
+                    break;
+                }
+                end += aligned;
+                data_end = end;
+                run_fragments += 1;
+            }
+            if end == run_start {
+                break;
+            }
+            if data_end > run_start {
+                reader.copy_to(run_start, data_end - run_start, scratch)?;
+                fragments +=
+                    self.deliver(scratch, position + run_start as i64, term_offset + run_start, term_id, &mut handler)?;
+            }
+            offset = end;
+        }
+        Ok(position + offset as i64)
+    }
+
+    /// Hands the data frames of `run` (a private copy of committed frames that started at
+    /// `term_offset` / `position`) to `handler`; returns how many. The copy is parsed again with
+    /// every length checked against it, so a writer that changed the mapping after the scan
+    /// yields an error, never an out-of-range slice.
+    fn deliver<F>(
+        &self,
+        run: &[u8],
+        position: i64,
+        term_offset: usize,
+        term_id: i32,
+        handler: &mut F,
+    ) -> Result<usize, ShmError>
+    where
+        F: FnMut(&FragmentHeader, &[u8]),
+    {
+        let mut at = 0;
+        let mut delivered = 0;
+        while at < run.len() {
+            let corrupt =
+                || ShmError::corrupt("term", term_offset + at, "frame changed after it was committed".to_string());
+            let head = run.get(at..at + DATA_HEADER_LENGTH).ok_or_else(corrupt)?;
+            let length = i32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+            let length = usize::try_from(length).map_err(|_| corrupt())?;
+            let aligned = align_frame(length);
+            if length < DATA_HEADER_LENGTH || aligned > run.len() - at {
+                return Err(corrupt());
+            }
+            if i16::from_le_bytes([head[frame::TYPE], head[frame::TYPE + 1]]) != FrameType::Pad.code() {
                 let mut reserved = [0u8; 8];
                 reserved.copy_from_slice(&head[frame::RESERVED_VALUE..frame::RESERVED_VALUE + 8]);
                 let header = FragmentHeader {
-                    position: position + (offset - term_offset) as i64,
+                    position: position + at as i64,
                     flags: head[frame::FLAGS],
                     reserved_value: i64::from_le_bytes(reserved),
                     term_id,
-                    term_offset: offset as u32,
+                    term_offset: (term_offset + at) as u32,
                 };
-                handler(&header, &scratch[DATA_HEADER_LENGTH..]);
-                fragments += 1;
+                handler(&header, &run[at + DATA_HEADER_LENGTH..at + length]);
+                delivered += 1;
             }
-            offset += aligned;
+            at += aligned;
         }
-        Ok(position + (offset - term_offset) as i64)
+        Ok(delivered)
     }
 
-    /// The committed frame at `offset`: `(frame_length, aligned_length)`, `None` when not yet
-    /// committed; an error when the length cannot be a frame of this term.
-    fn committed_frame(&self, term: &Region, offset: usize) -> Result<Option<(usize, usize)>, ShmError> {
-        let length = term.get_i32_acquire(offset + frame::LENGTH)?;
+    /// The committed frame at `offset` of `reader` (which starts at `base` in its term): its
+    /// aligned length, `None` when not yet committed; an error when the length cannot be a
+    /// frame of this term.
+    #[inline]
+    fn committed_frame(
+        &self,
+        reader: &RegionReader<'_>,
+        base: usize,
+        offset: usize,
+    ) -> Result<Option<usize>, ShmError> {
+        let length = reader.get_i32_acquire(offset + frame::LENGTH)?;
         if length <= 0 {
             return Ok(None);
         }
         let length = length as usize;
         let aligned = align_frame(length);
-        if length < DATA_HEADER_LENGTH || aligned > self.term_length as usize - offset {
+        if length < DATA_HEADER_LENGTH || aligned > reader.len() - offset {
             return Err(ShmError::corrupt(
                 "term",
-                offset,
+                base + offset,
                 format!("frame length {length} does not fit a term of {} bytes", self.term_length),
             ));
         }
-        Ok(Some((length, aligned)))
+        Ok(Some(aligned))
     }
 
     /// Bytes of committed frames available to send from `position`, at most `max_length`
@@ -576,14 +732,12 @@ impl LogBuffer {
     pub fn scan(&self, position: i64, max_length: usize) -> Result<(usize, usize), ShmError> {
         let term_offset = (position & (self.term_length as i64 - 1)) as usize;
         let term = self.partition(partition_index(position >> self.position_bits))?;
-        let limit = max_length.min(self.term_length as usize - term_offset);
+        let reader = term.reader(term_offset, self.term_length as usize - term_offset)?;
+        let limit = max_length.min(reader.len());
         let mut available = 0;
         while available < limit {
-            let offset = term_offset + available;
-            let Some((_, aligned)) = self.committed_frame(term, offset)? else { break };
-            let mut kind = [0u8; 2];
-            term.get_bytes(offset + frame::TYPE, &mut kind)?;
-            if i16::from_le_bytes(kind) == FrameType::Pad.code() {
+            let Some(aligned) = self.committed_frame(&reader, term_offset, available)? else { break };
+            if frame_type(&reader, available)? == FrameType::Pad.code() {
                 if available + DATA_HEADER_LENGTH > max_length {
                     break;
                 }
@@ -616,6 +770,21 @@ impl LogBuffer {
         *clean_position += length as i64;
         Ok(())
     }
+}
+
+/// Bytes the reader copies out of the mapping per run of committed frames (fits the L1/L2 cache).
+pub const READ_CHUNK: usize = 64 * 1024;
+/// Cache line size the appender and reader prefetch by.
+const CACHE_LINE: usize = 64;
+/// How many lines ahead of the tail the appender and the reader prefetch.
+const PREFETCH_LINES: usize = 4;
+
+/// Frame type of the committed frame at `offset` of `reader` (bytes 6..8: one 4-byte load of
+/// version, flags and type).
+#[inline]
+fn frame_type(reader: &RegionReader<'_>, offset: usize) -> Result<i16, ShmError> {
+    let word = reader.get_i32(offset + 4)?.to_le_bytes();
+    Ok(i16::from_le_bytes([word[2], word[3]]))
 }
 
 /// The only term length a file of `region`'s size and page size can hold: the file is
@@ -891,6 +1060,137 @@ mod tests {
         assert_eq!(available, DATA_HEADER_LENGTH);
         assert_eq!(position as usize + DATA_HEADER_LENGTH + padding, 64 * 1024);
         assert_eq!(log.tail_position().unwrap(), 64 * 1024);
+    }
+
+    fn numbered(count: u32, length: usize) -> Vec<Vec<u8>> {
+        (0..count).map(|i| i.to_le_bytes().iter().copied().cycle().take(length.max(4)).collect()).collect()
+    }
+
+    fn read_all(log: &LogBuffer, from: i64) -> (Vec<(u8, Vec<u8>)>, i64) {
+        let mut scratch = Vec::new();
+        let mut frames = Vec::new();
+        let mut position = from;
+        loop {
+            let next = log.read(position, usize::MAX, &mut scratch, |h, p| frames.push((h.flags, p.to_vec()))).unwrap();
+            if next == position {
+                return (frames, position);
+            }
+            position = next;
+        }
+    }
+
+    #[test]
+    fn a_batch_is_appended_with_one_claim_and_read_back_in_order() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let messages = numbered(100, 40);
+        let slices: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+        let (taken, outcome) = log.offer_batch(&slices, 5, i64::MAX).unwrap();
+        assert_eq!((taken, outcome), (100, Offer::Appended(100 * 96)));
+        assert_eq!(log.tail_position().unwrap(), 100 * 96);
+        let (frames, end) = read_all(&log, 0);
+        assert_eq!(end, 100 * 96);
+        let payloads: Vec<Vec<u8>> = frames.iter().map(|f| f.1.clone()).collect();
+        assert_eq!(payloads, messages);
+        assert!(frames.iter().all(|f| f.0 == flags::UNFRAGMENTED));
+        // Same frames as one offer each: header fields included.
+        let single = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        for message in &messages {
+            single.offer(message, 5, i64::MAX).unwrap();
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        log.term(0).unwrap().read_into(0, 100 * 96, &mut a).unwrap();
+        single.term(0).unwrap().read_into(0, 100 * 96, &mut b).unwrap();
+        assert_eq!(a, b, "a batch writes exactly the frames single offers write");
+    }
+
+    #[test]
+    fn a_batch_stops_at_the_publisher_limit_but_takes_at_least_one_message() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let messages = numbered(10, 100); // 160 bytes framed
+        let slices: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+        assert_eq!(log.offer_batch(&slices, 0, 0).unwrap(), (0, Offer::BackPressured));
+        assert_eq!(log.offer_batch(&slices, 0, 1).unwrap(), (1, Offer::Appended(160)));
+        assert_eq!(log.offer_batch(&slices[1..], 0, 160 + 3 * 160).unwrap(), (3, Offer::Appended(640)));
+        assert_eq!(log.offer_batch(&slices[4..], 0, 640 + 3 * 160 - 1).unwrap(), (2, Offer::Appended(960)));
+        assert_eq!(log.offer_batch(&[], 0, 0).unwrap(), (0, Offer::Appended(960)));
+        let (frames, _) = read_all(&log, 0);
+        assert_eq!(frames.into_iter().map(|f| f.1).collect::<Vec<_>>(), messages[..6].to_vec());
+    }
+
+    #[test]
+    fn a_batch_fills_the_term_then_the_rest_follows_after_the_rotation() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let messages = numbered(1500, 60); // 96 bytes framed: 682 fit a term
+        let slices: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+        let mut taken = 0;
+        let mut admin = 0;
+        while taken < slices.len() {
+            let (n, outcome) = log.offer_batch(&slices[taken..], 0, i64::MAX).unwrap();
+            taken += n;
+            match outcome {
+                Offer::Appended(_) => assert!(n > 0),
+                Offer::AdminAction => admin += 1,
+                other => panic!("{other:?}"),
+            }
+            assert!(admin < 10);
+        }
+        assert_eq!(admin, 2, "two term ends: padding and rotation each time");
+        let (frames, end) = read_all(&log, 0);
+        assert_eq!(end, log.tail_position().unwrap());
+        assert!(end > 2 * 64 * 1024);
+        assert_eq!(frames.into_iter().map(|f| f.1).collect::<Vec<_>>(), messages);
+    }
+
+    #[test]
+    fn a_batch_fragments_long_messages_and_refuses_too_long_ones_whole() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let long: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+        let short = b"short".to_vec();
+        let (taken, _) = log.offer_batch(&[&short, &long, &short], 3, i64::MAX).unwrap();
+        assert_eq!(taken, 3);
+        let (frames, _) = read_all(&log, 0);
+        let kinds: Vec<u8> = frames.iter().map(|f| f.0).collect();
+        assert_eq!(kinds, [flags::UNFRAGMENTED, flags::BEGIN, 0, flags::END, flags::UNFRAGMENTED]);
+        let joined: Vec<u8> = frames[1..4].iter().flat_map(|f| f.1.clone()).collect();
+        assert_eq!(joined, long);
+        let tail = log.tail_position().unwrap();
+        let too_long = vec![0; log.max_message_length() + 1];
+        assert!(matches!(log.offer_batch(&[&short, &too_long], 0, i64::MAX), Err(ShmError::Parameter(_))));
+        assert_eq!(log.tail_position().unwrap(), tail, "nothing of a refused batch is appended");
+    }
+
+    #[test]
+    fn a_reader_stops_inside_a_batch_at_the_first_frame_not_committed() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let messages = numbered(4, 40);
+        let slices: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+        log.offer_batch(&slices, 0, i64::MAX).unwrap();
+        // The third frame of the claim still in progress (negative length): the reader delivers
+        // the first two only, and the fourth after the third is committed.
+        let term = log.term(0).unwrap();
+        term.put_i32_release(2 * 96, -72).unwrap();
+        let (frames, end) = read_all(&log, 0);
+        assert_eq!((frames.len(), end), (2, 2 * 96));
+        term.put_i32_release(2 * 96, 72).unwrap();
+        let (frames, end) = read_all(&log, end);
+        assert_eq!((frames.len(), end), (2, 4 * 96));
+        assert_eq!(frames[1].1, messages[3]);
+    }
+
+    #[test]
+    fn reads_in_runs_respect_the_fragment_limit_and_cross_many_runs() {
+        let log = LogBuffer::anonymous(&params(1 << 20)).unwrap();
+        let messages = numbered(3000, 200); // 256 bytes framed: 750 KiB, several read runs
+        let slices: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+        assert_eq!(log.offer_batch(&slices, 0, i64::MAX).unwrap().0, 3000);
+        let mut scratch = Vec::new();
+        let mut got = Vec::new();
+        let position = log.read(0, 7, &mut scratch, |h, p| got.push((h.position, p.to_vec()))).unwrap();
+        assert_eq!((got.len(), position), (7, 7 * 256));
+        assert_eq!(got[6].0, 6 * 256);
+        let position = log.read(position, usize::MAX, &mut scratch, |h, p| got.push((h.position, p.to_vec()))).unwrap();
+        assert_eq!(position, 3000 * 256);
+        assert_eq!(got.into_iter().map(|g| g.1).collect::<Vec<_>>(), messages);
     }
 
     #[test]
