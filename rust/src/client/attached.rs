@@ -26,10 +26,30 @@ use crate::shm::log_buffer::{LogBuffer, Offer};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::wire::flags;
 
+/// [`AttachedClient::threading`] of a client attached to a driver in another process.
+pub const STANDALONE_THREADING: &str = "standalone";
+
 /// How often the client tells the driver it is alive.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(100);
 /// How long a command waits for its response.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One duty cycle of a driver running in this process with invoker threading: the work done
+/// (0 = idle, or another thread is running a cycle). Handed to the client by whoever composed
+/// the driver and the client (`crate::embedded`); the client never sees the driver itself.
+pub type DutyCycle = Arc<dyn Fn() -> Result<usize> + Send + Sync>;
+
+/// What a client of a driver in this process is given besides the directory.
+pub struct InProcessDriver {
+    /// The threading mode's name, as [`AttachedClient::threading`] reports it.
+    pub threading: &'static str,
+    /// With invoker threading: runs one driver duty cycle. The client runs it while it waits
+    /// for an answer and from [`AttachedClient::do_work`].
+    pub duty_cycle: Option<DutyCycle>,
+    /// Stops the driver after the client closed (drains publications, end of stream to
+    /// subscribers, files and directory removed).
+    pub on_close: Box<dyn FnOnce() + Send>,
+}
 
 type Result<T> = std::result::Result<T, Error>;
 
@@ -50,6 +70,9 @@ struct Inbox {
     pending: HashSet<i64>,
     images: HashMap<i64, Vec<ImageInfo>>,
     gone: HashSet<i64>,
+    /// Commands whose caller gave up (timeout, interrupt): a resource they still create is
+    /// removed at once, so a failed command leaves nothing behind.
+    abandoned: HashSet<i64>,
 }
 
 struct Shared {
@@ -65,6 +88,10 @@ struct Shared {
     generation: AtomicU64,
     receiver: Mutex<(BroadcastReceiver, Vec<u8>)>,
     inbox: Mutex<Inbox>,
+    /// Invoker threading: the in-process driver's duty cycle.
+    duty_cycle: Option<DutyCycle>,
+    /// The driver runs in this process: its liveness is not watched (it ends with us).
+    in_process: bool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -157,6 +184,8 @@ impl Shared {
                 | Response::OperationSuccess { correlation_id } => {
                     if inbox.pending.remove(&correlation_id) {
                         inbox.responses.insert(correlation_id, response);
+                    } else if inbox.abandoned.remove(&correlation_id) {
+                        self.undo(&response, &mut inbox);
                     }
                 }
                 Response::ClientTimeout { .. } => {}
@@ -168,39 +197,115 @@ impl Shared {
         Ok(())
     }
 
-    /// Sends a command built with a fresh correlation id and waits for its response.
-    fn request(&self, build: impl FnOnce(i64) -> Command) -> Result<Response> {
-        self.check()?;
-        let correlation_id = self.ring.next_correlation_id().map_err(shm)?;
+    /// Removes what an abandoned command created after its caller gave up.
+    fn undo(&self, response: &Response, inbox: &mut Inbox) {
+        let client_id = self.client_id;
+        let Ok(correlation_id) = self.ring.next_correlation_id() else { return };
+        let command = match *response {
+            Response::PublicationReady { registration_id, .. } => {
+                Command::RemovePublication { client_id, correlation_id, registration_id }
+            }
+            Response::SubscriptionReady { correlation_id: registration_id } => {
+                inbox.images.remove(&registration_id);
+                Command::RemoveSubscription { client_id, correlation_id, registration_id }
+            }
+            _ => return,
+        };
+        let _ = self.send(&command);
+    }
+
+    /// Gives up waiting for `correlation_id`: what it still creates is removed on arrival.
+    fn abandon(&self, correlation_id: i64) {
+        let mut inbox = lock(&self.inbox);
+        inbox.images.remove(&correlation_id);
+        if inbox.pending.remove(&correlation_id) {
+            inbox.abandoned.insert(correlation_id);
+        }
+        if let Some(response) = inbox.responses.remove(&correlation_id) {
+            self.undo(&response, &mut inbox);
+        }
+    }
+
+    /// Sends a command built with a fresh correlation id and waits for its response, polling
+    /// `interrupt` while it waits: when it fails, the command is
+    /// abandoned (whatever it creates is removed) and its error returned.
+    fn request_with<E>(
+        &self,
+        build: impl FnOnce(i64) -> Command,
+        mut interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<Response>, E> {
+        if let Err(error) = self.check() {
+            return Ok(Err(error));
+        }
+        let correlation_id = match self.ring.next_correlation_id() {
+            Ok(id) => id,
+            Err(error) => return Ok(Err(shm(error))),
+        };
         lock(&self.inbox).pending.insert(correlation_id);
         let command = build(correlation_id);
-        if let Command::AddSubscription { .. } = command {
+        let subscribing = matches!(command, Command::AddSubscription { .. });
+        if subscribing {
             lock(&self.inbox).images.insert(correlation_id, Vec::new());
         }
-        self.send(&command)?;
+        let outcome = self.wait_for(correlation_id, &command, &mut interrupt);
+        match outcome {
+            Ok(Ok(Response::Error { message, .. })) => {
+                if subscribing {
+                    lock(&self.inbox).images.remove(&correlation_id);
+                }
+                Ok(Err(Error::Config(message)))
+            }
+            Ok(Ok(response)) => Ok(Ok(response)),
+            Ok(Err(error)) => {
+                self.abandon(correlation_id);
+                Ok(Err(error))
+            }
+            Err(interrupted) => {
+                self.abandon(correlation_id);
+                Err(interrupted)
+            }
+        }
+    }
+
+    fn wait_for<E>(
+        &self,
+        correlation_id: i64,
+        command: &Command,
+        interrupt: &mut impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<Response>, E> {
+        if let Err(error) = self.send(command) {
+            return Ok(Err(error));
+        }
         let deadline = Instant::now() + COMMAND_TIMEOUT;
         let mut pause = Duration::from_micros(20);
         loop {
-            self.service()?;
+            interrupt()?;
+            // Invoker threading: whoever waits runs the driver (one thread at a time; the
+            // others find it busy and wait); every waiter's answer lands in the inbox.
+            let work = match self.duty_cycle.as_ref().map_or(Ok(0), |cycle| cycle()) {
+                Ok(work) => work,
+                Err(error) => return Ok(Err(error)),
+            };
+            if let Err(error) = self.service() {
+                return Ok(Err(error));
+            }
             if let Some(response) = lock(&self.inbox).responses.remove(&correlation_id) {
-                if let Response::Error { message, .. } = &response {
-                    if let Command::AddSubscription { .. } = command {
-                        lock(&self.inbox).images.remove(&correlation_id);
-                    }
-                    return Err(Error::Config(message.clone()));
-                }
-                return Ok(response);
+                return Ok(Ok(response));
             }
-            self.check()?;
+            if let Err(error) = self.check() {
+                return Ok(Err(error));
+            }
             if Instant::now() >= deadline {
-                lock(&self.inbox).pending.remove(&correlation_id);
-                return Err(Error::Timeout(format!(
-                    "the driver in {} did not answer command {correlation_id}",
-                    self.dir.display()
-                )));
+                return Ok(Err(Error::Timeout(format!(
+                    "the driver in {} did not answer command {correlation_id} within {} ms",
+                    self.dir.display(),
+                    COMMAND_TIMEOUT.as_millis()
+                ))));
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
+            if work == 0 {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(1));
+            }
         }
     }
 
@@ -219,12 +324,53 @@ pub struct AttachedClient {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     keepalive: Mutex<Option<JoinHandle<()>>>,
+    threading: &'static str,
+    on_close: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl AttachedClient {
     /// Attaches to the live driver in `dir`; `driver_timeout` bounds how long a silent driver is
     /// trusted.
     pub fn connect(dir: &Path, driver_timeout: Duration) -> Result<Self> {
+        Self::connect_with(dir, driver_timeout, None)
+    }
+
+    /// Attaches to a driver this process runs in `dir` (see [`InProcessDriver`]). If attaching
+    /// fails, the driver is stopped (`on_close` runs) before the error is returned.
+    pub fn connect_in_process(dir: &Path, driver: InProcessDriver) -> Result<Self> {
+        let timeout = Duration::from_millis(directory::DRIVER_TIMEOUT_MS as u64);
+        Self::connect_with(dir, timeout, Some(driver))
+    }
+
+    fn connect_with(dir: &Path, driver_timeout: Duration, in_process: Option<InProcessDriver>) -> Result<Self> {
+        let (threading, duty_cycle, on_close) = match in_process {
+            Some(InProcessDriver { threading, duty_cycle, on_close }) => (threading, duty_cycle, Some(on_close)),
+            None => (STANDALONE_THREADING, None, None),
+        };
+        let attached = Self::attach(dir, driver_timeout, duty_cycle, on_close.is_some());
+        match attached {
+            Ok((shared, stop, keepalive)) => Ok(Self {
+                shared,
+                stop,
+                keepalive: Mutex::new(Some(keepalive)),
+                threading,
+                on_close: Mutex::new(on_close),
+            }),
+            Err(error) => {
+                if let Some(on_close) = on_close {
+                    on_close();
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn attach(
+        dir: &Path,
+        driver_timeout: Duration,
+        duty_cycle: Option<DutyCycle>,
+        in_process: bool,
+    ) -> Result<(Arc<Shared>, Arc<AtomicBool>, JoinHandle<()>)> {
         let driver_timeout_ms = driver_timeout.as_millis() as i64;
         match directory::inspect(dir, driver_timeout_ms, epoch_ms()) {
             DirectoryState::Live { .. } => {}
@@ -252,6 +398,8 @@ impl AttachedClient {
             generation: AtomicU64::new(0),
             receiver: Mutex::new((receiver, Vec::new())),
             inbox: Mutex::new(Inbox::default()),
+            duty_cycle,
+            in_process,
         });
         shared.send(&Command::ClientKeepalive { client_id })?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -263,7 +411,28 @@ impl AttachedClient {
                 .spawn(move || keepalive_loop(&shared, &stop))
                 .map_err(Error::Io)?
         };
-        Ok(Self { shared, stop, keepalive: Mutex::new(Some(keepalive)) })
+        Ok((shared, stop, keepalive))
+    }
+
+    /// The threading mode: [`STANDALONE_THREADING`] for a driver in another process, else the
+    /// in-process driver's mode.
+    pub fn threading(&self) -> &'static str {
+        self.threading
+    }
+
+    /// Invoker threading: runs one duty cycle of the in-process driver (unless another thread
+    /// is running one) and reads the driver's answers; returns the work done. Otherwise 0.
+    pub fn do_work(&self) -> Result<usize> {
+        self.shared.check()?;
+        let Some(cycle) = &self.shared.duty_cycle else { return Ok(0) };
+        let work = cycle()?;
+        self.shared.service()?;
+        Ok(work)
+    }
+
+    /// The counters file of the driver (system counters and per-stream positions).
+    pub fn counters(&self) -> &CountersReader {
+        &self.shared.counters
     }
 
     /// This client's id (allocated by the driver's correlation counter).
@@ -288,13 +457,34 @@ impl AttachedClient {
 
     /// Adds a publication (`aeron:ipc`); publishers of one stream share one log.
     pub fn add_publication(&self, channel: &str, stream_id: i32) -> Result<AttachedPublication> {
+        match self.add_publication_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Self::add_publication`], polling `interrupt` while the driver answers: either the
+    /// publication is returned or the error is, and then the driver keeps nothing of it.
+    pub fn add_publication_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<AttachedPublication>, E> {
         let client_id = self.shared.client_id;
-        let response = self.shared.request(|correlation_id| Command::AddPublication {
-            client_id,
-            correlation_id,
-            stream_id,
-            channel: channel.to_string(),
-        })?;
+        let response = self.shared.request_with(
+            |correlation_id| Command::AddPublication {
+                client_id,
+                correlation_id,
+                stream_id,
+                channel: channel.to_string(),
+            },
+            interrupt,
+        )?;
+        Ok(response.and_then(|response| self.publication_from(response, stream_id)))
+    }
+
+    fn publication_from(&self, response: Response, stream_id: i32) -> Result<AttachedPublication> {
         let Response::PublicationReady { registration_id, session_id, publisher_limit_counter_id, log_file, .. } =
             response
         else {
@@ -307,13 +497,34 @@ impl AttachedClient {
 
     /// Adds a subscription (`aeron:ipc`); images arrive as publications appear.
     pub fn add_subscription(&self, channel: &str, stream_id: i32) -> Result<AttachedSubscription> {
+        match self.add_subscription_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Self::add_subscription`], polling `interrupt` while the driver answers (same guarantee
+    /// as [`Self::add_publication_with`]).
+    pub fn add_subscription_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<AttachedSubscription>, E> {
         let client_id = self.shared.client_id;
-        let response = self.shared.request(|correlation_id| Command::AddSubscription {
-            client_id,
-            correlation_id,
-            stream_id,
-            channel: channel.to_string(),
-        })?;
+        let response = self.shared.request_with(
+            |correlation_id| Command::AddSubscription {
+                client_id,
+                correlation_id,
+                stream_id,
+                channel: channel.to_string(),
+            },
+            interrupt,
+        )?;
+        Ok(response.and_then(|response| self.subscription_from(response, stream_id)))
+    }
+
+    fn subscription_from(&self, response: Response, stream_id: i32) -> Result<AttachedSubscription> {
         let Response::SubscriptionReady { correlation_id } = response else {
             return Err(Error::Driver(format!("unexpected answer to add_subscription: {response:?}")));
         };
@@ -337,6 +548,9 @@ impl AttachedClient {
             let _ = handle.join();
         }
         let _ = self.shared.send(&Command::ClientClose { client_id: self.shared.client_id });
+        if let Some(on_close) = lock(&self.on_close).take() {
+            on_close();
+        }
     }
 }
 
@@ -355,7 +569,9 @@ fn keepalive_loop(shared: &Shared, stop: &AtomicBool) {
             last_keepalive = Instant::now();
             let _ = shared.send(&Command::ClientKeepalive { client_id: shared.client_id });
             let age = shared.cnc.driver_heartbeat_ms().map(|beat| epoch_ms().saturating_sub(beat)).unwrap_or(i64::MAX);
-            if age > shared.driver_timeout_ms {
+            // A driver in this process ends with it (and with invoker threading beats only
+            // when the application runs it).
+            if !shared.in_process && age > shared.driver_timeout_ms {
                 shared.driver_dead.store(true, Ordering::Relaxed);
             }
         }

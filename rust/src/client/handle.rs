@@ -76,13 +76,18 @@ impl ClientHandle {
             ClientHandle::Embedded(client) => {
                 Ok(client.add_publication_with(channel, stream_id, interrupt)?.map(PublicationHandle::Embedded))
             }
-            ClientHandle::Attached(client) => Ok(check_attached_channel(channel)
-                .and_then(|()| client.add_publication(channel, stream_id))
-                .map(|publication| PublicationHandle::Attached {
-                    publication: Mutex::new(Some(Box::new(publication))),
-                    channel: channel.to_string(),
-                    stream_id,
-                })),
+            ClientHandle::Attached(client) => {
+                if let Err(error) = check_attached_channel(channel) {
+                    return Ok(Err(error));
+                }
+                Ok(client.add_publication_with(channel, stream_id, interrupt)?.map(|publication| {
+                    PublicationHandle::Attached {
+                        publication: Mutex::new(Some(Box::new(publication))),
+                        channel: channel.to_string(),
+                        stream_id,
+                    }
+                }))
+            }
         }
     }
 
@@ -97,13 +102,18 @@ impl ClientHandle {
             ClientHandle::Embedded(client) => {
                 Ok(client.add_subscription_with(channel, stream_id, interrupt)?.map(SubscriptionHandle::Embedded))
             }
-            ClientHandle::Attached(client) => Ok(check_attached_channel(channel)
-                .and_then(|()| client.add_subscription(channel, stream_id))
-                .map(|subscription| SubscriptionHandle::Attached {
-                    subscription: Mutex::new(Some(subscription)),
-                    channel: channel.to_string(),
-                    stream_id,
-                })),
+            ClientHandle::Attached(client) => {
+                if let Err(error) = check_attached_channel(channel) {
+                    return Ok(Err(error));
+                }
+                Ok(client.add_subscription_with(channel, stream_id, interrupt)?.map(|subscription| {
+                    SubscriptionHandle::Attached {
+                        subscription: Mutex::new(Some(subscription)),
+                        channel: channel.to_string(),
+                        stream_id,
+                    }
+                }))
+            }
         }
     }
 

@@ -1,0 +1,383 @@
+//! The embedded media driver: a driver run inside this process on the very structures a
+//! standalone driver uses (`shm/`), with a client attached to it through its directory.
+//!
+//! This module composes the two sides and is neither of them: it imports the driver
+//! ([`StandaloneDriver`]) and the client ([`AttachedClient`]); the client never sees the driver,
+//! it is handed an [`InProcessDriver`] (the threading name, the invoker's duty cycle as a
+//! closure, and what to do on close), and `driver/` imports nothing from `client/`.
+//!
+//! Each embedded driver gets a private directory `<root>/<pid>-<n>` under
+//! [`embedded_root`] (0700), removed on close; directories left by processes that died are
+//! swept when the next embedded driver starts.
+//!
+//! Threading: [`EmbeddedThreading::Invoker`] runs no thread: the application (or any client
+//! call waiting for the driver) runs the duty cycle. Every other mode runs the conductor on one
+//! thread (the current driver carries `aeron:ipc` only, which has no sender or receiver agent).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::{Duration, Instant};
+
+use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver};
+use crate::driver::idle::{IdleStrategy, Idler};
+use crate::driver::standalone::{StandaloneConfig, StandaloneDriver, SystemCounter};
+use crate::error::Error;
+use crate::shm::directory::{self, process_exists, DIR_MODE};
+
+type Result<T> = std::result::Result<T, Error>;
+
+/// Suffix of the per-user folder holding embedded drivers' directories.
+pub const EMBEDDED_ROOT_SUFFIX: &str = "-embedded";
+/// How long closing waits for publications to drain before ending their streams.
+pub const CLOSE_DRAIN: Duration = Duration::from_secs(2);
+
+/// Where embedded drivers' private directories live: `/dev/shm/affinity-<user>-embedded`.
+pub fn embedded_root() -> PathBuf {
+    directory::per_user_dir(EMBEDDED_ROOT_SUFFIX)
+}
+
+/// How the embedded driver's agents run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum EmbeddedThreading {
+    /// One driver thread runs every agent (the default: right on 2 cores).
+    #[default]
+    Shared,
+    /// The conductor on one thread, sender and receiver on another.
+    SharedNetwork,
+    /// Conductor, sender and receiver on a thread each.
+    Dedicated,
+    /// No driver thread: the application runs the duty cycle (`Client.do_work()`), and so does
+    /// any client call waiting for the driver.
+    Invoker,
+}
+
+impl EmbeddedThreading {
+    /// Every mode, in the order the error message lists them.
+    pub const ALL: [EmbeddedThreading; 4] = [
+        EmbeddedThreading::Shared,
+        EmbeddedThreading::SharedNetwork,
+        EmbeddedThreading::Dedicated,
+        EmbeddedThreading::Invoker,
+    ];
+
+    /// The mode's name (`Client(threading=...)`, `Client.threading`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EmbeddedThreading::Shared => "shared",
+            EmbeddedThreading::SharedNetwork => "shared-network",
+            EmbeddedThreading::Dedicated => "dedicated",
+            EmbeddedThreading::Invoker => "invoker",
+        }
+    }
+}
+
+impl std::str::FromStr for EmbeddedThreading {
+    type Err = String;
+    fn from_str(value: &str) -> std::result::Result<Self, String> {
+        Self::ALL.into_iter().find(|mode| mode.name() == value).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|mode| mode.name()).collect();
+            format!("threading mode {value:?} is not one of: {}", names.join(", "))
+        })
+    }
+}
+
+/// Settings of an embedded driver.
+#[derive(Clone, Debug)]
+pub struct EmbeddedConfig {
+    /// How the agents run.
+    pub threading: EmbeddedThreading,
+    /// What a driver thread does when idle.
+    pub idle: IdleStrategy,
+    /// The driver's settings; `dir` is replaced by the private directory.
+    pub driver: StandaloneConfig,
+    /// Where the private directory is made ([`embedded_root`] by default).
+    pub root: PathBuf,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        let root = embedded_root();
+        Self {
+            threading: EmbeddedThreading::default(),
+            idle: IdleStrategy::default(),
+            driver: StandaloneConfig::new(root.clone()),
+            root,
+        }
+    }
+}
+
+/// Removes the directories under `root` whose process (the `<pid>` of `<pid>-<n>`) is gone;
+/// returns how many were removed. Entries of another form are left alone.
+pub fn sweep_stale(root: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(root) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.split_once('-')).and_then(|(pid, _)| pid.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        if pid != i64::from(std::process::id()) && !process_exists(pid) && std::fs::remove_dir_all(entry.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Makes `<root>/<pid>-<n>` (root and directory 0700, owned by this user).
+fn private_dir(root: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let io = |path: &Path, what: &str, e: std::io::Error| {
+        Error::Driver(format!("embedded driver directory {}: {what}: {e}", path.display()))
+    };
+    match std::fs::DirBuilder::new().mode(DIR_MODE).create(root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(root, "cannot create", e)),
+    }
+    directory::check_owner(root).map_err(Error::from)?;
+    sweep_stale(root);
+    loop {
+        let dir = root.join(format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+        match std::fs::DirBuilder::new().mode(DIR_MODE).create(&dir) {
+            Ok(()) => return Ok(dir),
+            // Left by an earlier process with our pid: take the next number.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io(&dir, "cannot create", e)),
+        }
+    }
+}
+
+/// Closing: lets publications drain (at most [`CLOSE_DRAIN`]), ends their streams, removes
+/// the driver's files and its private directory.
+fn stop_driver(mut driver: StandaloneDriver) {
+    let deadline = Instant::now() + CLOSE_DRAIN;
+    let open = |driver: &StandaloneDriver| {
+        driver.cnc().counters().and_then(|c| c.value(SystemCounter::IpcPublications as usize)).unwrap_or(0)
+    };
+    while open(&driver) > 0 && Instant::now() < deadline {
+        if driver.do_work() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let dir = driver.dir().to_path_buf();
+    let _ = driver.shutdown();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Starts an embedded driver in a private directory and attaches a client to it. Closing the
+/// client stops the driver (see [`stop_driver`]).
+pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
+    let dir = private_dir(&config.root)?;
+    let driver_config = StandaloneConfig { dir: dir.clone(), ..config.driver };
+    let driver = match StandaloneDriver::launch(driver_config) {
+        Ok(driver) => driver,
+        Err(error) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(error.into());
+        }
+    };
+    let threading = config.threading.name();
+    let in_process = match config.threading {
+        EmbeddedThreading::Invoker => invoker(driver),
+        EmbeddedThreading::Shared | EmbeddedThreading::SharedNetwork | EmbeddedThreading::Dedicated => {
+            threaded(driver, config.idle, threading)?
+        }
+    };
+    AttachedClient::connect_in_process(&dir, in_process)
+}
+
+fn poisoned() -> Error {
+    Error::Driver("a thread panicked while running the embedded driver's duty cycle (a bug); the driver stopped".into())
+}
+
+fn invoker(driver: StandaloneDriver) -> InProcessDriver {
+    let driver = Arc::new(Mutex::new(Some(driver)));
+    let cycle: DutyCycle = {
+        let driver = Arc::clone(&driver);
+        Arc::new(move || match driver.try_lock() {
+            Ok(mut guard) => guard.as_mut().map(StandaloneDriver::do_work).ok_or(Error::Closed("client")),
+            Err(TryLockError::WouldBlock) => Ok(0),
+            Err(TryLockError::Poisoned(_)) => Err(poisoned()),
+        })
+    };
+    let on_close = Box::new(move || {
+        let taken = match driver.lock() {
+            Ok(mut guard) => guard.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(driver) = taken {
+            stop_driver(driver);
+        }
+    });
+    InProcessDriver { threading: EmbeddedThreading::Invoker.name(), duty_cycle: Some(cycle), on_close }
+}
+
+fn threaded(mut driver: StandaloneDriver, idle: IdleStrategy, threading: &'static str) -> Result<InProcessDriver> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = Arc::clone(&stop);
+        std::thread::Builder::new()
+            .name("affinity-driver".into())
+            .spawn(move || {
+                let mut idler = Idler::new(idle);
+                while !stop.load(Ordering::Relaxed) {
+                    let work = driver.do_work();
+                    idler.idle(work);
+                }
+                stop_driver(driver);
+            })
+            .map_err(Error::Io)?
+    };
+    let on_close = Box::new(move || {
+        stop.store(true, Ordering::Relaxed);
+        let _ = thread.join();
+    });
+    Ok(InProcessDriver { threading, duty_cycle: None, on_close })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::MessageBatch;
+    use crate::protocol::OfferError;
+    use crate::shm::test_support::tempdir;
+
+    fn config(root: &Path, threading: EmbeddedThreading) -> EmbeddedConfig {
+        let mut driver = StandaloneConfig::new(root.to_path_buf());
+        driver.ipc_term_length = 64 * 1024;
+        EmbeddedConfig { threading, root: root.to_path_buf(), driver, ..EmbeddedConfig::default() }
+    }
+
+    fn entries(root: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(root).map(|e| e.flatten().map(|e| e.path()).collect()).unwrap_or_default()
+    }
+
+    /// Polls into `batch` until it holds `count` messages (bounded by time).
+    fn poll_all(
+        client: &AttachedClient,
+        subscription: &mut crate::client::attached::AttachedSubscription,
+        batch: &mut MessageBatch,
+        count: usize,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while batch.len() < count && Instant::now() < deadline {
+            client.do_work().unwrap();
+            if subscription.poll_into(batch, 100).unwrap() == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    #[test]
+    fn every_threading_mode_carries_ipc_in_order_and_close_removes_the_private_directory() {
+        let root = tempdir();
+        for threading in EmbeddedThreading::ALL {
+            let client = start(config(&root, threading)).unwrap();
+            assert_eq!(client.threading(), threading.name());
+            let dir = client.dir().to_path_buf();
+            assert!(dir.starts_with(&root));
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+            let mut subscription = client.add_subscription("aeron:ipc", 5).unwrap();
+            let publication = client.add_publication("aeron:ipc", 5).unwrap();
+            let mut batch = MessageBatch::default();
+            let mut sent = 0u32;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while sent < 1000 && Instant::now() < deadline {
+                client.do_work().unwrap();
+                match publication.try_offer(&sent.to_le_bytes()).unwrap() {
+                    Ok(_) => sent += 1,
+                    Err(OfferError::BackPressured | OfferError::NotConnected | OfferError::AdminAction) => {
+                        if subscription.poll_into(&mut batch, 100).unwrap() == 0 {
+                            std::thread::sleep(Duration::from_micros(100));
+                        }
+                    }
+                    Err(other) => panic!("{threading:?}: {other:?}"),
+                }
+            }
+            poll_all(&client, &mut subscription, &mut batch, 1000);
+            let got: Vec<u32> =
+                (0..batch.len()).map(|i| u32::from_le_bytes(batch.message(i).try_into().unwrap())).collect();
+            assert_eq!(got, (0..1000).collect::<Vec<u32>>(), "{threading:?}");
+            drop(publication);
+            drop(subscription);
+            client.close();
+            assert!(!dir.exists(), "{threading:?}: {} left behind", dir.display());
+        }
+        assert!(entries(&root).is_empty());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_directory_whose_process_died_is_swept_and_a_live_ones_is_kept() {
+        let root = tempdir();
+        // pid i32::MAX cannot exist on Linux (pid_max is at most 2^22).
+        let dead = root.join(format!("{}-0", i32::MAX));
+        let live = root.join(format!("{}-0", std::process::id()));
+        let other = root.join("not-ours");
+        for dir in [&dead, &live, &other] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let client = start(config(&root, EmbeddedThreading::Shared)).unwrap();
+        assert!(!dead.exists() && live.exists() && other.exists());
+        assert_ne!(client.dir(), live, "an existing directory of this pid is not reused");
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn invoker_commands_from_many_threads_all_succeed_while_one_thread_runs_the_duty_cycle() {
+        let root = tempdir();
+        let client = start(config(&root, EmbeddedThreading::Invoker)).unwrap();
+        let publications = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..16)
+                .map(|stream| {
+                    let client = &client;
+                    scope.spawn(move || client.add_publication("aeron:ipc", 100 + stream))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect::<Vec<_>>()
+        });
+        let ids: std::collections::HashSet<i64> = publications.iter().map(|p| p.registration_id()).collect();
+        assert_eq!(ids.len(), 16);
+        client.do_work().unwrap();
+        let open = client.counters().value(SystemCounter::IpcPublications as usize).unwrap();
+        assert_eq!(open, 16, "exactly the publications handed back exist in the driver");
+        drop(publications);
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn an_interrupted_command_leaves_nothing_in_the_driver() {
+        let root = tempdir();
+        let client = start(config(&root, EmbeddedThreading::Invoker)).unwrap();
+        // The caller gives up before the driver ran (its answer comes later).
+        let outcome = client.add_publication_with("aeron:ipc", 9, || Err("interrupted"));
+        assert_eq!(outcome.err(), Some("interrupted"));
+        let value = |counter: SystemCounter| client.counters().value(counter as usize).unwrap();
+        // Whichever cycle answered, the abandoned publication is removed again.
+        for _ in 0..50 {
+            client.do_work().unwrap();
+        }
+        assert!(value(SystemCounter::Commands) >= 2, "the add and its removal reached the driver");
+        assert_eq!(value(SystemCounter::IpcPublications), 0);
+        let kept = client.add_publication("aeron:ipc", 9).unwrap();
+        client.do_work().unwrap();
+        assert_eq!(value(SystemCounter::IpcPublications), 1);
+        drop(kept);
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn unknown_threading_modes_are_named() {
+        assert_eq!("dedicated".parse::<EmbeddedThreading>(), Ok(EmbeddedThreading::Dedicated));
+        let message = "many".parse::<EmbeddedThreading>().unwrap_err();
+        assert!(message.contains("\"many\"") && message.contains("shared-network"), "{message}");
+    }
+}
