@@ -181,14 +181,16 @@ impl Shared {
                 Response::Error { correlation_id, .. }
                 | Response::PublicationReady { correlation_id, .. }
                 | Response::SubscriptionReady { correlation_id }
-                | Response::OperationSuccess { correlation_id } => {
+                | Response::OperationSuccess { correlation_id }
+                | Response::PublicationStatus { correlation_id, .. }
+                | Response::SubscriptionStatus { correlation_id, .. } => {
                     if inbox.pending.remove(&correlation_id) {
                         inbox.responses.insert(correlation_id, response);
                     } else if inbox.abandoned.remove(&correlation_id) {
                         self.undo(&response, &mut inbox);
                     }
                 }
-                Response::ClientTimeout { .. } => {}
+                Response::ClientTimeout { .. } | Response::DriverEvent { .. } => {}
             }
         }
         if changed {

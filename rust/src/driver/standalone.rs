@@ -71,62 +71,7 @@ impl StandaloneConfig {
     }
 }
 
-/// Driver-wide counters, one per variant, in this order in the counters file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SystemCounter {
-    /// Commands read from the ring.
-    Commands,
-    /// Commands that could not be decoded or were refused.
-    InvalidCommands,
-    /// Client keepalives received.
-    ClientKeepalives,
-    /// Clients timed out (died without closing).
-    ClientTimeouts,
-    /// Errors recorded in the error log.
-    Errors,
-    /// Distinct errors dropped because the error log was full.
-    ErrorsDropped,
-    /// Longest conductor duty cycle (ns).
-    DutyCycleMaxNs,
-    /// IPC publications currently open (including lingering ones).
-    IpcPublications,
-    /// Subscriptions currently open.
-    Subscriptions,
-    /// Clients currently attached.
-    Clients,
-}
-
-impl SystemCounter {
-    /// Every system counter, in counter-id order.
-    pub const ALL: [SystemCounter; 10] = [
-        SystemCounter::Commands,
-        SystemCounter::InvalidCommands,
-        SystemCounter::ClientKeepalives,
-        SystemCounter::ClientTimeouts,
-        SystemCounter::Errors,
-        SystemCounter::ErrorsDropped,
-        SystemCounter::DutyCycleMaxNs,
-        SystemCounter::IpcPublications,
-        SystemCounter::Subscriptions,
-        SystemCounter::Clients,
-    ];
-
-    /// The counter's label in the counters file.
-    pub fn label(self) -> &'static str {
-        match self {
-            SystemCounter::Commands => "Commands received",
-            SystemCounter::InvalidCommands => "Invalid commands",
-            SystemCounter::ClientKeepalives => "Client keepalives",
-            SystemCounter::ClientTimeouts => "Client timeouts",
-            SystemCounter::Errors => "Errors",
-            SystemCounter::ErrorsDropped => "Errors dropped (error log full)",
-            SystemCounter::DutyCycleMaxNs => "Conductor duty cycle max time (ns)",
-            SystemCounter::IpcPublications => "IPC publications",
-            SystemCounter::Subscriptions => "Subscriptions",
-            SystemCounter::Clients => "Clients",
-        }
-    }
-}
+pub use crate::shm::status::SystemCounter;
 
 struct ClientState {
     last_keepalive_ms: i64,
@@ -380,6 +325,18 @@ impl StandaloneDriver {
             }
             Command::ClientKeepalive { .. } => self.bump(SystemCounter::ClientKeepalives),
             Command::ClientClose { client_id } => self.remove_client(client_id, now_ms),
+            Command::QueryPublication { correlation_id, registration_id, .. } => self.refuse(
+                correlation_id,
+                error_code::UNKNOWN_PUBLICATION,
+                format!("no network publication {registration_id} (IPC publications have no status record)"),
+                now_ms,
+            ),
+            Command::QuerySubscription { correlation_id, registration_id, .. } => self.refuse(
+                correlation_id,
+                error_code::UNKNOWN_SUBSCRIPTION,
+                format!("no network subscription {registration_id}"),
+                now_ms,
+            ),
         }
     }
 

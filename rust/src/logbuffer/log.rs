@@ -276,6 +276,63 @@ impl LogBuffer {
     }
 }
 
+impl super::traits::SenderLog for LogBuffer {
+    fn max_message_length(&self) -> usize {
+        LogBuffer::max_message_length(self)
+    }
+
+    fn scan_datagram(&self, position: i64, max: usize, out: &mut [u8]) -> (usize, i64) {
+        let term = self.term(position);
+        let term_length = self.identity.term_length as usize;
+        let start = self.identity.term_offset(position) as usize;
+        let limit = max.min(term_length - start);
+        let mut offset = start;
+        while offset - start < limit {
+            let frame_length = read_frame_length(term, offset);
+            if frame_length <= 0 {
+                break;
+            }
+            if read_frame_type(term, offset) == FrameType::Pad.code() {
+                if offset == start {
+                    out[..DATA_HEADER_LENGTH].copy_from_slice(&term[offset..offset + DATA_HEADER_LENGTH]);
+                    return (DATA_HEADER_LENGTH, (term_length - start) as i64);
+                }
+                break;
+            }
+            let aligned = align_frame(frame_length as usize);
+            if offset - start + aligned > limit {
+                break;
+            }
+            offset += aligned;
+        }
+        let length = offset - start;
+        out[..length].copy_from_slice(&term[start..offset]);
+        (length, length as i64)
+    }
+}
+
+impl super::traits::ReceiverLog for LogBuffer {
+    fn insert(&mut self, position: i64, datagram: &[u8]) {
+        LogBuffer::insert(self, position, datagram)
+    }
+
+    fn scan_complete(&self, position: i64, limit: i64) -> i64 {
+        LogBuffer::scan_complete(self, position, limit)
+    }
+
+    fn find_gap(&self, position: i64, limit: i64) -> Option<(i64, usize)> {
+        LogBuffer::find_gap(self, position, limit)
+    }
+
+    fn fill_gap(&mut self, position: i64, length: usize) {
+        LogBuffer::fill_gap(self, position, length)
+    }
+
+    fn clean_term(&mut self, position: i64) {
+        LogBuffer::clean_term(self, position)
+    }
+}
+
 /// The frame length stored at `offset` of a term (0 when nothing was written there).
 pub fn read_frame_length(term: &[u8], offset: usize) -> i32 {
     i32::from_le_bytes([term[offset], term[offset + 1], term[offset + 2], term[offset + 3]])

@@ -10,7 +10,7 @@ use super::defaults;
 use super::loss::LossDetector;
 use crate::logbuffer::log::{read_frame_length, read_frame_type};
 use crate::logbuffer::position::align_frame;
-use crate::logbuffer::{LogBuffer, StreamIdentity};
+use crate::logbuffer::{LogBuffer, ReceiverLog, StreamIdentity};
 use crate::time::Instant;
 use crate::wire::{flags, DataFrames, DataHeader, FrameType, Nak, StatusMessage, WireError, DATA_HEADER_LENGTH};
 
@@ -135,10 +135,12 @@ pub struct Fragment<'a> {
     pub position: i64,
 }
 
-/// The receiving side of one publication.
-pub struct Image {
+/// The receiving side of one publication, over a log `L`: heap terms its consumers poll
+/// ([`Image::poll_fragments`], the default), or a shared log subscribers in other processes
+/// read, reporting their positions through counters ([`Image::set_consumer_position`]).
+pub struct Image<L = LogBuffer> {
     config: ImageConfig,
-    log: LogBuffer,
+    log: L,
     rebuild_position: i64,
     hwm_position: i64,
     /// The gap at the rebuild position being NAKed: its position, since when, and the overrun
@@ -160,7 +162,7 @@ pub struct Image {
     counters: ImageCounters,
 }
 
-impl std::fmt::Debug for Image {
+impl<L> std::fmt::Debug for Image<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Image")
             .field("identity", &self.config.identity)
@@ -184,10 +186,53 @@ pub enum DataRejection {
     Inactive,
 }
 
-impl Image {
-    /// An image joined at `config.join_position`; it will send a status message at once.
+impl Image<LogBuffer> {
+    /// An image on heap terms joined at `config.join_position`; it will send a status message
+    /// at once.
     pub fn new(config: ImageConfig, now: Instant) -> Self {
         let log = LogBuffer::new(config.identity);
+        Image::with_log(config, log, now)
+    }
+
+    /// Hands complete frames to consumer `id`, at most `fragment_limit` DATA frames; returns how
+    /// many were handed out.
+    pub fn poll_fragments<F>(&mut self, id: u64, fragment_limit: usize, mut handler: F) -> usize
+    where
+        F: FnMut(Fragment<'_>),
+    {
+        let Some(index) = self.consumers.iter().position(|c| c.id == id) else { return 0 };
+        let mut position = self.consumers[index].position;
+        let term_length = self.config.identity.term_length as i64;
+        let mut count = 0;
+        while count < fragment_limit && position < self.rebuild_position {
+            let term = self.log.term(position);
+            let offset = self.config.identity.term_offset(position) as usize;
+            let frame_length = read_frame_length(term, offset);
+            if frame_length <= 0 {
+                break;
+            }
+            if read_frame_type(term, offset) == FrameType::Pad.code() {
+                position += (align_frame(frame_length as usize) as i64).min(term_length - offset as i64);
+                continue;
+            }
+            let aligned = align_frame(frame_length as usize) as i64;
+            position += aligned;
+            if let Ok(header) = DataHeader::parse(&term[offset..offset + DATA_HEADER_LENGTH]) {
+                let end = (offset + frame_length as usize).min(term.len());
+                handler(Fragment { header, payload: &term[offset + DATA_HEADER_LENGTH..end], position });
+                count += 1;
+            }
+        }
+        self.consumers[index].position = position;
+        self.clean_behind();
+        count
+    }
+}
+
+impl<L: ReceiverLog> Image<L> {
+    /// An image over `log` (whose geometry matches `config.identity`) joined at
+    /// `config.join_position`; it will send a status message at once.
+    pub fn with_log(config: ImageConfig, log: L, now: Instant) -> Self {
         let join = config.join_position;
         let term_base = join & !(config.identity.term_length as i64 - 1);
         let loss =
@@ -405,38 +450,27 @@ impl Image {
         }
     }
 
-    /// Hands complete frames to consumer `id`, at most `fragment_limit` DATA frames; returns how
-    /// many were handed out.
-    pub fn poll_fragments<F>(&mut self, id: u64, fragment_limit: usize, mut handler: F) -> usize
-    where
-        F: FnMut(Fragment<'_>),
-    {
-        let Some(index) = self.consumers.iter().position(|c| c.id == id) else { return 0 };
-        let mut position = self.consumers[index].position;
-        let term_length = self.config.identity.term_length as i64;
-        let mut count = 0;
-        while count < fragment_limit && position < self.rebuild_position {
-            let term = self.log.term(position);
-            let offset = self.config.identity.term_offset(position) as usize;
-            let frame_length = read_frame_length(term, offset);
-            if frame_length <= 0 {
-                break;
-            }
-            if read_frame_type(term, offset) == FrameType::Pad.code() {
-                position += (align_frame(frame_length as usize) as i64).min(term_length - offset as i64);
-                continue;
-            }
-            let aligned = align_frame(frame_length as usize) as i64;
-            position += aligned;
-            if let Ok(header) = DataHeader::parse(&term[offset..offset + DATA_HEADER_LENGTH]) {
-                let end = (offset + frame_length as usize).min(term.len());
-                handler(Fragment { header, payload: &term[offset + DATA_HEADER_LENGTH..end], position });
-                count += 1;
-            }
+    /// The log the image writes.
+    pub fn log(&self) -> &L {
+        &self.log
+    }
+
+    /// A consumer reading the log elsewhere (a subscriber in another process) reports its
+    /// position. The value is untrusted (the subscriber writes it): it never moves a consumer
+    /// back, nor past the rebuild position. The status-message window and the cleaning of old
+    /// terms follow the lowest consumer.
+    pub fn set_consumer_position(&mut self, id: u64, position: i64) {
+        let rebuild = self.rebuild_position;
+        if let Some(consumer) = self.consumers.iter_mut().find(|c| c.id == id) {
+            consumer.position = consumer.position.max(position.min(rebuild));
         }
-        self.consumers[index].position = position;
         self.clean_behind();
-        count
+    }
+
+    /// The image's own view of its lowest consumer position (the rebuild position when it has
+    /// no consumer).
+    pub fn min_consumer(&self) -> i64 {
+        self.min_consumer_position()
     }
 
     /// Zeroes terms every consumer has left so the partition can hold a later term.

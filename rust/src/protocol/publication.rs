@@ -11,9 +11,7 @@ use std::time::Duration;
 use super::defaults;
 use super::retransmit::{ResendRange, RetransmitHandler};
 use crate::flow_control::{FlowControl, FlowControlEvent, StatusMessageInput, TrackedReceiver};
-use crate::logbuffer::log::{read_frame_length, read_frame_type};
-use crate::logbuffer::position::align_frame;
-use crate::logbuffer::{AppendOutcome, LogBuffer, StreamIdentity};
+use crate::logbuffer::{AppendOutcome, LogBuffer, SenderLog, StreamIdentity};
 use crate::time::Instant;
 use crate::wire::{
     flags, DataHeader, ErrorFrame, FrameType, Nak, RttMeasurement, Setup, StatusMessage, DATA_HEADER_LENGTH,
@@ -231,10 +229,12 @@ enum Lifecycle {
     Done,
 }
 
-/// The sending side of one publication.
-pub struct NetworkPublication {
+/// The sending side of one publication, over a log `L`: heap terms it appends to itself
+/// ([`NetworkPublication::offer`], the default) or a shared log clients append to (the media
+/// driver tells it the tail with [`NetworkPublication::on_tail`]).
+pub struct NetworkPublication<L = LogBuffer> {
     config: PublicationConfig,
-    log: LogBuffer,
+    log: L,
     tail: i64,
     sender_position: i64,
     sender_limit: i64,
@@ -252,7 +252,7 @@ pub struct NetworkPublication {
     events: VecDeque<PublicationEvent>,
 }
 
-impl std::fmt::Debug for NetworkPublication {
+impl<L> std::fmt::Debug for NetworkPublication<L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NetworkPublication")
             .field("identity", &self.config.identity)
@@ -264,10 +264,48 @@ impl std::fmt::Debug for NetworkPublication {
     }
 }
 
-impl NetworkPublication {
-    /// A new publication that will start announcing itself with SETUP frames.
+impl NetworkPublication<LogBuffer> {
+    /// A new publication on heap terms that will start announcing itself with SETUP frames.
     pub fn new(config: PublicationConfig, flow_control: Box<dyn FlowControl>, now: Instant) -> Self {
         let log = LogBuffer::new(config.identity);
+        NetworkPublication::with_log(config, log, flow_control, now)
+    }
+
+    /// Appends one message; returns the new stream position.
+    pub fn offer(&mut self, payload: &[u8], reserved_value: i64) -> Result<i64, OfferError> {
+        if self.lifecycle != Lifecycle::Active {
+            return Err(OfferError::Closed);
+        }
+        if !self.connected {
+            return Err(OfferError::NotConnected);
+        }
+        let max = self.log.max_message_length();
+        if payload.len() > max {
+            return Err(OfferError::MessageTooLong { length: payload.len(), max });
+        }
+        let limit = self.publisher_limit();
+        let needed = LogBuffer::framed_length(payload.len(), self.config.mtu).max(DATA_HEADER_LENGTH) as i64;
+        for _ in 0..2 {
+            if self.tail + needed > limit {
+                return Err(OfferError::BackPressured);
+            }
+            match self.log.append(self.tail, payload, self.config.mtu, reserved_value) {
+                AppendOutcome::Appended(tail) => {
+                    self.tail = tail;
+                    return Ok(tail);
+                }
+                AppendOutcome::Padded(tail) => self.tail = tail,
+                AppendOutcome::MaxPositionExceeded => return Err(OfferError::MaxPositionExceeded),
+            }
+        }
+        Err(OfferError::AdminAction)
+    }
+}
+
+impl<L: SenderLog> NetworkPublication<L> {
+    /// A new publication over `log` (whose geometry matches `config.identity`) that will start
+    /// announcing itself with SETUP frames.
+    pub fn with_log(config: PublicationConfig, log: L, flow_control: Box<dyn FlowControl>, now: Instant) -> Self {
         let start = config.initial_position;
         let retransmits = RetransmitHandler::new(config.max_resend, config.retransmit_delay, config.retransmit_linger);
         NetworkPublication {
@@ -405,34 +443,20 @@ impl NetworkPublication {
         self.log.max_message_length()
     }
 
-    /// Appends one message; returns the new stream position.
-    pub fn offer(&mut self, payload: &[u8], reserved_value: i64) -> Result<i64, OfferError> {
+    /// The log's tail moved (clients appended to a shared log): frames up to `tail` may be
+    /// committed. The tail is untrusted (clients write it): it never moves back, and never past
+    /// what the publisher limit allowed (`sender position + publication window`).
+    pub fn on_tail(&mut self, tail: i64) {
         if self.lifecycle != Lifecycle::Active {
-            return Err(OfferError::Closed);
+            return;
         }
-        if !self.connected {
-            return Err(OfferError::NotConnected);
-        }
-        let max = self.log.max_message_length();
-        if payload.len() > max {
-            return Err(OfferError::MessageTooLong { length: payload.len(), max });
-        }
-        let limit = self.publisher_limit();
-        let needed = LogBuffer::framed_length(payload.len(), self.config.mtu).max(DATA_HEADER_LENGTH) as i64;
-        for _ in 0..2 {
-            if self.tail + needed > limit {
-                return Err(OfferError::BackPressured);
-            }
-            match self.log.append(self.tail, payload, self.config.mtu, reserved_value) {
-                AppendOutcome::Appended(tail) => {
-                    self.tail = tail;
-                    return Ok(tail);
-                }
-                AppendOutcome::Padded(tail) => self.tail = tail,
-                AppendOutcome::MaxPositionExceeded => return Err(OfferError::MaxPositionExceeded),
-            }
-        }
-        Err(OfferError::AdminAction)
+        let bound = self.sender_position.saturating_add(i64::from(self.config.publication_window));
+        self.tail = self.tail.max(tail.min(bound));
+    }
+
+    /// The log the publication reads.
+    pub fn log(&self) -> &L {
+        &self.log
     }
 
     /// The application closed the publication: drain what was appended, then signal EOS.
@@ -683,33 +707,8 @@ impl NetworkPublication {
     /// Copies whole frames starting at `position` (at most `available` bytes of log and one MTU
     /// of datagram) into `out`. Returns (datagram length, log bytes covered).
     fn scan_datagram(&self, position: i64, available: i64, out: &mut [u8]) -> (usize, i64) {
-        let term = self.log.term(position);
-        let term_length = self.config.identity.term_length as usize;
-        let start = self.config.identity.term_offset(position) as usize;
-        let mtu = self.config.mtu as usize;
-        let limit = (available.min(mtu as i64) as usize).min(term_length - start);
-        let mut offset = start;
-        while offset - start < limit {
-            let frame_length = read_frame_length(term, offset);
-            if frame_length <= 0 {
-                break;
-            }
-            if read_frame_type(term, offset) == FrameType::Pad.code() {
-                if offset == start {
-                    out[..DATA_HEADER_LENGTH].copy_from_slice(&term[offset..offset + DATA_HEADER_LENGTH]);
-                    return (DATA_HEADER_LENGTH, (term_length - start) as i64);
-                }
-                break;
-            }
-            let aligned = align_frame(frame_length as usize);
-            if offset - start + aligned > limit {
-                break;
-            }
-            offset += aligned;
-        }
-        let length = offset - start;
-        out[..length].copy_from_slice(&term[start..offset]);
-        (length, length as i64)
+        let limit = available.min(i64::from(self.config.mtu)).max(0) as usize;
+        self.log.scan_datagram(position, limit, out)
     }
 }
 

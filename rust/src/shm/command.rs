@@ -21,6 +21,10 @@ pub mod type_id {
     pub const CLIENT_KEEPALIVE: i32 = 0x06;
     /// [`super::Command::ClientClose`].
     pub const CLIENT_CLOSE: i32 = 0x0B;
+    /// [`super::Command::QueryPublication`] (ours, beyond Aeron's numbering).
+    pub const QUERY_PUBLICATION: i32 = 0x40;
+    /// [`super::Command::QuerySubscription`] (ours, beyond Aeron's numbering).
+    pub const QUERY_SUBSCRIPTION: i32 = 0x41;
     /// [`super::Response::Error`].
     pub const ON_ERROR: i32 = 0x0F01;
     /// [`super::Response::AvailableImage`].
@@ -35,6 +39,12 @@ pub mod type_id {
     pub const ON_SUBSCRIPTION_READY: i32 = 0x0F07;
     /// [`super::Response::ClientTimeout`].
     pub const ON_CLIENT_TIMEOUT: i32 = 0x0F0A;
+    /// [`super::Response::PublicationStatus`] (ours).
+    pub const ON_PUBLICATION_STATUS: i32 = 0x0F40;
+    /// [`super::Response::SubscriptionStatus`] (ours).
+    pub const ON_SUBSCRIPTION_STATUS: i32 = 0x0F41;
+    /// [`super::Response::DriverEvent`] (ours).
+    pub const ON_DRIVER_EVENT: i32 = 0x0F42;
 }
 
 /// Error codes carried by [`Response::Error`] (Aeron's `ErrorCode` numbering).
@@ -106,6 +116,25 @@ pub enum Command {
         /// Sending client.
         client_id: i64,
     },
+    /// Asks for a publication's status ([`Response::PublicationStatus`]): a network
+    /// publication's positions, flow control, receivers and counters.
+    QueryPublication {
+        /// Sending client.
+        client_id: i64,
+        /// Correlates the response.
+        correlation_id: i64,
+        /// The publication's registration id.
+        registration_id: i64,
+    },
+    /// Asks for a subscription's images ([`Response::SubscriptionStatus`]).
+    QuerySubscription {
+        /// Sending client.
+        client_id: i64,
+        /// Correlates the response.
+        correlation_id: i64,
+        /// The subscription's registration id.
+        registration_id: i64,
+    },
 }
 
 /// A response or notification from the driver.
@@ -175,6 +204,30 @@ pub enum Response {
     ClientTimeout {
         /// The client.
         client_id: i64,
+    },
+    /// Answer to [`Command::QueryPublication`]: `json` is a
+    /// [`PublicationInfo`](super::status::PublicationInfo) as JSON.
+    PublicationStatus {
+        /// The query's correlation id.
+        correlation_id: i64,
+        /// `serde_json` of [`PublicationInfo`](super::status::PublicationInfo).
+        json: String,
+    },
+    /// Answer to [`Command::QuerySubscription`]: `json` is a list of
+    /// [`ImageInfo`](super::status::ImageInfo) as JSON.
+    SubscriptionStatus {
+        /// The query's correlation id.
+        correlation_id: i64,
+        /// `serde_json` of `Vec<ImageInfo>`.
+        json: String,
+    },
+    /// A driver event of a network publication (receiver joined or removed, connection
+    /// changed, receiver error), broadcast to every client as it happens.
+    DriverEvent {
+        /// The publication's registration id.
+        publication_registration_id: i64,
+        /// `serde_json` of [`DriverEventInfo`](super::status::DriverEventInfo).
+        json: String,
     },
 }
 
@@ -273,6 +326,12 @@ impl Command {
             }
             Command::ClientKeepalive { client_id } => (type_id::CLIENT_KEEPALIVE, w.i64(*client_id).i64(0).0),
             Command::ClientClose { client_id } => (type_id::CLIENT_CLOSE, w.i64(*client_id).i64(0).0),
+            Command::QueryPublication { client_id, correlation_id, registration_id } => {
+                (type_id::QUERY_PUBLICATION, w.i64(*client_id).i64(*correlation_id).i64(*registration_id).0)
+            }
+            Command::QuerySubscription { client_id, correlation_id, registration_id } => {
+                (type_id::QUERY_SUBSCRIPTION, w.i64(*client_id).i64(*correlation_id).i64(*registration_id).0)
+            }
         }
     }
 
@@ -305,6 +364,12 @@ impl Command {
             }
             type_id::CLIENT_KEEPALIVE => Command::ClientKeepalive { client_id },
             type_id::CLIENT_CLOSE => Command::ClientClose { client_id },
+            type_id::QUERY_PUBLICATION => {
+                Command::QueryPublication { client_id, correlation_id, registration_id: r.i64("registration id")? }
+            }
+            type_id::QUERY_SUBSCRIPTION => {
+                Command::QuerySubscription { client_id, correlation_id, registration_id: r.i64("registration id")? }
+            }
             other => return Err(r.error(format!("unknown command type {other:#06x}"))),
         })
     }
@@ -317,7 +382,9 @@ impl Command {
             | Command::AddSubscription { client_id, .. }
             | Command::RemoveSubscription { client_id, .. }
             | Command::ClientKeepalive { client_id }
-            | Command::ClientClose { client_id } => *client_id,
+            | Command::ClientClose { client_id }
+            | Command::QueryPublication { client_id, .. }
+            | Command::QuerySubscription { client_id, .. } => *client_id,
         }
     }
 }
@@ -376,6 +443,15 @@ impl Response {
             ),
             Response::OperationSuccess { correlation_id } => (type_id::ON_OPERATION_SUCCESS, w.i64(*correlation_id).0),
             Response::ClientTimeout { client_id } => (type_id::ON_CLIENT_TIMEOUT, w.i64(*client_id).0),
+            Response::PublicationStatus { correlation_id, json } => {
+                (type_id::ON_PUBLICATION_STATUS, w.i64(*correlation_id).string(json).0)
+            }
+            Response::SubscriptionStatus { correlation_id, json } => {
+                (type_id::ON_SUBSCRIPTION_STATUS, w.i64(*correlation_id).string(json).0)
+            }
+            Response::DriverEvent { publication_registration_id, json } => {
+                (type_id::ON_DRIVER_EVENT, w.i64(*publication_registration_id).string(json).0)
+            }
         }
     }
 
@@ -427,6 +503,16 @@ impl Response {
             }
             type_id::ON_OPERATION_SUCCESS => Response::OperationSuccess { correlation_id: r.i64("correlation id")? },
             type_id::ON_CLIENT_TIMEOUT => Response::ClientTimeout { client_id: r.i64("client id")? },
+            type_id::ON_PUBLICATION_STATUS => {
+                Response::PublicationStatus { correlation_id: r.i64("correlation id")?, json: r.string("status")? }
+            }
+            type_id::ON_SUBSCRIPTION_STATUS => {
+                Response::SubscriptionStatus { correlation_id: r.i64("correlation id")?, json: r.string("status")? }
+            }
+            type_id::ON_DRIVER_EVENT => Response::DriverEvent {
+                publication_registration_id: r.i64("publication registration id")?,
+                json: r.string("event")?,
+            },
             other => return Err(r.error(format!("unknown response type {other:#06x}"))),
         })
     }
@@ -450,6 +536,8 @@ mod tests {
             Command::RemoveSubscription { client_id: 1, correlation_id: 6, registration_id: 5 },
             Command::ClientKeepalive { client_id: 1 },
             Command::ClientClose { client_id: 1 },
+            Command::QueryPublication { client_id: 1, correlation_id: 7, registration_id: 2 },
+            Command::QuerySubscription { client_id: 1, correlation_id: 8, registration_id: 5 },
         ];
         for command in commands {
             let (id, bytes) = command.encode();
@@ -478,6 +566,18 @@ mod tests {
             Response::UnavailableImage { correlation_id: 9, subscription_registration_id: 5, stream_id: 3 },
             Response::OperationSuccess { correlation_id: 6 },
             Response::ClientTimeout { client_id: 1 },
+            Response::AvailableImage {
+                correlation_id: 10,
+                subscription_registration_id: 5,
+                session_id: 11,
+                stream_id: 3,
+                subscriber_position_counter_id: 14,
+                log_file: "images/10.logbuffer".into(),
+                source_identity: "127.0.0.1:40123".into(),
+            },
+            Response::PublicationStatus { correlation_id: 7, json: r#"{"session_id":1}"#.into() },
+            Response::SubscriptionStatus { correlation_id: 8, json: "[]".into() },
+            Response::DriverEvent { publication_registration_id: 2, json: r#"{"kind":"connection_changed"}"#.into() },
         ];
         for response in responses {
             let (id, bytes) = response.encode();
@@ -503,5 +603,20 @@ mod tests {
         assert!(Command::decode(id, &not_utf8).unwrap_err().detail.contains("UTF-8"));
         assert!(Command::decode(0x77, &bytes).unwrap_err().to_string().contains("unknown command type 0x0077"));
         assert!(Response::decode(0x0F99, &[]).is_err());
+    }
+
+    #[test]
+    fn truncated_queries_and_status_records_are_precise_errors() {
+        let (id, bytes) = Command::QueryPublication { client_id: 1, correlation_id: 2, registration_id: 3 }.encode();
+        for cut in 0..bytes.len() {
+            assert!(Command::decode(id, &bytes[..cut]).unwrap_err().detail.contains("needed"));
+        }
+        let (id, bytes) = Response::DriverEvent { publication_registration_id: 2, json: "{}".into() }.encode();
+        for cut in 0..bytes.len() {
+            assert!(Response::decode(id, &bytes[..cut]).unwrap_err().detail.contains("needed"));
+        }
+        let (id, mut bytes) = Response::SubscriptionStatus { correlation_id: 8, json: "[]".into() }.encode();
+        bytes[8..12].copy_from_slice(&(-5i32).to_le_bytes());
+        assert!(Response::decode(id, &bytes).unwrap_err().detail.contains("negative length"));
     }
 }

@@ -651,6 +651,132 @@ pub fn default_header(session_id: i32, stream_id: i32) -> [u8; DATA_HEADER_LENGT
     header
 }
 
+/// Where `position` lies: its partition and its offset within the term.
+impl LogBuffer {
+    fn locate(&self, position: i64) -> Result<(&Region, usize), ShmError> {
+        let term = self.partition(partition_index(position >> self.position_bits))?;
+        Ok((term, (position & (self.term_length as i64 - 1)) as usize))
+    }
+
+    /// Frame length and type at `offset` of `term` (0 length: nothing written there).
+    fn frame_at(term: &Region, offset: usize) -> Result<(i32, i16), ShmError> {
+        let length = term.get_i32_acquire(offset + frame::LENGTH)?;
+        let word = term.get_i32(offset + 4)?.to_le_bytes();
+        Ok((length, i16::from_le_bytes([word[2], word[3]])))
+    }
+
+    fn try_scan_datagram(&self, position: i64, max: usize, out: &mut [u8]) -> Result<(usize, i64), ShmError> {
+        let (term, start) = self.locate(position)?;
+        let (available, padding) = self.scan(position, max.min(out.len()))?;
+        if available == 0 {
+            return Ok((0, 0));
+        }
+        term.get_bytes(start, &mut out[..available])?;
+        Ok((available, (available + padding) as i64))
+    }
+
+    fn try_insert(&self, position: i64, datagram: &[u8]) -> Result<(), ShmError> {
+        let (term, offset) = self.locate(position)?;
+        let length = datagram.len().min(self.term_length as usize - offset);
+        if length < 4 {
+            return Ok(());
+        }
+        // The body first, the first frame's length last (Release): a subscriber reading this log
+        // concurrently never sees a frame before its bytes.
+        term.put_bytes(offset + 4, &datagram[4..length])?;
+        let first = i32::from_le_bytes([datagram[0], datagram[1], datagram[2], datagram[3]]);
+        term.put_i32_release(offset, first)
+    }
+
+    fn try_scan_complete(&self, position: i64, limit: i64) -> Result<i64, ShmError> {
+        let term_length = self.term_length as i64;
+        let (term, start) = self.locate(position)?;
+        let start = start as i64;
+        let end = (start + (limit - position)).min(term_length);
+        let mut offset = start;
+        while offset < end {
+            let (frame_length, frame_type) = Self::frame_at(term, offset as usize)?;
+            if frame_length <= 0 {
+                break;
+            }
+            let aligned = align_frame(frame_length as usize) as i64;
+            offset += if frame_type == FrameType::Pad.code() { aligned.min(term_length - offset) } else { aligned };
+        }
+        Ok(position + (offset.min(term_length) - start))
+    }
+
+    fn try_find_gap(&self, position: i64, limit: i64) -> Result<Option<(i64, usize)>, ShmError> {
+        let complete = self.try_scan_complete(position, limit)?;
+        if complete >= limit {
+            return Ok(None);
+        }
+        let (term, start) = self.locate(complete)?;
+        let start = start as i64;
+        let end = (start + (limit - complete)).min(self.term_length as i64);
+        let mut offset = start;
+        while offset < end && term.get_i32_acquire(offset as usize)? == 0 {
+            offset += crate::logbuffer::position::FRAME_ALIGNMENT as i64;
+        }
+        let length = (offset.min(end) - start) as usize;
+        Ok((length > 0).then_some((complete, length)))
+    }
+
+    fn try_fill_gap(&self, position: i64, length: usize) -> Result<(), ShmError> {
+        let (term, offset) = self.locate(position)?;
+        if offset + DATA_HEADER_LENGTH > self.term_length as usize {
+            return Ok(());
+        }
+        let term_id = self.initial_term_id.wrapping_add((position >> self.position_bits) as i32);
+        let mut header = self.default_header;
+        header[frame::FLAGS] = flags::UNFRAGMENTED;
+        header[frame::TYPE..frame::TYPE + 2].copy_from_slice(&FrameType::Pad.code().to_le_bytes());
+        header[frame::TERM_OFFSET..frame::TERM_OFFSET + 4].copy_from_slice(&(offset as i32).to_le_bytes());
+        header[frame::TERM_ID..frame::TERM_ID + 4].copy_from_slice(&term_id.to_le_bytes());
+        term.put_bytes(offset + 4, &header[4..])?;
+        term.put_i32_release(offset, i32::try_from(length).unwrap_or(i32::MAX))
+    }
+
+    fn try_clean_term(&self, position: i64) -> Result<(), ShmError> {
+        let (term, _) = self.locate(position)?;
+        term.set_memory(0, self.term_length as usize, 0)
+    }
+}
+
+/// The media driver's sender reads a network publication's shared log (clients append to it).
+impl crate::logbuffer::SenderLog for LogBuffer {
+    fn max_message_length(&self) -> usize {
+        LogBuffer::max_message_length(self)
+    }
+
+    fn scan_datagram(&self, position: i64, max: usize, out: &mut [u8]) -> (usize, i64) {
+        // A log that cannot be read (a corrupt frame a client wrote) sends nothing.
+        self.try_scan_datagram(position, max, out).unwrap_or((0, 0))
+    }
+}
+
+/// The media driver's receiver writes an image's shared log (subscribers read it).
+impl crate::logbuffer::ReceiverLog for LogBuffer {
+    fn insert(&mut self, position: i64, datagram: &[u8]) {
+        let _ = self.try_insert(position, datagram);
+    }
+
+    fn scan_complete(&self, position: i64, limit: i64) -> i64 {
+        self.try_scan_complete(position, limit).unwrap_or(position)
+    }
+
+    fn find_gap(&self, position: i64, limit: i64) -> Option<(i64, usize)> {
+        self.try_find_gap(position, limit).unwrap_or(None)
+    }
+
+    fn fill_gap(&mut self, position: i64, length: usize) {
+        let _ = self.try_fill_gap(position, length);
+    }
+
+    fn clean_term(&mut self, position: i64) {
+        let _ = self.try_clean_term(position);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,6 +13,8 @@
 //!   behind a versioned header with the driver's pid and heartbeat.
 //! * [`command`] — the commands and responses carried by the ring and the broadcast buffer.
 //! * [`directory`] — the driver directory: default location, 0700, live / stale driver detection.
+//! * [`status`] — the JSON records of status answers and driver events, and the system
+//!   counters' ids and labels, defined once for the driver and its clients.
 //! * [`stat`] — a read-only snapshot (header, counters, errors) for `affinity stat`.
 //! * [`buffer`], [`file`] — the mapping primitives: every access is bounds- and
 //!   alignment-checked; files are created 0600 and sized with `ftruncate` (sparse).
@@ -40,6 +42,7 @@ pub mod file;
 pub mod log_buffer;
 pub mod ring_buffer;
 pub mod stat;
+pub mod status;
 #[cfg(test)]
 pub(crate) mod test_support;
 
