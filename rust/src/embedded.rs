@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver};
 use crate::driver::idle::{IdleStrategy, Idler};
-use crate::driver::standalone::{StandaloneConfig, StandaloneDriver, SystemCounter};
+use crate::driver::standalone::{StandaloneConfig, StandaloneDriver};
 use crate::error::Error;
 use crate::shm::directory::{self, process_exists, DIR_MODE};
+use crate::shm::status::SystemCounter;
 
 type Result<T> = std::result::Result<T, Error>;
 
@@ -370,6 +371,43 @@ mod tests {
         client.do_work().unwrap();
         assert_eq!(value(SystemCounter::IpcPublications), 1);
         drop(kept);
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_client_reads_system_counters_by_key_and_keeps_only_its_own_publications_events() {
+        use crate::shm::cnc::{Cnc, CNC_FILE};
+        use crate::shm::command::Response;
+        use crate::shm::status::{DriverEventInfo, DriverEventKindInfo};
+        let root = tempdir();
+        let client = start(config(&root, EmbeddedThreading::Invoker)).unwrap();
+        client.counters().counter(SystemCounter::InvalidDataFrames.id()).unwrap().set(7).unwrap();
+        let counters: std::collections::HashMap<_, _> = client.system_counters().unwrap().into_iter().collect();
+        assert_eq!(counters.len(), crate::client::attached::CLIENT_COUNTERS.len());
+        assert_eq!((counters["invalid_data_frames"], counters["send_errors"]), (7, 0));
+
+        let publication = client.add_publication("aeron:ipc", 3).unwrap();
+        // The driver is idle (invoker): this test writes the events the driver would broadcast.
+        let cnc = Cnc::open(&client.dir().join(CNC_FILE), true).unwrap();
+        let mut transmitter = cnc.to_clients_transmitter().unwrap();
+        let event = |connected: bool| DriverEventInfo {
+            time: 1.5,
+            level: "INFO".into(),
+            channel: "aeron:udp?endpoint=127.0.0.1:1".into(),
+            stream_id: 3,
+            session_id: 9,
+            kind: DriverEventKindInfo::ConnectionChanged { connected },
+            message: format!("INFO connection changed: connected={connected}"),
+        };
+        for (registration_id, connected) in [(publication.registration_id(), true), (-77, false)] {
+            let json = serde_json::to_string(&event(connected)).unwrap();
+            let (id, bytes) = Response::DriverEvent { publication_registration_id: registration_id, json }.encode();
+            transmitter.transmit(id, &bytes).unwrap();
+        }
+        assert_eq!(client.drain_events().unwrap(), vec![event(true)]);
+        assert!(client.drain_events().unwrap().is_empty(), "drained once");
+        drop(publication);
         client.close();
         std::fs::remove_dir_all(root).unwrap();
     }

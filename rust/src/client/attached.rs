@@ -24,10 +24,29 @@ use crate::shm::counters::{Counter, CountersReader};
 use crate::shm::directory::{self, epoch_ms, DirectoryState};
 use crate::shm::log_buffer::{LogBuffer, Offer};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
+use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
 use crate::wire::flags;
 
 /// [`AttachedClient::threading`] of a client attached to a driver in another process.
 pub const STANDALONE_THREADING: &str = "standalone";
+
+/// Driver events a client keeps until [`AttachedClient::drain_events`] takes them; later ones
+/// are dropped and counted.
+pub const MAX_EVENTS: usize = 4096;
+
+/// The keys of `Client.counters()` and the system counter each reads.
+pub const CLIENT_COUNTERS: [(&str, SystemCounter); 10] = [
+    ("invalid_data_frames", SystemCounter::InvalidDataFrames),
+    ("duplicate_data_frames", SystemCounter::DuplicateDataFrames),
+    ("overrun_data_frames", SystemCounter::OverrunDataFrames),
+    ("inactive_image_frames", SystemCounter::InactiveImageFrames),
+    ("setups_refused", SystemCounter::SetupsRefused),
+    ("images_refused", SystemCounter::ImagesRefused),
+    ("images_ended_incomplete", SystemCounter::ImagesEndedIncomplete),
+    ("invalid_control_frames", SystemCounter::InvalidControlFrames),
+    ("send_errors", SystemCounter::SendErrors),
+    ("dropped_events", SystemCounter::DroppedEvents),
+];
 
 /// How often the client tells the driver it is alive.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(100);
@@ -57,7 +76,7 @@ fn shm(error: crate::shm::ShmError) -> Error {
     Error::from(error)
 }
 
-struct ImageInfo {
+struct NewImage {
     correlation_id: i64,
     session_id: i32,
     log_file: String,
@@ -68,8 +87,14 @@ struct ImageInfo {
 struct Inbox {
     responses: HashMap<i64, Response>,
     pending: HashSet<i64>,
-    images: HashMap<i64, Vec<ImageInfo>>,
+    images: HashMap<i64, Vec<NewImage>>,
     gone: HashSet<i64>,
+    /// Registration ids of this client's publications (their driver events are kept).
+    publications: HashMap<i64, u32>,
+    /// Driver events of this client's publications, oldest first (at most [`MAX_EVENTS`]).
+    events: std::collections::VecDeque<DriverEventInfo>,
+    /// Events dropped because [`Self::events`] was full.
+    dropped_events: u64,
     /// Commands whose caller gave up (timeout, interrupt): a resource they still create is
     /// removed at once, so a failed command leaves nothing behind.
     abandoned: HashSet<i64>,
@@ -160,7 +185,7 @@ impl Shared {
                     ..
                 } => {
                     if let Some(images) = inbox.images.get_mut(&subscription_registration_id) {
-                        images.push(ImageInfo {
+                        images.push(NewImage {
                             correlation_id,
                             session_id,
                             log_file,
@@ -190,7 +215,16 @@ impl Shared {
                         self.undo(&response, &mut inbox);
                     }
                 }
-                Response::ClientTimeout { .. } | Response::DriverEvent { .. } => {}
+                Response::DriverEvent { publication_registration_id, json } => {
+                    if inbox.publications.contains_key(&publication_registration_id) {
+                        match serde_json::from_str::<DriverEventInfo>(&json) {
+                            Ok(_) if inbox.events.len() >= MAX_EVENTS => inbox.dropped_events += 1,
+                            Ok(event) => inbox.events.push_back(event),
+                            Err(_) => inbox.dropped_events += 1,
+                        }
+                    }
+                }
+                Response::ClientTimeout { .. } => {}
             }
         }
         if changed {
@@ -199,21 +233,36 @@ impl Shared {
         Ok(())
     }
 
+    /// Sends a query and waits for its answer (no interrupt: queries are answered in one cycle).
+    fn query(&self, build: impl FnOnce(i64) -> Command) -> Result<Response> {
+        match self.request_with(build, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
     /// Removes what an abandoned command created after its caller gave up.
     fn undo(&self, response: &Response, inbox: &mut Inbox) {
-        let client_id = self.client_id;
-        let Ok(correlation_id) = self.ring.next_correlation_id() else { return };
-        let command = match *response {
-            Response::PublicationReady { registration_id, .. } => {
-                Command::RemovePublication { client_id, correlation_id, registration_id }
-            }
+        match *response {
+            Response::PublicationReady { registration_id, .. } => self.remove_publication(registration_id),
             Response::SubscriptionReady { correlation_id: registration_id } => {
                 inbox.images.remove(&registration_id);
-                Command::RemoveSubscription { client_id, correlation_id, registration_id }
+                self.remove_subscription(registration_id);
             }
-            _ => return,
-        };
-        let _ = self.send(&command);
+            _ => {}
+        }
+    }
+
+    /// Tells the driver this client let go of one handle of publication `registration_id`.
+    fn remove_publication(&self, registration_id: i64) {
+        let Ok(correlation_id) = self.ring.next_correlation_id() else { return };
+        let _ = self.send(&Command::RemovePublication { client_id: self.client_id, correlation_id, registration_id });
+    }
+
+    /// Tells the driver this client removed subscription `registration_id`.
+    fn remove_subscription(&self, registration_id: i64) {
+        let Ok(correlation_id) = self.ring.next_correlation_id() else { return };
+        let _ = self.send(&Command::RemoveSubscription { client_id: self.client_id, correlation_id, registration_id });
     }
 
     /// Gives up waiting for `correlation_id`: what it still creates is removed on arrival.
@@ -437,6 +486,30 @@ impl AttachedClient {
         &self.shared.counters
     }
 
+    /// `Client.counters()`: each key of [`CLIENT_COUNTERS`] with its system counter's value
+    /// (`dropped_events` adds the events this client dropped itself).
+    pub fn system_counters(&self) -> Result<Vec<(&'static str, i64)>> {
+        self.shared.check()?;
+        let dropped_here = i64::try_from(lock(&self.shared.inbox).dropped_events).unwrap_or(i64::MAX);
+        CLIENT_COUNTERS
+            .iter()
+            .map(|&(key, counter)| {
+                let value = counter.read(&self.shared.counters).map_err(shm)?;
+                Ok((
+                    key,
+                    if counter == SystemCounter::DroppedEvents { value.saturating_add(dropped_here) } else { value },
+                ))
+            })
+            .collect()
+    }
+
+    /// The driver events of this client's publications since the last call, oldest first.
+    pub fn drain_events(&self) -> Result<Vec<DriverEventInfo>> {
+        self.shared.check()?;
+        self.shared.service()?;
+        Ok(lock(&self.shared.inbox).events.drain(..).collect())
+    }
+
     /// This client's id (allocated by the driver's correlation counter).
     pub fn client_id(&self) -> i64 {
         self.shared.client_id
@@ -492,9 +565,29 @@ impl AttachedClient {
         else {
             return Err(Error::Driver(format!("unexpected answer to add_publication: {response:?}")));
         };
-        let log = self.shared.open_log(&log_file)?;
-        let limit = self.shared.counters.counter(publisher_limit_counter_id as usize).map_err(shm)?;
-        Ok(AttachedPublication { shared: Arc::clone(&self.shared), registration_id, session_id, stream_id, log, limit })
+        let opened = self.shared.open_log(&log_file).and_then(|log| {
+            let limit = self.shared.counters.counter(publisher_limit_counter_id as usize).map_err(shm)?;
+            Ok((log, limit))
+        });
+        let publication = match opened {
+            Ok((log, limit)) => {
+                *lock(&self.shared.inbox).publications.entry(registration_id).or_insert(0) += 1;
+                AttachedPublication {
+                    shared: Arc::clone(&self.shared),
+                    registration_id,
+                    session_id,
+                    stream_id,
+                    log,
+                    limit,
+                }
+            }
+            Err(error) => {
+                // Hand back nothing: the driver removes what it made.
+                self.shared.remove_publication(registration_id);
+                return Err(error);
+            }
+        };
+        Ok(publication)
     }
 
     /// Adds a subscription (`aeron:ipc`); images arrive as publications appear.
@@ -687,17 +780,40 @@ impl AttachedPublication {
     pub fn is_connected(&self) -> Result<bool> {
         self.log.is_connected().map_err(shm)
     }
+
+    /// `Publication.counters()`: the driver's status record of this publication
+    /// ([`Command::QueryPublication`]).
+    pub fn status(&self) -> Result<PublicationInfo> {
+        let (client_id, registration_id) = (self.shared.client_id, self.registration_id);
+        let response = self
+            .shared
+            .query(|correlation_id| Command::QueryPublication { client_id, correlation_id, registration_id })
+            .map_err(|error| match error {
+                // The driver's refusal of a query is about its state, not the channel.
+                Error::Config(message) => Error::Driver(message),
+                other => other,
+            })?;
+        match response {
+            Response::PublicationStatus { json, .. } => serde_json::from_str(&json)
+                .map_err(|e| Error::Driver(format!("publication {registration_id}: unreadable status record: {e}"))),
+            other => Err(Error::Driver(format!("unexpected answer to a publication query: {other:?}"))),
+        }
+    }
 }
 
 impl Drop for AttachedPublication {
     fn drop(&mut self) {
+        {
+            let mut inbox = lock(&self.shared.inbox);
+            if let Some(count) = inbox.publications.get_mut(&self.registration_id) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    inbox.publications.remove(&self.registration_id);
+                }
+            }
+        }
         if self.shared.check().is_ok() {
-            let correlation_id = self.shared.ring.next_correlation_id().unwrap_or(-1);
-            let _ = self.shared.send(&Command::RemovePublication {
-                client_id: self.shared.client_id,
-                correlation_id,
-                registration_id: self.registration_id,
-            });
+            self.shared.remove_publication(self.registration_id);
         }
     }
 }
@@ -872,18 +988,32 @@ impl AttachedSubscription {
     pub fn is_connected(&mut self) -> Result<bool> {
         Ok(self.image_count()? > 0)
     }
+
+    /// `Subscription.images()`: the driver's record of each image
+    /// ([`Command::QuerySubscription`]).
+    pub fn images(&self) -> Result<Vec<crate::shm::status::ImageInfo>> {
+        let (client_id, registration_id) = (self.shared.client_id, self.registration_id);
+        let response = self
+            .shared
+            .query(|correlation_id| Command::QuerySubscription { client_id, correlation_id, registration_id })
+            .map_err(|error| match error {
+                // The driver's refusal of a query is about its state, not the channel.
+                Error::Config(message) => Error::Driver(message),
+                other => other,
+            })?;
+        match response {
+            Response::SubscriptionStatus { json, .. } => serde_json::from_str(&json)
+                .map_err(|e| Error::Driver(format!("subscription {registration_id}: unreadable status record: {e}"))),
+            other => Err(Error::Driver(format!("unexpected answer to a subscription query: {other:?}"))),
+        }
+    }
 }
 
 impl Drop for AttachedSubscription {
     fn drop(&mut self) {
         lock(&self.shared.inbox).images.remove(&self.registration_id);
         if self.shared.check().is_ok() {
-            let correlation_id = self.shared.ring.next_correlation_id().unwrap_or(-1);
-            let _ = self.shared.send(&Command::RemoveSubscription {
-                client_id: self.shared.client_id,
-                correlation_id,
-                registration_id: self.registration_id,
-            });
+            self.shared.remove_subscription(self.registration_id);
         }
     }
 }

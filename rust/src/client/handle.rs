@@ -117,6 +117,14 @@ impl ClientHandle {
         }
     }
 
+    /// The client of a driver reached through shared memory (`None`: the old embedded driver).
+    pub fn attached(&self) -> Option<&AttachedClient> {
+        match self {
+            ClientHandle::Embedded(_) => None,
+            ClientHandle::Attached(client) => Some(client),
+        }
+    }
+
     /// Whether the client was closed.
     pub fn is_closed(&self) -> bool {
         match self {
@@ -256,6 +264,15 @@ impl PublicationHandle {
         }
     }
 
+    /// The driver's status record of a publication reached through shared memory
+    /// (`None`: the old embedded driver, whose publication the caller reads directly).
+    pub fn attached_status(&self) -> Option<Result<crate::shm::status::PublicationInfo>> {
+        match self {
+            PublicationHandle::Embedded(_) => None,
+            PublicationHandle::Attached { publication, .. } => Some(Self::with_attached(publication, |p| p.status())),
+        }
+    }
+
     /// The end of the last appended message.
     pub fn position(&self) -> Result<i64> {
         match self {
@@ -310,6 +327,18 @@ impl SubscriptionHandle {
                 Some(s) => s.is_connected(),
                 None => Err(Error::Closed("subscription")),
             },
+        }
+    }
+
+    /// The driver's records of a subscription's images when reached through shared memory
+    /// (`None`: the old embedded driver, whose subscription the caller reads directly).
+    pub fn attached_images(&self) -> Option<Result<Vec<crate::shm::status::ImageInfo>>> {
+        match self {
+            SubscriptionHandle::Embedded(_) => None,
+            SubscriptionHandle::Attached { subscription, .. } => Some(match lock(subscription).as_ref() {
+                Some(s) => s.images(),
+                None => Err(Error::Closed("subscription")),
+            }),
         }
     }
 
