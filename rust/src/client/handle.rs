@@ -43,6 +43,69 @@ pub fn embedded_only(what: &str) -> Error {
     ))
 }
 
+/// What the consumer-group and subjects runtimes need of a client, whichever driver it uses:
+/// they hold an `Arc<dyn ClientApi>` and handles of either kind.
+pub trait ClientApi: Send + Sync {
+    /// Adds a publication.
+    fn add_publication_handle(&self, channel: &str, stream_id: i32) -> Result<PublicationHandle>;
+    /// Adds a subscription.
+    fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle>;
+    /// Whether the client was closed.
+    fn client_closed(&self) -> bool;
+}
+
+fn no_interrupt() -> std::result::Result<(), std::convert::Infallible> {
+    Ok(())
+}
+
+impl ClientApi for ClientHandle {
+    fn add_publication_handle(&self, channel: &str, stream_id: i32) -> Result<PublicationHandle> {
+        match self.add_publication_with(channel, stream_id, no_interrupt) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle> {
+        match self.add_subscription_with(channel, stream_id, no_interrupt) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    fn client_closed(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+impl ClientApi for Client {
+    fn add_publication_handle(&self, channel: &str, stream_id: i32) -> Result<PublicationHandle> {
+        self.add_publication(channel, stream_id).map(PublicationHandle::Embedded)
+    }
+
+    fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle> {
+        self.add_subscription(channel, stream_id).map(SubscriptionHandle::Embedded)
+    }
+
+    fn client_closed(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+impl<T: ClientApi + ?Sized> ClientApi for Arc<T> {
+    fn add_publication_handle(&self, channel: &str, stream_id: i32) -> Result<PublicationHandle> {
+        (**self).add_publication_handle(channel, stream_id)
+    }
+
+    fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle> {
+        (**self).add_subscription_handle(channel, stream_id)
+    }
+
+    fn client_closed(&self) -> bool {
+        (**self).client_closed()
+    }
+}
+
 /// A client of either driver.
 pub enum ClientHandle {
     /// The embedded driver, in this process.
@@ -187,6 +250,12 @@ impl PublicationHandle {
                 Self::with_attached(publication, |p| p.try_offer(payload))
             }
         }
+    }
+
+    /// Appends one message, a closed client or dead driver being [`OfferError::Closed`] (what
+    /// the runtimes need: a refusal either way).
+    pub fn try_offer(&self, payload: &[u8]) -> std::result::Result<i64, OfferError> {
+        self.offer(payload).unwrap_or(Err(OfferError::Closed))
     }
 
     /// Appends messages until one is refused: how many were taken and the refusal.

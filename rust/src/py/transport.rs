@@ -12,7 +12,9 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList};
 
 use super::buffers::{arrow_binary, is_arrow, with_bytes};
 use super::errors::{self, invalid_argument, transport_error, wrong_type};
-use crate::client::{self, ClientHandle, MessageBatch, MessageHeader, PublicationHandle, SubscriptionHandle};
+use crate::client::{
+    self, ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle, SubscriptionHandle,
+};
 use crate::driver::events::DriverEventKind;
 use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange, ThreadingMode};
 use crate::error::Error;
@@ -136,13 +138,17 @@ fn warn_unclosed(py: Python<'_>, message: &std::ffi::CStr) {
 /// A connection to a media driver: embedded (the default) or standalone (`dir=`).
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct Client {
-    inner: ClientHandle,
+    inner: std::sync::Arc<ClientHandle>,
 }
 
 impl Client {
-    /// The embedded Rust client, shared with the group members created from it.
-    pub(crate) fn shared(&self) -> PyResult<std::sync::Arc<client::Client>> {
-        self.embedded("consumer groups").cloned()
+    /// The client, shared with the group members and subject peers created from it (either
+    /// driver: they use only [`ClientApi`]).
+    pub(crate) fn shared(&self) -> PyResult<std::sync::Arc<dyn ClientApi>> {
+        if self.inner.is_closed() {
+            return Err(transport_error(Error::Closed("client")));
+        }
+        Ok(self.inner.clone())
     }
 
     fn embedded(&self, what: &str) -> PyResult<&std::sync::Arc<client::Client>> {
@@ -196,7 +202,7 @@ impl Client {
             };
             let timeout = std::time::Duration::from_millis(timeout_ms);
             let inner = py.detach(|| ClientHandle::attach(&dir, timeout)).map_err(transport_error)?;
-            return Ok(Client { inner });
+            return Ok(Client { inner: std::sync::Arc::new(inner) });
         }
         if driver_timeout_ms.is_some() {
             return Err(setting_error(
@@ -244,7 +250,7 @@ impl Client {
             context.client_command_timeout = std::time::Duration::from_millis(ms);
         }
         let inner = py.detach(|| client::Client::new(context)).map_err(transport_error)?;
-        Ok(Client { inner: ClientHandle::Embedded(std::sync::Arc::new(inner)) })
+        Ok(Client { inner: std::sync::Arc::new(ClientHandle::Embedded(std::sync::Arc::new(inner))) })
     }
 
     /// Creates a publication.
@@ -369,7 +375,7 @@ impl Client {
     /// The threading mode: "shared" or "invoker".
     #[getter]
     fn threading(&self) -> &'static str {
-        match &self.inner {
+        match &*self.inner {
             ClientHandle::Embedded(inner) => match inner.context().threading_mode {
                 ThreadingMode::Shared => "shared",
                 ThreadingMode::Invoker => "invoker",
