@@ -1,5 +1,5 @@
 """``affinity.Client(dir=...)``: Python clients attached to a standalone driver process
-(``affinity driver``) over ``aeron:ipc``, with publisher, subscriber and driver in separate
+(``affinity driver``) over ``aeron:ipc`` (and ``aeron:udp``), with publisher, subscriber and driver in separate
 processes. A million messages in order through ``offer_batch``; kill -9 of the driver raises
 ``DriverTimeoutError``; data offered before a publisher process exits is still delivered.
 Every wait is bounded by time."""
@@ -189,16 +189,34 @@ def test_a_driver_killed_with_sigkill_makes_the_next_call_raise_driver_timeout_w
     client.close()
 
 
-def test_a_udp_channel_through_the_standalone_driver_is_refused_naming_the_channel(
+def test_udp_through_the_standalone_driver_delivers_in_order_and_a_bad_uri_names_the_channel(
     driver: subprocess.Popen[str], driver_dir: Path
 ) -> None:
-    channel = "aeron:udp?endpoint=127.0.0.1:40999"
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    count = 10_000
     with affinity.Client(dir=str(driver_dir)) as client:
-        with pytest.raises(ChannelUriError, match="UDP through the standalone driver is not built yet") as raised:
-            client.add_publication(channel, STREAM_ID)
-        assert channel in str(raised.value)
-        with pytest.raises(ChannelUriError, match="not built yet"):
-            client.add_subscription(channel, STREAM_ID)
+        subscription = client.add_subscription(channel, STREAM_ID)
+        publication = client.add_publication(channel, STREAM_ID)
+        deadline = time.monotonic() + 20
+        while not publication.is_connected:
+            assert time.monotonic() < deadline, "the UDP publication never connected"
+            time.sleep(0.001)
+        sent = 0
+        received: list[bytes] = []
+        while len(received) < count and time.monotonic() < deadline:
+            if sent < count and publication.offer(message(sent)) > 0:
+                sent += 1
+            received.extend(subscription.poll_batch(1000))
+        assert received == [message(i) for i in range(count)]
+        bad = "aeron:udp?endpoint=nowhere"
+        with pytest.raises(ChannelUriError) as raised:
+            client.add_publication(bad, STREAM_ID)
+        assert bad in str(raised.value)
 
 
 def test_attached_client_reads_the_drivers_counters_and_has_no_duty_cycle_to_run(

@@ -1,9 +1,9 @@
-//! `affinity-ipc`: publisher and subscriber processes for a standalone driver's `aeron:ipc`
-//! channels — the cross-process tests (`rust/tests/standalone_driver.rs`) and the IPC benchmark
+//! `affinity-ipc`: publisher and subscriber processes for a standalone driver's channels
+//! (`aeron:ipc` by default, any `aeron:udp` channel with `--channel`) — the cross-process tests (`rust/tests/standalone_driver.rs`) and the IPC benchmark
 //! (`docs/benchmarks.md`, "Media driver") run it.
 //!
 //! ```text
-//! affinity-ipc publish   --dir D [--stream S] [--channel URI] --count N [--size BYTES]
+//! affinity-ipc publish   --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--hang 1]
 //! affinity-ipc subscribe --dir D [--stream S] [--channel URI] --count N [--size BYTES]
 //! affinity-ipc hold      --dir D [--stream S]      (a publication and a subscription, forever)
 //! affinity-ipc attach    --dir D --count N         (median time of N attaches)
@@ -30,6 +30,9 @@ struct Args {
     channel: String,
     count: u64,
     size: usize,
+    /// `publish --hang 1`: after offering, keep the process (and its publication) alive until
+    /// killed (the kill -9 tests), at most the run timeout.
+    hang: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -42,6 +45,7 @@ fn parse() -> Result<Args, String> {
         channel: "aeron:ipc".into(),
         count: 1_000_000,
         size: 32,
+        hang: false,
     };
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -52,6 +56,7 @@ fn parse() -> Result<Args, String> {
             "--channel" => parsed.channel = value.clone(),
             "--count" => parsed.count = number()?,
             "--size" => parsed.size = number()?.max(8) as usize,
+            "--hang" => parsed.hang = number()? != 0,
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -112,6 +117,14 @@ fn publish(args: &Args) -> Result<(), String> {
         }
     }
     report("publish", sequence, start.elapsed());
+    if args.hang {
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        let hung = Instant::now();
+        while hung.elapsed() < RUN_TIMEOUT {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
     Ok(())
 }
 

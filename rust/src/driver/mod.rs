@@ -1,6 +1,7 @@
 //! The media driver: conductor, sender and receiver agents, run on a driver thread (shared
 //! mode) or by the application (invoker mode).
 
+pub mod agent;
 pub mod conductor;
 pub mod context;
 pub mod events;

@@ -9,10 +9,8 @@ use std::time::Duration;
 
 pub use super::lock;
 use crate::client::{ImageHandle, SubscriptionShared};
-use crate::logbuffer::position::compute_position;
-use crate::logbuffer::StreamIdentity;
 use crate::media::udp::is_would_block;
-use crate::protocol::{DataRejection, Image, ImageConfig, ImageState};
+use crate::protocol::{DataRejection, Image, ImageState};
 use crate::time::Instant;
 use crate::wire::{flags, DataHeader, FrameHeader, FrameType, RttMeasurement, Setup, StatusMessage};
 
@@ -26,67 +24,7 @@ const CONTROL_FRAME_SLOT: usize = 256;
 /// table past this; beyond it, no SETUP is asked for until old entries expire).
 const MAX_PENDING_SETUPS: usize = 1024;
 
-/// Settings an endpoint applies to the images it creates.
-#[derive(Clone, Debug)]
-pub struct ImageDefaults {
-    /// Receiver window cap (`rcv-wnd`), further capped at term_length / 2.
-    pub receiver_window: u32,
-    /// Status message interval.
-    pub status_interval: Duration,
-    /// Unicast NAK delay.
-    pub nak_delay: Duration,
-    /// Random multicast NAK delay bound.
-    pub multicast_nak_backoff: Duration,
-    /// Image liveness timeout.
-    pub liveness_timeout: Duration,
-    /// Group tag for status messages (`gtag=`).
-    pub group_tag: Option<i64>,
-    /// Treat images as multicast for NAK timing.
-    pub is_group: bool,
-    /// The socket receive buffer: a SETUP whose MTU is larger is refused.
-    pub socket_receive_buffer: usize,
-    /// `reliable=false`: skip gaps instead of NAKing them.
-    pub reliable: bool,
-    /// Images one subscription may have at once; SETUPs beyond are refused and counted
-    /// ([`crate::driver::DriverContext::max_images_per_subscription`]).
-    pub max_images_per_subscription: usize,
-}
-
-impl ImageDefaults {
-    /// The configuration of an image for `setup`, or `None` when the SETUP is refused (invalid,
-    /// or an MTU larger than the receiver window or the socket receive buffer).
-    pub fn image_config(&self, setup: &Setup, receiver_id: i64, random_seed: u64) -> Option<ImageConfig> {
-        setup.validate().ok()?;
-        let term_length = u32::try_from(setup.term_length).ok()?;
-        let window = self.receiver_window.min(term_length / 2);
-        let mtu = u32::try_from(setup.mtu).ok()?;
-        if mtu > window || mtu as usize > self.socket_receive_buffer {
-            return None;
-        }
-        let identity = StreamIdentity {
-            session_id: setup.session_id,
-            stream_id: setup.stream_id,
-            initial_term_id: setup.initial_term_id,
-            term_length,
-        };
-        let join_position =
-            compute_position(setup.active_term_id, setup.term_offset, identity.position_bits(), setup.initial_term_id);
-        Some(ImageConfig {
-            identity,
-            join_position,
-            receiver_window: window,
-            receiver_id,
-            group_tag: self.group_tag,
-            status_interval: self.status_interval,
-            nak_delay: self.nak_delay,
-            is_group: self.is_group || setup.flags & flags::SETUP_GROUP != 0,
-            multicast_nak_backoff: self.multicast_nak_backoff,
-            liveness_timeout: self.liveness_timeout,
-            reliable: self.reliable,
-            random_seed,
-        })
-    }
-}
+pub use super::agent::receiver::{DatagramOutcome, ImageDefaults};
 
 struct SubscriptionEntry {
     stream_id: i32,
@@ -360,25 +298,6 @@ impl ReceiveEndpoint {
         }
         work
     }
-}
-
-/// What the receiver did with one datagram.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DatagramOutcome {
-    /// Taken (into an image, as a new image, or handled as control).
-    Taken,
-    /// Could not be decoded, or its fields contradict each other.
-    Malformed,
-    /// Everything in it had already been received.
-    Duplicate,
-    /// It lies beyond its image's receiver window.
-    Overrun,
-    /// Its image no longer receives (draining after end of stream or timeout).
-    Inactive,
-    /// A SETUP whose fields are invalid (term ids, offsets, lengths, MTU) or exceed local limits.
-    SetupRefused,
-    /// A SETUP refused because every matching subscription is at its image limit.
-    ImageRefused,
 }
 
 /// Counters of the receiver agent, shared with the [`Driver`](super::Driver) handle.

@@ -8,8 +8,10 @@
 //! Liveness: the conductor beats in the cnc on every duty cycle; clients send keepalives, and a
 //! client silent for the client timeout has its subscriptions removed and its publications
 //! released (a released publication lingers until its subscribers have everything or the linger
-//! timeout passes). `aeron:udp` channels are refused here for now (the embedded driver carries
-//! them).
+//! timeout passes). Launched with agents ([`crate::driver::agent::MediaDriver`]), it also runs
+//! `aeron:udp` publications and subscriptions: it binds their sockets, creates their shared
+//! logs and counters, and hands them to the sender and receiver agents through queues
+//! (`network` below); without agents (`StandaloneDriver::launch`) UDP channels are refused.
 //!
 //! This module imports nothing from `client/`.
 
@@ -28,6 +30,8 @@ use crate::shm::error_log::ErrorLogWriter;
 use crate::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::ShmError;
+
+mod network;
 
 /// Settings of a standalone driver.
 #[derive(Clone, Debug)]
@@ -48,6 +52,9 @@ pub struct StandaloneConfig {
     pub publication_linger: Duration,
     /// How long a freed counter id waits before reuse.
     pub counter_reuse: Duration,
+    /// Network settings (term length and MTU of UDP publications, receiver window, socket
+    /// buffers, flow control, timers), as the embedded driver takes them; validated at launch.
+    pub context: crate::driver::DriverContext,
 }
 
 /// Default client liveness timeout.
@@ -67,6 +74,7 @@ impl StandaloneConfig {
             driver_timeout: Duration::from_millis(directory::DRIVER_TIMEOUT_MS as u64),
             publication_linger: defaults::PUBLICATION_LINGER,
             counter_reuse: Duration::from_secs(1),
+            context: crate::driver::DriverContext::default(),
         }
     }
 }
@@ -121,6 +129,7 @@ pub struct StandaloneDriver {
     next_session_id: i32,
     last_timeout_check_ms: i64,
     took_over: Option<String>,
+    network: network::Network,
 }
 
 impl StandaloneDriver {
@@ -154,8 +163,22 @@ impl StandaloneDriver {
             next_session_id: (now as i32) ^ (std::process::id() as i32).rotate_left(16),
             last_timeout_check_ms: now,
             took_over,
+            network: network::Network::default(),
             config,
         })
+    }
+
+    /// Like [`StandaloneDriver::launch`], with the queues to the sender and receiver agents and
+    /// from them: `aeron:udp` channels are then carried.
+    pub fn launch_with_agents(
+        config: StandaloneConfig,
+        to_sender: std::sync::mpsc::Sender<crate::driver::agent::SenderCommand>,
+        to_receiver: std::sync::mpsc::Sender<crate::driver::agent::ReceiverCommand>,
+        events: std::sync::mpsc::Receiver<crate::driver::agent::AgentEvent>,
+    ) -> Result<Self, ShmError> {
+        let mut driver = Self::launch(config)?;
+        driver.network = network::Network::with_agents(to_sender, to_receiver, events);
+        Ok(driver)
     }
 
     /// Why a stale directory was taken over, if it was.
@@ -219,6 +242,7 @@ impl StandaloneDriver {
             }
         }
         work += self.update_publications(now);
+        work += self.on_agent_events(now);
         if now.saturating_sub(self.last_timeout_check_ms) >= 100 {
             self.last_timeout_check_ms = now;
             work += self.check_client_timeouts(now);
@@ -266,6 +290,40 @@ impl StandaloneDriver {
     fn on_command(&mut self, command: Command, now_ms: i64) {
         self.touch_client(command.client_id(), now_ms);
         match command {
+            Command::AddPublication { client_id, correlation_id, stream_id, channel } if network::is_udp(&channel) => {
+                if let Err((code, message)) =
+                    self.add_network_publication(client_id, correlation_id, stream_id, &channel, now_ms)
+                {
+                    self.refuse(correlation_id, code, message, now_ms);
+                }
+            }
+            Command::AddSubscription { client_id, correlation_id, stream_id, channel } if network::is_udp(&channel) => {
+                if let Err((code, message)) =
+                    self.add_network_subscription(client_id, correlation_id, stream_id, &channel, now_ms)
+                {
+                    self.refuse(correlation_id, code, message, now_ms);
+                }
+            }
+            Command::RemovePublication { client_id, correlation_id, registration_id }
+                if self.is_network_publication(registration_id) =>
+            {
+                self.remove_network_publication(client_id, correlation_id, registration_id, now_ms)
+            }
+            Command::RemoveSubscription { client_id, correlation_id, registration_id }
+                if self.is_network_subscription(registration_id) =>
+            {
+                self.remove_network_subscription(client_id, correlation_id, registration_id, now_ms)
+            }
+            Command::QueryPublication { correlation_id, registration_id, .. }
+                if self.is_network_publication(registration_id) =>
+            {
+                self.network.query_publication(registration_id, correlation_id)
+            }
+            Command::QuerySubscription { correlation_id, registration_id, .. }
+                if self.is_network_subscription(registration_id) =>
+            {
+                self.network.query_subscription(registration_id, correlation_id)
+            }
             Command::AddPublication { client_id, correlation_id, stream_id, channel } => {
                 match self.add_publication(client_id, correlation_id, stream_id, &channel, now_ms) {
                     Ok(()) => {}
@@ -602,6 +660,7 @@ impl StandaloneDriver {
                 publication.released_at_ms.get_or_insert(now_ms);
             }
         }
+        self.remove_network_client(client_id, now_ms);
         if let Some(client) = self.clients.remove(&client_id) {
             let _ = self.counters.free(client.heartbeat.id(), now_ms);
             let _ = self.system(SystemCounter::Clients).add(-1);
@@ -636,7 +695,8 @@ fn ipc_channel(channel: &str) -> Result<ChannelUri, String> {
     let uri = ChannelUri::parse(channel).map_err(|e| format!("{channel}: {e}"))?;
     if uri.media != Media::Ipc {
         return Err(format!(
-            "{channel}: the standalone driver carries aeron:ipc channels only so far; use the embedded driver for aeron:udp"
+            "{channel}: this driver runs without network agents and carries aeron:ipc channels only \
+             (launch it as a MediaDriver to carry aeron:udp)"
         ));
     }
     Ok(uri)
@@ -645,34 +705,39 @@ fn ipc_channel(channel: &str) -> Result<ChannelUri, String> {
 /// Options of `affinity driver` / `affinity-driver`.
 #[derive(Clone, Debug)]
 pub struct DriverOptions {
-    /// Driver settings.
+    /// Driver settings (directory, timeouts, IPC and network defaults).
     pub config: StandaloneConfig,
-    /// What the conductor thread does when idle.
+    /// What the agent threads do when idle.
     pub idle: crate::driver::idle::IdleStrategy,
-    /// `--threading` as given (see [`USAGE`]).
-    pub threading: String,
+    /// `--threading`.
+    pub threading: crate::driver::agent::Threading,
 }
 
 /// Usage text of the driver command (one place for the binary and the Python CLI).
 pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedicated|shared-network|shared]
                        [--idle spin|yield|backoff] [--term-length N] [--mtu N]
+                       [--flow-control SPEC] [--receiver-timeout DUR]
                        [--client-timeout DUR] [--linger DUR]
-  --dir             driver directory (default $AFFINITY_DIR, else /dev/shm/affinity-$USER)
-  --threading       agent threads; the standalone driver carries aeron:ipc only so far, so every
-                    mode runs the one conductor thread (default shared)
-  --idle            idle strategy of the driver thread (default backoff)
-  --term-length     term length of IPC logs whose channel names none (default 64m)
-  --mtu             MTU of IPC logs whose channel names none (default 1408)
-  --client-timeout  a client silent this long is reclaimed (default 5s)
-  --linger          a released publication waits at most this long for its subscribers (default 5s)
-  --flow-control, --receiver-timeout: refused (they apply to aeron:udp, not carried here yet)";
+  --dir               driver directory (default $AFFINITY_DIR, else /dev/shm/affinity-$USER)
+  --threading         dedicated: conductor, sender and receiver on three threads;
+                      shared-network: conductor + one network thread; shared: one thread (default)
+  --idle              idle strategy of the driver threads (default backoff)
+  --term-length       term length of logs whose channel names none (default: aeron:ipc 64m,
+                      aeron:udp 16m; given here, both)
+  --mtu               MTU of logs whose channel names none (default 1408)
+  --flow-control      flow control of multicast publications whose channel names no fc=
+                      (max, min, tagged,g:<tag>[/<min size>], with an optional ,t:<timeout>)
+  --receiver-timeout  a publication forgets a silent receiver after this long (default 5s)
+  --client-timeout    a client silent this long is reclaimed (default 5s)
+  --linger            a released publication waits at most this long for its subscribers (default 5s)";
 
 /// Parses driver command-line arguments (without the program name).
 pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {
     use crate::channel::{parse_duration, parse_size};
+    use crate::driver::context::ranges;
     let mut config = StandaloneConfig::new(directory::default_dir());
     let mut idle = crate::driver::idle::IdleStrategy::default();
-    let mut threading = "shared".to_string();
+    let mut threading = crate::driver::agent::Threading::Shared;
     let mut iter = args.iter();
     while let Some(flag) = iter.next() {
         let (name, inline) = match flag.split_once('=') {
@@ -689,10 +754,10 @@ pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {
             "--dir" => config.dir = PathBuf::from(value()?),
             "--threading" => {
                 let v = value()?;
-                if !["dedicated", "shared-network", "shared"].contains(&v.as_str()) {
-                    return Err(format!("--threading {v:?}: expected dedicated, shared-network or shared"));
-                }
-                threading = v;
+                threading = match v.as_str() {
+                    "dedicated" | "shared-network" | "shared" => v.parse().map_err(|e| bad(&v, e))?,
+                    _ => return Err(format!("--threading {v:?}: expected dedicated, shared-network or shared")),
+                };
             }
             "--idle" => {
                 let v = value()?;
@@ -701,23 +766,44 @@ pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {
             "--term-length" => {
                 let v = value()?;
                 let size = parse_size(&v).map_err(|e| bad(&v, e))?;
-                config.ipc_term_length = u32::try_from(size).map_err(|_| bad(&v, "too large".into()))?;
+                let size = u32::try_from(size).map_err(|_| bad(&v, "too large".into()))?;
+                config.ipc_term_length = size;
+                config.context.term_length = size;
             }
             "--mtu" => {
                 let v = value()?;
                 let size = parse_size(&v).map_err(|e| bad(&v, e))?;
-                config.mtu = u32::try_from(size).map_err(|_| bad(&v, "too large".into()))?;
+                let size = u32::try_from(size).map_err(|_| bad(&v, "too large".into()))?;
+                config.mtu = size;
+                config.context.mtu = size;
+            }
+            "--flow-control" => {
+                let v = value()?;
+                let spec = crate::flow_control::FlowControlSpec::parse(&v).map_err(|e| bad(&v, e.to_string()))?;
+                let flow = &mut config.context.flow_control;
+                flow.multicast_strategy = spec.strategy;
+                flow.group_tag = spec.group_tag.or(flow.group_tag);
+                flow.group_min_size = spec.group_min_size.unwrap_or(flow.group_min_size);
+                if let Some(timeout) = spec.receiver_timeout {
+                    flow.receiver_timeout = timeout;
+                }
+            }
+            "--receiver-timeout" => {
+                let v = value()?;
+                let timeout = parse_duration(&v).map_err(|e| bad(&v, e))?;
+                ranges::RECEIVER_TIMEOUT_MS.check(timeout.as_millis() as i128).map_err(|e| bad(&v, e.to_string()))?;
+                config.context.flow_control.receiver_timeout = timeout;
             }
             "--client-timeout" => {
                 let v = value()?;
                 config.client_timeout = parse_duration(&v).map_err(|e| bad(&v, e))?;
+                if config.client_timeout.is_zero() {
+                    return Err(bad(&v, "must be positive".into()));
+                }
             }
             "--linger" => {
                 let v = value()?;
                 config.publication_linger = parse_duration(&v).map_err(|e| bad(&v, e))?;
-            }
-            "--flow-control" | "--receiver-timeout" => {
-                return Err(format!("{name}: applies to aeron:udp, which the standalone driver does not carry yet"))
             }
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
         }
@@ -734,6 +820,7 @@ pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {
     }
     .validate()
     .map_err(|e| format!("--term-length / --mtu: {e}"))?;
+    config.context.validate().map_err(|e| format!("--term-length / --mtu / --receiver-timeout: {e}"))?;
     Ok(DriverOptions { config, idle, threading })
 }
 
@@ -763,32 +850,26 @@ fn install_signal_handlers() -> Result<(), String> {
 /// Runs a driver in the foreground until SIGINT or SIGTERM (or `stop` becomes true), then shuts
 /// down cleanly (end of stream to subscribers, files removed). Prints one line when ready.
 pub fn run(options: DriverOptions, stop: Option<&std::sync::atomic::AtomicBool>) -> Result<(), String> {
+    use crate::driver::agent::{MediaDriver, MediaDriverConfig};
     install_signal_handlers()?;
     STOP.store(false, std::sync::atomic::Ordering::Relaxed);
-    let mut driver = StandaloneDriver::launch(options.config).map_err(|e| e.to_string())?;
+    let config = MediaDriverConfig { standalone: options.config, threading: options.threading, idle: options.idle };
+    let driver = MediaDriver::launch(config).map_err(|e| e.to_string())?;
     if let Some(reason) = driver.took_over() {
         eprintln!("affinity driver: took over a stale directory ({reason})");
-    }
-    if options.threading != "shared" {
-        eprintln!(
-            "affinity driver: --threading {} runs one conductor thread (aeron:ipc only so far)",
-            options.threading
-        );
     }
     println!("affinity driver: pid {} ready in {}", std::process::id(), driver.dir().display());
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
-    let mut idler = crate::driver::idle::Idler::new(options.idle);
     let stopping = || {
         STOP.load(std::sync::atomic::Ordering::Relaxed)
             || stop.is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
     };
     while !stopping() {
-        let work = driver.do_work();
-        idler.idle(work);
+        std::thread::sleep(Duration::from_millis(20));
     }
     let dir = driver.dir().to_path_buf();
-    driver.shutdown().map_err(|e| e.to_string())?;
+    driver.close().map_err(|e| e.to_string())?;
     println!("affinity driver: stopped, {} cleaned up", dir.display());
     Ok(())
 }
@@ -810,7 +891,17 @@ mod tests {
         assert_eq!(options.config.client_timeout, Duration::from_secs(2));
         assert!(parse_args(&["--term-length".into(), "1000".into()]).unwrap_err().contains("term length 1000"));
         assert!(parse_args(&["--threading".into(), "many".into()]).unwrap_err().contains("--threading \"many\""));
-        assert!(parse_args(&["--flow-control".into(), "max".into()]).unwrap_err().contains("aeron:udp"));
+        let options = parse_args(&["--flow-control".into(), "min".into(), "--receiver-timeout=2s".into()]).unwrap();
+        assert_eq!(options.config.context.flow_control.receiver_timeout, Duration::from_secs(2));
+        assert!(parse_args(&["--flow-control".into(), "most".into()])
+            .unwrap_err()
+            .starts_with("--flow-control \"most\""));
+        assert!(parse_args(&["--receiver-timeout".into(), "0s".into()]).unwrap_err().contains("receiver_timeout_ms"));
+        assert!(parse_args(&["--mtu".into(), "33".into()]).unwrap_err().contains("mtu 33"));
+        let options = parse_args(&["--threading".into(), "dedicated".into(), "--mtu=8k".into()]).unwrap();
+        assert_eq!(options.threading, crate::driver::agent::Threading::Dedicated);
+        assert_eq!(options.config.context.mtu, 8192);
+        assert!(parse_args(&["--threading".into(), "invoker".into()]).unwrap_err().contains("expected dedicated"));
         assert!(parse_args(&["--bogus".into()]).unwrap_err().contains("unknown option"));
         assert!(parse_args(&["--dir".into()]).unwrap_err().contains("needs a value"));
     }

@@ -1,0 +1,440 @@
+//! The sender agent: serves network publications over shared logs. Clients append to a
+//! publication's log; the sender sends the committed frames within the flow-control limit,
+//! retransmits NAKed ranges, heartbeats and SETUPs, handles status messages, NAKs, RTT requests
+//! and error frames, writes the publisher limit, sender position and publisher position
+//! counters, and reports driver events and status answers to the conductor.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::Duration;
+
+use super::{AgentEvent, NewPublication, SenderCommand};
+use crate::driver::events::{reason_name, DriverEvent, DriverEventKind};
+use crate::media::udp::is_would_block;
+use crate::protocol::{NetworkPublication, PublicationCounters};
+use crate::shm::command::Response;
+use crate::shm::counters::Counter;
+use crate::shm::log_buffer::LogBuffer;
+use crate::shm::status::{
+    bounded_text, DriverEventInfo, DriverEventKindInfo, PublicationInfo, ReceiverInfo, MAX_EVENT_TEXT,
+    MAX_RECEIVERS_IN_STATUS,
+};
+use crate::time::{Instant, MonotonicClock};
+use crate::wire::{parse_control, ControlFrame, FrameHeader, FrameType, StatusMessage};
+
+/// How often a publication that keeps sending still gets its idle work.
+const IDLE_INTERVAL: Duration = Duration::from_millis(1);
+
+/// The system counters the sender writes (one writer each).
+#[derive(Clone, Debug)]
+pub struct SenderCounters {
+    /// Bytes sent.
+    pub bytes_sent: Counter,
+    /// Send errors other than "would block".
+    pub send_errors: Counter,
+    /// Malformed control frames.
+    pub invalid_control_frames: Counter,
+    /// NAKs received.
+    pub naks_received: Counter,
+    /// Datagrams retransmitted.
+    pub retransmits: Counter,
+    /// Status messages received.
+    pub status_messages_received: Counter,
+    /// Heartbeats sent.
+    pub heartbeats_sent: Counter,
+}
+
+struct Served {
+    registration_id: i64,
+    channel: String,
+    publication: NetworkPublication<LogBuffer>,
+    socket: UdpSocket,
+    destination: SocketAddr,
+    control_socket: Option<UdpSocket>,
+    publisher_limit: Counter,
+    sender_position: Counter,
+    publisher_position: Counter,
+    last_idle: Instant,
+    reported: PublicationCounters,
+    connected: bool,
+}
+
+/// The sender agent.
+pub struct SenderAgent {
+    publications: Vec<Served>,
+    commands: Receiver<SenderCommand>,
+    events: Sender<AgentEvent>,
+    counters: SenderCounters,
+    datagrams_per_cycle: usize,
+    out: Vec<u8>,
+    input: Vec<u8>,
+    clock: MonotonicClock,
+}
+
+impl SenderAgent {
+    /// An agent reading `commands`, reporting to `events`, counting into `counters`, sending at
+    /// most `datagrams_per_cycle` datagrams per publication per duty cycle.
+    pub fn new(
+        commands: Receiver<SenderCommand>,
+        events: Sender<AgentEvent>,
+        counters: SenderCounters,
+        datagrams_per_cycle: usize,
+    ) -> Self {
+        SenderAgent {
+            publications: Vec::new(),
+            commands,
+            events,
+            counters,
+            datagrams_per_cycle,
+            out: vec![0; 65536],
+            input: vec![0; 65536],
+            clock: MonotonicClock::new(),
+        }
+    }
+
+    /// Whether any publication is still served (draining or lingering included).
+    pub fn has_publications(&self) -> bool {
+        !self.publications.is_empty()
+    }
+
+    /// Closes every publication (shutdown): each drains, signals end of stream and lingers.
+    pub fn close_all(&mut self) {
+        for served in &mut self.publications {
+            close(served);
+        }
+    }
+
+    /// One duty cycle; returns the work done.
+    pub fn do_work(&mut self) -> usize {
+        let now = self.clock.now();
+        let mut work = 0;
+        while let Ok(command) = self.commands.try_recv() {
+            work += 1;
+            self.on_command(command, now);
+        }
+        let mut index = 0;
+        while index < self.publications.len() {
+            work += self.service(index, now);
+            if self.publications[index].publication.is_done() {
+                let served = self.publications.swap_remove(index);
+                let _ = served.publisher_limit.set(served.publication.sender_position());
+                let _ = self.events.send(AgentEvent::PublicationDone { registration_id: served.registration_id });
+                continue;
+            }
+            index += 1;
+        }
+        work
+    }
+
+    fn on_command(&mut self, command: SenderCommand, now: Instant) {
+        match command {
+            SenderCommand::Add(new) => {
+                let NewPublication {
+                    registration_id,
+                    channel,
+                    publication,
+                    socket,
+                    destination,
+                    control_socket,
+                    publisher_limit,
+                    sender_position,
+                    publisher_position,
+                } = *new;
+                self.publications.push(Served {
+                    registration_id,
+                    channel,
+                    publication,
+                    socket,
+                    destination,
+                    control_socket,
+                    publisher_limit,
+                    sender_position,
+                    publisher_position,
+                    last_idle: now,
+                    reported: PublicationCounters::default(),
+                    connected: false,
+                });
+            }
+            SenderCommand::Close { registration_id } => {
+                if let Some(served) = self.publications.iter_mut().find(|p| p.registration_id == registration_id) {
+                    close(served);
+                }
+            }
+            SenderCommand::Query { registration_id, correlation_id } => {
+                let response = match self.publications.iter().find(|p| p.registration_id == registration_id) {
+                    Some(served) => match serde_json::to_string(&publication_info(&served.publication)) {
+                        Ok(json) => Response::PublicationStatus { correlation_id, json },
+                        Err(e) => Response::Error {
+                            correlation_id,
+                            code: crate::shm::command::error_code::GENERIC_ERROR,
+                            message: format!("publication {registration_id}: status not encodable: {e}"),
+                        },
+                    },
+                    None => Response::Error {
+                        correlation_id,
+                        code: crate::shm::command::error_code::UNKNOWN_PUBLICATION,
+                        message: format!("no network publication {registration_id}"),
+                    },
+                };
+                let _ = self.events.send(AgentEvent::Respond(response));
+            }
+            SenderCommand::CloseAll => self.close_all(),
+        }
+    }
+
+    fn service(&mut self, index: usize, now: Instant) -> usize {
+        let mut work = self.receive_control(index, now);
+        let budget = self.datagrams_per_cycle;
+        let served = &mut self.publications[index];
+        if let Ok(tail) = served.publication.log().tail_position() {
+            served.publication.on_tail(tail);
+        }
+        let mut sent = 0;
+        for _ in 0..budget {
+            let Some(length) = served.publication.poll_transmit(now, &mut self.out) else { break };
+            sent += 1;
+            let datagram = &self.out[..length];
+            let result = if served.control_socket.is_some() {
+                served.socket.send_to(datagram, served.destination)
+            } else {
+                served.socket.send(datagram)
+            };
+            match result {
+                Ok(bytes) => {
+                    let _ = self.counters.bytes_sent.add(bytes as i64);
+                }
+                Err(error) if is_would_block(&error) => {} // dropped: a NAK repairs it
+                Err(_) => {
+                    let _ = self.counters.send_errors.add(1);
+                }
+            }
+        }
+        work += sent;
+        if sent == 0 || now.saturating_since(served.last_idle) >= IDLE_INTERVAL {
+            served.publication.on_idle(now);
+            served.last_idle = now;
+        }
+        let publication = &served.publication;
+        let _ = served.publisher_limit.set(publication.publisher_limit());
+        let _ = served.sender_position.set(publication.sender_position());
+        let _ = served.publisher_position.set(publication.tail_position());
+        let connected = publication.is_connected();
+        if connected != served.connected {
+            served.connected = connected;
+            let _ = publication.log().set_connected(connected);
+        }
+        let counters = publication.counters();
+        let delta = |now: u64, before: u64| now.saturating_sub(before) as i64;
+        let _ = self.counters.retransmits.add(delta(counters.retransmits_sent, served.reported.retransmits_sent));
+        let _ = self.counters.heartbeats_sent.add(delta(counters.heartbeats_sent, served.reported.heartbeats_sent));
+        served.reported = counters;
+        self.drain_events(index);
+        work
+    }
+
+    fn receive_control(&mut self, index: usize, now: Instant) -> usize {
+        let mut work = 0;
+        for use_control_socket in [false, true] {
+            for _ in 0..self.datagrams_per_cycle {
+                let served = &mut self.publications[index];
+                let socket = match (use_control_socket, &served.control_socket) {
+                    (false, _) => &served.socket,
+                    (true, Some(socket)) => socket,
+                    (true, None) => break,
+                };
+                let length = match socket.recv_from(&mut self.input) {
+                    Ok((length, _)) => length,
+                    Err(_) => break,
+                };
+                work += 1;
+                let datagram = &self.input[..length];
+                let frame = match parse_control(datagram) {
+                    Ok(Some(frame)) => frame,
+                    Ok(None) => continue,
+                    Err(_) => {
+                        on_malformed(served, datagram, &self.counters);
+                        continue;
+                    }
+                };
+                if matches!(frame, ControlFrame::StatusMessage(_)) && !has_status_message_length(datagram) {
+                    on_malformed(served, datagram, &self.counters);
+                    continue;
+                }
+                let identity = *served.publication.identity();
+                let matches =
+                    |session: i32, stream: i32| session == identity.session_id && stream == identity.stream_id;
+                let publication = &mut served.publication;
+                match frame {
+                    ControlFrame::StatusMessage(message)
+                        if matches(message.session_id, message.stream_id)
+                            || (message.is_send_setup() && message.session_id == 0) =>
+                    {
+                        let _ = self.counters.status_messages_received.add(1);
+                        publication.on_status_message(&message, now)
+                    }
+                    ControlFrame::Nak(nak) if matches(nak.session_id, nak.stream_id) => {
+                        let _ = self.counters.naks_received.add(1);
+                        publication.on_nak(&nak, now)
+                    }
+                    ControlFrame::Error(error) if matches(error.session_id, error.stream_id) => {
+                        publication.on_error(&error, now)
+                    }
+                    ControlFrame::Rttm(request) if matches(request.session_id, request.stream_id) => {
+                        if let Some(reply) = publication.on_rtt_measurement(&request) {
+                            let length = reply.emit(&mut self.out);
+                            let _ = served.socket.send_to(&self.out[..length], served.destination);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        work
+    }
+
+    /// Sends the publication's queued events to the conductor as [`Response::DriverEvent`]s.
+    fn drain_events(&mut self, index: usize) {
+        let served = &mut self.publications[index];
+        while let Some(event) = served.publication.poll_event() {
+            let identity = *served.publication.identity();
+            let event = DriverEvent {
+                time: std::time::SystemTime::now(),
+                publication_id: served.registration_id as u64,
+                channel: served.channel.clone(),
+                stream_id: identity.stream_id,
+                session_id: identity.session_id,
+                kind: event.into(),
+            };
+            match serde_json::to_string(&event_info(&event)) {
+                Ok(json) => {
+                    let response = Response::DriverEvent { publication_registration_id: served.registration_id, json };
+                    let _ = self.events.send(AgentEvent::Respond(response));
+                }
+                Err(e) => {
+                    let _ = self.events.send(AgentEvent::Error(format!("driver event not encodable: {e}")));
+                }
+            }
+        }
+    }
+}
+
+fn close(served: &mut Served) {
+    if let Ok(tail) = served.publication.log().tail_position() {
+        served.publication.on_tail(tail);
+    }
+    served.publication.close();
+}
+
+/// A control datagram that failed validation: counted by the publication it names (when
+/// session and stream are readable and match), and by the driver; never processed.
+fn on_malformed(served: &mut Served, datagram: &[u8], counters: &SenderCounters) {
+    let _ = counters.invalid_control_frames.add(1);
+    if let (Some(session), Some(stream)) = (read_i32_at(datagram, 8), read_i32_at(datagram, 12)) {
+        let identity = *served.publication.identity();
+        if session == identity.session_id && stream == identity.stream_id {
+            served.publication.on_malformed_control_frame();
+        }
+    }
+}
+
+/// Whether a status message has a valid length: 36 (no group tag) or 44 (with tag).
+fn has_status_message_length(datagram: &[u8]) -> bool {
+    match FrameHeader::parse(datagram) {
+        Ok(header) if header.frame_type == FrameType::StatusMessage => {
+            header.frame_length == StatusMessage::LENGTH as i32
+                || header.frame_length == StatusMessage::LENGTH_WITH_GROUP_TAG as i32
+        }
+        _ => false,
+    }
+}
+
+fn read_i32_at(bytes: &[u8], offset: usize) -> Option<i32> {
+    let field = bytes.get(offset..offset.checked_add(4)?)?;
+    Some(i32::from_le_bytes([field[0], field[1], field[2], field[3]]))
+}
+
+/// The status record of a publication (the receiver lists bounded).
+pub fn publication_info<L: crate::logbuffer::SenderLog>(publication: &NetworkPublication<L>) -> PublicationInfo {
+    let status = publication.status();
+    let receivers = status
+        .group_receivers
+        .iter()
+        .take(MAX_RECEIVERS_IN_STATUS)
+        .map(|r| ReceiverInfo {
+            receiver_id: r.receiver_id,
+            group_tag: r.group_tag,
+            position: r.position,
+            window: r.window,
+        })
+        .collect();
+    let live_receivers = status
+        .live_receivers
+        .iter()
+        .take(MAX_RECEIVERS_IN_STATUS)
+        .map(|r| ReceiverInfo {
+            receiver_id: r.receiver_id,
+            group_tag: r.group_tag,
+            position: r.position,
+            window: r.window,
+        })
+        .collect();
+    let c = status.counters;
+    PublicationInfo {
+        session_id: status.session_id,
+        stream_id: status.stream_id,
+        position: status.tail_position,
+        sender_position: status.sender_position,
+        sender_limit: status.sender_limit,
+        publisher_limit: status.publisher_limit,
+        connected: status.connected,
+        closed: status.closed,
+        strategy: status.strategy.to_owned(),
+        group_tag: status.group_tag,
+        group_min_size: status.group_min_size,
+        receiver_timeout_ms: status.receiver_timeout.as_millis() as u64,
+        receivers,
+        live_receivers,
+        status_messages: c.status_messages,
+        naks_received: c.naks_received,
+        naks_ignored: c.naks_ignored,
+        retransmits_sent: c.retransmits_sent,
+        retransmitted_bytes: c.retransmitted_bytes,
+        datagrams_sent: c.datagrams_sent,
+        bytes_sent: c.bytes_sent,
+        heartbeats_sent: c.heartbeats_sent,
+        setups_sent: c.setups_sent,
+        errors_received: c.errors_received,
+        invalid_control_frames: c.invalid_control_frames,
+    }
+}
+
+/// The record of a driver event (texts bounded).
+pub fn event_info(event: &DriverEvent) -> DriverEventInfo {
+    let kind = match &event.kind {
+        DriverEventKind::ReceiverJoined { receiver_id, group_tag } => {
+            DriverEventKindInfo::ReceiverJoined { receiver_id: *receiver_id, group_tag: *group_tag }
+        }
+        DriverEventKind::ReceiverRemoved { receiver_id, group_tag, reason } => DriverEventKindInfo::ReceiverRemoved {
+            receiver_id: *receiver_id,
+            group_tag: *group_tag,
+            reason: reason_name(*reason).to_owned(),
+        },
+        DriverEventKind::ConnectionChanged { connected } => {
+            DriverEventKindInfo::ConnectionChanged { connected: *connected }
+        }
+        DriverEventKind::ReceiverError { receiver_id, code, message } => DriverEventKindInfo::ReceiverError {
+            receiver_id: *receiver_id,
+            code: *code,
+            error: bounded_text(message, MAX_EVENT_TEXT),
+        },
+    };
+    DriverEventInfo {
+        time: event.time.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0),
+        level: event.level().to_owned(),
+        channel: bounded_text(&event.channel, MAX_EVENT_TEXT),
+        stream_id: event.stream_id,
+        session_id: event.session_id,
+        kind,
+        message: bounded_text(&event.to_string(), 3 * MAX_EVENT_TEXT),
+    }
+}

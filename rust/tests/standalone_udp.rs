@@ -1,0 +1,331 @@
+//! `aeron:udp` through the standalone media driver with real processes: `affinity-driver` in
+//! one process, a publisher and a subscriber (`affinity-ipc --channel aeron:udp?...`) in
+//! others, each attached to the driver over shared memory; the driver's sender and receiver
+//! agents carry the stream over loopback UDP. Every wait is bounded by time.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use affinity::shm::cnc::{Cnc, CNC_FILE};
+use affinity::shm::status::SystemCounter;
+
+const DRIVER: &str = env!("CARGO_BIN_EXE_affinity-driver");
+const IPC: &str = env!("CARGO_BIN_EXE_affinity-ipc");
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("affinity-udp-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A child process killed (SIGKILL) when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Proc {
+    fn wait_for_line(&mut self, marker: &str) -> String {
+        let stdout = self.0.stdout.as_mut().expect("stdout piped");
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        for _ in 0..100 {
+            line.clear();
+            let read = reader.read_line(&mut line).expect("read child stdout");
+            assert!(read > 0, "child exited before printing {marker:?}");
+            if line.contains(marker) {
+                return line;
+            }
+        }
+        panic!("no {marker:?} in the child's first 100 lines");
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(start.elapsed() < timeout, "process did not exit within {timeout:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: sending a signal to our own child.
+        unsafe { libc::kill(self.0.id() as i32, signal) };
+    }
+}
+
+fn start_driver(dir: &Path, extra: &[&str]) -> Proc {
+    let mut child = Proc(
+        Command::new(DRIVER)
+            .arg("--dir")
+            .arg(dir)
+            .args(["--term-length", "1m"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn affinity-driver"),
+    );
+    child.wait_for_line("ready in");
+    child
+}
+
+fn free_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+fn client(role: &str, dir: &Path, channel: &str, count: u64, size: usize) -> Proc {
+    Proc(
+        Command::new(IPC)
+            .arg(role)
+            .arg("--dir")
+            .arg(dir)
+            .args(["--channel", channel, "--count", &count.to_string(), "--size", &size.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn affinity-ipc"),
+    )
+}
+
+fn output(mut child: Proc, timeout: Duration) -> String {
+    let status = child.wait_exit(timeout);
+    let mut text = String::new();
+    child.0.stdout.take().expect("stdout").read_to_string(&mut text).expect("read stdout");
+    assert!(status.success(), "child failed ({status}): {text}");
+    text
+}
+
+fn system(dir: &Path, counter: SystemCounter) -> i64 {
+    let cnc = Cnc::open(&dir.join(CNC_FILE), false).expect("open cnc");
+    counter.read(&cnc.counters().expect("counters")).expect("system counter")
+}
+
+/// Publisher and subscriber processes over `channel` through a driver started with `extra`.
+fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) -> PathBuf {
+    let dir = tempdir(name);
+    let mut driver = start_driver(&dir, extra);
+    let mut subscriber = client("subscribe", &dir, channel, count, size);
+    subscriber.wait_for_line("ready");
+    let publisher = client("publish", &dir, channel, count, size);
+    let published = output(publisher, Duration::from_secs(300));
+    let received = output(subscriber, Duration::from_secs(300));
+    assert!(published.contains(&format!("\"messages\":{count}")), "{published}");
+    assert!(received.contains(&format!("\"messages\":{count}")), "{received}");
+    assert!(system(&dir, SystemCounter::BytesSent) > (count * size as u64) as i64);
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success());
+    dir
+}
+
+#[test]
+fn a_million_udp_messages_between_processes_arrive_in_order() {
+    let port = free_port();
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+    let dir = transfer("million", &[], &channel, 1_000_000, 32);
+    assert!(!dir.join(CNC_FILE).exists(), "SIGTERM removes the driver's files");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn every_threading_mode_moves_data_in_order() {
+    for mode in ["dedicated", "shared-network", "shared"] {
+        let port = free_port();
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+        let dir = transfer(mode, &["--threading", mode], &channel, 100_000, 200);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[test]
+fn loss_through_a_relay_is_repaired_by_naks_through_the_standalone_driver() {
+    use affinity::media::relay::{Impairment, LossyRelay};
+    use std::sync::atomic::Ordering;
+    let port = free_port();
+    let target = format!("127.0.0.1:{port}").parse().expect("address");
+    let impairment = Impairment { loss: 0.02, duplicate: 0.01, reorder: 0.01 };
+    let relay = LossyRelay::start("127.0.0.1:0".parse().expect("address"), target, impairment, 7).expect("relay");
+    let dir = tempdir("loss");
+    let mut driver = start_driver(&dir, &[]);
+    let mut subscriber = client("subscribe", &dir, &format!("aeron:udp?endpoint=127.0.0.1:{port}"), 200_000, 64);
+    subscriber.wait_for_line("ready");
+    let front = relay.front_address();
+    let publisher = client("publish", &dir, &format!("aeron:udp?endpoint={front}"), 200_000, 64);
+    assert!(output(publisher, Duration::from_secs(300)).contains("\"messages\":200000"));
+    assert!(output(subscriber, Duration::from_secs(300)).contains("\"messages\":200000"));
+    assert!(relay.stats().dropped.load(Ordering::Relaxed) > 0, "the relay dropped nothing");
+    assert!(system(&dir, SystemCounter::NaksSent) > 0, "no NAK was sent");
+    assert!(system(&dir, SystemCounter::Retransmits) > 0, "nothing was retransmitted");
+    assert!(system(&dir, SystemCounter::DuplicateDataFrames) > 0, "duplicates are counted apart");
+    assert_eq!(system(&dir, SystemCounter::InvalidDataFrames), 0, "duplicates are not malformed");
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_still_arrives() {
+    let dir = tempdir("kill");
+    let mut driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
+    let port = free_port();
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+    let count = 50_000;
+    let mut subscriber = client("subscribe", &dir, &channel, count, 64);
+    subscriber.wait_for_line("ready");
+    let mut publisher = Proc(
+        Command::new(IPC)
+            .args(["publish", "--dir"])
+            .arg(&dir)
+            .args(["--channel", &channel, "--count", &count.to_string(), "--size", "64", "--hang", "1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn publisher"),
+    );
+    publisher.wait_for_line("\"role\":\"publish\"");
+    assert_eq!(system(&dir, SystemCounter::NetworkPublications), 1);
+    publisher.signal(libc::SIGKILL);
+    let _ = publisher.wait_exit(Duration::from_secs(10));
+    // Everything it appended before dying reaches the subscriber.
+    assert!(output(subscriber, Duration::from_secs(120)).contains(&format!("\"messages\":{count}")));
+    assert!(
+        wait_until(Duration::from_secs(20), || system(&dir, SystemCounter::NetworkPublications) == 0),
+        "the dead client's publication was not reclaimed"
+    );
+    assert!(system(&dir, SystemCounter::ClientTimeouts) >= 1);
+    assert!(!std::fs::read_dir(dir.join("publications"))
+        .expect("publications")
+        .any(|e| e.map(|e| !e.file_name().to_string_lossy().starts_with("image-")).unwrap_or(false)));
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A 32-byte DATA header (a heartbeat) for `session` at `position` of a stream whose log has
+/// `initial_term_id` and `term_length`.
+fn forged_heartbeat(
+    session: i32,
+    stream: i32,
+    initial_term_id: i32,
+    term_length: u32,
+    position: i64,
+    eos: bool,
+) -> Vec<u8> {
+    use affinity::wire::{flags, DataHeader, FrameType, DATA_HEADER_LENGTH};
+    let bits = term_length.trailing_zeros();
+    let mut bytes = vec![0u8; DATA_HEADER_LENGTH];
+    DataHeader {
+        frame_length: 0,
+        flags: if eos { flags::UNFRAGMENTED | flags::EOS } else { flags::UNFRAGMENTED },
+        frame_type: FrameType::Data,
+        term_offset: (position & (i64::from(term_length) - 1)) as i32,
+        session_id: session,
+        stream_id: stream,
+        term_id: initial_term_id.wrapping_add((position >> bits) as i32),
+        reserved_value: 0,
+    }
+    .emit(&mut bytes);
+    bytes
+}
+
+fn forged_setup(session: i32, stream: i32, initial_term_id: i32, active_term_id: i32) -> Vec<u8> {
+    use affinity::wire::Setup;
+    let mut bytes = vec![0u8; 64];
+    let length = Setup {
+        flags: 0,
+        term_offset: 0,
+        session_id: session,
+        stream_id: stream,
+        initial_term_id,
+        active_term_id,
+        term_length: 64 * 1024,
+        mtu: 1408,
+        ttl: 0,
+    }
+    .emit(&mut bytes);
+    bytes.truncate(length);
+    bytes
+}
+
+#[test]
+fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_driver() {
+    let dir = tempdir("hostile");
+    let mut driver = start_driver(&dir, &[]);
+    let port = free_port();
+    let endpoint = format!("127.0.0.1:{port}");
+    let channel = format!("aeron:udp?endpoint={endpoint}");
+    let stream = 1001;
+    let count = 300_000;
+    let mut subscriber = client("subscribe", &dir, &channel, count, 64);
+    subscriber.wait_for_line("ready");
+    let attacker = UdpSocket::bind("127.0.0.1:0").expect("bind attacker");
+    // A SETUP whose active term precedes its initial term (it once killed the driver), a SETUP
+    // flood of distinct sessions, and garbage.
+    attacker.send_to(&forged_setup(4242, stream, 1000, 999), &endpoint).expect("send");
+    for session in 0..300 {
+        attacker.send_to(&forged_setup(10_000 + session, stream, 5, 5), &endpoint).expect("send");
+    }
+    attacker.send_to(&[0xFF; 7], &endpoint).expect("send");
+    attacker.send_to(&[0u8; 40], &endpoint).expect("send");
+    let publisher = client("publish", &dir, &channel, count, 64);
+    // The live session, once its publication exists: a heartbeat 100 terms ahead, end of stream
+    // at, behind and ahead of the live position.
+    let mut attacked = false;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !attacked && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+        let Ok(cnc) = Cnc::open(&dir.join(CNC_FILE), false) else { continue };
+        let Ok(counters) = cnc.counters() else { continue };
+        let Ok(all) = counters.allocated() else { continue };
+        let Some(position) = all.iter().find(|c| c.label.starts_with("snd-pos:")) else { continue };
+        if position.value < 64 * 1024 {
+            continue;
+        }
+        let session = i32::from_le_bytes(position.key[..4].try_into().expect("key"));
+        let log = std::fs::read_dir(dir.join("publications"))
+            .expect("publications")
+            .filter_map(Result::ok)
+            .find(|e| !e.file_name().to_string_lossy().starts_with("image-"))
+            .expect("publication log");
+        let log = affinity::shm::log_buffer::LogBuffer::open(&log.path()).expect("open log");
+        let (initial, term) = (log.initial_term_id(), log.term_length());
+        let live = position.value & !31;
+        for (delta, eos) in [(100 * i64::from(term), false), (0, true), (-4096, true), (32_000, true)] {
+            let frame = forged_heartbeat(session, stream, initial, term, (live + delta).max(0) & !31, eos);
+            attacker.send_to(&frame, &endpoint).expect("send");
+        }
+        attacked = true;
+    }
+    assert!(attacked, "the publication never started");
+    assert!(output(publisher, Duration::from_secs(300)).contains(&format!("\"messages\":{count}")));
+    assert!(output(subscriber, Duration::from_secs(300)).contains(&format!("\"messages\":{count}")));
+    assert!(system(&dir, SystemCounter::SetupsRefused) >= 1, "the inconsistent SETUP was not refused");
+    assert!(system(&dir, SystemCounter::InvalidDataFrames) >= 1, "garbage was not counted as malformed");
+    // 300 forged sessions against a bound of 128 images per subscription (one is the live one).
+    assert!(system(&dir, SystemCounter::ImagesRefused) >= 300 - 127, "the SETUP flood was not bounded");
+    assert!(system(&dir, SystemCounter::Images) <= 128);
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success(), "the driver did not survive to shut down cleanly");
+    let _ = std::fs::remove_dir_all(dir);
+}
