@@ -11,27 +11,24 @@
 //! swept when the next embedded driver starts.
 //!
 //! Threading: [`EmbeddedThreading::Invoker`] runs no thread: the application (or any client
-//! call waiting for the driver) runs the duty cycle. Every other mode runs the conductor on one
-//! thread (the current driver carries `aeron:ipc` only, which has no sender or receiver agent).
+//! call waiting for the driver) runs the duty cycle. The other modes run the driver's agents on
+//! one, two or three threads ([`MediaDriver`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
-use std::time::{Duration, Instant};
 
 use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver};
-use crate::driver::idle::{IdleStrategy, Idler};
-use crate::driver::standalone::{StandaloneConfig, StandaloneDriver};
+use crate::driver::agent::{MediaDriver, MediaDriverConfig, Threading};
+use crate::driver::idle::IdleStrategy;
+use crate::driver::standalone::StandaloneConfig;
 use crate::error::Error;
 use crate::shm::directory::{self, process_exists, DIR_MODE};
-use crate::shm::status::SystemCounter;
 
 type Result<T> = std::result::Result<T, Error>;
 
 /// Suffix of the per-user folder holding embedded drivers' directories.
 pub const EMBEDDED_ROOT_SUFFIX: &str = "-embedded";
-/// How long closing waits for publications to drain before ending their streams.
-pub const CLOSE_DRAIN: Duration = Duration::from_secs(2);
 
 /// Where embedded drivers' private directories live: `/dev/shm/affinity-<user>-embedded`.
 pub fn embedded_root() -> PathBuf {
@@ -61,6 +58,16 @@ impl EmbeddedThreading {
         EmbeddedThreading::Dedicated,
         EmbeddedThreading::Invoker,
     ];
+
+    /// The driver's threading mode.
+    fn driver_threading(self) -> Threading {
+        match self {
+            EmbeddedThreading::Shared => Threading::Shared,
+            EmbeddedThreading::SharedNetwork => Threading::SharedNetwork,
+            EmbeddedThreading::Dedicated => Threading::Dedicated,
+            EmbeddedThreading::Invoker => Threading::Invoker,
+        }
+    }
 
     /// The mode's name (`Client(threading=...)`, `Client.threading`).
     pub fn name(self) -> &'static str {
@@ -152,20 +159,11 @@ fn private_dir(root: &Path) -> Result<PathBuf> {
     }
 }
 
-/// Closing: lets publications drain (at most [`CLOSE_DRAIN`]), ends their streams, removes
-/// the driver's files and its private directory.
-fn stop_driver(mut driver: StandaloneDriver) {
-    let deadline = Instant::now() + CLOSE_DRAIN;
-    let open = |driver: &StandaloneDriver| {
-        driver.cnc().counters().and_then(|c| c.value(SystemCounter::IpcPublications as usize)).unwrap_or(0)
-    };
-    while open(&driver) > 0 && Instant::now() < deadline {
-        if driver.do_work() == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
+/// Closing: the driver serves its publications for at most `agent::CLOSE_DRAIN` (end of
+/// stream to subscribers), removes its files, then the private directory goes.
+fn stop_driver(driver: MediaDriver) {
     let dir = driver.dir().to_path_buf();
-    let _ = driver.shutdown();
+    let _ = driver.close();
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -173,34 +171,47 @@ fn stop_driver(mut driver: StandaloneDriver) {
 /// client stops the driver (see [`stop_driver`]).
 pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
     let dir = private_dir(&config.root)?;
-    let driver_config = StandaloneConfig { dir: dir.clone(), ..config.driver };
-    let driver = match StandaloneDriver::launch(driver_config) {
+    let driver_config = MediaDriverConfig {
+        standalone: StandaloneConfig { dir: dir.clone(), ..config.driver },
+        threading: config.threading.driver_threading(),
+        idle: config.idle,
+    };
+    let driver = match MediaDriver::launch(driver_config) {
         Ok(driver) => driver,
         Err(error) => {
             let _ = std::fs::remove_dir_all(&dir);
-            return Err(error.into());
+            return Err(launch_error(error));
         }
     };
     let threading = config.threading.name();
     let in_process = match config.threading {
         EmbeddedThreading::Invoker => invoker(driver),
         EmbeddedThreading::Shared | EmbeddedThreading::SharedNetwork | EmbeddedThreading::Dedicated => {
-            threaded(driver, config.idle, threading)?
+            let on_close = Box::new(move || stop_driver(driver));
+            InProcessDriver { threading, duty_cycle: None, on_close }
         }
     };
     AttachedClient::connect_in_process(&dir, in_process)
+}
+
+/// A launch refused for a setting is a setting error (Python `ConfigError`).
+fn launch_error(error: crate::shm::ShmError) -> Error {
+    match error {
+        crate::shm::ShmError::Parameter(message) => Error::Setting(message),
+        other => other.into(),
+    }
 }
 
 fn poisoned() -> Error {
     Error::Driver("a thread panicked while running the embedded driver's duty cycle (a bug); the driver stopped".into())
 }
 
-fn invoker(driver: StandaloneDriver) -> InProcessDriver {
+fn invoker(driver: MediaDriver) -> InProcessDriver {
     let driver = Arc::new(Mutex::new(Some(driver)));
     let cycle: DutyCycle = {
         let driver = Arc::clone(&driver);
         Arc::new(move || match driver.try_lock() {
-            Ok(mut guard) => guard.as_mut().map(StandaloneDriver::do_work).ok_or(Error::Closed("client")),
+            Ok(mut guard) => guard.as_mut().map(MediaDriver::do_work).ok_or(Error::Closed("client")),
             Err(TryLockError::WouldBlock) => Ok(0),
             Err(TryLockError::Poisoned(_)) => Err(poisoned()),
         })
@@ -208,6 +219,8 @@ fn invoker(driver: StandaloneDriver) -> InProcessDriver {
     let on_close = Box::new(move || {
         let taken = match driver.lock() {
             Ok(mut guard) => guard.take(),
+            // The driver's own state is still whole (a panic in its cycle left it mid-cycle at
+            // worst): closing it removes its files.
             Err(poisoned) => poisoned.into_inner().take(),
         };
         if let Some(driver) = taken {
@@ -217,35 +230,14 @@ fn invoker(driver: StandaloneDriver) -> InProcessDriver {
     InProcessDriver { threading: EmbeddedThreading::Invoker.name(), duty_cycle: Some(cycle), on_close }
 }
 
-fn threaded(mut driver: StandaloneDriver, idle: IdleStrategy, threading: &'static str) -> Result<InProcessDriver> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let stop = Arc::clone(&stop);
-        std::thread::Builder::new()
-            .name("affinity-driver".into())
-            .spawn(move || {
-                let mut idler = Idler::new(idle);
-                while !stop.load(Ordering::Relaxed) {
-                    let work = driver.do_work();
-                    idler.idle(work);
-                }
-                stop_driver(driver);
-            })
-            .map_err(Error::Io)?
-    };
-    let on_close = Box::new(move || {
-        stop.store(true, Ordering::Relaxed);
-        let _ = thread.join();
-    });
-    Ok(InProcessDriver { threading, duty_cycle: None, on_close })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::client::MessageBatch;
     use crate::protocol::OfferError;
+    use crate::shm::status::SystemCounter;
     use crate::shm::test_support::tempdir;
+    use std::time::{Duration, Instant};
 
     fn config(root: &Path, threading: EmbeddedThreading) -> EmbeddedConfig {
         let mut driver = StandaloneConfig::new(root.to_path_buf());
@@ -274,17 +266,20 @@ mod tests {
     }
 
     #[test]
-    fn every_threading_mode_carries_ipc_in_order_and_close_removes_the_private_directory() {
+    fn every_threading_mode_carries_ipc_and_udp_in_order_and_close_removes_the_private_directory() {
         let root = tempdir();
-        for threading in EmbeddedThreading::ALL {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let udp = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+        let cases = EmbeddedThreading::ALL.into_iter().flat_map(|t| [(t, "aeron:ipc"), (t, udp.as_str())]);
+        for (threading, channel) in cases {
             let client = start(config(&root, threading)).unwrap();
             assert_eq!(client.threading(), threading.name());
             let dir = client.dir().to_path_buf();
             assert!(dir.starts_with(&root));
             use std::os::unix::fs::PermissionsExt;
             assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
-            let mut subscription = client.add_subscription("aeron:ipc", 5).unwrap();
-            let publication = client.add_publication("aeron:ipc", 5).unwrap();
+            let mut subscription = client.add_subscription(channel, 5).unwrap();
+            let publication = client.add_publication(channel, 5).unwrap();
             let mut batch = MessageBatch::default();
             let mut sent = 0u32;
             let deadline = Instant::now() + Duration::from_secs(20);
@@ -297,13 +292,13 @@ mod tests {
                             std::thread::sleep(Duration::from_micros(100));
                         }
                     }
-                    Err(other) => panic!("{threading:?}: {other:?}"),
+                    Err(other) => panic!("{threading:?} {channel}: {other:?}"),
                 }
             }
             poll_all(&client, &mut subscription, &mut batch, 1000);
             let got: Vec<u32> =
                 (0..batch.len()).map(|i| u32::from_le_bytes(batch.message(i).try_into().unwrap())).collect();
-            assert_eq!(got, (0..1000).collect::<Vec<u32>>(), "{threading:?}");
+            assert_eq!(got, (0..1000).collect::<Vec<u32>>(), "{threading:?} {channel}");
             drop(publication);
             drop(subscription);
             client.close();
