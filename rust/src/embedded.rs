@@ -172,7 +172,7 @@ fn stop_driver(driver: MediaDriver) {
 pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
     let dir = private_dir(&config.root)?;
     let driver_config = MediaDriverConfig {
-        standalone: StandaloneConfig { dir: dir.clone(), ..config.driver },
+        standalone: StandaloneConfig { dir: dir.clone(), ..config.driver.clone() },
         threading: config.threading.driver_threading(),
         idle: config.idle,
     };
@@ -184,11 +184,12 @@ pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
         }
     };
     let threading = config.threading.name();
+    let command_timeout = config.driver.context.client_command_timeout;
     let in_process = match config.threading {
-        EmbeddedThreading::Invoker => invoker(driver),
+        EmbeddedThreading::Invoker => invoker(driver, command_timeout),
         EmbeddedThreading::Shared | EmbeddedThreading::SharedNetwork | EmbeddedThreading::Dedicated => {
             let on_close = Box::new(move || stop_driver(driver));
-            InProcessDriver { threading, duty_cycle: None, on_close }
+            InProcessDriver { threading, duty_cycle: None, on_close, command_timeout }
         }
     };
     AttachedClient::connect_in_process(&dir, in_process)
@@ -206,7 +207,7 @@ fn poisoned() -> Error {
     Error::Driver("a thread panicked while running the embedded driver's duty cycle (a bug); the driver stopped".into())
 }
 
-fn invoker(driver: MediaDriver) -> InProcessDriver {
+fn invoker(driver: MediaDriver, command_timeout: std::time::Duration) -> InProcessDriver {
     let driver = Arc::new(Mutex::new(Some(driver)));
     let cycle: DutyCycle = {
         let driver = Arc::clone(&driver);
@@ -227,7 +228,7 @@ fn invoker(driver: MediaDriver) -> InProcessDriver {
             stop_driver(driver);
         }
     });
-    InProcessDriver { threading: EmbeddedThreading::Invoker.name(), duty_cycle: Some(cycle), on_close }
+    InProcessDriver { threading: EmbeddedThreading::Invoker.name(), duty_cycle: Some(cycle), on_close, command_timeout }
 }
 
 #[cfg(test)]
@@ -299,6 +300,8 @@ mod tests {
             let got: Vec<u32> =
                 (0..batch.len()).map(|i| u32::from_le_bytes(batch.message(i).try_into().unwrap())).collect();
             assert_eq!(got, (0..1000).collect::<Vec<u32>>(), "{threading:?} {channel}");
+            let last = batch.headers.last().map(|h| h.position);
+            assert_eq!(last, Some(publication.position().unwrap()), "a header's position is its frame's end");
             drop(publication);
             drop(subscription);
             client.close();
@@ -403,6 +406,25 @@ mod tests {
         assert_eq!(client.drain_events().unwrap(), vec![event(true)]);
         assert!(client.drain_events().unwrap().is_empty(), "drained once");
         drop(publication);
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_socket_the_driver_cannot_bind_is_an_os_error_with_its_errno_and_leaves_nothing() {
+        let root = tempdir();
+        let client = start(config(&root, EmbeddedThreading::Shared)).unwrap();
+        // 192.0.2.1 (TEST-NET-1) is no local address: bind fails with EADDRNOTAVAIL.
+        let error = client.add_subscription("aeron:udp?endpoint=192.0.2.1:40000", 1).err().unwrap();
+        match error {
+            Error::Socket { context, source } => {
+                assert_eq!(source.raw_os_error(), Some(libc::EADDRNOTAVAIL));
+                assert!(context.contains("192.0.2.1:40000") && !context.ends_with(&source.to_string()), "{context}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let subscriptions = client.counters().value(SystemCounter::Subscriptions.id()).unwrap();
+        assert_eq!(subscriptions, 0);
         client.close();
         std::fs::remove_dir_all(root).unwrap();
     }

@@ -19,7 +19,7 @@ use crate::error::Error;
 use crate::protocol::OfferError;
 use crate::shm::broadcast::{BroadcastReceiver, Received};
 use crate::shm::cnc::{Cnc, CNC_FILE};
-use crate::shm::command::{Command, Response};
+use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{Counter, CountersReader};
 use crate::shm::directory::{self, epoch_ms, DirectoryState};
 use crate::shm::log_buffer::{LogBuffer, Offer};
@@ -68,6 +68,8 @@ pub struct InProcessDriver {
     /// Stops the driver after the client closed (drains publications, end of stream to
     /// subscribers, files and directory removed).
     pub on_close: Box<dyn FnOnce() + Send>,
+    /// How long a command waits for the driver's answer.
+    pub command_timeout: Duration,
 }
 
 type Result<T> = std::result::Result<T, Error>;
@@ -117,6 +119,8 @@ struct Shared {
     duty_cycle: Option<DutyCycle>,
     /// The driver runs in this process: its liveness is not watched (it ends with us).
     in_process: bool,
+    /// How long a command waits for its answer.
+    command_timeout: Duration,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -300,11 +304,11 @@ impl Shared {
         }
         let outcome = self.wait_for(correlation_id, &command, &mut interrupt);
         match outcome {
-            Ok(Ok(Response::Error { message, .. })) => {
+            Ok(Ok(Response::Error { code, message, .. })) => {
                 if subscribing {
                     lock(&self.inbox).images.remove(&correlation_id);
                 }
-                Ok(Err(Error::Config(message)))
+                Ok(Err(refusal(code, message)))
             }
             Ok(Ok(response)) => Ok(Ok(response)),
             Ok(Err(error)) => {
@@ -327,7 +331,7 @@ impl Shared {
         if let Err(error) = self.send(command) {
             return Ok(Err(error));
         }
-        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        let deadline = Instant::now() + self.command_timeout;
         let mut pause = Duration::from_micros(20);
         loop {
             interrupt()?;
@@ -350,7 +354,7 @@ impl Shared {
                 return Ok(Err(Error::Timeout(format!(
                     "the driver in {} did not answer command {correlation_id} within {} ms",
                     self.dir.display(),
-                    COMMAND_TIMEOUT.as_millis()
+                    self.command_timeout.as_millis()
                 ))));
             }
             if work == 0 {
@@ -368,6 +372,27 @@ impl Shared {
         }
         LogBuffer::open(&self.dir.join(relative)).map_err(shm)
     }
+}
+
+/// The error of a driver's refusal: an operating-system failure keeps its errno
+/// ([`Error::Socket`]); anything else is about the channel or command ([`Error::Config`]).
+fn refusal(code: i32, message: String) -> Error {
+    let errno = code.checked_sub(error_code::OS_ERROR).filter(|errno| *errno > 0);
+    match errno {
+        Some(errno) => {
+            let source = std::io::Error::from_raw_os_error(errno);
+            // The driver's text ends with the OS error's own; Error::Socket shows it once.
+            let suffix = format!(": {source}");
+            let context = message.strip_suffix(suffix.as_str()).map(str::to_owned).unwrap_or(message);
+            Error::Socket { context, source }
+        }
+        None => Error::Config(message),
+    }
+}
+
+/// The aligned length of the frame carrying `payload` bytes.
+fn frame_length(payload: usize) -> i64 {
+    crate::logbuffer::position::align_frame(payload.saturating_add(crate::wire::DATA_HEADER_LENGTH)) as i64
 }
 
 /// A client of a standalone driver.
@@ -394,11 +419,13 @@ impl AttachedClient {
     }
 
     fn connect_with(dir: &Path, driver_timeout: Duration, in_process: Option<InProcessDriver>) -> Result<Self> {
-        let (threading, duty_cycle, on_close) = match in_process {
-            Some(InProcessDriver { threading, duty_cycle, on_close }) => (threading, duty_cycle, Some(on_close)),
-            None => (STANDALONE_THREADING, None, None),
+        let (threading, duty_cycle, on_close, command_timeout) = match in_process {
+            Some(InProcessDriver { threading, duty_cycle, on_close, command_timeout }) => {
+                (threading, duty_cycle, Some(on_close), command_timeout)
+            }
+            None => (STANDALONE_THREADING, None, None, COMMAND_TIMEOUT),
         };
-        let attached = Self::attach(dir, driver_timeout, duty_cycle, on_close.is_some());
+        let attached = Self::attach(dir, driver_timeout, duty_cycle, on_close.is_some(), command_timeout);
         match attached {
             Ok((shared, stop, keepalive)) => Ok(Self {
                 shared,
@@ -421,6 +448,7 @@ impl AttachedClient {
         driver_timeout: Duration,
         duty_cycle: Option<DutyCycle>,
         in_process: bool,
+        command_timeout: Duration,
     ) -> Result<(Arc<Shared>, Arc<AtomicBool>, JoinHandle<()>)> {
         let driver_timeout_ms = driver_timeout.as_millis() as i64;
         match directory::inspect(dir, driver_timeout_ms, epoch_ms()) {
@@ -451,6 +479,7 @@ impl AttachedClient {
             inbox: Mutex::new(Inbox::default()),
             duty_cycle,
             in_process,
+            command_timeout,
         });
         shared.send(&Command::ClientKeepalive { client_id })?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -699,6 +728,11 @@ pub struct AttachedPublication {
 }
 
 impl AttachedPublication {
+    /// Whether this publication's client was closed (or reclaimed by the driver).
+    pub fn is_client_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Relaxed)
+    }
+
     /// Registration id (shared by all publishers of the stream).
     pub fn registration_id(&self) -> i64 {
         self.registration_id
@@ -839,6 +873,11 @@ pub struct AttachedSubscription {
 }
 
 impl AttachedSubscription {
+    /// Whether this subscription's client was closed (or reclaimed by the driver).
+    pub fn is_client_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Relaxed)
+    }
+
     /// Registration id.
     pub fn registration_id(&self) -> i64 {
         self.registration_id
@@ -953,7 +992,7 @@ impl AttachedSubscription {
                         session_id,
                         stream_id,
                         // The frame's end: where the next message starts.
-                        position: header.position.saturating_add(fragment.len() as i64),
+                        position: header.position.saturating_add(frame_length(fragment.len())),
                         term_id: header.term_id,
                         term_offset: header.term_offset as i32,
                         flags: header.flags,

@@ -283,7 +283,10 @@ impl PublicationHandle {
     pub fn is_closed(&self) -> bool {
         match self {
             PublicationHandle::Embedded(publication) => publication.is_closed(),
-            PublicationHandle::Attached { publication, .. } => lock(publication).is_none(),
+            // A handle of a closed client is closed too (the client released it).
+            PublicationHandle::Attached { publication, .. } => {
+                lock(publication).as_ref().is_none_or(|p| p.is_client_closed())
+            }
         }
     }
 
@@ -412,7 +415,9 @@ impl SubscriptionHandle {
     pub fn is_closed(&self) -> bool {
         match self {
             SubscriptionHandle::Embedded(subscription) => subscription.is_closed(),
-            SubscriptionHandle::Attached { subscription, .. } => lock(subscription).is_none(),
+            SubscriptionHandle::Attached { subscription, .. } => {
+                lock(subscription).as_ref().is_none_or(|s| s.is_client_closed())
+            }
         }
     }
 
