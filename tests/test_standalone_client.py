@@ -213,6 +213,8 @@ def test_udp_through_the_standalone_driver_delivers_in_order_and_a_bad_uri_names
                 sent += 1
             received.extend(subscription.poll_batch(1000))
         assert received == [message(i) for i in range(count)]
+        publication.close()
+        subscription.close()
         bad = "aeron:udp?endpoint=nowhere"
         with pytest.raises(ChannelUriError) as raised:
             client.add_publication(bad, STREAM_ID)

@@ -329,3 +329,56 @@ fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_dri
     assert!(driver.wait_exit(Duration::from_secs(10)).success(), "the driver did not survive to shut down cleanly");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+const NETNS_INNER: &str =
+    r#"ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo && exec "$@""#;
+
+/// Runs the rest of the test only inside a private network namespace (multicast never leaves
+/// the machine): outside one, re-executes this test in a fresh namespace, asserts it passed
+/// and returns false.
+fn in_private_netns(test: &str) -> bool {
+    if std::env::var_os("AFFINITY_IN_NETNS").is_some() {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let flags = if Command::new("unshare").args(["-n", "true"]).status().is_ok_and(|s| s.success()) {
+        "-n"
+    } else if Command::new("unshare").args(["-rn", "true"]).status().is_ok_and(|s| s.success()) {
+        "-rn"
+    } else {
+        panic!("the multicast test needs a private network namespace (`unshare -n` or `unshare -rn`)");
+    };
+    let status = Command::new("unshare")
+        .args([flags, "bash", "-c", NETNS_INNER, "netns"])
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("AFFINITY_IN_NETNS", "1")
+        .status()
+        .expect("run unshare");
+    assert!(status.success(), "{test} failed inside its private network namespace: {status}");
+    false
+}
+
+#[test]
+fn multicast_through_the_standalone_driver_reaches_two_subscriber_processes() {
+    if !in_private_netns("multicast_through_the_standalone_driver_reaches_two_subscriber_processes") {
+        return;
+    }
+    let dir = tempdir("multicast");
+    let mut driver = start_driver(&dir, &["--flow-control", "min"]);
+    let channel = "aeron:udp?endpoint=224.20.30.41:24331|interface=127.0.0.1|term-length=65536";
+    let count = 100_000;
+    let mut first = client("subscribe", &dir, channel, count, 100);
+    first.wait_for_line("ready");
+    let mut second = client("subscribe", &dir, channel, count, 100);
+    second.wait_for_line("ready");
+    let publisher = client("publish", &dir, channel, count, 100);
+    assert!(output(publisher, Duration::from_secs(300)).contains(&format!("\"messages\":{count}")));
+    for subscriber in [first, second] {
+        assert!(output(subscriber, Duration::from_secs(300)).contains(&format!("\"messages\":{count}")));
+    }
+    assert!(system(&dir, SystemCounter::BytesReceived) >= (count * 100) as i64);
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -414,10 +414,28 @@ impl<L: ReceiverLog> Image<L> {
             self.end_of_stream_position = None;
             self.counters.eos_rejected += 1;
         }
+        // Everything before the rebuild position was received (or the image joined there): a
+        // frame that starts before it and ends after it cannot belong to the stream (it would
+        // leave readers at the rebuild position in the middle of a frame); frames wholly
+        // before it are not written again.
+        let mut start = position;
+        let mut skip = 0usize;
+        if position < self.rebuild_position {
+            let rebuild_offset = self.rebuild_position - position;
+            for (frame, _) in DataFrames::new(datagram).flatten() {
+                let frame_start = i64::from(frame.term_offset) - i64::from(header.term_offset);
+                let frame_end = frame_start + align_frame(usize::try_from(frame.frame_length).unwrap_or(0)) as i64;
+                if frame_start < rebuild_offset && frame_end > rebuild_offset {
+                    return Err(self.malformed(WireError::Misaligned { term_offset: frame.term_offset }));
+                }
+            }
+            start = self.rebuild_position;
+            skip = rebuild_offset as usize;
+        }
         if position < self.hwm_position {
             self.counters.retransmits_received += 1;
         }
-        self.log.insert(position, datagram);
+        self.log.insert(start, &datagram[skip..]);
         self.counters.datagrams_received += 1;
         self.counters.bytes_received += length as u64;
         self.hwm_position = self.hwm_position.max(proposed);

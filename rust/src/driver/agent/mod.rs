@@ -1,6 +1,6 @@
 //! The media driver's agents over shared memory, and the launch type embedders use.
 //!
-//! * the conductor ([`crate::driver::standalone::StandaloneDriver`]): client commands, counters,
+//! * the [`conductor`] ([`conductor::StandaloneDriver`]): client commands, counters,
 //!   client liveness, IPC publications, the life of network publications and images, events;
 //! * the [`sender`]: network publications (data, retransmits, heartbeats, SETUP out; status
 //!   messages, NAKs, RTT requests and error frames in);
@@ -14,6 +14,7 @@
 //!
 //! Nothing here imports `client/`.
 
+pub mod conductor;
 pub mod receiver;
 pub mod sender;
 
@@ -24,12 +25,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::idle::{IdleStrategy, Idler};
-use super::standalone::{StandaloneConfig, StandaloneDriver};
 use crate::protocol::{Image, NetworkPublication};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::ShmError;
+use conductor::{StandaloneConfig, StandaloneDriver};
 use receiver::{ImageDefaults, ReceiverAgent};
 use sender::SenderAgent;
 
@@ -418,6 +419,203 @@ impl Drop for MediaDriver {
         self.stop.store(true, Ordering::Release);
         for thread in self.threads.drain(..) {
             let _ = thread.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::broadcast::Received;
+    use crate::shm::cnc::{Cnc, CNC_FILE};
+    use crate::shm::command::{Command, Response};
+    use crate::shm::log_buffer::Offer;
+    use crate::shm::status::{ImageInfo, PublicationInfo, SystemCounter};
+    use crate::shm::test_support::tempdir;
+
+    fn free_port() -> u16 {
+        std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    /// A client speaking the shm protocol by hand against an invoker-mode driver.
+    #[test]
+    fn an_invoker_driver_carries_udp_answers_status_queries_and_cleans_up_on_close() {
+        let dir = tempdir();
+        let mut config = MediaDriverConfig::new(dir.clone());
+        config.threading = Threading::Invoker;
+        config.standalone.context.term_length = 64 * 1024;
+        let mut driver = MediaDriver::launch(config).unwrap();
+        let cnc = Cnc::open(&dir.join(CNC_FILE), true).unwrap();
+        let ring = cnc.to_driver().unwrap();
+        let mut broadcast = cnc.to_clients_receiver().unwrap();
+        let counters = cnc.counters().unwrap();
+        let send = |command: Command| {
+            let (id, bytes) = command.encode();
+            ring.write(id, &bytes).unwrap();
+        };
+        let mut scratch = Vec::new();
+        let mut answers = Vec::new();
+        let mut run = |driver: &mut MediaDriver, answers: &mut Vec<Response>| {
+            for _ in 0..20 {
+                driver.do_work();
+                while let Received::Message(id) = broadcast.receive(&mut scratch).unwrap() {
+                    answers.push(Response::decode(id, &scratch).unwrap());
+                }
+            }
+        };
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        send(Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 5, channel: channel.clone() });
+        send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 5, channel: channel.clone() });
+        send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: channel.clone() });
+        run(&mut driver, &mut answers);
+        let Some(Response::PublicationReady { publisher_limit_counter_id, log_file, .. }) =
+            answers.iter().find(|a| matches!(a, Response::PublicationReady { .. })).cloned()
+        else {
+            panic!("{answers:?}")
+        };
+        let images = |answers: &Vec<Response>| {
+            answers
+                .iter()
+                .filter_map(|a| match a {
+                    Response::AvailableImage { correlation_id, subscription_registration_id, .. } => {
+                        Some((*subscription_registration_id, *correlation_id))
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let start = std::time::Instant::now();
+        while images(&answers).len() < 2 {
+            assert!(start.elapsed() < Duration::from_secs(10), "no image: {answers:?}");
+            run(&mut driver, &mut answers);
+        }
+        let links = images(&answers);
+        assert_eq!(links.len(), 2, "one image, announced to each subscription: {links:?}");
+        assert_ne!(links[0].1, links[1].1, "each subscription knows the image by its own correlation id");
+        let image_of = |subscription: i64| {
+            answers
+                .iter()
+                .find_map(|a| match a {
+                    Response::AvailableImage {
+                        subscription_registration_id,
+                        log_file,
+                        subscriber_position_counter_id,
+                        source_identity,
+                        ..
+                    } if *subscription_registration_id == subscription => {
+                        Some((log_file.clone(), *subscriber_position_counter_id, source_identity.clone()))
+                    }
+                    _ => None,
+                })
+                .unwrap()
+        };
+        let (image_file, subscriber_position_counter_id, source_identity) = image_of(10);
+        let (other_file, other_position_id, _) = image_of(12);
+        assert_eq!(image_file, other_file, "one image log for both subscriptions");
+        let other_position = counters.counter(other_position_id as usize).unwrap();
+        assert!(source_identity.starts_with("127.0.0.1:"), "{source_identity}");
+        let publication = LogBuffer::open(&dir.join(&log_file)).unwrap();
+        let image = LogBuffer::open(&dir.join(&image_file)).unwrap();
+        let limit = counters.counter(publisher_limit_counter_id as usize).unwrap();
+        let position = counters.counter(subscriber_position_counter_id as usize).unwrap();
+        let (mut sent, mut received, mut read_position) = (0u32, Vec::new(), position.get().unwrap());
+        let mut read_scratch = Vec::new();
+        let start = std::time::Instant::now();
+        while received.len() < 5_000 {
+            assert!(start.elapsed() < Duration::from_secs(30), "stalled at {} received", received.len());
+            while sent < 5_000 {
+                match publication.offer(&sent.to_le_bytes(), 0, limit.get().unwrap()).unwrap() {
+                    Offer::Appended(_) => sent += 1,
+                    _ => break,
+                }
+            }
+            driver.do_work();
+            read_position = image
+                .read(read_position, 1000, &mut read_scratch, |_, payload| {
+                    received.push(u32::from_le_bytes(payload[..4].try_into().unwrap()))
+                })
+                .unwrap();
+            position.set(read_position).unwrap();
+            // The second subscription reads nothing here, it only keeps up.
+            other_position.set(read_position).unwrap();
+        }
+        assert_eq!(received, (0..5_000).collect::<Vec<u32>>());
+        send(Command::QueryPublication { client_id: 1, correlation_id: 20, registration_id: 11 });
+        send(Command::QuerySubscription { client_id: 1, correlation_id: 21, registration_id: 10 });
+        send(Command::QueryPublication { client_id: 1, correlation_id: 22, registration_id: 999 });
+        run(&mut driver, &mut answers);
+        let status = answers.iter().find_map(|a| match a {
+            Response::PublicationStatus { correlation_id: 20, json } => Some(json.clone()),
+            _ => None,
+        });
+        let status: PublicationInfo = serde_json::from_str(&status.expect("publication status")).unwrap();
+        assert!(status.connected && status.position >= 5_000 * 32 && status.live_receivers.len() == 1, "{status:?}");
+        let images = answers.iter().find_map(|a| match a {
+            Response::SubscriptionStatus { correlation_id: 21, json } => Some(json.clone()),
+            _ => None,
+        });
+        let images: Vec<ImageInfo> = serde_json::from_str(&images.expect("subscription status")).unwrap();
+        assert_eq!(images.len(), 1);
+        assert_eq!(images[0].position, read_position);
+        assert!(answers.iter().any(|a| matches!(a, Response::Error { correlation_id: 22, .. })));
+        let connected = answers.iter().any(|a| match a {
+            Response::DriverEvent { publication_registration_id: 11, json } => {
+                let event: crate::shm::status::DriverEventInfo = serde_json::from_str(json).unwrap();
+                event.kind == crate::shm::status::DriverEventKindInfo::ConnectionChanged { connected: true }
+            }
+            _ => false,
+        });
+        assert!(connected, "no connection_changed event: {answers:?}");
+        assert_eq!(SystemCounter::NetworkPublications.read(&counters).unwrap(), 1);
+        assert_eq!(SystemCounter::Images.read(&counters).unwrap(), 1);
+        // The publisher releases its publication: end of stream, and each subscription hears
+        // that its image is gone under the id it knows it by.
+        send(Command::RemovePublication { client_id: 1, correlation_id: 30, registration_id: 11 });
+        let start = std::time::Instant::now();
+        let gone = |answers: &Vec<Response>| {
+            answers
+                .iter()
+                .filter_map(|a| match a {
+                    Response::UnavailableImage { correlation_id, subscription_registration_id, .. } => {
+                        Some((*subscription_registration_id, *correlation_id))
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        while gone(&answers).len() < 2 {
+            assert!(start.elapsed() < Duration::from_secs(20), "images not unavailable: {answers:?}");
+            run(&mut driver, &mut answers);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut gone = gone(&answers);
+        gone.sort();
+        let mut links = links;
+        links.sort();
+        assert_eq!(gone, links);
+        driver.close().unwrap();
+        assert!(!dir.join(CNC_FILE).exists(), "close removes the driver's files");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn threading_names_parse_and_bad_ones_are_named() {
+        assert_eq!("dedicated".parse::<Threading>(), Ok(Threading::Dedicated));
+        assert_eq!("shared-network".parse::<Threading>(), Ok(Threading::SharedNetwork));
+        assert_eq!("invoker".parse::<Threading>(), Ok(Threading::Invoker));
+        assert!("many".parse::<Threading>().unwrap_err().contains("\"many\""));
+    }
+
+    #[test]
+    fn a_threaded_driver_closes_and_removes_its_files() {
+        for threading in [Threading::Dedicated, Threading::SharedNetwork, Threading::Shared] {
+            let dir = tempdir();
+            let config = MediaDriverConfig { threading, ..MediaDriverConfig::new(dir.clone()) };
+            let driver = MediaDriver::launch(config).unwrap();
+            assert!(dir.join(CNC_FILE).exists());
+            driver.close().unwrap();
+            assert!(!dir.join(CNC_FILE).exists(), "{threading:?}");
+            std::fs::remove_dir_all(dir).unwrap();
         }
     }
 }

@@ -57,6 +57,9 @@ struct Served {
     last_idle: Instant,
     reported: PublicationCounters,
     connected: bool,
+    /// The log is zeroed up to here (a term behind the sender position), so a partition is
+    /// clean before clients' appenders rotate into it again.
+    clean_position: i64,
 }
 
 /// The sender agent.
@@ -153,6 +156,7 @@ impl SenderAgent {
                     last_idle: now,
                     reported: PublicationCounters::default(),
                     connected: false,
+                    clean_position: 0,
                 });
             }
             SenderCommand::Close { registration_id } => {
@@ -215,6 +219,8 @@ impl SenderAgent {
             served.last_idle = now;
         }
         let publication = &served.publication;
+        let term_length = i64::from(publication.identity().term_length);
+        let _ = publication.log().clean_to(&mut served.clean_position, publication.sender_position() - term_length);
         let _ = served.publisher_limit.set(publication.publisher_limit());
         let _ = served.sender_position.set(publication.sender_position());
         let _ = served.publisher_position.set(publication.tail_position());

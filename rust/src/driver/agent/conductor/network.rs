@@ -51,8 +51,10 @@ struct NetImage {
     correlation_id: i64,
     stream_id: i32,
     log_file: String,
-    /// (subscription, position counter id).
-    links: Vec<(i64, usize)>,
+    /// (subscription, position counter id, the correlation id this subscription knows the
+    /// image by: one per subscription, as for IPC images, so a client with several
+    /// subscriptions of one image tells their announcements apart).
+    links: Vec<(i64, usize, i64)>,
 }
 
 /// Conductor state of the network side.
@@ -519,7 +521,7 @@ impl StandaloneDriver {
         self.network.receive(ReceiverCommand::RemoveSubscription { registration_id });
         let mut freed = Vec::new();
         for image in &mut self.network.images {
-            image.links.retain(|(subscription, counter)| {
+            image.links.retain(|(subscription, counter, _)| {
                 let keep = *subscription != registration_id;
                 if !keep {
                     freed.push(*counter);
@@ -654,9 +656,17 @@ impl StandaloneDriver {
             match self.counters.allocate(type_id::SUBSCRIBER_POSITION, &key, &label, subscription_id, client_id, now_ms)
             {
                 Ok(counter) => {
+                    let link_id = match self.ring.next_correlation_id() {
+                        Ok(id) => id,
+                        Err(e) => {
+                            self.error(&format!("correlation id: {e}"), now_ms);
+                            let _ = self.counters.free(counter.id(), now_ms);
+                            continue;
+                        }
+                    };
                     let _ = counter.set(join);
                     image.add_consumer(subscription_id as u64);
-                    links.push((subscription_id, counter.id()));
+                    links.push((subscription_id, counter.id(), link_id));
                     consumers.push((subscription_id, counter));
                 }
                 Err(e) => self.error(&format!("subscription {subscription_id}: {e}"), now_ms),
@@ -666,10 +676,10 @@ impl StandaloneDriver {
             let _ = std::fs::remove_file(self.config.dir.join(&log_file));
             return refuse(self, format!("image of session {}: no counter for any subscriber", identity.session_id));
         }
-        for (subscription_id, counter) in &consumers {
+        for ((subscription_id, counter), (_, _, link_id)) in consumers.iter().zip(&links) {
             self.respond(
                 Response::AvailableImage {
-                    correlation_id,
+                    correlation_id: *link_id,
                     subscription_registration_id: *subscription_id,
                     session_id: identity.session_id,
                     stream_id: identity.stream_id,
@@ -699,10 +709,10 @@ impl StandaloneDriver {
             return;
         };
         let image = self.network.images.swap_remove(index);
-        for (subscription_id, counter) in &image.links {
+        for (subscription_id, counter, link_id) in &image.links {
             self.respond(
                 Response::UnavailableImage {
-                    correlation_id,
+                    correlation_id: *link_id,
                     subscription_registration_id: *subscription_id,
                     stream_id: image.stream_id,
                 },

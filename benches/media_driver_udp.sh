@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# UDP throughput through the standalone media driver (driver, publisher and subscriber in three
+# processes) against the embedded driver (publisher and subscriber processes, each with its
+# own driver), alternated in the same minutes. Prints one JSON line per run with the load
+# average before it.
+#   usage: benches/media_driver_udp.sh [ROUNDS] [COUNT_32B] [COUNT_1K]
+# Needs: cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc --bin affinity-bench
+set -euo pipefail
+ROUNDS=${1:-3}
+COUNT32=${2:-3000000}
+COUNT1K=${3:-500000}
+BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
+port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+load() { cut -d' ' -f1 /proc/loadavg; }
+
+standalone() { # SIZE COUNT THREADING
+  local dir; dir=$(mktemp -d /dev/shm/affinity-bench-XXXX)
+  local channel="aeron:udp?endpoint=127.0.0.1:$(port)"
+  local before; before=$(load)
+  "$BIN/affinity-driver" --dir "$dir/d" --threading "$3" > "$dir/driver.out" &
+  local driver=$!
+  for _ in $(seq 100); do grep -q "ready in" "$dir/driver.out" 2>/dev/null && break; sleep 0.05; done
+  "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
+  local sub=$!
+  for _ in $(seq 100); do grep -q "ready" "$dir/sub.out" 2>/dev/null && break; sleep 0.05; done
+  "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > /dev/null
+  wait "$sub"
+  kill -TERM "$driver"; wait "$driver" || true
+  echo "{\"driver\":\"standalone-$3\",\"size\":$1,\"load\":$before,\"result\":$(grep role "$dir/sub.out")}"
+  rm -rf "$dir"
+}
+
+embedded() { # SIZE COUNT MODE
+  local before; before=$(load)
+  echo "{\"driver\":\"embedded-$3\",\"size\":$1,\"load\":$before,\"result\":$("$BIN/affinity-bench" run-throughput --size "$1" --count "$2" --mode "$3")}"
+}
+
+for round in $(seq "$ROUNDS"); do
+  for size in 32 1024; do
+    count=$COUNT32; [[ $size == 1024 ]] && count=$COUNT1K
+    standalone "$size" "$count" "${THREADING:-shared}"
+    embedded "$size" "$count" shared
+    embedded "$size" "$count" invoker
+  done
+done

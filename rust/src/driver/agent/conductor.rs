@@ -1,0 +1,821 @@
+//! The standalone driver's conductor over shared memory (`shm/`): it owns a driver directory,
+//! reads client commands from the cnc's to-driver ring, answers on the broadcast buffer, keeps
+//! the counters, and runs `aeron:ipc` publications whose log files clients in other processes
+//! map: publishers append with the lock-free term appender, subscribers read the same log and
+//! write their own position counters; the conductor derives each publisher limit from the
+//! slowest subscriber and cleans the log behind it. No lock is shared with any client.
+//!
+//! Liveness: the conductor beats in the cnc on every duty cycle; clients send keepalives, and a
+//! client silent for the client timeout has its subscriptions removed and its publications
+//! released (a released publication lingers until its subscribers have everything or the linger
+//! timeout passes). Launched with agents ([`crate::driver::agent::MediaDriver`]), it also runs
+//! `aeron:udp` publications and subscriptions: it binds their sockets, creates their shared
+//! logs and counters, and hands them to the sender and receiver agents through queues
+//! (`network` below); without agents (`StandaloneDriver::launch`) UDP channels are refused.
+//!
+//! This module imports nothing from `client/`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::channel::{ChannelUri, Media};
+use crate::protocol::defaults;
+use crate::shm::broadcast::BroadcastTransmitter;
+use crate::shm::cnc::{Cnc, CncParams, CNC_FILE};
+use crate::shm::command::{error_code, Command, Response};
+use crate::shm::counters::{type_id, Counter, CountersManager};
+use crate::shm::directory::{self, epoch_ms, PUBLICATIONS_DIR};
+use crate::shm::error_log::ErrorLogWriter;
+use crate::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
+use crate::shm::ring_buffer::ManyToOneRingBuffer;
+use crate::shm::ShmError;
+
+mod network;
+
+/// Settings of a standalone driver.
+#[derive(Clone, Debug)]
+pub struct StandaloneConfig {
+    /// The driver directory.
+    pub dir: PathBuf,
+    /// Sizes of the cnc file.
+    pub cnc: CncParams,
+    /// Term length of IPC publications whose channel names none.
+    pub ipc_term_length: u32,
+    /// MTU of IPC publications whose channel names none.
+    pub mtu: u32,
+    /// A client silent this long is dead.
+    pub client_timeout: Duration,
+    /// A driver heartbeat older than this marks a directory stale.
+    pub driver_timeout: Duration,
+    /// How long a released publication waits for its subscribers at most.
+    pub publication_linger: Duration,
+    /// How long a freed counter id waits before reuse.
+    pub counter_reuse: Duration,
+    /// Network settings (term length and MTU of UDP publications, receiver window, socket
+    /// buffers, flow control, timers), as the embedded driver takes them; validated at launch.
+    pub context: crate::driver::DriverContext,
+}
+
+/// Default client liveness timeout.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Commands read per duty cycle.
+const COMMANDS_PER_CYCLE: usize = 16;
+
+impl StandaloneConfig {
+    /// Defaults for `dir`.
+    pub fn new(dir: PathBuf) -> Self {
+        Self {
+            dir,
+            cnc: CncParams::default(),
+            ipc_term_length: defaults::TERM_LENGTH_IPC,
+            mtu: defaults::MTU,
+            client_timeout: CLIENT_TIMEOUT,
+            driver_timeout: Duration::from_millis(directory::DRIVER_TIMEOUT_MS as u64),
+            publication_linger: defaults::PUBLICATION_LINGER,
+            counter_reuse: Duration::from_secs(1),
+            context: crate::driver::DriverContext::default(),
+        }
+    }
+}
+
+pub use crate::shm::status::SystemCounter;
+
+struct ClientState {
+    last_keepalive_ms: i64,
+    heartbeat: Counter,
+}
+
+struct ImageLink {
+    subscription_id: i64,
+    position: Counter,
+    correlation_id: i64,
+}
+
+struct IpcPublication {
+    registration_id: i64,
+    session_id: i32,
+    stream_id: i32,
+    log: LogBuffer,
+    log_file: String,
+    limit: Counter,
+    publisher_position: Counter,
+    clean_position: i64,
+    /// Client id → number of publication handles it holds.
+    owners: HashMap<i64, u32>,
+    images: Vec<ImageLink>,
+    released_at_ms: Option<i64>,
+}
+
+struct SubscriptionState {
+    registration_id: i64,
+    client_id: i64,
+    stream_id: i32,
+}
+
+/// The standalone driver's conductor (one thread runs [`StandaloneDriver::do_work`]).
+pub struct StandaloneDriver {
+    config: StandaloneConfig,
+    cnc: Cnc,
+    ring: ManyToOneRingBuffer,
+    transmitter: BroadcastTransmitter,
+    counters: CountersManager,
+    errors: ErrorLogWriter,
+    system: Vec<Counter>,
+    clients: HashMap<i64, ClientState>,
+    publications: Vec<IpcPublication>,
+    subscriptions: Vec<SubscriptionState>,
+    scratch: Vec<u8>,
+    next_session_id: i32,
+    last_timeout_check_ms: i64,
+    took_over: Option<String>,
+    network: network::Network,
+}
+
+impl StandaloneDriver {
+    /// Takes the directory (refusing a live driver, taking over a stale one), creates the cnc
+    /// and the system counters.
+    pub fn launch(config: StandaloneConfig) -> Result<Self, ShmError> {
+        let now = epoch_ms();
+        let took_over = directory::prepare(&config.dir, config.driver_timeout.as_millis() as i64, now)?;
+        let publications = config.dir.join(PUBLICATIONS_DIR);
+        std::fs::create_dir_all(&publications).map_err(|e| ShmError::io(&publications, "create directory", e))?;
+        let mut cnc_params = config.cnc;
+        cnc_params.client_liveness_timeout_ns = config.client_timeout.as_nanos() as i64;
+        let cnc = Cnc::create(&config.dir.join(CNC_FILE), &cnc_params, std::process::id(), now)?;
+        let (metadata, values) = cnc.counters_regions();
+        let mut counters = CountersManager::new(metadata, values, config.counter_reuse.as_millis() as i64)?;
+        let mut system = Vec::with_capacity(SystemCounter::ALL.len());
+        for counter in SystemCounter::ALL {
+            system.push(counters.allocate(type_id::SYSTEM, &[], counter.label(), 0, 0, now)?);
+        }
+        Ok(Self {
+            ring: cnc.to_driver()?,
+            transmitter: cnc.to_clients_transmitter()?,
+            errors: ErrorLogWriter::new(cnc.error_log().clone()),
+            cnc,
+            counters,
+            system,
+            clients: HashMap::new(),
+            publications: Vec::new(),
+            subscriptions: Vec::new(),
+            scratch: Vec::new(),
+            next_session_id: (now as i32) ^ (std::process::id() as i32).rotate_left(16),
+            last_timeout_check_ms: now,
+            took_over,
+            network: network::Network::default(),
+            config,
+        })
+    }
+
+    /// Like [`StandaloneDriver::launch`], with the queues to the sender and receiver agents and
+    /// from them: `aeron:udp` channels are then carried.
+    pub fn launch_with_agents(
+        config: StandaloneConfig,
+        to_sender: std::sync::mpsc::Sender<crate::driver::agent::SenderCommand>,
+        to_receiver: std::sync::mpsc::Sender<crate::driver::agent::ReceiverCommand>,
+        events: std::sync::mpsc::Receiver<crate::driver::agent::AgentEvent>,
+    ) -> Result<Self, ShmError> {
+        let mut driver = Self::launch(config)?;
+        driver.network = network::Network::with_agents(to_sender, to_receiver, events);
+        Ok(driver)
+    }
+
+    /// Why a stale directory was taken over, if it was.
+    pub fn took_over(&self) -> Option<&str> {
+        self.took_over.as_deref()
+    }
+
+    /// The driver directory.
+    pub fn dir(&self) -> &Path {
+        &self.config.dir
+    }
+
+    /// The cnc file's sections.
+    pub fn cnc(&self) -> &Cnc {
+        &self.cnc
+    }
+
+    fn system(&self, counter: SystemCounter) -> &Counter {
+        // `system` holds one counter per `SystemCounter::ALL` entry, in that order.
+        &self.system[counter as usize]
+    }
+
+    fn bump(&self, counter: SystemCounter) {
+        let _ = self.system(counter).add(1);
+    }
+
+    /// Records an error in the error log (and counts it).
+    fn error(&mut self, message: &str, now_ms: i64) {
+        self.bump(SystemCounter::Errors);
+        if !matches!(self.errors.record(message, now_ms), Ok(true)) {
+            self.bump(SystemCounter::ErrorsDropped);
+        }
+    }
+
+    /// One duty cycle; returns the amount of work done (0 = idle).
+    pub fn do_work(&mut self) -> usize {
+        let started = Instant::now();
+        let now = epoch_ms();
+        let mut work = 0;
+        if let Err(e) = self.ring.set_consumer_heartbeat(now) {
+            self.error(&format!("heartbeat: {e}"), now);
+        }
+        let mut commands = Vec::new();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let read = self.ring.read(COMMANDS_PER_CYCLE, &mut scratch, |msg_type_id, bytes| {
+            commands.push(Command::decode(msg_type_id, bytes));
+        });
+        self.scratch = scratch;
+        if let Err(e) = read {
+            self.error(&format!("to-driver ring: {e}"), now);
+        }
+        for command in commands {
+            work += 1;
+            self.bump(SystemCounter::Commands);
+            match command {
+                Ok(command) => self.on_command(command, now),
+                Err(e) => {
+                    self.bump(SystemCounter::InvalidCommands);
+                    self.error(&e.to_string(), now);
+                }
+            }
+        }
+        work += self.update_publications(now);
+        work += self.on_agent_events(now);
+        if now.saturating_sub(self.last_timeout_check_ms) >= 100 {
+            self.last_timeout_check_ms = now;
+            work += self.check_client_timeouts(now);
+        }
+        let _ = self.system(SystemCounter::DutyCycleMaxNs).propose_max(started.elapsed().as_nanos() as i64);
+        work
+    }
+
+    fn respond(&mut self, response: Response, now_ms: i64) {
+        let (msg_type_id, bytes) = response.encode();
+        if let Err(e) = self.transmitter.transmit(msg_type_id, &bytes) {
+            self.error(&format!("to-clients broadcast: {e}"), now_ms);
+        }
+    }
+
+    fn refuse(&mut self, correlation_id: i64, code: i32, message: String, now_ms: i64) {
+        self.bump(SystemCounter::InvalidCommands);
+        self.error(&message, now_ms);
+        self.respond(Response::Error { correlation_id, code, message }, now_ms);
+    }
+
+    fn touch_client(&mut self, client_id: i64, now_ms: i64) {
+        if let Some(client) = self.clients.get_mut(&client_id) {
+            client.last_keepalive_ms = now_ms;
+            let _ = client.heartbeat.set(now_ms);
+            return;
+        }
+        match self.counters.allocate(
+            type_id::CLIENT_HEARTBEAT,
+            &client_id.to_le_bytes(),
+            &format!("client-heartbeat: {client_id}"),
+            client_id,
+            client_id,
+            now_ms,
+        ) {
+            Ok(heartbeat) => {
+                let _ = heartbeat.set(now_ms);
+                self.clients.insert(client_id, ClientState { last_keepalive_ms: now_ms, heartbeat });
+                let _ = self.system(SystemCounter::Clients).add(1);
+            }
+            Err(e) => self.error(&format!("client {client_id}: {e}"), now_ms),
+        }
+    }
+
+    fn on_command(&mut self, command: Command, now_ms: i64) {
+        self.touch_client(command.client_id(), now_ms);
+        match command {
+            Command::AddPublication { client_id, correlation_id, stream_id, channel } if network::is_udp(&channel) => {
+                if let Err((code, message)) =
+                    self.add_network_publication(client_id, correlation_id, stream_id, &channel, now_ms)
+                {
+                    self.refuse(correlation_id, code, message, now_ms);
+                }
+            }
+            Command::AddSubscription { client_id, correlation_id, stream_id, channel } if network::is_udp(&channel) => {
+                if let Err((code, message)) =
+                    self.add_network_subscription(client_id, correlation_id, stream_id, &channel, now_ms)
+                {
+                    self.refuse(correlation_id, code, message, now_ms);
+                }
+            }
+            Command::RemovePublication { client_id, correlation_id, registration_id }
+                if self.is_network_publication(registration_id) =>
+            {
+                self.remove_network_publication(client_id, correlation_id, registration_id, now_ms)
+            }
+            Command::RemoveSubscription { client_id, correlation_id, registration_id }
+                if self.is_network_subscription(registration_id) =>
+            {
+                self.remove_network_subscription(client_id, correlation_id, registration_id, now_ms)
+            }
+            Command::QueryPublication { correlation_id, registration_id, .. }
+                if self.is_network_publication(registration_id) =>
+            {
+                self.network.query_publication(registration_id, correlation_id)
+            }
+            Command::QuerySubscription { correlation_id, registration_id, .. }
+                if self.is_network_subscription(registration_id) =>
+            {
+                self.network.query_subscription(registration_id, correlation_id)
+            }
+            Command::AddPublication { client_id, correlation_id, stream_id, channel } => {
+                match self.add_publication(client_id, correlation_id, stream_id, &channel, now_ms) {
+                    Ok(()) => {}
+                    Err((code, message)) => self.refuse(correlation_id, code, message, now_ms),
+                }
+            }
+            Command::RemovePublication { client_id, correlation_id, registration_id } => {
+                let found = self.publications.iter_mut().find(|p| {
+                    p.registration_id == registration_id
+                        && p.owners.contains_key(&client_id)
+                        && p.released_at_ms.is_none()
+                });
+                match found {
+                    Some(publication) => {
+                        release_owner(publication, client_id, now_ms);
+                        self.respond(Response::OperationSuccess { correlation_id }, now_ms);
+                    }
+                    None => self.refuse(
+                        correlation_id,
+                        error_code::UNKNOWN_PUBLICATION,
+                        format!("client {client_id} holds no publication {registration_id}"),
+                        now_ms,
+                    ),
+                }
+            }
+            Command::AddSubscription { client_id, correlation_id, stream_id, channel } => {
+                if let Err(message) = ipc_channel(&channel) {
+                    self.refuse(correlation_id, error_code::INVALID_CHANNEL, message, now_ms);
+                    return;
+                }
+                self.subscriptions.push(SubscriptionState { registration_id: correlation_id, client_id, stream_id });
+                let _ = self.system(SystemCounter::Subscriptions).add(1);
+                self.respond(Response::SubscriptionReady { correlation_id }, now_ms);
+                for index in 0..self.publications.len() {
+                    if self.publications[index].stream_id == stream_id
+                        && self.publications[index].released_at_ms.is_none()
+                    {
+                        self.link_image(index, correlation_id, client_id, now_ms);
+                    }
+                }
+            }
+            Command::RemoveSubscription { client_id, correlation_id, registration_id } => {
+                let before = self.subscriptions.len();
+                self.subscriptions.retain(|s| !(s.registration_id == registration_id && s.client_id == client_id));
+                if self.subscriptions.len() == before {
+                    self.refuse(
+                        correlation_id,
+                        error_code::UNKNOWN_SUBSCRIPTION,
+                        format!("client {client_id} holds no subscription {registration_id}"),
+                        now_ms,
+                    );
+                    return;
+                }
+                let _ = self.system(SystemCounter::Subscriptions).add(-1);
+                self.unlink_subscription(registration_id, now_ms);
+                self.respond(Response::OperationSuccess { correlation_id }, now_ms);
+            }
+            Command::ClientKeepalive { .. } => self.bump(SystemCounter::ClientKeepalives),
+            Command::ClientClose { client_id } => self.remove_client(client_id, now_ms),
+            Command::QueryPublication { correlation_id, registration_id, .. } => self.refuse(
+                correlation_id,
+                error_code::UNKNOWN_PUBLICATION,
+                format!("no network publication {registration_id} (IPC publications have no status record)"),
+                now_ms,
+            ),
+            Command::QuerySubscription { correlation_id, registration_id, .. } => self.refuse(
+                correlation_id,
+                error_code::UNKNOWN_SUBSCRIPTION,
+                format!("no network subscription {registration_id}"),
+                now_ms,
+            ),
+        }
+    }
+
+    fn add_publication(
+        &mut self,
+        client_id: i64,
+        correlation_id: i64,
+        stream_id: i32,
+        channel: &str,
+        now_ms: i64,
+    ) -> Result<(), (i32, String)> {
+        let uri = ipc_channel(channel).map_err(|m| (error_code::INVALID_CHANNEL, m))?;
+        // Publishers of one IPC stream share one log (Aeron's non-exclusive publications).
+        if let Some(publication) =
+            self.publications.iter_mut().find(|p| p.stream_id == stream_id && p.released_at_ms.is_none())
+        {
+            *publication.owners.entry(client_id).or_insert(0) += 1;
+            let response = Response::PublicationReady {
+                correlation_id,
+                registration_id: publication.registration_id,
+                session_id: publication.session_id,
+                stream_id,
+                publisher_limit_counter_id: publication.limit.id() as i32,
+                log_file: publication.log_file.clone(),
+            };
+            self.respond(response, now_ms);
+            return Ok(());
+        }
+        let storage = |e: ShmError| (error_code::STORAGE_SPACE, e.to_string());
+        self.next_session_id = self.next_session_id.wrapping_add(1);
+        let session_id = self.next_session_id;
+        let log_file = format!("{PUBLICATIONS_DIR}/{correlation_id}.logbuffer");
+        let params = LogParams {
+            term_length: uri.term_length.unwrap_or(self.config.ipc_term_length),
+            mtu: uri.mtu.unwrap_or(self.config.mtu),
+            page_size: PAGE_MIN_SIZE,
+            initial_term_id: session_id.rotate_left(8),
+            session_id,
+            stream_id,
+            correlation_id,
+        };
+        params.validate().map_err(|m| (error_code::INVALID_CHANNEL, format!("{channel}: {m}")))?;
+        let log = LogBuffer::create(&self.config.dir.join(&log_file), &params).map_err(storage)?;
+        let key = [session_id.to_le_bytes(), stream_id.to_le_bytes()].concat();
+        let label = format!("{session_id} {stream_id} {channel}");
+        let limit = self
+            .counters
+            .allocate(type_id::PUBLISHER_LIMIT, &key, &format!("pub-lmt: {label}"), correlation_id, client_id, now_ms)
+            .map_err(storage)?;
+        let publisher_position = match self.counters.allocate(
+            type_id::PUBLISHER_POSITION,
+            &key,
+            &format!("pub-pos: {label}"),
+            correlation_id,
+            client_id,
+            now_ms,
+        ) {
+            Ok(counter) => counter,
+            Err(e) => {
+                let _ = self.counters.free(limit.id(), now_ms);
+                return Err(storage(e));
+            }
+        };
+        self.publications.push(IpcPublication {
+            registration_id: correlation_id,
+            session_id,
+            stream_id,
+            log,
+            log_file: log_file.clone(),
+            limit,
+            publisher_position,
+            clean_position: 0,
+            owners: HashMap::from([(client_id, 1)]),
+            images: Vec::new(),
+            released_at_ms: None,
+        });
+        let _ = self.system(SystemCounter::IpcPublications).add(1);
+        let index = self.publications.len() - 1;
+        let publisher_limit_counter_id = self.publications[index].limit.id() as i32;
+        self.respond(
+            Response::PublicationReady {
+                correlation_id,
+                registration_id: correlation_id,
+                session_id,
+                stream_id,
+                publisher_limit_counter_id,
+                log_file,
+            },
+            now_ms,
+        );
+        let subscribers: Vec<(i64, i64)> = self
+            .subscriptions
+            .iter()
+            .filter(|s| s.stream_id == stream_id)
+            .map(|s| (s.registration_id, s.client_id))
+            .collect();
+        for (subscription_id, subscriber) in subscribers {
+            self.link_image(index, subscription_id, subscriber, now_ms);
+        }
+        Ok(())
+    }
+
+    /// Gives subscription `subscription_id` an image of publication `index`, joining at its tail.
+    fn link_image(&mut self, index: usize, subscription_id: i64, client_id: i64, now_ms: i64) {
+        let publication = &self.publications[index];
+        let join = publication.log.tail_position().unwrap_or(0);
+        let key = [publication.session_id.to_le_bytes(), publication.stream_id.to_le_bytes()].concat();
+        let label =
+            format!("sub-pos: {} {} {} ipc @{join}", subscription_id, publication.session_id, publication.stream_id);
+        let position = match self.counters.allocate(
+            type_id::SUBSCRIBER_POSITION,
+            &key,
+            &label,
+            subscription_id,
+            client_id,
+            now_ms,
+        ) {
+            Ok(counter) => counter,
+            Err(e) => {
+                self.error(&format!("subscription {subscription_id}: {e}"), now_ms);
+                return;
+            }
+        };
+        let _ = position.set(join);
+        // Image correlation ids: unique per (publication, subscription) pair.
+        let correlation_id = match self.ring.next_correlation_id() {
+            Ok(id) => id,
+            Err(e) => {
+                self.error(&format!("correlation id: {e}"), now_ms);
+                return;
+            }
+        };
+        let publication = &mut self.publications[index];
+        let response = Response::AvailableImage {
+            correlation_id,
+            subscription_registration_id: subscription_id,
+            session_id: publication.session_id,
+            stream_id: publication.stream_id,
+            subscriber_position_counter_id: position.id() as i32,
+            log_file: publication.log_file.clone(),
+            source_identity: "ipc".into(),
+        };
+        publication.images.push(ImageLink { subscription_id, position, correlation_id });
+        let _ = publication.log.set_connected(true);
+        self.respond(response, now_ms);
+    }
+
+    fn unlink_subscription(&mut self, subscription_id: i64, now_ms: i64) {
+        let mut freed = Vec::new();
+        for publication in &mut self.publications {
+            publication.images.retain(|image| {
+                if image.subscription_id == subscription_id {
+                    freed.push(image.position.id());
+                    false
+                } else {
+                    true
+                }
+            });
+            if publication.images.is_empty() {
+                let _ = publication.log.set_connected(false);
+            }
+        }
+        for id in freed {
+            let _ = self.counters.free(id, now_ms);
+        }
+    }
+
+    /// Publisher limits from the slowest subscriber, cleaning, and the end of released
+    /// publications. Returns the work done.
+    fn update_publications(&mut self, now_ms: i64) -> usize {
+        let mut work = 0;
+        let mut finished = Vec::new();
+        for (index, publication) in self.publications.iter_mut().enumerate() {
+            let tail = publication.log.tail_position().unwrap_or(0);
+            let _ = publication.publisher_position.set(tail);
+            let min_position = publication.images.iter().filter_map(|image| image.position.get().ok()).min();
+            match min_position {
+                Some(min) => {
+                    let limit = min.saturating_add(publication.log.publication_window());
+                    if publication.limit.propose_max(limit).unwrap_or(false) {
+                        work += 1;
+                    }
+                    let target = min.saturating_sub(i64::from(publication.log.term_length()));
+                    if target > publication.clean_position {
+                        let _ = publication.log.clean_to(&mut publication.clean_position, target);
+                        work += 1;
+                    }
+                }
+                None => {
+                    // No subscriber: hold the publisher where it is (offers report "not connected").
+                    let _ = publication.limit.set(tail);
+                }
+            }
+            if let Some(released) = publication.released_at_ms {
+                let delivered = min_position.is_none_or(|min| min >= tail);
+                let expired = now_ms.saturating_sub(released) >= self.config.publication_linger.as_millis() as i64;
+                if delivered || expired {
+                    finished.push(index);
+                }
+            }
+        }
+        for index in finished.into_iter().rev() {
+            self.close_publication(index, now_ms);
+            work += 1;
+        }
+        work
+    }
+
+    /// Ends publication `index`: end of stream in its log, images unavailable, counters freed,
+    /// log file removed (mappings in clients stay valid until they unmap).
+    fn close_publication(&mut self, index: usize, now_ms: i64) {
+        let publication = self.publications.swap_remove(index);
+        let tail = publication.log.tail_position().unwrap_or(0);
+        let _ = publication.log.set_end_of_stream_position(tail);
+        for image in &publication.images {
+            self.respond(
+                Response::UnavailableImage {
+                    correlation_id: image.correlation_id,
+                    subscription_registration_id: image.subscription_id,
+                    stream_id: publication.stream_id,
+                },
+                now_ms,
+            );
+            let _ = self.counters.free(image.position.id(), now_ms);
+        }
+        let _ = self.counters.free(publication.limit.id(), now_ms);
+        let _ = self.counters.free(publication.publisher_position.id(), now_ms);
+        if let Some(path) = publication.log.path() {
+            if let Err(e) = std::fs::remove_file(path) {
+                self.error(&format!("remove {}: {e}", path.display()), now_ms);
+            }
+        }
+        let _ = self.system(SystemCounter::IpcPublications).add(-1);
+    }
+
+    fn check_client_timeouts(&mut self, now_ms: i64) -> usize {
+        let timeout = self.config.client_timeout.as_millis() as i64;
+        let dead: Vec<i64> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| now_ms.saturating_sub(c.last_keepalive_ms) > timeout)
+            .map(|(&id, _)| id)
+            .collect();
+        for &client_id in &dead {
+            self.bump(SystemCounter::ClientTimeouts);
+            self.remove_client(client_id, now_ms);
+            self.respond(Response::ClientTimeout { client_id }, now_ms);
+        }
+        dead.len()
+    }
+
+    /// Releases everything `client_id` holds: subscriptions go now, publications linger.
+    fn remove_client(&mut self, client_id: i64, now_ms: i64) {
+        let subscriptions: Vec<i64> =
+            self.subscriptions.iter().filter(|s| s.client_id == client_id).map(|s| s.registration_id).collect();
+        self.subscriptions.retain(|s| s.client_id != client_id);
+        for subscription_id in subscriptions {
+            let _ = self.system(SystemCounter::Subscriptions).add(-1);
+            self.unlink_subscription(subscription_id, now_ms);
+        }
+        for publication in &mut self.publications {
+            if publication.owners.remove(&client_id).is_some() && publication.owners.is_empty() {
+                publication.released_at_ms.get_or_insert(now_ms);
+            }
+        }
+        self.remove_network_client(client_id, now_ms);
+        if let Some(client) = self.clients.remove(&client_id) {
+            let _ = self.counters.free(client.heartbeat.id(), now_ms);
+            let _ = self.system(SystemCounter::Clients).add(-1);
+        }
+    }
+
+    /// Clean shutdown: end of stream on every log, images unavailable to their subscribers,
+    /// every file removed.
+    pub fn shutdown(mut self) -> Result<(), ShmError> {
+        let now = epoch_ms();
+        while !self.publications.is_empty() {
+            self.close_publication(self.publications.len() - 1, now);
+        }
+        directory::remove_driver_files(&self.config.dir)
+    }
+}
+
+fn release_owner(publication: &mut IpcPublication, client_id: i64, now_ms: i64) {
+    if let Some(count) = publication.owners.get_mut(&client_id) {
+        *count -= 1;
+        if *count == 0 {
+            publication.owners.remove(&client_id);
+        }
+    }
+    if publication.owners.is_empty() {
+        publication.released_at_ms.get_or_insert(now_ms);
+    }
+}
+
+/// Parses `channel` and accepts only `aeron:ipc` (what this driver carries today).
+fn ipc_channel(channel: &str) -> Result<ChannelUri, String> {
+    let uri = ChannelUri::parse(channel).map_err(|e| format!("{channel}: {e}"))?;
+    if uri.media != Media::Ipc {
+        return Err(format!(
+            "{channel}: this driver runs without network agents and carries aeron:ipc channels only \
+             (launch it as a MediaDriver to carry aeron:udp)"
+        ));
+    }
+    Ok(uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::log_buffer::Offer;
+    use crate::shm::test_support::tempdir;
+
+    fn small_config(dir: PathBuf) -> StandaloneConfig {
+        StandaloneConfig {
+            cnc: CncParams {
+                to_driver_capacity: 64 * 1024,
+                to_clients_capacity: 64 * 1024,
+                counters: 128,
+                error_log_length: 4096,
+                ..CncParams::default()
+            },
+            ipc_term_length: 64 * 1024,
+            ..StandaloneConfig::new(dir)
+        }
+    }
+
+    #[test]
+    fn an_ipc_publication_paces_on_its_slowest_subscriber_and_lingers_until_drained() {
+        let dir = tempdir();
+        let mut driver = StandaloneDriver::launch(small_config(dir.clone())).unwrap();
+        let ring = driver.cnc().to_driver().unwrap();
+        let mut receiver = driver.cnc().to_clients_receiver().unwrap();
+        let counters = driver.cnc().counters().unwrap();
+        let send = |command: Command| {
+            let (id, bytes) = command.encode();
+            ring.write(id, &bytes).unwrap();
+        };
+        let mut scratch = Vec::new();
+        let mut responses = |driver: &mut StandaloneDriver| {
+            driver.do_work();
+            let mut out = Vec::new();
+            while let Received::Message(id) = receiver.receive(&mut scratch).unwrap() {
+                out.push(Response::decode(id, &scratch).unwrap());
+            }
+            out
+        };
+        use crate::shm::broadcast::Received;
+        send(Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 7, channel: "aeron:ipc".into() });
+        send(Command::AddPublication { client_id: 2, correlation_id: 11, stream_id: 7, channel: "aeron:ipc".into() });
+        send(Command::AddPublication {
+            client_id: 3,
+            correlation_id: 12,
+            stream_id: 7,
+            channel: "aeron:udp?endpoint=127.0.0.1:1".into(),
+        });
+        let answers = responses(&mut driver);
+        assert!(matches!(answers[0], Response::SubscriptionReady { correlation_id: 10 }));
+        let Response::PublicationReady { publisher_limit_counter_id, ref log_file, .. } = answers[1] else {
+            panic!("{answers:?}")
+        };
+        let Response::AvailableImage { subscriber_position_counter_id, .. } = answers[2] else { panic!("{answers:?}") };
+        assert!(
+            matches!(&answers[3], Response::Error { correlation_id: 12, message, .. } if message.contains("aeron:ipc channels only"))
+        );
+        let log = LogBuffer::open(&dir.join(log_file)).unwrap();
+        let limit = counters.counter(publisher_limit_counter_id as usize).unwrap();
+        let position = counters.counter(subscriber_position_counter_id as usize).unwrap();
+        responses(&mut driver);
+        assert_eq!(limit.get().unwrap(), 32 * 1024, "limit = slowest subscriber + half a term");
+        // Fill to the limit: back-pressured until the subscriber moves.
+        let mut appended = 0;
+        while let Offer::Appended(_) = log.offer(&[1; 224], 0, limit.get().unwrap()).unwrap() {
+            appended += 1;
+        }
+        assert_eq!(appended, 32 * 1024 / 256);
+        position.set(16 * 1024).unwrap();
+        responses(&mut driver);
+        assert_eq!(limit.get().unwrap(), 48 * 1024);
+        // The publisher's client goes away: the publication lingers until the subscriber has all.
+        send(Command::ClientClose { client_id: 2 });
+        responses(&mut driver);
+        assert!(dir.join(log_file).exists(), "lingers while undelivered");
+        position.set(32 * 1024).unwrap();
+        let answers = responses(&mut driver);
+        assert!(
+            matches!(answers[..], [Response::UnavailableImage { subscription_registration_id: 10, .. }]),
+            "{answers:?}"
+        );
+        assert!(!dir.join(log_file).exists());
+        assert_eq!(log.end_of_stream_position().unwrap(), 32 * 1024);
+        driver.shutdown().unwrap();
+        assert!(!dir.join(CNC_FILE).exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_silent_client_is_reclaimed_after_the_client_timeout() {
+        let dir = tempdir();
+        let config = StandaloneConfig { client_timeout: Duration::from_millis(200), ..small_config(dir.clone()) };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let ring = driver.cnc().to_driver().unwrap();
+        let (id, bytes) =
+            Command::AddSubscription { client_id: 5, correlation_id: 6, stream_id: 1, channel: "aeron:ipc".into() }
+                .encode();
+        ring.write(id, &bytes).unwrap();
+        driver.do_work();
+        let counters = driver.cnc().counters().unwrap();
+        let value = |counter: SystemCounter| counters.value(counter as usize).unwrap();
+        assert_eq!((value(SystemCounter::Clients), value(SystemCounter::Subscriptions)), (1, 1));
+        let start = Instant::now();
+        while value(SystemCounter::ClientTimeouts) == 0 && start.elapsed() < Duration::from_secs(5) {
+            driver.do_work();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(start.elapsed() >= Duration::from_millis(150), "not before the timeout");
+        assert_eq!(
+            (value(SystemCounter::ClientTimeouts), value(SystemCounter::Clients), value(SystemCounter::Subscriptions)),
+            (1, 0, 0)
+        );
+        driver.shutdown().unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
