@@ -213,9 +213,9 @@ class Client:
 
     Which one: an explicit ``dir=PATH`` attaches to the standalone driver in ``PATH``; without
     ``dir``, a non-empty ``$AFFINITY_DIR`` attaches to the driver there; otherwise the client
-    starts an embedded driver. An attached client carries ``aeron:ipc`` channels (``aeron:udp``
-    raises ``ChannelUriError``: not built yet through the standalone driver), takes the
-    driver's settings (passing an embedded setting with ``dir`` raises ``ConfigError``), and
+    starts an embedded driver. An attached client carries ``aeron:ipc`` and ``aeron:udp``
+    channels (a socket the driver cannot open raises ``AffinityOSError`` with its errno), serves
+    consumer groups and the subjects router like an embedded one, takes the driver's settings (passing an embedded setting with ``dir`` raises ``ConfigError``), and
     raises ``DriverTimeoutError`` on its next call once the driver has been silent for
     ``driver_timeout_ms`` (default 10000; also raised when no driver runs in the directory).
     ``threading`` is then ``"standalone"``; ``counters()`` reads the driver's system counters
