@@ -1,5 +1,5 @@
-"""A consumer group whose members are clients of a standalone driver (``Client(dir=...)``):
-the driver, the consumer and the publisher are three processes, the group's inboxes are
+"""A consumer group and the subjects router whose members are clients of a standalone driver
+(``Client(dir=...)``): the driver and the members are separate processes, the inboxes are
 ``aeron:udp`` channels carried by the driver. Every wait is bounded by time."""
 
 from __future__ import annotations
@@ -91,3 +91,63 @@ def test_a_consumer_group_runs_through_a_standalone_driver_with_members_in_other
         assert output.strip() == f"received {MESSAGES} ordered True keys {KEYS}"
     finally:
         consumer.kill()
+
+
+ROUTER = textwrap.dedent(
+    """
+    import sys, time
+    import affinity
+    from affinity.subjects import SubjectRouter
+    DIR, CONFIG, LISTEN = sys.argv[1], sys.argv[2], sys.argv[3]
+    with affinity.Client(dir=DIR) as client:
+        with SubjectRouter(client, CONFIG, listen=LISTEN, liveness_timeout=1.0):
+            print("ready", flush=True)
+            sys.stdin.read()  # until the test closes our stdin
+    """
+)
+
+
+def test_the_subjects_router_runs_through_a_standalone_driver_in_its_own_process(driver_dir: Path) -> None:
+    from affinity.subjects import Flags, Source, Subscriber
+    from affinity.testing import loopback_channel
+
+    listen = loopback_channel()
+    config = Path(__file__).parent / "data" / "worked_example_transformer.conf"
+    router = subprocess.Popen(
+        [sys.executable, "-c", ROUTER, str(driver_dir), str(config), listen],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert router.stdout is not None
+        assert router.stdout.readline().strip() == "ready"
+        with affinity.Client(dir=str(driver_dir)) as client:
+            source = Source(client, listen, "TradeAdapterA", heartbeat_interval=0.05, liveness_timeout=1.0)
+            requested: list[str] = []
+            source.on_request(requested.append)
+            subscriber = Subscriber(client, listen, name="alice", heartbeat_interval=0.05, liveness_timeout=1.0)
+            got: list[tuple[str, Flags, bytes]] = []
+            deadline = time.monotonic() + TIMEOUT_S
+            subject = "/PRIVATE/alice-0/FXTRADE"
+            # The router learns of the source from its heartbeats: subscribe until it is routed.
+            subscriber.subscribe(subject, lambda s, f, p: got.append((s, f, p)))
+            while not requested:
+                assert time.monotonic() < deadline, "the router never requested the subject"
+                source.poll()
+                subscriber.poll()
+                time.sleep(0.005)
+            source.publish(requested[0], b"image", image=True)
+            source.publish(requested[0], b"update")
+            while len(got) < 2:
+                assert time.monotonic() < deadline, f"subscriber got {got}"
+                subscriber.poll()
+                time.sleep(0.005)
+            assert got == [(subject, Flags.IMAGE, b"image"), (subject, Flags.UPDATE, b"update")]
+            source.close()
+            subscriber.close()
+        _, errors = router.communicate(input="", timeout=30)
+        assert router.returncode == 0, errors
+    finally:
+        router.kill()
