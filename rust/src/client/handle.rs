@@ -243,8 +243,12 @@ impl PublicationHandle {
     pub fn offer(&self, payload: &[u8]) -> Result<std::result::Result<i64, OfferError>> {
         match self {
             PublicationHandle::Embedded(publication) => Ok(publication.offer(payload)),
+            // Closed (the publication or its client) is an outcome, `CLOSED`, as embedded.
             PublicationHandle::Attached { publication, .. } => {
-                Self::with_attached(publication, |p| p.try_offer(payload))
+                match Self::with_attached(publication, |p| p.try_offer(payload)) {
+                    Err(Error::Closed(_)) => Ok(Err(OfferError::Closed)),
+                    other => other,
+                }
             }
         }
     }
@@ -263,7 +267,10 @@ impl PublicationHandle {
         match self {
             PublicationHandle::Embedded(publication) => Ok(publication.offer_batch(messages)),
             PublicationHandle::Attached { publication, .. } => {
-                Self::with_attached(publication, |p| p.offer_batch(messages))
+                match Self::with_attached(publication, |p| p.offer_batch(messages)) {
+                    Err(Error::Closed(_)) => Ok((0, Some(OfferError::Closed))),
+                    other => other,
+                }
             }
         }
     }
