@@ -213,15 +213,18 @@ class Client:
 
     Which one: an explicit ``dir=PATH`` attaches to the standalone driver in ``PATH``; without
     ``dir``, a non-empty ``$AFFINITY_DIR`` attaches to the driver there; otherwise the client
-    starts an embedded driver. An attached client carries ``aeron:ipc`` channels (``aeron:udp``
-    raises ``ChannelUriError``: not built yet through the standalone driver), takes the
-    driver's settings (passing an embedded setting with ``dir`` raises ``ConfigError``), and
+    starts an embedded driver. An attached client carries ``aeron:ipc`` and ``aeron:udp``
+    channels (a socket the driver cannot open raises ``AffinityOSError`` with its errno), serves
+    consumer groups and the subjects router like an embedded one, takes the driver's settings (passing an embedded setting with ``dir`` raises ``ConfigError``), and
     raises ``DriverTimeoutError`` on its next call once the driver has been silent for
     ``driver_timeout_ms`` (default 10000; also raised when no driver runs in the directory).
-    ``threading`` is then ``"standalone"``; ``counters()``, ``events()``, ``do_work()``,
-    ``Publication.counters()`` and ``Subscription.images()`` raise ``ConfigError`` (use
-    :func:`driver_stat`). Closing an attached client keeps its publications' data: the driver
-    delivers it to their subscribers after the process exits.
+    ``threading`` is then ``"standalone"``; ``counters()`` reads the driver's system counters
+    from its counters file, ``events()`` returns the driver events of this client's own
+    publications, ``do_work()`` returns 0 (the driver runs its own threads), and
+    ``Publication.counters()`` / ``Subscription.images()`` ask the driver for its status record
+    (``DriverError`` when the driver has none, as for ``aeron:ipc`` today). Closing an attached
+    client keeps its publications' data: the driver delivers it to their subscribers after the
+    process exits.
 
     Embedded: ``threading`` defaults to ``"shared"`` (a driver thread), ``idle`` to ``"backoff"``.
     Settings out of range raise ``ConfigError`` naming the setting and its range:

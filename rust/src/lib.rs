@@ -16,6 +16,8 @@
 //! * [`driver`] — the media driver agents (conductor, sender, receiver, in-memory IPC), their
 //!   threads, and the driver event log.
 //! * [`client`] — publication and subscription handles used by applications.
+//! * [`embedded`] — the driver run in this process over `shm/`, composed with a client (the one
+//!   module that imports both `driver` and `client`).
 //! * [`shm`] — the client ↔ driver contract in shared memory: mapped log buffers, counters,
 //!   command ring, broadcast buffer, error log and the `cnc` file (Aeron's layouts).
 //! * [`control`] — the control plane: heartbeat/ack/data codecs and the member view (sans-IO).
@@ -33,6 +35,7 @@ pub mod channel;
 pub mod client;
 pub mod control;
 pub mod driver;
+pub mod embedded;
 pub mod error;
 pub mod flow_control;
 pub mod groups;

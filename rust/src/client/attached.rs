@@ -16,16 +16,37 @@ use std::time::{Duration, Instant};
 
 use crate::client::{MessageBatch, MessageHeader};
 use crate::error::Error;
-use crate::logbuffer::position::align_frame;
 use crate::protocol::OfferError;
 use crate::shm::broadcast::{BroadcastReceiver, Received};
 use crate::shm::cnc::{Cnc, CNC_FILE};
-use crate::shm::command::{Command, Response};
+use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{Counter, CountersReader};
 use crate::shm::directory::{self, epoch_ms, DirectoryState};
 use crate::shm::log_buffer::{LogBuffer, Offer};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
-use crate::wire::{flags, DATA_HEADER_LENGTH};
+use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
+use crate::wire::flags;
+
+/// [`AttachedClient::threading`] of a client attached to a driver in another process.
+pub const STANDALONE_THREADING: &str = "standalone";
+
+/// Driver events a client keeps until [`AttachedClient::drain_events`] takes them; later ones
+/// are dropped and counted.
+pub const MAX_EVENTS: usize = 4096;
+
+/// The keys of `Client.counters()` and the system counter each reads.
+pub const CLIENT_COUNTERS: [(&str, SystemCounter); 10] = [
+    ("invalid_data_frames", SystemCounter::InvalidDataFrames),
+    ("duplicate_data_frames", SystemCounter::DuplicateDataFrames),
+    ("overrun_data_frames", SystemCounter::OverrunDataFrames),
+    ("inactive_image_frames", SystemCounter::InactiveImageFrames),
+    ("setups_refused", SystemCounter::SetupsRefused),
+    ("images_refused", SystemCounter::ImagesRefused),
+    ("images_ended_incomplete", SystemCounter::ImagesEndedIncomplete),
+    ("invalid_control_frames", SystemCounter::InvalidControlFrames),
+    ("send_errors", SystemCounter::SendErrors),
+    ("dropped_events", SystemCounter::DroppedEvents),
+];
 
 /// How often the client tells the driver it is alive.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(100);
@@ -36,13 +57,32 @@ pub const BATCH_CLAIM_MESSAGES: usize = 1024;
 /// Term-end rotations `offer_batch` retries at once before it reports an admin action.
 const ADMIN_RETRIES: u32 = 2;
 
+/// One duty cycle of a driver running in this process with invoker threading: the work done
+/// (0 = idle, or another thread is running a cycle). Handed to the client by whoever composed
+/// the driver and the client (`crate::embedded`); the client never sees the driver itself.
+pub type DutyCycle = Arc<dyn Fn() -> Result<usize> + Send + Sync>;
+
+/// What a client of a driver in this process is given besides the directory.
+pub struct InProcessDriver {
+    /// The threading mode's name, as [`AttachedClient::threading`] reports it.
+    pub threading: &'static str,
+    /// With invoker threading: runs one driver duty cycle. The client runs it while it waits
+    /// for an answer and from [`AttachedClient::do_work`].
+    pub duty_cycle: Option<DutyCycle>,
+    /// Stops the driver after the client closed (drains publications, end of stream to
+    /// subscribers, files and directory removed).
+    pub on_close: Box<dyn FnOnce() + Send>,
+    /// How long a command waits for the driver's answer.
+    pub command_timeout: Duration,
+}
+
 type Result<T> = std::result::Result<T, Error>;
 
 fn shm(error: crate::shm::ShmError) -> Error {
     Error::from(error)
 }
 
-struct ImageInfo {
+struct NewImage {
     correlation_id: i64,
     session_id: i32,
     log_file: String,
@@ -53,8 +93,17 @@ struct ImageInfo {
 struct Inbox {
     responses: HashMap<i64, Response>,
     pending: HashSet<i64>,
-    images: HashMap<i64, Vec<ImageInfo>>,
+    images: HashMap<i64, Vec<NewImage>>,
     gone: HashSet<i64>,
+    /// Registration ids of this client's publications (their driver events are kept).
+    publications: HashMap<i64, u32>,
+    /// Driver events of this client's publications, oldest first (at most [`MAX_EVENTS`]).
+    events: std::collections::VecDeque<DriverEventInfo>,
+    /// Events dropped because [`Self::events`] was full.
+    dropped_events: u64,
+    /// Commands whose caller gave up (timeout, interrupt): a resource they still create is
+    /// removed at once, so a failed command leaves nothing behind.
+    abandoned: HashSet<i64>,
 }
 
 struct Shared {
@@ -70,6 +119,12 @@ struct Shared {
     generation: AtomicU64,
     receiver: Mutex<(BroadcastReceiver, Vec<u8>)>,
     inbox: Mutex<Inbox>,
+    /// Invoker threading: the in-process driver's duty cycle.
+    duty_cycle: Option<DutyCycle>,
+    /// The driver runs in this process: its liveness is not watched (it ends with us).
+    in_process: bool,
+    /// How long a command waits for its answer.
+    command_timeout: Duration,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -138,7 +193,7 @@ impl Shared {
                     ..
                 } => {
                     if let Some(images) = inbox.images.get_mut(&subscription_registration_id) {
-                        images.push(ImageInfo {
+                        images.push(NewImage {
                             correlation_id,
                             session_id,
                             log_file,
@@ -164,9 +219,20 @@ impl Shared {
                 | Response::SubscriptionStatus { correlation_id, .. } => {
                     if inbox.pending.remove(&correlation_id) {
                         inbox.responses.insert(correlation_id, response);
+                    } else if inbox.abandoned.remove(&correlation_id) {
+                        self.undo(&response, &mut inbox);
                     }
                 }
-                Response::ClientTimeout { .. } | Response::DriverEvent { .. } => {}
+                Response::DriverEvent { publication_registration_id, json } => {
+                    if inbox.publications.contains_key(&publication_registration_id) {
+                        match serde_json::from_str::<DriverEventInfo>(&json) {
+                            Ok(_) if inbox.events.len() >= MAX_EVENTS => inbox.dropped_events += 1,
+                            Ok(event) => inbox.events.push_back(event),
+                            Err(_) => inbox.dropped_events += 1,
+                        }
+                    }
+                }
+                Response::ClientTimeout { .. } => {}
             }
         }
         if changed {
@@ -175,39 +241,130 @@ impl Shared {
         Ok(())
     }
 
-    /// Sends a command built with a fresh correlation id and waits for its response.
-    fn request(&self, build: impl FnOnce(i64) -> Command) -> Result<Response> {
-        self.check()?;
-        let correlation_id = self.ring.next_correlation_id().map_err(shm)?;
+    /// Sends a query and waits for its answer (no interrupt: queries are answered in one cycle).
+    fn query(&self, build: impl FnOnce(i64) -> Command) -> Result<Response> {
+        match self.request_with(build, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Removes what an abandoned command created after its caller gave up.
+    fn undo(&self, response: &Response, inbox: &mut Inbox) {
+        match *response {
+            Response::PublicationReady { registration_id, .. } => self.remove_publication(registration_id),
+            Response::SubscriptionReady { correlation_id: registration_id } => {
+                inbox.images.remove(&registration_id);
+                self.remove_subscription(registration_id);
+            }
+            _ => {}
+        }
+    }
+
+    /// Tells the driver this client let go of one handle of publication `registration_id`.
+    fn remove_publication(&self, registration_id: i64) {
+        let Ok(correlation_id) = self.ring.next_correlation_id() else { return };
+        let _ = self.send(&Command::RemovePublication { client_id: self.client_id, correlation_id, registration_id });
+    }
+
+    /// Tells the driver this client removed subscription `registration_id`.
+    fn remove_subscription(&self, registration_id: i64) {
+        let Ok(correlation_id) = self.ring.next_correlation_id() else { return };
+        let _ = self.send(&Command::RemoveSubscription { client_id: self.client_id, correlation_id, registration_id });
+    }
+
+    /// Gives up waiting for `correlation_id`: what it still creates is removed on arrival.
+    fn abandon(&self, correlation_id: i64) {
+        let mut inbox = lock(&self.inbox);
+        inbox.images.remove(&correlation_id);
+        if inbox.pending.remove(&correlation_id) {
+            inbox.abandoned.insert(correlation_id);
+        }
+        if let Some(response) = inbox.responses.remove(&correlation_id) {
+            self.undo(&response, &mut inbox);
+        }
+    }
+
+    /// Sends a command built with a fresh correlation id and waits for its response, polling
+    /// `interrupt` while it waits: when it fails, the command is
+    /// abandoned (whatever it creates is removed) and its error returned.
+    fn request_with<E>(
+        &self,
+        build: impl FnOnce(i64) -> Command,
+        mut interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<Response>, E> {
+        if let Err(error) = self.check() {
+            return Ok(Err(error));
+        }
+        let correlation_id = match self.ring.next_correlation_id() {
+            Ok(id) => id,
+            Err(error) => return Ok(Err(shm(error))),
+        };
         lock(&self.inbox).pending.insert(correlation_id);
         let command = build(correlation_id);
-        if let Command::AddSubscription { .. } = command {
+        let subscribing = matches!(command, Command::AddSubscription { .. });
+        if subscribing {
             lock(&self.inbox).images.insert(correlation_id, Vec::new());
         }
-        self.send(&command)?;
-        let deadline = Instant::now() + COMMAND_TIMEOUT;
+        let outcome = self.wait_for(correlation_id, &command, &mut interrupt);
+        match outcome {
+            Ok(Ok(Response::Error { code, message, .. })) => {
+                if subscribing {
+                    lock(&self.inbox).images.remove(&correlation_id);
+                }
+                Ok(Err(refusal(code, message)))
+            }
+            Ok(Ok(response)) => Ok(Ok(response)),
+            Ok(Err(error)) => {
+                self.abandon(correlation_id);
+                Ok(Err(error))
+            }
+            Err(interrupted) => {
+                self.abandon(correlation_id);
+                Err(interrupted)
+            }
+        }
+    }
+
+    fn wait_for<E>(
+        &self,
+        correlation_id: i64,
+        command: &Command,
+        interrupt: &mut impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<Response>, E> {
+        if let Err(error) = self.send(command) {
+            return Ok(Err(error));
+        }
+        let deadline = Instant::now() + self.command_timeout;
         let mut pause = Duration::from_micros(20);
         loop {
-            self.service()?;
+            interrupt()?;
+            // Invoker threading: whoever waits runs the driver (one thread at a time; the
+            // others find it busy and wait); every waiter's answer lands in the inbox.
+            let work = match self.duty_cycle.as_ref().map_or(Ok(0), |cycle| cycle()) {
+                Ok(work) => work,
+                Err(error) => return Ok(Err(error)),
+            };
+            if let Err(error) = self.service() {
+                return Ok(Err(error));
+            }
             if let Some(response) = lock(&self.inbox).responses.remove(&correlation_id) {
-                if let Response::Error { message, .. } = &response {
-                    if let Command::AddSubscription { .. } = command {
-                        lock(&self.inbox).images.remove(&correlation_id);
-                    }
-                    return Err(Error::Config(message.clone()));
-                }
-                return Ok(response);
+                return Ok(Ok(response));
             }
-            self.check()?;
+            if let Err(error) = self.check() {
+                return Ok(Err(error));
+            }
             if Instant::now() >= deadline {
-                lock(&self.inbox).pending.remove(&correlation_id);
-                return Err(Error::Timeout(format!(
-                    "the driver in {} did not answer command {correlation_id}",
-                    self.dir.display()
-                )));
+                return Ok(Err(Error::Timeout(format!(
+                    "the driver in {} did not answer command {correlation_id} within {} ms",
+                    self.dir.display(),
+                    self.command_timeout.as_millis()
+                ))));
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
+            if work == 0 {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(1));
+            }
         }
     }
 
@@ -221,17 +378,82 @@ impl Shared {
     }
 }
 
+/// The error of a driver's refusal: an operating-system failure keeps its errno
+/// ([`Error::Socket`]); anything else is about the channel or command ([`Error::Config`]).
+fn refusal(code: i32, message: String) -> Error {
+    let errno = code.checked_sub(error_code::OS_ERROR).filter(|errno| *errno > 0);
+    match errno {
+        Some(errno) => {
+            let source = std::io::Error::from_raw_os_error(errno);
+            // The driver's text ends with the OS error's own; Error::Socket shows it once.
+            let suffix = format!(": {source}");
+            let context = message.strip_suffix(suffix.as_str()).map(str::to_owned).unwrap_or(message);
+            Error::Socket { context, source }
+        }
+        None => Error::Config(message),
+    }
+}
+
+/// The aligned length of the frame carrying `payload` bytes.
+fn frame_length(payload: usize) -> i64 {
+    crate::logbuffer::position::align_frame(payload.saturating_add(crate::wire::DATA_HEADER_LENGTH)) as i64
+}
+
 /// A client of a standalone driver.
 pub struct AttachedClient {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     keepalive: Mutex<Option<JoinHandle<()>>>,
+    threading: &'static str,
+    on_close: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl AttachedClient {
     /// Attaches to the live driver in `dir`; `driver_timeout` bounds how long a silent driver is
     /// trusted.
     pub fn connect(dir: &Path, driver_timeout: Duration) -> Result<Self> {
+        Self::connect_with(dir, driver_timeout, None)
+    }
+
+    /// Attaches to a driver this process runs in `dir` (see [`InProcessDriver`]). If attaching
+    /// fails, the driver is stopped (`on_close` runs) before the error is returned.
+    pub fn connect_in_process(dir: &Path, driver: InProcessDriver) -> Result<Self> {
+        let timeout = Duration::from_millis(directory::DRIVER_TIMEOUT_MS as u64);
+        Self::connect_with(dir, timeout, Some(driver))
+    }
+
+    fn connect_with(dir: &Path, driver_timeout: Duration, in_process: Option<InProcessDriver>) -> Result<Self> {
+        let (threading, duty_cycle, on_close, command_timeout) = match in_process {
+            Some(InProcessDriver { threading, duty_cycle, on_close, command_timeout }) => {
+                (threading, duty_cycle, Some(on_close), command_timeout)
+            }
+            None => (STANDALONE_THREADING, None, None, COMMAND_TIMEOUT),
+        };
+        let attached = Self::attach(dir, driver_timeout, duty_cycle, on_close.is_some(), command_timeout);
+        match attached {
+            Ok((shared, stop, keepalive)) => Ok(Self {
+                shared,
+                stop,
+                keepalive: Mutex::new(Some(keepalive)),
+                threading,
+                on_close: Mutex::new(on_close),
+            }),
+            Err(error) => {
+                if let Some(on_close) = on_close {
+                    on_close();
+                }
+                Err(error)
+            }
+        }
+    }
+
+    fn attach(
+        dir: &Path,
+        driver_timeout: Duration,
+        duty_cycle: Option<DutyCycle>,
+        in_process: bool,
+        command_timeout: Duration,
+    ) -> Result<(Arc<Shared>, Arc<AtomicBool>, JoinHandle<()>)> {
         let driver_timeout_ms = driver_timeout.as_millis() as i64;
         match directory::inspect(dir, driver_timeout_ms, epoch_ms()) {
             DirectoryState::Live { .. } => {}
@@ -259,6 +481,9 @@ impl AttachedClient {
             generation: AtomicU64::new(0),
             receiver: Mutex::new((receiver, Vec::new())),
             inbox: Mutex::new(Inbox::default()),
+            duty_cycle,
+            in_process,
+            command_timeout,
         });
         shared.send(&Command::ClientKeepalive { client_id })?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -270,7 +495,52 @@ impl AttachedClient {
                 .spawn(move || keepalive_loop(&shared, &stop))
                 .map_err(Error::Io)?
         };
-        Ok(Self { shared, stop, keepalive: Mutex::new(Some(keepalive)) })
+        Ok((shared, stop, keepalive))
+    }
+
+    /// The threading mode: [`STANDALONE_THREADING`] for a driver in another process, else the
+    /// in-process driver's mode.
+    pub fn threading(&self) -> &'static str {
+        self.threading
+    }
+
+    /// Invoker threading: runs one duty cycle of the in-process driver (unless another thread
+    /// is running one) and reads the driver's answers; returns the work done. Otherwise 0.
+    pub fn do_work(&self) -> Result<usize> {
+        self.shared.check()?;
+        let Some(cycle) = &self.shared.duty_cycle else { return Ok(0) };
+        let work = cycle()?;
+        self.shared.service()?;
+        Ok(work)
+    }
+
+    /// The counters file of the driver (system counters and per-stream positions).
+    pub fn counters(&self) -> &CountersReader {
+        &self.shared.counters
+    }
+
+    /// `Client.counters()`: each key of [`CLIENT_COUNTERS`] with its system counter's value
+    /// (`dropped_events` adds the events this client dropped itself).
+    pub fn system_counters(&self) -> Result<Vec<(&'static str, i64)>> {
+        self.shared.check()?;
+        let dropped_here = i64::try_from(lock(&self.shared.inbox).dropped_events).unwrap_or(i64::MAX);
+        CLIENT_COUNTERS
+            .iter()
+            .map(|&(key, counter)| {
+                let value = counter.read(&self.shared.counters).map_err(shm)?;
+                Ok((
+                    key,
+                    if counter == SystemCounter::DroppedEvents { value.saturating_add(dropped_here) } else { value },
+                ))
+            })
+            .collect()
+    }
+
+    /// The driver events of this client's publications since the last call, oldest first.
+    pub fn drain_events(&self) -> Result<Vec<DriverEventInfo>> {
+        self.shared.check()?;
+        self.shared.service()?;
+        Ok(lock(&self.shared.inbox).events.drain(..).collect())
     }
 
     /// This client's id (allocated by the driver's correlation counter).
@@ -295,40 +565,95 @@ impl AttachedClient {
 
     /// Adds a publication (`aeron:ipc`); publishers of one stream share one log.
     pub fn add_publication(&self, channel: &str, stream_id: i32) -> Result<AttachedPublication> {
+        match self.add_publication_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Self::add_publication`], polling `interrupt` while the driver answers: either the
+    /// publication is returned or the error is, and then the driver keeps nothing of it.
+    pub fn add_publication_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<AttachedPublication>, E> {
         let client_id = self.shared.client_id;
-        let response = self.shared.request(|correlation_id| Command::AddPublication {
-            client_id,
-            correlation_id,
-            stream_id,
-            channel: channel.to_string(),
-        })?;
+        let response = self.shared.request_with(
+            |correlation_id| Command::AddPublication {
+                client_id,
+                correlation_id,
+                stream_id,
+                channel: channel.to_string(),
+            },
+            interrupt,
+        )?;
+        Ok(response.and_then(|response| self.publication_from(response, stream_id)))
+    }
+
+    fn publication_from(&self, response: Response, stream_id: i32) -> Result<AttachedPublication> {
         let Response::PublicationReady { registration_id, session_id, publisher_limit_counter_id, log_file, .. } =
             response
         else {
             return Err(Error::Driver(format!("unexpected answer to add_publication: {response:?}")));
         };
-        let log = self.shared.open_log(&log_file)?;
-        let limit = self.shared.counters.counter(publisher_limit_counter_id as usize).map_err(shm)?;
-        Ok(AttachedPublication {
-            shared: Arc::clone(&self.shared),
-            registration_id,
-            session_id,
-            stream_id,
-            log,
-            limit,
-            cached_limit: AtomicI64::new(i64::MIN),
-        })
+        let opened = self.shared.open_log(&log_file).and_then(|log| {
+            let limit = self.shared.counters.counter(publisher_limit_counter_id as usize).map_err(shm)?;
+            Ok((log, limit))
+        });
+        let publication = match opened {
+            Ok((log, limit)) => {
+                *lock(&self.shared.inbox).publications.entry(registration_id).or_insert(0) += 1;
+                AttachedPublication {
+                    shared: Arc::clone(&self.shared),
+                    registration_id,
+                    session_id,
+                    stream_id,
+                    log,
+                    limit,
+                    cached_limit: AtomicI64::new(i64::MIN),
+                }
+            }
+            Err(error) => {
+                // Hand back nothing: the driver removes what it made.
+                self.shared.remove_publication(registration_id);
+                return Err(error);
+            }
+        };
+        Ok(publication)
     }
 
     /// Adds a subscription (`aeron:ipc`); images arrive as publications appear.
     pub fn add_subscription(&self, channel: &str, stream_id: i32) -> Result<AttachedSubscription> {
+        match self.add_subscription_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Self::add_subscription`], polling `interrupt` while the driver answers (same guarantee
+    /// as [`Self::add_publication_with`]).
+    pub fn add_subscription_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<AttachedSubscription>, E> {
         let client_id = self.shared.client_id;
-        let response = self.shared.request(|correlation_id| Command::AddSubscription {
-            client_id,
-            correlation_id,
-            stream_id,
-            channel: channel.to_string(),
-        })?;
+        let response = self.shared.request_with(
+            |correlation_id| Command::AddSubscription {
+                client_id,
+                correlation_id,
+                stream_id,
+                channel: channel.to_string(),
+            },
+            interrupt,
+        )?;
+        Ok(response.and_then(|response| self.subscription_from(response, stream_id)))
+    }
+
+    fn subscription_from(&self, response: Response, stream_id: i32) -> Result<AttachedSubscription> {
         let Response::SubscriptionReady { correlation_id } = response else {
             return Err(Error::Driver(format!("unexpected answer to add_subscription: {response:?}")));
         };
@@ -352,6 +677,9 @@ impl AttachedClient {
             let _ = handle.join();
         }
         let _ = self.shared.send(&Command::ClientClose { client_id: self.shared.client_id });
+        if let Some(on_close) = lock(&self.on_close).take() {
+            on_close();
+        }
     }
 }
 
@@ -370,7 +698,9 @@ fn keepalive_loop(shared: &Shared, stop: &AtomicBool) {
             last_keepalive = Instant::now();
             let _ = shared.send(&Command::ClientKeepalive { client_id: shared.client_id });
             let age = shared.cnc.driver_heartbeat_ms().map(|beat| epoch_ms().saturating_sub(beat)).unwrap_or(i64::MAX);
-            if age > shared.driver_timeout_ms {
+            // A driver in this process ends with it (and with invoker threading beats only
+            // when the application runs it).
+            if !shared.in_process && age > shared.driver_timeout_ms {
                 shared.driver_dead.store(true, Ordering::Relaxed);
             }
         }
@@ -406,6 +736,11 @@ pub struct AttachedPublication {
 }
 
 impl AttachedPublication {
+    /// Whether this publication's client was closed (or reclaimed by the driver).
+    pub fn is_client_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Relaxed)
+    }
+
     /// Registration id (shared by all publishers of the stream).
     pub fn registration_id(&self) -> i64 {
         self.registration_id
@@ -557,17 +892,40 @@ impl AttachedPublication {
     pub fn is_connected(&self) -> Result<bool> {
         self.log.is_connected().map_err(shm)
     }
+
+    /// `Publication.counters()`: the driver's status record of this publication
+    /// ([`Command::QueryPublication`]).
+    pub fn status(&self) -> Result<PublicationInfo> {
+        let (client_id, registration_id) = (self.shared.client_id, self.registration_id);
+        let response = self
+            .shared
+            .query(|correlation_id| Command::QueryPublication { client_id, correlation_id, registration_id })
+            .map_err(|error| match error {
+                // The driver's refusal of a query is about its state, not the channel.
+                Error::Config(message) => Error::Driver(message),
+                other => other,
+            })?;
+        match response {
+            Response::PublicationStatus { json, .. } => serde_json::from_str(&json)
+                .map_err(|e| Error::Driver(format!("publication {registration_id}: unreadable status record: {e}"))),
+            other => Err(Error::Driver(format!("unexpected answer to a publication query: {other:?}"))),
+        }
+    }
 }
 
 impl Drop for AttachedPublication {
     fn drop(&mut self) {
+        {
+            let mut inbox = lock(&self.shared.inbox);
+            if let Some(count) = inbox.publications.get_mut(&self.registration_id) {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    inbox.publications.remove(&self.registration_id);
+                }
+            }
+        }
         if self.shared.check().is_ok() {
-            let correlation_id = self.shared.ring.next_correlation_id().unwrap_or(-1);
-            let _ = self.shared.send(&Command::RemovePublication {
-                client_id: self.shared.client_id,
-                correlation_id,
-                registration_id: self.registration_id,
-            });
+            self.shared.remove_publication(self.registration_id);
         }
     }
 }
@@ -593,6 +951,11 @@ pub struct AttachedSubscription {
 }
 
 impl AttachedSubscription {
+    /// Whether this subscription's client was closed (or reclaimed by the driver).
+    pub fn is_client_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Relaxed)
+    }
+
     /// Registration id.
     pub fn registration_id(&self) -> i64 {
         self.registration_id
@@ -707,9 +1070,7 @@ impl AttachedSubscription {
                         session_id,
                         stream_id,
                         // The frame's end: where the next message starts.
-                        position: header
-                            .position
-                            .saturating_add(align_frame(fragment.len() + DATA_HEADER_LENGTH) as i64),
+                        position: header.position.saturating_add(frame_length(fragment.len())),
                         term_id: header.term_id,
                         term_offset: header.term_offset as i32,
                         flags: header.flags,
@@ -744,18 +1105,32 @@ impl AttachedSubscription {
     pub fn is_connected(&mut self) -> Result<bool> {
         Ok(self.image_count()? > 0)
     }
+
+    /// `Subscription.images()`: the driver's record of each image
+    /// ([`Command::QuerySubscription`]).
+    pub fn images(&self) -> Result<Vec<crate::shm::status::ImageInfo>> {
+        let (client_id, registration_id) = (self.shared.client_id, self.registration_id);
+        let response = self
+            .shared
+            .query(|correlation_id| Command::QuerySubscription { client_id, correlation_id, registration_id })
+            .map_err(|error| match error {
+                // The driver's refusal of a query is about its state, not the channel.
+                Error::Config(message) => Error::Driver(message),
+                other => other,
+            })?;
+        match response {
+            Response::SubscriptionStatus { json, .. } => serde_json::from_str(&json)
+                .map_err(|e| Error::Driver(format!("subscription {registration_id}: unreadable status record: {e}"))),
+            other => Err(Error::Driver(format!("unexpected answer to a subscription query: {other:?}"))),
+        }
+    }
 }
 
 impl Drop for AttachedSubscription {
     fn drop(&mut self) {
         lock(&self.shared.inbox).images.remove(&self.registration_id);
         if self.shared.check().is_ok() {
-            let correlation_id = self.shared.ring.next_correlation_id().unwrap_or(-1);
-            let _ = self.shared.send(&Command::RemoveSubscription {
-                client_id: self.shared.client_id,
-                correlation_id,
-                registration_id: self.registration_id,
-            });
+            self.shared.remove_subscription(self.registration_id);
         }
     }
 }

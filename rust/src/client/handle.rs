@@ -40,6 +40,69 @@ pub fn embedded_only(what: &str) -> Error {
     ))
 }
 
+/// What the consumer-group and subjects runtimes need of a client, whichever driver it uses:
+/// they hold an `Arc<dyn ClientApi>` and handles of either kind.
+pub trait ClientApi: Send + Sync {
+    /// Adds a publication.
+    fn add_publication_handle(&self, channel: &str, stream_id: i32) -> Result<PublicationHandle>;
+    /// Adds a subscription.
+    fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle>;
+    /// Whether the client was closed.
+    fn client_closed(&self) -> bool;
+}
+
+fn no_interrupt() -> std::result::Result<(), std::convert::Infallible> {
+    Ok(())
+}
+
+impl ClientApi for ClientHandle {
+    fn add_publication_handle(&self, channel: &str, stream_id: i32) -> Result<PublicationHandle> {
+        match self.add_publication_with(channel, stream_id, no_interrupt) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle> {
+        match self.add_subscription_with(channel, stream_id, no_interrupt) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    fn client_closed(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+impl ClientApi for Client {
+    fn add_publication_handle(&self, channel: &str, stream_id: i32) -> Result<PublicationHandle> {
+        self.add_publication(channel, stream_id).map(PublicationHandle::Embedded)
+    }
+
+    fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle> {
+        self.add_subscription(channel, stream_id).map(SubscriptionHandle::Embedded)
+    }
+
+    fn client_closed(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+impl<T: ClientApi + ?Sized> ClientApi for Arc<T> {
+    fn add_publication_handle(&self, channel: &str, stream_id: i32) -> Result<PublicationHandle> {
+        (**self).add_publication_handle(channel, stream_id)
+    }
+
+    fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle> {
+        (**self).add_subscription_handle(channel, stream_id)
+    }
+
+    fn client_closed(&self) -> bool {
+        (**self).client_closed()
+    }
+}
+
 /// A client of either driver.
 pub enum ClientHandle {
     /// The embedded driver, in this process.
@@ -73,13 +136,18 @@ impl ClientHandle {
             ClientHandle::Embedded(client) => {
                 Ok(client.add_publication_with(channel, stream_id, interrupt)?.map(PublicationHandle::Embedded))
             }
-            ClientHandle::Attached(client) => Ok(check_attached_channel(channel)
-                .and_then(|()| client.add_publication(channel, stream_id))
-                .map(|publication| PublicationHandle::Attached {
-                    publication: Mutex::new(Some(Box::new(publication))),
-                    channel: channel.to_string(),
-                    stream_id,
-                })),
+            ClientHandle::Attached(client) => {
+                if let Err(error) = check_attached_channel(channel) {
+                    return Ok(Err(error));
+                }
+                Ok(client.add_publication_with(channel, stream_id, interrupt)?.map(|publication| {
+                    PublicationHandle::Attached {
+                        publication: Mutex::new(Some(Box::new(publication))),
+                        channel: channel.to_string(),
+                        stream_id,
+                    }
+                }))
+            }
         }
     }
 
@@ -94,13 +162,26 @@ impl ClientHandle {
             ClientHandle::Embedded(client) => {
                 Ok(client.add_subscription_with(channel, stream_id, interrupt)?.map(SubscriptionHandle::Embedded))
             }
-            ClientHandle::Attached(client) => Ok(check_attached_channel(channel)
-                .and_then(|()| client.add_subscription(channel, stream_id))
-                .map(|subscription| SubscriptionHandle::Attached {
-                    subscription: Mutex::new(Some(subscription)),
-                    channel: channel.to_string(),
-                    stream_id,
-                })),
+            ClientHandle::Attached(client) => {
+                if let Err(error) = check_attached_channel(channel) {
+                    return Ok(Err(error));
+                }
+                Ok(client.add_subscription_with(channel, stream_id, interrupt)?.map(|subscription| {
+                    SubscriptionHandle::Attached {
+                        subscription: Mutex::new(Some(subscription)),
+                        channel: channel.to_string(),
+                        stream_id,
+                    }
+                }))
+            }
+        }
+    }
+
+    /// The client of a driver reached through shared memory (`None`: the old embedded driver).
+    pub fn attached(&self) -> Option<&AttachedClient> {
+        match self {
+            ClientHandle::Embedded(_) => None,
+            ClientHandle::Attached(client) => Some(client),
         }
     }
 
@@ -162,10 +243,20 @@ impl PublicationHandle {
     pub fn offer(&self, payload: &[u8]) -> Result<std::result::Result<i64, OfferError>> {
         match self {
             PublicationHandle::Embedded(publication) => Ok(publication.offer(payload)),
+            // Closed (the publication or its client) is an outcome, `CLOSED`, as embedded.
             PublicationHandle::Attached { publication, .. } => {
-                Self::with_attached(publication, |p| p.try_offer(payload))
+                match Self::with_attached(publication, |p| p.try_offer(payload)) {
+                    Err(Error::Closed(_)) => Ok(Err(OfferError::Closed)),
+                    other => other,
+                }
             }
         }
+    }
+
+    /// Appends one message, a closed client or dead driver being [`OfferError::Closed`] (what
+    /// the runtimes need: a refusal either way).
+    pub fn try_offer(&self, payload: &[u8]) -> std::result::Result<i64, OfferError> {
+        self.offer(payload).unwrap_or(Err(OfferError::Closed))
     }
 
     /// Appends messages until one is refused: how many were taken and the refusal.
@@ -176,7 +267,10 @@ impl PublicationHandle {
         match self {
             PublicationHandle::Embedded(publication) => Ok(publication.offer_batch(messages)),
             PublicationHandle::Attached { publication, .. } => {
-                Self::with_attached(publication, |p| p.offer_batch(messages))
+                match Self::with_attached(publication, |p| p.offer_batch(messages)) {
+                    Err(Error::Closed(_)) => Ok((0, Some(OfferError::Closed))),
+                    other => other,
+                }
             }
         }
     }
@@ -196,7 +290,10 @@ impl PublicationHandle {
     pub fn is_closed(&self) -> bool {
         match self {
             PublicationHandle::Embedded(publication) => publication.is_closed(),
-            PublicationHandle::Attached { publication, .. } => lock(publication).is_none(),
+            // A handle of a closed client is closed too (the client released it).
+            PublicationHandle::Attached { publication, .. } => {
+                lock(publication).as_ref().is_none_or(|p| p.is_client_closed())
+            }
         }
     }
 
@@ -240,6 +337,15 @@ impl PublicationHandle {
             PublicationHandle::Attached { publication, .. } => {
                 Self::with_attached(publication, |p| Ok(p.max_message_length()))
             }
+        }
+    }
+
+    /// The driver's status record of a publication reached through shared memory
+    /// (`None`: the old embedded driver, whose publication the caller reads directly).
+    pub fn attached_status(&self) -> Option<Result<crate::shm::status::PublicationInfo>> {
+        match self {
+            PublicationHandle::Embedded(_) => None,
+            PublicationHandle::Attached { publication, .. } => Some(Self::with_attached(publication, |p| p.status())),
         }
     }
 
@@ -300,11 +406,25 @@ impl SubscriptionHandle {
         }
     }
 
+    /// The driver's records of a subscription's images when reached through shared memory
+    /// (`None`: the old embedded driver, whose subscription the caller reads directly).
+    pub fn attached_images(&self) -> Option<Result<Vec<crate::shm::status::ImageInfo>>> {
+        match self {
+            SubscriptionHandle::Embedded(_) => None,
+            SubscriptionHandle::Attached { subscription, .. } => Some(match lock(subscription).as_ref() {
+                Some(s) => s.images(),
+                None => Err(Error::Closed("subscription")),
+            }),
+        }
+    }
+
     /// Whether the subscription was closed.
     pub fn is_closed(&self) -> bool {
         match self {
             SubscriptionHandle::Embedded(subscription) => subscription.is_closed(),
-            SubscriptionHandle::Attached { subscription, .. } => lock(subscription).is_none(),
+            SubscriptionHandle::Attached { subscription, .. } => {
+                lock(subscription).as_ref().is_none_or(|s| s.is_client_closed())
+            }
         }
     }
 

@@ -10,5 +10,7 @@ mod handle;
 mod handles;
 
 pub use assembler::{MessageBatch, MessageHeader};
-pub use handle::{embedded_only, ClientHandle, PublicationHandle, SubscriptionHandle, ATTACHED_CHANNEL_PREFIX};
+pub use handle::{
+    embedded_only, ClientApi, ClientHandle, PublicationHandle, SubscriptionHandle, ATTACHED_CHANNEL_PREFIX,
+};
 pub use handles::{Client, ImageHandle, ImageStatus, Publication, PublicationShared, Subscription, SubscriptionShared};

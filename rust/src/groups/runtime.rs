@@ -1,4 +1,4 @@
-//! Runs the sans-IO group state over the client API ([`Client`], [`Publication`],
+//! Runs the sans-IO group state over the client API (any [`ClientApi`]: embedded or attached; [`Publication`],
 //! [`Subscription`]), like an application would.
 //!
 //! Every member has one inbox: a unicast subscription `aeron:udp?endpoint=<ip>:<port>` (port
@@ -21,7 +21,7 @@ use super::consumer::{ConsumerState, Delivery};
 use super::discovery::{self, MemberFile, MEMBER_FILE_VERSION};
 use super::publisher::{PublisherState, Refusal};
 use super::{check_consumer, GroupConfig, GroupError, Timing};
-use crate::client::{Client, MessageBatch, Publication, Subscription};
+use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
 use crate::control::limits::{MAX_MEMBERS, MAX_NAME_LENGTH};
 use crate::control::{
     parse_control, Ack, ClaimState, ControlMessage, Heartbeat, MemberView, Role, CONTROL_STREAM_ID, DATA_STREAM_ID,
@@ -162,7 +162,7 @@ trait Brain: Send + 'static {
 
 struct Core<B: Brain> {
     brain: B,
-    client: Arc<Client>,
+    client: Arc<dyn ClientApi>,
     clock: MonotonicClock,
     member_id: u64,
     name: String,
@@ -190,7 +190,7 @@ struct Core<B: Brain> {
 
 impl<B: Brain> Core<B> {
     fn open(
-        client: Arc<Client>,
+        client: Arc<dyn ClientApi>,
         group: &GroupConfig,
         options: &MemberOptions,
         member_id: u64,
@@ -211,9 +211,10 @@ impl<B: Brain> Core<B> {
             let endpoint = probe.local_addr().map_err(|e| GroupError::Transport(Error::Io(e)))?;
             drop(probe);
             let channel = format!("aeron:udp?endpoint={endpoint}");
-            match client.add_subscription(&channel, CONTROL_STREAM_ID) {
+            match client.add_subscription_handle(&channel, CONTROL_STREAM_ID) {
                 Ok(control) => {
-                    let data = if with_data { Some(client.add_subscription(&channel, DATA_STREAM_ID)?) } else { None };
+                    let data =
+                        if with_data { Some(client.add_subscription_handle(&channel, DATA_STREAM_ID)?) } else { None };
                     opened = Some((endpoint.to_string(), control, data));
                     break;
                 }
@@ -228,8 +229,8 @@ impl<B: Brain> Core<B> {
         };
         let multicast = match &options.control {
             Some(channel) => Some((
-                client.add_publication(channel, CONTROL_STREAM_ID)?,
-                client.add_subscription(channel, CONTROL_STREAM_ID)?,
+                client.add_publication_handle(channel, CONTROL_STREAM_ID)?,
+                client.add_subscription_handle(channel, CONTROL_STREAM_ID)?,
             )),
             None => None,
         };
@@ -307,20 +308,22 @@ impl<B: Brain> Core<B> {
 
     /// Creates the publications asked for (called without the lock in the background thread).
     fn open_peers(
-        client: &Client,
+        client: &dyn ClientApi,
         requests: Vec<PeerRequest>,
     ) -> Vec<(PeerRequest, Option<Publication>, Option<Publication>)> {
         requests
             .into_iter()
             .map(|request| {
                 let control = client
-                    .add_publication(
+                    .add_publication_handle(
                         &format!("aeron:udp?endpoint={}|term-length={CONTROL_TERM_LENGTH}", request.endpoint),
                         CONTROL_STREAM_ID,
                     )
                     .ok();
                 let data = if request.data {
-                    client.add_publication(&format!("aeron:udp?endpoint={}", request.endpoint), DATA_STREAM_ID).ok()
+                    client
+                        .add_publication_handle(&format!("aeron:udp?endpoint={}", request.endpoint), DATA_STREAM_ID)
+                        .ok()
                 } else {
                     None
                 };
@@ -438,13 +441,13 @@ impl<B: Brain> Core<B> {
         }
         for peer in self.peers.values() {
             if let Some(publication) = &peer.control {
-                if publication.offer(&self.encode).is_err() {
+                if publication.try_offer(&self.encode).is_err() {
                     self.counters.control_send_refused += 1;
                 }
             }
         }
         if let Some((publication, _)) = &self.multicast {
-            let _ = publication.offer(&self.encode);
+            let _ = publication.try_offer(&self.encode);
         }
     }
 
@@ -458,7 +461,7 @@ impl<B: Brain> Core<B> {
                 .peers
                 .get(&ack.producer)
                 .and_then(|peer| peer.control.as_ref())
-                .is_some_and(|publication| publication.offer(&self.encode).is_ok());
+                .is_some_and(|publication| publication.try_offer(&self.encode).is_ok());
             if !sent {
                 self.counters.control_send_refused += 1;
             }
@@ -605,7 +608,7 @@ impl PublisherBrain {
                     blocked.push(transmit.owner);
                     break;
                 };
-                match publication.offer(&self.buffer) {
+                match publication.try_offer(&self.buffer) {
                     Ok(_) => {
                         self.state.commit(queue, transmit.last_sequence);
                         sent += 1;
@@ -653,8 +656,10 @@ impl Brain for PublisherBrain {
     }
     fn on_data_publication(&mut self, publication: &Publication) {
         if !self.max_message_set {
-            self.state.set_max_message_length(publication.shared().state().max_message_length());
-            self.max_message_set = true;
+            if let Ok(max) = publication.max_message_length() {
+                self.state.set_max_message_length(max);
+                self.max_message_set = true;
+            }
         }
     }
 }
@@ -703,7 +708,7 @@ pub struct GroupPublisher {
 impl GroupPublisher {
     /// Joins `group` as a publisher through `client`.
     pub fn new(
-        client: Arc<Client>,
+        client: Arc<dyn ClientApi>,
         group: GroupConfig,
         options: &MemberOptions,
         resend_timeout: Duration,
@@ -745,7 +750,7 @@ impl GroupPublisher {
     /// `CLOSED` (-4). `topic` travels as the subject `HP/bucket/topic`.
     pub fn publish(&self, key: &[u8], payload: &[u8], topic: Option<&str>) -> Result<PublishCode, GroupError> {
         let mut core = self.member.core();
-        if core.closed || core.client.is_closed() {
+        if core.closed || core.client.client_closed() {
             return Ok(Refusal::Closed.code());
         }
         let result = core.brain.state.publish(key, topic, payload);
@@ -755,7 +760,7 @@ impl GroupPublisher {
     /// Publishes one record to `queue` directly (Spark row groups, markers).
     pub fn publish_to_queue(&self, queue: u32, payload: &[u8], key: &[u8]) -> Result<PublishCode, GroupError> {
         let mut core = self.member.core();
-        if core.closed || core.client.is_closed() {
+        if core.closed || core.client.client_closed() {
             return Ok(Refusal::Closed.code());
         }
         let result = core.brain.state.publish_to_queue(queue, key, payload).map(|sequence| (queue, sequence));
@@ -769,7 +774,7 @@ impl GroupPublisher {
         records: impl IntoIterator<Item = (&'a [u8], &'a [u8])>,
     ) -> Result<usize, GroupError> {
         let mut core = self.member.core();
-        if core.closed || core.client.is_closed() {
+        if core.closed || core.client.client_closed() {
             return Ok(0);
         }
         let queue_count = core.brain.state.config().queue_count as usize;
@@ -936,7 +941,7 @@ impl GroupConsumer {
     /// Joins `group` as consumer `index` of `count`.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        client: Arc<Client>,
+        client: Arc<dyn ClientApi>,
         group: GroupConfig,
         index: u32,
         count: u32,
@@ -973,7 +978,7 @@ impl GroupConsumer {
         loop {
             {
                 let mut core = self.member.core();
-                if core.closed || core.client.is_closed() {
+                if core.closed || core.client.client_closed() {
                     return Err(GroupError::Closed);
                 }
                 if first && self.auto_ack {
@@ -1182,7 +1187,11 @@ pub struct GroupObserver {
 
 impl GroupObserver {
     /// Joins `group` as an observer.
-    pub fn new(client: Arc<Client>, group: GroupConfig, options: &MemberOptions) -> Result<GroupObserver, GroupError> {
+    pub fn new(
+        client: Arc<dyn ClientApi>,
+        group: GroupConfig,
+        options: &MemberOptions,
+    ) -> Result<GroupObserver, GroupError> {
         let member_id = new_member_id();
         let brain = ObserverBrain {
             view: MemberView::new(member_id, group.fingerprint(), options.timing.liveness_timeout),

@@ -12,7 +12,9 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList};
 
 use super::buffers::{arrow_binary, is_arrow, with_bytes};
 use super::errors::{self, invalid_argument, transport_error, wrong_type};
-use crate::client::{self, ClientHandle, MessageBatch, MessageHeader, PublicationHandle, SubscriptionHandle};
+use crate::client::{
+    self, ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle, SubscriptionHandle,
+};
 use crate::driver::events::DriverEventKind;
 use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange, ThreadingMode};
 use crate::error::Error;
@@ -136,13 +138,17 @@ fn warn_unclosed(py: Python<'_>, message: &std::ffi::CStr) {
 /// A connection to a media driver: embedded (the default) or standalone (`dir=`).
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct Client {
-    inner: ClientHandle,
+    inner: std::sync::Arc<ClientHandle>,
 }
 
 impl Client {
-    /// The embedded Rust client, shared with the group members created from it.
-    pub(crate) fn shared(&self) -> PyResult<std::sync::Arc<client::Client>> {
-        self.embedded("consumer groups").cloned()
+    /// The client, shared with the group members and subject peers created from it (either
+    /// driver: they use only [`ClientApi`]).
+    pub(crate) fn shared(&self) -> PyResult<std::sync::Arc<dyn ClientApi>> {
+        if self.inner.is_closed() {
+            return Err(transport_error(Error::Closed("client")));
+        }
+        Ok(self.inner.clone())
     }
 
     fn embedded(&self, what: &str) -> PyResult<&std::sync::Arc<client::Client>> {
@@ -196,7 +202,7 @@ impl Client {
             };
             let timeout = std::time::Duration::from_millis(timeout_ms);
             let inner = py.detach(|| ClientHandle::attach(&dir, timeout)).map_err(transport_error)?;
-            return Ok(Client { inner });
+            return Ok(Client { inner: std::sync::Arc::new(inner) });
         }
         if driver_timeout_ms.is_some() {
             return Err(setting_error(
@@ -244,7 +250,7 @@ impl Client {
             context.client_command_timeout = std::time::Duration::from_millis(ms);
         }
         let inner = py.detach(|| client::Client::new(context)).map_err(transport_error)?;
-        Ok(Client { inner: ClientHandle::Embedded(std::sync::Arc::new(inner)) })
+        Ok(Client { inner: std::sync::Arc::new(ClientHandle::Embedded(std::sync::Arc::new(inner))) })
     }
 
     /// Creates a publication.
@@ -269,6 +275,18 @@ impl Client {
     /// connection changes, error frames), oldest first. Each is also logged on the Python
     /// logger `affinity.driver` (INFO, WARNING for error frames).
     fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        if let Some(attached) = self.inner.attached() {
+            let events = py.detach(|| attached.drain_events()).map_err(transport_error)?;
+            let logger = py.import("logging")?.call_method1("getLogger", ("affinity.driver",))?;
+            let list = PyList::empty(py);
+            for event in events {
+                let level = if event.level == "WARN" { 30 } else { 20 };
+                let line = event.message.split_once(' ').map(|(_, rest)| rest).unwrap_or(&event.message);
+                logger.call_method1("log", (level, line))?;
+                list.append(json_record(py, &event)?)?;
+            }
+            return Ok(list);
+        }
         let inner = self.embedded("Client.events()")?;
         py.detach(|| inner.check_running()).map_err(transport_error)?;
         let events = py.detach(|| inner.drain_events());
@@ -318,7 +336,15 @@ impl Client {
     /// and inactive-image datagrams, refused SETUPs and images, images that ended with data
     /// missing, send errors, events lost.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let driver = self.embedded("Client.counters() (use affinity.driver_stat for a standalone driver)")?.driver();
+        if let Some(attached) = self.inner.attached() {
+            let values = py.detach(|| attached.system_counters()).map_err(transport_error)?;
+            let dict = PyDict::new(py);
+            for (key, value) in values {
+                dict.set_item(key, value)?;
+            }
+            return Ok(dict);
+        }
+        let driver = self.embedded("Client.counters()")?.driver();
         let dropped_events = py.detach(|| driver.dropped_events());
         let dict = PyDict::new(py);
         dict.set_item("invalid_data_frames", driver.invalid_data_frames())?;
@@ -339,6 +365,9 @@ impl Client {
     /// One driver duty cycle (invoker threading) unless another thread is running one;
     /// returns the work done.
     fn do_work(&self, py: Python<'_>) -> PyResult<usize> {
+        if let Some(attached) = self.inner.attached() {
+            return py.detach(|| attached.do_work()).map_err(transport_error);
+        }
         let driver = self.embedded("Client.do_work()")?.driver();
         py.detach(|| driver.try_do_work()).map_err(transport_error)
     }
@@ -346,12 +375,12 @@ impl Client {
     /// The threading mode: "shared" or "invoker".
     #[getter]
     fn threading(&self) -> &'static str {
-        match &self.inner {
+        match &*self.inner {
             ClientHandle::Embedded(inner) => match inner.context().threading_mode {
                 ThreadingMode::Shared => "shared",
                 ThreadingMode::Invoker => "invoker",
             },
-            ClientHandle::Attached(_) => "standalone",
+            ClientHandle::Attached(client) => client.threading(),
         }
     }
 
@@ -388,6 +417,14 @@ impl Drop for Client {
             py.detach(|| self.inner.close());
         });
     }
+}
+
+/// A driver record (`shm::status`) as the Python value of its `TypedDict` (`records.py` has
+/// the same keys): through JSON, the form the driver sends it in.
+fn json_record<'py, T: serde::Serialize>(py: Python<'py>, record: &T) -> PyResult<Bound<'py, PyAny>> {
+    let text = serde_json::to_string(record)
+        .map_err(|e| transport_error(Error::Driver(format!("driver record not encodable: {e}"))))?;
+    py.import("json")?.call_method1("loads", (text,))
 }
 
 /// `[{receiver_id, group_tag, position, window}, ...]` for `Publication.counters()`.
@@ -494,11 +531,11 @@ impl Publication {
     }
 
     /// Counters: positions, limit, strategy, receivers, connected flag, traffic counts.
-    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let inner = self
-            .inner
-            .embedded("Publication.counters() (use affinity.driver_stat for a standalone driver)")
-            .map_err(transport_error)?;
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(status) = py.detach(|| self.inner.attached_status()) {
+            return json_record(py, &status.map_err(transport_error)?);
+        }
+        let inner = self.inner.embedded("Publication.counters()").map_err(transport_error)?;
         let status = py.detach(|| inner.shared().state().status());
         let dict = PyDict::new(py);
         dict.set_item("session_id", status.session_id)?;
@@ -530,7 +567,7 @@ impl Publication {
         dict.set_item("errors_received", counters.errors_received)?;
         dict.set_item("invalid_control_frames", counters.invalid_control_frames)?;
         dict.set_item("receivers_refused", counters.receivers_refused)?;
-        Ok(dict)
+        Ok(dict.into_any())
     }
 
     /// Closes the publication; appended data is still delivered.
@@ -721,11 +758,11 @@ impl Subscription {
     }
 
     /// One dict per image: positions, loss and NAK counters.
-    fn images<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let inner = self
-            .inner
-            .embedded("Subscription.images() (use affinity.driver_stat for a standalone driver)")
-            .map_err(transport_error)?;
+    fn images<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(images) = py.detach(|| self.inner.attached_images()) {
+            return json_record(py, &images.map_err(transport_error)?);
+        }
+        let inner = self.inner.embedded("Subscription.images()").map_err(transport_error)?;
         let images = py.detach(|| inner.check_running().map(|()| inner.images())).map_err(transport_error)?;
         let list = PyList::empty(py);
         for status in images {
@@ -754,7 +791,7 @@ impl Subscription {
             entry.set_item("status_messages_sent", c.status_messages_sent)?;
             list.append(entry)?;
         }
-        Ok(list)
+        Ok(list.into_any())
     }
 
     /// Stops receiving.

@@ -61,6 +61,9 @@ pub mod error_code {
     pub const MALFORMED_COMMAND: i32 = 11;
     /// Out of a resource (counters, files).
     pub const STORAGE_SPACE: i32 = 12;
+    /// An operating-system call failed: the code is `OS_ERROR + errno` (ours, beyond Aeron's
+    /// numbering), so the client can raise the error with its errno.
+    pub const OS_ERROR: i32 = 0x1000;
 }
 
 /// A command from a client.

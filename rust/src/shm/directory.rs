@@ -32,9 +32,15 @@ pub fn default_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os(ENV_DIR).filter(|d| !d.is_empty()) {
         return PathBuf::from(dir);
     }
+    per_user_dir("")
+}
+
+/// `/dev/shm/affinity-<user><suffix>` (the temp dir where `/dev/shm` is missing): the default
+/// driver directory (no suffix) and the parent of embedded drivers' private directories.
+pub fn per_user_dir(suffix: &str) -> PathBuf {
     let user = std::env::var("USER").ok().filter(|u| !u.is_empty() && !u.contains('/'));
     // SAFETY: getuid has no preconditions and cannot fail.
-    let name = format!("affinity-{}", user.unwrap_or_else(|| unsafe { libc::getuid() }.to_string()));
+    let name = format!("affinity-{}{suffix}", user.unwrap_or_else(|| unsafe { libc::getuid() }.to_string()));
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
         shm.join(name)

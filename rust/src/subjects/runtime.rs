@@ -1,4 +1,4 @@
-//! The router, subscribers and sources over the client API ([`Client`], [`Publication`],
+//! The router, subscribers and sources over the client API (any [`ClientApi`]; [`Publication`],
 //! [`Subscription`]), with the control plane's heartbeats for liveness.
 //!
 //! * The router listens on one channel (`--listen`, e.g. `aeron:udp?endpoint=127.0.0.1:40500`):
@@ -23,7 +23,7 @@ use super::codec::{
 };
 use super::faucet::Faucet;
 use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG};
-use crate::client::{Client, MessageBatch, Publication, Subscription};
+use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
 use crate::control::limits::MAX_NAME_LENGTH;
 use crate::control::{parse_control, ControlMessage, Heartbeat, Role, CONTROL_STREAM_ID, DATA_STREAM_ID};
 use crate::error::Error;
@@ -148,7 +148,7 @@ impl Link {
                 }
                 end += length;
             }
-            match self.publication.offer(&self.backlog[self.sent..end]) {
+            match self.publication.try_offer(&self.backlog[self.sent..end]) {
                 Ok(_) => {
                     self.sent = end;
                     messages += 1;
@@ -169,7 +169,7 @@ impl Link {
     }
 }
 
-fn open_inbox(client: &Client, host: &str) -> Result<(String, Subscription), SubjectsError> {
+fn open_inbox(client: &dyn ClientApi, host: &str) -> Result<(String, Subscription), SubjectsError> {
     let address: IpAddr =
         host.parse().map_err(|_| SubjectsError::Config(format!("host {host:?}: not an IP address")))?;
     if address.is_unspecified() {
@@ -181,7 +181,7 @@ fn open_inbox(client: &Client, host: &str) -> Result<(String, Subscription), Sub
             .map_err(|e| SubjectsError::Config(format!("host {host}: cannot bind an inbox: {e}")))?;
         let endpoint = probe.local_addr().map_err(Error::Io)?.to_string();
         drop(probe);
-        match client.add_subscription(&format!("aeron:udp?endpoint={endpoint}"), DATA_STREAM_ID) {
+        match client.add_subscription_handle(&format!("aeron:udp?endpoint={endpoint}"), DATA_STREAM_ID) {
             Ok(subscription) => return Ok((endpoint, subscription)),
             Err(error @ Error::Driver(_)) => last = Some(error),
             Err(other) => return Err(other.into()),
@@ -257,7 +257,7 @@ pub struct RouterRuntime {
 
 struct RouterLoop {
     core: RouterCore,
-    client: Arc<Client>,
+    client: Arc<dyn ClientApi>,
     clock: MonotonicClock,
     data: Subscription,
     control: Vec<Subscription>,
@@ -270,17 +270,17 @@ struct RouterLoop {
 impl RouterRuntime {
     /// Starts a router over `table` (and `faucet`) on `options.listen`.
     pub fn start(
-        client: Arc<Client>,
+        client: Arc<dyn ClientApi>,
         table: RoutingTable,
         faucet: Option<Faucet>,
         options: &RouterOptions,
     ) -> Result<RouterRuntime, SubjectsError> {
         let id = crate::groups::runtime::new_member_id();
         let labels: Vec<String> = table.member_ids().map(|m| table.label(m).to_owned()).collect();
-        let data = client.add_subscription(&options.listen, DATA_STREAM_ID)?;
-        let mut control = vec![client.add_subscription(&options.listen, CONTROL_STREAM_ID)?];
+        let data = client.add_subscription_handle(&options.listen, DATA_STREAM_ID)?;
+        let mut control = vec![client.add_subscription_handle(&options.listen, CONTROL_STREAM_ID)?];
         if let Some(channel) = &options.control {
-            control.push(client.add_subscription(channel, CONTROL_STREAM_ID)?);
+            control.push(client.add_subscription_handle(channel, CONTROL_STREAM_ID)?);
         }
         let shared = Arc::new(RouterShared {
             stop: AtomicBool::new(false),
@@ -347,7 +347,7 @@ impl Drop for RouterRuntime {
 impl RouterLoop {
     fn run(mut self) {
         let mut last_tick = self.clock.now();
-        while !self.shared.stop.load(Ordering::Acquire) && !self.client.is_closed() {
+        while !self.shared.stop.load(Ordering::Acquire) && !self.client.client_closed() {
             let mut work = self.poll_control();
             work += self.poll_data();
             let now = self.clock.now();
@@ -396,7 +396,7 @@ impl RouterLoop {
         let new: Vec<u64> = core.outbox().destinations().filter(|to| !links.contains_key(to)).collect();
         for to in new {
             let Some(endpoint) = core.endpoint(to) else { continue };
-            if let Ok(publication) = client.add_publication(&udp_channel(endpoint), DATA_STREAM_ID) {
+            if let Ok(publication) = client.add_publication_handle(&udp_channel(endpoint), DATA_STREAM_ID) {
                 links.insert(to, Link::new(publication));
             }
         }
@@ -520,7 +520,7 @@ impl PeerShared {
             figures: Vec::new(),
         };
         if let Ok(bytes) = heartbeat.to_bytes() {
-            let _ = self.heartbeat.offer(&bytes);
+            let _ = self.heartbeat.try_offer(&bytes);
         }
     }
 
@@ -556,11 +556,11 @@ pub struct SubjectPeer {
 }
 
 impl SubjectPeer {
-    fn open(client: &Client, role: Role, options: &PeerOptions) -> Result<SubjectPeer, SubjectsError> {
+    fn open(client: &dyn ClientApi, role: Role, options: &PeerOptions) -> Result<SubjectPeer, SubjectsError> {
         check_name(&options.name)?;
         let (endpoint, inbox) = open_inbox(client, &options.host)?;
-        let to_router = client.add_publication(&options.router, DATA_STREAM_ID)?;
-        let heartbeat = client.add_publication(&options.router, CONTROL_STREAM_ID)?;
+        let to_router = client.add_publication_handle(&options.router, DATA_STREAM_ID)?;
+        let heartbeat = client.add_publication_handle(&options.router, CONTROL_STREAM_ID)?;
         let shared = Arc::new(PeerShared {
             id: crate::groups::runtime::new_member_id(),
             name: options.name.clone(),
@@ -598,7 +598,7 @@ impl SubjectPeer {
 
     /// Whether the router's listen channel accepted the connection.
     pub fn is_connected(&self) -> bool {
-        lock(&self.shared.link).publication.is_connected()
+        lock(&self.shared.link).publication.is_connected().unwrap_or(false)
     }
 
     fn send(&self, kind: RecordKind, flags: u16, subject: &str, payload: &[u8]) -> Result<(), SubjectsError> {
@@ -706,7 +706,7 @@ pub struct SubjectSubscriber {
 
 impl SubjectSubscriber {
     /// Opens an inbox and starts heartbeating to `options.router`.
-    pub fn new(client: &Client, options: &PeerOptions) -> Result<SubjectSubscriber, SubjectsError> {
+    pub fn new(client: &dyn ClientApi, options: &PeerOptions) -> Result<SubjectSubscriber, SubjectsError> {
         Ok(SubjectSubscriber { peer: SubjectPeer::open(client, Role::Subscriber, options)? })
     }
 
@@ -742,7 +742,7 @@ pub struct SubjectSource {
 
 impl SubjectSource {
     /// Opens an inbox and starts heartbeating to `options.router` with label `options.name`.
-    pub fn new(client: &Client, options: &PeerOptions) -> Result<SubjectSource, SubjectsError> {
+    pub fn new(client: &dyn ClientApi, options: &PeerOptions) -> Result<SubjectSource, SubjectsError> {
         Ok(SubjectSource { peer: SubjectPeer::open(client, Role::Source, options)? })
     }
 

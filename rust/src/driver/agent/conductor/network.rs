@@ -145,7 +145,8 @@ fn endpoint_of(uri: &ChannelUri, channel: &str) -> Result<SocketAddr, Refusal> {
 }
 
 fn socket_error(channel: &str, what: String, error: std::io::Error) -> Refusal {
-    (error_code::GENERIC_ERROR, format!("{channel}: {what}: {error}"))
+    let code = error.raw_os_error().and_then(|errno| error_code::OS_ERROR.checked_add(errno));
+    (code.unwrap_or(error_code::GENERIC_ERROR), format!("{channel}: {what}: {error}"))
 }
 
 impl StandaloneDriver {

@@ -1,0 +1,438 @@
+//! The embedded media driver: a driver run inside this process on the very structures a
+//! standalone driver uses (`shm/`), with a client attached to it through its directory.
+//!
+//! This module composes the two sides and is neither of them: it imports the driver
+//! ([`StandaloneDriver`]) and the client ([`AttachedClient`]); the client never sees the driver,
+//! it is handed an [`InProcessDriver`] (the threading name, the invoker's duty cycle as a
+//! closure, and what to do on close), and `driver/` imports nothing from `client/`.
+//!
+//! Each embedded driver gets a private directory `<root>/<pid>-<n>` under
+//! [`embedded_root`] (0700), removed on close; directories left by processes that died are
+//! swept when the next embedded driver starts.
+//!
+//! Threading: [`EmbeddedThreading::Invoker`] runs no thread: the application (or any client
+//! call waiting for the driver) runs the duty cycle. The other modes run the driver's agents on
+//! one, two or three threads ([`MediaDriver`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, TryLockError};
+
+use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver};
+use crate::driver::agent::{MediaDriver, MediaDriverConfig, Threading};
+use crate::driver::idle::IdleStrategy;
+use crate::driver::standalone::StandaloneConfig;
+use crate::error::Error;
+use crate::shm::directory::{self, process_exists, DIR_MODE};
+
+type Result<T> = std::result::Result<T, Error>;
+
+/// Suffix of the per-user folder holding embedded drivers' directories.
+pub const EMBEDDED_ROOT_SUFFIX: &str = "-embedded";
+
+/// Where embedded drivers' private directories live: `/dev/shm/affinity-<user>-embedded`.
+pub fn embedded_root() -> PathBuf {
+    directory::per_user_dir(EMBEDDED_ROOT_SUFFIX)
+}
+
+/// How the embedded driver's agents run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum EmbeddedThreading {
+    /// One driver thread runs every agent (the default: right on 2 cores).
+    #[default]
+    Shared,
+    /// The conductor on one thread, sender and receiver on another.
+    SharedNetwork,
+    /// Conductor, sender and receiver on a thread each.
+    Dedicated,
+    /// No driver thread: the application runs the duty cycle (`Client.do_work()`), and so does
+    /// any client call waiting for the driver.
+    Invoker,
+}
+
+impl EmbeddedThreading {
+    /// Every mode, in the order the error message lists them.
+    pub const ALL: [EmbeddedThreading; 4] = [
+        EmbeddedThreading::Shared,
+        EmbeddedThreading::SharedNetwork,
+        EmbeddedThreading::Dedicated,
+        EmbeddedThreading::Invoker,
+    ];
+
+    /// The driver's threading mode.
+    fn driver_threading(self) -> Threading {
+        match self {
+            EmbeddedThreading::Shared => Threading::Shared,
+            EmbeddedThreading::SharedNetwork => Threading::SharedNetwork,
+            EmbeddedThreading::Dedicated => Threading::Dedicated,
+            EmbeddedThreading::Invoker => Threading::Invoker,
+        }
+    }
+
+    /// The mode's name (`Client(threading=...)`, `Client.threading`).
+    pub fn name(self) -> &'static str {
+        match self {
+            EmbeddedThreading::Shared => "shared",
+            EmbeddedThreading::SharedNetwork => "shared-network",
+            EmbeddedThreading::Dedicated => "dedicated",
+            EmbeddedThreading::Invoker => "invoker",
+        }
+    }
+}
+
+impl std::str::FromStr for EmbeddedThreading {
+    type Err = String;
+    fn from_str(value: &str) -> std::result::Result<Self, String> {
+        Self::ALL.into_iter().find(|mode| mode.name() == value).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|mode| mode.name()).collect();
+            format!("threading mode {value:?} is not one of: {}", names.join(", "))
+        })
+    }
+}
+
+/// Settings of an embedded driver.
+#[derive(Clone, Debug)]
+pub struct EmbeddedConfig {
+    /// How the agents run.
+    pub threading: EmbeddedThreading,
+    /// What a driver thread does when idle.
+    pub idle: IdleStrategy,
+    /// The driver's settings; `dir` is replaced by the private directory.
+    pub driver: StandaloneConfig,
+    /// Where the private directory is made ([`embedded_root`] by default).
+    pub root: PathBuf,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        let root = embedded_root();
+        Self {
+            threading: EmbeddedThreading::default(),
+            idle: IdleStrategy::default(),
+            driver: StandaloneConfig::new(root.clone()),
+            root,
+        }
+    }
+}
+
+/// Removes the directories under `root` whose process (the `<pid>` of `<pid>-<n>`) is gone;
+/// returns how many were removed. Entries of another form are left alone.
+pub fn sweep_stale(root: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(root) else { return 0 };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.split_once('-')).and_then(|(pid, _)| pid.parse::<i64>().ok())
+        else {
+            continue;
+        };
+        if pid != i64::from(std::process::id()) && !process_exists(pid) && std::fs::remove_dir_all(entry.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Makes `<root>/<pid>-<n>` (root and directory 0700, owned by this user).
+fn private_dir(root: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let io = |path: &Path, what: &str, e: std::io::Error| {
+        Error::Driver(format!("embedded driver directory {}: {what}: {e}", path.display()))
+    };
+    match std::fs::DirBuilder::new().mode(DIR_MODE).create(root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io(root, "cannot create", e)),
+    }
+    directory::check_owner(root).map_err(Error::from)?;
+    sweep_stale(root);
+    loop {
+        let dir = root.join(format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+        match std::fs::DirBuilder::new().mode(DIR_MODE).create(&dir) {
+            Ok(()) => return Ok(dir),
+            // Left by an earlier process with our pid: take the next number.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io(&dir, "cannot create", e)),
+        }
+    }
+}
+
+/// Closing: the driver serves its publications for at most `agent::CLOSE_DRAIN` (end of
+/// stream to subscribers), removes its files, then the private directory goes.
+fn stop_driver(driver: MediaDriver) {
+    let dir = driver.dir().to_path_buf();
+    let _ = driver.close();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Starts an embedded driver in a private directory and attaches a client to it. Closing the
+/// client stops the driver (see [`stop_driver`]).
+pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
+    let dir = private_dir(&config.root)?;
+    let driver_config = MediaDriverConfig {
+        standalone: StandaloneConfig { dir: dir.clone(), ..config.driver.clone() },
+        threading: config.threading.driver_threading(),
+        idle: config.idle,
+    };
+    let driver = match MediaDriver::launch(driver_config) {
+        Ok(driver) => driver,
+        Err(error) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(launch_error(error));
+        }
+    };
+    let threading = config.threading.name();
+    let command_timeout = config.driver.context.client_command_timeout;
+    let in_process = match config.threading {
+        EmbeddedThreading::Invoker => invoker(driver, command_timeout),
+        EmbeddedThreading::Shared | EmbeddedThreading::SharedNetwork | EmbeddedThreading::Dedicated => {
+            let on_close = Box::new(move || stop_driver(driver));
+            InProcessDriver { threading, duty_cycle: None, on_close, command_timeout }
+        }
+    };
+    AttachedClient::connect_in_process(&dir, in_process)
+}
+
+/// A launch refused for a setting is a setting error (Python `ConfigError`).
+fn launch_error(error: crate::shm::ShmError) -> Error {
+    match error {
+        crate::shm::ShmError::Parameter(message) => Error::Setting(message),
+        other => other.into(),
+    }
+}
+
+fn poisoned() -> Error {
+    Error::Driver("a thread panicked while running the embedded driver's duty cycle (a bug); the driver stopped".into())
+}
+
+fn invoker(driver: MediaDriver, command_timeout: std::time::Duration) -> InProcessDriver {
+    let driver = Arc::new(Mutex::new(Some(driver)));
+    let cycle: DutyCycle = {
+        let driver = Arc::clone(&driver);
+        Arc::new(move || match driver.try_lock() {
+            Ok(mut guard) => guard.as_mut().map(MediaDriver::do_work).ok_or(Error::Closed("client")),
+            Err(TryLockError::WouldBlock) => Ok(0),
+            Err(TryLockError::Poisoned(_)) => Err(poisoned()),
+        })
+    };
+    let on_close = Box::new(move || {
+        let taken = match driver.lock() {
+            Ok(mut guard) => guard.take(),
+            // The driver's own state is still whole (a panic in its cycle left it mid-cycle at
+            // worst): closing it removes its files.
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(driver) = taken {
+            stop_driver(driver);
+        }
+    });
+    InProcessDriver { threading: EmbeddedThreading::Invoker.name(), duty_cycle: Some(cycle), on_close, command_timeout }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::MessageBatch;
+    use crate::protocol::OfferError;
+    use crate::shm::status::SystemCounter;
+    use crate::shm::test_support::tempdir;
+    use std::time::{Duration, Instant};
+
+    fn config(root: &Path, threading: EmbeddedThreading) -> EmbeddedConfig {
+        let mut driver = StandaloneConfig::new(root.to_path_buf());
+        driver.ipc_term_length = 64 * 1024;
+        EmbeddedConfig { threading, root: root.to_path_buf(), driver, ..EmbeddedConfig::default() }
+    }
+
+    fn entries(root: &Path) -> Vec<PathBuf> {
+        std::fs::read_dir(root).map(|e| e.flatten().map(|e| e.path()).collect()).unwrap_or_default()
+    }
+
+    /// Polls into `batch` until it holds `count` messages (bounded by time).
+    fn poll_all(
+        client: &AttachedClient,
+        subscription: &mut crate::client::attached::AttachedSubscription,
+        batch: &mut MessageBatch,
+        count: usize,
+    ) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while batch.len() < count && Instant::now() < deadline {
+            client.do_work().unwrap();
+            if subscription.poll_into(batch, 100).unwrap() == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    #[test]
+    fn every_threading_mode_carries_ipc_and_udp_in_order_and_close_removes_the_private_directory() {
+        let root = tempdir();
+        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let udp = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+        let cases = EmbeddedThreading::ALL.into_iter().flat_map(|t| [(t, "aeron:ipc"), (t, udp.as_str())]);
+        for (threading, channel) in cases {
+            let client = start(config(&root, threading)).unwrap();
+            assert_eq!(client.threading(), threading.name());
+            let dir = client.dir().to_path_buf();
+            assert!(dir.starts_with(&root));
+            use std::os::unix::fs::PermissionsExt;
+            assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+            let mut subscription = client.add_subscription(channel, 5).unwrap();
+            let publication = client.add_publication(channel, 5).unwrap();
+            let mut batch = MessageBatch::default();
+            let mut sent = 0u32;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while sent < 1000 && Instant::now() < deadline {
+                client.do_work().unwrap();
+                match publication.try_offer(&sent.to_le_bytes()).unwrap() {
+                    Ok(_) => sent += 1,
+                    Err(OfferError::BackPressured | OfferError::NotConnected | OfferError::AdminAction) => {
+                        if subscription.poll_into(&mut batch, 100).unwrap() == 0 {
+                            std::thread::sleep(Duration::from_micros(100));
+                        }
+                    }
+                    Err(other) => panic!("{threading:?} {channel}: {other:?}"),
+                }
+            }
+            poll_all(&client, &mut subscription, &mut batch, 1000);
+            let got: Vec<u32> =
+                (0..batch.len()).map(|i| u32::from_le_bytes(batch.message(i).try_into().unwrap())).collect();
+            assert_eq!(got, (0..1000).collect::<Vec<u32>>(), "{threading:?} {channel}");
+            let last = batch.headers.last().map(|h| h.position);
+            assert_eq!(last, Some(publication.position().unwrap()), "a header's position is its frame's end");
+            drop(publication);
+            drop(subscription);
+            client.close();
+            assert!(!dir.exists(), "{threading:?}: {} left behind", dir.display());
+        }
+        assert!(entries(&root).is_empty());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_directory_whose_process_died_is_swept_and_a_live_ones_is_kept() {
+        let root = tempdir();
+        // pid i32::MAX cannot exist on Linux (pid_max is at most 2^22).
+        let dead = root.join(format!("{}-0", i32::MAX));
+        let live = root.join(format!("{}-0", std::process::id()));
+        let other = root.join("not-ours");
+        for dir in [&dead, &live, &other] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let client = start(config(&root, EmbeddedThreading::Shared)).unwrap();
+        assert!(!dead.exists() && live.exists() && other.exists());
+        assert_ne!(client.dir(), live, "an existing directory of this pid is not reused");
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn invoker_commands_from_many_threads_all_succeed_while_one_thread_runs_the_duty_cycle() {
+        let root = tempdir();
+        let client = start(config(&root, EmbeddedThreading::Invoker)).unwrap();
+        let publications = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..16)
+                .map(|stream| {
+                    let client = &client;
+                    scope.spawn(move || client.add_publication("aeron:ipc", 100 + stream))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap().unwrap()).collect::<Vec<_>>()
+        });
+        let ids: std::collections::HashSet<i64> = publications.iter().map(|p| p.registration_id()).collect();
+        assert_eq!(ids.len(), 16);
+        client.do_work().unwrap();
+        let open = client.counters().value(SystemCounter::IpcPublications as usize).unwrap();
+        assert_eq!(open, 16, "exactly the publications handed back exist in the driver");
+        drop(publications);
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn an_interrupted_command_leaves_nothing_in_the_driver() {
+        let root = tempdir();
+        let client = start(config(&root, EmbeddedThreading::Invoker)).unwrap();
+        // The caller gives up before the driver ran (its answer comes later).
+        let outcome = client.add_publication_with("aeron:ipc", 9, || Err("interrupted"));
+        assert_eq!(outcome.err(), Some("interrupted"));
+        let value = |counter: SystemCounter| client.counters().value(counter as usize).unwrap();
+        // Whichever cycle answered, the abandoned publication is removed again.
+        for _ in 0..50 {
+            client.do_work().unwrap();
+        }
+        assert!(value(SystemCounter::Commands) >= 2, "the add and its removal reached the driver");
+        assert_eq!(value(SystemCounter::IpcPublications), 0);
+        let kept = client.add_publication("aeron:ipc", 9).unwrap();
+        client.do_work().unwrap();
+        assert_eq!(value(SystemCounter::IpcPublications), 1);
+        drop(kept);
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_client_reads_system_counters_by_key_and_keeps_only_its_own_publications_events() {
+        use crate::shm::cnc::{Cnc, CNC_FILE};
+        use crate::shm::command::Response;
+        use crate::shm::status::{DriverEventInfo, DriverEventKindInfo};
+        let root = tempdir();
+        let client = start(config(&root, EmbeddedThreading::Invoker)).unwrap();
+        client.counters().counter(SystemCounter::InvalidDataFrames.id()).unwrap().set(7).unwrap();
+        let counters: std::collections::HashMap<_, _> = client.system_counters().unwrap().into_iter().collect();
+        assert_eq!(counters.len(), crate::client::attached::CLIENT_COUNTERS.len());
+        assert_eq!((counters["invalid_data_frames"], counters["send_errors"]), (7, 0));
+
+        let publication = client.add_publication("aeron:ipc", 3).unwrap();
+        // The driver is idle (invoker): this test writes the events the driver would broadcast.
+        let cnc = Cnc::open(&client.dir().join(CNC_FILE), true).unwrap();
+        let mut transmitter = cnc.to_clients_transmitter().unwrap();
+        let event = |connected: bool| DriverEventInfo {
+            time: 1.5,
+            level: "INFO".into(),
+            channel: "aeron:udp?endpoint=127.0.0.1:1".into(),
+            stream_id: 3,
+            session_id: 9,
+            kind: DriverEventKindInfo::ConnectionChanged { connected },
+            message: format!("INFO connection changed: connected={connected}"),
+        };
+        for (registration_id, connected) in [(publication.registration_id(), true), (-77, false)] {
+            let json = serde_json::to_string(&event(connected)).unwrap();
+            let (id, bytes) = Response::DriverEvent { publication_registration_id: registration_id, json }.encode();
+            transmitter.transmit(id, &bytes).unwrap();
+        }
+        assert_eq!(client.drain_events().unwrap(), vec![event(true)]);
+        assert!(client.drain_events().unwrap().is_empty(), "drained once");
+        drop(publication);
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_socket_the_driver_cannot_bind_is_an_os_error_with_its_errno_and_leaves_nothing() {
+        let root = tempdir();
+        let client = start(config(&root, EmbeddedThreading::Shared)).unwrap();
+        // 192.0.2.1 (TEST-NET-1) is no local address: bind fails with EADDRNOTAVAIL.
+        let error = client.add_subscription("aeron:udp?endpoint=192.0.2.1:40000", 1).err().unwrap();
+        match error {
+            Error::Socket { context, source } => {
+                assert_eq!(source.raw_os_error(), Some(libc::EADDRNOTAVAIL));
+                assert!(context.contains("192.0.2.1:40000") && !context.ends_with(&source.to_string()), "{context}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let subscriptions = client.counters().value(SystemCounter::Subscriptions.id()).unwrap();
+        assert_eq!(subscriptions, 0);
+        client.close();
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn unknown_threading_modes_are_named() {
+        assert_eq!("dedicated".parse::<EmbeddedThreading>(), Ok(EmbeddedThreading::Dedicated));
+        let message = "many".parse::<EmbeddedThreading>().unwrap_err();
+        assert!(message.contains("\"many\"") && message.contains("shared-network"), "{message}");
+    }
+}
