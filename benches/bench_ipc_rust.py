@@ -21,7 +21,7 @@ def ready(process: subprocess.Popen[str], marker: str) -> None:
     assert process.stdout is not None
     line = process.stdout.readline()
     if marker not in line:
-        raise SystemExit(f"expected {marker!r} from {process.args}, got {line!r}")
+        raise SystemExit(f"expected {marker!r} from {process.args!r}, got {line!r}")
 
 
 def main() -> None:

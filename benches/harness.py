@@ -31,6 +31,7 @@ import platform
 import re
 import resource
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -234,6 +235,24 @@ def meta(args: argparse.Namespace) -> int:
     return 0
 
 
+def elf_section_names(data: bytes) -> set[str]:
+    """Section names of a 64-bit little-endian ELF file (empty for anything else)."""
+    if data[:6] != b"\x7fELF\x02\x01":
+        return set()
+    (shoff,) = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if shoff == 0 or shstrndx >= shnum or shoff + shnum * shentsize > len(data):
+        return set()
+    strtab = shoff + shstrndx * shentsize
+    (names_offset,) = struct.unpack_from("<Q", data, strtab + 0x18)
+    names = set()
+    for index in range(shnum):
+        (name,) = struct.unpack_from("<I", data, shoff + index * shentsize)
+        end = data.find(b"\0", names_offset + name)
+        names.add(data[names_offset + name : end].decode(errors="replace"))
+    return names
+
+
 def extension_problem() -> str | None:
     """Why the installed extension must not be benchmarked, or None when it is a fresh release build."""
     try:
@@ -241,8 +260,7 @@ def extension_problem() -> str | None:
     except ImportError as error:
         return f"the affinity extension is not installed ({error}); run `maturin develop --release`"
     path = Path(extension.__file__ or "")
-    data = path.read_bytes()
-    if b".debug_info" in data and b".debug_line" in data:
+    if ".debug_info" in elf_section_names(path.read_bytes()):
         return (
             f"{path} is a debug build (it has DWARF .debug_info sections, as the dev profile makes): "
             "benchmark figures from it are meaningless; run `maturin develop --release`"

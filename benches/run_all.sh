@@ -23,7 +23,7 @@ RUNS=3
 HEADLINE_RUNS=5
 QUICK=0
 SPARK=0
-WAIT_QUIET=${WAIT_QUIET:-10}
+WAIT_QUIET=${WAIT_QUIET:-5}
 ONLY=""
 ALL_TABLES=(routing transport multicast ipc groups router)
 usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -71,7 +71,9 @@ cargo build --release --manifest-path rust/Cargo.toml \
   --bin affinity-bench --bin loopback-ceiling --bin affinity-driver --bin affinity-ipc \
   --example multicast_bench --example router_bench
 if wanted routing; then cargo bench --manifest-path rust/Cargo.toml --bench routing --no-run; fi
-maturin develop --release -q
+# Its own target directory, so the extension build (feature "python") and the binaries above do
+# not rebuild each other every run.
+maturin develop --release -q --target-dir target/bench-extension
 python benches/harness.py check-extension
 BIN=$ROOT/target/release
 

@@ -5,7 +5,7 @@ the transport one; the name is kept because the docs and scripts call it by it):
     python benches/transport_table.py routing|multicast|ipc|groups|router|spark [RAW]
 
 Each table says its command, date, commit, machine, the load before and during the runs and
-the number of runs, and gives every figure as ``median [min–max]`` over the runs. The raw file
+the number of runs, and gives every figure as ``median [min-max]`` over the runs. The raw file
 starts with one ``"meta": true`` record (``harness.py meta``); every other line is one result
 of one run with its load fields (``harness.py run``). Runs that failed or timed out are listed
 under the table, never dropped silently.
@@ -71,14 +71,14 @@ def text(row: Row, key: str, default: str = "") -> str:
 
 
 def spread(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
-    """``median [min–max]`` of ``values / scale``."""
+    """``median [min-max]`` of ``values / scale``."""
     scaled = [v / scale for v in values]
     if not scaled:
         return "—"
     median = statistics.median(scaled)
     if len(scaled) == 1:
         return f"{median:.{digits}f}"
-    return f"{median:.{digits}f} [{min(scaled):.{digits}f}–{max(scaled):.{digits}f}]"
+    return f"{median:.{digits}f} [{min(scaled):.{digits}f}-{max(scaled):.{digits}f}]"
 
 
 def header(raw: Raw) -> list[str]:
@@ -86,7 +86,9 @@ def header(raw: Raw) -> list[str]:
     meta, rows = raw.meta, raw.rows
     lines = []
     if meta:
-        lines.append(f"- Command: `{text(meta, 'command')}`; started {text(meta, 'date')}, commit `{text(meta, 'commit')}`.")
+        lines.append(
+            f"- Command: `{text(meta, 'command')}`; started {text(meta, 'date')}, commit `{text(meta, 'commit')}`."
+        )
         lines.append(
             f"- Machine: nproc {text(meta, 'nproc')}, {text(meta, 'cpu')}, Linux {text(meta, 'kernel')}, "
             f"Python {text(meta, 'python')}; release builds."
@@ -96,14 +98,14 @@ def header(raw: Raw) -> list[str]:
         during = [number(r, "load1_during_max") for r in rows]
         runnable = [number(r, "runnable_during_mean") for r in rows]
         lines.append(
-            f"- Load average (1 min) before the runs {min(before):.2f}–{max(before):.2f}, highest while they ran "
+            f"- Load average (1 min) before the runs {min(before):.2f}-{max(before):.2f}, highest while they ran "
             f"{max(during):.2f}; runnable threads while running (includes the benchmark's own) mean "
             f"{statistics.mean(runnable):.1f}, highest run mean {max(runnable):.1f}."
         )
     if meta:
         lines.append(
             f"- n = {text(meta, 'runs')} runs per figure ({text(meta, 'headline_runs')} for headline rows); "
-            "figures are median [min–max] over the runs."
+            "figures are median [min-max] over the runs."
         )
     return lines
 
@@ -115,7 +117,8 @@ def failures(raw: Raw) -> list[str]:
     for row in raw.failed:
         command = row.get("command")
         shown = " ".join(str(part) for part in command) if isinstance(command, list) else ""
-        lines.append(f"- `{text(row, 'label')}` run {text(row, 'run')}: status {text(row, 'status')}: `{shown[:160]}` {text(row, 'error')[:200]}")
+        where = f"- `{text(row, 'label')}` run {text(row, 'run')}: status {text(row, 'status')}"
+        lines.append(f"{where}: `{shown[:160]}` {text(row, 'error')[:200]}")
     return lines
 
 
@@ -158,8 +161,8 @@ def transport(raw: Raw) -> list[str]:
     out = header(raw)
     out += [
         "",
-        "Throughput, messages/s (M/s), median [min–max]; (×c) = the median divided by the loopback ceiling "
-        "of the same payload and MTU measured in the same run. MB/s of payload = M/s × size.",
+        "Throughput, messages/s (M/s), median [min-max]; ( c) = the median divided by the loopback ceiling "
+        "of the same payload and MTU measured in the same run. MB/s of payload = M/s x size.",
         "",
         "| publisher API | size | MTU | " + " | ".join(SETUPS) + " |",
         "|---|---|---|" + "---|" * len(SETUPS),
@@ -177,7 +180,7 @@ def transport(raw: Raw) -> list[str]:
                     cell = f"{spread(values, 2, 1e6)} (n={len(values)})"
                     ceiling = ceilings.get((size, mtu))
                     if ceiling:
-                        cell += f" ({statistics.median(values) / statistics.median(ceiling):.2f}×c)"
+                        cell += f" ({statistics.median(values) / statistics.median(ceiling):.2f} c)"
                     cells.append(cell)
                 if any(cell != "—" for cell in cells):
                     out.append(f"| {api} | {size} B | {mtu} | " + " | ".join(cells) + " |")
@@ -187,7 +190,8 @@ def transport(raw: Raw) -> list[str]:
             "Loopback ceiling (`loopback-ceiling`: bare `sendmmsg`/`recvmmsg`, two processes, full datagrams, "
             "no protocol, no flow control), same run:",
             "",
-            "| payload | MTU | frames/datagram | datagram | messages/s (M/s) | datagrams/s (k/s) | MB/s payload | lost |",
+            "| payload | MTU | frames/datagram | datagram | messages/s (M/s) | datagrams/s (k/s) | MB/s payload"
+            " | lost |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for (payload, mtu), rows in sorted(ceiling_rows.items(), key=lambda item: (item[0][1], item[0][0])):
@@ -202,7 +206,7 @@ def transport(raw: Raw) -> list[str]:
     if latency:
         out += [
             "",
-            "Ping-pong round trip, 32 B, one message in flight (µs; median [min–max] of the per-run percentiles):",
+            "Ping-pong round trip, 32 B, one message in flight (µs; median [min-max] of the per-run percentiles):",
             "",
             "| ping-pong | setup | MTU | p50 µs | p99 µs | p99.9 µs | samples/run | runs |",
             "|---|---|---|---|---|---|---|---|",
@@ -214,7 +218,9 @@ def transport(raw: Raw) -> list[str]:
                     if rows:
                         cells = [spread([number(r, key) for r in rows], 1) for key in ("p50_us", "p99_us", "p99_9_us")]
                         samples = statistics.median(number(r, "samples") for r in rows)
-                        out.append(f"| {lang} | {setup} | {mtu} | " + " | ".join(cells) + f" | {samples:.0f} | {len(rows)} |")
+                        out.append(
+                            f"| {lang} | {setup} | {mtu} | " + " | ".join(cells) + f" | {samples:.0f} | {len(rows)} |"
+                        )
     return out + failures(raw)
 
 
@@ -228,7 +234,11 @@ def routing_measurements(row: Row) -> Iterable[Measurement]:
 
 def groups_measurements(row: Row) -> Iterable[Measurement]:
     if row.get("bench") == "groups-throughput":
-        yield "keyed throughput, group (publish_batch → 8 queues → 2 consumers)", number(row, "group_msgs_per_s") / 1e6, "M/s"
+        yield (
+            "keyed throughput, group (publish_batch → 8 queues → 2 consumers)",
+            number(row, "group_msgs_per_s") / 1e6,
+            "M/s",
+        )
         yield "same payloads, plain publication → 1 subscriber (ceiling)", number(row, "plain_msgs_per_s") / 1e6, "M/s"
         yield "group / plain", number(row, "ratio"), "ratio"
     elif row.get("bench") == "groups-failover":
@@ -241,7 +251,11 @@ def groups_measurements(row: Row) -> Iterable[Measurement]:
 def ipc_measurements(row: Row) -> Iterable[Measurement]:
     size = text(row, "size")
     if "received_per_s" in row:
-        yield f"Python offer_batch(pyarrow 8192) → poll_batch(as_arrow), {size} B", number(row, "received_per_s") / 1e6, "M/s"
+        yield (
+            f"Python offer_batch(pyarrow 8192) → poll_batch(as_arrow), {size} B",
+            number(row, "received_per_s") / 1e6,
+            "M/s",
+        )
     elif row.get("role") == "subscribe" or "rate" in row:
         yield f"Rust affinity-ipc publish → subscribe, {size} B", number(row, "rate") / 1e6, "M/s"
 
@@ -262,14 +276,41 @@ def generic(raw: Raw, extract: Callable[[Row], Iterable[Measurement]]) -> list[s
     for row in raw.ok:
         for name, value, unit in extract(row):
             values[(name, unit)].append(value)
-    out = header(raw) + ["", "| measurement | unit | median [min–max] | n |", "|---|---|---|---|"]
+    out = [*header(raw), "", "| measurement | unit | median [min-max] | n |", "|---|---|---|---|"]
     for (name, unit), measured in values.items():
         digits = 0 if unit in ("ms", "rows/s", "/s", "µs") else 2
         out.append(f"| {name} | {unit} | {spread(measured, digits)} | {len(measured)} |")
     return out + failures(raw)
 
 
+def gap(raw: Raw) -> list[str]:
+    """The reproducibility experiments (benches/repro_gap.sh): one row per variant and figure,
+    with the CPU other processes used while the runs ran."""
+    figures: dict[tuple[str, str], list[Row]] = defaultdict(list)
+    for row in raw.ok:
+        if row.get("bench") == "pingpong":
+            name = "Python ping-pong p50 (µs)"
+        else:
+            name = f"{api_name(row)} {text(row, 'size')} B (M/s)"
+        figures[(text(row, "label"), name)].append(row)
+    out = header(raw)
+    out += [
+        "",
+        "| variant | figure | median [min-max] | n | other processes' CPU during (cores, mean) |",
+        "|---|---|---|---|---|",
+    ]
+    for (label, name), rows in figures.items():
+        if name.startswith("Python ping-pong"):
+            value = spread([number(r, "p50_us") for r in rows], 1)
+        else:
+            value = spread([number(r, "msgs_per_sec") for r in rows], 2, 1e6)
+        other = statistics.mean(number(r, "other_cores_during") for r in rows)
+        out.append(f"| {label} | {name} | {value} | {len(rows)} | {other:.2f} |")
+    return out + failures(raw)
+
+
 RENDERERS: dict[str, Callable[[Raw], list[str]]] = {
+    "gap": gap,
     "transport": transport,
     "routing": lambda raw: generic(raw, routing_measurements),
     "groups": lambda raw: generic(raw, groups_measurements),

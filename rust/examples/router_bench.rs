@@ -146,7 +146,10 @@ fn core_figures() {
         "core relay (RouterCore::on_message + outbox drain)",
         delivered / elapsed,
         "deliveries/s",
-        &format!("{SUBJECTS} updates x {FANOUT} subscribers, {rounds} rounds, {:.0} MB/s out", bytes as f64 / elapsed / 1e6),
+        &format!(
+            "{SUBJECTS} updates x {FANOUT} subscribers, {rounds} rounds, {:.0} MB/s out",
+            bytes as f64 / elapsed / 1e6
+        ),
     );
     assert_eq!(core.counters().relayed as usize, rounds * SUBJECTS * FANOUT);
 

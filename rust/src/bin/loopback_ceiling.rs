@@ -11,10 +11,13 @@
 //! in `--mtu`. The sender (this process) sends such datagrams with `sendmmsg` in batches of
 //! `--batch` for `--seconds`; the receiver (a child process, `recv`) drains them with `recvmmsg`
 //! into buffers of `--mtu` bytes, with the transport's default `SO_RCVBUF`, and reports the
-//! rate over wall time from its first datagram to its last. There is no flow control: datagrams
-//! the receiver's buffer cannot hold are dropped by the kernel and are not counted (the JSON
-//! line reports `sent_datagrams` and `lost_fraction`). Messages per second = datagrams received
-//! per second × frames per datagram.
+//! rate over wall time from its first datagram to its last. Flow control is the least that
+//! keeps the kernel from dropping datagrams: after each `recvmmsg` the receiver sends its
+//! running count back (8 bytes, a second socket), and the sender keeps at most half the
+//! receive buffer in flight, blocking on the count (not spinning) when the window is full.
+//! Datagrams still lost (a count not arriving within 10 ms lets the sender go on) are not
+//! counted: the JSON line reports `sent_datagrams` and `lost_fraction`. Messages per second =
+//! datagrams received per second × frames per datagram.
 //!
 //! Prints one JSON line: `{"bench":"ceiling","payload":..,"mtu":..,"frame":..,
 //! "frames_per_datagram":..,"datagram":..,"datagrams":..,"seconds":..,"datagrams_per_sec":..,
@@ -31,6 +34,8 @@ const HEADER: usize = 32;
 const ALIGNMENT: usize = 32;
 /// First byte of the datagrams that tell the receiver the sender is done.
 const END_MARK: u8 = 0xEE;
+/// How long the sender waits for the receiver's count before it takes what is in flight as lost.
+const ACK_WAIT: Duration = Duration::from_millis(10);
 /// The receiver gives up after this long without a datagram (once it had some, or at the start).
 const IDLE_LIMIT: Duration = Duration::from_secs(5);
 
@@ -45,11 +50,13 @@ struct Options {
     batch: usize,
     rcvbuf: usize,
     port: u16,
+    ack_port: u16,
 }
 
 impl Options {
     fn parse(args: &[String]) -> CeilingResult<Options> {
-        let mut options = Options { payload: 32, mtu: 1408, seconds: 1.0, batch: 64, rcvbuf: 2 * 1024 * 1024, port: 0 };
+        let mut options =
+            Options { payload: 32, mtu: 1408, seconds: 1.0, batch: 64, rcvbuf: 2 * 1024 * 1024, port: 0, ack_port: 0 };
         let mut iter = args.iter();
         while let Some(name) = iter.next() {
             let value = iter.next().ok_or_else(|| format!("option {name} needs a value"))?;
@@ -60,6 +67,7 @@ impl Options {
                 "--batch" => options.batch = number()?.clamp(1, 1024),
                 "--rcvbuf" => options.rcvbuf = number()?,
                 "--port" => options.port = u16::try_from(number()?).map_err(|e| format!("--port: {e}"))?,
+                "--ack-port" => options.ack_port = u16::try_from(number()?).map_err(|e| format!("--ack-port: {e}"))?,
                 "--seconds" => options.seconds = value.parse().map_err(|e| format!("--seconds {value:?}: {e}"))?,
                 other => return Err(format!("unknown option {other:?}")),
             }
@@ -103,8 +111,9 @@ fn main() {
 /// Sends `datagrams` (all the same buffer) with one `sendmmsg` per batch; returns how many the
 /// kernel took.
 fn send_batch(socket: &UdpSocket, buffer: &[u8], batch: usize) -> CeilingResult<usize> {
-    let mut iovecs: Vec<libc::iovec> =
-        (0..batch).map(|_| libc::iovec { iov_base: buffer.as_ptr() as *mut libc::c_void, iov_len: buffer.len() }).collect();
+    let mut iovecs: Vec<libc::iovec> = (0..batch)
+        .map(|_| libc::iovec { iov_base: buffer.as_ptr() as *mut libc::c_void, iov_len: buffer.len() })
+        .collect();
     let mut headers: Vec<libc::mmsghdr> = iovecs
         .iter_mut()
         .map(|iov| {
@@ -134,11 +143,15 @@ fn run(options: &Options) -> CeilingResult<String> {
     let probe = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
     let port = probe.local_addr().map_err(|e| e.to_string())?.port();
     drop(probe);
+    // The receiver's running count comes back on this socket.
+    let acks = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    let ack_port = acks.local_addr().map_err(|e| e.to_string())?.port();
+    acks.set_read_timeout(Some(ACK_WAIT)).map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut child = Command::new(exe)
         .args(["recv", "--payload", &options.payload.to_string(), "--mtu", &options.mtu.to_string()])
         .args(["--batch", &options.batch.to_string(), "--rcvbuf", &options.rcvbuf.to_string()])
-        .args(["--port", &port.to_string()])
+        .args(["--port", &port.to_string(), "--ack-port", &ack_port.to_string()])
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start the receiver: {e}"))?;
@@ -149,11 +162,25 @@ fn run(options: &Options) -> CeilingResult<String> {
     let socket = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
     socket.connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
     let buffer = vec![0xA5u8; options.datagram()];
+    let window = (options.rcvbuf / 2 / options.datagram()).max(1) as u64;
     let mut sent = 0u64;
+    let mut acked = 0u64;
+    let mut count = [0u8; 8];
     let start = Instant::now();
     let duration = Duration::from_secs_f64(options.seconds.max(0.01));
     while start.elapsed() < duration {
-        sent += send_batch(&socket, &buffer, options.batch)? as u64;
+        let room = window.saturating_sub(sent - acked.min(sent));
+        if room == 0 {
+            match acks.recv(&mut count) {
+                Ok(8) => acked = acked.max(u64::from_le_bytes(count)),
+                Ok(_) => {}
+                // No count within ACK_WAIT: what is in flight was dropped; go on.
+                Err(_) => acked = sent,
+            }
+            continue;
+        }
+        let batch = options.batch.min(usize::try_from(room).unwrap_or(options.batch));
+        sent += send_batch(&socket, &buffer, batch)? as u64;
     }
     // End marks, repeated: one may be dropped like any datagram.
     let end = [END_MARK; 8];
@@ -190,6 +217,8 @@ fn receive(options: &Options) -> CeilingResult<String> {
     let sock = socket2::SockRef::from(&socket);
     sock.set_recv_buffer_size(options.rcvbuf).map_err(|e| format!("SO_RCVBUF: {e}"))?;
     socket.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+    let acks = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
+    acks.connect(("127.0.0.1", options.ack_port)).map_err(|e| format!("connect: {e}"))?;
     println!("ready");
     let batch = options.batch;
     let size = options.mtu.max(64);
@@ -246,6 +275,8 @@ fn receive(options: &Options) -> CeilingResult<String> {
             bytes += length as u64;
             last = now;
         }
+        // Best effort: a lost count only makes the sender wait ACK_WAIT.
+        let _ = acks.send(&datagrams.to_le_bytes());
     }
     let seconds = first.map_or(0.0, |first| last.duration_since(first).as_secs_f64()).max(1e-9);
     let per_second = datagrams as f64 / seconds;
