@@ -60,11 +60,20 @@ class LoadSample:
         return LoadSample(float(fields[0]), int(fields[3].split("/")[0]))
 
 
+def cpu_fields() -> list[int]:
+    """The first line of /proc/stat: user nice system idle iowait irq softirq steal (ticks)."""
+    return [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+
+
 def busy_seconds() -> float:
-    """CPU seconds all CPUs have spent busy since boot (/proc/stat: everything but idle and iowait)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (sum(fields) - fields[3] - fields[4]) / ticks
+    """CPU seconds this machine's CPUs spent busy since boot (all but idle, iowait and steal)."""
+    fields = cpu_fields()
+    return (sum(fields) - fields[3] - fields[4] - fields[7]) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_seconds() -> float:
+    """CPU seconds the hypervisor gave to someone else while this VM wanted them (steal time)."""
+    return cpu_fields()[7] / os.sysconf("SC_CLK_TCK")
 
 
 def children_cpu_seconds() -> float:
@@ -159,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     waited, other_before = wait_quiet(args.wait_quiet, args.quiet_threshold) if args.wait_quiet > 0 else (0.0, -1.0)
     before = LoadSample.read()
     started = now_utc()
-    busy0, own0 = busy_seconds(), children_cpu_seconds() + time.process_time()
+    busy0, own0, steal0 = busy_seconds(), children_cpu_seconds() + time.process_time(), steal_seconds()
     t0 = time.monotonic()
     status: int | str
     stdout = stderr = ""
@@ -178,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.monotonic() - t0
     own = children_cpu_seconds() + time.process_time() - own0
     other_during = max(0.0, (busy_seconds() - busy0 - own) / max(elapsed, 1e-3))
+    steal_during = (steal_seconds() - steal0) / max(elapsed, 1e-3)
     during = sampler.samples or [before]
     common: dict[str, object] = {
         "table": args.table,
@@ -192,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
         "waited_quiet_s": round(waited, 1),
         "other_cores_before": round(other_before, 2),
         "other_cores_during": round(other_during, 2),
+        "steal_cores_during": round(steal_during, 2),
         "commit": args.commit or git_commit(),
     }
     records = list(parse_output(stdout, args.parse)) if status == 0 else []
@@ -265,10 +276,13 @@ def extension_problem() -> str | None:
             f"{path} is a debug build (it has DWARF .debug_info sections, as the dev profile makes): "
             "benchmark figures from it are meaningless; run `maturin develop --release`"
         )
-    sources = [p for p in (ROOT / "rust" / "src").rglob("*.rs")]
+    # The library's sources (the binaries under src/bin are not part of the extension).
+    sources = [
+        p for p in (ROOT / "rust" / "src").rglob("*.rs") if "bin" not in p.relative_to(ROOT / "rust" / "src").parts
+    ]
     newest = max((p.stat().st_mtime for p in sources), default=0.0)
     if path.is_relative_to(ROOT) and newest > path.stat().st_mtime + 1:
-        return f"{path} is older than the Rust sources under rust/src; run `maturin develop --release`"
+        return f"{path} is older than the library sources under rust/src; run `maturin develop --release`"
     return None
 
 

@@ -24,6 +24,8 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 SETUPS = ("invoker", "shared-yield", "shared-spin")
 DEFAULT_MTU = 1408
+#: A run during which other processes used less CPU than this (in cores) counts as quiet.
+QUIET_CORES = 0.3
 
 Row = dict[str, object]
 
@@ -102,6 +104,14 @@ def header(raw: Raw) -> list[str]:
             f"{max(during):.2f}; runnable threads while running (includes the benchmark's own) mean "
             f"{statistics.mean(runnable):.1f}, highest run mean {max(runnable):.1f}."
         )
+        others = [number(r, "other_cores_during") for r in rows if "other_cores_during" in r]
+        if others:
+            quiet = sum(1 for v in others if v < QUIET_CORES)
+            lines.append(
+                f"- CPU used by other processes while a run ran (cores of {text(raw.meta, 'nproc', '?')}): mean "
+                f"{statistics.mean(others):.2f}, max {max(others):.2f}; {quiet} of {len(others)} runs had less than "
+                f"{QUIET_CORES} cores of other work (quiet)."
+            )
     if meta:
         lines.append(
             f"- n = {text(meta, 'runs')} runs per figure ({text(meta, 'headline_runs')} for headline rows); "
