@@ -171,8 +171,8 @@ def transport(raw: Raw) -> list[str]:
     out = header(raw)
     out += [
         "",
-        "Throughput, messages/s (M/s), median [min-max]; ( c) = the median divided by the loopback ceiling "
-        "of the same payload and MTU measured in the same run. MB/s of payload = M/s x size.",
+        "Throughput, messages/s (M/s), median [min-max]; (R c) after a cell: R = its median divided by the "
+        "loopback ceiling of the same payload and MTU measured in the same run. MB/s of payload = M/s x size.",
         "",
         "| publisher API | size | MTU | " + " | ".join(SETUPS) + " |",
         "|---|---|---|" + "---|" * len(SETUPS),
