@@ -129,7 +129,8 @@ def git_commit() -> str:
         return result.stdout.strip()
 
     commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "rust", "python", "benches")
+    # Uncommitted changes to what is measured (the results files themselves do not count).
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", "rust", "python", "benches", ":!benches/results")
     return commit + ("+dirty" if dirty else "")
 
 

@@ -85,11 +85,17 @@ def spread(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
 
 def header(raw: Raw) -> list[str]:
     """The lines that say how, when and under what load the table was measured."""
-    meta, rows = raw.meta, raw.rows
+    meta = raw.meta
+    # One entry per run of a command (a command may print many results).
+    runs: dict[tuple[str, str, str], Row] = {}
+    for row in raw.rows:
+        runs.setdefault((text(row, "label"), text(row, "run"), text(row, "started")), row)
+    rows = list(runs.values())
     lines = []
     if meta:
         lines.append(
-            f"- Command: `{text(meta, 'command')}`; started {text(meta, 'date')}, commit `{text(meta, 'commit')}`."
+            f"- Command: `{text(meta, 'command').strip()}`; started {text(meta, 'date')}, "
+            f"commit `{text(meta, 'commit')}`."
         )
         lines.append(
             f"- Machine: nproc {text(meta, 'nproc')}, {text(meta, 'cpu')}, Linux {text(meta, 'kernel')}, "
