@@ -204,7 +204,7 @@ def transport(raw: Raw) -> list[str]:
         out += [
             "",
             "Loopback ceiling (`loopback-ceiling`: bare `sendmmsg`/`recvmmsg`, two processes, full datagrams, "
-            "no protocol, no flow control), same run:",
+            "no protocol, only a count sent back so nothing is dropped), same run:",
             "",
             "| payload | MTU | frames/datagram | datagram | messages/s (M/s) | datagrams/s (k/s) | MB/s payload"
             " | lost |",
