@@ -38,7 +38,8 @@ import affinity
 import pyarrow as pa
 from affinity.groups import GroupConsumer, GroupPublisher, create_group
 
-RESULTS = Path(__file__).parent / "results" / "groups.jsonl"
+#: Where each result is appended; ``BENCH_GROUPS_RAW=/dev/null`` when benches/harness.py records them.
+RESULTS = Path(os.environ.get("BENCH_GROUPS_RAW", str(Path(__file__).parent / "results" / "groups.jsonl")))
 STREAM = 1001
 #: A consumer process stops after this long without a message (once it had some).
 IDLE_EXIT = 2.0

@@ -260,6 +260,8 @@ def main() -> None:
             process.kill()
     print(f"mode {args.mode}, {args.rows} rows x 5 columns, {args.runs} runs, local[2], {os.cpu_count()} cores")
     for name, values in results.items():
+        for value in values:  # one JSON line per run, for benches/harness.py
+            print(json.dumps({"measurement": name, "value": round(value), "unit": "rows/s"}), flush=True)
         runs = ", ".join(f"{v:,.0f}" for v in values)
         print(f"{name:<18} median {statistics.median(values):>12,.0f} rows/s   runs [{runs}]")
     for kind in ("batch", "stream"):

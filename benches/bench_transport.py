@@ -12,6 +12,10 @@ list, or ``offer_batch`` of a pyarrow binary array) and the subscriber as a chil
 (``bench_transport.py sub``, or the Rust ``affinity-bench throughput-sub`` with ``--sub-exe``);
 the subscriber reports the rate over the messages after the warm-up (wall time from the first
 measured message to the last). ``pingpong`` runs ``ping`` here and ``pong`` as a child process.
+
+``--params mtu=65504`` appends channel parameters to the loopback channels; ``--pub-cpu N`` /
+``--sub-cpu N`` pin the publisher (or ping) and the subscriber (or pong) process to one CPU
+(``os.sched_setaffinity``), for the placement experiments in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -31,12 +35,18 @@ import affinity
 STREAM = 1001
 
 
-def free_channel() -> str:
-    """A loopback channel on a port the OS just handed out."""
+def free_channel(params: str = "") -> str:
+    """A loopback channel on a port the OS just handed out, with ``params`` appended."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    return f"aeron:udp?endpoint=127.0.0.1:{port}"
+    return f"aeron:udp?endpoint=127.0.0.1:{port}" + (f"|{params}" if params else "")
+
+
+def pin(cpu: int) -> None:
+    """Pins this process to one CPU (a negative number leaves it where the scheduler puts it)."""
+    if cpu >= 0:
+        os.sched_setaffinity(0, {cpu})
 
 
 def make_client(args: argparse.Namespace) -> affinity.Client:
@@ -63,6 +73,7 @@ def wait_connected(client: affinity.Client, publication: affinity.Publication) -
 
 def run_sub(args: argparse.Namespace) -> dict[str, Any]:
     """Receives warmup + count messages; the rate covers those after the warm-up."""
+    pin(args.sub_cpu)
     client = make_client(args)
     subscription = client.add_subscription(args.channel, STREAM)
     idle = make_idle(args, client)
@@ -105,14 +116,16 @@ def sub_command(args: argparse.Namespace, channel: str) -> list[str]:
     common = ["--mode", args.mode, "--idle", args.idle, "--app-idle", args.app_idle]
     counts = ["--count", str(args.count), "--warmup", str(args.warmup)]
     if args.sub_exe:
-        return [args.sub_exe, "throughput-sub", "--channel", channel, *counts, *common]
+        command = [args.sub_exe, "throughput-sub", "--channel", channel, *counts, *common]
+        return (["taskset", "-c", str(args.sub_cpu)] if args.sub_cpu >= 0 else []) + command
+    common += ["--sub-cpu", str(args.sub_cpu)]
     script = os.path.abspath(__file__)
     return [sys.executable, script, "sub", "--channel", channel, *counts, *common]
 
 
 def run_throughput(args: argparse.Namespace) -> dict[str, Any]:
     """Publisher here, subscriber in a child process."""
-    channel = free_channel()
+    channel = free_channel(args.params)
     child = subprocess.Popen(sub_command(args, channel), stdout=subprocess.PIPE, text=True)
     try:
         publisher = publish(args, channel, child)
@@ -126,11 +139,13 @@ def run_throughput(args: argparse.Namespace) -> dict[str, Any]:
     del result["role"]
     result = {"bench": "throughput", "lang": "python", "api": args.api, **result}
     result["sub"] = "rust" if args.sub_exe else "python"
+    result["params"] = args.params
     result.update({f"pub_{key}": value for key, value in publisher.items()})
     return result
 
 
 def publish(args: argparse.Namespace, channel: str, child: subprocess.Popen[str]) -> dict[str, Any]:
+    pin(args.pub_cpu)
     client = make_client(args)
     publication = client.add_publication(channel, STREAM)
     wait_connected(client, publication)
@@ -188,6 +203,7 @@ def publish(args: argparse.Namespace, channel: str, child: subprocess.Popen[str]
 
 def run_pong(args: argparse.Namespace) -> None:
     """Echoes what arrives on --channel-in to --channel-out until idle for --max-seconds."""
+    pin(args.sub_cpu)
     client = make_client(args)
     subscription = client.add_subscription(args.channel_in, STREAM)
     publication = client.add_publication(args.channel_out, STREAM)
@@ -208,11 +224,11 @@ def run_pong(args: argparse.Namespace) -> None:
 
 def run_pingpong(args: argparse.Namespace) -> dict[str, Any]:
     """Ping here, pong in a child process; one message in flight at a time."""
-    out_channel, back_channel = free_channel(), free_channel()
+    out_channel, back_channel = free_channel(args.params), free_channel(args.params)
     script = os.path.abspath(__file__)
     command = [sys.executable, script, "pong", "--channel-in", out_channel]
     command += ["--channel-out", back_channel, "--mode", args.mode, "--idle", args.idle]
-    command += ["--app-idle", args.app_idle, "--max-seconds", "10"]
+    command += ["--app-idle", args.app_idle, "--max-seconds", "10", "--sub-cpu", str(args.sub_cpu)]
     child = subprocess.Popen(command)
     try:
         return ping(args, out_channel, back_channel)
@@ -222,6 +238,7 @@ def run_pingpong(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def ping(args: argparse.Namespace, out_channel: str, back_channel: str) -> dict[str, Any]:
+    pin(args.pub_cpu)
     client = make_client(args)
     subscription = client.add_subscription(back_channel, STREAM)
     publication = client.add_publication(out_channel, STREAM)
@@ -268,6 +285,7 @@ def ping(args: argparse.Namespace, out_channel: str, back_channel: str) -> dict[
         "p99_9_us": percentile(99.9),
         "max_us": percentile(100),
         "mean_us": round(sum(rtts) / max(len(rtts), 1) / 1000, 1),
+        "params": args.params,
     }
 
 
@@ -284,6 +302,9 @@ def parser() -> argparse.ArgumentParser:
         command.add_argument("--size", type=int, default=32)
         command.add_argument("--count", type=int, default=100_000)
         command.add_argument("--warmup", type=int, default=-1, help="default: count / 10")
+        command.add_argument("--params", default="", help="channel parameters, e.g. mtu=65504")
+        command.add_argument("--pub-cpu", type=int, default=-1, help="pin the publisher/ping")
+        command.add_argument("--sub-cpu", type=int, default=-1, help="pin the subscriber/pong")
     sub, throughput = commands.choices["sub"], commands.choices["throughput"]
     sub.add_argument("--channel", required=True)
     throughput.add_argument("--api", choices=["offer", "batch", "arrow"], default="offer")

@@ -6,7 +6,8 @@
 //! rust/tests/support/netns-run cargo run --release --example multicast_bench
 //! ```
 //!
-//! Prints, as Markdown, the medians of 3 runs of: messages per second delivered to every
+//! Prints one JSON line per run and measurement (`MULTICAST_RUNS` runs, default 3; medians are
+//! rendered by `benches/transport_table.py multicast`): messages per second delivered to every
 //! receiver (1 and 3 receivers, 32 B and 1 KiB messages, `max`, `min`, `tagged`), and the
 //! longest publisher stall after a receiver process is SIGKILLed under `min` with receiver
 //! timeouts of 100 ms, 500 ms and 2 s.
@@ -168,11 +169,6 @@ fn stall_after_kill(port: u16, timeout: &str) -> Duration {
     longest
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--receiver") {
@@ -192,33 +188,29 @@ fn main() {
         eprintln!("refusing to send multicast outside a private network namespace; run under netns-run");
         std::process::exit(2);
     }
+    // One JSON line per run (benches/run_all.sh records them with the machine load);
+    // MULTICAST_RUNS sets the number of runs (default 3).
+    let runs: usize = std::env::var("MULTICAST_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(RUNS).max(1);
     let mut port = 24_000;
-    println!("| receivers | size | strategy | msgs/s (median of {RUNS}) | MB/s |");
-    println!("|---|---|---|---|---|");
-    for receivers in [1, 3] {
-        for size in [32usize, 1024] {
-            for strategy in ["max", "min", "tagged"] {
-                let runs: Vec<f64> = (0..RUNS)
-                    .map(|_| {
-                        port += 2;
-                        throughput(port, receivers, size, strategy)
-                    })
-                    .collect();
-                let rate = median(runs);
-                println!("| {receivers} | {size} B | {strategy} | {rate:.0} | {:.1} |", rate * size as f64 / 1e6);
+    for run in 0..runs {
+        for receivers in [1, 3] {
+            for size in [32usize, 1024] {
+                for strategy in ["max", "min", "tagged"] {
+                    port += 2;
+                    let rate = throughput(port, receivers, size, strategy);
+                    println!(
+                        "{{\"bench\":\"multicast\",\"run\":{run},\"measurement\":\"{receivers} receiver(s), {size} B, fc={strategy}: msgs/s to every receiver\",\"value\":{rate:.0},\"unit\":\"/s\",\"mb_per_sec\":{:.1}}}",
+                        rate * size as f64 / 1e6
+                    );
+                }
             }
         }
-    }
-    println!();
-    println!("| min, receiver timeout | longest publisher stall after SIGKILL (median of {RUNS}) |");
-    println!("|---|---|");
-    for timeout in ["100ms", "500ms", "2s"] {
-        let runs: Vec<f64> = (0..RUNS)
-            .map(|_| {
-                port += 2;
-                stall_after_kill(port, timeout).as_secs_f64() * 1000.0
-            })
-            .collect();
-        println!("| t:{timeout} | {:.0} ms |", median(runs));
+        for timeout in ["100ms", "500ms", "2s"] {
+            port += 2;
+            let stall = stall_after_kill(port, timeout).as_secs_f64() * 1000.0;
+            println!(
+                "{{\"bench\":\"multicast-stall\",\"run\":{run},\"measurement\":\"fc=min, receiver timeout {timeout}: longest publisher stall after SIGKILL\",\"value\":{stall:.1},\"unit\":\"ms\"}}"
+            );
+        }
     }
 }

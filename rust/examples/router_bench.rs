@@ -4,6 +4,8 @@
 //! cargo run --release --example router_bench [MAX_PARK_US]
 //! ```
 //!
+//! Prints each figure as one JSON line (`measurement`, `value`, `unit`, `note`).
+//!
 //! `MAX_PARK_US` sets the drivers' longest idle park (default: the driver's 1 ms).
 //!
 //! Workload: 10,000 subjects `/bench/u<i % 1000>/s<i>` in one data service with an affinity
@@ -140,11 +142,14 @@ fn core_figures() {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let delivered = (rounds * SUBJECTS * FANOUT) as f64;
-    println!(
-        "core relay: {:.0} deliveries/s ({} updates x {FANOUT} subscribers, {rounds} rounds, {:.0} MB/s out)",
+    figure(
+        "core relay (RouterCore::on_message + outbox drain)",
         delivered / elapsed,
-        SUBJECTS,
-        bytes as f64 / elapsed / 1e6
+        "deliveries/s",
+        &format!(
+            "{SUBJECTS} updates x {FANOUT} subscribers, {rounds} rounds, {:.0} MB/s out",
+            bytes as f64 / elapsed / 1e6
+        ),
     );
     assert_eq!(core.counters().relayed as usize, rounds * SUBJECTS * FANOUT);
 
@@ -161,9 +166,11 @@ fn core_figures() {
     }
     let elapsed = start.elapsed().as_secs_f64();
     assert_eq!(core.subject_count(), NEW_SUBJECTS);
-    println!(
-        "core routing: {:.0} new subscriptions/s ({NEW_SUBJECTS} new subjects, 50,000 users)",
-        NEW_SUBJECTS as f64 / elapsed
+    figure(
+        "core routing, new subscriptions",
+        NEW_SUBJECTS as f64 / elapsed,
+        "subscriptions/s",
+        &format!("{NEW_SUBJECTS} new subjects, 50,000 users"),
     );
 }
 
@@ -284,11 +291,11 @@ fn end_to_end() {
         std::thread::sleep(Duration::from_micros(200));
     }
     let routed = start.elapsed().as_secs_f64();
-    println!(
-        "end to end routing: {:.0} new subjects routed/s ({SUBJECTS} subjects, {} subscriptions, first SUBSCRIBE -> last REQUEST in {:.3} s)",
+    figure(
+        "end to end: new subjects routed (first SUBSCRIBE -> last REQUEST)",
         SUBJECTS as f64 / routed,
-        SUBJECTS * FANOUT,
-        routed
+        "subjects/s",
+        &format!("{SUBJECTS} subjects, {} subscriptions, {routed:.3} s", SUBJECTS * FANOUT),
     );
     while images.load(Ordering::Relaxed) < (SUBJECTS * FANOUT) as u64 {
         assert!(start.elapsed() < DEADLINE, "only {} images", images.load(Ordering::Relaxed));
@@ -314,15 +321,16 @@ fn end_to_end() {
     let delivered = updates.load(Ordering::Relaxed);
     let sent = published.load(Ordering::Relaxed);
     let after = router.status();
-    println!(
-        "end to end relay: {:.0} deliveries/s ({} updates published, {} delivered of {} expected, {:.1} s; router dropped {} records, relayed {})",
+    figure(
+        "end to end relay",
         delivered as f64 / elapsed,
-        sent,
-        delivered,
-        sent * FANOUT as u64,
-        elapsed,
-        after.runtime.dropped_records - before.runtime.dropped_records,
-        after.counters.relayed - before.counters.relayed,
+        "deliveries/s",
+        &format!(
+            "{sent} updates published, {delivered} delivered of {} expected, {elapsed:.1} s; router dropped {} records, relayed {}",
+            sent * FANOUT as u64,
+            after.runtime.dropped_records - before.runtime.dropped_records,
+            after.counters.relayed - before.counters.relayed,
+        ),
     );
     // Latency: one subscriber, new subjects one at a time.
     stop_polling.store(true, Ordering::Relaxed);
@@ -353,16 +361,25 @@ fn end_to_end() {
     }
     samples.sort();
     let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)].as_secs_f64() * 1e6;
-    println!(
-        "end to end latency SUBSCRIBE -> first image: p50 {:.0} us, p99 {:.0} us ({LATENCY_SAMPLES} new subjects)",
-        p(0.5),
-        p(0.99)
-    );
+    let note = format!("{LATENCY_SAMPLES} new subjects, one at a time");
+    figure("end to end latency SUBSCRIBE -> first image, p50", p(0.5), "µs", &note);
+    figure("end to end latency SUBSCRIBE -> first image, p99", p(0.99), "µs", &note);
     stop.store(true, Ordering::Relaxed);
     for thread in threads {
         thread.join().unwrap();
     }
     router.close();
+}
+
+/// Prints one figure as a JSON line (`benches/run_all.sh` records them with the machine load).
+fn figure(measurement: &str, value: f64, unit: &str, note: &str) {
+    let escape = |text: &str| text.replace('\\', "\\\\").replace('"', "\\\"");
+    println!(
+        "{{\"bench\":\"router\",\"measurement\":\"{}\",\"value\":{value:.1},\"unit\":\"{}\",\"note\":\"{}\"}}",
+        escape(measurement),
+        escape(unit),
+        escape(note)
+    );
 }
 
 fn main() {

@@ -17,7 +17,9 @@
 //! Common options: `--mode shared|invoker` (driver threading, default `invoker`), `--idle
 //! backoff|yield|busy-spin` (driver thread idle strategy in shared mode, default `backoff`),
 //! `--app-idle spin|yield` (what the application thread does when a poll or offer found nothing,
-//! default `spin`), `--stream` (default 1001) and `--max-seconds` (give up after this long).
+//! default `spin`), `--stream` (default 1001), `--max-seconds` (give up after this long) and
+//! `--params` (channel parameters appended to the loopback channels `run-throughput` and
+//! `run-pingpong` make, e.g. `mtu=65504`).
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -153,11 +155,14 @@ fn main() {
     }
 }
 
-/// A loopback channel on a port the OS just handed out.
-fn free_channel() -> BenchResult<String> {
+/// A loopback channel on a port the OS just handed out, with the `--params` given (if any).
+fn free_channel(options: &Options) -> BenchResult<String> {
     let socket = std::net::UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let port = socket.local_addr().map_err(|e| e.to_string())?.port();
-    Ok(format!("aeron:udp?endpoint=127.0.0.1:{port}"))
+    match options.values.get("params") {
+        Some(params) if !params.is_empty() => Ok(format!("aeron:udp?endpoint=127.0.0.1:{port}|{params}")),
+        _ => Ok(format!("aeron:udp?endpoint=127.0.0.1:{port}")),
+    }
 }
 
 fn wait_connected(common: &Common, client: &Client, publication: &Publication) -> BenchResult<()> {
@@ -460,16 +465,22 @@ fn merge_json(first: &str, second: &str, prefix: &str) -> String {
     format!("{head},{tail}}}")
 }
 
+/// `{"a":1}` → `{"a":1,"params":"mtu=65504"}`: the `--params` the channels carried ("" if none).
+fn with_params(json: &str, options: &Options) -> String {
+    let params = options.values.get("params").map_or("", String::as_str).replace(['"', '\\'], "");
+    format!("{},\"params\":\"{params}\"}}", json.trim().trim_end_matches('}'))
+}
+
 /// Subscriber in a child process, publisher here; prints the subscriber's figures.
 fn run_throughput(options: &Options) -> BenchResult<()> {
     let channel = match options.values.get("channel") {
         Some(channel) => channel.clone(),
-        None => free_channel()?,
+        None => free_channel(options)?,
     };
     let count = options.number("count", None)?;
     let warmup = options.number("warmup", Some(count / 10))?;
     let mut sub_args = vec!["throughput-sub".to_owned(), "--channel".into(), channel.clone()];
-    sub_args.extend(options.forward(&["channel", "size", "batch", "linger-ms", "warmup"]));
+    sub_args.extend(options.forward(&["channel", "size", "batch", "linger-ms", "warmup", "params"]));
     sub_args.extend(["--warmup".to_owned(), warmup.to_string()]);
     let mut child = spawn_self(&sub_args)?;
     let mut pub_options = Options { values: options.values.clone() };
@@ -478,21 +489,19 @@ fn run_throughput(options: &Options) -> BenchResult<()> {
     let publisher = throughput_pub(&pub_options, Some(&mut child));
     let subscriber = child_line(child)?;
     let publisher = publisher?;
-    println!(
-        "{}",
-        merge_json(
-            &subscriber.replacen("\"role\":\"sub\"", "\"bench\":\"throughput\",\"lang\":\"rust\"", 1),
-            &publisher,
-            "pub_"
-        )
+    let merged = merge_json(
+        &subscriber.replacen("\"role\":\"sub\"", "\"bench\":\"throughput\",\"lang\":\"rust\"", 1),
+        &publisher,
+        "pub_",
     );
+    println!("{}", with_params(&merged, options));
     Ok(())
 }
 
 /// Pong in a child process, ping here; prints the round-trip percentiles.
 fn run_pingpong(options: &Options) -> BenchResult<()> {
-    let out = free_channel()?;
-    let back = free_channel()?;
+    let out = free_channel(options)?;
+    let back = free_channel(options)?;
     let mut pong_args = vec![
         "pong".to_owned(),
         "--channel-in".into(),
@@ -502,7 +511,7 @@ fn run_pingpong(options: &Options) -> BenchResult<()> {
         "--max-seconds".into(),
         "10".into(),
     ];
-    pong_args.extend(options.forward(&["count", "size", "warmup", "budget-ms", "max-seconds"]));
+    pong_args.extend(options.forward(&["count", "size", "warmup", "budget-ms", "max-seconds", "params"]));
     let mut child = spawn_self(&pong_args)?;
     let mut ping_options = Options { values: options.values.clone() };
     ping_options.values.insert("channel-out".into(), out);
@@ -511,6 +520,7 @@ fn run_pingpong(options: &Options) -> BenchResult<()> {
     let _ = child.kill();
     let _ = child.wait();
     let line = result?;
-    println!("{}", line.replacen("\"role\":\"ping\"", "\"bench\":\"pingpong\",\"lang\":\"rust\"", 1));
+    let line = line.replacen("\"role\":\"ping\"", "\"bench\":\"pingpong\",\"lang\":\"rust\"", 1);
+    println!("{}", with_params(&line, options));
     Ok(())
 }

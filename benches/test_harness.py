@@ -1,0 +1,99 @@
+"""Tests of the benchmark harness and renderer: ``python -m pytest -q benches/test_harness.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import harness
+import transport_table
+
+HARNESS = str(Path(__file__).parent / "harness.py")
+
+
+def run_harness(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "BENCH_RESULTS": str(tmp_path)}
+    command = [sys.executable, HARNESS, "run", "--table", "t", "--label", "x", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+
+def records(tmp_path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+
+
+def test_routing_text_lines_become_records() -> None:
+    line = "sticky lookups (modulo)          median   22.01 M/s   runs [23.46, 17.61, 22.01]"
+    (record,) = harness.parse_output(f"noise\n{line}\n", "routing-text")
+    assert record["measurement"] == "sticky lookups (modulo)"
+    assert record["median_mps"] == 22.01 and record["inner_runs_mps"] == [23.46, 17.61, 22.01]
+
+
+def test_json_objects_are_taken_and_other_lines_ignored() -> None:
+    text = 'ready\n{"bench": "ceiling", "msgs_per_sec": 5}\n[1, 2]\n{broken\n'
+    assert list(harness.parse_output(text, "json")) == [{"bench": "ceiling", "msgs_per_sec": 5}]
+
+
+def test_a_run_records_its_result_with_load_fields(tmp_path: Path) -> None:
+    done = run_harness(tmp_path, "--", sys.executable, "-c", "print('{\"value\": 3}')")
+    assert done.returncode == 0, done.stderr
+    (record,) = records(tmp_path)
+    assert record["value"] == 3 and record["label"] == "x"
+    for key in ("load1_before", "load1_during_max", "other_cores_during", "steal_cores_during", "commit"):
+        assert key in record
+
+
+def test_a_failing_command_is_recorded_as_failed(tmp_path: Path) -> None:
+    done = run_harness(tmp_path, "--", sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)")
+    assert done.returncode == 1
+    (record,) = records(tmp_path)
+    assert record["failed"] is True and record["status"] == 3 and "boom" in str(record["error"])
+
+
+def test_a_timeout_ends_the_commands_children_too(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    script = f"sleep 60 & echo $! > {pid_file}; wait"
+    done = run_harness(tmp_path, "--timeout", "1", "--", "sh", "-c", script)
+    assert done.returncode == 1
+    (record,) = records(tmp_path)
+    assert str(record["status"]).startswith("timeout")
+    child = int(pid_file.read_text())
+    for _ in range(50):  # bounded: the kill is asynchronous
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the command's child {child} survived the timeout")
+
+
+def test_elf_sections_are_read_from_the_section_table() -> None:
+    names = harness.elf_section_names(Path(sys.executable).resolve().read_bytes())
+    assert ".text" in names
+    assert harness.elf_section_names(b"not an elf file at all") == set()
+
+
+def test_spread_is_median_with_min_and_max() -> None:
+    assert transport_table.spread([3e6, 1e6, 2e6], 2, 1e6) == "2.00 [1.00-3.00]"
+    assert transport_table.spread([5.0], 1) == "5.0"
+
+
+def test_transport_cells_show_the_ratio_to_the_ceiling_of_the_same_size_and_mtu() -> None:
+    load = {"load1_before": 1.0, "load1_during_max": 1.0, "runnable_during_mean": 2.0, "other_cores_during": 0.1}
+    rows: list[dict[str, object]] = [
+        {**load, "bench": "ceiling", "payload": 32, "mtu": 1408, "msgs_per_sec": 8e6, "datagrams_per_sec": 1,
+         "mb_per_sec": 1, "lost_fraction": 0.0, "frames_per_datagram": 22, "datagram": 1408},
+        {**load, "bench": "throughput", "lang": "rust", "pub_batch": 1, "size": 32, "label": "invoker",
+         "msgs_per_sec": 4e6, "params": ""},
+        {**load, "bench": "throughput", "lang": "rust", "pub_batch": 1, "size": 32, "label": "invoker",
+         "msgs_per_sec": 2e6, "params": "mtu=65504"},
+    ]  # fmt: skip
+    text = "\n".join(transport_table.transport(transport_table.Raw({}, rows)))
+    assert "| Rust offer | 32 B | 1408 | 4.00 (n=1) (0.50 c) |" in text
+    assert "| Rust offer | 32 B | 65504 | 2.00 (n=1) |" in text  # no ceiling measured at that MTU
