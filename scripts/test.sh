@@ -16,7 +16,7 @@ mypy python/affinity python/pyspark_affinity
 python -m mypy.stubtest affinity._affinity
 set +e
 # Spark tests must run here, never skip (conftest turns a skipped `spark` test into a failure).
-AFFINITY_REQUIRE_SPARK=1 python -m pytest tests -q
+AFFINITY_REQUIRE_SPARK=1 python -m pytest tests benches/test_harness.py -q
 status=$?
 set -e
 if [[ $status -eq 5 ]]; then
