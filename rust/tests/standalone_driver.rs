@@ -3,82 +3,25 @@
 //! client and of the driver, two drivers on one directory, permissions, a corrupt cnc.
 //! Every wait is bounded by time.
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use affinity::client::attached::{AttachedClient, AttachedOffer};
 use affinity::shm::cnc::{Cnc, CNC_FILE};
 
-const DRIVER: &str = env!("CARGO_BIN_EXE_affinity-driver");
-const IPC: &str = env!("CARGO_BIN_EXE_affinity-ipc");
+#[path = "support/processes.rs"]
+mod processes;
+
+use processes::{output, tempdir as temp_dir, Proc, DRIVER, IPC};
 
 fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("affinity-standalone-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-/// A child process killed (SIGKILL) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    /// Waits for a line equal to or containing `marker` on stdout.
-    fn wait_for_line(&mut self, marker: &str) -> String {
-        let stdout = self.0.stdout.as_mut().expect("stdout piped");
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        for _ in 0..100 {
-            line.clear();
-            let read = reader.read_line(&mut line).expect("read child stdout");
-            assert!(read > 0, "child exited before printing {marker:?}");
-            if line.contains(marker) {
-                return line;
-            }
-        }
-        panic!("no {marker:?} in the child's first 100 lines");
-    }
-
-    fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(start.elapsed() < timeout, "process did not exit within {timeout:?}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn signal(&self, signal: i32) {
-        // SAFETY: sending a signal to our own child.
-        unsafe { libc::kill(self.0.id() as i32, signal) };
-    }
+    temp_dir("standalone", name)
 }
 
 fn start_driver(dir: &Path, extra: &[&str]) -> Proc {
-    let mut child = Proc(
-        Command::new(DRIVER)
-            .arg("--dir")
-            .arg(dir)
-            .args(["--term-length", "1m"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn affinity-driver"),
-    );
-    child.wait_for_line("ready in");
-    child
+    processes::start_driver(dir, extra, Stdio::piped())
 }
 
 fn ipc(role: &str, dir: &Path, count: u64, size: usize) -> Proc {
@@ -98,15 +41,6 @@ fn ipc_with(role: &str, dir: &Path, count: u64, size: usize, extra: &[&str]) -> 
             .spawn()
             .expect("spawn affinity-ipc"),
     )
-}
-
-fn output(mut child: Proc, timeout: Duration) -> String {
-    let status = child.wait_exit(timeout);
-    let mut text = String::new();
-    use std::io::Read;
-    child.0.stdout.take().expect("stdout").read_to_string(&mut text).expect("read stdout");
-    assert!(status.success(), "child failed ({status}): {text}");
-    text
 }
 
 /// Value of the first allocated counter whose label starts with `label`.

@@ -3,81 +3,29 @@
 //! others, each attached to the driver over shared memory; the driver's sender and receiver
 //! agents carry the stream over loopback UDP. Every wait is bounded by time.
 
-use std::io::{BufRead, BufReader, Read};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use affinity::shm::cnc::{Cnc, CNC_FILE};
 use affinity::shm::status::SystemCounter;
 
-const DRIVER: &str = env!("CARGO_BIN_EXE_affinity-driver");
-const IPC: &str = env!("CARGO_BIN_EXE_affinity-ipc");
+#[path = "support/netns.rs"]
+mod netns;
+#[path = "support/processes.rs"]
+mod processes;
+
+use netns::in_private_netns;
+
+use processes::{output, tempdir as temp_dir, Proc, IPC};
 
 fn tempdir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("affinity-udp-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
-/// A child process killed (SIGKILL) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Proc {
-    fn wait_for_line(&mut self, marker: &str) -> String {
-        let stdout = self.0.stdout.as_mut().expect("stdout piped");
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        for _ in 0..100 {
-            line.clear();
-            let read = reader.read_line(&mut line).expect("read child stdout");
-            assert!(read > 0, "child exited before printing {marker:?}");
-            if line.contains(marker) {
-                return line;
-            }
-        }
-        panic!("no {marker:?} in the child's first 100 lines");
-    }
-
-    fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.0.try_wait().expect("try_wait") {
-                return status;
-            }
-            assert!(start.elapsed() < timeout, "process did not exit within {timeout:?}");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    fn signal(&self, signal: i32) {
-        // SAFETY: sending a signal to our own child.
-        unsafe { libc::kill(self.0.id() as i32, signal) };
-    }
+    temp_dir("udp", name)
 }
 
 fn start_driver(dir: &Path, extra: &[&str]) -> Proc {
-    let mut child = Proc(
-        Command::new(DRIVER)
-            .arg("--dir")
-            .arg(dir)
-            .args(["--term-length", "1m"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn affinity-driver"),
-    );
-    child.wait_for_line("ready in");
-    child
+    processes::start_driver(dir, extra, Stdio::inherit())
 }
 
 fn free_port() -> u16 {
@@ -96,14 +44,6 @@ fn client(role: &str, dir: &Path, channel: &str, count: u64, size: usize) -> Pro
             .spawn()
             .expect("spawn affinity-ipc"),
     )
-}
-
-fn output(mut child: Proc, timeout: Duration) -> String {
-    let status = child.wait_exit(timeout);
-    let mut text = String::new();
-    child.0.stdout.take().expect("stdout").read_to_string(&mut text).expect("read stdout");
-    assert!(status.success(), "child failed ({status}): {text}");
-    text
 }
 
 fn system(dir: &Path, counter: SystemCounter) -> i64 {
@@ -328,35 +268,6 @@ fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_dri
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success(), "the driver did not survive to shut down cleanly");
     let _ = std::fs::remove_dir_all(dir);
-}
-
-const NETNS_INNER: &str =
-    r#"ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo && exec "$@""#;
-
-/// Runs the rest of the test only inside a private network namespace (multicast never leaves
-/// the machine): outside one, re-executes this test in a fresh namespace, asserts it passed
-/// and returns false.
-fn in_private_netns(test: &str) -> bool {
-    if std::env::var_os("AFFINITY_IN_NETNS").is_some() {
-        return true;
-    }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let flags = if Command::new("unshare").args(["-n", "true"]).status().is_ok_and(|s| s.success()) {
-        "-n"
-    } else if Command::new("unshare").args(["-rn", "true"]).status().is_ok_and(|s| s.success()) {
-        "-rn"
-    } else {
-        panic!("the multicast test needs a private network namespace (`unshare -n` or `unshare -rn`)");
-    };
-    let status = Command::new("unshare")
-        .args([flags, "bash", "-c", NETNS_INNER, "netns"])
-        .arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("AFFINITY_IN_NETNS", "1")
-        .status()
-        .expect("run unshare");
-    assert!(status.success(), "{test} failed inside its private network namespace: {status}");
-    false
 }
 
 #[test]
