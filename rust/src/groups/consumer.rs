@@ -270,19 +270,22 @@ impl ConsumerState {
 
     /// How long a claim at `epoch` waits for a better claim before delivering.
     ///
-    /// A contending claim can only come from another live candidate consumer (a new one claims
-    /// nothing before it has heard every member it discovered, and then sees our claim). With
-    /// none in view and an epoch above 1 (the queue was held before, so this is a failover or a
-    /// handoff to the last consumer standing, not a group starting up, where later starters
-    /// should still win their primaries), nobody can contend: no settle. Otherwise the
-    /// [`Timing::settle`] period.
+    /// While the group starts up (epoch 1) the longer [`Timing::startup_settle`]: consumers
+    /// started together come up some intervals apart, and later starters must still win their
+    /// primaries. Above epoch 1 (a failover, or a handoff) a contending claim can only come from
+    /// another live candidate consumer (a new one claims nothing before it has heard every member
+    /// it discovered, and then sees our claim): with one in view, [`Timing::settle`]; with none,
+    /// nobody can contend: no settle.
     fn settle_period(&self, epoch: u64, now: Instant) -> Duration {
+        if epoch <= 1 {
+            return self.timing.startup_settle();
+        }
         let contenders =
             self.view.live_with_role(Role::Consumer, now).any(|entry| self.view.is_candidate(entry.id(), now));
-        if !contenders && epoch > 1 {
-            Duration::ZERO
-        } else {
+        if contenders {
             self.timing.settle()
+        } else {
+            Duration::ZERO
         }
     }
 

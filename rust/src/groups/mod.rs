@@ -43,6 +43,10 @@ pub const DEFAULT_RESEND_TIMEOUT: Duration = Duration::from_secs(1);
 /// heard well within one interval. A claim nobody else could contend does not settle
 /// (`docs/groups.md`, "Ownership and epochs").
 pub const SETTLE_HEARTBEATS: u32 = 1;
+/// Settle period of a claim made while the group starts up (epoch 1), in heartbeat intervals:
+/// consumers started together may come up a few intervals apart, and a later starter must
+/// still win its primaries, so the first claims wait longer than failover claims.
+pub const STARTUP_SETTLE_HEARTBEATS: u32 = 3;
 /// Target size of one DATA message: records are packed up to this many bytes.
 pub const DATA_MESSAGE_TARGET: usize = 16 * 1024;
 
@@ -257,6 +261,11 @@ impl Timing {
     /// The settle period of a claim another live candidate could contend.
     pub fn settle(&self) -> Duration {
         self.heartbeat_interval * SETTLE_HEARTBEATS
+    }
+
+    /// The settle period of a claim made while the group starts up (epoch 1).
+    pub fn startup_settle(&self) -> Duration {
+        self.heartbeat_interval * STARTUP_SETTLE_HEARTBEATS
     }
 }
 
