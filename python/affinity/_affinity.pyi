@@ -215,8 +215,9 @@ class Client:
     ``dir``, a non-empty ``$AFFINITY_DIR`` attaches to the driver there; otherwise the client
     starts an embedded driver. An attached client carries ``aeron:ipc`` and ``aeron:udp``
     channels (a socket the driver cannot open raises ``AffinityOSError`` with its errno), serves
-    consumer groups and the subjects router like an embedded one, takes the driver's settings (passing an embedded setting with ``dir`` raises ``ConfigError``), and
-    raises ``DriverTimeoutError`` on its next call once the driver has been silent for
+    consumer groups and the subjects router like an embedded one, takes the driver's settings
+    (passing an embedded setting with ``dir`` raises ``ConfigError``), and raises
+    ``DriverTimeoutError`` on its next call once the driver has been silent for
     ``driver_timeout_ms`` (default 10000; also raised when no driver runs in the directory).
     ``threading`` is then ``"standalone"``; ``counters()`` reads the driver's system counters
     from its counters file, ``events()`` returns the driver events of this client's own
