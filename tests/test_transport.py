@@ -321,7 +321,7 @@ def test_invoker_mode_needs_no_driver_thread(channel: str) -> None:
 
 def test_client_settings_are_validated() -> None:
     with pytest.raises(ValueError, match="threading"):
-        affinity.Client(threading="dedicated")  # type: ignore[arg-type]
+        affinity.Client(threading="many")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="term_length=1000"):
         affinity.Client(term_length=1000)
     with pytest.raises(ValueError, match="flow_control"):

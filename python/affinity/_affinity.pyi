@@ -216,8 +216,8 @@ class Client:
     starts an embedded driver. An attached client carries ``aeron:ipc`` and ``aeron:udp``
     channels (a socket the driver cannot open raises ``AffinityOSError`` with its errno), serves
     consumer groups and the subjects router like an embedded one, takes the driver's settings
-    (passing an embedded setting with ``dir`` raises ``ConfigError``), and raises
-    ``DriverTimeoutError`` on its next call once the driver has been silent for
+    (passing an embedded setting with ``dir`` raises ``ConfigError``), and
+    raises ``DriverTimeoutError`` on its next call once the driver has been silent for
     ``driver_timeout_ms`` (default 10000; also raised when no driver runs in the directory).
     ``threading`` is then ``"standalone"``; ``counters()`` reads the driver's system counters
     from its counters file, ``events()`` returns the driver events of this client's own
@@ -227,7 +227,11 @@ class Client:
     client keeps its publications' data: the driver delivers it to their subscribers after the
     process exits.
 
-    Embedded: ``threading`` defaults to ``"shared"`` (a driver thread), ``idle`` to ``"backoff"``.
+    Embedded: the same media driver run in this process on a private directory under
+    ``/dev/shm``; ``threading`` is ``"shared"`` (one driver thread, the default),
+    ``"shared-network"`` (conductor + one network thread), ``"dedicated"`` (a thread per agent)
+    or ``"invoker"`` (no driver thread: ``do_work()`` and the client's calls run the duty
+    cycle); ``idle`` defaults to ``"backoff"``.
     Settings out of range raise ``ConfigError`` naming the setting and its range:
     ``term_length`` a power of two in [65536, 1073741824]; ``mtu`` a multiple of 32 in
     [64, 65504]; ``receiver_window`` in [mtu, 536870912]; ``socket_receive_buffer`` in
@@ -243,7 +247,7 @@ class Client:
         *,
         dir: str | os.PathLike[str] | None = None,
         driver_timeout_ms: int | None = None,
-        threading: Literal["shared", "invoker"] | None = None,
+        threading: Literal["shared", "invoker", "dedicated", "shared-network"] | None = None,
         idle: Literal["backoff", "yield", "busy-spin"] | None = None,
         term_length: int | None = None,
         mtu: int | None = None,

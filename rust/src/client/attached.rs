@@ -56,6 +56,9 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 pub const BATCH_CLAIM_MESSAGES: usize = 1024;
 /// Term-end rotations `offer_batch` retries at once before it reports an admin action.
 const ADMIN_RETRIES: u32 = 2;
+/// Invoker threading: offers between two driver duty cycles run by the publisher (a refused
+/// offer runs one at once).
+const INVOKE_EVERY_OFFERS: u64 = 16;
 
 /// One duty cycle of a driver running in this process with invoker threading: the work done
 /// (0 = idle, or another thread is running a cycle). Handed to the client by whoever composed
@@ -168,6 +171,19 @@ impl Shared {
     }
 
     /// Reads the broadcast buffer: keeps responses we wait for and images of our subscriptions.
+    /// Invoker threading: one duty cycle of the in-process driver (unless another thread is
+    /// running one), then the driver's answers read; the work done. Without a duty cycle, 0.
+    fn invoke(&self) -> Result<usize> {
+        match &self.duty_cycle {
+            Some(cycle) => {
+                let work = cycle()?;
+                self.service()?;
+                Ok(work)
+            }
+            None => Ok(0),
+        }
+    }
+
     fn service(&self) -> Result<()> {
         let mut guard = lock(&self.receiver);
         let (receiver, scratch) = &mut *guard;
@@ -508,10 +524,7 @@ impl AttachedClient {
     /// is running one) and reads the driver's answers; returns the work done. Otherwise 0.
     pub fn do_work(&self) -> Result<usize> {
         self.shared.check()?;
-        let Some(cycle) = &self.shared.duty_cycle else { return Ok(0) };
-        let work = cycle()?;
-        self.shared.service()?;
-        Ok(work)
+        self.shared.invoke()
     }
 
     /// The counters file of the driver (system counters and per-stream positions).
@@ -613,6 +626,7 @@ impl AttachedClient {
                     log,
                     limit,
                     cached_limit: AtomicI64::new(i64::MIN),
+                    offers: AtomicU64::new(0),
                 }
             }
             Err(error) => {
@@ -733,6 +747,8 @@ pub struct AttachedPublication {
     /// The publisher limit last read from `limit`: offers compare against it and read the
     /// counter again only when it is reached (or while no subscriber is connected).
     cached_limit: AtomicI64,
+    /// Invoker threading: offers since the driver last ran (see [`Self::invoke_if_due`]).
+    offers: AtomicU64,
 }
 
 impl AttachedPublication {
@@ -796,6 +812,18 @@ impl AttachedPublication {
         ))
     }
 
+    /// Invoker threading (no driver thread): runs one driver duty cycle when an offer was
+    /// refused, else every [`INVOKE_EVERY_OFFERS`] offers, so that the driver sends what is
+    /// appended and raises the limit. Without a duty cycle, nothing.
+    fn invoke_if_due(&self, refused: bool) -> Result<()> {
+        if self.shared.duty_cycle.is_some()
+            && (refused || self.offers.fetch_add(1, Ordering::Relaxed) % INVOKE_EVERY_OFFERS == 0)
+        {
+            self.shared.invoke()?;
+        }
+        Ok(())
+    }
+
     fn refresh_limit(&self) -> Result<i64> {
         let limit = self.limit.get().map_err(shm)?;
         self.cached_limit.store(limit, Ordering::Relaxed);
@@ -819,6 +847,7 @@ impl AttachedPublication {
         if outcome == AttachedOffer::AdminAction {
             outcome = self.offer(payload)?;
         }
+        self.invoke_if_due(!matches!(outcome, AttachedOffer::Position(_)))?;
         Ok(match outcome {
             AttachedOffer::Position(position) => Ok(position),
             AttachedOffer::BackPressured => Err(OfferError::BackPressured),
@@ -877,12 +906,15 @@ impl AttachedPublication {
                     AttachedOffer::NotConnected => OfferError::NotConnected,
                     AttachedOffer::MaxPositionExceeded => OfferError::MaxPositionExceeded,
                 };
+                self.invoke_if_due(true)?;
                 return Ok((taken, Some(refusal)));
             }
             if let Some(length) = too_long {
+                self.invoke_if_due(true)?;
                 return Ok((taken, Some(OfferError::MessageTooLong { length, max })));
             }
             if chunk.len() < BATCH_CLAIM_MESSAGES {
+                self.invoke_if_due(true)?;
                 return Ok((taken, None));
             }
         }
@@ -890,6 +922,7 @@ impl AttachedPublication {
 
     /// Whether a subscriber is attached.
     pub fn is_connected(&self) -> Result<bool> {
+        self.shared.invoke()?;
         self.log.is_connected().map_err(shm)
     }
 
@@ -1007,6 +1040,7 @@ impl AttachedSubscription {
     /// returns how many fragments were consumed.
     pub fn poll<F: FnMut(&[u8])>(&mut self, fragment_limit: usize, mut handler: F) -> Result<usize> {
         self.shared.check()?;
+        self.shared.invoke()?;
         self.refresh()?;
         let mut fragments = 0;
         let scratch = &mut self.scratch;
@@ -1051,6 +1085,7 @@ impl AttachedSubscription {
     /// `batch` (the embedded subscription's `poll_into` contract); returns fragments consumed.
     pub fn poll_into(&mut self, batch: &mut MessageBatch, fragment_limit: usize) -> Result<usize> {
         self.shared.check()?;
+        self.shared.invoke()?;
         self.refresh()?;
         let mut fragments = 0;
         let stream_id = self.stream_id;
@@ -1103,6 +1138,7 @@ impl AttachedSubscription {
 
     /// Whether at least one publication's image is attached.
     pub fn is_connected(&mut self) -> Result<bool> {
+        self.shared.invoke()?;
         Ok(self.image_count()? > 0)
     }
 

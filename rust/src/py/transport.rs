@@ -17,6 +17,7 @@ use crate::client::{
 };
 use crate::driver::events::DriverEventKind;
 use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange, ThreadingMode};
+use crate::embedded::{self, EmbeddedConfig, EmbeddedThreading};
 use crate::error::Error;
 use crate::flow_control::FlowControlSpec;
 use crate::limits;
@@ -209,18 +210,23 @@ impl Client {
                 "driver_timeout_ms applies to a client attached to a standalone driver (dir= or $AFFINITY_DIR)".into(),
             ));
         }
+        let mut config = EmbeddedConfig::default();
         let mut context = DriverContext::default();
         if let Some(value) = threading {
-            context.threading_mode = parse_setting::<ThreadingMode>("threading", value)?;
+            config.threading = parse_setting::<EmbeddedThreading>("threading", value)?;
         }
         if let Some(value) = idle {
-            context.idle_strategy = parse_setting::<IdleStrategy>("idle", value)?;
+            config.idle = parse_setting::<IdleStrategy>("idle", value)?;
+            context.idle_strategy = config.idle;
         }
         if let Some(value) = term_length {
+            // As `affinity driver --term-length`: the default of IPC and UDP logs alike.
             context.term_length = limited(&ranges::TERM_LENGTH, value, limits::term_length)?;
+            config.driver.ipc_term_length = context.term_length;
         }
         if let Some(value) = mtu {
             context.mtu = limited(&ranges::MTU, value, limits::mtu)?;
+            config.driver.mtu = context.mtu;
         }
         if let Some(value) = receiver_window {
             // The range's maximum fits u32 (half the largest term).
@@ -249,8 +255,10 @@ impl Client {
             let ms = ranged(&ranges::COMMAND_TIMEOUT_MS, value)?;
             context.client_command_timeout = std::time::Duration::from_millis(ms);
         }
-        let inner = py.detach(|| client::Client::new(context)).map_err(transport_error)?;
-        Ok(Client { inner: std::sync::Arc::new(ClientHandle::Embedded(std::sync::Arc::new(inner))) })
+        context.validate().map_err(transport_error)?;
+        config.driver.context = context;
+        let inner = py.detach(|| embedded::start(config)).map_err(transport_error)?;
+        Ok(Client { inner: std::sync::Arc::new(ClientHandle::Attached(inner)) })
     }
 
     /// Creates a publication.

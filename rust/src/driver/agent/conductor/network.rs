@@ -291,7 +291,7 @@ impl StandaloneDriver {
             .zip(interface)
             .map(|(spec, address)| SocketAddr::new(address, if is_multicast { 0 } else { spec.port.unwrap_or(0) }));
         let socket = bind_sender(destination, local, &options)
-            .map_err(|e| socket_error(channel, format!("cannot open a sending socket for {destination}"), e))?;
+            .map_err(|e| socket_error(channel, format!("cannot open sending socket for {destination}"), e))?;
         let _ = socket.set_nonblocking(true);
         let control_socket = match (is_multicast, uri.control_address()) {
             (true, Some(control)) => {
@@ -462,7 +462,7 @@ impl StandaloneDriver {
                 interface: interface_address(&uri, channel)?,
             };
             let socket = bind_receiver(endpoint, &options)
-                .map_err(|e| socket_error(channel, format!("cannot bind a receiving socket to {endpoint}"), e))?;
+                .map_err(|e| socket_error(channel, format!("cannot bind receiving socket {endpoint}"), e))?;
             let control_override = if uri.is_multicast() { uri.control_address() } else { None };
             let receiver_id = self.network.rng.i64(..);
             self.network.receive(ReceiverCommand::AddEndpoint(Box::new(NewEndpoint {
