@@ -151,7 +151,10 @@ impl Harness {
                 AgentEvent::ImageClosed { correlation_id, .. } => {
                     prop_assert!(self.images.remove(&correlation_id).is_some(), "unknown image closed");
                 }
-                AgentEvent::Respond(_) | AgentEvent::Error(_) | AgentEvent::PublicationDone { .. } => {}
+                AgentEvent::Respond(_)
+                | AgentEvent::Error(_)
+                | AgentEvent::PublicationDone { .. }
+                | AgentEvent::SetConnected { .. } => {}
             }
         }
         Ok(())

@@ -130,6 +130,17 @@ struct Shared {
     command_timeout: Duration,
 }
 
+/// One publication handle of `registration_id` is gone: its driver events stop being kept once
+/// no handle is left.
+fn forget_publication_handle(inbox: &mut Inbox, registration_id: i64) {
+    if let Some(count) = inbox.publications.get_mut(&registration_id) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            inbox.publications.remove(&registration_id);
+        }
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks leaves plain data consistent enough to continue.
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -234,6 +245,11 @@ impl Shared {
                 | Response::PublicationStatus { correlation_id, .. }
                 | Response::SubscriptionStatus { correlation_id, .. } => {
                     if inbox.pending.remove(&correlation_id) {
+                        // Count the handle now, not when the caller takes the answer: a driver
+                        // event for the publication may follow in this very batch.
+                        if let Response::PublicationReady { registration_id, .. } = response {
+                            *inbox.publications.entry(registration_id).or_insert(0) += 1;
+                        }
                         inbox.responses.insert(correlation_id, response);
                     } else if inbox.abandoned.remove(&correlation_id) {
                         self.undo(&response, &mut inbox);
@@ -617,7 +633,7 @@ impl AttachedClient {
         });
         let publication = match opened {
             Ok((log, limit)) => {
-                *lock(&self.shared.inbox).publications.entry(registration_id).or_insert(0) += 1;
+                // (The inbox counted this handle when the answer arrived.)
                 AttachedPublication {
                     shared: Arc::clone(&self.shared),
                     registration_id,
@@ -631,6 +647,7 @@ impl AttachedClient {
             }
             Err(error) => {
                 // Hand back nothing: the driver removes what it made.
+                forget_publication_handle(&mut lock(&self.shared.inbox), registration_id);
                 self.shared.remove_publication(registration_id);
                 return Err(error);
             }
@@ -948,15 +965,7 @@ impl AttachedPublication {
 
 impl Drop for AttachedPublication {
     fn drop(&mut self) {
-        {
-            let mut inbox = lock(&self.shared.inbox);
-            if let Some(count) = inbox.publications.get_mut(&self.registration_id) {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    inbox.publications.remove(&self.registration_id);
-                }
-            }
-        }
+        forget_publication_handle(&mut lock(&self.shared.inbox), self.registration_id);
         if self.shared.check().is_ok() {
             self.shared.remove_publication(self.registration_id);
         }

@@ -207,6 +207,15 @@ pub enum AgentEvent {
     },
     /// An error to record in the driver's error log.
     Error(String),
+    /// A network publication's connected flag changed: the conductor writes it to the log after
+    /// broadcasting the events queued before it, so a client that sees the flag change finds
+    /// the `connection_changed` / `receiver_removed` events already in its broadcast.
+    SetConnected {
+        /// The publication's log (shares the mapping).
+        log: crate::shm::log_buffer::LogBuffer,
+        /// The new value.
+        connected: bool,
+    },
 }
 
 /// Settings of a [`MediaDriver`].

@@ -225,16 +225,19 @@ impl SenderAgent {
         let _ = served.sender_position.set(publication.sender_position());
         let _ = served.publisher_position.set(publication.tail_position());
         let connected = publication.is_connected();
-        if connected != served.connected {
-            served.connected = connected;
-            let _ = publication.log().set_connected(connected);
-        }
+        let changed = (connected != served.connected).then(|| publication.log().clone());
+        served.connected = connected;
         let counters = publication.counters();
         let delta = |now: u64, before: u64| now.saturating_sub(before) as i64;
         let _ = self.counters.retransmits.add(delta(counters.retransmits_sent, served.reported.retransmits_sent));
         let _ = self.counters.heartbeats_sent.add(delta(counters.heartbeats_sent, served.reported.heartbeats_sent));
         served.reported = counters;
+        // Events first, then the flag (through the same queue): whoever sees the flag change
+        // finds the events that explain it already broadcast.
         self.drain_events(index);
+        if let Some(log) = changed {
+            let _ = self.events.send(AgentEvent::SetConnected { log, connected });
+        }
         work
     }
 

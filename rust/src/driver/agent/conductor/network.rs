@@ -586,6 +586,9 @@ impl StandaloneDriver {
                     self.image_closed(correlation_id, incomplete, now_ms)
                 }
                 AgentEvent::Error(message) => self.error(&message, now_ms),
+                AgentEvent::SetConnected { log, connected } => {
+                    let _ = log.set_connected(connected);
+                }
             }
         }
         work
