@@ -231,9 +231,9 @@ class Client:
     ``/dev/shm``; ``threading`` is ``"shared"`` (one driver thread, the default),
     ``"shared-network"`` (conductor + one network thread), ``"dedicated"`` (a thread per agent)
     or ``"invoker"`` (no driver thread: ``do_work()`` and the client's calls run the duty
-    cycle); ``idle`` defaults to ``"backoff"``. ``yield_when_idle`` is accepted for
-    compatibility and has no effect since the embedded driver moved to shared memory (the
-    client no longer yields on an empty poll or a refused offer).
+    cycle); ``idle`` defaults to ``"backoff"``. With a driver thread, a call that finds
+    nothing to do (an empty poll, a refused offer) yields the CPU once so a busy loop does not
+    starve the driver on a small machine; ``yield_when_idle=False`` turns that off.
     Settings out of range raise ``ConfigError`` naming the setting and its range:
     ``term_length`` a power of two in [65536, 1073741824]; ``mtu`` a multiple of 32 in
     [64, 65504]; ``receiver_window`` in [mtu, 536870912]; ``socket_receive_buffer`` in

@@ -101,6 +101,8 @@ pub struct EmbeddedConfig {
     pub driver: StandaloneConfig,
     /// Where the private directory is made ([`embedded_root`] by default).
     pub root: PathBuf,
+    /// Threaded modes: an empty poll or a refused offer yields the CPU once (default true).
+    pub yields_when_idle: bool,
 }
 
 impl Default for EmbeddedConfig {
@@ -111,6 +113,7 @@ impl Default for EmbeddedConfig {
             idle: IdleStrategy::default(),
             driver: StandaloneConfig::new(root.clone()),
             root,
+            yields_when_idle: true,
         }
     }
 }
@@ -189,7 +192,13 @@ pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
         EmbeddedThreading::Invoker => invoker(driver, command_timeout),
         EmbeddedThreading::Shared | EmbeddedThreading::SharedNetwork | EmbeddedThreading::Dedicated => {
             let on_close = Box::new(move || stop_driver(driver));
-            InProcessDriver { threading, duty_cycle: None, on_close, command_timeout }
+            InProcessDriver {
+                threading,
+                duty_cycle: None,
+                on_close,
+                command_timeout,
+                yields_when_idle: config.yields_when_idle,
+            }
         }
     };
     AttachedClient::connect_in_process(&dir, in_process)
@@ -228,7 +237,13 @@ fn invoker(driver: MediaDriver, command_timeout: std::time::Duration) -> InProce
             stop_driver(driver);
         }
     });
-    InProcessDriver { threading: EmbeddedThreading::Invoker.name(), duty_cycle: Some(cycle), on_close, command_timeout }
+    InProcessDriver {
+        threading: EmbeddedThreading::Invoker.name(),
+        duty_cycle: Some(cycle),
+        on_close,
+        command_timeout,
+        yields_when_idle: false,
+    }
 }
 
 #[cfg(test)]

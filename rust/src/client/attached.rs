@@ -77,6 +77,9 @@ pub struct InProcessDriver {
     pub on_close: Box<dyn FnOnce() + Send>,
     /// How long a command waits for the driver's answer.
     pub command_timeout: Duration,
+    /// Threaded modes: an empty poll or a refused offer yields the CPU once, so that a busy
+    /// application loop does not starve the driver's threads on a small machine.
+    pub yields_when_idle: bool,
 }
 
 type Result<T> = std::result::Result<T, Error>;
@@ -128,6 +131,8 @@ struct Shared {
     in_process: bool,
     /// How long a command waits for its answer.
     command_timeout: Duration,
+    /// See [`InProcessDriver::yields_when_idle`].
+    yields_when_idle: AtomicBool,
 }
 
 /// One publication handle of `registration_id` is gone: its driver events stop being kept once
@@ -178,6 +183,14 @@ impl Shared {
                     return Err(Error::Timeout(format!("the to-driver ring in {} stayed full", self.dir.display())))
                 }
             }
+        }
+    }
+
+    /// Threaded in-process driver: the calling thread found nothing to do (an empty poll, a
+    /// refused offer) and yields the CPU once if the client was asked to.
+    fn idle(&self) {
+        if self.duty_cycle.is_none() && self.yields_when_idle.load(Ordering::Relaxed) {
+            std::thread::yield_now();
         }
     }
 
@@ -455,16 +468,19 @@ impl AttachedClient {
     }
 
     fn connect_with(dir: &Path, driver_timeout: Duration, in_process: Option<InProcessDriver>) -> Result<Self> {
-        let (threading, duty_cycle, on_close, command_timeout) = match in_process {
-            Some(InProcessDriver { threading, duty_cycle, on_close, command_timeout }) => {
-                (threading, duty_cycle, Some(on_close), command_timeout)
+        let (threading, duty_cycle, on_close, command_timeout, yields_when_idle) = match in_process {
+            Some(InProcessDriver { threading, duty_cycle, on_close, command_timeout, yields_when_idle }) => {
+                (threading, duty_cycle, Some(on_close), command_timeout, yields_when_idle)
             }
-            None => (STANDALONE_THREADING, None, None, COMMAND_TIMEOUT),
+            None => (STANDALONE_THREADING, None, None, COMMAND_TIMEOUT, false),
         };
         let attached = Self::attach(dir, driver_timeout, duty_cycle, on_close.is_some(), command_timeout);
         match attached {
             Ok((shared, stop, keepalive)) => Ok(Self {
-                shared,
+                shared: {
+                    shared.yields_when_idle.store(yields_when_idle, Ordering::Relaxed);
+                    shared
+                },
                 stop,
                 keepalive: Mutex::new(Some(keepalive)),
                 threading,
@@ -516,6 +532,7 @@ impl AttachedClient {
             duty_cycle,
             in_process,
             command_timeout,
+            yields_when_idle: AtomicBool::new(false),
         });
         shared.send(&Command::ClientKeepalive { client_id })?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -837,6 +854,8 @@ impl AttachedPublication {
             && (refused || self.offers.fetch_add(1, Ordering::Relaxed) % INVOKE_EVERY_OFFERS == 0)
         {
             self.shared.invoke()?;
+        } else if refused {
+            self.shared.idle();
         }
         Ok(())
     }
@@ -1085,6 +1104,9 @@ impl AttachedSubscription {
         }
         self.images
             .retain(|image| !image.closing || image.position < image.log.end_of_stream_position().unwrap_or(i64::MIN));
+        if fragments == 0 {
+            self.shared.idle();
+        }
         Ok(fragments)
     }
 }
@@ -1142,6 +1164,9 @@ impl AttachedSubscription {
         }
         self.images
             .retain(|image| !image.closing || image.position < image.log.end_of_stream_position().unwrap_or(i64::MIN));
+        if fragments == 0 {
+            self.shared.idle();
+        }
         Ok(fragments)
     }
 

@@ -210,7 +210,7 @@ impl Client {
                 "driver_timeout_ms applies to a client attached to a standalone driver (dir= or $AFFINITY_DIR)".into(),
             ));
         }
-        let mut config = EmbeddedConfig::default();
+        let mut config = EmbeddedConfig { yields_when_idle: yield_when_idle, ..EmbeddedConfig::default() };
         let mut context = DriverContext::default();
         if let Some(value) = threading {
             config.threading = parse_setting::<EmbeddedThreading>("threading", value)?;
