@@ -4,7 +4,6 @@
 //! Multicast must never leave the machine: the test re-executes itself inside a private network
 //! namespace (`unshare -n`, loopback only, multicast routed to `lo`), as `multicast.rs` does.
 
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,33 +12,12 @@ use affinity::driver::DriverContext;
 use affinity::groups::runtime::{GroupConsumer, GroupPublisher, MemberOptions};
 use affinity::groups::{GroupConfig, Timing};
 
-const INNER: &str =
-    r#"ip link set lo up && ip link set lo multicast on && ip route add 224.0.0.0/4 dev lo && exec "$@""#;
+#[path = "support/netns.rs"]
+mod netns;
+
+use netns::in_private_netns;
+
 const CONTROL: &str = "aeron:udp?endpoint=224.20.30.41:24410|interface=127.0.0.1";
-
-fn in_private_netns(test: &str) -> bool {
-    if std::env::var_os("AFFINITY_IN_NETNS").is_some() {
-        return true;
-    }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let flags = if Command::new("unshare").args(["-n", "true"]).status().is_ok_and(|s| s.success()) {
-        "-n"
-    } else if Command::new("unshare").args(["-rn", "true"]).status().is_ok_and(|s| s.success()) {
-        "-rn"
-    } else {
-        panic!("this test needs a private network namespace but `unshare -n` (and `-rn`) is not permitted here");
-    };
-    let status = Command::new("unshare")
-        .args([flags, "bash", "-c", INNER, "netns"])
-        .arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("AFFINITY_IN_NETNS", "1")
-        .status()
-        .expect("run unshare");
-    assert!(status.success(), "{test} failed inside its private network namespace: {status}");
-    false
-}
-
 fn options(registry: &std::path::Path) -> MemberOptions {
     let mut options = MemberOptions::new(registry);
     options.control = Some(CONTROL.to_owned());
