@@ -811,6 +811,16 @@ impl AttachedPublication {
         self.log.max_message_length()
     }
 
+    /// Term length of the log.
+    pub fn term_length(&self) -> u32 {
+        self.log.term_length()
+    }
+
+    /// Initial term id of the log.
+    pub fn initial_term_id(&self) -> i32 {
+        self.log.initial_term_id()
+    }
+
     /// Appends one message (lock-free; any number of threads and processes may offer at once).
     pub fn offer(&self, payload: &[u8]) -> Result<AttachedOffer> {
         self.shared.check()?;

@@ -111,6 +111,12 @@ pub enum ClientHandle {
     Attached(AttachedClient),
 }
 
+impl From<AttachedClient> for ClientHandle {
+    fn from(client: AttachedClient) -> Self {
+        ClientHandle::Attached(client)
+    }
+}
+
 impl ClientHandle {
     /// Attaches to the standalone driver in `dir`.
     pub fn attach(dir: &Path, driver_timeout: Duration) -> Result<Self> {
