@@ -7,7 +7,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use affinity::client::attached::{AttachedClient, AttachedPublication as Publication, AttachedSubscription as Subscription};
+use affinity::client::attached::{
+    AttachedClient, AttachedPublication as Publication, AttachedSubscription as Subscription,
+};
 use affinity::client::MessageBatch;
 use affinity::embedded::{self, EmbeddedConfig};
 use affinity::media::relay::{Impairment, LossyRelay};

@@ -65,8 +65,8 @@ fn delivers_in_order_over_loopback() {
 
 #[test]
 fn delivers_in_order_in_invoker_mode() {
-    let client = embedded::start(EmbeddedConfig { threading: EmbeddedThreading::Invoker, ..EmbeddedConfig::default() })
-        .unwrap();
+    let client =
+        embedded::start(EmbeddedConfig { threading: EmbeddedThreading::Invoker, ..EmbeddedConfig::default() }).unwrap();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
     transfer(&client, &channel, &channel, 20_000);
 }
