@@ -1,19 +1,18 @@
-//! Start time and idle-publication cost of the two embedded drivers, in one run: the old
-//! in-process driver (`client::Client::new`, shared state) and the driver on shared memory
-//! (`embedded::start`, a private directory under `/dev/shm`).
+//! Start time and idle-publication cost of the embedded driver: the shared-memory media driver
+//! run in process (`embedded::start`, a private directory under `/dev/shm`). (The old
+//! in-process driver it was compared with until it was removed is gone; its figures stay in
+//! `docs/benchmarks.md`.)
 //!
 //! ```text
 //! cargo run --release --example embedded_bench [PUBLICATIONS]
 //! ```
 //!
-//! For each: median of 20 starts (start to a client ready for commands, then closed), then
+//! Median of 20 starts (start to a client ready for commands, then closed), then
 //! `PUBLICATIONS` (default 1,000) idle `aeron:ipc` publications on distinct streams in one
 //! client: the time to create them and the growth of the process's resident set (VmRSS).
 
 use std::time::{Duration, Instant};
 
-use affinity::client::Client;
-use affinity::driver::DriverContext;
 use affinity::embedded::{self, EmbeddedConfig};
 
 fn rss_kib() -> u64 {
@@ -44,29 +43,11 @@ fn main() {
         )
     };
 
-    let old = starts(&|| {
-        let client = Client::new(DriverContext::default()).expect("old embedded client");
-        client.close();
-    });
     let shm = starts(&|| {
         let client = embedded::start(EmbeddedConfig::default()).expect("embedded client");
         client.close();
     });
-    println!("start+close median of 20: old embedded {:.3} ms, shm embedded {:.3} ms", ms(old), ms(shm));
-
-    let before = rss_kib();
-    let begun = Instant::now();
-    let client = Client::new(DriverContext::default()).expect("old embedded client");
-    let publications: Vec<_> =
-        (0..count).map(|i| client.add_publication("aeron:ipc", 10_000 + i).expect("publication")).collect();
-    let took = begun.elapsed();
-    println!(
-        "old embedded: {count} idle ipc publications in {:.3} s, RSS +{} MiB",
-        took.as_secs_f64(),
-        rss_kib().saturating_sub(before) / 1024
-    );
-    drop(publications);
-    client.close();
+    println!("start+close median of 20: shm embedded {:.3} ms", ms(shm));
 
     let before = rss_kib();
     let begun = Instant::now();

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use affinity::client::{Client, MessageBatch};
-use affinity::driver::DriverContext;
+use affinity::client::attached::AttachedClient;
+use affinity::client::{ClientHandle, MessageBatch};
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::runtime::{GroupConsumer, GroupPublisher, MemberOptions};
 use affinity::groups::GroupConfig;
 
@@ -25,13 +26,18 @@ const KEYS: usize = 10_000;
 const BATCH: usize = 1000;
 const RUNS: usize = 3;
 
+/// A client on a shared-memory driver of its own, in this process.
+fn client() -> AttachedClient {
+    embedded::start(EmbeddedConfig::default()).unwrap()
+}
+
 fn plain(messages: usize) -> f64 {
-    let client = Client::new(DriverContext::default()).unwrap();
+    let client = client();
     let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let subscription = client.add_subscription(&channel, 10).unwrap();
     let publication = client.add_publication(&channel, 10).unwrap();
-    while !publication.is_connected() {
+    while !publication.is_connected().unwrap() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let received = Arc::new(AtomicU64::new(0));
@@ -40,6 +46,7 @@ fn plain(messages: usize) -> f64 {
     let start = Instant::now();
     std::thread::scope(|scope| {
         scope.spawn(|| {
+            let mut subscription = subscription;
             let mut batch = MessageBatch::default();
             while !done.load(Ordering::Acquire) {
                 batch.clear();
@@ -53,7 +60,7 @@ fn plain(messages: usize) -> f64 {
         let mut sent = 0;
         while sent < messages {
             let want = (messages - sent).min(BATCH);
-            let (taken, _) = publication.offer_batch(payloads[..want].iter().map(Vec::as_slice));
+            let (taken, _) = publication.offer_batch(payloads[..want].iter().map(Vec::as_slice)).unwrap();
             sent += taken;
             if taken == 0 {
                 std::thread::yield_now();
@@ -74,16 +81,16 @@ fn keyed(messages: usize) -> f64 {
     let options = MemberOptions::new(&registry);
     let received = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
-    let consumers: Vec<(Arc<Client>, GroupConsumer)> = (0..2)
+    let consumers: Vec<(Arc<ClientHandle>, GroupConsumer)> = (0..2)
         .map(|index| {
-            let client = Arc::new(Client::new(DriverContext::default()).unwrap());
+            let client = Arc::new(ClientHandle::from(client()));
             let consumer =
                 GroupConsumer::new(client.clone(), group.clone(), index, 2, &options, false, Duration::from_secs(30))
                     .unwrap();
             (client, consumer)
         })
         .collect();
-    let client = Arc::new(Client::new(DriverContext::default()).unwrap());
+    let client = Arc::new(ClientHandle::from(client()));
     let publisher = GroupPublisher::new(client, group, &options, Duration::from_secs(1)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while consumers.iter().map(|(_, c)| c.owned_queues().len()).sum::<usize>() < 8 || !publisher.has_consumer() {

@@ -10,15 +10,18 @@
 //! rendered by `benches/transport_table.py multicast`): messages per second delivered to every
 //! receiver (1 and 3 receivers, 32 B and 1 KiB messages, `max`, `min`, `tagged`), and the
 //! longest publisher stall after a receiver process is SIGKILLed under `min` with receiver
-//! timeouts of 100 ms, 500 ms and 2 s.
+//! timeouts of 100 ms, 500 ms and 2 s. Every publisher and receiver runs the shared-memory
+//! media driver in process (`embedded::start`); the stall loop reads the sender position from
+//! the driver's status answer (one command round trip per sample).
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use affinity::client::{Client, MessageBatch, PublicationShared};
-use affinity::driver::{Driver, DriverCommand, DriverContext};
+use affinity::client::attached::{AttachedClient, AttachedPublication};
+use affinity::client::MessageBatch;
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::protocol::OfferError;
 
 const STREAM: i32 = 10;
@@ -36,10 +39,12 @@ fn in_private_netns() -> bool {
     names == ["lo"]
 }
 
-fn add_publication(driver: &Driver, channel: &str) -> Arc<PublicationShared> {
-    driver
-        .request(|reply| DriverCommand::AddPublication { channel: channel.to_owned(), stream_id: STREAM, reply })
-        .expect("add publication")
+fn client() -> AttachedClient {
+    embedded::start(EmbeddedConfig::default()).expect("embedded client")
+}
+
+fn add_publication(client: &AttachedClient, channel: &str) -> AttachedPublication {
+    client.add_publication(channel, STREAM).expect("add publication")
 }
 
 fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {
@@ -58,8 +63,8 @@ fn receiver(channel: String, stop: Arc<AtomicBool>) -> (Arc<AtomicU64>, std::thr
     let count = Arc::new(AtomicU64::new(0));
     let counter = count.clone();
     let thread = std::thread::spawn(move || {
-        let client = Client::new(DriverContext::default()).expect("client");
-        let subscription = client.add_subscription(&channel, STREAM).expect("subscription");
+        let client = client();
+        let mut subscription = client.add_subscription(&channel, STREAM).expect("subscription");
         let mut batch = MessageBatch::default();
         while !stop.load(Ordering::Acquire) {
             batch.clear();
@@ -79,13 +84,13 @@ fn throughput(port: u16, receivers: usize, size: usize, strategy: &str) -> f64 {
         "tagged" => ("|fc=tagged,g:1001", "|gtag=1001"),
         other => (if other == "min" { "|fc=min" } else { "|fc=max" }, ""),
     };
-    let driver = Driver::start(DriverContext::default()).expect("driver");
+    let driver = client();
     let publication = add_publication(&driver, &channel(port, fc));
     let stop = Arc::new(AtomicBool::new(false));
     let subs: Vec<_> = (0..receivers).map(|_| receiver(channel(port, gtag), stop.clone())).collect();
     assert!(
         wait_until(Duration::from_secs(10), || {
-            let status = publication.state().status();
+            let status = publication.status().expect("status");
             status.connected && status.live_receivers.len() == receivers
         }),
         "receivers did not connect"
@@ -94,15 +99,13 @@ fn throughput(port: u16, receivers: usize, size: usize, strategy: &str) -> f64 {
     let start = Instant::now();
     let mut sent = 0u64;
     while start.elapsed() < SEND_TIME {
-        let mut state = publication.state();
         for _ in 0..64 {
-            match state.offer(&payload, 0) {
+            match publication.try_offer(&payload).expect("offer") {
                 Ok(_) => sent += 1,
                 Err(OfferError::BackPressured | OfferError::AdminAction) => break,
                 Err(error) => panic!("offer: {error:?}"),
             }
         }
-        drop(state);
         std::thread::yield_now();
     }
     wait_until(Duration::from_secs(10), || subs.iter().all(|(count, _)| count.load(Ordering::Acquire) >= sent));
@@ -117,7 +120,7 @@ fn throughput(port: u16, receivers: usize, size: usize, strategy: &str) -> f64 {
 
 /// Longest interval without sender progress after a receiver process was SIGKILLed (`min`).
 fn stall_after_kill(port: u16, timeout: &str) -> Duration {
-    let driver = Driver::start(DriverContext::default()).expect("driver");
+    let driver = client();
     let publication = add_publication(&driver, &channel(port, &format!("|fc=min,t:{timeout}")));
     let stop = Arc::new(AtomicBool::new(false));
     let survivor = receiver(channel(port, ""), stop.clone());
@@ -127,24 +130,22 @@ fn stall_after_kill(port: u16, timeout: &str) -> Duration {
         .spawn()
         .expect("spawn receiver process");
     assert!(
-        wait_until(Duration::from_secs(10), || publication.state().status().group_receivers.len() == 2),
+        wait_until(Duration::from_secs(10), || publication.status().expect("status").receivers.len() == 2),
         "receivers did not join"
     );
     let payload = [1u8; 256];
     let start = Instant::now();
     let mut killed = false;
-    let mut last_position = publication.state().sender_position();
+    let mut last_position = publication.status().expect("status").sender_position;
     let mut last_advance = Instant::now();
     let mut longest = Duration::ZERO;
     let mut recovered_at = None;
     while recovered_at.is_none_or(|at: Instant| at.elapsed() < Duration::from_millis(200))
         && start.elapsed() < Duration::from_secs(10)
     {
-        let (position, group) = {
-            let mut state = publication.state();
-            let _ = state.offer(&payload, 0);
-            (state.sender_position(), state.flow_control().receivers().len())
-        };
+        let _ = publication.try_offer(&payload).expect("offer");
+        let status = publication.status().expect("status");
+        let (position, group) = (status.sender_position, status.receivers.len());
         if position != last_position {
             if killed {
                 longest = longest.max(last_advance.elapsed());
@@ -172,8 +173,8 @@ fn stall_after_kill(port: u16, timeout: &str) -> Duration {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--receiver") {
-        let client = Client::new(DriverContext::default()).expect("client");
-        let subscription = client.add_subscription(&args[2], STREAM).expect("subscription");
+        let client = client();
+        let mut subscription = client.add_subscription(&args[2], STREAM).expect("subscription");
         let mut batch = MessageBatch::default();
         let deadline = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {

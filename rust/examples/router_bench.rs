@@ -28,10 +28,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use affinity::client::Client;
+use affinity::client::ClientHandle;
 use affinity::control::{Heartbeat, Role};
 use affinity::driver::idle::IdleStrategy;
-use affinity::driver::DriverContext;
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::Timing;
 use affinity::routing::policy::builtin;
 use affinity::routing::{RoutingTable, Selection, SourceGroupSpec};
@@ -176,17 +176,17 @@ fn core_figures() {
 
 /// Embedded drivers with the default idle strategy, or with its longest park set to
 /// `max_park` (first argument, in microseconds).
-fn client() -> Arc<Client> {
-    let mut context = DriverContext::default();
+fn client() -> Arc<ClientHandle> {
+    let mut config = EmbeddedConfig::default();
     if let Some(max_park) = std::env::args().nth(1).and_then(|a| a.parse::<u64>().ok()) {
-        context.idle_strategy = IdleStrategy::Backoff {
+        config.idle = IdleStrategy::Backoff {
             spins: 10,
             yields: 20,
             min_park: Duration::from_micros(1),
             max_park: Duration::from_micros(max_park),
         };
     }
-    Arc::new(Client::new(context).unwrap())
+    Arc::new(ClientHandle::from(embedded::start(config).unwrap()))
 }
 
 fn end_to_end() {

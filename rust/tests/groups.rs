@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use affinity::client::Client;
-use affinity::driver::DriverContext;
+use affinity::client::{ClientApi, ClientHandle};
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::consumer::Delivery;
 use affinity::groups::runtime::{GroupConsumer, GroupPublisher, MemberOptions};
 use affinity::groups::{GroupConfig, Timing};
@@ -38,8 +38,8 @@ impl Drop for Registry {
     }
 }
 
-fn client() -> Arc<Client> {
-    Arc::new(Client::new(DriverContext::default()).unwrap())
+fn client() -> Arc<ClientHandle> {
+    Arc::new(ClientHandle::from(embedded::start(EmbeddedConfig::default()).unwrap()))
 }
 
 fn group(queue_size: u64) -> GroupConfig {
@@ -52,7 +52,7 @@ struct App {
     log: Arc<Mutex<Vec<(Instant, Delivery)>>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
-    _client: Arc<Client>,
+    _client: Arc<ClientHandle>,
 }
 
 impl App {
@@ -131,7 +131,7 @@ fn wait_until(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     condition()
 }
 
-fn publisher(registry: &Registry, queue_size: u64) -> (GroupPublisher, Arc<Client>) {
+fn publisher(registry: &Registry, queue_size: u64) -> (GroupPublisher, Arc<ClientHandle>) {
     let client = client();
     let publisher =
         GroupPublisher::new(client.clone(), group(queue_size), &registry.options(), Duration::from_millis(500))
@@ -388,9 +388,9 @@ fn hostile_control_datagrams_are_counted_and_ignored() {
     let endpoint = member["endpoint"].as_str().unwrap();
     let attacker = client();
     let channel = format!("aeron:udp?endpoint={endpoint}");
-    let control = attacker.add_publication(&channel, affinity::control::CONTROL_STREAM_ID).unwrap();
-    let data = attacker.add_publication(&channel, affinity::control::DATA_STREAM_ID).unwrap();
-    assert!(wait_until(Duration::from_secs(5), || control.is_connected() && data.is_connected()));
+    let control = attacker.add_publication_handle(&channel, affinity::control::CONTROL_STREAM_ID).unwrap();
+    let data = attacker.add_publication_handle(&channel, affinity::control::DATA_STREAM_ID).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || control.is_connected().unwrap() && data.is_connected().unwrap()));
     let garbage: Vec<Vec<u8>> = vec![vec![], vec![1, 1, 0, 0], vec![9; 64], {
         let mut bytes = vec![1u8, 1, 0, 0, 0, 0, 0, 0];
         bytes.extend_from_slice(&group(1 << 20).fingerprint().to_le_bytes());
@@ -400,8 +400,8 @@ fn hostile_control_datagrams_are_counted_and_ignored() {
         bytes
     }];
     for bytes in &garbage {
-        assert!(control.offer(bytes).is_ok());
-        assert!(data.offer(bytes).is_ok());
+        assert!(matches!(control.offer(bytes), Ok(Ok(_))));
+        assert!(matches!(data.offer(bytes), Ok(Ok(_))));
     }
     assert!(wait_until(Duration::from_secs(5), || consumer.counters().1.control_malformed >= garbage.len() as u64));
     let _ = consumer.poll(100, Duration::from_millis(200)).unwrap();

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use affinity::client::Client;
-use affinity::driver::DriverContext;
+use affinity::client::ClientHandle;
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::runtime::{GroupConsumer, GroupPublisher, MemberOptions};
 use affinity::groups::{GroupConfig, Timing};
 
@@ -32,7 +32,7 @@ fn members_in_separate_registries_meet_through_the_multicast_control_channel() {
     }
     let root = std::env::temp_dir().join(format!("affinity-groups-mcast-{}", std::process::id()));
     let group = GroupConfig::new("orders", "hp", 16, 2, 1 << 20).unwrap();
-    let consumer_client = Arc::new(Client::new(DriverContext::default()).unwrap());
+    let consumer_client = Arc::new(ClientHandle::from(embedded::start(EmbeddedConfig::default()).unwrap()));
     let consumer = GroupConsumer::new(
         consumer_client,
         group.clone(),
@@ -43,7 +43,7 @@ fn members_in_separate_registries_meet_through_the_multicast_control_channel() {
         Duration::from_secs(30),
     )
     .unwrap();
-    let publisher_client = Arc::new(Client::new(DriverContext::default()).unwrap());
+    let publisher_client = Arc::new(ClientHandle::from(embedded::start(EmbeddedConfig::default()).unwrap()));
     let publisher =
         GroupPublisher::new(publisher_client, group, &options(&root.join("b")), Duration::from_secs(1)).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -1,15 +1,20 @@
 //! Forged datagrams at a live subscriber over loopback UDP, through the real driver: the
 //! attacks of issue 12 (a heartbeat far ahead, end of stream ahead of and behind the stream, a
 //! SETUP flood). The driver must stay up, lose nothing it can recover, and count what it drops.
+//! The client runs the shared-memory media driver in process (`embedded::start`).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use affinity::client::{Client, MessageBatch, Publication, Subscription};
-use affinity::driver::DriverContext;
+use affinity::client::attached::{
+    AttachedClient, AttachedPublication as Publication, AttachedSubscription as Subscription,
+};
+use affinity::client::MessageBatch;
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::media::relay::{Impairment, LossyRelay};
-use affinity::protocol::{ImageCounters, OfferError};
+use affinity::protocol::OfferError;
+use affinity::shm::status::{ImageInfo, SystemCounter};
 use affinity::wire::{flags, DataHeader, FrameType, Setup, DATA_HEADER_LENGTH};
 
 const STREAM: i32 = 10;
@@ -35,18 +40,18 @@ fn message(index: u64) -> [u8; 32] {
 
 /// A 32-byte heartbeat for `publication`'s session, `delta` bytes from its sender position.
 fn heartbeat(publication: &Publication, delta: i64, eos: bool) -> Vec<u8> {
-    let state = publication.shared().state();
-    let identity = *state.identity();
-    let position = (state.sender_position() + delta).max(0) & !31;
+    let sender_position = publication.status().expect("publication status").sender_position;
+    let position = (sender_position + delta).max(0) & !31;
+    let term_length = publication.term_length();
     let mut bytes = vec![0u8; DATA_HEADER_LENGTH];
     DataHeader {
         frame_length: 0,
         flags: if eos { flags::UNFRAGMENTED | flags::EOS } else { flags::UNFRAGMENTED },
         frame_type: FrameType::Data,
-        term_offset: identity.term_offset(position),
-        session_id: identity.session_id,
-        stream_id: identity.stream_id,
-        term_id: identity.term_id(position),
+        term_offset: (position & (i64::from(term_length) - 1)) as i32,
+        session_id: publication.session_id(),
+        stream_id: publication.stream_id(),
+        term_id: publication.initial_term_id().wrapping_add((position >> term_length.trailing_zeros()) as i32),
         reserved_value: 0,
     }
     .emit(&mut bytes);
@@ -55,16 +60,16 @@ fn heartbeat(publication: &Publication, delta: i64, eos: bool) -> Vec<u8> {
 
 /// Sends `count` numbered messages and receives them all in order; each time another
 /// `attack_every` messages were received, `attack` runs, at most `attacks` times. Returns the
-/// subscription's image counters.
+/// subscription's image record.
 fn transfer(
     publication: &Publication,
-    subscription: &Subscription,
+    subscription: &mut Subscription,
     count: u64,
     (attack_every, attacks): (u64, u64),
     mut attack: impl FnMut(&Publication),
-) -> ImageCounters {
+) -> ImageInfo {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !publication.is_connected() {
+    while !publication.is_connected().unwrap() {
         assert!(Instant::now() < deadline, "never connected");
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -73,7 +78,7 @@ fn transfer(
     while received < count {
         assert!(Instant::now() < deadline, "stalled at sent={sent} received={received}: {:?}", subscription.images());
         while sent < count {
-            match publication.offer(&message(sent)) {
+            match publication.try_offer(&message(sent)).unwrap() {
                 Ok(_) => sent += 1,
                 // Not connected: a forged EOS made the subscriber say goodbye for a moment.
                 Err(OfferError::BackPressured | OfferError::AdminAction | OfferError::NotConnected) => break,
@@ -91,23 +96,31 @@ fn transfer(
             received += 1;
         }
     }
-    let images = subscription.images();
+    let mut images = subscription.images().unwrap();
     assert_eq!(images.len(), 1, "{images:?}");
-    images[0].counters
+    images.remove(0)
+}
+
+fn client() -> AttachedClient {
+    embedded::start(EmbeddedConfig::default()).unwrap()
+}
+
+fn system(client: &AttachedClient, counter: SystemCounter) -> i64 {
+    counter.read(client.counters()).expect("system counter")
 }
 
 #[test]
 fn a_forged_heartbeat_far_ahead_through_a_lossy_relay_disables_no_repair() {
-    let client = Client::new(DriverContext::default()).unwrap();
+    let client = client();
     let target: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let impairment = Impairment { loss: 0.02, duplicate: 0.0, reorder: 0.0 };
     let relay = LossyRelay::start("127.0.0.1:0".parse().unwrap(), target, impairment, 12).unwrap();
-    let subscription = client.add_subscription(&format!("aeron:udp?endpoint={target}"), STREAM).unwrap();
+    let mut subscription = client.add_subscription(&format!("aeron:udp?endpoint={target}"), STREAM).unwrap();
     let publication = client.add_publication(&format!("aeron:udp?endpoint={}", relay.front_address()), STREAM).unwrap();
     let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
-    let counters = transfer(&publication, &subscription, 20_000, (2_000, 1), |publication| {
+    let counters = transfer(&publication, &mut subscription, 20_000, (2_000, 1), |publication| {
         // One 32-byte heartbeat for the live session, term id = current + 100.
-        let term_length = i64::from(publication.shared().state().identity().term_length);
+        let term_length = i64::from(publication.term_length());
         attacker.send_to(&heartbeat(publication, 100 * term_length, false), target).unwrap();
     });
     eprintln!("forged heartbeat through 2% loss: 20000/20000 received, {counters:?}");
@@ -119,16 +132,16 @@ fn a_forged_heartbeat_far_ahead_through_a_lossy_relay_disables_no_repair() {
 
 #[test]
 fn forged_end_of_stream_at_ahead_of_or_behind_the_live_position_loses_nothing() {
-    let client = Client::new(DriverContext::default()).unwrap();
+    let client = client();
     let port = free_port();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let target: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let subscription = client.add_subscription(&channel, STREAM).unwrap();
+    let mut subscription = client.add_subscription(&channel, STREAM).unwrap();
     let publication = client.add_publication(&channel, STREAM).unwrap();
     let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
     // Ten rounds: EOS at the live position (accepted when the subscriber has caught up, then
     // revoked by the data that follows), 32,000 bytes ahead, and behind.
-    transfer(&publication, &subscription, 50_000, (4_000, 10), |publication| {
+    transfer(&publication, &mut subscription, 50_000, (4_000, 10), |publication| {
         for delta in [0, 32_000, -4_096, -64] {
             attacker.send_to(&heartbeat(publication, delta, true), target).unwrap();
         }
@@ -136,19 +149,17 @@ fn forged_end_of_stream_at_ahead_of_or_behind_the_live_position_loses_nothing() 
     // Every message arrived in order (checked by `transfer`), and no image ended with data
     // missing. (An EOS at the live position may still end an image whose publication then
     // stalls, not connected, until a new image replaces it: nothing is lost.)
-    let receiver = client.driver().receiver_counters();
-    assert_eq!(receiver.images_ended_incomplete.load(Ordering::Relaxed), 0);
+    assert_eq!(system(&client, SystemCounter::ImagesEndedIncomplete), 0);
 }
 
 #[test]
 fn a_setup_flood_is_bounded_and_counted_and_the_subscription_still_works() {
-    let client = Client::new(DriverContext::default()).unwrap();
+    let client = client();
     let port = free_port();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let target: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let subscription = client.add_subscription(&channel, STREAM).unwrap();
-    let limit = client.context().max_images_per_subscription;
-    let counters = client.driver().receiver_counters();
+    let limit = EmbeddedConfig::default().driver.context.max_images_per_subscription;
     let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut bytes = [0u8; Setup::LENGTH];
     let flood = 5_000usize;
@@ -171,24 +182,25 @@ fn a_setup_flood_is_bounded_and_counted_and_the_subscription_still_works() {
         if session % 200 == 199 {
             // Paced so the socket buffer drops none: every SETUP is either an image or a refusal.
             let handled = session + 1;
-            while subscription.images().len() + (counters.images_refused.load(Ordering::Relaxed) as usize) < handled {
+            let refused = || usize::try_from(system(&client, SystemCounter::ImagesRefused)).unwrap();
+            while subscription.images().unwrap().len() + refused() < handled {
                 assert!(Instant::now() < deadline, "the receiver fell behind the flood");
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
     }
-    assert_eq!(subscription.images().len(), limit);
-    assert_eq!(counters.images_refused.load(Ordering::Relaxed) as usize, flood - limit);
+    assert_eq!(subscription.images().unwrap().len(), limit);
+    assert_eq!(system(&client, SystemCounter::ImagesRefused) as usize, flood - limit);
     let grown = rss().saturating_sub(rss_before);
     eprintln!("{flood} SETUPs: {limit} images, RSS +{} KiB", grown / 1024);
     assert!(grown < 64 << 20, "the flood grew RSS by {} MiB", grown >> 20);
     // The driver is alive and other subscriptions are unaffected (the flooded one is full
     // until the forged images time out).
-    let other = client.add_subscription(&channel, STREAM + 1).unwrap();
+    let mut other = client.add_subscription(&channel, STREAM + 1).unwrap();
     let publication = client.add_publication(&channel, STREAM + 1).unwrap();
-    transfer_plain(&publication, &other, 1_000);
+    transfer_plain(&publication, &mut other, 1_000);
 }
 
-fn transfer_plain(publication: &Publication, subscription: &Subscription, count: u64) {
+fn transfer_plain(publication: &Publication, subscription: &mut Subscription, count: u64) {
     transfer(publication, subscription, count, (u64::MAX, 0), |_| {});
 }

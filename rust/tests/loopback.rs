@@ -1,9 +1,11 @@
-//! End-to-end over loopback UDP: publication and subscription in one process.
+//! End-to-end over loopback UDP and IPC: publication and subscription in one process, on the
+//! shared-memory media driver run in process (`embedded::start`).
 
 use std::time::{Duration, Instant};
 
-use affinity::client::{Client, MessageBatch};
-use affinity::driver::{DriverContext, ThreadingMode};
+use affinity::client::attached::AttachedClient;
+use affinity::client::MessageBatch;
+use affinity::embedded::{self, EmbeddedConfig, EmbeddedThreading};
 use affinity::media::relay::{Impairment, LossyRelay};
 use affinity::protocol::OfferError;
 
@@ -21,12 +23,16 @@ fn message(index: u64) -> Vec<u8> {
     bytes
 }
 
-fn transfer(client: &Client, pub_channel: &str, sub_channel: &str, count: u64) {
-    let subscription = client.add_subscription(sub_channel, 10).unwrap();
+fn client() -> AttachedClient {
+    embedded::start(EmbeddedConfig::default()).unwrap()
+}
+
+fn transfer(client: &AttachedClient, pub_channel: &str, sub_channel: &str, count: u64) {
+    let mut subscription = client.add_subscription(sub_channel, 10).unwrap();
     let publication = client.add_publication(pub_channel, 10).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !publication.is_connected() {
-        client.do_work();
+    while !publication.is_connected().unwrap() {
+        client.do_work().unwrap();
         assert!(Instant::now() < deadline, "never connected");
     }
     let mut sent = 0u64;
@@ -35,7 +41,7 @@ fn transfer(client: &Client, pub_channel: &str, sub_channel: &str, count: u64) {
     while received < count {
         assert!(Instant::now() < deadline, "stalled at sent={sent} received={received}");
         while sent < count {
-            match publication.offer(&message(sent)) {
+            match publication.try_offer(&message(sent)).unwrap() {
                 Ok(_) => sent += 1,
                 Err(OfferError::BackPressured | OfferError::AdminAction) => break,
                 Err(error) => panic!("offer failed: {error:?}"),
@@ -52,22 +58,22 @@ fn transfer(client: &Client, pub_channel: &str, sub_channel: &str, count: u64) {
 
 #[test]
 fn delivers_in_order_over_loopback() {
-    let client = Client::new(DriverContext::default()).unwrap();
+    let client = client();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
     transfer(&client, &channel, &channel, 20_000);
 }
 
 #[test]
 fn delivers_in_order_in_invoker_mode() {
-    let context = DriverContext { threading_mode: ThreadingMode::Invoker, ..DriverContext::default() };
-    let client = Client::new(context).unwrap();
+    let client =
+        embedded::start(EmbeddedConfig { threading: EmbeddedThreading::Invoker, ..EmbeddedConfig::default() }).unwrap();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
     transfer(&client, &channel, &channel, 20_000);
 }
 
 #[test]
 fn repairs_loss_duplication_and_reordering_through_a_relay() {
-    let client = Client::new(DriverContext::default()).unwrap();
+    let client = client();
     let target: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
     let impairment = Impairment { loss: 0.05, duplicate: 0.01, reorder: 0.02 };
     let relay = LossyRelay::start("127.0.0.1:0".parse().unwrap(), target, impairment, 7).unwrap();
@@ -79,21 +85,21 @@ fn repairs_loss_duplication_and_reordering_through_a_relay() {
 
 #[test]
 fn delivers_in_order_over_ipc_without_sockets() {
-    let client = Client::new(DriverContext::default()).unwrap();
+    let client = client();
     transfer(&client, "aeron:ipc?term-length=65536", "aeron:ipc", 20_000);
 }
 
 #[test]
 fn ipc_subscribers_all_receive_everything_including_a_late_one() {
-    let client = Client::new(DriverContext::default()).unwrap();
-    let early = client.add_subscription("aeron:ipc", 4).unwrap();
+    let client = client();
+    let mut early = client.add_subscription("aeron:ipc", 4).unwrap();
     let publication = client.add_publication("aeron:ipc?term-length=65536", 4).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !publication.is_connected() {
+    while !publication.is_connected().unwrap() {
         assert!(Instant::now() < deadline, "never connected");
     }
-    let late = client.add_subscription("aeron:ipc", 4).unwrap();
-    while late.images().is_empty() {
+    let mut late = client.add_subscription("aeron:ipc", 4).unwrap();
+    while late.image_count().unwrap() == 0 {
         assert!(Instant::now() < deadline, "late subscriber never joined");
     }
     let mut sent = 0u64;
@@ -101,10 +107,10 @@ fn ipc_subscribers_all_receive_everything_including_a_late_one() {
     let mut batch = MessageBatch::default();
     while early_got.len() < 5_000 || late_got.len() < 5_000 {
         assert!(Instant::now() < deadline, "stalled: early {} late {}", early_got.len(), late_got.len());
-        while sent < 5_000 && publication.offer(&message(sent)).is_ok() {
+        while sent < 5_000 && matches!(publication.try_offer(&message(sent)), Ok(Ok(_))) {
             sent += 1;
         }
-        for (subscription, got) in [(&early, &mut early_got), (&late, &mut late_got)] {
+        for (subscription, got) in [(&mut early, &mut early_got), (&mut late, &mut late_got)] {
             batch.clear();
             subscription.poll_into(&mut batch, 64).unwrap();
             got.extend((0..batch.len()).map(|i| batch.message(i).to_vec()));

@@ -3,9 +3,10 @@
 //!
 //! Multicast must never leave the machine, so every test re-executes itself inside a private
 //! network namespace (`unshare -n`, loopback only, multicast routed to `lo`) unless
-//! `AFFINITY_IN_NETNS` says it already runs in one. Several "processes" are several drivers
-//! (each with its own sockets and receiver id) in one test process, or processes of the helper
-//! binary `multicast_test_role` when a receiver must die by SIGKILL or live on another "host".
+//! `AFFINITY_IN_NETNS` says it already runs in one. Several "processes" are several embedded
+//! shared-memory drivers (each with its own sockets and receiver id) in one test process, or
+//! processes of the helper binary `multicast_test_role` when a receiver must die by SIGKILL or
+//! live on another "host".
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Child, Command, Stdio};
@@ -14,10 +15,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use affinity::client::{Client, MessageBatch, PublicationShared};
-use affinity::driver::{Driver, DriverCommand, DriverContext, DriverEvent, DriverEventKind};
+use affinity::client::attached::{AttachedClient, AttachedPublication};
+use affinity::client::MessageBatch;
+use affinity::driver::events::reason_name;
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::flow_control::RemovalReason;
-use affinity::protocol::{ImageCounters, OfferError, PublicationStatus};
+use affinity::protocol::OfferError;
+use affinity::shm::status::{DriverEventInfo, DriverEventKindInfo, ImageInfo, PublicationInfo};
 use affinity::wire::StatusMessage;
 
 #[path = "support/netns.rs"]
@@ -48,30 +52,36 @@ fn index_of(bytes: &[u8]) -> u64 {
 /// The helper binary the receiving processes run.
 const ROLE_BINARY: &str = env!("CARGO_BIN_EXE_multicast_test_role");
 
-/// A publication on a driver of its own (the driver handle gives the event log).
+fn client() -> AttachedClient {
+    embedded::start(EmbeddedConfig::default()).unwrap()
+}
+
+/// A publication on a driver of its own (its client gives the event log and counters).
 struct Publisher {
-    driver: Driver,
-    shared: Arc<PublicationShared>,
+    publication: AttachedPublication,
+    client: AttachedClient,
 }
 
 impl Publisher {
     fn new(channel: &str) -> Publisher {
-        let driver = Driver::start(DriverContext::default()).unwrap();
-        let shared = driver
-            .request(|reply| DriverCommand::AddPublication { channel: channel.to_owned(), stream_id: STREAM, reply })
-            .unwrap();
-        Publisher { driver, shared }
+        let client = client();
+        let publication = client.add_publication(channel, STREAM).unwrap();
+        Publisher { publication, client }
     }
 
-    fn status(&self) -> PublicationStatus {
-        self.shared.state().status()
+    fn status(&self) -> PublicationInfo {
+        self.publication.status().unwrap()
     }
 
     fn offer(&self, payload: &[u8]) -> Result<i64, OfferError> {
-        self.shared.state().offer(payload, 0)
+        self.publication.try_offer(payload).unwrap()
     }
 
-    fn wait_for(&self, what: &str, timeout: Duration, mut done: impl FnMut(&PublicationStatus) -> bool) {
+    fn events(&self) -> Vec<DriverEventInfo> {
+        self.client.drain_events().unwrap()
+    }
+
+    fn wait_for(&self, what: &str, timeout: Duration, mut done: impl FnMut(&PublicationInfo) -> bool) {
         let deadline = Instant::now() + timeout;
         loop {
             let status = self.status();
@@ -99,7 +109,7 @@ impl Publisher {
 /// What one subscriber thread saw.
 struct Received {
     count: u64,
-    counters: Vec<ImageCounters>,
+    counters: Vec<ImageInfo>,
 }
 
 /// A subscriber on its own driver, polling on a thread; `delay` makes it slow.
@@ -118,8 +128,8 @@ impl Subscriber {
             let received = received.clone();
             let stop = stop.clone();
             std::thread::spawn(move || {
-                let client = Client::new(DriverContext::default()).unwrap();
-                let subscription = client.add_subscription(&channel, STREAM).unwrap();
+                let client = client();
+                let mut subscription = client.add_subscription(&channel, STREAM).unwrap();
                 ready_tx.send(()).unwrap();
                 let mut batch = MessageBatch::default();
                 let mut next = 0u64;
@@ -139,7 +149,7 @@ impl Subscriber {
                         _ => {}
                     }
                 }
-                let counters = subscription.images().iter().map(|image| image.counters).collect();
+                let counters = subscription.images().unwrap();
                 Received { count: next, counters }
             })
         };
@@ -169,10 +179,10 @@ struct SlowGroupOutcome {
     slow_received_when_published: u64,
     fast: Vec<Received>,
     slow: Received,
-    status: PublicationStatus,
+    status: PublicationInfo,
     /// The publication when publishing ended, before any subscriber left (a leaving
     /// subscriber's client may or may not get its end-of-stream status message out).
-    status_when_published: PublicationStatus,
+    status_when_published: PublicationInfo,
 }
 
 /// One publisher, two fast subscribers and one slow one (sleeping 2 ms per 8 messages).
@@ -223,7 +233,7 @@ fn min_paces_publisher_to_slowest_and_nobody_loses() {
         outcome.publish_time
     );
     assert_eq!(outcome.status.strategy, "min");
-    assert_eq!(outcome.status.group_receivers.len(), 3, "{:#?}", outcome.status);
+    assert_eq!(outcome.status.receivers.len(), 3, "{:#?}", outcome.status);
 }
 
 #[test]
@@ -243,7 +253,7 @@ fn max_follows_fastest_and_slow_receiver_falls_behind() {
     );
     println!("slow receiver: {} of {COUNT}, image counters {:?}", outcome.slow.count, outcome.slow.counters);
     assert_eq!(outcome.status.strategy, "max");
-    assert!(outcome.status.group_receivers.is_empty());
+    assert!(outcome.status.receivers.is_empty());
     assert_eq!(outcome.status_when_published.live_receivers.len(), 3, "{:#?}", outcome.status_when_published);
 }
 
@@ -265,10 +275,12 @@ fn tagged_paces_only_by_tagged_receivers() {
     let status = &outcome.status;
     assert_eq!(status.strategy, "tagged");
     assert_eq!(status.group_tag, Some(1001));
-    assert_eq!(status.group_receivers.len(), 2, "{status:#?}");
-    assert!(status.group_receivers.iter().all(|r| r.group_tag == Some(1001)));
-    let untagged = status.live_receivers.iter().filter(|r| r.group_tag.is_none()).count();
-    assert_eq!(untagged, 1, "{status:#?}");
+    assert_eq!(status.receivers.len(), 2, "{status:#?}");
+    assert!(status.receivers.iter().all(|r| r.group_tag == Some(1001)));
+    // Live receivers when publishing ended: the slow one may since have said goodbye (EOS).
+    let live = &outcome.status_when_published.live_receivers;
+    let untagged = live.iter().filter(|r| r.group_tag.is_none()).count();
+    assert_eq!(untagged, 1, "{:#?}", outcome.status_when_published);
 }
 
 /// A receiving process that consumes until it is killed; returns once it has subscribed.
@@ -283,12 +295,14 @@ fn spawn_child_receiver(channel: &str) -> Child {
     child
 }
 
-fn removed(events: &[DriverEvent], reasons: &[RemovalReason]) -> Vec<i64> {
+fn removed(events: &[DriverEventInfo], reasons: &[RemovalReason]) -> Vec<i64> {
     events
         .iter()
-        .filter_map(|event| match event.kind {
-            DriverEventKind::ReceiverRemoved { receiver_id, reason, .. } if reasons.contains(&reason) => {
-                Some(receiver_id)
+        .filter_map(|event| match &event.kind {
+            DriverEventKindInfo::ReceiverRemoved { receiver_id, reason, .. }
+                if reasons.iter().any(|r| reason_name(*r) == reason) =>
+            {
+                Some(*receiver_id)
             }
             _ => None,
         })
@@ -304,8 +318,8 @@ fn killed_receiver_stalls_min_publisher_only_until_timeout() {
     let publisher = Publisher::new(&channel("|fc=min,t:500ms"));
     let survivor = Subscriber::start(channel(""), u64::MAX, None);
     let mut child = Hosts(vec![spawn_child_receiver(&channel(""))]);
-    publisher.wait_for("two receivers in the group", Duration::from_secs(10), |s| s.group_receivers.len() == 2);
-    let ids: Vec<i64> = publisher.status().group_receivers.iter().map(|r| r.receiver_id).collect();
+    publisher.wait_for("two receivers in the group", Duration::from_secs(10), |s| s.receivers.len() == 2);
+    let ids: Vec<i64> = publisher.status().receivers.iter().map(|r| r.receiver_id).collect();
 
     let start = Instant::now();
     let mut sent = 0u64;
@@ -325,7 +339,7 @@ fn killed_receiver_stalls_min_publisher_only_until_timeout() {
             longest_stall = longest_stall.max(last_advance.elapsed());
             last_position = status.sender_position;
             last_advance = Instant::now();
-            advanced_after_removal |= killed_at.is_some() && status.group_receivers.len() == 1;
+            advanced_after_removal |= killed_at.is_some() && status.receivers.len() == 1;
         }
         if killed_at.is_none() && start.elapsed() > Duration::from_millis(500) {
             child.0[0].kill().expect("SIGKILL the receiver");
@@ -341,17 +355,13 @@ fn killed_receiver_stalls_min_publisher_only_until_timeout() {
     let bound = timeout + Duration::from_millis(100) + Duration::from_millis(900);
     assert!(longest_stall <= bound, "publisher stalled {longest_stall:?} (> {bound:?})");
     assert!(advanced_after_removal, "publisher never continued after the receiver was dropped");
-    let events = publisher.driver.drain_events();
+    let events = publisher.events();
     let timed_out = removed(&events, &[RemovalReason::Timeout]);
     assert_eq!(timed_out.len(), 1, "{events:#?}");
     assert!(ids.contains(&timed_out[0]));
-    let line = events
-        .iter()
-        .find(|e| matches!(e.kind, DriverEventKind::ReceiverRemoved { .. }))
-        .map(ToString::to_string)
-        .unwrap();
+    let line = &events.iter().find(|e| matches!(e.kind, DriverEventKindInfo::ReceiverRemoved { .. })).unwrap().message;
     assert!(line.starts_with("INFO receiver removed (timeout): receiver_id="), "{line}");
-    assert!(events.iter().any(|e| matches!(e.kind, DriverEventKind::ReceiverJoined { .. })));
+    assert!(events.iter().any(|e| matches!(e.kind, DriverEventKindInfo::ReceiverJoined { .. })));
 }
 
 #[test]
@@ -361,8 +371,8 @@ fn tagged_group_minimum_size_gates_connected() {
     }
     let publisher = Publisher::new(&channel("|fc=tagged,g:1001/3,t:500ms"));
     let tagged_channel = channel("|gtag=1001");
-    let tagged: Vec<Client> = (0..2).map(|_| Client::new(DriverContext::default()).unwrap()).collect();
-    let untagged: Vec<Client> = (0..5).map(|_| Client::new(DriverContext::default()).unwrap()).collect();
+    let tagged: Vec<AttachedClient> = (0..2).map(|_| client()).collect();
+    let untagged: Vec<AttachedClient> = (0..5).map(|_| client()).collect();
     let mut subscriptions = Vec::new();
     for client in &tagged {
         subscriptions.push(client.add_subscription(&tagged_channel, STREAM).unwrap());
@@ -374,24 +384,24 @@ fn tagged_group_minimum_size_gates_connected() {
     std::thread::sleep(Duration::from_millis(300));
     let status = publisher.status();
     assert!(!status.connected, "connected with 2 of 3 tagged receivers: {status:#?}");
-    assert_eq!(status.group_receivers.len(), 2);
+    assert_eq!(status.receivers.len(), 2);
     assert_eq!(publisher.offer(b"too early"), Err(OfferError::NotConnected));
 
-    let third = Client::new(DriverContext::default()).unwrap();
+    let third = client();
     let third_subscription = third.add_subscription(&tagged_channel, STREAM).unwrap();
     publisher.wait_for("connected with the third tagged receiver", Duration::from_secs(5), |s| s.connected);
     assert!(publisher.offer(b"now").is_ok());
-    assert_eq!(publisher.status().group_receivers.len(), 3);
+    assert_eq!(publisher.status().receivers.len(), 3);
 
     drop(third_subscription);
     drop(third);
     publisher.wait_for("not connected after a tagged receiver left", Duration::from_secs(5), |s| !s.connected);
     assert_eq!(publisher.offer(b"gone"), Err(OfferError::NotConnected));
-    let events = publisher.driver.drain_events();
+    let events = publisher.events();
     assert_eq!(removed(&events, &[RemovalReason::Timeout, RemovalReason::EndOfStream]).len(), 1, "{events:#?}");
-    let joined = events.iter().filter(|e| matches!(e.kind, DriverEventKind::ReceiverJoined { .. })).count();
+    let joined = events.iter().filter(|e| matches!(e.kind, DriverEventKindInfo::ReceiverJoined { .. })).count();
     assert_eq!(joined, 3, "{events:#?}");
-    assert!(events.iter().any(|e| e.kind == DriverEventKind::ConnectionChanged { connected: false }));
+    assert!(events.iter().any(|e| e.kind == DriverEventKindInfo::ConnectionChanged { connected: false }));
     drop(subscriptions);
 }
 
@@ -402,17 +412,17 @@ fn malformed_status_messages_are_counted_and_ignored() {
     }
     let publisher = Publisher::new(&channel("|fc=min"));
     let subscriber = Subscriber::start(channel(""), 100, None);
-    publisher.wait_for("one receiver", Duration::from_secs(10), |s| s.group_receivers.len() == 1);
+    publisher.wait_for("one receiver", Duration::from_secs(10), |s| s.receivers.len() == 1);
     let before = publisher.status();
-    let identity = *publisher.shared.state().identity();
+    let publication = &publisher.publication;
 
     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
     let control = SocketAddr::from((GROUP.parse::<Ipv4Addr>().unwrap().to_bits().wrapping_add(1).to_be_bytes(), PORT));
     let good = StatusMessage {
         flags: 0,
-        session_id: identity.session_id,
-        stream_id: identity.stream_id,
-        consumption_term_id: identity.initial_term_id,
+        session_id: publication.session_id(),
+        stream_id: publication.stream_id(),
+        consumption_term_id: publication.initial_term_id(),
         consumption_term_offset: 0,
         receiver_window: 1 << 20,
         receiver_id: 4242,
@@ -428,11 +438,10 @@ fn malformed_status_messages_are_counted_and_ignored() {
     // 3: truncated (frame_length 36 in a 20-byte datagram).
     socket.send_to(&good.to_bytes()[..20], control).unwrap();
 
-    publisher
-        .wait_for("three invalid control frames", Duration::from_secs(5), |s| s.counters.invalid_control_frames >= 3);
+    publisher.wait_for("three invalid control frames", Duration::from_secs(5), |s| s.invalid_control_frames >= 3);
     let after = publisher.status();
-    assert_eq!(after.counters.invalid_control_frames, 3);
-    assert_eq!(after.group_receivers.len(), 1, "a malformed SM joined the group: {after:#?}");
+    assert_eq!(after.invalid_control_frames, 3);
+    assert_eq!(after.receivers.len(), 1, "a malformed SM joined the group: {after:#?}");
     assert!(after.live_receivers.iter().all(|r| r.receiver_id != 4242));
     assert!(after.sender_limit >= before.sender_limit);
 
@@ -531,5 +540,5 @@ fn min_delivers_completely_across_hosts_with_lossy_link() {
         assert!(status.success(), "a receiver host failed: {status}");
     }
     let status = publisher.status();
-    assert!(status.counters.retransmits_sent > 0, "2 % loss but no retransmission: {status:#?}");
+    assert!(status.retransmits_sent > 0, "2 % loss but no retransmission: {status:#?}");
 }

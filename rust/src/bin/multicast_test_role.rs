@@ -9,9 +9,9 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use affinity::client::{Client, MessageBatch};
-use affinity::driver::DriverContext;
-use affinity::protocol::ImageCounters;
+use affinity::client::attached::AttachedClient;
+use affinity::client::MessageBatch;
+use affinity::embedded::{self, EmbeddedConfig};
 
 #[path = "../../tests/support/messages.rs"]
 mod messages;
@@ -38,9 +38,14 @@ fn main() -> ExitCode {
     }
 }
 
+/// A client on a shared-memory driver of its own, in this process.
+fn client() -> Result<AttachedClient, String> {
+    embedded::start(EmbeddedConfig::default()).map_err(|e| e.to_string())
+}
+
 fn consume(channel: &str) -> Result<(), String> {
-    let client = Client::new(DriverContext::default()).map_err(|e| e.to_string())?;
-    let subscription = client.add_subscription(channel, STREAM).map_err(|e| e.to_string())?;
+    let client = client()?;
+    let mut subscription = client.add_subscription(channel, STREAM).map_err(|e| e.to_string())?;
     println!("subscribed");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut batch = MessageBatch::default();
@@ -54,8 +59,8 @@ fn consume(channel: &str) -> Result<(), String> {
 }
 
 fn receive(channel: &str, count: u64) -> Result<(), String> {
-    let client = Client::new(DriverContext::default()).map_err(|e| e.to_string())?;
-    let subscription = client.add_subscription(channel, STREAM).map_err(|e| e.to_string())?;
+    let client = client()?;
+    let mut subscription = client.add_subscription(channel, STREAM).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs(40);
     let mut batch = MessageBatch::default();
     let mut next = 0;
@@ -78,7 +83,7 @@ fn receive(channel: &str, count: u64) -> Result<(), String> {
             next += 1;
         }
     }
-    let counters: Vec<ImageCounters> = subscription.images().iter().map(|image| image.counters).collect();
-    println!("receiver done: {count} messages, image counters {counters:?}");
+    let images = subscription.images().map_err(|e| e.to_string())?;
+    println!("receiver done: {count} messages, images {images:?}");
     Ok(())
 }

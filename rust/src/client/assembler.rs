@@ -1,9 +1,4 @@
-//! Reassembly of fragmented messages into a batch of whole messages.
-
-use std::collections::HashMap;
-
-use crate::protocol::image::Fragment;
-use crate::wire::flags;
+//! A batch of whole messages, as a subscription's poll hands them out.
 
 /// Where a message came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,55 +69,5 @@ impl MessageBatch {
     fn push_header(&mut self, header: MessageHeader) {
         self.offsets.push(self.data.len());
         self.headers.push(header);
-    }
-}
-
-/// Per-session buffers for messages whose first fragments have arrived.
-#[derive(Debug, Default)]
-pub struct Assembler {
-    partial: HashMap<i32, Vec<u8>>,
-}
-
-impl Assembler {
-    /// Feeds one fragment; complete messages are appended to `batch`.
-    pub fn on_fragment(&mut self, fragment: &Fragment<'_>, batch: &mut MessageBatch) {
-        let header = fragment.header;
-        let message_header = MessageHeader {
-            session_id: header.session_id,
-            stream_id: header.stream_id,
-            position: fragment.position,
-            term_id: header.term_id,
-            term_offset: header.term_offset,
-            flags: header.flags,
-            reserved_value: header.reserved_value,
-        };
-        let begin = header.flags & flags::BEGIN != 0;
-        let end = header.flags & flags::END != 0;
-        if begin && end {
-            batch.data.extend_from_slice(fragment.payload);
-            batch.push_header(message_header);
-            return;
-        }
-        if begin {
-            let buffer = self.partial.entry(header.session_id).or_default();
-            buffer.clear();
-            buffer.extend_from_slice(fragment.payload);
-            return;
-        }
-        let Some(buffer) = self.partial.get_mut(&header.session_id) else { return };
-        if buffer.is_empty() {
-            return; // joined mid-message: drop fragments until the next BEGIN
-        }
-        buffer.extend_from_slice(fragment.payload);
-        if end {
-            batch.data.extend_from_slice(buffer);
-            buffer.clear();
-            batch.push_header(message_header);
-        }
-    }
-
-    /// Forgets a session (its image went away).
-    pub fn remove_session(&mut self, session_id: i32) {
-        self.partial.remove(&session_id);
     }
 }

@@ -146,6 +146,86 @@ fn forget_publication_handle(inbox: &mut Inbox, registration_id: i64) {
     }
 }
 
+/// What one broadcast message did to the [`Inbox`].
+#[derive(Debug, PartialEq)]
+enum Applied {
+    /// Nothing this client waits for, or only kept for a later call.
+    Nothing,
+    /// A subscription of this client gained or lost an image.
+    ImagesChanged,
+    /// The driver timed this client out.
+    ClientTimedOut,
+    /// The answer to a command whose caller gave up: what it created must be undone.
+    Abandoned(Response),
+}
+
+impl Inbox {
+    /// Takes one message from the driver's broadcast, in broadcast order.
+    fn apply(&mut self, response: Response, client_id: i64) -> Applied {
+        match response {
+            Response::AvailableImage {
+                correlation_id,
+                subscription_registration_id,
+                log_file,
+                subscriber_position_counter_id,
+                session_id,
+                ..
+            } => match self.images.get_mut(&subscription_registration_id) {
+                Some(images) => {
+                    images.push(NewImage {
+                        correlation_id,
+                        session_id,
+                        log_file,
+                        position_counter_id: subscriber_position_counter_id,
+                    });
+                    Applied::ImagesChanged
+                }
+                None => Applied::Nothing,
+            },
+            Response::UnavailableImage { correlation_id, subscription_registration_id, .. } => {
+                if self.images.contains_key(&subscription_registration_id) {
+                    self.gone.insert(correlation_id);
+                    Applied::ImagesChanged
+                } else {
+                    Applied::Nothing
+                }
+            }
+            Response::ClientTimeout { client_id: timed_out } if timed_out == client_id => Applied::ClientTimedOut,
+            Response::Error { correlation_id, .. }
+            | Response::PublicationReady { correlation_id, .. }
+            | Response::SubscriptionReady { correlation_id }
+            | Response::OperationSuccess { correlation_id }
+            | Response::PublicationStatus { correlation_id, .. }
+            | Response::SubscriptionStatus { correlation_id, .. } => {
+                if self.pending.remove(&correlation_id) {
+                    // Count the handle now, not when the caller takes the answer: a driver event
+                    // for the publication may follow in this very batch.
+                    if let Response::PublicationReady { registration_id, .. } = response {
+                        *self.publications.entry(registration_id).or_insert(0) += 1;
+                    }
+                    self.responses.insert(correlation_id, response);
+                    Applied::Nothing
+                } else if self.abandoned.remove(&correlation_id) {
+                    Applied::Abandoned(response)
+                } else {
+                    Applied::Nothing
+                }
+            }
+            Response::DriverEvent { publication_registration_id, json } => {
+                if self.publications.contains_key(&publication_registration_id) {
+                    match serde_json::from_str::<DriverEventInfo>(&json) {
+                        Ok(_) if self.events.len() >= MAX_EVENTS => self.dropped_events += 1,
+                        Ok(event) => self.events.push_back(event),
+                        Err(_) => self.dropped_events += 1,
+                    }
+                }
+                Applied::Nothing
+            }
+            Response::ClientTimeout { .. } => Applied::Nothing,
+        }
+    }
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding these locks leaves plain data consistent enough to continue.
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -223,61 +303,11 @@ impl Shared {
                 Received::Lapped => continue,
             };
             let Ok(response) = Response::decode(msg_type_id, scratch) else { continue };
-            match response {
-                Response::AvailableImage {
-                    correlation_id,
-                    subscription_registration_id,
-                    log_file,
-                    subscriber_position_counter_id,
-                    session_id,
-                    ..
-                } => {
-                    if let Some(images) = inbox.images.get_mut(&subscription_registration_id) {
-                        images.push(NewImage {
-                            correlation_id,
-                            session_id,
-                            log_file,
-                            position_counter_id: subscriber_position_counter_id,
-                        });
-                        changed = true;
-                    }
-                }
-                Response::UnavailableImage { correlation_id, subscription_registration_id, .. } => {
-                    if inbox.images.contains_key(&subscription_registration_id) {
-                        inbox.gone.insert(correlation_id);
-                        changed = true;
-                    }
-                }
-                Response::ClientTimeout { client_id } if client_id == self.client_id => {
-                    self.closed.store(true, Ordering::Relaxed);
-                }
-                Response::Error { correlation_id, .. }
-                | Response::PublicationReady { correlation_id, .. }
-                | Response::SubscriptionReady { correlation_id }
-                | Response::OperationSuccess { correlation_id }
-                | Response::PublicationStatus { correlation_id, .. }
-                | Response::SubscriptionStatus { correlation_id, .. } => {
-                    if inbox.pending.remove(&correlation_id) {
-                        // Count the handle now, not when the caller takes the answer: a driver
-                        // event for the publication may follow in this very batch.
-                        if let Response::PublicationReady { registration_id, .. } = response {
-                            *inbox.publications.entry(registration_id).or_insert(0) += 1;
-                        }
-                        inbox.responses.insert(correlation_id, response);
-                    } else if inbox.abandoned.remove(&correlation_id) {
-                        self.undo(&response, &mut inbox);
-                    }
-                }
-                Response::DriverEvent { publication_registration_id, json } => {
-                    if inbox.publications.contains_key(&publication_registration_id) {
-                        match serde_json::from_str::<DriverEventInfo>(&json) {
-                            Ok(_) if inbox.events.len() >= MAX_EVENTS => inbox.dropped_events += 1,
-                            Ok(event) => inbox.events.push_back(event),
-                            Err(_) => inbox.dropped_events += 1,
-                        }
-                    }
-                }
-                Response::ClientTimeout { .. } => {}
+            match inbox.apply(response, self.client_id) {
+                Applied::Nothing => {}
+                Applied::ImagesChanged => changed = true,
+                Applied::ClientTimedOut => self.closed.store(true, Ordering::Relaxed),
+                Applied::Abandoned(response) => self.undo(&response, &mut inbox),
             }
         }
         if changed {
@@ -811,6 +841,16 @@ impl AttachedPublication {
         self.log.max_message_length()
     }
 
+    /// Term length of the log.
+    pub fn term_length(&self) -> u32 {
+        self.log.term_length()
+    }
+
+    /// Initial term id of the log.
+    pub fn initial_term_id(&self) -> i32 {
+        self.log.initial_term_id()
+    }
+
     /// Appends one message (lock-free; any number of threads and processes may offer at once).
     pub fn offer(&self, payload: &[u8]) -> Result<AttachedOffer> {
         self.shared.check()?;
@@ -1202,5 +1242,82 @@ impl Drop for AttachedSubscription {
         if self.shared.check().is_ok() {
             self.shared.remove_subscription(self.registration_id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shm::status::DriverEventKindInfo;
+
+    const CLIENT: i64 = 1;
+
+    fn ready(correlation_id: i64, registration_id: i64) -> Response {
+        Response::PublicationReady {
+            correlation_id,
+            registration_id,
+            session_id: 5,
+            stream_id: 10,
+            publisher_limit_counter_id: 3,
+            log_file: "publications/5.logbuffer".into(),
+        }
+    }
+
+    fn joined(registration_id: i64) -> Response {
+        let event = DriverEventInfo {
+            time: 0.0,
+            level: "INFO".into(),
+            channel: "aeron:udp?endpoint=127.0.0.1:40123".into(),
+            stream_id: 10,
+            session_id: 5,
+            kind: DriverEventKindInfo::ReceiverJoined { receiver_id: 9, group_tag: None },
+            message: "INFO receiver joined: receiver_id=9".into(),
+        };
+        Response::DriverEvent {
+            publication_registration_id: registration_id,
+            json: serde_json::to_string(&event).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_driver_event_in_the_same_batch_as_its_publication_ready_is_kept() {
+        let mut inbox = Inbox::default();
+        inbox.pending.insert(7);
+        // One service pass: the answer and the publication's first event, before the caller
+        // has taken the answer.
+        assert_eq!(inbox.apply(ready(7, 70), CLIENT), Applied::Nothing);
+        assert_eq!(inbox.apply(joined(70), CLIENT), Applied::Nothing);
+        assert!(inbox.responses.contains_key(&7), "the answer waits for its caller");
+        assert_eq!(inbox.events.len(), 1, "the event was dropped");
+        assert!(matches!(inbox.events[0].kind, DriverEventKindInfo::ReceiverJoined { receiver_id: 9, .. }));
+    }
+
+    #[test]
+    fn events_of_publications_without_a_handle_here_are_not_kept() {
+        let mut inbox = Inbox::default();
+        inbox.pending.insert(7);
+        assert_eq!(inbox.apply(joined(70), CLIENT), Applied::Nothing);
+        inbox.apply(ready(7, 70), CLIENT);
+        forget_publication_handle(&mut inbox, 70);
+        inbox.apply(joined(70), CLIENT);
+        assert!(inbox.events.is_empty(), "{:?}", inbox.events);
+    }
+
+    #[test]
+    fn an_answer_whose_caller_gave_up_is_handed_back_for_undoing_and_not_counted() {
+        let mut inbox = Inbox::default();
+        inbox.abandoned.insert(8);
+        assert_eq!(inbox.apply(ready(8, 80), CLIENT), Applied::Abandoned(ready(8, 80)));
+        assert!(inbox.responses.is_empty() && inbox.publications.is_empty() && inbox.abandoned.is_empty());
+        // An answer nobody waits for (another client's) changes nothing.
+        assert_eq!(inbox.apply(ready(9, 90), CLIENT), Applied::Nothing);
+        assert!(inbox.responses.is_empty());
+    }
+
+    #[test]
+    fn only_this_clients_timeout_closes_it() {
+        let mut inbox = Inbox::default();
+        assert_eq!(inbox.apply(Response::ClientTimeout { client_id: CLIENT + 1 }, CLIENT), Applied::Nothing);
+        assert_eq!(inbox.apply(Response::ClientTimeout { client_id: CLIENT }, CLIENT), Applied::ClientTimedOut);
     }
 }

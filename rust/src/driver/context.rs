@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use super::idle::IdleStrategy;
 use crate::error::{Error, Result};
 use crate::flow_control::FlowControlDefaults;
 use crate::limits;
@@ -62,35 +61,9 @@ pub mod ranges {
     pub const COMMAND_TIMEOUT_MS: SettingRange = SettingRange { name: "command_timeout_ms", min: 1, max: 3_600_000 };
 }
 
-/// How the driver's agents get CPU time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ThreadingMode {
-    /// One driver thread runs conductor, sender and receiver in turn (the default: it leaves
-    /// the second core of a 2-core machine to the application).
-    Shared,
-    /// No driver thread: the application calls [`super::Driver::do_work`] (or the client does it
-    /// inside `offer`/`poll`). Best throughput and latency when the application busy-polls.
-    Invoker,
-}
-
-impl std::str::FromStr for ThreadingMode {
-    type Err = String;
-    fn from_str(value: &str) -> Result<Self, String> {
-        match value {
-            "shared" => Ok(ThreadingMode::Shared),
-            "invoker" => Ok(ThreadingMode::Invoker),
-            other => Err(format!("threading mode {other:?} is not one of: shared, invoker")),
-        }
-    }
-}
-
 /// Driver settings. `Default` gives the documented defaults.
 #[derive(Clone, Debug)]
 pub struct DriverContext {
-    /// Threads of the driver.
-    pub threading_mode: ThreadingMode,
-    /// How the driver thread waits when it has nothing to do.
-    pub idle_strategy: IdleStrategy,
     /// Flow control for publications whose URI has no `fc=`.
     pub flow_control: FlowControlDefaults,
     /// Interval of status messages per image (100 ms, as the design document says).
@@ -121,10 +94,6 @@ pub struct DriverContext {
     pub client_command_timeout: Duration,
     /// Datagrams a sender or receiver handles per endpoint per duty cycle.
     pub datagrams_per_cycle: usize,
-    /// Shared mode: a client call that finds nothing to do (an empty poll, a refused offer)
-    /// yields the CPU once, so an application busy loop does not starve the driver thread
-    /// on a machine with fewer cores than busy threads (true).
-    pub client_yields_when_idle: bool,
     /// Images one subscription may have at once (128); further SETUPs are refused and counted
     /// (`images_refused`), so a flood of forged sessions cannot exhaust memory.
     pub max_images_per_subscription: usize,
@@ -161,8 +130,6 @@ impl DriverContext {
 impl Default for DriverContext {
     fn default() -> Self {
         DriverContext {
-            threading_mode: ThreadingMode::Shared,
-            idle_strategy: IdleStrategy::default(),
             flow_control: FlowControlDefaults::default(),
             status_message_interval: defaults::STATUS_MESSAGE_INTERVAL,
             nak_unicast_delay: defaults::NAK_UNICAST_DELAY,
@@ -178,7 +145,6 @@ impl Default for DriverContext {
             socket_send_buffer: None,
             client_command_timeout: Duration::from_secs(5),
             datagrams_per_cycle: 32,
-            client_yields_when_idle: true,
             max_images_per_subscription: defaults::MAX_IMAGES_PER_SUBSCRIPTION,
         }
     }

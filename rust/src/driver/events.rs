@@ -1,20 +1,14 @@
-//! The driver-wide event log: receivers joining and leaving flow-control groups, connection
-//! changes and receiver errors, in a bounded ring the application drains.
+//! Driver events: receivers joining and leaving flow-control groups, connection changes and
+//! receiver errors.
 //!
-//! Publications queue [`PublicationEvent`]s; the sender agent drains them every duty cycle into
-//! one [`EventLog`] shared with the [`Driver`](super::Driver) handle, which hands them out with
-//! [`Driver::drain_events`](super::Driver::drain_events). Nothing is printed: a full ring drops
-//! the oldest event and counts it.
+//! Publications queue [`PublicationEvent`]s; the media driver's sender agent drains them every
+//! duty cycle and broadcasts each as a `DriverEventInfo` record (`shm::status`) to the clients.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::time::SystemTime;
 
 use crate::flow_control::{FlowControlEvent, RemovalReason};
 use crate::protocol::PublicationEvent;
-
-/// Events kept before the oldest is dropped.
-pub const DEFAULT_EVENT_LOG_CAPACITY: usize = 10_000;
 
 /// What happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -138,57 +132,6 @@ impl fmt::Display for DriverEvent {
     }
 }
 
-/// A bounded ring of [`DriverEvent`]s; when full, the oldest is dropped and counted.
-#[derive(Debug)]
-pub struct EventLog {
-    events: VecDeque<DriverEvent>,
-    capacity: usize,
-    dropped: u64,
-}
-
-impl Default for EventLog {
-    fn default() -> Self {
-        EventLog::new(DEFAULT_EVENT_LOG_CAPACITY)
-    }
-}
-
-impl EventLog {
-    /// A log keeping at most `capacity` events (at least 1).
-    pub fn new(capacity: usize) -> Self {
-        let capacity = capacity.max(1);
-        EventLog { events: VecDeque::with_capacity(capacity.min(1024)), capacity, dropped: 0 }
-    }
-
-    /// Appends an event, dropping the oldest when full.
-    pub fn push(&mut self, event: DriverEvent) {
-        if self.events.len() >= self.capacity {
-            self.events.pop_front();
-            self.dropped += 1;
-        }
-        self.events.push_back(event);
-    }
-
-    /// Takes every event, oldest first.
-    pub fn drain(&mut self) -> Vec<DriverEvent> {
-        self.events.drain(..).collect()
-    }
-
-    /// Events waiting to be drained.
-    pub fn len(&self) -> usize {
-        self.events.len()
-    }
-
-    /// Whether no event is waiting.
-    pub fn is_empty(&self) -> bool {
-        self.events.is_empty()
-    }
-
-    /// Events dropped because the log was full.
-    pub fn dropped(&self) -> u64 {
-        self.dropped
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,24 +161,6 @@ mod tests {
             reason: RemovalReason::Timeout,
         });
         assert!(removed.to_string().starts_with("INFO receiver removed (timeout): receiver_id=-3 group_tag=none "));
-    }
-
-    #[test]
-    fn full_log_drops_oldest_and_counts() {
-        let mut log = EventLog::new(2);
-        for connected in [true, false, true] {
-            log.push(event(DriverEventKind::ConnectionChanged { connected }));
-        }
-        assert_eq!(log.dropped(), 1);
-        let kinds: Vec<_> = log.drain().into_iter().map(|e| e.kind).collect();
-        assert_eq!(
-            kinds,
-            [
-                DriverEventKind::ConnectionChanged { connected: false },
-                DriverEventKind::ConnectionChanged { connected: true }
-            ]
-        );
-        assert!(log.is_empty());
     }
 
     #[test]

@@ -12,11 +12,8 @@ use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList};
 
 use super::buffers::{arrow_binary, is_arrow, with_bytes};
 use super::errors::{self, invalid_argument, transport_error, wrong_type};
-use crate::client::{
-    self, ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle, SubscriptionHandle,
-};
-use crate::driver::events::DriverEventKind;
-use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange, ThreadingMode};
+use crate::client::{ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle, SubscriptionHandle};
+use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange};
 use crate::embedded::{self, EmbeddedConfig, EmbeddedThreading};
 use crate::error::Error;
 use crate::flow_control::FlowControlSpec;
@@ -151,10 +148,6 @@ impl Client {
         }
         Ok(self.inner.clone())
     }
-
-    fn embedded(&self, what: &str) -> PyResult<&std::sync::Arc<client::Client>> {
-        self.inner.embedded(what).map_err(transport_error)
-    }
 }
 
 #[pymethods]
@@ -217,7 +210,6 @@ impl Client {
         }
         if let Some(value) = idle {
             config.idle = parse_setting::<IdleStrategy>("idle", value)?;
-            context.idle_strategy = config.idle;
         }
         if let Some(value) = term_length {
             // As `affinity driver --term-length`: the default of IPC and UDP logs alike.
@@ -250,7 +242,6 @@ impl Client {
             let ms = ranged(&ranges::RECEIVER_TIMEOUT_MS, value)?;
             context.flow_control.receiver_timeout = std::time::Duration::from_millis(ms);
         }
-        context.client_yields_when_idle = yield_when_idle;
         if let Some(value) = command_timeout_ms {
             let ms = ranged(&ranges::COMMAND_TIMEOUT_MS, value)?;
             context.client_command_timeout = std::time::Duration::from_millis(ms);
@@ -258,7 +249,7 @@ impl Client {
         context.validate().map_err(transport_error)?;
         config.driver.context = context;
         let inner = py.detach(|| embedded::start(config)).map_err(transport_error)?;
-        Ok(Client { inner: std::sync::Arc::new(ClientHandle::Attached(inner)) })
+        Ok(Client { inner: std::sync::Arc::new(ClientHandle::from(inner)) })
     }
 
     /// Creates a publication.
@@ -283,59 +274,15 @@ impl Client {
     /// connection changes, error frames), oldest first. Each is also logged on the Python
     /// logger `affinity.driver` (INFO, WARNING for error frames).
     fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        if let Some(attached) = self.inner.attached() {
-            let events = py.detach(|| attached.drain_events()).map_err(transport_error)?;
-            let logger = py.import("logging")?.call_method1("getLogger", ("affinity.driver",))?;
-            let list = PyList::empty(py);
-            for event in events {
-                let level = if event.level == "WARN" { 30 } else { 20 };
-                let line = event.message.split_once(' ').map(|(_, rest)| rest).unwrap_or(&event.message);
-                logger.call_method1("log", (level, line))?;
-                list.append(json_record(py, &event)?)?;
-            }
-            return Ok(list);
-        }
-        let inner = self.embedded("Client.events()")?;
-        py.detach(|| inner.check_running()).map_err(transport_error)?;
-        let events = py.detach(|| inner.drain_events());
+        let client = self.inner.client();
+        let events = py.detach(|| client.drain_events()).map_err(transport_error)?;
         let logger = py.import("logging")?.call_method1("getLogger", ("affinity.driver",))?;
         let list = PyList::empty(py);
         for event in events {
-            let line = event.to_string();
-            let entry = PyDict::new(py);
-            let seconds = event.time.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-            entry.set_item("time", seconds)?;
-            entry.set_item("level", event.level())?;
-            entry.set_item("channel", &event.channel)?;
-            entry.set_item("stream_id", event.stream_id)?;
-            entry.set_item("session_id", event.session_id)?;
-            match &event.kind {
-                DriverEventKind::ReceiverJoined { receiver_id, group_tag } => {
-                    entry.set_item("kind", "receiver_joined")?;
-                    entry.set_item("receiver_id", receiver_id)?;
-                    entry.set_item("group_tag", group_tag)?;
-                }
-                DriverEventKind::ReceiverRemoved { receiver_id, group_tag, reason } => {
-                    entry.set_item("kind", "receiver_removed")?;
-                    entry.set_item("receiver_id", receiver_id)?;
-                    entry.set_item("group_tag", group_tag)?;
-                    entry.set_item("reason", crate::driver::events::reason_name(*reason))?;
-                }
-                DriverEventKind::ConnectionChanged { connected } => {
-                    entry.set_item("kind", "connection_changed")?;
-                    entry.set_item("connected", connected)?;
-                }
-                DriverEventKind::ReceiverError { receiver_id, code, message } => {
-                    entry.set_item("kind", "receiver_error")?;
-                    entry.set_item("receiver_id", receiver_id)?;
-                    entry.set_item("code", code)?;
-                    entry.set_item("error", message)?;
-                }
-            }
-            let level = if event.level() == "WARN" { 30 } else { 20 };
-            logger.call_method1("log", (level, line.split_once(' ').map(|(_, rest)| rest).unwrap_or(&line)))?;
-            entry.set_item("message", line)?;
-            list.append(entry)?;
+            let level = if event.level == "WARN" { 30 } else { 20 };
+            let line = event.message.split_once(' ').map(|(_, rest)| rest).unwrap_or(&event.message);
+            logger.call_method1("log", (level, line))?;
+            list.append(json_record(py, &event)?)?;
         }
         Ok(list)
     }
@@ -344,52 +291,27 @@ impl Client {
     /// and inactive-image datagrams, refused SETUPs and images, images that ended with data
     /// missing, send errors, events lost.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        if let Some(attached) = self.inner.attached() {
-            let values = py.detach(|| attached.system_counters()).map_err(transport_error)?;
-            let dict = PyDict::new(py);
-            for (key, value) in values {
-                dict.set_item(key, value)?;
-            }
-            return Ok(dict);
-        }
-        let driver = self.embedded("Client.counters()")?.driver();
-        let dropped_events = py.detach(|| driver.dropped_events());
+        let client = self.inner.client();
+        let values = py.detach(|| client.system_counters()).map_err(transport_error)?;
         let dict = PyDict::new(py);
-        dict.set_item("invalid_data_frames", driver.invalid_data_frames())?;
-        let receiver = driver.receiver_counters();
-        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(std::sync::atomic::Ordering::Relaxed);
-        dict.set_item("duplicate_data_frames", load(&receiver.duplicate_frames))?;
-        dict.set_item("overrun_data_frames", load(&receiver.overrun_frames))?;
-        dict.set_item("inactive_image_frames", load(&receiver.inactive_image_frames))?;
-        dict.set_item("setups_refused", load(&receiver.setups_refused))?;
-        dict.set_item("images_refused", load(&receiver.images_refused))?;
-        dict.set_item("images_ended_incomplete", load(&receiver.images_ended_incomplete))?;
-        dict.set_item("invalid_control_frames", driver.invalid_control_frames())?;
-        dict.set_item("send_errors", driver.send_errors())?;
-        dict.set_item("dropped_events", dropped_events)?;
+        for (key, value) in values {
+            dict.set_item(key, value)?;
+        }
         Ok(dict)
     }
 
     /// One driver duty cycle (invoker threading) unless another thread is running one;
     /// returns the work done.
     fn do_work(&self, py: Python<'_>) -> PyResult<usize> {
-        if let Some(attached) = self.inner.attached() {
-            return py.detach(|| attached.do_work()).map_err(transport_error);
-        }
-        let driver = self.embedded("Client.do_work()")?.driver();
-        py.detach(|| driver.try_do_work()).map_err(transport_error)
+        let client = self.inner.client();
+        py.detach(|| client.do_work()).map_err(transport_error)
     }
 
-    /// The threading mode: "shared" or "invoker".
+    /// The threading mode of the embedded driver (`shared`, `shared-network`, `dedicated`,
+    /// `invoker`), or `standalone` for a client attached to a standalone driver.
     #[getter]
     fn threading(&self) -> &'static str {
-        match &*self.inner {
-            ClientHandle::Embedded(inner) => match inner.context().threading_mode {
-                ThreadingMode::Shared => "shared",
-                ThreadingMode::Invoker => "invoker",
-            },
-            ClientHandle::Attached(client) => client.threading(),
-        }
+        self.inner.client().threading()
     }
 
     /// Whether the client was closed.
@@ -433,23 +355,6 @@ fn json_record<'py, T: serde::Serialize>(py: Python<'py>, record: &T) -> PyResul
     let text = serde_json::to_string(record)
         .map_err(|e| transport_error(Error::Driver(format!("driver record not encodable: {e}"))))?;
     py.import("json")?.call_method1("loads", (text,))
-}
-
-/// `[{receiver_id, group_tag, position, window}, ...]` for `Publication.counters()`.
-fn receiver_list<'py>(
-    py: Python<'py>,
-    receivers: impl Iterator<Item = (i64, Option<i64>, i64, i32)>,
-) -> PyResult<Bound<'py, PyList>> {
-    let list = PyList::empty(py);
-    for (receiver_id, group_tag, position, window) in receivers {
-        let entry = PyDict::new(py);
-        entry.set_item("receiver_id", receiver_id)?;
-        entry.set_item("group_tag", group_tag)?;
-        entry.set_item("position", position)?;
-        entry.set_item("window", window)?;
-        list.append(entry)?;
-    }
-    Ok(list)
 }
 
 /// Sends messages on one channel and stream.
@@ -540,42 +445,8 @@ impl Publication {
 
     /// Counters: positions, limit, strategy, receivers, connected flag, traffic counts.
     fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        if let Some(status) = py.detach(|| self.inner.attached_status()) {
-            return json_record(py, &status.map_err(transport_error)?);
-        }
-        let inner = self.inner.embedded("Publication.counters()").map_err(transport_error)?;
-        let status = py.detach(|| inner.shared().state().status());
-        let dict = PyDict::new(py);
-        dict.set_item("session_id", status.session_id)?;
-        dict.set_item("stream_id", status.stream_id)?;
-        dict.set_item("position", status.tail_position)?;
-        dict.set_item("sender_position", status.sender_position)?;
-        dict.set_item("sender_limit", status.sender_limit)?;
-        dict.set_item("publisher_limit", status.publisher_limit)?;
-        dict.set_item("connected", status.connected)?;
-        dict.set_item("closed", status.closed)?;
-        dict.set_item("strategy", status.strategy)?;
-        dict.set_item("group_tag", status.group_tag)?;
-        dict.set_item("group_min_size", status.group_min_size)?;
-        dict.set_item("receiver_timeout_ms", status.receiver_timeout.as_millis() as u64)?;
-        let group = status.group_receivers.iter().map(|r| (r.receiver_id, r.group_tag, r.position, r.window));
-        dict.set_item("receivers", receiver_list(py, group)?)?;
-        let live = status.live_receivers.iter().map(|r| (r.receiver_id, r.group_tag, r.position, r.window));
-        dict.set_item("live_receivers", receiver_list(py, live)?)?;
-        let counters = status.counters;
-        dict.set_item("status_messages", counters.status_messages)?;
-        dict.set_item("naks_received", counters.naks_received)?;
-        dict.set_item("naks_ignored", counters.naks_ignored)?;
-        dict.set_item("retransmits_sent", counters.retransmits_sent)?;
-        dict.set_item("retransmitted_bytes", counters.retransmitted_bytes)?;
-        dict.set_item("datagrams_sent", counters.datagrams_sent)?;
-        dict.set_item("bytes_sent", counters.bytes_sent)?;
-        dict.set_item("heartbeats_sent", counters.heartbeats_sent)?;
-        dict.set_item("setups_sent", counters.setups_sent)?;
-        dict.set_item("errors_received", counters.errors_received)?;
-        dict.set_item("invalid_control_frames", counters.invalid_control_frames)?;
-        dict.set_item("receivers_refused", counters.receivers_refused)?;
-        Ok(dict.into_any())
+        let status = py.detach(|| self.inner.status()).map_err(transport_error)?;
+        json_record(py, &status)
     }
 
     /// Closes the publication; appended data is still delivered.
@@ -767,39 +638,8 @@ impl Subscription {
 
     /// One dict per image: positions, loss and NAK counters.
     fn images<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        if let Some(images) = py.detach(|| self.inner.attached_images()) {
-            return json_record(py, &images.map_err(transport_error)?);
-        }
-        let inner = self.inner.embedded("Subscription.images()").map_err(transport_error)?;
-        let images = py.detach(|| inner.check_running().map(|()| inner.images())).map_err(transport_error)?;
-        let list = PyList::empty(py);
-        for status in images {
-            let entry = PyDict::new(py);
-            entry.set_item("session_id", status.session_id)?;
-            entry.set_item("source", status.source)?;
-            entry.set_item("position", status.position)?;
-            entry.set_item("rebuild_position", status.rebuild_position)?;
-            entry.set_item("hwm_position", status.hwm_position)?;
-            entry.set_item("active", status.active)?;
-            let c = status.counters;
-            entry.set_item("datagrams_received", c.datagrams_received)?;
-            entry.set_item("bytes_received", c.bytes_received)?;
-            entry.set_item("heartbeats_received", c.heartbeats_received)?;
-            entry.set_item("duplicates", c.duplicates)?;
-            entry.set_item("overruns", c.overruns)?;
-            entry.set_item("malformed", c.malformed)?;
-            entry.set_item("inactive", c.inactive)?;
-            entry.set_item("eos_rejected", c.eos_rejected)?;
-            entry.set_item("loss_gaps", c.loss_gaps)?;
-            entry.set_item("loss_bytes", c.loss_bytes)?;
-            entry.set_item("unrecoverable_gaps", c.unrecoverable_gaps)?;
-            entry.set_item("unrecoverable_bytes", c.unrecoverable_bytes)?;
-            entry.set_item("naks_sent", c.naks_sent)?;
-            entry.set_item("retransmits_received", c.retransmits_received)?;
-            entry.set_item("status_messages_sent", c.status_messages_sent)?;
-            list.append(entry)?;
-        }
-        Ok(list.into_any())
+        let images = py.detach(|| self.inner.images()).map_err(transport_error)?;
+        json_record(py, &images)
     }
 
     /// Stops receiving.
@@ -864,7 +704,7 @@ impl LossyRelay {
 
     /// Datagram counts: received, dropped, duplicated, reordered.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let relay = crate::driver::lock(&self.inner);
+        let relay = self.relay()?;
         let stats = relay.stats();
         let dict = PyDict::new(py);
         dict.set_item("received", stats.received.load(Ordering::Relaxed))?;
@@ -875,8 +715,15 @@ impl LossyRelay {
     }
 
     /// Stops the relay.
-    fn close(&self, py: Python<'_>) {
-        py.detach(|| crate::driver::lock(&self.inner).stop());
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.relay().map(|mut relay| relay.stop()))
+    }
+}
+
+impl LossyRelay {
+    /// The relay; a poisoned lock (a thread panicked holding it: a bug) is an error, not hidden.
+    fn relay(&self) -> PyResult<std::sync::MutexGuard<'_, RustRelay>> {
+        self.inner.lock().map_err(|_| transport_error(Error::Driver("a thread panicked holding the relay lock".into())))
     }
 }
 
