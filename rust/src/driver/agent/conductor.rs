@@ -699,6 +699,13 @@ fn ipc_channel(channel: &str) -> Result<ChannelUri, String> {
              (launch it as a MediaDriver to carry aeron:udp)"
         ));
     }
+    // As on aeron:udp (conductor/network.rs): never silently ignored.
+    if uri.initial_position.is_some() {
+        return Err(format!(
+            "{channel}: init-term-id / term-id / term-offset is not supported by this driver \
+             (a shared log starts at position 0)"
+        ));
+    }
     Ok(uri)
 }
 
@@ -720,6 +727,15 @@ mod tests {
             ipc_term_length: 64 * 1024,
             ..StandaloneConfig::new(dir)
         }
+    }
+
+    #[test]
+    fn an_ipc_channel_with_a_start_position_is_refused_naming_the_keys() {
+        let channel = "aeron:ipc?term-length=64k|init-term-id=7|term-id=8|term-offset=64";
+        let message = ipc_channel(channel).expect_err("a start position on a shared IPC log");
+        assert!(message.starts_with(channel), "{message}");
+        assert!(message.contains("init-term-id / term-id / term-offset"), "{message}");
+        assert!(ipc_channel("aeron:ipc?term-length=64k").is_ok());
     }
 
     #[test]
