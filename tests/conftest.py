@@ -122,19 +122,25 @@ ClientFactory = Callable[[], affinity.Client]
 
 
 @pytest.fixture
-def new_client(driver_kind: str, request: pytest.FixtureRequest) -> Iterator[ClientFactory]:
+def new_client(
+    driver_kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ClientFactory]:
     """Makes clients of ``driver_kind`` (each ``new_client()`` is a client of its own); any left
     open are closed after the test."""
     made: list[affinity.Client] = []
     standalone: StandaloneDriver | None = None
     if driver_kind == "standalone":
         standalone = request.getfixturevalue("standalone_driver")
-    elif driver_kind != "embedded":
+    elif driver_kind == "embedded":
+        # A $AFFINITY_DIR of the caller's would make Client() attach instead.
+        monkeypatch.delenv("AFFINITY_DIR", raising=False)
+    else:
         raise pytest.UsageError(f"driver_kind={driver_kind!r}: must be one of {DRIVER_KINDS}")
 
     def make() -> affinity.Client:
         client = affinity.Client() if standalone is None else standalone.client()
         made.append(client)
+        assert (client.threading == "standalone") == (standalone is not None), client.threading
         return client
 
     yield make
