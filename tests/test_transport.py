@@ -272,7 +272,7 @@ def test_slow_subscriber_back_pressures_the_publisher_without_loss(client: affin
 
 
 def test_publisher_and_subscriber_in_two_processes(
-    new_client: ClientFactory, client_env: dict[str, str], tmp_path: Path
+    driver_kind: str, new_client: ClientFactory, client_env: dict[str, str], tmp_path: Path
 ) -> None:
     # Standalone: the child attaches to the same driver ($AFFINITY_DIR), the stream still goes
     # through UDP between the driver's sender and receiver.
@@ -285,7 +285,7 @@ def test_publisher_and_subscriber_in_two_processes(
             import affinity
             with affinity.Client() as client:
                 sub = client.add_subscription("aeron:udp?endpoint=127.0.0.1:{port}", 21)
-                print("ready", flush=True)
+                print("ready", client.threading, flush=True)
                 expected = 0
                 deadline = time.monotonic() + 60
                 while expected < 50_000 and time.monotonic() < deadline:
@@ -301,7 +301,9 @@ def test_publisher_and_subscriber_in_two_processes(
     child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=client_env)
     try:
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
+        ready = child.stdout.readline().split()
+        assert ready[0] == "ready"
+        assert (ready[1] == "standalone") == (driver_kind == "standalone"), ready
         with new_client() as client:
             pub = client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", 21)
             wait_connected(pub, timeout=20)
