@@ -370,3 +370,22 @@ def test_ipc_delivers_to_every_subscriber_and_the_slowest_paces(client: affinity
     pub.close()
     fast.close()
     slow.close()
+
+
+def test_ipc_subscription_images_name_each_publication_log_and_the_read_position(client: affinity.Client) -> None:
+    sub = client.add_subscription("aeron:ipc", 31)
+    assert sub.images() == []
+    pub = client.add_publication("aeron:ipc", 31)
+    wait_connected(pub)
+    assert pub.offer_batch([b"i" * 100] * 10) == 10
+    received: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(received) < 10 and time.monotonic() < deadline:
+        received.extend(sub.poll_batch(100))
+    assert received == [b"i" * 100] * 10
+    (image,) = sub.images()
+    assert image["source"] == "ipc" and image["session_id"] == pub.session_id and image["active"]
+    assert image["position"] == image["rebuild_position"] == image["hwm_position"] == pub.position
+    assert image["datagrams_received"] == image["loss_gaps"] == image["naks_sent"] == 0
+    pub.close()
+    sub.close()

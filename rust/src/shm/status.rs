@@ -100,8 +100,11 @@ pub struct PublicationInfo {
     pub invalid_control_frames: u64,
 }
 
+/// [`ImageInfo::source`] (and the source identity announced) of an `aeron:ipc` image.
+pub const IPC_IMAGE_SOURCE: &str = "ipc";
+
 /// One image of a subscription (`ImageInfo` in `records.py`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageInfo {
     /// Publication session.
     pub session_id: i32,

@@ -29,6 +29,7 @@ use crate::shm::directory::{self, epoch_ms, PUBLICATIONS_DIR};
 use crate::shm::error_log::ErrorLogWriter;
 use crate::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
+use crate::shm::status::{ImageInfo, IPC_IMAGE_SOURCE, MAX_IMAGES_IN_STATUS};
 use crate::shm::ShmError;
 
 mod network;
@@ -389,12 +390,53 @@ impl StandaloneDriver {
                 format!("no network publication {registration_id} (IPC publications have no status record)"),
                 now_ms,
             ),
+            Command::QuerySubscription { correlation_id, registration_id, .. }
+                if self.subscriptions.iter().any(|s| s.registration_id == registration_id) =>
+            {
+                let response = self.ipc_subscription_status(registration_id, correlation_id);
+                self.respond(response, now_ms);
+            }
             Command::QuerySubscription { correlation_id, registration_id, .. } => self.refuse(
                 correlation_id,
                 error_code::UNKNOWN_SUBSCRIPTION,
                 format!("no network subscription {registration_id}"),
                 now_ms,
             ),
+        }
+    }
+
+    /// `Subscription.images()` of an `aeron:ipc` subscription: one record per publication log it
+    /// reads (source `ipc`; no datagrams, so the traffic and loss counters are 0).
+    fn ipc_subscription_status(&self, registration_id: i64, correlation_id: i64) -> Response {
+        let images = || -> Result<Vec<ImageInfo>, ShmError> {
+            let mut images = Vec::new();
+            for publication in &self.publications {
+                for link in publication.images.iter().filter(|link| link.subscription_id == registration_id) {
+                    if images.len() >= MAX_IMAGES_IN_STATUS {
+                        return Ok(images);
+                    }
+                    // Everything the publisher appended is in the shared log: nothing to rebuild.
+                    let tail = publication.log.tail_position()?;
+                    images.push(ImageInfo {
+                        session_id: publication.session_id,
+                        source: IPC_IMAGE_SOURCE.to_string(),
+                        position: link.position.get()?,
+                        rebuild_position: tail,
+                        hwm_position: tail,
+                        active: publication.released_at_ms.is_none(),
+                        ..ImageInfo::default()
+                    });
+                }
+            }
+            Ok(images)
+        };
+        let encoded = images().map_err(|e| format!("subscription {registration_id}: {e}")).and_then(|images| {
+            serde_json::to_string(&images)
+                .map_err(|e| format!("subscription {registration_id}: status not encodable: {e}"))
+        });
+        match encoded {
+            Ok(json) => Response::SubscriptionStatus { correlation_id, json },
+            Err(message) => Response::Error { correlation_id, code: error_code::GENERIC_ERROR, message },
         }
     }
 
@@ -535,7 +577,7 @@ impl StandaloneDriver {
             stream_id: publication.stream_id,
             subscriber_position_counter_id: position.id() as i32,
             log_file: publication.log_file.clone(),
-            source_identity: "ipc".into(),
+            source_identity: IPC_IMAGE_SOURCE.into(),
         };
         publication.images.push(ImageLink { subscription_id, position, correlation_id });
         let _ = publication.log.set_connected(true);
