@@ -389,3 +389,32 @@ def test_ipc_subscription_images_name_each_publication_log_and_the_read_position
     assert image["datagrams_received"] == image["loss_gaps"] == image["naks_sent"] == 0
     pub.close()
     sub.close()
+
+
+def test_ipc_publication_counters_show_the_tail_the_limit_and_each_subscriber(client: affinity.Client) -> None:
+    pub = client.add_publication("aeron:ipc?term-length=65536", 32)
+    alone = pub.counters()
+    assert not alone["connected"] and not alone["closed"] and alone["receivers"] == []
+    sub = client.add_subscription("aeron:ipc", 32)
+    wait_connected(pub)
+    assert pub.offer_batch([b"c" * 96] * 4) == 4
+    counters = pub.counters()
+    assert counters["session_id"] == pub.session_id and counters["stream_id"] == 32
+    assert counters["position"] == counters["sender_position"] == pub.position == 4 * 128
+    assert counters["strategy"] == "min" and counters["connected"]
+    (receiver,) = counters["receivers"]
+    assert counters["live_receivers"] == counters["receivers"]
+    # Nothing read yet: the subscriber is at 0 and the publisher may run a window (half a term) ahead.
+    assert receiver["position"] == 0 and counters["publisher_limit"] == 32768 == receiver["window"]
+    received: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(received) < 4 and time.monotonic() < deadline:
+        received.extend(sub.poll_batch(100))
+    assert received == [b"c" * 96] * 4
+    deadline = time.monotonic() + 10
+    while pub.counters()["publisher_limit"] != 4 * 128 + 32768:
+        assert time.monotonic() < deadline, pub.counters()
+        time.sleep(0.001)
+    assert pub.counters()["receivers"][0]["position"] == 4 * 128
+    sub.close()
+    pub.close()

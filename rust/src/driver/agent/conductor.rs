@@ -29,7 +29,10 @@ use crate::shm::directory::{self, epoch_ms, PUBLICATIONS_DIR};
 use crate::shm::error_log::ErrorLogWriter;
 use crate::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
-use crate::shm::status::{ImageInfo, IPC_IMAGE_SOURCE, MAX_IMAGES_IN_STATUS};
+use crate::shm::status::{
+    ImageInfo, PublicationInfo, ReceiverInfo, IPC_FLOW_CONTROL, IPC_IMAGE_SOURCE, MAX_IMAGES_IN_STATUS,
+    MAX_RECEIVERS_IN_STATUS,
+};
 use crate::shm::ShmError;
 
 mod network;
@@ -384,10 +387,16 @@ impl StandaloneDriver {
             }
             Command::ClientKeepalive { .. } => self.bump(SystemCounter::ClientKeepalives),
             Command::ClientClose { client_id } => self.remove_client(client_id, now_ms),
+            Command::QueryPublication { correlation_id, registration_id, .. }
+                if self.publications.iter().any(|p| p.registration_id == registration_id) =>
+            {
+                let response = self.ipc_publication_status(registration_id, correlation_id);
+                self.respond(response, now_ms);
+            }
             Command::QueryPublication { correlation_id, registration_id, .. } => self.refuse(
                 correlation_id,
                 error_code::UNKNOWN_PUBLICATION,
-                format!("no network publication {registration_id} (IPC publications have no status record)"),
+                format!("no publication {registration_id}"),
                 now_ms,
             ),
             Command::QuerySubscription { correlation_id, registration_id, .. }
@@ -402,6 +411,49 @@ impl StandaloneDriver {
                 format!("no network subscription {registration_id}"),
                 now_ms,
             ),
+        }
+    }
+
+    /// `Publication.counters()` of an `aeron:ipc` publication: no sender (everything appended is
+    /// readable: sender position = position), the slowest subscriber paces (`min`), each
+    /// subscription a receiver (its registration id, read position and the publication window),
+    /// none timed out by silence (receiver timeout 0), no traffic counts.
+    fn ipc_publication_status(&self, registration_id: i64, correlation_id: i64) -> Response {
+        let status = || -> Result<PublicationInfo, ShmError> {
+            let Some(publication) = self.publications.iter().find(|p| p.registration_id == registration_id) else {
+                return Err(ShmError::Parameter(format!("no publication {registration_id}")));
+            };
+            let tail = publication.log.tail_position()?;
+            let limit = publication.limit.get()?;
+            let window = i32::try_from(publication.log.publication_window()).unwrap_or(i32::MAX);
+            let mut receivers = Vec::new();
+            for link in publication.images.iter().take(MAX_RECEIVERS_IN_STATUS) {
+                let position = link.position.get()?;
+                receivers.push(ReceiverInfo { receiver_id: link.subscription_id, group_tag: None, position, window });
+            }
+            let closed = publication.released_at_ms.is_some();
+            Ok(PublicationInfo {
+                session_id: publication.session_id,
+                stream_id: publication.stream_id,
+                position: tail,
+                sender_position: tail,
+                sender_limit: limit,
+                publisher_limit: limit,
+                connected: !closed && !publication.images.is_empty(),
+                closed,
+                strategy: IPC_FLOW_CONTROL.to_string(),
+                live_receivers: receivers.clone(),
+                receivers,
+                ..PublicationInfo::default()
+            })
+        };
+        let encoded = status().map_err(|e| format!("publication {registration_id}: {e}")).and_then(|status| {
+            serde_json::to_string(&status)
+                .map_err(|e| format!("publication {registration_id}: status not encodable: {e}"))
+        });
+        match encoded {
+            Ok(json) => Response::PublicationStatus { correlation_id, json },
+            Err(message) => Response::Error { correlation_id, code: error_code::GENERIC_ERROR, message },
         }
     }
 
