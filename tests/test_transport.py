@@ -418,3 +418,16 @@ def test_ipc_publication_counters_show_the_tail_the_limit_and_each_subscriber(cl
     assert pub.counters()["receivers"][0]["position"] == 4 * 128
     sub.close()
     pub.close()
+
+
+def test_a_second_ipc_publisher_asking_for_another_term_length_or_mtu_is_refused(client: affinity.Client) -> None:
+    with client.add_publication("aeron:ipc?term-length=65536|mtu=4096", 33) as first:
+        for setting in ("term-length=131072", "mtu=8192"):
+            with pytest.raises(affinity.ChannelUriError, match=f"{setting} differs from the") as raised:
+                client.add_publication(f"aeron:ipc?{setting}", 33)
+            assert "stream 33" in str(raised.value)
+        # The same settings, or none, share the first publisher's log.
+        with client.add_publication("aeron:ipc?term-length=65536", 33) as second:
+            assert second.session_id == first.session_id
+        with client.add_publication("aeron:ipc", 33) as third:
+            assert third.session_id == first.session_id and third.max_message_length == first.max_message_length

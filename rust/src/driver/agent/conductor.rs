@@ -505,6 +505,22 @@ impl StandaloneDriver {
         if let Some(publication) =
             self.publications.iter_mut().find(|p| p.stream_id == stream_id && p.released_at_ms.is_none())
         {
+            // A setting the shared log cannot honour is refused, never silently ignored.
+            let existing = [
+                ("term-length", uri.term_length, publication.log.term_length()),
+                ("mtu", uri.mtu, publication.log.mtu()),
+            ];
+            if let Some((key, Some(asked), actual)) =
+                existing.into_iter().find(|(_, asked, actual)| asked.is_some_and(|a| a != *actual))
+            {
+                return Err((
+                    error_code::INVALID_CHANNEL,
+                    format!(
+                        "{channel}: {key}={asked} differs from the {actual} of the aeron:ipc publication already open \
+                         on stream {stream_id} (publishers of one stream share its log)"
+                    ),
+                ));
+            }
             *publication.owners.entry(client_id).or_insert(0) += 1;
             let response = Response::PublicationReady {
                 correlation_id,
