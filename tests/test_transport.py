@@ -129,6 +129,7 @@ def test_too_long_message_raises(client: affinity.Client) -> None:
         ("aeron-spy:aeron:udp?endpoint=127.0.0.1:40123", "spy"),
         ("aeron:udp?endpoint=127.0.0.1:40123|init-term-id=7|term-id=8|term-offset=64", "init-term-id"),
         ("aeron:ipc?init-term-id=7|term-id=8|term-offset=64", "init-term-id"),
+        ("aeron:ipc?session-id=5", "session-id"),
     ],
 )
 def test_bad_channel_uris_name_the_key_and_value(client: affinity.Client, uri: str, fragment: str) -> None:

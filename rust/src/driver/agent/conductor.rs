@@ -810,6 +810,12 @@ fn ipc_channel(channel: &str) -> Result<ChannelUri, String> {
         ));
     }
     // As on aeron:udp (conductor/network.rs): never silently ignored.
+    if uri.session_id.is_some() {
+        return Err(format!(
+            "{channel}: session-id is not supported on aeron:ipc by this driver \
+             (the publishers of one stream share one log and its session)"
+        ));
+    }
     if uri.initial_position.is_some() {
         return Err(format!(
             "{channel}: init-term-id / term-id / term-offset is not supported by this driver \
@@ -846,6 +852,8 @@ mod tests {
         assert!(message.starts_with(channel), "{message}");
         assert!(message.contains("init-term-id / term-id / term-offset"), "{message}");
         assert!(ipc_channel("aeron:ipc?term-length=64k").is_ok());
+        let message = ipc_channel("aeron:ipc?session-id=5").expect_err("a session id on a shared IPC log");
+        assert!(message.contains("session-id is not supported on aeron:ipc"), "{message}");
     }
 
     #[test]
