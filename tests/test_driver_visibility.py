@@ -1,4 +1,6 @@
-"""Driver events, counters, and malformed input through the Python API."""
+"""Driver events, counters, and malformed input through the Python API, each test run with an
+embedded and with a standalone driver (conftest.py, ``driver_kind``). A standalone driver's
+counters are shared by the module's tests: tests compare counters before and after."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ import time
 import affinity
 import pytest
 from affinity.testing import LossyRelay, free_udp_port
+from conftest import ClientFactory
+
+pytestmark = pytest.mark.both_drivers
 
 
 def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -33,14 +38,22 @@ time.sleep(60)
 """
 
 
-def test_receiver_join_and_timeout_are_events_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
+def test_receiver_join_and_timeout_are_events_logged_at_info(
+    new_client: ClientFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     port = free_udp_port()
     caplog.set_level(logging.INFO, logger="affinity.driver")
     channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
-    with affinity.Client() as publisher_side:
+    # The subscriber runs an embedded driver of its own in both cases: what is watched is the
+    # publisher's driver (embedded here, or the standalone one).
+    subscriber_env = {key: value for key, value in os.environ.items() if key != "AFFINITY_DIR"}
+    with new_client() as publisher_side:
         # The subscriber is a process of its own, so it can die without a word (SIGKILL: no EOS).
         subscriber = subprocess.Popen(
-            [sys.executable, "-c", SUBSCRIBER_PROCESS, f"{channel}|gtag=7"], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", SUBSCRIBER_PROCESS, f"{channel}|gtag=7"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=subscriber_env,
         )
         try:
             assert subscriber.stdout is not None and subscriber.stdout.readline().strip() == "ready"
@@ -95,13 +108,21 @@ def malformed_datagrams(rng: random.Random) -> list[bytes]:
     return crafted + randoms
 
 
-def test_garbage_datagrams_are_counted_exactly_and_dropped_without_disturbing_the_stream() -> None:
+def counter_growth(client: affinity.Client, before: dict[str, int]) -> dict[str, int]:
+    """How much each driver counter grew since ``before``."""
+    return {name: value - before[name] for name, value in client.counters().items() if name in before}
+
+
+def test_garbage_datagrams_are_counted_exactly_and_dropped_without_disturbing_the_stream(
+    new_client: ClientFactory,
+) -> None:
     port = free_udp_port()
     rng = random.Random(3)
-    with affinity.Client() as client:
+    with new_client() as client:
         sub = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 8)
         pub = client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", 8)
         wait_for(lambda: pub.is_connected)
+        before = dict(client.counters())
         garbage = malformed_datagrams(rng)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
             received: list[bytes] = []
@@ -113,9 +134,9 @@ def test_garbage_datagrams_are_counted_exactly_and_dropped_without_disturbing_th
             while len(received) < len(garbage) and time.monotonic() < deadline:
                 received.extend(sub.poll_batch(100))
         assert received == [b"m%d" % i for i in range(len(garbage))]
-        wait_for(lambda: client.counters()["invalid_data_frames"] >= len(garbage))
+        wait_for(lambda: counter_growth(client, before)["invalid_data_frames"] >= len(garbage))
         time.sleep(0.2)
-        counters = client.counters()
+        counters = counter_growth(client, before)
         assert counters["invalid_data_frames"] == len(garbage), counters
         (image,) = sub.images()
         assert image["malformed"] == 0, "garbage without a valid header never reaches an image"
@@ -123,9 +144,10 @@ def test_garbage_datagrams_are_counted_exactly_and_dropped_without_disturbing_th
         assert counters["overrun_data_frames"] == image["overruns"] == 0, counters
 
 
-def test_duplicates_are_counted_as_duplicates_not_as_malformed() -> None:
+def test_duplicates_are_counted_as_duplicates_not_as_malformed(new_client: ClientFactory) -> None:
     port = free_udp_port()
-    with affinity.Client() as client:
+    with new_client() as client:
+        before = dict(client.counters())
         sub = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 9)
         relay = LossyRelay(f"127.0.0.1:{port}", duplicate=0.2, seed=11)
         try:
@@ -145,9 +167,9 @@ def test_duplicates_are_counted_as_duplicates_not_as_malformed() -> None:
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
                 for datagram in malformed_datagrams(random.Random(5))[:40]:
                     attacker.sendto(datagram, ("127.0.0.1", port))
-            wait_for(lambda: client.counters()["invalid_data_frames"] >= 40)
+            wait_for(lambda: counter_growth(client, before)["invalid_data_frames"] >= 40)
             time.sleep(0.2)
-            counters = client.counters()
+            counters = counter_growth(client, before)
             (image,) = sub.images()
             assert counters["invalid_data_frames"] == 40, counters
             assert image["malformed"] == 0

@@ -1,5 +1,6 @@
 """Every exception the package raises derives from AffinityError; I/O failures are OSErrors;
-no input reachable from Python panics (malformed Arrow arrays included)."""
+no input reachable from Python panics (malformed Arrow arrays included). Tests with a client run
+with an embedded and with a standalone driver (conftest.py, ``driver_kind``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import affinity.exceptions
 import pyarrow as pa
 import pytest
 from affinity.routing import PosixRegex
-from hypothesis import given, settings
+from conftest import StandaloneDriver
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+pytestmark = pytest.mark.both_drivers
 
 ERRORS_RS = Path(__file__).parent.parent / "rust" / "src" / "py" / "errors.rs"
 
@@ -120,7 +124,9 @@ def test_arrow_object_with_broken_attributes_raises_invalid_argument(client: aff
         pub.offer_batch(array)
 
 
-@settings(max_examples=300, deadline=None)
+# driver_kind is a constant parameter (a string), not state to reset between examples; the
+# standalone driver is module-scoped.
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     offsets=st.lists(st.integers(min_value=-(2**31), max_value=2**31 - 1), min_size=1, max_size=12),
     data=st.binary(max_size=64),
@@ -128,10 +134,11 @@ def test_arrow_object_with_broken_attributes_raises_invalid_argument(client: aff
     offset=st.integers(min_value=0, max_value=4),
 )
 def test_offer_batch_never_panics_on_hostile_arrow_buffers(
-    offsets: list[int], data: bytes, large: bool, offset: int
+    driver_kind: str, standalone_driver: StandaloneDriver, offsets: list[int], data: bytes, large: bool, offset: int
 ) -> None:
     array = HostileArray(offsets, data, large=large, offset=offset)
-    with affinity.Client(threading="invoker") as client, client.add_publication("aeron:ipc", 1) as pub:
+    opened = standalone_driver.client() if driver_kind == "standalone" else affinity.Client(threading="invoker")
+    with opened as client, client.add_publication("aeron:ipc", 1) as pub:
         try:
             taken = pub.offer_batch(array)
         except affinity.InvalidArgumentError:

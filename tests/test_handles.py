@@ -1,5 +1,6 @@
 """Handle lifetime: unclosed handles are closed when collected, with a ResourceWarning, and
-collecting one never blocks other Python threads (the GIL is released)."""
+collecting one never blocks other Python threads (the GIL is released). Each test runs with an
+embedded and with a standalone driver (conftest.py, ``driver_kind``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import time
 import affinity
 import pytest
 from affinity.testing import loopback_channel
+from conftest import ClientFactory, StandaloneDriver
+
+pytestmark = pytest.mark.both_drivers
 
 
 def collect() -> None:
@@ -37,8 +41,12 @@ def test_unclosed_subscription_warns_and_stops_receiving(client: affinity.Client
             time.sleep(0.01)
 
 
-def test_unclosed_client_warns_when_collected() -> None:
-    client = affinity.Client(threading="invoker")
+def test_unclosed_client_warns_when_collected(driver_kind: str, request: pytest.FixtureRequest) -> None:
+    if driver_kind == "standalone":
+        driver: StandaloneDriver = request.getfixturevalue("standalone_driver")
+        client = driver.client()
+    else:
+        client = affinity.Client(threading="invoker")
     with pytest.warns(ResourceWarning, match="Client collected without close"):
         del client
         collect()
@@ -53,8 +61,8 @@ def test_closed_handles_do_not_warn(client: affinity.Client, channel: str) -> No
     collect()  # filterwarnings = error: a warning here would fail the test
 
 
-def test_handles_of_a_closed_client_do_not_warn(channel: str) -> None:
-    with affinity.Client() as client:
+def test_handles_of_a_closed_client_do_not_warn(new_client: ClientFactory, channel: str) -> None:
+    with new_client() as client:
         sub = client.add_subscription(channel, 1)
         pub = client.add_publication(channel, 1)
     del sub, pub
@@ -62,7 +70,11 @@ def test_handles_of_a_closed_client_do_not_warn(channel: str) -> None:
 
 
 @pytest.mark.slow
-def test_collecting_an_unclosed_client_releases_the_gil_while_it_drains() -> None:
+@pytest.mark.embedded_only(
+    "only an embedded client drains on close (it stops its driver); an attached client's close "
+    "returns at once and the standalone driver lets the publication linger: nothing to wait for"
+)
+def test_collecting_an_unclosed_client_releases_the_gil_while_it_drains(driver_kind: str) -> None:
     channel = loopback_channel()
     with affinity.Client() as receiving:
         sub = receiving.add_subscription(channel, 1)

@@ -1,4 +1,5 @@
-"""The subject router in process: API, faucet coverage, hostile input, configuration errors."""
+"""The subject router in process: API, faucet coverage, hostile input, configuration errors.
+Each test runs with an embedded and with a standalone driver (conftest.py, ``driver_kind``)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from affinity.testing import loopback_channel
 DATA = Path(__file__).parent / "data"
 TIMEOUT = 10.0
 FAST = {"heartbeat_interval": 0.05, "liveness_timeout": 1.0}
+
+pytestmark = pytest.mark.both_drivers
 
 
 def until(step: Callable[[], object], done: Callable[[], bool], what: str) -> None:

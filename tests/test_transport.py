@@ -1,4 +1,5 @@
-"""End-to-end tests of the transport through the Python API."""
+"""End-to-end tests of the transport through the Python API, each run twice: with an embedded
+driver and with clients attached to a standalone driver process (conftest.py, ``driver_kind``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ import affinity
 import pyarrow as pa
 import pytest
 from affinity.testing import LossyRelay, free_udp_port, loopback_channel
+from conftest import ClientFactory
 from workload import make_message, mixed_sizes, pump
+
+pytestmark = pytest.mark.both_drivers
 
 
 def wait_connected(pub: affinity.Publication, timeout: float = 10.0) -> None:
@@ -123,6 +127,9 @@ def test_too_long_message_raises(client: affinity.Client) -> None:
         ("aeron:udp?endpoint=127.0.0.1:40123|control-mode=dynamic", "control-mode"),
         ("aeron:udp?endpoint=127.0.0.1:40123|tags=1,2", "tags"),
         ("aeron-spy:aeron:udp?endpoint=127.0.0.1:40123", "spy"),
+        ("aeron:udp?endpoint=127.0.0.1:40123|init-term-id=7|term-id=8|term-offset=64", "init-term-id"),
+        ("aeron:ipc?init-term-id=7|term-id=8|term-offset=64", "init-term-id"),
+        ("aeron:ipc?session-id=5", "session-id"),
     ],
 )
 def test_bad_channel_uris_name_the_key_and_value(client: affinity.Client, uri: str, fragment: str) -> None:
@@ -131,11 +138,11 @@ def test_bad_channel_uris_name_the_key_and_value(client: affinity.Client, uri: s
     assert isinstance(raised.value, ValueError)
 
 
-def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it() -> None:
+def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it(new_client: ClientFactory) -> None:
     port = free_udp_port()
     relay = LossyRelay(f"127.0.0.1:{port}", loss=0.1, seed=3)
     try:
-        with affinity.Client() as client:
+        with new_client() as client:
             sub = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}|reliable=false", 6)
             pub = client.add_publication(f"aeron:udp?endpoint={relay.address}", 6)
             wait_connected(pub)
@@ -163,8 +170,8 @@ def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it() -> None
         relay.close()
 
 
-def test_closed_objects_refuse_use(channel: str) -> None:
-    client = affinity.Client()
+def test_closed_objects_refuse_use(new_client: ClientFactory, channel: str) -> None:
+    client = new_client()
     sub = client.add_subscription(channel, 3)
     pub = client.add_publication(channel, 3)
     client.close()
@@ -192,11 +199,13 @@ def test_closing_a_publication_ends_the_stream_for_the_subscriber(client: affini
 
 
 @pytest.mark.slow
-def test_two_hundred_thousand_mixed_messages_survive_loss_duplication_and_reordering() -> None:
+def test_two_hundred_thousand_mixed_messages_survive_loss_duplication_and_reordering(
+    new_client: ClientFactory,
+) -> None:
     port = free_udp_port()
     relay = LossyRelay(f"127.0.0.1:{port}", loss=0.05, duplicate=0.01, reorder=0.02, seed=11)
     try:
-        with affinity.Client() as client:
+        with new_client() as client:
             sub = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 5)
             pub = client.add_publication(f"aeron:udp?endpoint={relay.address}", 5)
             messages = [make_message(i, size) for i, size in enumerate(mixed_sizes(200_000, seed=5))]
@@ -263,7 +272,11 @@ def test_slow_subscriber_back_pressures_the_publisher_without_loss(client: affin
     sub.close()
 
 
-def test_publisher_and_subscriber_in_two_processes(tmp_path: Path) -> None:
+def test_publisher_and_subscriber_in_two_processes(
+    driver_kind: str, new_client: ClientFactory, client_env: dict[str, str], tmp_path: Path
+) -> None:
+    # Standalone: the child attaches to the same driver ($AFFINITY_DIR), the stream still goes
+    # through UDP between the driver's sender and receiver.
     port = free_udp_port()
     script = tmp_path / "subscriber.py"
     script.write_text(
@@ -273,7 +286,7 @@ def test_publisher_and_subscriber_in_two_processes(tmp_path: Path) -> None:
             import affinity
             with affinity.Client() as client:
                 sub = client.add_subscription("aeron:udp?endpoint=127.0.0.1:{port}", 21)
-                print("ready", flush=True)
+                print("ready", client.threading, flush=True)
                 expected = 0
                 deadline = time.monotonic() + 60
                 while expected < 50_000 and time.monotonic() < deadline:
@@ -286,11 +299,13 @@ def test_publisher_and_subscriber_in_two_processes(tmp_path: Path) -> None:
             """
         )
     )
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=client_env)
     try:
         assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        with affinity.Client() as client:
+        ready = child.stdout.readline().split()
+        assert ready[0] == "ready"
+        assert (ready[1] == "standalone") == (driver_kind == "standalone"), ready
+        with new_client() as client:
             pub = client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", 21)
             wait_connected(pub, timeout=20)
             messages = [struct.pack("<Q", i) + b"m" * (i % 300) for i in range(50_000)]
@@ -306,7 +321,11 @@ def test_publisher_and_subscriber_in_two_processes(tmp_path: Path) -> None:
         child.kill()
 
 
-def test_invoker_mode_needs_no_driver_thread(channel: str) -> None:
+@pytest.mark.embedded_only(
+    "threading='invoker' configures the in-process driver; a client attached with dir= has no driver "
+    "duty cycle to run (Client(dir=..., threading=...) raises ConfigError, test_standalone_client.py)"
+)
+def test_invoker_mode_needs_no_driver_thread(driver_kind: str, channel: str) -> None:
     with affinity.Client(threading="invoker") as client:
         assert client.threading == "invoker"
         sub = client.add_subscription(channel, 2)
@@ -352,3 +371,64 @@ def test_ipc_delivers_to_every_subscriber_and_the_slowest_paces(client: affinity
     pub.close()
     fast.close()
     slow.close()
+
+
+def test_ipc_subscription_images_name_each_publication_log_and_the_read_position(client: affinity.Client) -> None:
+    sub = client.add_subscription("aeron:ipc", 31)
+    assert sub.images() == []
+    pub = client.add_publication("aeron:ipc", 31)
+    wait_connected(pub)
+    assert pub.offer_batch([b"i" * 100] * 10) == 10
+    received: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(received) < 10 and time.monotonic() < deadline:
+        received.extend(sub.poll_batch(100))
+    assert received == [b"i" * 100] * 10
+    (image,) = sub.images()
+    assert image["source"] == "ipc" and image["session_id"] == pub.session_id and image["active"]
+    assert image["position"] == image["rebuild_position"] == image["hwm_position"] == pub.position
+    assert image["datagrams_received"] == image["loss_gaps"] == image["naks_sent"] == 0
+    pub.close()
+    sub.close()
+
+
+def test_ipc_publication_counters_show_the_tail_the_limit_and_each_subscriber(client: affinity.Client) -> None:
+    pub = client.add_publication("aeron:ipc?term-length=65536", 32)
+    alone = pub.counters()
+    assert not alone["connected"] and not alone["closed"] and alone["receivers"] == []
+    sub = client.add_subscription("aeron:ipc", 32)
+    wait_connected(pub)
+    assert pub.offer_batch([b"c" * 96] * 4) == 4
+    counters = pub.counters()
+    assert counters["session_id"] == pub.session_id and counters["stream_id"] == 32
+    assert counters["position"] == counters["sender_position"] == pub.position == 4 * 128
+    assert counters["strategy"] == "min" and counters["connected"]
+    (receiver,) = counters["receivers"]
+    assert counters["live_receivers"] == counters["receivers"]
+    # Nothing read yet: the subscriber is at 0 and the publisher may run a window (half a term) ahead.
+    assert receiver["position"] == 0 and counters["publisher_limit"] == 32768 == receiver["window"]
+    received: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(received) < 4 and time.monotonic() < deadline:
+        received.extend(sub.poll_batch(100))
+    assert received == [b"c" * 96] * 4
+    deadline = time.monotonic() + 10
+    while pub.counters()["publisher_limit"] != 4 * 128 + 32768:
+        assert time.monotonic() < deadline, pub.counters()
+        time.sleep(0.001)
+    assert pub.counters()["receivers"][0]["position"] == 4 * 128
+    sub.close()
+    pub.close()
+
+
+def test_a_second_ipc_publisher_asking_for_another_term_length_or_mtu_is_refused(client: affinity.Client) -> None:
+    with client.add_publication("aeron:ipc?term-length=65536|mtu=4096", 33) as first:
+        for setting in ("term-length=131072", "mtu=8192"):
+            with pytest.raises(affinity.ChannelUriError, match=f"{setting} differs from the") as raised:
+                client.add_publication(f"aeron:ipc?{setting}", 33)
+            assert "stream 33" in str(raised.value)
+        # The same settings, or none, share the first publisher's log.
+        with client.add_publication("aeron:ipc?term-length=65536", 33) as second:
+            assert second.session_id == first.session_id
+        with client.add_publication("aeron:ipc", 33) as third:
+            assert third.session_id == first.session_id and third.max_message_length == first.max_message_length

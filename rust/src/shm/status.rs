@@ -43,9 +43,12 @@ pub struct ReceiverInfo {
     pub window: i32,
 }
 
-/// A network publication's positions, flow control, receivers and traffic counts
+/// [`PublicationInfo::strategy`] of an `aeron:ipc` publication: the slowest subscriber paces it.
+pub const IPC_FLOW_CONTROL: &str = "min";
+
+/// A publication's positions, flow control, receivers and traffic counts
 /// (`PublicationCounters` in `records.py`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublicationInfo {
     /// Session id.
     pub session_id: i32,
@@ -100,8 +103,11 @@ pub struct PublicationInfo {
     pub invalid_control_frames: u64,
 }
 
+/// [`ImageInfo::source`] (and the source identity announced) of an `aeron:ipc` image.
+pub const IPC_IMAGE_SOURCE: &str = "ipc";
+
 /// One image of a subscription (`ImageInfo` in `records.py`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageInfo {
     /// Publication session.
     pub session_id: i32,

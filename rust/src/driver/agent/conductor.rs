@@ -29,6 +29,10 @@ use crate::shm::directory::{self, epoch_ms, PUBLICATIONS_DIR};
 use crate::shm::error_log::ErrorLogWriter;
 use crate::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
+use crate::shm::status::{
+    ImageInfo, PublicationInfo, ReceiverInfo, IPC_FLOW_CONTROL, IPC_IMAGE_SOURCE, MAX_IMAGES_IN_STATUS,
+    MAX_RECEIVERS_IN_STATUS,
+};
 use crate::shm::ShmError;
 
 mod network;
@@ -383,18 +387,108 @@ impl StandaloneDriver {
             }
             Command::ClientKeepalive { .. } => self.bump(SystemCounter::ClientKeepalives),
             Command::ClientClose { client_id } => self.remove_client(client_id, now_ms),
+            Command::QueryPublication { correlation_id, registration_id, .. }
+                if self.publications.iter().any(|p| p.registration_id == registration_id) =>
+            {
+                let response = self.ipc_publication_status(registration_id, correlation_id);
+                self.respond(response, now_ms);
+            }
             Command::QueryPublication { correlation_id, registration_id, .. } => self.refuse(
                 correlation_id,
                 error_code::UNKNOWN_PUBLICATION,
-                format!("no network publication {registration_id} (IPC publications have no status record)"),
+                format!("no publication {registration_id}"),
                 now_ms,
             ),
+            Command::QuerySubscription { correlation_id, registration_id, .. }
+                if self.subscriptions.iter().any(|s| s.registration_id == registration_id) =>
+            {
+                let response = self.ipc_subscription_status(registration_id, correlation_id);
+                self.respond(response, now_ms);
+            }
             Command::QuerySubscription { correlation_id, registration_id, .. } => self.refuse(
                 correlation_id,
                 error_code::UNKNOWN_SUBSCRIPTION,
                 format!("no network subscription {registration_id}"),
                 now_ms,
             ),
+        }
+    }
+
+    /// `Publication.counters()` of an `aeron:ipc` publication: no sender (everything appended is
+    /// readable: sender position = position), the slowest subscriber paces (`min`), each
+    /// subscription a receiver (its registration id, read position and the publication window),
+    /// none timed out by silence (receiver timeout 0), no traffic counts.
+    fn ipc_publication_status(&self, registration_id: i64, correlation_id: i64) -> Response {
+        let status = || -> Result<PublicationInfo, ShmError> {
+            let Some(publication) = self.publications.iter().find(|p| p.registration_id == registration_id) else {
+                return Err(ShmError::Parameter(format!("no publication {registration_id}")));
+            };
+            let tail = publication.log.tail_position()?;
+            let limit = publication.limit.get()?;
+            let window = i32::try_from(publication.log.publication_window()).unwrap_or(i32::MAX);
+            let mut receivers = Vec::new();
+            for link in publication.images.iter().take(MAX_RECEIVERS_IN_STATUS) {
+                let position = link.position.get()?;
+                receivers.push(ReceiverInfo { receiver_id: link.subscription_id, group_tag: None, position, window });
+            }
+            let closed = publication.released_at_ms.is_some();
+            Ok(PublicationInfo {
+                session_id: publication.session_id,
+                stream_id: publication.stream_id,
+                position: tail,
+                sender_position: tail,
+                sender_limit: limit,
+                publisher_limit: limit,
+                connected: !closed && !publication.images.is_empty(),
+                closed,
+                strategy: IPC_FLOW_CONTROL.to_string(),
+                live_receivers: receivers.clone(),
+                receivers,
+                ..PublicationInfo::default()
+            })
+        };
+        let encoded = status().map_err(|e| format!("publication {registration_id}: {e}")).and_then(|status| {
+            serde_json::to_string(&status)
+                .map_err(|e| format!("publication {registration_id}: status not encodable: {e}"))
+        });
+        match encoded {
+            Ok(json) => Response::PublicationStatus { correlation_id, json },
+            Err(message) => Response::Error { correlation_id, code: error_code::GENERIC_ERROR, message },
+        }
+    }
+
+    /// `Subscription.images()` of an `aeron:ipc` subscription: one record per publication log it
+    /// reads (source `ipc`; no datagrams, so the traffic and loss counters are 0).
+    fn ipc_subscription_status(&self, registration_id: i64, correlation_id: i64) -> Response {
+        let images = || -> Result<Vec<ImageInfo>, ShmError> {
+            let mut images = Vec::new();
+            for publication in &self.publications {
+                for link in publication.images.iter().filter(|link| link.subscription_id == registration_id) {
+                    if images.len() >= MAX_IMAGES_IN_STATUS {
+                        return Ok(images);
+                    }
+                    // Everything the publisher appended is in the shared log: nothing to rebuild.
+                    let tail = publication.log.tail_position()?;
+                    images.push(ImageInfo {
+                        session_id: publication.session_id,
+                        source: IPC_IMAGE_SOURCE.to_string(),
+                        position: link.position.get()?,
+                        rebuild_position: tail,
+                        hwm_position: tail,
+                        active: publication.released_at_ms.is_none(),
+                        ..ImageInfo::default()
+                    });
+                }
+            }
+            Ok(images)
+        };
+        let encoded = images().map_err(|e| format!("subscription {registration_id}: {e}")).and_then(|images| {
+            serde_json::to_string(&images)
+                .map_err(|e| format!("subscription {registration_id}: status not encodable: {e}"))
+        });
+        match encoded {
+            Ok(json) => Response::SubscriptionStatus { correlation_id, json },
+            Err(message) => Response::Error { correlation_id, code: error_code::GENERIC_ERROR, message },
         }
     }
 
@@ -411,6 +505,22 @@ impl StandaloneDriver {
         if let Some(publication) =
             self.publications.iter_mut().find(|p| p.stream_id == stream_id && p.released_at_ms.is_none())
         {
+            // A setting the shared log cannot honour is refused, never silently ignored.
+            let existing = [
+                ("term-length", uri.term_length, publication.log.term_length()),
+                ("mtu", uri.mtu, publication.log.mtu()),
+            ];
+            if let Some((key, Some(asked), actual)) =
+                existing.into_iter().find(|(_, asked, actual)| asked.is_some_and(|a| a != *actual))
+            {
+                return Err((
+                    error_code::INVALID_CHANNEL,
+                    format!(
+                        "{channel}: {key}={asked} differs from the {actual} of the aeron:ipc publication already open \
+                         on stream {stream_id} (publishers of one stream share its log)"
+                    ),
+                ));
+            }
             *publication.owners.entry(client_id).or_insert(0) += 1;
             let response = Response::PublicationReady {
                 correlation_id,
@@ -535,7 +645,7 @@ impl StandaloneDriver {
             stream_id: publication.stream_id,
             subscriber_position_counter_id: position.id() as i32,
             log_file: publication.log_file.clone(),
-            source_identity: "ipc".into(),
+            source_identity: IPC_IMAGE_SOURCE.into(),
         };
         publication.images.push(ImageLink { subscription_id, position, correlation_id });
         let _ = publication.log.set_connected(true);
@@ -699,6 +809,19 @@ fn ipc_channel(channel: &str) -> Result<ChannelUri, String> {
              (launch it as a MediaDriver to carry aeron:udp)"
         ));
     }
+    // As on aeron:udp (conductor/network.rs): never silently ignored.
+    if uri.session_id.is_some() {
+        return Err(format!(
+            "{channel}: session-id is not supported on aeron:ipc by this driver \
+             (the publishers of one stream share one log and its session)"
+        ));
+    }
+    if uri.initial_position.is_some() {
+        return Err(format!(
+            "{channel}: init-term-id / term-id / term-offset is not supported by this driver \
+             (a shared log starts at position 0)"
+        ));
+    }
     Ok(uri)
 }
 
@@ -720,6 +843,17 @@ mod tests {
             ipc_term_length: 64 * 1024,
             ..StandaloneConfig::new(dir)
         }
+    }
+
+    #[test]
+    fn an_ipc_channel_with_a_start_position_is_refused_naming_the_keys() {
+        let channel = "aeron:ipc?term-length=64k|init-term-id=7|term-id=8|term-offset=64";
+        let message = ipc_channel(channel).expect_err("a start position on a shared IPC log");
+        assert!(message.starts_with(channel), "{message}");
+        assert!(message.contains("init-term-id / term-id / term-offset"), "{message}");
+        assert!(ipc_channel("aeron:ipc?term-length=64k").is_ok());
+        let message = ipc_channel("aeron:ipc?session-id=5").expect_err("a session id on a shared IPC log");
+        assert!(message.contains("session-id is not supported on aeron:ipc"), "{message}");
     }
 
     #[test]

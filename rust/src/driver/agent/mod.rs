@@ -379,8 +379,8 @@ impl MediaDriver {
     }
 
     /// Clean shutdown: stops the threads, ends every network publication (end of stream to its
-    /// subscribers) and serves them for at most [`CLOSE_DRAIN`], then ends the IPC publications
-    /// and removes the driver's files.
+    /// subscribers) and serves those with a live receiver for at most [`CLOSE_DRAIN`], then ends
+    /// the IPC publications and removes the driver's files.
     pub fn close(mut self) -> Result<(), ShmError> {
         self.stop.store(true, Ordering::Release);
         let (mut conductor, mut sender, mut receiver) = (None, None, None);
@@ -412,7 +412,7 @@ impl MediaDriver {
         agents.sender.close_all();
         agents.receiver.close_all();
         let started = std::time::Instant::now();
-        while agents.sender.has_publications() && started.elapsed() < CLOSE_DRAIN {
+        while agents.sender.has_receivers_to_drain() && started.elapsed() < CLOSE_DRAIN {
             if agents.do_work() == 0 {
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -444,6 +444,41 @@ mod tests {
 
     fn free_port() -> u16 {
         std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    }
+
+    #[test]
+    fn shutdown_waits_only_for_publications_that_have_a_receiver() {
+        let dir = tempdir();
+        let mut config = MediaDriverConfig::new(dir.clone());
+        config.threading = Threading::Invoker;
+        config.standalone.context.term_length = 64 * 1024;
+        let mut driver = MediaDriver::launch(config).unwrap();
+        let cnc = Cnc::open(&dir.join(CNC_FILE), true).unwrap();
+        let ring = cnc.to_driver().unwrap();
+        let send = |command: Command| {
+            let (id, bytes) = command.encode();
+            ring.write(id, &bytes).unwrap();
+        };
+        let nobody = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: nobody });
+        fn sender(driver: &MediaDriver) -> &SenderAgent {
+            &driver.agents.as_ref().unwrap().sender
+        }
+        for _ in 0..20 {
+            driver.do_work();
+        }
+        assert!(sender(&driver).has_publications(), "the publication reached the sender");
+        assert!(!sender(&driver).has_receivers_to_drain(), "nobody receives it");
+        let listened = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 6, channel: listened.clone() });
+        send(Command::AddPublication { client_id: 1, correlation_id: 13, stream_id: 6, channel: listened });
+        let start = std::time::Instant::now();
+        while !sender(&driver).has_receivers_to_drain() {
+            assert!(start.elapsed() < Duration::from_secs(10), "the subscribed publication never had a receiver");
+            driver.do_work();
+        }
+        driver.close().unwrap();
+        assert!(!dir.join(CNC_FILE).exists(), "closed: files removed");
     }
 
     /// A client speaking the shm protocol by hand against an invoker-mode driver.

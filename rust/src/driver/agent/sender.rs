@@ -100,6 +100,14 @@ impl SenderAgent {
         !self.publications.is_empty()
     }
 
+    /// Whether a publication still has a live receiver to drain to or to serve retransmits to:
+    /// shutdown waits only for those (a publication nobody receives has nothing to deliver).
+    pub fn has_receivers_to_drain(&self) -> bool {
+        self.publications
+            .iter()
+            .any(|served| !served.publication.is_done() && !served.publication.status().live_receivers.is_empty())
+    }
+
     /// Closes every publication (shutdown): each drains, signals end of stream and lingers.
     pub fn close_all(&mut self) {
         for served in &mut self.publications {
