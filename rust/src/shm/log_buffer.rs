@@ -466,8 +466,7 @@ impl LogBuffer {
     /// Claims `claimed` bytes on the tail counter of `start` (one atomic add): the term id and
     /// offset of the claim, or [`Offer::AdminAction`] when it crossed the end of the term (the
     /// rest of the term padded when the claim started inside it, the log rotated). On success the
-    /// [`PREFETCH_LINES`] lines after the claim are fetched for writing, so that the next claim's
-    /// stores do not wait for the cache misses of this one.
+    /// lines [`lookahead`] bytes after the claim are fetched for writing.
     #[inline(always)]
     fn claim(&self, start: &ClaimStart, claimed: usize) -> Result<Result<(&Region, i32, usize), Offer>, ShmError> {
         let raw = self.meta.get_and_add_i64(start.tail_counter, claimed as i64)?;
@@ -482,9 +481,12 @@ impl LogBuffer {
             return Ok(Err(Offer::AdminAction));
         }
         let term_offset = term_offset as usize;
-        for line in 0..PREFETCH_LINES {
-            term.prefetch_write(term_offset + claimed + line * CACHE_LINE);
-        }
+        // The lines entering the look-ahead window with this claim (the window, `lookahead`
+        // bytes after the tail, slides on by `claimed`): one prefetch per line written, in the
+        // steady state, and every line fetched that far ahead of its write.
+        let ahead = lookahead(claimed);
+        let entering = claimed.min(ahead);
+        prefetch_lines(term, term_offset + claimed + ahead - entering, entering);
         Ok(Ok((term, term_id, term_offset)))
     }
 
@@ -542,10 +544,11 @@ impl LogBuffer {
         let writer = term.writer(term_offset, claimed)?;
         let mut at = 0;
         for message in &messages[..count] {
-            if count > 1 && PREFETCH_LINES > 0 {
-                term.prefetch_write(term_offset + at + PREFETCH_LINES * CACHE_LINE);
+            let written = self.write_message(&writer, at, term_offset + at, term_id, message, reserved_value)?;
+            if count > 1 {
+                prefetch_lines(term, term_offset + at + lookahead(written), written);
             }
-            at += self.write_message(&writer, at, term_offset + at, term_id, message, reserved_value)?;
+            at += written;
         }
         let end = (term_offset + claimed) as i32;
         Ok((count, Offer::Appended(compute_position(term_id, end, self.position_bits, self.initial_term_id))))
@@ -828,12 +831,37 @@ struct ClaimStart {
 
 /// Cache line size the appender prefetches by.
 const CACHE_LINE: usize = 64;
-/// How many lines after its claim the appender fetches for writing. The reader prefetches
-/// nothing: a reader that has caught up would fetch the lines the publisher is about to write,
-/// and every such line then crosses between the two cores once more before the publisher's
-/// write completes (`docs/benchmarks.md`, "Media driver": one message per `offer` at 32 B,
-/// 17 → 22-24 M msg/s without the reader's prefetch).
-const PREFETCH_LINES: usize = 4;
+/// Shortest distance ahead of its writes at which the appender fetches lines for writing.
+const LOOKAHEAD_MIN: usize = 4 * CACHE_LINE;
+/// Longest such distance.
+const LOOKAHEAD_MAX: usize = 64 * CACHE_LINE;
+
+/// How far ahead of a write of `length` bytes the appender fetches the lines it will write next:
+/// two such writes, between [`LOOKAHEAD_MIN`] and [`LOOKAHEAD_MAX`]. The lines were last written
+/// by the cleaner a term ago and are usually not cached; a write waits for them (the next
+/// claim's atomic add waits for every earlier store), so they are fetched early enough to arrive
+/// while the writes before them are made (`docs/benchmarks.md`, "Media driver": 1 KiB offers).
+///
+/// The reader prefetches nothing: a reader that has caught up would fetch the lines the
+/// publisher is about to write, and every such line then crosses between the two cores once more
+/// before the publisher's write completes (one message per `offer` at 32 B: 17 → 22-24 M msg/s
+/// without the reader's prefetch).
+#[inline]
+fn lookahead(length: usize) -> usize {
+    length.saturating_mul(2).clamp(LOOKAHEAD_MIN, LOOKAHEAD_MAX)
+}
+
+/// Fetches for writing the cache lines of `[from, from + length)` of `term` (lines past the
+/// term's end are skipped).
+#[inline]
+fn prefetch_lines(term: &Region, from: usize, length: usize) {
+    let end = from.saturating_add(length);
+    let mut line = from & !(CACHE_LINE - 1);
+    while line < end {
+        term.prefetch_write(line);
+        line += CACHE_LINE;
+    }
+}
 
 /// Frame type of the committed frame at `offset` of `reader` (bytes 6..8: one 4-byte load of
 /// version, flags and type).
