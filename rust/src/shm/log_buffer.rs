@@ -465,8 +465,7 @@ impl LogBuffer {
 
     /// Claims `claimed` bytes on the tail counter of `start` (one atomic add): the term id and
     /// offset of the claim, or [`Offer::AdminAction`] when it crossed the end of the term (the
-    /// rest of the term padded when the claim started inside it, the log rotated). On success the
-    /// lines [`lookahead`] bytes after the claim are fetched for writing.
+    /// rest of the term padded when the claim started inside it, the log rotated).
     #[inline(always)]
     fn claim(&self, start: &ClaimStart, claimed: usize) -> Result<Result<(&Region, i32, usize), Offer>, ShmError> {
         let raw = self.meta.get_and_add_i64(start.tail_counter, claimed as i64)?;
@@ -480,14 +479,7 @@ impl LogBuffer {
             self.rotate(start.term_count, term_id)?;
             return Ok(Err(Offer::AdminAction));
         }
-        let term_offset = term_offset as usize;
-        // The lines entering the look-ahead window with this claim (the window, `lookahead`
-        // bytes after the tail, slides on by `claimed`): one prefetch per line written, in the
-        // steady state, and every line fetched that far ahead of its write.
-        let ahead = lookahead(claimed);
-        let entering = claimed.min(ahead);
-        prefetch_lines(term, term_offset + claimed + ahead - entering, entering);
-        Ok(Ok((term, term_id, term_offset)))
+        Ok(Ok((term, term_id, term_offset as usize)))
     }
 
     /// The term appender for one message that fits one frame (`offer`'s usual case): the claim
@@ -503,6 +495,7 @@ impl LogBuffer {
             Ok(claim) => claim,
             Err(refusal) => return Ok(refusal),
         };
+        prefetch_ahead(term, term_offset, aligned);
         let writer = term.writer(term_offset, aligned)?;
         self.write_frame(&writer, 0, term_offset, term_id, flags::UNFRAGMENTED, payload, reserved_value)?;
         let end = (term_offset + aligned) as i32;
@@ -544,11 +537,8 @@ impl LogBuffer {
         let writer = term.writer(term_offset, claimed)?;
         let mut at = 0;
         for message in &messages[..count] {
-            let written = self.write_message(&writer, at, term_offset + at, term_id, message, reserved_value)?;
-            if count > 1 {
-                prefetch_lines(term, term_offset + at + lookahead(written), written);
-            }
-            at += written;
+            prefetch_ahead(term, term_offset + at, self.framed_length(message.len()));
+            at += self.write_message(&writer, at, term_offset + at, term_id, message, reserved_value)?;
         }
         let end = (term_offset + claimed) as i32;
         Ok((count, Offer::Appended(compute_position(term_id, end, self.position_bits, self.initial_term_id))))
@@ -851,11 +841,15 @@ fn lookahead(length: usize) -> usize {
     length.saturating_mul(2).clamp(LOOKAHEAD_MIN, LOOKAHEAD_MAX)
 }
 
-/// Fetches for writing the cache lines of `[from, from + length)` of `term` (lines past the
-/// term's end are skipped).
+/// Before a write of `length` bytes at `offset` of `term`: fetches for writing the lines that
+/// enter the look-ahead window with it (the window, [`lookahead`] bytes after the write, slides
+/// on by `length`), so that in the steady state every line is fetched once, that far ahead of its
+/// write (lines past the term's end are skipped).
 #[inline]
-fn prefetch_lines(term: &Region, from: usize, length: usize) {
-    let end = from.saturating_add(length);
+fn prefetch_ahead(term: &Region, offset: usize, length: usize) {
+    let entering = length.min(lookahead(length));
+    let from = offset.saturating_add(length).saturating_add(lookahead(length) - entering);
+    let end = from.saturating_add(entering);
     let mut line = from & !(CACHE_LINE - 1);
     while line < end {
         term.prefetch_write(line);
