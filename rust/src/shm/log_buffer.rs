@@ -465,7 +465,8 @@ impl LogBuffer {
 
     /// Claims `claimed` bytes on the tail counter of `start` (one atomic add): the term id and
     /// offset of the claim, or [`Offer::AdminAction`] when it crossed the end of the term (the
-    /// rest of the term padded when the claim started inside it, the log rotated).
+    /// rest of the term padded when the claim started inside it, the log rotated), or
+    /// [`Offer::MaxPositionExceeded`] when that term was the last one a position can address.
     #[inline(always)]
     fn claim(&self, start: &ClaimStart, claimed: usize) -> Result<Result<(&Region, i32, usize), Offer>, ShmError> {
         let raw = self.meta.get_and_add_i64(start.tail_counter, claimed as i64)?;
@@ -475,6 +476,12 @@ impl LogBuffer {
         if term_offset + claimed as u64 > u64::from(self.term_length) {
             if term_offset < u64::from(self.term_length) {
                 self.write_padding(term, term_offset as usize, term_id)?;
+            }
+            // The last term a position can address is never rotated out of (Aeron's
+            // `handleEndOfLogCondition`): the stream ends there.
+            let term_end = compute_position(term_id, self.term_length as i32, self.position_bits, self.initial_term_id);
+            if term_end >= self.max_position() {
+                return Ok(Err(Offer::MaxPositionExceeded));
             }
             self.rotate(start.term_count, term_id)?;
             return Ok(Err(Offer::AdminAction));
@@ -1075,6 +1082,35 @@ mod tests {
         assert_eq!(log.offer(&[1; 100], 0, 0).unwrap(), Offer::BackPressured);
         assert_eq!(log.offer(&[1; 100], 0, 1).unwrap(), Offer::Appended(160));
         assert_eq!(log.offer(&[1; 100], 0, 160).unwrap(), Offer::BackPressured);
+    }
+
+    #[test]
+    fn offers_at_the_end_of_the_last_addressable_term_report_the_max_position_and_do_not_rotate() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        // The last term a position can address (term count i32::MAX), 96 bytes short of its end.
+        let term_count = i32::MAX;
+        let partition = partition_index(i64::from(term_count));
+        let term_id = 7i32.wrapping_add(term_count);
+        let tail = meta::TERM_TAIL_COUNTERS + 8 * partition;
+        log.metadata().put_i64(tail, pack_tail(term_id, 64 * 1024 - 96)).unwrap();
+        log.metadata().put_i32(meta::ACTIVE_TERM_COUNT, term_count).unwrap();
+        let short: &[u8] = &[1; 10]; // 64 bytes framed
+        let long = vec![2u8; 3000]; // fragmented: the batch appender's path
+        assert_eq!(log.offer(short, 0, i64::MAX).unwrap(), Offer::Appended(log.max_position() - 32));
+        assert_eq!(log.offer(short, 0, i64::MAX).unwrap(), Offer::MaxPositionExceeded);
+        assert_eq!(log.offer(&long, 0, i64::MAX).unwrap(), Offer::MaxPositionExceeded);
+        assert_eq!(log.offer_batch(&[short, short], 0, i64::MAX).unwrap(), (0, Offer::MaxPositionExceeded));
+        assert_eq!(log.offer(short, 0, 1).unwrap(), Offer::MaxPositionExceeded);
+        assert_eq!(log.active_term_count().unwrap(), term_count, "the last term is not rotated out of");
+        assert_eq!(log.tail_position().unwrap(), log.max_position());
+        // The 32 bytes left after the first frame were padded, so a reader reaches the end.
+        let mut scratch = Vec::new();
+        let from = log.max_position() - 96;
+        let (mut frames, mut position) = (0, from);
+        for _ in 0..3 {
+            position = log.read(position, usize::MAX, &mut scratch, |_, _| frames += 1).unwrap();
+        }
+        assert_eq!((frames, position), (1, log.max_position()));
     }
 
     #[test]
