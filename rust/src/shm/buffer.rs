@@ -281,6 +281,15 @@ impl Region {
             prefetch_write(self.ptr(index));
         }
     }
+
+    /// Hints the CPU to fetch the cache line holding `index` for reading (a no-op outside the
+    /// region).
+    #[inline]
+    pub fn prefetch_read(&self, index: usize) {
+        if index < self.len {
+            prefetch_read(self.ptr(index));
+        }
+    }
 }
 
 #[inline]
@@ -290,6 +299,18 @@ fn prefetch_write(ptr: *const u8) {
     // it as a no-op); it reads no register but its address operand and writes none.
     unsafe {
         std::arch::asm!("prefetchw [{0}]", in(reg) ptr, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = ptr;
+}
+
+#[inline]
+fn prefetch_read(ptr: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and has no visible effect on memory.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ptr.cast::<i8>());
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = ptr;

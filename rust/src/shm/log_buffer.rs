@@ -674,6 +674,9 @@ impl LogBuffer {
             let mut data_end = offset;
             let mut run_fragments = 0;
             while fragments + run_fragments < fragment_limit && end < reader.len() && end - run_start < READ_CHUNK {
+                if run_fragments >= READ_PREFETCH_AFTER {
+                    term.prefetch_read(term_offset + end + READ_PREFETCH_DISTANCE);
+                }
                 let Some(aligned) = self.committed_frame(&reader, term_offset, end)? else { break };
                 if frame_type(&reader, end)? == FrameType::Pad.code() {
                     end += aligned;
@@ -828,6 +831,16 @@ struct ClaimStart {
 
 /// Cache line size the appender prefetches by.
 const CACHE_LINE: usize = 64;
+/// Frames a read run must already have found committed before the reader fetches lines ahead of
+/// it. A reader that has caught up would fetch the lines the publisher is about to write, and
+/// every such line would then cross between the two cores once more before the publisher's write
+/// completes (one message per `offer` at 32 B: 17 → 22-24 M msg/s without that prefetch,
+/// `docs/benchmarks.md`, "Media driver"); a reader that finds a long run committed is behind, and
+/// the lines ahead are committed too.
+const READ_PREFETCH_AFTER: usize = 16;
+/// How far ahead of the frame it scans a reader that is behind fetches lines.
+const READ_PREFETCH_DISTANCE: usize = 4 * CACHE_LINE;
+
 /// Shortest distance ahead of its writes at which the appender fetches lines for writing.
 const LOOKAHEAD_MIN: usize = 4 * CACHE_LINE;
 /// Longest such distance.
@@ -839,10 +852,7 @@ const LOOKAHEAD_MAX: usize = 64 * CACHE_LINE;
 /// claim's atomic add waits for every earlier store), so they are fetched early enough to arrive
 /// while the writes before them are made (`docs/benchmarks.md`, "Media driver": 1 KiB offers).
 ///
-/// The reader prefetches nothing: a reader that has caught up would fetch the lines the
-/// publisher is about to write, and every such line then crosses between the two cores once more
-/// before the publisher's write completes (one message per `offer` at 32 B: 17 → 22-24 M msg/s
-/// without the reader's prefetch).
+/// The reader prefetches only far behind the publisher ([`READ_PREFETCH_AFTER`]).
 #[inline]
 fn lookahead(length: usize) -> usize {
     length.saturating_mul(2).clamp(LOOKAHEAD_MIN, LOOKAHEAD_MAX)
