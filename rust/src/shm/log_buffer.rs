@@ -502,7 +502,14 @@ impl LogBuffer {
             Ok(claim) => claim,
             Err(refusal) => return Ok(refusal),
         };
-        prefetch_ahead(term, term_offset, aligned);
+        // The first lines after this frame, every time: a reader that has caught up spins on the
+        // next frame's first line and takes it back; fetching it again now means the next
+        // offer's stores find it (32 B offers: 24 → 28-29 M msg/s against fetching it once).
+        // Then, for frames longer than that window, the lines entering the look-ahead window.
+        prefetch_lines(term, term_offset + aligned, LOOKAHEAD_MIN);
+        if lookahead(aligned) > LOOKAHEAD_MIN {
+            prefetch_ahead(term, term_offset, aligned);
+        }
         let writer = term.writer(term_offset, aligned)?;
         self.write_frame(&writer, 0, term_offset, term_id, flags::UNFRAGMENTED, payload, reserved_value)?;
         let end = (term_offset + aligned) as i32;
@@ -866,7 +873,14 @@ fn lookahead(length: usize) -> usize {
 fn prefetch_ahead(term: &Region, offset: usize, length: usize) {
     let entering = length.min(lookahead(length));
     let from = offset.saturating_add(length).saturating_add(lookahead(length) - entering);
-    let end = from.saturating_add(entering);
+    prefetch_lines(term, from, entering);
+}
+
+/// Fetches for writing the lines of `[from, from + length)` of `term` (lines past the term's end
+/// are skipped).
+#[inline]
+fn prefetch_lines(term: &Region, from: usize, length: usize) {
+    let end = from.saturating_add(length);
     let mut line = from & !(CACHE_LINE - 1);
     while line < end {
         term.prefetch_write(line);
