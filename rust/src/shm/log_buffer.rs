@@ -504,7 +504,7 @@ impl LogBuffer {
         };
         // The first lines after this frame, every time: a reader that has caught up spins on the
         // next frame's first line and takes it back; fetching it again now means the next
-        // offer's stores find it (32 B offers: 24 → 28-29 M msg/s against fetching it once).
+        // offer's stores find it (32 B offers: 23 → 27-29 M msg/s against fetching it once).
         // Then, for frames longer than that window, the lines entering the look-ahead window.
         prefetch_lines(term, term_offset + aligned, LOOKAHEAD_MIN);
         if lookahead(aligned) > LOOKAHEAD_MIN {
