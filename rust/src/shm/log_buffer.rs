@@ -440,33 +440,102 @@ impl LogBuffer {
         }
     }
 
-    /// The term appender (`docs/driver-protocol.md`): one claim for a prefix of `messages`
-    /// (non-empty, every length checked by the caller).
-    fn append(&self, messages: &[&[u8]], reserved_value: i64, limit: i64) -> Result<(usize, Offer), ShmError> {
-        let Some(first) = messages.first() else { return Ok((0, Offer::BackPressured)) };
+    /// Where the next claim would start: the active partition's tail counter, its term, and the
+    /// position there; or the refusal when that position is at `limit` (or the term is being
+    /// rotated).
+    #[inline(always)]
+    fn claim_start(&self, limit: i64) -> Result<Result<ClaimStart, Offer>, ShmError> {
         let term_count = self.active_term_count()?;
         let partition = partition_index(term_count as i64);
         let tail_counter = meta::TERM_TAIL_COUNTERS + 8 * partition;
         let raw = self.meta.get_i64_acquire(tail_counter)?;
         let term_id = tail_term_id(raw);
         if term_id.wrapping_sub(self.initial_term_id) != term_count {
-            return Ok((0, Offer::AdminAction));
+            return Ok(Err(Offer::AdminAction));
         }
         let offset = tail_term_offset(raw, self.term_length);
         let position = compute_position(term_id, offset as i32, self.position_bits, self.initial_term_id);
         if position >= limit {
             let refusal =
                 if position >= self.max_position() { Offer::MaxPositionExceeded } else { Offer::BackPressured };
-            return Ok((0, refusal));
+            return Ok(Err(refusal));
         }
+        Ok(Ok(ClaimStart { term_count, partition, tail_counter, offset, position }))
+    }
+
+    /// Claims `claimed` bytes on the tail counter of `start` (one atomic add): the term id and
+    /// offset of the claim, or [`Offer::AdminAction`] when it crossed the end of the term (the
+    /// rest of the term padded when the claim started inside it, the log rotated), or
+    /// [`Offer::MaxPositionExceeded`] when that term was the last one a position can address.
+    #[inline(always)]
+    fn claim(&self, start: &ClaimStart, claimed: usize) -> Result<Result<(&Region, i32, usize), Offer>, ShmError> {
+        let raw = self.meta.get_and_add_i64(start.tail_counter, claimed as i64)?;
+        let term_id = tail_term_id(raw);
+        let term_offset = (raw & 0xFFFF_FFFF) as u64;
+        let term = self.partition(start.partition)?;
+        if term_offset + claimed as u64 > u64::from(self.term_length) {
+            if term_offset < u64::from(self.term_length) {
+                self.write_padding(term, term_offset as usize, term_id)?;
+            }
+            // The last term a position can address is never rotated out of (Aeron's
+            // `handleEndOfLogCondition`): the stream ends there.
+            let term_end = compute_position(term_id, self.term_length as i32, self.position_bits, self.initial_term_id);
+            if term_end >= self.max_position() {
+                return Ok(Err(Offer::MaxPositionExceeded));
+            }
+            self.rotate(start.term_count, term_id)?;
+            return Ok(Err(Offer::AdminAction));
+        }
+        Ok(Ok((term, term_id, term_offset as usize)))
+    }
+
+    /// The term appender for one message that fits one frame (`offer`'s usual case): the claim
+    /// of [`Self::append`] without the batch bookkeeping.
+    #[inline]
+    fn append_frame(&self, payload: &[u8], reserved_value: i64, limit: i64) -> Result<Offer, ShmError> {
+        let start = match self.claim_start(limit)? {
+            Ok(start) => start,
+            Err(refusal) => return Ok(refusal),
+        };
+        let aligned = align_frame(payload.len() + DATA_HEADER_LENGTH);
+        let (term, term_id, term_offset) = match self.claim(&start, aligned)? {
+            Ok(claim) => claim,
+            Err(refusal) => return Ok(refusal),
+        };
+        // The first lines after this frame, every time: a reader that has caught up spins on the
+        // next frame's first line and takes it back; fetching it again now means the next
+        // offer's stores find it (32 B offers: 23 → 27-29 M msg/s against fetching it once).
+        // Then, for frames longer than that window, the lines entering the look-ahead window.
+        prefetch_lines(term, term_offset + aligned, LOOKAHEAD_MIN);
+        if lookahead(aligned) > LOOKAHEAD_MIN {
+            prefetch_ahead(term, term_offset, aligned);
+        }
+        let writer = term.writer(term_offset, aligned)?;
+        self.write_frame(&writer, 0, term_offset, term_id, flags::UNFRAGMENTED, payload, reserved_value)?;
+        let end = (term_offset + aligned) as i32;
+        Ok(Offer::Appended(compute_position(term_id, end, self.position_bits, self.initial_term_id)))
+    }
+
+    /// The term appender (`docs/driver-protocol.md`): one claim for a prefix of `messages`
+    /// (non-empty, every length checked by the caller).
+    fn append(&self, messages: &[&[u8]], reserved_value: i64, limit: i64) -> Result<(usize, Offer), ShmError> {
+        let Some((first, rest)) = messages.split_first() else { return Ok((0, Offer::BackPressured)) };
+        if rest.is_empty() && first.len() <= self.mtu as usize - DATA_HEADER_LENGTH {
+            let outcome = self.append_frame(first, reserved_value, limit)?;
+            return Ok((usize::from(matches!(outcome, Offer::Appended(_))), outcome));
+        }
+        let start = match self.claim_start(limit)? {
+            Ok(start) => start,
+            Err(refusal) => return Ok((0, refusal)),
+        };
         // The claim: the first message whatever its length (a single offer may cross the limit by
         // one message, as Aeron's), then more while they stay below the limit and inside the term
         // as seen now; a tail moved on by other writers meanwhile only makes the claim cross the
         // term end, which pads and rotates as for one message.
-        let budget = (limit.saturating_sub(position) as u64).min(u64::from(self.term_length - offset));
+        let budget = (limit.saturating_sub(start.position) as u64).min(u64::from(self.term_length - start.offset));
         let mut claimed = self.framed_length(first.len()) as u64;
         let mut count = 1;
-        for message in &messages[1..] {
+        for message in rest {
             let length = self.framed_length(message.len()) as u64;
             if claimed + length > budget {
                 break;
@@ -474,37 +543,19 @@ impl LogBuffer {
             claimed += length;
             count += 1;
         }
-        let raw = self.meta.get_and_add_i64(tail_counter, claimed as i64)?;
-        let term_id = tail_term_id(raw);
-        let term_offset = (raw & 0xFFFF_FFFF) as u64;
-        let resulting = term_offset + claimed;
-        let term = self.partition(partition)?;
-        if resulting > u64::from(self.term_length) {
-            if term_offset < u64::from(self.term_length) {
-                self.write_padding(term, term_offset as usize, term_id)?;
-            }
-            self.rotate(term_count, term_id)?;
-            return Ok((0, Offer::AdminAction));
-        }
-        let term_offset = term_offset as usize;
         let claimed = claimed as usize;
-        // The next claim's lines: fetched for writing now, so that the next atomic add does not
-        // wait for this claim's stores to miss in the cache.
-        for line in 0..PREFETCH_LINES {
-            term.prefetch_write(term_offset + claimed + line * CACHE_LINE);
-        }
+        let (term, term_id, term_offset) = match self.claim(&start, claimed)? {
+            Ok(claim) => claim,
+            Err(refusal) => return Ok((0, refusal)),
+        };
         let writer = term.writer(term_offset, claimed)?;
         let mut at = 0;
         for message in &messages[..count] {
-            if count > 1 && PREFETCH_LINES > 0 {
-                term.prefetch_write(term_offset + at + PREFETCH_LINES * CACHE_LINE);
-            }
+            prefetch_ahead(term, term_offset + at, self.framed_length(message.len()));
             at += self.write_message(&writer, at, term_offset + at, term_id, message, reserved_value)?;
         }
-        Ok((
-            count,
-            Offer::Appended(compute_position(term_id, resulting as i32, self.position_bits, self.initial_term_id)),
-        ))
+        let end = (term_offset + claimed) as i32;
+        Ok((count, Offer::Appended(compute_position(term_id, end, self.position_bits, self.initial_term_id))))
     }
 
     /// Writes one message (one frame or its fragments) at `at` in `writer`, which starts at
@@ -630,8 +681,8 @@ impl LogBuffer {
             let mut data_end = offset;
             let mut run_fragments = 0;
             while fragments + run_fragments < fragment_limit && end < reader.len() && end - run_start < READ_CHUNK {
-                if PREFETCH_LINES > 0 {
-                    term.prefetch_read(term_offset + end + PREFETCH_LINES * CACHE_LINE);
+                if run_fragments >= READ_PREFETCH_AFTER {
+                    term.prefetch_read(term_offset + end + READ_PREFETCH_DISTANCE);
                 }
                 let Some(aligned) = self.committed_frame(&reader, term_offset, end)? else { break };
                 if frame_type(&reader, end)? == FrameType::Pad.code() {
@@ -774,10 +825,68 @@ impl LogBuffer {
 
 /// Bytes the reader copies out of the mapping per run of committed frames (fits the L1/L2 cache).
 pub const READ_CHUNK: usize = 64 * 1024;
-/// Cache line size the appender and reader prefetch by.
+/// The start of a claim on the term tail ([`LogBuffer::claim_start`]).
+struct ClaimStart {
+    term_count: i32,
+    partition: usize,
+    tail_counter: usize,
+    /// Term offset of the tail as read before the claim.
+    offset: u32,
+    /// Stream position of `offset`.
+    position: i64,
+}
+
+/// Cache line size the appender prefetches by.
 const CACHE_LINE: usize = 64;
-/// How many lines ahead of the tail the appender and the reader prefetch.
-const PREFETCH_LINES: usize = 4;
+/// Frames a read run must already have found committed before the reader fetches lines ahead of
+/// it. A reader that has caught up would fetch the lines the publisher is about to write, and
+/// every such line would then cross between the two cores once more before the publisher's write
+/// completes (one message per `offer` at 32 B: 17 → 22-24 M msg/s without that prefetch,
+/// `docs/benchmarks.md`, "Media driver"); a reader that finds a long run committed is behind, and
+/// the lines ahead are committed too.
+const READ_PREFETCH_AFTER: usize = 16;
+/// How far ahead of the frame it scans a reader that is behind fetches lines.
+const READ_PREFETCH_DISTANCE: usize = 4 * CACHE_LINE;
+
+/// Shortest distance ahead of its writes at which the appender fetches lines for writing.
+const LOOKAHEAD_MIN: usize = 4 * CACHE_LINE;
+/// Longest such distance.
+const LOOKAHEAD_MAX: usize = 64 * CACHE_LINE;
+
+/// How far ahead of a write of `length` bytes the appender fetches the lines it will write next:
+/// two such writes, between [`LOOKAHEAD_MIN`] and [`LOOKAHEAD_MAX`]. The lines were last written
+/// by the cleaner a term ago and are usually not cached; a write waits for them (the next
+/// claim's atomic add waits for every earlier store), so they are fetched early enough to arrive
+/// while the writes before them are made (`docs/benchmarks.md`, "Media driver": 1 KiB offers).
+///
+/// The reader prefetches only far behind the publisher ([`READ_PREFETCH_AFTER`]).
+#[inline]
+fn lookahead(length: usize) -> usize {
+    length.saturating_mul(2).clamp(LOOKAHEAD_MIN, LOOKAHEAD_MAX)
+}
+
+/// Before a write of `length` bytes at `offset` of `term`: fetches for writing the lines that
+/// enter the look-ahead window with it (the window, [`lookahead`] bytes after the write, slides
+/// on by `length`), so that in the steady state every line is fetched once, that far ahead of its
+/// write (lines past the term's end are skipped).
+#[inline]
+fn prefetch_ahead(term: &Region, offset: usize, length: usize) {
+    let entering = length.min(lookahead(length));
+    let from = offset.saturating_add(length).saturating_add(lookahead(length) - entering);
+    prefetch_lines(term, from, entering);
+}
+
+/// Fetches for writing the lines of `[from, from + length)` of `term` (lines past the term's end
+/// are skipped).
+#[inline]
+fn prefetch_lines(term: &Region, from: usize, length: usize) {
+    let end = from.saturating_add(length);
+    let mut line = from & !(CACHE_LINE - 1);
+    while line < end {
+        term.prefetch_write(line);
+        line += CACHE_LINE;
+    }
+}
 
 /// Frame type of the committed frame at `offset` of `reader` (bytes 6..8: one 4-byte load of
 /// version, flags and type).
@@ -997,6 +1106,35 @@ mod tests {
         assert_eq!(log.offer(&[1; 100], 0, 0).unwrap(), Offer::BackPressured);
         assert_eq!(log.offer(&[1; 100], 0, 1).unwrap(), Offer::Appended(160));
         assert_eq!(log.offer(&[1; 100], 0, 160).unwrap(), Offer::BackPressured);
+    }
+
+    #[test]
+    fn offers_at_the_end_of_the_last_addressable_term_report_the_max_position_and_do_not_rotate() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        // The last term a position can address (term count i32::MAX), 96 bytes short of its end.
+        let term_count = i32::MAX;
+        let partition = partition_index(i64::from(term_count));
+        let term_id = 7i32.wrapping_add(term_count);
+        let tail = meta::TERM_TAIL_COUNTERS + 8 * partition;
+        log.metadata().put_i64(tail, pack_tail(term_id, 64 * 1024 - 96)).unwrap();
+        log.metadata().put_i32(meta::ACTIVE_TERM_COUNT, term_count).unwrap();
+        let short: &[u8] = &[1; 10]; // 64 bytes framed
+        let long = vec![2u8; 3000]; // fragmented: the batch appender's path
+        assert_eq!(log.offer(short, 0, i64::MAX).unwrap(), Offer::Appended(log.max_position() - 32));
+        assert_eq!(log.offer(short, 0, i64::MAX).unwrap(), Offer::MaxPositionExceeded);
+        assert_eq!(log.offer(&long, 0, i64::MAX).unwrap(), Offer::MaxPositionExceeded);
+        assert_eq!(log.offer_batch(&[short, short], 0, i64::MAX).unwrap(), (0, Offer::MaxPositionExceeded));
+        assert_eq!(log.offer(short, 0, 1).unwrap(), Offer::MaxPositionExceeded);
+        assert_eq!(log.active_term_count().unwrap(), term_count, "the last term is not rotated out of");
+        assert_eq!(log.tail_position().unwrap(), log.max_position());
+        // The 32 bytes left after the first frame were padded, so a reader reaches the end.
+        let mut scratch = Vec::new();
+        let from = log.max_position() - 96;
+        let (mut frames, mut position) = (0, from);
+        for _ in 0..3 {
+            position = log.read(position, usize::MAX, &mut scratch, |_, _| frames += 1).unwrap();
+        }
+        assert_eq!((frames, position), (1, log.max_position()));
     }
 
     #[test]
