@@ -392,7 +392,43 @@ impl Command {
     }
 }
 
+/// A status record as JSON, or the error naming `what` and its registration id.
+fn encode_status<T: serde::Serialize>(
+    what: &str,
+    registration_id: i64,
+    status: Result<T, String>,
+) -> Result<String, String> {
+    let status = status.map_err(|e| format!("{what} {registration_id}: {e}"))?;
+    serde_json::to_string(&status).map_err(|e| format!("{what} {registration_id}: status not encodable: {e}"))
+}
+
 impl Response {
+    /// The answer to a publication status query: the record as JSON, or an error naming the
+    /// publication (`status` already failed, or the record is not encodable).
+    pub fn publication_status<T: serde::Serialize>(
+        correlation_id: i64,
+        registration_id: i64,
+        status: Result<T, String>,
+    ) -> Response {
+        match encode_status("publication", registration_id, status) {
+            Ok(json) => Response::PublicationStatus { correlation_id, json },
+            Err(message) => Response::Error { correlation_id, code: error_code::GENERIC_ERROR, message },
+        }
+    }
+
+    /// The answer to a subscription status query (its image records), as
+    /// [`Self::publication_status`].
+    pub fn subscription_status<T: serde::Serialize>(
+        correlation_id: i64,
+        registration_id: i64,
+        status: Result<T, String>,
+    ) -> Response {
+        match encode_status("subscription", registration_id, status) {
+            Ok(json) => Response::SubscriptionStatus { correlation_id, json },
+            Err(message) => Response::Error { correlation_id, code: error_code::GENERIC_ERROR, message },
+        }
+    }
+
     /// Type id and encoded payload.
     pub fn encode(&self) -> (i32, Vec<u8>) {
         let w = Writer::default();

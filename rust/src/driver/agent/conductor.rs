@@ -447,14 +447,7 @@ impl StandaloneDriver {
                 ..PublicationInfo::default()
             })
         };
-        let encoded = status().map_err(|e| format!("publication {registration_id}: {e}")).and_then(|status| {
-            serde_json::to_string(&status)
-                .map_err(|e| format!("publication {registration_id}: status not encodable: {e}"))
-        });
-        match encoded {
-            Ok(json) => Response::PublicationStatus { correlation_id, json },
-            Err(message) => Response::Error { correlation_id, code: error_code::GENERIC_ERROR, message },
-        }
+        Response::publication_status(correlation_id, registration_id, status().map_err(|e| e.to_string()))
     }
 
     /// `Subscription.images()` of an `aeron:ipc` subscription: one record per publication log it
@@ -482,14 +475,7 @@ impl StandaloneDriver {
             }
             Ok(images)
         };
-        let encoded = images().map_err(|e| format!("subscription {registration_id}: {e}")).and_then(|images| {
-            serde_json::to_string(&images)
-                .map_err(|e| format!("subscription {registration_id}: status not encodable: {e}"))
-        });
-        match encoded {
-            Ok(json) => Response::SubscriptionStatus { correlation_id, json },
-            Err(message) => Response::Error { correlation_id, code: error_code::GENERIC_ERROR, message },
-        }
+        Response::subscription_status(correlation_id, registration_id, images().map_err(|e| e.to_string()))
     }
 
     fn add_publication(

@@ -446,14 +446,19 @@ mod tests {
         std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
     }
 
+    /// An invoker-mode driver with 64 KiB terms in `dir`, and its `cnc` file opened as a client.
+    fn invoker_driver(dir: &std::path::Path) -> (MediaDriver, Cnc) {
+        let mut config = MediaDriverConfig::new(dir.to_path_buf());
+        config.threading = Threading::Invoker;
+        config.standalone.context.term_length = 64 * 1024;
+        let driver = MediaDriver::launch(config).unwrap();
+        (driver, Cnc::open(&dir.join(CNC_FILE), true).unwrap())
+    }
+
     #[test]
     fn shutdown_waits_only_for_publications_that_have_a_receiver() {
         let dir = tempdir();
-        let mut config = MediaDriverConfig::new(dir.clone());
-        config.threading = Threading::Invoker;
-        config.standalone.context.term_length = 64 * 1024;
-        let mut driver = MediaDriver::launch(config).unwrap();
-        let cnc = Cnc::open(&dir.join(CNC_FILE), true).unwrap();
+        let (mut driver, cnc) = invoker_driver(&dir);
         let ring = cnc.to_driver().unwrap();
         let send = |command: Command| {
             let (id, bytes) = command.encode();
@@ -485,11 +490,7 @@ mod tests {
     #[test]
     fn an_invoker_driver_carries_udp_answers_status_queries_and_cleans_up_on_close() {
         let dir = tempdir();
-        let mut config = MediaDriverConfig::new(dir.clone());
-        config.threading = Threading::Invoker;
-        config.standalone.context.term_length = 64 * 1024;
-        let mut driver = MediaDriver::launch(config).unwrap();
-        let cnc = Cnc::open(&dir.join(CNC_FILE), true).unwrap();
+        let (mut driver, cnc) = invoker_driver(&dir);
         let ring = cnc.to_driver().unwrap();
         let mut broadcast = cnc.to_clients_receiver().unwrap();
         let counters = cnc.counters().unwrap();

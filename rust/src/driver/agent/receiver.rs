@@ -568,14 +568,7 @@ impl ReceiverAgent {
                         message: format!("no network subscription {registration_id}"),
                     }
                 } else {
-                    match serde_json::to_string(&images) {
-                        Ok(json) => Response::SubscriptionStatus { correlation_id, json },
-                        Err(e) => Response::Error {
-                            correlation_id,
-                            code: error_code::GENERIC_ERROR,
-                            message: format!("subscription {registration_id}: status not encodable: {e}"),
-                        },
-                    }
+                    Response::subscription_status(correlation_id, registration_id, Ok(images))
                 };
                 let _ = self.events.send(AgentEvent::Respond(response));
             }

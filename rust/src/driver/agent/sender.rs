@@ -174,14 +174,11 @@ impl SenderAgent {
             }
             SenderCommand::Query { registration_id, correlation_id } => {
                 let response = match self.publications.iter().find(|p| p.registration_id == registration_id) {
-                    Some(served) => match serde_json::to_string(&publication_info(&served.publication)) {
-                        Ok(json) => Response::PublicationStatus { correlation_id, json },
-                        Err(e) => Response::Error {
-                            correlation_id,
-                            code: crate::shm::command::error_code::GENERIC_ERROR,
-                            message: format!("publication {registration_id}: status not encodable: {e}"),
-                        },
-                    },
+                    Some(served) => Response::publication_status(
+                        correlation_id,
+                        registration_id,
+                        Ok(publication_info(&served.publication)),
+                    ),
                     None => Response::Error {
                         correlation_id,
                         code: crate::shm::command::error_code::UNKNOWN_PUBLICATION,
