@@ -171,14 +171,22 @@ pub struct ReceiveBatch {
     bytes: Vec<u8>,
     /// (length, source) of each datagram of the last [`ReceiveBatch::receive`].
     received: Vec<(usize, SocketAddr)>,
-    slots: usize,
+    /// Where the kernel writes each datagram's source (read only as far as it wrote).
+    #[cfg(target_os = "linux")]
+    names: Vec<libc::sockaddr_storage>,
 }
 
 impl ReceiveBatch {
     /// Slots for `slots` datagrams (at least one) of up to [`MAX_DATAGRAM`] bytes each.
     pub fn new(slots: usize) -> Self {
         let slots = slots.max(1);
-        ReceiveBatch { bytes: vec![0; slots * MAX_DATAGRAM], received: Vec::with_capacity(slots), slots }
+        ReceiveBatch {
+            bytes: vec![0; slots * MAX_DATAGRAM],
+            received: Vec::with_capacity(slots),
+            // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
+            #[cfg(target_os = "linux")]
+            names: vec![unsafe { std::mem::zeroed() }; slots],
+        }
     }
 
     /// Reads up to the batch's slots of datagrams waiting on `socket` (non-blocking); returns
@@ -203,17 +211,16 @@ impl ReceiveBatch {
 
     /// The datagrams of the last [`ReceiveBatch::receive`], with their sources.
     pub fn datagrams(&self) -> impl Iterator<Item = (&[u8], SocketAddr)> {
-        self.bytes.chunks(MAX_DATAGRAM).zip(&self.received).map(|(slot, &(length, source))| {
-            (slot.get(..length).unwrap_or(slot), source)
-        })
+        self.bytes
+            .chunks(MAX_DATAGRAM)
+            .zip(&self.received)
+            .map(|(slot, &(length, source))| (slot.get(..length).unwrap_or(slot), source))
     }
 }
 
 #[cfg(target_os = "linux")]
 fn recv_mmsg(batch: &mut ReceiveBatch, socket: &UdpSocket) {
     use std::os::fd::AsRawFd;
-    // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
-    let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; batch.slots];
     let mut iovecs: Vec<libc::iovec> = batch
         .bytes
         .chunks_mut(MAX_DATAGRAM)
@@ -221,7 +228,7 @@ fn recv_mmsg(batch: &mut ReceiveBatch, socket: &UdpSocket) {
         .collect();
     let mut headers: Vec<libc::mmsghdr> = iovecs
         .iter_mut()
-        .zip(names.iter_mut())
+        .zip(batch.names.iter_mut())
         .map(|(iov, name)| {
             // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
             let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -234,12 +241,12 @@ fn recv_mmsg(batch: &mut ReceiveBatch, socket: &UdpSocket) {
         .collect();
     let count = u32::try_from(headers.len()).unwrap_or(u32::MAX);
     // SAFETY: `count` headers, each pointing at its own slot of `batch.bytes` and its own
-    // entry of `names`, all alive for the call. MSG_DONTWAIT: an empty queue returns at once.
+    // entry of `batch.names`, all alive for the call. MSG_DONTWAIT: an empty queue returns at once.
     let got = unsafe {
         libc::recvmmsg(socket.as_raw_fd(), headers.as_mut_ptr(), count, libc::MSG_DONTWAIT, std::ptr::null_mut())
     };
     let Ok(got) = usize::try_from(got) else { return };
-    for (header, name) in headers.iter().zip(&names).take(got) {
+    for (header, name) in headers.iter().zip(&batch.names).take(got) {
         // A datagram from an address family other than IPv4/IPv6 cannot be answered: skipped.
         if let Some(source) = socket_address(name) {
             batch.received.push((header.msg_len as usize, source));
