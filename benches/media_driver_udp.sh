@@ -2,8 +2,11 @@
 # UDP throughput through the standalone media driver (driver, publisher and subscriber in three
 # processes) against the embedded driver (publisher and subscriber processes, each with its
 # own driver), alternated in the same minutes. Prints one JSON line per run with the load
-# average before it.
+# average before it; standalone rows also carry the CPU seconds the driver process used
+# (`driver_cpu_seconds`, from /proc, start-up included) and the subscriber's own.
 #   usage: benches/media_driver_udp.sh [ROUNDS] [COUNT_32B] [COUNT_1K]
+# BASE_BIN=DIR adds a standalone row run with the binaries in DIR ("standalone-shared-base"),
+# an A/B of a driver change in the same minutes.
 # Needs: cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc --bin affinity-bench
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -13,7 +16,8 @@ BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
 port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-standalone() { # SIZE COUNT THREADING
+standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX]]
+  local BIN=${4:-$BIN} suffix=${5:-}
   local dir; dir=$(mktemp -d /dev/shm/affinity-bench-XXXX)
   local channel="aeron:udp?endpoint=127.0.0.1:$(port)"
   local before; before=$(load)
@@ -25,8 +29,10 @@ standalone() { # SIZE COUNT THREADING
   for _ in $(seq 100); do grep -q "ready" "$dir/sub.out" 2>/dev/null && break; sleep 0.05; done
   "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > /dev/null
   wait "$sub"
+  local ticks; ticks=$(awk '{print $14 + $15}' "/proc/$driver/stat")
   kill -TERM "$driver"; wait "$driver" || true
-  echo "{\"driver\":\"standalone-$3\",\"size\":$1,\"load\":$before,\"result\":$(grep role "$dir/sub.out")}"
+  local cpu; cpu=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }')
+  echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"load\":$before,\"driver_cpu_seconds\":$cpu,\"result\":$(grep role "$dir/sub.out")}"
   rm -rf "$dir"
 }
 
@@ -39,6 +45,7 @@ for round in $(seq "$ROUNDS"); do
   for size in 32 1024; do
     count=$COUNT32; [[ $size == 1024 ]] && count=$COUNT1K
     standalone "$size" "$count" "${THREADING:-shared}"
+    if [[ -n ${BASE_BIN:-} ]]; then standalone "$size" "$count" "${THREADING:-shared}" "$BASE_BIN" -base; fi
     embedded "$size" "$count" shared
     embedded "$size" "$count" invoker
   done

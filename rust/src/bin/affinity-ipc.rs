@@ -30,6 +30,27 @@ use affinity::protocol::OfferError;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 const DRIVER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Refused offers or empty polls in a row after which a client of a UDP channel yields its core
+/// on every further one: through UDP the driver thread moves every byte, and on a machine with
+/// fewer cores than busy threads a spinning client takes CPU time from it. IPC clients only
+/// yield every 1,024 (there the other client, not the driver, does the work).
+const UDP_SPINS_BEFORE_YIELD: u64 = 16;
+
+/// Waits after the `in_row`-th refused offer or empty poll in a row (counted from 1).
+fn idle_wait(udp: bool, in_row: u64) {
+    if (udp && in_row > UDP_SPINS_BEFORE_YIELD) || in_row % 1024 == 0 {
+        std::thread::yield_now();
+    } else {
+        // Re-reading the frame the other side is about to write takes its cache line away
+        // from it: pause between empty polls.
+        std::hint::spin_loop();
+    }
+}
+
+/// Whether `channel` is a UDP channel (the driver's sender and receiver carry its data).
+fn is_udp(channel: &str) -> bool {
+    channel.starts_with("aeron:udp")
+}
 
 struct Args {
     role: String,
@@ -138,6 +159,8 @@ fn publish(args: &Args) -> Result<(), String> {
     let cpu_start = thread_cpu();
     let mut sequence = 0u64;
     let mut spins = 0u64;
+    let mut in_row = 0u64;
+    let udp = is_udp(&args.channel);
     while sequence < args.count {
         let progressed = if args.batch > 1 {
             let wanted = (args.count - sequence).min(args.batch as u64) as usize;
@@ -170,14 +193,15 @@ fn publish(args: &Args) -> Result<(), String> {
                 AttachedOffer::MaxPositionExceeded => return Err("max position exceeded".into()),
             }
         };
-        if !progressed {
+        if progressed {
+            in_row = 0;
+        } else {
             spins += 1;
-            if spins % 1024 == 0 {
-                if start.elapsed() > RUN_TIMEOUT {
-                    return Err(format!("timed out after {sequence} messages"));
-                }
-                std::thread::yield_now();
+            in_row += 1;
+            if spins % 1024 == 0 && start.elapsed() > RUN_TIMEOUT {
+                return Err(format!("timed out after {sequence} messages"));
             }
+            idle_wait(udp, in_row);
         }
     }
     report("publish", sequence, start.elapsed(), thread_cpu().saturating_sub(cpu_start));
@@ -203,6 +227,8 @@ fn subscribe(args: &Args) -> Result<(), String> {
     let mut start = None;
     let began = Instant::now();
     let mut idle = 0u64;
+    let mut in_row = 0u64;
+    let udp = is_udp(&args.channel);
     while next < args.count && error.is_none() {
         let fragments = subscription
             .poll(4096, |message| {
@@ -221,16 +247,14 @@ fn subscribe(args: &Args) -> Result<(), String> {
             start = Some((Instant::now(), thread_cpu()));
         }
         if fragments == 0 {
-            // Re-reading the frame the publisher is about to write takes its cache line away
-            // from it: pause between empty polls.
-            std::hint::spin_loop();
             idle += 1;
-            if idle % 1024 == 0 {
-                if began.elapsed() > RUN_TIMEOUT {
-                    return Err(format!("timed out after {next} messages"));
-                }
-                std::thread::yield_now();
+            in_row += 1;
+            if idle % 1024 == 0 && began.elapsed() > RUN_TIMEOUT {
+                return Err(format!("timed out after {next} messages"));
             }
+            idle_wait(udp, in_row);
+        } else {
+            in_row = 0;
         }
     }
     if let Some(error) = error {

@@ -15,6 +15,7 @@
 //! Nothing here imports `client/`.
 
 pub mod conductor;
+pub mod mmsg;
 pub mod receiver;
 pub mod sender;
 

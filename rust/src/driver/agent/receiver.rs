@@ -13,6 +13,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
+use super::mmsg::ReceiveBatch;
 use super::{AgentEvent, ImageRequest, NewEndpoint, NewImage, ReceiverCommand};
 use crate::logbuffer::position::compute_position;
 use crate::logbuffer::StreamIdentity;
@@ -422,8 +423,8 @@ pub struct ReceiverAgent {
     commands: Receiver<ReceiverCommand>,
     events: Sender<AgentEvent>,
     counters: ReceiverCounters,
-    datagrams_per_cycle: usize,
-    buffer: Vec<u8>,
+    /// Up to a cycle's datagrams of one endpoint, read with one system call.
+    batch: ReceiveBatch,
     scratch: Vec<u8>,
     clock: MonotonicClock,
 }
@@ -442,8 +443,7 @@ impl ReceiverAgent {
             commands,
             events,
             counters,
-            datagrams_per_cycle,
-            buffer: vec![0; 65536],
+            batch: ReceiveBatch::new(datagrams_per_cycle),
             scratch: vec![0; 65536],
             clock: MonotonicClock::new(),
         }
@@ -484,17 +484,15 @@ impl ReceiverAgent {
             self.on_command(command, now);
         }
         for endpoint in &mut self.endpoints {
-            for _ in 0..self.datagrams_per_cycle {
-                match endpoint.socket.recv_from(&mut self.buffer) {
-                    Ok((length, source)) => {
-                        work += 1;
-                        let _ = self.counters.bytes_received.add(length as i64);
-                        let outcome =
-                            endpoint.on_datagram(&self.buffer[..length], source, now, &mut self.scratch, &self.events);
-                        self.counters.count(outcome);
-                    }
-                    Err(_) => break,
+            if self.batch.receive(&endpoint.socket) > 0 {
+                let mut bytes = 0;
+                for (datagram, source) in self.batch.datagrams() {
+                    work += 1;
+                    bytes += datagram.len();
+                    let outcome = endpoint.on_datagram(datagram, source, now, &mut self.scratch, &self.events);
+                    self.counters.count(outcome);
                 }
+                let _ = self.counters.bytes_received.add(bytes as i64);
             }
             work += endpoint.service_images(now, &mut self.scratch, &self.counters, &self.events);
         }

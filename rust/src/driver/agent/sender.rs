@@ -8,9 +8,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
+use super::mmsg::SendBatch;
 use super::{AgentEvent, NewPublication, SenderCommand};
 use crate::driver::events::{reason_name, DriverEvent, DriverEventKind};
-use crate::media::udp::is_would_block;
 use crate::protocol::{NetworkPublication, PublicationCounters};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
@@ -69,6 +69,8 @@ pub struct SenderAgent {
     events: Sender<AgentEvent>,
     counters: SenderCounters,
     datagrams_per_cycle: usize,
+    /// A cycle's datagrams of one publication, sent with one system call.
+    batch: SendBatch,
     out: Vec<u8>,
     input: Vec<u8>,
     clock: MonotonicClock,
@@ -89,6 +91,7 @@ impl SenderAgent {
             events,
             counters,
             datagrams_per_cycle,
+            batch: SendBatch::default(),
             out: vec![0; 65536],
             input: vec![0; 65536],
             clock: MonotonicClock::new(),
@@ -198,24 +201,21 @@ impl SenderAgent {
         if let Ok(tail) = served.publication.log().tail_position() {
             served.publication.on_tail(tail);
         }
-        let mut sent = 0;
+        self.batch.clear();
         for _ in 0..budget {
-            let Some(length) = served.publication.poll_transmit(now, &mut self.out) else { break };
-            sent += 1;
-            let datagram = &self.out[..length];
-            let result = if served.control_socket.is_some() {
-                served.socket.send_to(datagram, served.destination)
-            } else {
-                served.socket.send(datagram)
-            };
-            match result {
-                Ok(bytes) => {
-                    let _ = self.counters.bytes_sent.add(bytes as i64);
-                }
-                Err(error) if is_would_block(&error) => {} // dropped: a NAK repairs it
-                Err(_) => {
-                    let _ = self.counters.send_errors.add(1);
-                }
+            if !self.batch.push_with(|slot| served.publication.poll_transmit(now, slot)) {
+                break;
+            }
+        }
+        let sent = self.batch.len();
+        if sent > 0 {
+            // An unconnected socket (a control address to listen on) names the destination.
+            let destination = served.control_socket.is_some().then_some(served.destination);
+            // Datagrams that would block are dropped: a NAK repairs them.
+            let outcome = self.batch.send(&served.socket, destination);
+            let _ = self.counters.bytes_sent.add(outcome.bytes as i64);
+            if outcome.errors > 0 {
+                let _ = self.counters.send_errors.add(outcome.errors as i64);
             }
         }
         work += sent;
