@@ -6,7 +6,8 @@
 # (`driver_cpu_seconds`, from /proc, start-up included) and the subscriber's own.
 #   usage: benches/media_driver_udp.sh [ROUNDS] [COUNT_32B] [COUNT_1K]
 # BASE_BIN=DIR adds a standalone row run with the binaries in DIR ("standalone-shared-base"),
-# an A/B of a driver change in the same minutes.
+# an A/B of a driver change in the same minutes. OLD_EMBEDDED_BIN=DIR adds embedded rows run with
+# the affinity-bench in DIR ("embedded-<mode>-old"), e.g. a build of an older commit.
 # Needs: cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc --bin affinity-bench
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -36,9 +37,10 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX]]
   rm -rf "$dir"
 }
 
-embedded() { # SIZE COUNT MODE
+embedded() { # SIZE COUNT MODE [BIN [LABEL-SUFFIX]]
+  local BIN=${4:-$BIN} suffix=${5:-}
   local before; before=$(load)
-  echo "{\"driver\":\"embedded-$3\",\"size\":$1,\"load\":$before,\"result\":$("$BIN/affinity-bench" run-throughput --size "$1" --count "$2" --mode "$3")}"
+  echo "{\"driver\":\"embedded-$3$suffix\",\"size\":$1,\"load\":$before,\"result\":$("$BIN/affinity-bench" run-throughput --size "$1" --count "$2" --mode "$3")}"
 }
 
 for round in $(seq "$ROUNDS"); do
@@ -48,5 +50,9 @@ for round in $(seq "$ROUNDS"); do
     if [[ -n ${BASE_BIN:-} ]]; then standalone "$size" "$count" "${THREADING:-shared}" "$BASE_BIN" -base; fi
     embedded "$size" "$count" shared
     embedded "$size" "$count" invoker
+    if [[ -n ${OLD_EMBEDDED_BIN:-} ]]; then
+      embedded "$size" "$count" shared "$OLD_EMBEDDED_BIN" -old
+      embedded "$size" "$count" invoker "$OLD_EMBEDDED_BIN" -old
+    fi
   done
 done
