@@ -3,8 +3,9 @@
 //! endpoint, instead of a system call per datagram (on Linux; elsewhere one `send_to` /
 //! `recv_from` per datagram, with the same results).
 //!
-//! Both buffers are owned by the agent and reused every cycle: no allocation on the hot path
-//! once they have grown to a cycle's size.
+//! Both data buffers are owned by the agent and reused every cycle once they have grown to a
+//! cycle's size; each call still builds its small vectors of `iovec`/`mmsghdr` (they hold raw
+//! pointers into those buffers, so they are not kept between calls).
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
