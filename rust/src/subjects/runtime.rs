@@ -317,7 +317,8 @@ impl RouterRuntime {
         &self.labels
     }
 
-    /// Takes the log entries made since the last call (at most [`MAX_PENDING_LOG`] are kept).
+    /// Takes the log entries made since the last call (at most [`MAX_PENDING_LOG`] are kept); an
+    /// entry is here before any message it explains has left the router.
     pub fn drain_log(&self) -> Vec<LogEntry> {
         lock(&self.shared.log).drain(..).collect()
     }
@@ -354,9 +355,11 @@ impl RouterLoop {
             if now.saturating_since(last_tick) >= TICK_INTERVAL {
                 last_tick = now;
                 self.core.tick(now);
-                self.forward_log();
                 self.publish_status();
             }
+            // Every iteration, before anything is sent: a log entry is visible to
+            // `drain_log` before the message it explains can reach a peer.
+            self.forward_log();
             work += self.send();
             if work == 0 {
                 std::thread::sleep(IDLE_SLEEP);
