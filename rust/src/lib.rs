@@ -46,6 +46,7 @@ pub mod protocol;
 pub mod routing;
 pub mod shm;
 pub mod subjects;
+mod sync;
 pub mod time;
 pub mod wire;
 

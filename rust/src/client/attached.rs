@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +25,7 @@ use crate::shm::directory::{self, epoch_ms, DirectoryState};
 use crate::shm::log_buffer::{LogBuffer, Offer};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
+use crate::sync::lock;
 use crate::wire::flags;
 
 /// [`AttachedClient::threading`] of a client attached to a driver in another process.
@@ -224,11 +225,6 @@ impl Inbox {
             Response::ClientTimeout { .. } => Applied::Nothing,
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding these locks leaves plain data consistent enough to continue.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Shared {

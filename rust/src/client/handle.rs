@@ -4,7 +4,7 @@
 //! shared (a Python object, a group member and a subject peer may each hold one).
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::attached::{AttachedClient, AttachedPublication, AttachedSubscription};
@@ -13,13 +13,9 @@ use crate::channel::ChannelUri;
 use crate::error::Error;
 use crate::protocol::OfferError;
 use crate::shm::status::{ImageInfo, PublicationInfo};
+use crate::sync::lock;
 
 type Result<T> = std::result::Result<T, Error>;
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Plain handles: a panic elsewhere leaves them usable.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Checks a channel before it goes to the driver: a URI that does not parse is a configuration
 /// error naming the channel (the driver refuses, with a precise error, what it does not support

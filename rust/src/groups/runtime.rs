@@ -28,6 +28,7 @@ use crate::control::{
 };
 use crate::error::Error;
 use crate::protocol::OfferError;
+use crate::sync::lock;
 use crate::time::{Instant, MonotonicClock};
 
 /// Term length of control publications (heartbeats up to 512 KiB).
@@ -113,10 +114,6 @@ fn resolve_host(host: &str) -> Result<IpAddr, GroupError> {
         )));
     }
     Ok(address)
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A peer's inbox, as this member reaches it.

@@ -13,7 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -30,6 +30,7 @@ use crate::error::Error;
 use crate::groups::Timing;
 use crate::protocol::OfferError;
 use crate::routing::{NoDataStatus, RoutingTable};
+use crate::sync::lock;
 use crate::time::MonotonicClock;
 
 /// Term length of every subject publication (largest message 128 KiB).
@@ -85,10 +86,6 @@ impl From<SubjectError> for SubjectsError {
     fn from(error: SubjectError) -> Self {
         SubjectsError::Codec(error)
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn udp_channel(endpoint: &str) -> String {
