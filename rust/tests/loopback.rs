@@ -259,3 +259,34 @@ fn ipc_subscribers_all_receive_everything_including_a_late_one() {
     assert_eq!(early_got, expected);
     assert_eq!(late_got, expected, "the late subscriber joined before the first offer");
 }
+
+#[test]
+fn a_publication_started_far_into_its_stream_leaves_the_terms_before_untouched() {
+    // Term 1000 of 16 MiB terms: the log's cleaner (the sender; for IPC the conductor) cleans a
+    // term behind the slowest position from the start, never from 0 (which would zero, and so
+    // allocate, every partition of the shared file).
+    let client = client();
+    let start = "term-length=16m|init-term-id=0|term-id=1000|term-offset=0";
+    let udp = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    for (pub_channel, sub_channel) in
+        [(format!("{udp}|{start}"), udp), (format!("aeron:ipc?{start}"), "aeron:ipc".into())]
+    {
+        let _subscription = client.add_subscription(&sub_channel, 17).unwrap();
+        let publication = client.add_publication(&pub_channel, 17).unwrap();
+        assert_eq!(publication.position().unwrap(), 1000 << 24);
+        wait_connected(&client, &publication);
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            client.do_work().unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The publication's log and (UDP) the image's.
+        use std::os::unix::fs::MetadataExt;
+        let logs: Vec<_> = std::fs::read_dir(client.dir().join("publications")).unwrap().map(|e| e.unwrap()).collect();
+        assert!(!logs.is_empty());
+        for log in logs {
+            let allocated = log.metadata().unwrap().blocks() * 512;
+            assert!(allocated < 1 << 20, "{pub_channel}: {:?}: {} KiB allocated", log.file_name(), allocated / 1024);
+        }
+    }
+}
