@@ -127,15 +127,73 @@ def test_too_long_message_raises(client: affinity.Client) -> None:
         ("aeron:udp?endpoint=127.0.0.1:40123|control-mode=dynamic", "control-mode"),
         ("aeron:udp?endpoint=127.0.0.1:40123|tags=1,2", "tags"),
         ("aeron-spy:aeron:udp?endpoint=127.0.0.1:40123", "spy"),
-        ("aeron:udp?endpoint=127.0.0.1:40123|init-term-id=7|term-id=8|term-offset=64", "init-term-id"),
-        ("aeron:ipc?init-term-id=7|term-id=8|term-offset=64", "init-term-id"),
         ("aeron:ipc?session-id=5", "session-id"),
+        # A start position (init-term-id|term-id|term-offset) that does not fit.
+        ("aeron:udp?endpoint=127.0.0.1:40123|init-term-id=100|term-id=99|term-offset=0", "term-id=99"),
+        ("aeron:udp?endpoint=127.0.0.1:40123|init-term-id=1|term-id=1|term-offset=33", "term-offset=33"),
+        ("aeron:ipc?term-length=64k|init-term-id=1|term-id=1|term-offset=65568", "term-offset=65568"),
+        ("aeron:ipc?init-term-id=1|term-id=1", "term-offset"),
     ],
 )
 def test_bad_channel_uris_name_the_key_and_value(client: affinity.Client, uri: str, fragment: str) -> None:
     with pytest.raises(affinity.ChannelUriError, match=fragment.replace("|", r"\|")) as raised:
         client.add_publication(uri, 1)
     assert isinstance(raised.value, ValueError)
+
+
+# unicast_rollover.json's start (Aeron's keys): 2048 bytes before the end of term 102 of a stream
+# whose initial term is 100, so the first messages roll into term 103.
+ROLLOVER_START = "term-length=64k|init-term-id=100|term-id=102|term-offset=63488"
+ROLLOVER_POSITION = (102 - 100) * 65536 + 63488
+
+
+@pytest.mark.parametrize("media", ["udp", "ipc"])
+def test_a_publication_starts_at_init_term_id_term_id_and_term_offset(client: affinity.Client, media: str) -> None:
+    base = loopback_channel() if media == "udp" else "aeron:ipc"
+    sub = client.add_subscription(base, 21)
+    pub = client.add_publication(f"{base}{'|' if media == 'udp' else '?'}{ROLLOVER_START}", 21)
+    assert pub.position == ROLLOVER_POSITION
+    wait_connected(pub)
+    deadline = time.monotonic() + 10
+    while not sub.images():
+        assert time.monotonic() < deadline, "no image"
+        time.sleep(0.001)
+    [image] = sub.images()
+    assert image["position"] == ROLLOVER_POSITION, image
+    messages = [make_message(i, 8 + i % 1500) for i in range(2000)]
+    assert pump(pub, sub, messages, timeout=60) == messages
+    assert pub.position > ROLLOVER_POSITION + 3 * 65536, "rolled through every partition"
+    pub.close()
+    sub.close()
+
+
+def test_a_udp_publication_holds_its_counters_at_the_start_until_connected(client: affinity.Client) -> None:
+    pub = client.add_publication(f"{loopback_channel()}|{ROLLOVER_START}", 22)
+    counters = pub.counters()
+    assert (counters["position"], counters["sender_position"], counters["publisher_limit"]) == (
+        ROLLOVER_POSITION,
+        ROLLOVER_POSITION,
+        ROLLOVER_POSITION,
+    )
+    assert pub.offer(b"x") == affinity.NOT_CONNECTED
+    pub.close()
+
+
+def test_a_start_position_is_refused_on_a_subscription_and_against_another_open_ipc_log(
+    client: affinity.Client,
+) -> None:
+    with pytest.raises(affinity.ChannelUriError, match="apply to publications only"):
+        client.add_subscription(f"{loopback_channel()}|{ROLLOVER_START}", 23)
+    with pytest.raises(affinity.ChannelUriError, match="apply to publications only"):
+        client.add_subscription(f"aeron:ipc?{ROLLOVER_START}", 23)
+    first = client.add_publication(f"aeron:ipc?{ROLLOVER_START}", 23)
+    same = client.add_publication(f"aeron:ipc?{ROLLOVER_START}", 23)
+    assert same.session_id == first.session_id, "the same start is the same log"
+    other = "aeron:ipc?term-length=64k|init-term-id=100|term-id=103|term-offset=0"
+    with pytest.raises(affinity.ChannelUriError, match=rf"start position 196608\).*position {ROLLOVER_POSITION}"):
+        client.add_publication(other, 23)
+    same.close()
+    first.close()
 
 
 def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it(new_client: ClientFactory) -> None:

@@ -3,11 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use affinity::client::attached::AttachedClient;
+use affinity::client::attached::{AttachedClient, AttachedPublication, AttachedSubscription};
 use affinity::client::MessageBatch;
 use affinity::embedded::{self, EmbeddedConfig, EmbeddedThreading};
 use affinity::media::relay::{Impairment, LossyRelay};
 use affinity::protocol::OfferError;
+use affinity::wire::Setup;
 
 fn free_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -30,11 +31,21 @@ fn client() -> AttachedClient {
 fn transfer(client: &AttachedClient, pub_channel: &str, sub_channel: &str, count: u64) {
     let mut subscription = client.add_subscription(sub_channel, 10).unwrap();
     let publication = client.add_publication(pub_channel, 10).unwrap();
+    wait_connected(client, &publication);
+    send_and_check(&publication, &mut subscription, count);
+}
+
+fn wait_connected(client: &AttachedClient, publication: &AttachedPublication) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !publication.is_connected().unwrap() {
         client.do_work().unwrap();
         assert!(Instant::now() < deadline, "never connected");
     }
+}
+
+/// Offers `count` messages and checks the subscription receives each, in order.
+fn send_and_check(publication: &AttachedPublication, subscription: &mut AttachedSubscription, count: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut sent = 0u64;
     let mut received = 0u64;
     let mut batch = MessageBatch::default();
@@ -54,6 +65,134 @@ fn transfer(client: &AttachedClient, pub_channel: &str, sub_channel: &str, count
             received += 1;
         }
     }
+}
+
+/// `unicast_rollover.json`'s start (Aeron's keys): 2048 bytes before the end of term 102 of a
+/// stream whose initial term is 100, so the first messages roll into term 103.
+const ROLLOVER_START: &str = "term-length=64k|init-term-id=100|term-id=102|term-offset=63488";
+/// `(102 - 100) * 65536 + 63488`.
+const ROLLOVER_POSITION: i64 = 2 * 65536 + 63488;
+
+/// A publication started at [`ROLLOVER_START`] begins its log, counters and (UDP) SETUP there;
+/// the subscriber's image joins there and gets every message in order across the rotations.
+fn starts_at_the_given_position(client: &AttachedClient, pub_channel: &str, sub_channel: &str) {
+    let mut subscription = client.add_subscription(sub_channel, 12).unwrap();
+    let publication = client.add_publication(pub_channel, 12).unwrap();
+    assert_eq!(publication.initial_term_id(), 100);
+    assert_eq!(publication.position().unwrap(), ROLLOVER_POSITION, "the log's tail starts at the position");
+    wait_connected(client, &publication);
+    let images = subscription.images().unwrap();
+    assert_eq!(images.len(), 1, "{images:?}");
+    assert_eq!(images[0].position, ROLLOVER_POSITION, "the image joins at the start position");
+    send_and_check(&publication, &mut subscription, 2_000);
+    let end = publication.position().unwrap();
+    assert!(end > ROLLOVER_POSITION + 3 * 65536, "rolled through every partition: {end}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while subscription.images().unwrap()[0].position != end {
+        client.do_work().unwrap();
+        assert!(Instant::now() < deadline, "the subscriber never reached {end}");
+    }
+}
+
+#[test]
+fn a_udp_publication_starts_at_init_term_id_term_id_and_term_offset() {
+    let client = client();
+    let endpoint = format!("127.0.0.1:{}", free_port());
+    let pub_channel = format!("aeron:udp?endpoint={endpoint}|{ROLLOVER_START}");
+    starts_at_the_given_position(&client, &pub_channel, &format!("aeron:udp?endpoint={endpoint}"));
+}
+
+#[test]
+fn an_ipc_publication_starts_at_init_term_id_term_id_and_term_offset() {
+    let client = client();
+    starts_at_the_given_position(&client, &format!("aeron:ipc?{ROLLOVER_START}"), "aeron:ipc");
+}
+
+#[test]
+fn the_setup_a_started_publication_sends_names_its_start() {
+    let client = client();
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let channel = format!("aeron:udp?endpoint={}|{ROLLOVER_START}", socket.local_addr().unwrap());
+    let publication = client.add_publication(&channel, 13).unwrap();
+    let mut datagram = [0u8; 2048];
+    let length = socket.recv(&mut datagram).expect("a SETUP");
+    let setup = Setup::parse(&datagram[..length]).expect("the first datagram is a SETUP");
+    assert_eq!(
+        (setup.initial_term_id, setup.active_term_id, setup.term_offset, setup.term_length),
+        (100, 102, 63488, 65536)
+    );
+    assert_eq!((setup.session_id, setup.stream_id), (publication.session_id(), 13));
+    // Until a receiver answers, the publisher is held at the start.
+    let status = publication.status().unwrap();
+    assert_eq!(
+        (status.position, status.sender_position, status.publisher_limit),
+        (ROLLOVER_POSITION, ROLLOVER_POSITION, ROLLOVER_POSITION)
+    );
+}
+
+#[test]
+fn publications_of_one_channel_share_the_log_and_its_start() {
+    let client = client();
+    let endpoint = format!("127.0.0.1:{}", free_port());
+    let channel = format!("aeron:udp?endpoint={endpoint}|{ROLLOVER_START}");
+    let mut subscription = client.add_subscription(&format!("aeron:udp?endpoint={endpoint}"), 14).unwrap();
+    let first = client.add_publication(&channel, 14).unwrap();
+    wait_connected(&client, &first);
+    send_and_check(&first, &mut subscription, 10);
+    let second = client.add_publication(&channel, 14).unwrap();
+    assert_eq!(second.registration_id(), first.registration_id(), "one network publication");
+    assert_eq!(second.position().unwrap(), first.position().unwrap(), "the live log, not a new start");
+    assert_eq!(subscription.image_count().unwrap(), 1);
+}
+
+/// The error text of a refused command.
+fn refusal<T>(outcome: Result<T, affinity::error::Error>) -> String {
+    match outcome {
+        Ok(_) => panic!("accepted"),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[test]
+fn an_ipc_publication_naming_another_start_than_the_open_log_is_refused() {
+    let client = client();
+    let _first = client.add_publication(&format!("aeron:ipc?{ROLLOVER_START}"), 15).unwrap();
+    // The same start is the same log.
+    client.add_publication(&format!("aeron:ipc?{ROLLOVER_START}"), 15).unwrap();
+    client.add_publication("aeron:ipc", 15).unwrap();
+    let other = "aeron:ipc?term-length=64k|init-term-id=100|term-id=103|term-offset=0";
+    let error = refusal(client.add_publication(other, 15));
+    assert!(error.contains("init-term-id=100|term-id=103|term-offset=0 (start position 196608)"), "{error}");
+    assert!(error.contains(&format!("init-term-id=100, position {ROLLOVER_POSITION}")), "{error}");
+}
+
+#[test]
+fn start_positions_that_do_not_fit_are_refused_naming_the_key_and_value() {
+    // The driver's UDP terms are 64 KiB: an offset the URI's default (16 MiB) would allow is
+    // checked against the log the driver really makes.
+    let mut config = EmbeddedConfig::default();
+    config.driver.context.term_length = 65536;
+    let client = embedded::start(config).unwrap();
+    let endpoint = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    for (start, key_and_value) in [
+        ("init-term-id=100|term-id=99|term-offset=0", "term-id=99: more than 2^31 - 1 terms after init-term-id=100"),
+        ("init-term-id=100|term-id=100|term-offset=33", "term-offset=33: must be a non-negative multiple of 32"),
+        (
+            "init-term-id=100|term-id=100|term-offset=131072",
+            "term-offset=131072: must not exceed the term length 65536",
+        ),
+        ("init-term-id=100|term-id=100|term-offset=65568", "term-offset=65568: must not exceed the term length 65536"),
+        ("init-term-id=100|term-id=100", "term-offset: missing: init-term-id, term-id and term-offset"),
+    ] {
+        for channel in [format!("{endpoint}|{start}"), format!("aeron:ipc?term-length=64k|{start}")] {
+            let error = refusal(client.add_publication(&channel, 16));
+            assert!(error.contains(key_and_value), "{channel}: {error}");
+        }
+    }
+    // A subscription has no start to take.
+    let error = refusal(client.add_subscription(&format!("{endpoint}|{ROLLOVER_START}"), 16));
+    assert!(error.contains("apply to publications only"), "{error}");
 }
 
 #[test]
@@ -119,4 +258,35 @@ fn ipc_subscribers_all_receive_everything_including_a_late_one() {
     let expected: Vec<Vec<u8>> = (0..5_000).map(message).collect();
     assert_eq!(early_got, expected);
     assert_eq!(late_got, expected, "the late subscriber joined before the first offer");
+}
+
+#[test]
+fn a_publication_started_far_into_its_stream_leaves_the_terms_before_untouched() {
+    // Term 1000 of 16 MiB terms: the log's cleaner (the sender; for IPC the conductor) cleans a
+    // term behind the slowest position from the start, never from 0 (which would zero, and so
+    // allocate, every partition of the shared file).
+    let client = client();
+    let start = "term-length=16m|init-term-id=0|term-id=1000|term-offset=0";
+    let udp = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    for (pub_channel, sub_channel) in
+        [(format!("{udp}|{start}"), udp), (format!("aeron:ipc?{start}"), "aeron:ipc".into())]
+    {
+        let _subscription = client.add_subscription(&sub_channel, 17).unwrap();
+        let publication = client.add_publication(&pub_channel, 17).unwrap();
+        assert_eq!(publication.position().unwrap(), 1000 << 24);
+        wait_connected(&client, &publication);
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while Instant::now() < deadline {
+            client.do_work().unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The publication's log and (UDP) the image's.
+        use std::os::unix::fs::MetadataExt;
+        let logs: Vec<_> = std::fs::read_dir(client.dir().join("publications")).unwrap().map(|e| e.unwrap()).collect();
+        assert!(!logs.is_empty());
+        for log in logs {
+            let allocated = log.metadata().unwrap().blocks() * 512;
+            assert!(allocated < 1 << 20, "{pub_channel}: {:?}: {} KiB allocated", log.file_name(), allocated / 1024);
+        }
+    }
 }

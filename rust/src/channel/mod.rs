@@ -109,6 +109,38 @@ pub struct InitialPosition {
     pub term_offset: i32,
 }
 
+impl InitialPosition {
+    /// The stream position this start names in a stream of `term_length`-byte terms, or the key
+    /// at fault and why (the rules: `logbuffer::position::start_position`).
+    fn position(&self, term_length: u32) -> Result<i64, (Key, String)> {
+        use crate::logbuffer::position::{max_position, start_position, StartError};
+        let InitialPosition { initial_term_id, term_id, term_offset } = *self;
+        start_position(initial_term_id, term_id, term_offset, term_length).map_err(|error| match error {
+            StartError::TermIdBehind => (
+                Key::TermId,
+                format!(
+                    "more than 2^31 - 1 terms after init-term-id={initial_term_id} \
+                     (32-bit wrapping difference is negative)"
+                ),
+            ),
+            StartError::UnalignedOffset => (Key::TermOffset, term_offset_rule()),
+            StartError::OffsetPastTerm => (Key::TermOffset, format!("must not exceed the term length {term_length}")),
+            StartError::PastMaxPosition => (
+                Key::TermId,
+                format!(
+                    "the start position passes the largest position {} of a stream of term length {term_length}",
+                    max_position(term_length)
+                ),
+            ),
+        })
+    }
+}
+
+/// Why a `term-offset` is refused (without the key).
+fn term_offset_rule() -> String {
+    format!("must be a non-negative multiple of {FRAME_ALIGNMENT}")
+}
+
 /// `cc=`: the receiver's congestion control.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CongestionControl {
@@ -390,7 +422,7 @@ impl ChannelUri {
             Key::TermOffset => {
                 let offset = parse_i32(value)?;
                 if offset < 0 || offset % FRAME_ALIGNMENT as i32 != 0 {
-                    return Err(format!("must be a non-negative multiple of {FRAME_ALIGNMENT}"));
+                    return Err(term_offset_rule());
                 }
                 position.term_offset = Some(offset);
             }
@@ -464,20 +496,11 @@ impl ChannelUri {
         match (position.initial_term_id, position.term_id, position.term_offset) {
             (None, None, None) => {}
             (Some(initial_term_id), Some(term_id), Some(term_offset)) => {
-                if term_id.wrapping_sub(initial_term_id) < 0 {
-                    return Err(named(
-                        Key::TermId,
-                        format!(
-                            "more than 2^31 - 1 terms after init-term-id={initial_term_id} \
-                             (32-bit wrapping difference is negative)"
-                        ),
-                    ));
-                }
-                // term_offset is non-negative, checked when parsed.
-                if term_offset as u32 > term_length {
-                    return Err(named(Key::TermOffset, format!("must not exceed the term length {term_length}")));
-                }
-                self.initial_position = Some(InitialPosition { initial_term_id, term_id, term_offset });
+                let start = InitialPosition { initial_term_id, term_id, term_offset };
+                // Checked against the URI's term length (or the media default) here; the driver
+                // checks again against the term length it actually uses (`start_position`).
+                start.position(term_length).map_err(|(key, reason)| named(key, reason))?;
+                self.initial_position = Some(start);
             }
             (initial_term_id, term_id, _) => {
                 let missing = if initial_term_id.is_none() {
@@ -516,6 +539,18 @@ impl ChannelUri {
             ));
         }
         Ok(())
+    }
+
+    /// The position a publication of this channel starts at in a log of `term_length`-byte
+    /// terms (the driver's own term length when the URI names none): 0 without
+    /// `init-term-id|term-id|term-offset`, otherwise that start checked against `term_length`.
+    /// `uri` is the text this was parsed from; a start that does not fit is the same
+    /// [`ChannelError`] (key and value named) as parsing gives.
+    pub fn start_position(&self, uri: &str, term_length: u32) -> Result<i64, ChannelError> {
+        let Some(start) = self.initial_position else { return Ok(0) };
+        start
+            .position(term_length)
+            .map_err(|(key, reason)| ChannelError::new(uri, Some(key.name()), self.value_text(key).as_deref(), reason))
     }
 
     /// Whether the endpoint is a multicast group.

@@ -52,7 +52,7 @@ impl StreamIdentity {
 
     /// The largest position this stream can reach (`term_length * 2^31`).
     pub fn max_position(&self) -> i64 {
-        (self.term_length as i64) << 31
+        super::position::max_position(self.term_length)
     }
 }
 

@@ -19,6 +19,66 @@ pub fn compute_position(term_id: i32, term_offset: i32, position_bits: u32, init
     (term_count << position_bits) + term_offset as i64
 }
 
+/// The largest position a stream of `term_length`-byte terms can reach: `term_length * 2^31`
+/// (term counts are non-negative `i32`s). Fits an `i64` for every term length up to 2^32.
+pub const fn max_position(term_length: u32) -> i64 {
+    (term_length as i64) << 31
+}
+
+/// Why a start position (Aeron's `init-term-id|term-id|term-offset`) is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartError {
+    /// The term id is behind the initial term id (their 32-bit wrapping difference is negative).
+    TermIdBehind,
+    /// The term offset is negative or not a multiple of the frame alignment.
+    UnalignedOffset,
+    /// The term offset is past the end of the term.
+    OffsetPastTerm,
+    /// The position is past [`max_position`].
+    PastMaxPosition,
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StartError::TermIdBehind => {
+                "more than 2^31 - 1 terms after the initial term id (32-bit wrapping difference is negative)"
+            }
+            StartError::UnalignedOffset => "the term offset must be a non-negative multiple of the frame alignment",
+            StartError::OffsetPastTerm => "the term offset must not exceed the term length",
+            StartError::PastMaxPosition => "the position passes the largest position of the stream",
+        })
+    }
+}
+
+/// The position of a stream that starts in term `term_id` at `term_offset` (Aeron's
+/// `init-term-id|term-id|term-offset`), checked: the term count `term_id - initial_term_id`
+/// (32-bit wrapping) is non-negative, the offset a multiple of [`FRAME_ALIGNMENT`] and at most
+/// `term_length` (Aeron's rule: an offset equal to the term length is a full term, the first
+/// append rotates), the position at most [`max_position`]. The one place these rules live: the
+/// channel URI parser, the driver and the log buffer all call it.
+pub fn start_position(
+    initial_term_id: i32,
+    term_id: i32,
+    term_offset: i32,
+    term_length: u32,
+) -> Result<i64, StartError> {
+    let term_count = term_id.wrapping_sub(initial_term_id);
+    if term_count < 0 {
+        return Err(StartError::TermIdBehind);
+    }
+    if term_offset < 0 || term_offset as usize % FRAME_ALIGNMENT != 0 {
+        return Err(StartError::UnalignedOffset);
+    }
+    if term_offset as u32 > term_length {
+        return Err(StartError::OffsetPastTerm);
+    }
+    match i64::from(term_count).checked_mul(i64::from(term_length)).and_then(|p| p.checked_add(term_offset.into())) {
+        Some(position) if position <= max_position(term_length) => Ok(position),
+        _ => Err(StartError::PastMaxPosition),
+    }
+}
+
 /// The term id that holds `position`.
 pub fn term_id_of(position: i64, position_bits: u32, initial_term_id: i32) -> i32 {
     initial_term_id.wrapping_add((position >> position_bits) as i32)
@@ -51,6 +111,21 @@ pub fn max_message_length(term_length: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_positions_are_checked() {
+        assert_eq!(start_position(100, 102, 63488, 65536), Ok(194560));
+        assert_eq!(start_position(7, 7, 0, 65536), Ok(0));
+        // Wrapping term ids: one term after i32::MAX.
+        assert_eq!(start_position(i32::MAX, i32::MIN, 32, 65536), Ok(65536 + 32));
+        assert_eq!(start_position(0, 0, 65536, 65536), Ok(65536), "a full first term");
+        assert_eq!(start_position(0, i32::MAX, 1 << 30, 1 << 30), Ok(max_position(1 << 30)));
+        assert_eq!(start_position(5, 4, 0, 65536), Err(StartError::TermIdBehind));
+        assert_eq!(start_position(0, i32::MIN, 0, 65536), Err(StartError::TermIdBehind));
+        assert_eq!(start_position(0, 0, 33, 65536), Err(StartError::UnalignedOffset));
+        assert_eq!(start_position(0, 0, -32, 65536), Err(StartError::UnalignedOffset));
+        assert_eq!(start_position(0, 0, 65568, 65536), Err(StartError::OffsetPastTerm));
+    }
 
     #[test]
     fn captured_rollover_join_position() {

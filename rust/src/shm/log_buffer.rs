@@ -29,7 +29,9 @@ use super::error::ShmError;
 use super::file;
 use crate::limits::{self, MAX_TERM_LENGTH, MIN_TERM_LENGTH};
 use crate::logbuffer::log::PARTITION_COUNT;
-use crate::logbuffer::position::{align_frame, compute_position, fragmented_length, max_message_length, position_bits};
+use crate::logbuffer::position::{
+    align_frame, compute_position, fragmented_length, max_message_length, position_bits, start_position,
+};
 use crate::wire::{flags, FrameType, DATA_HEADER_LENGTH};
 
 /// Bytes of the metadata section at the end of a log (one minimum page).
@@ -161,6 +163,33 @@ pub fn tail_term_offset(raw_tail: i64, term_length: u32) -> u32 {
     ((raw_tail & 0xFFFF_FFFF) as u64).min(term_length as u64) as u32
 }
 
+/// Where the first append into a new log goes: term `term_id` at `term_offset` (Aeron's
+/// `init-term-id|term-id|term-offset`, the initial term id being [`LogParams::initial_term_id`]).
+/// The log starts at `(term_id - initial_term_id) * term_length + term_offset` (32-bit wrapping
+/// term count); the terms before are never used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogStart {
+    /// The active term: at or after the initial term id (32-bit wrapping).
+    pub term_id: i32,
+    /// Offset in that term: a multiple of 32, at most the term length.
+    pub term_offset: u32,
+}
+
+impl LogStart {
+    /// Position 0: the initial term at offset 0.
+    pub fn of(params: &LogParams) -> Self {
+        LogStart { term_id: params.initial_term_id, term_offset: 0 }
+    }
+
+    /// The position this start names in a log of `params`, checked
+    /// (`logbuffer::position::start_position`).
+    pub fn position(&self, params: &LogParams) -> Result<i64, String> {
+        let offset = i32::try_from(self.term_offset).unwrap_or(-1);
+        start_position(params.initial_term_id, self.term_id, offset, params.term_length)
+            .map_err(|e| format!("start term id {} at term offset {}: {e}", self.term_id, self.term_offset))
+    }
+}
+
 /// Result of an offer into the log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Offer {
@@ -203,29 +232,47 @@ pub struct LogBuffer {
 }
 
 impl LogBuffer {
-    /// Creates a log file at `path` (must not exist; mode 0600; sparse).
+    /// Creates a log file at `path` (must not exist; mode 0600; sparse), starting at position 0.
     pub fn create(path: &Path, params: &LogParams) -> Result<Self, ShmError> {
+        Self::create_at(path, params, LogStart::of(params))
+    }
+
+    /// Creates a log file at `path` whose first append goes to `start` (see [`LogStart`]).
+    pub fn create_at(path: &Path, params: &LogParams, start: LogStart) -> Result<Self, ShmError> {
         let length = params.validate().map_err(ShmError::Parameter)?;
+        start.position(params).map_err(ShmError::Parameter)?;
         let region = file::create_mapped(path, length)?;
-        Self::initialise(region, params, Some(path))
+        Self::initialise(region, params, start, Some(path))
     }
 
-    /// Creates a log in anonymous memory (one process only).
+    /// Creates a log in anonymous memory (one process only), starting at position 0.
     pub fn anonymous(params: &LogParams) -> Result<Self, ShmError> {
-        let length = params.validate().map_err(ShmError::Parameter)?;
-        Self::initialise(file::anonymous(length)?, params, None)
+        Self::anonymous_at(params, LogStart::of(params))
     }
 
-    fn initialise(region: Region, params: &LogParams, path: Option<&Path>) -> Result<Self, ShmError> {
+    /// Creates a log in anonymous memory whose first append goes to `start`.
+    pub fn anonymous_at(params: &LogParams, start: LogStart) -> Result<Self, ShmError> {
+        let length = params.validate().map_err(ShmError::Parameter)?;
+        start.position(params).map_err(ShmError::Parameter)?;
+        Self::initialise(file::anonymous(length)?, params, start, None)
+    }
+
+    /// Writes the metadata of a new log whose `start` was checked.
+    fn initialise(region: Region, params: &LogParams, start: LogStart, path: Option<&Path>) -> Result<Self, ShmError> {
         let term_length = params.term_length as usize;
         let meta = region.slice(term_length * PARTITION_COUNT, LOG_META_DATA_LENGTH)?;
-        meta.put_i64(meta::TERM_TAIL_COUNTERS, pack_tail(params.initial_term_id, 0))?;
-        for partition in 1..PARTITION_COUNT {
-            // So that rotating into partition i finds the term id it expects (Aeron's scheme).
-            let term_id = params.initial_term_id.wrapping_sub(PARTITION_COUNT as i32).wrapping_add(partition as i32);
+        // Aeron's `PublicationParams` start: the term count selects the active partition, whose
+        // tail is the start; each following partition expects the term id three before the one
+        // that will rotate into it, so the earlier terms are never used.
+        let term_count = start.term_id.wrapping_sub(params.initial_term_id);
+        let active = partition_index(i64::from(term_count));
+        meta.put_i64(meta::TERM_TAIL_COUNTERS + 8 * active, pack_tail(start.term_id, start.term_offset))?;
+        for step in 1..PARTITION_COUNT {
+            let partition = (active + step) % PARTITION_COUNT;
+            let term_id = start.term_id.wrapping_add(step as i32).wrapping_sub(PARTITION_COUNT as i32);
             meta.put_i64(meta::TERM_TAIL_COUNTERS + 8 * partition, pack_tail(term_id, 0))?;
         }
-        meta.put_i32(meta::ACTIVE_TERM_COUNT, 0)?;
+        meta.put_i32(meta::ACTIVE_TERM_COUNT, term_count)?;
         meta.put_i64(meta::END_OF_STREAM_POSITION, i64::MAX)?;
         meta.put_i64(meta::CORRELATION_ID, params.correlation_id)?;
         meta.put_i32(meta::INITIAL_TERM_ID, params.initial_term_id)?;
@@ -343,7 +390,7 @@ impl LogBuffer {
 
     /// Largest stream position (`term_length * 2^31`).
     pub fn max_position(&self) -> i64 {
-        (self.term_length as i64) << 31
+        crate::logbuffer::position::max_position(self.term_length)
     }
 
     /// Bytes a publisher may run ahead of its slowest consumer: half a term (Aeron's window).
@@ -1098,6 +1145,71 @@ mod tests {
         assert_eq!((sent, received), (5_000, 5_000));
         assert!(read_position > 3 * 64 * 1024, "must rotate through all partitions, end {read_position}");
         assert_eq!(read_position, log.tail_position().unwrap());
+    }
+
+    #[test]
+    fn a_log_created_at_a_start_position_appends_there_and_rotates_through_every_partition() {
+        // unicast_rollover.json's start: initial term id 100, term 102 at 63488 (64 KiB terms),
+        // 2048 bytes before the term end.
+        let params = LogParams { initial_term_id: 100, ..params(64 * 1024) };
+        let log = LogBuffer::anonymous_at(&params, LogStart { term_id: 102, term_offset: 63488 }).unwrap();
+        let start = 2 * 65536 + 63488;
+        assert_eq!((log.initial_term_id(), log.active_term_count().unwrap()), (100, 2));
+        assert_eq!(log.raw_tail(2).unwrap(), pack_tail(102, 63488));
+        // The partitions after the active one expect the ids rotation will look for.
+        assert_eq!((tail_term_id(log.raw_tail(0).unwrap()), tail_term_id(log.raw_tail(1).unwrap())), (100, 101));
+        assert_eq!(log.tail_position().unwrap(), start);
+        assert_eq!(log.offer(&[1; 100], 0, start).unwrap(), Offer::BackPressured);
+        // 1000-byte messages (1056 framed): the second one does not fit the term and rotates.
+        let (mut clean, mut read_position) = (start, start);
+        let mut scratch = Vec::new();
+        let (mut sent, mut received) = (0u32, 0u32);
+        let mut attempts = 0;
+        while received < 400 && attempts < 10_000 {
+            attempts += 1;
+            log.clean_to(&mut clean, read_position - log.term_length() as i64).unwrap();
+            if sent < 400 {
+                let payload = sent.to_le_bytes().repeat(250);
+                match log.offer(&payload, 0, read_position + log.publication_window()).unwrap() {
+                    Offer::Appended(end) => {
+                        if sent == 0 {
+                            assert_eq!(end, start + 1056);
+                        }
+                        sent += 1;
+                    }
+                    Offer::AdminAction | Offer::BackPressured => {}
+                    Offer::MaxPositionExceeded => panic!("max position"),
+                }
+            }
+            read_position = log
+                .read(read_position, usize::MAX, &mut scratch, |_, p| {
+                    assert_eq!(p, received.to_le_bytes().repeat(250), "message {received}");
+                    received += 1;
+                })
+                .unwrap();
+        }
+        assert_eq!(received, 400);
+        assert!(read_position > start + 3 * 65536, "rotated through every partition: {read_position}");
+        assert_eq!(read_position, log.tail_position().unwrap());
+    }
+
+    #[test]
+    fn a_start_position_that_does_not_fit_is_refused() {
+        let params = LogParams { initial_term_id: 100, ..params(64 * 1024) };
+        for (term_id, term_offset, why) in [
+            (99, 0, "more than 2^31 - 1 terms"),
+            (100, 33, "multiple of the frame alignment"),
+            (100, 65568, "must not exceed the term length"),
+            (100, u32::MAX, "multiple of the frame alignment"),
+        ] {
+            let error = LogBuffer::anonymous_at(&params, LogStart { term_id, term_offset }).unwrap_err();
+            assert!(error.to_string().contains(why), "{term_id} {term_offset}: {error}");
+        }
+        // A full term is a legal start (Aeron's rule): the first append rotates.
+        let log = LogBuffer::anonymous_at(&params, LogStart { term_id: 100, term_offset: 65536 }).unwrap();
+        assert_eq!(log.tail_position().unwrap(), 65536);
+        assert_eq!(log.offer(&[1; 10], 0, i64::MAX).unwrap(), Offer::AdminAction);
+        assert_eq!(log.offer(&[1; 10], 0, i64::MAX).unwrap(), Offer::Appended(65536 + 64));
     }
 
     #[test]

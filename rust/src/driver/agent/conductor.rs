@@ -27,7 +27,7 @@ use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{type_id, Counter, CountersManager};
 use crate::shm::directory::{self, epoch_ms, PUBLICATIONS_DIR};
 use crate::shm::error_log::ErrorLogWriter;
-use crate::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
+use crate::shm::log_buffer::{LogBuffer, LogParams, LogStart, PAGE_MIN_SIZE};
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::status::{
     ImageInfo, PublicationInfo, ReceiverInfo, IPC_FLOW_CONTROL, IPC_IMAGE_SOURCE, MAX_IMAGES_IN_STATUS,
@@ -105,6 +105,9 @@ struct IpcPublication {
     limit: Counter,
     publisher_position: Counter,
     clean_position: i64,
+    /// Where the log started (`init-term-id|term-id|term-offset`, else 0): a later publisher
+    /// naming a start must name this one.
+    start_position: i64,
     /// Client id → number of publication handles it holds.
     owners: HashMap<i64, u32>,
     images: Vec<ImageLink>,
@@ -354,7 +357,7 @@ impl StandaloneDriver {
                 }
             }
             Command::AddSubscription { client_id, correlation_id, stream_id, channel } => {
-                if let Err(message) = ipc_channel(&channel) {
+                if let Err(message) = ipc_channel(&channel).and_then(|uri| start_on_subscription(&uri, &channel)) {
                     self.refuse(correlation_id, error_code::INVALID_CHANNEL, message, now_ms);
                     return;
                 }
@@ -507,6 +510,24 @@ impl StandaloneDriver {
                     ),
                 ));
             }
+            // A start position must be the one the shared log started at (Aeron's confirmMatch).
+            if let Some(start) = uri.initial_position {
+                let asked = uri
+                    .start_position(channel, publication.log.term_length())
+                    .map_err(|e| (error_code::INVALID_CHANNEL, format!("{channel}: {e}")))?;
+                let initial_term_id = publication.log.initial_term_id();
+                if start.initial_term_id != initial_term_id || asked != publication.start_position {
+                    return Err((
+                        error_code::INVALID_CHANNEL,
+                        format!(
+                            "{channel}: init-term-id={}|term-id={}|term-offset={} (start position {asked}) differs \
+                             from the aeron:ipc publication already open on stream {stream_id}, which started at \
+                             init-term-id={initial_term_id}, position {} (publishers of one stream share its log)",
+                            start.initial_term_id, start.term_id, start.term_offset, publication.start_position
+                        ),
+                    ));
+                }
+            }
             *publication.owners.entry(client_id).or_insert(0) += 1;
             let response = Response::PublicationReady {
                 correlation_id,
@@ -523,17 +544,29 @@ impl StandaloneDriver {
         self.next_session_id = self.next_session_id.wrapping_add(1);
         let session_id = self.next_session_id;
         let log_file = format!("{PUBLICATIONS_DIR}/{correlation_id}.logbuffer");
+        let term_length = uri.term_length.unwrap_or(self.config.ipc_term_length);
+        // init-term-id|term-id|term-offset: the shared log starts there (Aeron allows it on IPC).
+        let start_position = uri
+            .start_position(channel, term_length)
+            .map_err(|e| (error_code::INVALID_CHANNEL, format!("{channel}: {e}")))?;
         let params = LogParams {
-            term_length: uri.term_length.unwrap_or(self.config.ipc_term_length),
+            term_length,
             mtu: uri.mtu.unwrap_or(self.config.mtu),
             page_size: PAGE_MIN_SIZE,
-            initial_term_id: session_id.rotate_left(8),
+            initial_term_id: uri.initial_position.map_or(session_id.rotate_left(8), |start| start.initial_term_id),
             session_id,
             stream_id,
             correlation_id,
         };
         params.validate().map_err(|m| (error_code::INVALID_CHANNEL, format!("{channel}: {m}")))?;
-        let log = LogBuffer::create(&self.config.dir.join(&log_file), &params).map_err(storage)?;
+        let start = match uri.initial_position {
+            // Non-negative: `start_position` checked it (a bad value would be refused by the log).
+            Some(start) => {
+                LogStart { term_id: start.term_id, term_offset: u32::try_from(start.term_offset).unwrap_or(u32::MAX) }
+            }
+            None => LogStart::of(&params),
+        };
+        let log = LogBuffer::create_at(&self.config.dir.join(&log_file), &params, start).map_err(storage)?;
         let key = [session_id.to_le_bytes(), stream_id.to_le_bytes()].concat();
         let label = format!("{session_id} {stream_id} {channel}");
         let limit = self
@@ -554,6 +587,9 @@ impl StandaloneDriver {
                 return Err(storage(e));
             }
         };
+        // Until the first duty cycle: clients see the start, not 0.
+        let _ = limit.set(start_position);
+        let _ = publisher_position.set(start_position);
         self.publications.push(IpcPublication {
             registration_id: correlation_id,
             session_id,
@@ -562,7 +598,9 @@ impl StandaloneDriver {
             log_file: log_file.clone(),
             limit,
             publisher_position,
-            clean_position: 0,
+            // Nothing before the start was ever written: cleaning starts there.
+            clean_position: start_position,
+            start_position,
             owners: HashMap::from([(client_id, 1)]),
             images: Vec::new(),
             released_at_ms: None,
@@ -802,13 +840,19 @@ fn ipc_channel(channel: &str) -> Result<ChannelUri, String> {
              (the publishers of one stream share one log and its session)"
         ));
     }
+    Ok(uri)
+}
+
+/// A subscription has no start position to take (an image joins where the publication is):
+/// `init-term-id|term-id|term-offset` on one is refused rather than ignored (IPC and UDP).
+fn start_on_subscription(uri: &ChannelUri, channel: &str) -> Result<(), String> {
     if uri.initial_position.is_some() {
         return Err(format!(
-            "{channel}: init-term-id / term-id / term-offset is not supported by this driver \
-             (a shared log starts at position 0)"
+            "{channel}: init-term-id / term-id / term-offset apply to publications only \
+             (a subscription joins where the publication is)"
         ));
     }
-    Ok(uri)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -832,11 +876,12 @@ mod tests {
     }
 
     #[test]
-    fn an_ipc_channel_with_a_start_position_is_refused_naming_the_keys() {
+    fn a_start_position_is_taken_by_ipc_publications_and_refused_on_subscriptions() {
         let channel = "aeron:ipc?term-length=64k|init-term-id=7|term-id=8|term-offset=64";
-        let message = ipc_channel(channel).expect_err("a start position on a shared IPC log");
+        let uri = ipc_channel(channel).expect("a start position on an IPC publication");
+        let message = start_on_subscription(&uri, channel).expect_err("a start position on a subscription");
         assert!(message.starts_with(channel), "{message}");
-        assert!(message.contains("init-term-id / term-id / term-offset"), "{message}");
+        assert!(message.contains("init-term-id / term-id / term-offset apply to publications only"), "{message}");
         assert!(ipc_channel("aeron:ipc?term-length=64k").is_ok());
         let message = ipc_channel("aeron:ipc?session-id=5").expect_err("a session id on a shared IPC log");
         assert!(message.contains("session-id is not supported on aeron:ipc"), "{message}");

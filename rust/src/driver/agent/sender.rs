@@ -154,6 +154,8 @@ impl SenderAgent {
                     sender_position,
                     publisher_position,
                 } = *new;
+                // Nothing before the start position was ever written: cleaning starts there.
+                let clean_position = publication.config().initial_position;
                 self.publications.push(Served {
                     registration_id,
                     channel,
@@ -167,7 +169,7 @@ impl SenderAgent {
                     last_idle: now,
                     reported: PublicationCounters::default(),
                     connected: false,
-                    clean_position: 0,
+                    clean_position,
                 });
             }
             SenderCommand::Close { registration_id } => {

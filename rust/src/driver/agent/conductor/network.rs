@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 
-use super::{ipc_channel, StandaloneDriver, SystemCounter};
+use super::{ipc_channel, start_on_subscription, StandaloneDriver, SystemCounter};
 use crate::channel::{ChannelUri, CongestionControl, Media};
 use crate::driver::agent::receiver::{ImageDefaults, ReceiverCounters};
 use crate::driver::agent::sender::SenderCounters;
@@ -21,7 +21,7 @@ use crate::protocol::{Image, NetworkPublication, PublicationConfig};
 use crate::shm::command::{error_code, Response};
 use crate::shm::counters::{type_id, Counter};
 use crate::shm::directory::PUBLICATIONS_DIR;
-use crate::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
+use crate::shm::log_buffer::{LogBuffer, LogParams, LogStart, PAGE_MIN_SIZE};
 use crate::time::MonotonicClock;
 
 /// Whether `channel` names UDP media (anything else goes the IPC way, which reports bad URIs).
@@ -124,9 +124,6 @@ fn parse(channel: &str) -> Result<ChannelUri, Refusal> {
     }
     if uri.tether == Some(false) || uri.rejoin == Some(false) || uri.spies_simulate_connection == Some(true) {
         return unsupported("tether=false, rejoin=false or ssc=true");
-    }
-    if uri.initial_position.is_some() {
-        return unsupported("init-term-id / term-id / term-offset (a shared log starts at position 0)");
     }
     Ok(uri)
 }
@@ -266,7 +263,13 @@ impl StandaloneDriver {
                 }
             },
         };
-        let initial_term_id = self.network.rng.i32(..);
+        // init-term-id|term-id|term-offset: the log, its counters and the SETUP start there
+        // (Aeron's publication params); checked against the term length this log really gets.
+        let initial_term_id = match uri.initial_position {
+            Some(start) => start.initial_term_id,
+            None => self.network.rng.i32(..),
+        };
+        let initial_position = uri.start_position(channel, term_length).map_err(|e| invalid(channel, e))?;
         let params = LogParams {
             term_length,
             mtu,
@@ -277,6 +280,13 @@ impl StandaloneDriver {
             correlation_id,
         };
         params.validate().map_err(|m| invalid(channel, m))?;
+        let start = match uri.initial_position {
+            // Non-negative: `start_position` checked it (a bad value would be refused by the log).
+            Some(start) => {
+                LogStart { term_id: start.term_id, term_offset: u32::try_from(start.term_offset).unwrap_or(u32::MAX) }
+            }
+            None => LogStart::of(&params),
+        };
         let destination = endpoint_of(&uri, channel)?;
         let interface = interface_address(&uri, channel)?;
         let options = SocketOptions {
@@ -303,7 +313,7 @@ impl StandaloneDriver {
             _ => None,
         };
         let log_file = format!("{PUBLICATIONS_DIR}/{correlation_id}.logbuffer");
-        let log = LogBuffer::create(&self.config.dir.join(&log_file), &params)
+        let log = LogBuffer::create_at(&self.config.dir.join(&log_file), &params, start)
             .map_err(|e| (error_code::STORAGE_SPACE, e.to_string()))?;
         let key = [session_id.to_le_bytes(), stream_id.to_le_bytes()].concat();
         let label = format!("{session_id} {stream_id} {channel}");
@@ -342,10 +352,14 @@ impl StandaloneDriver {
                 return Err(refusal);
             }
         };
+        // Until the sender's first duty cycle: clients see the start, not 0.
+        for counter in [&publisher_limit, &sender_position, &publisher_position] {
+            let _ = counter.set(initial_position);
+        }
         let identity = StreamIdentity { session_id, stream_id, initial_term_id, term_length };
         let config = PublicationConfig {
             identity,
-            initial_position: 0,
+            initial_position,
             mtu,
             publication_window: uri.publication_window.unwrap_or(term_length / 2).min(term_length / 2),
             ttl: uri.ttl.unwrap_or(0),
@@ -439,6 +453,7 @@ impl StandaloneDriver {
     ) -> Result<(), Refusal> {
         self.require_agents(channel)?;
         let uri = parse(channel)?;
+        start_on_subscription(&uri, channel).map_err(|m| (error_code::INVALID_CHANNEL, m))?;
         let context = self.config.context.clone();
         let endpoint = endpoint_of(&uri, channel)?;
         if !self.network.endpoints.contains_key(&endpoint) {
