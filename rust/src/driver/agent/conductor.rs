@@ -559,13 +559,7 @@ impl StandaloneDriver {
             correlation_id,
         };
         params.validate().map_err(|m| (error_code::INVALID_CHANNEL, format!("{channel}: {m}")))?;
-        let start = match uri.initial_position {
-            // Non-negative: `start_position` checked it (a bad value would be refused by the log).
-            Some(start) => {
-                LogStart { term_id: start.term_id, term_offset: u32::try_from(start.term_offset).unwrap_or(u32::MAX) }
-            }
-            None => LogStart::of(&params),
-        };
+        let start = log_start(&uri, &params);
         let log = LogBuffer::create_at(&self.config.dir.join(&log_file), &params, start).map_err(storage)?;
         let key = [session_id.to_le_bytes(), stream_id.to_le_bytes()].concat();
         let label = format!("{session_id} {stream_id} {channel}");
@@ -841,6 +835,18 @@ fn ipc_channel(channel: &str) -> Result<ChannelUri, String> {
         ));
     }
     Ok(uri)
+}
+
+/// Where a new log of `params` starts: the channel's `init-term-id|term-id|term-offset`, else at
+/// position 0 of `params.initial_term_id`.
+fn log_start(uri: &ChannelUri, params: &LogParams) -> LogStart {
+    match uri.initial_position {
+        // Non-negative: `start_position` checked it (a bad value would be refused by the log).
+        Some(start) => {
+            LogStart { term_id: start.term_id, term_offset: u32::try_from(start.term_offset).unwrap_or(u32::MAX) }
+        }
+        None => LogStart::of(params),
+    }
 }
 
 /// A subscription has no start position to take (an image joins where the publication is):

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 
-use super::{ipc_channel, start_on_subscription, StandaloneDriver, SystemCounter};
+use super::{ipc_channel, log_start, start_on_subscription, StandaloneDriver, SystemCounter};
 use crate::channel::{ChannelUri, CongestionControl, Media};
 use crate::driver::agent::receiver::{ImageDefaults, ReceiverCounters};
 use crate::driver::agent::sender::SenderCounters;
@@ -21,7 +21,7 @@ use crate::protocol::{Image, NetworkPublication, PublicationConfig};
 use crate::shm::command::{error_code, Response};
 use crate::shm::counters::{type_id, Counter};
 use crate::shm::directory::PUBLICATIONS_DIR;
-use crate::shm::log_buffer::{LogBuffer, LogParams, LogStart, PAGE_MIN_SIZE};
+use crate::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
 use crate::time::MonotonicClock;
 
 /// Whether `channel` names UDP media (anything else goes the IPC way, which reports bad URIs).
@@ -280,13 +280,7 @@ impl StandaloneDriver {
             correlation_id,
         };
         params.validate().map_err(|m| invalid(channel, m))?;
-        let start = match uri.initial_position {
-            // Non-negative: `start_position` checked it (a bad value would be refused by the log).
-            Some(start) => {
-                LogStart { term_id: start.term_id, term_offset: u32::try_from(start.term_offset).unwrap_or(u32::MAX) }
-            }
-            None => LogStart::of(&params),
-        };
+        let start = log_start(&uri, &params);
         let destination = endpoint_of(&uri, channel)?;
         let interface = interface_address(&uri, channel)?;
         let options = SocketOptions {
