@@ -17,6 +17,7 @@ from pathlib import Path
 import affinity
 import pytest
 from affinity.exceptions import ChannelUriError, DriverError
+from affinity.testing import free_udp_port
 
 CLI = [sys.executable, "-m", "affinity.cli"]
 START_TIMEOUT_S = 20.0
@@ -99,6 +100,39 @@ def test_refused_commands_land_in_the_error_log_with_count_and_first_and_last_ti
     lines = printed.stdout.splitlines()
     assert lines[-1].startswith(f"{len(stat.errors)} distinct errors in ")
     assert any(line.startswith("3 observations from ") and "tags" in line for line in lines), printed.stdout
+
+
+def sockets_of(pid: int) -> list[str]:
+    """The sockets a process holds (its file descriptors that are sockets)."""
+    found = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed between the listing and the read
+            continue
+        if target.startswith("socket:"):
+            found.append(target)
+    return found
+
+
+def test_the_driver_opens_no_socket_but_those_its_udp_channels_ask_for(
+    driver: subprocess.Popen[str], driver_dir: Path
+) -> None:
+    assert sockets_of(driver.pid) == []
+    with affinity.Client(dir=str(driver_dir)) as client:
+        ipc = [client.add_subscription("aeron:ipc", 5), client.add_publication("aeron:ipc", 5)]
+        assert sockets_of(driver.pid) == [], "clients and aeron:ipc use shared memory only"
+        port = free_udp_port()
+        udp = [client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 5)]
+        assert len(sockets_of(driver.pid)) == 1
+        udp.append(client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}|linger=0", 5))
+        assert len(sockets_of(driver.pid)) == 2
+        for handle in [*udp, *ipc]:
+            handle.close()
+        deadline = time.monotonic() + 10
+        while sockets_of(driver.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sockets_of(driver.pid) == [], "a closed channel's sockets are closed"
 
 
 def test_typed_snapshot_api(driver: subprocess.Popen[str], driver_dir: Path) -> None:
