@@ -31,9 +31,10 @@ def test_window_and_buffer_smaller_than_the_mtu_are_refused(setting: str) -> Non
 
 
 @pytest.mark.parametrize("setting", sorted(RANGES))
-def test_setting_of_the_wrong_type_raises_config_error(setting: str) -> None:
-    with pytest.raises(affinity.ConfigError, match=f"{setting}: expected an integer, got str"):
+def test_setting_of_the_wrong_type_raises_argument_type_error(setting: str) -> None:
+    with pytest.raises(affinity.ArgumentTypeError, match=f"{setting}: expected an integer, got str") as raised:
         affinity.Client(**{setting: "1"})
+    assert isinstance(raised.value, TypeError)
 
 
 def test_unknown_threading_mode_raises_config_error() -> None:

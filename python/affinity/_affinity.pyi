@@ -2,6 +2,9 @@
 
 Errors: every exception raised here is a class of :mod:`affinity.exceptions` (all derive from
 ``AffinityError``); hot-path outcomes of ``offer`` are negative return codes, not exceptions.
+An argument of the wrong type raises ``ArgumentTypeError`` (also a ``TypeError``) naming the
+argument and the type received (``channel: expected a str, got NoneType``); an integer out of
+its range, or a string that is not valid Unicode, ``InvalidArgumentError``.
 """
 
 import os
@@ -79,7 +82,7 @@ __all__ = [
 #: Usage text of ``affinity driver`` / ``affinity-driver``.
 DRIVER_USAGE: Final[str]
 
-def run_driver(argv: Sequence[str]) -> None:
+def run_driver(argv: Iterable[str]) -> None:
     """Run the standalone driver in the foreground until SIGINT/SIGTERM (ConfigError: bad option;
     DriverError: cannot start, e.g. a live driver holds the directory)."""
 
@@ -87,7 +90,7 @@ def default_driver_dir() -> str:
     """``$AFFINITY_DIR``, else a per-user folder under /dev/shm (or the temp dir)."""
 
 def driver_stat(
-    dir: str,
+    directory: str | os.PathLike[str],
 ) -> tuple[
     str,
     int,
@@ -234,6 +237,7 @@ class Client:
     cycle); ``idle`` defaults to ``"backoff"``. With a driver thread, a call that finds
     nothing to do (an empty poll, a refused offer) yields the CPU once so a busy loop does not
     starve the driver on a small machine; ``yield_when_idle=False`` turns that off.
+    A setting of the wrong type raises ``ArgumentTypeError`` naming it.
     Settings out of range raise ``ConfigError`` naming the setting and its range:
     ``term_length`` a power of two in [65536, 1073741824]; ``mtu`` a multiple of 32 in
     [64, 65504]; ``receiver_window`` in [mtu, 536870912]; ``socket_receive_buffer`` in
@@ -301,7 +305,7 @@ SELECTIONS: Final[tuple[str, ...]]
 MAX_PATTERN_POSITIONS: Final[int]
 
 def affinity_hash(composite: str) -> int: ...
-def select_member(composite: str, members: Sequence[str], selection: str = "modulo") -> str: ...
+def select_member(composite: str, members: Iterable[str], selection: str = "modulo") -> str: ...
 
 @final
 class PosixRegex:
@@ -319,13 +323,13 @@ class PosixRegex:
 @final
 class RoutingTable:
     def __new__(cls) -> RoutingTable: ...
-    def add_service(self, name: str, include_patterns: list[str]) -> int: ...
+    def add_service(self, name: str, include_patterns: Iterable[str]) -> int: ...
     def add_source_group(
         self,
         service: int,
         name: str,
-        priority_groups: list[list[str]],
-        rules: list[tuple[str, str]],
+        priority_groups: Iterable[Iterable[str]],
+        rules: Iterable[tuple[str, str]],
         policy: str | object | Callable[[str, list[str]], str],
         selection: str = "modulo",
     ) -> int: ...
@@ -333,14 +337,14 @@ class RoutingTable:
     def set_member_up(self, label: str, up: bool) -> None: ...
     def subscribe(self, subject: str) -> list[LegInfo]: ...
     def route(self, subject: str) -> list[LegInfo]: ...
-    def route_members(self, subjects: list[str]) -> list[str | None]: ...
-    def subscribe_members(self, subjects: list[str]) -> list[str | None]: ...
+    def route_members(self, subjects: Iterable[str]) -> list[str | None]: ...
+    def subscribe_members(self, subjects: Iterable[str]) -> list[str | None]: ...
     def unsubscribe(self, subject: str) -> None: ...
     def report_nodata(self, subject: str, status: str) -> LegInfo: ...
     def explain(self, subject: str) -> ExplanationInfo: ...
     def reset(self) -> None: ...
     def drain_events(self) -> list[RoutingEventInfo]: ...
-    def drain_events_tail(self, keep: int, kinds: list[str]) -> list[RoutingEventInfo]: ...
+    def drain_events_tail(self, keep: int, kinds: Iterable[str]) -> list[RoutingEventInfo]: ...
     def affinity(self, composite: str) -> str | None: ...
 
 # ---- groups (rust/src/py/groups.rs) ------------------------------------------------------------

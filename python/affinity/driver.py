@@ -66,7 +66,7 @@ def run_driver(argv: Sequence[str] = ()) -> None:
     """Run the standalone driver in this process until SIGINT/SIGTERM (``argv``: the options of
     ``affinity driver``). Raises ConfigError for a bad option, DriverError when it cannot start
     (for example: a live driver holds the directory; the message names its pid)."""
-    _affinity.run_driver(list(argv))
+    _affinity.run_driver(argv)
 
 
 def driver_stat(directory: str | None = None) -> DriverStat:

@@ -2,10 +2,13 @@
 //! and pyarrow binary/string arrays whose offsets are checked in full (inside the offsets buffer,
 //! non-negative, non-decreasing, within the data buffer) before any slice is taken.
 
+use std::fmt::Display;
+
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use super::args::expected;
 use super::errors::{invalid_argument, wrong_type};
 
 /// A contiguous buffer view kept alive (and un-resizable) while its slice is used.
@@ -17,13 +20,8 @@ pub(crate) struct BufferView {
 impl BufferView {
     /// Takes a view of `object` (bytes, bytearray, memoryview, a pyarrow buffer, ...); `what`
     /// names the argument in errors.
-    pub(crate) fn new(object: &Bound<'_, PyAny>, what: &str) -> PyResult<BufferView> {
-        let type_error = || {
-            wrong_type(format!(
-                "{what}: expected bytes or a bytes-like object, got {}",
-                object.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-            ))
-        };
+    pub(crate) fn new(object: &Bound<'_, PyAny>, what: impl Display) -> PyResult<BufferView> {
+        let type_error = || expected(&what, "bytes or a bytes-like object", object);
         // pyarrow buffers export signed bytes ("b"); bytes, bytearray and memoryview unsigned.
         let view = match PyBuffer::<u8>::get(object) {
             Ok(buffer) => BufferView { unsigned: Some(buffer), signed: None },
@@ -58,12 +56,13 @@ impl BufferView {
     }
 }
 
-/// Calls `f` with the bytes of a bytes-like object (`bytes` without taking a buffer view).
-pub(crate) fn with_bytes<R>(object: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
+/// Calls `f` with the bytes of a bytes-like object (`bytes` without taking a buffer view);
+/// `what` names the argument in errors.
+pub(crate) fn with_bytes<R>(object: &Bound<'_, PyAny>, what: impl Display, f: impl FnOnce(&[u8]) -> R) -> PyResult<R> {
     if let Ok(bytes) = object.cast::<PyBytes>() {
         return Ok(f(bytes.as_bytes()));
     }
-    let view = BufferView::new(object, "data")?;
+    let view = BufferView::new(object, what)?;
     Ok(f(view.as_slice()))
 }
 

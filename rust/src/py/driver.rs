@@ -1,17 +1,17 @@
 //! Bindings of the standalone driver: `run_driver` (the `affinity driver` command runs it in the
 //! foreground) and `driver_stat` (read-only snapshot for `affinity stat`).
 
-use std::path::PathBuf;
-
 use pyo3::prelude::*;
 
+use super::args::{path_argument, strings_argument};
 use super::errors::{ConfigError, DriverError};
 use crate::driver::standalone;
 use crate::shm::{directory, stat};
 
 /// Runs the standalone driver until SIGINT/SIGTERM; `argv` are the `affinity driver` options.
 #[pyfunction]
-fn run_driver(py: Python<'_>, argv: Vec<String>) -> PyResult<()> {
+fn run_driver(py: Python<'_>, argv: &Bound<'_, PyAny>) -> PyResult<()> {
+    let argv = strings_argument("argv", argv)?;
     let options = standalone::parse_args(&argv).map_err(ConfigError::new_err)?;
     py.detach(|| standalone::run(options, None)).map_err(DriverError::new_err)
 }
@@ -32,7 +32,8 @@ type SnapshotRow = (String, i64, i64, i64, i32, Vec<CounterRow>, Vec<ErrorRow>);
 
 /// Snapshot of `dir` (read-only; the Python wrapper `affinity.driver_stat` types it).
 #[pyfunction]
-fn driver_stat(py: Python<'_>, dir: PathBuf) -> PyResult<SnapshotRow> {
+fn driver_stat(py: Python<'_>, directory: &Bound<'_, PyAny>) -> PyResult<SnapshotRow> {
+    let dir = path_argument("directory", directory)?;
     let snapshot = py.detach(|| stat::snapshot(&dir)).map_err(|e| DriverError::new_err(e.to_string()))?;
     Ok((
         snapshot.dir.to_string_lossy().into_owned(),

@@ -12,6 +12,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
+use super::args::{expected, instance_argument, int_in, named, optional_str, str_argument};
 use super::buffers::{arrow_binary, is_arrow, ArrowBinary, BufferView};
 use super::errors::{config_error, group_error, invalid_argument, wrong_type};
 use super::transport::Client;
@@ -20,6 +21,11 @@ use crate::groups::{self as core_groups, GroupConfig, Timing};
 
 /// The longest a single GIL-free wait lasts before signals (Ctrl-C) are checked.
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A count argument (`hash_count`, `queue_count`, `index`, `count`, `queue`).
+fn count_argument(name: &str, value: &Bound<'_, PyAny>) -> PyResult<u32> {
+    int_in(name, value, 0, u32::MAX)
+}
 
 fn duration_ms(name: &str, value: u64) -> PyResult<Duration> {
     if value == 0 {
@@ -49,10 +55,10 @@ impl<'py> Held<'py> {
         }
         if let Ok(text) = object.cast::<PyString>() {
             if allow_str {
-                text.to_str()?;
+                text.to_str().map_err(|error| invalid_argument(format!("{what}: {error}")))?;
                 return Ok(Held::Str(text.clone()));
             }
-            return Err(wrong_type(format!("{what}: expected bytes, got str")));
+            return Err(expected(what, "bytes", &object));
         }
         Ok(Held::Buffer(BufferView::new(&object, what)?))
     }
@@ -102,7 +108,9 @@ fn column<'py>(object: &Bound<'py, PyAny>, allow_str: bool, what: &str) -> PyRes
             items.push(Held::new(item, allow_str, what)?);
         }
     } else {
-        for item in object.try_iter()? {
+        let iterator =
+            object.try_iter().map_err(|_| expected(what, "a sequence of items or a pyarrow binary array", object))?;
+        for item in iterator {
             items.push(Held::new(item?, allow_str, what)?);
         }
     }
@@ -113,13 +121,18 @@ fn key_held<'py>(key: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
     Held::new(key.clone(), true, "key")
 }
 
-fn counts(hash_count: u32, queue_count: u32) -> PyResult<()> {
-    core_groups::check_counts(hash_count, queue_count).map_err(group_error)
+/// `hash_count` and `queue_count`, converted and checked.
+fn counts(hash_count: &Bound<'_, PyAny>, queue_count: &Bound<'_, PyAny>) -> PyResult<(u32, u32)> {
+    let hash_count = count_argument("hash_count", hash_count)?;
+    let queue_count = count_argument("queue_count", queue_count)?;
+    core_groups::check_counts(hash_count, queue_count).map_err(group_error)?;
+    Ok((hash_count, queue_count))
 }
 
 /// `affinity_hash(key) % hash_count`.
 #[pyfunction]
-fn group_bucket(key: &Bound<'_, PyAny>, hash_count: u32) -> PyResult<u32> {
+fn group_bucket(key: &Bound<'_, PyAny>, hash_count: &Bound<'_, PyAny>) -> PyResult<u32> {
+    let hash_count = count_argument("hash_count", hash_count)?;
     if hash_count < 1 {
         return Err(config_error(format!("hash_count={hash_count}: must be at least 1")));
     }
@@ -129,44 +142,57 @@ fn group_bucket(key: &Bound<'_, PyAny>, hash_count: u32) -> PyResult<u32> {
 
 /// `group_bucket(key, hash_count) % queue_count`.
 #[pyfunction]
-fn group_queue(key: &Bound<'_, PyAny>, hash_count: u32, queue_count: u32) -> PyResult<u32> {
-    counts(hash_count, queue_count)?;
+fn group_queue(key: &Bound<'_, PyAny>, hash_count: &Bound<'_, PyAny>, queue_count: &Bound<'_, PyAny>) -> PyResult<u32> {
+    let (hash_count, queue_count) = counts(hash_count, queue_count)?;
     let held = key_held(key)?;
     Ok(core_groups::queue_of(held.bytes(), hash_count, queue_count))
 }
 
 /// The queue of every key (a sequence of bytes/str or a pyarrow array).
 #[pyfunction]
-fn group_queues(py: Python<'_>, keys: &Bound<'_, PyAny>, hash_count: u32, queue_count: u32) -> PyResult<Vec<u32>> {
-    counts(hash_count, queue_count)?;
+fn group_queues(
+    py: Python<'_>,
+    keys: &Bound<'_, PyAny>,
+    hash_count: &Bound<'_, PyAny>,
+    queue_count: &Bound<'_, PyAny>,
+) -> PyResult<Vec<u32>> {
+    let (hash_count, queue_count) = counts(hash_count, queue_count)?;
     let column = column(keys, true, "keys")?;
     let slices = column.slices();
     Ok(py.detach(|| slices.iter().map(|key| core_groups::queue_of(key, hash_count, queue_count)).collect()))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The group definition arguments every member constructor takes, converted and checked.
 fn definition(
-    group: &str,
-    hash_prefix: &str,
-    hash_count: u32,
-    queue_count: u32,
-    queue_size: u64,
+    group: &Bound<'_, PyAny>,
+    hash_prefix: &Bound<'_, PyAny>,
+    hash_count: &Bound<'_, PyAny>,
+    queue_count: &Bound<'_, PyAny>,
+    queue_size: &Bound<'_, PyAny>,
 ) -> PyResult<GroupConfig> {
+    let group = str_argument("group", group)?;
+    let hash_prefix = str_argument("hash_prefix", hash_prefix)?;
+    let hash_count = count_argument("hash_count", hash_count)?;
+    let queue_count = count_argument("queue_count", queue_count)?;
+    let queue_size = int_in("queue_size", queue_size, 0, u64::MAX)?;
     GroupConfig::new(group, hash_prefix, hash_count, queue_count, queue_size).map_err(group_error)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The member options every member constructor takes, converted and checked.
 fn options(
-    registry_dir: &str,
-    name: Option<String>,
+    registry_dir: &Bound<'_, PyAny>,
+    name: Option<&Bound<'_, PyAny>>,
     host: &str,
-    control: Option<String>,
+    control: Option<&Bound<'_, PyAny>>,
     liveness_timeout_ms: u64,
     heartbeat_interval_ms: u64,
 ) -> PyResult<MemberOptions> {
+    let registry_dir = str_argument("registry_dir", registry_dir)?;
     if registry_dir.is_empty() {
         return Err(config_error("registry_dir: must not be empty"));
     }
+    let name = optional_str("name", name)?.map(str::to_owned);
+    let control = optional_str("control", control)?.map(str::to_owned);
     let timing = Timing::new(
         duration_ms("heartbeat_interval_ms", heartbeat_interval_ms)?,
         duration_ms("liveness_timeout_ms", liveness_timeout_ms)?,
@@ -346,24 +372,25 @@ impl GroupPublisherCore {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        client: &Client,
-        group: &str,
-        hash_prefix: &str,
-        hash_count: u32,
-        queue_count: u32,
-        queue_size: u64,
-        registry_dir: &str,
-        name: Option<String>,
-        host: &str,
-        control: Option<String>,
-        liveness_timeout_ms: u64,
-        heartbeat_interval_ms: u64,
-        resend_timeout_ms: u64,
+        client: &Bound<'_, PyAny>,
+        group: &Bound<'_, PyAny>,
+        hash_prefix: &Bound<'_, PyAny>,
+        hash_count: &Bound<'_, PyAny>,
+        queue_count: &Bound<'_, PyAny>,
+        queue_size: &Bound<'_, PyAny>,
+        registry_dir: &Bound<'_, PyAny>,
+        name: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = named::host)] host: &str,
+        control: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
+        #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
+        #[pyo3(from_py_with = named::resend_timeout_ms)] resend_timeout_ms: u64,
     ) -> PyResult<Self> {
+        let client = Client::argument(client)?;
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
         let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
         let resend = duration_ms("resend_timeout_ms", resend_timeout_ms)?;
-        let client = client.shared()?;
+        let client = client.get().shared()?;
         let inner =
             py.detach(|| runtime::GroupPublisher::new(client, config, &options, resend)).map_err(group_error)?;
         Ok(GroupPublisherCore { inner })
@@ -378,7 +405,13 @@ impl GroupPublisherCore {
     /// Publishes one keyed record: its sequence number (> 0), or NOT_CONNECTED (-1),
     /// BACK_PRESSURED (-2), CLOSED (-4). `subject` travels as `HP/bucket/subject`.
     #[pyo3(signature = (key, payload, subject=None))]
-    fn publish(&self, key: &Bound<'_, PyAny>, payload: &Bound<'_, PyAny>, subject: Option<&str>) -> PyResult<i64> {
+    fn publish(
+        &self,
+        key: &Bound<'_, PyAny>,
+        payload: &Bound<'_, PyAny>,
+        subject: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<i64> {
+        let subject = subject.map(|value| str_argument("subject", value)).transpose()?;
         let key = key_held(key)?;
         let payload = Held::new(payload.clone(), false, "payload")?;
         self.inner.publish(key.bytes(), payload.bytes(), subject).map_err(group_error)
@@ -406,10 +439,11 @@ impl GroupPublisherCore {
     #[pyo3(signature = (queue, payload, key=None))]
     fn publish_to_queue(
         &self,
-        queue: u32,
+        queue: &Bound<'_, PyAny>,
         payload: &Bound<'_, PyAny>,
         key: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<i64> {
+        let queue = count_argument("queue", queue)?;
         let key = key.map(|k| key_held(k)).transpose()?;
         let payload = Held::new(payload.clone(), false, "payload")?;
         let key_bytes = key.as_ref().map(Held::bytes).unwrap_or(b"");
@@ -418,7 +452,7 @@ impl GroupPublisherCore {
 
     /// True once everything published is acknowledged; False after `timeout` seconds.
     #[pyo3(signature = (timeout=5.0))]
-    fn flush(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+    fn flush(&self, py: Python<'_>, #[pyo3(from_py_with = named::timeout)] timeout: f64) -> PyResult<bool> {
         let total = seconds("timeout", timeout)?;
         let inner = &self.inner;
         Ok(wait_interruptibly(py, total, |slice| inner.flush(slice).then_some(()))?.is_some())
@@ -495,27 +529,30 @@ impl GroupConsumerCore {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        client: &Client,
-        group: &str,
-        hash_prefix: &str,
-        hash_count: u32,
-        queue_count: u32,
-        queue_size: u64,
-        index: u32,
-        count: u32,
-        registry_dir: &str,
-        auto_ack: bool,
-        name: Option<String>,
-        host: &str,
-        control: Option<String>,
-        cycle_ms: u64,
-        liveness_timeout_ms: u64,
-        heartbeat_interval_ms: u64,
+        client: &Bound<'_, PyAny>,
+        group: &Bound<'_, PyAny>,
+        hash_prefix: &Bound<'_, PyAny>,
+        hash_count: &Bound<'_, PyAny>,
+        queue_count: &Bound<'_, PyAny>,
+        queue_size: &Bound<'_, PyAny>,
+        index: &Bound<'_, PyAny>,
+        count: &Bound<'_, PyAny>,
+        registry_dir: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = named::auto_ack)] auto_ack: bool,
+        name: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = named::host)] host: &str,
+        control: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = named::cycle_ms)] cycle_ms: u64,
+        #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
+        #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
     ) -> PyResult<Self> {
+        let client = Client::argument(client)?;
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
+        let index = count_argument("index", index)?;
+        let count = count_argument("count", count)?;
         let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
         let cycle = duration_ms("cycle_ms", cycle_ms)?;
-        let client = client.shared()?;
+        let client = client.get().shared()?;
         let inner = py
             .detach(|| runtime::GroupConsumer::new(client, config, index, count, &options, auto_ack, cycle))
             .map_err(group_error)?;
@@ -530,7 +567,12 @@ impl GroupConsumerCore {
 
     /// Up to `max_messages` messages, waiting up to `timeout` seconds for the first.
     #[pyo3(signature = (max_messages=1000, timeout=0.0))]
-    fn poll(&self, py: Python<'_>, max_messages: usize, timeout: f64) -> PyResult<Vec<GroupMessage>> {
+    fn poll(
+        &self,
+        py: Python<'_>,
+        #[pyo3(from_py_with = named::max_messages)] max_messages: usize,
+        #[pyo3(from_py_with = named::timeout)] timeout: f64,
+    ) -> PyResult<Vec<GroupMessage>> {
         let total = seconds("timeout", timeout)?;
         let inner = &self.inner;
         let mut failure = None;
@@ -563,8 +605,10 @@ impl GroupConsumerCore {
 
     /// Acknowledges `message` and everything delivered before it from the same producer and
     /// queue. A message of a queue this consumer no longer owns is ignored (counted).
-    fn ack(&self, message: &GroupMessage) {
+    fn ack(&self, message: &Bound<'_, PyAny>) -> PyResult<()> {
+        let message = instance_argument::<GroupMessage>("message", message, "an affinity.GroupMessage")?.get();
         self.inner.ack(message.queue, message.producer, message.sequence, message.epoch);
+        Ok(())
     }
 
     /// Queues this consumer delivers now.
@@ -612,7 +656,7 @@ impl GroupConsumerCore {
 
     /// Clean leave: planned handoff of every owned queue, then leave (bounded by `timeout`).
     #[pyo3(signature = (timeout=5.0))]
-    fn close(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+    fn close(&self, py: Python<'_>, #[pyo3(from_py_with = named::timeout)] timeout: f64) -> PyResult<()> {
         let total = seconds("timeout", timeout)?;
         py.detach(|| self.inner.close(total));
         Ok(())
@@ -642,21 +686,22 @@ impl GroupObserverCore {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        client: &Client,
-        group: &str,
-        hash_prefix: &str,
-        hash_count: u32,
-        queue_count: u32,
-        queue_size: u64,
-        registry_dir: &str,
-        host: &str,
-        control: Option<String>,
-        liveness_timeout_ms: u64,
-        heartbeat_interval_ms: u64,
+        client: &Bound<'_, PyAny>,
+        group: &Bound<'_, PyAny>,
+        hash_prefix: &Bound<'_, PyAny>,
+        hash_count: &Bound<'_, PyAny>,
+        queue_count: &Bound<'_, PyAny>,
+        queue_size: &Bound<'_, PyAny>,
+        registry_dir: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = named::host)] host: &str,
+        control: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
+        #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
     ) -> PyResult<Self> {
+        let client = Client::argument(client)?;
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
         let options = options(registry_dir, None, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
-        let client = client.shared()?;
+        let client = client.get().shared()?;
         let inner = py.detach(|| runtime::GroupObserver::new(client, config, &options)).map_err(group_error)?;
         Ok(GroupObserverCore { inner })
     }

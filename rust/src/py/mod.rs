@@ -2,6 +2,7 @@
 
 use pyo3::prelude::*;
 
+mod args;
 mod buffers;
 mod driver;
 mod errors;

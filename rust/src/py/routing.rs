@@ -5,6 +5,9 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
+use super::args::{
+    bool_argument, expected, named, sequence_argument, str_argument, string_argument, strings_argument, usize_argument,
+};
 use super::errors::{self, invalid_argument, policy_error, regex_error, routing_error};
 use crate::routing::policy::{builtin, builtin_names, Policy, PolicyError, Request};
 use crate::routing::{
@@ -38,14 +41,20 @@ fn parse_selection(name: &str) -> PyResult<Selection> {
 
 /// `affinity_hash(composite)`: the version-1 affinity hash (docs/hash-spec.md).
 #[pyfunction]
-fn affinity_hash(composite: &str) -> u64 {
-    routing::affinity_hash(composite)
+fn affinity_hash(composite: &Bound<'_, PyAny>) -> PyResult<u64> {
+    Ok(routing::affinity_hash(str_argument("composite", composite)?))
 }
 
 /// `select_member(composite, members, selection)`: the member `selection` picks.
 #[pyfunction]
 #[pyo3(signature = (composite, members, selection = "modulo"))]
-fn select_member(composite: &str, members: Vec<String>, selection: &str) -> PyResult<String> {
+fn select_member(
+    composite: &Bound<'_, PyAny>,
+    members: &Bound<'_, PyAny>,
+    #[pyo3(from_py_with = named::selection)] selection: &str,
+) -> PyResult<String> {
+    let composite = str_argument("composite", composite)?;
+    let members = strings_argument("members", members)?;
     let index = parse_selection(selection)?
         .select(composite, &members)
         .ok_or_else(|| invalid_argument("no member to select from"))?;
@@ -61,8 +70,10 @@ struct PyPosixRegex {
 #[pymethods]
 impl PyPosixRegex {
     #[new]
-    fn new(pattern: &str) -> PyResult<Self> {
-        routing::PosixRegex::new(pattern).map(|inner| PyPosixRegex { inner }).map_err(regex_error)
+    fn new(pattern: &Bound<'_, PyAny>) -> PyResult<Self> {
+        routing::PosixRegex::new(str_argument("pattern", pattern)?)
+            .map(|inner| PyPosixRegex { inner })
+            .map_err(regex_error)
     }
 
     #[getter]
@@ -75,12 +86,12 @@ impl PyPosixRegex {
         self.inner.group_count()
     }
 
-    fn capture<'s>(&self, subject: &'s str) -> Option<&'s str> {
-        self.inner.capture(subject)
+    fn capture<'s>(&self, subject: &'s Bound<'_, PyAny>) -> PyResult<Option<&'s str>> {
+        Ok(self.inner.capture(str_argument("subject", subject)?))
     }
 
-    fn is_match(&self, subject: &str) -> bool {
-        self.inner.is_match(subject)
+    fn is_match(&self, subject: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self.inner.is_match(str_argument("subject", subject)?))
     }
 
     fn __repr__(&self) -> String {
@@ -206,7 +217,14 @@ impl PyRoutingTable {
         PyRoutingTable { inner: RoutingTable::new() }
     }
 
-    fn add_service(&mut self, py: Python<'_>, name: &str, include_patterns: Vec<String>) -> PyResult<usize> {
+    fn add_service(
+        &mut self,
+        py: Python<'_>,
+        name: &Bound<'_, PyAny>,
+        include_patterns: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        let name = str_argument("name", name)?;
+        let include_patterns = strings_argument("include_patterns", include_patterns)?;
         let patterns: Vec<&str> = include_patterns.iter().map(String::as_str).collect();
         self.inner.add_service(name, &patterns).map(ServiceId::index).map_err(|e| to_py_error(py, e))
     }
@@ -216,21 +234,45 @@ impl PyRoutingTable {
     fn add_source_group(
         &mut self,
         py: Python<'_>,
-        service: usize,
-        name: String,
-        priority_groups: Vec<Vec<String>>,
-        rules: Vec<(String, String)>,
+        service: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+        priority_groups: &Bound<'_, PyAny>,
+        rules: &Bound<'_, PyAny>,
         policy: &Bound<'_, PyAny>,
-        selection: &str,
+        #[pyo3(from_py_with = named::selection)] selection: &str,
     ) -> PyResult<usize> {
-        let policy: Box<dyn Policy> = match policy.extract::<String>() {
-            Ok(policy_name) => builtin(&policy_name).ok_or_else(|| {
-                let known: Vec<&str> = builtin_names().collect();
-                policy_error(PolicyError(format!(
-                    "unknown policy {policy_name:?} (built in: {}; pass a plugin object for others)",
-                    known.join(", ")
-                )))
-            })?,
+        let service = usize_argument("service", service)?;
+        let name = string_argument("name", name)?;
+        let priority_groups =
+            sequence_argument("priority_groups", priority_groups, "a sequence of sequences of str", |item, group| {
+                strings_argument(item, group)
+            })?;
+        let rules = sequence_argument("rules", rules, "a sequence of (key, pattern) pairs", |item, rule| {
+            match sequence_argument(item, rule, "a (key, pattern) pair", |part, value| string_argument(part, value))?
+                .as_mut_slice()
+            {
+                [key, pattern] => Ok((std::mem::take(key), std::mem::take(pattern))),
+                other => {
+                    Err(invalid_argument(format!("{item}: expected a (key, pattern) pair, got {} items", other.len())))
+                }
+            }
+        })?;
+        let selection = parse_selection(selection)?;
+        const POLICY: &str = "a built-in policy name, a plugin object with select() or a callable";
+        let policy: Box<dyn Policy> = match policy.cast::<PyString>() {
+            Ok(_) => {
+                let policy_name = str_argument("policy", policy)?;
+                builtin(policy_name).ok_or_else(|| {
+                    let known: Vec<&str> = builtin_names().collect();
+                    policy_error(PolicyError(format!(
+                        "unknown policy {policy_name:?} (built in: {}; pass a plugin object for others)",
+                        known.join(", ")
+                    )))
+                })?
+            }
+            Err(_) if !policy.hasattr("select").unwrap_or(false) && !policy.is_callable() => {
+                return Err(expected("policy", POLICY, policy));
+            }
             Err(_) => {
                 let name = match policy.getattr("name").and_then(|n| n.extract::<String>()) {
                     Ok(name) => name,
@@ -239,7 +281,7 @@ impl PyRoutingTable {
                 Box::new(PythonPolicy { object: policy.clone().unbind(), name })
             }
         };
-        let spec = SourceGroupSpec { name, priority_groups, rules, selection: parse_selection(selection)?, policy };
+        let spec = SourceGroupSpec { name, priority_groups, rules, selection, policy };
         let services = self.inner.service_count();
         if service >= services {
             return Err(invalid_argument(format!("unknown service index {service}")));
@@ -255,16 +297,20 @@ impl PyRoutingTable {
         table.member_ids().map(|m| (table.label(m).to_owned(), m.peer_index(), table.is_up(m))).collect()
     }
 
-    fn set_member_up(&mut self, py: Python<'_>, label: &str, up: bool) -> PyResult<()> {
+    fn set_member_up(&mut self, py: Python<'_>, label: &Bound<'_, PyAny>, up: &Bound<'_, PyAny>) -> PyResult<()> {
+        let label = str_argument("label", label)?;
+        let up = bool_argument("up", up)?;
         self.inner.set_member_up(label, up).map(|_| ()).map_err(|e| to_py_error(py, e))
     }
 
-    fn subscribe<'py>(&mut self, py: Python<'py>, subject: &str) -> PyResult<Bound<'py, PyList>> {
+    fn subscribe<'py>(&mut self, py: Python<'py>, subject: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let subject = str_argument("subject", subject)?;
         let (_, legs) = self.inner.subscribe(subject).map_err(|e| to_py_error(py, e))?;
         self.legs(py, &legs)
     }
 
-    fn route<'py>(&mut self, py: Python<'py>, subject: &str) -> PyResult<Bound<'py, PyList>> {
+    fn route<'py>(&mut self, py: Python<'py>, subject: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let subject = str_argument("subject", subject)?;
         let (_, legs) = self.inner.route(subject).map_err(|e| to_py_error(py, e))?;
         self.legs(py, &legs)
     }
@@ -273,8 +319,9 @@ impl PyRoutingTable {
     fn route_members<'py>(
         &mut self,
         py: Python<'py>,
-        subjects: Vec<String>,
+        subjects: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<Option<Bound<'py, PyString>>>> {
+        let subjects = strings_argument("subjects", subjects)?;
         let labels = self.labels(py);
         let mut members = Vec::with_capacity(subjects.len());
         for subject in &subjects {
@@ -288,8 +335,9 @@ impl PyRoutingTable {
     fn subscribe_members<'py>(
         &mut self,
         py: Python<'py>,
-        subjects: Vec<String>,
+        subjects: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<Option<Bound<'py, PyString>>>> {
+        let subjects = strings_argument("subjects", subjects)?;
         let labels = self.labels(py);
         let mut members = Vec::with_capacity(subjects.len());
         self.inner.reserve(subjects.len());
@@ -300,11 +348,19 @@ impl PyRoutingTable {
         Ok(members)
     }
 
-    fn unsubscribe(&mut self, py: Python<'_>, subject: &str) -> PyResult<()> {
+    fn unsubscribe(&mut self, py: Python<'_>, subject: &Bound<'_, PyAny>) -> PyResult<()> {
+        let subject = str_argument("subject", subject)?;
         self.inner.unsubscribe(subject).map_err(|e| to_py_error(py, e))
     }
 
-    fn report_nodata<'py>(&mut self, py: Python<'py>, subject: &str, status: &str) -> PyResult<Bound<'py, PyDict>> {
+    fn report_nodata<'py>(
+        &mut self,
+        py: Python<'py>,
+        subject: &Bound<'_, PyAny>,
+        status: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let subject = str_argument("subject", subject)?;
+        let status = str_argument("status", status)?;
         let status = NoDataStatus::parse(status).ok_or_else(|| {
             invalid_argument(format!("unknown NODATA status {status:?} (unavailable, notfound, other)"))
         })?;
@@ -312,7 +368,8 @@ impl PyRoutingTable {
         self.leg(py, &leg)
     }
 
-    fn explain<'py>(&mut self, py: Python<'py>, subject: &str) -> PyResult<Bound<'py, PyDict>> {
+    fn explain<'py>(&mut self, py: Python<'py>, subject: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+        let subject = str_argument("subject", subject)?;
         let explanation = self.inner.explain(subject).map_err(|e| to_py_error(py, e))?;
         self.explanation(py, &explanation)
     }
@@ -336,9 +393,11 @@ impl PyRoutingTable {
     fn drain_events_tail<'py>(
         &mut self,
         py: Python<'py>,
-        keep: usize,
-        kinds: Vec<String>,
+        keep: &Bound<'_, PyAny>,
+        kinds: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
+        let keep = usize_argument("keep", keep)?;
+        let kinds = strings_argument("kinds", kinds)?;
         let events = self.inner.drain_events();
         let tail = events.len().saturating_sub(keep);
         let list = PyList::empty(py);
@@ -350,7 +409,8 @@ impl PyRoutingTable {
         Ok(list)
     }
 
-    fn affinity(&self, composite: &str) -> Option<String> {
-        self.inner.affinity(composite).map(|m| self.inner.label(m).to_owned())
+    fn affinity(&self, composite: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let composite = str_argument("composite", composite)?;
+        Ok(self.inner.affinity(composite).map(|m| self.inner.label(m).to_owned()))
     }
 }

@@ -9,7 +9,10 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use super::errors::{config_error, subjects_error};
+use super::args::{
+    expected, instance_argument, named, optional_str, sequence_argument, str_argument, string_argument, usize_argument,
+};
+use super::errors::{config_error, invalid_argument, subjects_error};
 use super::routing::PyRoutingTable;
 use super::transport::Client;
 use crate::groups::Timing;
@@ -78,14 +81,19 @@ impl SubjectRouterCore {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        client: &Client,
-        table: &Bound<'_, PyRoutingTable>,
-        listen: String,
-        faucet: Option<(String, String, String, Option<String>)>,
-        control: Option<String>,
-        liveness_timeout_ms: u64,
-        heartbeat_interval_ms: u64,
+        client: &Bound<'_, PyAny>,
+        table: &Bound<'_, PyAny>,
+        listen: &Bound<'_, PyAny>,
+        faucet: Option<&Bound<'_, PyAny>>,
+        control: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
+        #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
     ) -> PyResult<Self> {
+        let client = Client::argument(client)?;
+        let table = instance_argument::<PyRoutingTable>("table", table, "an affinity routing table")?;
+        let listen = string_argument("listen", listen)?;
+        let faucet = faucet.map(faucet_argument).transpose()?;
+        let control = optional_str("control", control)?.map(str::to_owned);
         let timing = timing(heartbeat_interval_ms, liveness_timeout_ms)?;
         let faucet = match faucet {
             Some((control_topic, subscription_topic, announcements, coverage_option)) => {
@@ -97,7 +105,7 @@ impl SubjectRouterCore {
             None => None,
         };
         let table = std::mem::take(&mut table.borrow_mut().inner);
-        let client = client.shared()?;
+        let client = client.get().shared()?;
         let options = RouterOptions { listen, control, timing };
         let inner = py.detach(|| RouterRuntime::start(client, table, faucet, &options)).map_err(subjects_error)?;
         Ok(SubjectRouterCore { inner })
@@ -185,13 +193,35 @@ impl SubjectRouterCore {
     }
 }
 
+/// The faucet `(control_topic, subscription_topic, announcements, coverage_option)`.
+fn faucet_argument(value: &Bound<'_, PyAny>) -> PyResult<(String, String, String, Option<String>)> {
+    let parts = sequence_argument(
+        "faucet",
+        value,
+        "a (control_topic, subscription_topic, announcements, coverage_option) tuple",
+        |item, part| if part.is_none() { Ok(None) } else { string_argument(item, part).map(Some) },
+    )?;
+    match <[Option<String>; 4]>::try_from(parts) {
+        Ok([Some(control), Some(subscription), Some(announcements), coverage]) => {
+            Ok((control, subscription, announcements, coverage))
+        }
+        _ => Err(invalid_argument(
+            "faucet: expected (control_topic, subscription_topic, announcements, coverage_option), only the last may be None",
+        )),
+    }
+}
+
+/// The options of a subscriber or source: `router`, `name` (or `label`), `host` and the timing.
 fn peer_options(
-    router: String,
-    name: String,
-    host: String,
+    router: &Bound<'_, PyAny>,
+    (name_argument, name): (&str, &Bound<'_, PyAny>),
+    host: &str,
     heartbeat_interval_ms: u64,
     liveness_timeout_ms: u64,
 ) -> PyResult<PeerOptions> {
+    let router = string_argument("router", router)?;
+    let name = string_argument(name_argument, name)?;
+    let host = host.to_owned();
     Ok(PeerOptions { router, name, host, timing: timing(heartbeat_interval_ms, liveness_timeout_ms)? })
 }
 
@@ -217,15 +247,16 @@ impl SubjectSubscriberCore {
     #[pyo3(signature = (client, router, *, name, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
     fn new(
         py: Python<'_>,
-        client: &Client,
-        router: String,
-        name: String,
-        host: &str,
-        heartbeat_interval_ms: u64,
-        liveness_timeout_ms: u64,
+        client: &Bound<'_, PyAny>,
+        router: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = named::host)] host: &str,
+        #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
+        #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
     ) -> PyResult<Self> {
-        let options = peer_options(router, name, host.to_owned(), heartbeat_interval_ms, liveness_timeout_ms)?;
-        let client = client.shared()?;
+        let client = Client::argument(client)?;
+        let options = peer_options(router, ("name", name), host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let client = client.get().shared()?;
         let inner = py.detach(|| SubjectSubscriber::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSubscriberCore { inner })
     }
@@ -237,18 +268,18 @@ impl SubjectSubscriberCore {
     }
 
     /// Sends SUBSCRIBE.
-    fn subscribe(&self, subject: &str) -> PyResult<()> {
-        self.inner.subscribe(subject).map_err(subjects_error)
+    fn subscribe(&self, subject: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.subscribe(str_argument("subject", subject)?).map_err(subjects_error)
     }
 
     /// Sends UNSUBSCRIBE.
-    fn unsubscribe(&self, subject: &str) -> PyResult<()> {
-        self.inner.unsubscribe(subject).map_err(subjects_error)
+    fn unsubscribe(&self, subject: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.unsubscribe(str_argument("subject", subject)?).map_err(subjects_error)
     }
 
     /// `[(kind, flags, subject, payload)]` received.
-    fn poll<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
-        poll(py, self.inner.peer(), limit)
+    fn poll<'py>(&self, py: Python<'py>, limit: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        poll(py, self.inner.peer(), usize_argument("limit", limit)?)
     }
 
     /// `(malformed, received, dropped_records)`.
@@ -276,15 +307,16 @@ impl SubjectSourceCore {
     #[pyo3(signature = (client, router, *, label, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
     fn new(
         py: Python<'_>,
-        client: &Client,
-        router: String,
-        label: String,
-        host: &str,
-        heartbeat_interval_ms: u64,
-        liveness_timeout_ms: u64,
+        client: &Bound<'_, PyAny>,
+        router: &Bound<'_, PyAny>,
+        label: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = named::host)] host: &str,
+        #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
+        #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
     ) -> PyResult<Self> {
-        let options = peer_options(router, label, host.to_owned(), heartbeat_interval_ms, liveness_timeout_ms)?;
-        let client = client.shared()?;
+        let client = Client::argument(client)?;
+        let options = peer_options(router, ("label", label), host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let client = client.get().shared()?;
         let inner = py.detach(|| SubjectSource::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSourceCore { inner })
     }
@@ -297,23 +329,34 @@ impl SubjectSourceCore {
 
     /// Sends ENLIST (one enlistment; `coverage` optional).
     #[pyo3(signature = (control_topic, coverage=None))]
-    fn enlist(&self, control_topic: &str, coverage: Option<&str>) -> PyResult<()> {
+    fn enlist(&self, control_topic: &Bound<'_, PyAny>, coverage: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let control_topic = str_argument("control_topic", control_topic)?;
+        let coverage = optional_str("coverage", coverage)?;
         self.inner.enlist(control_topic, coverage).map_err(subjects_error)
     }
 
     /// Sends DELIST.
-    fn delist(&self, control_topic: &str) -> PyResult<()> {
-        self.inner.delist(control_topic).map_err(subjects_error)
+    fn delist(&self, control_topic: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.delist(str_argument("control_topic", control_topic)?).map_err(subjects_error)
     }
 
     /// Publishes an image or an update.
     #[pyo3(signature = (subject, payload, image=false))]
-    fn publish(&self, subject: &str, payload: &[u8], image: bool) -> PyResult<()> {
-        self.inner.publish(subject, payload, image).map_err(subjects_error)
+    fn publish(
+        &self,
+        subject: &Bound<'_, PyAny>,
+        payload: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = named::image)] image: bool,
+    ) -> PyResult<()> {
+        let subject = str_argument("subject", subject)?;
+        let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
+        self.inner.publish(subject, payload.as_bytes(), image).map_err(subjects_error)
     }
 
     /// Answers NODATA (`unavailable` or `notfound`).
-    fn nodata(&self, subject: &str, status: &str) -> PyResult<()> {
+    fn nodata(&self, subject: &Bound<'_, PyAny>, status: &Bound<'_, PyAny>) -> PyResult<()> {
+        let subject = str_argument("subject", subject)?;
+        let status = str_argument("status", status)?;
         let status = match NoDataStatus::parse(status) {
             Some(status @ (NoDataStatus::Unavailable | NoDataStatus::NotFound)) => status,
             _ => return Err(config_error(format!("nodata status {status:?}: unavailable or notfound"))),
@@ -322,8 +365,8 @@ impl SubjectSourceCore {
     }
 
     /// `[(kind, flags, subject, payload)]` received (REQUEST 3, DISCARD 4, DATA 5).
-    fn poll<'py>(&self, py: Python<'py>, limit: usize) -> PyResult<Bound<'py, PyList>> {
-        poll(py, self.inner.peer(), limit)
+    fn poll<'py>(&self, py: Python<'py>, limit: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        poll(py, self.inner.peer(), usize_argument("limit", limit)?)
     }
 
     /// `(malformed, received, dropped_records)`.

@@ -8,10 +8,13 @@ use std::sync::atomic::Ordering;
 
 use pyo3::exceptions::PyResourceWarning;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
+use super::args::{
+    callable_argument, expected, instance_argument, int_argument, int_in, named, path_argument, str_argument, Item,
+};
 use super::buffers::{arrow_binary, is_arrow, with_bytes};
-use super::errors::{self, invalid_argument, transport_error, wrong_type};
+use super::errors::{self, invalid_argument, transport_error};
 use crate::client::{ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle, SubscriptionHandle};
 use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange};
 use crate::embedded::{self, EmbeddedConfig, EmbeddedThreading};
@@ -50,10 +53,9 @@ fn setting_error(message: String) -> PyErr {
     transport_error(Error::Setting(message))
 }
 
+/// A string setting (a wrong type raises `ArgumentTypeError`, as every argument does).
 fn setting_text(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
-    let text = value
-        .cast::<pyo3::types::PyString>()
-        .map_err(|_| setting_error(format!("{name}: expected a string, got {}", type_name(value))))?;
+    let text = value.cast::<pyo3::types::PyString>().map_err(|_| expected(name, "a str", value))?;
     Ok(text.to_string_lossy().into_owned())
 }
 
@@ -61,17 +63,15 @@ fn parse_setting<T: FromStr<Err = String>>(name: &str, value: &Bound<'_, PyAny>)
     setting_text(name, value)?.parse().map_err(|message| setting_error(format!("{name}: {message}")))
 }
 
-fn type_name(value: &Bound<'_, PyAny>) -> String {
-    value.get_type().name().map(|name| name.to_string()).unwrap_or_default()
-}
-
 /// A Python int as a wide integer: any int is taken (so no `OverflowError`), then range-checked
-/// by the caller. An int wider than 128 bits is out of every range.
+/// by the caller. An int wider than 128 bits is out of every range. A wrong type raises
+/// `ArgumentTypeError` ([`int_argument`] over the whole `i128` range).
 fn setting_int(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Result<i128, String>> {
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(setting_error(format!("{name}: expected an integer, got {}", type_name(value))));
+    match int_argument(name, value, i128::MIN, i128::MAX) {
+        Ok(number) => Ok(Ok(number)),
+        Err(error) if error.is_instance_of::<pyo3::exceptions::PyTypeError>(value.py()) => Err(error),
+        Err(_) => Ok(Err(value.to_string())),
     }
-    Ok(value.extract::<i128>().map_err(|_| value.to_string()))
 }
 
 /// An integer setting checked against its range ([`ranges`]).
@@ -95,21 +95,8 @@ fn limited(
     result.map_err(|rule| setting_error(format!("{}={shown}: {rule}", range.name)))
 }
 
-/// An integer argument in `min..=max`: any Python int is taken (no `OverflowError`), a value
-/// outside the range raises `InvalidArgumentError`, another type `ArgumentTypeError`.
-fn int_argument(name: &str, value: &Bound<'_, PyAny>, min: i128, max: i128) -> PyResult<i128> {
-    if value.is_instance_of::<PyBool>() || !value.is_instance_of::<PyInt>() {
-        return Err(wrong_type(format!("{name}: expected an integer, got {}", type_name(value))));
-    }
-    match value.extract::<i128>() {
-        Ok(number) if (min..=max).contains(&number) => Ok(number),
-        _ => Err(invalid_argument(format!("{name}={value}: must be between {min} and {max}"))),
-    }
-}
-
 fn stream_id_argument(value: &Bound<'_, PyAny>) -> PyResult<i32> {
-    // The range is i32's own, so the narrowing cannot fail.
-    Ok(int_argument("stream_id", value, i32::MIN.into(), i32::MAX.into())? as i32)
+    int_in("stream_id", value, i32::MIN, i32::MAX)
 }
 
 /// Most fragments one poll may take (bounds the memory a poll allocates).
@@ -117,8 +104,10 @@ const MAX_FRAGMENT_LIMIT: i128 = 1 << 24;
 
 fn fragment_limit_argument(value: Option<&Bound<'_, PyAny>>, default: usize) -> PyResult<usize> {
     match value {
-        // The range is within usize on every supported platform.
-        Some(value) => Ok(int_argument("fragment_limit", value, 1, MAX_FRAGMENT_LIMIT)? as usize),
+        Some(value) => {
+            let limit = int_argument("fragment_limit", value, 1, MAX_FRAGMENT_LIMIT)?;
+            usize::try_from(limit).map_err(|_| invalid_argument(format!("fragment_limit={limit}: out of range")))
+        }
         None => Ok(default),
     }
 }
@@ -140,6 +129,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// The `client` argument of a group member, subject peer or router.
+    pub(crate) fn argument<'a, 'py>(value: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, Client>> {
+        instance_argument("client", value, "an affinity.Client")
+    }
+
     /// The client, shared with the group members and subject peers created from it (either
     /// driver: they use only [`ClientApi`]).
     pub(crate) fn shared(&self) -> PyResult<std::sync::Arc<dyn ClientApi>> {
@@ -157,7 +151,7 @@ impl Client {
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        dir: Option<std::path::PathBuf>,
+        dir: Option<&Bound<'_, PyAny>>,
         driver_timeout_ms: Option<&Bound<'_, PyAny>>,
         threading: Option<&Bound<'_, PyAny>>,
         idle: Option<&Bound<'_, PyAny>>,
@@ -168,8 +162,25 @@ impl Client {
         flow_control: Option<&Bound<'_, PyAny>>,
         receiver_timeout_ms: Option<&Bound<'_, PyAny>>,
         command_timeout_ms: Option<&Bound<'_, PyAny>>,
-        yield_when_idle: bool,
+        #[pyo3(from_py_with = named::yield_when_idle)] yield_when_idle: bool,
     ) -> PyResult<Self> {
+        let dir = dir.map(|value| path_argument("dir", value)).transpose()?;
+        // A setting of the wrong type is reported as such first, whichever driver it is for.
+        let integers = [
+            ("driver_timeout_ms", driver_timeout_ms),
+            ("term_length", term_length),
+            ("mtu", mtu),
+            ("receiver_window", receiver_window),
+            ("socket_receive_buffer", socket_receive_buffer),
+            ("receiver_timeout_ms", receiver_timeout_ms),
+            ("command_timeout_ms", command_timeout_ms),
+        ];
+        for (name, value) in integers {
+            value.map(|value| setting_int(name, value)).transpose()?;
+        }
+        for (name, value) in [("threading", threading), ("idle", idle), ("flow_control", flow_control)] {
+            value.map(|value| setting_text(name, value)).transpose()?;
+        }
         let dir = dir.or_else(|| std::env::var_os(directory::ENV_DIR).filter(|v| !v.is_empty()).map(Into::into));
         if let Some(dir) = dir {
             let embedded_settings = [
@@ -191,7 +202,7 @@ impl Client {
                 )));
             }
             let timeout_ms = match driver_timeout_ms {
-                Some(value) => int_argument("driver_timeout_ms", value, 1, i128::from(u32::MAX))? as u64,
+                Some(value) => u64::from(int_in::<u32>("driver_timeout_ms", value, 1, u32::MAX)?),
                 None => directory::DRIVER_TIMEOUT_MS as u64,
             };
             let timeout = std::time::Duration::from_millis(timeout_ms);
@@ -253,7 +264,13 @@ impl Client {
     }
 
     /// Creates a publication.
-    fn add_publication(&self, py: Python<'_>, channel: &str, stream_id: &Bound<'_, PyAny>) -> PyResult<Publication> {
+    fn add_publication(
+        &self,
+        py: Python<'_>,
+        channel: &Bound<'_, PyAny>,
+        stream_id: &Bound<'_, PyAny>,
+    ) -> PyResult<Publication> {
+        let channel = str_argument("channel", channel)?;
         let stream_id = stream_id_argument(stream_id)?;
         let interrupt = || Python::attach(|py| py.check_signals());
         let inner =
@@ -262,7 +279,13 @@ impl Client {
     }
 
     /// Creates a subscription.
-    fn add_subscription(&self, py: Python<'_>, channel: &str, stream_id: &Bound<'_, PyAny>) -> PyResult<Subscription> {
+    fn add_subscription(
+        &self,
+        py: Python<'_>,
+        channel: &Bound<'_, PyAny>,
+        stream_id: &Bound<'_, PyAny>,
+    ) -> PyResult<Subscription> {
+        let channel = str_argument("channel", channel)?;
         let stream_id = stream_id_argument(stream_id)?;
         let interrupt = || Python::attach(|py| py.check_signals());
         let inner =
@@ -367,7 +390,8 @@ pub struct Publication {
 impl Publication {
     /// Appends one message; returns the new position (> 0) or a negative outcome code.
     fn offer(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<i64> {
-        let result = with_bytes(data, |bytes| py.detach(|| self.inner.offer(bytes)))?.map_err(transport_error)?;
+        let result =
+            with_bytes(data, "data", |bytes| py.detach(|| self.inner.offer(bytes)))?.map_err(transport_error)?;
         offer_code(result)
     }
 
@@ -487,9 +511,15 @@ fn refused(refusal: Option<OfferError>) -> PyResult<()> {
 
 impl Publication {
     fn offer_each(&self, py: Python<'_>, messages: &Bound<'_, PyAny>) -> PyResult<usize> {
+        const WHAT: &str = "a sequence of bytes-like objects or a pyarrow binary array";
+        if messages.is_instance_of::<PyString>() || messages.is_instance_of::<PyBytes>() {
+            return Err(expected("messages", WHAT, messages));
+        }
         let mut taken = 0;
-        for item in messages.try_iter()? {
-            let result = with_bytes(&item?, |bytes| py.detach(|| self.inner.offer(bytes)))?.map_err(transport_error)?;
+        for (index, item) in messages.try_iter().map_err(|_| expected("messages", WHAT, messages))?.enumerate() {
+            let name = Item::new(&"messages", index);
+            let result =
+                with_bytes(&item?, name, |bytes| py.detach(|| self.inner.offer(bytes)))?.map_err(transport_error)?;
             let code = offer_code(result)?;
             if code < 0 {
                 break;
@@ -571,6 +601,7 @@ impl Subscription {
         handler: &Bound<'_, PyAny>,
         fragment_limit: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
+        callable_argument("handler", handler)?;
         let fragment_limit = fragment_limit_argument(fragment_limit, 10)?;
         let (batch, fragments) = self.poll_messages(py, fragment_limit)?;
         for index in 0..batch.len() {
@@ -587,7 +618,7 @@ impl Subscription {
         &self,
         py: Python<'py>,
         fragment_limit: Option<&Bound<'_, PyAny>>,
-        as_arrow: bool,
+        #[pyo3(from_py_with = named::as_arrow)] as_arrow: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let fragment_limit = fragment_limit_argument(fragment_limit, 1000)?;
         let (batch, _) = self.poll_messages(py, fragment_limit)?;
@@ -681,7 +712,15 @@ pub struct LossyRelay {
 impl LossyRelay {
     #[new]
     #[pyo3(signature = (target, *, loss=0.0, duplicate=0.0, reorder=0.0, seed=1))]
-    fn new(py: Python<'_>, target: &str, loss: f64, duplicate: f64, reorder: f64, seed: u64) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        target: &Bound<'_, PyAny>,
+        #[pyo3(from_py_with = named::loss)] loss: f64,
+        #[pyo3(from_py_with = named::duplicate)] duplicate: f64,
+        #[pyo3(from_py_with = named::reorder)] reorder: f64,
+        #[pyo3(from_py_with = named::seed)] seed: u64,
+    ) -> PyResult<Self> {
+        let target = str_argument("target", target)?;
         let target: SocketAddr = target.parse().map_err(|e| invalid_argument(format!("target {target:?}: {e}")))?;
         for (name, value) in [("loss", loss), ("duplicate", duplicate), ("reorder", reorder)] {
             if !(0.0..=1.0).contains(&value) {
