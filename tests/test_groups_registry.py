@@ -12,7 +12,7 @@ from typing import Any
 import affinity
 import pyarrow as pa
 import pytest
-from affinity import AffinityError, ConfigError
+from affinity import AffinityError, ArgumentTypeError, ConfigError
 from affinity._affinity import GroupObserverCore
 from affinity.groups import (
     GroupDefinition,
@@ -92,8 +92,6 @@ def test_environment_variable_selects_the_registry(tmp_path: Path, monkeypatch: 
         ((".hidden", "hp", 4, 2, QS), r"name '.hidden' is invalid"),
         (("", "hp", 4, 2, QS), r"name '' is invalid"),
         (("g", "a/b", 4, 2, QS), r"hash prefix \(HP\) 'a/b' is invalid"),
-        (("g", "hp", "4", 2, QS), r"hash count \(HC\) must be an integer, found '4'"),
-        (("g", "hp", True, 1, QS), r"hash count \(HC\) must be an integer"),
     ],
 )
 def test_bad_definitions_are_refused_naming_field_and_value(
@@ -102,6 +100,24 @@ def test_bad_definitions_are_refused_naming_field_and_value(
     with pytest.raises(ConfigError, match=message) as caught:
         create_group(*args, registry=tmp_path)  # type: ignore[arg-type]
     assert isinstance(caught.value, AffinityError) and isinstance(caught.value, ValueError)
+    assert list_groups(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("g", "hp", "4", 2, QS), "hash_count: expected an integer, got str"),
+        (("g", "hp", True, 1, QS), "hash_count: expected an integer, got bool"),
+        ((None, "hp", 4, 2, QS), "name: expected a str, got NoneType"),
+        (("g", b"hp", 4, 2, QS), "hash_prefix: expected a str, got bytes"),
+    ],
+)
+def test_definition_arguments_of_the_wrong_type_are_refused_naming_them(
+    tmp_path: Path, args: tuple[object, ...], message: str
+) -> None:
+    with pytest.raises(ArgumentTypeError, match=message) as caught:
+        create_group(*args, registry=tmp_path)  # type: ignore[arg-type]
+    assert isinstance(caught.value, AffinityError) and isinstance(caught.value, TypeError)
     assert list_groups(tmp_path) == []
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from affinity import _affinity
+from affinity._arguments import expect_callable, expect_int, expect_str, wrong_type
 from affinity.config.model import RoutingConfig
 from affinity.exceptions import RoutingError
 from affinity.records import LegInfo
@@ -217,6 +218,7 @@ class Router:
     """
 
     def __init__(self, *, max_events: int = 65536) -> None:
+        expect_int("max_events", max_events)
         self._table = _affinity.RoutingTable()
         self._services: dict[str, int] = {}
         self._last_service: int | None = None
@@ -236,6 +238,10 @@ class Router:
         non-built-in policy name to a plugin object (default:
         :func:`affinity.rules.load_policy`: an entry point name or ``package.module:attribute``).
         """
+        if not isinstance(config, RoutingConfig):
+            raise wrong_type("config", "a RoutingConfig", config)
+        if resolve_policy is not None:
+            expect_callable("resolve_policy", resolve_policy)
         resolve: Callable[[str], PolicySpec] = resolve_policy or load_policy
         router = cls()
         for service in config.data_services:
@@ -254,9 +260,9 @@ class Router:
 
     def add_data_service(self, name: str, include_patterns: Iterable[str]) -> None:
         """Adds a data service; subjects go to the first one with a matching include-pattern."""
-        if name in self._services:
+        if expect_str("name", name) in self._services:
             raise RoutingError(f"data service {name!r} defined twice")
-        index = self._table.add_service(name, list(include_patterns))
+        index = self._table.add_service(name, include_patterns)
         self._services[name] = index
         self._last_service = index
 
@@ -273,7 +279,7 @@ class Router:
         """Adds a source group to ``service`` (default: the last data service added, or a
         catch-all service ``default`` created on first use)."""
         if service is not None:
-            if service not in self._services:
+            if expect_str("service", service) not in self._services:
                 raise RoutingError(f"unknown data service {service!r}")
             index = self._services[service]
         elif self._last_service is not None:
@@ -281,14 +287,7 @@ class Router:
         else:
             self.add_data_service("default", ["^"])
             index = self._services["default"]
-        self._table.add_source_group(
-            index,
-            name,
-            [list(group) for group in priority_groups],
-            [(key, pattern) for key, pattern in rules],
-            policy,
-            selection,
-        )
+        self._table.add_source_group(index, name, priority_groups, rules, policy, selection)
 
     def members(self) -> list[tuple[str, int, bool]]:
         """(label, peer index, up) of every member, in peer order."""
@@ -323,14 +322,14 @@ class Router:
     def route_members(self, subjects: Sequence[str]) -> list[str | None]:
         """Member labels for a batch of subjects (primary source group), without binding."""
         try:
-            return list(self._table.route_members(list(subjects)))
+            return list(self._table.route_members(subjects))
         finally:
             self._pump()
 
     def subscribe_members(self, subjects: Sequence[str]) -> list[str | None]:
         """Subscribes a batch of subjects; returns their member labels (primary group)."""
         try:
-            return list(self._table.subscribe_members(list(subjects)))
+            return list(self._table.subscribe_members(subjects))
         finally:
             self._pump()
 
@@ -388,7 +387,7 @@ class Router:
 
     def on_event(self, callback: Callable[[RoutingEvent], object]) -> None:
         """Calls ``callback`` with every future event (an exception in it is logged)."""
-        self._callbacks.append(callback)
+        self._callbacks.append(expect_callable("callback", callback))
 
     def _pump(self, *, complete: bool = False) -> list[RoutingEvent]:
         """Moves the table's events to the log, the callbacks and the bounded history.

@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any
 
 from affinity import _affinity
+from affinity._arguments import expect_callable, expect_str, expect_strs, milliseconds, wrong_type
 from affinity.config.faucet import RouterConfig, parse_router_file
 from affinity.exceptions import ConfigError
 from affinity.routing import Router, RoutingEvent
@@ -84,12 +85,6 @@ class FaucetEvent:
         return cls(**{name: (value if isinstance(value, str) else None) for name, value in fields.items()})  # type: ignore[arg-type]
 
 
-def _seconds_to_ms(name: str, value: float) -> int:
-    if not value > 0:
-        raise ConfigError(f"{name}={value}: must be positive")
-    return max(1, round(value * 1000))
-
-
 class Subscriber:
     """Subscribes to subjects through a router; :meth:`poll` runs the callbacks."""
 
@@ -108,8 +103,8 @@ class Subscriber:
             router,
             name=name if name is not None else f"subscriber-{os.getpid()}",
             host=host,
-            heartbeat_interval_ms=_seconds_to_ms("heartbeat_interval", heartbeat_interval),
-            liveness_timeout_ms=_seconds_to_ms("liveness_timeout", liveness_timeout),
+            heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
+            liveness_timeout_ms=milliseconds("liveness_timeout", liveness_timeout),
         )
         self._callbacks: dict[str, list[SubjectCallback]] = {}
 
@@ -120,12 +115,13 @@ class Subscriber:
 
     def subscribe(self, subject: str, callback: SubjectCallback) -> None:
         """Subscribes to ``subject``; ``callback(subject, flags, payload)`` runs from :meth:`poll`."""
+        expect_callable("callback", callback)
         self._core.subscribe(subject)
         self._callbacks.setdefault(subject, []).append(callback)
 
     def unsubscribe(self, subject: str) -> None:
         """Drops the latest subscription to ``subject`` (and its callback)."""
-        callbacks = self._callbacks.get(subject)
+        callbacks = self._callbacks.get(expect_str("subject", subject))
         if not callbacks:
             raise ConfigError(f"unsubscribe: {subject!r} is not subscribed")
         self._core.unsubscribe(subject)
@@ -176,20 +172,23 @@ class Source:
     ) -> None:
         if isinstance(coverage, str):
             raise ConfigError("coverage must be a sequence of patterns, not one string")
+        patterns = [] if coverage is None else expect_strs("coverage", coverage)
+        if faucet is not None:
+            expect_str("faucet", faucet)
         self._core = _affinity.SubjectSourceCore(
             client,
             router,
             label=label,
             host=host,
-            heartbeat_interval_ms=_seconds_to_ms("heartbeat_interval", heartbeat_interval),
-            liveness_timeout_ms=_seconds_to_ms("liveness_timeout", liveness_timeout),
+            heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
+            liveness_timeout_ms=milliseconds("liveness_timeout", liveness_timeout),
         )
         self._on_request: list[RequestCallback] = []
         self._on_discard: list[RequestCallback] = []
         self._control = faucet if faucet is not None else ANY_CONTROL_TOPIC
         self.label = label
-        if coverage:
-            for pattern in coverage:
+        if patterns:
+            for pattern in patterns:
                 self._core.enlist(self._control, pattern)
         elif faucet is not None:
             self._core.enlist(self._control, None)
@@ -201,11 +200,11 @@ class Source:
 
     def on_request(self, callback: RequestCallback) -> None:
         """``callback(subject)`` when a subject is routed (or a faucet topic assigned) here."""
-        self._on_request.append(callback)
+        self._on_request.append(expect_callable("callback", callback))
 
     def on_discard(self, callback: RequestCallback) -> None:
         """``callback(subject)`` when a subject is no longer wanted from here."""
-        self._on_discard.append(callback)
+        self._on_discard.append(expect_callable("callback", callback))
 
     def publish(self, subject: str, payload: bytes, *, image: bool = False) -> None:
         """Sends an update (or, with ``image``, a full image) of ``subject`` to the router."""
@@ -213,7 +212,7 @@ class Source:
 
     def nodata(self, subject: str, status: str) -> None:
         """Answers NODATA (``unavailable`` or ``notfound``) for ``subject``."""
-        if status not in NODATA_STATUSES:
+        if expect_str("status", status) not in NODATA_STATUSES:
             raise ConfigError(f"nodata status {status!r}: must be one of {', '.join(NODATA_STATUSES)}")
         self._core.nodata(subject, status)
 
@@ -298,6 +297,8 @@ class SubjectRouter:
         heartbeat_interval: float = 0.1,
     ) -> None:
         if not isinstance(config, RouterConfig):
+            if not isinstance(config, str | os.PathLike):
+                raise wrong_type("config", "a RouterConfig or a str or os.PathLike path", config)
             config = parse_router_file(config)
         router = Router.from_config(config.routing)
         faucet = config.faucet
@@ -309,8 +310,8 @@ class SubjectRouter:
             if faucet is None
             else (faucet.control_topic, faucet.subscription_topic, faucet.announcements, faucet.coverage_option),
             control=control,
-            liveness_timeout_ms=_seconds_to_ms("liveness_timeout", liveness_timeout),
-            heartbeat_interval_ms=_seconds_to_ms("heartbeat_interval", heartbeat_interval),
+            liveness_timeout_ms=milliseconds("liveness_timeout", liveness_timeout),
+            heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
         )
         self.listen = listen
 

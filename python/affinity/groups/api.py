@@ -9,7 +9,6 @@ defaults (liveness timeout 2 s, heartbeats every 100 ms, cycle 30 s, resend afte
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Sequence
 from types import TracebackType
@@ -27,6 +26,7 @@ from affinity._affinity import (
     PublisherCounters,
     PublisherStatus,
 )
+from affinity._arguments import expect_int, expect_str, milliseconds
 from affinity.exceptions import ConfigError
 from affinity.groups.registry import GroupDefinition, load_group, registry_dir
 
@@ -34,15 +34,6 @@ __all__ = ["GroupConsumer", "GroupObserver", "GroupPublisher"]
 
 #: A registry location as the functions of :mod:`affinity.groups.registry` accept it.
 Registry = str | os.PathLike[str] | None
-
-
-def _milliseconds(option: str, seconds: float | None) -> int | None:
-    """``seconds`` as whole milliseconds (at least 1); ``ConfigError`` naming ``option`` otherwise."""
-    if seconds is None:
-        return None
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"{option} must be a positive number of seconds, found {seconds!r}")
-    return max(1, round(seconds * 1000))
 
 
 def _common_options(
@@ -57,9 +48,8 @@ def _common_options(
         if value is not None:
             options[key] = value
     for option, seconds in timings.items():
-        milliseconds = _milliseconds(option, seconds)
-        if milliseconds is not None:
-            options[f"{option}_ms"] = milliseconds
+        if seconds is not None:
+            options[f"{option}_ms"] = milliseconds(option, seconds)
     return options
 
 
@@ -86,7 +76,7 @@ class GroupPublisher:
         resend_timeout: float | None = None,
     ) -> None:
         #: The group's definition as read from the registry.
-        self.definition: GroupDefinition = load_group(group, registry)
+        self.definition: GroupDefinition = load_group(expect_str("group", group), registry)
         definition = self.definition
         options = _common_options(
             registry,
@@ -177,11 +167,10 @@ class GroupConsumer:
         heartbeat_interval: float | None = None,
     ) -> None:
         #: The group's definition as read from the registry.
-        self.definition: GroupDefinition = load_group(group, registry)
+        self.definition: GroupDefinition = load_group(expect_str("group", group), registry)
         definition = self.definition
-        for option, value in (("index", index), ("count", count)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ConfigError(f"consumer {option} must be an integer, found {value!r}")
+        expect_int("index", index)
+        expect_int("count", count)
         if not 1 <= count <= definition.queue_count:
             raise ConfigError(
                 f"consumer count {count} is out of range for group {definition.name!r}: expected 1 to its "
@@ -262,7 +251,7 @@ class GroupObserver:
         heartbeat_interval: float | None = None,
     ) -> None:
         #: The group's definition as read from the registry.
-        self.definition: GroupDefinition = load_group(group, registry)
+        self.definition: GroupDefinition = load_group(expect_str("group", group), registry)
         definition = self.definition
         options = _common_options(
             registry,

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from affinity._arguments import expect_int, expect_path, expect_str
 from affinity.exceptions import ConfigError
 
 __all__ = [
@@ -89,16 +90,16 @@ class GroupDefinition:
     queue_size: int
 
     def __post_init__(self) -> None:
-        _check_name("name", self.name, NAME_PATTERN)
-        _check_name("hash prefix (HP)", self.hash_prefix, HASH_PREFIX_PATTERN)
-        _check_int("hash count (HC)", self.hash_count, 1, MAX_HASH_COUNT)
-        _check_int("queue count (QC)", self.queue_count, 1, MAX_QUEUE_COUNT)
+        _check_name("name", expect_str("name", self.name), NAME_PATTERN)
+        _check_name("hash prefix (HP)", expect_str("hash_prefix", self.hash_prefix), HASH_PREFIX_PATTERN)
+        _check_int("hash count (HC)", expect_int("hash_count", self.hash_count), 1, MAX_HASH_COUNT)
+        _check_int("queue count (QC)", expect_int("queue_count", self.queue_count), 1, MAX_QUEUE_COUNT)
         if self.queue_count > self.hash_count:
             raise ConfigError(
                 f"group queue count (QC) {self.queue_count} exceeds hash count (HC) {self.hash_count}: "
                 "every queue needs at least one bucket (HC >= QC >= 1)"
             )
-        _check_int("queue size (QS)", self.queue_size, MIN_QUEUE_SIZE, MAX_QUEUE_SIZE)
+        _check_int("queue size (QS)", expect_int("queue_size", self.queue_size), MIN_QUEUE_SIZE, MAX_QUEUE_SIZE)
 
     def to_json(self) -> dict[str, int | str]:
         """The registry file's object (field names as the seed's: HP, HC, QC, QS)."""
@@ -140,14 +141,12 @@ class GroupDefinition:
             raise ConfigError(f"{source}: {error}") from None
 
 
-def _check_name(field: str, value: object, pattern: re.Pattern[str]) -> None:
-    if not isinstance(value, str) or pattern.fullmatch(value) is None:
+def _check_name(field: str, value: str, pattern: re.Pattern[str]) -> None:
+    if pattern.fullmatch(value) is None:
         raise ConfigError(f"group {field} {value!r} is invalid: expected {pattern.pattern}")
 
 
-def _check_int(field: str, value: object, low: int, high: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"group {field} must be an integer, found {value!r}")
+def _check_int(field: str, value: int, low: int, high: int) -> None:
     if not low <= value <= high:
         raise ConfigError(f"group {field} {value} is out of range: expected {low} to {high}")
 
@@ -155,7 +154,7 @@ def _check_int(field: str, value: object, low: int, high: int) -> None:
 def registry_dir(registry: str | os.PathLike[str] | None = None) -> Path:
     """The registry directory (not created): argument, ``$AFFINITY_REGISTRY``, XDG state, home."""
     if registry is not None:
-        return Path(registry)
+        return Path(expect_path("registry", registry))
     from_env = os.environ.get(REGISTRY_ENV)
     if from_env:
         return Path(from_env)
@@ -177,13 +176,13 @@ def _groups_dir(registry: str | os.PathLike[str] | None, *, create: bool) -> Pat
 
 def group_file(name: str, registry: str | os.PathLike[str] | None = None) -> Path:
     """The definition file of group ``name`` (which must be a valid group name)."""
-    _check_name("name", name, NAME_PATTERN)
+    _check_name("name", expect_str("name", name), NAME_PATTERN)
     return _groups_dir(registry, create=False) / f"{name}{DEFINITION_SUFFIX}"
 
 
 def members_dir(name: str, registry: str | os.PathLike[str] | None = None) -> Path:
     """The folder of the live members' discovery files of group ``name`` (written by Rust)."""
-    _check_name("name", name, NAME_PATTERN)
+    _check_name("name", expect_str("name", name), NAME_PATTERN)
     return registry_dir(registry) / "members" / name
 
 
@@ -284,6 +283,7 @@ def create_group(
 
 def delete_group(name: str, registry: str | os.PathLike[str] | None = None) -> GroupDefinition:
     """Removes group ``name`` from the registry and returns what it was; unknown name: ``ConfigError``."""
+    expect_str("name", name)
     groups = _groups_dir(registry, create=False)
     if not groups.is_dir():
         raise ConfigError(f"unknown group {name!r}: the registry {groups} does not exist")
