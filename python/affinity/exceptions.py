@@ -50,7 +50,8 @@ class InvalidArgumentError(AffinityError, ValueError):
 
 
 class ArgumentTypeError(AffinityError, TypeError):
-    """An argument has the wrong type (for example ``offer`` given a ``str``)."""
+    """An argument has the wrong type (for example ``offer`` given a ``str``); the message names the
+    argument and the type received (``channel: expected a str, got NoneType``)."""
 
 
 class AffinityOSError(AffinityError, OSError):
