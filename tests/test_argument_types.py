@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import affinity
+import affinity._affinity as compiled
 import affinity.groups
 import pytest
 from affinity.config.faucet import parse_router_file
@@ -313,6 +314,23 @@ ENTRIES: list[Entry] = [
         ],
     ),
     Entry(
+        "GroupObserverCore",
+        lambda o: compiled.GroupObserverCore,
+        [
+            Param("client", "client", "<client>"),
+            Param("group", "str", "g"),
+            Param("hash_prefix", "str", "G"),
+            Param("hash_count", "int", 8),
+            Param("queue_count", "int", 2),
+            Param("queue_size", "int", 1024),
+            Param("registry_dir", "str", "<registry text>", keyword=True),
+            Param("host", "str", "127.0.0.1", keyword=True),
+            Param("control", "optional str", None, keyword=True),
+            Param("liveness_timeout_ms", "int", 2000, keyword=True),
+            Param("heartbeat_interval_ms", "int", 100, keyword=True),
+        ],
+    ),
+    Entry(
         "create_group",
         lambda o: affinity.create_group,
         [
@@ -465,6 +483,8 @@ def _resolve(objects: Objects, value: object) -> object:
         return objects.group
     if value == "<registry>":
         return objects.registry
+    if value == "<registry text>":
+        return str(objects.registry)
     if value == "<listen>":
         return objects.listen
     if value == "<config>":
