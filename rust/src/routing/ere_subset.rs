@@ -343,6 +343,9 @@ impl SimplePattern {
             let Some((group_start, group_end)) = self.group else {
                 return Some(None);
             };
+            if self.chain_repeat.is_some() {
+                return Some(Some(self.chain_group_span(&states, start, end, group_start, group_end)));
+            }
             // Backwards: the states that still lead to acceptance at `end`.
             let mut viable = [0u64; N];
             viable[end] = states[end] & self.last;
@@ -364,6 +367,42 @@ impl SimplePattern {
             return Some(Some((before_group, before_end)));
         }
         None
+    }
+}
+
+impl SimplePattern {
+    /// The span of the group (items `group_start..group_end`) in the match of a chain pattern
+    /// from `start` to `end`, whose forward states are `states[start..=end]`: one backward pass,
+    /// where the general automaton needs a backward pass and another forward one.
+    ///
+    /// Why one pass suffices: in a chain, a position only leads to itself (when it repeats) or to
+    /// the next one, so along any path positions never decrease. The POSIX sub-match path takes
+    /// each byte with the earliest viable item ([`SimplePattern::capture_in`]'s general forward
+    /// pass); for a chain that item is simply the lowest viable position at each time. (Let `v`
+    /// be the lowest viable position at time `t` and `w` the lowest at `t + 1`. `w` has a
+    /// viable predecessor `u >= v`, so `w >= v`; `v` has a viable successor `<= v + 1`, so
+    /// `w <= v + 1`; and `w == v` only if `v` repeats, or `w`'s predecessor would be `v - 1`,
+    /// below `v`. So `w` follows `v`, and being the lowest viable it is the earliest.) The
+    /// differential tests compare this with the general automaton and with glibc.
+    fn chain_group_span(
+        &self,
+        states: &[u64],
+        start: usize,
+        end: usize,
+        group_start: usize,
+        group_end: usize,
+    ) -> (usize, usize) {
+        let (group_start, group_end) = (1u64 << group_start, 1u64 << group_end);
+        let (mut before_group, mut before_end) = (start, start);
+        let mut viable = states[end] & self.last;
+        for time in (start..end).rev() {
+            // The position that took byte `time`: the lowest viable one after it.
+            let taken = viable & viable.wrapping_neg();
+            before_group += usize::from(taken < group_start);
+            before_end += usize::from(taken < group_end);
+            viable = self.leading_to(states[time], viable);
+        }
+        (before_group, before_end)
     }
 }
 
