@@ -16,6 +16,8 @@ use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use hashbrown::hash_map::RawEntryMut;
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
 
 use super::events::Reason;
 use super::types::{GroupId, LegDecision, MemberId, ServiceId};
@@ -48,9 +50,21 @@ struct Slot {
     in_use: bool,
 }
 
+/// An entry of the composites' index: the slot and the hash of its name (kept so growing the
+/// index does not read every slot's name again).
+#[derive(Clone, Copy)]
+struct Indexed {
+    id: CompositeId,
+    hash: u64,
+}
+
 /// Interned composites and their affinities.
 pub(super) struct Composites {
-    index: HashedMap<Arc<str>, CompositeId>,
+    /// Name → slot, by the names the slots hold: a composite's name is allocated once and
+    /// interning a new one clones no `Arc` (an atomic increment), and an index entry is 16 bytes
+    /// instead of a 24-byte (`Arc<str>`, id) pair.
+    index: HashTable<Indexed>,
+    hasher: FxBuildHasher,
     slots: Vec<Slot>,
     /// Per slot, the affinity's member ([`NO_MEMBER`] without one): all a sticky lookup reads,
     /// 4 bytes instead of a 64-byte slot, so it stays cached. Kept equal to
@@ -64,7 +78,8 @@ pub(super) struct Composites {
 impl Default for Composites {
     fn default() -> Self {
         Composites {
-            index: HashedMap::default(),
+            index: HashTable::new(),
+            hasher: FxBuildHasher,
             slots: Vec::new(),
             members: Vec::new(),
             free: Vec::new(),
@@ -78,12 +93,12 @@ impl Composites {
     /// The slot of `name`, allocated if new.
     pub fn intern(&mut self, name: &str) -> CompositeId {
         // One hash for the lookup and the insertion.
-        let vacant = match self.index.raw_entry_mut().from_key(name) {
-            RawEntryMut::Occupied(occupied) => return *occupied.get(),
-            RawEntryMut::Vacant(vacant) => vacant,
-        };
-        let name: Arc<str> = Arc::from(name);
-        let slot = Slot { name: name.clone(), affinity: None, in_use: true };
+        let hash = self.hasher.hash_one(name);
+        let slots = &self.slots;
+        if let Some(found) = self.index.find(hash, |entry| *slots[entry.id.index()].name == *name) {
+            return found.id;
+        }
+        let slot = Slot { name: Arc::from(name), affinity: None, in_use: true };
         let id = match self.free.pop() {
             Some(id) => {
                 self.slots[id.index()] = slot;
@@ -96,13 +111,14 @@ impl Composites {
                 CompositeId(self.slots.len() as u32 - 1)
             }
         };
-        vacant.insert(name, id);
+        self.index.insert_unique(hash, Indexed { id, hash }, |entry| entry.hash);
         id
     }
 
     /// The slot of `name`, if interned.
     pub fn find(&self, name: &str) -> Option<CompositeId> {
-        self.index.get(name).copied()
+        let hash = self.hasher.hash_one(name);
+        self.index.find(hash, |entry| *self.slots[entry.id.index()].name == *name).map(|entry| entry.id)
     }
 
     #[inline]
@@ -162,7 +178,7 @@ impl Composites {
 
     /// Room for `additional` more composites.
     pub fn reserve(&mut self, additional: usize) {
-        self.index.reserve(additional);
+        self.index.reserve(additional, |entry| entry.hash);
         self.slots.reserve(additional.saturating_sub(self.free.len()));
         self.members.reserve(additional.saturating_sub(self.free.len()));
     }
@@ -184,10 +200,13 @@ impl Composites {
         }
         for (index, slot) in self.slots.iter_mut().enumerate() {
             if slot.in_use && !keep[index] {
-                self.index.remove(&slot.name);
+                let id = CompositeId(index as u32);
+                if let Ok(entry) = self.index.find_entry(self.hasher.hash_one(&*slot.name), |entry| entry.id == id) {
+                    entry.remove();
+                }
                 slot.name = self.empty.clone();
                 slot.in_use = false;
-                self.free.push(CompositeId(index as u32));
+                self.free.push(id);
             }
         }
     }
@@ -277,18 +296,84 @@ impl Classified {
     }
 }
 
-/// One bound leg of a subscription.
+/// One bound leg of a subscription: the [`LegDecision`] it reports ([`Leg::decision`]), compact.
+///
+/// The composite is kept as its slot, not as a cloned `Arc<str>`: a leg holds a reference on
+/// the composite's affinity, so the slot keeps its name while the leg lives (the module's
+/// invariant), and binding a new subject clones no `Arc` for the leg.
 pub(super) struct Leg {
-    pub decision: LegDecision,
-    pub composite: Option<CompositeId>,
+    /// The source group, the matching rule and its composite, as classified.
+    pub classified: ClassifiedLeg,
+    pub member: Option<MemberId>,
+    pub priority_group: Option<u32>,
+    pub reason: Reason,
+    /// Sequence number of the event that bound it (the affinity's, when it was sticky).
+    pub since: u64,
     pub tried: Vec<MemberId>,
+}
+
+impl Leg {
+    #[inline]
+    pub fn group(&self) -> GroupId {
+        self.classified.group
+    }
+
+    #[inline]
+    pub fn composite(&self) -> Option<CompositeId> {
+        self.classified.rule().map(|(_, id)| id)
+    }
+
+    /// The decision this leg stands for.
+    pub fn decision(&self, composites: &Composites) -> LegDecision {
+        let rule = self.classified.rule();
+        LegDecision {
+            group: self.classified.group,
+            member: self.member,
+            priority_group: self.priority_group.map(|p| p as usize),
+            composite: rule.map(|(_, id)| composites.name(id).clone()),
+            rule: rule.map(|(rule, _)| rule as usize),
+            reason: self.reason,
+            since: Some(self.since),
+        }
+    }
 }
 
 pub(super) struct Subscription {
     pub order: u64,
     pub references: u32,
     pub service: ServiceId,
-    pub legs: Vec<Leg>,
+    /// The primary source group's leg, inline: a single-group service (the usual case)
+    /// allocates no list of legs.
+    pub primary: Leg,
+    /// The legs of further source groups, in order.
+    pub others: Vec<Leg>,
+}
+
+impl Subscription {
+    /// Every leg, the primary first.
+    pub fn legs(&self) -> impl Iterator<Item = &Leg> + '_ {
+        std::iter::once(&self.primary).chain(self.others.iter())
+    }
+
+    pub fn leg_count(&self) -> usize {
+        1 + self.others.len()
+    }
+
+    /// Leg `index` (0 is the primary).
+    pub fn leg(&self, index: usize) -> Option<&Leg> {
+        match index {
+            0 => Some(&self.primary),
+            _ => self.others.get(index - 1),
+        }
+    }
+
+    /// Leg `index` (0 is the primary), writable.
+    pub fn leg_mut(&mut self, index: usize) -> Option<&mut Leg> {
+        match index {
+            0 => Some(&mut self.primary),
+            _ => self.others.get_mut(index - 1),
+        }
+    }
 }
 
 /// Everything remembered about one subject.

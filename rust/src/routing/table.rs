@@ -10,7 +10,7 @@ use super::events::{Event, EventKind, MoveReason, Reason};
 use super::hash::Selection;
 use super::policy::{AffinityHash, Policy};
 use super::posix_regex::PosixRegex;
-use super::subjects::{Classified, ClassifiedLeg, Composites, Leg, Lookup, Subjects, Subscription};
+use super::subjects::{Affinity, Classified, ClassifiedLeg, Composites, Leg, Lookup, Subjects, Subscription};
 use super::types::{
     Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec,
 };
@@ -261,7 +261,7 @@ impl RoutingTable {
     pub fn route_primary(&mut self, subject: &str) -> Result<LegDecision, RoutingError> {
         let leg = match self.subjects.get(subject) {
             Some(entry) => match (&entry.subscription, entry.classified()) {
-                (Some(subscription), _) => return Ok(current(&subscription.legs[0].decision)),
+                (Some(subscription), _) => return Ok(current(subscription.primary.decision(&self.composites))),
                 (None, Some(classified)) => classified.primary,
                 (None, None) => self.classify(subject)?.primary,
             },
@@ -280,7 +280,7 @@ impl RoutingTable {
     pub fn route_member(&mut self, subject: &str) -> Result<Option<MemberId>, RoutingError> {
         let leg = match self.subjects.get(subject) {
             Some(entry) => match (&entry.subscription, entry.classified()) {
-                (Some(subscription), _) => return Ok(subscription.legs[0].decision.member),
+                (Some(subscription), _) => return Ok(subscription.primary.member),
                 (None, Some(classified)) => classified.primary,
                 (None, None) => self.classify(subject)?.primary,
             },
@@ -296,7 +296,7 @@ impl RoutingTable {
     /// subject's data service, without binding anything.
     pub fn route(&mut self, subject: &str) -> Result<(ServiceId, Vec<LegDecision>), RoutingError> {
         if let Some(subscription) = self.subjects.subscription(subject) {
-            let legs = subscription.legs.iter().map(|leg| current(&leg.decision)).collect();
+            let legs = subscription.legs().map(|leg| current(leg.decision(&self.composites))).collect();
             return Ok((subscription.service, legs));
         }
         let classified = self.classify(subject)?;
@@ -341,33 +341,52 @@ impl RoutingTable {
             Lookup::Subscribed(subscription) => {
                 subscription.references += 1;
                 if let Some(decisions) = decisions {
-                    decisions.extend(subscription.legs.iter().map(|leg| current(&leg.decision)));
+                    decisions.extend(subscription.legs().map(|leg| current(leg.decision(&self.composites))));
                 }
-                return Ok((subscription.service, subscription.legs[0].decision.member));
+                return Ok((subscription.service, subscription.primary.member));
             }
             Lookup::Cached(subject, classified) => (subject, classified),
             Lookup::Unknown => (Arc::from(subject), self.classify_uncached(subject)?),
         };
-        let mut legs = Vec::with_capacity(classified.leg_count());
         let mut decisions = decisions;
         if let Some(decisions) = decisions.as_deref_mut() {
             decisions.reserve(classified.leg_count());
         }
-        for leg in classified.legs() {
-            let mut decision = self.decide(leg, &subject, true);
-            let composite = leg.rule().map(|(_, id)| id);
-            self.bind(&subject, &mut decision, composite);
-            if let Some(decisions) = decisions.as_deref_mut() {
-                decisions.push(decision.clone());
+        let primary = self.bind_new_leg(classified.primary, &subject, decisions.as_deref_mut());
+        let mut others = Vec::new();
+        if let Some(legs) = classified.others.as_deref() {
+            others.reserve_exact(legs.len());
+            for &leg in legs {
+                others.push(self.bind_new_leg(leg, &subject, decisions.as_deref_mut()));
             }
-            legs.push(Leg { decision, composite, tried: Vec::new() });
         }
         let order = self.next_order;
         self.next_order += 1;
         let service = classified.service;
-        let member = legs[0].decision.member;
-        self.subjects.subscribe(hash, subject, classified, Subscription { order, references: 1, service, legs });
+        let member = primary.member;
+        self.subjects.subscribe(
+            hash,
+            subject,
+            classified,
+            Subscription { order, references: 1, service, primary, others },
+        );
         Ok((service, member))
+    }
+
+    /// Decides and binds one leg of a new subscription to `subject` (pushing its decision onto
+    /// `decisions` when given).
+    fn bind_new_leg(
+        &mut self,
+        leg: ClassifiedLeg,
+        subject: &Arc<str>,
+        decisions: Option<&mut Vec<LegDecision>>,
+    ) -> Leg {
+        let (mut bound, sticky) = self.decide_leg(leg, subject);
+        self.bind(subject, &mut bound, sticky);
+        if let Some(decisions) = decisions {
+            decisions.push(bound.decision(&self.composites));
+        }
+        bound
     }
 
     /// Drops one reference to `subject`; at zero the subscription is discarded and so is every
@@ -382,7 +401,7 @@ impl RoutingTable {
         let Some(subscription) = self.subjects.unsubscribe(subject) else {
             return Ok(());
         };
-        for leg in &subscription.legs {
+        for leg in subscription.legs() {
             self.release(leg);
         }
         Ok(())
@@ -417,8 +436,8 @@ impl RoutingTable {
         let Some(subscription) = self.subjects.subscription(subject) else {
             return Err(RoutingError::NotSubscribed(subject.to_owned()));
         };
-        let leg = &subscription.legs[0];
-        let decision = leg.decision.clone();
+        let leg = &subscription.primary;
+        let decision = leg.decision(&self.composites);
         let mut tried = leg.tried.clone();
         tried.extend(decision.member);
         let subject_arc: Arc<str> = Arc::from(subject);
@@ -446,7 +465,7 @@ impl RoutingTable {
             });
             self.events.push(event);
             if let Some(subscription) = self.subjects.subscription_mut(subject) {
-                subscription.legs[0].tried = tried;
+                subscription.primary.tried = tried;
             }
             return Ok(LegDecision { reason: Reason::NoData, ..decision });
         };
@@ -469,8 +488,12 @@ impl RoutingTable {
             ..decision
         };
         if let Some(subscription) = self.subjects.subscription_mut(subject) {
-            subscription.legs[0].decision = updated.clone();
-            subscription.legs[0].tried = tried;
+            let leg = &mut subscription.primary;
+            leg.member = Some(member);
+            leg.priority_group = Some(priority_group as u32);
+            leg.reason = Reason::Retry;
+            leg.since = since;
+            leg.tried = tried;
         }
         Ok(updated)
     }
@@ -490,14 +513,14 @@ impl RoutingTable {
     /// How `subject` is (or would be) routed by its primary source group, and why.
     pub fn explain(&mut self, subject: &str) -> Result<Explanation, RoutingError> {
         if let Some(subscription) = self.subjects.subscription(subject) {
-            let leg = &subscription.legs[0].decision;
-            let references = match subscription.legs[0].composite {
+            let leg = &subscription.primary;
+            let references = match leg.composite() {
                 Some(id) => self.composites.affinity(id).map_or(0, |a| a.references),
                 None => subscription.references,
             };
             return Ok(Explanation {
                 service: subscription.service,
-                decision: current(leg),
+                decision: current(leg.decision(&self.composites)),
                 bound_reason: Some(leg.reason),
                 subscribed: true,
                 references,
@@ -584,19 +607,25 @@ impl RoutingTable {
         (self.members[member.index()].up && self.group_contains(leg.group, member)).then_some(member)
     }
 
+    /// The affinity of `leg`'s composite when it has an up member of the leg's source group
+    /// (its `member` is then set).
+    #[inline]
+    pub(super) fn sticky_affinity(&self, leg: ClassifiedLeg) -> Option<&Affinity> {
+        let (_, id) = leg.rule()?;
+        let affinity = self.composites.affinity(id)?;
+        let member = affinity.member?;
+        (self.members[member.index()].up && self.group_contains(leg.group, member)).then_some(affinity)
+    }
+
     /// The decision for `leg` when its composite has an affinity to an up member of the leg's
     /// source group: no allocation, no hashing.
     #[inline]
     pub(super) fn sticky(&self, leg: ClassifiedLeg) -> Option<LegDecision> {
         let (rule, id) = leg.rule()?;
-        let affinity = self.composites.affinity(id)?;
-        let member = affinity.member?;
-        if !self.members[member.index()].up || !self.group_contains(leg.group, member) {
-            return None;
-        }
+        let affinity = self.sticky_affinity(leg)?;
         Some(LegDecision {
             group: leg.group,
-            member: Some(member),
+            member: affinity.member,
             priority_group: affinity.priority_group.map(|p| p as usize),
             composite: Some(self.composites.name(id).clone()),
             rule: Some(rule as usize),
@@ -607,9 +636,6 @@ impl RoutingTable {
 }
 
 /// A remembered leg as `route` reports it now.
-fn current(decision: &LegDecision) -> LegDecision {
-    LegDecision {
-        reason: if decision.member.is_some() { Reason::Sticky } else { Reason::Unavailable },
-        ..decision.clone()
-    }
+fn current(decision: LegDecision) -> LegDecision {
+    LegDecision { reason: if decision.member.is_some() { Reason::Sticky } else { Reason::Unavailable }, ..decision }
 }
