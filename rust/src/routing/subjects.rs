@@ -95,7 +95,10 @@ impl Composites {
         // One hash for the lookup and the insertion.
         let hash = self.hasher.hash_one(name);
         let slots = &self.slots;
-        if let Some(found) = self.index.find(hash, |entry| *slots[entry.id.index()].name == *name) {
+        // The stored hash first: a new composite is compared with no other slot's name (a
+        // cache miss each) unless their hashes are equal.
+        if let Some(found) = self.index.find(hash, |entry| entry.hash == hash && *slots[entry.id.index()].name == *name)
+        {
             return found.id;
         }
         let slot = Slot { name: Arc::from(name), affinity: None, in_use: true };
@@ -118,7 +121,9 @@ impl Composites {
     /// The slot of `name`, if interned.
     pub fn find(&self, name: &str) -> Option<CompositeId> {
         let hash = self.hasher.hash_one(name);
-        self.index.find(hash, |entry| *self.slots[entry.id.index()].name == *name).map(|entry| entry.id)
+        self.index
+            .find(hash, |entry| entry.hash == hash && *self.slots[entry.id.index()].name == *name)
+            .map(|entry| entry.id)
     }
 
     #[inline]
@@ -382,9 +387,13 @@ pub(super) struct SubjectEntry {
     /// per entry) only for a subscribed subject whose classification a configuration change
     /// dropped. Read through [`SubjectEntry::classified`].
     classified: Classified,
-    /// Boxed: most cached subjects are not subscribed, and small entries keep lookups in cache.
-    pub subscription: Option<Box<Subscription>>,
+    /// Index of the subscription in [`Subjects`]' slab, [`NO_SUBSCRIPTION`] when not subscribed:
+    /// most cached subjects are not subscribed, and small entries keep lookups in cache.
+    subscription: u32,
 }
+
+/// [`SubjectEntry::subscription`] of a subject that is not subscribed.
+const NO_SUBSCRIPTION: u32 = u32::MAX;
 
 const UNCLASSIFIED: Classified =
     Classified { service: ServiceId(u32::MAX), primary: ClassifiedLeg::new(GroupId(u32::MAX), None), others: None };
@@ -398,15 +407,28 @@ impl SubjectEntry {
     fn is_classified(&self) -> bool {
         self.classified().is_some()
     }
+
+    #[inline]
+    fn is_subscribed(&self) -> bool {
+        self.subscription != NO_SUBSCRIPTION
+    }
 }
 
-/// Subject → [`SubjectEntry`].
+/// Subject → [`SubjectEntry`], and the subscriptions.
 #[derive(Default)]
 pub(super) struct Subjects {
     entries: HashedMap<Arc<str>, SubjectEntry>,
+    /// The subscriptions, by [`SubjectEntry::subscription`]; `None` in a slot that `free`
+    /// lists. A slab rather than a box per subscription: a new subject allocates no
+    /// subscription of its own (`reserve` makes room for a batch at once).
+    slab: Vec<Option<Subscription>>,
+    free: Vec<u32>,
     subscribed: usize,
     cached_only: usize,
 }
+
+/// What [`Subjects::find`] knows of a subject: its subscription and its cached classification.
+pub(super) type Found<'a> = (Option<&'a Subscription>, Option<&'a Classified>);
 
 /// What [`Subjects::lookup`] found for a subject.
 pub(super) enum Lookup<'a> {
@@ -433,34 +455,39 @@ impl Subjects {
             return Lookup::Unknown;
         };
         let (key, entry) = occupied.into_key_value();
-        if entry.subscription.is_none() {
-            return match entry.classified() {
-                Some(classified) => Lookup::Cached(key.clone(), classified.clone()),
-                None => Lookup::Unknown,
-            };
+        if let Some(subscription) = slot_mut(&mut self.slab, entry.subscription) {
+            return Lookup::Subscribed(subscription);
         }
-        match entry.subscription.as_deref_mut() {
-            Some(subscription) => Lookup::Subscribed(subscription),
+        match entry.classified() {
+            Some(classified) => Lookup::Cached(key.clone(), classified.clone()),
             None => Lookup::Unknown,
         }
     }
 
+    /// The subscription and the cached classification of a subject the map holds.
     #[inline]
-    pub fn get(&self, subject: &str) -> Option<&SubjectEntry> {
-        self.entries.get(subject)
+    pub fn find(&self, subject: &str) -> Option<Found<'_>> {
+        let entry = self.entries.get(subject)?;
+        Some((slot(&self.slab, entry.subscription), entry.classified()))
+    }
+
+    /// The cached classification of a subject, if any.
+    pub fn classified(&self, subject: &str) -> Option<&Classified> {
+        self.entries.get(subject).and_then(SubjectEntry::classified)
     }
 
     pub fn subscription(&self, subject: &str) -> Option<&Subscription> {
-        self.entries.get(subject).and_then(|entry| entry.subscription.as_deref())
+        self.entries.get(subject).and_then(|entry| slot(&self.slab, entry.subscription))
     }
 
     pub fn subscription_mut(&mut self, subject: &str) -> Option<&mut Subscription> {
-        self.entries.get_mut(subject).and_then(|entry| entry.subscription.as_deref_mut())
+        let index = self.entries.get(subject)?.subscription;
+        slot_mut(&mut self.slab, index)
     }
 
     /// Every subscription, in no particular order.
     pub fn subscriptions(&self) -> impl Iterator<Item = (&Arc<str>, &Subscription)> + '_ {
-        self.entries.iter().filter_map(|(subject, entry)| entry.subscription.as_deref().map(|s| (subject, s)))
+        self.entries.iter().filter_map(|(subject, entry)| slot(&self.slab, entry.subscription).map(|s| (subject, s)))
     }
 
     /// Subjects cached without a subscription.
@@ -477,13 +504,13 @@ impl Subjects {
     pub fn cache(&mut self, subject: &str, classified: Classified) {
         match self.entries.get_mut(subject) {
             Some(entry) => {
-                if entry.subscription.is_none() && !entry.is_classified() {
+                if !entry.is_subscribed() && !entry.is_classified() {
                     self.cached_only += 1;
                 }
                 entry.classified = classified;
             }
             None => {
-                self.entries.insert(Arc::from(subject), SubjectEntry { classified, subscription: None });
+                self.entries.insert(Arc::from(subject), SubjectEntry { classified, subscription: NO_SUBSCRIPTION });
                 self.cached_only += 1;
             }
         }
@@ -492,31 +519,41 @@ impl Subjects {
     /// Records the subscription of an unsubscribed subject (whose [`Subjects::hash`] is
     /// `hash`), with its classification (one probe, whether or not the subject was cached).
     pub fn subscribe(&mut self, hash: u64, subject: Arc<str>, classified: Classified, subscription: Subscription) {
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.slab[index as usize] = Some(subscription);
+                index
+            }
+            None => {
+                self.slab.push(Some(subscription));
+                // Fewer than `NO_SUBSCRIPTION` subscriptions: each holds a subject the map keys.
+                (self.slab.len() - 1) as u32
+            }
+        };
         match self.entries.raw_entry_mut().from_key_hashed_nocheck(hash, &*subject) {
             RawEntryMut::Occupied(mut occupied) => {
                 let entry = occupied.get_mut();
-                debug_assert!(entry.subscription.is_none());
+                debug_assert!(!entry.is_subscribed());
                 if entry.is_classified() {
                     self.cached_only -= 1;
                 }
                 entry.classified = classified;
-                entry.subscription = Some(Box::new(subscription));
+                entry.subscription = index;
             }
             RawEntryMut::Vacant(vacant) => {
-                vacant.insert_hashed_nocheck(
-                    hash,
-                    subject,
-                    SubjectEntry { classified, subscription: Some(Box::new(subscription)) },
-                );
+                vacant.insert_hashed_nocheck(hash, subject, SubjectEntry { classified, subscription: index });
             }
         }
         self.subscribed += 1;
     }
 
     /// Takes a subject's subscription; its classification stays cached when it has one.
-    pub fn unsubscribe(&mut self, subject: &str) -> Option<Box<Subscription>> {
+    pub fn unsubscribe(&mut self, subject: &str) -> Option<Subscription> {
         let entry = self.entries.get_mut(subject)?;
-        let subscription = entry.subscription.take()?;
+        let index = entry.subscription;
+        let subscription = self.slab.get_mut(index as usize)?.take()?;
+        entry.subscription = NO_SUBSCRIPTION;
+        self.free.push(index);
         self.subscribed -= 1;
         if entry.is_classified() {
             self.cached_only += 1;
@@ -530,24 +567,27 @@ impl Subjects {
     pub fn forget_classifications(&mut self) {
         self.entries.retain(|_, entry| {
             entry.classified = UNCLASSIFIED;
-            entry.subscription.is_some()
+            entry.is_subscribed()
         });
         self.cached_only = 0;
     }
 
     /// Drops the unsubscribed subjects (bounds memory).
     pub fn evict_unsubscribed(&mut self) {
-        self.entries.retain(|_, entry| entry.subscription.is_some());
+        self.entries.retain(|_, entry| entry.is_subscribed());
         self.cached_only = 0;
     }
 
     /// Room for `additional` more subjects.
     pub fn reserve(&mut self, additional: usize) {
         self.entries.reserve(additional);
+        self.slab.reserve(additional.saturating_sub(self.free.len()));
     }
 
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.slab.clear();
+        self.free.clear();
         self.subscribed = 0;
         self.cached_only = 0;
     }
@@ -564,3 +604,14 @@ impl Subjects {
 // Small entries are the point of the packed layout: a subject map bucket (key + entry) of 48
 // bytes keeps ~20 000 subjects within a core's L2 cache.
 const _: () = assert!(std::mem::size_of::<SubjectEntry>() <= 32);
+
+/// The subscription in slot `index` of the slab (none for [`NO_SUBSCRIPTION`]).
+#[inline]
+fn slot(slab: &[Option<Subscription>], index: u32) -> Option<&Subscription> {
+    slab.get(index as usize).and_then(Option::as_ref)
+}
+
+#[inline]
+fn slot_mut(slab: &mut [Option<Subscription>], index: u32) -> Option<&mut Subscription> {
+    slab.get_mut(index as usize).and_then(Option::as_mut)
+}

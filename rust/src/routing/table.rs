@@ -259,13 +259,10 @@ impl RoutingTable {
     /// without binding anything. The hot path: a subject seen before costs one hash-map probe
     /// (plus, with a composite, an index into the interned composites).
     pub fn route_primary(&mut self, subject: &str) -> Result<LegDecision, RoutingError> {
-        let leg = match self.subjects.get(subject) {
-            Some(entry) => match (&entry.subscription, entry.classified()) {
-                (Some(subscription), _) => return Ok(current(subscription.primary.decision(&self.composites))),
-                (None, Some(classified)) => classified.primary,
-                (None, None) => self.classify(subject)?.primary,
-            },
-            None => self.classify(subject)?.primary,
+        let leg = match self.subjects.find(subject) {
+            Some((Some(subscription), _)) => return Ok(current(subscription.primary.decision(&self.composites))),
+            Some((None, Some(classified))) => classified.primary,
+            _ => self.classify(subject)?.primary,
         };
         if let Some(decision) = self.sticky(leg) {
             return Ok(decision);
@@ -278,13 +275,10 @@ impl RoutingTable {
     /// clones no `Arc` and touches no composite name.
     #[inline]
     pub fn route_member(&mut self, subject: &str) -> Result<Option<MemberId>, RoutingError> {
-        let leg = match self.subjects.get(subject) {
-            Some(entry) => match (&entry.subscription, entry.classified()) {
-                (Some(subscription), _) => return Ok(subscription.primary.member),
-                (None, Some(classified)) => classified.primary,
-                (None, None) => self.classify(subject)?.primary,
-            },
-            None => self.classify(subject)?.primary,
+        let leg = match self.subjects.find(subject) {
+            Some((Some(subscription), _)) => return Ok(subscription.primary.member),
+            Some((None, Some(classified))) => classified.primary,
+            _ => self.classify(subject)?.primary,
         };
         if let Some(member) = self.sticky_member(leg) {
             return Ok(Some(member));
@@ -548,7 +542,7 @@ impl RoutingTable {
 
     /// The data service and per-source-group rule matches of an unsubscribed subject, cached.
     fn classify(&mut self, subject: &str) -> Result<Classified, RoutingError> {
-        if let Some(classified) = self.subjects.get(subject).and_then(|entry| entry.classified()) {
+        if let Some(classified) = self.subjects.classified(subject) {
             return Ok(classified.clone());
         }
         let classified = self.classify_uncached(subject)?;
