@@ -51,7 +51,7 @@ impl RoutingTable {
     ) -> Option<Placed> {
         let mut ids = std::mem::take(&mut self.scratch_members);
         let (placed, failure) =
-            choose(&mut self.groups, &self.members, &mut ids, group, key, is_composite, exclude, commit);
+            choose(&mut self.groups, &self.members, &mut ids, group, None, key, is_composite, exclude, commit);
         ids.clear();
         self.scratch_members = ids;
         if let Some(message) = failure {
@@ -60,13 +60,21 @@ impl RoutingTable {
         placed
     }
 
-    /// [`RoutingTable::place`] for the interned composite `id` (nothing excluded), reading its
-    /// name in its slot: a new subject's placement clones no `Arc` (an atomic increment and
-    /// decrement) to hold the name.
-    pub(super) fn place_composite(&mut self, group: GroupId, id: CompositeId, commit: bool) -> Option<Placed> {
+    /// [`RoutingTable::place`] for the interned composite `id` that rule `rule` of `group`
+    /// produced (nothing excluded), reading its name in its slot: a new subject's placement
+    /// clones no `Arc` (an atomic increment and decrement) to hold the name, and hashes only
+    /// the captured part of it.
+    pub(super) fn place_composite(
+        &mut self,
+        group: GroupId,
+        rule: u32,
+        id: CompositeId,
+        commit: bool,
+    ) -> Option<Placed> {
         let mut ids = std::mem::take(&mut self.scratch_members);
         let key = self.composites.name(id);
-        let (placed, failure) = choose(&mut self.groups, &self.members, &mut ids, group, key, true, &[], commit);
+        let (placed, failure) =
+            choose(&mut self.groups, &self.members, &mut ids, group, Some(rule), key, true, &[], commit);
         ids.clear();
         self.scratch_members = ids;
         if let Some(message) = failure {
@@ -90,14 +98,7 @@ impl RoutingTable {
     /// The leg of a new subscription for `leg` (its `since` still unset), and whether it
     /// follows a sticky affinity ([`RoutingTable::decide`] without building a [`LegDecision`]).
     pub(super) fn decide_leg(&mut self, leg: ClassifiedLeg, subject: &str) -> (Leg, bool) {
-        let mut bound = Leg {
-            classified: leg,
-            member: None,
-            priority_group: None,
-            reason: Reason::Unavailable,
-            since: 0,
-            tried: Vec::new(),
-        };
+        let mut bound = Leg::new(leg);
         if let Some(affinity) = self.sticky_affinity(leg) {
             bound.member = affinity.member;
             bound.priority_group = affinity.priority_group;
@@ -106,7 +107,7 @@ impl RoutingTable {
             return (bound, true);
         }
         let placed = match leg.rule() {
-            Some((_, id)) => self.place_composite(leg.group, id, true),
+            Some((rule, id)) => self.place_composite(leg.group, rule, id, true),
             None => self.place(leg.group, subject, false, &[], true),
         };
         if let Some((member, priority_group, reason)) = placed {
@@ -319,7 +320,7 @@ impl RoutingTable {
                     leg.priority_group = placed.map(|p| p.1 as u32);
                     leg.reason = reason;
                     leg.since = sequence;
-                    leg.tried.clear();
+                    leg.set_tried(Vec::new());
                 }
             }
         }
@@ -368,6 +369,7 @@ fn choose(
     members: &[Member],
     ids: &mut Vec<MemberId>,
     group: GroupId,
+    rule: Option<u32>,
     key: &str,
     is_composite: bool,
     exclude: &[MemberId],
@@ -382,12 +384,18 @@ fn choose(
         return (None, None);
     };
     if is_composite && !source_group.policy.decides_composites() {
-        // The affinity hash needs only the labels: no candidate list is built.
-        let index = source_group
-            .hash
-            .selection
-            .select_indexed(key, ids.len(), |i| members[ids[i].index()].label.as_str())
-            .unwrap_or(0);
+        // The affinity hash needs only the labels: no candidate list is built. A composite of
+        // a known rule begins with the rule's `key:`, whose hash state is kept.
+        let selection = source_group.hash.selection;
+        let label = |i: usize| members[ids[i].index()].label.as_str();
+        let prefixed = rule
+            .and_then(|rule| source_group.rules.get(rule as usize))
+            .and_then(|rule| key.strip_prefix(rule.prefix.as_str()).map(|rest| (rule.prefix_state, rest)));
+        let index = match prefixed {
+            Some((state, rest)) => selection.select_indexed_after(state, rest, key, ids.len(), label),
+            None => selection.select_indexed(key, ids.len(), label),
+        }
+        .unwrap_or(0);
         let reason = if priority_group > 0 { Reason::Failover } else { Reason::Hashed };
         return (Some((ids[index], priority_group, reason)), None);
     }

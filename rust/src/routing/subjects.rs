@@ -314,10 +314,27 @@ pub(super) struct Leg {
     pub reason: Reason,
     /// Sequence number of the event that bound it (the affinity's, when it was sticky).
     pub since: u64,
-    pub tried: Vec<MemberId>,
+    /// The members a NODATA answer ruled out ([`Leg::tried`]); boxed, and `None` when empty
+    /// (almost always): 8 bytes of every subscription rather than 24.
+    #[allow(clippy::box_collection)] // a thin pointer, for small subscriptions
+    tried: Option<Box<Vec<MemberId>>>,
 }
 
 impl Leg {
+    /// A leg of `classified` that no member serves yet and no NODATA answer ruled out.
+    pub fn new(classified: ClassifiedLeg) -> Self {
+        Leg { classified, member: None, priority_group: None, reason: Reason::Unavailable, since: 0, tried: None }
+    }
+
+    /// The members a NODATA answer ruled out since the leg was last bound.
+    pub fn tried(&self) -> &[MemberId] {
+        self.tried.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    pub fn set_tried(&mut self, tried: Vec<MemberId>) {
+        self.tried = (!tried.is_empty()).then(|| Box::new(tried));
+    }
+
     #[inline]
     pub fn group(&self) -> GroupId {
         self.classified.group
@@ -350,25 +367,27 @@ pub(super) struct Subscription {
     /// The primary source group's leg, inline: a single-group service (the usual case)
     /// allocates no list of legs.
     pub primary: Leg,
-    /// The legs of further source groups, in order.
-    pub others: Vec<Leg>,
+    /// The legs of further source groups, in order; `None` (a thin pointer, no allocation) for
+    /// a single-group service.
+    #[allow(clippy::box_collection)] // a thin pointer, for small subscriptions
+    pub others: Option<Box<Vec<Leg>>>,
 }
 
 impl Subscription {
     /// Every leg, the primary first.
     pub fn legs(&self) -> impl Iterator<Item = &Leg> + '_ {
-        std::iter::once(&self.primary).chain(self.others.iter())
+        std::iter::once(&self.primary).chain(self.others.iter().flat_map(|others| others.iter()))
     }
 
     pub fn leg_count(&self) -> usize {
-        1 + self.others.len()
+        1 + self.others.as_ref().map_or(0, |others| others.len())
     }
 
     /// Leg `index` (0 is the primary).
     pub fn leg(&self, index: usize) -> Option<&Leg> {
         match index {
             0 => Some(&self.primary),
-            _ => self.others.get(index - 1),
+            _ => self.others.as_ref()?.get(index - 1),
         }
     }
 
@@ -376,7 +395,7 @@ impl Subscription {
     pub fn leg_mut(&mut self, index: usize) -> Option<&mut Leg> {
         match index {
             0 => Some(&mut self.primary),
-            _ => self.others.get_mut(index - 1),
+            _ => self.others.as_mut()?.get_mut(index - 1),
         }
     }
 }
@@ -604,6 +623,8 @@ impl Subjects {
 // Small entries are the point of the packed layout: a subject map bucket (key + entry) of 48
 // bytes keeps ~20 000 subjects within a core's L2 cache.
 const _: () = assert!(std::mem::size_of::<SubjectEntry>() <= 32);
+// A subscription of a single-group service (every slab slot pays for one) in 72 bytes.
+const _: () = assert!(std::mem::size_of::<Option<Subscription>>() <= 72);
 
 /// The subscription in slot `index` of the slab (none for [`NO_SUBSCRIPTION`]).
 #[inline]

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::events::{Event, EventKind, MoveReason, Reason};
-use super::hash::Selection;
+use super::hash::{fnv1a64, Selection};
 use super::policy::{AffinityHash, Policy};
 use super::posix_regex::PosixRegex;
 use super::subjects::{Affinity, Classified, ClassifiedLeg, Composites, Leg, Lookup, Subjects, Subscription};
@@ -33,6 +33,10 @@ pub(super) struct Member {
 pub(super) struct Rule {
     pub key: String,
     pub regex: PosixRegex,
+    /// `key:`, the beginning of every composite of this rule, and its FNV-1a state: placing a
+    /// new composite hashes only the captured part ([`Selection::select_indexed_after`]).
+    pub prefix: String,
+    pub prefix_state: u64,
 }
 
 pub(super) struct SourceGroup {
@@ -147,7 +151,9 @@ impl RoutingTable {
                     regex.group_count()
                 )));
             }
-            rules.push(Rule { key: key.clone(), regex });
+            let prefix = format!("{key}:");
+            let prefix_state = fnv1a64(prefix.as_bytes());
+            rules.push(Rule { key: key.clone(), regex, prefix, prefix_state });
         }
         let priority_groups =
             spec.priority_groups.iter().map(|labels| labels.iter().map(|label| self.member(label)).collect()).collect();
@@ -347,12 +353,13 @@ impl RoutingTable {
             decisions.reserve(classified.leg_count());
         }
         let primary = self.bind_new_leg(classified.primary, &subject, decisions.as_deref_mut());
-        let mut others = Vec::new();
+        let mut others = None;
         if let Some(legs) = classified.others.as_deref() {
-            others.reserve_exact(legs.len());
+            let mut bound = Vec::with_capacity(legs.len());
             for &leg in legs {
-                others.push(self.bind_new_leg(leg, &subject, decisions.as_deref_mut()));
+                bound.push(self.bind_new_leg(leg, &subject, decisions.as_deref_mut()));
             }
+            others = Some(Box::new(bound));
         }
         let order = self.next_order;
         self.next_order += 1;
@@ -432,7 +439,7 @@ impl RoutingTable {
         };
         let leg = &subscription.primary;
         let decision = leg.decision(&self.composites);
-        let mut tried = leg.tried.clone();
+        let mut tried = leg.tried().to_vec();
         tried.extend(decision.member);
         let subject_arc: Arc<str> = Arc::from(subject);
         let authoritative =
@@ -459,7 +466,7 @@ impl RoutingTable {
             });
             self.events.push(event);
             if let Some(subscription) = self.subjects.subscription_mut(subject) {
-                subscription.primary.tried = tried;
+                subscription.primary.set_tried(tried);
             }
             return Ok(LegDecision { reason: Reason::NoData, ..decision });
         };
@@ -487,7 +494,7 @@ impl RoutingTable {
             leg.priority_group = Some(priority_group as u32);
             leg.reason = Reason::Retry;
             leg.since = since;
-            leg.tried = tried;
+            leg.set_tried(tried);
         }
         Ok(updated)
     }
