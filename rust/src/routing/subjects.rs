@@ -15,13 +15,11 @@
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use hashbrown::hash_map::RawEntryMut;
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
 use super::events::Reason;
 use super::types::{GroupId, LegDecision, MemberId, ServiceId};
-use super::HashedMap;
 
 /// An interned composite: index of its slot in [`Composites`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -409,6 +407,23 @@ pub(super) struct SubjectEntry {
     /// Index of the subscription in [`Subjects`]' slab, [`NO_SUBSCRIPTION`] when not subscribed:
     /// most cached subjects are not subscribed, and small entries keep lookups in cache.
     subscription: u32,
+    /// Bits of the subject's hash ([`tag`]), compared before the subject itself: a probe that
+    /// meets another subject's control byte reads no other key (a cache miss each). In the
+    /// entry's padding, so free.
+    tag: u32,
+}
+
+/// The bits of a subject's hash kept in its entry: the high half, which the hash table's
+/// bucket index (the low bits) does not already make equal within a probe.
+#[inline]
+fn tag(hash: u64) -> u32 {
+    (hash >> 32) as u32
+}
+
+/// A subject and what is remembered about it: one bucket of [`Subjects`]' table.
+struct Keyed {
+    subject: Arc<str>,
+    entry: SubjectEntry,
 }
 
 /// [`SubjectEntry::subscription`] of a subject that is not subscribed.
@@ -436,7 +451,8 @@ impl SubjectEntry {
 /// Subject → [`SubjectEntry`], and the subscriptions.
 #[derive(Default)]
 pub(super) struct Subjects {
-    entries: HashedMap<Arc<str>, SubjectEntry>,
+    entries: HashTable<Keyed>,
+    hasher: FxBuildHasher,
     /// The subscriptions, by [`SubjectEntry::subscription`]; `None` in a slot that `free`
     /// lists. A slab rather than a box per subscription: a new subject allocates no
     /// subscription of its own (`reserve` makes room for a batch at once).
@@ -463,22 +479,27 @@ impl Subjects {
     /// The hash of `subject` in this map, for [`Subjects::lookup`] and [`Subjects::subscribe`].
     #[inline]
     pub fn hash(&self, subject: &str) -> u64 {
-        self.entries.hasher().hash_one(subject)
+        self.hasher.hash_one(subject)
+    }
+
+    /// The bucket of `subject`, whose hash is `hash`.
+    #[inline]
+    fn get(&self, hash: u64, subject: &str) -> Option<&Keyed> {
+        let tag = tag(hash);
+        self.entries.find(hash, |keyed| keyed.entry.tag == tag && *keyed.subject == *subject)
     }
 
     /// What the map holds for `subject` (whose [`Subjects::hash`] is `hash`): one probe.
     #[inline]
     pub fn lookup(&mut self, hash: u64, subject: &str) -> Lookup<'_> {
-        let RawEntryMut::Occupied(occupied) = self.entries.raw_entry_mut().from_key_hashed_nocheck(hash, subject)
-        else {
+        let Some(keyed) = find_mut(&mut self.entries, hash, subject) else {
             return Lookup::Unknown;
         };
-        let (key, entry) = occupied.into_key_value();
-        if let Some(subscription) = slot_mut(&mut self.slab, entry.subscription) {
+        if let Some(subscription) = slot_mut(&mut self.slab, keyed.entry.subscription) {
             return Lookup::Subscribed(subscription);
         }
-        match entry.classified() {
-            Some(classified) => Lookup::Cached(key.clone(), classified.clone()),
+        match keyed.entry.classified() {
+            Some(classified) => Lookup::Cached(keyed.subject.clone(), classified.clone()),
             None => Lookup::Unknown,
         }
     }
@@ -486,27 +507,27 @@ impl Subjects {
     /// The subscription and the cached classification of a subject the map holds.
     #[inline]
     pub fn find(&self, subject: &str) -> Option<Found<'_>> {
-        let entry = self.entries.get(subject)?;
+        let entry = &self.get(self.hash(subject), subject)?.entry;
         Some((slot(&self.slab, entry.subscription), entry.classified()))
     }
 
     /// The cached classification of a subject, if any.
     pub fn classified(&self, subject: &str) -> Option<&Classified> {
-        self.entries.get(subject).and_then(SubjectEntry::classified)
+        self.get(self.hash(subject), subject).and_then(|keyed| keyed.entry.classified())
     }
 
     pub fn subscription(&self, subject: &str) -> Option<&Subscription> {
-        self.entries.get(subject).and_then(|entry| slot(&self.slab, entry.subscription))
+        self.get(self.hash(subject), subject).and_then(|keyed| slot(&self.slab, keyed.entry.subscription))
     }
 
     pub fn subscription_mut(&mut self, subject: &str) -> Option<&mut Subscription> {
-        let index = self.entries.get(subject)?.subscription;
+        let index = self.get(self.hash(subject), subject)?.entry.subscription;
         slot_mut(&mut self.slab, index)
     }
 
     /// Every subscription, in no particular order.
     pub fn subscriptions(&self) -> impl Iterator<Item = (&Arc<str>, &Subscription)> + '_ {
-        self.entries.iter().filter_map(|(subject, entry)| slot(&self.slab, entry.subscription).map(|s| (subject, s)))
+        self.entries.iter().filter_map(|keyed| slot(&self.slab, keyed.entry.subscription).map(|s| (&keyed.subject, s)))
     }
 
     /// Subjects cached without a subscription.
@@ -521,18 +542,26 @@ impl Subjects {
 
     /// Remembers the classification of an unsubscribed subject.
     pub fn cache(&mut self, subject: &str, classified: Classified) {
-        match self.entries.get_mut(subject) {
-            Some(entry) => {
+        let hash = self.hash(subject);
+        match find_mut(&mut self.entries, hash, subject) {
+            Some(Keyed { entry, .. }) => {
                 if !entry.is_subscribed() && !entry.is_classified() {
                     self.cached_only += 1;
                 }
                 entry.classified = classified;
             }
             None => {
-                self.entries.insert(Arc::from(subject), SubjectEntry { classified, subscription: NO_SUBSCRIPTION });
+                let entry = SubjectEntry { classified, subscription: NO_SUBSCRIPTION, tag: tag(hash) };
+                self.insert(hash, Keyed { subject: Arc::from(subject), entry });
                 self.cached_only += 1;
             }
         }
+    }
+
+    /// Adds a subject the map does not hold.
+    fn insert(&mut self, hash: u64, keyed: Keyed) {
+        let hasher = self.hasher;
+        self.entries.insert_unique(hash, keyed, |keyed| hasher.hash_one(&*keyed.subject));
     }
 
     /// Records the subscription of an unsubscribed subject (whose [`Subjects::hash`] is
@@ -549,9 +578,8 @@ impl Subjects {
                 (self.slab.len() - 1) as u32
             }
         };
-        match self.entries.raw_entry_mut().from_key_hashed_nocheck(hash, &*subject) {
-            RawEntryMut::Occupied(mut occupied) => {
-                let entry = occupied.get_mut();
+        match find_mut(&mut self.entries, hash, &subject) {
+            Some(Keyed { entry, .. }) => {
                 debug_assert!(!entry.is_subscribed());
                 if entry.is_classified() {
                     self.cached_only -= 1;
@@ -559,8 +587,9 @@ impl Subjects {
                 entry.classified = classified;
                 entry.subscription = index;
             }
-            RawEntryMut::Vacant(vacant) => {
-                vacant.insert_hashed_nocheck(hash, subject, SubjectEntry { classified, subscription: index });
+            None => {
+                let entry = SubjectEntry { classified, subscription: index, tag: tag(hash) };
+                self.insert(hash, Keyed { subject, entry });
             }
         }
         self.subscribed += 1;
@@ -568,7 +597,14 @@ impl Subjects {
 
     /// Takes a subject's subscription; its classification stays cached when it has one.
     pub fn unsubscribe(&mut self, subject: &str) -> Option<Subscription> {
-        let entry = self.entries.get_mut(subject)?;
+        let hash = self.hash(subject);
+        let tag = tag(hash);
+        let Ok(mut occupied) =
+            self.entries.find_entry(hash, |keyed| keyed.entry.tag == tag && *keyed.subject == *subject)
+        else {
+            return None;
+        };
+        let entry = &mut occupied.get_mut().entry;
         let index = entry.subscription;
         let subscription = self.slab.get_mut(index as usize)?.take()?;
         entry.subscription = NO_SUBSCRIPTION;
@@ -577,29 +613,30 @@ impl Subjects {
         if entry.is_classified() {
             self.cached_only += 1;
         } else {
-            self.entries.remove(subject);
+            occupied.remove();
         }
         Some(subscription)
     }
 
     /// Drops every cached classification (subscriptions stay): after a configuration change.
     pub fn forget_classifications(&mut self) {
-        self.entries.retain(|_, entry| {
-            entry.classified = UNCLASSIFIED;
-            entry.is_subscribed()
+        self.entries.retain(|keyed| {
+            keyed.entry.classified = UNCLASSIFIED;
+            keyed.entry.is_subscribed()
         });
         self.cached_only = 0;
     }
 
     /// Drops the unsubscribed subjects (bounds memory).
     pub fn evict_unsubscribed(&mut self) {
-        self.entries.retain(|_, entry| entry.is_subscribed());
+        self.entries.retain(|keyed| keyed.entry.is_subscribed());
         self.cached_only = 0;
     }
 
     /// Room for `additional` more subjects.
     pub fn reserve(&mut self, additional: usize) {
-        self.entries.reserve(additional);
+        let hasher = self.hasher;
+        self.entries.reserve(additional, |keyed| hasher.hash_one(&*keyed.subject));
         self.slab.reserve(additional.saturating_sub(self.free.len()));
     }
 
@@ -614,8 +651,8 @@ impl Subjects {
     /// Every composite a cached classification names.
     pub fn referenced_composites(&self) -> impl Iterator<Item = CompositeId> + '_ {
         self.entries
-            .values()
-            .filter_map(SubjectEntry::classified)
+            .iter()
+            .filter_map(|keyed| keyed.entry.classified())
             .flat_map(|classified| classified.legs().filter_map(|leg| leg.rule().map(|(_, id)| id)))
     }
 }
@@ -623,6 +660,7 @@ impl Subjects {
 // Small entries are the point of the packed layout: a subject map bucket (key + entry) of 48
 // bytes keeps ~20 000 subjects within a core's L2 cache.
 const _: () = assert!(std::mem::size_of::<SubjectEntry>() <= 32);
+const _: () = assert!(std::mem::size_of::<Keyed>() <= 48);
 // A subscription of a single-group service (every slab slot pays for one) in 72 bytes.
 const _: () = assert!(std::mem::size_of::<Option<Subscription>>() <= 72);
 
@@ -635,4 +673,12 @@ fn slot(slab: &[Option<Subscription>], index: u32) -> Option<&Subscription> {
 #[inline]
 fn slot_mut(slab: &mut [Option<Subscription>], index: u32) -> Option<&mut Subscription> {
     slab.get_mut(index as usize).and_then(Option::as_mut)
+}
+
+/// The bucket of `subject`, whose hash is `hash`, writable (a function of the table, not a
+/// method, so the other fields of [`Subjects`] stay usable).
+#[inline]
+fn find_mut<'a>(entries: &'a mut HashTable<Keyed>, hash: u64, subject: &str) -> Option<&'a mut Keyed> {
+    let tag = tag(hash);
+    entries.find_mut(hash, |keyed| keyed.entry.tag == tag && *keyed.subject == *subject)
 }
