@@ -307,8 +307,11 @@ impl Classified {
 pub(super) struct Leg {
     /// The source group, the matching rule and its composite, as classified.
     pub classified: ClassifiedLeg,
+    /// The member serving, `None` while no member is up.
     pub member: Option<MemberId>,
+    /// Zero-based priority group of `member` (`u32`: small subscriptions).
     pub priority_group: Option<u32>,
+    /// Why `member` (as bound; `route` reports a remembered leg as sticky).
     pub reason: Reason,
     /// Sequence number of the event that bound it (the affinity's, when it was sticky).
     pub since: u64,
@@ -329,15 +332,18 @@ impl Leg {
         self.tried.as_deref().map_or(&[], Vec::as_slice)
     }
 
+    /// Replaces [`Leg::tried`] (empty: nothing ruled out, nothing allocated).
     pub fn set_tried(&mut self, tried: Vec<MemberId>) {
         self.tried = (!tried.is_empty()).then(|| Box::new(tried));
     }
 
+    /// The leg's source group.
     #[inline]
     pub fn group(&self) -> GroupId {
         self.classified.group
     }
 
+    /// The leg's composite, when an affinity rule matched.
     #[inline]
     pub fn composite(&self) -> Option<CompositeId> {
         self.classified.rule().map(|(_, id)| id)
@@ -377,6 +383,7 @@ impl Subscription {
         std::iter::once(&self.primary).chain(self.others.iter().flat_map(|others| others.iter()))
     }
 
+    /// Number of legs (one per source group of the subject's data service).
     pub fn leg_count(&self) -> usize {
         1 + self.others.as_ref().map_or(0, |others| others.len())
     }
