@@ -1,8 +1,8 @@
 //! What the tables remember per subject and per composite.
 //!
 //! * [`Subjects`]: one map from subject to its cached classification (data service, source
-//!   groups, matching rule and interned composite) and, when subscribed, its subscription. A
-//!   lookup of a subject seen before is a single probe.
+//!   groups, matching rule and interned composite) and, when subscribed, the index of its
+//!   subscription in a slab. A lookup of a subject seen before is a single probe.
 //! * [`Composites`]: composites interned into slots addressed by [`CompositeId`]; the slot holds
 //!   the composite's affinity, so a classified subject reaches its affinity by index, without
 //!   hashing the composite again.
@@ -10,7 +10,9 @@
 //! Architecture Invariant: a slot stays allocated while a cached classification names it or it
 //! holds an affinity (every subscription leg with a composite holds a reference on the
 //! affinity). Slots are reclaimed only by [`Composites::collect`], run after classifications
-//! were dropped in bulk, so an id held by a live classification never dangles.
+//! were dropped in bulk, so an id held by a live classification never dangles. A subscription
+//! [`Leg`] keeps its composite as a [`CompositeId`] and reads the name from the slot when a
+//! [`LegDecision`] or an event needs it: the reference it holds on the affinity keeps the slot.
 
 use std::hash::BuildHasher;
 use std::sync::Arc;
