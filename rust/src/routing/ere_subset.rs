@@ -231,7 +231,8 @@ impl SimplePattern {
 
     /// Whether `subject` is handled here (ASCII without NUL, at most [`MAX_SUBJECT`] bytes).
     pub fn accepts(subject: &str) -> bool {
-        subject.len() <= MAX_SUBJECT && subject.bytes().all(|b| b != 0 && b.is_ascii())
+        // Whole-word checks (`is_ascii`, memchr) rather than a branch per byte.
+        subject.len() <= MAX_SUBJECT && subject.is_ascii() && !subject.as_bytes().contains(&0)
     }
 
     /// The states after consuming `byte` (ASCII, as [`SimplePattern::accepts`] checks) in
@@ -323,17 +324,7 @@ impl SimplePattern {
         let mut states = [0u64; N];
         for start in starts {
             // Forwards from `start`: states after each byte; the last accepting time is the end.
-            states[start] = self.start;
-            let mut end = (states[start] & self.last != 0).then_some(start);
-            for time in start..length {
-                states[time + 1] = self.advance(states[time], subject[time]);
-                if states[time + 1] == 0 {
-                    break;
-                }
-                if states[time + 1] & self.last != 0 {
-                    end = Some(time + 1);
-                }
-            }
+            let mut end = self.forward(subject, start, &mut states);
             if self.anchored_end && end != Some(length) {
                 end = None;
             }
@@ -343,6 +334,9 @@ impl SimplePattern {
             let Some((group_start, group_end)) = self.group else {
                 return Some(None);
             };
+            if let Some(repeat) = self.chain_repeat {
+                return Some(Some(self.chain_group_span(repeat, &states, start, end, group_start, group_end)));
+            }
             // Backwards: the states that still lead to acceptance at `end`.
             let mut viable = [0u64; N];
             viable[end] = states[end] & self.last;
@@ -364,6 +358,92 @@ impl SimplePattern {
             return Some(Some((before_group, before_end)));
         }
         None
+    }
+}
+
+impl SimplePattern {
+    /// The span of the group (items `group_start..group_end`) in the match of a chain pattern
+    /// from `start` to `end`, whose forward states are `states[start..=end]`: one backward pass,
+    /// where the general automaton needs a backward pass and another forward one.
+    ///
+    /// Why one pass suffices: in a chain, a position only leads to itself (when it repeats) or to
+    /// the next one, so along any path positions never decrease. The POSIX sub-match path takes
+    /// each byte with the earliest viable item ([`SimplePattern::capture_in`]'s general forward
+    /// pass); for a chain that item is simply the lowest viable position at each time. (Let `v`
+    /// be the lowest viable position at time `t` and `w` the lowest at `t + 1`. `w` has a
+    /// viable predecessor `u >= v`, so `w >= v`; `v` has a viable successor `<= v + 1`, so
+    /// `w <= v + 1`; and `w == v` only if `v` repeats, or `w`'s predecessor would be `v - 1`,
+    /// below `v`. So `w` follows `v`, and being the lowest viable it is the earliest.) The
+    /// differential tests compare this with the general automaton and with glibc.
+    fn chain_group_span(
+        &self,
+        repeat: u64,
+        states: &[u64],
+        start: usize,
+        end: usize,
+        group_start: usize,
+        group_end: usize,
+    ) -> (usize, usize) {
+        let (group_start, group_end) = (1u64 << group_start, 1u64 << group_end);
+        let (mut before_group, mut before_end) = (start, start);
+        let mut viable = states[end] & self.last;
+        for time in (start..end).rev() {
+            // The position that took byte `time`: the lowest viable one after it.
+            let taken = viable & viable.wrapping_neg();
+            before_group += usize::from(taken < group_start);
+            before_end += usize::from(taken < group_end);
+            // `leading_to` for a chain, without the start state: only `states[start]` holds it,
+            // and the states before `start + 1` take no byte of the span.
+            viable = states[time] & ((viable >> 1) | (viable & repeat));
+        }
+        (before_group, before_end)
+    }
+
+    /// Fills `states[start..]` with the states after each byte of `subject` from `start` (up to
+    /// the first empty set) and answers the last accepting time.
+    #[inline]
+    fn forward(&self, subject: &[u8], start: usize, states: &mut [u64]) -> Option<usize> {
+        let mut state = self.start;
+        states[start] = state;
+        let mut end = (state & self.last != 0).then_some(start);
+        let mut time = start;
+        if let Some(repeat) = self.chain_repeat {
+            // The first byte leaves the start state; after it the start state is never set
+            // again (no byte leads to it), so each further step is the bare shift of
+            // `successors`, carried in a register.
+            if let Some(&byte) = subject.get(time) {
+                state = self.advance(state, byte);
+                time += 1;
+                states[time] = state;
+                if state & self.last != 0 {
+                    end = Some(time);
+                }
+            }
+            while state != 0 {
+                let Some(&byte) = subject.get(time) else {
+                    break;
+                };
+                state = ((state << 1) | (state & repeat)) & self.accepting[usize::from(byte & 0x7f)];
+                time += 1;
+                states[time] = state;
+                if state & self.last != 0 {
+                    end = Some(time);
+                }
+            }
+            return end;
+        }
+        while let Some(&byte) = subject.get(time) {
+            state = self.advance(state, byte);
+            time += 1;
+            states[time] = state;
+            if state == 0 {
+                break;
+            }
+            if state & self.last != 0 {
+                end = Some(time);
+            }
+        }
+        end
     }
 }
 

@@ -96,6 +96,25 @@ impl Selection {
         self.select_indexed(composite, labels.len(), |index| labels[index].as_ref())
     }
 
+    /// [`Selection::select_indexed`] for a `composite` that is `prefix ++ rest`, where
+    /// `prefix_state` is [`fnv1a64`]`(prefix)`: the modulo selection hashes only `rest` (FNV-1a
+    /// is a left fold, so the hash is the same). Same answers.
+    pub(crate) fn select_indexed_after<'a>(
+        self,
+        prefix_state: u64,
+        rest: &str,
+        composite: &str,
+        count: usize,
+        label: impl Fn(usize) -> &'a str,
+    ) -> Option<usize> {
+        match self {
+            Selection::Modulo if count > 0 => {
+                Some((fmix64(fnv1a64_continue(prefix_state, rest.as_bytes())) % count as u64) as usize)
+            }
+            _ => self.select_indexed(composite, count, label),
+        }
+    }
+
     /// [`Selection::select`] over `count` labels given by position (`label(0)` ..
     /// `label(count - 1)`), so callers need not collect them.
     pub fn select_indexed<'a>(self, composite: &str, count: usize, label: impl Fn(usize) -> &'a str) -> Option<usize> {
@@ -188,6 +207,24 @@ mod tests {
             for selection in [Selection::Modulo, Selection::Rendezvous] {
                 prop_assert_eq!(selection.select(&key, &members), selection.select(&key, &members));
                 prop_assert!(selection.select(&key, &members).unwrap() < n);
+            }
+        }
+
+        #[test]
+        fn selecting_after_a_known_prefix_answers_as_over_the_whole_composite(
+            prefix in ".{0,24}",
+            rest in ".{0,24}",
+            n in 0usize..9,
+        ) {
+            let members = labels(n);
+            let composite = format!("{prefix}{rest}");
+            let state = fnv1a64(prefix.as_bytes());
+            for selection in [Selection::Modulo, Selection::Rendezvous] {
+                let label = |i: usize| members[i].as_str();
+                prop_assert_eq!(
+                    selection.select_indexed_after(state, &rest, &composite, n, label),
+                    selection.select(&composite, &members)
+                );
             }
         }
 

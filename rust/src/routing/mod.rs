@@ -39,7 +39,3 @@ pub use types::{Explanation, GroupId, LegDecision, MemberId, NoDataStatus, Routi
 /// Not part of the affinity hash contract (that is [`hash`]). Unkeyed, so a client choosing
 /// subjects could provoke collisions; acceptable for a control-plane table, noted in the docs.
 pub(crate) type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;
-
-/// [`FastMap`] with hashbrown's raw entries: the per-subject and per-composite maps hash a key
-/// once for a lookup and the insertion that follows it.
-pub(crate) type HashedMap<K, V> = hashbrown::HashMap<K, V, rustc_hash::FxBuildHasher>;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::events::{EventKind, MoveReason, Reason};
 use super::policy::{Candidate, Policy, PolicyError, Request, Workload};
 use super::subjects::{Affinity, ClassifiedLeg, CompositeId, Leg};
-use super::table::RoutingTable;
+use super::table::{Member, RoutingTable, SourceGroup};
 use super::types::{GroupId, LegDecision, MemberId};
 
 /// A placement: the member, its zero-based priority group and why.
@@ -50,97 +50,87 @@ impl RoutingTable {
         commit: bool,
     ) -> Option<Placed> {
         let mut ids = std::mem::take(&mut self.scratch_members);
-        let placed = self.place_among(group, key, is_composite, exclude, commit, &mut ids);
+        let (placed, failure) =
+            choose(&mut self.groups, &self.members, &mut ids, group, None, key, is_composite, exclude, commit);
         ids.clear();
         self.scratch_members = ids;
+        if let Some(message) = failure {
+            self.policy_error(Arc::from(key), is_composite, message);
+        }
         placed
     }
 
-    fn place_among(
+    /// [`RoutingTable::place`] for the interned composite `id` that rule `rule` of `group`
+    /// produced (nothing excluded), reading its name in its slot: a new subject's placement
+    /// clones no `Arc` (an atomic increment and decrement) to hold the name, and hashes only
+    /// the captured part of it.
+    pub(super) fn place_composite(
         &mut self,
         group: GroupId,
-        key: &str,
-        is_composite: bool,
-        exclude: &[MemberId],
+        rule: u32,
+        id: CompositeId,
         commit: bool,
-        ids: &mut Vec<MemberId>,
     ) -> Option<Placed> {
-        let source_group = &self.groups[group.index()];
-        let members = &self.members;
-        let priority_group = source_group.priority_groups.iter().enumerate().find_map(|(index, group_ids)| {
-            ids.clear();
-            ids.extend(group_ids.iter().copied().filter(|m| members[m.index()].up && !exclude.contains(m)));
-            (!ids.is_empty()).then_some(index)
-        })?;
-        if is_composite && !source_group.policy.decides_composites() {
-            // The affinity hash needs only the labels: no candidate list is built.
-            let index = source_group
-                .hash
-                .selection
-                .select_indexed(key, ids.len(), |i| members[ids[i].index()].label.as_str())
-                .unwrap_or(0);
-            let reason = if priority_group > 0 { Reason::Failover } else { Reason::Hashed };
-            return Some((ids[index], priority_group, reason));
-        }
-        let candidates: Vec<Candidate<'_>> = ids
-            .iter()
-            .map(|m| {
-                let member = &members[m.index()];
-                Candidate {
-                    label: &member.label,
-                    subscriptions: member.subscriptions,
-                    assigned: member.assigned,
-                    activation: member.activation,
-                }
-            })
-            .collect();
-        let request = Request { key, is_composite, candidates: &candidates };
-        let source_group = &mut self.groups[group.index()];
-        let mut failure = None;
-        let chosen = source_group.policy.select(&request).and_then(|index| {
-            if index < candidates.len() {
-                Ok(index)
-            } else {
-                Err(PolicyError(format!("answered candidate #{index} of {}", candidates.len())))
-            }
-        });
-        let (index, reason) = match chosen {
-            Ok(index) => {
-                if commit {
-                    source_group.policy.selected(&request, index);
-                }
-                (index, source_group.policy.reason())
-            }
-            Err(error) => {
-                failure = Some(format!(
-                    "routing policy {:?} failed for {key:?}: {error}; using the fallback \
-                     policy workload",
-                    source_group.policy.name()
-                ));
-                (Workload.select(&request).unwrap_or(0), Reason::Fallback)
-            }
-        };
-        drop(candidates);
+        let mut ids = std::mem::take(&mut self.scratch_members);
+        let key = self.composites.name(id);
+        let (placed, failure) =
+            choose(&mut self.groups, &self.members, &mut ids, group, Some(rule), key, true, &[], commit);
+        ids.clear();
+        self.scratch_members = ids;
         if let Some(message) = failure {
-            let mut event = self.event(EventKind::PolicyError);
-            event.composite = is_composite.then(|| Arc::from(key));
-            event.subject = (!is_composite).then(|| Arc::from(key));
-            event.message = Some(message);
-            self.events.push(event);
+            self.policy_error(self.composites.name(id).clone(), true, message);
         }
-        let reason = if priority_group > 0 && reason != Reason::Fallback { Reason::Failover } else { reason };
-        Some((ids[index], priority_group, reason))
+        placed
     }
 
-    pub(super) fn bind(&mut self, subject: &Arc<str>, decision: &mut LegDecision, composite: Option<CompositeId>) {
-        let kind = if decision.member.is_some() { EventKind::Bound } else { EventKind::NoMemberAvailable };
+    /// Reports that a policy failed for `key` and the fallback decided.
+    fn policy_error(&mut self, key: Arc<str>, is_composite: bool, message: String) {
+        let mut event = self.event(EventKind::PolicyError);
+        if is_composite {
+            event.composite = Some(key);
+        } else {
+            event.subject = Some(key);
+        }
+        event.message = Some(message);
+        self.events.push(event);
+    }
+
+    /// The leg of a new subscription for `leg` (its `since` still unset), and whether it
+    /// follows a sticky affinity ([`RoutingTable::decide`] without building a [`LegDecision`]).
+    pub(super) fn decide_leg(&mut self, leg: ClassifiedLeg, subject: &str) -> (Leg, bool) {
+        let mut bound = Leg::new(leg);
+        if let Some(affinity) = self.sticky_affinity(leg) {
+            bound.member = affinity.member;
+            bound.priority_group = affinity.priority_group;
+            bound.reason = Reason::Sticky;
+            bound.since = affinity.since;
+            return (bound, true);
+        }
+        let placed = match leg.rule() {
+            Some((rule, id)) => self.place_composite(leg.group, rule, id, true),
+            None => self.place(leg.group, subject, false, &[], true),
+        };
+        if let Some((member, priority_group, reason)) = placed {
+            bound.member = Some(member);
+            bound.priority_group = Some(priority_group as u32);
+            bound.reason = reason;
+        }
+        (bound, false)
+    }
+
+    /// Binds the new leg `leg` of `subject`'s subscription: event, counts, affinity; sets the
+    /// leg's `since` unless it follows a `sticky` affinity (which keeps the affinity's).
+    pub(super) fn bind(&mut self, subject: &Arc<str>, leg: &mut Leg, sticky: bool) {
+        let kind = if leg.member.is_some() { EventKind::Bound } else { EventKind::NoMemberAvailable };
         let mut event = self.event(kind);
         let sequence = event.sequence;
         event.subject = Some(subject.clone());
-        event.composite = decision.composite.clone();
-        event.member = decision.member;
-        event.reason = Some(decision.reason);
+        event.composite = leg.composite().map(|id| self.composites.name(id).clone());
+        event.member = leg.member;
+        event.reason = Some(leg.reason);
         self.events.push(event);
+        let decision = &*leg;
+        let composite = leg.composite();
         if let Some(member) = decision.member {
             self.members[member.index()].subscriptions += 1;
         }
@@ -154,7 +144,7 @@ impl RoutingTable {
                     if affinity.member.is_none() && decision.member.is_some() {
                         affinity.member = decision.member;
                         affinity.reason = decision.reason;
-                        affinity.priority_group = decision.priority_group.map(|p| p as u32);
+                        affinity.priority_group = decision.priority_group;
                         affinity.since = sequence;
                         if let Some(member) = decision.member {
                             self.members[member.index()].assigned += 1;
@@ -165,11 +155,11 @@ impl RoutingTable {
                         id,
                         Affinity {
                             member: decision.member,
-                            owner: decision.group,
+                            owner: decision.group(),
                             references: 1,
                             since: sequence,
                             reason: decision.reason,
-                            priority_group: decision.priority_group.map(|p| p as u32),
+                            priority_group: decision.priority_group,
                         },
                     );
                     if let Some(member) = decision.member {
@@ -183,18 +173,18 @@ impl RoutingTable {
                 }
             }
         }
-        if decision.since.is_none() {
-            decision.since = Some(sequence);
+        if !sticky {
+            leg.since = sequence;
         }
     }
 
     pub(super) fn release(&mut self, leg: &Leg) {
-        let decision = &leg.decision;
+        let decision = leg;
         if let Some(member) = decision.member {
             let member = &mut self.members[member.index()];
             member.subscriptions = member.subscriptions.saturating_sub(1);
         }
-        let Some(id) = leg.composite else {
+        let Some(id) = leg.composite() else {
             if let Some(member) = decision.member {
                 let member = &mut self.members[member.index()];
                 member.assigned = member.assigned.saturating_sub(1);
@@ -283,33 +273,33 @@ impl RoutingTable {
 
     /// Re-places every subscription leg selected by `filter`, in subscription order: a leg with
     /// a composite follows its affinity (placing the affinity first if it has no member).
-    fn rebind_legs(&mut self, filter: impl Fn(&LegDecision) -> bool, why: Option<MoveReason>) {
+    fn rebind_legs(&mut self, filter: impl Fn(&Leg) -> bool, why: Option<MoveReason>) {
         let mut subjects: Vec<(u64, Arc<str>)> = self
             .subjects
             .subscriptions()
-            .filter(|(_, s)| s.legs.iter().any(|leg| filter(&leg.decision)))
+            .filter(|(_, s)| s.legs().any(&filter))
             .map(|(subject, s)| (s.order, subject.clone()))
             .collect();
         subjects.sort();
         for (_, subject) in subjects {
-            let count = self.subjects.subscription(&subject).map_or(0, |s| s.legs.len());
+            let count = self.subjects.subscription(&subject).map_or(0, |s| s.leg_count());
             for index in 0..count {
-                let Some(leg) = self.subjects.subscription(&subject).map(|s| &s.legs[index]) else {
+                let Some(leg) = self.subjects.subscription(&subject).and_then(|s| s.leg(index)) else {
                     continue;
                 };
-                let (old, composite) = (leg.decision.clone(), leg.composite);
-                if !filter(&old) {
+                if !filter(leg) {
                     continue;
                 }
+                let (group, previous, composite) = (leg.group(), leg.member, leg.composite());
                 let placed = match composite {
-                    Some(id) => self.follow_affinity(old.group, id),
-                    None => self.place(old.group, &subject, false, &[], true),
+                    Some(id) => self.follow_affinity(group, id),
+                    None => self.place(group, &subject, false, &[], true),
                 };
-                if placed.is_none() && old.member.is_none() {
+                if placed.is_none() && previous.is_none() {
                     continue; // still waiting
                 }
                 let member = placed.map(|p| p.0);
-                self.transfer_subscription(old.member, member, old.composite.is_none());
+                self.transfer_subscription(previous, member, composite.is_none());
                 let kind = match (why, member) {
                     (_, None) => EventKind::NoMemberAvailable,
                     (Some(_), Some(_)) => EventKind::Moved,
@@ -319,19 +309,18 @@ impl RoutingTable {
                 let mut event = self.event(kind);
                 let sequence = event.sequence;
                 event.subject = Some(subject.clone());
-                event.composite = old.composite.clone();
+                event.composite = composite.map(|id| self.composites.name(id).clone());
                 event.member = member;
-                event.previous = old.member;
+                event.previous = previous;
                 event.reason = Some(reason);
                 event.move_reason = why;
                 self.events.push(event);
-                if let Some(subscription) = self.subjects.subscription_mut(&subject) {
-                    let leg = &mut subscription.legs[index];
-                    leg.decision.member = member;
-                    leg.decision.priority_group = placed.map(|p| p.1);
-                    leg.decision.reason = reason;
-                    leg.decision.since = Some(sequence);
-                    leg.tried.clear();
+                if let Some(leg) = self.subjects.subscription_mut(&subject).and_then(|s| s.leg_mut(index)) {
+                    leg.member = member;
+                    leg.priority_group = placed.map(|p| p.1 as u32);
+                    leg.reason = reason;
+                    leg.since = sequence;
+                    leg.set_tried(Vec::new());
                 }
             }
         }
@@ -368,4 +357,86 @@ impl RoutingTable {
         self.members[placed.0.index()].assigned += 1;
         Some(placed)
     }
+}
+
+/// The placement of `key` in source group `group` ([`RoutingTable::place`]) and, when the
+/// group's policy failed and the fallback decided, the message of the policy-error event to
+/// report. A function of the fields it needs, not a method: the key may be a composite's name
+/// borrowed from the table's own slots.
+#[allow(clippy::too_many_arguments)] // the table's fields, split for the borrow checker
+fn choose(
+    groups: &mut [SourceGroup],
+    members: &[Member],
+    ids: &mut Vec<MemberId>,
+    group: GroupId,
+    rule: Option<u32>,
+    key: &str,
+    is_composite: bool,
+    exclude: &[MemberId],
+    commit: bool,
+) -> (Option<Placed>, Option<String>) {
+    let source_group = &groups[group.index()];
+    let Some(priority_group) = source_group.priority_groups.iter().enumerate().find_map(|(index, group_ids)| {
+        ids.clear();
+        ids.extend(group_ids.iter().copied().filter(|m| members[m.index()].up && !exclude.contains(m)));
+        (!ids.is_empty()).then_some(index)
+    }) else {
+        return (None, None);
+    };
+    if is_composite && !source_group.policy.decides_composites() {
+        // The affinity hash needs only the labels: no candidate list is built. A composite of
+        // a known rule begins with the rule's `key:`, whose hash state is kept.
+        let selection = source_group.hash.selection;
+        let label = |i: usize| members[ids[i].index()].label.as_str();
+        let prefixed = rule
+            .and_then(|rule| source_group.rules.get(rule as usize))
+            .and_then(|rule| key.strip_prefix(rule.prefix.as_str()).map(|rest| (rule.prefix_state, rest)));
+        let index = match prefixed {
+            Some((state, rest)) => selection.select_indexed_after(state, rest, key, ids.len(), label),
+            None => selection.select_indexed(key, ids.len(), label),
+        }
+        .unwrap_or(0);
+        let reason = if priority_group > 0 { Reason::Failover } else { Reason::Hashed };
+        return (Some((ids[index], priority_group, reason)), None);
+    }
+    let candidates: Vec<Candidate<'_>> = ids
+        .iter()
+        .map(|m| {
+            let member = &members[m.index()];
+            Candidate {
+                label: &member.label,
+                subscriptions: member.subscriptions,
+                assigned: member.assigned,
+                activation: member.activation,
+            }
+        })
+        .collect();
+    let request = Request { key, is_composite, candidates: &candidates };
+    let source_group = &mut groups[group.index()];
+    let mut failure = None;
+    let chosen = source_group.policy.select(&request).and_then(|index| {
+        if index < candidates.len() {
+            Ok(index)
+        } else {
+            Err(PolicyError(format!("answered candidate #{index} of {}", candidates.len())))
+        }
+    });
+    let (index, reason) = match chosen {
+        Ok(index) => {
+            if commit {
+                source_group.policy.selected(&request, index);
+            }
+            (index, source_group.policy.reason())
+        }
+        Err(error) => {
+            failure = Some(format!(
+                "routing policy {:?} failed for {key:?}: {error}; using the fallback \
+                 policy workload",
+                source_group.policy.name()
+            ));
+            (Workload.select(&request).unwrap_or(0), Reason::Fallback)
+        }
+    };
+    let reason = if priority_group > 0 && reason != Reason::Fallback { Reason::Failover } else { reason };
+    (Some((ids[index], priority_group, reason)), failure)
 }

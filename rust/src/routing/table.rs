@@ -7,10 +7,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::events::{Event, EventKind, MoveReason, Reason};
-use super::hash::Selection;
+use super::hash::{fnv1a64, Selection};
 use super::policy::{AffinityHash, Policy};
 use super::posix_regex::PosixRegex;
-use super::subjects::{Classified, ClassifiedLeg, Composites, Leg, Lookup, Subjects, Subscription};
+use super::subjects::{Affinity, Classified, ClassifiedLeg, Composites, Leg, Lookup, Subjects, Subscription};
 use super::types::{
     Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec,
 };
@@ -33,6 +33,10 @@ pub(super) struct Member {
 pub(super) struct Rule {
     pub key: String,
     pub regex: PosixRegex,
+    /// `key:`, the beginning of every composite of this rule, and its FNV-1a state: placing a
+    /// new composite hashes only the captured part ([`Selection::select_indexed_after`]).
+    pub prefix: String,
+    pub prefix_state: u64,
 }
 
 pub(super) struct SourceGroup {
@@ -147,7 +151,9 @@ impl RoutingTable {
                     regex.group_count()
                 )));
             }
-            rules.push(Rule { key: key.clone(), regex });
+            let prefix = format!("{key}:");
+            let prefix_state = fnv1a64(prefix.as_bytes());
+            rules.push(Rule { key: key.clone(), regex, prefix, prefix_state });
         }
         let priority_groups =
             spec.priority_groups.iter().map(|labels| labels.iter().map(|label| self.member(label)).collect()).collect();
@@ -259,13 +265,10 @@ impl RoutingTable {
     /// without binding anything. The hot path: a subject seen before costs one hash-map probe
     /// (plus, with a composite, an index into the interned composites).
     pub fn route_primary(&mut self, subject: &str) -> Result<LegDecision, RoutingError> {
-        let leg = match self.subjects.get(subject) {
-            Some(entry) => match (&entry.subscription, entry.classified()) {
-                (Some(subscription), _) => return Ok(current(&subscription.legs[0].decision)),
-                (None, Some(classified)) => classified.primary,
-                (None, None) => self.classify(subject)?.primary,
-            },
-            None => self.classify(subject)?.primary,
+        let leg = match self.subjects.find(subject) {
+            Some((Some(subscription), _)) => return Ok(current(subscription.primary.decision(&self.composites))),
+            Some((None, Some(classified))) => classified.primary,
+            _ => self.classify(subject)?.primary,
         };
         if let Some(decision) = self.sticky(leg) {
             return Ok(decision);
@@ -278,13 +281,10 @@ impl RoutingTable {
     /// clones no `Arc` and touches no composite name.
     #[inline]
     pub fn route_member(&mut self, subject: &str) -> Result<Option<MemberId>, RoutingError> {
-        let leg = match self.subjects.get(subject) {
-            Some(entry) => match (&entry.subscription, entry.classified()) {
-                (Some(subscription), _) => return Ok(subscription.legs[0].decision.member),
-                (None, Some(classified)) => classified.primary,
-                (None, None) => self.classify(subject)?.primary,
-            },
-            None => self.classify(subject)?.primary,
+        let leg = match self.subjects.find(subject) {
+            Some((Some(subscription), _)) => return Ok(subscription.primary.member),
+            Some((None, Some(classified))) => classified.primary,
+            _ => self.classify(subject)?.primary,
         };
         if let Some(member) = self.sticky_member(leg) {
             return Ok(Some(member));
@@ -296,7 +296,7 @@ impl RoutingTable {
     /// subject's data service, without binding anything.
     pub fn route(&mut self, subject: &str) -> Result<(ServiceId, Vec<LegDecision>), RoutingError> {
         if let Some(subscription) = self.subjects.subscription(subject) {
-            let legs = subscription.legs.iter().map(|leg| current(&leg.decision)).collect();
+            let legs = subscription.legs().map(|leg| current(leg.decision(&self.composites))).collect();
             return Ok((subscription.service, legs));
         }
         let classified = self.classify(subject)?;
@@ -341,33 +341,53 @@ impl RoutingTable {
             Lookup::Subscribed(subscription) => {
                 subscription.references += 1;
                 if let Some(decisions) = decisions {
-                    decisions.extend(subscription.legs.iter().map(|leg| current(&leg.decision)));
+                    decisions.extend(subscription.legs().map(|leg| current(leg.decision(&self.composites))));
                 }
-                return Ok((subscription.service, subscription.legs[0].decision.member));
+                return Ok((subscription.service, subscription.primary.member));
             }
             Lookup::Cached(subject, classified) => (subject, classified),
             Lookup::Unknown => (Arc::from(subject), self.classify_uncached(subject)?),
         };
-        let mut legs = Vec::with_capacity(classified.leg_count());
         let mut decisions = decisions;
         if let Some(decisions) = decisions.as_deref_mut() {
             decisions.reserve(classified.leg_count());
         }
-        for leg in classified.legs() {
-            let mut decision = self.decide(leg, &subject, true);
-            let composite = leg.rule().map(|(_, id)| id);
-            self.bind(&subject, &mut decision, composite);
-            if let Some(decisions) = decisions.as_deref_mut() {
-                decisions.push(decision.clone());
+        let primary = self.bind_new_leg(classified.primary, &subject, decisions.as_deref_mut());
+        let mut others = None;
+        if let Some(legs) = classified.others.as_deref() {
+            let mut bound = Vec::with_capacity(legs.len());
+            for &leg in legs {
+                bound.push(self.bind_new_leg(leg, &subject, decisions.as_deref_mut()));
             }
-            legs.push(Leg { decision, composite, tried: Vec::new() });
+            others = Some(Box::new(bound));
         }
         let order = self.next_order;
         self.next_order += 1;
         let service = classified.service;
-        let member = legs[0].decision.member;
-        self.subjects.subscribe(hash, subject, classified, Subscription { order, references: 1, service, legs });
+        let member = primary.member;
+        self.subjects.subscribe(
+            hash,
+            subject,
+            classified,
+            Subscription { order, references: 1, service, primary, others },
+        );
         Ok((service, member))
+    }
+
+    /// Decides and binds one leg of a new subscription to `subject` (pushing its decision onto
+    /// `decisions` when given).
+    fn bind_new_leg(
+        &mut self,
+        leg: ClassifiedLeg,
+        subject: &Arc<str>,
+        decisions: Option<&mut Vec<LegDecision>>,
+    ) -> Leg {
+        let (mut bound, sticky) = self.decide_leg(leg, subject);
+        self.bind(subject, &mut bound, sticky);
+        if let Some(decisions) = decisions {
+            decisions.push(bound.decision(&self.composites));
+        }
+        bound
     }
 
     /// Drops one reference to `subject`; at zero the subscription is discarded and so is every
@@ -382,7 +402,7 @@ impl RoutingTable {
         let Some(subscription) = self.subjects.unsubscribe(subject) else {
             return Ok(());
         };
-        for leg in &subscription.legs {
+        for leg in subscription.legs() {
             self.release(leg);
         }
         Ok(())
@@ -417,9 +437,9 @@ impl RoutingTable {
         let Some(subscription) = self.subjects.subscription(subject) else {
             return Err(RoutingError::NotSubscribed(subject.to_owned()));
         };
-        let leg = &subscription.legs[0];
-        let decision = leg.decision.clone();
-        let mut tried = leg.tried.clone();
+        let leg = &subscription.primary;
+        let decision = leg.decision(&self.composites);
+        let mut tried = leg.tried().to_vec();
         tried.extend(decision.member);
         let subject_arc: Arc<str> = Arc::from(subject);
         let authoritative =
@@ -446,7 +466,7 @@ impl RoutingTable {
             });
             self.events.push(event);
             if let Some(subscription) = self.subjects.subscription_mut(subject) {
-                subscription.legs[0].tried = tried;
+                subscription.primary.set_tried(tried);
             }
             return Ok(LegDecision { reason: Reason::NoData, ..decision });
         };
@@ -469,8 +489,12 @@ impl RoutingTable {
             ..decision
         };
         if let Some(subscription) = self.subjects.subscription_mut(subject) {
-            subscription.legs[0].decision = updated.clone();
-            subscription.legs[0].tried = tried;
+            let leg = &mut subscription.primary;
+            leg.member = Some(member);
+            leg.priority_group = Some(priority_group as u32);
+            leg.reason = Reason::Retry;
+            leg.since = since;
+            leg.set_tried(tried);
         }
         Ok(updated)
     }
@@ -490,14 +514,14 @@ impl RoutingTable {
     /// How `subject` is (or would be) routed by its primary source group, and why.
     pub fn explain(&mut self, subject: &str) -> Result<Explanation, RoutingError> {
         if let Some(subscription) = self.subjects.subscription(subject) {
-            let leg = &subscription.legs[0].decision;
-            let references = match subscription.legs[0].composite {
+            let leg = &subscription.primary;
+            let references = match leg.composite() {
                 Some(id) => self.composites.affinity(id).map_or(0, |a| a.references),
                 None => subscription.references,
             };
             return Ok(Explanation {
                 service: subscription.service,
-                decision: current(leg),
+                decision: current(leg.decision(&self.composites)),
                 bound_reason: Some(leg.reason),
                 subscribed: true,
                 references,
@@ -525,7 +549,7 @@ impl RoutingTable {
 
     /// The data service and per-source-group rule matches of an unsubscribed subject, cached.
     fn classify(&mut self, subject: &str) -> Result<Classified, RoutingError> {
-        if let Some(classified) = self.subjects.get(subject).and_then(|entry| entry.classified()) {
+        if let Some(classified) = self.subjects.classified(subject) {
             return Ok(classified.clone());
         }
         let classified = self.classify_uncached(subject)?;
@@ -584,19 +608,25 @@ impl RoutingTable {
         (self.members[member.index()].up && self.group_contains(leg.group, member)).then_some(member)
     }
 
+    /// The affinity of `leg`'s composite when it has an up member of the leg's source group
+    /// (its `member` is then set).
+    #[inline]
+    pub(super) fn sticky_affinity(&self, leg: ClassifiedLeg) -> Option<&Affinity> {
+        let (_, id) = leg.rule()?;
+        let affinity = self.composites.affinity(id)?;
+        let member = affinity.member?;
+        (self.members[member.index()].up && self.group_contains(leg.group, member)).then_some(affinity)
+    }
+
     /// The decision for `leg` when its composite has an affinity to an up member of the leg's
     /// source group: no allocation, no hashing.
     #[inline]
     pub(super) fn sticky(&self, leg: ClassifiedLeg) -> Option<LegDecision> {
         let (rule, id) = leg.rule()?;
-        let affinity = self.composites.affinity(id)?;
-        let member = affinity.member?;
-        if !self.members[member.index()].up || !self.group_contains(leg.group, member) {
-            return None;
-        }
+        let affinity = self.sticky_affinity(leg)?;
         Some(LegDecision {
             group: leg.group,
-            member: Some(member),
+            member: affinity.member,
             priority_group: affinity.priority_group.map(|p| p as usize),
             composite: Some(self.composites.name(id).clone()),
             rule: Some(rule as usize),
@@ -607,9 +637,6 @@ impl RoutingTable {
 }
 
 /// A remembered leg as `route` reports it now.
-fn current(decision: &LegDecision) -> LegDecision {
-    LegDecision {
-        reason: if decision.member.is_some() { Reason::Sticky } else { Reason::Unavailable },
-        ..decision.clone()
-    }
+fn current(decision: LegDecision) -> LegDecision {
+    LegDecision { reason: if decision.member.is_some() { Reason::Sticky } else { Reason::Unavailable }, ..decision }
 }
