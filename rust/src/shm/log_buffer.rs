@@ -398,6 +398,13 @@ impl LogBuffer {
         (self.term_length / 2) as i64
     }
 
+    /// How far the slowest consumer must advance before the driver moves the publisher limit
+    /// (and cleans behind it) again: an eighth of the window (Aeron's `tripGain`). Moving it on
+    /// every duty cycle would keep the driver busy for as long as data flows.
+    pub fn publication_trip_gain(&self) -> i64 {
+        self.publication_window() / 8
+    }
+
     /// The partition of the active term and its term count.
     pub fn active_term_count(&self) -> Result<i32, ShmError> {
         self.meta.get_i32_acquire(meta::ACTIVE_TERM_COUNT)
