@@ -869,7 +869,9 @@ impl LogBuffer {
         // Everything but the first frame length, then that length last so a reader never sees a
         // stale frame start behind zeroed bytes.
         if length > 8 {
-            term.set_memory(offset + 8, length - 8, 0)?;
+            // A term behind the slowest reader, these lines are next written two terms from
+            // now: stream the zeros past the caches (and fence them before the Release below).
+            term.zero_streaming(offset + 8, length - 8)?;
         }
         term.put_i64_release(offset, 0)?;
         *clean_position += length as i64;
