@@ -211,7 +211,8 @@ def main() -> None:
             loads = [f"{r['load_before']:.1f}->{r['load_after']:.1f}" for r in rates]
             driver_cpu = [r["driver_cpu_seconds"] for r in rates if r["driver_cpu_seconds"] is not None]
             if driver_cpu:
-                cpu += f"; driver CPU {statistics.median(driver_cpu):.3f} s/run ({min(driver_cpu):.3f}-{max(driver_cpu):.3f})"
+                spread = f"{min(driver_cpu):.3f}-{max(driver_cpu):.3f}"
+                cpu += f"; driver CPU {statistics.median(driver_cpu):.3f} s/run ({spread})"
             summary.append(
                 f"{args.label:8} {case:15} {size:5} B  median {statistics.median(received):6.2f} M msg/s "
                 f"(min {min(received):.2f}, max {max(received):.2f}); per CPU-second publisher / subscriber "
