@@ -703,10 +703,11 @@ impl StandaloneDriver {
     ///
     /// The limit moves (and the log is cleaned behind the slowest subscriber) only when the
     /// proposed limit passes the trip limit, an eighth of the window beyond the last one, as
-    /// Aeron's `IpcPublication` does: while data flows, the conductor then works a few hundred
-    /// times a second instead of on every duty cycle, and idles between, leaving the cores to
-    /// the publisher and subscribers. A publisher within a trip gain of its limit is, or is about
-    /// to be, back-pressured: its limit moves as soon as the slowest subscriber frees any space.
+    /// Aeron's `IpcPublication` does: while data flows, the conductor works once per trip gain
+    /// of progress (a few hundred times a second at 40 M × 32 B messages/s on 64 MiB terms)
+    /// instead of whenever a subscriber moved, and its idle strategy backs off between. A
+    /// publisher within a trip gain of its limit is, or is about to be, back-pressured: its
+    /// limit moves as soon as the slowest subscriber frees any space.
     fn update_publications(&mut self, now_ms: i64) -> usize {
         let mut work = 0;
         let mut finished = Vec::new();
