@@ -1000,11 +1000,12 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    /// A driver with one `aeron:ipc` publication (64 KiB terms: window 32 KiB, trip gain 4 KiB)
-    /// and one subscriber: the driver, the log, the publisher-limit counter and the subscriber's
-    /// position counter.
-    fn one_publication_one_subscriber(dir: &Path) -> (StandaloneDriver, LogBuffer, Counter, Counter) {
-        let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
+    /// A driver with one `aeron:ipc` publication (terms of `term_length`: window half a term,
+    /// trip gain an eighth of that) and one subscriber: the driver, the log, the publisher-limit
+    /// counter and the subscriber's position counter.
+    fn one_publication_one_subscriber(dir: &Path, term_length: u32) -> (StandaloneDriver, LogBuffer, Counter, Counter) {
+        let config = StandaloneConfig { ipc_term_length: term_length, ..small_config(dir.to_path_buf()) };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
         let ring = driver.cnc().to_driver().unwrap();
         let mut receiver = driver.cnc().to_clients_receiver().unwrap();
         let counters = driver.cnc().counters().unwrap();
@@ -1036,7 +1037,7 @@ mod tests {
     #[test]
     fn the_limit_moves_by_trips_and_at_once_for_a_back_pressured_publisher() {
         let dir = tempdir();
-        let (mut driver, log, limit, position) = one_publication_one_subscriber(&dir);
+        let (mut driver, log, limit, position) = one_publication_one_subscriber(&dir, 64 * 1024);
         let (window, trip) = (log.publication_window(), log.publication_trip_gain());
         assert_eq!((window, trip), (32 * 1024, 4 * 1024));
         assert_eq!(limit.get().unwrap(), window);
@@ -1084,11 +1085,18 @@ mod tests {
     /// wherever writers rotated into it), the limit never passes the slowest subscriber + the
     /// window, a back-pressured publisher is released by the first duty cycle after the
     /// subscriber moves, and while the subscriber keeps up the conductor works about once per
-    /// trip gain of progress, not on every duty cycle.
+    /// trip gain of progress, not on every duty cycle. With 64 KiB terms most cleans are shorter
+    /// than `STREAMING_ZERO_MIN` (memset); with 1 MiB terms every trip cleans 64 KiB with
+    /// streaming stores.
     #[test]
     fn a_seeded_walk_delivers_everything_and_the_conductor_works_once_per_trip() {
+        seeded_walk(64 * 1024);
+        seeded_walk(1024 * 1024);
+    }
+
+    fn seeded_walk(term_length: u32) {
         let dir = tempdir();
-        let (mut driver, log, limit, position) = one_publication_one_subscriber(&dir);
+        let (mut driver, log, limit, position) = one_publication_one_subscriber(&dir, term_length);
         let (window, trip) = (log.publication_window(), log.publication_trip_gain());
         let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
         let mut next = move |bound: u64| {
@@ -1130,7 +1138,7 @@ mod tests {
                 assert!(now > limit_before, "a back-pressured publisher waits although the subscriber moved");
             }
         }
-        assert!(read_position > 3 * 64 * 1024, "rotated through every partition: {read_position}");
+        assert!(read_position > 3 * i64::from(term_length), "rotated through every partition: {read_position}");
         // Phase 2, steady: the subscriber has caught up and reads everything on each cycle;
         // one 64-byte frame per cycle.
         while read_position < log.tail_position().unwrap() {
