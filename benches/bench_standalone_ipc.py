@@ -14,7 +14,9 @@ Rust publishers number their messages and the subscriber checks the order; Pytho
 identical messages and the subscriber checks count and length (``--check length``). The rate is the
 subscriber's, first message to last; each line also carries the publisher's own rate, the CPU time
 of both hot threads (``cpu_rate``: messages per CPU-second, what each side does with a core of its
-own, independent of the machine's load) and the load average before and after the run. One JSON
+own, independent of the machine's load), the driver process's CPU-seconds from the publisher's
+start to the subscriber's exit (``driver_cpu_seconds``, all its threads, from
+``/proc/<pid>/task/*/schedstat``) and the load average before and after the run. One JSON
 line per run goes to stdout and to ``--out``; then a median / min / max summary per case.
 
     cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +85,15 @@ def load_average() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU time of every live thread of `pid` so far (``/proc/<pid>/task/*/schedstat``, ns)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return sum(int((task / "schedstat").read_text().split()[0]) for task in tasks) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def json_line(text: str, role: str) -> dict[str, Any]:
     for line in text.splitlines():
         if line.startswith("{") and f'"role":"{role}"' in line:
@@ -121,6 +133,8 @@ def one_run(binaries: Path, subscriber_ipc: Path | None, case: str, count: int, 
             )
             assert subscriber.stdout is not None and subscriber.stdout.readline().strip() == "ready"
             load_before = load_average()
+            driver_cpu_before = process_cpu_seconds(driver.pid)
+            window_start = time.perf_counter()
             if case.startswith("rust"):
                 batch = ["--batch", str(BATCH)] if case == "rust-batch" else []
                 command = [ipc, "publish", "--dir", directory, "--count", str(count), "--size", str(size), *batch]
@@ -129,6 +143,13 @@ def one_run(binaries: Path, subscriber_ipc: Path | None, case: str, count: int, 
                 command.append(str(STREAM_ID))
             publisher = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, check=True)
             out, _ = subscriber.communicate(timeout=TIMEOUT_S)
+            # The driver's threads while the publisher ran and the subscriber drained (the
+            # conductor is the only busy one on aeron:ipc).
+            driver_cpu_after = process_cpu_seconds(driver.pid)
+            window_seconds = time.perf_counter() - window_start
+            driver_cpu = None
+            if driver_cpu_before is not None and driver_cpu_after is not None:
+                driver_cpu = round(driver_cpu_after - driver_cpu_before, 6)
             if subscriber.returncode != 0:
                 raise RuntimeError(f"subscriber failed: {out!r}")
             sent = json_line(publisher.stdout, "publish")
@@ -141,6 +162,9 @@ def one_run(binaries: Path, subscriber_ipc: Path | None, case: str, count: int, 
                 # Builds before the CPU figures were added report none.
                 "subscriber_cpu_rate": received.get("cpu_rate"),
                 "publisher_cpu_rate": sent.get("cpu_rate"),
+                "driver_cpu_seconds": driver_cpu,
+                "driver_cpu_seconds_total": driver_cpu_after,
+                "driver_cpu_window_seconds": round(window_seconds, 6),
                 "load_before": load_before,
                 "load_after": load_average(),
             }
@@ -185,6 +209,10 @@ def main() -> None:
             if publisher_cpu and subscriber_cpu:
                 cpu = f"{statistics.median(publisher_cpu):.2f} M / {statistics.median(subscriber_cpu):.2f} M"
             loads = [f"{r['load_before']:.1f}->{r['load_after']:.1f}" for r in rates]
+            driver_cpu = [r["driver_cpu_seconds"] for r in rates if r["driver_cpu_seconds"] is not None]
+            if driver_cpu:
+                spread = f"{min(driver_cpu):.3f}-{max(driver_cpu):.3f}"
+                cpu += f"; driver CPU {statistics.median(driver_cpu):.3f} s/run ({spread})"
             summary.append(
                 f"{args.label:8} {case:15} {size:5} B  median {statistics.median(received):6.2f} M msg/s "
                 f"(min {min(received):.2f}, max {max(received):.2f}); per CPU-second publisher / subscriber "

@@ -253,6 +253,58 @@ impl Region {
         unsafe { std::ptr::write_bytes(dst, value, len) };
         Ok(())
     }
+
+    /// Zeroes `len` bytes starting at `index` for memory nobody will touch soon (a log cleaned a
+    /// term behind its readers): from [`STREAMING_ZERO_MIN`] bytes on, x86-64 writes whole
+    /// lines with non-temporal stores, which skip reading each line from memory before
+    /// overwriting it and leave the caches to the publisher and subscribers; shorter ranges and
+    /// other targets use `memset`. Every store is visible to other threads before any store
+    /// after this returns (a fence), so a Release store that follows publishes the zeros.
+    pub fn zero_streaming(&self, index: usize, len: usize) -> Result<(), ShmError> {
+        let dst = self.check_write(index, len, 1)?;
+        #[cfg(target_arch = "x86_64")]
+        if len >= STREAMING_ZERO_MIN {
+            // SAFETY: `[dst, dst + len)` is inside the writable mapping (checked).
+            unsafe { zero_streaming_x86_64(dst, len) };
+            return Ok(());
+        }
+        // SAFETY: inside the writable mapping (checked).
+        unsafe { std::ptr::write_bytes(dst, 0, len) };
+        Ok(())
+    }
+}
+
+/// Below this many bytes [`Region::zero_streaming`] is a plain `memset`: partial lines and
+/// short ranges gain nothing from bypassing the cache.
+pub const STREAMING_ZERO_MIN: usize = 16 * 1024;
+
+/// Zeroes `[dst, dst + len)`: `memset` up to the first 64-byte line, non-temporal 16-byte
+/// stores (SSE2, always present on x86-64) over whole lines, `memset` for the rest, then a
+/// store fence (non-temporal stores are not ordered by later ordinary or Release stores).
+///
+/// # Safety
+/// `[dst, dst + len)` must be valid for writes.
+#[cfg(target_arch = "x86_64")]
+unsafe fn zero_streaming_x86_64(dst: *mut u8, len: usize) {
+    use std::arch::x86_64::{__m128i, _mm_setzero_si128, _mm_sfence, _mm_stream_si128};
+    const LINE: usize = 64;
+    let head = dst.align_offset(LINE).min(len);
+    let lines = (len - head) / LINE;
+    // SAFETY: every pointer below stays inside `[dst, dst + len)` (the caller's range); the
+    // streamed ones are 16-aligned (line-aligned base + multiples of 16).
+    unsafe {
+        std::ptr::write_bytes(dst, 0, head);
+        let zero = _mm_setzero_si128();
+        let mut line = dst.add(head);
+        for _ in 0..lines {
+            for part in 0..LINE / 16 {
+                _mm_stream_si128(line.add(part * 16).cast::<__m128i>(), zero);
+            }
+            line = line.add(LINE);
+        }
+        std::ptr::write_bytes(line, 0, len - head - lines * LINE);
+        _mm_sfence();
+    }
 }
 
 impl Region {
@@ -452,6 +504,24 @@ mod tests {
         window.put_i64(56, 7).unwrap();
         assert_eq!(region.get_i64(1080).unwrap(), 7);
         assert!(region.slice(4000, 200).is_err());
+    }
+
+    #[test]
+    fn streaming_zeroes_exactly_the_range_at_every_alignment() {
+        let region = Mapping::anonymous(4 * STREAMING_ZERO_MIN).unwrap().into_region();
+        for (index, len) in
+            [(0, STREAMING_ZERO_MIN), (8, STREAMING_ZERO_MIN + 3), (37, 2 * STREAMING_ZERO_MIN + 61), (100, 50)]
+        {
+            region.set_memory(0, 4 * STREAMING_ZERO_MIN, 0xAB).unwrap();
+            region.zero_streaming(index, len).unwrap();
+            let mut out = Vec::new();
+            region.read_into(0, 4 * STREAMING_ZERO_MIN, &mut out).unwrap();
+            for (at, &byte) in out.iter().enumerate() {
+                let expected = if (index..index + len).contains(&at) { 0 } else { 0xAB };
+                assert_eq!(byte, expected, "byte {at} after zeroing {len} at {index}");
+            }
+        }
+        assert!(region.zero_streaming(1, 4 * STREAMING_ZERO_MIN).is_err());
     }
 
     #[test]

@@ -398,6 +398,13 @@ impl LogBuffer {
         (self.term_length / 2) as i64
     }
 
+    /// How far the slowest consumer must advance before the driver moves the publisher limit
+    /// (and cleans behind it) again: an eighth of the window (Aeron's `tripGain`). Moving it on
+    /// every duty cycle would keep the driver busy for as long as data flows.
+    pub fn publication_trip_gain(&self) -> i64 {
+        self.publication_window() / 8
+    }
+
     /// The partition of the active term and its term count.
     pub fn active_term_count(&self) -> Result<i32, ShmError> {
         self.meta.get_i32_acquire(meta::ACTIVE_TERM_COUNT)
@@ -862,7 +869,9 @@ impl LogBuffer {
         // Everything but the first frame length, then that length last so a reader never sees a
         // stale frame start behind zeroed bytes.
         if length > 8 {
-            term.set_memory(offset + 8, length - 8, 0)?;
+            // A term behind the slowest reader, these lines are next written two terms from
+            // now: stream the zeros past the caches (and fence them before the Release below).
+            term.zero_streaming(offset + 8, length - 8)?;
         }
         term.put_i64_release(offset, 0)?;
         *clean_position += length as i64;
