@@ -8,6 +8,7 @@
 # BASE_BIN=DIR adds a standalone row run with the binaries in DIR ("standalone-shared-base"),
 # an A/B of a driver change in the same minutes. OLD_EMBEDDED_BIN=DIR adds embedded rows run with
 # the affinity-bench in DIR ("embedded-<mode>-old"), e.g. a build of an older commit.
+# OFFLOAD_AB=1 adds rows with the drivers' UDP GSO/GRO off ("...-offload-off"), same binaries.
 # Needs: cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc --bin affinity-bench
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -17,12 +18,13 @@ BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
 port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX]]
+standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]
   local BIN=${4:-$BIN} suffix=${5:-}
+  local extra=("${@:6}")
   local dir; dir=$(mktemp -d /dev/shm/affinity-bench-XXXX)
   local channel="aeron:udp?endpoint=127.0.0.1:$(port)"
   local before; before=$(load)
-  "$BIN/affinity-driver" --dir "$dir/d" --threading "$3" > "$dir/driver.out" &
+  "$BIN/affinity-driver" --dir "$dir/d" --threading "$3" "${extra[@]}" > "$dir/driver.out" &
   local driver=$!
   for _ in $(seq 100); do grep -q "ready in" "$dir/driver.out" 2>/dev/null && break; sleep 0.05; done
   "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
@@ -37,10 +39,11 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX]]
   rm -rf "$dir"
 }
 
-embedded() { # SIZE COUNT MODE [BIN [LABEL-SUFFIX]]
+embedded() { # SIZE COUNT MODE [BIN [LABEL-SUFFIX [BENCH-ARGS...]]]
   local BIN=${4:-$BIN} suffix=${5:-}
+  local extra=("${@:6}")
   local before; before=$(load)
-  echo "{\"driver\":\"embedded-$3$suffix\",\"size\":$1,\"load\":$before,\"result\":$("$BIN/affinity-bench" run-throughput --size "$1" --count "$2" --mode "$3")}"
+  echo "{\"driver\":\"embedded-$3$suffix\",\"size\":$1,\"load\":$before,\"result\":$("$BIN/affinity-bench" run-throughput --size "$1" --count "$2" --mode "$3" "${extra[@]}")}"
 }
 
 for round in $(seq "$ROUNDS"); do
@@ -50,6 +53,11 @@ for round in $(seq "$ROUNDS"); do
     if [[ -n ${BASE_BIN:-} ]]; then standalone "$size" "$count" "${THREADING:-shared}" "$BASE_BIN" -base; fi
     embedded "$size" "$count" shared
     embedded "$size" "$count" invoker
+    if [[ -n ${OFFLOAD_AB:-} ]]; then
+      standalone "$size" "$count" "${THREADING:-shared}" "$BIN" -offload-off --udp-offload off
+      embedded "$size" "$count" shared "$BIN" -offload-off --udp-offload off
+      embedded "$size" "$count" invoker "$BIN" -offload-off --udp-offload off
+    fi
     if [[ -n ${OLD_EMBEDDED_BIN:-} ]]; then
       embedded "$size" "$count" shared "$OLD_EMBEDDED_BIN" -old
       embedded "$size" "$count" invoker "$OLD_EMBEDDED_BIN" -old

@@ -59,7 +59,7 @@ fn harness() -> Harness {
     };
     let (commands, command_queue) = mpsc::channel();
     let (event_queue, events) = mpsc::channel();
-    let mut agent = ReceiverAgent::new(command_queue, event_queue, receiver_counters, 8);
+    let mut agent = ReceiverAgent::new(command_queue, event_queue, receiver_counters, 8, true);
     let socket = UdpSocket::bind("127.0.0.1:0").expect("bind");
     let address = socket.local_addr().expect("address");
     let defaults = ImageDefaults {

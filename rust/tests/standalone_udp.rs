@@ -51,8 +51,10 @@ fn system(dir: &Path, counter: SystemCounter) -> i64 {
     counter.read(&cnc.counters().expect("counters")).expect("system counter")
 }
 
-/// Publisher and subscriber processes over `channel` through a driver started with `extra`.
-fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) -> PathBuf {
+/// Publisher and subscriber processes over `channel` through a driver started with `extra`;
+/// returns the driver's directory (its files removed by SIGTERM) and its error log's messages
+/// as they were just before.
+fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) -> (PathBuf, Vec<String>) {
     let dir = tempdir(name);
     let mut driver = start_driver(&dir, extra);
     let mut subscriber = client("subscribe", &dir, channel, count, size);
@@ -63,16 +65,17 @@ fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) 
     assert!(published.contains(&format!("\"messages\":{count}")), "{published}");
     assert!(received.contains(&format!("\"messages\":{count}")), "{received}");
     assert!(system(&dir, SystemCounter::BytesSent) > (count * size as u64) as i64);
+    let errors = error_messages(&dir);
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
-    dir
+    (dir, errors)
 }
 
 #[test]
 fn a_million_udp_messages_between_processes_arrive_in_order() {
     let port = free_port();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
-    let dir = transfer("million", &[], &channel, 1_000_000, 32);
+    let (dir, _) = transfer("million", &[], &channel, 1_000_000, 32);
     assert!(!dir.join(CNC_FILE).exists(), "SIGTERM removes the driver's files");
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -82,7 +85,7 @@ fn every_threading_mode_moves_data_in_order() {
     for mode in ["dedicated", "shared-network", "shared"] {
         let port = free_port();
         let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
-        let dir = transfer(mode, &["--threading", mode], &channel, 100_000, 200);
+        let (dir, _) = transfer(mode, &["--threading", mode], &channel, 100_000, 200);
         let _ = std::fs::remove_dir_all(dir);
     }
 }
@@ -292,4 +295,39 @@ fn multicast_through_the_standalone_driver_reaches_two_subscriber_processes() {
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The driver's error log, as `affinity stat --errors` reads it.
+fn error_messages(dir: &Path) -> Vec<String> {
+    let cnc = Cnc::open(&dir.join(CNC_FILE), false).expect("open cnc");
+    affinity::shm::error_log::read_errors(cnc.error_log()).expect("error log").into_iter().map(|e| e.message).collect()
+}
+
+#[test]
+fn a_loopback_mtu_below_the_datagrams_turns_offload_off_and_loses_nothing() {
+    if !in_private_netns("a_loopback_mtu_below_the_datagrams_turns_offload_off_and_loses_nothing") {
+        return;
+    }
+    // 1,408-byte datagrams (the default MTU) on a 1,280-byte device: the kernel refuses an
+    // offloaded run whose segments exceed the device, and fragments single datagrams.
+    let status = Command::new("ip").args(["link", "set", "lo", "mtu", "1280"]).status().expect("run ip");
+    assert!(status.success(), "cannot set the namespace's loopback MTU");
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+    let (dir, errors) = transfer("offload-mtu", &[], &channel, 50_000, 200);
+    assert!(
+        errors.iter().any(|e| e.contains("UDP segmentation offload refused") && e.contains(&channel)),
+        "the fallback was not logged: {errors:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn offload_off_moves_data_in_order_and_offload_on_logs_no_fallback() {
+    for offload in ["off", "on"] {
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        let (dir, errors) =
+            transfer(&format!("offload-{offload}"), &["--udp-offload", offload], &channel, 100_000, 200);
+        assert_eq!(errors, Vec::<String>::new(), "--udp-offload {offload}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

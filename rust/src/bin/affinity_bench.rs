@@ -21,7 +21,8 @@
 //! `--app-idle spin|yield` (what the application thread does when a poll or offer found nothing,
 //! default `spin`), `--stream` (default 1001), `--max-seconds` (give up after this long) and
 //! `--params` (channel parameters appended to the loopback channels `run-throughput` and
-//! `run-pingpong` make, e.g. `mtu=65504`).
+//! `run-pingpong` make, e.g. `mtu=65504`), `--udp-offload on|off` (the driver's UDP GSO/GRO,
+//! default on).
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -98,6 +99,7 @@ struct Common {
     app_idle: AppIdle,
     stream: i32,
     max_time: Duration,
+    udp_offload: bool,
 }
 
 impl Common {
@@ -113,11 +115,17 @@ impl Common {
             app_idle,
             stream: options.number("stream", Some(1001))? as i32,
             max_time: Duration::from_secs(options.number("max-seconds", Some(20))?),
+            udp_offload: match options.string("udp-offload", Some("on"))?.as_str() {
+                "on" => true,
+                "off" => false,
+                other => return Err(format!("--udp-offload {other:?} is not one of: on, off")),
+            },
         })
     }
 
     fn client(&self) -> BenchResult<Client> {
-        let config = EmbeddedConfig { threading: self.mode, idle: self.idle, ..EmbeddedConfig::default() };
+        let mut config = EmbeddedConfig { threading: self.mode, idle: self.idle, ..EmbeddedConfig::default() };
+        config.driver.context.udp_offload = self.udp_offload;
         embedded::start(config).map_err(|e| format!("cannot start the driver: {e}"))
     }
 

@@ -94,6 +94,10 @@ pub struct DriverContext {
     pub client_command_timeout: Duration,
     /// Datagrams a sender or receiver handles per endpoint per duty cycle.
     pub datagrams_per_cycle: usize,
+    /// UDP segmentation and receive offload (Linux GSO / GRO; on): a run of equal-sized
+    /// datagrams crosses the kernel as one send and, on the same host, one delivery. The
+    /// datagrams on the wire are the same; off sends and receives each alone.
+    pub udp_offload: bool,
     /// Images one subscription may have at once (128); further SETUPs are refused and counted
     /// (`images_refused`), so a flood of forged sessions cannot exhaust memory.
     pub max_images_per_subscription: usize,
@@ -145,6 +149,7 @@ impl Default for DriverContext {
             socket_send_buffer: None,
             client_command_timeout: Duration::from_secs(5),
             datagrams_per_cycle: 32,
+            udp_offload: true,
             max_images_per_subscription: defaults::MAX_IMAGES_PER_SUBSCRIPTION,
         }
     }

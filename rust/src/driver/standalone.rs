@@ -26,7 +26,7 @@ pub struct DriverOptions {
 pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedicated|shared-network|shared]
                        [--idle spin|yield|backoff] [--term-length N] [--mtu N]
                        [--flow-control SPEC] [--receiver-timeout DUR]
-                       [--client-timeout DUR] [--linger DUR]
+                       [--client-timeout DUR] [--linger DUR] [--udp-offload on|off]
   --dir               driver directory (default $AFFINITY_DIR, else /dev/shm/affinity-$USER)
   --threading         dedicated: conductor, sender and receiver on three threads;
                       shared-network: conductor + one network thread; shared: one thread (default)
@@ -38,7 +38,9 @@ pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedica
                       (max, min, tagged,g:<tag>[/<min size>], with an optional ,t:<timeout>)
   --receiver-timeout  a publication forgets a silent receiver after this long (default 5s)
   --client-timeout    a client silent this long is reclaimed (default 5s)
-  --linger            a released publication waits at most this long for its subscribers (default 5s)";
+  --linger            a released publication waits at most this long for its subscribers (default 5s)
+  --udp-offload       send runs of equal-sized datagrams as one send, receive them as one
+                      (Linux UDP GSO/GRO; the datagrams on the wire are the same; default on)";
 
 /// Parses driver command-line arguments (without the program name).
 pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {
@@ -113,6 +115,14 @@ pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {
             "--linger" => {
                 let v = value()?;
                 config.publication_linger = parse_duration(&v).map_err(|e| bad(&v, e))?;
+            }
+            "--udp-offload" => {
+                let v = value()?;
+                config.context.udp_offload = match v.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(bad(&v, "expected on or off".into())),
+                };
             }
             other => return Err(format!("unknown option {other:?}\n{USAGE}")),
         }
@@ -211,5 +221,12 @@ mod tests {
         assert!(parse_args(&["--threading".into(), "invoker".into()]).unwrap_err().contains("expected dedicated"));
         assert!(parse_args(&["--bogus".into()]).unwrap_err().contains("unknown option"));
         assert!(parse_args(&["--dir".into()]).unwrap_err().contains("needs a value"));
+        assert!(parse_args(&[]).unwrap().config.context.udp_offload, "offload is on by default");
+        assert!(!parse_args(&["--udp-offload=off".into()]).unwrap().config.context.udp_offload);
+        assert!(parse_args(&["--udp-offload".into(), "on".into()]).unwrap().config.context.udp_offload);
+        assert_eq!(
+            parse_args(&["--udp-offload".into(), "yes".into()]).unwrap_err(),
+            "--udp-offload \"yes\": expected on or off"
+        );
     }
 }

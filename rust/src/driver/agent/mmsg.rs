@@ -26,6 +26,9 @@ pub struct SendOutcome {
     pub errors: usize,
     /// Datagrams not sent because the socket would block (dropped: a NAK repairs them).
     pub would_block: usize,
+    /// The OS error number of an offloaded send the socket refused, after which this batch and
+    /// the socket's later ones went out a datagram at a time ([`SegmentOffload`]).
+    pub offload_refused: Option<i32>,
 }
 
 /// Datagrams queued back to back in one buffer, sent with one system call.
@@ -83,15 +86,22 @@ impl SendBatch {
     }
 
     /// Sends every queued datagram on `socket`, to `destination` when given (an unconnected
-    /// socket), else to the socket's connected peer. A datagram the socket refuses with an
-    /// error is counted and skipped; "would block" drops the rest of the batch.
-    pub fn send(&self, socket: &UdpSocket, destination: Option<SocketAddr>) -> SendOutcome {
+    /// socket), else to the socket's connected peer; runs of equal-sized datagrams leave as one
+    /// offloaded send while `offload` (the socket's) is on. A datagram the socket refuses with
+    /// an error is counted and skipped; "would block" drops the rest of the batch.
+    pub fn send(
+        &self,
+        socket: &UdpSocket,
+        destination: Option<SocketAddr>,
+        offload: &mut SegmentOffload,
+    ) -> SendOutcome {
         #[cfg(target_os = "linux")]
         {
-            send_mmsg(self, socket, destination)
+            send_mmsg(self, socket, destination, offload)
         }
         #[cfg(not(target_os = "linux"))]
         {
+            let _ = offload;
             let mut outcome = SendOutcome::default();
             for (index, datagram) in self.datagrams().enumerate() {
                 let result = match destination {
@@ -115,17 +125,157 @@ impl SendBatch {
     }
 }
 
+/// The most datagrams one offloaded send may carry (the kernel's `UDP_MAX_SEGMENTS` before
+/// Linux 6.2 raised it to 128).
+pub const MAX_OFFLOAD_SEGMENTS: usize = 64;
+
+/// The most bytes one offloaded send may carry: an IPv6 packet's 65,535-byte payload less its
+/// UDP header and the IPv6 header that IPv4 does not have, so one bound serves both families.
+pub const MAX_OFFLOAD_BYTES: usize = u16::MAX as usize - 40 - 8;
+
+/// Whether a sending socket still uses UDP segmentation offload (`UDP_SEGMENT`, Linux ≥ 4.18):
+/// equal-sized datagrams queued back to back leave in one send that the kernel cuts into the
+/// same datagrams, so the stack is walked once per run instead of once per datagram (on
+/// loopback the run is delivered whole to a receiver with [`enable_receive_offload`]). A
+/// socket whose offloaded send fails for any reason but "would block" (no checksum offload on
+/// the route's device, a segment larger than its MTU, an older kernel) sends each datagram
+/// alone from then on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentOffload {
+    enabled: bool,
+}
+
+impl Default for SegmentOffload {
+    /// On, where the platform has it.
+    fn default() -> Self {
+        SegmentOffload { enabled: cfg!(target_os = "linux") }
+    }
+}
+
+impl SegmentOffload {
+    /// Never offload (every datagram its own send).
+    pub fn disabled() -> Self {
+        SegmentOffload { enabled: false }
+    }
+
+    /// Whether sends are still offloaded.
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+}
+
+/// One message of a `sendmmsg` call: datagrams `first..first + segments` of a batch, which lie
+/// back to back in its buffer at `start..end`; all but the last are `segment` bytes long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Run {
+    first: usize,
+    segments: usize,
+    start: usize,
+    end: usize,
+    segment: usize,
+}
+
+/// Splits the batch's datagrams from `from` on into runs one send each: with `offload`, each run
+/// is as many datagrams of its first one's length as fit, then at most one shorter one (the
+/// kernel cuts a run only so); without, a datagram per run.
+fn plan_runs(batch: &SendBatch, from: usize, offload: bool) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut start = if from == 0 { 0 } else { batch.ends.get(from - 1).copied().unwrap_or(batch.used) };
+    let mut open = false;
+    for (index, &end) in batch.ends.iter().enumerate().skip(from) {
+        let length = end - start;
+        match runs.last_mut() {
+            Some(run)
+                if offload
+                    && open
+                    && length <= run.segment
+                    && run.segments < MAX_OFFLOAD_SEGMENTS
+                    && end - run.start <= MAX_OFFLOAD_BYTES =>
+            {
+                run.segments += 1;
+                run.end = end;
+                // A shorter datagram ends the run.
+                open = length == run.segment;
+            }
+            _ => {
+                runs.push(Run { first: index, segments: 1, start, end, segment: length });
+                open = length > 0;
+            }
+        }
+        start = end;
+    }
+    runs
+}
+
+/// Room for one control message carrying a `u16` (the segment size), 8-byte aligned.
+type SegmentControl = [u64; 4];
+
 #[cfg(target_os = "linux")]
-fn send_mmsg(batch: &SendBatch, socket: &UdpSocket, destination: Option<SocketAddr>) -> SendOutcome {
+fn send_mmsg(
+    batch: &SendBatch,
+    socket: &UdpSocket,
+    destination: Option<SocketAddr>,
+    offload: &mut SegmentOffload,
+) -> SendOutcome {
+    let mut outcome = SendOutcome::default();
+    let mut next = 0;
+    // Each pass sends or skips at least one datagram, or turns offload off (once): bounded.
+    while next < batch.len() {
+        let runs = plan_runs(batch, next, offload.enabled);
+        match send_runs(batch, socket, destination, &runs, &mut outcome) {
+            RunsSent::All => break,
+            RunsSent::WouldBlock(sent) => {
+                outcome.would_block = batch.len() - runs.get(sent).map_or(batch.len(), |run| run.first);
+                break;
+            }
+            RunsSent::Failed(sent, error) => {
+                let Some(failed) = runs.get(sent) else { break };
+                if failed.segments > 1 {
+                    // Offload itself may be what failed: resend these datagrams one by one.
+                    offload.enabled = false;
+                    outcome.offload_refused = error;
+                    next = failed.first;
+                } else {
+                    outcome.errors += 1;
+                    next = failed.first + 1;
+                }
+            }
+        }
+    }
+    outcome
+}
+
+/// How a [`send_runs`] call ended: every run sent, or stopped at run `n` (the count sent before
+/// it) because the socket would block or refused that run (with the OS error number).
+enum RunsSent {
+    All,
+    WouldBlock(usize),
+    Failed(usize, Option<i32>),
+}
+
+#[cfg(target_os = "linux")]
+fn send_runs(
+    batch: &SendBatch,
+    socket: &UdpSocket,
+    destination: Option<SocketAddr>,
+    runs: &[Run],
+    outcome: &mut SendOutcome,
+) -> RunsSent {
     use std::os::fd::AsRawFd;
     let address = destination.map(socket2::SockAddr::from);
-    let mut iovecs: Vec<libc::iovec> = batch
-        .datagrams()
-        .map(|datagram| libc::iovec { iov_base: datagram.as_ptr() as *mut libc::c_void, iov_len: datagram.len() })
+    let mut iovecs: Vec<libc::iovec> = runs
+        .iter()
+        .map(|run| {
+            let bytes = batch.bytes.get(run.start..run.end).unwrap_or(&[]);
+            libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() }
+        })
         .collect();
+    let mut controls: Vec<SegmentControl> = vec![[0; 4]; runs.len()];
     let mut headers: Vec<libc::mmsghdr> = iovecs
         .iter_mut()
-        .map(|iov| {
+        .zip(controls.iter_mut())
+        .zip(runs)
+        .map(|((iov, control), run)| {
             // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
             let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
             header.msg_hdr.msg_iov = iov;
@@ -134,51 +284,126 @@ fn send_mmsg(batch: &SendBatch, socket: &UdpSocket, destination: Option<SocketAd
                 header.msg_hdr.msg_name = address.as_ptr() as *mut libc::c_void;
                 header.msg_hdr.msg_namelen = address.len();
             }
+            if run.segments > 1 {
+                // Runs are at most MAX_OFFLOAD_BYTES long, so a segment fits a u16.
+                let segment = u16::try_from(run.segment).unwrap_or(u16::MAX);
+                set_segment_control(&mut header.msg_hdr, control, segment);
+            }
             header
         })
         .collect();
-    let mut outcome = SendOutcome::default();
     let mut next = 0;
-    // Each pass sends at least one datagram or skips one: bounded by the batch length.
     while next < headers.len() {
         let Some(rest) = headers.get_mut(next..) else { break };
         let count = u32::try_from(rest.len()).unwrap_or(u32::MAX);
         // SAFETY: `rest` holds `count` initialised headers whose iovecs point into the batch's
-        // buffer and whose names (if any) point at `address`; all outlive the call.
+        // buffer, whose names (if any) point at `address` and whose control data (if any) at
+        // `controls`; all outlive the call.
         let sent = unsafe { libc::sendmmsg(socket.as_raw_fd(), rest.as_mut_ptr(), count, 0) };
         match usize::try_from(sent) {
             Ok(sent) if sent > 0 => {
-                outcome.datagrams += sent;
-                outcome.bytes += rest.iter().take(sent).map(|h| h.msg_len as usize).sum::<usize>();
+                for (header, run) in rest.iter().zip(runs.iter().skip(next)).take(sent) {
+                    outcome.datagrams += run.segments;
+                    outcome.bytes += header.msg_len as usize;
+                }
                 next += sent;
             }
             _ => {
                 let error = io::Error::last_os_error();
-                if is_would_block(&error) || sent == 0 {
-                    outcome.would_block = headers.len() - next;
-                    break;
-                }
-                outcome.errors += 1;
-                next += 1;
+                return if is_would_block(&error) || sent == 0 {
+                    RunsSent::WouldBlock(next)
+                } else {
+                    RunsSent::Failed(next, error.raw_os_error())
+                };
             }
         }
     }
-    outcome
+    RunsSent::All
 }
 
-/// Receive slots for up to a cycle's datagrams, filled by one system call.
+/// Points `header` at `control`, filled with one `UDP_SEGMENT` message of `segment` bytes.
+#[cfg(target_os = "linux")]
+fn set_segment_control(header: &mut libc::msghdr, control: &mut SegmentControl, segment: u16) {
+    // SAFETY: CMSG_SPACE of a u16 (24 bytes on 64-bit Linux) fits the 32 bytes of `control`,
+    // which is 8-byte aligned as a cmsghdr needs; CMSG_FIRSTHDR of a header whose control
+    // length is that space is the start of `control`, and its data lies inside it.
+    unsafe {
+        let space = libc::CMSG_SPACE(std::mem::size_of::<u16>() as libc::c_uint) as usize;
+        debug_assert!(space <= std::mem::size_of::<SegmentControl>());
+        header.msg_control = control.as_mut_ptr().cast();
+        header.msg_controllen = space as _;
+        let message = libc::CMSG_FIRSTHDR(header);
+        (*message).cmsg_level = libc::SOL_UDP;
+        (*message).cmsg_type = libc::UDP_SEGMENT;
+        (*message).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as libc::c_uint) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(message).cast::<u16>(), segment);
+    }
+}
+
+/// Asks the kernel to deliver runs of equal-sized datagrams from one sender whole (`UDP_GRO`,
+/// Linux ≥ 5.0) to `socket`, which must then be read only through a [`ReceiveBatch`]: it cuts
+/// each delivery back into the datagrams that were sent. Returns whether the kernel agreed
+/// (elsewhere, or on an older kernel, datagrams keep arriving one by one; nothing else changes).
+pub fn enable_receive_offload(socket: &UdpSocket) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        set_int_option(socket, libc::SOL_UDP, libc::UDP_GRO, 1).is_ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = socket;
+        false
+    }
+}
+
+/// Sets an integer socket option (`setsockopt(2)`).
+#[cfg(target_os = "linux")]
+fn set_int_option(socket: &UdpSocket, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid socket, and an int option value that outlives the call.
+    let result = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if result == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One delivery of a [`ReceiveBatch::receive`]: `length` bytes in its slot from `source`, cut
+/// into datagrams of `segment` bytes (the last may be shorter).
+#[derive(Clone, Copy, Debug)]
+struct Delivery {
+    length: usize,
+    source: SocketAddr,
+    segment: usize,
+}
+
+/// Receive slots for up to a cycle's deliveries, filled by one system call. A delivery is one
+/// datagram, or a run of them the kernel kept together (see [`enable_receive_offload`]);
+/// [`ReceiveBatch::datagrams`] yields the datagrams either way.
 #[derive(Debug)]
 pub struct ReceiveBatch {
     bytes: Vec<u8>,
-    /// (length, source) of each datagram of the last [`ReceiveBatch::receive`].
-    received: Vec<(usize, SocketAddr)>,
-    /// Where the kernel writes each datagram's source (read only as far as it wrote).
+    /// The deliveries of the last [`ReceiveBatch::receive`].
+    received: Vec<Delivery>,
+    /// Where the kernel writes each delivery's source (read only as far as it wrote).
     #[cfg(target_os = "linux")]
     names: Vec<libc::sockaddr_storage>,
+    /// Where the kernel writes each delivery's segment size, if it kept a run together.
+    #[cfg(target_os = "linux")]
+    controls: Vec<SegmentControl>,
 }
 
 impl ReceiveBatch {
-    /// Slots for `slots` datagrams (at least one) of up to [`MAX_DATAGRAM`] bytes each.
+    /// Slots for `slots` deliveries (at least one) of up to [`MAX_DATAGRAM`] bytes each.
     pub fn new(slots: usize) -> Self {
         let slots = slots.max(1);
         ReceiveBatch {
@@ -187,11 +412,13 @@ impl ReceiveBatch {
             // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
             #[cfg(target_os = "linux")]
             names: vec![unsafe { std::mem::zeroed() }; slots],
+            #[cfg(target_os = "linux")]
+            controls: vec![[0; 4]; slots],
         }
     }
 
-    /// Reads up to the batch's slots of datagrams waiting on `socket` (non-blocking); returns
-    /// how many arrived (0 when none was waiting or on an error).
+    /// Reads up to the batch's slots of deliveries waiting on `socket` (non-blocking); returns
+    /// how many datagrams arrived (0 when none was waiting or on an error).
     pub fn receive(&mut self, socket: &UdpSocket) -> usize {
         self.received.clear();
         #[cfg(target_os = "linux")]
@@ -202,20 +429,23 @@ impl ReceiveBatch {
         {
             for slot in self.bytes.chunks_mut(MAX_DATAGRAM) {
                 match socket.recv_from(slot) {
-                    Ok((length, source)) => self.received.push((length, source)),
+                    Ok((length, source)) => self.received.push(Delivery { length, source, segment: length }),
                     Err(_) => break,
                 }
             }
         }
-        self.received.len()
+        self.received.iter().map(|d| d.length.div_ceil(d.segment.max(1)).max(1)).sum()
     }
 
-    /// The datagrams of the last [`ReceiveBatch::receive`], with their sources.
+    /// The datagrams of the last [`ReceiveBatch::receive`], in order, with their sources.
     pub fn datagrams(&self) -> impl Iterator<Item = (&[u8], SocketAddr)> {
-        self.bytes
-            .chunks(MAX_DATAGRAM)
-            .zip(&self.received)
-            .map(|(slot, &(length, source))| (slot.get(..length).unwrap_or(slot), source))
+        self.bytes.chunks(MAX_DATAGRAM).zip(&self.received).flat_map(|(slot, delivery)| {
+            let bytes = slot.get(..delivery.length).unwrap_or(slot);
+            // An empty datagram is still one datagram; `chunks` would yield none.
+            let segment = delivery.segment.clamp(1, bytes.len().max(1));
+            let empty = bytes.is_empty().then_some(bytes);
+            bytes.chunks(segment).chain(empty).map(move |datagram| (datagram, delivery.source))
+        })
     }
 }
 
@@ -230,29 +460,54 @@ fn recv_mmsg(batch: &mut ReceiveBatch, socket: &UdpSocket) {
     let mut headers: Vec<libc::mmsghdr> = iovecs
         .iter_mut()
         .zip(batch.names.iter_mut())
-        .map(|(iov, name)| {
+        .zip(batch.controls.iter_mut())
+        .map(|((iov, name), control)| {
             // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
             let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
             header.msg_hdr.msg_iov = iov;
             header.msg_hdr.msg_iovlen = 1;
             header.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
             header.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            header.msg_hdr.msg_control = control.as_mut_ptr().cast();
+            header.msg_hdr.msg_controllen = std::mem::size_of::<SegmentControl>() as _;
             header
         })
         .collect();
     let count = u32::try_from(headers.len()).unwrap_or(u32::MAX);
-    // SAFETY: `count` headers, each pointing at its own slot of `batch.bytes` and its own
-    // entry of `batch.names`, all alive for the call. MSG_DONTWAIT: an empty queue returns at once.
+    // SAFETY: `count` headers, each pointing at its own slot of `batch.bytes`, its own entry of
+    // `batch.names` and its own control buffer, all alive for the call. MSG_DONTWAIT: an empty
+    // queue returns at once.
     let got = unsafe {
         libc::recvmmsg(socket.as_raw_fd(), headers.as_mut_ptr(), count, libc::MSG_DONTWAIT, std::ptr::null_mut())
     };
     let Ok(got) = usize::try_from(got) else { return };
     for (header, name) in headers.iter().zip(&batch.names).take(got) {
+        let length = header.msg_len as usize;
         // A datagram from an address family other than IPv4/IPv6 cannot be answered: skipped.
         if let Some(source) = socket_address(name) {
-            batch.received.push((header.msg_len as usize, source));
+            let segment = received_segment(&header.msg_hdr).unwrap_or(length);
+            batch.received.push(Delivery { length, source, segment });
         }
     }
+}
+
+/// The segment size of a delivery the kernel kept together (its `UDP_GRO` control message).
+#[cfg(target_os = "linux")]
+fn received_segment(header: &libc::msghdr) -> Option<usize> {
+    // SAFETY: the kernel set `msg_controllen` to what it wrote into the header's control
+    // buffer, which CMSG_FIRSTHDR / CMSG_NXTHDR walk without leaving; a UDP_GRO message's
+    // data is an int.
+    unsafe {
+        let mut message = libc::CMSG_FIRSTHDR(header);
+        while !message.is_null() {
+            if (*message).cmsg_level == libc::SOL_UDP && (*message).cmsg_type == libc::UDP_GRO {
+                let segment = std::ptr::read_unaligned(libc::CMSG_DATA(message).cast::<libc::c_int>());
+                return usize::try_from(segment).ok().filter(|&segment| segment > 0);
+            }
+            message = libc::CMSG_NXTHDR(header, message);
+        }
+    }
+    None
 }
 
 /// The IPv4 or IPv6 address the kernel wrote into `storage`, `None` for any other family.
@@ -321,9 +576,10 @@ mod tests {
         let datagrams: Vec<Vec<u8>> = (0..40u8).map(|i| vec![i; 1 + usize::from(i) * 37]).collect();
         queue(&mut batch, &datagrams.iter().map(Vec::as_slice).collect::<Vec<_>>());
         assert_eq!(batch.len(), 40);
-        let outcome = batch.send(&sender, Some(receiver.local_addr().expect("address")));
+        let outcome =
+            batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut SegmentOffload::default());
         let bytes: usize = datagrams.iter().map(Vec::len).sum();
-        assert_eq!(outcome, SendOutcome { datagrams: 40, bytes, errors: 0, would_block: 0 });
+        assert_eq!(outcome, SendOutcome { datagrams: 40, bytes, ..SendOutcome::default() });
         let mut slots = ReceiveBatch::new(16);
         let received = receive_all(&mut slots, &receiver, 40);
         let source = sender.local_addr().expect("address");
@@ -336,7 +592,7 @@ mod tests {
         sender.connect(receiver.local_addr().expect("address")).expect("connect");
         let mut batch = SendBatch::default();
         queue(&mut batch, &[b"one", b"two"]);
-        assert_eq!(batch.send(&sender, None).datagrams, 2);
+        assert_eq!(batch.send(&sender, None, &mut SegmentOffload::default()).datagrams, 2);
         let mut slots = ReceiveBatch::new(4);
         let received: Vec<Vec<u8>> = receive_all(&mut slots, &receiver, 2).into_iter().map(|(d, _)| d).collect();
         assert_eq!(received, vec![b"one".to_vec(), b"two".to_vec()]);
@@ -368,7 +624,128 @@ mod tests {
         let mut batch = SendBatch::default();
         queue(&mut batch, &[b"a", b"b"]);
         // Port 0 is not a valid destination: each datagram is refused and skipped.
-        let outcome = batch.send(&sender, Some("127.0.0.1:0".parse().expect("address")));
+        let outcome =
+            batch.send(&sender, Some("127.0.0.1:0".parse().expect("address")), &mut SegmentOffload::default());
         assert_eq!((outcome.datagrams, outcome.errors), (0, 2));
+    }
+
+    /// A batch of `lengths`, each datagram filled with its index (wrapping) so order shows.
+    fn batch_of(lengths: &[usize]) -> (SendBatch, Vec<Vec<u8>>) {
+        let datagrams: Vec<Vec<u8>> = lengths.iter().enumerate().map(|(i, &n)| vec![i as u8; n]).collect();
+        let mut batch = SendBatch::default();
+        queue(&mut batch, &datagrams.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        (batch, datagrams)
+    }
+
+    fn shape(runs: &[Run]) -> Vec<(usize, usize, usize)> {
+        runs.iter().map(|run| (run.first, run.segments, run.segment)).collect()
+    }
+
+    #[test]
+    fn runs_are_equal_datagrams_then_at_most_one_shorter_within_the_kernel_bounds() {
+        let (batch, _) = batch_of(&[1408, 1408, 1408, 100, 1408, 2000, 1408, 1408]);
+        // A shorter datagram ends a run; a longer one starts the next.
+        assert_eq!(shape(&plan_runs(&batch, 0, true)), vec![(0, 4, 1408), (4, 1, 1408), (5, 2, 2000), (7, 1, 1408)]);
+        // Resuming part-way starts at that datagram's bytes.
+        let runs = plan_runs(&batch, 2, true);
+        assert_eq!(shape(&runs), vec![(2, 2, 1408), (4, 1, 1408), (5, 2, 2000), (7, 1, 1408)]);
+        assert_eq!((runs[0].start, runs[0].end), (2 * 1408, 3 * 1408 + 100));
+        // Without offload, a datagram a run.
+        let plain = plan_runs(&batch, 0, false);
+        assert_eq!(plain.len(), 8);
+        assert!(plain.iter().all(|run| run.segments == 1 && run.end - run.start == run.segment));
+        // At most MAX_OFFLOAD_BYTES per run, and at most MAX_OFFLOAD_SEGMENTS.
+        let (big, _) = batch_of(&[1408; 100]);
+        let runs = plan_runs(&big, 0, true);
+        assert_eq!(shape(&runs), vec![(0, 46, 1408), (46, 46, 1408), (92, 8, 1408)]);
+        assert!(runs.iter().all(|run| run.end - run.start <= MAX_OFFLOAD_BYTES));
+        let (small, _) = batch_of(&[64; 150]);
+        assert_eq!(shape(&plan_runs(&small, 0, true)), vec![(0, 64, 64), (64, 64, 64), (128, 22, 64)]);
+        // An empty datagram never takes others with it.
+        let (empty, _) = batch_of(&[0, 0, 5]);
+        assert_eq!(shape(&plan_runs(&empty, 0, true)), vec![(0, 1, 0), (1, 1, 0), (2, 1, 5)]);
+    }
+
+    /// Sends `lengths` from a fresh socket to `receiver` with offload on; returns what arrived.
+    fn send_and_receive(receiver: &UdpSocket, lengths: &[usize]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, SendOutcome) {
+        let sender = UdpSocket::bind("127.0.0.1:0").expect("bind sender");
+        let (batch, sent) = batch_of(lengths);
+        let mut offload = SegmentOffload::default();
+        let outcome = batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut offload);
+        let mut slots = ReceiveBatch::new(4);
+        let received = receive_all(&mut slots, receiver, lengths.len()).into_iter().map(|(d, _)| d).collect();
+        (sent, received, outcome)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn offloaded_runs_arrive_as_the_same_datagrams_with_and_without_receive_offload() {
+        let lengths: Vec<usize> =
+            [vec![1408; 100], vec![700], vec![1056; 70], vec![64; 130], vec![1], vec![65000]].concat();
+        let bytes: usize = lengths.iter().sum();
+        for receive_offload in [true, false] {
+            let (_, receiver) = pair();
+            socket2::SockRef::from(&receiver).set_recv_buffer_size(8 << 20).expect("buffer");
+            // Without receive offload the kernel cuts every run apart before the receiver.
+            if receive_offload {
+                assert!(enable_receive_offload(&receiver), "UDP_GRO refused by this kernel");
+            }
+            let (sent, received, outcome) = send_and_receive(&receiver, &lengths);
+            assert_eq!(outcome, SendOutcome { datagrams: lengths.len(), bytes, ..SendOutcome::default() });
+            assert_eq!(received, sent, "receive offload {receive_offload}");
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_receiver_with_offload_gets_a_run_in_one_delivery_and_cuts_it_back() {
+        let (_, receiver) = pair();
+        assert!(enable_receive_offload(&receiver), "UDP_GRO refused by this kernel");
+        let sender = UdpSocket::bind("127.0.0.1:0").expect("bind sender");
+        let (batch, sent) = batch_of(&[1408, 1408, 1408, 300]);
+        let outcome =
+            batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut SegmentOffload::default());
+        assert_eq!(outcome.datagrams, 4);
+        let mut slots = ReceiveBatch::new(4);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let mut got = 0;
+        while got == 0 && std::time::Instant::now() < deadline {
+            got = slots.receive(&receiver);
+        }
+        // Four datagrams from one delivery, each as it was sent.
+        assert_eq!((got, slots.received.len()), (4, 1));
+        let source = sender.local_addr().expect("address");
+        let received: Vec<(Vec<u8>, SocketAddr)> = slots.datagrams().map(|(d, s)| (d.to_vec(), s)).collect();
+        assert_eq!(received, sent.into_iter().map(|d| (d, source)).collect::<Vec<_>>());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_socket_that_refuses_offload_falls_back_to_single_datagrams_and_loses_none() {
+        let (sender, receiver) = pair();
+        // The kernel refuses UDP_SEGMENT on a socket that sends without checksums (EINVAL).
+        set_int_option(&sender, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1).expect("SO_NO_CHECK");
+        let (batch, sent) = batch_of(&[1408, 1408, 1408, 64, 64, 9]);
+        let mut offload = SegmentOffload::default();
+        let outcome = batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut offload);
+        assert_eq!((outcome.datagrams, outcome.errors, outcome.would_block), (6, 0, 0));
+        assert_eq!(outcome.offload_refused, Some(libc::EINVAL));
+        assert!(!offload.is_enabled(), "a refused offloaded send turns offload off for the socket");
+        let mut slots = ReceiveBatch::new(8);
+        let received: Vec<Vec<u8>> = receive_all(&mut slots, &receiver, 6).into_iter().map(|(d, _)| d).collect();
+        assert_eq!(received, sent);
+    }
+
+    #[test]
+    fn an_empty_datagram_is_received_as_one() {
+        let (sender, receiver) = pair();
+        enable_receive_offload(&receiver);
+        let (batch, _) = batch_of(&[0, 3]);
+        let outcome =
+            batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut SegmentOffload::default());
+        assert_eq!(outcome.datagrams, 2);
+        let mut slots = ReceiveBatch::new(4);
+        let received: Vec<Vec<u8>> = receive_all(&mut slots, &receiver, 2).into_iter().map(|(d, _)| d).collect();
+        assert_eq!(received, vec![vec![], vec![1u8; 3]]);
     }
 }

@@ -311,8 +311,11 @@ impl MediaDriver {
         let conductor =
             StandaloneDriver::launch_with_agents(config.standalone.clone(), to_sender, to_receiver, events)?;
         let batch = config.standalone.context.datagrams_per_cycle.max(1);
-        let sender = SenderAgent::new(sender_commands, to_conductor.clone(), conductor.sender_counters(), batch);
-        let receiver = ReceiverAgent::new(receiver_commands, to_conductor, conductor.receiver_counters(), batch);
+        let offload = config.standalone.context.udp_offload;
+        let sender =
+            SenderAgent::new(sender_commands, to_conductor.clone(), conductor.sender_counters(), batch, offload);
+        let receiver =
+            ReceiverAgent::new(receiver_commands, to_conductor, conductor.receiver_counters(), batch, offload);
         let dir = conductor.dir().to_path_buf();
         let took_over = conductor.took_over().map(str::to_owned);
         let stop = Arc::new(AtomicBool::new(false));

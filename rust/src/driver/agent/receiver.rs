@@ -13,7 +13,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
-use super::mmsg::ReceiveBatch;
+use super::mmsg::{enable_receive_offload, ReceiveBatch};
 use super::{AgentEvent, ImageRequest, NewEndpoint, NewImage, ReceiverCommand};
 use crate::logbuffer::position::compute_position;
 use crate::logbuffer::StreamIdentity;
@@ -425,18 +425,22 @@ pub struct ReceiverAgent {
     counters: ReceiverCounters,
     /// Up to a cycle's datagrams of one endpoint, read with one system call.
     batch: ReceiveBatch,
+    /// Whether new endpoints take runs of datagrams whole ([`enable_receive_offload`]).
+    udp_offload: bool,
     scratch: Vec<u8>,
     clock: MonotonicClock,
 }
 
 impl ReceiverAgent {
     /// An agent reading `commands`, reporting to `events`, counting into `counters`, reading at
-    /// most `datagrams_per_cycle` datagrams per endpoint per duty cycle.
+    /// most `datagrams_per_cycle` deliveries per endpoint per duty cycle, each a run of datagrams
+    /// kept together by the kernel while `udp_offload` and the kernel allow it.
     pub fn new(
         commands: Receiver<ReceiverCommand>,
         events: Sender<AgentEvent>,
         counters: ReceiverCounters,
         datagrams_per_cycle: usize,
+        udp_offload: bool,
     ) -> Self {
         ReceiverAgent {
             endpoints: Vec::new(),
@@ -444,6 +448,7 @@ impl ReceiverAgent {
             events,
             counters,
             batch: ReceiveBatch::new(datagrams_per_cycle),
+            udp_offload,
             scratch: vec![0; 65536],
             clock: MonotonicClock::new(),
         }
@@ -502,7 +507,14 @@ impl ReceiverAgent {
 
     fn on_command(&mut self, command: ReceiverCommand, now: Instant) {
         match command {
-            ReceiverCommand::AddEndpoint(new) => self.endpoints.push(ReceiveEndpoint::new(*new)),
+            ReceiverCommand::AddEndpoint(new) => {
+                let endpoint = ReceiveEndpoint::new(*new);
+                // The endpoint's socket is read only through `self.batch`, which cuts runs apart.
+                if self.udp_offload {
+                    enable_receive_offload(&endpoint.socket);
+                }
+                self.endpoints.push(endpoint);
+            }
             ReceiverCommand::AddSubscription { endpoint, registration_id, stream_id, session_filter } => {
                 if let Some(endpoint) = self.endpoints.iter_mut().find(|e| e.address == endpoint) {
                     endpoint.subscriptions.push(SubscriptionEntry { registration_id, stream_id, session_filter });

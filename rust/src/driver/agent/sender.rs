@@ -8,7 +8,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
-use super::mmsg::SendBatch;
+use super::mmsg::{SegmentOffload, SendBatch};
 use super::{AgentEvent, NewPublication, SenderCommand};
 use crate::driver::events::{reason_name, DriverEvent, DriverEventKind};
 use crate::protocol::{NetworkPublication, PublicationCounters};
@@ -60,6 +60,8 @@ struct Served {
     /// The log is zeroed up to here (a term behind the sender position), so a partition is
     /// clean before clients' appenders rotate into it again.
     clean_position: i64,
+    /// Whether this publication's socket still sends runs of datagrams as one offloaded send.
+    offload: SegmentOffload,
 }
 
 /// The sender agent.
@@ -69,6 +71,8 @@ pub struct SenderAgent {
     events: Sender<AgentEvent>,
     counters: SenderCounters,
     datagrams_per_cycle: usize,
+    /// Whether new publications send with segmentation offload ([`SegmentOffload`]).
+    udp_offload: bool,
     /// A cycle's datagrams of one publication, sent with one system call.
     batch: SendBatch,
     out: Vec<u8>,
@@ -78,12 +82,14 @@ pub struct SenderAgent {
 
 impl SenderAgent {
     /// An agent reading `commands`, reporting to `events`, counting into `counters`, sending at
-    /// most `datagrams_per_cycle` datagrams per publication per duty cycle.
+    /// most `datagrams_per_cycle` datagrams per publication per duty cycle, with segmentation
+    /// offload while `udp_offload` and the socket allow it.
     pub fn new(
         commands: Receiver<SenderCommand>,
         events: Sender<AgentEvent>,
         counters: SenderCounters,
         datagrams_per_cycle: usize,
+        udp_offload: bool,
     ) -> Self {
         SenderAgent {
             publications: Vec::new(),
@@ -91,6 +97,7 @@ impl SenderAgent {
             events,
             counters,
             datagrams_per_cycle,
+            udp_offload,
             batch: SendBatch::default(),
             out: vec![0; 65536],
             input: vec![0; 65536],
@@ -170,6 +177,7 @@ impl SenderAgent {
                     reported: PublicationCounters::default(),
                     connected: false,
                     clean_position,
+                    offload: if self.udp_offload { SegmentOffload::default() } else { SegmentOffload::disabled() },
                 });
             }
             SenderCommand::Close { registration_id } => {
@@ -214,10 +222,17 @@ impl SenderAgent {
             // An unconnected socket (a control address to listen on) names the destination.
             let destination = served.control_socket.is_some().then_some(served.destination);
             // Datagrams that would block are dropped: a NAK repairs them.
-            let outcome = self.batch.send(&served.socket, destination);
+            let outcome = self.batch.send(&served.socket, destination, &mut served.offload);
             let _ = self.counters.bytes_sent.add(outcome.bytes as i64);
             if outcome.errors > 0 {
                 let _ = self.counters.send_errors.add(outcome.errors as i64);
+            }
+            if let Some(errno) = outcome.offload_refused {
+                let error = std::io::Error::from_raw_os_error(errno);
+                let _ = self.events.send(AgentEvent::Error(format!(
+                    "{}: UDP segmentation offload refused ({error}); sending one datagram at a time",
+                    served.channel
+                )));
             }
         }
         work += sent;
