@@ -323,7 +323,6 @@ mod tests {
             assert!(!dir.exists(), "{threading:?}: {} left behind", dir.display());
         }
         assert!(entries(&root).is_empty());
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -340,7 +339,6 @@ mod tests {
         assert!(!dead.exists() && live.exists() && other.exists());
         assert_ne!(client.dir(), live, "an existing directory of this pid is not reused");
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -363,7 +361,6 @@ mod tests {
         assert_eq!(open, 16, "exactly the publications handed back exist in the driver");
         drop(publications);
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -385,7 +382,6 @@ mod tests {
         assert_eq!(value(SystemCounter::IpcPublications), 1);
         drop(kept);
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -422,7 +418,6 @@ mod tests {
         assert!(client.drain_events().unwrap().is_empty(), "drained once");
         drop(publication);
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -441,7 +436,6 @@ mod tests {
         let subscriptions = client.counters().value(SystemCounter::Subscriptions.id()).unwrap();
         assert_eq!(subscriptions, 0);
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]

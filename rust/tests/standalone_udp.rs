@@ -4,7 +4,7 @@
 //! agents carry the stream over loopback UDP. Every wait is bounded by time.
 
 use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,9 +18,9 @@ mod processes;
 
 use netns::in_private_netns;
 
-use processes::{output, tempdir as temp_dir, Proc, IPC};
+use processes::{output, tempdir as temp_dir, Proc, TempDir, IPC};
 
-fn tempdir(name: &str) -> PathBuf {
+fn tempdir(name: &str) -> TempDir {
     temp_dir("udp", name)
 }
 
@@ -52,7 +52,7 @@ fn system(dir: &Path, counter: SystemCounter) -> i64 {
 }
 
 /// Publisher and subscriber processes over `channel` through a driver started with `extra`.
-fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) -> PathBuf {
+fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) -> TempDir {
     let dir = tempdir(name);
     let mut driver = start_driver(&dir, extra);
     let mut subscriber = client("subscribe", &dir, channel, count, size);
@@ -74,7 +74,6 @@ fn a_million_udp_messages_between_processes_arrive_in_order() {
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let dir = transfer("million", &[], &channel, 1_000_000, 32);
     assert!(!dir.join(CNC_FILE).exists(), "SIGTERM removes the driver's files");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -82,8 +81,7 @@ fn every_threading_mode_moves_data_in_order() {
     for mode in ["dedicated", "shared-network", "shared"] {
         let port = free_port();
         let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
-        let dir = transfer(mode, &["--threading", mode], &channel, 100_000, 200);
-        let _ = std::fs::remove_dir_all(dir);
+        transfer(mode, &["--threading", mode], &channel, 100_000, 200);
     }
 }
 
@@ -110,7 +108,6 @@ fn loss_through_a_relay_is_repaired_by_naks_through_the_standalone_driver() {
     assert_eq!(system(&dir, SystemCounter::InvalidDataFrames), 0, "duplicates are not malformed");
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
@@ -136,7 +133,7 @@ fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_sti
     let mut publisher = Proc(
         Command::new(IPC)
             .args(["publish", "--dir"])
-            .arg(&dir)
+            .arg(dir.path())
             .args(["--channel", &channel, "--count", &count.to_string(), "--size", "64", "--hang", "1"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -159,7 +156,6 @@ fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_sti
         .any(|e| e.map(|e| !e.file_name().to_string_lossy().starts_with("image-")).unwrap_or(false)));
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A 32-byte DATA header (a heartbeat) for `session` at `position` of a stream whose log has
@@ -267,7 +263,6 @@ fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_dri
     assert!(system(&dir, SystemCounter::Images) <= 128);
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success(), "the driver did not survive to shut down cleanly");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -291,5 +286,4 @@ fn multicast_through_the_standalone_driver_reaches_two_subscriber_processes() {
     assert!(system(&dir, SystemCounter::BytesReceived) >= (count * 100) as i64);
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
-    let _ = std::fs::remove_dir_all(dir);
 }
