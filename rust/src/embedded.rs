@@ -253,6 +253,7 @@ mod tests {
     use crate::protocol::OfferError;
     use crate::shm::status::SystemCounter;
     use crate::shm::test_support::tempdir;
+    use crate::test_ports::free_udp_port;
     use std::time::{Duration, Instant};
 
     fn config(root: &Path, threading: EmbeddedThreading) -> EmbeddedConfig {
@@ -284,10 +285,13 @@ mod tests {
     #[test]
     fn every_threading_mode_carries_ipc_and_udp_in_order_and_close_removes_the_private_directory() {
         let root = tempdir();
-        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let udp = format!("aeron:udp?endpoint=127.0.0.1:{port}");
-        let cases = EmbeddedThreading::ALL.into_iter().flat_map(|t| [(t, "aeron:ipc"), (t, udp.as_str())]);
-        for (threading, channel) in cases {
+        let cases = EmbeddedThreading::ALL.into_iter().flat_map(|t| [(t, false), (t, true)]);
+        for (threading, udp) in cases {
+            // A port of its own for each UDP case: the one the case before released may have
+            // been taken since.
+            let channel =
+                if udp { format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port()) } else { "aeron:ipc".to_owned() };
+            let channel = channel.as_str();
             let client = start(config(&root, threading)).unwrap();
             assert_eq!(client.threading(), threading.name());
             let dir = client.dir().to_path_buf();

@@ -13,10 +13,13 @@ use affinity::shm::status::SystemCounter;
 
 #[path = "support/netns.rs"]
 mod netns;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/processes.rs"]
 mod processes;
 
 use netns::in_private_netns;
+use ports::free_udp_port;
 
 use processes::{output, tempdir as temp_dir, Proc, TempDir, IPC};
 
@@ -26,10 +29,6 @@ fn tempdir(name: &str) -> TempDir {
 
 fn start_driver(dir: &Path, extra: &[&str]) -> Proc {
     processes::start_driver(dir, extra, Stdio::inherit())
-}
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
 }
 
 fn client(role: &str, dir: &Path, channel: &str, count: u64, size: usize) -> Proc {
@@ -70,7 +69,7 @@ fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) 
 
 #[test]
 fn a_million_udp_messages_between_processes_arrive_in_order() {
-    let port = free_port();
+    let port = free_udp_port();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let dir = transfer("million", &[], &channel, 1_000_000, 32);
     assert!(!dir.join(CNC_FILE).exists(), "SIGTERM removes the driver's files");
@@ -79,7 +78,7 @@ fn a_million_udp_messages_between_processes_arrive_in_order() {
 #[test]
 fn every_threading_mode_moves_data_in_order() {
     for mode in ["dedicated", "shared-network", "shared"] {
-        let port = free_port();
+        let port = free_udp_port();
         let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
         transfer(mode, &["--threading", mode], &channel, 100_000, 200);
     }
@@ -89,7 +88,7 @@ fn every_threading_mode_moves_data_in_order() {
 fn loss_through_a_relay_is_repaired_by_naks_through_the_standalone_driver() {
     use affinity::media::relay::{Impairment, LossyRelay};
     use std::sync::atomic::Ordering;
-    let port = free_port();
+    let port = free_udp_port();
     let target = format!("127.0.0.1:{port}").parse().expect("address");
     let impairment = Impairment { loss: 0.02, duplicate: 0.01, reorder: 0.01 };
     let relay = LossyRelay::start("127.0.0.1:0".parse().expect("address"), target, impairment, 7).expect("relay");
@@ -125,7 +124,7 @@ fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
 fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_still_arrives() {
     let dir = tempdir("kill");
     let mut driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
-    let port = free_port();
+    let port = free_udp_port();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let count = 50_000;
     let mut subscriber = client("subscribe", &dir, &channel, count, 64);
@@ -208,7 +207,7 @@ fn forged_setup(session: i32, stream: i32, initial_term_id: i32, active_term_id:
 fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_driver() {
     let dir = tempdir("hostile");
     let mut driver = start_driver(&dir, &[]);
-    let port = free_port();
+    let port = free_udp_port();
     let endpoint = format!("127.0.0.1:{port}");
     let channel = format!("aeron:udp?endpoint={endpoint}");
     let stream = 1001;

@@ -442,10 +442,7 @@ mod tests {
     use crate::shm::log_buffer::Offer;
     use crate::shm::status::{ImageInfo, PublicationInfo, SystemCounter};
     use crate::shm::test_support::tempdir;
-
-    fn free_port() -> u16 {
-        std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    }
+    use crate::test_ports::free_udp_port;
 
     /// An invoker-mode driver with 64 KiB terms in `dir`, and its `cnc` file opened as a client.
     fn invoker_driver(dir: &std::path::Path) -> (MediaDriver, Cnc) {
@@ -465,7 +462,7 @@ mod tests {
             let (id, bytes) = command.encode();
             ring.write(id, &bytes).unwrap();
         };
-        let nobody = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        let nobody = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
         send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: nobody });
         fn sender(driver: &MediaDriver) -> &SenderAgent {
             &driver.agents.as_ref().unwrap().sender
@@ -475,7 +472,7 @@ mod tests {
         }
         assert!(sender(&driver).has_publications(), "the publication reached the sender");
         assert!(!sender(&driver).has_receivers_to_drain(), "nobody receives it");
-        let listened = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        let listened = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
         send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 6, channel: listened.clone() });
         send(Command::AddPublication { client_id: 1, correlation_id: 13, stream_id: 6, channel: listened });
         let start = std::time::Instant::now();
@@ -509,7 +506,7 @@ mod tests {
                 }
             }
         };
-        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
         send(Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 5, channel: channel.clone() });
         send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 5, channel: channel.clone() });
         send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: channel.clone() });
