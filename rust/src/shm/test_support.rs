@@ -1,6 +1,13 @@
 //! Helpers for the unit tests of this layer.
 
+use std::time::Duration;
+
 use crate::test_temp_dir::TempDir;
+
+/// The client timeout of drivers whose clients are commands written by hand, which send no
+/// keepalives: longer than any test. (Under load a test can outlast the default 5 s; its
+/// clients then time out and their publications and subscriptions go with them.)
+pub const SILENT_CLIENT_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// A fresh, empty directory under the system temp dir (`affinity-shm-test-<pid>-<n>`),
 /// removed when the returned guard is dropped.

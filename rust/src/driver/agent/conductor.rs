@@ -903,10 +903,11 @@ fn start_on_subscription(uri: &ChannelUri, channel: &str) -> Result<(), String> 
 mod tests {
     use super::*;
     use crate::shm::log_buffer::Offer;
-    use crate::shm::test_support::tempdir;
+    use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
 
     fn small_config(dir: PathBuf) -> StandaloneConfig {
         StandaloneConfig {
+            client_timeout: SILENT_CLIENT_TIMEOUT,
             cnc: CncParams {
                 to_driver_capacity: 64 * 1024,
                 to_clients_capacity: 64 * 1024,

@@ -441,14 +441,16 @@ mod tests {
     use crate::shm::command::{Command, Response};
     use crate::shm::log_buffer::Offer;
     use crate::shm::status::{ImageInfo, PublicationInfo, SystemCounter};
-    use crate::shm::test_support::tempdir;
+    use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
     use crate::test_ports::free_udp_port;
 
-    /// An invoker-mode driver with 64 KiB terms in `dir`, and its `cnc` file opened as a client.
+    /// An invoker-mode driver with 64 KiB terms in `dir` whose silent clients never time out, and
+    /// its `cnc` file opened as a client.
     fn invoker_driver(dir: &std::path::Path) -> (MediaDriver, Cnc) {
         let mut config = MediaDriverConfig::new(dir.to_path_buf());
         config.threading = Threading::Invoker;
         config.standalone.context.term_length = 64 * 1024;
+        config.standalone.client_timeout = SILENT_CLIENT_TIMEOUT;
         let driver = MediaDriver::launch(config).unwrap();
         (driver, Cnc::open(&dir.join(CNC_FILE), true).unwrap())
     }
