@@ -37,7 +37,7 @@ def publisher_client(driver_options=(), **embedded_settings):
     global _driver
     if DRIVER_KIND == "embedded":
         return affinity.Client(**embedded_settings)
-    directory = tempfile.mkdtemp() + "/driver"
+    directory = tempfile.mkdtemp(dir=WORK_DIR) + "/driver"
     command = [sys.executable, "-m", "affinity.cli", "driver", "--dir", directory, *driver_options]
     _driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = _driver.stdout.readline()
@@ -60,11 +60,12 @@ def stop_driver():
 
 def run_in_private_netns(script: str, tmp_path: Path, driver_kind: str = "embedded") -> str:
     """Runs a Python script in a fresh network namespace whose only interface is loopback, after
-    ``PRELUDE`` for ``driver_kind``."""
+    ``PRELUDE`` for ``driver_kind`` (standalone drivers' directories under ``tmp_path``)."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         pytest.fail("multicast tests need util-linux (unshare) and iproute2 (ip)")
     path = tmp_path / "scenario.py"
-    path.write_text(f"DRIVER_KIND = {driver_kind!r}\n" + PRELUDE + textwrap.dedent(script))
+    header = f"DRIVER_KIND = {driver_kind!r}\nWORK_DIR = {str(tmp_path)!r}\n"
+    path.write_text(header + PRELUDE + textwrap.dedent(script))
     command = [str(NETNS_RUN), sys.executable, str(path)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"

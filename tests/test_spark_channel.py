@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -145,20 +144,16 @@ def test_bad_options_fail_the_write_with_the_option_named(spark: Any) -> None:
         ).mode("append").save()
 
 
-def _memory_query(spark: Any, reader: Any, name: str) -> Any:
+def _memory_query(reader: Any, name: str, checkpoint: Path) -> Any:
     return (
-        reader.load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", tempfile.mkdtemp(prefix="affinity-src-"))
-        .start()
+        reader.load().writeStream.format("memory").queryName(name).option("checkpointLocation", str(checkpoint)).start()
     )
 
 
-def test_the_source_reads_raw_messages_as_binary_rows(spark: Any, client: affinity.Client) -> None:
+def test_the_source_reads_raw_messages_as_binary_rows(spark: Any, client: affinity.Client, tmp_path: Path) -> None:
     channel = loopback_channel()
     reader = spark.readStream.format("affinity").option("channel", channel).option("streamId", "12")
-    query = _memory_query(spark, reader, "raw_rows")
+    query = _memory_query(reader, "raw_rows", tmp_path / "checkpoint")
     with contextlib.ExitStack() as stack:
         stack.callback(query.stop)
         pub = stack.enter_context(client.add_publication(channel, 12))
@@ -177,7 +172,7 @@ def test_the_source_reads_raw_messages_as_binary_rows(spark: Any, client: affini
         assert [r.position for r in rows] == sorted({r.position for r in rows})
 
 
-def test_the_source_decodes_arrow_columns_the_sender_wrote(spark: Any, client: affinity.Client) -> None:
+def test_the_source_decodes_arrow_columns_the_sender_wrote(spark: Any, client: affinity.Client, tmp_path: Path) -> None:
     channel = loopback_channel()
     reader = (
         spark.readStream.format("affinity")
@@ -186,7 +181,7 @@ def test_the_source_decodes_arrow_columns_the_sender_wrote(spark: Any, client: a
         .option("streamId", "13")
         .option("value", "arrow")
     )
-    query = _memory_query(spark, reader, "arrow_rows")
+    query = _memory_query(reader, "arrow_rows", tmp_path / "checkpoint")
     with contextlib.ExitStack() as stack:
         stack.callback(query.stop)
         pub = stack.enter_context(client.add_publication(channel, 13))

@@ -253,6 +253,7 @@ mod tests {
     use crate::protocol::OfferError;
     use crate::shm::status::SystemCounter;
     use crate::shm::test_support::tempdir;
+    use crate::test_ports::free_udp_port;
     use std::time::{Duration, Instant};
 
     fn config(root: &Path, threading: EmbeddedThreading) -> EmbeddedConfig {
@@ -284,10 +285,13 @@ mod tests {
     #[test]
     fn every_threading_mode_carries_ipc_and_udp_in_order_and_close_removes_the_private_directory() {
         let root = tempdir();
-        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let udp = format!("aeron:udp?endpoint=127.0.0.1:{port}");
-        let cases = EmbeddedThreading::ALL.into_iter().flat_map(|t| [(t, "aeron:ipc"), (t, udp.as_str())]);
-        for (threading, channel) in cases {
+        let cases = EmbeddedThreading::ALL.into_iter().flat_map(|t| [(t, false), (t, true)]);
+        for (threading, udp) in cases {
+            // A port of its own for each UDP case: the one the case before released may have
+            // been taken since.
+            let channel =
+                if udp { format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port()) } else { "aeron:ipc".to_owned() };
+            let channel = channel.as_str();
             let client = start(config(&root, threading)).unwrap();
             assert_eq!(client.threading(), threading.name());
             let dir = client.dir().to_path_buf();
@@ -323,7 +327,6 @@ mod tests {
             assert!(!dir.exists(), "{threading:?}: {} left behind", dir.display());
         }
         assert!(entries(&root).is_empty());
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -340,7 +343,6 @@ mod tests {
         assert!(!dead.exists() && live.exists() && other.exists());
         assert_ne!(client.dir(), live, "an existing directory of this pid is not reused");
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -363,7 +365,6 @@ mod tests {
         assert_eq!(open, 16, "exactly the publications handed back exist in the driver");
         drop(publications);
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -385,7 +386,6 @@ mod tests {
         assert_eq!(value(SystemCounter::IpcPublications), 1);
         drop(kept);
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -422,7 +422,6 @@ mod tests {
         assert!(client.drain_events().unwrap().is_empty(), "drained once");
         drop(publication);
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]
@@ -441,7 +440,6 @@ mod tests {
         let subscriptions = client.counters().value(SystemCounter::Subscriptions.id()).unwrap();
         assert_eq!(subscriptions, 0);
         client.close();
-        std::fs::remove_dir_all(root).unwrap();
     }
 
     #[test]

@@ -14,8 +14,11 @@ use affinity::groups::{GroupConfig, Timing};
 
 #[path = "support/netns.rs"]
 mod netns;
+#[path = "support/temp_dir.rs"]
+mod temp_dir;
 
 use netns::in_private_netns;
+use temp_dir::TempDir;
 
 const CONTROL: &str = "aeron:udp?endpoint=224.20.30.41:24410|interface=127.0.0.1";
 fn options(registry: &std::path::Path) -> MemberOptions {
@@ -30,7 +33,7 @@ fn members_in_separate_registries_meet_through_the_multicast_control_channel() {
     if !in_private_netns("members_in_separate_registries_meet_through_the_multicast_control_channel") {
         return;
     }
-    let root = std::env::temp_dir().join(format!("affinity-groups-mcast-{}", std::process::id()));
+    let root = TempDir::new("groups-mcast");
     let group = GroupConfig::new("orders", "hp", 16, 2, 1 << 20).unwrap();
     let consumer_client = Arc::new(ClientHandle::from(embedded::start(EmbeddedConfig::default()).unwrap()));
     let consumer = GroupConsumer::new(
@@ -67,5 +70,4 @@ fn members_in_separate_registries_meet_through_the_multicast_control_channel() {
     assert!(publisher.flush(Duration::from_secs(5)), "acks travel to the publisher found by multicast");
     publisher.close();
     consumer.close(Duration::from_secs(1));
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -4,7 +4,7 @@
 //! Every wait is bounded by time.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,9 +14,9 @@ use affinity::shm::cnc::{Cnc, CNC_FILE};
 #[path = "support/processes.rs"]
 mod processes;
 
-use processes::{output, tempdir as temp_dir, Proc, DRIVER, IPC};
+use processes::{output, tempdir as temp_dir, Proc, TempDir, DRIVER, IPC};
 
-fn tempdir(name: &str) -> PathBuf {
+fn tempdir(name: &str) -> TempDir {
     temp_dir("standalone", name)
 }
 
@@ -72,7 +72,6 @@ fn a_million_ipc_messages_between_processes_arrive_in_order() {
     assert!(sent.contains("\"messages\":1000000"), "{sent}");
     assert!(received.contains("\"messages\":1000000"), "{received}");
     drop(driver);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -91,7 +90,6 @@ fn batch_offers_between_processes_arrive_in_order_small_and_fragmented() {
         assert!(received.contains(&format!("\"messages\":{count},")), "{received}");
     }
     drop(driver);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -109,7 +107,6 @@ fn two_subscribers_each_get_every_message_and_the_slowest_paces_the_publisher() 
     for subscriber in [a, b] {
         assert!(output(subscriber, Duration::from_secs(300)).contains("\"messages\":200000"));
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -136,7 +133,6 @@ fn a_killed_client_is_reclaimed_after_the_client_timeout() {
     assert!(counter(&dir, "sub-pos:").is_none() && counter(&dir, "pub-lmt:").is_none(), "counters freed");
     let logs = std::fs::read_dir(dir.join("publications")).unwrap().count();
     assert_eq!(logs, 0, "log file removed");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -166,19 +162,17 @@ fn a_killed_driver_makes_clients_time_out_and_a_restart_takes_over() {
     drop(client);
     restarted.signal(libc::SIGTERM);
     assert!(restarted.wait_exit(Duration::from_secs(5)).success());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn a_second_driver_on_a_live_directory_refuses_and_names_the_pid() {
     let dir = tempdir("two-drivers");
     let first = start_driver(&dir, &[]);
-    let second = Command::new(DRIVER).arg("--dir").arg(&dir).output().expect("run second driver");
+    let second = Command::new(DRIVER).arg("--dir").arg(dir.path()).output().expect("run second driver");
     assert!(!second.status.success());
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(stderr.contains(&format!("pid {}", first.0.id())), "{stderr}");
     drop(first);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -207,7 +201,6 @@ fn sigterm_shuts_down_cleanly_ends_streams_and_removes_files() {
         got.len() == 1 && subscription.image_count().unwrap_or(1) == 0
     });
     assert!(drained, "got {got:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -224,5 +217,4 @@ fn a_corrupt_or_truncated_cnc_is_a_clear_error_and_a_new_driver_replaces_it() {
     assert!(AttachedClient::connect(&dir, Duration::from_secs(1)).is_ok());
     driver.signal(libc::SIGINT);
     assert!(driver.wait_exit(Duration::from_secs(5)).success());
-    let _ = std::fs::remove_dir_all(dir);
 }

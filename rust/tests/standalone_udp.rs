@@ -4,7 +4,7 @@
 //! agents carry the stream over loopback UDP. Every wait is bounded by time.
 
 use std::net::UdpSocket;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -13,23 +13,22 @@ use affinity::shm::status::SystemCounter;
 
 #[path = "support/netns.rs"]
 mod netns;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/processes.rs"]
 mod processes;
 
 use netns::in_private_netns;
+use ports::free_udp_port;
 
-use processes::{output, tempdir as temp_dir, Proc, IPC};
+use processes::{output, tempdir as temp_dir, Proc, TempDir, IPC};
 
-fn tempdir(name: &str) -> PathBuf {
+fn tempdir(name: &str) -> TempDir {
     temp_dir("udp", name)
 }
 
 fn start_driver(dir: &Path, extra: &[&str]) -> Proc {
     processes::start_driver(dir, extra, Stdio::inherit())
-}
-
-fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
 }
 
 fn client(role: &str, dir: &Path, channel: &str, count: u64, size: usize) -> Proc {
@@ -54,7 +53,7 @@ fn system(dir: &Path, counter: SystemCounter) -> i64 {
 /// Publisher and subscriber processes over `channel` through a driver started with `extra`;
 /// returns the driver's directory (its files removed by SIGTERM) and its error log's messages
 /// as they were just before.
-fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) -> (PathBuf, Vec<String>) {
+fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) -> (TempDir, Vec<String>) {
     let dir = tempdir(name);
     let mut driver = start_driver(&dir, extra);
     let mut subscriber = client("subscribe", &dir, channel, count, size);
@@ -73,20 +72,18 @@ fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) 
 
 #[test]
 fn a_million_udp_messages_between_processes_arrive_in_order() {
-    let port = free_port();
+    let port = free_udp_port();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let (dir, _) = transfer("million", &[], &channel, 1_000_000, 32);
     assert!(!dir.join(CNC_FILE).exists(), "SIGTERM removes the driver's files");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn every_threading_mode_moves_data_in_order() {
     for mode in ["dedicated", "shared-network", "shared"] {
-        let port = free_port();
+        let port = free_udp_port();
         let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
-        let (dir, _) = transfer(mode, &["--threading", mode], &channel, 100_000, 200);
-        let _ = std::fs::remove_dir_all(dir);
+        transfer(mode, &["--threading", mode], &channel, 100_000, 200);
     }
 }
 
@@ -94,7 +91,7 @@ fn every_threading_mode_moves_data_in_order() {
 fn loss_through_a_relay_is_repaired_by_naks_through_the_standalone_driver() {
     use affinity::media::relay::{Impairment, LossyRelay};
     use std::sync::atomic::Ordering;
-    let port = free_port();
+    let port = free_udp_port();
     let target = format!("127.0.0.1:{port}").parse().expect("address");
     let impairment = Impairment { loss: 0.02, duplicate: 0.01, reorder: 0.01 };
     let relay = LossyRelay::start("127.0.0.1:0".parse().expect("address"), target, impairment, 7).expect("relay");
@@ -113,7 +110,6 @@ fn loss_through_a_relay_is_repaired_by_naks_through_the_standalone_driver() {
     assert_eq!(system(&dir, SystemCounter::InvalidDataFrames), 0, "duplicates are not malformed");
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
@@ -131,7 +127,7 @@ fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
 fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_still_arrives() {
     let dir = tempdir("kill");
     let mut driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
-    let port = free_port();
+    let port = free_udp_port();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let count = 50_000;
     let mut subscriber = client("subscribe", &dir, &channel, count, 64);
@@ -139,7 +135,7 @@ fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_sti
     let mut publisher = Proc(
         Command::new(IPC)
             .args(["publish", "--dir"])
-            .arg(&dir)
+            .arg(dir.path())
             .args(["--channel", &channel, "--count", &count.to_string(), "--size", "64", "--hang", "1"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -162,7 +158,6 @@ fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_sti
         .any(|e| e.map(|e| !e.file_name().to_string_lossy().starts_with("image-")).unwrap_or(false)));
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A 32-byte DATA header (a heartbeat) for `session` at `position` of a stream whose log has
@@ -215,7 +210,7 @@ fn forged_setup(session: i32, stream: i32, initial_term_id: i32, active_term_id:
 fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_driver() {
     let dir = tempdir("hostile");
     let mut driver = start_driver(&dir, &[]);
-    let port = free_port();
+    let port = free_udp_port();
     let endpoint = format!("127.0.0.1:{port}");
     let channel = format!("aeron:udp?endpoint={endpoint}");
     let stream = 1001;
@@ -270,7 +265,6 @@ fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_dri
     assert!(system(&dir, SystemCounter::Images) <= 128);
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success(), "the driver did not survive to shut down cleanly");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -294,7 +288,6 @@ fn multicast_through_the_standalone_driver_reaches_two_subscriber_processes() {
     assert!(system(&dir, SystemCounter::BytesReceived) >= (count * 100) as i64);
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The driver's error log, as `affinity stat --errors` reads it.
@@ -312,22 +305,20 @@ fn a_loopback_mtu_below_the_datagrams_turns_offload_off_and_loses_nothing() {
     // offloaded run whose segments exceed the device, and fragments single datagrams.
     let status = Command::new("ip").args(["link", "set", "lo", "mtu", "1280"]).status().expect("run ip");
     assert!(status.success(), "cannot set the namespace's loopback MTU");
-    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
-    let (dir, errors) = transfer("offload-mtu", &[], &channel, 50_000, 200);
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+    let (_dir, errors) = transfer("offload-mtu", &[], &channel, 50_000, 200);
     assert!(
         errors.iter().any(|e| e.contains("UDP segmentation offload refused") && e.contains(&channel)),
         "the fallback was not logged: {errors:?}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn offload_off_moves_data_in_order_and_offload_on_logs_no_fallback() {
     for offload in ["off", "on"] {
-        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
-        let (dir, errors) =
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+        let (_dir, errors) =
             transfer(&format!("offload-{offload}"), &["--udp-offload", offload], &channel, 100_000, 200);
         assert_eq!(errors, Vec::<String>::new(), "--udp-offload {offload}");
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

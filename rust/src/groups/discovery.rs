@@ -188,7 +188,7 @@ mod tests {
 
     #[test]
     fn member_files_are_written_0600_and_scanned_back() {
-        let root = std::env::temp_dir().join(format!("affinity-discovery-{}", std::process::id()));
+        let root = crate::test_temp_dir::TempDir::new("discovery");
         let dir = members_dir(&root, "orders");
         let path = write_member_file(&dir, &file(7, std::process::id())).unwrap();
         assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
@@ -201,7 +201,6 @@ mod tests {
         assert_eq!(found.members.len(), 1);
         assert_eq!(found.members[0].1.member_id, 7);
         assert_eq!(found.invalid, 2, "junk and the other group's file");
-        fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -372,7 +372,6 @@ mod tests {
         assert_eq!(got, vec![(3, b"hello".to_vec())]);
         use std::os::unix::fs::MetadataExt;
         assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -410,7 +409,6 @@ mod tests {
         let mut bad = good.clone();
         bad[16..20].copy_from_slice(&(17 * 128i32).to_le_bytes());
         check(&bad, "");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -436,6 +434,5 @@ mod tests {
                 Ok(())
             })
             .unwrap();
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -165,7 +165,6 @@ mod tests {
         let error = prepare(&dir, 10_000, 1_500).unwrap_err().to_string();
         assert!(error.contains(&format!("pid {pid}")), "{error}");
         assert_eq!(inspect(&dir, 10_000, 1_500), DirectoryState::Live { pid: pid as i64, heartbeat_age_ms: 500 });
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -184,7 +183,6 @@ mod tests {
         // Garbage cnc.
         fs::write(dir.join(CNC_FILE), b"garbage").unwrap();
         assert!(prepare(&dir, 10_000, 0).unwrap().unwrap().contains("truncated"));
-        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -193,6 +191,5 @@ mod tests {
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         prepare(&dir, 10_000, 0).unwrap();
         assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
-        fs::remove_dir_all(dir).unwrap();
     }
 }

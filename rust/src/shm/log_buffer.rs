@@ -1485,7 +1485,6 @@ mod tests {
         // Corrupt MTU.
         log.metadata().put_i32(meta::MTU_LENGTH, 33).unwrap();
         assert!(LogBuffer::open(&path).unwrap_err().to_string().contains("mtu 33"));
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,19 +1,18 @@
 //! Helpers for the unit tests of this layer.
 
-use std::path::PathBuf;
+use std::time::Duration;
 
-/// A fresh, empty directory under the system temp dir (removed by the test that made it).
-pub fn tempdir() -> PathBuf {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "affinity-shm-test-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+use crate::test_temp_dir::TempDir;
+
+/// The client timeout of drivers whose clients are commands written by hand, which send no
+/// keepalives: longer than any test. (Under load a test can outlast the default 5 s; its
+/// clients then time out and their publications and subscriptions go with them.)
+pub const SILENT_CLIENT_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// A fresh, empty directory under the system temp dir (`affinity-shm-test-<pid>-<n>`),
+/// removed when the returned guard is dropped.
+pub fn tempdir() -> TempDir {
+    TempDir::new("shm-test")
 }
 
 /// cnc sections small enough for unit tests: 4 KiB rings and error log, 16 counters.

@@ -3,20 +3,24 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "temp_dir.rs"]
+mod temp_dir;
+
+pub use temp_dir::TempDir;
 
 /// The driver executable.
 pub const DRIVER: &str = env!("CARGO_BIN_EXE_affinity-driver");
 /// The publisher / subscriber tool.
 pub const IPC: &str = env!("CARGO_BIN_EXE_affinity-ipc");
 
-/// A fresh (removed) directory under the temp dir, named for the test and this process.
-pub fn tempdir(prefix: &str, name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("affinity-{prefix}-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A fresh, empty directory under the temp dir, named for the test and this process, removed
+/// when dropped.
+pub fn tempdir(prefix: &str, name: &str) -> TempDir {
+    TempDir::new(&format!("{prefix}-{name}"))
 }
 
 /// A child process killed (SIGKILL) when dropped.

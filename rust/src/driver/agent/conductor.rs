@@ -903,10 +903,11 @@ fn start_on_subscription(uri: &ChannelUri, channel: &str) -> Result<(), String> 
 mod tests {
     use super::*;
     use crate::shm::log_buffer::Offer;
-    use crate::shm::test_support::tempdir;
+    use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
 
     fn small_config(dir: PathBuf) -> StandaloneConfig {
         StandaloneConfig {
+            client_timeout: SILENT_CLIENT_TIMEOUT,
             cnc: CncParams {
                 to_driver_capacity: 64 * 1024,
                 to_clients_capacity: 64 * 1024,
@@ -934,7 +935,7 @@ mod tests {
     #[test]
     fn an_ipc_publication_paces_on_its_slowest_subscriber_and_lingers_until_drained() {
         let dir = tempdir();
-        let mut driver = StandaloneDriver::launch(small_config(dir.clone())).unwrap();
+        let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
         let ring = driver.cnc().to_driver().unwrap();
         let mut receiver = driver.cnc().to_clients_receiver().unwrap();
         let counters = driver.cnc().counters().unwrap();
@@ -997,7 +998,6 @@ mod tests {
         assert_eq!(log.end_of_stream_position().unwrap(), 32 * 1024);
         driver.shutdown().unwrap();
         assert!(!dir.join(CNC_FILE).exists());
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// A driver with one `aeron:ipc` publication (terms of `term_length`: window half a term,
@@ -1077,7 +1077,6 @@ mod tests {
         }
         assert_eq!(log.offer(&[3; 224], 0, limit.get().unwrap()).unwrap(), Offer::BackPressured);
         driver.shutdown().unwrap();
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// A seeded walk of a publisher and a subscriber with uneven speeds through many term
@@ -1166,13 +1165,12 @@ mod tests {
         assert_eq!(received, sent);
         assert!(working <= cycles * 64 / trip + 2, "{working} working cycles of {cycles}");
         driver.shutdown().unwrap();
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
     fn a_silent_client_is_reclaimed_after_the_client_timeout() {
         let dir = tempdir();
-        let config = StandaloneConfig { client_timeout: Duration::from_millis(200), ..small_config(dir.clone()) };
+        let config = StandaloneConfig { client_timeout: Duration::from_millis(200), ..small_config(dir.to_path_buf()) };
         let mut driver = StandaloneDriver::launch(config).unwrap();
         let ring = driver.cnc().to_driver().unwrap();
         let (id, bytes) =
@@ -1194,6 +1192,5 @@ mod tests {
             (1, 0, 0)
         );
         driver.shutdown().unwrap();
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

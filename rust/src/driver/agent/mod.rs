@@ -444,17 +444,16 @@ mod tests {
     use crate::shm::command::{Command, Response};
     use crate::shm::log_buffer::Offer;
     use crate::shm::status::{ImageInfo, PublicationInfo, SystemCounter};
-    use crate::shm::test_support::tempdir;
+    use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
+    use crate::test_ports::free_udp_port;
 
-    fn free_port() -> u16 {
-        std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-    }
-
-    /// An invoker-mode driver with 64 KiB terms in `dir`, and its `cnc` file opened as a client.
+    /// An invoker-mode driver with 64 KiB terms in `dir` whose silent clients never time out, and
+    /// its `cnc` file opened as a client.
     fn invoker_driver(dir: &std::path::Path) -> (MediaDriver, Cnc) {
         let mut config = MediaDriverConfig::new(dir.to_path_buf());
         config.threading = Threading::Invoker;
         config.standalone.context.term_length = 64 * 1024;
+        config.standalone.client_timeout = SILENT_CLIENT_TIMEOUT;
         let driver = MediaDriver::launch(config).unwrap();
         (driver, Cnc::open(&dir.join(CNC_FILE), true).unwrap())
     }
@@ -468,7 +467,7 @@ mod tests {
             let (id, bytes) = command.encode();
             ring.write(id, &bytes).unwrap();
         };
-        let nobody = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        let nobody = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
         send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: nobody });
         fn sender(driver: &MediaDriver) -> &SenderAgent {
             &driver.agents.as_ref().unwrap().sender
@@ -478,7 +477,7 @@ mod tests {
         }
         assert!(sender(&driver).has_publications(), "the publication reached the sender");
         assert!(!sender(&driver).has_receivers_to_drain(), "nobody receives it");
-        let listened = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        let listened = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
         send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 6, channel: listened.clone() });
         send(Command::AddPublication { client_id: 1, correlation_id: 13, stream_id: 6, channel: listened });
         let start = std::time::Instant::now();
@@ -512,7 +511,7 @@ mod tests {
                 }
             }
         };
-        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_port());
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
         send(Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 5, channel: channel.clone() });
         send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 5, channel: channel.clone() });
         send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: channel.clone() });
@@ -644,7 +643,6 @@ mod tests {
         assert_eq!(gone, links);
         driver.close().unwrap();
         assert!(!dir.join(CNC_FILE).exists(), "close removes the driver's files");
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -659,12 +657,11 @@ mod tests {
     fn a_threaded_driver_closes_and_removes_its_files() {
         for threading in [Threading::Dedicated, Threading::SharedNetwork, Threading::Shared] {
             let dir = tempdir();
-            let config = MediaDriverConfig { threading, ..MediaDriverConfig::new(dir.clone()) };
+            let config = MediaDriverConfig { threading, ..MediaDriverConfig::new(dir.to_path_buf()) };
             let driver = MediaDriver::launch(config).unwrap();
             assert!(dir.join(CNC_FILE).exists());
             driver.close().unwrap();
             assert!(!dir.join(CNC_FILE).exists(), "{threading:?}");
-            std::fs::remove_dir_all(dir).unwrap();
         }
     }
 }
