@@ -169,6 +169,48 @@ fn an_ipc_publication_naming_another_start_than_the_open_log_is_refused() {
 }
 
 #[test]
+fn udp_publications_of_one_route_share_one_session_and_a_setting_it_cannot_honour_is_refused() {
+    let client = client();
+    let endpoint = format!("127.0.0.1:{}", free_udp_port());
+    let channel = format!("aeron:udp?endpoint={endpoint}|{ROLLOVER_START}");
+    let mut subscription = client.add_subscription(&format!("aeron:udp?endpoint={endpoint}"), 17).unwrap();
+    let first = client.add_publication(&channel, 17).unwrap();
+    wait_connected(&client, &first);
+    // Other channel strings to the same destination: the same publication, one image.
+    for same in [
+        format!("aeron:udp?endpoint={endpoint}"),
+        format!("aeron:udp?endpoint={endpoint}|term-length=64k|mtu=1408|linger=1s"),
+        format!("aeron:udp?endpoint={endpoint}|session-id={}", first.session_id()),
+        format!("aeron:udp?endpoint={endpoint}|{ROLLOVER_START}|linger=2s"),
+    ] {
+        let shared = client.add_publication(&same, 17).unwrap();
+        assert_eq!(shared.registration_id(), first.registration_id(), "{same}");
+        assert_eq!(shared.session_id(), first.session_id(), "{same}");
+    }
+    // Settings the open log cannot honour: refused, naming both values.
+    for (other, named) in [
+        (format!("aeron:udp?endpoint={endpoint}|term-length=128k"), "term-length=131072 differs from the 65536"),
+        (format!("aeron:udp?endpoint={endpoint}|mtu=8192"), "mtu=8192 differs from the 1408"),
+        (
+            format!("aeron:udp?endpoint={endpoint}|session-id=7"),
+            &*format!("session-id=7 differs from the {}", first.session_id()),
+        ),
+        (
+            format!("aeron:udp?endpoint={endpoint}|term-length=64k|init-term-id=100|term-id=103|term-offset=0"),
+            "(start position 196608) differs from the aeron:udp publication already open",
+        ),
+    ] {
+        let error = refusal(client.add_publication(&other, 17));
+        assert!(error.contains(named), "{other}: {error}");
+        assert!(error.contains(&format!("already open to {endpoint} on stream 17")), "{other}: {error}");
+    }
+    // Another stream, or another destination, is another publication.
+    assert_ne!(client.add_publication(&channel, 18).unwrap().registration_id(), first.registration_id());
+    send_and_check(&first, &mut subscription, 10);
+    assert_eq!(subscription.image_count().unwrap(), 1);
+}
+
+#[test]
 fn start_positions_that_do_not_fit_are_refused_naming_the_key_and_value() {
     // The driver's UDP terms are 64 KiB: an offset the URI's default (16 MiB) would allow is
     // checked against the log the driver really makes.

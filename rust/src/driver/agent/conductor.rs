@@ -499,40 +499,15 @@ impl StandaloneDriver {
         if let Some(publication) =
             self.publications.iter_mut().find(|p| p.stream_id == stream_id && p.released_at_ms.is_none())
         {
-            // A setting the shared log cannot honour is refused, never silently ignored.
-            let existing = [
-                ("term-length", uri.term_length, publication.log.term_length()),
-                ("mtu", uri.mtu, publication.log.mtu()),
-            ];
-            if let Some((key, Some(asked), actual)) =
-                existing.into_iter().find(|(_, asked, actual)| asked.is_some_and(|a| a != *actual))
-            {
-                return Err((
-                    error_code::INVALID_CHANNEL,
-                    format!(
-                        "{channel}: {key}={asked} differs from the {actual} of the aeron:ipc publication already open \
-                         on stream {stream_id} (publishers of one stream share its log)"
-                    ),
-                ));
-            }
-            // A start position must be the one the shared log started at (Aeron's confirmMatch).
-            if let Some(start) = uri.initial_position {
-                let asked = uri
-                    .start_position(channel, publication.log.term_length())
-                    .map_err(|e| (error_code::INVALID_CHANNEL, format!("{channel}: {e}")))?;
-                let initial_term_id = publication.log.initial_term_id();
-                if start.initial_term_id != initial_term_id || asked != publication.start_position {
-                    return Err((
-                        error_code::INVALID_CHANNEL,
-                        format!(
-                            "{channel}: init-term-id={}|term-id={}|term-offset={} (start position {asked}) differs \
-                             from the aeron:ipc publication already open on stream {stream_id}, which started at \
-                             init-term-id={initial_term_id}, position {} (publishers of one stream share its log)",
-                            start.initial_term_id, start.term_id, start.term_offset, publication.start_position
-                        ),
-                    ));
-                }
-            }
+            let open = OpenLog {
+                term_length: publication.log.term_length(),
+                mtu: publication.log.mtu(),
+                initial_term_id: publication.log.initial_term_id(),
+                start_position: publication.start_position,
+                session_id: publication.session_id,
+            };
+            let shared = format!("the aeron:ipc publication already open on stream {stream_id}");
+            confirm_open_log(&uri, channel, &shared, &open).map_err(|m| (error_code::INVALID_CHANNEL, m))?;
             *publication.owners.entry(client_id).or_insert(0) += 1;
             let response = Response::PublicationReady {
                 correlation_id,
@@ -873,6 +848,47 @@ fn ipc_channel(channel: &str) -> Result<ChannelUri, String> {
         ));
     }
     Ok(uri)
+}
+
+/// What the log that the publishers of one stream share was opened with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct OpenLog {
+    term_length: u32,
+    mtu: u32,
+    initial_term_id: i32,
+    /// Where the log started (`init-term-id|term-id|term-offset`, else 0).
+    start_position: i64,
+    session_id: i32,
+}
+
+/// Refuses a publisher whose `channel` names a setting the open log (`shared`, e.g. "the
+/// aeron:ipc publication already open on stream 5") cannot honour, naming both values: a
+/// `term-length`, `mtu` or `session-id` of its own, or a start position other than the log's
+/// (Aeron's `confirmMatch`). A setting the channel does not name is the open log's.
+fn confirm_open_log(uri: &ChannelUri, channel: &str, shared: &str, open: &OpenLog) -> Result<(), String> {
+    let named = [
+        ("term-length", uri.term_length.map(i64::from), i64::from(open.term_length)),
+        ("mtu", uri.mtu.map(i64::from), i64::from(open.mtu)),
+        ("session-id", uri.session_id.map(i64::from), i64::from(open.session_id)),
+    ];
+    if let Some((key, Some(asked), actual)) =
+        named.into_iter().find(|(_, asked, actual)| asked.is_some_and(|a| a != *actual))
+    {
+        return Err(format!(
+            "{channel}: {key}={asked} differs from the {actual} of {shared} (publishers of one stream share its log)"
+        ));
+    }
+    if let Some(start) = uri.initial_position {
+        let asked = uri.start_position(channel, open.term_length).map_err(|e| format!("{channel}: {e}"))?;
+        if start.initial_term_id != open.initial_term_id || asked != open.start_position {
+            return Err(format!(
+                "{channel}: init-term-id={}|term-id={}|term-offset={} (start position {asked}) differs from {shared}, \
+                 which started at init-term-id={}, position {} (publishers of one stream share its log)",
+                start.initial_term_id, start.term_id, start.term_offset, open.initial_term_id, open.start_position
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Where a new log of `params` starts: the channel's `init-term-id|term-id|term-offset`, else at

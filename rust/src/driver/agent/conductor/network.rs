@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 
-use super::{ipc_channel, log_start, start_on_subscription, StandaloneDriver, SystemCounter};
+use super::{
+    confirm_open_log, ipc_channel, log_start, start_on_subscription, OpenLog, StandaloneDriver, SystemCounter,
+};
 use crate::channel::{ChannelUri, CongestionControl, Media};
 use crate::driver::agent::receiver::{ImageDefaults, ReceiverCounters};
 use crate::driver::agent::sender::SenderCounters;
@@ -29,9 +31,21 @@ pub(super) fn is_udp(channel: &str) -> bool {
     ChannelUri::parse(channel).is_ok_and(|uri| uri.media == Media::Udp)
 }
 
+/// Where a network publication sends from and to: publishers of one route and stream share one
+/// publication, as Aeron's share a send channel endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SendRoute {
+    destination: SocketAddr,
+    /// The local address named by `interface=` (unicast: with its port), if any.
+    local: Option<SocketAddr>,
+    control: Option<SocketAddr>,
+}
+
 struct NetPublication {
     registration_id: i64,
-    channel: String,
+    route: SendRoute,
+    /// What its log was opened with (a later publisher's channel must agree).
+    open: OpenLog,
     stream_id: i32,
     session_id: i32,
     log_file: String,
@@ -224,13 +238,24 @@ impl StandaloneDriver {
         now_ms: i64,
     ) -> Result<(), Refusal> {
         self.require_agents(channel)?;
-        // Publishers of one channel and stream share one log (Aeron's non-exclusive publications).
-        if let Some(publication) = self
-            .network
-            .publications
-            .iter_mut()
-            .find(|p| p.channel == channel && p.stream_id == stream_id && !p.released)
+        let uri = parse(channel)?;
+        let is_multicast = uri.is_multicast();
+        let destination = endpoint_of(&uri, channel)?;
+        let interface = interface_address(&uri, channel)?;
+        let local = uri
+            .interface
+            .as_ref()
+            .zip(interface)
+            .map(|(spec, address)| SocketAddr::new(address, if is_multicast { 0 } else { spec.port.unwrap_or(0) }));
+        let route = SendRoute { destination, local, control: uri.control_address() };
+        // Publishers of one route and stream share one log (Aeron's non-exclusive publications),
+        // whatever else their channels say; a setting that log cannot honour is refused.
+        if let Some(publication) =
+            self.network.publications.iter_mut().find(|p| p.route == route && p.stream_id == stream_id && !p.released)
         {
+            let shared = format!("the aeron:udp publication already open to {destination} on stream {stream_id}");
+            confirm_open_log(&uri, channel, &shared, &publication.open)
+                .map_err(|m| (error_code::INVALID_CHANNEL, m))?;
             *publication.owners.entry(client_id).or_insert(0) += 1;
             let response = Response::PublicationReady {
                 correlation_id,
@@ -243,9 +268,7 @@ impl StandaloneDriver {
             self.respond(response, now_ms);
             return Ok(());
         }
-        let uri = parse(channel)?;
         let context = self.config.context.clone();
-        let is_multicast = uri.is_multicast();
         let spec = match &uri.flow_control {
             Some(value) => Some(FlowControlSpec::parse(value).map_err(|e| invalid(channel, e))?),
             None => None,
@@ -281,19 +304,12 @@ impl StandaloneDriver {
         };
         params.validate().map_err(|m| invalid(channel, m))?;
         let start = log_start(&uri, &params);
-        let destination = endpoint_of(&uri, channel)?;
-        let interface = interface_address(&uri, channel)?;
         let options = SocketOptions {
             receive_buffer: Some(uri.so_rcvbuf.unwrap_or(context.socket_receive_buffer)),
             send_buffer: uri.so_sndbuf.or(context.socket_send_buffer),
             multicast_ttl: uri.ttl.map(u32::from),
             interface,
         };
-        let local = uri
-            .interface
-            .as_ref()
-            .zip(interface)
-            .map(|(spec, address)| SocketAddr::new(address, if is_multicast { 0 } else { spec.port.unwrap_or(0) }));
         let socket = bind_sender(destination, local, &options)
             .map_err(|e| socket_error(channel, format!("cannot open sending socket for {destination}"), e))?;
         let _ = socket.set_nonblocking(true);
@@ -379,7 +395,8 @@ impl StandaloneDriver {
         })));
         self.network.publications.push(NetPublication {
             registration_id: correlation_id,
-            channel: channel.to_owned(),
+            route,
+            open: OpenLog { term_length, mtu, initial_term_id, start_position: initial_position, session_id },
             stream_id,
             session_id,
             log_file: log_file.clone(),
