@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 #: Set (as CI does) to fail instead of skipping when PySpark or Java is missing.
 REQUIRE_ENV = "AFFINITY_REQUIRE_SPARK"
+#: An embedded driver's private directory, ``<root>-embedded/<pid>-<n>``, in a line of /proc/<pid>/maps.
+_EMBEDDED_DIR = re.compile(r"(/\S*-embedded/\d+-\d+)/")
 
 
 def spark_session() -> Any:
@@ -46,3 +50,61 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str, step: flo
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout}s waiting for {what}")
         time.sleep(step)
+
+
+def _descendants(root: int) -> set[int]:
+    """The live processes under ``root`` (its Spark JVM and that JVM's Python workers)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] != "Z":
+            parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def driver_dirs(pid: int) -> set[Path]:
+    """The embedded driver directories process ``pid`` has mapped (none once it is gone)."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return set()
+    return {Path(match) for match in _EMBEDDED_DIR.findall(maps)}
+
+
+def worker_driver_dirs() -> dict[int, set[Path]]:
+    """The embedded driver directories each process under this one has mapped, by pid."""
+    held = {pid: driver_dirs(pid) for pid in _descendants(os.getpid())}
+    return {pid: dirs for pid, dirs in held.items() if dirs}
+
+
+def is_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def new_worker_driver_dirs(before: dict[int, set[Path]]) -> dict[int, set[Path]]:
+    """:func:`worker_driver_dirs` of the processes that were not in ``before``."""
+    return {pid: dirs for pid, dirs in worker_driver_dirs().items() if pid not in before}
+
+
+def assert_exit_removes_driver_dirs(held: dict[int, set[Path]], timeout: float = 30.0) -> None:
+    """Waits for the processes of ``held`` to exit, then fails if any of their directories is left."""
+    assert held, "no Spark worker holds an embedded driver directory"
+    wait_for(lambda: not any(is_alive(pid) for pid in held), timeout, f"processes {sorted(held)} to exit", step=0.05)
+    left = sorted(str(path) for dirs in held.values() for path in dirs if path.exists())
+    assert not left, f"processes {sorted(held)} exited leaving {left}"

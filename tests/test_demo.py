@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,14 @@ pytest.importorskip("rich")
 pytest.importorskip("matplotlib")
 
 from affinity.demo.records import RecordError, decode_processed, encode_processed, event_times_ns
-from affinity.demo.settings import CHART_PNG, REPORT_JSON, REPORT_TEXT, DemoSettings
+from affinity.demo.settings import (
+    CHART_PNG,
+    REPORT_JSON,
+    REPORT_TEXT,
+    SPARK_STARTUP_TIMEOUT,
+    SPARK_WORK_PREFIX,
+    DemoSettings,
+)
 from affinity.demo.validation import RELEASE_INTERVAL_NS, REORDER_WINDOW_NS, MoveCause, Validator
 from affinity.exceptions import ConfigError
 
@@ -317,3 +326,31 @@ def test_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_path: 
     assert report["settings"]["spark"] is True
     # The event time travelled as a Spark TimestampType column, read back as instants.
     assert "Spark TimestampType column" in (out / REPORT_TEXT).read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_an_interrupted_spark_demo_leaves_no_spark_work_folder(tmp_path: Path) -> None:
+    # Interrupted, the orchestrator SIGKILLs the Spark job, which then cannot remove anything.
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Java is not installed")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    settings = ("--duration", "20", "--rate", "1000", "--accounts", "500")
+    command = [sys.executable, "-m", "affinity.cli", "demo", "--no-live", "--out", str(tmp_path / "out"), *settings]
+    with (tmp_path / "demo.log").open("wb") as log:
+        demo = subprocess.Popen(command, stdout=log, stderr=log, env={**os.environ, "TMPDIR": str(temp)})
+        try:
+            deadline = time.monotonic() + SPARK_STARTUP_TIMEOUT
+            while not list(temp.glob(f"{SPARK_WORK_PREFIX}*/checkpoint")):
+                assert demo.poll() is None, (tmp_path / "demo.log").read_text()
+                assert time.monotonic() < deadline, "the Spark query did not start"
+                time.sleep(0.1)
+            demo.send_signal(signal.SIGINT)
+            demo.wait(DEMO_TEST_TIMEOUT)
+        finally:
+            if demo.poll() is None:
+                demo.kill()
+                demo.wait()
+    assert not list(temp.glob(f"{SPARK_WORK_PREFIX}*"))

@@ -16,7 +16,13 @@ from affinity.spark.encoding import decode_arrow, decode_binary, decode_json, en
 from affinity.spark.envelope import Envelope, Kind, decode, decode_commit_body, encode
 from affinity.spark.options import ValueFormat
 from affinity.testing import loopback_channel
-from spark_support import spark_session, wait_for
+from spark_support import (
+    assert_exit_removes_driver_dirs,
+    new_worker_driver_dirs,
+    spark_session,
+    wait_for,
+    worker_driver_dirs,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -203,6 +209,23 @@ def test_the_source_decodes_arrow_columns_the_sender_wrote(spark: Any, client: a
         assert [(r.account, r.amount) for r in rows] == [
             (f"a{i}", seq * 100 + i) for seq in range(1, 4) for i in range(5)
         ]
+
+
+def test_a_stopped_source_closes_its_client_and_leaves_no_driver_directory(
+    spark: Any, client: affinity.Client, tmp_path: Path
+) -> None:
+    # Spark ends the source's Python worker with SIGTERM when the query stops.
+    channel = loopback_channel()
+    before = worker_driver_dirs()
+    reader = spark.readStream.format("affinity").option("channel", channel).option("streamId", "14")
+    query = _memory_query(reader, "stopped_rows", tmp_path / "checkpoint")
+    try:
+        with client.add_publication(channel, 14) as pub:
+            wait_for(lambda: pub.is_connected, 60, "the source to subscribe")
+            source = new_worker_driver_dirs(before)
+    finally:
+        query.stop()
+    assert_exit_removes_driver_dirs(source)
 
 
 def test_the_source_refuses_arrow_without_a_schema(spark: Any) -> None:

@@ -25,7 +25,13 @@ import pyarrow.parquet as pq
 import pytest
 from affinity.groups import create_group, group_queue
 from affinity.spark import AbortItem, CommitItem, DataItem, SinkConsumer, consume
-from spark_support import spark_session, wait_for
+from spark_support import (
+    assert_exit_removes_driver_dirs,
+    new_worker_driver_dirs,
+    spark_session,
+    wait_for,
+    worker_driver_dirs,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -426,6 +432,7 @@ def test_the_group_source_reads_what_a_group_publisher_sends(
         .option("count", "1")
         .option("registry", group.registry)
     )
+    before = worker_driver_dirs()
     query = (
         reader.load()
         .writeStream.format("memory")
@@ -455,6 +462,7 @@ def test_the_group_source_reads_what_a_group_publisher_sends(
     try:
         send(0, 40)
         wait_for(lambda: rows_in_table(40), 60, "40 rows in the memory sink", step=0.2)
+        source = new_worker_driver_dirs(before)
         # Spark tells a source a batch committed when it plans the next one: more data acks the first.
         send(40, 48)
         wait_for(lambda: rows_in_table(48), 60, "48 rows in the memory sink", step=0.2)
@@ -466,3 +474,4 @@ def test_the_group_source_reads_what_a_group_publisher_sends(
     finally:
         publisher.close()
         query.stop()
+    assert_exit_removes_driver_dirs(source)

@@ -19,6 +19,7 @@ import affinity
 import pyarrow as pa
 import pytest
 from affinity.exceptions import ChannelUriError, ConfigError, DriverTimeoutError
+from affinity.testing import loopback_channel
 
 CLI = [sys.executable, "-m", "affinity.cli"]
 STREAM_ID = 1001
@@ -193,12 +194,7 @@ def test_a_driver_killed_with_sigkill_makes_the_next_call_raise_driver_timeout_w
 def test_udp_through_the_standalone_driver_delivers_in_order_and_a_bad_uri_names_the_channel(
     driver: subprocess.Popen[str], driver_dir: Path
 ) -> None:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
+    channel = loopback_channel()
     count = 10_000
     with affinity.Client(dir=str(driver_dir)) as client:
         subscription = client.add_subscription(channel, STREAM_ID)

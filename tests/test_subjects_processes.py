@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ import affinity
 import pytest
 from affinity.routing import select_member
 from affinity.subjects import Flags, Subscriber
+from affinity.testing import loopback_channel
 
 HERE = Path(__file__).parent
 PEER = HERE / "subject_peer.py"
@@ -27,13 +27,6 @@ TIMEOUT = 20.0
 ADAPTERS = ["TradeAdapterA", "TradeAdapterB"]
 CHANNEL = "/PRIVATE/alice-0/FXTRADE"
 CONTAINER = "/PRIVATE/alice/BLOTTER/TRADE"
-
-
-def free_channel() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return f"aeron:udp?endpoint=127.0.0.1:{port}"
 
 
 class Process:
@@ -163,7 +156,7 @@ def processes() -> Iterator[list[Process]]:
 def test_worked_example_one_adapter_serves_both_legs_moves_on_kill_and_stays_after_restart(
     client: affinity.Client, processes: list[Process]
 ) -> None:
-    liberator_listen, transformer_listen = free_channel(), free_channel()
+    liberator_listen, transformer_listen = loopback_channel(), loopback_channel()
     liberator = router(DATA / "worked_example_liberator_router.conf", liberator_listen)
     transformer = router(DATA / "worked_example_transformer.conf", transformer_listen)
     processes += [liberator, transformer]
@@ -244,7 +237,7 @@ def test_worked_example_one_adapter_serves_both_legs_moves_on_kill_and_stays_aft
 def test_faucet_assigns_least_assigned_announces_every_transition_and_survives_kill(
     client: affinity.Client, processes: list[Process]
 ) -> None:
-    listen = free_channel()
+    listen = loopback_channel()
     faucet_router = router(DATA / "faucet_symbols.conf", listen)
     processes.append(faucet_router)
     publishers = {}

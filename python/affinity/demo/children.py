@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,16 +41,33 @@ class GeneratorState:
     samples: list[tuple[float, int]] = field(default_factory=list)
 
 
-class Child:
-    """One child process; :attr:`latest` is its last status line (read on a thread)."""
+#: Seconds between checks that a process group is empty.
+_GROUP_POLL_INTERVAL = 0.05
 
-    def __init__(self, name: str, command: Sequence[str], log_dir: Path, env: dict[str, str]) -> None:
+
+class Child:
+    """One child process; :attr:`latest` is its last status line (read on a thread).
+
+    With ``own_group`` it leads a process group of its own, which its children (a JVM) join, so
+    that :meth:`wait_group` can tell when they are gone too.
+    """
+
+    def __init__(
+        self, name: str, command: Sequence[str], log_dir: Path, env: dict[str, str], own_group: bool = False
+    ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log: IO[bytes] = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            list(command), stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, text=True, env=env
+            list(command),
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=own_group,
         )
+        self._own_group = own_group
         self._lock = threading.Lock()
         self._updates: list[protocol.Status] = []
         self._failure: protocol.ProtocolError | None = None
@@ -101,6 +119,21 @@ class Child:
         self._thread.join(timeout=1.0)
         self._log.close()
         return code
+
+    def wait_group(self, timeout: float) -> bool:
+        """Once the child is reaped: waits up to ``timeout`` s for the rest of its process group
+        (``own_group`` only) to exit; whether it did."""
+        if not self._own_group:
+            return True
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                os.killpg(self.process.pid, 0)
+            except ProcessLookupError:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(_GROUP_POLL_INTERVAL)
 
     def log_tail(self, lines: int = 15) -> str:
         """The end of the child's stderr log."""

@@ -24,6 +24,7 @@ from affinity.demo.settings import (
     HASH_PREFIX,
     QUEUE_SIZE,
     SPARK_STARTUP_TIMEOUT,
+    SPARK_WORK_PREFIX,
     STARTUP_TIMEOUT,
     TIMELINE_BIN_SECONDS,
     DemoSettings,
@@ -161,10 +162,13 @@ class _Run:
         return owned
 
 
-def _generator_command(settings: DemoSettings, group: str, registry: Path) -> list[str]:
+def _generator_command(settings: DemoSettings, group: str, registry: Path, spark_work: Path | None) -> list[str]:
+    """The generator's command line; the Spark job keeps its files in ``spark_work``."""
     module = "affinity.demo.spark_job" if settings.spark else "affinity.demo.generator"
+    work = ["--work-dir", str(spark_work)] if spark_work is not None else []
     return python_module_command(
         module,
+        *work,
         "--group",
         group,
         "--registry",
@@ -198,6 +202,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
     log_dir = settings.out / "logs"
     log_dir.mkdir(exist_ok=True)
     registry = Path(tempfile.mkdtemp(prefix="affinity-demo-registry-"))
+    spark_work: Path | None = None
+    generator: Child | None = None
     group = f"{GROUP_NAME_PREFIX}-{os.getpid()}"
     display = Display(settings, console)
     children: list[Child] = []
@@ -224,7 +230,10 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
             display.note(
                 f"{settings.consumers} consumers own all {settings.queue_count} queues (not all primaries yet)"
             )
-        generator = Child("generator", _generator_command(settings, group, registry), log_dir, run.env)
+        # Made and removed here, not by the job: a job that is SIGKILLed cannot remove anything.
+        spark_work = Path(tempfile.mkdtemp(prefix=SPARK_WORK_PREFIX)) if settings.spark else None
+        command = _generator_command(settings, group, registry, spark_work)
+        generator = Child("generator", command, log_dir, run.env, own_group=settings.spark)
         children.append(generator)
         display.note("starting the Spark query (local[2]) ..." if settings.spark else "starting the generator ...")
 
@@ -328,3 +337,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
                 child.kill()
                 child.process.wait()
         shutil.rmtree(registry, ignore_errors=True)
+        if spark_work is not None:
+            # The job's JVM exits once the job is gone; until then it may still write a checkpoint.
+            if generator is not None:
+                generator.wait_group(CLOSE_TIMEOUT)
+            shutil.rmtree(spark_work, ignore_errors=True)

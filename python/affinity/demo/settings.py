@@ -68,6 +68,8 @@ SPARK_PARTITIONS = 2
 SPARK_MASTER = "local[2]"
 #: Name under which the demo's event generator is registered as a Spark streaming source.
 SPARK_SOURCE_NAME = "affinity_demo_events"
+#: Prefix of the Spark query's work folder (checkpoint, start file) in the temp dir.
+SPARK_WORK_PREFIX = "affinity-demo-spark-"
 
 #: File names written to the output folder.
 REPORT_JSON = "report.json"

@@ -8,6 +8,10 @@ Run by the orchestrator as ``python -m affinity.demo.spark_job ...``. A local se
     spark.readStream.format("affinity_demo_events").load()
          .writeStream.format("affinity").option("group", ...).option("key", "account").start()
 
+The query's checkpoint and start file go in ``--work-dir``, which the orchestrator makes and
+removes (it SIGKILLs the job when the demo fails, so the job cannot be trusted to clean up);
+run by hand without it, the job uses a temporary folder of its own.
+
 Each micro-batch has one partition per core; partition ``p`` holds the accounts with
 ``account % partitions == p`` in increasing ``v``, so every account's events are in one partition
 and in order, and the sink keeps that order into the group. Once every event is committed the
@@ -35,6 +39,7 @@ from affinity.demo.settings import (
     SPARK_PARTITIONS,
     SPARK_SOURCE_NAME,
     SPARK_STARTUP_TIMEOUT,
+    SPARK_WORK_PREFIX,
     STATUS_INTERVAL,
 )
 
@@ -225,53 +230,63 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--accounts", type=int, required=True)
     parser.add_argument("--rate", type=int, required=True)
     parser.add_argument("--total", type=int, required=True)
+    parser.add_argument(
+        "--work-dir", type=Path, help="folder for the checkpoint and start file, made and removed by the caller"
+    )
     args = parser.parse_args(argv)
+    if args.work_dir is not None:
+        return run_query(args, args.work_dir)
+    with tempfile.TemporaryDirectory(prefix=SPARK_WORK_PREFIX) as work:
+        return run_query(args, Path(work))
+
+
+def run_query(args: argparse.Namespace, work: Path) -> int:
+    """Runs the query with its files in ``work``; the exit status of :func:`main`."""
     import affinity.spark
 
     spark = session()
     affinity.spark.register(spark)
     spark.dataSource.register(AccountEventsSource)
-    with tempfile.TemporaryDirectory(prefix="affinity-demo-spark-") as work:
-        start_file = Path(work) / START_FILE
-        events = (
-            spark.readStream.format(SPARK_SOURCE_NAME)
-            .option("accounts", str(args.accounts))
-            .option("rate", str(args.rate))
-            .option("total", str(args.total))
-            .option("startFile", str(start_file))
-            .load()
-        )
-        query = (
-            events.writeStream.format("affinity")
-            .option("group", args.group)
-            .option("key", "account")
-            .option("registry", args.registry)
-            .option("checkpointLocation", str(Path(work) / "checkpoint"))
-            .queryName("affinity_pipeline_demo")
-            .start()
-        )
-        deadline = time.monotonic() + SPARK_STARTUP_TIMEOUT
-        while committed_events(query) < warmup_events(args.rate, args.total):
-            if query.exception() is not None or time.monotonic() > deadline:
-                print(f"spark_job: the warm-up batch was not committed: {query.exception()}", file=sys.stderr)
-                return 1
-            time.sleep(0.05)
-        start_ns = start_clock(start_file)
-        generation_end = time.monotonic() + args.total / args.rate + FLUSH_TIMEOUT
-        committed = 0
-        while committed < args.total:
-            failure = query.exception()
-            if failure is not None:
-                print(f"spark_job: the query failed: {failure}", file=sys.stderr)
-                return 1
-            if time.monotonic() > generation_end:
-                print(f"spark_job: only {committed} of {args.total} events committed in time", file=sys.stderr)
-                return 1
-            committed = committed_events(query)
-            print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, False)), flush=True)
-            time.sleep(STATUS_INTERVAL)
-        query.stop()
-        print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, True)), flush=True)
+    start_file = work / START_FILE
+    events = (
+        spark.readStream.format(SPARK_SOURCE_NAME)
+        .option("accounts", str(args.accounts))
+        .option("rate", str(args.rate))
+        .option("total", str(args.total))
+        .option("startFile", str(start_file))
+        .load()
+    )
+    query = (
+        events.writeStream.format("affinity")
+        .option("group", args.group)
+        .option("key", "account")
+        .option("registry", args.registry)
+        .option("checkpointLocation", str(work / "checkpoint"))
+        .queryName("affinity_pipeline_demo")
+        .start()
+    )
+    deadline = time.monotonic() + SPARK_STARTUP_TIMEOUT
+    while committed_events(query) < warmup_events(args.rate, args.total):
+        if query.exception() is not None or time.monotonic() > deadline:
+            print(f"spark_job: the warm-up batch was not committed: {query.exception()}", file=sys.stderr)
+            return 1
+        time.sleep(0.05)
+    start_ns = start_clock(start_file)
+    generation_end = time.monotonic() + args.total / args.rate + FLUSH_TIMEOUT
+    committed = 0
+    while committed < args.total:
+        failure = query.exception()
+        if failure is not None:
+            print(f"spark_job: the query failed: {failure}", file=sys.stderr)
+            return 1
+        if time.monotonic() > generation_end:
+            print(f"spark_job: only {committed} of {args.total} events committed in time", file=sys.stderr)
+            return 1
+        committed = committed_events(query)
+        print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, False)), flush=True)
+        time.sleep(STATUS_INTERVAL)
+    query.stop()
+    print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, True)), flush=True)
     spark.stop()
     return 0
 

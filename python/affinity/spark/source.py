@@ -4,7 +4,8 @@ It runs on the driver (a PySpark simple stream reader): each trigger polls the s
 returns what arrived, with per-publication stream positions as the offset. Spark keeps what a
 trigger read until the batch commits; nothing older is kept. The transport keeps a window (the
 publication's term buffers), not a log: a restarted query cannot re-read what it read before,
-and a subscriber only sees messages sent while it is subscribed.
+and a subscriber only sees messages sent while it is subscribed. The client a source opens is
+closed when it stops or its worker ends (:mod:`affinity.spark.closing`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 
 import affinity
+from affinity.spark.closing import Release, hold
 from affinity.spark.encoding import decode_arrow
 from affinity.spark.envelope import Envelope, Kind, decode
 from affinity.spark.errors import EnvelopeError, RetentionError, SparkOptionError
@@ -67,6 +69,10 @@ _GROUP_ARROW_SCHEMA: Final = pa.schema(
 _POLL_FRAGMENTS: Final = 1000
 _MAX_MESSAGES_PER_TRIGGER: Final = 100_000
 _POLL_BUDGET_SECONDS: Final = 0.25
+#: How long the group source's consumer waits for acknowledgements when it leaves. Spark commits
+#: nothing after a stop, so the queues are released at once; what was read and not committed is
+#: redelivered to their next owner.
+_GROUP_LEAVE_TIMEOUT_SECONDS: Final = 1.0
 
 
 class StreamSource(SimpleDataSourceStreamReader):
@@ -77,20 +83,39 @@ class StreamSource(SimpleDataSourceStreamReader):
         self._schema = schema
         self._client: affinity.Client | None = None
         self._subscription: affinity.Subscription | None = None
+        self._release: Release | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Only the options travel (a copy on an executor has no subscription)."""
-        return {"_options": self._options, "_schema": self._schema, "_client": None, "_subscription": None}
+        return {
+            "_options": self._options,
+            "_schema": self._schema,
+            "_client": None,
+            "_subscription": None,
+            "_release": None,
+        }
 
     def _subscribe(self) -> affinity.Subscription:
         if self._subscription is None:
             assert self._options.channel is not None and self._options.stream_id is not None
+            self._release = hold(self._close)
             self._client = affinity.Client()
             try:
                 self._subscription = self._client.add_subscription(self._options.channel, self._options.stream_id)
             except affinity.ChannelUriError as error:
+                self.stop()
                 raise SparkOptionError(f"option channel={self._options.channel!r}: {error}") from None
         return self._subscription
+
+    def _close(self) -> None:
+        client, self._client, self._subscription = self._client, None, None
+        if client is not None:
+            client.close()
+
+    def stop(self) -> None:
+        """Closes the subscription and its client (a later read subscribes again)."""
+        if self._release is not None:
+            self._release()
 
     def initialOffset(self) -> dict[str, int]:
         """Subscribes now (what is sent from here on is read); no position yet."""
@@ -207,10 +232,18 @@ class GroupStreamSource(SimpleDataSourceStreamReader):
         self._client: affinity.Client | None = None
         self._consumer: Any = None
         self._pending: list[tuple[dict[str, int], dict[str, Any]]] = []
+        self._release: Release | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Only the options travel (a copy on an executor has no consumer)."""
-        return {"_options": self._options, "_schema": self._schema, "_client": None, "_consumer": None, "_pending": []}
+        return {
+            "_options": self._options,
+            "_schema": self._schema,
+            "_client": None,
+            "_consumer": None,
+            "_pending": [],
+            "_release": None,
+        }
 
     def _join(self) -> Any:
         if self._consumer is None:
@@ -218,6 +251,7 @@ class GroupStreamSource(SimpleDataSourceStreamReader):
 
             options = self._options
             assert options.group is not None and options.index is not None and options.count is not None
+            self._release = hold(self._close)
             self._client = affinity.Client()
             try:
                 self._consumer = GroupConsumer(
@@ -229,8 +263,24 @@ class GroupStreamSource(SimpleDataSourceStreamReader):
                     registry=options.registry,
                 )
             except affinity.ConfigError as error:
+                self.stop()
                 raise SparkOptionError(f"option group={options.group!r}: {error}") from None
         return self._consumer
+
+    def _close(self) -> None:
+        consumer, client = self._consumer, self._client
+        self._consumer, self._client, self._pending = None, None, []
+        try:
+            if consumer is not None:
+                consumer.close(_GROUP_LEAVE_TIMEOUT_SECONDS)
+        finally:
+            if client is not None:
+                client.close()
+
+    def stop(self) -> None:
+        """Leaves the group without acknowledging what no commit covered (redelivered to the next owner)."""
+        if self._release is not None:
+            self._release()
 
     def initialOffset(self) -> dict[str, int]:
         """Joins the group now; no position yet."""
