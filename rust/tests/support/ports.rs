@@ -29,7 +29,7 @@ pub fn free_udp_port() -> u16 {
     static RANGE: OnceLock<(u16, usize, usize)> = OnceLock::new();
     let &(first, count, start) = RANGE.get_or_init(|| {
         let (first, count) = candidates();
-        (first, count, (u64::from(std::process::id()) * 7919 % count as u64) as usize)
+        (first, count, start_for(std::process::id(), count))
     });
     loop {
         let taken = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -40,6 +40,17 @@ pub fn free_udp_port() -> u16 {
             return port;
         }
     }
+}
+
+/// 2^64 / golden ratio: multiplying by it (wrapping) spreads consecutive pids evenly.
+const FIBONACCI_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// Where `pid` starts in a range of `count` ports: the pid's Fibonacci hash scaled to the range
+/// (as `affinity.testing.free_udp_port`), so pids close together, as a test's and its
+/// children's are, start far apart.
+fn start_for(pid: u32, count: usize) -> usize {
+    let fraction = u64::from(pid).wrapping_mul(FIBONACCI_MULTIPLIER);
+    ((u128::from(fraction) * count as u128) >> 64) as usize
 }
 
 /// The first port and the number of ports to hand out: below the ephemeral range, else above
