@@ -2,7 +2,7 @@
 //! `recvmmsg` pair moves over 127.0.0.1 between two processes, with no protocol at all.
 //!
 //! ```text
-//! loopback-ceiling run --payload 32 --mtu 1408 [--seconds 1] [--batch 64] [--rcvbuf 2097152] [--wait best|backoff|block|spin]
+//! loopback-ceiling run --payload 32 --mtu 1408 [--seconds 1] [--batch 64] [--rcvbuf 2097152] [--wait best|backoff|block|spin] [--offload off|on]
 //! ```
 //!
 //! Datagram size is what the transport's sender produces for a stream of `--payload`-byte
@@ -28,15 +28,22 @@
 //! `sent_datagrams` and `lost_fraction`. Messages per second = datagrams received per second ×
 //! frames per datagram.
 //!
+//! `--offload on` sends and receives with the driver's own batched I/O (`driver::agent::mmsg`):
+//! each batch of equal datagrams leaves as offloaded runs (UDP GSO) and arrives whole (GRO), as
+//! the driver's do; the sender then sends whole batches only (it waits for a batch's room). The
+//! default, `off`, is one kernel traversal per datagram: the bound of a sender without offload.
+//!
 //! Prints one JSON line: `{"bench":"ceiling","payload":..,"mtu":..,"frame":..,
 //! "frames_per_datagram":..,"datagram":..,"datagrams":..,"seconds":..,"datagrams_per_sec":..,
-//! "msgs_per_sec":..,"mb_per_sec":..,"sent_datagrams":..,"lost_fraction":..,"wait":..}`, and with
+//! "msgs_per_sec":..,"mb_per_sec":..,"offload":..,"sent_datagrams":..,"lost_fraction":..,"wait":..}`, and with
 //! `--wait best` also `"backoff_msgs_per_sec"`, `"block_msgs_per_sec"`, `"spin_msgs_per_sec"`.
 
 use std::net::UdpSocket;
 use std::os::fd::AsRawFd;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use affinity::driver::agent::mmsg::{enable_receive_offload, ReceiveBatch, SegmentOffload, SendBatch};
 
 /// Aeron data frame header length.
 const HEADER: usize = 32;
@@ -64,6 +71,8 @@ struct Options {
     /// What each side does when its socket has nothing for it; `None` (`--wait best`): run
     /// once with each and report the fastest.
     wait: Option<Wait>,
+    /// `--offload on`: UDP GSO/GRO through the driver's batched I/O.
+    offload: bool,
 }
 
 /// What a side does when its (non-blocking) socket has nothing for it.
@@ -155,6 +164,7 @@ impl Options {
             port: 0,
             ack_port: 0,
             wait: None,
+            offload: false,
         };
         let mut iter = args.iter();
         while let Some(name) = iter.next() {
@@ -174,6 +184,13 @@ impl Options {
                         "backoff" => Some(Wait::Backoff),
                         "best" => None,
                         other => return Err(format!("--wait {other:?}: best, backoff, block or spin")),
+                    }
+                }
+                "--offload" => {
+                    options.offload = match value.as_str() {
+                        "on" => true,
+                        "off" => false,
+                        other => return Err(format!("--offload {other:?}: on or off")),
                     }
                 }
                 "--seconds" => options.seconds = value.parse().map_err(|e| format!("--seconds {value:?}: {e}"))?,
@@ -228,7 +245,7 @@ fn main() {
         }),
         Some("recv") => Options::parse(&args[1..]).and_then(|o| receive(&o, o.wait.unwrap_or(Wait::Backoff))),
         _ => Err("usage: loopback-ceiling run|recv [--payload B] [--mtu B] [--seconds S] [--batch N] \
-                   [--rcvbuf B] [--wait best|backoff|block|spin]"
+                   [--rcvbuf B] [--wait best|backoff|block|spin] [--offload off|on]"
             .to_owned()),
     };
     match result {
@@ -285,6 +302,7 @@ fn run(options: &Options, wait: Wait) -> CeilingResult<String> {
         .args(["recv", "--payload", &options.payload.to_string(), "--mtu", &options.mtu.to_string()])
         .args(["--batch", &options.batch.to_string(), "--rcvbuf", &options.rcvbuf.to_string(), "--wait", wait.name()])
         .args(["--port", &port.to_string(), "--ack-port", &ack_port.to_string()])
+        .args(["--offload", if options.offload { "on" } else { "off" }])
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start the receiver: {e}"))?;
@@ -299,6 +317,18 @@ fn run(options: &Options, wait: Wait) -> CeilingResult<String> {
         .map(|_| libc::iovec { iov_base: buffer.as_ptr() as *mut libc::c_void, iov_len: buffer.len() })
         .collect();
     let mut headers = message_headers(&mut iovecs);
+    // With --offload on: the same datagrams, queued once, sent as offloaded runs.
+    let mut offloaded = SendBatch::default();
+    let mut offload = SegmentOffload::default();
+    if options.offload {
+        for _ in 0..options.batch {
+            offloaded.push_with(|slot| {
+                let datagram = slot.get_mut(..buffer.len())?;
+                datagram.copy_from_slice(&buffer);
+                Some(datagram.len())
+            });
+        }
+    }
     let window = options.window();
     let mut sent = 0u64;
     let mut acked = 0u64;
@@ -316,7 +346,9 @@ fn run(options: &Options, wait: Wait) -> CeilingResult<String> {
             progress = Instant::now();
         }
         let room = room(window, sent, acked);
-        if room == 0 {
+        // Offloaded batches go whole: wait for a batch's room.
+        let needed = if options.offload { offloaded.len() as u64 } else { 1 };
+        if room < needed {
             if progress.elapsed() > ACK_WAIT {
                 // No count for ACK_WAIT with the window full: what is in flight was dropped.
                 acked = sent;
@@ -327,6 +359,14 @@ fn run(options: &Options, wait: Wait) -> CeilingResult<String> {
         }
         idler.reset();
         progress = Instant::now();
+        if options.offload {
+            let outcome = offloaded.send(&socket, None, &mut offload);
+            if let Some(errno) = outcome.offload_refused {
+                return Err(format!("offload refused: {}", std::io::Error::from_raw_os_error(errno)));
+            }
+            sent += outcome.datagrams as u64;
+            continue;
+        }
         let batch = options.batch.min(usize::try_from(room).unwrap_or(options.batch));
         sent += send_batch(&socket, &mut headers, batch)? as u64;
     }
@@ -400,6 +440,9 @@ fn receive(options: &Options, wait: Wait) -> CeilingResult<String> {
     let acks = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
     acks.connect(("127.0.0.1", options.ack_port)).map_err(|e| format!("connect: {e}"))?;
     println!("ready");
+    if options.offload {
+        return receive_offloaded(options, &socket, &acks, &mut idler);
+    }
     let batch = options.batch;
     let size = options.mtu.max(64);
     let mut buffers = vec![0u8; batch * size];
@@ -451,20 +494,69 @@ fn receive(options: &Options, wait: Wait) -> CeilingResult<String> {
         // Best effort: a lost count only makes the sender wait ACK_WAIT.
         let _ = acks.send(&datagrams.to_le_bytes());
     }
-    let seconds = first.map_or(0.0, |first| last.duration_since(first).as_secs_f64()).max(1e-9);
+    let seconds = first.map_or(0.0, |first| last.duration_since(first).as_secs_f64());
+    Ok(report(options, datagrams, bytes, seconds))
+}
+
+/// The receiver with `--offload on`: the driver's [`ReceiveBatch`] on a socket with receive
+/// offload, counting the datagrams it cuts each delivery into.
+fn receive_offloaded(
+    options: &Options,
+    socket: &UdpSocket,
+    acks: &UdpSocket,
+    idler: &mut Idler,
+) -> CeilingResult<String> {
+    if !enable_receive_offload(socket) {
+        return Err("UDP_GRO refused by this kernel".to_owned());
+    }
+    let mut batch = ReceiveBatch::new(options.batch);
+    let (mut datagrams, mut bytes) = (0u64, 0u64);
+    let mut first: Option<Instant> = None;
+    let mut last = Instant::now();
+    let started = Instant::now();
+    'outer: loop {
+        if batch.receive(socket) == 0 {
+            if first.map_or(started, |_| last).elapsed() > IDLE_LIMIT {
+                break;
+            }
+            idler.idle(socket.as_raw_fd());
+            continue;
+        }
+        idler.reset();
+        let now = Instant::now();
+        for (datagram, _) in batch.datagrams() {
+            if datagram.len() < 64 && datagram.first() == Some(&END_MARK) {
+                break 'outer;
+            }
+            first.get_or_insert(now);
+            datagrams += 1;
+            bytes += datagram.len() as u64;
+            last = now;
+        }
+        // Best effort: a lost count only makes the sender wait ACK_WAIT.
+        let _ = acks.send(&datagrams.to_le_bytes());
+    }
+    let seconds = first.map_or(0.0, |first| last.duration_since(first).as_secs_f64());
+    Ok(report(options, datagrams, bytes, seconds))
+}
+
+/// The receiver's JSON line: `datagrams` of `bytes` over `seconds` (first to last datagram).
+fn report(options: &Options, datagrams: u64, bytes: u64, seconds: f64) -> String {
+    let seconds = seconds.max(1e-9);
     let per_second = datagrams as f64 / seconds;
     let messages = per_second * options.frames_per_datagram() as f64;
-    Ok(format!(
+    format!(
         "{{\"bench\":\"ceiling\",\"payload\":{},\"mtu\":{},\"frame\":{},\"frames_per_datagram\":{},\"datagram\":{},\
          \"datagrams\":{datagrams},\"bytes\":{bytes},\"seconds\":{seconds:.6},\"datagrams_per_sec\":{per_second:.0},\
-         \"msgs_per_sec\":{messages:.0},\"mb_per_sec\":{:.2}}}",
+         \"msgs_per_sec\":{messages:.0},\"mb_per_sec\":{:.2},\"offload\":{}}}",
         options.payload,
         options.mtu,
         options.frame(),
         options.frames_per_datagram(),
         options.datagram(),
         messages * options.payload as f64 / 1e6,
-    ))
+        options.offload,
+    )
 }
 
 #[cfg(test)]
@@ -494,6 +586,15 @@ mod tests {
         assert_eq!((o.frames_per_datagram(), o.datagram()), (1023, 65472));
         let o = options(1024, 65504);
         assert_eq!((o.frames_per_datagram(), o.datagram()), (62, 65472));
+    }
+
+    #[test]
+    fn offload_is_off_unless_asked_and_only_on_or_off_is_taken() {
+        assert!(!options(32, 1408).offload);
+        let parse = |value: &str| Options::parse(&["--offload".to_owned(), value.to_owned()]);
+        assert!(parse("on").map(|o| o.offload).unwrap_or(false));
+        assert!(parse("off").map(|o| !o.offload).unwrap_or(false));
+        assert_eq!(parse("yes").err().as_deref(), Some("--offload \"yes\": on or off"));
     }
 
     #[test]
