@@ -298,6 +298,13 @@ def check_report(report: dict[str, Any], out: Path) -> None:
     assert "event times (UTC" in text
 
 
+def require_spark() -> None:
+    """Skip (which the conftest turns into a failure where Spark is required) without pyspark or Java."""
+    pytest.importorskip("pyspark")
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Java is not installed")
+
+
 @pytest.mark.slow
 def test_no_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_path: Path) -> None:
     out = tmp_path / "demo"
@@ -313,9 +320,7 @@ def test_no_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_pat
 @pytest.mark.slow
 @pytest.mark.spark
 def test_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_path: Path) -> None:
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Java is not installed")
+    require_spark()
     out = tmp_path / "demo"
     report = run_demo(
         out,
@@ -332,9 +337,7 @@ def test_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_path: 
 @pytest.mark.spark
 def test_an_interrupted_spark_demo_leaves_no_spark_work_folder(tmp_path: Path) -> None:
     # Interrupted, the orchestrator SIGKILLs the Spark job, which then cannot remove anything.
-    pytest.importorskip("pyspark")
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        pytest.skip("Java is not installed")
+    require_spark()
     temp = tmp_path / "tmp"
     temp.mkdir()
     settings = ("--duration", "20", "--rate", "1000", "--accounts", "500")
