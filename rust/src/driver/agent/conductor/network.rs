@@ -47,7 +47,6 @@ struct NetPublication {
     /// What its log was opened with (a later publisher's channel must agree).
     open: OpenLog,
     stream_id: i32,
-    session_id: i32,
     log_file: String,
     publisher_limit: Counter,
     counters: Vec<usize>,
@@ -260,7 +259,7 @@ impl StandaloneDriver {
             let response = Response::PublicationReady {
                 correlation_id,
                 registration_id: publication.registration_id,
-                session_id: publication.session_id,
+                session_id: publication.open.session_id,
                 stream_id,
                 publisher_limit_counter_id: publication.publisher_limit.id() as i32,
                 log_file: publication.log_file.clone(),
@@ -398,7 +397,6 @@ impl StandaloneDriver {
             route,
             open: OpenLog { term_length, mtu, initial_term_id, start_position: initial_position, session_id },
             stream_id,
-            session_id,
             log_file: log_file.clone(),
             publisher_limit: publisher_limit.clone(),
             counters: allocated,
