@@ -339,11 +339,14 @@ impl<L: ReceiverLog> Image<L> {
             return Err(self.malformed(WireError::Misaligned { term_offset: header.term_offset }));
         }
         let length = datagram.len() as i64;
+        // Whether every frame is a DATA frame (no padding, whose length reaches past the datagram).
+        let mut data_only = true;
         if !is_heartbeat {
             // Validate every frame before touching the log.
             let mut frames = 0;
             for frame in DataFrames::new(datagram) {
-                frame.map_err(|e| self.malformed(e))?;
+                let (frame, _) = frame.map_err(|e| self.malformed(e))?;
+                data_only &= frame.frame_type == FrameType::Data;
                 frames += 1;
             }
             if frames == 0 {
@@ -440,6 +443,12 @@ impl<L: ReceiverLog> Image<L> {
         self.counters.bytes_received += length as u64;
         self.hwm_position = self.hwm_position.max(proposed);
         self.data_hwm_position = self.data_hwm_position.max(proposed);
+        if start == self.rebuild_position && data_only {
+            // In order: the DATA frames just written tile the datagram (validated above) and
+            // start at a frame boundary, so the rebuild position passes them without reading
+            // them back; the scan below goes on from there (data that arrived ahead of them).
+            self.rebuild_position = proposed;
+        }
         self.advance_rebuild();
         Ok(())
     }
