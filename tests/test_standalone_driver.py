@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import shutil
 import signal
 import stat as stat_module
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import affinity
@@ -167,6 +170,62 @@ def test_a_second_driver_refuses_and_names_the_pid(driver: subprocess.Popen[str]
 def test_directory_is_0700_and_cnc_0600(driver: subprocess.Popen[str], driver_dir: Path) -> None:
     assert stat_module.S_IMODE(driver_dir.stat().st_mode) == 0o700
     assert stat_module.S_IMODE((driver_dir / "cnc.dat").stat().st_mode) == 0o600
+
+
+@pytest.fixture
+def shared_parent() -> Iterator[Path]:
+    """A folder every user may traverse (``tmp_path`` is private to root), so that only the
+    driver directory's own 0700 stands between another user and the driver."""
+    parent = Path(tempfile.mkdtemp(prefix="affinity-perm-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    parent.chmod(0o711)
+    yield parent
+    shutil.rmtree(parent, ignore_errors=True)
+
+
+def outcome_as_user(uid: int, attempt: Callable[[], object]) -> str:
+    """Runs ``attempt`` in a forked child that has switched to ``uid`` and returns what became of
+    it: ``"ok"`` or the exception's class, errno and message. A fork, not a new interpreter: the
+    interpreter may live where the other user cannot read it (a pyenv under /root)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running any of pytest's exit handlers
+        try:
+            os.close(read_end)
+            os.setgid(pwd.getpwuid(uid).pw_gid)
+            os.setuid(uid)
+            try:
+                attempt()
+                text = "ok"
+            except affinity.AffinityError as error:
+                text = f"{type(error).__name__} {getattr(error, 'errno', None)} {error}"
+            os.write(write_end, text.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        text = reader.read().decode()
+    os.waitpid(pid, 0)
+    return text
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running a client as another user needs root (CI runs as root)")
+def test_a_client_of_another_user_cannot_attach_and_is_told_why(shared_parent: Path) -> None:
+    driver_dir = shared_parent / "driver"
+    process = start_driver(driver_dir)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    try:
+        # The driver's own user attaches: what refuses the other user is the permissions alone.
+        with affinity.Client(dir=str(driver_dir)):
+            pass
+        refused = outcome_as_user(nobody, lambda: affinity.Client(dir=str(driver_dir)).close())
+        assert refused.startswith("AffinityOSError 13 "), refused
+        assert f"cannot attach to the driver in {driver_dir}" in refused and "belongs to uid 0" in refused
+        unreadable = outcome_as_user(nobody, lambda: affinity.driver_stat(str(driver_dir)))
+        assert unreadable.startswith("DriverError") and "Permission denied" in unreadable, unreadable
+        assert affinity.driver_stat(str(driver_dir)).pid == process.pid
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert finish(process) == 0
 
 
 def test_a_killed_driver_leaves_a_stale_directory_that_a_new_driver_takes_over(driver_dir: Path) -> None:

@@ -431,7 +431,7 @@ mod tests {
         // 192.0.2.1 (TEST-NET-1) is no local address: bind fails with EADDRNOTAVAIL.
         let error = client.add_subscription("aeron:udp?endpoint=192.0.2.1:40000", 1).err().unwrap();
         match error {
-            Error::Socket { context, source } => {
+            Error::Os { context, source } => {
                 assert_eq!(source.raw_os_error(), Some(libc::EADDRNOTAVAIL));
                 assert!(context.contains("192.0.2.1:40000") && !context.ends_with(&source.to_string()), "{context}");
             }

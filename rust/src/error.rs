@@ -12,9 +12,11 @@ pub enum Error {
     Setting(String),
     /// An operating-system call failed.
     Io(std::io::Error),
-    /// An operating-system call on a socket failed; `context` names the channel and address.
-    Socket {
-        /// What was being done, for example `aeron:udp?endpoint=...: cannot bind 127.0.0.1:40123`.
+    /// An operating-system call failed on something `context` names: a channel's socket and
+    /// address, or a driver directory.
+    Os {
+        /// What was being done, for example `aeron:udp?endpoint=...: cannot bind 127.0.0.1:40123`
+        /// or `cannot attach to the driver in /dev/shm/affinity-alice (...)`.
         context: String,
         /// The operating system's error (its `errno` reaches Python's `OSError.errno`).
         source: std::io::Error,
@@ -32,7 +34,7 @@ impl fmt::Display for Error {
         match self {
             Error::Config(message) | Error::Setting(message) => write!(f, "{message}"),
             Error::Io(error) => write!(f, "I/O error: {error}"),
-            Error::Socket { context, source } => write!(f, "{context}: {source}"),
+            Error::Os { context, source } => write!(f, "{context}: {source}"),
             Error::Closed(what) => write!(f, "{what} is closed"),
             Error::Timeout(message) => write!(f, "timed out: {message}"),
             Error::Driver(message) => write!(f, "driver error: {message}"),
@@ -43,7 +45,7 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Io(error) | Error::Socket { source: error, .. } => Some(error),
+            Error::Io(error) | Error::Os { source: error, .. } => Some(error),
             _ => None,
         }
     }

@@ -11,7 +11,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use affinity::driver::agent::receiver::{DatagramOutcome, ImageDefaults, ReceiverAgent, ReceiverCounters};
-use affinity::driver::agent::{AgentEvent, NewEndpoint, NewImage, ReceiverCommand};
+use affinity::driver::agent::{AgentEvent, ImageCounters, NewEndpoint, NewImage, ReceiverCommand};
 use affinity::protocol::Image;
 use affinity::shm::counters::{type_id, Counter, CountersManager, COUNTER_LENGTH, METADATA_LENGTH};
 use affinity::shm::file::anonymous;
@@ -42,8 +42,8 @@ struct Harness {
 }
 
 fn harness() -> Harness {
-    let metadata = anonymous(256 * METADATA_LENGTH).expect("metadata");
-    let values = anonymous(256 * COUNTER_LENGTH).expect("values");
+    let metadata = anonymous(1024 * METADATA_LENGTH).expect("metadata");
+    let values = anonymous(1024 * COUNTER_LENGTH).expect("values");
     let mut counters = CountersManager::new(metadata, values, 0).expect("counters");
     let mut counter = |label: &str| counters.allocate(type_id::SYSTEM, &[], label, 0, 0, 0).expect("counter");
     let receiver_counters = ReceiverCounters {
@@ -56,6 +56,8 @@ fn harness() -> Harness {
         bytes_received: counter("bytes"),
         naks_sent: counter("naks"),
         status_messages_sent: counter("sms"),
+        datagrams_received: counter("datagrams"),
+        heartbeats_received: counter("heartbeats"),
     };
     let (commands, command_queue) = mpsc::channel();
     let (event_queue, events) = mpsc::channel();
@@ -139,12 +141,22 @@ impl Harness {
                     let correlation_id = self.next_id;
                     self.next_id += 1;
                     self.images.insert(correlation_id, (log, consumers.clone()));
+                    let mut image_counter = |kind: i32, label: &str| {
+                        let counter = self.counters.allocate(kind, &[], label, correlation_id, 0, 0).expect("counter");
+                        counter.set(join).expect("set");
+                        counter
+                    };
+                    let counters = ImageCounters {
+                        receiver_position: image_counter(type_id::RECEIVER_POSITION, "rcv-pos"),
+                        receiver_hwm: image_counter(type_id::RECEIVER_HWM, "rcv-hwm"),
+                    };
                     let new = NewImage {
                         endpoint: request.endpoint,
                         correlation_id,
                         image,
                         source: request.source,
                         consumers,
+                        counters,
                     };
                     self.commands.send(ReceiverCommand::AddImage(Box::new(new))).expect("send");
                 }

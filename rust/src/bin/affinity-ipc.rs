@@ -7,7 +7,8 @@
 //! affinity-ipc subscribe --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--check seq|length]
 //! affinity-ipc hold      --dir D [--stream S]      (a publication and a subscription, forever)
 //! affinity-ipc attach    --dir D --count N         (median time of N attaches)
-//! affinity-ipc idle-publications --dir D --count N (N publications on N streams: time, RSS)
+//! affinity-ipc idle-publications  --dir D [--channel URI] --count N [--hang 1] (N publications on N streams: time, RSS)
+//! affinity-ipc idle-subscriptions --dir D [--channel URI] --count N [--hang 1] (N subscriptions on N streams: time, RSS)
 //! ```
 //!
 //! `subscribe --check length` checks only the count and length of messages (publishers that do
@@ -59,8 +60,9 @@ struct Args {
     channel: String,
     count: u64,
     size: usize,
-    /// `publish --hang 1`: after offering, keep the process (and its publication) alive until
-    /// killed (the kill -9 tests), at most the run timeout.
+    /// `--hang 1`: after publishing (or adding idle handles), keep the process and its handles
+    /// alive until killed (the kill -9 tests, memory of connected idle streams), at most the
+    /// run timeout.
     hang: bool,
     batch: usize,
     check_sequence: bool,
@@ -110,7 +112,12 @@ fn main() {
         "subscribe" => subscribe(&args),
         "hold" => hold(&args),
         "attach" => attach(&args),
-        "idle-publications" => idle_publications(&args),
+        "idle-publications" => idle_handles(&args, "publications", |client, stream| {
+            client.add_publication(&args.channel, stream).map(drop_later)
+        }),
+        "idle-subscriptions" => idle_handles(&args, "subscriptions", |client, stream| {
+            client.add_subscription(&args.channel, stream).map(drop_later)
+        }),
         other => Err(format!("unknown role {other:?}")),
     });
     if let Err(message) = result {
@@ -206,14 +213,19 @@ fn publish(args: &Args) -> Result<(), String> {
     }
     report("publish", sequence, start.elapsed(), thread_cpu().saturating_sub(cpu_start));
     if args.hang {
-        use std::io::Write as _;
-        let _ = std::io::stdout().flush();
-        let hung = Instant::now();
-        while hung.elapsed() < RUN_TIMEOUT {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        hang();
     }
     Ok(())
+}
+
+/// Keeps the process (and its handles) alive until killed, at most the run timeout.
+fn hang() {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let hung = Instant::now();
+    while hung.elapsed() < RUN_TIMEOUT {
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 fn subscribe(args: &Args) -> Result<(), String> {
@@ -305,26 +317,41 @@ fn rss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn idle_publications(args: &Args) -> Result<(), String> {
+/// Boxes a handle so that handles of either kind can be held in one list until the end.
+fn drop_later<T: 'static>(handle: T) -> Box<dyn std::any::Any> {
+    Box::new(handle)
+}
+
+/// Adds `--count` handles of one kind on consecutive streams from `--stream` and prints how
+/// long that took and how much the driver's and this process's resident memory grew.
+fn idle_handles(
+    args: &Args,
+    kind: &str,
+    add: impl Fn(&AttachedClient, i32) -> Result<Box<dyn std::any::Any>, affinity::error::Error>,
+) -> Result<(), String> {
     let client = AttachedClient::connect(&args.dir, DRIVER_TIMEOUT).map_err(|e| e.to_string())?;
     let driver_pid = u32::try_from(client.driver_pid()).map_err(|e| e.to_string())?;
     let driver_before = rss_kib(driver_pid).unwrap_or(0);
     let own_before = rss_kib(std::process::id()).unwrap_or(0);
     let start = Instant::now();
-    let mut publications = Vec::new();
+    let mut handles = Vec::new();
     for i in 0..args.count {
         let stream = args.stream.wrapping_add(i as i32);
-        publications.push(client.add_publication(&args.channel, stream).map_err(|e| e.to_string())?);
+        handles.push(add(&client, stream).map_err(|e| e.to_string())?);
     }
     let elapsed = start.elapsed();
     let driver_after = rss_kib(driver_pid).unwrap_or(0);
     let own_after = rss_kib(std::process::id()).unwrap_or(0);
     println!(
-        "{{\"role\":\"idle-publications\",\"publications\":{},\"seconds\":{:.3},\"driver_rss_kib\":{driver_after},\"driver_rss_growth_kib\":{},\"client_rss_kib\":{own_after},\"client_rss_growth_kib\":{}}}",
-        publications.len(),
+        "{{\"role\":\"idle-{kind}\",\"channel\":\"{}\",\"{kind}\":{},\"seconds\":{:.3},\"driver_rss_kib\":{driver_after},\"driver_rss_growth_kib\":{},\"client_rss_kib\":{own_after},\"client_rss_growth_kib\":{}}}",
+        args.channel,
+        handles.len(),
         elapsed.as_secs_f64(),
         driver_after.saturating_sub(driver_before),
         own_after.saturating_sub(own_before)
     );
+    if args.hang {
+        hang();
+    }
     Ok(())
 }

@@ -450,16 +450,16 @@ impl Shared {
 }
 
 /// The error of a driver's refusal: an operating-system failure keeps its errno
-/// ([`Error::Socket`]); anything else is about the channel or command ([`Error::Config`]).
+/// ([`Error::Os`]); anything else is about the channel or command ([`Error::Config`]).
 fn refusal(code: i32, message: String) -> Error {
     let errno = code.checked_sub(error_code::OS_ERROR).filter(|errno| *errno > 0);
     match errno {
         Some(errno) => {
             let source = std::io::Error::from_raw_os_error(errno);
-            // The driver's text ends with the OS error's own; Error::Socket shows it once.
+            // The driver's text ends with the OS error's own; Error::Os shows it once.
             let suffix = format!(": {source}");
             let context = message.strip_suffix(suffix.as_str()).map(str::to_owned).unwrap_or(message);
-            Error::Socket { context, source }
+            Error::Os { context, source }
         }
         None => Error::Config(message),
     }
@@ -529,6 +529,11 @@ impl AttachedClient {
         command_timeout: Duration,
     ) -> Result<(Arc<Shared>, Arc<AtomicBool>, JoinHandle<()>)> {
         let driver_timeout_ms = driver_timeout.as_millis() as i64;
+        if let Some((source, owner)) = directory::access_denied(dir) {
+            let owner = owner.map(|uid| format!(" (it belongs to uid {uid}: a driver's clients run as its user)"));
+            let context = format!("cannot attach to the driver in {}{}", dir.display(), owner.unwrap_or_default());
+            return Err(Error::Os { context, source });
+        }
         match directory::inspect(dir, driver_timeout_ms, epoch_ms()) {
             DirectoryState::Live { .. } => {}
             DirectoryState::Absent => {

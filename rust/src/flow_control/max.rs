@@ -66,6 +66,10 @@ impl FlowControl for MaxFlowControl {
         Vec::new()
     }
 
+    fn receiver_count(&self) -> usize {
+        0
+    }
+
     fn group_min_size(&self) -> u32 {
         0
     }

@@ -186,6 +186,10 @@ impl MinGroup {
         self.receiver_timeout
     }
 
+    pub(super) fn receiver_count(&self) -> usize {
+        self.receivers.len()
+    }
+
     pub(super) fn receivers(&self) -> Vec<TrackedReceiver> {
         self.receivers
             .iter()

@@ -165,6 +165,10 @@ pub trait FlowControl: Send + fmt::Debug {
     /// Receivers currently tracked (empty for `unicast`/`max`).
     fn receivers(&self) -> Vec<TrackedReceiver>;
 
+    /// How many receivers [`FlowControl::receivers`] would list, without building the list
+    /// (the `fc-receivers` counter, written every duty cycle).
+    fn receiver_count(&self) -> usize;
+
     /// Tracked receivers required before the publication counts as connected (0 for
     /// `unicast`/`max`).
     fn group_min_size(&self) -> u32;

@@ -20,7 +20,7 @@ impl MinFlowControl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flow_control::test_support::{at, eos, sm, tagged_sm};
+    use crate::flow_control::test_support::{at, eos, sm, tagged_sm, tracked};
     use crate::flow_control::{FlowControl, FlowControlEvent, RemovalReason};
 
     const TAG: i64 = 1001;
@@ -102,7 +102,7 @@ mod tests {
         limit = fc.on_status_message(&sm(2, 5000, WINDOW), limit, 0, at(1600));
         assert_eq!(limit, 1000);
         assert_eq!(fc.on_idle(at(2001), limit, 0, false), 6000);
-        assert_eq!(fc.receivers().len(), 1);
+        assert_eq!(tracked(&fc), 1);
     }
 
     #[test]
@@ -124,7 +124,7 @@ mod tests {
             let event = FlowControlEvent::ReceiverRemoved { receiver_id: id, group_tag: Some(TAG), reason };
             assert!(events.contains(&event), "{event:?} in {events:?}");
         }
-        assert_eq!(fc.receivers().len(), 1);
+        assert_eq!(tracked(&fc), 1);
     }
 
     #[test]

@@ -28,3 +28,9 @@ pub(super) fn eos(sm: StatusMessageInput) -> StatusMessageInput {
 pub(super) fn at(millis: u64) -> Instant {
     Instant::from_nanos(millis * 1_000_000)
 }
+
+/// How many receivers `fc` tracks, after checking its cheap count agrees with its list.
+pub(super) fn tracked(fc: &dyn super::FlowControl) -> usize {
+    assert_eq!(fc.receiver_count(), fc.receivers().len(), "receiver_count and receivers() disagree");
+    fc.receiver_count()
+}

@@ -40,7 +40,7 @@ pub(crate) fn transport_error(error: Error) -> PyErr {
         Error::Config(_) => ChannelUriError::new_err(error.to_string()),
         Error::Setting(_) => ConfigError::new_err(error.to_string()),
         Error::Io(source) => os_error(None, source),
-        Error::Socket { context, source } => os_error(Some(context), source),
+        Error::Os { context, source } => os_error(Some(context), source),
         Error::Closed(_) => ClosedError::new_err(error.to_string()),
         Error::Timeout(_) => DriverTimeoutError::new_err(error.to_string()),
         Error::Driver(_) => DriverError::new_err(error.to_string()),

@@ -730,7 +730,7 @@ impl LossyRelay {
         let front = SocketAddr::new(target.ip(), 0);
         let relay = py
             .detach(|| RustRelay::start(front, target, Impairment { loss, duplicate, reorder }, seed))
-            .map_err(|source| transport_error(Error::Socket { context: format!("relay to {target}"), source }))?;
+            .map_err(|source| transport_error(Error::Os { context: format!("relay to {target}"), source }))?;
         let address = relay.front_address().to_string();
         Ok(LossyRelay { inner: std::sync::Mutex::new(relay), address })
     }

@@ -79,6 +79,18 @@ pub fn process_exists(pid: i64) -> bool {
     result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// Why this process may not open the driver files in `dir`, if it may not: the OS error of
+/// opening its cnc file for reading and writing, and the uid owning `dir` when that can be read
+/// (a driver's directory is 0700: a process of another user is refused here). `None` when the
+/// file opens or does not exist ([`inspect`] then says which).
+pub fn access_denied(dir: &Path) -> Option<(std::io::Error, Option<u32>)> {
+    match fs::OpenOptions::new().read(true).write(true).open(dir.join(CNC_FILE)) {
+        Ok(_) => None,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+        Err(error) => Some((error, fs::metadata(dir).ok().map(|meta| meta.uid()))),
+    }
+}
+
 /// Looks at `dir`'s cnc file: absent, live (pid exists, heartbeat younger than
 /// `driver_timeout_ms`) or stale.
 pub fn inspect(dir: &Path, driver_timeout_ms: i64, now_ms: i64) -> DirectoryState {

@@ -8,7 +8,7 @@
 //! capacity + 128  tail position        i64  claimed by producers with compare-and-set
 //! capacity + 256  head cache position  i64  producers' cached copy of the head
 //! capacity + 384  head position        i64  advanced by the consumer (Release)
-//! capacity + 512  correlation counter  i64  next correlation id (atomic add)
+//! capacity + 512  correlation counter  i64  the last correlation id handed out (atomic add; ids start at 1)
 //! capacity + 640  consumer heartbeat   i64  epoch ms, written by the consumer (driver liveness)
 //! ```
 //!
@@ -89,9 +89,10 @@ impl ManyToOneRingBuffer {
         self.capacity / 8
     }
 
-    /// A fresh correlation id, unique among all producers.
+    /// A fresh correlation id, unique among all producers. Ids start at 1: a client id doubles
+    /// as the owner id of the client's counters, where 0 means the driver.
     pub fn next_correlation_id(&self) -> Result<i64, ShmError> {
-        self.buffer.get_and_add_i64(self.capacity + trailer::CORRELATION_COUNTER, 1)
+        Ok(self.buffer.get_and_add_i64(self.capacity + trailer::CORRELATION_COUNTER, 1)?.saturating_add(1))
     }
 
     /// The consumer's last heartbeat (epoch ms).
@@ -269,8 +270,8 @@ mod tests {
     #[test]
     fn correlation_ids_are_unique_and_heartbeat_reads_back() {
         let ring = ring(1024);
-        assert_eq!(ring.next_correlation_id().unwrap(), 0);
-        assert_eq!(ring.next_correlation_id().unwrap(), 1);
+        assert_eq!(ring.next_correlation_id().unwrap(), 1, "0 is the driver's owner id");
+        assert_eq!(ring.next_correlation_id().unwrap(), 2);
         ring.set_consumer_heartbeat(1234).unwrap();
         assert_eq!(ring.consumer_heartbeat().unwrap(), 1234);
     }

@@ -287,11 +287,18 @@ pub enum SystemCounter {
     StatusMessagesReceived,
     /// Heartbeats sent by publications.
     HeartbeatsSent,
+    /// Datagrams the sender agent handed to the kernel (data, retransmits, SETUP, heartbeats;
+    /// a run sent with segmentation offload counts each datagram of it).
+    DatagramsSent,
+    /// Datagrams read from receive endpoints (data, SETUP, heartbeats; whatever their outcome).
+    DatagramsReceived,
+    /// Heartbeats received by images.
+    HeartbeatsReceived,
 }
 
 impl SystemCounter {
     /// Every system counter, in counter-id order.
-    pub const ALL: [SystemCounter; 30] = [
+    pub const ALL: [SystemCounter; 33] = [
         SystemCounter::Commands,
         SystemCounter::InvalidCommands,
         SystemCounter::ClientKeepalives,
@@ -322,6 +329,9 @@ impl SystemCounter {
         SystemCounter::StatusMessagesSent,
         SystemCounter::StatusMessagesReceived,
         SystemCounter::HeartbeatsSent,
+        SystemCounter::DatagramsSent,
+        SystemCounter::DatagramsReceived,
+        SystemCounter::HeartbeatsReceived,
     ];
 
     /// The counter's label in the counters file.
@@ -357,6 +367,9 @@ impl SystemCounter {
             SystemCounter::StatusMessagesSent => "Status messages sent",
             SystemCounter::StatusMessagesReceived => "Status messages received",
             SystemCounter::HeartbeatsSent => "Heartbeats sent",
+            SystemCounter::DatagramsSent => "Datagrams sent",
+            SystemCounter::DatagramsReceived => "Datagrams received",
+            SystemCounter::HeartbeatsReceived => "Heartbeats received",
         }
     }
 

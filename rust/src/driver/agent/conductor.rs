@@ -921,6 +921,54 @@ mod tests {
     use crate::shm::log_buffer::Offer;
     use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
 
+    /// The test's side of a driver's cnc: commands onto the to-driver ring, answers from the
+    /// to-clients broadcast after one duty cycle.
+    struct CncWire {
+        ring: crate::shm::ring_buffer::ManyToOneRingBuffer,
+        receiver: crate::shm::broadcast::BroadcastReceiver,
+        scratch: Vec<u8>,
+    }
+
+    impl CncWire {
+        fn new(driver: &StandaloneDriver) -> Self {
+            let ring = driver.cnc().to_driver().unwrap();
+            let receiver = driver.cnc().to_clients_receiver().unwrap();
+            CncWire { ring, receiver, scratch: Vec::new() }
+        }
+
+        /// Client 1 subscribes (correlation id 10), then client 2 publishes (11), both to
+        /// `aeron:ipc` stream 7.
+        fn add_ipc_subscriber_then_publisher(&self) {
+            self.send(Command::AddSubscription {
+                client_id: 1,
+                correlation_id: 10,
+                stream_id: 7,
+                channel: "aeron:ipc".into(),
+            });
+            self.send(Command::AddPublication {
+                client_id: 2,
+                correlation_id: 11,
+                stream_id: 7,
+                channel: "aeron:ipc".into(),
+            });
+        }
+
+        fn send(&self, command: Command) {
+            let (id, bytes) = command.encode();
+            self.ring.write(id, &bytes).unwrap();
+        }
+
+        /// Runs one duty cycle and returns what the driver broadcast.
+        fn responses(&mut self, driver: &mut StandaloneDriver) -> Vec<Response> {
+            driver.do_work();
+            let mut out = Vec::new();
+            while let crate::shm::broadcast::Received::Message(id) = self.receiver.receive(&mut self.scratch).unwrap() {
+                out.push(Response::decode(id, &self.scratch).unwrap());
+            }
+            out
+        }
+    }
+
     fn small_config(dir: PathBuf) -> StandaloneConfig {
         StandaloneConfig {
             client_timeout: SILENT_CLIENT_TIMEOUT,
@@ -952,32 +1000,16 @@ mod tests {
     fn an_ipc_publication_paces_on_its_slowest_subscriber_and_lingers_until_drained() {
         let dir = tempdir();
         let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
-        let ring = driver.cnc().to_driver().unwrap();
-        let mut receiver = driver.cnc().to_clients_receiver().unwrap();
         let counters = driver.cnc().counters().unwrap();
-        let send = |command: Command| {
-            let (id, bytes) = command.encode();
-            ring.write(id, &bytes).unwrap();
-        };
-        let mut scratch = Vec::new();
-        let mut responses = |driver: &mut StandaloneDriver| {
-            driver.do_work();
-            let mut out = Vec::new();
-            while let Received::Message(id) = receiver.receive(&mut scratch).unwrap() {
-                out.push(Response::decode(id, &scratch).unwrap());
-            }
-            out
-        };
-        use crate::shm::broadcast::Received;
-        send(Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 7, channel: "aeron:ipc".into() });
-        send(Command::AddPublication { client_id: 2, correlation_id: 11, stream_id: 7, channel: "aeron:ipc".into() });
-        send(Command::AddPublication {
+        let mut wire = CncWire::new(&driver);
+        wire.add_ipc_subscriber_then_publisher();
+        wire.send(Command::AddPublication {
             client_id: 3,
             correlation_id: 12,
             stream_id: 7,
             channel: "aeron:udp?endpoint=127.0.0.1:1".into(),
         });
-        let answers = responses(&mut driver);
+        let answers = wire.responses(&mut driver);
         assert!(matches!(answers[0], Response::SubscriptionReady { correlation_id: 10 }));
         let Response::PublicationReady { publisher_limit_counter_id, ref log_file, .. } = answers[1] else {
             panic!("{answers:?}")
@@ -989,7 +1021,7 @@ mod tests {
         let log = LogBuffer::open(&dir.join(log_file)).unwrap();
         let limit = counters.counter(publisher_limit_counter_id as usize).unwrap();
         let position = counters.counter(subscriber_position_counter_id as usize).unwrap();
-        responses(&mut driver);
+        wire.responses(&mut driver);
         assert_eq!(limit.get().unwrap(), 32 * 1024, "limit = slowest subscriber + half a term");
         // Fill to the limit: back-pressured until the subscriber moves.
         let mut appended = 0;
@@ -998,14 +1030,14 @@ mod tests {
         }
         assert_eq!(appended, 32 * 1024 / 256);
         position.set(16 * 1024).unwrap();
-        responses(&mut driver);
+        wire.responses(&mut driver);
         assert_eq!(limit.get().unwrap(), 48 * 1024);
         // The publisher's client goes away: the publication lingers until the subscriber has all.
-        send(Command::ClientClose { client_id: 2 });
-        responses(&mut driver);
+        wire.send(Command::ClientClose { client_id: 2 });
+        wire.responses(&mut driver);
         assert!(dir.join(log_file).exists(), "lingers while undelivered");
         position.set(32 * 1024).unwrap();
-        let answers = responses(&mut driver);
+        let answers = wire.responses(&mut driver);
         assert!(
             matches!(answers[..], [Response::UnavailableImage { subscription_registration_id: 10, .. }]),
             "{answers:?}"
@@ -1016,27 +1048,59 @@ mod tests {
         assert!(!dir.join(CNC_FILE).exists());
     }
 
+    #[test]
+    fn a_released_ipc_publication_whose_subscriber_stalls_is_closed_when_its_linger_passes() {
+        let dir = tempdir();
+        let linger = Duration::from_millis(200);
+        let config = StandaloneConfig { publication_linger: linger, ..small_config(dir.to_path_buf()) };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let counters = driver.cnc().counters().unwrap();
+        let mut wire = CncWire::new(&driver);
+        wire.add_ipc_subscriber_then_publisher();
+        let answers = wire.responses(&mut driver);
+        let Response::PublicationReady { publisher_limit_counter_id, ref log_file, .. } = answers[1] else {
+            panic!("{answers:?}")
+        };
+        let log = LogBuffer::open(&dir.join(log_file)).unwrap();
+        let limit = counters.counter(publisher_limit_counter_id as usize).unwrap();
+        wire.responses(&mut driver);
+        assert!(matches!(log.offer(&[1; 224], 0, limit.get().unwrap()).unwrap(), Offer::Appended(_)));
+        // The publisher's client goes; the subscriber never reads (its position stays at 0).
+        wire.send(Command::ClientClose { client_id: 2 });
+        let released = Instant::now();
+        wire.responses(&mut driver);
+        assert!(dir.join(log_file).exists(), "lingers while undelivered");
+        let mut answers = Vec::new();
+        while dir.join(log_file).exists() && released.elapsed() < linger * 20 {
+            std::thread::sleep(Duration::from_millis(5));
+            answers.extend(wire.responses(&mut driver));
+        }
+        let lingered = released.elapsed();
+        assert!(!dir.join(log_file).exists(), "still there after {lingered:?}");
+        // The conductor's clock counts whole milliseconds.
+        let resolution = Duration::from_millis(2);
+        assert!(lingered + resolution >= linger, "closed after {lingered:?}, before its linger of {linger:?}");
+        assert!(
+            matches!(answers[..], [Response::UnavailableImage { subscription_registration_id: 10, .. }]),
+            "{answers:?}"
+        );
+        // What was appended stays readable up to the end of stream the driver set.
+        assert_eq!(log.end_of_stream_position().unwrap(), 256);
+        driver.shutdown().unwrap();
+    }
+
     /// A driver with one `aeron:ipc` publication (terms of `term_length`: window half a term,
     /// trip gain an eighth of that) and one subscriber: the driver, the log, the publisher-limit
     /// counter and the subscriber's position counter.
     fn one_publication_one_subscriber(dir: &Path, term_length: u32) -> (StandaloneDriver, LogBuffer, Counter, Counter) {
         let config = StandaloneConfig { ipc_term_length: term_length, ..small_config(dir.to_path_buf()) };
         let mut driver = StandaloneDriver::launch(config).unwrap();
-        let ring = driver.cnc().to_driver().unwrap();
-        let mut receiver = driver.cnc().to_clients_receiver().unwrap();
         let counters = driver.cnc().counters().unwrap();
-        for command in [
-            Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 7, channel: "aeron:ipc".into() },
-            Command::AddPublication { client_id: 2, correlation_id: 11, stream_id: 7, channel: "aeron:ipc".into() },
-        ] {
-            let (id, bytes) = command.encode();
-            ring.write(id, &bytes).unwrap();
-        }
-        driver.do_work();
+        let mut wire = CncWire::new(&driver);
+        wire.add_ipc_subscriber_then_publisher();
         let (mut limit, mut position, mut log) = (None, None, None);
-        let mut scratch = Vec::new();
-        while let crate::shm::broadcast::Received::Message(id) = receiver.receive(&mut scratch).unwrap() {
-            match Response::decode(id, &scratch).unwrap() {
+        for response in wire.responses(&mut driver) {
+            match response {
                 Response::PublicationReady { publisher_limit_counter_id, log_file, .. } => {
                     limit = Some(counters.counter(publisher_limit_counter_id as usize).unwrap());
                     log = Some(LogBuffer::open(&dir.join(log_file)).unwrap());

@@ -75,12 +75,24 @@ pub struct NewPublication {
     pub destination: SocketAddr,
     /// Multicast: the socket joined to the control group.
     pub control_socket: Option<UdpSocket>,
-    /// Publisher limit (written by the sender).
+    /// Its per-stream counters (written by the sender).
+    pub counters: PublicationStreamCounters,
+}
+
+/// The per-stream counters of a network publication in the counters file; the sender agent is
+/// the one writer of each.
+#[derive(Clone, Debug)]
+pub struct PublicationStreamCounters {
+    /// Publisher limit (`pub-lmt`): how far clients may append.
     pub publisher_limit: Counter,
-    /// Sender position (written by the sender).
+    /// Sender position (`snd-pos`).
     pub sender_position: Counter,
-    /// Publisher position, the log's tail (written by the sender).
+    /// Publisher position (`pub-pos`), the log's tail.
     pub publisher_position: Counter,
+    /// Sender limit (`snd-lmt`): how far flow control lets the sender send.
+    pub sender_limit: Counter,
+    /// Receivers flow control currently tracks (`fc-receivers`; 0 for `unicast` and `max`).
+    pub flow_control_receivers: Counter,
 }
 
 /// A new receive endpoint (a bound socket), created by the conductor.
@@ -109,6 +121,18 @@ pub struct NewImage {
     pub source: SocketAddr,
     /// Each consuming subscription's registration id and position counter.
     pub consumers: Vec<(i64, Counter)>,
+    /// The image's own counters (written by the receiver).
+    pub counters: ImageCounters,
+}
+
+/// The counters of a network image in the counters file; the receiver agent is the one writer
+/// of each (the subscribers write their own `sub-pos` counters).
+#[derive(Clone, Debug)]
+pub struct ImageCounters {
+    /// Receiver position (`rcv-pos`): everything before it has arrived, in order.
+    pub receiver_position: Counter,
+    /// Receiver high-water mark (`rcv-hwm`): the end of the furthest frame received.
+    pub receiver_hwm: Counter,
 }
 
 /// Conductor → sender.

@@ -14,7 +14,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
 use super::mmsg::{enable_receive_offload, ReceiveBatch};
-use super::{AgentEvent, ImageRequest, NewEndpoint, NewImage, ReceiverCommand};
+use super::{AgentEvent, ImageCounters, ImageRequest, NewEndpoint, NewImage, ReceiverCommand};
 use crate::logbuffer::position::compute_position;
 use crate::logbuffer::StreamIdentity;
 use crate::protocol::{DataRejection, Image, ImageConfig, ImageState};
@@ -135,6 +135,10 @@ pub struct ReceiverCounters {
     pub naks_sent: Counter,
     /// Status messages sent.
     pub status_messages_sent: Counter,
+    /// Datagrams read from the endpoints.
+    pub datagrams_received: Counter,
+    /// Heartbeats received by images.
+    pub heartbeats_received: Counter,
 }
 
 impl ReceiverCounters {
@@ -166,8 +170,10 @@ struct ImageEntry {
     source: SocketAddr,
     image: Image<LogBuffer>,
     consumers: Vec<(i64, Counter)>,
+    counters: ImageCounters,
     reported_naks: u64,
     reported_status_messages: u64,
+    reported_heartbeats: u64,
 }
 
 /// One bound receiving socket with its subscriptions and images.
@@ -369,8 +375,14 @@ impl ReceiveEndpoint {
             let _ = counters
                 .status_messages_sent
                 .add(image_counters.status_messages_sent.saturating_sub(entry.reported_status_messages) as i64);
+            let _ = counters
+                .heartbeats_received
+                .add(image_counters.heartbeats_received.saturating_sub(entry.reported_heartbeats) as i64);
             entry.reported_naks = image_counters.naks_sent;
             entry.reported_status_messages = image_counters.status_messages_sent;
+            entry.reported_heartbeats = image_counters.heartbeats_received;
+            let _ = entry.counters.receiver_position.set(entry.image.rebuild_position());
+            let _ = entry.counters.receiver_hwm.set(entry.image.hwm_position());
             if entry.image.state() == ImageState::Closed {
                 let entry = self.images.swap_remove(index);
                 // Subscribers read up to here, then drop the image.
@@ -477,6 +489,7 @@ impl ReceiverAgent {
         let endpoint = self.endpoints.iter_mut().find(|e| e.address == endpoint)?;
         let outcome = endpoint.on_datagram(datagram, source, now, &mut self.scratch, &self.events);
         self.counters.count(outcome);
+        let _ = self.counters.datagrams_received.add(1);
         Some(outcome)
     }
 
@@ -491,13 +504,16 @@ impl ReceiverAgent {
         for endpoint in &mut self.endpoints {
             if self.batch.receive(&endpoint.socket) > 0 {
                 let mut bytes = 0;
+                let mut datagrams = 0;
                 for (datagram, source) in self.batch.datagrams() {
-                    work += 1;
+                    datagrams += 1;
                     bytes += datagram.len();
                     let outcome = endpoint.on_datagram(datagram, source, now, &mut self.scratch, &self.events);
                     self.counters.count(outcome);
                 }
+                work += datagrams;
                 let _ = self.counters.bytes_received.add(bytes as i64);
+                let _ = self.counters.datagrams_received.add(datagrams as i64);
             }
             work += endpoint.service_images(now, &mut self.scratch, &self.counters, &self.events);
         }
@@ -533,7 +549,7 @@ impl ReceiverAgent {
                 }
             }
             ReceiverCommand::AddImage(new) => {
-                let NewImage { endpoint, correlation_id, image, source, consumers } = *new;
+                let NewImage { endpoint, correlation_id, image, source, consumers, counters } = *new;
                 let identity = *image.identity();
                 let Some(endpoint) = self.endpoints.iter_mut().find(|e| e.address == endpoint) else {
                     let _ = self.events.send(AgentEvent::ImageClosed { correlation_id, incomplete: false });
@@ -549,8 +565,10 @@ impl ReceiverAgent {
                     source,
                     image,
                     consumers,
+                    counters,
                     reported_naks: 0,
                     reported_status_messages: 0,
+                    reported_heartbeats: 0,
                 });
             }
             ReceiverCommand::ImageRefused { endpoint, session_id, stream_id } => {

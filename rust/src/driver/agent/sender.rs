@@ -1,15 +1,15 @@
 //! The sender agent: serves network publications over shared logs. Clients append to a
 //! publication's log; the sender sends the committed frames within the flow-control limit,
 //! retransmits NAKed ranges, heartbeats and SETUPs, handles status messages, NAKs, RTT requests
-//! and error frames, writes the publisher limit, sender position and publisher position
-//! counters, and reports driver events and status answers to the conductor.
+//! and error frames, writes each publication's stream counters (publisher limit and position,
+//! sender position and limit, flow-control receivers), and reports driver events and status answers to the conductor.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
 use super::mmsg::{SegmentOffload, SendBatch};
-use super::{AgentEvent, NewPublication, SenderCommand};
+use super::{AgentEvent, NewPublication, PublicationStreamCounters, SenderCommand};
 use crate::driver::events::{reason_name, DriverEvent, DriverEventKind};
 use crate::protocol::{NetworkPublication, PublicationCounters};
 use crate::shm::command::Response;
@@ -42,6 +42,8 @@ pub struct SenderCounters {
     pub status_messages_received: Counter,
     /// Heartbeats sent.
     pub heartbeats_sent: Counter,
+    /// Datagrams sent.
+    pub datagrams_sent: Counter,
 }
 
 struct Served {
@@ -51,9 +53,7 @@ struct Served {
     socket: UdpSocket,
     destination: SocketAddr,
     control_socket: Option<UdpSocket>,
-    publisher_limit: Counter,
-    sender_position: Counter,
-    publisher_position: Counter,
+    stream_counters: PublicationStreamCounters,
     last_idle: Instant,
     reported: PublicationCounters,
     connected: bool,
@@ -138,7 +138,7 @@ impl SenderAgent {
             work += self.service(index, now);
             if self.publications[index].publication.is_done() {
                 let served = self.publications.swap_remove(index);
-                let _ = served.publisher_limit.set(served.publication.sender_position());
+                let _ = served.stream_counters.publisher_limit.set(served.publication.sender_position());
                 let _ = self.events.send(AgentEvent::PublicationDone { registration_id: served.registration_id });
                 continue;
             }
@@ -157,9 +157,7 @@ impl SenderAgent {
                     socket,
                     destination,
                     control_socket,
-                    publisher_limit,
-                    sender_position,
-                    publisher_position,
+                    counters: stream_counters,
                 } = *new;
                 // Nothing before the start position was ever written: cleaning starts there.
                 let clean_position = publication.config().initial_position;
@@ -170,9 +168,7 @@ impl SenderAgent {
                     socket,
                     destination,
                     control_socket,
-                    publisher_limit,
-                    sender_position,
-                    publisher_position,
+                    stream_counters,
                     last_idle: now,
                     reported: PublicationCounters::default(),
                     connected: false,
@@ -224,6 +220,7 @@ impl SenderAgent {
             // Datagrams that would block are dropped: a NAK repairs them.
             let outcome = self.batch.send(&served.socket, destination, &mut served.offload);
             let _ = self.counters.bytes_sent.add(outcome.bytes as i64);
+            let _ = self.counters.datagrams_sent.add(outcome.datagrams as i64);
             if outcome.errors > 0 {
                 let _ = self.counters.send_errors.add(outcome.errors as i64);
             }
@@ -243,9 +240,12 @@ impl SenderAgent {
         let publication = &served.publication;
         let term_length = i64::from(publication.identity().term_length);
         let _ = publication.log().clean_to(&mut served.clean_position, publication.sender_position() - term_length);
-        let _ = served.publisher_limit.set(publication.publisher_limit());
-        let _ = served.sender_position.set(publication.sender_position());
-        let _ = served.publisher_position.set(publication.tail_position());
+        let stream = &served.stream_counters;
+        let _ = stream.publisher_limit.set(publication.publisher_limit());
+        let _ = stream.sender_position.set(publication.sender_position());
+        let _ = stream.publisher_position.set(publication.tail_position());
+        let _ = stream.sender_limit.set(publication.sender_limit());
+        let _ = stream.flow_control_receivers.set(publication.flow_control().receiver_count() as i64);
         let connected = publication.is_connected();
         let changed = (connected != served.connected).then(|| publication.log().clone());
         served.connected = connected;

@@ -14,7 +14,8 @@ use crate::channel::{ChannelUri, CongestionControl, Media};
 use crate::driver::agent::receiver::{ImageDefaults, ReceiverCounters};
 use crate::driver::agent::sender::SenderCounters;
 use crate::driver::agent::{
-    AgentEvent, ImageRequest, NewEndpoint, NewImage, NewPublication, ReceiverCommand, SenderCommand,
+    AgentEvent, ImageCounters, ImageRequest, NewEndpoint, NewImage, NewPublication, PublicationStreamCounters,
+    ReceiverCommand, SenderCommand,
 };
 use crate::flow_control::{build_checked, FlowControlSpec};
 use crate::logbuffer::StreamIdentity;
@@ -68,6 +69,8 @@ struct NetImage {
     /// image by: one per subscription, as for IPC images, so a client with several
     /// subscriptions of one image tells their announcements apart).
     links: Vec<(i64, usize, i64)>,
+    /// Ids of the image's own counters (`rcv-pos`, `rcv-hwm`).
+    counters: [usize; 2],
 }
 
 /// Conductor state of the network side.
@@ -171,6 +174,7 @@ impl StandaloneDriver {
             retransmits: c(SystemCounter::Retransmits),
             status_messages_received: c(SystemCounter::StatusMessagesReceived),
             heartbeats_sent: c(SystemCounter::HeartbeatsSent),
+            datagrams_sent: c(SystemCounter::DatagramsSent),
         }
     }
 
@@ -187,6 +191,8 @@ impl StandaloneDriver {
             bytes_received: c(SystemCounter::BytesReceived),
             naks_sent: c(SystemCounter::NaksSent),
             status_messages_sent: c(SystemCounter::StatusMessagesSent),
+            datagrams_received: c(SystemCounter::DatagramsReceived),
+            heartbeats_received: c(SystemCounter::HeartbeatsReceived),
         }
     }
 
@@ -328,33 +334,25 @@ impl StandaloneDriver {
         let label = format!("{session_id} {stream_id} {channel}");
         let mut allocated = Vec::new();
         let counters = (|| {
-            let limit = self.allocate(
-                type_id::PUBLISHER_LIMIT,
-                &key,
-                format!("pub-lmt: {label}"),
-                (correlation_id, client_id),
-                now_ms,
-                &mut allocated,
-            )?;
-            let sender_position = self.allocate(
-                type_id::SENDER_POSITION,
-                &key,
-                format!("snd-pos: {label}"),
-                (correlation_id, client_id),
-                now_ms,
-                &mut allocated,
-            )?;
-            let publisher_position = self.allocate(
-                type_id::PUBLISHER_POSITION,
-                &key,
-                format!("pub-pos: {label}"),
-                (correlation_id, client_id),
-                now_ms,
-                &mut allocated,
-            )?;
-            Ok::<_, Refusal>((limit, sender_position, publisher_position))
+            let mut counter = |kind: i32, name: &str| {
+                self.allocate(
+                    kind,
+                    &key,
+                    format!("{name}: {label}"),
+                    (correlation_id, client_id),
+                    now_ms,
+                    &mut allocated,
+                )
+            };
+            Ok::<_, Refusal>(PublicationStreamCounters {
+                publisher_limit: counter(type_id::PUBLISHER_LIMIT, "pub-lmt")?,
+                sender_position: counter(type_id::SENDER_POSITION, "snd-pos")?,
+                publisher_position: counter(type_id::PUBLISHER_POSITION, "pub-pos")?,
+                sender_limit: counter(type_id::SENDER_LIMIT, "snd-lmt")?,
+                flow_control_receivers: counter(type_id::FLOW_CONTROL_RECEIVERS, "fc-receivers")?,
+            })
         })();
-        let (publisher_limit, sender_position, publisher_position) = match counters {
+        let stream_counters = match counters {
             Ok(counters) => counters,
             Err(refusal) => {
                 let _ = std::fs::remove_file(self.config.dir.join(&log_file));
@@ -362,9 +360,15 @@ impl StandaloneDriver {
             }
         };
         // Until the sender's first duty cycle: clients see the start, not 0.
-        for counter in [&publisher_limit, &sender_position, &publisher_position] {
+        for counter in [
+            &stream_counters.publisher_limit,
+            &stream_counters.sender_position,
+            &stream_counters.publisher_position,
+            &stream_counters.sender_limit,
+        ] {
             let _ = counter.set(initial_position);
         }
+        let publisher_limit = stream_counters.publisher_limit.clone();
         let identity = StreamIdentity { session_id, stream_id, initial_term_id, term_length };
         let config = PublicationConfig {
             identity,
@@ -388,9 +392,7 @@ impl StandaloneDriver {
             socket,
             destination,
             control_socket,
-            publisher_limit: publisher_limit.clone(),
-            sender_position,
-            publisher_position,
+            counters: stream_counters,
         })));
         self.network.publications.push(NetPublication {
             registration_id: correlation_id,
@@ -673,10 +675,32 @@ impl StandaloneDriver {
             Err(e) => return refuse(self, format!("image of session {} from {source}: {e}", identity.session_id)),
         };
         let join = config.join_position;
+        let key = [identity.session_id.to_le_bytes(), identity.stream_id.to_le_bytes()].concat();
+        let stream_label = format!("{correlation_id} {} {} {source}", identity.session_id, identity.stream_id);
+        let mut image_counter_ids = Vec::new();
+        let image_counters = (|| {
+            let mut counter = |kind: i32, name: &str| {
+                let label = format!("{name}: {stream_label}");
+                self.allocate(kind, &key, label, (correlation_id, 0), now_ms, &mut image_counter_ids)
+            };
+            Ok::<_, Refusal>(ImageCounters {
+                receiver_position: counter(type_id::RECEIVER_POSITION, "rcv-pos")?,
+                receiver_hwm: counter(type_id::RECEIVER_HWM, "rcv-hwm")?,
+            })
+        })();
+        let image_counters = match image_counters {
+            Ok(counters) => counters,
+            Err((_, why)) => {
+                let _ = std::fs::remove_file(self.config.dir.join(&log_file));
+                return refuse(self, format!("image of session {} from {source}: {why}", identity.session_id));
+            }
+        };
+        for counter in [&image_counters.receiver_position, &image_counters.receiver_hwm] {
+            let _ = counter.set(join);
+        }
         let mut consumers = Vec::new();
         let mut links = Vec::new();
         let mut image = Image::with_log(config, log, self.network.clock.now());
-        let key = [identity.session_id.to_le_bytes(), identity.stream_id.to_le_bytes()].concat();
         for (subscription_id, client_id) in subscriptions {
             let label =
                 format!("sub-pos: {subscription_id} {} {} {source} @{join}", identity.session_id, identity.stream_id);
@@ -701,6 +725,9 @@ impl StandaloneDriver {
         }
         if consumers.is_empty() {
             let _ = std::fs::remove_file(self.config.dir.join(&log_file));
+            for id in image_counter_ids {
+                let _ = self.counters.free(id, now_ms);
+            }
             return refuse(self, format!("image of session {}: no counter for any subscriber", identity.session_id));
         }
         for ((subscription_id, counter), (_, _, link_id)) in consumers.iter().zip(&links) {
@@ -717,7 +744,8 @@ impl StandaloneDriver {
                 now_ms,
             );
         }
-        self.network.images.push(NetImage { correlation_id, stream_id: identity.stream_id, log_file, links });
+        let counters = [image_counters.receiver_position.id(), image_counters.receiver_hwm.id()];
+        self.network.images.push(NetImage { correlation_id, stream_id: identity.stream_id, log_file, links, counters });
         let _ = self.system(SystemCounter::Images).add(1);
         self.network.receive(ReceiverCommand::AddImage(Box::new(NewImage {
             endpoint,
@@ -725,6 +753,7 @@ impl StandaloneDriver {
             image,
             source,
             consumers,
+            counters: image_counters,
         })));
     }
 
@@ -746,6 +775,9 @@ impl StandaloneDriver {
                 now_ms,
             );
             let _ = self.counters.free(*counter, now_ms);
+        }
+        for id in image.counters {
+            let _ = self.counters.free(id, now_ms);
         }
         // Subscribers keep their mapping until they have read to the end of stream.
         let path = self.config.dir.join(&image.log_file);
