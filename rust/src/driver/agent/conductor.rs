@@ -1049,6 +1049,41 @@ mod tests {
     }
 
     #[test]
+    fn distinct_errors_past_a_full_error_log_are_counted_as_dropped_and_repeats_are_not() {
+        let dir = tempdir();
+        let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
+        let counters = driver.cnc().counters().unwrap();
+        let count = |counter: SystemCounter| counter.read(&counters).unwrap();
+        let mut wire = CncWire::new(&driver);
+        let refused = |i: i64| Command::AddPublication {
+            client_id: 1,
+            correlation_id: 100 + i,
+            stream_id: 7,
+            channel: format!("aeron:ipc?term-length={}", 1000 + i),
+        };
+        // 200 distinct refusals: far more than the 4 KiB error log holds.
+        for i in 0..200 {
+            wire.send(refused(i));
+        }
+        let mut answered = 0;
+        for _ in 0..100 {
+            answered += wire.responses(&mut driver).len();
+            if answered >= 200 {
+                break;
+            }
+        }
+        assert_eq!(answered, 200);
+        assert_eq!(count(SystemCounter::Errors), 200);
+        let dropped = count(SystemCounter::ErrorsDropped);
+        assert!(dropped > 0 && dropped < 200, "{dropped} dropped");
+        // A repeat of a logged error only counts again in its record: nothing more is dropped.
+        wire.send(refused(0));
+        wire.responses(&mut driver);
+        assert_eq!((count(SystemCounter::Errors), count(SystemCounter::ErrorsDropped)), (201, dropped));
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
     fn a_released_ipc_publication_whose_subscriber_stalls_is_closed_when_its_linger_passes() {
         let dir = tempdir();
         let linger = Duration::from_millis(200);
