@@ -163,7 +163,7 @@ def test_a_client_killed_with_sigkill_is_reclaimed_at_the_default_client_timeout
         def owned(snap: dict[str, object]) -> list[str]:
             counters = snap["counters"]
             assert isinstance(counters, list)
-            return [c["label"] for c in counters if c["owner_id"] not in (0,)]
+            return [c["label"] for c in counters if c["owner_id"] != 0]
 
         first = snapshot()
         assert system(first)["Clients"] == 1 and system(first)["IPC publications"] == 1

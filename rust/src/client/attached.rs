@@ -529,18 +529,23 @@ impl AttachedClient {
         command_timeout: Duration,
     ) -> Result<(Arc<Shared>, Arc<AtomicBool>, JoinHandle<()>)> {
         let driver_timeout_ms = driver_timeout.as_millis() as i64;
-        if let Some((source, owner)) = directory::access_denied(dir) {
-            let owner = owner.map(|uid| format!(" (it belongs to uid {uid}: a driver's clients run as its user)"));
-            let context = format!("cannot attach to the driver in {}{}", dir.display(), owner.unwrap_or_default());
-            return Err(Error::Os { context, source });
-        }
+        // A directory this user may not read looks empty or stale: only then is it worth asking
+        // the OS why, so a live driver costs no extra open.
+        let not_attached = |fallback: String| match directory::access_denied(dir) {
+            Some((source, owner)) => {
+                let owner = owner.map(|uid| format!(" (it belongs to uid {uid}: a driver's clients run as its user)"));
+                let context = format!("cannot attach to the driver in {}{}", dir.display(), owner.unwrap_or_default());
+                Error::Os { context, source }
+            }
+            None => Error::Timeout(fallback),
+        };
         match directory::inspect(dir, driver_timeout_ms, epoch_ms()) {
             DirectoryState::Live { .. } => {}
             DirectoryState::Absent => {
-                return Err(Error::Timeout(format!("no driver is running in {} (no {CNC_FILE})", dir.display())))
+                return Err(not_attached(format!("no driver is running in {} (no {CNC_FILE})", dir.display())))
             }
             DirectoryState::Stale { reason } => {
-                return Err(Error::Timeout(format!("no live driver in {}: {reason}", dir.display())))
+                return Err(not_attached(format!("no live driver in {}: {reason}", dir.display())))
             }
         }
         let cnc = Cnc::open(&dir.join(CNC_FILE), true).map_err(shm)?;
