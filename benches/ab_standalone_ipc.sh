@@ -5,14 +5,16 @@
 # machine. Each run is one `bench_standalone_ipc.py --runs 1` line (rates, CPU per side, the
 # driver's CPU-seconds, load before and after) appended to OUT.
 #   usage: benches/ab_standalone_ipc.sh LABEL=DIR LABEL=DIR [...]
-#   env:   OUT (default benches/results/standalone_ipc_ab.jsonl), ROUNDS (6), SIZE (32),
+#   env:   OUT (default /tmp/standalone_ipc_ab.jsonl), ROUNDS (6), SIZE (32),
 #          COUNT (50000000; 1 KiB runs take a fifth), CASES ("rust-batch rust-offer")
+# An A/B is not a table of docs/benchmarks.md: its raw lines stay out of benches/results/, which
+# holds only the current tables (one file per table); quote its figures in the commit it measures.
 # Example (the ipctrip A/B): base built with CARGO_TARGET_DIR=/tmp/ipc-base-target in a worktree
 # of 9f7070c, then
 #   benches/ab_standalone_ipc.sh base-9f7070c=/tmp/ipc-base-target/release trip=target/release
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-benches/results/standalone_ipc_ab.jsonl}
+OUT=${OUT:-/tmp/standalone_ipc_ab.jsonl}
 ROUNDS=${ROUNDS:-6}
 SIZE=${SIZE:-32}
 COUNT=${COUNT:-50000000}

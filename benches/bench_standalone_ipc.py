@@ -21,7 +21,10 @@ line per run goes to stdout and to ``--out``; then a median / min / max summary 
 
     cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc
     maturin develop --release
-    python benches/bench_standalone_ipc.py --runs 3 --out benches/results/standalone_ipc.jsonl
+    python benches/bench_standalone_ipc.py --runs 3 --out /tmp/ipc.jsonl
+
+``--out`` appends. ``benches/results/ipc.jsonl`` holds the runs of the current IPC table of
+docs/benchmarks.md; a re-measurement replaces it.
 """
 
 from __future__ import annotations
