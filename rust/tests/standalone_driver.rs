@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use affinity::client::attached::{AttachedClient, AttachedOffer};
 use affinity::shm::cnc::{Cnc, CNC_FILE};
+use affinity::shm::log_buffer::driver_logs;
 
 #[path = "support/processes.rs"]
 mod processes;
@@ -112,7 +113,7 @@ fn two_subscribers_each_get_every_message_and_the_slowest_paces_the_publisher() 
 #[test]
 fn a_killed_client_is_reclaimed_after_the_client_timeout() {
     let dir = tempdir("kill-client");
-    let _driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
+    let driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
     let mut client = ipc("hold", &dir, 0, 32);
     client.wait_for_line("ready");
     assert_eq!(counter(&dir, "Clients"), Some(1));
@@ -131,8 +132,7 @@ fn a_killed_client_is_reclaimed_after_the_client_timeout() {
     );
     assert!(killed.elapsed() >= Duration::from_millis(800), "reclaimed before the client timeout");
     assert!(counter(&dir, "sub-pos:").is_none() && counter(&dir, "pub-lmt:").is_none(), "counters freed");
-    let logs = std::fs::read_dir(dir.join("publications")).unwrap().count();
-    assert_eq!(logs, 0, "log file removed");
+    assert_eq!(driver_logs(driver.0.id()).unwrap(), vec![], "log memfd closed");
 }
 
 #[test]
@@ -185,7 +185,9 @@ fn sigterm_shuts_down_cleanly_ends_streams_and_removes_files() {
     let mut subscription = client.add_subscription("aeron:ipc", 9).unwrap();
     let publication = client.add_publication("aeron:ipc", 9).unwrap();
     assert!(wait_until(Duration::from_secs(5), || subscription.image_count().unwrap_or(0) == 1));
-    let log = std::fs::read_dir(dir.join("publications")).unwrap().next().unwrap().unwrap().path();
+    let logs = driver_logs(driver.0.id()).unwrap();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let log = logs[0].path.clone();
     assert_eq!(std::fs::metadata(&log).unwrap().mode() & 0o777, 0o600, "log 0600");
     assert!(wait_until(Duration::from_secs(5), || matches!(
         publication.offer(b"last words"),
