@@ -136,6 +136,39 @@ fn a_killed_client_is_reclaimed_after_the_client_timeout() {
 }
 
 #[test]
+fn a_client_cannot_truncate_a_log_and_the_driver_and_the_stream_survive_the_attempt() {
+    let dir = tempdir("truncate-log");
+    let mut driver = start_driver(&dir, &[]);
+    let client = AttachedClient::connect(&dir, Duration::from_secs(2)).unwrap();
+    let mut subscription = client.add_subscription("aeron:ipc", 31).unwrap();
+    let publication = client.add_publication("aeron:ipc", 31).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || subscription.image_count().unwrap_or(0) == 1));
+    let logs = driver_logs(driver.0.id()).unwrap();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    // What any client can do with the name it was given: truncate(2) by path (O_TRUNC) and
+    // ftruncate(2), shorter and longer. Before the logs were sealed, the first one made the
+    // driver (and this process, which maps the log too) die of SIGBUS.
+    let opened = std::fs::OpenOptions::new().write(true).truncate(true).open(&logs[0].path);
+    assert_eq!(opened.unwrap_err().raw_os_error(), Some(libc::EPERM), "O_TRUNC");
+    let file = std::fs::OpenOptions::new().write(true).open(&logs[0].path).unwrap();
+    let length = file.metadata().unwrap().len();
+    for len in [0, length / 2, length + 1] {
+        assert_eq!(file.set_len(len).unwrap_err().raw_os_error(), Some(libc::EPERM), "set_len({len})");
+    }
+    let mut got = 0;
+    let flowing = wait_until(Duration::from_secs(5), || {
+        let _ = publication.offer(b"after the attempt");
+        let _ = subscription.poll(10, |_| got += 1);
+        got >= 100
+    });
+    assert!(flowing, "the stream stopped after {got} messages");
+    assert!(driver.0.try_wait().unwrap().is_none(), "the driver died");
+    drop((publication, subscription, client));
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(5)).success());
+}
+
+#[test]
 fn a_killed_driver_makes_clients_time_out_and_a_restart_takes_over() {
     let dir = tempdir("kill-driver");
     let driver = start_driver(&dir, &[]);
