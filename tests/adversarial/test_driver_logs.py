@@ -250,6 +250,21 @@ def test_a_log_with_an_impossible_active_term_count_gives_its_owner_an_error_nam
         assert "active term count 4 selects partition 1" in message, message
         assert "stream 21" in message and "corrupt" in message, message
         assert f"/proc/{driver.process.pid}/fd/" in message, message
+        if transport == "ipc":
+            # A subscriber that joins the stream now opens the log: refused when it is opened.
+            late = affinity.Client(dir=str(driver.dir))
+            try:
+                late_subscription = late.add_subscription(channel, 21)
+                deadline = time.monotonic() + WAIT_S
+                with pytest.raises(DriverError) as refused:
+                    while time.monotonic() < deadline:
+                        late_subscription.poll(lambda data, header: None, 10)
+                        time.sleep(0.01)
+                message = str(refused.value)
+                assert "tail counter of partition 1" in message and "active term count 4" in message, message
+                assert "stream 21" in message, message
+            finally:
+                late.close()
         # Only this stream: the driver and the other client's stream go on.
         assert other.wait_above(other.count, WATCH_S), f"the other stream stopped: {other.stop()}"
         assert driver.process.poll() is None

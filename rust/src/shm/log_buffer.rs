@@ -1751,27 +1751,24 @@ mod tests {
         let path = dir.join("log");
         let log = LogBuffer::create(&path, &params(64 * 1024)).unwrap();
         let meta = log.metadata();
-        let error = |log: &LogBuffer| {
-            let _ = log;
-            LogBuffer::open(&path).unwrap_err().to_string()
-        };
+        let error = || LogBuffer::open(&path).unwrap_err().to_string();
         meta.put_i32(meta::ACTIVE_TERM_COUNT, -1).unwrap();
-        let text = error(&log);
+        let text = error();
         assert!(
             text.contains("active term count -1 is negative") && text.contains("session 11, stream 1001"),
             "{text}"
         );
         assert!(text.contains(&path.display().to_string()), "{text}");
         meta.put_i32(meta::ACTIVE_TERM_COUNT, 1).unwrap();
-        let text = error(&log);
+        let text = error();
         assert!(text.contains("tail counter of partition 1 holds term id 5 (term count -2)"), "{text}");
         meta.put_i32(meta::ACTIVE_TERM_COUNT, 0).unwrap();
         meta.put_i64(meta::TERM_TAIL_COUNTERS + 16, pack_tail(7 + 40, 0)).unwrap();
-        let text = error(&log);
+        let text = error();
         assert!(text.contains("partition 2 holds term id 47") && text.contains("needs term count -1"), "{text}");
         meta.put_i64(meta::TERM_TAIL_COUNTERS + 16, pack_tail(6, 0)).unwrap();
         meta.put_i64(meta::END_OF_STREAM_POSITION, -5).unwrap();
-        assert!(error(&log).contains("end-of-stream position -5"), "{}", error(&log));
+        assert!(error().contains("end-of-stream position -5"), "{}", error());
         meta.put_i64(meta::END_OF_STREAM_POSITION, i64::MAX).unwrap();
         // Repaired: it opens again; a rotation in progress (the next partition already holds
         // the next term) is a state writers produce, not corruption.
