@@ -16,6 +16,18 @@ def open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def descriptors_of_kind(prefix: str) -> int:
+    """Open descriptors of this process whose link starts with ``prefix`` (``socket:``, or
+    ``/memfd:affinity-`` for the embedded driver's log buffers)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith(prefix)
+        except OSError:
+            continue  # closed meanwhile
+    return count
+
+
 @pytest.mark.slow
 def test_invoker_commands_succeed_while_another_thread_polls() -> None:
     channel = loopback_channel()
@@ -32,6 +44,7 @@ def test_invoker_commands_succeed_while_another_thread_polls() -> None:
 
         poller = threading.Thread(target=poll)
         before = open_descriptors()
+        sockets, logs = descriptors_of_kind("socket:"), descriptors_of_kind("/memfd:affinity-")
         poller.start()
         publications: list[affinity.Publication] = []
         try:
@@ -42,8 +55,10 @@ def test_invoker_commands_succeed_while_another_thread_polls() -> None:
             poller.join()
         assert len(publications) == 100
         assert polls > 0, "the poller never ran: the test proves nothing"
-        # One socket per publication, none orphaned.
-        assert open_descriptors() - before == 100
+        # One socket and one log (a sealed memfd of the driver) per publication, none orphaned.
+        assert descriptors_of_kind("socket:") - sockets == 100
+        assert descriptors_of_kind("/memfd:affinity-") - logs == 100
+        assert open_descriptors() - before == 200
         for publication in publications:
             publication.close()
 

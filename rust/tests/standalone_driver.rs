@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use affinity::client::attached::{AttachedClient, AttachedOffer};
 use affinity::shm::cnc::{Cnc, CNC_FILE};
+use affinity::shm::log_buffer::driver_logs;
 
 #[path = "support/processes.rs"]
 mod processes;
@@ -112,7 +113,7 @@ fn two_subscribers_each_get_every_message_and_the_slowest_paces_the_publisher() 
 #[test]
 fn a_killed_client_is_reclaimed_after_the_client_timeout() {
     let dir = tempdir("kill-client");
-    let _driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
+    let driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
     let mut client = ipc("hold", &dir, 0, 32);
     client.wait_for_line("ready");
     assert_eq!(counter(&dir, "Clients"), Some(1));
@@ -131,8 +132,40 @@ fn a_killed_client_is_reclaimed_after_the_client_timeout() {
     );
     assert!(killed.elapsed() >= Duration::from_millis(800), "reclaimed before the client timeout");
     assert!(counter(&dir, "sub-pos:").is_none() && counter(&dir, "pub-lmt:").is_none(), "counters freed");
-    let logs = std::fs::read_dir(dir.join("publications")).unwrap().count();
-    assert_eq!(logs, 0, "log file removed");
+    assert_eq!(driver_logs(driver.0.id()).unwrap(), vec![], "log memfd closed");
+}
+
+#[test]
+fn a_client_cannot_truncate_a_log_and_the_driver_and_the_stream_survive_the_attempt() {
+    let dir = tempdir("truncate-log");
+    let mut driver = start_driver(&dir, &[]);
+    let client = AttachedClient::connect(&dir, Duration::from_secs(2)).unwrap();
+    let mut subscription = client.add_subscription("aeron:ipc", 31).unwrap();
+    let publication = client.add_publication("aeron:ipc", 31).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || subscription.image_count().unwrap_or(0) == 1));
+    let logs = driver_logs(driver.0.id()).unwrap();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    // What any client can do with the name it was given: truncate(2) by path (O_TRUNC) and
+    // ftruncate(2), shorter and longer. Before the logs were sealed, the first one made the
+    // driver (and this process, which maps the log too) die of SIGBUS.
+    let opened = std::fs::OpenOptions::new().write(true).truncate(true).open(&logs[0].path);
+    assert_eq!(opened.unwrap_err().raw_os_error(), Some(libc::EPERM), "O_TRUNC");
+    let file = std::fs::OpenOptions::new().write(true).open(&logs[0].path).unwrap();
+    let length = file.metadata().unwrap().len();
+    for len in [0, length / 2, length + 1] {
+        assert_eq!(file.set_len(len).unwrap_err().raw_os_error(), Some(libc::EPERM), "set_len({len})");
+    }
+    let mut got = 0;
+    let flowing = wait_until(Duration::from_secs(5), || {
+        let _ = publication.offer(b"after the attempt");
+        let _ = subscription.poll(10, |_| got += 1);
+        got >= 100
+    });
+    assert!(flowing, "the stream stopped after {got} messages");
+    assert!(driver.0.try_wait().unwrap().is_none(), "the driver died");
+    drop((publication, subscription, client));
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(5)).success());
 }
 
 #[test]
@@ -185,7 +218,9 @@ fn sigterm_shuts_down_cleanly_ends_streams_and_removes_files() {
     let mut subscription = client.add_subscription("aeron:ipc", 9).unwrap();
     let publication = client.add_publication("aeron:ipc", 9).unwrap();
     assert!(wait_until(Duration::from_secs(5), || subscription.image_count().unwrap_or(0) == 1));
-    let log = std::fs::read_dir(dir.join("publications")).unwrap().next().unwrap().unwrap().path();
+    let logs = driver_logs(driver.0.id()).unwrap();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let log = logs[0].path.clone();
     assert_eq!(std::fs::metadata(&log).unwrap().mode() & 0o777, 0o600, "log 0600");
     assert!(wait_until(Duration::from_secs(5), || matches!(
         publication.offer(b"last words"),

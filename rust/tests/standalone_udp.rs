@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use affinity::shm::cnc::{Cnc, CNC_FILE};
+use affinity::shm::log_buffer::driver_logs;
 use affinity::shm::status::SystemCounter;
 
 #[path = "support/netns.rs"]
@@ -153,9 +154,8 @@ fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_sti
         "the dead client's publication was not reclaimed"
     );
     assert!(system(&dir, SystemCounter::ClientTimeouts) >= 1);
-    assert!(!std::fs::read_dir(dir.join("publications"))
-        .expect("publications")
-        .any(|e| e.map(|e| !e.file_name().to_string_lossy().starts_with("image-")).unwrap_or(false)));
+    // The publication's log (a memfd of the driver) went with it; the images' may remain.
+    assert!(!driver_logs(driver.0.id()).expect("driver fds").iter().any(|log| log.name.contains("publication-")));
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
 }
@@ -241,12 +241,12 @@ fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_dri
             continue;
         }
         let session = i32::from_le_bytes(position.key[..4].try_into().expect("key"));
-        let log = std::fs::read_dir(dir.join("publications"))
-            .expect("publications")
-            .filter_map(Result::ok)
-            .find(|e| !e.file_name().to_string_lossy().starts_with("image-"))
+        let log = driver_logs(driver.0.id())
+            .expect("driver fds")
+            .into_iter()
+            .find(|log| log.name.contains("publication-"))
             .expect("publication log");
-        let log = affinity::shm::log_buffer::LogBuffer::open(&log.path()).expect("open log");
+        let log = affinity::shm::log_buffer::LogBuffer::open(&log.path).expect("open log");
         let (initial, term) = (log.initial_term_id(), log.term_length());
         let live = position.value & !31;
         for (delta, eos) in [(100 * i64::from(term), false), (0, true), (-4096, true), (32_000, true)] {

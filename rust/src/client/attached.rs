@@ -8,7 +8,7 @@
 //! [`Error::Timeout`] (Python: `affinity.DriverTimeoutError`) instead of hanging.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -22,7 +22,7 @@ use crate::shm::cnc::{Cnc, CNC_FILE};
 use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{Counter, CountersReader};
 use crate::shm::directory::{self, epoch_ms, DirectoryState};
-use crate::shm::log_buffer::{LogBuffer, Offer};
+use crate::shm::log_buffer::{LogBuffer, LogIdentity, Offer};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
 use crate::sync::lock;
@@ -439,13 +439,10 @@ impl Shared {
         }
     }
 
-    fn open_log(&self, log_file: &str) -> Result<LogBuffer> {
-        // The name comes from another process: it must stay inside the directory.
-        let relative = Path::new(log_file);
-        if relative.components().any(|c| !matches!(c, Component::Normal(_))) {
-            return Err(Error::Driver(format!("the driver named a log outside its directory: {log_file:?}")));
-        }
-        LogBuffer::open(&self.dir.join(relative)).map_err(shm)
+    /// Opens the log the driver announced: its `/proc/<driver pid>/fd/<fd>` memfd, of the
+    /// stream `identity` (`docs/driver-protocol.md`, "Log buffers are sealed memfds").
+    fn open_log(&self, log_file: &str, identity: LogIdentity) -> Result<LogBuffer> {
+        LogBuffer::open_announced(self.driver_pid, log_file, identity).map_err(shm)
     }
 }
 
@@ -680,7 +677,7 @@ impl AttachedClient {
         else {
             return Err(Error::Driver(format!("unexpected answer to add_publication: {response:?}")));
         };
-        let opened = self.shared.open_log(&log_file).and_then(|log| {
+        let opened = self.shared.open_log(&log_file, LogIdentity { session_id, stream_id }).and_then(|log| {
             let limit = self.shared.counters.counter(publisher_limit_counter_id as usize).map_err(shm)?;
             Ok((log, limit))
         });
@@ -1089,7 +1086,8 @@ impl AttachedSubscription {
         let Inbox { images, gone, .. } = &mut *inbox;
         let Some(infos) = images.get_mut(&self.registration_id) else { return Ok(()) };
         for info in infos.drain(..) {
-            let log = self.shared.open_log(&info.log_file)?;
+            let identity = LogIdentity { session_id: info.session_id, stream_id: self.stream_id };
+            let log = self.shared.open_log(&info.log_file, identity)?;
             let position_counter = self.shared.counters.counter(info.position_counter_id as usize).map_err(shm)?;
             let position = position_counter.get().map_err(shm)?;
             self.images.push(AttachedImage {

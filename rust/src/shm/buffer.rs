@@ -24,6 +24,9 @@ use super::error::ShmError;
 pub struct Mapping {
     raw: MmapRaw,
     writable: bool,
+    /// The file kept open for as long as the mapping lives: a sealed memfd log of the driver
+    /// (`file::create_sealed`), whose `/proc/<pid>/fd/<fd>` name clients open.
+    _owned: Option<File>,
 }
 
 impl Mapping {
@@ -31,13 +34,19 @@ impl Mapping {
     pub fn map_file(file: &File, writable: bool) -> std::io::Result<Self> {
         let raw =
             if writable { MmapOptions::new().map_raw(file)? } else { MmapOptions::new().map_raw_read_only(file)? };
-        Ok(Self { raw, writable })
+        Ok(Self { raw, writable, _owned: None })
+    }
+
+    /// Maps all of `file` shared read-write and keeps `file` open as long as the mapping.
+    pub fn map_owned(file: File) -> std::io::Result<Self> {
+        let raw = MmapOptions::new().map_raw(&file)?;
+        Ok(Self { raw, writable: true, _owned: Some(file) })
     }
 
     /// An anonymous, zero-filled, private mapping of `len` bytes (pages appear on first touch).
     pub fn anonymous(len: usize) -> std::io::Result<Self> {
         let map = MmapOptions::new().len(len).map_anon()?;
-        Ok(Self { raw: MmapRaw::from(map), writable: true })
+        Ok(Self { raw: MmapRaw::from(map), writable: true, _owned: None })
     }
 
     /// Length of the mapping in bytes.

@@ -1,9 +1,14 @@
 //! Creating and opening the mapped files of a driver directory: created exclusively with mode
-//! 0600, sized with `ftruncate` (sparse: a page costs memory only once written).
+//! 0600, sized with `ftruncate` (sparse: a page costs memory only once written); and the sealed
+//! memfds the driver's log buffers live in (`docs/driver-protocol.md`, "Log buffers are sealed
+//! memfds"), which no process can shrink or grow.
 
 use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{MemfdFlags, SealFlags};
 
 use super::buffer::{Mapping, Region};
 use super::error::ShmError;
@@ -26,10 +31,87 @@ pub fn create_mapped(path: &Path, len: usize) -> Result<Region, ShmError> {
     map(&file, path, true)
 }
 
+/// The seals of every sealed memfd: its length can never change again (truncating it, which
+/// would raise `SIGBUS` in every process that maps it, fails with `EPERM`), nor its seals.
+/// Writes stay allowed: clients append to logs.
+pub const LOG_SEALS: SealFlags = SealFlags::SHRINK.union(SealFlags::GROW).union(SealFlags::SEAL);
+
+/// Where processes of the same user open file descriptor `fd` of process `pid`.
+pub fn proc_fd_path(pid: u32, fd: i32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/fd/{fd}"))
+}
+
+/// The `(pid, fd)` a [`proc_fd_path`] names; `None` for any other string.
+pub fn parse_proc_fd_path(path: &str) -> Option<(u32, i32)> {
+    let rest = path.strip_prefix("/proc/")?;
+    let (pid, fd) = rest.split_once("/fd/")?;
+    let digits = |s: &str| !s.is_empty() && s.len() <= 10 && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(fd) {
+        return None;
+    }
+    Some((pid.parse().ok()?, fd.parse().ok()?))
+}
+
+/// Creates a memfd named `name` (close-on-exec), sizes it to `len` without writing (sparse, as
+/// a file), seals it with [`LOG_SEALS`] and maps it shared read-write. The region keeps the
+/// memfd open: it lives as long as any mapping of it, and is gone (nothing left anywhere) once
+/// the last process unmaps it. Returns the region and the [`proc_fd_path`] that names it while
+/// this process keeps it.
+pub fn create_sealed(name: &str, len: usize) -> Result<(Region, PathBuf), ShmError> {
+    let label = PathBuf::from(format!("memfd:{name}"));
+    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map_err(|e| ShmError::io(&label, "create", e.into()))?;
+    let file = File::from(fd);
+    let len_u64 = u64::try_from(len).map_err(|_| ShmError::Parameter(format!("file length {len} too large")))?;
+    file.set_len(len_u64).map_err(|e| ShmError::io(&label, "size", e))?;
+    // 0600 as every file of the directory (a memfd starts 0777; `/proc/<pid>/fd` is only
+    // reachable by the same user anyway).
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(FILE_MODE))
+        .map_err(|e| ShmError::io(&label, "chmod", e))?;
+    rustix::fs::fcntl_add_seals(&file, LOG_SEALS).map_err(|e| ShmError::io(&label, "seal", e.into()))?;
+    let path = proc_fd_path(std::process::id(), file.as_raw_fd());
+    let region = Mapping::map_owned(file).map_err(|e| ShmError::io(&label, "map", e))?.into_region();
+    Ok((region, path))
+}
+
+/// Opens a sealed memfd of another process (through its [`proc_fd_path`]) read-write and maps
+/// it, after checking that it holds at least `min_len` bytes and is sealed against shrinking
+/// (anything else is not a log the driver made).
+pub fn open_sealed(path: &Path, kind: &'static str, min_len: usize) -> Result<Region, ShmError> {
+    let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| ShmError::io(path, "open", e))?;
+    let seals = match rustix::fs::fcntl_get_seals(&file) {
+        Ok(seals) => seals,
+        // Only memfds (and shmem files) have seals; anything else cannot be sealed at all.
+        Err(rustix::io::Errno::INVAL) => SealFlags::empty(),
+        Err(e) => return Err(ShmError::io(path, "read the seals of", e.into())),
+    };
+    if !seals.contains(SealFlags::SHRINK) {
+        return Err(ShmError::invalid(kind, Some(path), format!("not sealed against shrinking (seals {seals:?})")));
+    }
+    check_length(&file, path, kind, min_len)?;
+    map(&file, path, true)
+}
+
+/// Raises this process's soft limit of open files to its hard limit: the driver keeps one
+/// memfd open per log (publication and image), beside its sockets. Best effort: the limit
+/// stays as it was if it cannot be read or set (a log beyond it is refused with `EMFILE`).
+pub fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current != limit.maximum {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: limit.maximum, maximum: limit.maximum });
+    }
+}
+
 /// Opens an existing file and maps it (shared). The file must hold at least `min_len` bytes,
 /// otherwise it is reported as truncated (`kind` names the file in the error).
 pub fn open_mapped(path: &Path, kind: &'static str, min_len: usize, writable: bool) -> Result<Region, ShmError> {
     let file = OpenOptions::new().read(true).write(writable).open(path).map_err(|e| ShmError::io(path, "open", e))?;
+    check_length(&file, path, kind, min_len)?;
+    map(&file, path, writable)
+}
+
+fn check_length(file: &File, path: &Path, kind: &'static str, min_len: usize) -> Result<(), ShmError> {
     let len = file.metadata().map_err(|e| ShmError::io(path, "stat", e))?.len();
     if len < min_len as u64 {
         return Err(ShmError::invalid(
@@ -41,7 +123,7 @@ pub fn open_mapped(path: &Path, kind: &'static str, min_len: usize, writable: bo
     if usize::try_from(len).is_err() {
         return Err(ShmError::invalid(kind, Some(path), format!("{len} bytes cannot be mapped")));
     }
-    map(&file, path, writable)
+    Ok(())
 }
 
 fn map(file: &File, path: &Path, writable: bool) -> Result<Region, ShmError> {

@@ -44,6 +44,60 @@ pub const PAGE_MAX_SIZE: u32 = 1 << 30;
 pub const LOG_MAGIC: i64 = i64::from_le_bytes(*b"AFFLOG01");
 /// Version of this layout, at [`meta::LAYOUT_VERSION`].
 pub const LOG_LAYOUT_VERSION: i32 = 1;
+/// Start of the name of every log memfd the driver creates (`/memfd:<name> (deleted)` in
+/// `ls -l /proc/<driver pid>/fd`).
+pub const LOG_NAME_PREFIX: &str = "affinity-";
+
+/// Name of the memfd of the log of publication `registration_id` (IPC or network).
+pub fn publication_log_name(registration_id: i64) -> String {
+    format!("{LOG_NAME_PREFIX}publication-{registration_id}")
+}
+
+/// Name of the memfd of network image `correlation_id`'s log.
+pub fn image_log_name(correlation_id: i64) -> String {
+    format!("{LOG_NAME_PREFIX}image-{correlation_id}")
+}
+
+/// One log of a running driver, found by [`driver_logs`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DriverLog {
+    /// Where a process of the same user opens it (`/proc/<pid>/fd/<fd>`).
+    pub path: PathBuf,
+    /// The memfd's name ([`publication_log_name`] or [`image_log_name`]).
+    pub name: String,
+}
+
+/// The logs driver process `pid` holds open (its memfds named [`LOG_NAME_PREFIX`]...), for tools
+/// and tests: the logs are not files of the driver directory.
+pub fn driver_logs(pid: u32) -> std::io::Result<Vec<DriverLog>> {
+    let dir = PathBuf::from(format!("/proc/{pid}/fd"));
+    let mut logs = Vec::new();
+    for entry in std::fs::read_dir(&dir)? {
+        let path = entry?.path();
+        // An fd closed meanwhile has no link any more: skip it.
+        let Ok(target) = std::fs::read_link(&path) else { continue };
+        let target = target.to_string_lossy();
+        let Some(name) = target.strip_prefix("/memfd:") else { continue };
+        let name = name.strip_suffix(" (deleted)").unwrap_or(name);
+        if name.starts_with(LOG_NAME_PREFIX) {
+            logs.push(DriverLog { path, name: name.to_string() });
+        }
+    }
+    logs.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(logs)
+}
+
+/// What a client knows of a log from the driver's answer (`ON_PUBLICATION_READY`,
+/// `ON_AVAILABLE_IMAGE`): checked against the log's default frame header when it is opened, so
+/// that a log name the driver has meanwhile given to another log (its fd number reused) is
+/// refused instead of read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogIdentity {
+    /// Session id of the stream.
+    pub session_id: i32,
+    /// Stream id.
+    pub stream_id: i32,
+}
 
 /// Offsets inside the metadata section (Aeron's `LogBufferDescriptor` offsets for Aeron's fields).
 pub mod meta {
@@ -83,6 +137,8 @@ mod frame {
     pub const FLAGS: usize = 5;
     pub const TYPE: usize = 6;
     pub const TERM_OFFSET: usize = 8;
+    pub const SESSION_ID: usize = 12;
+    pub const STREAM_ID: usize = 16;
     pub const TERM_ID: usize = 20;
     pub const RESERVED_VALUE: usize = 24;
 }
@@ -257,6 +313,17 @@ impl LogBuffer {
         Self::initialise(file::anonymous(length)?, params, start, None)
     }
 
+    /// Creates a log in a sealed memfd named `name` (the driver's logs: no process can shrink
+    /// it, see [`file::create_sealed`]) whose first append goes to `start`. Its
+    /// [`Self::path`] is the `/proc/<pid>/fd/<fd>` name clients open while the log lives;
+    /// the memfd closes when the last clone of this log is dropped.
+    pub fn create_sealed(name: &str, params: &LogParams, start: LogStart) -> Result<Self, ShmError> {
+        let length = params.validate().map_err(ShmError::Parameter)?;
+        start.position(params).map_err(ShmError::Parameter)?;
+        let (region, path) = file::create_sealed(name, length)?;
+        Self::initialise(region, params, start, Some(&path))
+    }
+
     /// Writes the metadata of a new log whose `start` was checked.
     fn initialise(region: Region, params: &LogParams, start: LogStart, path: Option<&Path>) -> Result<Self, ShmError> {
         let term_length = params.term_length as usize;
@@ -292,7 +359,50 @@ impl LogBuffer {
         Self::from_region(region, Some(path))
     }
 
-    /// Validates a mapped log (magic, version, term length, MTU, page size, file length).
+    /// Opens the log a driver (process `driver_pid`) announced as `log_file`: it must be that
+    /// driver's `/proc/<pid>/fd/<fd>`, a sealed memfd, a valid log, and of the stream `identity`.
+    pub fn open_announced(driver_pid: i64, log_file: &str, identity: LogIdentity) -> Result<Self, ShmError> {
+        let path = Path::new(log_file);
+        match file::parse_proc_fd_path(log_file) {
+            Some((pid, _)) if i64::from(pid) == driver_pid => {}
+            _ => {
+                return Err(ShmError::invalid(
+                    "log buffer",
+                    Some(path),
+                    format!("the driver (pid {driver_pid}) named a log that is not one of its own: expected /proc/{driver_pid}/fd/<fd>"),
+                ))
+            }
+        }
+        let log = Self::from_region(file::open_sealed(path, "log buffer", LOG_META_DATA_LENGTH)?, Some(path))?;
+        let found = log.identity();
+        if found != identity {
+            return Err(ShmError::invalid(
+                "log buffer",
+                Some(path),
+                format!(
+                    "session {} stream {} in its frame header, the driver announced session {} stream {} (the log is gone and its name reused)",
+                    found.session_id, found.stream_id, identity.session_id, identity.stream_id
+                ),
+            ));
+        }
+        Ok(log)
+    }
+
+    /// Session and stream id of this log's frames (its default frame header).
+    pub fn identity(&self) -> LogIdentity {
+        let field = |at: usize| {
+            i32::from_le_bytes([
+                self.default_header[at],
+                self.default_header[at + 1],
+                self.default_header[at + 2],
+                self.default_header[at + 3],
+            ])
+        };
+        LogIdentity { session_id: field(frame::SESSION_ID), stream_id: field(frame::STREAM_ID) }
+    }
+
+    /// Validates a mapped log (magic, version, term length, MTU, page size, file length,
+    /// default frame header, end of stream, active term count and tail counters).
     pub fn from_region(region: Region, path: Option<&Path>) -> Result<Self, ShmError> {
         let invalid = |detail: String| ShmError::invalid("log buffer", path, detail);
         let len = region.capacity();
@@ -335,9 +445,16 @@ impl LogBuffer {
         }
         let mut default_header = [0u8; DATA_HEADER_LENGTH];
         meta.get_bytes(meta::DEFAULT_FRAME_HEADER, &mut default_header)?;
+        let expected_type = FrameType::Data.code().to_le_bytes();
+        if default_header[frame::TYPE..frame::TYPE + 2] != expected_type {
+            return Err(invalid(format!(
+                "default frame header type {:#06x}, expected DATA",
+                i16::from_le_bytes([default_header[frame::TYPE], default_header[frame::TYPE + 1]])
+            )));
+        }
         let t = term_length as usize;
         let terms = [region.slice(0, t)?, region.slice(t, t)?, region.slice(2 * t, t)?];
-        Ok(Self {
+        let log = Self {
             terms,
             initial_term_id: meta.get_i32(meta::INITIAL_TERM_ID)?,
             meta,
@@ -346,7 +463,71 @@ impl LogBuffer {
             position_bits: position_bits(term_length),
             default_header,
             path: path.map(Path::to_path_buf),
-        })
+        };
+        let end_of_stream = log.end_of_stream_position()?;
+        if end_of_stream != i64::MAX && !(0..=log.max_position()).contains(&end_of_stream) {
+            return Err(log.impossible(format!(
+                "end-of-stream position {end_of_stream} is neither open ({}) nor a position in [0, {}]",
+                i64::MAX,
+                log.max_position()
+            )));
+        }
+        log.check_tails()?;
+        Ok(log)
+    }
+
+    /// Checks the active term count against the three tail counters (`docs/driver-protocol.md`,
+    /// "What a corrupt peer can and cannot do"): with count `n` the active partition holds term
+    /// `n`, the next one term `n - 2` (or already `n + 1` while a writer rotates), the one after
+    /// it term `n - 1` (term counts relative to the initial term id). Writers rotating meanwhile
+    /// change the count: read again, at most [`TAIL_CHECK_ATTEMPTS`] times.
+    fn check_tails(&self) -> Result<(), ShmError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let count = self.active_term_count()?;
+            let mut tails = [0i64; PARTITION_COUNT];
+            for (partition, tail) in tails.iter_mut().enumerate() {
+                *tail = self.raw_tail(partition)?;
+            }
+            if self.active_term_count()? != count && attempt < TAIL_CHECK_ATTEMPTS {
+                continue;
+            }
+            if count < 0 {
+                return Err(self.impossible(format!("active term count {count} is negative")));
+            }
+            let active = partition_index(i64::from(count));
+            for step in 0..PARTITION_COUNT {
+                let partition = (active + step) % PARTITION_COUNT;
+                let term_count = tail_term_id(tails[partition]).wrapping_sub(self.initial_term_id);
+                let allowed: &[i32] = match step {
+                    0 => &[count],
+                    1 => &[count.wrapping_sub(2), count.wrapping_add(1)],
+                    _ => &[count.wrapping_sub(1)],
+                };
+                if !allowed.contains(&term_count) {
+                    return Err(self.impossible(format!(
+                        "tail counter of partition {partition} holds term id {} (term count {term_count}), \
+                         but active term count {count} needs term count {}",
+                        tail_term_id(tails[partition]),
+                        allowed.iter().map(i32::to_string).collect::<Vec<_>>().join(" or ")
+                    )));
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    /// The error for metadata no well-behaved writer can produce: names the log (path,
+    /// session and stream) and what is wrong.
+    #[cold]
+    fn impossible(&self, detail: String) -> ShmError {
+        let LogIdentity { session_id, stream_id } = self.identity();
+        ShmError::invalid(
+            "log buffer",
+            self.path.as_deref(),
+            format!("{detail} (session {session_id}, stream {stream_id}): its metadata is corrupt"),
+        )
     }
 
     /// The file this log is mapped from (`None` when anonymous).
@@ -504,8 +685,8 @@ impl LogBuffer {
         let tail_counter = meta::TERM_TAIL_COUNTERS + 8 * partition;
         let raw = self.meta.get_i64_acquire(tail_counter)?;
         let term_id = tail_term_id(raw);
-        if term_id.wrapping_sub(self.initial_term_id) != term_count {
-            return Ok(Err(Offer::AdminAction));
+        if term_id.wrapping_sub(self.initial_term_id) != term_count || term_count < 0 {
+            return self.check_stale_claim(term_count, partition, raw).map(Err);
         }
         let offset = tail_term_offset(raw, self.term_length);
         let position = compute_position(term_id, offset as i32, self.position_bits, self.initial_term_id);
@@ -515,6 +696,29 @@ impl LogBuffer {
             return Ok(Err(refusal));
         }
         Ok(Ok(ClaimStart { term_count, partition, tail_counter, offset, position }))
+    }
+
+    /// The active partition's tail (`raw`) is not of the active term count read before it. A
+    /// rotation writes the next partition's tail before it moves the count, and a partition's
+    /// tail changes only once the count is two terms past it: a writer sees this only when the
+    /// count moved since it read it ([`Offer::AdminAction`]: retry). The same count again means
+    /// no writer can ever repair the log: an error naming the counters, instead of
+    /// `AdminAction` for ever.
+    #[cold]
+    fn check_stale_claim(&self, term_count: i32, partition: usize, raw: i64) -> Result<Offer, ShmError> {
+        if term_count < 0 {
+            return Err(self.impossible(format!("active term count {term_count} is negative")));
+        }
+        if self.active_term_count()? != term_count {
+            return Ok(Offer::AdminAction);
+        }
+        let term_id = tail_term_id(raw);
+        Err(self.impossible(format!(
+            "active term count {term_count} selects partition {partition}, whose tail counter holds term id {term_id} \
+             (term count {}), not term id {}",
+            term_id.wrapping_sub(self.initial_term_id),
+            self.initial_term_id.wrapping_add(term_count)
+        )))
     }
 
     /// Claims `claimed` bytes on the tail counter of `start` (one atomic add): the term id and
@@ -879,6 +1083,10 @@ impl LogBuffer {
     }
 }
 
+/// How often [`LogBuffer::check_tails`] reads the counters again when writers rotate the log
+/// while it checks them.
+const TAIL_CHECK_ATTEMPTS: u32 = 3;
+
 /// Bytes the reader copies out of the mapping per run of committed frames (fits the L1/L2 cache).
 pub const READ_CHUNK: usize = 64 * 1024;
 /// The start of a claim on the term tail ([`LogBuffer::claim_start`]).
@@ -980,8 +1188,8 @@ pub fn default_header(session_id: i32, stream_id: i32) -> [u8; DATA_HEADER_LENGT
     header[4] = crate::wire::CURRENT_VERSION;
     header[frame::FLAGS] = flags::UNFRAGMENTED;
     header[frame::TYPE..frame::TYPE + 2].copy_from_slice(&FrameType::Data.code().to_le_bytes());
-    header[12..16].copy_from_slice(&session_id.to_le_bytes());
-    header[16..20].copy_from_slice(&stream_id.to_le_bytes());
+    header[frame::SESSION_ID..frame::SESSION_ID + 4].copy_from_slice(&session_id.to_le_bytes());
+    header[frame::STREAM_ID..frame::STREAM_ID + 4].copy_from_slice(&stream_id.to_le_bytes());
     header
 }
 
@@ -1485,6 +1693,112 @@ mod tests {
         // Corrupt MTU.
         log.metadata().put_i32(meta::MTU_LENGTH, 33).unwrap();
         assert!(LogBuffer::open(&path).unwrap_err().to_string().contains("mtu 33"));
+    }
+
+    #[test]
+    fn a_sealed_log_cannot_be_shrunk_or_grown_and_opens_only_as_announced() {
+        let log =
+            LogBuffer::create_sealed(&publication_log_name(3), &params(64 * 1024), LogStart::of(&params(64 * 1024)))
+                .unwrap();
+        let path = log.path().unwrap().to_path_buf();
+        let name = path.to_str().unwrap().to_string();
+        assert_eq!(name, format!("/proc/{}/fd/{}", std::process::id(), path.file_name().unwrap().to_str().unwrap()));
+        assert!(driver_logs(std::process::id())
+            .unwrap()
+            .iter()
+            .any(|l| l.path == path && l.name == "affinity-publication-3"));
+        // What a hostile client can do with the name it was given: open it read-write, then try
+        // to change its length. Both are refused (EPERM); before the seals, shrinking it raised
+        // SIGBUS in every process that touched the lost pages.
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let length = file.metadata().unwrap().len();
+        for len in [0, 4096, length + 4096] {
+            let error = file.set_len(len).unwrap_err();
+            assert_eq!(error.raw_os_error(), Some(libc::EPERM), "set_len({len}): {error}");
+        }
+        assert_eq!(file.metadata().unwrap().len(), length);
+        assert!(matches!(log.offer(b"still here", 0, i64::MAX).unwrap(), Offer::Appended(64)));
+
+        let identity = LogIdentity { session_id: 11, stream_id: 1001 };
+        let pid = i64::from(std::process::id());
+        let opened = LogBuffer::open_announced(pid, &name, identity).unwrap();
+        assert_eq!(opened.tail_position().unwrap(), 64);
+        let other = LogIdentity { session_id: 12, stream_id: 1001 };
+        let error = LogBuffer::open_announced(pid, &name, other).unwrap_err().to_string();
+        assert!(error.contains("session 11 stream 1001") && error.contains("announced session 12"), "{error}");
+        for foreign in [format!("/proc/{}/fd/0", pid + 1), "publications/3.logbuffer".into(), "/proc/self/fd/3".into()]
+        {
+            let error = LogBuffer::open_announced(pid, &foreign, identity).unwrap_err().to_string();
+            assert!(error.contains(&format!("expected /proc/{pid}/fd/<fd>")), "{foreign}: {error}");
+        }
+        // A plain file of the right layout is not a log the driver made.
+        let dir = tempdir();
+        let plain = dir.join("plain");
+        LogBuffer::create(&plain, &params(64 * 1024)).unwrap();
+        let held = std::fs::File::open(&plain).unwrap();
+        use std::os::fd::AsRawFd;
+        let plain_name = format!("/proc/{pid}/fd/{}", held.as_raw_fd());
+        let error = LogBuffer::open_announced(pid, &plain_name, identity).unwrap_err().to_string();
+        assert!(error.contains("not sealed against shrinking"), "{error}");
+        // Closed with its last mapping: the name is gone.
+        drop((log, opened, file));
+        assert!(!driver_logs(std::process::id()).unwrap().iter().any(|l| l.name == "affinity-publication-3"));
+    }
+
+    #[test]
+    fn open_refuses_impossible_term_counts_tails_and_end_of_stream() {
+        let dir = tempdir();
+        let path = dir.join("log");
+        let log = LogBuffer::create(&path, &params(64 * 1024)).unwrap();
+        let meta = log.metadata();
+        let error = || LogBuffer::open(&path).unwrap_err().to_string();
+        meta.put_i32(meta::ACTIVE_TERM_COUNT, -1).unwrap();
+        let text = error();
+        assert!(
+            text.contains("active term count -1 is negative") && text.contains("session 11, stream 1001"),
+            "{text}"
+        );
+        assert!(text.contains(&path.display().to_string()), "{text}");
+        meta.put_i32(meta::ACTIVE_TERM_COUNT, 1).unwrap();
+        let text = error();
+        assert!(text.contains("tail counter of partition 1 holds term id 5 (term count -2)"), "{text}");
+        meta.put_i32(meta::ACTIVE_TERM_COUNT, 0).unwrap();
+        meta.put_i64(meta::TERM_TAIL_COUNTERS + 16, pack_tail(7 + 40, 0)).unwrap();
+        let text = error();
+        assert!(text.contains("partition 2 holds term id 47") && text.contains("needs term count -1"), "{text}");
+        meta.put_i64(meta::TERM_TAIL_COUNTERS + 16, pack_tail(6, 0)).unwrap();
+        meta.put_i64(meta::END_OF_STREAM_POSITION, -5).unwrap();
+        assert!(error().contains("end-of-stream position -5"), "{}", error());
+        meta.put_i64(meta::END_OF_STREAM_POSITION, i64::MAX).unwrap();
+        // Repaired: it opens again; a rotation in progress (the next partition already holds
+        // the next term) is a state writers produce, not corruption.
+        LogBuffer::open(&path).unwrap();
+        meta.put_i64(meta::TERM_TAIL_COUNTERS + 8, pack_tail(8, 0)).unwrap();
+        LogBuffer::open(&path).unwrap();
+    }
+
+    #[test]
+    fn an_offer_into_a_log_whose_term_count_and_tail_disagree_is_an_error_not_admin_action_for_ever() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        assert!(matches!(log.offer(b"before", 0, i64::MAX).unwrap(), Offer::Appended(_)));
+        // The count moved to a partition whose tail holds a term no rotation leads to.
+        log.metadata().put_i32(meta::ACTIVE_TERM_COUNT, 4).unwrap();
+        for _ in 0..3 {
+            let error = log.offer(b"x", 0, i64::MAX).unwrap_err().to_string();
+            assert!(
+                error.contains("active term count 4 selects partition 1, whose tail counter holds term id 5"),
+                "{error}"
+            );
+            assert!(error.contains("not term id 11") && error.contains("corrupt"), "{error}");
+        }
+        let batch: [&[u8]; 2] = [b"a", b"b"];
+        assert!(log.offer_batch(&batch, 0, i64::MAX).is_err());
+        log.metadata().put_i32(meta::ACTIVE_TERM_COUNT, -7).unwrap();
+        let error = log.offer(b"x", 0, i64::MAX).unwrap_err().to_string();
+        assert!(error.contains("active term count -7 is negative"), "{error}");
+        // Repaired, it appends again.
+        log.metadata().put_i32(meta::ACTIVE_TERM_COUNT, 0).unwrap();
+        assert!(matches!(log.offer(b"after", 0, i64::MAX).unwrap(), Offer::Appended(_)));
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! share across a process boundary, in Aeron's layouts (see `docs/driver-protocol.md`).
 //!
 //! * [`log_buffer`] — a publication's or image's log: three term partitions and a metadata
-//!   page in one sparse mapped file; a lock-free many-writer term appender, a reader and a
-//!   scanner that never see a half-written frame, the cleaner that readies a partition for reuse.
+//!   page in one sparse sealed memfd (clients open it as `/proc/<driver pid>/fd/<fd>`); a
+//!   lock-free many-writer term appender, a reader and a scanner that never see a half-written
+//!   frame, the cleaner that readies a partition for reuse.
 //! * [`counters`] — 64-bit counters with labels and type ids, one writer each (positions,
 //!   limits, system counters); allocated and freed by the driver only.
 //! * [`ring_buffer`] — many-to-one ring buffer (client commands → driver).
@@ -20,9 +21,10 @@
 //!   alignment-checked; files are created 0600 and sized with `ftruncate` (sparse).
 //!
 //! Every file is validated when opened (magic, version, lengths, alignment): a corrupt or
-//! truncated file is a [`ShmError`] naming the file and the field, never a panic. A file
-//! truncated by another process *while mapped* still raises `SIGBUS` on access, as with any
-//! `mmap`; the driver directory's 0700 permissions keep other users out.
+//! truncated file is a [`ShmError`] naming the file and the field, never a panic. Log buffers
+//! are sealed memfds of the driver ([`file::create_sealed`]): no process can truncate one while
+//! it is mapped. `cnc.dat` truncated by another process *while mapped* still raises `SIGBUS` on
+//! access, as with any `mmap`; the driver directory's 0700 permissions keep other users out.
 //!
 //! Integers are stored in native byte order; the layouts assume little-endian (like Aeron's and
 //! the wire format), which the build enforces.

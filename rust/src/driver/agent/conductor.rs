@@ -27,7 +27,7 @@ use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{type_id, Counter, CountersManager};
 use crate::shm::directory::{self, epoch_ms, PUBLICATIONS_DIR};
 use crate::shm::error_log::ErrorLogWriter;
-use crate::shm::log_buffer::{LogBuffer, LogParams, LogStart, PAGE_MIN_SIZE};
+use crate::shm::log_buffer::{publication_log_name, LogBuffer, LogParams, LogStart, PAGE_MIN_SIZE};
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::status::{
     ImageInfo, PublicationInfo, ReceiverInfo, IPC_FLOW_CONTROL, IPC_IMAGE_SOURCE, MAX_IMAGES_IN_STATUS,
@@ -144,12 +144,20 @@ pub struct StandaloneDriver {
     network: network::Network,
 }
 
+/// The name of `log` the driver's answers carry: its `/proc/<pid>/fd/<fd>` (Aeron's answers
+/// carry the log's file name; a client opens this one as it would open that).
+pub(crate) fn log_file_name(log: &LogBuffer) -> String {
+    log.path().map(|path| path.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
 impl StandaloneDriver {
     /// Takes the directory (refusing a live driver, taking over a stale one), creates the cnc
     /// and the system counters.
     pub fn launch(config: StandaloneConfig) -> Result<Self, ShmError> {
         let now = epoch_ms();
         let took_over = directory::prepare(&config.dir, config.driver_timeout.as_millis() as i64, now)?;
+        // One memfd per log stays open in the driver (`docs/driver-protocol.md`).
+        crate::shm::file::raise_open_file_limit();
         let publications = config.dir.join(PUBLICATIONS_DIR);
         std::fs::create_dir_all(&publications).map_err(|e| ShmError::io(&publications, "create directory", e))?;
         let mut cnc_params = config.cnc;
@@ -523,7 +531,6 @@ impl StandaloneDriver {
         let storage = |e: ShmError| (error_code::STORAGE_SPACE, e.to_string());
         self.next_session_id = self.next_session_id.wrapping_add(1);
         let session_id = self.next_session_id;
-        let log_file = format!("{PUBLICATIONS_DIR}/{correlation_id}.logbuffer");
         let term_length = uri.term_length.unwrap_or(self.config.ipc_term_length);
         // init-term-id|term-id|term-offset: the shared log starts there (Aeron allows it on IPC).
         let start_position = uri
@@ -540,7 +547,10 @@ impl StandaloneDriver {
         };
         params.validate().map_err(|m| (error_code::INVALID_CHANNEL, format!("{channel}: {m}")))?;
         let start = log_start(&uri, &params);
-        let log = LogBuffer::create_at(&self.config.dir.join(&log_file), &params, start).map_err(storage)?;
+        // A sealed memfd no client can shrink (`docs/driver-protocol.md`): clients open it by
+        // the `/proc/<pid>/fd/<fd>` name in the answer; it goes when the last mapping does.
+        let log = LogBuffer::create_sealed(&publication_log_name(correlation_id), &params, start).map_err(storage)?;
+        let log_file = log_file_name(&log);
         let key = [session_id.to_le_bytes(), stream_id.to_le_bytes()].concat();
         let label = format!("{session_id} {stream_id} {channel}");
         let limit = self
@@ -748,11 +758,8 @@ impl StandaloneDriver {
         }
         let _ = self.counters.free(publication.limit.id(), now_ms);
         let _ = self.counters.free(publication.publisher_position.id(), now_ms);
-        if let Some(path) = publication.log.path() {
-            if let Err(e) = std::fs::remove_file(path) {
-                self.error(&format!("remove {}: {e}", path.display()), now_ms);
-            }
-        }
+        // Dropping the publication closes the driver's memfd of its log: nothing to remove.
+        drop(publication);
         let _ = self.system(SystemCounter::IpcPublications).add(-1);
     }
 

@@ -8,7 +8,8 @@ use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 
 use super::{
-    confirm_open_log, ipc_channel, log_start, start_on_subscription, OpenLog, StandaloneDriver, SystemCounter,
+    confirm_open_log, ipc_channel, log_file_name, log_start, start_on_subscription, OpenLog, StandaloneDriver,
+    SystemCounter,
 };
 use crate::channel::{ChannelUri, CongestionControl, Media};
 use crate::driver::agent::receiver::{ImageDefaults, ReceiverCounters};
@@ -23,8 +24,7 @@ use crate::media::udp::{bind_control_listener, bind_receiver, bind_sender, resol
 use crate::protocol::{Image, NetworkPublication, PublicationConfig};
 use crate::shm::command::{error_code, Response};
 use crate::shm::counters::{type_id, Counter};
-use crate::shm::directory::PUBLICATIONS_DIR;
-use crate::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
+use crate::shm::log_buffer::{image_log_name, publication_log_name, LogBuffer, LogParams, LogStart, PAGE_MIN_SIZE};
 use crate::time::MonotonicClock;
 
 /// Whether `channel` names UDP media (anything else goes the IPC way, which reports bad URIs).
@@ -49,6 +49,9 @@ struct NetPublication {
     open: OpenLog,
     stream_id: i32,
     log_file: String,
+    /// The driver's own mapping of the log (the sender has another): keeps its memfd, and so
+    /// `log_file`, open until the publication is done.
+    _log: LogBuffer,
     publisher_limit: Counter,
     counters: Vec<usize>,
     owners: HashMap<i64, u32>,
@@ -64,7 +67,9 @@ struct NetSubscription {
 struct NetImage {
     correlation_id: i64,
     stream_id: i32,
-    log_file: String,
+    /// Keeps the image log's memfd, and so the name its announcements carry, open until the
+    /// image is closed (the receiver holds another mapping).
+    _log: LogBuffer,
     /// (subscription, position counter id, the correlation id this subscription knows the
     /// image by: one per subscription, as for IPC images, so a client with several
     /// subscriptions of one image tells their announcements apart).
@@ -327,9 +332,9 @@ impl StandaloneDriver {
             }
             _ => None,
         };
-        let log_file = format!("{PUBLICATIONS_DIR}/{correlation_id}.logbuffer");
-        let log = LogBuffer::create_at(&self.config.dir.join(&log_file), &params, start)
+        let log = LogBuffer::create_sealed(&publication_log_name(correlation_id), &params, start)
             .map_err(|e| (error_code::STORAGE_SPACE, e.to_string()))?;
+        let log_file = log_file_name(&log);
         let key = [session_id.to_le_bytes(), stream_id.to_le_bytes()].concat();
         let label = format!("{session_id} {stream_id} {channel}");
         let mut allocated = Vec::new();
@@ -352,13 +357,8 @@ impl StandaloneDriver {
                 flow_control_receivers: counter(type_id::FLOW_CONTROL_RECEIVERS, "fc-receivers")?,
             })
         })();
-        let stream_counters = match counters {
-            Ok(counters) => counters,
-            Err(refusal) => {
-                let _ = std::fs::remove_file(self.config.dir.join(&log_file));
-                return Err(refusal);
-            }
-        };
+        // A refusal drops `log`, and so its memfd: nothing to remove.
+        let stream_counters = counters?;
         // Until the sender's first duty cycle: clients see the start, not 0.
         for counter in [
             &stream_counters.publisher_limit,
@@ -384,6 +384,7 @@ impl StandaloneDriver {
             max_resend: uri.max_resend_or_default() as usize,
             signal_eos: uri.eos.unwrap_or(true),
         };
+        let kept = log.clone();
         let publication = NetworkPublication::with_log(config, log, flow_control, self.network.clock.now());
         self.network.send(SenderCommand::Add(Box::new(NewPublication {
             registration_id: correlation_id,
@@ -400,6 +401,7 @@ impl StandaloneDriver {
             open: OpenLog { term_length, mtu, initial_term_id, start_position: initial_position, session_id },
             stream_id,
             log_file: log_file.clone(),
+            _log: kept,
             publisher_limit: publisher_limit.clone(),
             counters: allocated,
             owners: HashMap::from([(client_id, 1)]),
@@ -628,10 +630,8 @@ impl StandaloneDriver {
         for id in &publication.counters {
             let _ = self.counters.free(*id, now_ms);
         }
-        let path = self.config.dir.join(&publication.log_file);
-        if let Err(e) = std::fs::remove_file(&path) {
-            self.error(&format!("remove {}: {e}", path.display()), now_ms);
-        }
+        // Dropping `publication` closes the driver's last mapping of the log (the sender's went
+        // first), and so its memfd: nothing to remove.
         let _ = self.system(SystemCounter::NetworkPublications).add(-1);
     }
 
@@ -660,7 +660,6 @@ impl StandaloneDriver {
             Ok(id) => id,
             Err(e) => return refuse(self, format!("correlation id: {e}")),
         };
-        let log_file = format!("{PUBLICATIONS_DIR}/image-{correlation_id}.logbuffer");
         let params = LogParams {
             term_length: identity.term_length,
             mtu,
@@ -670,10 +669,11 @@ impl StandaloneDriver {
             stream_id: identity.stream_id,
             correlation_id,
         };
-        let log = match LogBuffer::create(&self.config.dir.join(&log_file), &params) {
+        let log = match LogBuffer::create_sealed(&image_log_name(correlation_id), &params, LogStart::of(&params)) {
             Ok(log) => log,
             Err(e) => return refuse(self, format!("image of session {} from {source}: {e}", identity.session_id)),
         };
+        let log_file = log_file_name(&log);
         let join = config.join_position;
         let key = [identity.session_id.to_le_bytes(), identity.stream_id.to_le_bytes()].concat();
         let stream_label = format!("{correlation_id} {} {} {source}", identity.session_id, identity.stream_id);
@@ -691,7 +691,6 @@ impl StandaloneDriver {
         let image_counters = match image_counters {
             Ok(counters) => counters,
             Err((_, why)) => {
-                let _ = std::fs::remove_file(self.config.dir.join(&log_file));
                 return refuse(self, format!("image of session {} from {source}: {why}", identity.session_id));
             }
         };
@@ -700,6 +699,7 @@ impl StandaloneDriver {
         }
         let mut consumers = Vec::new();
         let mut links = Vec::new();
+        let kept = log.clone();
         let mut image = Image::with_log(config, log, self.network.clock.now());
         for (subscription_id, client_id) in subscriptions {
             let label =
@@ -724,7 +724,6 @@ impl StandaloneDriver {
             }
         }
         if consumers.is_empty() {
-            let _ = std::fs::remove_file(self.config.dir.join(&log_file));
             for id in image_counter_ids {
                 let _ = self.counters.free(id, now_ms);
             }
@@ -745,7 +744,13 @@ impl StandaloneDriver {
             );
         }
         let counters = [image_counters.receiver_position.id(), image_counters.receiver_hwm.id()];
-        self.network.images.push(NetImage { correlation_id, stream_id: identity.stream_id, log_file, links, counters });
+        self.network.images.push(NetImage {
+            correlation_id,
+            stream_id: identity.stream_id,
+            _log: kept,
+            links,
+            counters,
+        });
         let _ = self.system(SystemCounter::Images).add(1);
         self.network.receive(ReceiverCommand::AddImage(Box::new(NewImage {
             endpoint,
@@ -779,11 +784,8 @@ impl StandaloneDriver {
         for id in image.counters {
             let _ = self.counters.free(id, now_ms);
         }
-        // Subscribers keep their mapping until they have read to the end of stream.
-        let path = self.config.dir.join(&image.log_file);
-        if let Err(e) = std::fs::remove_file(&path) {
-            self.error(&format!("remove {}: {e}", path.display()), now_ms);
-        }
+        // Subscribers keep their mapping until they have read to the end of stream; dropping
+        // `image` closes the driver's memfd of the log: nothing to remove.
         let _ = self.system(SystemCounter::Images).add(-1);
     }
 }
