@@ -5,6 +5,7 @@
 //! Layouts are in [`codec`] and `docs/control-plane.md`; every limit is in [`limits`].
 
 pub mod codec;
+pub mod epoch;
 mod error;
 pub mod limits;
 pub mod view;
@@ -13,6 +14,7 @@ pub use codec::{
     parse_control, Ack, AckEntry, Claim, ClaimState, ControlMessage, DataHeader, DataMessage, Header, Heartbeat, Kind,
     ProducerAck, QueueFigures, RecordView, Role,
 };
+pub use epoch::EpochGuard;
 pub use error::ControlError;
 pub use view::{HeartbeatOutcome, MemberEntry, MemberView, ViewCounters};
 
