@@ -39,13 +39,17 @@ def test_create_list_delete_round_trip(tmp_path: Path) -> None:
         "67108864",
     )
     assert created.returncode == 0, created.stderr
-    assert created.stdout.strip() == "created group orders: HP=ord HC=64 QC=8 QS=67108864"
+    secret = tmp_path / "groups" / "orders.secret"
+    assert created.stdout.splitlines() == ["created group orders: HP=ord HC=64 QC=8 QS=67108864", f"secret: {secret}"]
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert len(bytes.fromhex(secret.read_text())) == 32
     listed = run_group(tmp_path, "list", "--json")
     assert json.loads(listed.stdout) == [
         {"version": 1, "name": "orders", "HP": "ord", "HC": 64, "QC": 8, "QS": 67108864}
     ]
     assert "orders  HP=ord HC=64 QC=8 QS=67108864" in run_group(tmp_path, "list").stdout
     assert run_group(tmp_path, "delete", "orders").returncode == 0
+    assert not secret.exists(), "delete leaves the group secret behind"
     assert run_group(tmp_path, "list").stdout.strip() == "no groups defined"
     again = run_group(tmp_path, "delete", "orders")
     assert again.returncode == 1 and "unknown group 'orders'" in again.stderr

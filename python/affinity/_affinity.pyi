@@ -404,6 +404,10 @@ class PublisherStatus:
     def name(self) -> str: ...
     @property
     def queues(self) -> list[QueueSendStatus]: ...
+    @property
+    def authenticated(self) -> bool: ...
+    @property
+    def auth_refused(self) -> int: ...
 
 @final
 class ConsumerStatus:
@@ -421,6 +425,10 @@ class ConsumerStatus:
     def delivered(self) -> int: ...
     @property
     def duplicates_dropped(self) -> int: ...
+    @property
+    def authenticated(self) -> bool: ...
+    @property
+    def auth_refused(self) -> int: ...
 
 @final
 class MemberStatus:
@@ -466,6 +474,10 @@ class GroupStatus:
     def members(self) -> list[MemberStatus]: ...
     @property
     def queues(self) -> list[QueueStatus]: ...
+    @property
+    def authenticated(self) -> bool: ...
+    @property
+    def auth_refused(self) -> int: ...
 
 @final
 class PublisherCounters:
@@ -499,6 +511,14 @@ class PublisherCounters:
     def peer_errors(self) -> int: ...
     @property
     def control_send_refused(self) -> int: ...
+    @property
+    def auth_unauthenticated(self) -> int: ...
+    @property
+    def auth_bad_tag(self) -> int: ...
+    @property
+    def auth_replayed(self) -> int: ...
+    @property
+    def auth_unverifiable(self) -> int: ...
 
 @final
 class ConsumerCounters:
@@ -540,6 +560,14 @@ class ConsumerCounters:
     def peer_errors(self) -> int: ...
     @property
     def control_send_refused(self) -> int: ...
+    @property
+    def auth_unauthenticated(self) -> int: ...
+    @property
+    def auth_bad_tag(self) -> int: ...
+    @property
+    def auth_replayed(self) -> int: ...
+    @property
+    def auth_unverifiable(self) -> int: ...
 
 @final
 class GroupPublisherCore:
@@ -558,6 +586,7 @@ class GroupPublisherCore:
         name: str | None = None,
         host: str = "127.0.0.1",
         control: str | None = None,
+        secret: bytes | None = None,
         liveness_timeout_ms: int = 2000,
         heartbeat_interval_ms: int = 100,
         resend_timeout_ms: int = 1000,
@@ -596,6 +625,7 @@ class GroupConsumerCore:
         name: str | None = None,
         host: str = "127.0.0.1",
         control: str | None = None,
+        secret: bytes | None = None,
         cycle_ms: int = 30000,
         liveness_timeout_ms: int = 2000,
         heartbeat_interval_ms: int = 100,
@@ -629,6 +659,7 @@ class GroupObserverCore:
         registry_dir: str,
         host: str = "127.0.0.1",
         control: str | None = None,
+        secret: bytes | None = None,
         liveness_timeout_ms: int = 2000,
         heartbeat_interval_ms: int = 100,
     ) -> GroupObserverCore: ...
