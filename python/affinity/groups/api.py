@@ -65,6 +65,11 @@ class GroupPublisher:
     size per queue); ``publish`` returns the message's sequence number (> 0) or
     ``affinity.NOT_CONNECTED`` (no live consumer), ``affinity.BACK_PRESSURED`` (retention full)
     or ``affinity.CLOSED``. Nothing is dropped: a message refused is not sent.
+
+    ``secret``: the group secret (bytes, or a path to a secret file); ``None`` looks it up
+    (``$AFFINITY_GROUP_SECRET``, ``$AFFINITY_GROUP_SECRET_FILE``, the registry's ``<name>.secret``,
+    :mod:`affinity.groups.secret`). With a secret every message is authenticated; without one the
+    member is unauthenticated (``status().authenticated``). Every member of a group must agree.
     """
 
     def __init__(
