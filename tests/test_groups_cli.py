@@ -49,8 +49,13 @@ def test_create_list_delete_round_trip(tmp_path: Path) -> None:
         {"version": 1, "name": "orders", "HP": "ord", "HC": 64, "QC": 8, "QS": 67108864}
     ]
     assert "orders  HP=ord HC=64 QC=8 QS=67108864" in run_group(tmp_path, "list").stdout
+    old = secret.read_text()
+    rotated = run_group(tmp_path, "secret", "orders")
+    assert rotated.returncode == 0 and rotated.stdout.strip() == f"secret: {secret}", rotated.stderr
+    assert secret.read_text() != old and secret.stat().st_mode & 0o777 == 0o600
     assert run_group(tmp_path, "delete", "orders").returncode == 0
     assert not secret.exists(), "delete leaves the group secret behind"
+    assert "unknown group 'orders'" in run_group(tmp_path, "secret", "orders").stderr
     assert run_group(tmp_path, "list").stdout.strip() == "no groups defined"
     again = run_group(tmp_path, "delete", "orders")
     assert again.returncode == 1 and "unknown group 'orders'" in again.stderr

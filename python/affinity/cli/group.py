@@ -6,6 +6,7 @@ Definitions (stored in the registry: ``--registry``, else ``$AFFINITY_REGISTRY``
     affinity group create NAME --hash-prefix HP --hash-count HC --queue-count QC --queue-size QS [--no-secret]
     affinity group list
     affinity group delete NAME
+    affinity group secret NAME                 # a new secret (an older group, or rotation)
     affinity group status NAME [--json] [--watch 1s]
 
 The seed's three test programs (start the validator first, then consumers, then the publisher)::
@@ -42,6 +43,7 @@ from affinity.groups.registry import (
     create_group,
     delete_group,
     list_groups,
+    load_group,
 )
 from affinity.groups.secret import create_secret, remove_secret
 
@@ -124,6 +126,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     listing.add_argument("--json", action="store_true", help="print a JSON array")
     listing.set_defaults(run=_run_list)
 
+    secret = commands.add_parser(
+        "secret", help="write a new group secret (restart every member to use it; copy it to other hosts)"
+    )
+    _registry_option(secret)
+    secret.add_argument("name", metavar="NAME")
+    secret.set_defaults(run=_run_secret)
+
     delete = commands.add_parser("delete", help="remove a group's definition from the registry")
     _registry_option(delete)
     delete.add_argument("name", metavar="NAME")
@@ -203,6 +212,16 @@ def _run_list(args: argparse.Namespace) -> int:
             f"{definition.name}  HP={definition.hash_prefix} HC={definition.hash_count} "
             f"QC={definition.queue_count} QS={definition.queue_size}"
         )
+    return EXIT_OK
+
+
+def _run_secret(args: argparse.Namespace) -> int:
+    try:
+        definition = load_group(args.name, args.registry)
+        path = create_secret(definition.name, args.registry)
+    except ConfigError as error:
+        return _fail("secret", error)
+    print(f"secret: {path}")
     return EXIT_OK
 
 
