@@ -12,6 +12,7 @@ import pytest
 from affinity.cli.group import duration
 from affinity.groups import GroupConsumer, GroupPublisher, create_group
 from affinity.groups.records import REPUBLISH_STREAM_ID, PublishedRecord, RecordError, RepublishedRecord
+from affinity.groups.secret import create_secret
 from affinity.groups.validation import Validator
 from affinity.testing import loopback_channel
 from groups_harness import START_TIMEOUT, Roles, roles_fixture, run_group, wait_until
@@ -39,13 +40,22 @@ def test_create_list_delete_round_trip(tmp_path: Path) -> None:
         "67108864",
     )
     assert created.returncode == 0, created.stderr
-    assert created.stdout.strip() == "created group orders: HP=ord HC=64 QC=8 QS=67108864"
+    secret = tmp_path / "groups" / "orders.secret"
+    assert created.stdout.splitlines() == ["created group orders: HP=ord HC=64 QC=8 QS=67108864", f"secret: {secret}"]
+    assert secret.stat().st_mode & 0o777 == 0o600
+    assert len(bytes.fromhex(secret.read_text())) == 32
     listed = run_group(tmp_path, "list", "--json")
     assert json.loads(listed.stdout) == [
         {"version": 1, "name": "orders", "HP": "ord", "HC": 64, "QC": 8, "QS": 67108864}
     ]
     assert "orders  HP=ord HC=64 QC=8 QS=67108864" in run_group(tmp_path, "list").stdout
+    old = secret.read_text()
+    rotated = run_group(tmp_path, "secret", "orders")
+    assert rotated.returncode == 0 and rotated.stdout.strip() == f"secret: {secret}", rotated.stderr
+    assert secret.read_text() != old and secret.stat().st_mode & 0o777 == 0o600
     assert run_group(tmp_path, "delete", "orders").returncode == 0
+    assert not secret.exists(), "delete leaves the group secret behind"
+    assert "unknown group 'orders'" in run_group(tmp_path, "secret", "orders").stderr
     assert run_group(tmp_path, "list").stdout.strip() == "no groups defined"
     again = run_group(tmp_path, "delete", "orders")
     assert again.returncode == 1 and "unknown group 'orders'" in again.stderr
@@ -151,8 +161,27 @@ def test_status_shows_members_and_the_owner_and_epoch_of_each_queue(roles: Roles
         (1, "worker-a", "active"),
     ]
     assert all(q["epoch"] >= 1 for q in status["queues"])
+    assert status["authenticated"] is False
     table = run_group(roles.registry, "status", "watched", "--settle", "1s", *TIMINGS)
     assert table.returncode == 0 and "worker-a" in table.stdout and "owner_name" in table.stdout
+    assert "UNAUTHENTICATED: no group secret" in table.stdout
+    assert consumer.stop() == 0
+
+
+def test_status_of_an_authenticated_group_verifies_and_counts_what_fails(roles: Roles, tmp_path: Path) -> None:
+    create_group("sealed", "sealed", 8, 2, 1 << 20, roles.registry)
+    secret = create_secret("sealed", roles.registry)
+    consumer = roles.start("consumer", "consume", "sealed", "--index", "0", "--count", "1", *TIMINGS)
+    consumer.wait_owned({0, 1}, START_TIMEOUT)
+    table = run_group(roles.registry, "status", "sealed", "--settle", "1s", *TIMINGS)
+    assert table.returncode == 0, table.stderr
+    assert f"authenticated (secret: file {secret})" in table.stdout and "consumer-0" in table.stdout
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text("ab" * 32)
+    wrong.chmod(0o600)
+    result = run_group(roles.registry, "status", "sealed", "--json", "--settle", "1s", "--secret-file", str(wrong))
+    status = json.loads(result.stdout.strip().splitlines()[-1])
+    assert status["authenticated"] is True and status["auth_refused"] > 0 and status["members"] == []
     assert consumer.stop() == 0
 
 

@@ -3,9 +3,10 @@
 Definitions (stored in the registry: ``--registry``, else ``$AFFINITY_REGISTRY``, else
 ``$XDG_STATE_HOME/affinity``, else ``~/.local/state/affinity``)::
 
-    affinity group create NAME --hash-prefix HP --hash-count HC --queue-count QC --queue-size QS
+    affinity group create NAME --hash-prefix HP --hash-count HC --queue-count QC --queue-size QS [--no-secret]
     affinity group list
     affinity group delete NAME
+    affinity group secret NAME                 # a new secret (an older group, or rotation)
     affinity group status NAME [--json] [--watch 1s]
 
 The seed's three test programs (start the validator first, then consumers, then the publisher)::
@@ -14,6 +15,11 @@ The seed's three test programs (start the validator first, then consumers, then 
     affinity group consume NAME --index 0 --count 2 --republish aeron:udp?endpoint=127.0.0.1:40500
     affinity group consume NAME --index 1 --count 2 --republish aeron:udp?endpoint=127.0.0.1:40500
     affinity group publish NAME --keys 1000 --rate 2000
+
+``create`` also writes the group's secret (32 random bytes, ``<registry>/groups/NAME.secret``, 0600):
+every member that finds it (or ``--secret-file``, ``$AFFINITY_GROUP_SECRET``,
+``$AFFINITY_GROUP_SECRET_FILE``) authenticates every message; ``status`` says whether the group is
+authenticated.
 
 Exit status: 0 success; 1 a bad definition, argument or (validate) an ordering error or loss;
 2 the registry or the transport is unavailable; 3 (publish) not everything was acknowledged.
@@ -37,7 +43,9 @@ from affinity.groups.registry import (
     create_group,
     delete_group,
     list_groups,
+    load_group,
 )
+from affinity.groups.secret import create_secret, remove_secret
 
 #: Exit status: success.
 EXIT_OK = 0
@@ -106,12 +114,24 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="QS",
         help=f"bytes each publisher retains per queue until acknowledged ({MIN_QUEUE_SIZE}..{MAX_QUEUE_SIZE})",
     )
+    create.add_argument(
+        "--no-secret",
+        action="store_true",
+        help="do not create the group secret (unauthenticated: one host, trusted users only)",
+    )
     create.set_defaults(run=_run_create)
 
     listing = commands.add_parser("list", help="list the groups defined in the registry")
     _registry_option(listing)
     listing.add_argument("--json", action="store_true", help="print a JSON array")
     listing.set_defaults(run=_run_list)
+
+    secret = commands.add_parser(
+        "secret", help="write a new group secret (restart every member to use it; copy it to other hosts)"
+    )
+    _registry_option(secret)
+    secret.add_argument("name", metavar="NAME")
+    secret.set_defaults(run=_run_secret)
 
     delete = commands.add_parser("delete", help="remove a group's definition from the registry")
     _registry_option(delete)
@@ -148,6 +168,12 @@ def _member_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--control", metavar="CHANNEL", help="optional multicast control channel")
     parser.add_argument("--liveness", type=duration, metavar="TIME", help="liveness timeout (default 2s)")
     parser.add_argument("--heartbeat", type=duration, metavar="TIME", help="heartbeat interval (default 100ms)")
+    parser.add_argument(
+        "--secret-file",
+        metavar="PATH",
+        help="the group secret (hex, 0600) (default: $AFFINITY_GROUP_SECRET, $AFFINITY_GROUP_SECRET_FILE, "
+        "then the registry's NAME.secret; none: unauthenticated)",
+    )
 
 
 def _fail(command: str, error: Exception, code: int = EXIT_ERRORS) -> int:
@@ -160,12 +186,14 @@ def _run_create(args: argparse.Namespace) -> int:
         definition = create_group(
             args.name, args.hash_prefix, args.hash_count, args.queue_count, args.queue_size, args.registry
         )
+        secret = None if args.no_secret else create_secret(definition.name, args.registry)
     except ConfigError as error:
         return _fail("create", error)
     print(
         f"created group {definition.name}: HP={definition.hash_prefix} HC={definition.hash_count} "
         f"QC={definition.queue_count} QS={definition.queue_size}"
     )
+    print(f"secret: {secret}" if secret else "secret: none (unauthenticated: use on one host among trusted users)")
     return EXIT_OK
 
 
@@ -187,9 +215,20 @@ def _run_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_secret(args: argparse.Namespace) -> int:
+    try:
+        definition = load_group(args.name, args.registry)
+        path = create_secret(definition.name, args.registry)
+    except ConfigError as error:
+        return _fail("secret", error)
+    print(f"secret: {path}")
+    return EXIT_OK
+
+
 def _run_delete(args: argparse.Namespace) -> int:
     try:
         definition = delete_group(args.name, args.registry)
+        remove_secret(definition.name, args.registry)
     except ConfigError as error:
         return _fail("delete", error)
     print(f"deleted group {definition.name}")
@@ -208,11 +247,24 @@ def plain(value: object) -> object:
 
 
 def status_json(status: object) -> dict[str, object]:
-    """A ``GroupStatus`` as a JSON-ready object: ``members`` and ``queues`` lists."""
+    """A ``GroupStatus`` as a JSON-ready object: ``authenticated``, ``auth_refused``, ``members``, ``queues``."""
     return {
+        "authenticated": bool(getattr(status, "authenticated", False)),
+        "auth_refused": plain(getattr(status, "auth_refused", 0)),
         "members": [{name: plain(getattr(m, name, None)) for name in MEMBER_FIELDS} for m in status.members],  # type: ignore[attr-defined]
         "queues": [{name: plain(getattr(q, name, None)) for name in QUEUE_FIELDS} for q in status.queues],  # type: ignore[attr-defined]
     }
+
+
+def _authentication_line(report: dict[str, object], source: str) -> str:
+    if report["authenticated"]:
+        line = f"authenticated (secret: {source})"
+    else:
+        line = "UNAUTHENTICATED: no group secret; anyone who can reach a member's inbox can forge its messages"
+    refused = report["auth_refused"]
+    if refused:
+        line += f"; {refused} messages failed authentication (another secret, or forged)"
+    return line
 
 
 def _table(rows: list[dict[str, object]], columns: tuple[str, ...]) -> list[str]:
@@ -226,6 +278,7 @@ def _table(rows: list[dict[str, object]], columns: tuple[str, ...]) -> list[str]
 def _run_status(args: argparse.Namespace) -> int:
     try:
         import affinity
+        from affinity.cli.group_roles import member_secret
         from affinity.groups import GroupObserver
 
         with affinity.Client() as client:
@@ -235,6 +288,7 @@ def _run_status(args: argparse.Namespace) -> int:
                 registry=args.registry,
                 host=args.host,
                 control=args.control,
+                secret=member_secret(args),
                 liveness_timeout=args.liveness,
                 heartbeat_interval=args.heartbeat,
             )
@@ -246,6 +300,7 @@ def _run_status(args: argparse.Namespace) -> int:
                         print(json.dumps(report), flush=True)
                     else:
                         print(f"group {args.name} at {time.strftime('%H:%M:%S')}")
+                        print(_authentication_line(report, observer.secret_source))
                         print(*_table(report["members"], MEMBER_FIELDS), sep="\n")  # type: ignore[arg-type]
                         print(*_table(report["queues"], QUEUE_FIELDS), sep="\n", flush=True)  # type: ignore[arg-type]
                     if args.watch is None:

@@ -24,6 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import affinity
@@ -53,6 +54,11 @@ OWNERSHIP_CHECK_INTERVAL = 0.05
 POLL_TIMEOUT = 0.05
 
 MemberOptions = Callable[[argparse.ArgumentParser], None]
+
+
+def member_secret(args: argparse.Namespace) -> Path | None:
+    """The ``secret=`` argument of a member started with ``--secret-file`` (``None``: look it up)."""
+    return Path(args.secret_file) if args.secret_file else None
 
 
 def register(commands: argparse._SubParsersAction[Any], member_options: MemberOptions) -> None:
@@ -143,6 +149,7 @@ def run_publish(args: argparse.Namespace) -> int:
                 registry=args.registry,
                 host=args.host,
                 control=args.control,
+                secret=member_secret(args),
                 liveness_timeout=args.liveness,
                 heartbeat_interval=args.heartbeat,
                 resend_timeout=args.resend,
@@ -183,6 +190,7 @@ def run_publish(args: argparse.Namespace) -> int:
             elapsed = time.monotonic() - start
             flushed = publisher.flush(args.flush_timeout)
             status = publisher.status()
+            counters = publisher.counters()
             publisher.close()
     except ConfigError as error:
         print(f"affinity group publish: {error}", file=sys.stderr)
@@ -200,6 +208,10 @@ def run_publish(args: argparse.Namespace) -> int:
         "refused": {names.get(code, str(code)): count for code, count in sorted(refused.items())},
         "retained_bytes": sum(queue.retained_bytes for queue in status.queues),
         "per_key_last": per_key_last,
+        "authenticated": status.authenticated,
+        "auth_refused": status.auth_refused,
+        "acks_not_owner": counters.acks_not_owner,
+        "epochs_refused": counters.epochs_refused,
     }
     if args.json:
         print(json.dumps(summary), flush=True)
@@ -232,6 +244,7 @@ def run_consume(args: argparse.Namespace) -> int:
                 name=args.member_name,
                 host=args.host,
                 control=args.control,
+                secret=member_secret(args),
                 cycle=args.cycle,
                 liveness_timeout=args.liveness,
                 heartbeat_interval=args.heartbeat,
@@ -288,7 +301,9 @@ def run_consume(args: argparse.Namespace) -> int:
             _log(
                 f"consumer {args.index} left: delivered {status.delivered}, duplicates {status.duplicates_dropped}, "
                 f"invalid datagrams ignored {invalid}, malformed control messages {group.control_malformed}, "
-                f"malformed data messages {group.data_malformed}"
+                f"malformed data messages {group.data_malformed}, "
+                f"authentication refused {status.auth_refused} ({'on' if status.authenticated else 'off'}), "
+                f"epochs refused {group.epochs_refused}"
             )
     except ConfigError as error:
         print(f"affinity group consume: {error}", file=sys.stderr)

@@ -23,6 +23,7 @@ from affinity.groups.registry import (
     load_group,
     registry_dir,
 )
+from affinity.groups.secret import create_secret, remove_secret
 from affinity.groups.types import (
     GROUP_CONTROL_STREAM_ID,
     GROUP_DATA_STREAM_ID,
@@ -57,6 +58,7 @@ __all__ = [
     "QueueSendStatus",
     "QueueStatus",
     "create_group",
+    "create_secret",
     "delete_group",
     "group_bucket",
     "group_queue",
@@ -64,4 +66,5 @@ __all__ = [
     "list_groups",
     "load_group",
     "registry_dir",
+    "remove_secret",
 ]

@@ -29,11 +29,15 @@ from affinity._affinity import (
 from affinity._arguments import expect_int, expect_str, milliseconds
 from affinity.exceptions import ConfigError
 from affinity.groups.registry import GroupDefinition, load_group, registry_dir
+from affinity.groups.secret import resolve_secret
 
 __all__ = ["GroupConsumer", "GroupObserver", "GroupPublisher"]
 
 #: A registry location as the functions of :mod:`affinity.groups.registry` accept it.
 Registry = str | os.PathLike[str] | None
+#: A group secret as members accept it: its bytes, a path to a secret file, or ``None`` (look it up:
+#: ``$AFFINITY_GROUP_SECRET``, ``$AFFINITY_GROUP_SECRET_FILE``, the registry; see :mod:`affinity.groups.secret`).
+Secret = bytes | os.PathLike[str] | None
 
 
 def _common_options(
@@ -42,8 +46,9 @@ def _common_options(
     host: str | None,
     control: str | None,
     timings: dict[str, float | None],
+    secret: bytes | None = None,
 ) -> dict[str, Any]:
-    options: dict[str, Any] = {"registry_dir": str(registry_dir(registry))}
+    options: dict[str, Any] = {"registry_dir": str(registry_dir(registry)), "secret": secret}
     for key, value in (("name", name), ("host", host), ("control", control)):
         if value is not None:
             options[key] = value
@@ -60,6 +65,11 @@ class GroupPublisher:
     size per queue); ``publish`` returns the message's sequence number (> 0) or
     ``affinity.NOT_CONNECTED`` (no live consumer), ``affinity.BACK_PRESSURED`` (retention full)
     or ``affinity.CLOSED``. Nothing is dropped: a message refused is not sent.
+
+    ``secret``: the group secret (bytes, or a path to a secret file); ``None`` looks it up
+    (``$AFFINITY_GROUP_SECRET``, ``$AFFINITY_GROUP_SECRET_FILE``, the registry's ``<name>.secret``,
+    :mod:`affinity.groups.secret`). With a secret every message is authenticated; without one the
+    member is unauthenticated (``status().authenticated``). Every member of a group must agree.
     """
 
     def __init__(
@@ -71,6 +81,7 @@ class GroupPublisher:
         name: str | None = None,
         host: str | None = None,
         control: str | None = None,
+        secret: Secret = None,
         liveness_timeout: float | None = None,
         heartbeat_interval: float | None = None,
         resend_timeout: float | None = None,
@@ -78,6 +89,10 @@ class GroupPublisher:
         #: The group's definition as read from the registry.
         self.definition: GroupDefinition = load_group(expect_str("group", group), registry)
         definition = self.definition
+        key, source = resolve_secret(definition.name, registry, secret)
+        #: Where the group secret came from (``"argument"``, ``"$AFFINITY_GROUP_SECRET"``,
+        #: ``"file <path>"``), or ``"none"``: the member is unauthenticated.
+        self.secret_source: str = source
         options = _common_options(
             registry,
             name,
@@ -88,6 +103,7 @@ class GroupPublisher:
                 "heartbeat_interval": heartbeat_interval,
                 "resend_timeout": resend_timeout,
             },
+            key,
         )
         self._core = GroupPublisherCore(
             client,
@@ -162,6 +178,7 @@ class GroupConsumer:
         name: str | None = None,
         host: str | None = None,
         control: str | None = None,
+        secret: Secret = None,
         cycle: float | None = None,
         liveness_timeout: float | None = None,
         heartbeat_interval: float | None = None,
@@ -169,6 +186,10 @@ class GroupConsumer:
         #: The group's definition as read from the registry.
         self.definition: GroupDefinition = load_group(expect_str("group", group), registry)
         definition = self.definition
+        key, source = resolve_secret(definition.name, registry, secret)
+        #: Where the group secret came from (``"argument"``, ``"$AFFINITY_GROUP_SECRET"``,
+        #: ``"file <path>"``), or ``"none"``: the member is unauthenticated.
+        self.secret_source: str = source
         expect_int("index", index)
         expect_int("count", count)
         if not 1 <= count <= definition.queue_count:
@@ -184,6 +205,7 @@ class GroupConsumer:
             host,
             control,
             {"cycle": cycle, "liveness_timeout": liveness_timeout, "heartbeat_interval": heartbeat_interval},
+            key,
         )
         self._core = GroupConsumerCore(
             client,
@@ -247,18 +269,24 @@ class GroupObserver:
         registry: Registry = None,
         host: str | None = None,
         control: str | None = None,
+        secret: Secret = None,
         liveness_timeout: float | None = None,
         heartbeat_interval: float | None = None,
     ) -> None:
         #: The group's definition as read from the registry.
         self.definition: GroupDefinition = load_group(expect_str("group", group), registry)
         definition = self.definition
+        key, source = resolve_secret(definition.name, registry, secret)
+        #: Where the group secret came from (``"argument"``, ``"$AFFINITY_GROUP_SECRET"``,
+        #: ``"file <path>"``), or ``"none"``: the member is unauthenticated.
+        self.secret_source: str = source
         options = _common_options(
             registry,
             None,
             host,
             control,
             {"liveness_timeout": liveness_timeout, "heartbeat_interval": heartbeat_interval},
+            key,
         )
         self._core = GroupObserverCore(
             client,

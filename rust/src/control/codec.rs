@@ -258,7 +258,8 @@ impl Header {
     pub fn parse(bytes: &[u8]) -> Result<Header, ControlError> {
         check_length("header", bytes, HEADER_LENGTH)?;
         let version = byte_at(bytes, field::VERSION);
-        if version != VERSION {
+        // Version 2 is version 1 sealed (control::auth); the trailer is stripped before decoding.
+        if version != VERSION && version != super::auth::AUTHENTICATED_VERSION {
             return Err(ControlError::UnsupportedVersion(version));
         }
         let code = byte_at(bytes, field::KIND);
@@ -911,8 +912,8 @@ mod tests {
     #[test]
     fn unknown_version_and_kind_are_typed_errors() {
         let mut bytes = heartbeat().to_bytes().unwrap();
-        bytes[0] = 2;
-        assert_eq!(Heartbeat::parse(&bytes), Err(ControlError::UnsupportedVersion(2)));
+        bytes[0] = 3;
+        assert_eq!(Heartbeat::parse(&bytes), Err(ControlError::UnsupportedVersion(3)));
         bytes[0] = VERSION;
         bytes[1] = 9;
         assert!(matches!(Header::parse(&bytes), Err(ControlError::WrongKind { actual: 9, .. })));

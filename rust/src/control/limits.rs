@@ -27,3 +27,12 @@ pub const MAX_SUBJECT_LENGTH: usize = 1024;
 pub const MAX_PAYLOAD_LENGTH: usize = 1 << 20;
 /// Most members one process tracks in a group (peers beyond are ignored and counted).
 pub const MAX_MEMBERS: usize = 1024;
+/// Most an accepted claim's epoch may exceed the highest epoch a member already accepted for
+/// that queue. Legitimate claims move an epoch by one over the highest the claimer heard, so
+/// only a member that missed more than this many claims of one queue would refuse a real one.
+/// A claim beyond it is ignored and counted (`epochs_refused`): a forged claim cannot jump
+/// (and saturate) the epoch.
+pub const MAX_EPOCH_STEP: u64 = 1 << 16;
+/// Highest epoch any claim may carry (also the first claim heard for a queue, whose baseline
+/// is unknown): epochs stay far from `u64::MAX`, so `epoch + 1` never saturates.
+pub const MAX_EPOCH: u64 = 1 << 48;

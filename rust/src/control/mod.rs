@@ -4,15 +4,19 @@
 //!
 //! Layouts are in [`codec`] and `docs/control-plane.md`; every limit is in [`limits`].
 
+pub mod auth;
 pub mod codec;
+pub mod epoch;
 mod error;
 pub mod limits;
 pub mod view;
 
+pub use auth::{AuthCounters, AuthError, GroupSecret, StreamAuth};
 pub use codec::{
     parse_control, Ack, AckEntry, Claim, ClaimState, ControlMessage, DataHeader, DataMessage, Header, Heartbeat, Kind,
     ProducerAck, QueueFigures, RecordView, Role,
 };
+pub use epoch::EpochGuard;
 pub use error::ControlError;
 pub use view::{HeartbeatOutcome, MemberEntry, MemberView, ViewCounters};
 

@@ -21,8 +21,8 @@ use super::{GroupConfig, Timing};
 use crate::control::codec::ACK_FLAG_RESEND;
 use crate::control::limits::{MAX_ACKS_PER_CLAIM, MAX_CONTROL_MESSAGE_LENGTH};
 use crate::control::{
-    Ack, AckEntry, Claim, ClaimState, ControlError, DataMessage, Heartbeat, HeartbeatOutcome, MemberView, ProducerAck,
-    Role,
+    Ack, AckEntry, Claim, ClaimState, ControlError, DataMessage, EpochGuard, Heartbeat, HeartbeatOutcome, MemberView,
+    ProducerAck, Role,
 };
 use crate::time::Instant;
 
@@ -80,6 +80,8 @@ pub struct ConsumerCounters {
     pub claims: u64,
     /// Queues released (planned handoff).
     pub releases: u64,
+    /// Claims whose epoch moved beyond the bounded step (`MAX_EPOCH_STEP`), ignored.
+    pub epochs_refused: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -127,6 +129,7 @@ pub struct ConsumerState {
     timing: Timing,
     cycle: Duration,
     view: MemberView,
+    epochs: EpochGuard,
     queues: Vec<QueueOwn>,
     max_epoch: Vec<u64>,
     known_acks: Vec<HashMap<u64, u64>>,
@@ -162,6 +165,7 @@ impl ConsumerState {
             timing,
             cycle,
             view,
+            epochs: EpochGuard::new(queue_count),
             queues: (0..queue_count).map(|_| QueueOwn::default()).collect(),
             max_epoch: vec![0; queue_count],
             known_acks: (0..queue_count).map(|_| HashMap::new()).collect(),
@@ -318,8 +322,10 @@ impl ConsumerState {
     }
 
     /// Handles a heartbeat from any member.
-    pub fn on_heartbeat(&mut self, heartbeat: Heartbeat, now: Instant) -> HeartbeatOutcome {
+    /// Claims beyond the bounded epoch step are removed first (counted in `epochs_refused`).
+    pub fn on_heartbeat(&mut self, mut heartbeat: Heartbeat, now: Instant) -> HeartbeatOutcome {
         if heartbeat.fingerprint == self.fingerprint && heartbeat.member_id != self.member_id {
+            self.counters.epochs_refused += self.epochs.admit(&mut heartbeat.claims);
             for claim in &heartbeat.claims {
                 let queue = claim.queue as usize;
                 let (Some(max_epoch), Some(known)) = (self.max_epoch.get_mut(queue), self.known_acks.get_mut(queue))
@@ -378,6 +384,7 @@ impl ConsumerState {
             if let Some(max_epoch) = self.max_epoch.get_mut(q) {
                 *max_epoch = epoch;
             }
+            self.epochs.note(queue, epoch);
             self.ack_dirty.extend(own.cursors.keys().copied());
         }
         self.counters.claims += 1;

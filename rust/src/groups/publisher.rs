@@ -10,7 +10,9 @@ use std::time::Duration;
 use super::{GroupConfig, GroupError, Timing, DATA_MESSAGE_TARGET};
 use crate::control::codec::{emit_record, record_length, ACK_FLAG_RESEND, DATA_FIXED_LENGTH, RECORD_FIXED_LENGTH};
 use crate::control::limits::{MAX_KEY_LENGTH, MAX_PAYLOAD_LENGTH, MAX_RECORDS_PER_DATA, MAX_SUBJECT_LENGTH};
-use crate::control::{Ack, ClaimState, DataHeader, Heartbeat, HeartbeatOutcome, MemberView, QueueFigures, Role};
+use crate::control::{
+    Ack, ClaimState, DataHeader, EpochGuard, Heartbeat, HeartbeatOutcome, MemberView, QueueFigures, Role,
+};
 use crate::time::Instant;
 
 /// Why `publish` refused a record (nothing was taken).
@@ -44,6 +46,12 @@ pub struct PublisherCounters {
     pub acks_beyond_sent: u64,
     /// ACKs addressed to another producer.
     pub acks_misaddressed: u64,
+    /// ACK entries (or acks repeated in a claim) from a member that is not the queue's owner
+    /// in that epoch: only the current owner (or, until a new owner is active, the last one)
+    /// acknowledges.
+    pub acks_not_owner: u64,
+    /// Claims whose epoch moved beyond the bounded step (`MAX_EPOCH_STEP`).
+    pub epochs_refused: u64,
     /// Claims for a queue >= QC in heartbeats.
     pub claims_bad_queue: u64,
     /// Records resent (owner change, resend timeout or request).
@@ -70,6 +78,9 @@ struct QueueSend {
     high_sent: u64,
     /// The owner (member id, epoch) records go to.
     owner: Option<(u64, u64)>,
+    /// The (member id, epoch) whose acknowledgements count: the owner, kept while it releases
+    /// (no active owner) until the next owner is active.
+    ack_authority: Option<(u64, u64)>,
     /// Highest sequence the owner reported received in its current epoch.
     received: u64,
     /// Last ack progress, owner change or resend.
@@ -87,6 +98,7 @@ impl QueueSend {
             next_send: 1,
             high_sent: 0,
             owner: None,
+            ack_authority: None,
             received: 0,
             last_progress: now,
         }
@@ -177,6 +189,7 @@ pub struct PublisherState {
     timing: Timing,
     resend_timeout: Duration,
     view: MemberView,
+    epochs: EpochGuard,
     queues: Vec<QueueSend>,
     has_consumer: bool,
     closed: bool,
@@ -189,7 +202,8 @@ pub struct PublisherState {
 impl PublisherState {
     /// A publisher with id `producer_id` (nonzero) of `config`.
     pub fn new(config: GroupConfig, producer_id: u64, timing: Timing, resend_timeout: Duration, now: Instant) -> Self {
-        let queues = (0..config.queue_count).map(|_| QueueSend::new(now)).collect();
+        let queues: Vec<QueueSend> = (0..config.queue_count).map(|_| QueueSend::new(now)).collect();
+        let queues_len = queues.len();
         let view = MemberView::new(producer_id, config.fingerprint(), timing.liveness_timeout);
         PublisherState {
             fingerprint: config.fingerprint(),
@@ -198,6 +212,7 @@ impl PublisherState {
             timing,
             resend_timeout,
             view,
+            epochs: EpochGuard::new(queues_len),
             queues,
             has_consumer: false,
             closed: false,
@@ -390,6 +405,11 @@ impl PublisherState {
                 self.counters.acks_bad_queue += 1;
                 continue;
             };
+            // Only the owner in its epoch acknowledges; checked before anything is applied.
+            if state.ack_authority != Some((ack.consumer, entry.epoch)) {
+                self.counters.acks_not_owner += 1;
+                continue;
+            }
             if entry.acked > state.high_sent || entry.received > state.high_sent {
                 self.counters.acks_beyond_sent += 1;
                 continue;
@@ -408,7 +428,11 @@ impl PublisherState {
     }
 
     /// Handles a heartbeat: membership, owners and the acks repeated in claims.
-    pub fn on_heartbeat(&mut self, heartbeat: Heartbeat, now: Instant) -> HeartbeatOutcome {
+    /// Claims beyond the bounded epoch step are removed first (counted in `epochs_refused`).
+    pub fn on_heartbeat(&mut self, mut heartbeat: Heartbeat, now: Instant) -> HeartbeatOutcome {
+        if heartbeat.fingerprint == self.fingerprint && heartbeat.member_id != self.producer_id {
+            self.counters.epochs_refused += self.epochs.admit(&mut heartbeat.claims);
+        }
         let outcome = self.view.on_heartbeat(heartbeat, now);
         if matches!(outcome, HeartbeatOutcome::Joined | HeartbeatOutcome::Refreshed) {
             self.refresh(now);
@@ -420,7 +444,8 @@ impl PublisherState {
     fn refresh(&mut self, now: Instant) {
         let queue_count = self.config.queue_count as usize;
         let mut best: Vec<Option<(u64, u64, ClaimState)>> = vec![None; queue_count];
-        let mut repeated_acks: Vec<(usize, u64)> = Vec::new();
+        // (queue, member, epoch, acked): applied only from the ack authority of the queue.
+        let mut repeated_acks: Vec<(usize, u64, u64, u64)> = Vec::new();
         let mut has_consumer = false;
         let mut bad_queue = 0;
         for entry in self.view.live_with_role(Role::Consumer, now) {
@@ -431,7 +456,7 @@ impl PublisherState {
                     continue;
                 };
                 for ack in claim.acks.iter().filter(|ack| ack.producer == self.producer_id) {
-                    repeated_acks.push((claim.queue as usize, ack.acked));
+                    repeated_acks.push((claim.queue as usize, entry.id(), claim.epoch, ack.acked));
                 }
                 if !claim.state.holds() {
                     continue;
@@ -448,17 +473,14 @@ impl PublisherState {
         }
         self.counters.claims_bad_queue += bad_queue;
         self.has_consumer = has_consumer;
-        for (queue, acked) in repeated_acks {
-            if let Some(state) = self.queues.get_mut(queue) {
-                if acked <= state.high_sent {
-                    state.acknowledge(acked, now);
-                } else {
-                    self.counters.acks_beyond_sent += 1;
-                }
-            }
-        }
+        // The acks of the previous authority (a released owner's final acks) still count in
+        // the refresh that hands the queue to its next owner.
+        let previous: Vec<Option<(u64, u64)>> = self.queues.iter().map(|q| q.ack_authority).collect();
         for (state, best) in self.queues.iter_mut().zip(best) {
             let owner = best.filter(|(_, _, claim)| *claim == ClaimState::Active).map(|(id, epoch, _)| (id, epoch));
+            if owner.is_some() {
+                state.ack_authority = owner;
+            }
             if owner != state.owner {
                 state.owner = owner;
                 state.received = state.acked;
@@ -467,6 +489,19 @@ impl PublisherState {
                     self.counters.owner_changes += 1;
                     self.counters.records_resent += state.rewind(state.acked + 1);
                 }
+            }
+        }
+        for (queue, member, epoch, acked) in repeated_acks {
+            let Some(state) = self.queues.get_mut(queue) else { continue };
+            let from = Some((member, epoch));
+            // Not counted: every claim repeats its acks each heartbeat, a released one long after.
+            if from != state.ack_authority && from != previous.get(queue).copied().flatten() {
+                continue;
+            }
+            if acked <= state.high_sent {
+                state.acknowledge(acked, now);
+            } else {
+                self.counters.acks_beyond_sent += 1;
             }
         }
     }

@@ -22,9 +22,11 @@ use super::discovery::{self, MemberFile, MEMBER_FILE_VERSION};
 use super::publisher::{PublisherState, Refusal};
 use super::{check_consumer, GroupConfig, GroupError, Timing};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
+use crate::control::auth::TRAILER_LENGTH;
 use crate::control::limits::{MAX_MEMBERS, MAX_NAME_LENGTH};
 use crate::control::{
-    parse_control, Ack, ClaimState, ControlMessage, Heartbeat, MemberView, Role, CONTROL_STREAM_ID, DATA_STREAM_ID,
+    parse_control, Ack, AuthCounters, ClaimState, ControlMessage, GroupSecret, Heartbeat, MemberView, Role, StreamAuth,
+    CONTROL_STREAM_ID, DATA_STREAM_ID,
 };
 use crate::error::Error;
 use crate::protocol::OfferError;
@@ -55,6 +57,9 @@ pub struct MemberOptions {
     pub control: Option<String>,
     /// Heartbeat interval and liveness timeout.
     pub timing: Timing,
+    /// The group's shared secret: every message sent is sealed and every message received
+    /// must verify (`control::auth`). `None`: unauthenticated (one host, trusted users only).
+    pub secret: Option<GroupSecret>,
 }
 
 impl MemberOptions {
@@ -66,6 +71,7 @@ impl MemberOptions {
             host: "127.0.0.1".into(),
             control: None,
             timing: Timing::default(),
+            secret: None,
         }
     }
 }
@@ -85,6 +91,8 @@ pub struct RuntimeCounters {
     pub peer_errors: u64,
     /// Control messages a peer's publication refused (not connected yet, back-pressure).
     pub control_send_refused: u64,
+    /// Control and DATA messages refused by authentication (dropped before decoding).
+    pub auth: AuthCounters,
 }
 
 pub(crate) fn new_member_id() -> u64 {
@@ -151,7 +159,7 @@ trait Brain: Send + 'static {
     fn wants_data_publication(&self, _peer: Role) -> bool {
         false
     }
-    fn pump(&mut self, _peers: &HashMap<u64, Peer>, _budget: usize) -> usize {
+    fn pump(&mut self, _peers: &HashMap<u64, Peer>, _budget: usize, _data_auth: &mut StreamAuth) -> usize {
         0
     }
     fn on_data_publication(&mut self, _publication: &Publication) {}
@@ -182,6 +190,10 @@ struct Core<B: Brain> {
     data_batch: MessageBatch,
     encode: Vec<u8>,
     counters: RuntimeCounters,
+    /// Seals what this member sends and verifies what it receives on the CONTROL stream.
+    control_auth: StreamAuth,
+    /// The same for the DATA stream (publishers seal, consumers verify).
+    data_auth: StreamAuth,
     closed: bool,
 }
 
@@ -270,6 +282,8 @@ impl<B: Brain> Core<B> {
             data_batch: MessageBatch::default(),
             encode: Vec::new(),
             counters: RuntimeCounters::default(),
+            control_auth: StreamAuth::new(options.secret.as_ref(), group.fingerprint(), CONTROL_STREAM_ID),
+            data_auth: StreamAuth::new(options.secret.as_ref(), group.fingerprint(), DATA_STREAM_ID),
             closed: false,
         };
         let now = core.clock.now();
@@ -385,7 +399,9 @@ impl<B: Brain> Core<B> {
     }
 
     fn handle_control(&mut self, bytes_index: usize, now: Instant) {
-        let message = parse_control(self.control_batch.message(bytes_index));
+        // Verified before anything is decoded; refusals are counted by the StreamAuth.
+        let Ok(body) = self.control_auth.open(self.control_batch.message(bytes_index)) else { return };
+        let message = parse_control(body);
         match message {
             Ok(ControlMessage::Heartbeat(heartbeat)) => {
                 if heartbeat.fingerprint != self.brain_fingerprint() {
@@ -405,6 +421,19 @@ impl<B: Brain> Core<B> {
             Ok(ControlMessage::Ack(ack)) => self.brain.on_ack(&ack, now),
             Err(_) => self.counters.control_malformed += 1,
         }
+    }
+
+    /// The runtime counters, authentication refusals of both streams included.
+    fn runtime_counters(&self) -> RuntimeCounters {
+        let mut counters = self.counters;
+        counters.auth = self.control_auth.counters();
+        counters.auth.add(&self.data_auth.counters());
+        counters
+    }
+
+    /// Whether this member authenticates its messages (a secret is configured).
+    fn authenticated(&self) -> bool {
+        self.control_auth.is_authenticated()
     }
 
     fn brain_fingerprint(&self) -> u64 {
@@ -436,6 +465,7 @@ impl<B: Brain> Core<B> {
             self.counters.control_malformed += 1;
             return;
         }
+        self.control_auth.seal(&mut self.encode);
         for peer in self.peers.values() {
             if let Some(publication) = &peer.control {
                 if publication.try_offer(&self.encode).is_err() {
@@ -454,6 +484,7 @@ impl<B: Brain> Core<B> {
             if ack.emit(&mut self.encode).is_err() {
                 continue;
             }
+            self.control_auth.seal(&mut self.encode);
             let sent = self
                 .peers
                 .get(&ack.producer)
@@ -483,7 +514,7 @@ impl<B: Brain> Core<B> {
             work += 1;
         }
         self.send_acks();
-        work += self.brain.pump(&self.peers, DATA_MESSAGES_PER_ITERATION);
+        work += self.brain.pump(&self.peers, DATA_MESSAGES_PER_ITERATION, &mut self.data_auth);
         work
     }
 
@@ -592,12 +623,15 @@ impl PublisherBrain {
         peers: &HashMap<u64, Peer>,
         queues: &mut dyn Iterator<Item = u32>,
         budget: usize,
+        data_auth: &mut StreamAuth,
     ) -> usize {
         let mut sent = 0;
         let mut blocked: Vec<u64> = Vec::new();
         for queue in queues {
             while sent < budget {
                 let Some(transmit) = self.state.build_data(queue, &mut self.buffer) else { break };
+                // One MAC per DATA message (many records), not per record.
+                data_auth.seal(&mut self.buffer);
                 if blocked.contains(&transmit.owner) {
                     break;
                 }
@@ -647,14 +681,15 @@ impl Brain for PublisherBrain {
     fn wants_data_publication(&self, peer: Role) -> bool {
         peer == Role::Consumer
     }
-    fn pump(&mut self, peers: &HashMap<u64, Peer>, budget: usize) -> usize {
+    fn pump(&mut self, peers: &HashMap<u64, Peer>, budget: usize, data_auth: &mut StreamAuth) -> usize {
         let mut queues = 0..self.state.config().queue_count;
-        self.pump_queues(peers, &mut queues, budget)
+        self.pump_queues(peers, &mut queues, budget, data_auth)
     }
     fn on_data_publication(&mut self, publication: &Publication) {
         if !self.max_message_set {
             if let Ok(max) = publication.max_message_length() {
-                self.state.set_max_message_length(max);
+                // Room for the authentication trailer (sealed or not: one limit for both).
+                self.state.set_max_message_length(max.saturating_sub(TRAILER_LENGTH));
                 self.max_message_set = true;
             }
         }
@@ -691,6 +726,10 @@ pub struct PublisherStatus {
     pub name: String,
     /// One entry per queue.
     pub queues: Vec<QueueSendStatus>,
+    /// Whether this member authenticates its messages (a group secret is configured).
+    pub authenticated: bool,
+    /// Messages refused by authentication (unauthenticated, bad tag, replayed, unverifiable).
+    pub auth_refused: u64,
 }
 
 /// The outcome of one publish: a sequence number (> 0) or a refusal code (< 0).
@@ -733,8 +772,8 @@ impl GroupPublisher {
     ) -> Result<PublishCode, GroupError> {
         match result {
             Ok((queue, sequence)) => {
-                let Core { brain, peers, .. } = core;
-                brain.pump_queues(peers, &mut std::iter::once(queue), usize::MAX);
+                let Core { brain, peers, data_auth, .. } = core;
+                brain.pump_queues(peers, &mut std::iter::once(queue), usize::MAX, data_auth);
                 Ok(sequence as i64)
             }
             Err(Ok(refusal)) => Ok(refusal.code()),
@@ -794,9 +833,9 @@ impl GroupPublisher {
                 }
             }
         }
-        let Core { brain, peers, .. } = &mut *core;
+        let Core { brain, peers, data_auth, .. } = &mut *core;
         let mut queues = touched.iter().enumerate().filter(|(_, t)| **t).map(|(q, _)| q as u32);
-        brain.pump_queues(peers, &mut queues, usize::MAX);
+        brain.pump_queues(peers, &mut queues, usize::MAX, data_auth);
         Ok(taken)
     }
 
@@ -806,8 +845,8 @@ impl GroupPublisher {
         loop {
             {
                 let mut core = self.member.core();
-                let Core { brain, peers, .. } = &mut *core;
-                brain.pump(peers, usize::MAX);
+                let Core { brain, peers, data_auth, .. } = &mut *core;
+                brain.pump(peers, usize::MAX, data_auth);
                 if brain.state.all_acked() {
                     return true;
                 }
@@ -843,13 +882,19 @@ impl GroupPublisher {
                 retained_messages: q.retained_messages,
             })
             .collect();
-        PublisherStatus { producer_id: self.producer_id, name: core.name.clone(), queues }
+        PublisherStatus {
+            producer_id: self.producer_id,
+            name: core.name.clone(),
+            queues,
+            authenticated: core.authenticated(),
+            auth_refused: core.runtime_counters().auth.total(),
+        }
     }
 
     /// Counters of the sans-IO state and the runtime.
     pub fn counters(&self) -> (super::publisher::PublisherCounters, RuntimeCounters) {
         let core = self.member.core();
-        (core.brain.state.counters(), core.counters)
+        (core.brain.state.counters(), core.runtime_counters())
     }
 
     /// Whether at least one consumer is live.
@@ -925,6 +970,10 @@ pub struct ConsumerStatus {
     pub delivered: u64,
     /// Duplicates dropped.
     pub duplicates_dropped: u64,
+    /// Whether this member authenticates its messages (a group secret is configured).
+    pub authenticated: bool,
+    /// Messages refused by authentication (unauthenticated, bad tag, replayed, unverifiable).
+    pub auth_refused: u64,
 }
 
 /// Consumes the queues this member owns.
@@ -986,13 +1035,16 @@ impl GroupConsumer {
                 core.brain.state.deliver(max, &mut out);
                 if out.len() < max {
                     let now = core.clock.now();
-                    let Core { brain, data_sub, data_batch, .. } = &mut *core;
+                    let Core { brain, data_sub, data_batch, data_auth, .. } = &mut *core;
                     data_batch.clear();
                     if let Some(subscription) = data_sub {
                         let _ = subscription.poll_into(data_batch, DATA_FRAGMENTS_PER_POLL);
                     }
                     for index in 0..data_batch.len() {
-                        let _ = brain.state.on_data(data_batch.message(index), now);
+                        // Verified (one MAC per message) before decoding; refusals are counted.
+                        if let Ok(body) = data_auth.open(data_batch.message(index)) {
+                            let _ = brain.state.on_data(body, now);
+                        }
                     }
                     brain.state.deliver(max, &mut out);
                 }
@@ -1028,13 +1080,15 @@ impl GroupConsumer {
             owned: core.brain.state.owned_queues(),
             delivered: counters.delivered,
             duplicates_dropped: counters.duplicates_dropped,
+            authenticated: core.authenticated(),
+            auth_refused: core.runtime_counters().auth.total(),
         }
     }
 
     /// Counters of the sans-IO state and the runtime.
     pub fn counters(&self) -> (super::consumer::ConsumerCounters, RuntimeCounters) {
         let core = self.member.core();
-        (core.brain.state.counters(), core.counters)
+        (core.brain.state.counters(), core.runtime_counters())
     }
 
     /// Clean leave: every held queue is released once the application acknowledged what it
@@ -1174,6 +1228,10 @@ pub struct GroupStatus {
     pub members: Vec<MemberStatus>,
     /// One entry per queue.
     pub queues: Vec<QueueStatus>,
+    /// Whether the observer authenticates its messages (a group secret is configured).
+    pub authenticated: bool,
+    /// Messages refused by authentication (unauthenticated, bad tag, replayed, unverifiable).
+    pub auth_refused: u64,
 }
 
 /// Joins a group's control plane to watch it (for `affinity group status`); owns nothing.
@@ -1262,7 +1320,12 @@ impl GroupObserver {
                 }
             })
             .collect();
-        GroupStatus { members, queues }
+        GroupStatus {
+            members,
+            queues,
+            authenticated: core.authenticated(),
+            auth_refused: core.runtime_counters().auth.total(),
+        }
     }
 
     /// Leaves the control plane.

@@ -640,3 +640,84 @@ fn split_views_let_only_the_best_claim_receive_and_heal_without_duplicates() {
     sim.assert_no_duplicate_no_reorder();
     assert!(sim.publisher.all_acked());
 }
+
+/// A consumer `member_id` claiming `queue` at `epoch` in `state`, acknowledging `acked` of
+/// producer 1000 (as a forger would build it).
+fn forged_claim(member_id: u64, queue: u32, epoch: u64, state: ClaimState, acked: u64) -> Heartbeat {
+    Heartbeat {
+        fingerprint: config(1 << 20).fingerprint(),
+        member_id,
+        leaving: false,
+        role: Role::Consumer,
+        name: "forger".into(),
+        endpoint: "127.0.0.1:9".into(),
+        index: 0,
+        count: 1,
+        pid: 9,
+        claims: vec![Claim { queue, epoch, state, acks: vec![ProducerAck { producer: 1000, acked, received: acked }] }],
+        figures: vec![],
+    }
+}
+
+fn acked_of(sim: &Sim, queue: u32) -> u64 {
+    sim.publisher.queue_status()[queue as usize].acked_sequence
+}
+
+#[test]
+fn acks_from_a_non_owner_or_a_stale_epoch_move_nothing() {
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    sim.add_consumer(10, 0, 1);
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.publisher.queue_status()[0].owner, Some((10, 1)));
+    sim.nodes[0].acking = false;
+    sim.publish_keys(40, 0);
+    sim.step();
+    let sent = sim.publisher.queue_status()[0].sent_sequence;
+    assert!(sent > 0 && acked_of(&sim, 0) == 0);
+    let fingerprint = config(1 << 20).fingerprint();
+    let forged = |consumer: u64, epoch: u64| Ack {
+        fingerprint,
+        consumer,
+        producer: 1000,
+        entries: vec![AckEntry { queue: 0, flags: 0, epoch, acked: sent, received: sent }],
+    };
+    // Another member, in the owner's epoch: nothing moves.
+    sim.publisher.on_ack(&forged(66, 1), sim.now);
+    // The owner itself, in an epoch it does not own the queue in: nothing moves.
+    sim.publisher.on_ack(&forged(10, 0), sim.now);
+    sim.publisher.on_ack(&forged(10, 2), sim.now);
+    assert_eq!(acked_of(&sim, 0), 0, "a forged ack acknowledged records");
+    assert_eq!(sim.publisher.counters().acks_not_owner, 3);
+    // Acks repeated in a (released) claim of a non-owner do not count either.
+    sim.publisher.on_heartbeat(forged_claim(66, 0, 1, ClaimState::Released, sent), sim.now);
+    sim.publisher.handle_timeout(sim.now);
+    assert_eq!(acked_of(&sim, 0), 0, "acks repeated in a non-owner's claim acknowledged records");
+    // The owner in its epoch does.
+    sim.publisher.on_ack(&forged(10, 1), sim.now);
+    assert_eq!(acked_of(&sim, 0), sent);
+}
+
+#[test]
+fn a_claim_beyond_the_epoch_step_is_ignored_and_counted() {
+    use crate::control::limits::MAX_EPOCH_STEP;
+    let mut sim = Sim::new(1 << 20, Duration::from_secs(30));
+    sim.add_consumer(10, 0, 1);
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.publisher.queue_status()[0].owner, Some((10, 1)));
+    for epoch in [u64::MAX, 2 + MAX_EPOCH_STEP] {
+        let forged = forged_claim(66, 0, epoch, ClaimState::Active, 0);
+        sim.publisher.on_heartbeat(forged.clone(), sim.now);
+        sim.nodes[0].state.on_heartbeat(forged, sim.now);
+        sim.step();
+    }
+    sim.run(Duration::from_secs(1));
+    assert_eq!(sim.publisher.queue_status()[0].owner, Some((10, 1)), "the forged claim took the queue");
+    assert_eq!(sim.owned(0), vec![0, 1, 2, 3], "the real consumer lost a queue");
+    assert_eq!(sim.publisher.counters().epochs_refused, 2);
+    assert_eq!(sim.nodes[0].state.counters().epochs_refused, 2);
+    // Within the step a claim is heard as before (without authentication, the owner and epoch
+    // rules alone cannot tell a forger that knows the epoch from a member).
+    let within = forged_claim(66, 0, 1 + MAX_EPOCH_STEP, ClaimState::Active, 0);
+    sim.publisher.on_heartbeat(within, sim.now);
+    assert_eq!(sim.publisher.queue_status()[0].owner, Some((66, 1 + MAX_EPOCH_STEP)));
+}

@@ -16,6 +16,7 @@ use super::args::{expected, instance_argument, int_in, named, optional_str, str_
 use super::buffers::{arrow_binary, is_arrow, ArrowBinary, BufferView};
 use super::errors::{config_error, group_error, invalid_argument, wrong_type};
 use super::transport::Client;
+use crate::control::GroupSecret;
 use crate::groups::runtime::{self, MemberOptions};
 use crate::groups::{self as core_groups, GroupConfig, Timing};
 
@@ -184,6 +185,7 @@ fn options(
     name: Option<&Bound<'_, PyAny>>,
     host: &str,
     control: Option<&Bound<'_, PyAny>>,
+    secret: Option<&Bound<'_, PyAny>>,
     liveness_timeout_ms: u64,
     heartbeat_interval_ms: u64,
 ) -> PyResult<MemberOptions> {
@@ -198,7 +200,22 @@ fn options(
         duration_ms("liveness_timeout_ms", liveness_timeout_ms)?,
     )
     .map_err(group_error)?;
-    Ok(MemberOptions { registry_dir: PathBuf::from(registry_dir), name, host: host.to_owned(), control, timing })
+    let secret = match secret.filter(|s| !s.is_none()) {
+        None => None,
+        Some(object) => {
+            let bytes =
+                object.cast::<PyBytes>().map_err(|_| wrong_type("secret: expected bytes (the group secret)"))?;
+            Some(GroupSecret::new(bytes.as_bytes()).map_err(|e| config_error(format!("secret: {e}")))?)
+        }
+    };
+    Ok(MemberOptions {
+        registry_dir: PathBuf::from(registry_dir),
+        name,
+        host: host.to_owned(),
+        control,
+        timing,
+        secret,
+    })
 }
 
 /// Runs `wait(limit)` without the GIL in slices of at most [`SIGNAL_CHECK_INTERVAL`],
@@ -271,6 +288,8 @@ pub struct PublisherStatus {
     producer_id: u64,
     name: String,
     queues: Vec<QueueSendStatus>,
+    authenticated: bool,
+    auth_refused: u64,
 }
 
 /// A consumer's status.
@@ -283,6 +302,8 @@ pub struct ConsumerStatus {
     owned: Vec<u32>,
     delivered: u64,
     duplicates_dropped: u64,
+    authenticated: bool,
+    auth_refused: u64,
 }
 
 /// A member as an observer sees it.
@@ -318,6 +339,8 @@ pub struct QueueStatus {
 pub struct GroupStatus {
     members: Vec<MemberStatus>,
     queues: Vec<QueueStatus>,
+    authenticated: bool,
+    auth_refused: u64,
 }
 
 /// What a publisher ignored or repeated (hostile or stale input is counted, never fatal).
@@ -326,6 +349,8 @@ pub struct PublisherCounters {
     acks_bad_queue: u64,
     acks_beyond_sent: u64,
     acks_misaddressed: u64,
+    acks_not_owner: u64,
+    epochs_refused: u64,
     claims_bad_queue: u64,
     records_resent: u64,
     owner_changes: u64,
@@ -335,6 +360,10 @@ pub struct PublisherCounters {
     files_removed: u64,
     peer_errors: u64,
     control_send_refused: u64,
+    auth_unauthenticated: u64,
+    auth_bad_tag: u64,
+    auth_replayed: u64,
+    auth_unverifiable: u64,
 }
 
 /// What a consumer dropped or ignored (hostile or stale input is counted, never fatal).
@@ -351,12 +380,17 @@ pub struct ConsumerCounters {
     ownership_lost: u64,
     claims: u64,
     releases: u64,
+    epochs_refused: u64,
     control_malformed: u64,
     foreign_group: u64,
     files_invalid: u64,
     files_removed: u64,
     peer_errors: u64,
     control_send_refused: u64,
+    auth_unauthenticated: u64,
+    auth_bad_tag: u64,
+    auth_replayed: u64,
+    auth_unverifiable: u64,
 }
 
 /// Publishes keyed records to a group (wrapped by `affinity.groups.GroupPublisher`).
@@ -368,7 +402,7 @@ pub struct GroupPublisherCore {
 #[pymethods]
 impl GroupPublisherCore {
     #[new]
-    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, name=None, host="127.0.0.1", control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100, resend_timeout_ms=1000))]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, name=None, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100, resend_timeout_ms=1000))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -382,13 +416,14 @@ impl GroupPublisherCore {
         name: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = named::host)] host: &str,
         control: Option<&Bound<'_, PyAny>>,
+        secret: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
         #[pyo3(from_py_with = named::resend_timeout_ms)] resend_timeout_ms: u64,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
-        let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let options = options(registry_dir, name, host, control, secret, liveness_timeout_ms, heartbeat_interval_ms)?;
         let resend = duration_ms("resend_timeout_ms", resend_timeout_ms)?;
         let client = client.get().shared()?;
         let inner =
@@ -478,6 +513,8 @@ impl GroupPublisherCore {
                     retained_messages: q.retained_messages,
                 })
                 .collect(),
+            authenticated: status.authenticated,
+            auth_refused: status.auth_refused,
         }
     }
 
@@ -488,6 +525,8 @@ impl GroupPublisherCore {
             acks_bad_queue: state.acks_bad_queue,
             acks_beyond_sent: state.acks_beyond_sent,
             acks_misaddressed: state.acks_misaddressed,
+            acks_not_owner: state.acks_not_owner,
+            epochs_refused: state.epochs_refused,
             claims_bad_queue: state.claims_bad_queue,
             records_resent: state.records_resent,
             owner_changes: state.owner_changes,
@@ -497,6 +536,10 @@ impl GroupPublisherCore {
             files_removed: runtime.files_removed,
             peer_errors: runtime.peer_errors,
             control_send_refused: runtime.control_send_refused,
+            auth_unauthenticated: runtime.auth.unauthenticated,
+            auth_bad_tag: runtime.auth.bad_tag,
+            auth_replayed: runtime.auth.replayed,
+            auth_unverifiable: runtime.auth.unverifiable,
         }
     }
 
@@ -525,7 +568,7 @@ pub struct GroupConsumerCore {
 #[pymethods]
 impl GroupConsumerCore {
     #[new]
-    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, index, count, *, registry_dir, auto_ack=false, name=None, host="127.0.0.1", control=None, cycle_ms=30000, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, index, count, *, registry_dir, auto_ack=false, name=None, host="127.0.0.1", control=None, secret=None, cycle_ms=30000, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -542,6 +585,7 @@ impl GroupConsumerCore {
         name: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = named::host)] host: &str,
         control: Option<&Bound<'_, PyAny>>,
+        secret: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = named::cycle_ms)] cycle_ms: u64,
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
@@ -550,7 +594,7 @@ impl GroupConsumerCore {
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
         let index = count_argument("index", index)?;
         let count = count_argument("count", count)?;
-        let options = options(registry_dir, name, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let options = options(registry_dir, name, host, control, secret, liveness_timeout_ms, heartbeat_interval_ms)?;
         let cycle = duration_ms("cycle_ms", cycle_ms)?;
         let client = client.get().shared()?;
         let inner = py
@@ -627,6 +671,8 @@ impl GroupConsumerCore {
             owned: status.owned,
             delivered: status.delivered,
             duplicates_dropped: status.duplicates_dropped,
+            authenticated: status.authenticated,
+            auth_refused: status.auth_refused,
         }
     }
 
@@ -645,12 +691,17 @@ impl GroupConsumerCore {
             ownership_lost: state.ownership_lost,
             claims: state.claims,
             releases: state.releases,
+            epochs_refused: state.epochs_refused,
             control_malformed: runtime.control_malformed,
             foreign_group: runtime.foreign_group,
             files_invalid: runtime.files_invalid,
             files_removed: runtime.files_removed,
             peer_errors: runtime.peer_errors,
             control_send_refused: runtime.control_send_refused,
+            auth_unauthenticated: runtime.auth.unauthenticated,
+            auth_bad_tag: runtime.auth.bad_tag,
+            auth_replayed: runtime.auth.replayed,
+            auth_unverifiable: runtime.auth.unverifiable,
         }
     }
 
@@ -682,7 +733,7 @@ pub struct GroupObserverCore {
 #[pymethods]
 impl GroupObserverCore {
     #[new]
-    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, host="127.0.0.1", control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -695,12 +746,13 @@ impl GroupObserverCore {
         registry_dir: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = named::host)] host: &str,
         control: Option<&Bound<'_, PyAny>>,
+        secret: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
-        let options = options(registry_dir, None, host, control, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let options = options(registry_dir, None, host, control, secret, liveness_timeout_ms, heartbeat_interval_ms)?;
         let client = client.get().shared()?;
         let inner = py.detach(|| runtime::GroupObserver::new(client, config, &options)).map_err(group_error)?;
         Ok(GroupObserverCore { inner })
@@ -738,6 +790,8 @@ impl GroupObserverCore {
                     lag: q.lag,
                 })
                 .collect(),
+            authenticated: status.authenticated,
+            auth_refused: status.auth_refused,
         }
     }
 
