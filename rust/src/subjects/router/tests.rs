@@ -373,6 +373,26 @@ fn a_subscribe_from_a_new_id_past_the_subscribers_bound_is_reported_to_its_reply
 }
 
 #[test]
+fn a_subscriber_evicted_for_the_backlog_budget_loses_its_subscriptions_logged_and_counted() {
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, TRADE, at(1));
+    subscribe(&mut f.router, BOB, TRADE, at(1));
+    let adapter = sent(&mut f.router)[0].0;
+    f.router.drain_log();
+    assert!(f.router.evict_subscriber(ALICE, 1 << 20));
+    assert_eq!(f.router.subscribers_of(TRADE), [BOB]);
+    assert_eq!(f.router.endpoint(ALICE), None);
+    assert_eq!(f.router.counters().evicted_subscribers, 1);
+    let log = f.router.drain_log();
+    assert!(matches!(log.as_slice(), [LogEntry::SubscriberEvicted(name, ALICE, 1048576)] if &**name == "user100"));
+    // The last holder evicted: the subject is discarded at its adapter.
+    assert!(f.router.evict_subscriber(BOB, 1));
+    assert_eq!(sent(&mut f.router), [(adapter, RecordKind::Discard, 0, TRADE.into(), String::new())]);
+    assert!(!f.router.evict_subscriber(BOB, 1));
+    assert_eq!(f.router.counters().evicted_subscribers, 2);
+}
+
+#[test]
 fn a_subject_no_service_covers_is_answered_nodata_notfound() {
     let mut f = Fixture::new();
     subscribe(&mut f.router, ALICE, "/NOWHERE", at(1));
