@@ -45,6 +45,8 @@ logger = logging.getLogger("affinity.router")
 ANY_CONTROL_TOPIC = "*"
 #: NODATA statuses a source may answer.
 NODATA_STATUSES = ("unavailable", "notfound")
+#: The reason a subscriber reports for a SUBSCRIBE its own link to the router could not take.
+LINK_FULL_REASON = b"subscribe refused: the link to the router is full (the router does not read); not sent"
 
 
 class Flags(enum.IntFlag):
@@ -103,7 +105,9 @@ class Subscriber:
     subscriber and subject (SUBSCRIBE is sent for the first callback, UNSUBSCRIBE after the
     last), and each update runs each callback once. A subscription the router refuses (one of
     its bounds) runs the callbacks with ``Flags.STATUS | Flags.REFUSED`` and the reason as
-    payload, then forgets them: subscribe again later to retry.
+    payload, then forgets them: subscribe again later to retry. So does a SUBSCRIBE this
+    subscriber's own link to the router could not take (64 MiB not accepted yet), at the next
+    :meth:`poll`.
     """
 
     def __init__(
@@ -125,6 +129,8 @@ class Subscriber:
             liveness_timeout_ms=milliseconds("liveness_timeout", liveness_timeout),
         )
         self._callbacks: dict[str, list[SubjectCallback]] = {}
+        #: Subjects whose SUBSCRIBE the link to the router dropped, reported by the next poll.
+        self._unsent: list[str] = []
 
     @property
     def connection_id(self) -> int:
@@ -134,8 +140,8 @@ class Subscriber:
     def subscribe(self, subject: str, callback: SubjectCallback) -> None:
         """Subscribes to ``subject``; ``callback(subject, flags, payload)`` runs from :meth:`poll`."""
         expect_callable("callback", callback)
-        if subject not in self._callbacks:
-            self._core.subscribe(subject)
+        if subject not in self._callbacks and not self._core.subscribe(subject):
+            self._unsent.append(subject)
         self._callbacks.setdefault(subject, []).append(callback)
 
     def unsubscribe(self, subject: str) -> None:
@@ -151,7 +157,10 @@ class Subscriber:
     def poll(self, limit: int = 100) -> int:
         """Receives up to ``limit`` fragments' worth and runs the callbacks; returns how many ran."""
         ran = 0
-        for _kind, flags, subject, payload in self._core.poll(limit):
+        refused = Flags.STATUS | Flags.REFUSED
+        unsent, self._unsent = self._unsent, []
+        records = [(0, int(refused), subject, LINK_FULL_REASON) for subject in unsent]
+        for _kind, flags, subject, payload in records + self._core.poll(limit):
             callbacks = self._callbacks.get(subject, ())
             if flags & Flags.REFUSED:
                 # The router holds nothing for it: the callbacks hear why, then are forgotten.

@@ -284,3 +284,21 @@ def test_a_burst_of_subscribes_past_the_bound_is_refused_and_reported_not_droppe
     subject, flags, reason = heard[0]
     assert (subject, flags) == ("/PRICES/burst", Flags.STATUS | Flags.REFUSED)
     assert b"65536 subscribers" in reason
+
+
+def test_subscribes_the_link_to_a_router_that_does_not_read_cannot_take_are_reported(
+    client: affinity.Client,
+) -> None:
+    # Nobody listens on the router channel: every SUBSCRIBE stays in the subscriber's link,
+    # which takes at most 64 MiB; the ones past it are reported, not dropped silently.
+    subjects = [f"/PRICES/{i:06d}/{'x' * 1000}" for i in range(80_000)]
+    refused: list[tuple[str, Flags, bytes]] = []
+    with Subscriber(client, loopback_channel(), name="bursty") as subscriber:
+        for subject in subjects:
+            subscriber.subscribe(subject, lambda subject, flags, payload: refused.append((subject, flags, payload)))
+        subscriber.poll(10)
+    assert refused, "every SUBSCRIBE past the link's limit was dropped silently"
+    assert len(refused) < len(subjects)
+    assert all(flags == Flags.STATUS | Flags.REFUSED and b"link to the router is full" in p for _, flags, p in refused)
+    # The refused ones are the last: the link took the first ones, in order.
+    assert [subject for subject, _, _ in refused] == subjects[len(subjects) - len(refused) :]

@@ -289,8 +289,8 @@ impl SubjectSubscriberCore {
         self.inner.peer().id()
     }
 
-    /// Sends SUBSCRIBE.
-    fn subscribe(&self, subject: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Sends SUBSCRIBE; `False` when the link to the router is full and it was dropped.
+    fn subscribe(&self, subject: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.inner.subscribe(str_argument("subject", subject)?).map_err(subjects_error)
     }
 

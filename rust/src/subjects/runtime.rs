@@ -104,8 +104,9 @@ impl PeerLink {
         PeerLink { publication, backlog }
     }
 
-    fn push(&mut self, records: &[u8]) {
-        self.backlog.push(TO_ROUTER, records);
+    /// Queues `records`; `false` when the backlog is full and they were dropped (counted).
+    fn push(&mut self, records: &[u8]) -> bool {
+        self.backlog.push(TO_ROUTER, records)
     }
 
     fn pending(&self) -> bool {
@@ -585,16 +586,17 @@ impl SubjectPeer {
         lock(&self.shared.link).publication.is_connected().unwrap_or(false)
     }
 
-    fn send(&self, kind: RecordKind, flags: u16, subject: &str, payload: &[u8]) -> Result<(), SubjectsError> {
+    fn send(&self, kind: RecordKind, flags: u16, subject: &str, payload: &[u8]) -> Result<bool, SubjectsError> {
         self.send_all(std::iter::once((kind, flags, subject, payload)))
     }
 
     /// Encodes every record (refusing the whole batch if one is invalid), queues them and sends
-    /// what the publication accepts, packed.
+    /// what the publication accepts, packed. `Ok(false)`: the link to the router already holds
+    /// [`MAX_BACKLOG_BYTES`] it has not accepted, and the records were dropped (counted).
     fn send_all<'a>(
         &self,
         records: impl IntoIterator<Item = (RecordKind, u16, &'a str, &'a [u8])>,
-    ) -> Result<(), SubjectsError> {
+    ) -> Result<bool, SubjectsError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(SubjectsError::Closed);
         }
@@ -603,9 +605,9 @@ impl SubjectPeer {
             SubjectRecord { kind, flags, sender: self.shared.id, subject, payload }.emit(&mut bytes)?;
         }
         let mut link = lock(&self.shared.link);
-        link.push(&bytes);
+        let queued = link.push(&bytes);
         link.flush();
-        Ok(())
+        Ok(queued)
     }
 
     /// Receives up to `fragment_limit` fragments' worth of records, each handed to `handler`
@@ -699,23 +701,26 @@ impl SubjectSubscriber {
         &self.peer
     }
 
-    /// Subscribes to `subject` (one more subscription if already subscribed).
-    pub fn subscribe(&self, subject: &str) -> Result<(), SubjectsError> {
+    /// Subscribes to `subject` (the router holds one subscription per subscriber and subject:
+    /// a second SUBSCRIBE changes nothing). `Ok(false)`: not sent, the link to the router is
+    /// full ([`MAX_BACKLOG_BYTES`] not accepted yet): a refusal the caller must report.
+    pub fn subscribe(&self, subject: &str) -> Result<bool, SubjectsError> {
         let reply = format!("{}\n{}", self.peer.shared.endpoint, self.peer.shared.name);
         self.peer.send(RecordKind::Subscribe, 0, subject, reply.as_bytes())
     }
 
     /// Subscribes to several subjects at once (packed into as few messages as possible);
-    /// nothing is sent if one subject is invalid.
-    pub fn subscribe_batch<'a>(&self, subjects: impl IntoIterator<Item = &'a str>) -> Result<(), SubjectsError> {
+    /// nothing is sent if one subject is invalid, or (`Ok(false)`) if the link to the router is
+    /// full.
+    pub fn subscribe_batch<'a>(&self, subjects: impl IntoIterator<Item = &'a str>) -> Result<bool, SubjectsError> {
         let reply = format!("{}\n{}", self.peer.shared.endpoint, self.peer.shared.name);
         let reply = reply.as_bytes();
         self.peer.send_all(subjects.into_iter().map(|subject| (RecordKind::Subscribe, 0, subject, reply)))
     }
 
-    /// Drops one subscription to `subject`.
+    /// Drops the subscription to `subject`.
     pub fn unsubscribe(&self, subject: &str) -> Result<(), SubjectsError> {
-        self.peer.send(RecordKind::Unsubscribe, 0, subject, &[])
+        self.peer.send(RecordKind::Unsubscribe, 0, subject, &[]).map(|_| ())
     }
 }
 
@@ -742,16 +747,17 @@ impl SubjectSource {
             Some(pattern) => self.peer.send(RecordKind::Enlist, FLAG_COVERAGE, control_topic, pattern.as_bytes()),
             None => self.peer.send(RecordKind::Enlist, 0, control_topic, &[]),
         }
+        .map(|_| ())
     }
 
     /// Leaves the faucet.
     pub fn delist(&self, control_topic: &str) -> Result<(), SubjectsError> {
-        self.peer.send(RecordKind::Delist, 0, control_topic, &[])
+        self.peer.send(RecordKind::Delist, 0, control_topic, &[]).map(|_| ())
     }
 
     /// Publishes data for `subject` (an image when `image`, else an update).
     pub fn publish(&self, subject: &str, payload: &[u8], image: bool) -> Result<(), SubjectsError> {
-        self.peer.send(RecordKind::Data, if image { FLAG_IMAGE } else { FLAG_UPDATE }, subject, payload)
+        self.peer.send(RecordKind::Data, if image { FLAG_IMAGE } else { FLAG_UPDATE }, subject, payload).map(|_| ())
     }
 
     /// Publishes several updates (`image` false) or images at once, packed into as few
@@ -762,7 +768,9 @@ impl SubjectSource {
         image: bool,
     ) -> Result<(), SubjectsError> {
         let flags = if image { FLAG_IMAGE } else { FLAG_UPDATE };
-        self.peer.send_all(records.into_iter().map(|(subject, payload)| (RecordKind::Data, flags, subject, payload)))
+        self.peer
+            .send_all(records.into_iter().map(|(subject, payload)| (RecordKind::Data, flags, subject, payload)))
+            .map(|_| ())
     }
 
     /// Answers NODATA for `subject` (`Unavailable` or `NotFound`; the record has no flag for
@@ -775,6 +783,6 @@ impl SubjectSource {
                 return Err(SubjectsError::Config("nodata: status must be unavailable or notfound".into()))
             }
         };
-        self.peer.send(RecordKind::Data, flags, subject, &[])
+        self.peer.send(RecordKind::Data, flags, subject, &[]).map(|_| ())
     }
 }
