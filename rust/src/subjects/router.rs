@@ -36,6 +36,9 @@ pub const MAX_SUBJECTS: usize = 1 << 20;
 /// only counted. Bounds what a burst of forged SUBSCRIBEs can make the router send.
 pub const MAX_REFUSAL_REPLIES: usize = 256;
 
+/// Allocation an outbox buffer keeps between rounds (a larger one is freed once drained).
+pub const OUTBOX_RETAINED_CAPACITY: usize = 64 << 10;
+
 /// Records queued per destination member id, packed back to back; the runtime sends each
 /// buffer as one or more transport messages.
 #[derive(Default)]
@@ -69,12 +72,16 @@ impl Outbox {
     }
 
     /// Hands every non-empty buffer to `send(destination, bytes)` and empties it (the
-    /// allocation is kept for the next round).
+    /// allocation is kept for the next round, up to [`OUTBOX_RETAINED_CAPACITY`]).
     pub fn drain(&mut self, mut send: impl FnMut(u64, &[u8])) {
         for to in std::mem::take(&mut self.dirty) {
             if let Some(buffer) = self.buffers.get_mut(&to) {
                 send(to, buffer);
-                buffer.clear();
+                if buffer.capacity() > OUTBOX_RETAINED_CAPACITY {
+                    *buffer = Vec::new();
+                } else {
+                    buffer.clear();
+                }
             }
         }
     }

@@ -356,11 +356,16 @@ impl RouterLoop {
         let now = self.clock.now();
         for index in 0..self.batch.len() {
             self.core.on_message(self.batch.message(index), now);
+            // Into the backlogs, under their budget, after each message: the outbox never holds
+            // more than what one message fans out to.
+            self.queue();
         }
         work
     }
 
-    fn send(&mut self) -> usize {
+    /// Moves the core's queued records into the backlogs (opening links to new destinations)
+    /// and drops the subscribers the budget evicted. Sends nothing.
+    fn queue(&mut self) {
         let RouterLoop { core, client, links, backlogs, counters, .. } = self;
         // Links for new destinations first (endpoints come from the core), then the records.
         let new: Vec<u64> = core.outbox().destinations().filter(|to| !links.contains_key(to)).collect();
@@ -385,6 +390,11 @@ impl RouterLoop {
             }
             core.evict_subscriber(eviction.id, eviction.bytes);
         }
+    }
+
+    fn send(&mut self) -> usize {
+        self.queue();
+        let RouterLoop { core, links, backlogs, .. } = self;
         let mut work = 0;
         let pending: Vec<u64> = backlogs.pending_ids().collect();
         for id in pending {
