@@ -3,6 +3,7 @@ Each test runs with an embedded and with a standalone driver (conftest.py, ``dri
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import time
@@ -125,6 +126,53 @@ def test_a_subject_no_service_covers_is_answered_nodata_notfound(
     assert got[0][0] == Flags.NODATA_NOTFOUND
     assert b"no data service" in got[0][1]
     sub.close()
+
+
+def test_two_callbacks_share_one_subscription_each_runs_once_and_the_status_counts_duplicates(
+    client: affinity.Client, listen: str, transformer: SubjectRouter
+) -> None:
+    source = Source(client, listen, "HistoricalAdapter", **FAST)
+    wait_up(transformer, "HistoricalAdapter")
+    source.on_request(lambda subject: source.publish(subject, b"item", image=True))
+    sub = Subscriber(client, listen, name="dave", **FAST)
+    first: list[bytes] = []
+    second: list[bytes] = []
+    sub.subscribe("/PRIVATE/dave/ITEM", lambda s, f, p: first.append(p))
+    sub.subscribe("/PRIVATE/dave/ITEM", lambda s, f, p: second.append(p))
+    until(lambda: (source.poll(), sub.poll()), lambda: bool(first and second), "item")
+    # A hostile duplicate straight from the core: the router counts it and relays once.
+    sub._core.subscribe("/PRIVATE/dave/ITEM")
+    until(lambda: None, lambda: transformer.status().duplicate_subscribes == 1, "duplicate counted")
+    source.publish("/PRIVATE/dave/ITEM", b"update")
+    until(lambda: (source.poll(), sub.poll()), lambda: len(first) >= 2, "update")
+    sub.poll()
+    assert (first, second) == ([b"item", b"update"], [b"item", b"update"])
+    assert transformer.status().refused_subscribes == 0
+    # One unsubscribe per callback; the last one ends the router's subscription.
+    sub.unsubscribe("/PRIVATE/dave/ITEM")
+    source.publish("/PRIVATE/dave/ITEM", b"still")
+    until(lambda: (source.poll(), sub.poll()), lambda: first[-1:] == [b"still"], "the first callback still served")
+    assert second == [b"item", b"update"]
+    sub.unsubscribe("/PRIVATE/dave/ITEM")
+    until(lambda: None, lambda: transformer.status().subjects == 0, "unsubscribed")
+    source.close()
+    sub.close()
+
+
+def test_the_backlog_budget_is_checked_once_and_parsed_by_the_cli(client: affinity.Client, listen: str) -> None:
+    from affinity.cli.router import byte_size
+    from affinity.subjects import DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET
+
+    assert (byte_size("256M"), byte_size("4194304"), byte_size("1g")) == (DEFAULT_BACKLOG_BUDGET, 4 << 20, 1 << 30)
+    for bad in ("1K", "lots", "-5M", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            byte_size(bad)
+    with pytest.raises(ConfigError, match="backlog budget 1024 bytes: must be at least"):
+        SubjectRouter(client, DATA / "worked_example_transformer.conf", listen=listen, backlog_budget=1024)
+    with SubjectRouter(
+        client, DATA / "worked_example_transformer.conf", listen=listen, backlog_budget=MIN_BACKLOG_BUDGET
+    ) as router:
+        assert router.status().backlog_bytes == 0
 
 
 def test_faucet_coverage_limits_a_publisher_and_late_enlistment_takes_outstanding_topics(

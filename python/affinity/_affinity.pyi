@@ -36,10 +36,13 @@ __all__ = [
     "MAX_PATTERN_POSITIONS",
     "MAX_POSITION_EXCEEDED",
     "NOT_CONNECTED",
+    "ROUTER_BACKLOG_BUDGET",
+    "ROUTER_MIN_BACKLOG_BUDGET",
     "SELECTIONS",
     "SUBJECT_FLAG_IMAGE",
     "SUBJECT_FLAG_NODATA_NOTFOUND",
     "SUBJECT_FLAG_NODATA_UNAVAILABLE",
+    "SUBJECT_FLAG_REFUSED",
     "SUBJECT_FLAG_STATUS",
     "SUBJECT_FLAG_UPDATE",
     "SUBJECT_KIND_DATA",
@@ -679,6 +682,9 @@ SUBJECT_FLAG_UPDATE: Final[int]
 SUBJECT_FLAG_NODATA_UNAVAILABLE: Final[int]
 SUBJECT_FLAG_NODATA_NOTFOUND: Final[int]
 SUBJECT_FLAG_STATUS: Final[int]
+SUBJECT_FLAG_REFUSED: Final[int]
+ROUTER_BACKLOG_BUDGET: Final[int]
+ROUTER_MIN_BACKLOG_BUDGET: Final[int]
 SUBJECT_KIND_REQUEST: Final[int]
 SUBJECT_KIND_DISCARD: Final[int]
 SUBJECT_KIND_DATA: Final[int]
@@ -694,10 +700,14 @@ class RouterStatusInfo:
     log_dropped: int
     relayed: int
     routed: int
+    refused_subscribes: int
+    duplicate_subscribes: int
+    evicted_subscribers: int
     control_malformed: int
     unroutable: int
     dropped_records: int
     messages_sent: int
+    backlog_bytes: int
     subjects: int
     affinities: int
     members: list[tuple[str, bool]]
@@ -714,6 +724,7 @@ class SubjectRouterCore:
         control: str | None = None,
         liveness_timeout_ms: int = 2000,
         heartbeat_interval_ms: int = 100,
+        backlog_budget: int = ...,
     ) -> SubjectRouterCore: ...
     @property
     def id(self) -> int: ...
@@ -735,7 +746,7 @@ class SubjectSubscriberCore:
     ) -> SubjectSubscriberCore: ...
     @property
     def id(self) -> int: ...
-    def subscribe(self, subject: str) -> None: ...
+    def subscribe(self, subject: str) -> bool: ...
     def unsubscribe(self, subject: str) -> None: ...
     def poll(self, limit: int) -> list[tuple[int, int, str, bytes]]: ...
     def counters(self) -> tuple[int, int, int]: ...

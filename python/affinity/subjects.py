@@ -29,6 +29,8 @@ from affinity.routing import Router, RoutingEvent
 
 __all__ = [
     "ANY_CONTROL_TOPIC",
+    "DEFAULT_BACKLOG_BUDGET",
+    "MIN_BACKLOG_BUDGET",
     "FaucetEvent",
     "Flags",
     "RouterStatus",
@@ -43,6 +45,8 @@ logger = logging.getLogger("affinity.router")
 ANY_CONTROL_TOPIC = "*"
 #: NODATA statuses a source may answer.
 NODATA_STATUSES = ("unavailable", "notfound")
+#: The reason a subscriber reports for a SUBSCRIBE its own link to the router could not take.
+LINK_FULL_REASON = b"subscribe refused: the link to the router is full (the router does not read); not sent"
 
 
 class Flags(enum.IntFlag):
@@ -53,6 +57,15 @@ class Flags(enum.IntFlag):
     NODATA_UNAVAILABLE = _affinity.SUBJECT_FLAG_NODATA_UNAVAILABLE
     NODATA_NOTFOUND = _affinity.SUBJECT_FLAG_NODATA_NOTFOUND
     STATUS = _affinity.SUBJECT_FLAG_STATUS
+    #: With STATUS: the router refused the subscription (the payload says which bound); it is
+    #: not held, and the subscriber forgets its callbacks for the subject.
+    REFUSED = _affinity.SUBJECT_FLAG_REFUSED
+
+
+#: Bytes a router's backlogs may hold together by default (``backlog_budget``).
+DEFAULT_BACKLOG_BUDGET: int = _affinity.ROUTER_BACKLOG_BUDGET
+#: Smallest ``backlog_budget`` a router accepts.
+MIN_BACKLOG_BUDGET: int = _affinity.ROUTER_MIN_BACKLOG_BUDGET
 
 
 #: ``callback(subject, flags, payload)`` for a subscriber.
@@ -86,7 +99,16 @@ class FaucetEvent:
 
 
 class Subscriber:
-    """Subscribes to subjects through a router; :meth:`poll` runs the callbacks."""
+    """Subscribes to subjects through a router; :meth:`poll` runs the callbacks.
+
+    Several callbacks may subscribe to one subject: the router holds one subscription per
+    subscriber and subject (SUBSCRIBE is sent for the first callback, UNSUBSCRIBE after the
+    last), and each update runs each callback once. A subscription the router refuses (one of
+    its bounds) runs the callbacks with ``Flags.STATUS | Flags.REFUSED`` and the reason as
+    payload, then forgets them: subscribe again later to retry. So does a SUBSCRIBE this
+    subscriber's own link to the router could not take (64 MiB not accepted yet), at the next
+    :meth:`poll`.
+    """
 
     def __init__(
         self,
@@ -107,6 +129,8 @@ class Subscriber:
             liveness_timeout_ms=milliseconds("liveness_timeout", liveness_timeout),
         )
         self._callbacks: dict[str, list[SubjectCallback]] = {}
+        #: Subjects whose SUBSCRIBE the link to the router dropped, reported by the next poll.
+        self._unsent: list[str] = []
 
     @property
     def connection_id(self) -> int:
@@ -116,7 +140,8 @@ class Subscriber:
     def subscribe(self, subject: str, callback: SubjectCallback) -> None:
         """Subscribes to ``subject``; ``callback(subject, flags, payload)`` runs from :meth:`poll`."""
         expect_callable("callback", callback)
-        self._core.subscribe(subject)
+        if subject not in self._callbacks and not self._core.subscribe(subject):
+            self._unsent.append(subject)
         self._callbacks.setdefault(subject, []).append(callback)
 
     def unsubscribe(self, subject: str) -> None:
@@ -124,16 +149,23 @@ class Subscriber:
         callbacks = self._callbacks.get(expect_str("subject", subject))
         if not callbacks:
             raise ConfigError(f"unsubscribe: {subject!r} is not subscribed")
-        self._core.unsubscribe(subject)
         callbacks.pop()
         if not callbacks:
+            self._core.unsubscribe(subject)
             del self._callbacks[subject]
 
     def poll(self, limit: int = 100) -> int:
         """Receives up to ``limit`` fragments' worth and runs the callbacks; returns how many ran."""
         ran = 0
-        for _kind, flags, subject, payload in self._core.poll(limit):
-            for callback in self._callbacks.get(subject, ()):
+        refused = Flags.STATUS | Flags.REFUSED
+        unsent, self._unsent = self._unsent, []
+        records = [(0, int(refused), subject, LINK_FULL_REASON) for subject in unsent]
+        for _kind, flags, subject, payload in records + self._core.poll(limit):
+            callbacks = self._callbacks.get(subject, ())
+            if flags & Flags.REFUSED:
+                # The router holds nothing for it: the callbacks hear why, then are forgotten.
+                self._callbacks.pop(subject, None)
+            for callback in callbacks:
                 callback(subject, Flags(flags), payload)
                 ran += 1
         return ran
@@ -257,10 +289,14 @@ class RouterStatus:
     log_dropped: int
     relayed: int
     routed: int
+    refused_subscribes: int
+    duplicate_subscribes: int
+    evicted_subscribers: int
     control_malformed: int
     unroutable: int
     dropped_records: int
     messages_sent: int
+    backlog_bytes: int
     subjects: int
     affinities: int
     members: tuple[tuple[str, bool], ...]
@@ -273,6 +309,14 @@ def _log_entry(entry: dict[str, Any]) -> None:
     elif kind in ("source-up", "source-down"):
         state = "up" if kind == "source-up" else "down"
         logger.info("Source %s (connection %s) is %s", entry["label"], entry["connection_name"], state)
+    elif kind == "subscriber-evicted":
+        logger.warning(
+            "Subscriber %s (connection %s) dropped: its backlog of %d bytes was the largest when the "
+            "router's backlogs reached their budget",
+            entry["name"],
+            entry["connection_name"],
+            entry["backlog_bytes"],
+        )
     else:
         for level, line in RoutingEvent(**entry).log_lines():
             logger.log(level, line)
@@ -284,6 +328,10 @@ class SubjectRouter:
     Its routing-table events are logged on the ``affinity.router`` logger in the seed's
     formats by :meth:`flush_log` (``Object <s> is bound to affinity <k:v>``, ``We can request
     object <s> from peer N (Label)``, one line per move with its reason).
+
+    ``backlog_budget`` bounds the bytes all of the router's backlogs (records queued for peers
+    that do not keep up) hold together; past it the subscriber with the largest backlog is
+    dropped, counted (``status().evicted_subscribers``) and logged as a warning.
     """
 
     def __init__(
@@ -295,6 +343,7 @@ class SubjectRouter:
         control: str | None = None,
         liveness_timeout: float = 2.0,
         heartbeat_interval: float = 0.1,
+        backlog_budget: int = DEFAULT_BACKLOG_BUDGET,
     ) -> None:
         if not isinstance(config, RouterConfig):
             if not isinstance(config, str | os.PathLike):
@@ -312,6 +361,7 @@ class SubjectRouter:
             control=control,
             liveness_timeout_ms=milliseconds("liveness_timeout", liveness_timeout),
             heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
+            backlog_budget=backlog_budget,
         )
         self.listen = listen
 

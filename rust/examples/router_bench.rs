@@ -35,6 +35,7 @@ use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::Timing;
 use affinity::routing::policy::builtin;
 use affinity::routing::{RoutingTable, Selection, SourceGroupSpec};
+use affinity::subjects::backlog::DEFAULT_BACKLOG_BUDGET;
 use affinity::subjects::codec::{FLAG_IMAGE, FLAG_UPDATE};
 use affinity::subjects::runtime::{PeerOptions, RouterOptions, RouterRuntime, SubjectSource, SubjectSubscriber};
 use affinity::subjects::{RecordKind, RouterCore, SubjectRecord};
@@ -198,7 +199,7 @@ fn end_to_end() {
         router_client.clone(),
         table(),
         None,
-        &RouterOptions { listen: listen.clone(), control: None, timing },
+        &RouterOptions { listen: listen.clone(), control: None, timing, backlog_budget: DEFAULT_BACKLOG_BUDGET },
     )
     .unwrap();
     let options =

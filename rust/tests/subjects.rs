@@ -9,6 +9,7 @@ use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::Timing;
 use affinity::routing::policy::builtin;
 use affinity::routing::{RoutingTable, Selection, SourceGroupSpec};
+use affinity::subjects::backlog::DEFAULT_BACKLOG_BUDGET;
 use affinity::subjects::codec::{FLAG_IMAGE, FLAG_STATUS, FLAG_UPDATE};
 use affinity::subjects::runtime::{
     Delivery, PeerOptions, RouterOptions, RouterRuntime, SubjectPeer, SubjectSource, SubjectSubscriber,
@@ -90,7 +91,12 @@ fn a_subscription_is_requested_from_the_hashed_adapter_and_its_data_relayed_then
         router_client.clone(),
         table(),
         None,
-        &RouterOptions { listen: listen.clone(), control: None, timing: timing() },
+        &RouterOptions {
+            listen: listen.clone(),
+            control: None,
+            timing: timing(),
+            backlog_budget: DEFAULT_BACKLOG_BUDGET,
+        },
     )
     .unwrap();
     let source_client = client();
@@ -104,7 +110,7 @@ fn a_subscription_is_requested_from_the_hashed_adapter_and_its_data_relayed_then
     let subscriber_client = client();
     let subscriber = SubjectSubscriber::new(&subscriber_client, &options(&listen, "alice")).unwrap();
     let subject = "/PRIVATE/alice-0/FXTRADE";
-    subscriber.subscribe(subject).unwrap();
+    assert!(subscriber.subscribe(subject).unwrap());
     // Whichever adapter the hash picked gets the request.
     let (served, other) = loop {
         assert!(start.elapsed() < DEADLINE * 2);
@@ -151,7 +157,12 @@ fn a_faucet_publisher_is_assigned_a_topic_publishes_it_and_sees_the_json_events(
         router_client.clone(),
         RoutingTable::new(),
         Some(faucet),
-        &RouterOptions { listen: listen.clone(), control: None, timing: timing() },
+        &RouterOptions {
+            listen: listen.clone(),
+            control: None,
+            timing: timing(),
+            backlog_budget: DEFAULT_BACKLOG_BUDGET,
+        },
     )
     .unwrap();
     let source_client = client();
@@ -159,7 +170,7 @@ fn a_faucet_publisher_is_assigned_a_topic_publishes_it_and_sees_the_json_events(
     publisher.enlist("*", None).unwrap();
     let subscriber_client = client();
     let subscriber = SubjectSubscriber::new(&subscriber_client, &options(&listen, "s1")).unwrap();
-    subscriber.subscribe("/symbols/IBM").unwrap();
+    assert!(subscriber.subscribe("/symbols/IBM").unwrap());
     let seen = until_all(
         publisher.peer(),
         &[&|d| d.kind == RecordKind::Request && d.subject == "/symbols/IBM", &|d| d.subject == "symbol_faucet_control"],

@@ -1,4 +1,4 @@
-"""``affinity router --config services.conf [--listen CHANNEL] [--control CHANNEL]``: run a router.
+"""``affinity router --config services.conf [--listen CHANNEL] [--control CHANNEL] [--backlog-budget BYTES]``.
 
 Runs a DataSource-like subject router in the foreground: subscribers send subscribe /
 unsubscribe requests to ``--listen``; each new subject is routed to a peer by the configuration's
@@ -6,6 +6,10 @@ data services (``add-data-service`` blocks, as ``affinity route`` reads them), t
 forwarded to that peer and its updates relayed to every subscriber. Faucet topics (an
 ``add-faucet`` block in the same file) are assigned to enlisted publishers. What the router does
 is logged on the ``affinity.router`` logger (stderr). Stops on SIGINT / SIGTERM.
+
+``--backlog-budget`` bounds the bytes all records queued for peers that do not keep up hold
+together (``256M`` by default; suffixes K, M, G are powers of 1024); past it the subscriber with
+the largest backlog is dropped and logged.
 
 Exit status: 0 after a clean stop, 1 when the configuration has errors, 2 when the file cannot
 be read or the router cannot start.
@@ -24,6 +28,7 @@ from typing import Any
 from affinity import _affinity
 from affinity.config.faucet import analyse_router_text
 from affinity.exceptions import AffinityError
+from affinity.subjects import DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET
 
 #: Exit status: stopped cleanly.
 EXIT_OK = 0
@@ -35,6 +40,21 @@ EXIT_UNAVAILABLE = 2
 DEFAULT_LISTEN = "aeron:udp?endpoint=127.0.0.1:40500"
 #: How often the log is flushed, in seconds.
 LOG_INTERVAL = 0.05
+#: Suffixes of ``--backlog-budget``: powers of 1024.
+SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def byte_size(text: str) -> int:
+    """``--backlog-budget``: bytes, with an optional K / M / G suffix (powers of 1024)."""
+    digits, scale = text, 1
+    if text[-1:].upper() in SIZE_SUFFIXES:
+        digits, scale = text[:-1], SIZE_SUFFIXES[text[-1].upper()]
+    if not digits.isdecimal():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of bytes, e.g. 268435456 or 256M")
+    size = int(digits) * scale
+    if size < MIN_BACKLOG_BUDGET:
+        raise argparse.ArgumentTypeError(f"{text!r}: at least {MIN_BACKLOG_BUDGET} bytes (4M)")
+    return size
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -49,6 +69,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="CHANNEL", help="channel to listen on")
     parser.add_argument("--control", metavar="CHANNEL", help="extra channel heartbeats are read from")
     parser.add_argument("--liveness-timeout", type=float, default=2.0, metavar="SECONDS", help="peer liveness timeout")
+    parser.add_argument(
+        "--backlog-budget",
+        type=byte_size,
+        default=DEFAULT_BACKLOG_BUDGET,
+        metavar="BYTES",
+        help="bytes all backlogs to slow peers may hold together (default 256M)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -84,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             listen=args.listen,
             control=args.control,
             liveness_timeout=args.liveness_timeout,
+            backlog_budget=args.backlog_budget,
         )
     except AffinityError as exc:
         print(f"affinity router: {exc}", file=sys.stderr)

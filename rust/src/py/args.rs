@@ -206,6 +206,7 @@ pub(crate) mod named {
     named_arguments! {
         as_arrow -> bool = bool_argument;
         auto_ack -> bool = bool_argument;
+        backlog_budget -> usize = usize_argument;
         cycle_ms -> u64 = u64_argument;
         duplicate -> f64 = float_argument;
         heartbeat_interval_ms -> u64 = u64_argument;

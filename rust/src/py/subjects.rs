@@ -17,7 +17,10 @@ use super::routing::PyRoutingTable;
 use super::transport::Client;
 use crate::groups::Timing;
 use crate::routing::{NoDataStatus, Reason};
-use crate::subjects::codec::{FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_STATUS, FLAG_UPDATE};
+use crate::subjects::backlog::{DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET};
+use crate::subjects::codec::{
+    FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE,
+};
 use crate::subjects::faucet::connection_name;
 use crate::subjects::runtime::{
     PeerOptions, RouterOptions, RouterRuntime, SubjectPeer, SubjectSource, SubjectSubscriber,
@@ -34,6 +37,9 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SUBJECT_FLAG_NODATA_UNAVAILABLE", FLAG_NODATA_UNAVAILABLE)?;
     module.add("SUBJECT_FLAG_NODATA_NOTFOUND", FLAG_NODATA_NOTFOUND)?;
     module.add("SUBJECT_FLAG_STATUS", FLAG_STATUS)?;
+    module.add("SUBJECT_FLAG_REFUSED", FLAG_REFUSED)?;
+    module.add("ROUTER_BACKLOG_BUDGET", DEFAULT_BACKLOG_BUDGET)?;
+    module.add("ROUTER_MIN_BACKLOG_BUDGET", MIN_BACKLOG_BUDGET)?;
     module.add("SUBJECT_KIND_REQUEST", RecordKind::Request as u8)?;
     module.add("SUBJECT_KIND_DISCARD", RecordKind::Discard as u8)?;
     module.add("SUBJECT_KIND_DATA", RecordKind::Data as u8)?;
@@ -63,10 +69,14 @@ pub struct RouterStatusInfo {
     log_dropped: u64,
     relayed: u64,
     routed: u64,
+    refused_subscribes: u64,
+    duplicate_subscribes: u64,
+    evicted_subscribers: u64,
     control_malformed: u64,
     unroutable: u64,
     dropped_records: u64,
     messages_sent: u64,
+    backlog_bytes: usize,
     subjects: usize,
     affinities: usize,
     members: Vec<(String, bool)>,
@@ -75,9 +85,10 @@ pub struct RouterStatusInfo {
 #[pymethods]
 impl SubjectRouterCore {
     /// Starts a router: takes the routing tables out of `table` (left empty), optional faucet
-    /// `(control_topic, subscription_topic, announcements, coverage_option)`.
+    /// `(control_topic, subscription_topic, announcements, coverage_option)`; `backlog_budget`:
+    /// bytes all backlogs together may hold.
     #[new]
-    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
+    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100, backlog_budget=DEFAULT_BACKLOG_BUDGET))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -88,6 +99,7 @@ impl SubjectRouterCore {
         control: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
+        #[pyo3(from_py_with = named::backlog_budget)] backlog_budget: usize,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
         let table = instance_argument::<PyRoutingTable>("table", table, "an affinity routing table")?;
@@ -106,7 +118,7 @@ impl SubjectRouterCore {
         };
         let table = std::mem::take(&mut table.borrow_mut().inner);
         let client = client.get().shared()?;
-        let options = RouterOptions { listen, control, timing };
+        let options = RouterOptions { listen, control, timing, backlog_budget };
         let inner = py.detach(|| RouterRuntime::start(client, table, faucet, &options)).map_err(subjects_error)?;
         Ok(SubjectRouterCore { inner })
     }
@@ -151,6 +163,12 @@ impl SubjectRouterCore {
                     )?;
                     dict.set_item("json", event.to_json())?;
                 }
+                LogEntry::SubscriberEvicted(name, id, bytes) => {
+                    dict.set_item("kind", "subscriber-evicted")?;
+                    dict.set_item("name", &**name)?;
+                    dict.set_item("connection_name", connection_name(*id))?;
+                    dict.set_item("backlog_bytes", *bytes)?;
+                }
                 LogEntry::SourceUp(name, id) | LogEntry::SourceDown(name, id) => {
                     let up = matches!(entry, LogEntry::SourceUp(..));
                     dict.set_item("kind", if up { "source-up" } else { "source-down" })?;
@@ -177,10 +195,14 @@ impl SubjectRouterCore {
             log_dropped: c.log_dropped,
             relayed: c.relayed,
             routed: c.routed,
+            refused_subscribes: c.refused_subscribes,
+            duplicate_subscribes: c.duplicate_subscribes,
+            evicted_subscribers: c.evicted_subscribers,
             control_malformed: r.control_malformed,
             unroutable: r.unroutable,
             dropped_records: r.dropped_records,
             messages_sent: r.messages_sent,
+            backlog_bytes: r.backlog_bytes,
             subjects: status.subjects,
             affinities: status.affinities,
             members: status.members,
@@ -267,8 +289,8 @@ impl SubjectSubscriberCore {
         self.inner.peer().id()
     }
 
-    /// Sends SUBSCRIBE.
-    fn subscribe(&self, subject: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// Sends SUBSCRIBE; `False` when the link to the router is full and it was dropped.
+    fn subscribe(&self, subject: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.inner.subscribe(str_argument("subject", subject)?).map_err(subjects_error)
     }
 

@@ -31,7 +31,7 @@ mod tests;
 pub use events::{Event, EventKind, MoveReason, Reason};
 pub use hash::{affinity_hash, Selection, HASH_VERSION};
 pub use posix_regex::{PosixRegex, RegexError};
-pub use table::RoutingTable;
+pub use table::{RoutingTable, CLASSIFICATION_CACHE_BYTES};
 pub use types::{Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec};
 
 /// The tables' private maps (and the subject router's): `rustc-hash`'s fast, unkeyed hasher.

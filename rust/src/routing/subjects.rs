@@ -469,6 +469,9 @@ pub(super) struct Subjects {
     free: Vec<u32>,
     subscribed: usize,
     cached_only: usize,
+    /// Bytes the cached-only classifications hold ([`cached_bytes`] of each), bounded by the
+    /// table (`CLASSIFICATION_CACHE_BYTES`).
+    cached_bytes: usize,
 }
 
 /// What [`Subjects::find`] knows of a subject: its subscription and its cached classification.
@@ -539,9 +542,20 @@ impl Subjects {
         self.entries.iter().filter_map(|keyed| slot(&self.slab, keyed.entry.subscription).map(|s| (&keyed.subject, s)))
     }
 
-    /// Subjects cached without a subscription.
+    /// Subjects cached without a subscription (the tests' independent measure of the cache).
+    #[cfg(test)]
     pub fn cached_only(&self) -> usize {
         self.cached_only
+    }
+
+    /// Bytes held by the subjects cached without a subscription ([`cached_bytes`] of each).
+    pub fn cached_bytes(&self) -> usize {
+        self.cached_bytes
+    }
+
+    /// A subscribed subject became cached-only ([`Subjects::unsubscribe`]), holding `bytes`.
+    pub fn note_cached(&mut self, bytes: usize) {
+        self.cached_bytes += bytes;
     }
 
     /// Number of subscribed subjects.
@@ -549,13 +563,15 @@ impl Subjects {
         self.subscribed
     }
 
-    /// Remembers the classification of an unsubscribed subject.
-    pub fn cache(&mut self, subject: &str, classified: Classified) {
+    /// Remembers the classification of an unsubscribed subject, which holds `bytes`
+    /// ([`cached_bytes`]).
+    pub fn cache(&mut self, subject: &str, classified: Classified, bytes: usize) {
         let hash = self.hash(subject);
         match find_mut(&mut self.entries, hash, subject) {
             Some(Keyed { entry, .. }) => {
                 if !entry.is_subscribed() && !entry.is_classified() {
                     self.cached_only += 1;
+                    self.cached_bytes += bytes;
                 }
                 entry.classified = classified;
             }
@@ -563,6 +579,7 @@ impl Subjects {
                 let entry = SubjectEntry { classified, subscription: NO_SUBSCRIPTION, tag: tag(hash) };
                 self.insert(hash, Keyed { subject: Arc::from(subject), entry });
                 self.cached_only += 1;
+                self.cached_bytes += bytes;
             }
         }
     }
@@ -574,8 +591,16 @@ impl Subjects {
     }
 
     /// Records the subscription of an unsubscribed subject (whose [`Subjects::hash`] is
-    /// `hash`), with its classification (one probe, whether or not the subject was cached).
-    pub fn subscribe(&mut self, hash: u64, subject: Arc<str>, classified: Classified, subscription: Subscription) {
+    /// `hash`), with its classification (one probe, whether or not the subject was cached);
+    /// `cached` is what its cached classification held ([`cached_bytes`]; 0 when not cached).
+    pub fn subscribe(
+        &mut self,
+        hash: u64,
+        subject: Arc<str>,
+        classified: Classified,
+        subscription: Subscription,
+        cached: usize,
+    ) {
         let index = match self.free.pop() {
             Some(index) => {
                 self.slab[index as usize] = Some(subscription);
@@ -592,6 +617,7 @@ impl Subjects {
                 debug_assert!(!entry.is_subscribed());
                 if entry.is_classified() {
                     self.cached_only -= 1;
+                    self.cached_bytes = self.cached_bytes.saturating_sub(cached);
                 }
                 entry.classified = classified;
                 entry.subscription = index;
@@ -634,12 +660,14 @@ impl Subjects {
             keyed.entry.is_subscribed()
         });
         self.cached_only = 0;
+        self.cached_bytes = 0;
     }
 
     /// Drops the unsubscribed subjects (bounds memory).
     pub fn evict_unsubscribed(&mut self) {
         self.entries.retain(|keyed| keyed.entry.is_subscribed());
         self.cached_only = 0;
+        self.cached_bytes = 0;
     }
 
     /// Room for `additional` more subjects.
@@ -655,6 +683,7 @@ impl Subjects {
         self.free.clear();
         self.subscribed = 0;
         self.cached_only = 0;
+        self.cached_bytes = 0;
     }
 
     /// Every composite a cached classification names.
@@ -664,6 +693,29 @@ impl Subjects {
             .filter_map(|keyed| keyed.entry.classified())
             .flat_map(|classified| classified.legs().filter_map(|leg| leg.rule().map(|(_, id)| id)))
     }
+}
+
+/// Bytes of an `Arc<str>`'s header (its two reference counts) before the characters.
+const ARC_HEADER: usize = 2 * std::mem::size_of::<usize>();
+
+/// The bytes a cached classification of `subject` holds: its map bucket and its name, the list
+/// of further legs, and for each leg with a composite the composite's slot, index entry and
+/// name. A composite shared by several subjects is counted for each: an upper bound, so the
+/// cache's bound in bytes holds whatever the subjects share.
+pub(super) fn cached_bytes(subject: &str, classified: &Classified, composites: &Composites) -> usize {
+    let composite = |leg: ClassifiedLeg| {
+        leg.rule().map_or(0, |(_, id)| {
+            std::mem::size_of::<Slot>()
+                + std::mem::size_of::<Indexed>()
+                + std::mem::size_of::<u32>()
+                + ARC_HEADER
+                + composites.name(id).len()
+        })
+    };
+    let others = classified.others.as_ref().map_or(0, |others| {
+        std::mem::size_of::<Vec<ClassifiedLeg>>() + others.len() * std::mem::size_of::<ClassifiedLeg>()
+    });
+    std::mem::size_of::<Keyed>() + ARC_HEADER + subject.len() + others + classified.legs().map(composite).sum::<usize>()
 }
 
 // Small entries are the point of the packed layout: a subject map bucket (key + entry) of 48

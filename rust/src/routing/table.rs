@@ -10,17 +10,24 @@ use super::events::{Event, EventKind, MoveReason, Reason};
 use super::hash::{fnv1a64, Selection};
 use super::policy::{AffinityHash, Policy};
 use super::posix_regex::PosixRegex;
-use super::subjects::{Affinity, Classified, ClassifiedLeg, Composites, Leg, Lookup, Subjects, Subscription};
+use super::subjects::{
+    cached_bytes, Affinity, Classified, ClassifiedLeg, Composites, Leg, Lookup, Subjects, Subscription,
+};
 use super::types::{
     Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec,
 };
 
-/// Past this many cached classifications of unsubscribed subjects the cache starts over (bounds
-/// memory). Small under test, so eviction runs.
+/// Bytes the classifications of unsubscribed subjects may hold (subject names, composites they
+/// interned, map buckets: `subjects::cached_bytes`); past it the cache starts over: every
+/// unsubscribed subject is forgotten at once, and re-classified when seen again. Affinities
+/// live in the subscriptions, not in the cache, so a re-classified subject finds its composite's
+/// affinity (the same member while it is up). The cache holds at most this plus one entry.
+/// Small under test, so eviction runs.
 #[cfg(not(test))]
-const CLASSIFICATION_CACHE_LIMIT: usize = 1 << 20;
+pub const CLASSIFICATION_CACHE_BYTES: usize = 64 << 20;
+/// Under test: small, so eviction runs.
 #[cfg(test)]
-const CLASSIFICATION_CACHE_LIMIT: usize = 64;
+pub const CLASSIFICATION_CACHE_BYTES: usize = 16 << 10;
 
 pub(super) struct Member {
     pub label: String,
@@ -348,6 +355,10 @@ impl RoutingTable {
             Lookup::Cached(subject, classified) => (subject, classified),
             Lookup::Unknown => (Arc::from(subject), self.classify_uncached(subject)?),
         };
+        let cached = match self.subjects.classified(&subject) {
+            Some(classified) => cached_bytes(&subject, classified, &self.composites),
+            None => 0,
+        };
         let mut decisions = decisions;
         if let Some(decisions) = decisions.as_deref_mut() {
             decisions.reserve(classified.leg_count());
@@ -370,6 +381,7 @@ impl RoutingTable {
             subject,
             classified,
             Subscription { order, references: 1, service, primary, others },
+            cached,
         );
         Ok((service, member))
     }
@@ -405,7 +417,21 @@ impl RoutingTable {
         for leg in subscription.legs() {
             self.release(leg);
         }
+        if let Some(classified) = self.subjects.classified(subject) {
+            let bytes = cached_bytes(subject, classified, &self.composites);
+            self.subjects.note_cached(bytes);
+        }
+        // After the legs are released: no composite id is held outside the maps here.
+        if self.subjects.cached_bytes() > CLASSIFICATION_CACHE_BYTES {
+            self.evict_classifications();
+        }
         Ok(())
+    }
+
+    /// Bytes held by the cached classifications of unsubscribed subjects (at most
+    /// [`CLASSIFICATION_CACHE_BYTES`] plus one entry).
+    pub fn classification_cache_bytes(&self) -> usize {
+        self.subjects.cached_bytes()
     }
 
     /// Marks a member up or down. Down: its affinities and subscriptions move to survivors
@@ -553,16 +579,16 @@ impl RoutingTable {
             return Ok(classified.clone());
         }
         let classified = self.classify_uncached(subject)?;
-        self.subjects.cache(subject, classified.clone());
+        let bytes = cached_bytes(subject, &classified, &self.composites);
+        self.subjects.cache(subject, classified.clone(), bytes);
         Ok(classified)
     }
 
     /// Classifies a subject the cache does not hold; the caller stores the result.
     fn classify_uncached(&mut self, subject: &str) -> Result<Classified, RoutingError> {
         // Evict before interning: eviction frees composites no cached classification names.
-        if self.subjects.cached_only() >= CLASSIFICATION_CACHE_LIMIT {
-            self.subjects.evict_unsubscribed();
-            self.composites.collect(self.subjects.referenced_composites());
+        if self.subjects.cached_bytes() >= CLASSIFICATION_CACHE_BYTES {
+            self.evict_classifications();
         }
         let service = self
             .services
@@ -592,6 +618,13 @@ impl RoutingTable {
         let primary = classify_leg(primary);
         let others = (!others.is_empty()).then(|| Box::new(others.iter().map(|&group| classify_leg(group)).collect()));
         Ok(Classified { service: ServiceId(service as u32), primary, others })
+    }
+
+    /// Forgets every unsubscribed subject and frees the composites only they named (the
+    /// cache's eviction; subscriptions and affinities stay).
+    fn evict_classifications(&mut self) {
+        self.subjects.evict_unsubscribed();
+        self.composites.collect(self.subjects.referenced_composites());
     }
 
     /// Drops every cached classification (the configuration changed).

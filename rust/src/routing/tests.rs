@@ -74,6 +74,45 @@ fn cache_eviction_and_configuration_changes_keep_subscriptions_and_affinities() 
 }
 
 #[test]
+fn the_classification_cache_stays_within_its_bytes_with_long_subjects_and_keeps_affinities() {
+    let mut table = foo_table(&[&["FooAdapter1", "FooAdapter2", "FooAdapter3"]]);
+    // Users of 900 bytes: each cached subject holds ~900 bytes of name and ~900 of composite.
+    let user = |u: usize| format!("u{u}{}", "x".repeat(900));
+    let per_entry_names = 2 * 900;
+    let held: Vec<_> =
+        (0..4).map(|u| table.subscribe(&format!("/PRIVATE/{}-0/FOO", user(u))).unwrap().1[0].member).collect();
+    let mut evicted = false;
+    let mut previous = 0;
+    for i in 0..600 {
+        let u = i % 8;
+        let subject = format!("/PRIVATE/{}-{}/FOO", user(u), i + 1);
+        let decision = if i % 2 == 0 {
+            let decision = table.subscribe(&subject).unwrap().1.remove(0);
+            table.unsubscribe(&subject).unwrap();
+            decision
+        } else {
+            table.route_primary(&subject).unwrap()
+        };
+        if u < 4 {
+            // Evicted or not, a subject of a held affinity resolves to its member while it is up.
+            assert_eq!(decision.member, held[u], "subject {i}");
+        }
+        let bytes = table.classification_cache_bytes();
+        evicted |= bytes < previous;
+        previous = bytes;
+        assert!(bytes <= CLASSIFICATION_CACHE_BYTES + 4096, "{bytes} bytes cached after {i} subjects");
+        // Independently of the accounting: the names the cached subjects hold.
+        let names = table.subjects.cached_only() * per_entry_names;
+        assert!(names <= CLASSIFICATION_CACHE_BYTES + 4096, "{names} bytes of names cached after {i} subjects");
+    }
+    assert!(evicted, "the cache never started over");
+    assert_eq!(table.affinity_count(), 4);
+    for (u, member) in held.iter().enumerate() {
+        assert_eq!(table.route_primary(&format!("/PRIVATE/{}-0/FOO", user(u))).unwrap().member, *member);
+    }
+}
+
+#[test]
 fn failed_member_hands_affinities_to_survivor_and_recovery_moves_nothing_back() {
     let mut table = foo_table(&[&["FooAdapter1", "FooAdapter2"]]);
     let users: Vec<String> = (0..40).map(|i| format!("/PRIVATE/user{i}-0/FOO")).collect();

@@ -30,8 +30,12 @@ pub const FLAG_NODATA_UNAVAILABLE: u16 = 0x0004;
 pub const FLAG_NODATA_NOTFOUND: u16 = 0x0008;
 /// DATA flag: a status message from the router (the payload is UTF-8 text), e.g. after a move.
 pub const FLAG_STATUS: u16 = 0x0010;
+/// DATA flag, with [`FLAG_STATUS`] (router only): the router refused the subscriber's
+/// SUBSCRIBE to the subject (the payload says which bound); it holds no subscription for it.
+pub const FLAG_REFUSED: u16 = 0x0020;
 /// Every DATA flag defined.
-pub const DATA_FLAGS: u16 = FLAG_IMAGE | FLAG_UPDATE | FLAG_NODATA_UNAVAILABLE | FLAG_NODATA_NOTFOUND | FLAG_STATUS;
+pub const DATA_FLAGS: u16 =
+    FLAG_IMAGE | FLAG_UPDATE | FLAG_NODATA_UNAVAILABLE | FLAG_NODATA_NOTFOUND | FLAG_STATUS | FLAG_REFUSED;
 /// ENLIST flag: the payload is a coverage pattern (without it, the enlistment names none).
 pub const FLAG_COVERAGE: u16 = 0x0001;
 

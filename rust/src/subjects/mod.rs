@@ -2,6 +2,7 @@
 //! affinity routing tables (seed 000, Caplin DataSource) and assigns faucet topics to enlisted
 //! publishers (seed 003, AMPS on manifold affinity).
 //!
+//! * [`backlog`] — sans-IO backlogs of records per destination under one memory budget.
 //! * [`codec`] — the subject record (subscribe, unsubscribe, request, discard, data with flags
 //!   image / update / NODATA unavailable / NODATA notfound / status, enlist, delist).
 //! * [`faucet`] — sans-IO faucet assignment and announcements.
@@ -11,6 +12,7 @@
 //!
 //! Layouts and behaviour: `docs/subjects.md`.
 
+pub mod backlog;
 pub mod codec;
 pub mod faucet;
 pub mod router;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::codec::{
     emit_unchecked, RecordKind, Records, SubjectRecord, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_IMAGE,
-    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_STATUS, FLAG_UPDATE,
+    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE,
 };
 use super::faucet::{Faucet, FaucetEvent, Party};
 use crate::control::{Heartbeat, HeartbeatOutcome, MemberView, Role};
@@ -25,8 +25,19 @@ use crate::time::Instant;
 pub const MAX_PENDING_LOG: usize = 65_536;
 /// Members silent for this many liveness timeouts are forgotten by the view.
 pub const FORGET_AFTER_TIMEOUTS: u32 = 5;
-/// Most subscribers one router tracks (more SUBSCRIBEs from new ids are counted and ignored).
+/// Most subscribers one router tracks (a SUBSCRIBE from a new id past it is refused, reported).
 pub const MAX_SUBSCRIBERS: usize = 65_536;
+/// Most subjects one subscriber may hold (a SUBSCRIBE past it is refused, reported).
+pub const MAX_SUBJECTS_PER_SUBSCRIBER: usize = 65_536;
+/// Most subjects one router holds (a SUBSCRIBE to a new subject past it is refused, reported).
+pub const MAX_SUBJECTS: usize = 1 << 20;
+/// Most refusal reports pending for ids that are not registered subscribers (their reply
+/// inbox is kept for a liveness timeout, so the report can be sent); past it a refusal is
+/// only counted. Bounds what a burst of forged SUBSCRIBEs can make the router send.
+pub const MAX_REFUSAL_REPLIES: usize = 256;
+
+/// Allocation an outbox buffer keeps between rounds (a larger one is freed once drained).
+pub const OUTBOX_RETAINED_CAPACITY: usize = 64 << 10;
 
 /// Records queued per destination member id, packed back to back; the runtime sends each
 /// buffer as one or more transport messages.
@@ -61,12 +72,16 @@ impl Outbox {
     }
 
     /// Hands every non-empty buffer to `send(destination, bytes)` and empties it (the
-    /// allocation is kept for the next round).
+    /// allocation is kept for the next round, up to [`OUTBOX_RETAINED_CAPACITY`]).
     pub fn drain(&mut self, mut send: impl FnMut(u64, &[u8])) {
         for to in std::mem::take(&mut self.dirty) {
             if let Some(buffer) = self.buffers.get_mut(&to) {
                 send(to, buffer);
-                buffer.clear();
+                if buffer.capacity() > OUTBOX_RETAINED_CAPACITY {
+                    *buffer = Vec::new();
+                } else {
+                    buffer.clear();
+                }
             }
         }
     }
@@ -89,6 +104,9 @@ pub enum LogEntry {
     SourceUp(Arc<str>, u64),
     /// A source was lost (liveness) or left.
     SourceDown(Arc<str>, u64),
+    /// A subscriber was dropped because the router's backlogs were over their budget and its
+    /// backlog was the largest: name, member id, the bytes its backlog held.
+    SubscriberEvicted(Arc<str>, u64, usize),
 }
 
 /// Counters of hostile, stale or refused input; every one is also ignored.
@@ -113,6 +131,16 @@ pub struct RouterCounters {
     pub relayed: u64,
     /// New subjects routed.
     pub routed: u64,
+    /// SUBSCRIBEs refused by a bound ([`MAX_SUBSCRIBERS`], [`MAX_SUBJECTS_PER_SUBSCRIBER`],
+    /// [`MAX_SUBJECTS`]); each is reported to its subscriber (DATA STATUS|REFUSED) while at
+    /// most [`MAX_REFUSAL_REPLIES`] reports to unregistered ids are pending.
+    pub refused_subscribes: u64,
+    /// SUBSCRIBEs for a subject the subscriber already holds (ignored: one relay per
+    /// subscriber and subject).
+    pub duplicate_subscribes: u64,
+    /// Subscribers dropped because the backlogs were over their budget
+    /// ([`RouterCore::evict_subscriber`]).
+    pub evicted_subscribers: u64,
 }
 
 struct SubjectState {
@@ -128,7 +156,8 @@ struct SubscriberInfo {
     endpoint: Arc<str>,
     name: Arc<str>,
     registered: Instant,
-    subjects: FastMap<Arc<str>, u32>,
+    /// The subjects held: a set, so a duplicate SUBSCRIBE changes nothing.
+    subjects: FastMap<Arc<str>, ()>,
 }
 
 struct SourceInfo {
@@ -151,6 +180,9 @@ pub struct RouterCore {
     member_source: Vec<Option<u64>>,
     /// ENLISTs heard before their source's first heartbeat: when, and the coverage values.
     pending_enlist: HashMap<u64, (Instant, Vec<Option<String>>)>,
+    /// Reply inboxes of unregistered ids a refusal is reported to, and when it was refused
+    /// (at most [`MAX_REFUSAL_REPLIES`], each kept for a liveness timeout).
+    refusal_replies: FastMap<u64, (Arc<str>, Instant)>,
     outbox: Outbox,
     log: VecDeque<LogEntry>,
     counters: RouterCounters,
@@ -177,6 +209,7 @@ impl RouterCore {
             sources: HashMap::new(),
             member_source,
             pending_enlist: HashMap::new(),
+            refusal_replies: FastMap::default(),
             outbox: Outbox::default(),
             log: VecDeque::new(),
             counters: RouterCounters::default(),
@@ -214,9 +247,33 @@ impl RouterCore {
         self.log.drain(..).collect()
     }
 
-    /// The reply endpoint (`host:port`) of a subscriber or source.
+    /// The reply endpoint (`host:port`) of a subscriber or source (or of an unregistered id a
+    /// refusal is being reported to).
     pub fn endpoint(&self, id: u64) -> Option<&Arc<str>> {
-        self.subscribers.get(&id).map(|s| &s.endpoint).or_else(|| self.sources.get(&id).map(|s| &s.endpoint))
+        self.subscribers
+            .get(&id)
+            .map(|s| &s.endpoint)
+            .or_else(|| self.sources.get(&id).map(|s| &s.endpoint))
+            .or_else(|| self.refusal_replies.get(&id).map(|(endpoint, _)| endpoint))
+    }
+
+    /// Whether `id` is a live source (a peer the backlog budget never evicts).
+    pub fn is_source(&self, id: u64) -> bool {
+        self.sources.contains_key(&id)
+    }
+
+    /// Drops subscriber `id` (all its subscriptions, as if it was lost) because the backlogs
+    /// are over their budget and its backlog, holding `backlog_bytes`, is the largest; logged
+    /// and counted. Also forgets a pending refusal report to `id`. Whether `id` was known.
+    pub fn evict_subscriber(&mut self, id: u64, backlog_bytes: usize) -> bool {
+        let refusal = self.refusal_replies.remove(&id).is_some();
+        let Some(name) = self.subscribers.get(&id).map(|s| s.name.clone()) else {
+            return refusal;
+        };
+        self.subscriber_lost(id);
+        self.counters.evicted_subscribers += 1;
+        self.push_log(LogEntry::SubscriberEvicted(name, id, backlog_bytes));
+        true
     }
 
     /// Subscribers of `subject` (ids, one per subscription).
@@ -312,6 +369,7 @@ impl RouterCore {
             self.subscriber_lost(id);
         }
         self.pending_enlist.retain(|_, (heard, _)| now.saturating_since(*heard) < liveness);
+        self.refusal_replies.retain(|_, (_, refused)| now.saturating_since(*refused) < liveness);
         self.view.expire(now, liveness * FORGET_AFTER_TIMEOUTS);
     }
 
@@ -374,8 +432,13 @@ impl RouterCore {
         };
         let sender = record.sender;
         if !self.subscribers.contains_key(&sender) {
-            if self.subscribers.len() >= MAX_SUBSCRIBERS || self.sources.contains_key(&sender) {
+            if self.sources.contains_key(&sender) {
                 self.counters.refused += 1;
+                return;
+            }
+            if self.subscribers.len() >= MAX_SUBSCRIBERS {
+                let reason = format!("subscribe refused: the router tracks {MAX_SUBSCRIBERS} subscribers already");
+                self.refuse_subscribe(sender, Some((endpoint, now)), record.subject, &reason);
                 return;
             }
             self.subscribers.insert(
@@ -391,15 +454,48 @@ impl RouterCore {
         self.subscribe(sender, record.subject);
     }
 
-    /// Subscribes `subscriber` (already registered) to `subject`.
+    /// Reports a refused SUBSCRIBE to `subscriber` (DATA STATUS|REFUSED with `reason`) and
+    /// counts it. `reply` is the inbox (and time) of an id that is not a registered subscriber:
+    /// kept for the report while fewer than [`MAX_REFUSAL_REPLIES`] are.
+    fn refuse_subscribe(&mut self, subscriber: u64, reply: Option<(&str, Instant)>, subject: &str, reason: &str) {
+        self.counters.refused_subscribes += 1;
+        if !self.subscribers.contains_key(&subscriber) {
+            let Some((endpoint, now)) = reply else { return };
+            if !self.refusal_replies.contains_key(&subscriber) {
+                if self.refusal_replies.len() >= MAX_REFUSAL_REPLIES {
+                    return;
+                }
+                self.refusal_replies.insert(subscriber, (Arc::from(endpoint), now));
+            }
+        }
+        self.outbox.push(subscriber, RecordKind::Data, FLAG_STATUS | FLAG_REFUSED, self.id, subject, reason.as_bytes());
+    }
+
+    /// Subscribes `subscriber` (already registered) to `subject`; a duplicate changes nothing.
     fn subscribe(&mut self, subscriber: u64, subject: &str) {
-        let Some(info) = self.subscribers.get_mut(&subscriber) else { return };
-        let name = info.name.clone();
+        let Some(info) = self.subscribers.get(&subscriber) else { return };
+        if info.subjects.contains_key(subject) {
+            self.counters.duplicate_subscribes += 1;
+            return;
+        }
+        if info.subjects.len() >= MAX_SUBJECTS_PER_SUBSCRIBER {
+            let reason =
+                format!("subscribe refused: this subscriber holds {MAX_SUBJECTS_PER_SUBSCRIBER} subjects already");
+            self.refuse_subscribe(subscriber, None, subject, &reason);
+            return;
+        }
         let subject: Arc<str> = match self.subjects.get_key_value(subject) {
             Some((key, _)) => key.clone(),
+            None if self.subjects.len() >= MAX_SUBJECTS => {
+                let reason = format!("subscribe refused: the router holds {MAX_SUBJECTS} subjects already");
+                self.refuse_subscribe(subscriber, None, subject, &reason);
+                return;
+            }
             None => Arc::from(subject),
         };
-        *info.subjects.entry(subject.clone()).or_insert(0) += 1;
+        let Some(info) = self.subscribers.get_mut(&subscriber) else { return };
+        let name = info.name.clone();
+        info.subjects.insert(subject.clone(), ());
         let control_topic = self.is_control_topic(&subject, false);
         let is_faucet = self.faucet.as_ref().is_some_and(|f| f.matches(&subject));
         if let Some(state) = self.subjects.get_mut(&subject) {
@@ -446,16 +542,9 @@ impl RouterCore {
         }
     }
 
-    /// Drops one subscription of `subscriber` to `subject`.
+    /// Drops the subscription of `subscriber` to `subject`.
     fn unsubscribe(&mut self, subscriber: u64, subject: &str) {
-        let held = self.subscribers.get_mut(&subscriber).and_then(|info| {
-            let count = info.subjects.get_mut(subject)?;
-            *count -= 1;
-            if *count == 0 {
-                info.subjects.remove(subject);
-            }
-            Some(())
-        });
+        let held = self.subscribers.get_mut(&subscriber).and_then(|info| info.subjects.remove(subject));
         let Some(state) = held.and_then(|_| self.subjects.get_mut(subject)) else {
             self.counters.unknown_unsubscribes += 1;
             return;
@@ -502,7 +591,7 @@ impl RouterCore {
         } else {
             member.is_some_and(|m| state.serving.contains(&m))
         };
-        if !allowed || record.flags & FLAG_STATUS != 0 {
+        if !allowed || record.flags & (FLAG_STATUS | FLAG_REFUSED) != 0 {
             self.counters.stale_data += 1;
             return;
         }
@@ -674,11 +763,9 @@ impl RouterCore {
 
     fn subscriber_lost(&mut self, id: u64) {
         let Some(info) = self.subscribers.get(&id) else { return };
-        let held: Vec<(Arc<str>, u32)> = info.subjects.iter().map(|(s, &n)| (s.clone(), n)).collect();
-        for (subject, count) in held {
-            for _ in 0..count {
-                self.unsubscribe(id, &subject);
-            }
+        let held: Vec<Arc<str>> = info.subjects.keys().cloned().collect();
+        for subject in held {
+            self.unsubscribe(id, &subject);
         }
         self.subscribers.remove(&id);
         self.outbox.remove(id);

@@ -17,9 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::backlog::{Backlogs, MAX_BACKLOG_BYTES};
 use super::codec::{
-    record_length_at, RecordKind, Records, SubjectError, SubjectRecord, FLAG_COVERAGE, FLAG_IMAGE,
-    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_UPDATE,
+    RecordKind, Records, SubjectError, SubjectRecord, FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND,
+    FLAG_NODATA_UNAVAILABLE, FLAG_UPDATE,
 };
 use super::faucet::Faucet;
 use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG};
@@ -28,18 +29,12 @@ use crate::control::limits::MAX_NAME_LENGTH;
 use crate::control::{parse_control, ControlMessage, Heartbeat, Role, CONTROL_STREAM_ID, DATA_STREAM_ID};
 use crate::error::Error;
 use crate::groups::Timing;
-use crate::protocol::OfferError;
 use crate::routing::{NoDataStatus, RoutingTable};
 use crate::sync::lock;
 use crate::time::MonotonicClock;
 
 /// Term length of every subject publication (largest message 128 KiB).
 pub const SUBJECT_TERM_LENGTH: &str = "1m";
-/// Records are packed into transport messages of at most this many bytes (a larger record
-/// goes alone).
-pub const BATCH_BYTES: usize = 16 * 1024;
-/// Bytes a link keeps for a peer that does not keep up; past it, records are dropped (counted).
-pub const MAX_BACKLOG_BYTES: usize = 64 << 20;
 /// Fragments read per stream per router iteration.
 pub const FRAGMENTS_PER_ITERATION: usize = 1024;
 /// How often the router runs its timers.
@@ -92,77 +87,35 @@ fn udp_channel(endpoint: &str) -> String {
     format!("aeron:udp?endpoint={endpoint}|term-length={SUBJECT_TERM_LENGTH}")
 }
 
-/// Counters of a link (one destination).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct LinkCounters {
-    /// Transport messages sent.
-    pub messages: u64,
-    /// Records dropped because the backlog was full or the publication failed.
-    pub dropped_records: u64,
-}
-
-/// A publication to one peer and the bytes it has not accepted yet.
-struct Link {
+/// A subscriber's or source's publication to its router and the records it has not accepted
+/// yet (one backlog of at most [`MAX_BACKLOG_BYTES`]).
+struct PeerLink {
     publication: Publication,
-    backlog: Vec<u8>,
-    sent: usize,
-    counters: LinkCounters,
+    backlog: Backlogs,
 }
 
-impl Link {
-    fn new(publication: Publication) -> Link {
-        Link { publication, backlog: Vec::new(), sent: 0, counters: LinkCounters::default() }
+/// The [`PeerLink`]'s only destination in its [`Backlogs`].
+const TO_ROUTER: u64 = 0;
+
+impl PeerLink {
+    fn new(publication: Publication) -> PeerLink {
+        let mut backlog = Backlogs::new(MAX_BACKLOG_BYTES);
+        backlog.insert(TO_ROUTER, false);
+        PeerLink { publication, backlog }
     }
 
-    fn push(&mut self, records: &[u8]) {
-        if self.backlog.len() - self.sent + records.len() > MAX_BACKLOG_BYTES {
-            self.counters.dropped_records += Records::new(records).count() as u64;
-            return;
-        }
-        if self.sent > 0 && self.sent * 2 >= self.backlog.len() {
-            self.backlog.drain(..self.sent);
-            self.sent = 0;
-        }
-        self.backlog.extend_from_slice(records);
+    /// Queues `records`; `false` when the backlog is full and they were dropped (counted).
+    fn push(&mut self, records: &[u8]) -> bool {
+        self.backlog.push(TO_ROUTER, records)
     }
 
     fn pending(&self) -> bool {
-        self.sent < self.backlog.len()
+        self.backlog.is_pending(TO_ROUTER)
     }
 
-    /// Sends what it can, packed at record boundaries; returns the messages sent.
-    fn flush(&mut self) -> usize {
-        let mut messages = 0;
-        while self.sent < self.backlog.len() {
-            let mut end = self.sent;
-            while end < self.backlog.len() {
-                let Some(length) = record_length_at(&self.backlog, end) else {
-                    end = self.backlog.len();
-                    break;
-                };
-                if end > self.sent && end - self.sent + length > BATCH_BYTES {
-                    break;
-                }
-                end += length;
-            }
-            match self.publication.try_offer(&self.backlog[self.sent..end]) {
-                Ok(_) => {
-                    self.sent = end;
-                    messages += 1;
-                }
-                Err(OfferError::BackPressured | OfferError::NotConnected | OfferError::AdminAction) => break,
-                Err(_) => {
-                    self.counters.dropped_records += Records::new(&self.backlog[self.sent..end]).count() as u64;
-                    self.sent = end;
-                }
-            }
-        }
-        if self.sent == self.backlog.len() {
-            self.backlog.clear();
-            self.sent = 0;
-        }
-        self.counters.messages += messages as u64;
-        messages
+    fn flush(&mut self) {
+        let publication = &self.publication;
+        self.backlog.flush(TO_ROUTER, |bytes| publication.try_offer(bytes).map(|_| ()));
     }
 }
 
@@ -207,6 +160,10 @@ pub struct RouterOptions {
     pub control: Option<String>,
     /// Liveness timeout of peers (the heartbeat interval is the peers' own).
     pub timing: Timing,
+    /// Bytes all backlogs together may hold (default [`super::backlog::DEFAULT_BACKLOG_BUDGET`],
+    /// at least [`super::backlog::MIN_BACKLOG_BUDGET`]); past it the subscriber with the largest
+    /// backlog is dropped (counted, logged).
+    pub backlog_budget: usize,
 }
 
 /// Counters of the router's runtime (transport level).
@@ -216,10 +173,13 @@ pub struct RouterRuntimeCounters {
     pub control_malformed: u64,
     /// Records for a destination whose endpoint is unknown or whose publication failed.
     pub unroutable: u64,
-    /// Records dropped by links (backlog full, publication refused).
+    /// Records dropped by the backlogs (backlog or budget full, destination evicted or gone,
+    /// publication refused).
     pub dropped_records: u64,
     /// Transport messages sent.
     pub messages_sent: u64,
+    /// Bytes all backlogs hold now (at most the budget).
+    pub backlog_bytes: usize,
 }
 
 /// A snapshot of the router.
@@ -258,7 +218,9 @@ struct RouterLoop {
     clock: MonotonicClock,
     data: Subscription,
     control: Vec<Subscription>,
-    links: HashMap<u64, Link>,
+    /// Publications to destinations, by member id; their records queue in `backlogs`.
+    links: HashMap<u64, Publication>,
+    backlogs: Backlogs,
     batch: MessageBatch,
     counters: RouterRuntimeCounters,
     shared: Arc<RouterShared>,
@@ -272,6 +234,13 @@ impl RouterRuntime {
         faucet: Option<Faucet>,
         options: &RouterOptions,
     ) -> Result<RouterRuntime, SubjectsError> {
+        if options.backlog_budget < super::backlog::MIN_BACKLOG_BUDGET {
+            return Err(SubjectsError::Config(format!(
+                "backlog budget {} bytes: must be at least {} bytes",
+                options.backlog_budget,
+                super::backlog::MIN_BACKLOG_BUDGET
+            )));
+        }
         let id = crate::groups::runtime::new_member_id();
         let labels: Vec<String> = table.member_ids().map(|m| table.label(m).to_owned()).collect();
         let data = client.add_subscription_handle(&options.listen, DATA_STREAM_ID)?;
@@ -292,6 +261,7 @@ impl RouterRuntime {
             data,
             control,
             links: HashMap::new(),
+            backlogs: Backlogs::new(options.backlog_budget),
             batch: MessageBatch::default(),
             counters: RouterRuntimeCounters::default(),
             shared: shared.clone(),
@@ -386,36 +356,59 @@ impl RouterLoop {
         let now = self.clock.now();
         for index in 0..self.batch.len() {
             self.core.on_message(self.batch.message(index), now);
+            // Into the backlogs, under their budget, after each message: the outbox never holds
+            // more than what one message fans out to.
+            self.queue();
         }
         work
     }
 
-    fn send(&mut self) -> usize {
-        let RouterLoop { core, client, links, counters, .. } = self;
+    /// Moves the core's queued records into the backlogs (opening links to new destinations)
+    /// and drops the subscribers the budget evicted. Sends nothing.
+    fn queue(&mut self) {
+        let RouterLoop { core, client, links, backlogs, counters, .. } = self;
         // Links for new destinations first (endpoints come from the core), then the records.
         let new: Vec<u64> = core.outbox().destinations().filter(|to| !links.contains_key(to)).collect();
         for to in new {
             let Some(endpoint) = core.endpoint(to) else { continue };
             if let Ok(publication) = client.add_publication_handle(&udp_channel(endpoint), DATA_STREAM_ID) {
-                links.insert(to, Link::new(publication));
+                links.insert(to, publication);
+                backlogs.insert(to, !core.is_source(to));
             }
         }
-        core.outbox().drain(|to, bytes| match links.get_mut(&to) {
-            Some(link) => link.push(bytes),
-            None => counters.unroutable += Records::new(bytes).count() as u64,
+        core.outbox().drain(|to, bytes| {
+            if !backlogs.contains(to) {
+                counters.unroutable += Records::new(bytes).count() as u64;
+            } else {
+                backlogs.push(to, bytes);
+            }
         });
+        // Subscribers evicted for the budget: their link closes, the core drops them (logged).
+        for eviction in backlogs.take_evictions() {
+            if let Some(publication) = links.remove(&eviction.id) {
+                publication.close();
+            }
+            core.evict_subscriber(eviction.id, eviction.bytes);
+        }
+    }
+
+    fn send(&mut self) -> usize {
+        self.queue();
+        let RouterLoop { core, links, backlogs, .. } = self;
         let mut work = 0;
-        for link in links.values_mut() {
-            if link.pending() {
-                work += link.flush();
+        let pending: Vec<u64> = backlogs.pending_ids().collect();
+        for id in pending {
+            if let Some(publication) = links.get(&id) {
+                work += backlogs.flush(id, |bytes| publication.try_offer(bytes).map(|_| ()));
             }
         }
-        // Links to peers the router forgot (no endpoint any more) are closed.
-        links.retain(|id, link| {
-            let keep = core.endpoint(*id).is_some() || link.pending();
+        // Links to peers the router forgot (no endpoint any more) are closed, whatever they
+        // still hold (counted as dropped): a peer that is gone keeps no memory.
+        links.retain(|id, publication| {
+            let keep = core.endpoint(*id).is_some();
             if !keep {
-                counters.dropped_records += link.counters.dropped_records;
-                link.publication.close();
+                backlogs.remove(*id);
+                publication.close();
             }
             keep
         });
@@ -441,8 +434,10 @@ impl RouterLoop {
         let table = self.core.table();
         let members = table.member_ids().map(|m| (table.label(m).to_owned(), table.is_up(m))).collect();
         let mut runtime = self.counters;
-        runtime.dropped_records += self.links.values().map(|l| l.counters.dropped_records).sum::<u64>();
-        runtime.messages_sent += self.links.values().map(|l| l.counters.messages).sum::<u64>();
+        let backlogs = self.backlogs.counters();
+        runtime.dropped_records += backlogs.dropped_records;
+        runtime.messages_sent += backlogs.messages;
+        runtime.backlog_bytes = self.backlogs.held();
         *lock(&self.shared.status) = RouterStatus {
             counters: self.core.counters(),
             runtime,
@@ -498,7 +493,7 @@ struct PeerShared {
     name: String,
     endpoint: String,
     role: Role,
-    link: Mutex<Link>,
+    link: Mutex<PeerLink>,
     heartbeat: Publication,
     timing: Timing,
     stop: AtomicBool,
@@ -566,7 +561,7 @@ impl SubjectPeer {
             name: options.name.clone(),
             endpoint,
             role,
-            link: Mutex::new(Link::new(to_router)),
+            link: Mutex::new(PeerLink::new(to_router)),
             heartbeat,
             timing: options.timing,
             stop: AtomicBool::new(false),
@@ -601,16 +596,17 @@ impl SubjectPeer {
         lock(&self.shared.link).publication.is_connected().unwrap_or(false)
     }
 
-    fn send(&self, kind: RecordKind, flags: u16, subject: &str, payload: &[u8]) -> Result<(), SubjectsError> {
+    fn send(&self, kind: RecordKind, flags: u16, subject: &str, payload: &[u8]) -> Result<bool, SubjectsError> {
         self.send_all(std::iter::once((kind, flags, subject, payload)))
     }
 
     /// Encodes every record (refusing the whole batch if one is invalid), queues them and sends
-    /// what the publication accepts, packed.
+    /// what the publication accepts, packed. `Ok(false)`: the link to the router already holds
+    /// [`MAX_BACKLOG_BYTES`] it has not accepted, and the records were dropped (counted).
     fn send_all<'a>(
         &self,
         records: impl IntoIterator<Item = (RecordKind, u16, &'a str, &'a [u8])>,
-    ) -> Result<(), SubjectsError> {
+    ) -> Result<bool, SubjectsError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(SubjectsError::Closed);
         }
@@ -619,9 +615,9 @@ impl SubjectPeer {
             SubjectRecord { kind, flags, sender: self.shared.id, subject, payload }.emit(&mut bytes)?;
         }
         let mut link = lock(&self.shared.link);
-        link.push(&bytes);
+        let queued = link.push(&bytes);
         link.flush();
-        Ok(())
+        Ok(queued)
     }
 
     /// Receives up to `fragment_limit` fragments' worth of records, each handed to `handler`
@@ -672,7 +668,7 @@ impl SubjectPeer {
     /// The counters.
     pub fn counters(&self) -> PeerCounters {
         let mut counters = *lock(&self.counters);
-        counters.dropped_records = lock(&self.shared.link).counters.dropped_records;
+        counters.dropped_records = lock(&self.shared.link).backlog.counters().dropped_records;
         counters
     }
 
@@ -715,23 +711,26 @@ impl SubjectSubscriber {
         &self.peer
     }
 
-    /// Subscribes to `subject` (one more subscription if already subscribed).
-    pub fn subscribe(&self, subject: &str) -> Result<(), SubjectsError> {
+    /// Subscribes to `subject` (the router holds one subscription per subscriber and subject:
+    /// a second SUBSCRIBE changes nothing). `Ok(false)`: not sent, the link to the router is
+    /// full ([`MAX_BACKLOG_BYTES`] not accepted yet): a refusal the caller must report.
+    pub fn subscribe(&self, subject: &str) -> Result<bool, SubjectsError> {
         let reply = format!("{}\n{}", self.peer.shared.endpoint, self.peer.shared.name);
         self.peer.send(RecordKind::Subscribe, 0, subject, reply.as_bytes())
     }
 
     /// Subscribes to several subjects at once (packed into as few messages as possible);
-    /// nothing is sent if one subject is invalid.
-    pub fn subscribe_batch<'a>(&self, subjects: impl IntoIterator<Item = &'a str>) -> Result<(), SubjectsError> {
+    /// nothing is sent if one subject is invalid, or (`Ok(false)`) if the link to the router is
+    /// full.
+    pub fn subscribe_batch<'a>(&self, subjects: impl IntoIterator<Item = &'a str>) -> Result<bool, SubjectsError> {
         let reply = format!("{}\n{}", self.peer.shared.endpoint, self.peer.shared.name);
         let reply = reply.as_bytes();
         self.peer.send_all(subjects.into_iter().map(|subject| (RecordKind::Subscribe, 0, subject, reply)))
     }
 
-    /// Drops one subscription to `subject`.
+    /// Drops the subscription to `subject`.
     pub fn unsubscribe(&self, subject: &str) -> Result<(), SubjectsError> {
-        self.peer.send(RecordKind::Unsubscribe, 0, subject, &[])
+        self.peer.send(RecordKind::Unsubscribe, 0, subject, &[]).map(|_| ())
     }
 }
 
@@ -758,16 +757,17 @@ impl SubjectSource {
             Some(pattern) => self.peer.send(RecordKind::Enlist, FLAG_COVERAGE, control_topic, pattern.as_bytes()),
             None => self.peer.send(RecordKind::Enlist, 0, control_topic, &[]),
         }
+        .map(|_| ())
     }
 
     /// Leaves the faucet.
     pub fn delist(&self, control_topic: &str) -> Result<(), SubjectsError> {
-        self.peer.send(RecordKind::Delist, 0, control_topic, &[])
+        self.peer.send(RecordKind::Delist, 0, control_topic, &[]).map(|_| ())
     }
 
     /// Publishes data for `subject` (an image when `image`, else an update).
     pub fn publish(&self, subject: &str, payload: &[u8], image: bool) -> Result<(), SubjectsError> {
-        self.peer.send(RecordKind::Data, if image { FLAG_IMAGE } else { FLAG_UPDATE }, subject, payload)
+        self.peer.send(RecordKind::Data, if image { FLAG_IMAGE } else { FLAG_UPDATE }, subject, payload).map(|_| ())
     }
 
     /// Publishes several updates (`image` false) or images at once, packed into as few
@@ -778,7 +778,9 @@ impl SubjectSource {
         image: bool,
     ) -> Result<(), SubjectsError> {
         let flags = if image { FLAG_IMAGE } else { FLAG_UPDATE };
-        self.peer.send_all(records.into_iter().map(|(subject, payload)| (RecordKind::Data, flags, subject, payload)))
+        self.peer
+            .send_all(records.into_iter().map(|(subject, payload)| (RecordKind::Data, flags, subject, payload)))
+            .map(|_| ())
     }
 
     /// Answers NODATA for `subject` (`Unavailable` or `NotFound`; the record has no flag for
@@ -791,6 +793,6 @@ impl SubjectSource {
                 return Err(SubjectsError::Config("nodata: status must be unavailable or notfound".into()))
             }
         };
-        self.peer.send(RecordKind::Data, flags, subject, &[])
+        self.peer.send(RecordKind::Data, flags, subject, &[]).map(|_| ())
     }
 }

@@ -6,7 +6,7 @@ use super::*;
 use crate::control::Heartbeat;
 use crate::routing::policy::builtin;
 use crate::routing::{Selection, SourceGroupSpec};
-use crate::subjects::codec::{FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_STATUS, FLAG_UPDATE};
+use crate::subjects::codec::{FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE};
 use crate::subjects::faucet::{Announcements, FaucetConfig};
 
 const LIVENESS: Duration = Duration::from_secs(2);
@@ -281,6 +281,115 @@ fn a_lost_subscriber_releases_its_subscriptions() {
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].1, out[0].3.as_str()), (RecordKind::Discard, TRADE));
     assert_eq!(f.router.subject_count(), 0);
+}
+
+#[test]
+fn a_duplicate_subscribe_is_idempotent_one_relay_per_subscriber_and_subject() {
+    let mut f = Fixture::new();
+    let reply = format!("127.0.0.1:{}\nuser{ALICE}", 40000 + ALICE);
+    let one = record(RecordKind::Subscribe, 0, ALICE, TRADE, reply.as_bytes());
+    // 2,000 SUBSCRIBEs of one subject by one subscriber, packed as a hostile peer would.
+    for _ in 0..20 {
+        f.router.on_message(&one.repeat(100), at(1));
+    }
+    let requests = sent(&mut f.router);
+    assert_eq!(requests.len(), 1, "one REQUEST: {requests:?}");
+    let adapter = requests[0].0;
+    assert_eq!(f.router.subscribers_of(TRADE), [ALICE]);
+    assert_eq!(f.router.counters().duplicate_subscribes, 1_999);
+    f.router.on_message(&record(RecordKind::Data, FLAG_UPDATE, adapter, TRADE, b"u1"), at(2));
+    assert_eq!(sent(&mut f.router), [(ALICE, RecordKind::Data, FLAG_UPDATE, TRADE.into(), "u1".into())]);
+    assert_eq!(f.router.counters().relayed, 1);
+    // One UNSUBSCRIBE ends it: the subject is discarded at its adapter.
+    f.router.on_message(&record(RecordKind::Unsubscribe, 0, ALICE, TRADE, b""), at(3));
+    assert_eq!(sent(&mut f.router), [(adapter, RecordKind::Discard, 0, TRADE.into(), String::new())]);
+    assert_eq!(f.router.subject_count(), 0);
+    assert_eq!(f.router.table().subscription_total(), 0);
+}
+
+/// SUBSCRIBEs of `subjects` by `subscriber`, packed into messages of up to 1,000 records.
+fn subscribe_many(router: &mut RouterCore, subscriber: u64, subjects: impl Iterator<Item = String>, now: Instant) {
+    let reply = format!("127.0.0.1:{}\nuser{subscriber}", 40000 + subscriber);
+    let mut message = Vec::new();
+    for (i, subject) in subjects.enumerate() {
+        SubjectRecord {
+            kind: RecordKind::Subscribe,
+            flags: 0,
+            sender: subscriber,
+            subject: &subject,
+            payload: reply.as_bytes(),
+        }
+        .emit(&mut message)
+        .unwrap();
+        if i % 1000 == 999 {
+            router.on_message(&message, now);
+            message.clear();
+        }
+    }
+    router.on_message(&message, now);
+}
+
+#[test]
+fn a_subscribe_past_the_subjects_of_one_subscriber_is_refused_and_reported_to_it() {
+    let mut f = Fixture::new();
+    subscribe_many(&mut f.router, ALICE, (0..=MAX_SUBJECTS_PER_SUBSCRIBER).map(|i| format!("/PRICES/{i}")), at(1));
+    let refusals: Vec<_> =
+        sent(&mut f.router).into_iter().filter(|e| e.0 == ALICE && e.2 == FLAG_STATUS | FLAG_REFUSED).collect();
+    let last = format!("/PRICES/{MAX_SUBJECTS_PER_SUBSCRIBER}");
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0].3, last);
+    assert!(refusals[0].4.contains("65536 subjects"), "{}", refusals[0].4);
+    assert_eq!(f.router.counters().refused_subscribes, 1);
+    assert_eq!(f.router.subject_count(), MAX_SUBJECTS_PER_SUBSCRIBER);
+    // A source cannot claim the refusal flag on its data.
+    f.router
+        .on_message(&record(RecordKind::Data, FLAG_STATUS | FLAG_REFUSED, f.id("PriceA"), "/PRICES/1", b"x"), at(2));
+    assert!(sent(&mut f.router).is_empty());
+}
+
+#[test]
+fn a_subscribe_from_a_new_id_past_the_subscribers_bound_is_reported_to_its_reply_inbox() {
+    let mut f = Fixture::new();
+    let subscribers = (0..MAX_SUBSCRIBERS as u64).map(|i| 1_000_000 + i);
+    for id in subscribers {
+        subscribe(&mut f.router, id, "/PRICES/shared", at(1));
+    }
+    sent(&mut f.router);
+    assert_eq!(f.router.counters().refused_subscribes, 0);
+    // A burst of new ids past the bound: each refusal is counted; the first
+    // MAX_REFUSAL_REPLIES are reported to the inbox each SUBSCRIBE names.
+    let burst = (0..MAX_REFUSAL_REPLIES as u64 + 50).map(|i| 5_000_000 + i).collect::<Vec<_>>();
+    for &id in &burst {
+        subscribe(&mut f.router, id, "/PRICES/shared", at(2));
+    }
+    let out = sent(&mut f.router);
+    assert_eq!(out.len(), MAX_REFUSAL_REPLIES);
+    assert!(out.iter().all(|e| e.2 == FLAG_STATUS | FLAG_REFUSED && e.4.contains("65536 subscribers")));
+    assert_eq!(f.router.counters().refused_subscribes, burst.len() as u64);
+    assert_eq!(f.router.endpoint(burst[0]).map(|e| &**e), Some("127.0.0.1:5040000"));
+    // The reply inbox is kept for a liveness timeout only.
+    f.router.tick(at(2) + LIVENESS);
+    assert_eq!(f.router.endpoint(burst[0]), None);
+}
+
+#[test]
+fn a_subscriber_evicted_for_the_backlog_budget_loses_its_subscriptions_logged_and_counted() {
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, TRADE, at(1));
+    subscribe(&mut f.router, BOB, TRADE, at(1));
+    let adapter = sent(&mut f.router)[0].0;
+    f.router.drain_log();
+    assert!(f.router.evict_subscriber(ALICE, 1 << 20));
+    assert_eq!(f.router.subscribers_of(TRADE), [BOB]);
+    assert_eq!(f.router.endpoint(ALICE), None);
+    assert_eq!(f.router.counters().evicted_subscribers, 1);
+    let log = f.router.drain_log();
+    assert!(matches!(log.as_slice(), [LogEntry::SubscriberEvicted(name, ALICE, 1048576)] if &**name == "user100"));
+    // The last holder evicted: the subject is discarded at its adapter.
+    assert!(f.router.evict_subscriber(BOB, 1));
+    assert_eq!(sent(&mut f.router), [(adapter, RecordKind::Discard, 0, TRADE.into(), String::new())]);
+    assert!(!f.router.evict_subscriber(BOB, 1));
+    assert_eq!(f.router.counters().evicted_subscribers, 2);
 }
 
 #[test]
