@@ -541,6 +541,9 @@ impl AttachedClient {
         };
         match directory::inspect(dir, driver_timeout_ms, epoch_ms()) {
             DirectoryState::Live { .. } => {}
+            DirectoryState::AeronLive { pid, version, .. } => {
+                return Err(shm(crate::shm::ShmError::AeronDriverActive { dir: dir.to_path_buf(), pid, version }))
+            }
             DirectoryState::Absent => {
                 return Err(not_attached(format!("no driver is running in {} (no {CNC_FILE})", dir.display())))
             }
