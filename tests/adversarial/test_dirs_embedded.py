@@ -16,7 +16,10 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import affinity
 import pytest
+from affinity.exceptions import DriverError
+from conftest import start_standalone_driver, stop_standalone_driver
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="making files as another user (nobody) needs root")
 
@@ -151,3 +154,28 @@ def test_a_symlinked_default_driver_directory_is_refused_and_not_chmodded(victim
     assert f"driver directory {default_dir}: is a symbolic link to {photos} owned by uid {nobody}" in stderr, stderr
     assert stat.S_IMODE(photos.stat().st_mode) == 0o755, "the link's target was chmodded"
     assert photos_intact(photos) and not (photos / "cnc.dat").exists()
+
+
+def test_a_client_does_not_trust_a_live_driver_in_another_users_directory_or_behind_a_link(tmp_path: Path) -> None:
+    """Another user's driver could feed a client anything: the client attaches only to a
+    real directory of its own user. (The live driver here is ours, its directory handed to
+    ``nobody`` afterwards, and then reached through a link ``nobody`` made.)"""
+    tmp_path.chmod(0o755)
+    driver = start_standalone_driver(tmp_path / "driver")
+    nobody = pwd.getpwnam("nobody").pw_uid
+    try:
+        with affinity.Client(dir=str(driver.dir)):
+            pass
+        link = SHM / f"affinity-adv-link-{os.getpid()}"
+        as_nobody(lambda: os.symlink(driver.dir, link))
+        try:
+            with pytest.raises(DriverError, match=f"{link}: is a symbolic link to {driver.dir} owned by uid {nobody}"):
+                affinity.Client(dir=str(link))
+        finally:
+            link.unlink()
+        os.chown(driver.dir, nobody, -1)
+        with pytest.raises(DriverError, match=f"{driver.dir}: is owned by uid {nobody}, not by this user"):
+            affinity.Client(dir=str(driver.dir))
+    finally:
+        os.chown(driver.dir, 0, -1)
+        stop_standalone_driver(driver)

@@ -136,6 +136,7 @@ def test_a_registry_of_another_user_is_refused_and_its_forged_files_are_left(sha
     assert os.waitstatus_to_exitcode(status) == 0
     for args in (
         ("list",),
+        ("delete", "orders"),
         (
             "create",
             "payments",
@@ -156,3 +157,4 @@ def test_a_registry_of_another_user_is_refused_and_its_forged_files_are_left(sha
         assert "HC=8" not in result.stdout
     assert forged_definition.exists() and forged_member.exists()
     assert not (registry / "groups" / "payments.json").exists()
+    assert not (registry / "groups" / ".lock").exists(), "a lock file was made in another user's registry"

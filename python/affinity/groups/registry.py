@@ -348,7 +348,7 @@ def delete_group(name: str, registry: str | os.PathLike[str] | None = None) -> G
     """Removes group ``name`` from the registry and returns what it was; unknown name: ``ConfigError``."""
     expect_str("name", name)
     groups = _groups_dir(registry, create=False)
-    if not groups.is_dir():
+    if not _check_registry(groups, create=False):
         raise ConfigError(f"unknown group {name!r}: the registry {groups} does not exist")
     with _locked(groups):
         definition = load_group(name, registry)
