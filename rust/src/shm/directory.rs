@@ -228,15 +228,29 @@ pub fn check_owner(dir: &Path) -> Result<(), ShmError> {
     safe_fs::private_dir(dir, false).map(drop).map_err(untrusted)
 }
 
-/// Removes the driver's files (cnc and logs) from `dir`, keeping the directory.
+/// File-name suffix of the log files a driver writes under [`PUBLICATIONS_DIR`].
+pub const LOG_FILE_SUFFIX: &str = ".logbuffer";
+
+/// Removes the driver's files from `dir`, keeping the directory: the cnc file and, under
+/// `publications/`, the regular files named `*.logbuffer`; the folder goes only once empty.
+/// Anything else (a link, a folder, a file of another name) is not ours and stays.
 pub fn remove_driver_files(dir: &Path) -> Result<(), ShmError> {
     let publications = dir.join(PUBLICATIONS_DIR);
-    match fs::symlink_metadata(&publications) {
-        Ok(meta) if meta.is_dir() => {
-            fs::remove_dir_all(&publications).map_err(|e| ShmError::io(&publications, "remove", e))?
+    if fs::symlink_metadata(&publications).is_ok_and(|meta| meta.is_dir()) {
+        let entries = fs::read_dir(&publications).map_err(|e| ShmError::io(&publications, "list", e))?;
+        for entry in entries.flatten() {
+            let is_log = entry.file_name().to_str().is_some_and(|name| name.ends_with(LOG_FILE_SUFFIX));
+            if is_log && entry.file_type().is_ok_and(|kind| kind.is_file()) {
+                let path = entry.path();
+                match fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(ShmError::io(&path, "remove", e)),
+                }
+            }
         }
-        Ok(_) => fs::remove_file(&publications).map_err(|e| ShmError::io(&publications, "remove", e))?,
-        Err(_) => {}
+        // Not empty: what is left is not ours.
+        let _ = fs::remove_dir(&publications);
     }
     let cnc = dir.join(CNC_FILE);
     match fs::remove_file(&cnc) {
@@ -296,6 +310,26 @@ mod tests {
         assert!(error.contains(&format!("driver directory {}: is a symbolic link", link.display())), "{error}");
         assert_eq!(fs::metadata(&target).unwrap().mode() & 0o777, 0o755);
         assert!(target.join(CNC_FILE).exists() && target.join(PUBLICATIONS_DIR).exists());
+    }
+
+    #[test]
+    fn a_takeover_removes_only_our_log_files() {
+        let dir = tempdir();
+        prepare(&dir, 10_000, 0).unwrap();
+        Cnc::create(&dir.join(CNC_FILE), &small(), i32::MAX as u32, 0).unwrap();
+        let publications = dir.join(PUBLICATIONS_DIR);
+        fs::write(publications.join("7.logbuffer"), b"log").unwrap();
+        fs::write(publications.join("notes.txt"), b"mine").unwrap();
+        let elsewhere = tempdir();
+        fs::write(elsewhere.join("8.logbuffer"), b"not in here").unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("8.logbuffer"), publications.join("8.logbuffer")).unwrap();
+        fs::create_dir(publications.join("9.logbuffer")).unwrap();
+        assert!(prepare(&dir, 10_000, 1).unwrap().is_some());
+        assert!(!publications.join("7.logbuffer").exists() && !dir.join(CNC_FILE).exists());
+        assert!(publications.join("notes.txt").exists() && publications.join("9.logbuffer").is_dir());
+        assert!(
+            fs::symlink_metadata(publications.join("8.logbuffer")).is_ok() && elsewhere.join("8.logbuffer").exists()
+        );
     }
 
     #[test]
