@@ -103,6 +103,29 @@ def test_a_registry_open_to_others_is_refused(registry: Path) -> None:
     assert f"group registry {registry}/groups: is writable by group or others (mode 0o777" in result.stderr
 
 
+def test_a_registry_reached_through_a_symbolic_link_is_refused(registry: Path, tmp_path: Path) -> None:
+    (registry / "groups" / "orders.json").write_text(json.dumps(GOOD))
+    link = tmp_path / "linked-registry"
+    link.symlink_to(registry)
+    result = group_cli(link, "list")
+    assert result.returncode != 0
+    assert f"group registry {link}: is a symbolic link to {registry}" in result.stderr, result.stderr
+    created = group_cli(
+        link,
+        "create",
+        "payments",
+        "--hash-prefix",
+        "payments",
+        "--hash-count",
+        "8",
+        "--queue-count",
+        "8",
+        "--queue-size",
+        "1048576",
+    )
+    assert created.returncode != 0 and not (registry / "groups" / "payments.json").exists()
+
+
 @pytest.fixture
 def shared_parent() -> Iterator[Path]:
     """A sticky folder every user may write in, as ``/tmp``."""
