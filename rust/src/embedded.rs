@@ -8,7 +8,9 @@
 //!
 //! Each embedded driver gets a private directory `<root>/<pid>-<n>` under
 //! [`embedded_root`] (0700), removed on close; directories left by processes that died are
-//! swept when the next embedded driver starts.
+//! swept when the next embedded driver starts, only when they are ours (a real directory of
+//! this user holding [`EMBEDDED_MARKER`]). The root is never followed through a symbolic
+//! link and must belong to this user ([`crate::safe_fs::private_dir`]).
 //!
 //! Threading: [`EmbeddedThreading::Invoker`] runs no thread: the application (or any client
 //! call waiting for the driver) runs the duty cycle. The other modes run the driver's agents on
@@ -23,6 +25,8 @@ use crate::driver::agent::{MediaDriver, MediaDriverConfig, Threading};
 use crate::driver::idle::IdleStrategy;
 use crate::driver::standalone::StandaloneConfig;
 use crate::error::Error;
+use crate::safe_fs;
+use crate::shm::cnc::{field as cnc_field, CNC_FILE, CNC_MAGIC};
 use crate::shm::directory::{self, process_exists, DIR_MODE};
 
 type Result<T> = std::result::Result<T, Error>;
@@ -118,8 +122,35 @@ impl Default for EmbeddedConfig {
     }
 }
 
-/// Removes the directories under `root` whose process (the `<pid>` of `<pid>-<n>`) is gone;
-/// returns how many were removed. Entries of another form are left alone.
+/// The file that marks a directory under [`embedded_root`] as an embedded driver's private
+/// directory (written first, mode 0600): the stale sweep removes nothing without it (or a cnc
+/// file with our magic).
+pub const EMBEDDED_MARKER: &str = "affinity-embedded";
+
+/// Whether `dir` is an embedded driver's private directory of this user: a real directory (not
+/// a link) owned by this user holding [`EMBEDDED_MARKER`] or a cnc file with our magic, each a
+/// regular file of this user.
+fn is_ours(dir: &Path) -> bool {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let uid = safe_fs::current_uid();
+    let Ok(meta) = std::fs::symlink_metadata(dir) else { return false };
+    if !meta.is_dir() || meta.uid() != uid {
+        return false;
+    }
+    let owned = |file: &std::fs::File| file.metadata().is_ok_and(|m| m.uid() == uid);
+    if safe_fs::open_regular(&dir.join(EMBEDDED_MARKER), u64::MAX).is_ok_and(|file| owned(&file)) {
+        return true;
+    }
+    let Ok(cnc) = safe_fs::open_regular(&dir.join(CNC_FILE), u64::MAX) else { return false };
+    let mut magic = [0u8; 8];
+    owned(&cnc)
+        && cnc.read_exact_at(&mut magic, cnc_field::MAGIC as u64).is_ok()
+        && i64::from_le_bytes(magic) == CNC_MAGIC
+}
+
+/// Removes the directories under `root` whose process (the `<pid>` of `<pid>-<n>`) is gone and
+/// that are ours ([`EMBEDDED_MARKER`]); returns how many were removed. Anything else is left
+/// alone.
 pub fn sweep_stale(root: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(root) else { return 0 };
     let mut removed = 0;
@@ -129,7 +160,11 @@ pub fn sweep_stale(root: &Path) -> usize {
         else {
             continue;
         };
-        if pid != i64::from(std::process::id()) && !process_exists(pid) && std::fs::remove_dir_all(entry.path()).is_ok()
+        let path = entry.path();
+        if pid != i64::from(std::process::id())
+            && !process_exists(pid)
+            && is_ours(&path)
+            && std::fs::remove_dir_all(&path).is_ok()
         {
             removed += 1;
         }
@@ -137,24 +172,29 @@ pub fn sweep_stale(root: &Path) -> usize {
     removed
 }
 
-/// Makes `<root>/<pid>-<n>` (root and directory 0700, owned by this user).
+/// Makes `<root>/<pid>-<n>` with its [`EMBEDDED_MARKER`] (root and directory 0700; the root
+/// must be a real directory of this user that no one else may write).
 fn private_dir(root: &Path) -> Result<PathBuf> {
-    use std::os::unix::fs::DirBuilderExt;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let io = |path: &Path, what: &str, e: std::io::Error| {
         Error::Driver(format!("embedded driver directory {}: {what}: {e}", path.display()))
     };
-    match std::fs::DirBuilder::new().mode(DIR_MODE).create(root) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io(root, "cannot create", e)),
-    }
-    directory::check_owner(root).map_err(Error::from)?;
+    safe_fs::private_dir(root, true).map_err(|e| Error::Driver(format!("embedded drivers' root {e}")))?;
     sweep_stale(root);
     loop {
         let dir = root.join(format!("{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
         match std::fs::DirBuilder::new().mode(DIR_MODE).create(&dir) {
-            Ok(()) => return Ok(dir),
+            Ok(()) => {
+                let marker = dir.join(EMBEDDED_MARKER);
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(safe_fs::PRIVATE_FILE_MODE)
+                    .open(&marker)
+                    .map_err(|e| io(&marker, "cannot create", e))?;
+                return Ok(dir);
+            }
             // Left by an earlier process with our pid: take the next number.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(io(&dir, "cannot create", e)),
@@ -338,11 +378,58 @@ mod tests {
         let other = root.join("not-ours");
         for dir in [&dead, &live, &other] {
             std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join(EMBEDDED_MARKER), b"").unwrap();
         }
         let client = start(config(&root, EmbeddedThreading::Shared)).unwrap();
         assert!(!dead.exists() && live.exists() && other.exists());
         assert_ne!(client.dir(), live, "an existing directory of this pid is not reused");
         client.close();
+    }
+
+    #[test]
+    fn the_sweep_removes_only_directories_carrying_our_marker_or_cnc() {
+        let root = tempdir();
+        let outside = tempdir();
+        let photo = outside.join("1-photo");
+        std::fs::create_dir(&photo).unwrap();
+        std::fs::write(photo.join(EMBEDDED_MARKER), b"").unwrap();
+        // No marker: a folder someone else put there, or a file of the same form.
+        let unmarked = root.join(format!("{}-1", i32::MAX));
+        std::fs::create_dir(&unmarked).unwrap();
+        std::fs::write(unmarked.join("holiday.jpg"), b"jpg").unwrap();
+        std::fs::write(root.join(format!("{}-2", i32::MAX)), b"file").unwrap();
+        // A link to a marked folder elsewhere: never followed.
+        let link = root.join(format!("{}-3", i32::MAX));
+        std::os::unix::fs::symlink(&photo, &link).unwrap();
+        // A marker that is a link to a file elsewhere does not count.
+        let linked_marker = root.join(format!("{}-4", i32::MAX));
+        std::fs::create_dir(&linked_marker).unwrap();
+        std::os::unix::fs::symlink(photo.join(EMBEDDED_MARKER), linked_marker.join(EMBEDDED_MARKER)).unwrap();
+        // Ours: a cnc with our magic (a driver directory of an older build).
+        let with_cnc = root.join(format!("{}-5", i32::MAX));
+        std::fs::create_dir(&with_cnc).unwrap();
+        crate::shm::cnc::Cnc::create(&with_cnc.join(CNC_FILE), &crate::shm::test_support::small_cnc(), 1, 0).unwrap();
+        assert_eq!(sweep_stale(&root), 1);
+        assert!(!with_cnc.exists());
+        assert!(unmarked.join("holiday.jpg").exists() && root.join(format!("{}-2", i32::MAX)).exists());
+        assert!(std::fs::symlink_metadata(&link).is_ok() && photo.join(EMBEDDED_MARKER).exists());
+        assert!(linked_marker.exists());
+    }
+
+    #[test]
+    fn a_symlinked_root_is_refused_and_its_target_left_alone() {
+        let root = tempdir();
+        let target = tempdir();
+        let photo = target.join(format!("{}-photo", i32::MAX));
+        std::fs::create_dir(&photo).unwrap();
+        std::fs::write(photo.join(EMBEDDED_MARKER), b"").unwrap();
+        let link = root.join("embedded");
+        std::os::unix::fs::symlink(&*target, &link).unwrap();
+        let error =
+            start(config(&link, EmbeddedThreading::Shared)).err().expect("a symlinked root is refused").to_string();
+        assert!(error.contains(&format!("{}: is a symbolic link", link.display())), "{error}");
+        assert!(photo.join(EMBEDDED_MARKER).exists());
+        assert_eq!(entries(&target).len(), 1, "nothing made in the target");
     }
 
     #[test]

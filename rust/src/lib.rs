@@ -44,6 +44,7 @@ pub mod logbuffer;
 pub mod media;
 pub mod protocol;
 pub mod routing;
+pub mod safe_fs;
 pub mod shm;
 pub mod subjects;
 mod sync;

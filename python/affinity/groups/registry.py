@@ -4,7 +4,11 @@ Where it lives (the first that is set): the ``registry=`` argument, ``$AFFINITY_
 ``$XDG_STATE_HOME/affinity``, ``~/.local/state/affinity``. The directory is created ``0700`` and
 definition files ``0600``; a definition is written to a temporary file, flushed, and linked to
 ``<registry>/groups/<name>.json`` (``link`` fails when the name exists, so of two creators exactly
-one wins and nobody ever reads a half-written file). Creation and deletion hold an advisory lock
+one wins and nobody ever reads a half-written file). The registry and its ``groups`` folder must
+be real directories of this user that no one else may write, and definitions are read as regular
+files of at most ``MAX_DEFINITION_BYTES``, without following links or blocking
+(``affinity._safe_files``): another user's registry, a FIFO or a link to ``/dev/zero`` is a
+``ConfigError`` naming the path. Creation and deletion hold an advisory lock
 on ``<registry>/groups/.lock`` so that the hash-prefix check and the write are one step.
 
 Live members' discovery files live under ``<registry>/members/<group>/``; the Rust layer writes
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from affinity._arguments import expect_int, expect_path, expect_str
+from affinity._safe_files import check_private_dir, read_regular
 from affinity.exceptions import ConfigError
 
 __all__ = [
@@ -71,6 +76,12 @@ MAX_QUEUE_SIZE = 1 << 34
 DEFINITION_SUFFIX = ".json"
 #: Lock file serialising create and delete within one registry.
 LOCK_NAME = ".lock"
+#: Largest definition file read, in bytes (a definition is about 100).
+MAX_DEFINITION_BYTES = 64 * 1024
+#: Deepest nesting of arrays and objects a definition may have (it is one flat object).
+MAX_DEFINITION_DEPTH = 2
+#: Most digits of an integer in a definition (QS, the largest field, has 11).
+MAX_INTEGER_DIGITS = 20
 
 
 @dataclass(frozen=True)
@@ -118,7 +129,7 @@ class GroupDefinition:
         if not isinstance(data, dict):
             raise ConfigError(f"{source}: expected a JSON object, found {type(data).__name__}")
         version = data.get("version")
-        if version != REGISTRY_VERSION:
+        if type(version) is not int or version != REGISTRY_VERSION:
             raise ConfigError(f"{source}: unsupported version {version!r} (this reader knows {REGISTRY_VERSION})")
         fields: dict[str, object] = {}
         for key, expected in (("name", str), ("HP", str), ("HC", int), ("QC", int), ("QS", int)):
@@ -167,11 +178,53 @@ def registry_dir(registry: str | os.PathLike[str] | None = None) -> Path:
 def _groups_dir(registry: str | os.PathLike[str] | None, *, create: bool) -> Path:
     path = registry_dir(registry) / "groups"
     if create:
-        try:
-            path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as error:
-            raise ConfigError(f"cannot create the group registry {path}: {error.strerror or error}") from None
+        _check_registry(path, create=True)
     return path
+
+
+def _check_registry(groups: Path, *, create: bool) -> bool:
+    """Checks the registry directory and its ``groups`` folder are real directories of this user
+    that no one else may write (``create``: making them ``0700`` where missing); whether they
+    exist. Another user's registry, or one reached through a symbolic link, is ``ConfigError``
+    naming the path and its owner."""
+    try:
+        for path in (groups.parent, groups):
+            check_private_dir(path, create=create)
+    except FileNotFoundError:
+        return False
+    except ConfigError as error:
+        raise ConfigError(f"group registry {error}") from None
+    return True
+
+
+def _bounded_int(digits: str) -> int:
+    """``json`` integer hook: refuses integers longer than any definition field can be."""
+    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise ConfigError(f"an integer of {len(digits)} digits (at most {MAX_INTEGER_DIGITS} are read)")
+    return int(digits)
+
+
+def _nesting_exceeds(text: str, limit: int) -> bool:
+    """Whether JSON ``text`` nests arrays and objects deeper than ``limit`` (strings skipped)."""
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
 
 
 def group_file(name: str, registry: str | os.PathLike[str] | None = None) -> Path:
@@ -190,7 +243,7 @@ def members_dir(name: str, registry: str | os.PathLike[str] | None = None) -> Pa
 def _locked(groups: Path) -> Iterator[None]:
     lock_path = groups / LOCK_NAME
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     except OSError as error:
         raise ConfigError(f"cannot open the registry lock {lock_path}: {error.strerror or error}") from None
     try:
@@ -202,15 +255,23 @@ def _locked(groups: Path) -> Iterator[None]:
 
 def _read(path: Path) -> GroupDefinition:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, MAX_DEFINITION_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise
-    except (OSError, UnicodeDecodeError) as error:
+    except ConfigError as error:
+        raise ConfigError(f"cannot read group definition {error}") from None
+    except UnicodeDecodeError as error:
         raise ConfigError(f"cannot read group definition {path}: {error}") from None
+    if _nesting_exceeds(text, MAX_DEFINITION_DEPTH):
+        raise ConfigError(f"{path}: corrupt group definition: nested deeper than {MAX_DEFINITION_DEPTH} levels")
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_bounded_int)
     except json.JSONDecodeError as error:
         raise ConfigError(f"{path}:{error.lineno}:{error.colno}: corrupt group definition: {error.msg}") from None
+    except ConfigError as error:
+        raise ConfigError(f"{path}: corrupt group definition: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise ConfigError(f"{path}: corrupt group definition: {error}") from None
     definition = GroupDefinition.from_json(data, str(path))
     if definition.name != path.name.removesuffix(DEFINITION_SUFFIX):
         raise ConfigError(f"{path}: field 'name' is {definition.name!r} but the file is named for another group")
@@ -221,6 +282,8 @@ def load_group(name: str, registry: str | os.PathLike[str] | None = None) -> Gro
     """The definition of group ``name``; ``ConfigError`` when it is unknown or its file is corrupt."""
     path = group_file(name, registry)
     try:
+        if not _check_registry(path.parent, create=False):
+            raise FileNotFoundError(path)
         return _read(path)
     except FileNotFoundError:
         known = ", ".join(definition.name for definition in list_groups(registry)) or "none"
@@ -230,7 +293,7 @@ def load_group(name: str, registry: str | os.PathLike[str] | None = None) -> Gro
 def list_groups(registry: str | os.PathLike[str] | None = None) -> list[GroupDefinition]:
     """Every group defined in the registry, by name; a corrupt file raises ``ConfigError`` naming it."""
     groups = _groups_dir(registry, create=False)
-    if not groups.is_dir():
+    if not _check_registry(groups, create=False):
         return []
     definitions = []
     for path in sorted(groups.glob(f"*{DEFINITION_SUFFIX}")):
@@ -285,7 +348,7 @@ def delete_group(name: str, registry: str | os.PathLike[str] | None = None) -> G
     """Removes group ``name`` from the registry and returns what it was; unknown name: ``ConfigError``."""
     expect_str("name", name)
     groups = _groups_dir(registry, create=False)
-    if not groups.is_dir():
+    if not _check_registry(groups, create=False):
         raise ConfigError(f"unknown group {name!r}: the registry {groups} does not exist")
     with _locked(groups):
         definition = load_group(name, registry)

@@ -537,7 +537,12 @@ impl AttachedClient {
             None => Error::Timeout(fallback),
         };
         match directory::inspect(dir, driver_timeout_ms, epoch_ms()) {
-            DirectoryState::Live { .. } => {}
+            // A driver's files are trusted only in a real directory of this user that no one
+            // else may write (another user's driver could feed this client anything).
+            DirectoryState::Live { .. } => directory::check_owner(dir).map_err(shm)?,
+            DirectoryState::AeronLive { pid, version, .. } => {
+                return Err(shm(crate::shm::ShmError::AeronDriverActive { dir: dir.to_path_buf(), pid, version }))
+            }
             DirectoryState::Absent => {
                 return Err(not_attached(format!("no driver is running in {} (no {CNC_FILE})", dir.display())))
             }

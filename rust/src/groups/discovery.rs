@@ -1,12 +1,13 @@
 //! Discovery files: `<registry>/members/<group>/<member_id>.json`, one per live member.
 //!
 //! Written atomically (temporary file with mode 0600 created with `O_EXCL`, then `rename`),
-//! removed on close. A file is only a hint where to send heartbeats: liveness comes from
+//! removed on close. The folders must be this user's and not writable by others, and files are
+//! read as regular files without following links or blocking (`crate::safe_fs`). A file is only a hint where to send heartbeats: liveness comes from
 //! heartbeats alone. Files of processes that no longer exist on this host are removed.
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::GroupError;
 use crate::control::limits::{MAX_ENDPOINT_LENGTH, MAX_MEMBERS, MAX_NAME_LENGTH};
 use crate::control::Role;
+use crate::safe_fs;
 
 /// Version of the member file format.
 pub const MEMBER_FILE_VERSION: u32 = 1;
@@ -71,9 +73,23 @@ fn registry_error(path: &Path, error: std::io::Error) -> GroupError {
     GroupError::Registry(format!("{}: {error}", path.display()))
 }
 
-/// Writes `file` as `<dir>/<member_id>.json` atomically, creating `dir` (0700) if needed.
+/// Opens (creating 0700 where missing) the registry, its `members` folder and `dir` =
+/// `<registry>/members/<group>`, each without following a symbolic link, and checks each belongs
+/// to this user and is not writable by group or others: another user's registry is refused,
+/// naming the path and its owner.
+pub fn check_members_dir(dir: &Path) -> Result<(), GroupError> {
+    let members = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    let registry = members.and_then(Path::parent).filter(|p| !p.as_os_str().is_empty());
+    for path in [registry, members, Some(dir)].into_iter().flatten() {
+        safe_fs::private_dir(path, true).map_err(|e| GroupError::Registry(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Writes `file` as `<dir>/<member_id>.json` atomically, creating `dir` (0700) if needed; the
+/// folders are checked first ([`check_members_dir`]).
 pub fn write_member_file(dir: &Path, file: &MemberFile) -> Result<PathBuf, GroupError> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| registry_error(dir, e))?;
+    check_members_dir(dir)?;
     let text = serde_json::to_vec_pretty(file).map_err(|e| GroupError::Registry(e.to_string()))?;
     let path = dir.join(format!("{}.json", file.member_id));
     let temporary = dir.join(format!(".{}.{}.tmp", file.member_id, std::process::id()));
@@ -101,10 +117,20 @@ pub struct Scan {
     pub invalid: u64,
 }
 
-/// Reads every `*.json` file in `dir` (at most [`MAX_MEMBERS`], each at most
-/// [`MAX_MEMBER_FILE_LENGTH`] bytes). A missing folder is an empty scan.
+/// Reads every `*.json` file in `dir` (at most [`MAX_MEMBERS`], each a regular file of at most
+/// [`MAX_MEMBER_FILE_LENGTH`] bytes, opened without following a link or blocking: a FIFO or a
+/// link to `/dev/zero` counts as invalid at once). A missing folder is an empty scan; a folder
+/// that is not private to this user ([`safe_fs::private_dir`]) is not read (one invalid).
 pub fn scan(dir: &Path, group: &str) -> Scan {
     let mut result = Scan::default();
+    match safe_fs::private_dir(dir, false) {
+        Ok(_) => {}
+        Err(error) if error.io_error().is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) => return result,
+        Err(_) => {
+            result.invalid = 1;
+            return result;
+        }
+    }
     let Ok(entries) = fs::read_dir(dir) else { return result };
     for entry in entries.flatten().take(MAX_MEMBERS * 2) {
         let path = entry.path();
@@ -113,10 +139,8 @@ pub fn scan(dir: &Path, group: &str) -> Scan {
         if !is_json {
             continue;
         }
-        let parsed = fs::metadata(&path)
+        let parsed = safe_fs::read_regular(&path, MAX_MEMBER_FILE_LENGTH)
             .ok()
-            .filter(|m| m.is_file() && m.len() <= MAX_MEMBER_FILE_LENGTH)
-            .and_then(|_| fs::read(&path).ok())
             .and_then(|bytes| serde_json::from_slice::<MemberFile>(&bytes).ok())
             .and_then(|file| {
                 let role = file.validate().ok()?;
@@ -201,6 +225,35 @@ mod tests {
         assert_eq!(found.members.len(), 1);
         assert_eq!(found.members[0].1.member_id, 7);
         assert_eq!(found.invalid, 2, "junk and the other group's file");
+    }
+
+    #[test]
+    fn links_fifos_and_other_users_folders_are_not_read() {
+        let root = crate::test_temp_dir::TempDir::new("discovery-hostile");
+        let dir = members_dir(&root, "orders");
+        write_member_file(&dir, &file(7, std::process::id())).unwrap();
+        let real = dir.join("7.json");
+        std::os::unix::fs::symlink(&real, dir.join("8.json")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("9.json")).unwrap();
+        let fifo = std::ffi::CString::new(dir.join("10.json").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let started = std::time::Instant::now();
+        let found = scan(&dir, "orders");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "a FIFO must not block the scan");
+        assert_eq!((found.members.len(), found.invalid), (1, 3));
+        // The group folder as a link to another folder: refused when written, not read.
+        let elsewhere = crate::test_temp_dir::TempDir::new("discovery-elsewhere");
+        let linked = members_dir(&root, "linked");
+        std::os::unix::fs::symlink(&*elsewhere, &linked).unwrap();
+        let error = write_member_file(&linked, &file(11, std::process::id())).unwrap_err().to_string();
+        assert!(error.contains("is a symbolic link"), "{error}");
+        assert_eq!(scan(&linked, "orders").invalid, 1);
+        assert!(fs::read_dir(&*elsewhere).unwrap().next().is_none(), "nothing written through the link");
+        // A registry writable by others is refused.
+        fs::set_permissions(&*root, fs::Permissions::from_mode(0o777)).unwrap();
+        let error = write_member_file(&dir, &file(12, std::process::id())).unwrap_err().to_string();
+        assert!(error.contains("writable by group or others"), "{error}");
     }
 
     #[test]

@@ -63,6 +63,16 @@ pub enum ShmError {
         /// Age of its last heartbeat in milliseconds.
         heartbeat_age_ms: i64,
     },
+    /// A live Aeron media driver uses the directory (its cnc file has Aeron's layout, not our
+    /// magic).
+    AeronDriverActive {
+        /// The directory.
+        dir: PathBuf,
+        /// The Aeron driver's process id.
+        pid: i64,
+        /// Its cnc version (`major << 16 | minor << 8 | patch`).
+        version: i32,
+    },
     /// The directory is not private to this user.
     Permissions {
         /// The directory.
@@ -109,6 +119,12 @@ impl fmt::Display for ShmError {
                 f,
                 "a driver (pid {pid}) is running on {} (heartbeat {heartbeat_age_ms} ms ago); stop it or use another directory",
                 dir.display()
+            ),
+            ShmError::AeronDriverActive { dir, pid, version } => write!(
+                f,
+                "directory {} holds a live Aeron media driver (pid {pid}, cnc version {}); stop it or use another directory",
+                dir.display(),
+                super::directory::version_text(*version)
             ),
             ShmError::Permissions { dir, detail } => write!(f, "driver directory {}: {detail}", dir.display()),
         }

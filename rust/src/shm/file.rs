@@ -1,7 +1,8 @@
 //! Creating and opening the mapped files of a driver directory: created exclusively with mode
-//! 0600, sized with `ftruncate` (sparse: a page costs memory only once written); and the sealed
-//! memfds the driver's log buffers live in (`docs/driver-protocol.md`, "Log buffers are sealed
-//! memfds"), which no process can shrink or grow.
+//! 0600 (`O_EXCL` never follows a link), sized with `ftruncate` (sparse: a page costs memory
+//! only once written); opened without following a link or blocking, regular files only; and the
+//! sealed memfds the driver's log buffers live in (`docs/driver-protocol.md`, "Log buffers are
+//! sealed memfds"), which no process can shrink or grow.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -88,7 +89,8 @@ pub fn open_sealed(path: &Path, kind: &'static str, min_len: usize) -> Result<Re
     if !seals.contains(SealFlags::SHRINK) {
         return Err(ShmError::invalid(kind, Some(path), format!("not sealed against shrinking (seals {seals:?})")));
     }
-    check_length(&file, path, kind, min_len)?;
+    let len = file.metadata().map_err(|e| ShmError::io(path, "stat", e))?.len();
+    check_length(len, path, kind, min_len)?;
     map(&file, path, true)
 }
 
@@ -103,16 +105,29 @@ pub fn raise_open_file_limit() {
     }
 }
 
-/// Opens an existing file and maps it (shared). The file must hold at least `min_len` bytes,
-/// otherwise it is reported as truncated (`kind` names the file in the error).
+/// Opens an existing file and maps it (shared). The file is opened without following a
+/// symbolic link and without blocking (a FIFO in its place neither hangs the open nor is
+/// mapped) and must be a regular file holding at least `min_len` bytes, otherwise it is
+/// reported as invalid (`kind` names the file in the error).
 pub fn open_mapped(path: &Path, kind: &'static str, min_len: usize, writable: bool) -> Result<Region, ShmError> {
-    let file = OpenOptions::new().read(true).write(writable).open(path).map_err(|e| ShmError::io(path, "open", e))?;
-    check_length(&file, path, kind, min_len)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(writable)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => ShmError::invalid(kind, Some(path), "is a symbolic link: refused"),
+            _ => ShmError::io(path, "open", e),
+        })?;
+    let meta = file.metadata().map_err(|e| ShmError::io(path, "stat", e))?;
+    if !meta.file_type().is_file() {
+        return Err(ShmError::invalid(kind, Some(path), "is not a regular file: refused"));
+    }
+    check_length(meta.len(), path, kind, min_len)?;
     map(&file, path, writable)
 }
 
-fn check_length(file: &File, path: &Path, kind: &'static str, min_len: usize) -> Result<(), ShmError> {
-    let len = file.metadata().map_err(|e| ShmError::io(path, "stat", e))?.len();
+fn check_length(len: u64, path: &Path, kind: &'static str, min_len: usize) -> Result<(), ShmError> {
     if len < min_len as u64 {
         return Err(ShmError::invalid(
             kind,
@@ -135,4 +150,27 @@ pub fn anonymous(len: usize) -> Result<Region, ShmError> {
     Ok(Mapping::anonymous(len)
         .map_err(|e| ShmError::Io { path: "<anonymous>".into(), action: "map", source: e })?
         .into_region())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_or_a_fifo_in_place_of_a_mapped_file_is_refused_at_once() {
+        let dir = crate::shm::test_support::tempdir();
+        let real = dir.join("real");
+        drop(create_mapped(&real, 4096).unwrap());
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let error = open_mapped(&link, "cnc", 128, false).unwrap_err().to_string();
+        assert!(error.contains("is a symbolic link: refused"), "{error}");
+        let fifo = dir.join("fifo");
+        let name = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0);
+        let error = open_mapped(&fifo, "cnc", 128, false).unwrap_err().to_string();
+        assert!(error.contains("is not a regular file: refused"), "{error}");
+        assert!(open_mapped(&real, "cnc", 128, true).is_ok());
+    }
 }
