@@ -104,7 +104,7 @@ impl PublicationConfig {
             connection_timeout: defaults::PUBLICATION_CONNECTION_TIMEOUT,
             retransmit_delay: defaults::RETRANSMIT_DELAY,
             retransmit_linger: defaults::RETRANSMIT_LINGER,
-            max_resend: crate::channel::DEFAULT_MAX_RESEND as usize,
+            max_resend: defaults::MAX_RESEND as usize,
             signal_eos: true,
         }
     }
