@@ -4,7 +4,8 @@
 //!
 //! * [`wire`] — one codec per Aeron frame (data, setup, status message, NAK, RTT measurement,
 //!   error, response setup). Untrusted bytes in, typed values or a [`wire::WireError`] out.
-//! * [`logbuffer`] — term buffers in the Aeron layout and 64-bit position arithmetic.
+//! * [`logbuffer`] — 64-bit position arithmetic and the ports ([`logbuffer::SenderLog`],
+//!   [`logbuffer::ReceiverLog`]) through which [`protocol`] reaches the log ([`shm::log_buffer`]).
 //! * [`flow_control`] — one trait, one module per strategy (`unicast`, `max`, `min`, `tagged`).
 //! * [`protocol`] — sans-IO state machines: the sending side of a publication and the
 //!   receiving side (an image), loss detection and retransmission. Bytes and time in, bytes and

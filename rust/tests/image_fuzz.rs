@@ -5,12 +5,32 @@
 
 use std::time::Duration;
 
-use affinity::flow_control::{build, FlowControlDefaults};
+use affinity::flow_control::{build, FlowControl, FlowControlDefaults};
 use affinity::logbuffer::StreamIdentity;
-use affinity::protocol::{Image, ImageConfig, NetworkPublication, PublicationConfig};
+use affinity::protocol::{ImageConfig, PublicationConfig};
+use affinity::shm::log_buffer::{LogBuffer, LogParams, LogStart};
 use affinity::time::Instant;
 use affinity::wire::{DataHeader, FrameType, Nak, StatusMessage};
 use proptest::prelude::*;
+
+/// The protocol state machines over the media driver's log type, in an anonymous mapping.
+type Image = affinity::protocol::Image<LogBuffer>;
+/// See [`Image`].
+type NetworkPublication = affinity::protocol::NetworkPublication<LogBuffer>;
+
+/// A publication over an anonymous log that starts where `config` says.
+fn new_publication(config: PublicationConfig, flow_control: Box<dyn FlowControl>, now: Instant) -> NetworkPublication {
+    let params = LogParams::for_stream(&config.identity, config.mtu);
+    let log = LogBuffer::anonymous_at(&params, LogStart::at(&config.identity, config.initial_position)).unwrap();
+    NetworkPublication::with_log(config, log, flow_control, now)
+}
+
+/// An image over an anonymous log.
+fn new_image(config: ImageConfig, now: Instant) -> Image {
+    let log =
+        LogBuffer::anonymous(&LogParams::for_stream(&config.identity, affinity::protocol::defaults::MTU)).unwrap();
+    Image::with_log(config, log, now)
+}
 
 const TERM: u32 = 64 * 1024;
 
@@ -77,7 +97,7 @@ proptest! {
 
     #[test]
     fn hostile_datagrams_never_panic_an_image(datagrams in prop::collection::vec(datagram(), 1..40)) {
-        let mut image = Image::new(ImageConfig::new(identity(), 0, 1), Instant::ZERO);
+        let mut image = new_image(ImageConfig::new(identity(), 0, 1), Instant::ZERO);
         image.add_consumer(1);
         let mut out = vec![0u8; 128];
         let mut last = None;
@@ -113,7 +133,7 @@ proptest! {
         statuses in prop::collection::vec((any::<i32>(), any::<i32>(), any::<i32>(), any::<u8>()), 0..20),
     ) {
         let config = PublicationConfig::new(identity(), 0);
-        let mut publication = NetworkPublication::new(config, build(None, false, &FlowControlDefaults::default()), Instant::ZERO);
+        let mut publication = new_publication(config, build(None, false, &FlowControlDefaults::default()), Instant::ZERO);
         let mut out = vec![0u8; 2048];
         publication.poll_transmit(Instant::ZERO, &mut out);
         for (index, (term_id, term_offset, window, flags)) in statuses.iter().enumerate() {

@@ -1,10 +1,11 @@
-//! Property tests of the log buffer: whatever is appended is rebuilt exactly, whatever order
-//! its datagrams arrive in, and gaps are found where data is missing.
+//! Property tests of the log buffer (`shm::log_buffer::LogBuffer`, in anonymous memory):
+//! whatever the term appender appends is read back exactly, whatever the sender's scanner
+//! cuts into datagrams is rebuilt exactly whatever order they arrive in, and gaps are found
+//! where data is missing.
 
-use affinity::logbuffer::log::{read_frame_length, read_frame_type};
-use affinity::logbuffer::position::align_frame;
-use affinity::logbuffer::{AppendOutcome, LogBuffer, StreamIdentity};
-use affinity::wire::{flags, DataHeader, FrameType};
+use affinity::logbuffer::{ReceiverLog, SenderLog, StreamIdentity};
+use affinity::shm::log_buffer::{LogBuffer, LogParams, LogStart, Offer};
+use affinity::wire::{flags, FrameType};
 use proptest::prelude::*;
 
 const TERM: u32 = 64 * 1024;
@@ -14,77 +15,70 @@ fn identity(initial_term_id: i32) -> StreamIdentity {
     StreamIdentity { session_id: 1, stream_id: 2, initial_term_id, term_length: TERM }
 }
 
-/// Appends `messages` from `start`; returns the (position, length) of every frame run written
-/// per term and the final tail.
-fn append_all(log: &mut LogBuffer, start: i64, messages: &[Vec<u8>]) -> i64 {
+/// A log of stream `identity` whose first append goes to `start`.
+fn log_at(identity: StreamIdentity, start: i64) -> LogBuffer {
+    LogBuffer::anonymous_at(&LogParams::for_stream(&identity, MTU), LogStart::at(&identity, start)).unwrap()
+}
+
+/// Appends `messages` with the term appender; returns the final tail.
+fn append_all(log: &LogBuffer, start: i64, messages: &[Vec<u8>]) -> i64 {
     let mut tail = start;
     for message in messages {
+        let mut attempts = 0;
         loop {
-            match log.append(tail, message, MTU, 0) {
-                AppendOutcome::Appended(next) => {
+            attempts += 1;
+            assert!(attempts <= 2, "a message must fit the term after one rotation");
+            match log.offer(message, 0, i64::MAX).unwrap() {
+                Offer::Appended(next) => {
                     tail = next;
                     break;
                 }
-                AppendOutcome::Padded(next) => tail = next,
-                AppendOutcome::MaxPositionExceeded => panic!("max position"),
+                Offer::AdminAction => {}
+                other => panic!("{other:?}"),
             }
         }
     }
     tail
 }
 
-/// Reads whole messages between `start` and `end`, skipping padding.
+/// Reads whole messages between `start` and `end` as a subscriber does, skipping padding.
 fn read_all(log: &LogBuffer, start: i64, end: i64) -> Vec<Vec<u8>> {
     let mut messages = Vec::new();
     let mut partial = Vec::new();
+    let mut scratch = Vec::new();
     let mut position = start;
     while position < end {
-        let term = log.term(position);
-        let offset = log.identity().term_offset(position) as usize;
-        let frame_length = read_frame_length(term, offset);
-        assert!(frame_length > 0, "hole at {position}");
-        if read_frame_type(term, offset) == FrameType::Pad.code() {
-            position += frame_length as i64;
-            continue;
-        }
-        let header = DataHeader::parse(&term[offset..offset + 32]).unwrap();
-        partial.extend_from_slice(&term[offset + 32..offset + frame_length as usize]);
-        if header.flags & flags::END != 0 {
-            messages.push(std::mem::take(&mut partial));
-        }
-        position += align_frame(frame_length as usize) as i64;
+        let next = log
+            .read(position, usize::MAX, &mut scratch, |header, payload| {
+                partial.extend_from_slice(payload);
+                if header.flags & flags::END != 0 {
+                    messages.push(std::mem::take(&mut partial));
+                }
+            })
+            .unwrap();
+        assert!(next > position, "hole at {position}");
+        position = next;
     }
     messages
 }
 
-/// Splits the log between `start` and `end` into the datagrams a sender would send: whole
-/// frames, at most one MTU, never across a term; a PAD travels as its 32-byte header.
+/// Splits the log between `start` and `end` into the datagrams the sender sends (its scanner:
+/// whole frames, at most one MTU, never across a term; a PAD travels as its 32-byte header).
 fn datagrams(log: &LogBuffer, start: i64, end: i64) -> Vec<(i64, Vec<u8>)> {
     let mut out = Vec::new();
+    let mut buffer = vec![0u8; MTU as usize];
     let mut position = start;
     while position < end {
-        let term = log.term(position);
-        let offset = log.identity().term_offset(position) as usize;
-        let frame_length = read_frame_length(term, offset) as usize;
-        if read_frame_type(term, offset) == FrameType::Pad.code() {
-            out.push((position, term[offset..offset + 32].to_vec()));
-            position += frame_length as i64;
-            continue;
-        }
-        let mut length = align_frame(frame_length);
-        while offset + length < TERM as usize && (position + length as i64) < end {
-            let next = read_frame_length(term, offset + length) as usize;
-            if read_frame_type(term, offset + length) == FrameType::Pad.code()
-                || length + align_frame(next) > MTU as usize
-            {
-                break;
-            }
-            length += align_frame(next);
-        }
-        out.push((position, term[offset..offset + length].to_vec()));
-        position += length as i64;
+        let (length, covered) = log.scan_datagram(position, MTU as usize, &mut buffer);
+        assert!(covered > 0, "nothing to send at {position}");
+        out.push((position, buffer[..length].to_vec()));
+        position += covered;
     }
     out
+}
+
+fn is_padding(datagram: &[u8]) -> bool {
+    i16::from_le_bytes([datagram[6], datagram[7]]) == FrameType::Pad.code()
 }
 
 fn messages() -> impl Strategy<Value = Vec<Vec<u8>>> {
@@ -106,9 +100,9 @@ proptest! {
         start_slot in 0i64..2000,
         initial_term_id in any::<i32>(),
     ) {
-        let mut log = LogBuffer::new(identity(initial_term_id));
         let start = start_slot * 32;
-        let tail = append_all(&mut log, start, &messages);
+        let log = log_at(identity(initial_term_id), start);
+        let tail = append_all(&log, start, &messages);
         // Scanning (one term at a time) reaches exactly the tail.
         let mut scanned = start;
         while scanned < tail {
@@ -126,9 +120,9 @@ proptest! {
         start_slot in 0i64..2000,
         seed in any::<u64>(),
     ) {
-        let mut source = LogBuffer::new(identity(7));
         let start = start_slot * 32;
-        let tail = append_all(&mut source, start, &messages);
+        let source = log_at(identity(7), start);
+        let tail = append_all(&source, start, &messages);
         let mut packets = datagrams(&source, start, tail);
         // Shuffle deterministically, and duplicate some.
         let mut state = seed | 1;
@@ -138,7 +132,7 @@ proptest! {
         }
         let duplicates: Vec<_> = packets.iter().step_by(5).cloned().collect();
         packets.extend(duplicates);
-        let mut sink = LogBuffer::new(identity(7));
+        let mut sink = log_at(identity(7), 0);
         for (position, datagram) in &packets {
             sink.insert(*position, datagram);
         }
@@ -156,12 +150,12 @@ proptest! {
         messages in messages(),
         pick in any::<prop::sample::Index>(),
     ) {
-        let mut source = LogBuffer::new(identity(0));
-        let tail = append_all(&mut source, 0, &messages);
+        let source = log_at(identity(0), 0);
+        let tail = append_all(&source, 0, &messages);
         let packets = datagrams(&source, 0, tail);
         let missing = pick.index(packets.len());
-        prop_assume!(read_frame_type(&packets[missing].1, 0) != FrameType::Pad.code());
-        let mut sink = LogBuffer::new(identity(0));
+        prop_assume!(!is_padding(&packets[missing].1));
+        let mut sink = log_at(identity(0), 0);
         for (index, (position, datagram)) in packets.iter().enumerate() {
             if index != missing {
                 sink.insert(*position, datagram);

@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use affinity::embedded::{self, EmbeddedConfig};
-use affinity::logbuffer::{LogBuffer, StreamIdentity};
+use affinity::logbuffer::StreamIdentity;
+use affinity::shm::log_buffer::{LogBuffer, LogParams};
 
 /// Resident set size of this process, from `/proc/self/statm`.
 fn rss() -> u64 {
@@ -67,9 +68,10 @@ fn idle_udp_publications_cost_little_memory_and_return_it_on_close() {
     // Written terms cost their pages, and dropping the logs gives them back.
     let identity = StreamIdentity { session_id: 1, stream_id: 1, initial_term_id: 0, term_length: 16 << 20 };
     let before = rss();
-    let mut logs: Vec<LogBuffer> = (0..8).map(|_| LogBuffer::new(identity)).collect();
-    for log in &mut logs {
-        log.term_mut(0).fill(1);
+    let params = LogParams::for_stream(&identity, 1408);
+    let logs: Vec<LogBuffer> = (0..8).map(|_| LogBuffer::anonymous(&params).expect("log")).collect();
+    for log in &logs {
+        log.term(0).expect("term 0").set_memory(0, 16 << 20, 1).expect("write term 0");
     }
     let written = rss().saturating_sub(before);
     assert!(written >= 8 * (15 << 20), "8 written 16 MiB terms only added {} MiB", written >> 20);

@@ -4,13 +4,33 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use affinity::flow_control::{build, FlowControlDefaults};
+use affinity::flow_control::{build, FlowControl, FlowControlDefaults};
 use affinity::logbuffer::StreamIdentity;
-use affinity::protocol::{Image, ImageConfig, ImageCounters, NetworkPublication, OfferError, PublicationConfig};
+use affinity::protocol::{ImageConfig, ImageCounters, OfferError, PublicationConfig};
+use affinity::shm::log_buffer::{LogBuffer, LogParams, LogStart};
 use affinity::time::Instant;
 use affinity::wire::{
     flags, parse_control, ControlFrame, DataHeader, FrameHeader, FrameType, Setup, DATA_HEADER_LENGTH,
 };
+
+/// The protocol state machines over the media driver's log type, in an anonymous mapping.
+type Image = affinity::protocol::Image<LogBuffer>;
+/// See [`Image`].
+type NetworkPublication = affinity::protocol::NetworkPublication<LogBuffer>;
+
+/// A publication over an anonymous log that starts where `config` says.
+fn new_publication(config: PublicationConfig, flow_control: Box<dyn FlowControl>, now: Instant) -> NetworkPublication {
+    let params = LogParams::for_stream(&config.identity, config.mtu);
+    let log = LogBuffer::anonymous_at(&params, LogStart::at(&config.identity, config.initial_position)).unwrap();
+    NetworkPublication::with_log(config, log, flow_control, now)
+}
+
+/// An image over an anonymous log.
+fn new_image(config: ImageConfig, now: Instant) -> Image {
+    let log =
+        LogBuffer::anonymous(&LogParams::for_stream(&config.identity, affinity::protocol::defaults::MTU)).unwrap();
+    Image::with_log(config, log, now)
+}
 
 const TERM_LENGTH: u32 = 64 * 1024;
 
@@ -49,7 +69,7 @@ impl Network {
 fn publication(now: Instant) -> NetworkPublication {
     let identity = StreamIdentity { session_id: 77, stream_id: 1001, initial_term_id: -5, term_length: TERM_LENGTH };
     let config = PublicationConfig { linger: Duration::from_secs(1), ..PublicationConfig::new(identity, 0) };
-    NetworkPublication::new(config, build(None, false, &FlowControlDefaults::default()), now)
+    new_publication(config, build(None, false, &FlowControlDefaults::default()), now)
 }
 
 fn image_from(setup: &Setup, now: Instant) -> Image {
@@ -62,7 +82,7 @@ fn image_from(setup: &Setup, now: Instant) -> Image {
     let join_position = identity.position(setup.active_term_id, setup.term_offset);
     let config =
         ImageConfig { receiver_window: 16 * 1024, random_seed: 9, ..ImageConfig::new(identity, join_position, 4242) };
-    let mut image = Image::new(config, now);
+    let mut image = new_image(config, now);
     image.add_consumer(1);
     image
 }

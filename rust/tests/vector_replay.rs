@@ -5,15 +5,35 @@
 
 use std::time::Duration;
 
-use affinity::flow_control::{build, FlowControlDefaults};
+use affinity::flow_control::{build, FlowControl, FlowControlDefaults};
 use affinity::logbuffer::StreamIdentity;
-use affinity::protocol::{Image, ImageConfig, NetworkPublication, PublicationConfig};
+use affinity::protocol::{ImageConfig, PublicationConfig};
+use affinity::shm::log_buffer::{LogBuffer, LogParams, LogStart};
 use affinity::time::Instant;
 use affinity::wire::{flags, parse_control, ControlFrame, DataHeader, FrameHeader, FrameType, Setup};
 use serde_json::Value;
 
 mod support;
 use support::{from_hex, load, vectors_dir};
+
+/// The protocol state machines over the media driver's log type, in an anonymous mapping.
+type Image = affinity::protocol::Image<LogBuffer>;
+/// See [`Image`].
+type NetworkPublication = affinity::protocol::NetworkPublication<LogBuffer>;
+
+/// A publication over an anonymous log that starts where `config` says.
+fn new_publication(config: PublicationConfig, flow_control: Box<dyn FlowControl>, now: Instant) -> NetworkPublication {
+    let params = LogParams::for_stream(&config.identity, config.mtu);
+    let log = LogBuffer::anonymous_at(&params, LogStart::at(&config.identity, config.initial_position)).unwrap();
+    NetworkPublication::with_log(config, log, flow_control, now)
+}
+
+/// An image over an anonymous log.
+fn new_image(config: ImageConfig, now: Instant) -> Image {
+    let log =
+        LogBuffer::anonymous(&LogParams::for_stream(&config.identity, affinity::protocol::defaults::MTU)).unwrap();
+    Image::with_log(config, log, now)
+}
 
 fn scenario(name: &str) -> Value {
     load(&vectors_dir().join(format!("{name}.json")))
@@ -59,7 +79,7 @@ fn image_for(setup: &Setup) -> Image {
         term_length: setup.term_length as u32,
     };
     let config = ImageConfig::new(identity, identity.position(setup.active_term_id, setup.term_offset), 1);
-    let mut image = Image::new(config, Instant::ZERO);
+    let mut image = new_image(config, Instant::ZERO);
     image.add_consumer(1);
     image
 }
@@ -122,7 +142,7 @@ fn publication_like(setup: &Setup) -> NetworkPublication {
     };
     let initial_position = identity.position(setup.active_term_id, setup.term_offset);
     let config = PublicationConfig { mtu: setup.mtu as u32, ..PublicationConfig::new(identity, initial_position) };
-    NetworkPublication::new(config, build(None, false, &FlowControlDefaults::default()), Instant::ZERO)
+    new_publication(config, build(None, false, &FlowControlDefaults::default()), Instant::ZERO)
 }
 
 /// Offers M1, M2+M3, M4, M5 as the captured Aeron client did and checks every datagram we
@@ -216,7 +236,7 @@ fn connects_after(name: &str, fc: &str) -> (usize, Value) {
     let mut publication = publication_like(&setup);
     // Same settings, group semantics and the requested strategy.
     let config = PublicationConfig { is_group: true, ..publication.config().clone() };
-    publication = NetworkPublication::new(config, flow_control, Instant::ZERO);
+    publication = new_publication(config, flow_control, Instant::ZERO);
     let mut out = vec![0u8; 2048];
     publication.poll_transmit(Instant::ZERO, &mut out);
     for packet in scenario["packets"].as_array().unwrap() {

@@ -50,7 +50,7 @@ pub const DEFAULT_LINGER: Duration = defaults::PUBLICATION_LINGER;
 /// Default unicast NAK delay: `AERON_NAK_UNICAST_DELAY` (100 µs).
 pub const DEFAULT_NAK_DELAY: Duration = defaults::NAK_UNICAST_DELAY;
 /// Default concurrent retransmit actions: `AERON_MAX_RESEND` (16).
-pub const DEFAULT_MAX_RESEND: u32 = 16;
+pub const DEFAULT_MAX_RESEND: u32 = defaults::MAX_RESEND;
 /// Largest `max-resend`.
 pub const MAX_MAX_RESEND: u32 = 256;
 

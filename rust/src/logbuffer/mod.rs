@@ -1,9 +1,11 @@
-//! Term buffers in the Aeron layout and position arithmetic.
+//! Term positions and what the protocol state machines need of a log.
+//!
+//! The log itself (three term partitions in the Aeron layout, the term appender, the reader, the
+//! rebuilder and gap scanner) is [`crate::shm::log_buffer::LogBuffer`], one implementation for
+//! the media driver and the sans-IO tests (which run it in an anonymous mapping).
 
-pub mod log;
-pub mod memory;
 pub mod position;
 pub mod traits;
 
-pub use log::{AppendOutcome, LogBuffer, StreamIdentity};
-pub use traits::{ReceiverLog, SenderLog};
+pub use position::{StreamIdentity, PARTITION_COUNT};
+pub use traits::{Offer, ReceiverLog, SenderLog};

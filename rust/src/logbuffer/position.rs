@@ -1,4 +1,9 @@
-//! 64-bit stream positions from term id and term offset, with 32-bit wrapping term ids.
+//! 64-bit stream positions from term id and term offset, with 32-bit wrapping term ids, and
+//! the identity of a stream that positions are computed for.
+
+/// Number of term partitions in a log: the term `term_count` terms after the initial one lives
+/// in partition `term_count % PARTITION_COUNT`.
+pub const PARTITION_COUNT: usize = 3;
 
 /// Every frame starts on a multiple of [`crate::limits::FRAME_ALIGNMENT`] (as `usize`).
 pub const FRAME_ALIGNMENT: usize = crate::limits::FRAME_ALIGNMENT as usize;
@@ -89,10 +94,11 @@ pub fn term_offset_of(position: i64, term_length: u32) -> i32 {
     (position & (term_length as i64 - 1)) as i32
 }
 
-/// Which of the three term partitions holds the term `term_count` terms after the initial one.
-/// (`rem_euclid`: a negative count still names a partition, never an index out of range.)
+/// Which of the [`PARTITION_COUNT`] term partitions holds the term `term_count` terms after the
+/// initial one. (`rem_euclid`: a negative count, say a corrupt one read from shared memory,
+/// still names a partition, never an index out of range.)
 pub fn partition_index(term_count: i64) -> usize {
-    term_count.rem_euclid(3) as usize
+    term_count.rem_euclid(PARTITION_COUNT as i64) as usize
 }
 
 /// Bytes a message of `length` bytes takes in the log once fragmented for `max_payload`-byte frames.
@@ -106,6 +112,46 @@ pub fn fragmented_length(length: usize, max_payload: usize) -> usize {
 /// The largest message a term of `term_length` bytes accepts: `min(term_length / 8, 16 MiB)`.
 pub fn max_message_length(term_length: u32) -> usize {
     ((term_length / 8) as usize).min(16 * 1024 * 1024)
+}
+
+/// The identity of one stream instance: what every data header of its log carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamIdentity {
+    /// Publication session.
+    pub session_id: i32,
+    /// Application-chosen stream.
+    pub stream_id: i32,
+    /// Term id of position 0.
+    pub initial_term_id: i32,
+    /// Bytes per term, a power of two.
+    pub term_length: u32,
+}
+
+impl StreamIdentity {
+    /// `log2(term_length)`.
+    pub fn position_bits(&self) -> u32 {
+        position_bits(self.term_length)
+    }
+
+    /// The stream position of `(term_id, term_offset)`.
+    pub fn position(&self, term_id: i32, term_offset: i32) -> i64 {
+        compute_position(term_id, term_offset, self.position_bits(), self.initial_term_id)
+    }
+
+    /// The term id holding `position`.
+    pub fn term_id(&self, position: i64) -> i32 {
+        term_id_of(position, self.position_bits(), self.initial_term_id)
+    }
+
+    /// The offset of `position` within its term.
+    pub fn term_offset(&self, position: i64) -> i32 {
+        term_offset_of(position, self.term_length)
+    }
+
+    /// The largest position this stream can reach (`term_length * 2^31`).
+    pub fn max_position(&self) -> i64 {
+        max_position(self.term_length)
+    }
 }
 
 #[cfg(test)]

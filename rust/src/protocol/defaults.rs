@@ -27,6 +27,9 @@ pub const PUBLICATION_LINGER: Duration = Duration::from_secs(5);
 pub const RETRANSMIT_DELAY: Duration = Duration::ZERO;
 /// How long a resent range ignores further NAKs (`AERON_RETRANSMIT_UNICAST_LINGER`).
 pub const RETRANSMIT_LINGER: Duration = Duration::from_millis(10);
+/// Concurrent retransmit actions of one publication (`AERON_MAX_RESEND`); the channel URI's
+/// `max-resend` overrides it.
+pub const MAX_RESEND: u32 = 16;
 /// An image gives up on a gap (pads it over, counts it as unrecoverable) once the gap has been
 /// NAKed this long without repair while the publication's frames kept arriving beyond the
 /// receiver window: the publication has moved past its retransmit range. Frames beyond the

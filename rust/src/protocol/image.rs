@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use super::defaults;
 use super::loss::LossDetector;
-use crate::logbuffer::log::{read_frame_length, read_frame_type};
 use crate::logbuffer::position::align_frame;
-use crate::logbuffer::{LogBuffer, ReceiverLog, StreamIdentity};
+use crate::logbuffer::{ReceiverLog, StreamIdentity};
 use crate::time::Instant;
-use crate::wire::{flags, DataFrames, DataHeader, FrameType, Nak, StatusMessage, WireError, DATA_HEADER_LENGTH};
+use crate::wire::{flags, DataFrames, DataHeader, FrameType, Nak, StatusMessage, WireError};
 
 /// Settings of one image.
 #[derive(Clone, Debug)]
@@ -135,10 +134,11 @@ pub struct Fragment<'a> {
     pub position: i64,
 }
 
-/// The receiving side of one publication, over a log `L`: heap terms its consumers poll
-/// ([`Image::poll_fragments`], the default), or a shared log subscribers in other processes
-/// read, reporting their positions through counters ([`Image::set_consumer_position`]).
-pub struct Image<L = LogBuffer> {
+/// The receiving side of one publication, over a log `L`: the media driver's shared log, which
+/// subscribers in other processes read, reporting their positions through counters
+/// ([`Image::set_consumer_position`]); or, in-process, a log its consumers poll
+/// ([`Image::poll_fragments`]).
+pub struct Image<L> {
     config: ImageConfig,
     log: L,
     rebuild_position: i64,
@@ -186,50 +186,33 @@ pub enum DataRejection {
     Inactive,
 }
 
-impl Image<LogBuffer> {
-    /// An image on heap terms joined at `config.join_position`; it will send a status message
-    /// at once.
-    pub fn new(config: ImageConfig, now: Instant) -> Self {
-        let log = LogBuffer::new(config.identity);
-        Image::with_log(config, log, now)
-    }
-
-    /// Hands complete frames to consumer `id`, at most `fragment_limit` DATA frames; returns how
-    /// many were handed out.
+impl<L: ReceiverLog> Image<L> {
+    /// Hands complete frames to consumer `id` (a consumer in this process), at most
+    /// `fragment_limit` DATA frames; returns how many were handed out.
     pub fn poll_fragments<F>(&mut self, id: u64, fragment_limit: usize, mut handler: F) -> usize
     where
         F: FnMut(Fragment<'_>),
     {
         let Some(index) = self.consumers.iter().position(|c| c.id == id) else { return 0 };
         let mut position = self.consumers[index].position;
-        let term_length = self.config.identity.term_length as i64;
         let mut count = 0;
+        // One term per read: frames are complete up to the rebuild position, where the first
+        // gap (or the high-water mark) stops the reader.
         while count < fragment_limit && position < self.rebuild_position {
-            let term = self.log.term(position);
-            let offset = self.config.identity.term_offset(position) as usize;
-            let frame_length = read_frame_length(term, offset);
-            if frame_length <= 0 {
+            let next = self.log.read_frames(position, fragment_limit - count, &mut |header, payload, end| {
+                handler(Fragment { header: *header, payload, position: end });
+                count += 1;
+            });
+            if next == position {
                 break;
             }
-            if read_frame_type(term, offset) == FrameType::Pad.code() {
-                position += (align_frame(frame_length as usize) as i64).min(term_length - offset as i64);
-                continue;
-            }
-            let aligned = align_frame(frame_length as usize) as i64;
-            position += aligned;
-            if let Ok(header) = DataHeader::parse(&term[offset..offset + DATA_HEADER_LENGTH]) {
-                let end = (offset + frame_length as usize).min(term.len());
-                handler(Fragment { header, payload: &term[offset + DATA_HEADER_LENGTH..end], position });
-                count += 1;
-            }
+            position = next;
         }
         self.consumers[index].position = position;
         self.clean_behind();
         count
     }
-}
 
-impl<L: ReceiverLog> Image<L> {
     /// An image over `log` (whose geometry matches `config.identity`) joined at
     /// `config.join_position`; it will send a status message at once.
     pub fn with_log(config: ImageConfig, log: L, now: Instant) -> Self {
@@ -629,7 +612,7 @@ impl<L: ReceiverLog> Image<L> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logbuffer::AppendOutcome;
+    use crate::shm::log_buffer::{LogBuffer, LogParams, Offer};
     use crate::wire::{parse_control, ControlFrame};
 
     const TERM: u32 = 64 * 1024;
@@ -642,32 +625,38 @@ mod tests {
         StreamIdentity { session_id: 5, stream_id: 6, initial_term_id: 100, term_length: TERM }
     }
 
-    fn image() -> Image {
+    /// An image over a log in an anonymous mapping (the media driver's log type).
+    fn new_image(config: ImageConfig) -> Image<LogBuffer> {
+        let log = LogBuffer::anonymous(&LogParams::for_stream(&config.identity, defaults::MTU)).unwrap();
+        Image::with_log(config, log, Instant::ZERO)
+    }
+
+    fn image() -> Image<LogBuffer> {
         let config =
             ImageConfig { receiver_window: 32 * 1024, group_tag: Some(1001), ..ImageConfig::new(identity(), 0, 1) };
-        let mut image = Image::new(config, Instant::ZERO);
+        let mut image = new_image(config);
         image.add_consumer(1);
         image
     }
 
-    /// Four 64-byte frames written by a real appender, as datagrams.
+    /// Four 64-byte frames written by the term appender, as datagrams.
     fn frames() -> Vec<Vec<u8>> {
-        let mut log = LogBuffer::new(identity());
-        let mut tail = 0;
+        let log = LogBuffer::anonymous(&LogParams::for_stream(&identity(), defaults::MTU)).unwrap();
         for index in 0..4u8 {
-            let AppendOutcome::Appended(next) = log.append(tail, &[index; 20], 1408, 0) else { panic!() };
-            tail = next;
+            assert!(matches!(log.offer(&[index; 20], 0, i64::MAX).unwrap(), Offer::Appended(_)));
         }
-        (0..4).map(|i| log.term(0)[i * 64..(i + 1) * 64].to_vec()).collect()
+        let mut term = Vec::new();
+        log.term(0).unwrap().read_into(0, 4 * 64, &mut term).unwrap();
+        term.chunks(64).map(<[u8]>::to_vec).collect()
     }
 
-    fn drain(image: &mut Image) -> Vec<u8> {
+    fn drain(image: &mut Image<LogBuffer>) -> Vec<u8> {
         let mut firsts = Vec::new();
         image.poll_fragments(1, 100, |fragment| firsts.push(fragment.payload[0]));
         firsts
     }
 
-    fn transmit(image: &mut Image, now: Instant) -> Vec<ControlFrame> {
+    fn transmit(image: &mut Image<LogBuffer>, now: Instant) -> Vec<ControlFrame> {
         let mut out = [0u8; 128];
         std::iter::from_fn(|| image.poll_transmit(now, &mut out).map(|n| parse_control(&out[..n]).unwrap().unwrap()))
             .collect()
@@ -959,7 +948,7 @@ mod tests {
     #[test]
     fn an_unreliable_image_skips_gaps_instead_of_naking() {
         let config = ImageConfig { reliable: false, ..ImageConfig::new(identity(), 0, 1) };
-        let mut image = Image::new(config, Instant::ZERO);
+        let mut image = new_image(config);
         image.add_consumer(1);
         let frames = frames();
         image.on_data(&frames[0], ms(1)).unwrap();

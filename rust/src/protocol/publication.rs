@@ -11,7 +11,8 @@ use std::time::Duration;
 use super::defaults;
 use super::retransmit::{ResendRange, RetransmitHandler};
 use crate::flow_control::{FlowControl, FlowControlEvent, StatusMessageInput, TrackedReceiver};
-use crate::logbuffer::{AppendOutcome, LogBuffer, SenderLog, StreamIdentity};
+use crate::logbuffer::position::fragmented_length;
+use crate::logbuffer::{Offer, SenderLog, StreamIdentity};
 use crate::time::Instant;
 use crate::wire::{
     flags, DataHeader, ErrorFrame, FrameType, Nak, RttMeasurement, Setup, StatusMessage, DATA_HEADER_LENGTH,
@@ -104,7 +105,7 @@ impl PublicationConfig {
             connection_timeout: defaults::PUBLICATION_CONNECTION_TIMEOUT,
             retransmit_delay: defaults::RETRANSMIT_DELAY,
             retransmit_linger: defaults::RETRANSMIT_LINGER,
-            max_resend: crate::channel::DEFAULT_MAX_RESEND as usize,
+            max_resend: defaults::MAX_RESEND as usize,
             signal_eos: true,
         }
     }
@@ -229,10 +230,10 @@ enum Lifecycle {
     Done,
 }
 
-/// The sending side of one publication, over a log `L`: heap terms it appends to itself
-/// ([`NetworkPublication::offer`], the default) or a shared log clients append to (the media
-/// driver tells it the tail with [`NetworkPublication::on_tail`]).
-pub struct NetworkPublication<L = LogBuffer> {
+/// The sending side of one publication, over a log `L` (the media driver's shared log, which
+/// clients append to and whose tail the driver passes on with [`NetworkPublication::on_tail`];
+/// or, in-process, a log the publication appends to itself with [`NetworkPublication::offer`]).
+pub struct NetworkPublication<L> {
     config: PublicationConfig,
     log: L,
     tail: i64,
@@ -264,14 +265,9 @@ impl<L> std::fmt::Debug for NetworkPublication<L> {
     }
 }
 
-impl NetworkPublication<LogBuffer> {
-    /// A new publication on heap terms that will start announcing itself with SETUP frames.
-    pub fn new(config: PublicationConfig, flow_control: Box<dyn FlowControl>, now: Instant) -> Self {
-        let log = LogBuffer::new(config.identity);
-        NetworkPublication::with_log(config, log, flow_control, now)
-    }
-
-    /// Appends one message; returns the new stream position.
+impl<L: SenderLog> NetworkPublication<L> {
+    /// Appends one message through the log's appender (the application in this process is the
+    /// log's only writer); returns the new stream position.
     pub fn offer(&mut self, payload: &[u8], reserved_value: i64) -> Result<i64, OfferError> {
         if self.lifecycle != Lifecycle::Active {
             return Err(OfferError::Closed);
@@ -284,25 +280,28 @@ impl NetworkPublication<LogBuffer> {
             return Err(OfferError::MessageTooLong { length: payload.len(), max });
         }
         let limit = self.publisher_limit();
-        let needed = LogBuffer::framed_length(payload.len(), self.config.mtu).max(DATA_HEADER_LENGTH) as i64;
+        let max_payload = self.config.mtu as usize - DATA_HEADER_LENGTH;
+        let needed = fragmented_length(payload.len(), max_payload).max(DATA_HEADER_LENGTH) as i64;
+        let term_mask = i64::from(self.config.identity.term_length) - 1;
         for _ in 0..2 {
+            // The whole message within the window (the log's own check lets one message cross it).
             if self.tail + needed > limit {
                 return Err(OfferError::BackPressured);
             }
-            match self.log.append(self.tail, payload, self.config.mtu, reserved_value) {
-                AppendOutcome::Appended(tail) => {
+            match self.log.append(payload, reserved_value, limit) {
+                Offer::Appended(tail) => {
                     self.tail = tail;
                     return Ok(tail);
                 }
-                AppendOutcome::Padded(tail) => self.tail = tail,
-                AppendOutcome::MaxPositionExceeded => return Err(OfferError::MaxPositionExceeded),
+                // The rest of the term was padded and the log rotated: the next term starts there.
+                Offer::AdminAction => self.tail = (self.tail + term_mask) & !term_mask,
+                Offer::BackPressured => return Err(OfferError::BackPressured),
+                Offer::MaxPositionExceeded => return Err(OfferError::MaxPositionExceeded),
             }
         }
         Err(OfferError::AdminAction)
     }
-}
 
-impl<L: SenderLog> NetworkPublication<L> {
     /// A new publication over `log` (whose geometry matches `config.identity`) that will start
     /// announcing itself with SETUP frames.
     pub fn with_log(config: PublicationConfig, log: L, flow_control: Box<dyn FlowControl>, now: Instant) -> Self {
@@ -716,18 +715,29 @@ impl<L: SenderLog> NetworkPublication<L> {
 mod tests {
     use super::*;
     use crate::flow_control::{build, FlowControlDefaults};
+    use crate::shm::log_buffer::{LogBuffer, LogParams, LogStart};
     use crate::wire::{parse_control, ControlFrame};
 
     const TERM: u32 = 64 * 1024;
+
+    /// A publication over a log in an anonymous mapping (the media driver's log type).
+    fn with_flow_control(
+        config: PublicationConfig,
+        flow_control: Box<dyn FlowControl>,
+    ) -> NetworkPublication<LogBuffer> {
+        let params = LogParams::for_stream(&config.identity, config.mtu);
+        let log = LogBuffer::anonymous_at(&params, LogStart::at(&config.identity, config.initial_position)).unwrap();
+        NetworkPublication::with_log(config, log, flow_control, Instant::ZERO)
+    }
 
     fn ms(value: u64) -> Instant {
         Instant::from_nanos(value * 1_000_000)
     }
 
-    fn publication() -> NetworkPublication {
+    fn publication() -> NetworkPublication<LogBuffer> {
         let identity = StreamIdentity { session_id: 9, stream_id: 10, initial_term_id: 3, term_length: TERM };
         let config = PublicationConfig { linger: Duration::from_millis(500), ..PublicationConfig::new(identity, 0) };
-        NetworkPublication::new(config, build(None, false, &FlowControlDefaults::default()), Instant::ZERO)
+        with_flow_control(config, build(None, false, &FlowControlDefaults::default()))
     }
 
     fn status(position: i32, window: i32, flags: u8) -> StatusMessage {
@@ -804,6 +814,30 @@ mod tests {
     }
 
     #[test]
+    fn a_message_moved_to_the_next_term_must_still_fit_the_window() {
+        // 1000-byte messages take 1056 bytes: 62 of them end 64 bytes before the end of the
+        // term, the 63rd would end at 66528 and fits the window (66550) but not the term. The
+        // rest of the term is padded and, moved to the next term, the message would end at
+        // 66592, past the window: back-pressured, as the log's own check (which lets a message
+        // start below the limit end past it) would not say.
+        let identity = StreamIdentity { session_id: 9, stream_id: 10, initial_term_id: 3, term_length: TERM };
+        let config = PublicationConfig { publication_window: 63 * 1056 + 22, ..PublicationConfig::new(identity, 0) };
+        let mut publication = with_flow_control(config, build(None, false, &FlowControlDefaults::default()));
+        let mut out = [0u8; 2048];
+        publication.poll_transmit(ms(0), &mut out);
+        publication.on_status_message(&status(0, 4096, 0), ms(1));
+        publication.on_idle(ms(1));
+        assert_eq!(publication.publisher_limit(), 66550);
+        for _ in 0..62 {
+            publication.offer(&[1u8; 1000], 0).unwrap();
+        }
+        assert_eq!(publication.tail_position(), 62 * 1056);
+        assert_eq!(publication.offer(&[1u8; 1000], 0), Err(OfferError::BackPressured));
+        assert_eq!(publication.tail_position(), i64::from(TERM), "the padding is part of the stream");
+        assert_eq!(publication.log().tail_position().unwrap(), i64::from(TERM), "nothing appended past the window");
+    }
+
+    #[test]
     fn resends_a_naked_range_once_within_the_linger() {
         let mut publication = publication();
         let mut out = [0u8; 2048];
@@ -824,7 +858,7 @@ mod tests {
     }
 
     /// A connected publication that has sent `messages` 200-byte messages (256 bytes of log each).
-    fn sent(messages: usize) -> NetworkPublication {
+    fn sent(messages: usize) -> NetworkPublication<LogBuffer> {
         let mut publication = publication();
         let mut out = [0u8; 2048];
         publication.poll_transmit(ms(0), &mut out);
@@ -837,7 +871,7 @@ mod tests {
         publication
     }
 
-    fn resent_bytes(publication: &mut NetworkPublication, now: Instant) -> usize {
+    fn resent_bytes(publication: &mut NetworkPublication<LogBuffer>, now: Instant) -> usize {
         let mut out = [0u8; 2048];
         let mut total = 0;
         for _ in 0..10_000 {
@@ -919,8 +953,7 @@ mod tests {
         let identity = StreamIdentity { session_id: 9, stream_id: 10, initial_term_id: 3, term_length: TERM };
         let config = PublicationConfig { is_group: true, ..PublicationConfig::new(identity, 0) };
         let spec = crate::flow_control::FlowControlSpec::parse("min").unwrap();
-        let mut publication =
-            NetworkPublication::new(config, build(Some(&spec), true, &FlowControlDefaults::default()), Instant::ZERO);
+        let mut publication = with_flow_control(config, build(Some(&spec), true, &FlowControlDefaults::default()));
         for id in 0..20_000 {
             publication.on_status_message(&StatusMessage { receiver_id: id, ..status(0, 4096, 0) }, ms(1));
         }

@@ -1,11 +1,12 @@
 //! The protocol state machines over shared-memory logs (`shm::log_buffer::LogBuffer`), as the
 //! media driver runs them: a publisher appends with the shared term appender, the publication
 //! sends what is committed, the image writes received frames into its shared log and a
-//! subscriber reads that log and reports its position, as a separate process would.
+//! subscriber reads that log and reports its position, as a separate process would. And the
+//! log's rebuilder and gap scanner (the one implementation, reached through `ReceiverLog`).
 
 use super::*;
 use crate::flow_control::{build, FlowControlDefaults};
-use crate::logbuffer::{LogBuffer as HeapLog, ReceiverLog, StreamIdentity};
+use crate::logbuffer::{ReceiverLog, StreamIdentity};
 use crate::shm::log_buffer::{LogBuffer as SharedLog, LogParams, Offer};
 use crate::time::Instant;
 use crate::wire::{parse_control, ControlFrame};
@@ -124,15 +125,16 @@ fn a_subscriber_that_stops_reading_stops_the_window() {
     let image_log = SharedLog::anonymous(&params(9)).unwrap();
     let mut image = Image::with_log(ImageConfig::new(identity(), 0, 77), image_log, ms(0));
     image.add_consumer(1);
-    let mut heap = HeapLog::new(identity());
+    let source = SharedLog::anonymous(&params(9)).unwrap();
     let payload = [7u8; 1000];
     let mut tail = 0;
     while tail < i64::from(TERM) {
-        let crate::logbuffer::AppendOutcome::Appended(next) = heap.append(tail, &payload, 1408, 0) else { break };
+        let Offer::Appended(next) = source.offer(&payload, 0, i64::MAX).unwrap() else { break };
         {
             let offset = identity().term_offset(tail) as usize;
             let length = (next - tail) as usize;
-            let datagram = heap.term(tail)[offset..offset + length].to_vec();
+            let mut datagram = Vec::new();
+            source.term(0).unwrap().read_into(offset, length, &mut datagram).unwrap();
             let result = image.on_data(&datagram, ms(1));
             if next > i64::from(TERM / 2) {
                 assert_eq!(result, Err(DataRejection::Overrun));
@@ -148,31 +150,51 @@ fn a_subscriber_that_stops_reading_stops_the_window() {
 }
 
 #[test]
-fn heap_and_shared_image_logs_agree_on_gaps_and_completion() {
-    let mut heap = HeapLog::new(identity());
-    let mut shared = SharedLog::anonymous(&params(9)).unwrap();
-    let mut source = HeapLog::new(identity());
-    let mut tail = 0;
+fn the_image_log_finds_gaps_and_completion_where_frames_are_missing() {
+    // 40 frames of 160 bytes (100-byte payloads); every fifth from the third never arrives.
+    const FRAME: i64 = 160;
+    let source = SharedLog::anonymous(&params(9)).unwrap();
     let mut frames = Vec::new();
     for index in 0..40u8 {
-        if let crate::logbuffer::AppendOutcome::Appended(next) = source.append(tail, &[index; 100], 1408, 0) {
-            frames.push((tail, source.term(tail)[tail as usize..next as usize].to_vec()));
-            tail = next;
-        }
+        let Offer::Appended(next) = source.offer(&[index; 100], 0, i64::MAX).unwrap() else { panic!() };
+        let mut frame = Vec::new();
+        source.term(0).unwrap().read_into((next - FRAME) as usize, FRAME as usize, &mut frame).unwrap();
+        frames.push((next - FRAME, frame));
     }
+    let tail = 40 * FRAME;
+    let mut shared = SharedLog::anonymous(&params(9)).unwrap();
+    let mut arrived = [false; 40];
+    // What the log must report given which frames arrived: complete up to the first missing
+    // frame, the gap the run of missing frames from there.
+    let expected = |arrived: &[bool; 40]| {
+        let first = arrived.iter().position(|a| !a).unwrap_or(40);
+        let run = arrived[first..].iter().take_while(|a| !**a).count();
+        let complete = first as i64 * FRAME;
+        (complete, (run > 0).then_some((complete, run * FRAME as usize)))
+    };
     for (index, (position, frame)) in frames.iter().enumerate() {
         if index % 5 == 2 {
             continue;
         }
-        ReceiverLog::insert(&mut heap, *position, frame);
         ReceiverLog::insert(&mut shared, *position, frame);
-        assert_eq!(heap.scan_complete(0, tail), ReceiverLog::scan_complete(&shared, 0, tail));
-        assert_eq!(heap.find_gap(0, tail), ReceiverLog::find_gap(&shared, 0, tail));
+        arrived[index] = true;
+        let (complete, gap) = expected(&arrived);
+        assert_eq!(ReceiverLog::scan_complete(&shared, 0, tail), complete, "after frame {index}");
+        assert_eq!(ReceiverLog::find_gap(&shared, 0, tail), gap, "after frame {index}");
     }
     let (gap, length) = ReceiverLog::find_gap(&shared, 0, tail).unwrap();
+    assert_eq!((gap, length), (2 * FRAME, FRAME as usize));
     ReceiverLog::fill_gap(&mut shared, gap, length);
-    heap.fill_gap(gap, length);
-    assert_eq!(heap.scan_complete(0, tail), ReceiverLog::scan_complete(&shared, 0, tail));
+    assert_eq!(ReceiverLog::scan_complete(&shared, 0, tail), 7 * FRAME, "the padded gap is passed over");
+    // A reader in this process gets the frames before the gap, passes the padding and stops at
+    // the next gap.
+    let mut payloads = Vec::new();
+    let end = ReceiverLog::read_frames(&shared, 0, usize::MAX, &mut |header, payload, end| {
+        assert_eq!(identity().position(header.term_id, header.term_offset) + FRAME, end);
+        assert_eq!((header.session_id, header.stream_id, header.frame_length), (9, 10, 132));
+        payloads.push(payload[0]);
+    });
+    assert_eq!((payloads, end), (vec![0, 1, 3, 4, 5, 6], 7 * FRAME));
     ReceiverLog::clean_term(&mut shared, 0);
     assert_eq!(ReceiverLog::scan_complete(&shared, 0, tail), 0);
 }

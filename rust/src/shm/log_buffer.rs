@@ -28,11 +28,16 @@ use super::buffer::{align_up, Region, RegionReader, RegionWriter};
 use super::error::ShmError;
 use super::file;
 use crate::limits::{self, MAX_TERM_LENGTH, MIN_TERM_LENGTH};
-use crate::logbuffer::log::PARTITION_COUNT;
 use crate::logbuffer::position::{
-    align_frame, compute_position, fragmented_length, max_message_length, position_bits, start_position,
+    align_frame, compute_position, fragmented_length, max_message_length, partition_index, position_bits,
+    start_position, PARTITION_COUNT,
 };
-use crate::wire::{flags, FrameType, DATA_HEADER_LENGTH};
+use crate::logbuffer::StreamIdentity;
+use crate::wire::{flags, DataHeader, FrameType, DATA_HEADER_LENGTH};
+
+/// What an offer into the log did (defined with the [`crate::logbuffer::SenderLog`] port, whose
+/// `append` is this log's [`LogBuffer::offer`]).
+pub use crate::logbuffer::Offer;
 
 /// Bytes of the metadata section at the end of a log (one minimum page).
 pub const LOG_META_DATA_LENGTH: usize = 4096;
@@ -163,6 +168,21 @@ pub struct LogParams {
 }
 
 impl LogParams {
+    /// The parameters of a log for stream `identity` with frames of at most `mtu` bytes, the
+    /// smallest page size and correlation id 0: what the sans-IO tests run the protocol state
+    /// machines on (`LogBuffer::anonymous_at(&LogParams::for_stream(..), LogStart::at(..))`).
+    pub fn for_stream(identity: &StreamIdentity, mtu: u32) -> Self {
+        LogParams {
+            term_length: identity.term_length,
+            mtu,
+            page_size: PAGE_MIN_SIZE,
+            initial_term_id: identity.initial_term_id,
+            session_id: identity.session_id,
+            stream_id: identity.stream_id,
+            correlation_id: 0,
+        }
+    }
+
     /// Checks every parameter and returns the total file length.
     pub fn validate(&self) -> Result<usize, String> {
         check_term_length(self.term_length)?;
@@ -237,6 +257,11 @@ impl LogStart {
         LogStart { term_id: params.initial_term_id, term_offset: 0 }
     }
 
+    /// Position `position` of stream `identity` (a term start is the next term at offset 0).
+    pub fn at(identity: &StreamIdentity, position: i64) -> Self {
+        LogStart { term_id: identity.term_id(position), term_offset: identity.term_offset(position) as u32 }
+    }
+
     /// The position this start names in a log of `params`, checked
     /// (`logbuffer::position::start_position`).
     pub fn position(&self, params: &LogParams) -> Result<i64, String> {
@@ -244,19 +269,6 @@ impl LogStart {
         start_position(params.initial_term_id, self.term_id, offset, params.term_length)
             .map_err(|e| format!("start term id {} at term offset {}: {e}", self.term_id, self.term_offset))
     }
-}
-
-/// Result of an offer into the log.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Offer {
-    /// Written; the value is the position after the message.
-    Appended(i64),
-    /// The publisher limit was reached (`position >= limit`): retry later.
-    BackPressured,
-    /// The term was filled and the log rotated (or a rotation was in progress): retry now.
-    AdminAction,
-    /// The stream reached its largest position.
-    MaxPositionExceeded,
 }
 
 /// One committed fragment handed to a reader.
@@ -1176,12 +1188,6 @@ fn find_term_length(region: &Region) -> Option<u32> {
     None
 }
 
-/// Partition of the term `term_count` terms after the initial one; total for any input (a
-/// corrupt negative count from shared memory maps into range instead of panicking).
-fn partition_index(term_count: i64) -> usize {
-    term_count.rem_euclid(PARTITION_COUNT as i64) as usize
-}
-
 /// The DATA header every frame of a log starts from.
 pub fn default_header(session_id: i32, stream_id: i32) -> [u8; DATA_HEADER_LENGTH] {
     let mut header = [0u8; DATA_HEADER_LENGTH];
@@ -1290,6 +1296,10 @@ impl crate::logbuffer::SenderLog for LogBuffer {
         LogBuffer::max_message_length(self)
     }
 
+    fn append(&mut self, payload: &[u8], reserved_value: i64, limit: i64) -> Offer {
+        self.offer(payload, reserved_value, limit).unwrap_or(Offer::AdminAction)
+    }
+
     fn scan_datagram(&self, position: i64, max: usize, out: &mut [u8]) -> (usize, i64) {
         // A log that cannot be read (a corrupt frame a client wrote) sends nothing.
         self.try_scan_datagram(position, max, out).unwrap_or((0, 0))
@@ -1316,6 +1326,34 @@ impl crate::logbuffer::ReceiverLog for LogBuffer {
 
     fn clean_term(&mut self, position: i64) {
         let _ = self.try_clean_term(position);
+    }
+
+    fn read_frames(
+        &self,
+        position: i64,
+        fragment_limit: usize,
+        handler: &mut dyn FnMut(&DataHeader, &[u8], i64),
+    ) -> i64 {
+        let LogIdentity { session_id, stream_id } = self.identity();
+        let mut scratch = Vec::new();
+        let mut consumed = position;
+        let read = self.read(position, fragment_limit, &mut scratch, |fragment, payload| {
+            let frame_length = DATA_HEADER_LENGTH + payload.len();
+            consumed = fragment.position + align_frame(frame_length) as i64;
+            let header = DataHeader {
+                frame_length: frame_length as i32,
+                flags: fragment.flags,
+                frame_type: FrameType::Data,
+                term_offset: fragment.term_offset as i32,
+                session_id,
+                stream_id,
+                term_id: fragment.term_id,
+                reserved_value: fragment.reserved_value,
+            };
+            handler(&header, payload, consumed);
+        });
+        // A frame that cannot be read stops the reader after the frames it delivered.
+        read.unwrap_or(consumed)
     }
 }
 
