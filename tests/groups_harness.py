@@ -125,7 +125,9 @@ class Role:
     def json_result(self, timeout: float = 30.0) -> Any:
         """Waits for the exit and returns the last stdout line parsed as JSON."""
         self.process.wait(timeout=timeout)
-        time.sleep(0.1)
+        # The reader thread ends at end of file: join it, so the last line is in (a loaded
+        # machine can take longer than any fixed sleep to hand it over).
+        self._reader.join(timeout=timeout)
         for line in reversed(self.output()):
             if line.startswith("{"):
                 return json.loads(line)
