@@ -330,6 +330,17 @@ impl<L: ReceiverLog> Image<L> {
             for frame in DataFrames::new(datagram) {
                 let (frame, _) = frame.map_err(|e| self.malformed(e))?;
                 data_only &= frame.frame_type == FrameType::Data;
+                // A PAD's length covers the term past its 32-byte header: it must end inside
+                // the term (readers would otherwise skip past the term's end, into nothing).
+                if frame.frame_type == FrameType::Pad
+                    && i64::from(frame.term_offset) + i64::from(frame.frame_length) > term_length
+                {
+                    return Err(self.malformed(WireError::BadFrameLength {
+                        frame: "PAD",
+                        frame_length: frame.frame_length,
+                        datagram_length: usize::try_from(term_length - i64::from(frame.term_offset)).unwrap_or(0),
+                    }));
+                }
                 frames += 1;
             }
             if frames == 0 {
@@ -670,6 +681,33 @@ mod tests {
         assert_eq!((message.receiver_window, message.group_tag), (32 * 1024, Some(1001)));
         assert!(transmit(&mut image, ms(50)).is_empty());
         assert_eq!(transmit(&mut image, ms(100)).len(), 1);
+    }
+
+    /// A 32-byte PAD at `term_offset` of the first term claiming `frame_length` bytes.
+    fn pad(term_offset: i32, frame_length: i32) -> Vec<u8> {
+        let mut pad = frames()[0][..32].to_vec();
+        pad[0..4].copy_from_slice(&frame_length.to_le_bytes());
+        pad[6..8].copy_from_slice(&0u16.to_le_bytes());
+        pad[8..12].copy_from_slice(&term_offset.to_le_bytes());
+        pad
+    }
+
+    #[test]
+    fn a_pad_reaching_past_the_term_end_is_malformed_and_moves_nothing() {
+        let mut image = image();
+        let frames = frames();
+        image.on_data(&frames[0], ms(1)).unwrap();
+        let forged = pad(64, TERM as i32);
+        assert!(matches!(
+            image.on_data(&forged, ms(2)),
+            Err(DataRejection::Malformed(WireError::BadFrameLength { frame: "PAD", .. }))
+        ));
+        assert_eq!(image.counters().malformed, 1);
+        // The stream goes on where it was: the next real frame is delivered.
+        image.on_data(&frames[1], ms(3)).unwrap();
+        assert_eq!(drain(&mut image), vec![0, 1]);
+        // A PAD that ends exactly at the term end is the publication's own padding.
+        assert!(image.on_data(&pad(128, TERM as i32 - 128), ms(4)).is_ok());
     }
 
     #[test]
