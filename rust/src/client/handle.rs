@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::attached::{AttachedClient, AttachedPublication, AttachedSubscription};
+use super::attached::{AttachedClient, AttachedPublication, AttachedSubscription, Unsent};
 use super::MessageBatch;
 use crate::channel::ChannelUri;
 use crate::error::Error;
@@ -19,8 +19,8 @@ type Result<T> = std::result::Result<T, Error>;
 
 /// Checks a channel before it goes to the driver: a URI that does not parse is a configuration
 /// error naming the channel (the driver refuses, with a precise error, what it does not support
-/// within a valid URI).
-fn check_channel(channel: &str) -> Result<()> {
+/// within a valid URI). Also what the Spark data source runs on its options at plan time.
+pub fn check_channel(channel: &str) -> Result<()> {
     ChannelUri::parse(channel).map(drop).map_err(|e| Error::Config(format!("channel {channel:?}: {e}")))
 }
 
@@ -138,6 +138,12 @@ impl ClientHandle {
     /// have the data; an embedded driver stops once they have).
     pub fn close(&self) {
         self.client.close()
+    }
+
+    /// [`ClientHandle::close`], an embedded driver draining for at most `drain` (`None`: its own
+    /// bound); returns what it left unsent.
+    pub fn close_within(&self, drain: Option<Duration>) -> Unsent {
+        self.client.close_within(drain)
     }
 }
 
