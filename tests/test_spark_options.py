@@ -101,6 +101,10 @@ MALFORMED_CHANNELS = [
     ("aeron:udp?endpoint=127.0.0.1:99999", "endpoint"),
     ("aeron:udp?endpoint=127.0.0.1:40123|term-length=1000", "term-length"),
     ("aeron:udp?endpoint=127.0.0.1:40123|no-such-key=1", "no-such-key"),
+    ("aeron:udp?term-length=65536", "needs endpoint"),
+    # Parses, but the driver would refuse it inside a task.
+    ("aeron:udp?endpoint=127.0.0.1:40123|cc=cubic", "cc=cubic .* is not supported"),
+    ("aeron:udp?control=127.0.0.1:40124", "control-mode .* is not supported"),
 ]
 
 

@@ -89,7 +89,9 @@ def run_driver(argv: Iterable[str]) -> None:
 
 def check_channel(channel: str) -> None:
     """Raise ``ChannelUriError`` (naming the key and value) unless ``channel`` is a well-formed
-    channel URI; needs no driver (the Spark data source checks its options with it)."""
+    channel URI the driver carries (an ``aeron:udp`` one asking for spy, control, tags, cc=cubic,
+    ... is refused as the driver would); needs no driver (the Spark data source checks its
+    options with it)."""
 
 def default_driver_dir() -> str:
     """``$AFFINITY_DIR``, else a per-user folder under /dev/shm (or the temp dir)."""

@@ -17,11 +17,14 @@ use crate::sync::lock;
 
 type Result<T> = std::result::Result<T, Error>;
 
-/// Checks a channel before it goes to the driver: a URI that does not parse is a configuration
-/// error naming the channel (the driver refuses, with a precise error, what it does not support
-/// within a valid URI). Also what the Spark data source runs on its options at plan time.
+/// Checks a channel before it goes to the driver: a URI that does not parse, or an `aeron:udp`
+/// one asking for what the driver does not do ([`ChannelUri::unsupported_udp`]), is a
+/// configuration error naming the channel. Also what the Spark data source runs on its options
+/// at plan time.
 pub fn check_channel(channel: &str) -> Result<()> {
-    ChannelUri::parse(channel).map(drop).map_err(|e| Error::Config(format!("channel {channel:?}: {e}")))
+    let refused = |what: String| Error::Config(format!("channel {channel:?}: {what}"));
+    let uri = ChannelUri::parse(channel).map_err(|e| refused(e.to_string()))?;
+    uri.unsupported_udp().map_or(Ok(()), |what| Err(refused(what)))
 }
 
 /// What the consumer-group and subjects runtimes need of a client: they hold an
