@@ -25,6 +25,10 @@ ERRORS_RS = Path(__file__).parent.parent / "rust" / "src" / "py" / "errors.rs"
 
 def test_every_exception_class_derives_from_affinity_error() -> None:
     for name in affinity.exceptions.__all__:
+        if name.endswith("Warning"):  # warnings have their own root, a UserWarning
+            assert issubclass(getattr(affinity.exceptions, name), affinity.AffinityWarning), name
+            assert issubclass(affinity.AffinityWarning, UserWarning)
+            continue
         assert issubclass(getattr(affinity.exceptions, name), affinity.AffinityError), name
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
+import uuid
 from typing import Any
 
 import affinity
@@ -15,6 +18,7 @@ from affinity.spark.options import (
     MAX_BATCH_ROWS_LIMIT,
     MIN_BATCH_BYTES,
     parse_sink_options,
+    parse_source_options,
 )
 from spark_support import spark_session
 
@@ -87,3 +91,71 @@ def test_a_spark_write_with_a_malformed_batching_option_fails_naming_it(name: st
     writer = spark.range(3).write.format("affinity").option("channel", "aeron:ipc").option("streamId", "1")
     with pytest.raises(AnalysisException, match=rf"SparkOptionError: option {name}='{value}'"):
         writer.option(name, value).mode("append").save()
+
+
+#: Bound of the wait for a streaming query with a malformed option to fail.
+STREAM_FAILURE_TIMEOUT_S = 120
+
+#: Channel URIs that start like one but do not parse: each names the key and the value at fault.
+MALFORMED_CHANNELS = [
+    ("aeron:udp?endpoint=127.0.0.1:99999", "endpoint"),
+    ("aeron:udp?endpoint=127.0.0.1:40123|term-length=1000", "term-length"),
+    ("aeron:udp?endpoint=127.0.0.1:40123|no-such-key=1", "no-such-key"),
+    ("aeron:udp?term-length=65536", "needs endpoint"),
+    # Parses, but the driver would refuse it inside a task.
+    ("aeron:udp?endpoint=127.0.0.1:40123|cc=cubic", "cc=cubic .* is not supported"),
+    ("aeron:udp?control=127.0.0.1:40124", "control-mode .* is not supported"),
+]
+
+
+@pytest.mark.parametrize(("channel", "key"), MALFORMED_CHANNELS)
+def test_a_malformed_channel_uri_is_refused_by_the_option_parsers(channel: str, key: str) -> None:
+    for parse in (parse_sink_options, parse_source_options):
+        with pytest.raises(SparkOptionError, match=rf"^option channel='{re.escape(channel)}': .*{key}") as raised:
+            parse({"channel": channel, "streamId": "1"})
+        assert isinstance(raised.value, affinity.ConfigError)
+
+
+def _jobs_of(spark: Any, group: str) -> list[int]:
+    return list(spark.sparkContext.statusTracker().getJobIdsForGroup(group))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("channel", "key"), MALFORMED_CHANNELS[:1])
+def test_a_spark_write_with_a_malformed_channel_fails_at_plan_time_before_any_task(channel: str, key: str) -> None:
+    from pyspark.errors import AnalysisException
+
+    spark: Any = spark_session()
+    group = f"malformed-channel-write-{uuid.uuid4()}"
+    spark.sparkContext.setJobGroup(group, "a write whose channel does not parse")
+    try:
+        writer = spark.range(3).write.format("affinity").option("channel", channel).option("streamId", "1")
+        with pytest.raises(AnalysisException, match=rf"SparkOptionError: option channel='{re.escape(channel)}'"):
+            writer.mode("append").save()
+        assert _jobs_of(spark, group) == [], "the write ran a job: the URI was found malformed inside a task"
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+
+
+@pytest.mark.spark
+def test_a_spark_stream_with_a_malformed_channel_fails_when_it_is_planned() -> None:
+    from pyspark.errors import AnalysisException, StreamingQueryException
+
+    spark: Any = spark_session()
+    channel, key = MALFORMED_CHANNELS[0]
+    source = spark.readStream.format("affinity").option("channel", channel).option("streamId", "1")
+    with pytest.raises(AnalysisException, match=rf"SparkOptionError: option channel='{re.escape(channel)}': .*{key}"):
+        source.load()
+    sink = spark.readStream.format("rate").load().writeStream.format("affinity")
+    sink = sink.option("channel", channel).option("streamId", "1")
+    with tempfile.TemporaryDirectory() as checkpoint:
+        query = sink.option("checkpointLocation", checkpoint).start()
+        try:
+            # Spark plans a streaming write on its query thread: the query fails there, on the driver.
+            with pytest.raises(StreamingQueryException) as raised:
+                query.awaitTermination(STREAM_FAILURE_TIMEOUT_S)
+        finally:
+            query.stop()
+    message = str(raised.value)
+    assert f"SparkOptionError: option channel='{channel}'" in message, message
+    assert "stage failure" not in message, f"the sink failed inside a task: {message}"

@@ -73,6 +73,7 @@ __all__ = [
     "Subscription",
     "__version__",
     "affinity_hash",
+    "check_channel",
     "default_driver_dir",
     "driver_stat",
     "group_bucket",
@@ -89,6 +90,12 @@ def run_driver(argv: Iterable[str]) -> None:
     """Run the standalone driver in the foreground until SIGINT/SIGTERM (ConfigError: bad option;
     DriverError: cannot start, e.g. a live driver holds the directory)."""
 
+def check_channel(channel: str) -> None:
+    """Raise ``ChannelUriError`` (naming the key and value) unless ``channel`` is a well-formed
+    channel URI the driver carries (an ``aeron:udp`` one asking for spy, control, tags, cc=cubic,
+    ... is refused as the driver would); needs no driver (the Spark data source checks its
+    options with it)."""
+
 def default_driver_dir() -> str:
     """``$AFFINITY_DIR``, else a per-user folder under /dev/shm (or the temp dir)."""
 
@@ -100,12 +107,15 @@ def driver_stat(
     int,
     int,
     int,
-    list[tuple[int, int, str, int, int, int]],
-    list[tuple[int, int, int, str]],
+    list[tuple[int, int, str, int, int, int, str | None]],
+    list[tuple[int, int, int, str, str | None]],
+    str | None,
 ]:
     """Read-only snapshot of a driver directory: (dir, pid, start_ms, heartbeat_age_ms, version,
-    counters as (id, type_id, label, value, registration_id, owner_id), errors as (count,
-    first_ms, last_ms, message)). DriverError when there is no readable cnc file."""
+    counters as (id, type_id, label, value, registration_id, owner_id, problem), errors as
+    (count, first_ms, last_ms, message, problem), dead). ``problem`` says what is wrong with a
+    corrupt record and where (None when it is whole); ``dead`` why the driver is dead (None
+    while it is alive). DriverError when there is no readable cnc file."""
 
 NOT_CONNECTED: int
 BACK_PRESSURED: int
@@ -247,8 +257,10 @@ class Client:
     [mtu, 2147483647]; ``receiver_timeout_ms`` and ``command_timeout_ms`` in [1, 3600000].
 
     Close it (``close()`` or ``with``): closing stops the driver after publications drained
-    (at most 2 s, without the GIL). A client collected without ``close()`` is closed then, with
-    a ``ResourceWarning``.
+    (at most ``close(timeout=...)`` seconds, 2 by default, without the GIL); data the drain did
+    not send is dropped, and ``close()`` then returns False and warns with ``DataLossWarning``
+    giving the count. A client collected without ``close()`` is closed then, with a
+    ``ResourceWarning``.
     """
 
     def __new__(
@@ -284,7 +296,14 @@ class Client:
     def threading(self) -> str: ...
     @property
     def is_closed(self) -> bool: ...
-    def close(self) -> None: ...
+    def close(self, timeout: float | None = None) -> bool:
+        """Close every publication and subscription and stop the embedded driver, which first
+        sends what its publications hold for at most ``timeout`` seconds (default 2; a finite
+        number >= 0, else ``ConfigError``). Returns whether everything was sent; when not, warns
+        with ``DataLossWarning`` giving the messages and bytes dropped. With a standalone driver
+        (which keeps serving the publications after the client has gone), and once closed:
+        ``True``."""
+
     def __enter__(self) -> Client: ...
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

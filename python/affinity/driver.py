@@ -28,6 +28,8 @@ class CounterValue:
     value: int
     registration_id: int
     owner_id: int
+    #: What is wrong with the counter's record and where, when it is corrupt (``label`` is then empty).
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class DriverErrorRecord:
     first_ms: int
     last_ms: int
     message: str
+    #: What is wrong with a corrupt record and where (the other fields are then 0 and empty).
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,8 @@ class DriverStat:
     version: int
     counters: tuple[CounterValue, ...]
     errors: tuple[DriverErrorRecord, ...]
+    #: Why the driver is dead (its pid is gone, or its heartbeat is too old); None while it is alive.
+    dead: str | None = None
 
     def counter(self, label: str) -> int | None:
         """Value of the first counter labelled ``label``, if there is one."""
@@ -71,9 +77,10 @@ def run_driver(argv: Sequence[str] = ()) -> None:
 
 def driver_stat(directory: str | None = None) -> DriverStat:
     """Read-only snapshot of ``directory`` (default :func:`default_driver_dir`); never disturbs
-    the driver. Raises DriverError when there is no readable ``cnc.dat``."""
+    the driver. Raises DriverError when there is no readable ``cnc.dat``; a corrupt counter or
+    error record is returned with its ``problem`` set, the others as they are."""
     path = directory if directory is not None else default_driver_dir()
-    dir_, pid, start_ms, age, version, counters, errors = _affinity.driver_stat(path)
+    dir_, pid, start_ms, age, version, counters, errors, dead = _affinity.driver_stat(path)
     return DriverStat(
         dir=dir_,
         pid=pid,
@@ -82,4 +89,5 @@ def driver_stat(directory: str | None = None) -> DriverStat:
         version=version,
         counters=tuple(CounterValue(*row) for row in counters),
         errors=tuple(DriverErrorRecord(*row) for row in errors),
+        dead=dead,
     )

@@ -4,6 +4,10 @@ Each class also derives from the built-in exception callers already catch for th
 failure (``ValueError``, ``TypeError``, ``OSError``, ``TimeoutError``, ...). The compiled module
 raises these classes through one mapping (``rust/src/py/errors.rs``).
 
+Warnings have their own root, :class:`AffinityWarning` (a ``UserWarning``): ``DataLossWarning``
+says data handed over was dropped (``Client.close()`` stopped an embedded driver before it had sent
+everything).
+
 Outcomes that are part of normal operation are return values, not exceptions: ``offer`` returns
 ``NOT_CONNECTED``, ``BACK_PRESSURED``, ``ADMIN_ACTION``, ``CLOSED`` or ``MAX_POSITION_EXCEEDED``.
 """
@@ -13,10 +17,12 @@ from __future__ import annotations
 __all__ = [
     "AffinityError",
     "AffinityOSError",
+    "AffinityWarning",
     "ArgumentTypeError",
     "ChannelUriError",
     "ClosedError",
     "ConfigError",
+    "DataLossWarning",
     "DriverError",
     "DriverTimeoutError",
     "InvalidArgumentError",
@@ -28,6 +34,17 @@ __all__ = [
 
 class AffinityError(Exception):
     """Root of every exception raised by affinity."""
+
+
+class AffinityWarning(UserWarning):
+    """Root of every warning affinity issues (``warnings.simplefilter("error", AffinityWarning)``
+    turns them all into exceptions)."""
+
+
+class DataLossWarning(AffinityWarning):
+    """Data the caller handed over was dropped, not delivered: ``Client.close()`` stopped an
+    embedded driver before its publications had sent everything. The message gives the
+    messages and bytes dropped."""
 
 
 class ConfigError(AffinityError, ValueError):

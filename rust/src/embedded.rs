@@ -19,9 +19,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
+use std::time::Duration;
 
-use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver};
-use crate::driver::agent::{MediaDriver, MediaDriverConfig, Threading};
+use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver, OnClose, Unsent};
+use crate::driver::agent::{MediaDriver, MediaDriverConfig, Threading, CLOSE_DRAIN};
 use crate::driver::idle::IdleStrategy;
 use crate::driver::standalone::StandaloneConfig;
 use crate::error::Error;
@@ -202,12 +203,14 @@ fn private_dir(root: &Path) -> Result<PathBuf> {
     }
 }
 
-/// Closing: the driver serves its publications for at most `agent::CLOSE_DRAIN` (end of
-/// stream to subscribers), removes its files, then the private directory goes.
-fn stop_driver(driver: MediaDriver) {
+/// Closing: the driver serves its publications for at most `drain` (`agent::CLOSE_DRAIN` when
+/// `None`; end of stream to subscribers), removes its files, then the private directory goes.
+/// Returns what its publications had not sent by then (dropped with the driver).
+fn stop_driver(driver: MediaDriver, drain: Option<Duration>) -> Unsent {
     let dir = driver.dir().to_path_buf();
-    let _ = driver.close();
+    let unsent = driver.close_within(drain.unwrap_or(CLOSE_DRAIN));
     let _ = std::fs::remove_dir_all(dir);
+    unsent.map(|unsent| Unsent { messages: unsent.messages, bytes: unsent.bytes }).unwrap_or_default()
 }
 
 /// Starts an embedded driver in a private directory and attaches a client to it. Closing the
@@ -231,7 +234,7 @@ pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
     let in_process = match config.threading {
         EmbeddedThreading::Invoker => invoker(driver, command_timeout),
         EmbeddedThreading::Shared | EmbeddedThreading::SharedNetwork | EmbeddedThreading::Dedicated => {
-            let on_close = Box::new(move || stop_driver(driver));
+            let on_close: OnClose = Box::new(move |drain| stop_driver(driver, drain));
             InProcessDriver {
                 threading,
                 duty_cycle: None,
@@ -256,7 +259,7 @@ fn poisoned() -> Error {
     Error::Driver("a thread panicked while running the embedded driver's duty cycle (a bug); the driver stopped".into())
 }
 
-fn invoker(driver: MediaDriver, command_timeout: std::time::Duration) -> InProcessDriver {
+fn invoker(driver: MediaDriver, command_timeout: Duration) -> InProcessDriver {
     let driver = Arc::new(Mutex::new(Some(driver)));
     let cycle: DutyCycle = {
         let driver = Arc::clone(&driver);
@@ -266,16 +269,14 @@ fn invoker(driver: MediaDriver, command_timeout: std::time::Duration) -> InProce
             Err(TryLockError::Poisoned(_)) => Err(poisoned()),
         })
     };
-    let on_close = Box::new(move || {
+    let on_close: OnClose = Box::new(move |drain| {
         let taken = match driver.lock() {
             Ok(mut guard) => guard.take(),
             // The driver's own state is still whole (a panic in its cycle left it mid-cycle at
             // worst): closing it removes its files.
             Err(poisoned) => poisoned.into_inner().take(),
         };
-        if let Some(driver) = taken {
-            stop_driver(driver);
-        }
+        taken.map(|driver| stop_driver(driver, drain)).unwrap_or_default()
     });
     InProcessDriver {
         threading: EmbeddedThreading::Invoker.name(),

@@ -5,9 +5,12 @@ The cnc file is mapped read-only: ``stat`` sends no command and writes nothing, 
 disturbs the driver. ``--watch`` refreshes the table every interval (``--count`` stops after
 that many refreshes); ``--json`` prints one JSON object per refresh instead (counters with id,
 type id, label, value, registration id and owner); ``--errors`` prints the distinct errors with
-their counts and first/last time.
+their counts and first/last time. A corrupt counter label or error record is shown marked
+with what is wrong and where; the rest is shown as usual.
 
-Exit status: 0, or 1 when no readable driver directory is found.
+Exit status: 0; 1 when no readable driver directory is found; 2 when the driver is dead (its
+pid is gone or its heartbeat is too old: the snapshot is still printed, the reason on stderr);
+3 when the snapshot holds a corrupt counter or error record.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from affinity.exceptions import DriverError
 EXIT_OK = 0
 #: Exit status: no readable driver directory.
 EXIT_NO_DRIVER = 1
+#: Exit status: the directory's driver is dead (pid gone or heartbeat too old).
+EXIT_DRIVER_DEAD = 2
+#: Exit status: a counter or error record is corrupt (shown marked, the rest as usual).
+EXIT_CORRUPT = 3
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
@@ -71,14 +78,27 @@ def render_table(stat: DriverStat) -> str:
         f"heartbeat {stat.heartbeat_age_ms} ms ago  cnc version {stat.version >> 16}.{(stat.version >> 8) & 0xFF}",
         "=" * 80,
     ]
-    lines.extend(f"{c.id:4d}: {c.value:20,d} - {c.label}" for c in stat.counters)
+    lines.extend(
+        f"{c.id:4d}: {c.value:20,d} - {c.label}"
+        if c.problem is None
+        else f"{c.id:4d}: {c.value:20,d} - CORRUPT {c.problem}"
+        for c in stat.counters
+    )
     return "\n".join(lines)
 
 
 def render_errors(stat: DriverStat) -> str:
     """The error log: count, first and last time, message."""
-    lines = [f"{e.count} observations from {_iso(e.first_ms)} to {_iso(e.last_ms)}: {e.message}" for e in stat.errors]
-    lines.append(f"{len(stat.errors)} distinct errors in {stat.dir}")
+    lines = [
+        f"{e.count} observations from {_iso(e.first_ms)} to {_iso(e.last_ms)}: {e.message}"
+        if e.problem is None
+        else f"CORRUPT record: {e.problem}"
+        for e in stat.errors
+    ]
+    corrupt = sum(e.problem is not None for e in stat.errors)
+    lines.append(
+        f"{len(stat.errors) - corrupt} distinct errors in {stat.dir}" + (f", {corrupt} corrupt" if corrupt else "")
+    )
     return "\n".join(lines)
 
 
@@ -87,6 +107,16 @@ def render_json(stat: DriverStat) -> str:
     payload = asdict(stat)
     payload["time_ms"] = int(time.time() * 1000)
     return json.dumps(payload, separators=(",", ":"))
+
+
+def _status(stat: DriverStat) -> int:
+    """The exit status of a printed snapshot (the reason a dead driver is dead goes to stderr)."""
+    if stat.dead is not None:
+        print(f"affinity stat: the driver in {stat.dir} is dead: {stat.dead}", file=sys.stderr)
+        return EXIT_DRIVER_DEAD
+    if any(c.problem is not None for c in stat.counters) or any(e.problem is not None for e in stat.errors):
+        return EXIT_CORRUPT
+    return EXIT_OK
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         except BrokenPipeError:  # `affinity stat | head`
             return EXIT_OK
         refreshes += 1
-        if args.watch is None or (args.count is not None and refreshes >= args.count):
-            return EXIT_OK
+        status = _status(stat)
+        if status == EXIT_DRIVER_DEAD or args.watch is None or (args.count is not None and refreshes >= args.count):
+            return status
         time.sleep(args.watch)

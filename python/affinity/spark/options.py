@@ -1,7 +1,10 @@
 """The data source's options: names, defaults and docs defined once, parsed and validated once.
 
 Spark hands options over as a case-insensitive ``str -> str`` map; every parser here names the
-option (as documented, camelCase) and the offending value in its :class:`SparkOptionError`.
+option (as documented, camelCase) and the offending value in its :class:`SparkOptionError`. The
+parsers run on the Spark driver when a query is planned (``writer``/``streamWriter``/``schema``/
+``simpleStreamReader``), so a malformed option, a channel URI that does not parse included, fails
+the ``save()``/``start()`` call and never a task.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
+from affinity import _affinity
+from affinity.exceptions import ChannelUriError
 from affinity.spark.errors import SparkOptionError
 
 __all__ = [
@@ -220,6 +225,10 @@ def _target(values: dict[str, str]) -> tuple[str | None, str | None, int | None]
             raise SparkOptionError(f"option channel={channel!r} needs option streamId")
         if not channel.startswith("aeron:"):
             raise SparkOptionError(f"option channel={channel!r} is not an aeron channel URI (aeron:udp?...)")
+        try:
+            _affinity.check_channel(channel)  # here, on the driver: a malformed URI never reaches a task
+        except ChannelUriError as error:
+            raise SparkOptionError(f"option channel={channel!r}: {error}") from None
     return group, channel, stream_id
 
 

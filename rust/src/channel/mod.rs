@@ -182,6 +182,10 @@ impl ControlMode {
     }
 }
 
+/// Why an `aeron:udp` channel without `endpoint=` is refused: publications send to it and
+/// subscriptions bind (or join) it.
+pub const MISSING_ENDPOINT: &str = "endpoint is required (endpoint=host:port)";
+
 /// A parsed channel URI. Absent parameters are `None`; see the `*_or_default` methods.
 ///
 /// Build one with [`ChannelUri::parse`] (validated) or [`ChannelUri::new`] plus field
@@ -551,6 +555,35 @@ impl ChannelUri {
         start
             .position(term_length)
             .map_err(|(key, reason)| ChannelError::new(uri, Some(key.name()), self.value_text(key).as_deref(), reason))
+    }
+
+    /// What this crate's media driver refuses in an `aeron:udp` channel that parses, rather than
+    /// ignoring it (the feature named, ending "is not supported by this driver"), or `None`.
+    /// The driver refuses with it, and clients (the Spark data source at plan time included)
+    /// check a channel with it before any driver sees it.
+    pub fn unsupported_udp(&self) -> Option<String> {
+        if self.media != Media::Udp {
+            return None;
+        }
+        let what = if self.spy {
+            "aeron-spy: (spy subscriptions)"
+        } else if self.control.is_some() || self.control_mode.is_some() {
+            "control / control-mode (multi-destination and response channels)"
+        } else if self.tags.is_some() {
+            "tags (shared channel endpoints)"
+        } else if self.congestion_control == Some(CongestionControl::Cubic) {
+            "cc=cubic (the receiver window is static)"
+        } else if self.tether == Some(false)
+            || self.rejoin == Some(false)
+            || self.spies_simulate_connection == Some(true)
+        {
+            "tether=false, rejoin=false or ssc=true"
+        } else if self.endpoint.is_none() {
+            return Some(MISSING_ENDPOINT.to_string());
+        } else {
+            return None;
+        };
+        Some(format!("{what} is not supported by this driver"))
     }
 
     /// Whether the endpoint is a multicast group.

@@ -545,6 +545,18 @@ fn uri_like() -> impl Strategy<Value = String> {
         .prop_map(|(prefix, parameters)| format!("{prefix}{}", parameters.join("|")))
 }
 
+#[test]
+fn what_the_driver_does_not_do_in_a_udp_channel_is_named_and_ipc_is_left_alone() {
+    let refused = |uri: &str| ChannelUri::parse(uri).unwrap().unsupported_udp();
+    assert!(refused("aeron:udp?control=127.0.0.1:40124").unwrap().starts_with("control / control-mode"));
+    assert!(refused("aeron-spy:aeron:udp?endpoint=127.0.0.1:40123").unwrap().starts_with("aeron-spy:"));
+    assert!(refused("aeron:udp?endpoint=127.0.0.1:40123|cc=cubic")
+        .unwrap()
+        .contains("is not supported by this driver"));
+    assert_eq!(refused("aeron:udp?endpoint=127.0.0.1:40123|fc=min"), None);
+    assert_eq!(refused("aeron:ipc"), None);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(CASES))]
 

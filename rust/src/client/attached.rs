@@ -66,6 +66,28 @@ const INVOKE_EVERY_OFFERS: u64 = 16;
 /// the driver and the client (`crate::embedded`); the client never sees the driver itself.
 pub type DutyCycle = Arc<dyn Fn() -> Result<usize> + Send + Sync>;
 
+/// Stops a driver in this process: drains for at most the given time (`None`: the driver's own
+/// bound) and returns what was left unsent.
+pub type OnClose = Box<dyn FnOnce(Option<Duration>) -> Unsent + Send>;
+
+/// What closing a client left unsent: data appended to its publications that the driver in this
+/// process stopped before sending (dropped). Always empty with a standalone driver, which keeps
+/// serving a closed client's publications after it has gone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unsent {
+    /// Messages not sent (a fragmented message counts once).
+    pub messages: u64,
+    /// Log bytes not sent (frame headers included).
+    pub bytes: u64,
+}
+
+impl Unsent {
+    /// Whether everything was sent.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
 /// What a client of a driver in this process is given besides the directory.
 pub struct InProcessDriver {
     /// The threading mode's name, as [`AttachedClient::threading`] reports it.
@@ -73,9 +95,10 @@ pub struct InProcessDriver {
     /// With invoker threading: runs one driver duty cycle. The client runs it while it waits
     /// for an answer and from [`AttachedClient::do_work`].
     pub duty_cycle: Option<DutyCycle>,
-    /// Stops the driver after the client closed (drains publications, end of stream to
-    /// subscribers, files and directory removed).
-    pub on_close: Box<dyn FnOnce() + Send>,
+    /// Stops the driver after the client closed (drains publications for at most the given
+    /// time, the driver's own bound when `None`; end of stream to subscribers; files and
+    /// directory removed) and says what the drain left unsent.
+    pub on_close: OnClose,
     /// How long a command waits for the driver's answer.
     pub command_timeout: Duration,
     /// Threaded modes: an empty poll or a refused offer yields the CPU once, so that a busy
@@ -473,7 +496,7 @@ pub struct AttachedClient {
     stop: Arc<AtomicBool>,
     keepalive: Mutex<Option<JoinHandle<()>>>,
     threading: &'static str,
-    on_close: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    on_close: Mutex<Option<OnClose>>,
 }
 
 impl AttachedClient {
@@ -511,7 +534,7 @@ impl AttachedClient {
             }),
             Err(error) => {
                 if let Some(on_close) = on_close {
-                    on_close();
+                    on_close(None);
                 }
                 Err(error)
             }
@@ -755,17 +778,23 @@ impl AttachedClient {
 
     /// Closes the client: the driver releases its resources now (publications linger).
     pub fn close(&self) {
+        self.close_within(None);
+    }
+
+    /// Closes the client; a driver in this process drains its publications for at most `drain`
+    /// (`None`: the driver's own bound) before it stops. Returns what was left unsent (empty
+    /// when the client was already closed, and with a standalone driver).
+    pub fn close_within(&self, drain: Option<Duration>) -> Unsent {
         if self.shared.closed.swap(true, Ordering::Relaxed) {
-            return;
+            return Unsent::default();
         }
         self.stop.store(true, Ordering::Relaxed);
         if let Some(handle) = lock(&self.keepalive).take() {
             let _ = handle.join();
         }
         let _ = self.shared.send(&Command::ClientClose { client_id: self.shared.client_id });
-        if let Some(on_close) = lock(&self.on_close).take() {
-            on_close();
-        }
+        let on_close = lock(&self.on_close).take();
+        on_close.map(|on_close| on_close(drain)).unwrap_or_default()
     }
 }
 

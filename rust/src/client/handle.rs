@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::attached::{AttachedClient, AttachedPublication, AttachedSubscription};
+use super::attached::{AttachedClient, AttachedPublication, AttachedSubscription, Unsent};
 use super::MessageBatch;
 use crate::channel::ChannelUri;
 use crate::error::Error;
@@ -17,11 +17,14 @@ use crate::sync::lock;
 
 type Result<T> = std::result::Result<T, Error>;
 
-/// Checks a channel before it goes to the driver: a URI that does not parse is a configuration
-/// error naming the channel (the driver refuses, with a precise error, what it does not support
-/// within a valid URI).
-fn check_channel(channel: &str) -> Result<()> {
-    ChannelUri::parse(channel).map(drop).map_err(|e| Error::Config(format!("channel {channel:?}: {e}")))
+/// Checks a channel before it goes to the driver: a URI that does not parse, or an `aeron:udp`
+/// one asking for what the driver does not do ([`ChannelUri::unsupported_udp`]), is a
+/// configuration error naming the channel. Also what the Spark data source runs on its options
+/// at plan time.
+pub fn check_channel(channel: &str) -> Result<()> {
+    let refused = |what: String| Error::Config(format!("channel {channel:?}: {what}"));
+    let uri = ChannelUri::parse(channel).map_err(|e| refused(e.to_string()))?;
+    uri.unsupported_udp().map_or(Ok(()), |what| Err(refused(what)))
 }
 
 /// What the consumer-group and subjects runtimes need of a client: they hold an
@@ -138,6 +141,12 @@ impl ClientHandle {
     /// have the data; an embedded driver stops once they have).
     pub fn close(&self) {
         self.client.close()
+    }
+
+    /// [`ClientHandle::close`], an embedded driver draining for at most `drain` (`None`: its own
+    /// bound); returns what it left unsent.
+    pub fn close_within(&self, drain: Option<Duration>) -> Unsent {
+        self.client.close_within(drain)
     }
 }
 

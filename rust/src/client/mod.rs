@@ -8,4 +8,5 @@ pub mod attached;
 mod handle;
 
 pub use assembler::{MessageBatch, MessageHeader};
-pub use handle::{ClientApi, ClientHandle, PublicationHandle, SubscriptionHandle};
+pub use attached::Unsent;
+pub use handle::{check_channel, ClientApi, ClientHandle, PublicationHandle, SubscriptionHandle};

@@ -132,6 +132,18 @@ pub(crate) fn float_argument(name: impl Display, value: &Bound<'_, PyAny>) -> Py
     extract_argument(name, value, "a number")
 }
 
+/// Largest timeout in seconds a binding accepts (about 31 years: "wait for ever" in practice).
+pub(crate) const MAX_TIMEOUT_SECONDS: f64 = 1e9;
+
+/// A timeout of `value` seconds: finite, `>= 0` and at most [`MAX_TIMEOUT_SECONDS`], else
+/// `ConfigError` naming `name`.
+pub(crate) fn seconds(name: &str, value: f64) -> PyResult<std::time::Duration> {
+    if !value.is_finite() || !(0.0..=MAX_TIMEOUT_SECONDS).contains(&value) {
+        return Err(super::errors::config_error(format!("{name}={value}: must be a finite number of seconds >= 0")));
+    }
+    Ok(std::time::Duration::from_secs_f64(value))
+}
+
 /// A path argument (a `str` or an `os.PathLike`).
 pub(crate) fn path_argument(name: impl Display, value: &Bound<'_, PyAny>) -> PyResult<PathBuf> {
     extract_argument(name, value, "a str or os.PathLike path")

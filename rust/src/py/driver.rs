@@ -22,13 +22,14 @@ fn default_driver_dir() -> String {
     directory::default_dir().to_string_lossy().into_owned()
 }
 
-/// Counter row: (id, type_id, label, value, registration_id, owner_id).
-type CounterRow = (usize, i32, String, i64, i64, i64);
-/// Error row: (count, first_ms, last_ms, message).
-type ErrorRow = (i32, i64, i64, String);
+/// Counter row: (id, type_id, label, value, registration_id, owner_id, problem).
+type CounterRow = (usize, i32, String, i64, i64, i64, Option<String>);
+/// Error row: (count, first_ms, last_ms, message, problem); a corrupt record is
+/// `(0, 0, 0, "", Some(what is wrong and where))`.
+type ErrorRow = (i32, i64, i64, String, Option<String>);
 
-/// Snapshot row: (dir, pid, start_ms, heartbeat_age_ms, version, counters, errors).
-type SnapshotRow = (String, i64, i64, i64, i32, Vec<CounterRow>, Vec<ErrorRow>);
+/// Snapshot row: (dir, pid, start_ms, heartbeat_age_ms, version, counters, errors, dead).
+type SnapshotRow = (String, i64, i64, i64, i32, Vec<CounterRow>, Vec<ErrorRow>, Option<String>);
 
 /// Snapshot of `dir` (read-only; the Python wrapper `affinity.driver_stat` types it).
 #[pyfunction]
@@ -44,9 +45,27 @@ fn driver_stat(py: Python<'_>, directory: &Bound<'_, PyAny>) -> PyResult<Snapsho
         snapshot
             .counters
             .into_iter()
-            .map(|c| (c.id, c.type_id, c.label, c.value, c.registration_id, c.owner_id))
+            .map(|c| {
+                (
+                    c.info.id,
+                    c.info.type_id,
+                    c.info.label,
+                    c.info.value,
+                    c.info.registration_id,
+                    c.info.owner_id,
+                    c.problem,
+                )
+            })
             .collect(),
-        snapshot.errors.into_iter().map(|e| (e.count, e.first_ms, e.last_ms, e.message)).collect(),
+        snapshot
+            .errors
+            .into_iter()
+            .map(|e| match e {
+                Ok(e) => (e.count, e.first_ms, e.last_ms, e.message, None),
+                Err(problem) => (0, 0, 0, String::new(), Some(problem)),
+            })
+            .collect(),
+        snapshot.dead,
     ))
 }
 

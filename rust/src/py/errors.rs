@@ -15,6 +15,7 @@ pyo3::import_exception!(affinity.exceptions, ArgumentTypeError);
 pyo3::import_exception!(affinity.exceptions, ChannelUriError);
 pyo3::import_exception!(affinity.exceptions, ClosedError);
 pyo3::import_exception!(affinity.exceptions, ConfigError);
+pyo3::import_exception!(affinity.exceptions, DataLossWarning);
 pyo3::import_exception!(affinity.exceptions, DriverError);
 pyo3::import_exception!(affinity.exceptions, DriverTimeoutError);
 pyo3::import_exception!(affinity.exceptions, InvalidArgumentError);

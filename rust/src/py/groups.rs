@@ -12,7 +12,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString};
 
-use super::args::{expected, instance_argument, int_in, named, optional_str, str_argument};
+use super::args::{expected, instance_argument, int_in, named, optional_str, seconds, str_argument};
 use super::buffers::{arrow_binary, is_arrow, ArrowBinary, BufferView};
 use super::errors::{config_error, group_error, invalid_argument, wrong_type};
 use super::transport::Client;
@@ -33,13 +33,6 @@ fn duration_ms(name: &str, value: u64) -> PyResult<Duration> {
         return Err(config_error(format!("{name}={value}: must be positive")));
     }
     Ok(Duration::from_millis(value))
-}
-
-fn seconds(name: &str, value: f64) -> PyResult<Duration> {
-    if !value.is_finite() || !(0.0..=1e9).contains(&value) {
-        return Err(config_error(format!("{name}={value}: must be a finite number of seconds >= 0")));
-    }
-    Ok(Duration::from_secs_f64(value))
 }
 
 /// One Python object whose bytes are borrowed.

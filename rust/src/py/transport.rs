@@ -11,11 +11,15 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 
 use super::args::{
-    callable_argument, expected, instance_argument, int_argument, int_in, named, path_argument, str_argument, Item,
+    callable_argument, expected, float_argument, instance_argument, int_argument, int_in, named, path_argument,
+    seconds, str_argument, Item,
 };
 use super::buffers::{arrow_binary, is_arrow, with_bytes};
 use super::errors::{self, invalid_argument, transport_error};
-use crate::client::{ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle, SubscriptionHandle};
+use crate::client::{
+    check_channel as check_channel_uri, ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle,
+    SubscriptionHandle, Unsent,
+};
 use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange};
 use crate::embedded::{self, EmbeddedConfig, EmbeddedThreading};
 use crate::error::Error;
@@ -343,9 +347,17 @@ impl Client {
         self.inner.is_closed()
     }
 
-    /// Closes every publication and subscription and stops the embedded driver.
-    fn close(&self, py: Python<'_>) {
-        py.detach(|| self.inner.close());
+    /// Closes every publication and subscription and stops the embedded driver, which first
+    /// sends what its publications hold for at most `timeout` seconds (default: the driver's
+    /// 2 s). Returns whether everything was sent; when not, warns with `DataLossWarning`
+    /// giving the messages and bytes dropped. A standalone driver keeps serving the
+    /// publications after the client has gone: `True`.
+    #[pyo3(signature = (timeout=None))]
+    fn close(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let drain = timeout.map(|value| seconds("timeout", float_argument("timeout", value)?)).transpose()?;
+        let unsent = py.detach(|| self.inner.close_within(drain));
+        warn_data_loss(py, unsent)?;
+        Ok(unsent.is_empty())
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -353,9 +365,9 @@ impl Client {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close(py);
-        false
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py, None)?;
+        Ok(false)
     }
 }
 
@@ -367,9 +379,26 @@ impl Drop for Client {
         Python::attach(|py| {
             warn_unclosed(py, c"affinity.Client collected without close(): use `with Client() as client:`");
             // Stopping the driver drains publications (up to 2 s): never with the GIL held.
-            py.detach(|| self.inner.close());
+            let unsent = py.detach(|| self.inner.close_within(None));
+            if let Err(error) = warn_data_loss(py, unsent) {
+                error.write_unraisable(py, None);
+            }
         });
     }
+}
+
+/// Warns with `DataLossWarning` when closing left data unsent (dropped with the driver).
+fn warn_data_loss(py: Python<'_>, unsent: Unsent) -> PyResult<()> {
+    if unsent.is_empty() {
+        return Ok(());
+    }
+    let message = format!(
+        "affinity.Client.close(): the embedded driver stopped with {} messages ({} bytes) not sent; they are \
+         dropped (a receiver held the publication back; give close() a longer timeout to wait for it)",
+        unsent.messages, unsent.bytes
+    );
+    let message = std::ffi::CString::new(message).map_err(|e| invalid_argument(e.to_string()))?;
+    PyErr::warn(py, &py.get_type::<errors::DataLossWarning>(), &message, 1)
 }
 
 /// A driver record (`shm::status`) as the Python value of its `TypedDict` (`records.py` has
@@ -766,7 +795,16 @@ impl LossyRelay {
     }
 }
 
+/// Checks that `channel` is a well-formed channel URI without a driver (`ChannelUriError`
+/// naming the key and value otherwise): the Spark data source checks its options with it on the
+/// driver, before any task runs.
+#[pyfunction]
+fn check_channel(channel: &Bound<'_, PyAny>) -> PyResult<()> {
+    check_channel_uri(str_argument("channel", channel)?).map_err(transport_error)
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(check_channel, module)?)?;
     module.add_class::<Client>()?;
     module.add_class::<Publication>()?;
     module.add_class::<Subscription>()?;

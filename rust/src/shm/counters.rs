@@ -171,29 +171,59 @@ impl CountersReader {
 
     /// Full description of counter `id` if it is allocated.
     pub fn info(&self, id: usize) -> Result<Option<CounterInfo>, ShmError> {
+        match self.inspect(id)? {
+            Some((_, Some(problem))) => Err(problem),
+            Some((info, None)) => Ok(Some(info)),
+            None => Ok(None),
+        }
+    }
+
+    /// Counter `id`, if allocated, read as far as it can be: a corrupt label is left empty and
+    /// the error saying what is wrong and where comes with it (for `affinity stat`, which shows
+    /// the other counters and marks this one).
+    pub fn inspect(&self, id: usize) -> Result<Option<(CounterInfo, Option<ShmError>)>, ShmError> {
         if self.state(id)? != state::ALLOCATED {
             return Ok(None);
         }
         let meta = self.meta_offset(id)?;
         let value = self.value_offset(id)?;
-        let label_length = self.metadata.get_i32(meta + meta_field::LABEL_LENGTH)?;
-        let label_length = usize::try_from(label_length)
-            .ok()
-            .filter(|&l| l <= MAX_LABEL_LENGTH)
-            .ok_or_else(|| ShmError::corrupt("counters metadata", meta, format!("label length {label_length}")))?;
-        let mut label = Vec::new();
-        self.metadata.read_into(meta + meta_field::LABEL, label_length, &mut label)?;
         let mut key = Vec::new();
         self.metadata.read_into(meta + meta_field::KEY, MAX_KEY_LENGTH, &mut key)?;
-        Ok(Some(CounterInfo {
+        let mut info = CounterInfo {
             id,
             value: self.values.get_i64_acquire(value + value_field::VALUE)?,
             type_id: self.metadata.get_i32(meta + meta_field::TYPE_ID)?,
             registration_id: self.values.get_i64(value + value_field::REGISTRATION_ID)?,
             owner_id: self.values.get_i64(value + value_field::OWNER_ID)?,
             key,
-            label: String::from_utf8_lossy(&label).into_owned(),
-        }))
+            label: String::new(),
+        };
+        let label_length = self.metadata.get_i32(meta + meta_field::LABEL_LENGTH)?;
+        let Some(label_length) = usize::try_from(label_length).ok().filter(|&l| l <= MAX_LABEL_LENGTH) else {
+            let detail = format!("counter {id}: label length {label_length} (at most {MAX_LABEL_LENGTH})");
+            return Ok(Some((
+                info,
+                Some(ShmError::corrupt("counters metadata", meta + meta_field::LABEL_LENGTH, detail)),
+            )));
+        };
+        let mut label = Vec::new();
+        self.metadata.read_into(meta + meta_field::LABEL, label_length, &mut label)?;
+        info.label = String::from_utf8_lossy(&label).into_owned();
+        Ok(Some((info, None)))
+    }
+
+    /// Every allocated counter in id order, each with what is wrong with it if it is corrupt
+    /// (see [`CountersReader::inspect`]); stops at the first never-used slot.
+    pub fn inspect_allocated(&self) -> Result<Vec<(CounterInfo, Option<ShmError>)>, ShmError> {
+        let mut out = Vec::new();
+        for id in 0..self.capacity {
+            match self.state(id)? {
+                state::UNUSED => break,
+                state::ALLOCATED => out.extend(self.inspect(id)?),
+                _ => {}
+            }
+        }
+        Ok(out)
     }
 
     /// Every allocated counter, in id order; stops at the first never-used slot.
@@ -410,8 +440,30 @@ mod tests {
         assert!(info.label.len() <= MAX_LABEL_LENGTH && info.label.chars().all(|ch| ch == 'é'));
         counters.reader().metadata.put_i32(meta_field::LABEL_LENGTH, 10_000).unwrap();
         assert!(matches!(counters.reader().info(0), Err(ShmError::Corrupt { .. })));
+        let (partial, problem) = counters.reader().inspect(0).unwrap().unwrap();
+        assert_eq!((partial.id, partial.label.as_str()), (0, ""));
+        let problem = problem.expect("the corrupt label is reported").to_string();
+        assert!(problem.contains("label length 10000") && problem.contains("128"), "{problem}");
         assert!(counters.reader().value(2).is_err());
         assert!(counters.allocate(0, &[0; 113], "k", 0, 0, 0).is_err());
+    }
+
+    #[test]
+    fn one_corrupt_label_leaves_the_other_counters_readable() {
+        let mut counters = manager(4);
+        for label in ["first", "second", "third"] {
+            counters.allocate(type_id::SYSTEM, &[], label, 0, 0, 0).unwrap().set(7).unwrap();
+        }
+        let reader = counters.reader();
+        reader.metadata.put_i32(METADATA_LENGTH + meta_field::LABEL_LENGTH, -3).unwrap();
+        assert!(reader.allocated().is_err(), "the strict reader refuses the whole list");
+        let listed = reader.inspect_allocated().unwrap();
+        let labels: Vec<&str> = listed.iter().map(|(info, _)| info.label.as_str()).collect();
+        assert_eq!(labels, ["first", "", "third"]);
+        assert_eq!(listed[1].0.value, 7, "the value of the corrupt counter is still shown");
+        let problem = listed[1].1.as_ref().expect("marked").to_string();
+        assert!(problem.contains("counter 1: label length -3"), "{problem}");
+        assert!(listed[0].1.is_none() && listed[2].1.is_none());
     }
 
     #[test]

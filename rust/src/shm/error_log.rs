@@ -84,30 +84,76 @@ impl ErrorLogWriter {
     }
 }
 
-/// Reads every record of an error log (for `affinity stat --errors`).
+/// Reads every record of an error log; a corrupt record is an error (see [`scan_errors`] for a
+/// reader that goes on past it).
 pub fn read_errors(buffer: &Region) -> Result<Vec<ErrorRecord>, ShmError> {
+    scan_errors(buffer).into_iter().collect()
+}
+
+/// Reads every record of an error log for `affinity stat --errors`: a record whose header is
+/// impossible comes back as the error saying what is wrong and where, and reading goes on at
+/// the next [`RECORD_ALIGNMENT`] boundary holding a plausible record (the writer never leaves
+/// a gap, so everything between is the corrupt record's). Bounded: each step moves at least
+/// one alignment through the buffer.
+pub fn scan_errors(buffer: &Region) -> Vec<Result<ErrorRecord, ShmError>> {
     let mut out = Vec::new();
     let mut offset = 0;
     while offset + HEADER_LENGTH <= buffer.capacity() {
-        let length = buffer.get_i32_acquire(offset + field::LENGTH)?;
-        if length == 0 {
-            break;
+        match record_at(buffer, offset) {
+            Ok(None) => break,
+            Ok(Some((record, length))) => {
+                out.push(Ok(record));
+                offset += align(length);
+            }
+            Err(problem) => {
+                out.push(Err(problem));
+                offset = resume_after(buffer, offset);
+            }
         }
-        let length = usize::try_from(length)
-            .ok()
-            .filter(|&l| l >= HEADER_LENGTH && l <= buffer.capacity() - offset)
-            .ok_or_else(|| ShmError::corrupt("error log", offset, format!("record length {length}")))?;
-        let mut message = Vec::new();
-        buffer.read_into(offset + HEADER_LENGTH, length - HEADER_LENGTH, &mut message)?;
-        out.push(ErrorRecord {
-            count: buffer.get_i32_acquire(offset + field::COUNT)?,
-            first_ms: buffer.get_i64(offset + field::FIRST)?,
-            last_ms: buffer.get_i64_acquire(offset + field::LAST)?,
-            message: String::from_utf8_lossy(&message).into_owned(),
-        });
-        offset += align(length);
     }
-    Ok(out)
+    out
+}
+
+/// The record at `offset` and its length; `None` at the end of the log (a zero length).
+fn record_at(buffer: &Region, offset: usize) -> Result<Option<(ErrorRecord, usize)>, ShmError> {
+    let raw = buffer.get_i32_acquire(offset + field::LENGTH)?;
+    if raw == 0 {
+        return Ok(None);
+    }
+    let capacity = buffer.capacity();
+    let length =
+        usize::try_from(raw).ok().filter(|&l| l >= HEADER_LENGTH && l <= capacity - offset).ok_or_else(|| {
+            let room = capacity - offset;
+            ShmError::corrupt("error log", offset, format!("record length {raw} (must be {HEADER_LENGTH}..={room})"))
+        })?;
+    let count = buffer.get_i32_acquire(offset + field::COUNT)?;
+    if count < 1 {
+        return Err(ShmError::corrupt("error log", offset, format!("observation count {count} (must be >= 1)")));
+    }
+    let mut message = Vec::new();
+    buffer.read_into(offset + HEADER_LENGTH, length - HEADER_LENGTH, &mut message)?;
+    let record = ErrorRecord {
+        count,
+        first_ms: buffer.get_i64(offset + field::FIRST)?,
+        last_ms: buffer.get_i64_acquire(offset + field::LAST)?,
+        message: String::from_utf8_lossy(&message).into_owned(),
+    };
+    Ok(Some((record, length)))
+}
+
+/// The next aligned offset after the corrupt record at `offset` that holds a plausible record
+/// or the end of the log (a zero length); the capacity when there is none.
+fn resume_after(buffer: &Region, offset: usize) -> usize {
+    let mut next = offset + RECORD_ALIGNMENT;
+    while next + HEADER_LENGTH <= buffer.capacity() {
+        match buffer.get_i32_acquire(next + field::LENGTH) {
+            Ok(0) => return next,
+            Ok(_) if record_at(buffer, next).is_ok() => return next,
+            Ok(_) => next += RECORD_ALIGNMENT,
+            Err(_) => break,
+        }
+    }
+    buffer.capacity()
 }
 
 #[cfg(test)]
@@ -142,5 +188,27 @@ mod tests {
         assert_eq!(read_errors(&region).unwrap().len(), kept);
         region.put_i32(0, 100_000).unwrap();
         assert!(matches!(read_errors(&region), Err(ShmError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn a_corrupt_record_is_reported_where_it_is_and_the_records_after_it_are_read() {
+        let region = anonymous(4096).unwrap();
+        let mut log = ErrorLogWriter::new(region.clone());
+        log.record("first", 1).unwrap();
+        log.record(&"a long second error that spans two alignments ".repeat(2), 2).unwrap();
+        log.record("third", 3).unwrap();
+        region.put_i32(64 + field::LENGTH, 1_000_000).unwrap();
+        let read = scan_errors(&region);
+        assert_eq!(read.len(), 3, "{read:?}");
+        assert_eq!(read[0].as_ref().unwrap().message, "first");
+        let problem = read[1].as_ref().unwrap_err().to_string();
+        assert!(problem.contains("error log at offset 64") && problem.contains("record length 1000000"), "{problem}");
+        assert_eq!(read[2].as_ref().unwrap().message, "third");
+        region.put_i32(64 + field::LENGTH, (HEADER_LENGTH + 94) as i32).unwrap();
+        region.put_i32(192 + field::COUNT, 0).unwrap();
+        let read = scan_errors(&region);
+        assert_eq!(read.len(), 3, "nothing after the last record: {read:?}");
+        assert!(read[1].as_ref().unwrap().message.starts_with("a long second"));
+        assert!(read[2].as_ref().unwrap_err().to_string().contains("offset 192: observation count 0"));
     }
 }

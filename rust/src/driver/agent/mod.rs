@@ -34,6 +34,7 @@ use crate::shm::ShmError;
 use conductor::{StandaloneConfig, StandaloneDriver};
 use receiver::{ImageDefaults, ReceiverAgent};
 use sender::SenderAgent;
+pub use sender::Unsent;
 
 /// How the agents get CPU time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -409,7 +410,13 @@ impl MediaDriver {
     /// Clean shutdown: stops the threads, ends every network publication (end of stream to its
     /// subscribers) and serves those with a live receiver for at most [`CLOSE_DRAIN`], then ends
     /// the IPC publications and removes the driver's files.
-    pub fn close(mut self) -> Result<(), ShmError> {
+    pub fn close(self) -> Result<(), ShmError> {
+        self.close_within(CLOSE_DRAIN).map(drop)
+    }
+
+    /// [`MediaDriver::close`] serving publications for at most `drain`; returns what its network
+    /// publications had not sent when the drain ended (that data is dropped).
+    pub fn close_within(mut self, drain: Duration) -> Result<Unsent, ShmError> {
         self.stop.store(true, Ordering::Release);
         let (mut conductor, mut sender, mut receiver) = (None, None, None);
         if let Some(agents) = self.agents.take() {
@@ -440,12 +447,14 @@ impl MediaDriver {
         agents.sender.close_all();
         agents.receiver.close_all();
         let started = std::time::Instant::now();
-        while agents.sender.has_receivers_to_drain() && started.elapsed() < CLOSE_DRAIN {
+        while agents.sender.has_receivers_to_drain() && started.elapsed() < drain {
             if agents.do_work() == 0 {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }
-        agents.conductor.shutdown()
+        let unsent = agents.sender.unsent();
+        agents.conductor.shutdown()?;
+        Ok(unsent)
     }
 }
 

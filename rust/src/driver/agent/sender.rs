@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::mmsg::{SegmentOffload, SendBatch};
 use super::{AgentEvent, NewPublication, PublicationStreamCounters, SenderCommand};
 use crate::driver::events::{reason_name, DriverEvent, DriverEventKind};
+use crate::logbuffer::position::{align_frame, partition_index};
 use crate::protocol::{NetworkPublication, PublicationCounters};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
@@ -20,10 +21,27 @@ use crate::shm::status::{
     MAX_RECEIVERS_IN_STATUS,
 };
 use crate::time::{Instant, MonotonicClock};
-use crate::wire::{parse_control, ControlFrame, FrameHeader, FrameType, StatusMessage};
+use crate::wire::{flags, parse_control, ControlFrame, FrameHeader, FrameType, StatusMessage};
 
 /// How often a publication that keeps sending still gets its idle work.
 const IDLE_INTERVAL: Duration = Duration::from_millis(1);
+
+/// What a closing driver did not send: data its clients appended to network publications that
+/// never left (the drain ended first, or no receiver was left to send it to).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unsent {
+    /// Messages whose first fragment was not sent (a fragmented message counts once).
+    pub messages: u64,
+    /// Log bytes not sent (frame headers and alignment included).
+    pub bytes: u64,
+}
+
+impl Unsent {
+    /// Whether everything was sent.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
 
 /// The system counters the sender writes (one writer each).
 #[derive(Clone, Debug)]
@@ -116,6 +134,23 @@ impl SenderAgent {
         self.publications
             .iter()
             .any(|served| !served.publication.is_done() && !served.publication.status().live_receivers.is_empty())
+    }
+
+    /// What the publications still served have not sent: from each one's sender position to the
+    /// tail its clients appended to (as far as the publication accepted it: never beyond the
+    /// publisher limit it gave).
+    pub fn unsent(&self) -> Unsent {
+        let mut unsent = Unsent::default();
+        for served in &self.publications {
+            let publication = &served.publication;
+            let (from, to) = (publication.sender_position(), publication.tail_position());
+            if to > from {
+                let (messages, end) = frames_between(publication.log(), from, to);
+                unsent.messages += messages;
+                unsent.bytes += (end.max(to) - from) as u64;
+            }
+        }
+        unsent
     }
 
     /// Closes every publication (shutdown): each drains, signals end of stream and lingers.
@@ -347,6 +382,34 @@ impl SenderAgent {
             }
         }
     }
+}
+
+/// Messages whose first fragment lies in `[from, to)` of `log`, and where the last frame
+/// starting before `to` ends (the publication's tail is bounded by its window, which may cut the
+/// last message). Client-written frame lengths are untrusted: each step moves at least one frame
+/// alignment, so the walk is bounded by `(to - from) / FRAME_ALIGNMENT` (and `to - from` by the
+/// publication window); it stops at the first frame not committed.
+fn frames_between(log: &LogBuffer, from: i64, to: i64) -> (u64, i64) {
+    let term_length = i64::from(log.term_length());
+    let position_bits = term_length.trailing_zeros();
+    let mut position = from;
+    let mut messages = 0;
+    while position < to {
+        let offset = (position & (term_length - 1)) as usize;
+        let Some(term) = log.term(partition_index(position >> position_bits)) else { break };
+        let (Ok(length), Ok(word)) = (term.get_i32_acquire(offset), term.get_i32(offset + 4)) else { break };
+        let Ok(length) = usize::try_from(length) else { break };
+        // Not committed yet, or a length no frame can have (frames never cross a term's end).
+        if length == 0 || offset + align_frame(length) > term_length as usize {
+            break;
+        }
+        let [_version, frame_flags, type_low, type_high] = word.to_le_bytes();
+        if i16::from_le_bytes([type_low, type_high]) != FrameType::Pad.code() && frame_flags & flags::BEGIN != 0 {
+            messages += 1;
+        }
+        position = position.saturating_add(align_frame(length) as i64);
+    }
+    (messages, position)
 }
 
 fn close(served: &mut Served) {

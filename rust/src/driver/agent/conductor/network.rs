@@ -11,7 +11,7 @@ use super::{
     confirm_open_log, ipc_channel, log_file_name, log_start, start_on_subscription, OpenLog, StandaloneDriver,
     SystemCounter,
 };
-use crate::channel::{ChannelUri, CongestionControl, Media};
+use crate::channel::{ChannelUri, Media, MISSING_ENDPOINT};
 use crate::driver::agent::receiver::{ImageDefaults, ReceiverCounters};
 use crate::driver::agent::sender::SenderCounters;
 use crate::driver::agent::{
@@ -127,26 +127,14 @@ fn invalid(channel: &str, what: impl std::fmt::Display) -> Refusal {
     (error_code::INVALID_CHANNEL, format!("{channel}: {what}"))
 }
 
-/// Parses a UDP channel and refuses what this driver does not do, rather than ignoring it.
+/// Parses a UDP channel and refuses what this driver does not do, rather than ignoring it
+/// ([`ChannelUri::unsupported_udp`], which clients check too).
 fn parse(channel: &str) -> Result<ChannelUri, Refusal> {
     let uri = ChannelUri::parse(channel).map_err(|e| invalid(channel, e))?;
-    let unsupported = |what: &str| Err(invalid(channel, format!("{what} is not supported by this driver")));
-    if uri.spy {
-        return unsupported("aeron-spy: (spy subscriptions)");
+    match uri.unsupported_udp() {
+        Some(what) => Err(invalid(channel, what)),
+        None => Ok(uri),
     }
-    if uri.control.is_some() || uri.control_mode.is_some() {
-        return unsupported("control / control-mode (multi-destination and response channels)");
-    }
-    if uri.tags.is_some() {
-        return unsupported("tags (shared channel endpoints)");
-    }
-    if uri.congestion_control == Some(CongestionControl::Cubic) {
-        return unsupported("cc=cubic (the receiver window is static)");
-    }
-    if uri.tether == Some(false) || uri.rejoin == Some(false) || uri.spies_simulate_connection == Some(true) {
-        return unsupported("tether=false, rejoin=false or ssc=true");
-    }
-    Ok(uri)
 }
 
 fn interface_address(uri: &ChannelUri, channel: &str) -> Result<Option<std::net::IpAddr>, Refusal> {
@@ -159,7 +147,7 @@ fn interface_address(uri: &ChannelUri, channel: &str) -> Result<Option<std::net:
 }
 
 fn endpoint_of(uri: &ChannelUri, channel: &str) -> Result<SocketAddr, Refusal> {
-    uri.endpoint.ok_or_else(|| invalid(channel, "endpoint is required (endpoint=host:port)"))
+    uri.endpoint.ok_or_else(|| invalid(channel, MISSING_ENDPOINT))
 }
 
 fn socket_error(channel: &str, what: String, error: std::io::Error) -> Refusal {
