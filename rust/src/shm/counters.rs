@@ -262,6 +262,9 @@ pub struct CountersManager {
     high_water: usize,
     free: VecDeque<usize>,
     reuse_timeout_ms: i64,
+    /// Owner id → counters allocated with it (for per-client quotas); owners with none are
+    /// removed, so the map is bounded by the counters.
+    owned: std::collections::HashMap<i64, usize>,
 }
 
 impl CountersManager {
@@ -272,7 +275,13 @@ impl CountersManager {
             high_water: 0,
             free: VecDeque::new(),
             reuse_timeout_ms,
+            owned: std::collections::HashMap::new(),
         })
+    }
+
+    /// How many allocated counters have `owner_id` as their owner.
+    pub fn owned_by(&self, owner_id: i64) -> usize {
+        self.owned.get(&owner_id).copied().unwrap_or(0)
     }
 
     /// The read side of the same buffers.
@@ -310,6 +319,7 @@ impl CountersManager {
         metadata.put_bytes(meta + meta_field::LABEL, label.as_bytes())?;
         metadata.put_i32(meta + meta_field::LABEL_LENGTH, label.len() as i32)?;
         metadata.put_i32_release(meta + meta_field::STATE, state::ALLOCATED)?;
+        *self.owned.entry(owner_id).or_insert(0) += 1;
         self.reader.counter(id)
     }
 
@@ -334,6 +344,13 @@ impl CountersManager {
             return Err(ShmError::Parameter(format!("counter {id} is not allocated")));
         }
         let meta = id * METADATA_LENGTH;
+        let owner_id = self.reader.values.get_i64(id * COUNTER_LENGTH + value_field::OWNER_ID)?;
+        if let std::collections::hash_map::Entry::Occupied(mut owned) = self.owned.entry(owner_id) {
+            *owned.get_mut() -= 1;
+            if *owned.get() == 0 {
+                owned.remove();
+            }
+        }
         self.reader
             .metadata
             .put_i64(meta + meta_field::FREE_FOR_REUSE_DEADLINE, now_ms.saturating_add(self.reuse_timeout_ms))?;
