@@ -86,7 +86,7 @@ pub struct ClientQuotas {
     /// with commands waiting take turns, so one flooder gets at most this share of a cycle.
     pub commands_per_cycle_per_client: usize,
     /// Commands of one client read from the to-driver ring and waiting for their turn (default
-    /// 1,024): a further command is refused at once.
+    /// 256): a further command is refused at once.
     pub queued_commands_per_client: usize,
 }
 
@@ -98,7 +98,7 @@ impl Default for ClientQuotas {
             subscriptions_per_client: 1024,
             counters_per_client: 2048,
             commands_per_cycle_per_client: 16,
-            queued_commands_per_client: 1024,
+            queued_commands_per_client: 256,
         }
     }
 }

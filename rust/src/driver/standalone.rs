@@ -50,7 +50,7 @@ pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedica
   --commands-per-cycle-per-client
                       commands of one client run per duty cycle; clients take turns (default 16)
   --queued-commands-per-client
-                      commands of one client waiting for their turn; more are refused (default 1024)";
+                      commands of one client waiting for their turn; more are refused (default 256)";
 
 /// Parses driver command-line arguments (without the program name).
 pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {

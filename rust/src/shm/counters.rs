@@ -404,6 +404,18 @@ mod tests {
     }
 
     #[test]
+    fn counters_are_counted_per_owner_until_freed() {
+        let mut counters = manager(4);
+        let a = counters.allocate(type_id::SYSTEM, &[], "a", 0, 7, 0).unwrap();
+        counters.allocate(type_id::SYSTEM, &[], "b", 0, 7, 0).unwrap();
+        counters.allocate(type_id::SYSTEM, &[], "c", 0, 8, 0).unwrap();
+        assert_eq!((counters.owned_by(7), counters.owned_by(8), counters.owned_by(9)), (2, 1, 0));
+        counters.free(a.id(), 0).unwrap();
+        assert!(counters.free(a.id(), 0).is_err());
+        assert_eq!(counters.owned_by(7), 1, "a refused double free counts nothing");
+    }
+
+    #[test]
     fn freed_counters_are_reused_only_after_the_deadline() {
         let mut counters = manager(2);
         let a = counters.allocate(type_id::SYSTEM, &[], "a", 0, 0, 0).unwrap();

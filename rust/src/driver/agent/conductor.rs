@@ -67,6 +67,15 @@ pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Records read from the to-driver ring per duty cycle at most; they wait in their client's
 /// queue for its turn ([`crate::driver::ClientQuotas::commands_per_cycle_per_client`]).
 const RECORDS_PER_CYCLE: usize = 256;
+/// A claim at the to-driver ring's head not committed within the client timeout divided by
+/// this is padded over: well inside the client timeout, so the live clients whose keepalives
+/// wait behind the stalled claim are not timed out (Aeron's clients beat in a counter instead).
+const UNBLOCK_TIMEOUT_DIVISOR: i64 = 4;
+/// Bytes of commands waiting in the per-client queues at most (8 rings' worth by default):
+/// past it the conductor stops reading the ring until the turns drain them, so many flooding
+/// client ids together cannot grow the driver's memory without bound (each one alone is held
+/// by `queued_commands_per_client`).
+const QUEUED_BYTES_MAX: usize = 8 << 20;
 
 impl StandaloneConfig {
     /// Defaults for `dir`.
@@ -139,8 +148,10 @@ pub struct StandaloneDriver {
     errors: ErrorLogWriter,
     system: Vec<Counter>,
     clients: HashMap<i64, ClientState>,
-    /// Commands read from the ring and waiting, per client, for its turn.
-    pending: HashMap<i64, std::collections::VecDeque<Command>>,
+    /// Commands read from the ring and waiting, per client, for its turn (with their sizes).
+    pending: HashMap<i64, std::collections::VecDeque<(Command, usize)>>,
+    /// Bytes of the commands in `pending` (bounded by [`QUEUED_BYTES_MAX`]).
+    pending_bytes: usize,
     /// Clients with commands waiting, in turn order.
     turns: std::collections::VecDeque<i64>,
     /// The ring's head when it last moved, and when (to unblock a claim never committed).
@@ -180,6 +191,7 @@ impl StandaloneDriver {
             system,
             clients: HashMap::new(),
             pending: HashMap::new(),
+            pending_bytes: 0,
             turns: std::collections::VecDeque::new(),
             ring_head: (0, now),
             publications: Vec::new(),
@@ -248,8 +260,9 @@ impl StandaloneDriver {
         }
         let mut records = Vec::new();
         let mut scratch = std::mem::take(&mut self.scratch);
-        let read = self.ring.read(RECORDS_PER_CYCLE, &mut scratch, |msg_type_id, bytes| {
-            records.push(Command::decode(msg_type_id, bytes));
+        let limit = if self.pending_bytes < QUEUED_BYTES_MAX { RECORDS_PER_CYCLE } else { 0 };
+        let read = self.ring.read(limit, &mut scratch, |msg_type_id, bytes| {
+            records.push((Command::decode(msg_type_id, bytes), bytes.len()));
         });
         self.scratch = scratch;
         if let Err(e) = read {
@@ -258,11 +271,11 @@ impl StandaloneDriver {
             self.error(&format!("to-driver ring: {e}"), now);
             work += 1;
         }
-        for record in records {
+        for (record, length) in records {
             work += 1;
             self.bump(SystemCounter::Commands);
             match record {
-                Ok(command) => self.admit(command, now),
+                Ok(command) => self.admit(command, length, now),
                 Err(e) => {
                     self.bump(SystemCounter::InvalidCommands);
                     self.error(&e.to_string(), now);
@@ -297,7 +310,7 @@ impl StandaloneDriver {
     /// A command just read: a client id never handed out, or a new one past `max_clients`, is
     /// refused; a keepalive is applied at once; anything else waits in its client's queue
     /// (refused past `queued_commands_per_client`).
-    fn admit(&mut self, command: Command, now_ms: i64) {
+    fn admit(&mut self, command: Command, length: usize, now_ms: i64) {
         let client_id = command.client_id();
         let quotas = self.config.context.quotas;
         // (code, answer, error-log text): the log names no invented id, so a flood of them is
@@ -351,7 +364,8 @@ impl StandaloneDriver {
         if queue.is_empty() {
             self.turns.push_back(client_id);
         }
-        queue.push_back(command);
+        queue.push_back((command, length));
+        self.pending_bytes += length;
     }
 
     /// Whether `token` is `client_id`'s close token: the first non-zero token a client id
@@ -391,9 +405,11 @@ impl StandaloneDriver {
         for _ in 0..self.turns.len() {
             let Some(client_id) = self.turns.pop_front() else { break };
             for _ in 0..share {
-                let Some(command) = self.pending.get_mut(&client_id).and_then(|queue| queue.pop_front()) else {
+                let Some((command, length)) = self.pending.get_mut(&client_id).and_then(|queue| queue.pop_front())
+                else {
                     break;
                 };
+                self.pending_bytes -= length;
                 work += 1;
                 self.on_command(command, now_ms);
             }
@@ -406,8 +422,8 @@ impl StandaloneDriver {
         work
     }
 
-    /// Aeron's blocked-command check: when the ring's head has not moved for the client
-    /// timeout while producers claimed past it, the claim at the head was never committed
+    /// Aeron's blocked-command check: when the ring's head has not moved for a quarter of the
+    /// client timeout ([`UNBLOCK_TIMEOUT_DIVISOR`]) while producers claimed past it, the claim at the head was never committed
     /// (its client died while writing it): pad over it ([`ManyToOneRingBuffer::unblock`]),
     /// log it once and go on.
     fn unblock_stalled_ring(&mut self, now_ms: i64) -> usize {
@@ -417,7 +433,7 @@ impl StandaloneDriver {
             self.ring_head = (head, now_ms);
             return 0;
         }
-        let timeout = self.config.client_timeout.as_millis() as i64;
+        let timeout = self.config.client_timeout.as_millis() as i64 / UNBLOCK_TIMEOUT_DIVISOR;
         if now_ms.saturating_sub(moved_at) <= timeout {
             return 0;
         }
@@ -428,7 +444,7 @@ impl StandaloneDriver {
                 self.error(
                     &format!(
                         "to-driver ring: a command of {bytes} bytes claimed at position {head} was not committed \
-                         within the client timeout of {timeout} ms (its client died while writing it?): padded over"
+                         within {timeout} ms (its client died while writing it?): padded over"
                     ),
                     now_ms,
                 );
@@ -982,7 +998,9 @@ impl StandaloneDriver {
 
     /// Releases everything `client_id` holds: subscriptions go now, publications linger.
     fn remove_client(&mut self, client_id: i64, now_ms: i64) {
-        self.pending.remove(&client_id);
+        if let Some(queue) = self.pending.remove(&client_id) {
+            self.pending_bytes -= queue.iter().map(|(_, length)| length).sum::<usize>();
+        }
         let subscriptions: Vec<i64> =
             self.subscriptions.iter().filter(|s| s.client_id == client_id).map(|s| s.registration_id).collect();
         self.subscriptions.retain(|s| s.client_id != client_id);
@@ -1509,10 +1527,10 @@ mod tests {
     }
 
     #[test]
-    fn a_command_claimed_and_never_committed_is_padded_over_after_the_client_timeout_and_logged_once() {
+    fn a_command_claimed_and_never_committed_is_padded_over_after_a_quarter_of_the_client_timeout_and_logged_once() {
         let dir = tempdir();
         let timeout = Duration::from_millis(200);
-        let config = StandaloneConfig { client_timeout: timeout, ..small_config(dir.to_path_buf()) };
+        let config = StandaloneConfig { client_timeout: timeout * 4, ..small_config(dir.to_path_buf()) };
         let mut driver = StandaloneDriver::launch(config).unwrap();
         let mut wire = CncWire::new(&driver);
         // A client claims a record and dies before committing it (its header written, length
