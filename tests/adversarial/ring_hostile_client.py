@@ -10,6 +10,8 @@ id> <publications> <invented ids>``). Actions:
   (uncommitted) length, and kills itself with SIGKILL before the commit;
 - ``malformed``: commits a record whose length (3) is shorter than a record header;
 - ``forge-close CLIENT_ID``: CLIENT_CLOSE for another client's id, without its token;
+- ``corrupt-positions``: moves the tail more than a buffer past the head (producers would find
+  the ring full for ever);
 - ``flood PUBLICATIONS INVENTED``: as one client, ADD_PUBLICATION on PUBLICATIONS streams, then
   keepalives from INVENTED client ids it reserves from the correlation counter.
 
@@ -151,6 +153,10 @@ def main(argv: list[str]) -> None:
         at = ring.claim(48)
         struct.pack_into("<ii", ring.map, at, 3, ADD_PUBLICATION)
         print(f"malformed {at - CNC_HEADER_LENGTH}", flush=True)
+    elif action == "corrupt-positions":
+        tail = ring.i64(ring.trailer + HEAD_POSITION) + 4 * ring.capacity
+        struct.pack_into("<q", ring.map, ring.trailer + TAIL_POSITION, tail)
+        print(f"tail {tail}", flush=True)
     elif action == "forge-close":
         victim = int(args[0])
         ring.write(CLIENT_CLOSE, struct.pack("<qq", victim, 0))

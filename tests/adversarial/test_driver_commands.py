@@ -105,6 +105,29 @@ def test_a_malformed_record_length_is_skipped_once_and_logged_once(driver: Stand
         assert affinity.driver_stat(str(driver.dir)).counter("Invalid commands") == 1
 
 
+def test_impossible_ring_positions_are_reset_once_and_the_ring_carries_commands_again(
+    driver: StandaloneDriver,
+) -> None:
+    with driver.client() as client:
+        tail = hostile(driver, "corrupt-positions").split()[1]
+        with client.add_subscription("aeron:ipc", STREAM) as subscription:
+            assert subscription.stream_id == STREAM
+        time.sleep(SETTLE_S)
+        logged = [(count, m) for count, m in errors(driver) if "positions reset to 0" in m]
+        assert len(logged) == 1 and logged[0][0] == 1, errors(driver)
+        assert f"tail {tail} is more than the capacity" in logged[0][1]
+
+
+@pytest.mark.parametrize("driver", [("--subscriptions-per-client", "2")], indirect=True)
+def test_a_client_past_its_quota_gets_an_error_naming_it(driver: StandaloneDriver) -> None:
+    with driver.client() as client, client.add_subscription("aeron:ipc", 1), client.add_subscription("aeron:ipc", 2):
+        with pytest.raises(
+            affinity.DriverError,
+            match=r"quota subscriptions_per_client=2 reached \(affinity driver --subscriptions-per-client\)",
+        ):
+            client.add_subscription("aeron:ipc", 3)
+
+
 def client_id_of_the_only_client(driver: StandaloneDriver) -> int:
     labels = [c.label for c in affinity.driver_stat(str(driver.dir)).counters if c.label.startswith("client-heartbeat")]
     assert len(labels) == 1, labels
