@@ -1722,6 +1722,54 @@ mod tests {
     }
 
     #[test]
+    fn the_queued_commands_of_all_clients_together_are_bounded_in_bytes() {
+        use crate::driver::ClientQuotas;
+        let dir = tempdir();
+        let mut config = small_config(dir.to_path_buf());
+        config.context.quotas = ClientQuotas {
+            commands_per_cycle_per_client: 1,
+            queued_commands_per_client: 100_000,
+            ..ClientQuotas::default()
+        };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let wire = CncWire::new(&driver);
+        // Four clients write 7 commands of ~8 KiB per duty cycle; 4 run per cycle: the queues grow.
+        let channel = format!("aeron:ipc?alias={}", "x".repeat(wire.ring.max_message_length() - 64));
+        let mut cycles = 0;
+        while driver.pending_bytes < QUEUED_BYTES_MAX {
+            for i in 0..7 {
+                wire.send(Command::AddSubscription {
+                    client_id: 1 + i % 4,
+                    correlation_id: 1,
+                    stream_id: 7,
+                    channel: channel.clone(),
+                });
+            }
+            driver.do_work();
+            cycles += 1;
+            assert!(cycles < 10_000, "the queues never filled");
+        }
+        let most = QUEUED_BYTES_MAX + 256 * wire.ring.max_message_length();
+        assert!(driver.pending_bytes <= most, "{} bytes queued", driver.pending_bytes);
+        // Past the bound the ring is not read: what the clients wrote waits there.
+        wire.send(subscribe(5, 2));
+        let waiting = wire.ring.size().unwrap();
+        driver.do_work();
+        assert_eq!(wire.ring.size().unwrap(), waiting, "read although the queues are full");
+        // The turns drain the queues; then the ring is read again.
+        for _ in 0..100_000 {
+            if wire.ring.size().unwrap() == 0 {
+                break;
+            }
+            driver.do_work();
+        }
+        assert_eq!(wire.ring.size().unwrap(), 0);
+        let queued: usize = driver.pending.values().flatten().map(|(_, length)| length).sum();
+        assert_eq!(driver.pending_bytes, queued, "the byte count follows the queues");
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
     fn a_silent_client_is_reclaimed_after_the_client_timeout() {
         let dir = tempdir();
         let config = StandaloneConfig { client_timeout: Duration::from_millis(200), ..small_config(dir.to_path_buf()) };
