@@ -180,7 +180,7 @@ impl ManyToOneRingBuffer {
     /// Nothing another process wrote can make it spin or read out of bounds. Impossible head /
     /// tail positions (negative, misaligned, head past the tail, more than a buffer apart) are
     /// reset ([`ManyToOneRingBuffer::reset_positions`]); a record whose length is impossible
-    /// (shorter than its header, longer than the largest record, or reaching past the claimed
+    /// (shorter than its header, longer than the largest record unless padding, or reaching past the claimed
     /// bytes or the end of the buffer) is skipped together with every claimed byte after it up
     /// to the end of the buffer, because where its successor starts is unknown. Either way the
     /// recovery is done once and reported as `Err(ShmError::Corrupt)` naming the offset and the
@@ -219,10 +219,11 @@ impl ManyToOneRingBuffer {
                 // Committed after the tail was read: read it again.
                 claimed = claimed_from(self.producer_position()?);
             }
-            if length < HEADER_LENGTH
-                || length > self.max_message_length() + HEADER_LENGTH
-                || bytes_read + align_record(length) > claimed
-            {
+            // Padding (at the end of the buffer, or over a stalled claim: `unblock`) may be
+            // longer than a record.
+            let msg_type_id = self.buffer.get_i32(index + 4)?;
+            let too_long = msg_type_id != PADDING_MSG_TYPE_ID && length > self.max_message_length() + HEADER_LENGTH;
+            if length < HEADER_LENGTH || too_long || bytes_read + align_record(length) > claimed {
                 let skipped = self.skip_malformed(index, claimed.saturating_sub(bytes_read))?;
                 bytes_read += skipped;
                 outcome = Err(ShmError::corrupt(
@@ -238,7 +239,6 @@ impl ManyToOneRingBuffer {
                 break;
             }
             bytes_read += align_record(length);
-            let msg_type_id = self.buffer.get_i32(index + 4)?;
             if msg_type_id == PADDING_MSG_TYPE_ID {
                 continue;
             }
@@ -511,6 +511,11 @@ mod tests {
         assert_eq!(drain(&ring), (vec![], Ok(0)));
         assert_eq!(ring.unblock().unwrap(), Some(40));
         assert_eq!(drain(&ring), (vec![(3, 3)], Ok(1)));
+        // A long claim (longer than a record may be) with nothing written: one padding record.
+        ring.claim(400).unwrap().unwrap();
+        ring.write(5, &[5; 8]).unwrap();
+        assert_eq!(ring.unblock().unwrap(), Some(400));
+        assert_eq!(drain(&ring), (vec![(5, 5)], Ok(1)));
         // Nothing after the claim: padded up to the tail.
         ring.claim(16).unwrap().unwrap();
         assert_eq!(ring.unblock().unwrap(), Some(16));
