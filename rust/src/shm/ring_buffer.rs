@@ -56,6 +56,21 @@ pub(crate) fn check_capacity(region: &Region, trailer: usize, structure: &'stati
     Ok(capacity)
 }
 
+/// Records (and offsets) a resynchronisation after a malformed record may examine at most
+/// ([`ManyToOneRingBuffer::read`]): bounds the consumer's work on a crafted buffer; past it
+/// every claimed byte is skipped.
+const RESYNC_STEPS_MAX: usize = 16 * 1024;
+
+/// The 8 bytes at an offset, read as a record header while resynchronising.
+enum Header {
+    /// A committed record of a possible length (that length).
+    Committed(usize),
+    /// Claimed and not committed yet: zero, or a negative length of a possible record.
+    Pending,
+    /// Not a header.
+    Invalid,
+}
+
 /// Outcome of a write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Write {
@@ -181,8 +196,9 @@ impl ManyToOneRingBuffer {
     /// tail positions (negative, misaligned, head past the tail, more than a buffer apart) are
     /// reset ([`ManyToOneRingBuffer::reset_positions`]); a record whose length is impossible
     /// (shorter than its header, longer than the largest record unless padding, or reaching past the claimed
-    /// bytes or the end of the buffer) is skipped together with every claimed byte after it up
-    /// to the end of the buffer, because where its successor starts is unknown. Either way the
+    /// bytes or the end of the buffer) is skipped up to the first offset after it from which
+    /// possible records chain to the end of the claimed bytes (else with every claimed byte up
+    /// to the end of the buffer: where its successor starts is unknown). Either way the
     /// recovery is done once and reported as `Err(ShmError::Corrupt)` naming the offset and the
     /// value; records handed to `handler` before it stay handled.
     pub fn read<F>(&self, limit: usize, scratch: &mut Vec<u8>, mut handler: F) -> Result<usize, ShmError>
@@ -254,17 +270,64 @@ impl ManyToOneRingBuffer {
         outcome.map(|()| messages)
     }
 
-    /// Skips a record of impossible length at `index` with the `claimed` bytes from it (what
-    /// producers claimed up to the end of the buffer); returns how many bytes the head moves.
-    /// With nothing claimed there (bytes written past the tail), the stray header is cleared
-    /// instead, unless a producer has claimed and written it meanwhile.
+    /// Skips a record of impossible length at `index` within the `claimed` bytes from it (what
+    /// producers claimed up to the end of the buffer); returns how many bytes the head moves:
+    /// to the first 8-aligned offset after it where committed records of possible lengths
+    /// chain exactly to the end of the claimed bytes or to a record still being written (so
+    /// the commands other clients wrote behind it survive), else (nothing chains, or the
+    /// search passed [`RESYNC_STEPS_MAX`]) all the claimed bytes. With nothing claimed there
+    /// (bytes written past the tail), the stray header is cleared instead, unless a producer
+    /// has claimed and written it meanwhile.
     fn skip_malformed(&self, index: usize, claimed: usize) -> Result<usize, ShmError> {
         if claimed == 0 {
             let header = self.buffer.get_i64_acquire(index)?;
             self.buffer.compare_and_set_i64(index, header, 0)?;
             return Ok(0);
         }
+        let end = index + claimed;
+        let mut steps = 0;
+        let mut start = index + RECORD_ALIGNMENT;
+        while start < end && steps < RESYNC_STEPS_MAX {
+            if let Header::Committed(_) = self.header_at(start)? {
+                let mut at = start;
+                let chains = loop {
+                    steps += 1;
+                    if at == end {
+                        break true;
+                    }
+                    match self.header_at(at)? {
+                        Header::Committed(length) => at += align_record(length),
+                        Header::Pending => break true,
+                        Header::Invalid => break false,
+                    }
+                    if at > end || steps >= RESYNC_STEPS_MAX {
+                        break false;
+                    }
+                };
+                if chains {
+                    return Ok(start - index);
+                }
+            }
+            steps += 1;
+            start += RECORD_ALIGNMENT;
+        }
         Ok(claimed)
+    }
+
+    /// What the 8 bytes at `index` would be as a record header.
+    fn header_at(&self, index: usize) -> Result<Header, ShmError> {
+        let length = self.buffer.get_i32_acquire(index)?;
+        let msg_type_id = self.buffer.get_i32(index + 4)?;
+        let max = self.max_message_length() + HEADER_LENGTH;
+        let possible = |length: usize| {
+            length >= HEADER_LENGTH && (msg_type_id == PADDING_MSG_TYPE_ID || (msg_type_id > 0 && length <= max))
+        };
+        Ok(match length {
+            0 if msg_type_id == 0 => Header::Pending,
+            length if length < 0 && msg_type_id > 0 && possible(length.unsigned_abs() as usize) => Header::Pending,
+            length if length > 0 && possible(length as usize) => Header::Committed(length as usize),
+            _ => Header::Invalid,
+        })
     }
 
     /// `Err(why)` when `head` / `tail` cannot be positions of this buffer.
@@ -477,6 +540,34 @@ mod tests {
             assert_eq!(drain(&ring), (vec![(3, 3)], Ok(1)));
             assert_eq!(ring.size().unwrap(), 0);
         }
+    }
+
+    #[test]
+    fn the_records_behind_a_malformed_one_survive() {
+        let ring = ring(1024);
+        ring.write(1, &[1; 16]).unwrap();
+        ring.write(2, &[2; 16]).unwrap();
+        ring.write(3, &[3; 16]).unwrap();
+        ring.write(4, &[4; 40]).unwrap();
+        // The claim behind them is not written yet: the chain may end there.
+        ring.claim(16).unwrap().unwrap();
+        ring.buffer.put_i32(24, 3).unwrap();
+        let (seen, outcome) = drain(&ring);
+        assert_eq!(seen, [(1, 1)]);
+        assert!(outcome.as_ref().is_err_and(|e| e.contains("skipped 24 bytes")), "{outcome:?}");
+        assert_eq!(drain(&ring), (vec![(3, 3), (4, 4)], Ok(2)));
+        // A header inside the malformed record's payload that does not chain to the end is
+        // passed over.
+        let ring = self::ring(1024);
+        let mut payload = make_header(16, 9).to_le_bytes().to_vec();
+        payload.extend([7; 24]);
+        ring.write(1, &payload).unwrap();
+        ring.write(5, &[5; 8]).unwrap();
+        ring.buffer.put_i32(0, 5000).unwrap();
+        let (seen, outcome) = drain(&ring);
+        assert!(seen.is_empty());
+        assert!(outcome.as_ref().is_err_and(|e| e.contains("skipped 40 bytes")), "{outcome:?}");
+        assert_eq!(drain(&ring), (vec![(5, 5)], Ok(1)));
     }
 
     #[test]
