@@ -17,6 +17,11 @@
 //! and stores the positive length last (`Release`). The consumer reads lengths with `Acquire`,
 //! stops at a length `<= 0`, zeroes what it consumed and then moves the head. A claim that would
 //! wrap writes a padding record (type [`PADDING_MSG_TYPE_ID`]) to the end of the buffer.
+//!
+//! Producers are other processes: the consumer recovers, once each and never by spinning, from
+//! a claim never committed ([`ManyToOneRingBuffer::unblock`], called by the driver after a
+//! timeout), a record of impossible length and impossible head / tail positions
+//! ([`ManyToOneRingBuffer::read`]).
 
 use super::buffer::Region;
 use super::error::ShmError;
