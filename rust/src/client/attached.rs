@@ -142,6 +142,9 @@ struct Shared {
     ring: ManyToOneRingBuffer,
     counters: CountersReader,
     client_id: i64,
+    /// Random, carried by this client's keepalives and close: the driver ignores a close (or
+    /// keepalive) of this client id with another token (`docs/driver-protocol.md`).
+    close_token: i64,
     driver_pid: i64,
     driver_timeout_ms: i64,
     driver_dead: AtomicBool,
@@ -470,8 +473,12 @@ impl Shared {
 }
 
 /// The error of a driver's refusal: an operating-system failure keeps its errno
-/// ([`Error::Os`]); anything else is about the channel or command ([`Error::Config`]).
+/// ([`Error::Os`]); a quota reached is the driver's ([`Error::Driver`], naming the quota);
+/// anything else is about the channel or command ([`Error::Config`]).
 fn refusal(code: i32, message: String) -> Error {
+    if code == error_code::QUOTA_EXCEEDED {
+        return Error::Driver(message);
+    }
     let errno = code.checked_sub(error_code::OS_ERROR).filter(|errno| *errno > 0);
     match errno {
         Some(errno) => {
@@ -577,6 +584,10 @@ impl AttachedClient {
         let ring = cnc.to_driver().map_err(shm)?;
         let receiver = cnc.to_clients_receiver().map_err(shm)?;
         let client_id = ring.next_correlation_id().map_err(shm)?;
+        // Never 0 (0 is "no token": the driver would bind the next token it sees).
+        let close_token = getrandom::u64()
+            .map_err(|e| Error::Driver(format!("no random close token from the operating system: {e}")))?
+            .max(1) as i64;
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
             counters: cnc.counters().map_err(shm)?,
@@ -584,6 +595,7 @@ impl AttachedClient {
             ring,
             cnc,
             client_id,
+            close_token,
             driver_timeout_ms,
             driver_dead: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -595,7 +607,7 @@ impl AttachedClient {
             command_timeout,
             yields_when_idle: AtomicBool::new(false),
         });
-        shared.send(&Command::ClientKeepalive { client_id })?;
+        shared.send(&Command::ClientKeepalive { client_id, token: close_token })?;
         let stop = Arc::new(AtomicBool::new(false));
         let keepalive = {
             let shared = Arc::clone(&shared);
@@ -792,7 +804,9 @@ impl AttachedClient {
         if let Some(handle) = lock(&self.keepalive).take() {
             let _ = handle.join();
         }
-        let _ = self.shared.send(&Command::ClientClose { client_id: self.shared.client_id });
+        let _ = self
+            .shared
+            .send(&Command::ClientClose { client_id: self.shared.client_id, token: self.shared.close_token });
         let on_close = lock(&self.on_close).take();
         on_close.map(|on_close| on_close(drain)).unwrap_or_default()
     }
@@ -811,7 +825,7 @@ fn keepalive_loop(shared: &Shared, stop: &AtomicBool) {
         let _ = shared.service();
         if last_keepalive.elapsed() >= KEEPALIVE_INTERVAL {
             last_keepalive = Instant::now();
-            let _ = shared.send(&Command::ClientKeepalive { client_id: shared.client_id });
+            let _ = shared.send(&Command::ClientKeepalive { client_id: shared.client_id, token: shared.close_token });
             let age = shared.cnc.driver_heartbeat_ms().map(|beat| epoch_ms().saturating_sub(beat)).unwrap_or(i64::MAX);
             // A driver in this process ends with it (and with invoker threading beats only
             // when the application runs it).

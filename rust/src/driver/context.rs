@@ -59,6 +59,128 @@ pub mod ranges {
     pub const RECEIVER_TIMEOUT_MS: SettingRange = SettingRange { name: "receiver_timeout_ms", min: 1, max: 3_600_000 };
     /// `command_timeout_ms`: how long a client waits for the driver to answer.
     pub const COMMAND_TIMEOUT_MS: SettingRange = SettingRange { name: "command_timeout_ms", min: 1, max: 3_600_000 };
+    /// Every quota of [`super::ClientQuotas`] (a count; at least 1).
+    pub const QUOTA_MAX: u64 = 1 << 20;
+}
+
+/// Per-client limits of a shared driver, so that one client (or a flood of invented client
+/// ids) cannot starve the others: defined once here, with their defaults and the
+/// `affinity driver` options that set them ([`ClientQuota::option`]). A command past a quota
+/// is refused with `ON_ERROR` (code `QUOTA_EXCEEDED`) naming the quota and its limit, and the
+/// driver's error log records it (one record per client and quota, its count repeats).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientQuotas {
+    /// Client ids the driver tracks at once (default 1,024): a command from a further id is
+    /// refused (not tracked, no counter) until a tracked client closes or times out.
+    pub max_clients: usize,
+    /// Publication handles one client holds at once (default 1,024; each add counts, also
+    /// of a stream already open).
+    pub publications_per_client: usize,
+    /// Subscriptions one client holds at once (default 1,024).
+    pub subscriptions_per_client: usize,
+    /// Counters allocated with one client as owner (heartbeat, publisher limits and positions,
+    /// subscriber positions; default 2,048): checked before each add. Keep `max_clients` times
+    /// a client's share below the cnc's counters (8,192) for a hard guarantee.
+    pub counters_per_client: usize,
+    /// Commands of one client the conductor processes per duty cycle (default 16): the clients
+    /// with commands waiting take turns, so one flooder gets at most this share of a cycle.
+    pub commands_per_cycle_per_client: usize,
+    /// Commands of one client read from the to-driver ring and waiting for their turn (default
+    /// 256): a further command is refused at once.
+    pub queued_commands_per_client: usize,
+}
+
+impl Default for ClientQuotas {
+    fn default() -> Self {
+        ClientQuotas {
+            max_clients: 1024,
+            publications_per_client: 1024,
+            subscriptions_per_client: 1024,
+            counters_per_client: 2048,
+            commands_per_cycle_per_client: 16,
+            queued_commands_per_client: 256,
+        }
+    }
+}
+
+/// One of [`ClientQuotas`], by the name its errors and options use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientQuota {
+    /// [`ClientQuotas::max_clients`].
+    MaxClients,
+    /// [`ClientQuotas::publications_per_client`].
+    PublicationsPerClient,
+    /// [`ClientQuotas::subscriptions_per_client`].
+    SubscriptionsPerClient,
+    /// [`ClientQuotas::counters_per_client`].
+    CountersPerClient,
+    /// [`ClientQuotas::commands_per_cycle_per_client`].
+    CommandsPerCyclePerClient,
+    /// [`ClientQuotas::queued_commands_per_client`].
+    QueuedCommandsPerClient,
+}
+
+impl ClientQuota {
+    /// Every quota.
+    pub const ALL: [ClientQuota; 6] = [
+        ClientQuota::MaxClients,
+        ClientQuota::PublicationsPerClient,
+        ClientQuota::SubscriptionsPerClient,
+        ClientQuota::CountersPerClient,
+        ClientQuota::CommandsPerCyclePerClient,
+        ClientQuota::QueuedCommandsPerClient,
+    ];
+
+    /// Its name in errors (`max_clients`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            ClientQuota::MaxClients => "max_clients",
+            ClientQuota::PublicationsPerClient => "publications_per_client",
+            ClientQuota::SubscriptionsPerClient => "subscriptions_per_client",
+            ClientQuota::CountersPerClient => "counters_per_client",
+            ClientQuota::CommandsPerCyclePerClient => "commands_per_cycle_per_client",
+            ClientQuota::QueuedCommandsPerClient => "queued_commands_per_client",
+        }
+    }
+
+    /// The `affinity driver` option that sets it (`--max-clients`, ...).
+    pub fn option(self) -> String {
+        format!("--{}", self.name().replace('_', "-"))
+    }
+
+    /// Its field in `quotas`.
+    pub fn of(self, quotas: &mut ClientQuotas) -> &mut usize {
+        match self {
+            ClientQuota::MaxClients => &mut quotas.max_clients,
+            ClientQuota::PublicationsPerClient => &mut quotas.publications_per_client,
+            ClientQuota::SubscriptionsPerClient => &mut quotas.subscriptions_per_client,
+            ClientQuota::CountersPerClient => &mut quotas.counters_per_client,
+            ClientQuota::CommandsPerCyclePerClient => &mut quotas.commands_per_cycle_per_client,
+            ClientQuota::QueuedCommandsPerClient => &mut quotas.queued_commands_per_client,
+        }
+    }
+
+    /// Its value in `quotas`.
+    pub fn get(self, quotas: &ClientQuotas) -> usize {
+        let mut copy = *quotas;
+        *self.of(&mut copy)
+    }
+
+    /// The text of a refusal: `client 7: quota publications_per_client=1024 reached
+    /// (affinity driver --publications-per-client)`.
+    pub fn exceeded(self, client_id: i64, quotas: &ClientQuotas) -> String {
+        format!(
+            "client {client_id}: quota {}={} reached (affinity driver {})",
+            self.name(),
+            self.get(quotas),
+            self.option()
+        )
+    }
+
+    /// The range every quota takes.
+    pub fn range(self) -> SettingRange {
+        SettingRange { name: self.name(), min: 1, max: ranges::QUOTA_MAX }
+    }
 }
 
 /// Driver settings. `Default` gives the documented defaults.
@@ -101,6 +223,8 @@ pub struct DriverContext {
     /// Images one subscription may have at once (128); further SETUPs are refused and counted
     /// (`images_refused`), so a flood of forged sessions cannot exhaust memory.
     pub max_images_per_subscription: usize,
+    /// Per-client limits of a shared driver ([`ClientQuotas`]).
+    pub quotas: ClientQuotas,
 }
 
 impl DriverContext {
@@ -127,6 +251,9 @@ impl DriverContext {
         at_least_mtu(ranges::SOCKET_RECEIVE_BUFFER, self.socket_receive_buffer as u64)?;
         ranges::RECEIVER_TIMEOUT_MS.check(self.flow_control.receiver_timeout.as_millis() as i128)?;
         ranges::COMMAND_TIMEOUT_MS.check(self.client_command_timeout.as_millis() as i128)?;
+        for quota in ClientQuota::ALL {
+            quota.range().check(quota.get(&self.quotas) as i128)?;
+        }
         Ok(())
     }
 }
@@ -151,6 +278,7 @@ impl Default for DriverContext {
             datagrams_per_cycle: 32,
             udp_offload: true,
             max_images_per_subscription: defaults::MAX_IMAGES_PER_SUBSCRIPTION,
+            quotas: ClientQuotas::default(),
         }
     }
 }
@@ -182,6 +310,19 @@ mod tests {
         let no_time =
             setting_error(DriverContext { client_command_timeout: Duration::ZERO, ..DriverContext::default() });
         assert_eq!(no_time, "command_timeout_ms=0: must be between 1 and 3600000");
+        let quotas = ClientQuotas { commands_per_cycle_per_client: 0, ..ClientQuotas::default() };
+        let no_turn = setting_error(DriverContext { quotas, ..DriverContext::default() });
+        assert_eq!(no_turn, "commands_per_cycle_per_client=0: must be between 1 and 1048576");
+    }
+
+    #[test]
+    fn a_quota_refusal_names_the_quota_its_limit_and_its_option() {
+        let quotas = ClientQuotas::default();
+        assert_eq!(
+            ClientQuota::PublicationsPerClient.exceeded(7, &quotas),
+            "client 7: quota publications_per_client=1024 reached (affinity driver --publications-per-client)"
+        );
+        assert_eq!(ClientQuota::MaxClients.option(), "--max-clients");
     }
 
     #[test]

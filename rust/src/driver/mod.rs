@@ -9,6 +9,6 @@ pub mod events;
 pub mod idle;
 pub mod standalone;
 
-pub use context::{ranges, DriverContext, SettingRange};
+pub use context::{ranges, ClientQuota, ClientQuotas, DriverContext, SettingRange};
 pub use events::{DriverEvent, DriverEventKind};
 pub use idle::{IdleStrategy, Idler};

@@ -27,6 +27,9 @@ pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedica
                        [--idle spin|yield|backoff] [--term-length N] [--mtu N]
                        [--flow-control SPEC] [--receiver-timeout DUR]
                        [--client-timeout DUR] [--linger DUR] [--udp-offload on|off]
+                       [--max-clients N] [--publications-per-client N]
+                       [--subscriptions-per-client N] [--counters-per-client N]
+                       [--commands-per-cycle-per-client N] [--queued-commands-per-client N]
   --dir               driver directory (default $AFFINITY_DIR, else /dev/shm/affinity-$USER)
   --threading         dedicated: conductor, sender and receiver on three threads;
                       shared-network: conductor + one network thread; shared: one thread (default)
@@ -40,12 +43,19 @@ pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedica
   --client-timeout    a client silent this long is reclaimed (default 5s)
   --linger            a released publication waits at most this long for its subscribers (default 5s)
   --udp-offload       send runs of equal-sized datagrams as one send, receive them as one
-                      (Linux UDP GSO/GRO; the datagrams on the wire are the same; default on)";
+                      (Linux UDP GSO/GRO; the datagrams on the wire are the same; default on)
+  --max-clients       client ids the driver tracks at once (default 1024)
+  --publications-per-client, --subscriptions-per-client, --counters-per-client
+                      what one client may hold at once (defaults 1024, 1024, 2048)
+  --commands-per-cycle-per-client
+                      commands of one client run per duty cycle; clients take turns (default 16)
+  --queued-commands-per-client
+                      commands of one client waiting for their turn; more are refused (default 256)";
 
 /// Parses driver command-line arguments (without the program name).
 pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {
     use crate::channel::{parse_duration, parse_size};
-    use crate::driver::context::ranges;
+    use crate::driver::context::{ranges, ClientQuota};
     let mut config = StandaloneConfig::new(directory::default_dir());
     let mut idle = crate::driver::idle::IdleStrategy::default();
     let mut threading = crate::driver::agent::Threading::Shared;
@@ -124,7 +134,15 @@ pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {
                     _ => return Err(bad(&v, "expected on or off".into())),
                 };
             }
-            other => return Err(format!("unknown option {other:?}\n{USAGE}")),
+            other => {
+                let Some(quota) = ClientQuota::ALL.into_iter().find(|quota| quota.option() == other) else {
+                    return Err(format!("unknown option {other:?}\n{USAGE}"));
+                };
+                let v = value()?;
+                let n: i128 = v.parse().map_err(|_| bad(&v, "expected a whole number".into()))?;
+                let n = quota.range().check(n).map_err(|e| bad(&v, e.to_string()))?;
+                *quota.of(&mut config.context.quotas) = n as usize;
+            }
         }
     }
     // Check the log parameters once, at start, rather than on the first publication.
@@ -224,6 +242,16 @@ mod tests {
         assert!(parse_args(&[]).unwrap().config.context.udp_offload, "offload is on by default");
         assert!(!parse_args(&["--udp-offload=off".into()]).unwrap().config.context.udp_offload);
         assert!(parse_args(&["--udp-offload".into(), "on".into()]).unwrap().config.context.udp_offload);
+        let options =
+            parse_args(&["--max-clients=9".into(), "--commands-per-cycle-per-client".into(), "3".into()]).unwrap();
+        assert_eq!(
+            (options.config.context.quotas.max_clients, options.config.context.quotas.commands_per_cycle_per_client),
+            (9, 3)
+        );
+        assert_eq!(
+            parse_args(&["--counters-per-client=0".into()]).unwrap_err(),
+            "--counters-per-client \"0\": counters_per_client=0: must be between 1 and 1048576"
+        );
         assert_eq!(
             parse_args(&["--udp-offload".into(), "yes".into()]).unwrap_err(),
             "--udp-offload \"yes\": expected on or off"

@@ -61,6 +61,9 @@ pub mod error_code {
     pub const MALFORMED_COMMAND: i32 = 11;
     /// Out of a resource (counters, files).
     pub const STORAGE_SPACE: i32 = 12;
+    /// The client reached one of its quotas (`driver::context::ClientQuotas`); the message
+    /// names the quota and its limit (ours, beyond Aeron's numbering).
+    pub const QUOTA_EXCEEDED: i32 = 0x0100;
     /// An operating-system call failed: the code is `OS_ERROR + errno` (ours, beyond Aeron's
     /// numbering), so the client can raise the error with its errno.
     pub const OS_ERROR: i32 = 0x1000;
@@ -113,11 +116,17 @@ pub enum Command {
     ClientKeepalive {
         /// Sending client.
         client_id: i64,
+        /// The client's random close token (Aeron's correlation id slot, 0 there): the driver
+        /// binds the first non-zero token it sees for a client id and then ignores keepalives
+        /// and closes of that id carrying another one (see `docs/driver-protocol.md`).
+        token: i64,
     },
     /// The client is closing: release everything it owns.
     ClientClose {
         /// Sending client.
         client_id: i64,
+        /// The token of the client's keepalives ([`Command::ClientKeepalive`]).
+        token: i64,
     },
     /// Asks for a publication's status ([`Response::PublicationStatus`]): a network
     /// publication's positions, flow control, receivers and counters.
@@ -327,8 +336,10 @@ impl Command {
             Command::RemoveSubscription { client_id, correlation_id, registration_id } => {
                 (type_id::REMOVE_SUBSCRIPTION, w.i64(*client_id).i64(*correlation_id).i64(*registration_id).0)
             }
-            Command::ClientKeepalive { client_id } => (type_id::CLIENT_KEEPALIVE, w.i64(*client_id).i64(0).0),
-            Command::ClientClose { client_id } => (type_id::CLIENT_CLOSE, w.i64(*client_id).i64(0).0),
+            Command::ClientKeepalive { client_id, token } => {
+                (type_id::CLIENT_KEEPALIVE, w.i64(*client_id).i64(*token).0)
+            }
+            Command::ClientClose { client_id, token } => (type_id::CLIENT_CLOSE, w.i64(*client_id).i64(*token).0),
             Command::QueryPublication { client_id, correlation_id, registration_id } => {
                 (type_id::QUERY_PUBLICATION, w.i64(*client_id).i64(*correlation_id).i64(*registration_id).0)
             }
@@ -365,8 +376,8 @@ impl Command {
             type_id::REMOVE_SUBSCRIPTION => {
                 Command::RemoveSubscription { client_id, correlation_id, registration_id: r.i64("registration id")? }
             }
-            type_id::CLIENT_KEEPALIVE => Command::ClientKeepalive { client_id },
-            type_id::CLIENT_CLOSE => Command::ClientClose { client_id },
+            type_id::CLIENT_KEEPALIVE => Command::ClientKeepalive { client_id, token: correlation_id },
+            type_id::CLIENT_CLOSE => Command::ClientClose { client_id, token: correlation_id },
             type_id::QUERY_PUBLICATION => {
                 Command::QueryPublication { client_id, correlation_id, registration_id: r.i64("registration id")? }
             }
@@ -384,10 +395,23 @@ impl Command {
             | Command::RemovePublication { client_id, .. }
             | Command::AddSubscription { client_id, .. }
             | Command::RemoveSubscription { client_id, .. }
-            | Command::ClientKeepalive { client_id }
-            | Command::ClientClose { client_id }
+            | Command::ClientKeepalive { client_id, .. }
+            | Command::ClientClose { client_id, .. }
             | Command::QueryPublication { client_id, .. }
             | Command::QuerySubscription { client_id, .. } => *client_id,
+        }
+    }
+
+    /// The correlation id its answer carries (keepalive and close are not answered).
+    pub fn correlation_id(&self) -> Option<i64> {
+        match self {
+            Command::AddPublication { correlation_id, .. }
+            | Command::RemovePublication { correlation_id, .. }
+            | Command::AddSubscription { correlation_id, .. }
+            | Command::RemoveSubscription { correlation_id, .. }
+            | Command::QueryPublication { correlation_id, .. }
+            | Command::QuerySubscription { correlation_id, .. } => Some(*correlation_id),
+            Command::ClientKeepalive { .. } | Command::ClientClose { .. } => None,
         }
     }
 }
@@ -573,8 +597,8 @@ mod tests {
                 channel: "aeron:ipc?term-length=64k".into(),
             },
             Command::RemoveSubscription { client_id: 1, correlation_id: 6, registration_id: 5 },
-            Command::ClientKeepalive { client_id: 1 },
-            Command::ClientClose { client_id: 1 },
+            Command::ClientKeepalive { client_id: 1, token: -5 },
+            Command::ClientClose { client_id: 1, token: 77 },
             Command::QueryPublication { client_id: 1, correlation_id: 7, registration_id: 2 },
             Command::QuerySubscription { client_id: 1, correlation_id: 8, registration_id: 5 },
         ];

@@ -292,6 +292,9 @@ pub struct CountersManager {
     high_water: usize,
     free: VecDeque<usize>,
     reuse_timeout_ms: i64,
+    /// Owner id → counters allocated with it (for per-client quotas); owners with none are
+    /// removed, so the map is bounded by the counters.
+    owned: std::collections::HashMap<i64, usize>,
 }
 
 impl CountersManager {
@@ -302,7 +305,13 @@ impl CountersManager {
             high_water: 0,
             free: VecDeque::new(),
             reuse_timeout_ms,
+            owned: std::collections::HashMap::new(),
         })
+    }
+
+    /// How many allocated counters have `owner_id` as their owner.
+    pub fn owned_by(&self, owner_id: i64) -> usize {
+        self.owned.get(&owner_id).copied().unwrap_or(0)
     }
 
     /// The read side of the same buffers.
@@ -340,6 +349,7 @@ impl CountersManager {
         metadata.put_bytes(meta + meta_field::LABEL, label.as_bytes())?;
         metadata.put_i32(meta + meta_field::LABEL_LENGTH, label.len() as i32)?;
         metadata.put_i32_release(meta + meta_field::STATE, state::ALLOCATED)?;
+        *self.owned.entry(owner_id).or_insert(0) += 1;
         self.reader.counter(id)
     }
 
@@ -364,6 +374,13 @@ impl CountersManager {
             return Err(ShmError::Parameter(format!("counter {id} is not allocated")));
         }
         let meta = id * METADATA_LENGTH;
+        let owner_id = self.reader.values.get_i64(id * COUNTER_LENGTH + value_field::OWNER_ID)?;
+        if let std::collections::hash_map::Entry::Occupied(mut owned) = self.owned.entry(owner_id) {
+            *owned.get_mut() -= 1;
+            if *owned.get() == 0 {
+                owned.remove();
+            }
+        }
         self.reader
             .metadata
             .put_i64(meta + meta_field::FREE_FOR_REUSE_DEADLINE, now_ms.saturating_add(self.reuse_timeout_ms))?;
@@ -414,6 +431,18 @@ mod tests {
         assert_eq!(listed[1].type_id, type_id::PUBLISHER_LIMIT);
         assert_eq!((listed[1].registration_id, listed[1].owner_id, listed[1].value), (42, 9, 70_000));
         assert_eq!(&listed[1].key[..3], &[1, 2, 0]);
+    }
+
+    #[test]
+    fn counters_are_counted_per_owner_until_freed() {
+        let mut counters = manager(4);
+        let a = counters.allocate(type_id::SYSTEM, &[], "a", 0, 7, 0).unwrap();
+        counters.allocate(type_id::SYSTEM, &[], "b", 0, 7, 0).unwrap();
+        counters.allocate(type_id::SYSTEM, &[], "c", 0, 8, 0).unwrap();
+        assert_eq!((counters.owned_by(7), counters.owned_by(8), counters.owned_by(9)), (2, 1, 0));
+        counters.free(a.id(), 0).unwrap();
+        assert!(counters.free(a.id(), 0).is_err());
+        assert_eq!(counters.owned_by(7), 1, "a refused double free counts nothing");
     }
 
     #[test]

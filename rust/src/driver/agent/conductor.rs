@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::channel::{ChannelUri, Media};
+use crate::driver::ClientQuota;
 use crate::protocol::defaults;
 use crate::shm::broadcast::BroadcastTransmitter;
 use crate::shm::cnc::{Cnc, CncParams, CNC_FILE};
@@ -63,8 +64,18 @@ pub struct StandaloneConfig {
 
 /// Default client liveness timeout.
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Commands read per duty cycle.
-const COMMANDS_PER_CYCLE: usize = 16;
+/// Records read from the to-driver ring per duty cycle at most; they wait in their client's
+/// queue for its turn ([`crate::driver::ClientQuotas::commands_per_cycle_per_client`]).
+const RECORDS_PER_CYCLE: usize = 256;
+/// A claim at the to-driver ring's head not committed within the client timeout divided by
+/// this is padded over: well inside the client timeout, so the live clients whose keepalives
+/// wait behind the stalled claim are not timed out (Aeron's clients beat in a counter instead).
+const UNBLOCK_TIMEOUT_DIVISOR: i64 = 4;
+/// Bytes of commands waiting in the per-client queues at most (8 rings' worth by default):
+/// past it the conductor stops reading the ring until the turns drain them, so many flooding
+/// client ids together cannot grow the driver's memory without bound (each one alone is held
+/// by `queued_commands_per_client`).
+const QUEUED_BYTES_MAX: usize = 8 << 20;
 
 impl StandaloneConfig {
     /// Defaults for `dir`.
@@ -88,6 +99,8 @@ pub use crate::shm::status::SystemCounter;
 struct ClientState {
     last_keepalive_ms: i64,
     heartbeat: Counter,
+    /// The close token of its first keepalive or close with one (`Command::ClientKeepalive`).
+    token: Option<i64>,
 }
 
 struct ImageLink {
@@ -135,6 +148,14 @@ pub struct StandaloneDriver {
     errors: ErrorLogWriter,
     system: Vec<Counter>,
     clients: HashMap<i64, ClientState>,
+    /// Commands read from the ring and waiting, per client, for its turn (with their sizes).
+    pending: HashMap<i64, std::collections::VecDeque<(Command, usize)>>,
+    /// Bytes of the commands in `pending` (bounded by [`QUEUED_BYTES_MAX`]).
+    pending_bytes: usize,
+    /// Clients with commands waiting, in turn order.
+    turns: std::collections::VecDeque<i64>,
+    /// The ring's head when it last moved, and when (to unblock a claim never committed).
+    ring_head: (i64, i64),
     publications: Vec<IpcPublication>,
     subscriptions: Vec<SubscriptionState>,
     scratch: Vec<u8>,
@@ -177,6 +198,10 @@ impl StandaloneDriver {
             counters,
             system,
             clients: HashMap::new(),
+            pending: HashMap::new(),
+            pending_bytes: 0,
+            turns: std::collections::VecDeque::new(),
+            ring_head: (0, now),
             publications: Vec::new(),
             subscriptions: Vec::new(),
             scratch: Vec::new(),
@@ -241,26 +266,32 @@ impl StandaloneDriver {
         if let Err(e) = self.ring.set_consumer_heartbeat(now) {
             self.error(&format!("heartbeat: {e}"), now);
         }
-        let mut commands = Vec::new();
+        let mut records = Vec::new();
         let mut scratch = std::mem::take(&mut self.scratch);
-        let read = self.ring.read(COMMANDS_PER_CYCLE, &mut scratch, |msg_type_id, bytes| {
-            commands.push(Command::decode(msg_type_id, bytes));
+        let limit = if self.pending_bytes < QUEUED_BYTES_MAX { RECORDS_PER_CYCLE } else { 0 };
+        let read = self.ring.read(limit, &mut scratch, |msg_type_id, bytes| {
+            records.push((Command::decode(msg_type_id, bytes), bytes.len()));
         });
         self.scratch = scratch;
         if let Err(e) = read {
+            // Recovered already (skipped or reset, once): logged and counted once.
+            self.bump(SystemCounter::InvalidCommands);
             self.error(&format!("to-driver ring: {e}"), now);
+            work += 1;
         }
-        for command in commands {
+        for (record, length) in records {
             work += 1;
             self.bump(SystemCounter::Commands);
-            match command {
-                Ok(command) => self.on_command(command, now),
+            match record {
+                Ok(command) => self.admit(command, length, now),
                 Err(e) => {
                     self.bump(SystemCounter::InvalidCommands);
                     self.error(&e.to_string(), now);
                 }
             }
         }
+        work += self.run_turns(now);
+        work += self.unblock_stalled_ring(now);
         work += self.update_publications(now);
         work += self.on_agent_events(now);
         if now.saturating_sub(self.last_timeout_check_ms) >= 100 {
@@ -284,6 +315,178 @@ impl StandaloneDriver {
         self.respond(Response::Error { correlation_id, code, message }, now_ms);
     }
 
+    /// A command just read: a client id never handed out, or a new one past `max_clients`, is
+    /// refused; a keepalive is applied at once; anything else waits in its client's queue
+    /// (refused past `queued_commands_per_client`).
+    fn admit(&mut self, command: Command, length: usize, now_ms: i64) {
+        let client_id = command.client_id();
+        let quotas = self.config.context.quotas;
+        // (code, answer, error-log text): the log names no invented id, so a flood of them is
+        // one record whose count grows.
+        let refusal = if !self.clients.contains_key(&client_id) {
+            let handed_out = self.ring.last_correlation_id().unwrap_or(i64::MAX);
+            if !(1..=handed_out).contains(&client_id) {
+                let answer =
+                    format!("client id {client_id} was never handed out by this driver (ids 1 to {handed_out} so far)");
+                Some((error_code::GENERIC_ERROR, answer, "commands from client ids never handed out refused".into()))
+            } else if self.clients.len() >= quotas.max_clients {
+                let answer = ClientQuota::MaxClients.exceeded(client_id, &quotas);
+                let log = format!(
+                    "quota max_clients={} reached: commands of further client ids refused (affinity driver {})",
+                    quotas.max_clients,
+                    ClientQuota::MaxClients.option()
+                );
+                Some((error_code::QUOTA_EXCEEDED, answer, log))
+            } else {
+                None
+            }
+        } else if self.pending.get(&client_id).is_some_and(|queue| queue.len() >= quotas.queued_commands_per_client) {
+            let answer = ClientQuota::QueuedCommandsPerClient.exceeded(client_id, &quotas);
+            Some((error_code::QUOTA_EXCEEDED, answer.clone(), answer))
+        } else {
+            None
+        };
+        if let Some((code, answer, log)) = refusal {
+            self.bump(SystemCounter::InvalidCommands);
+            self.error(&log, now_ms);
+            if let Some(correlation_id) = command.correlation_id() {
+                self.respond(Response::Error { correlation_id, code, message: answer }, now_ms);
+            }
+            return;
+        }
+        if let Command::ClientKeepalive { client_id, token } = command {
+            if !self.clients.contains_key(&client_id) {
+                self.touch_client(client_id, now_ms);
+            }
+            if self.check_token(client_id, token, "keepalive", now_ms) {
+                self.touch_client(client_id, now_ms);
+                self.bump(SystemCounter::ClientKeepalives);
+            }
+            return;
+        }
+        // A close proves no liveness (it may name another client): it waits its turn untouched.
+        if !matches!(command, Command::ClientClose { .. }) {
+            self.touch_client(client_id, now_ms);
+        }
+        let queue = self.pending.entry(client_id).or_default();
+        if queue.is_empty() {
+            self.turns.push_back(client_id);
+        }
+        queue.push_back((command, length));
+        self.pending_bytes += length;
+    }
+
+    /// Whether `token` is `client_id`'s close token: the first non-zero token a client id
+    /// shows is bound to it; a keepalive or close with another one is refused, logged and
+    /// counted (another process naming this client's id, or a client reusing an id).
+    fn check_token(&mut self, client_id: i64, token: i64, what: &str, now_ms: i64) -> bool {
+        let bound = self.clients.get(&client_id).and_then(|client| client.token);
+        match bound {
+            Some(bound) if bound != token => {
+                self.bump(SystemCounter::InvalidCommands);
+                self.error(
+                    &format!(
+                        "client-{what} for client {client_id} ignored: its token is not the one that client's \
+                         keepalives carry (sent by another process naming its id?)"
+                    ),
+                    now_ms,
+                );
+                false
+            }
+            Some(_) => true,
+            None => {
+                if token != 0 {
+                    if let Some(client) = self.clients.get_mut(&client_id) {
+                        client.token = Some(token);
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// Runs the waiting commands: each client with commands waiting in turn, at most
+    /// `commands_per_cycle_per_client` of each per duty cycle.
+    fn run_turns(&mut self, now_ms: i64) -> usize {
+        let share = self.config.context.quotas.commands_per_cycle_per_client;
+        let mut work = 0;
+        for _ in 0..self.turns.len() {
+            let Some(client_id) = self.turns.pop_front() else { break };
+            for _ in 0..share {
+                let Some((command, length)) = self.pending.get_mut(&client_id).and_then(|queue| queue.pop_front())
+                else {
+                    break;
+                };
+                self.pending_bytes -= length;
+                work += 1;
+                self.on_command(command, now_ms);
+            }
+            if self.pending.get(&client_id).is_some_and(|queue| !queue.is_empty()) {
+                self.turns.push_back(client_id);
+            } else {
+                self.pending.remove(&client_id);
+            }
+        }
+        work
+    }
+
+    /// Aeron's blocked-command check: when the ring's head has not moved for a quarter of the
+    /// client timeout ([`UNBLOCK_TIMEOUT_DIVISOR`]) while producers claimed past it, the claim at the head was never committed
+    /// (its client died while writing it): pad over it ([`ManyToOneRingBuffer::unblock`]),
+    /// log it once and go on.
+    fn unblock_stalled_ring(&mut self, now_ms: i64) -> usize {
+        let (Ok(head), Ok(tail)) = (self.ring.consumer_position(), self.ring.producer_position()) else { return 0 };
+        let (last_head, moved_at) = self.ring_head;
+        if head != last_head || tail <= head {
+            self.ring_head = (head, now_ms);
+            return 0;
+        }
+        let timeout = self.config.client_timeout.as_millis() as i64 / UNBLOCK_TIMEOUT_DIVISOR;
+        if now_ms.saturating_sub(moved_at) <= timeout {
+            return 0;
+        }
+        self.ring_head = (head, now_ms);
+        match self.ring.unblock() {
+            Ok(Some(bytes)) => {
+                self.bump(SystemCounter::InvalidCommands);
+                self.error(
+                    &format!(
+                        "to-driver ring: a command of {bytes} bytes claimed at position {head} was not committed \
+                         within {timeout} ms (its client died while writing it?): padded over"
+                    ),
+                    now_ms,
+                );
+                1
+            }
+            Ok(None) => 0,
+            Err(e) => {
+                self.error(&format!("to-driver ring: unblock: {e}"), now_ms);
+                0
+            }
+        }
+    }
+
+    /// `Err` naming the quota when `client_id` may not add another publication (or
+    /// subscription): its handles, or the counters it owns, are at their quota.
+    fn check_add_quota(&self, client_id: i64, publication: bool) -> Result<(), (i32, String)> {
+        let quotas = &self.config.context.quotas;
+        let (quota, held) = if publication {
+            let ipc: usize =
+                self.publications.iter().filter_map(|p| p.owners.get(&client_id)).map(|&n| n as usize).sum();
+            (ClientQuota::PublicationsPerClient, ipc + self.network_publications_of(client_id))
+        } else {
+            let ipc = self.subscriptions.iter().filter(|s| s.client_id == client_id).count();
+            (ClientQuota::SubscriptionsPerClient, ipc + self.network_subscriptions_of(client_id))
+        };
+        if held >= quota.get(quotas) {
+            return Err((error_code::QUOTA_EXCEEDED, quota.exceeded(client_id, quotas)));
+        }
+        if self.counters.owned_by(client_id) >= quotas.counters_per_client {
+            return Err((error_code::QUOTA_EXCEEDED, ClientQuota::CountersPerClient.exceeded(client_id, quotas)));
+        }
+        Ok(())
+    }
+
     fn touch_client(&mut self, client_id: i64, now_ms: i64) {
         if let Some(client) = self.clients.get_mut(&client_id) {
             client.last_keepalive_ms = now_ms;
@@ -300,7 +503,7 @@ impl StandaloneDriver {
         ) {
             Ok(heartbeat) => {
                 let _ = heartbeat.set(now_ms);
-                self.clients.insert(client_id, ClientState { last_keepalive_ms: now_ms, heartbeat });
+                self.clients.insert(client_id, ClientState { last_keepalive_ms: now_ms, heartbeat, token: None });
                 let _ = self.system(SystemCounter::Clients).add(1);
             }
             Err(e) => self.error(&format!("client {client_id}: {e}"), now_ms),
@@ -308,7 +511,15 @@ impl StandaloneDriver {
     }
 
     fn on_command(&mut self, command: Command, now_ms: i64) {
-        self.touch_client(command.client_id(), now_ms);
+        if let Command::AddPublication { client_id, correlation_id, .. }
+        | Command::AddSubscription { client_id, correlation_id, .. } = command
+        {
+            let publication = matches!(command, Command::AddPublication { .. });
+            if let Err((code, message)) = self.check_add_quota(client_id, publication) {
+                self.refuse(correlation_id, code, message, now_ms);
+                return;
+            }
+        }
         match command {
             Command::AddPublication { client_id, correlation_id, stream_id, channel } if network::is_udp(&channel) => {
                 if let Err((code, message)) =
@@ -334,13 +545,13 @@ impl StandaloneDriver {
             {
                 self.remove_network_subscription(client_id, correlation_id, registration_id, now_ms)
             }
-            Command::QueryPublication { correlation_id, registration_id, .. }
-                if self.is_network_publication(registration_id) =>
+            Command::QueryPublication { client_id, correlation_id, registration_id }
+                if self.network_publication_held(registration_id, client_id) =>
             {
                 self.network.query_publication(registration_id, correlation_id)
             }
-            Command::QuerySubscription { correlation_id, registration_id, .. }
-                if self.is_network_subscription(registration_id) =>
+            Command::QuerySubscription { client_id, correlation_id, registration_id }
+                if self.network_subscription_held(registration_id, client_id) =>
             {
                 self.network.query_subscription(registration_id, correlation_id)
             }
@@ -401,30 +612,43 @@ impl StandaloneDriver {
                 self.unlink_subscription(registration_id, now_ms);
                 self.respond(Response::OperationSuccess { correlation_id }, now_ms);
             }
-            Command::ClientKeepalive { .. } => self.bump(SystemCounter::ClientKeepalives),
-            Command::ClientClose { client_id } => self.remove_client(client_id, now_ms),
-            Command::QueryPublication { correlation_id, registration_id, .. }
-                if self.publications.iter().any(|p| p.registration_id == registration_id) =>
+            // Applied when read (`admit`); never queued.
+            Command::ClientKeepalive { .. } => {}
+            // A close acts on the client it names, and only with that client's token.
+            Command::ClientClose { client_id, token } => {
+                if self.check_token(client_id, token, "close", now_ms) {
+                    self.remove_client(client_id, now_ms);
+                }
+            }
+            // Queries, like removals, name a registration the sending client holds.
+            Command::QueryPublication { client_id, correlation_id, registration_id }
+                if self
+                    .publications
+                    .iter()
+                    .any(|p| p.registration_id == registration_id && p.owners.contains_key(&client_id)) =>
             {
                 let response = self.ipc_publication_status(registration_id, correlation_id);
                 self.respond(response, now_ms);
             }
-            Command::QueryPublication { correlation_id, registration_id, .. } => self.refuse(
+            Command::QueryPublication { client_id, correlation_id, registration_id } => self.refuse(
                 correlation_id,
                 error_code::UNKNOWN_PUBLICATION,
-                format!("no publication {registration_id}"),
+                format!("client {client_id} holds no publication {registration_id}"),
                 now_ms,
             ),
-            Command::QuerySubscription { correlation_id, registration_id, .. }
-                if self.subscriptions.iter().any(|s| s.registration_id == registration_id) =>
+            Command::QuerySubscription { client_id, correlation_id, registration_id }
+                if self
+                    .subscriptions
+                    .iter()
+                    .any(|s| s.registration_id == registration_id && s.client_id == client_id) =>
             {
                 let response = self.ipc_subscription_status(registration_id, correlation_id);
                 self.respond(response, now_ms);
             }
-            Command::QuerySubscription { correlation_id, registration_id, .. } => self.refuse(
+            Command::QuerySubscription { client_id, correlation_id, registration_id } => self.refuse(
                 correlation_id,
                 error_code::UNKNOWN_SUBSCRIPTION,
-                format!("no network subscription {registration_id}"),
+                format!("client {client_id} holds no subscription {registration_id}"),
                 now_ms,
             ),
         }
@@ -781,6 +1005,9 @@ impl StandaloneDriver {
 
     /// Releases everything `client_id` holds: subscriptions go now, publications linger.
     fn remove_client(&mut self, client_id: i64, now_ms: i64) {
+        if let Some(queue) = self.pending.remove(&client_id) {
+            self.pending_bytes -= queue.iter().map(|(_, length)| length).sum::<usize>();
+        }
         let subscriptions: Vec<i64> =
             self.subscriptions.iter().filter(|s| s.client_id == client_id).map(|s| s.registration_id).collect();
         self.subscriptions.retain(|s| s.client_id != client_id);
@@ -928,6 +1155,9 @@ mod tests {
     use crate::shm::log_buffer::Offer;
     use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
 
+    /// Client ids the tests' wire hands out at once (1 to this).
+    const TEST_CLIENT_IDS: i64 = 100;
+
     /// The test's side of a driver's cnc: commands onto the to-driver ring, answers from the
     /// to-clients broadcast after one duty cycle.
     struct CncWire {
@@ -939,6 +1169,10 @@ mod tests {
     impl CncWire {
         fn new(driver: &StandaloneDriver) -> Self {
             let ring = driver.cnc().to_driver().unwrap();
+            // The driver serves only client ids it handed out: the tests' clients are 1 to 100.
+            for _ in 0..TEST_CLIENT_IDS {
+                ring.next_correlation_id().unwrap();
+            }
             let receiver = driver.cnc().to_clients_receiver().unwrap();
             CncWire { ring, receiver, scratch: Vec::new() }
         }
@@ -1040,7 +1274,7 @@ mod tests {
         wire.responses(&mut driver);
         assert_eq!(limit.get().unwrap(), 48 * 1024);
         // The publisher's client goes away: the publication lingers until the subscriber has all.
-        wire.send(Command::ClientClose { client_id: 2 });
+        wire.send(Command::ClientClose { client_id: 2, token: 0 });
         wire.responses(&mut driver);
         assert!(dir.join(log_file).exists(), "lingers while undelivered");
         position.set(32 * 1024).unwrap();
@@ -1108,7 +1342,7 @@ mod tests {
         wire.responses(&mut driver);
         assert!(matches!(log.offer(&[1; 224], 0, limit.get().unwrap()).unwrap(), Offer::Appended(_)));
         // The publisher's client goes; the subscriber never reads (its position stays at 0).
-        wire.send(Command::ClientClose { client_id: 2 });
+        wire.send(Command::ClientClose { client_id: 2, token: 0 });
         let released = Instant::now();
         wire.responses(&mut driver);
         assert!(dir.join(log_file).exists(), "lingers while undelivered");
@@ -1289,14 +1523,268 @@ mod tests {
         driver.shutdown().unwrap();
     }
 
+    /// The driver's error log: (count, message) of each distinct error.
+    fn error_log(driver: &StandaloneDriver) -> Vec<(i32, String)> {
+        let records = crate::shm::error_log::read_errors(driver.cnc().error_log()).unwrap();
+        records.into_iter().map(|record| (record.count, record.message)).collect()
+    }
+
+    fn subscribe(client_id: i64, correlation_id: i64) -> Command {
+        Command::AddSubscription { client_id, correlation_id, stream_id: 7, channel: "aeron:ipc".into() }
+    }
+
+    #[test]
+    fn a_command_claimed_and_never_committed_is_padded_over_after_a_quarter_of_the_client_timeout_and_logged_once() {
+        let dir = tempdir();
+        let timeout = Duration::from_millis(200);
+        let config = StandaloneConfig { client_timeout: timeout * 4, ..small_config(dir.to_path_buf()) };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let mut wire = CncWire::new(&driver);
+        // A client claims a record and dies before committing it (its header written, length
+        // negative: the ring's own write, cut short): everything behind it waits.
+        let (id, bytes) = subscribe(1, 10).encode();
+        let tail = wire.ring.claim_and_die(id, bytes.len()).unwrap();
+        let claimed = (bytes.len() as i64 + 8 + 7) & !7;
+        wire.send(subscribe(2, 11));
+        let started = Instant::now();
+        let mut answers = Vec::new();
+        while answers.is_empty() && started.elapsed() < timeout * 20 {
+            answers = wire.responses(&mut driver);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let waited = started.elapsed();
+        assert!(
+            matches!(answers[..], [Response::SubscriptionReady { correlation_id: 11 }]),
+            "{answers:?} after {waited:?}"
+        );
+        assert!(waited + Duration::from_millis(2) >= timeout, "unblocked after {waited:?}, before the timeout");
+        for _ in 0..20 {
+            wire.responses(&mut driver);
+        }
+        let log = error_log(&driver);
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert_eq!(log[0].0, 1, "logged once: {log:?}");
+        assert!(log[0].1.contains(&format!("a command of {claimed} bytes claimed at position {tail}")), "{log:?}");
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_malformed_record_length_is_skipped_logged_once_and_counted() {
+        let dir = tempdir();
+        let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
+        let counters = driver.cnc().counters().unwrap();
+        let mut wire = CncWire::new(&driver);
+        let tail = wire.ring.producer_position().unwrap() as usize;
+        wire.send(subscribe(1, 10));
+        wire.ring.region().put_i32(tail, 3).unwrap();
+        for _ in 0..100 {
+            assert_eq!(wire.responses(&mut driver), []);
+        }
+        let log = error_log(&driver);
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert_eq!(log[0].0, 1, "logged once, not on every duty cycle: {log:?}");
+        assert!(log[0].1.contains(&format!("offset {tail}: record length 3")), "{log:?}");
+        assert_eq!(SystemCounter::InvalidCommands.read(&counters).unwrap(), 1);
+        // The ring carries commands again.
+        wire.send(subscribe(1, 12));
+        assert!(matches!(wire.responses(&mut driver)[..], [Response::SubscriptionReady { correlation_id: 12 }]));
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_close_naming_another_live_client_is_ignored_and_commands_act_only_on_the_senders_resources() {
+        let dir = tempdir();
+        let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
+        let counters = driver.cnc().counters().unwrap();
+        let subscriptions =
+            |counters: &crate::shm::counters::CountersReader| SystemCounter::Subscriptions.read(counters).unwrap();
+        let mut wire = CncWire::new(&driver);
+        wire.send(Command::ClientKeepalive { client_id: 1, token: 0x5eed });
+        wire.send(subscribe(1, 10));
+        assert!(matches!(wire.responses(&mut driver)[..], [Response::SubscriptionReady { correlation_id: 10 }]));
+        // Another process names client 1: a close without its token, a removal and a query of
+        // its subscription under another client id.
+        wire.send(Command::ClientClose { client_id: 1, token: 0 });
+        wire.send(Command::ClientClose { client_id: 1, token: 0x0bad });
+        wire.send(Command::RemoveSubscription { client_id: 2, correlation_id: 20, registration_id: 10 });
+        wire.send(Command::QuerySubscription { client_id: 2, correlation_id: 21, registration_id: 10 });
+        let answers = wire.responses(&mut driver);
+        assert!(
+            matches!(&answers[..], [
+                Response::Error { correlation_id: 20, code: error_code::UNKNOWN_SUBSCRIPTION, message: removed },
+                Response::Error { correlation_id: 21, code: error_code::UNKNOWN_SUBSCRIPTION, message: queried },
+            ] if removed == "client 2 holds no subscription 10" && queried == "client 2 holds no subscription 10"),
+            "{answers:?}"
+        );
+        assert_eq!(subscriptions(&counters), 1, "client 1 keeps its subscription");
+        let log = error_log(&driver);
+        let ignored = log.iter().find(|(_, m)| m.starts_with("client-close for client 1 ignored")).expect("logged");
+        assert_eq!(ignored.0, 2, "{log:?}");
+        // A keepalive with another token does not keep client 1 alive either.
+        wire.send(Command::ClientKeepalive { client_id: 1, token: 0x0bad });
+        wire.responses(&mut driver);
+        assert!(error_log(&driver).iter().any(|(_, m)| m.starts_with("client-keepalive for client 1 ignored")));
+        // An id the driver never handed out is refused, naming it.
+        wire.send(subscribe(TEST_CLIENT_IDS + 1_000, 30));
+        let answers = wire.responses(&mut driver);
+        assert!(
+            matches!(&answers[..], [Response::Error { correlation_id: 30, message, .. }]
+                if message == &format!("client id {} was never handed out by this driver (ids 1 to {TEST_CLIENT_IDS} so far)", TEST_CLIENT_IDS + 1_000)),
+            "{answers:?}"
+        );
+        assert!(error_log(&driver).iter().any(|(_, m)| m == "commands from client ids never handed out refused"));
+        // Its own close, with its token, closes it.
+        wire.send(Command::ClientClose { client_id: 1, token: 0x5eed });
+        wire.responses(&mut driver);
+        assert_eq!(subscriptions(&counters), 0);
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
+    fn past_a_quota_a_client_is_refused_with_an_error_naming_it_and_the_others_go_on() {
+        use crate::driver::ClientQuotas;
+        let dir = tempdir();
+        let mut config = small_config(dir.to_path_buf());
+        config.context.quotas = ClientQuotas {
+            max_clients: 4,
+            publications_per_client: 2,
+            subscriptions_per_client: 3,
+            counters_per_client: 64,
+            commands_per_cycle_per_client: 2,
+            queued_commands_per_client: 8,
+        };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let counters = driver.cnc().counters().unwrap();
+        let mut wire = CncWire::new(&driver);
+        let quota_error = |answers: &[Response], correlation_id: i64, text: &str| {
+            answers.iter().any(|a| {
+                matches!(a, Response::Error { correlation_id: c, code: error_code::QUOTA_EXCEEDED, message }
+                if *c == correlation_id && message == text)
+            })
+        };
+        // Client 1 floods: 20 subscriptions at once; client 2 sends one command after them.
+        for i in 0..20 {
+            wire.send(subscribe(1, 100 + i));
+        }
+        wire.send(subscribe(2, 200));
+        let answers = wire.responses(&mut driver);
+        // The flooder's share of the cycle is 2 commands; client 2 is answered in the same cycle.
+        assert!(
+            answers.iter().any(|a| matches!(a, Response::SubscriptionReady { correlation_id: 200 })),
+            "{answers:?}"
+        );
+        let ready = |answers: &[Response]| {
+            answers.iter().filter(|a| matches!(a, Response::SubscriptionReady { correlation_id: 100..=119 })).count()
+        };
+        assert_eq!(ready(&answers), 2);
+        // Past 8 queued commands, client 1's are refused at once, naming the quota.
+        let queued =
+            "client 1: quota queued_commands_per_client=8 reached (affinity driver --queued-commands-per-client)";
+        assert!(quota_error(&answers, 119, queued), "{answers:?}");
+        let mut answers = answers;
+        for _ in 0..10 {
+            answers.extend(wire.responses(&mut driver));
+        }
+        assert_eq!(ready(&answers), 3, "{answers:?}");
+        let held = "client 1: quota subscriptions_per_client=3 reached (affinity driver --subscriptions-per-client)";
+        assert!(quota_error(&answers, 103, held), "{answers:?}");
+        // Publications: two handles, then refused.
+        for i in 0..3 {
+            wire.send(Command::AddPublication {
+                client_id: 3,
+                correlation_id: 300 + i,
+                stream_id: 7,
+                channel: "aeron:ipc".into(),
+            });
+        }
+        let mut answers = wire.responses(&mut driver);
+        answers.extend(wire.responses(&mut driver));
+        let publications =
+            "client 3: quota publications_per_client=2 reached (affinity driver --publications-per-client)";
+        assert!(quota_error(&answers, 302, publications), "{answers:?}");
+        // Invented client ids: at most 4 tracked (1, 2 and 3 are), the rest refused.
+        for client_id in 10..40 {
+            wire.send(Command::ClientKeepalive { client_id, token: 1 });
+        }
+        wire.send(subscribe(50, 500));
+        let answers = wire.responses(&mut driver);
+        assert_eq!(SystemCounter::Clients.read(&counters).unwrap(), 4);
+        let max = "client 50: quota max_clients=4 reached (affinity driver --max-clients)";
+        assert!(quota_error(&answers, 500, max), "{answers:?}");
+        let log = error_log(&driver);
+        for text in [queued, held, publications] {
+            assert!(log.iter().any(|(_, m)| m == text), "{text} not in {log:?}");
+        }
+        // 29 invented ids and client 50: one record, counted 30 times.
+        let flood =
+            "quota max_clients=4 reached: commands of further client ids refused (affinity driver --max-clients)";
+        assert!(log.iter().any(|(count, m)| m == flood && *count == 30), "{log:?}");
+        // Counters: a client at its share of counters adds nothing more.
+        driver.config.context.quotas.counters_per_client = 2;
+        wire.send(subscribe(2, 201));
+        let answers = wire.responses(&mut driver);
+        let counted = "client 2: quota counters_per_client=2 reached (affinity driver --counters-per-client)";
+        assert!(quota_error(&answers, 201, counted), "{answers:?}");
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
+    fn the_queued_commands_of_all_clients_together_are_bounded_in_bytes() {
+        use crate::driver::ClientQuotas;
+        let dir = tempdir();
+        let mut config = small_config(dir.to_path_buf());
+        config.context.quotas = ClientQuotas {
+            commands_per_cycle_per_client: 1,
+            queued_commands_per_client: 100_000,
+            ..ClientQuotas::default()
+        };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let wire = CncWire::new(&driver);
+        // Four clients write 7 commands of ~8 KiB per duty cycle; 4 run per cycle: the queues grow.
+        let channel = format!("aeron:ipc?alias={}", "x".repeat(wire.ring.max_message_length() - 64));
+        let mut cycles = 0;
+        while driver.pending_bytes < QUEUED_BYTES_MAX {
+            for i in 0..7 {
+                wire.send(Command::AddSubscription {
+                    client_id: 1 + i % 4,
+                    correlation_id: 1,
+                    stream_id: 7,
+                    channel: channel.clone(),
+                });
+            }
+            driver.do_work();
+            cycles += 1;
+            assert!(cycles < 10_000, "the queues never filled");
+        }
+        let most = QUEUED_BYTES_MAX + 256 * wire.ring.max_message_length();
+        assert!(driver.pending_bytes <= most, "{} bytes queued", driver.pending_bytes);
+        // Past the bound the ring is not read: what the clients wrote waits there.
+        wire.send(subscribe(5, 2));
+        let waiting = wire.ring.size().unwrap();
+        driver.do_work();
+        assert_eq!(wire.ring.size().unwrap(), waiting, "read although the queues are full");
+        // The turns drain the queues; then the ring is read again.
+        for _ in 0..100_000 {
+            if wire.ring.size().unwrap() == 0 {
+                break;
+            }
+            driver.do_work();
+        }
+        assert_eq!(wire.ring.size().unwrap(), 0);
+        let queued: usize = driver.pending.values().flatten().map(|(_, length)| length).sum();
+        assert_eq!(driver.pending_bytes, queued, "the byte count follows the queues");
+        driver.shutdown().unwrap();
+    }
+
     #[test]
     fn a_silent_client_is_reclaimed_after_the_client_timeout() {
         let dir = tempdir();
         let config = StandaloneConfig { client_timeout: Duration::from_millis(200), ..small_config(dir.to_path_buf()) };
         let mut driver = StandaloneDriver::launch(config).unwrap();
         let ring = driver.cnc().to_driver().unwrap();
+        let client_id = ring.next_correlation_id().unwrap();
         let (id, bytes) =
-            Command::AddSubscription { client_id: 5, correlation_id: 6, stream_id: 1, channel: "aeron:ipc".into() }
+            Command::AddSubscription { client_id, correlation_id: 6, stream_id: 1, channel: "aeron:ipc".into() }
                 .encode();
         ring.write(id, &bytes).unwrap();
         driver.do_work();

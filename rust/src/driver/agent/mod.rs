@@ -496,6 +496,8 @@ mod tests {
         let dir = tempdir();
         let (mut driver, cnc) = invoker_driver(&dir);
         let ring = cnc.to_driver().unwrap();
+        // Client 1: the driver serves client ids it handed out.
+        ring.next_correlation_id().unwrap();
         let send = |command: Command| {
             let (id, bytes) = command.encode();
             ring.write(id, &bytes).unwrap();
@@ -528,6 +530,8 @@ mod tests {
         let dir = tempdir();
         let (mut driver, cnc) = invoker_driver(&dir);
         let ring = cnc.to_driver().unwrap();
+        // Client 1: the driver serves client ids it handed out.
+        ring.next_correlation_id().unwrap();
         let mut broadcast = cnc.to_clients_receiver().unwrap();
         let counters = cnc.counters().unwrap();
         let send = |command: Command| {

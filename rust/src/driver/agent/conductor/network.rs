@@ -197,6 +197,29 @@ impl StandaloneDriver {
         self.network.subscriptions.iter().any(|s| s.registration_id == registration_id)
     }
 
+    /// Whether network publication `registration_id` exists and `client_id` holds it.
+    pub(super) fn network_publication_held(&self, registration_id: i64, client_id: i64) -> bool {
+        self.network
+            .publications
+            .iter()
+            .any(|p| p.registration_id == registration_id && p.owners.contains_key(&client_id))
+    }
+
+    /// Whether network subscription `registration_id` exists and is `client_id`'s.
+    pub(super) fn network_subscription_held(&self, registration_id: i64, client_id: i64) -> bool {
+        self.network.subscriptions.iter().any(|s| s.registration_id == registration_id && s.client_id == client_id)
+    }
+
+    /// Network publication handles `client_id` holds (for its quota).
+    pub(super) fn network_publications_of(&self, client_id: i64) -> usize {
+        self.network.publications.iter().filter_map(|p| p.owners.get(&client_id)).map(|&n| n as usize).sum()
+    }
+
+    /// Network subscriptions of `client_id` (for its quota).
+    pub(super) fn network_subscriptions_of(&self, client_id: i64) -> usize {
+        self.network.subscriptions.iter().filter(|s| s.client_id == client_id).count()
+    }
+
     fn require_agents(&self, channel: &str) -> Result<(), Refusal> {
         if self.network.agents.is_none() {
             return Err((error_code::INVALID_CHANNEL, ipc_channel(channel).err().unwrap_or_default()));
