@@ -27,7 +27,7 @@ use super::codec::{
     FLAG_NODATA_UNAVAILABLE, FLAG_UPDATE,
 };
 use super::faucet::Faucet;
-use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG};
+use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG, MAX_SUBSCRIBERS};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
 use crate::control::limits::MAX_NAME_LENGTH;
 use crate::control::{
@@ -57,9 +57,20 @@ const INBOX_ATTEMPTS: usize = 16;
 /// and the stream it travels on ([`DATA_STREAM_ID`], [`CONTROL_STREAM_ID`]).
 pub const INBOX_AUTH_STREAM: i32 = 0x4146_5303;
 
+/// Senders whose replay windows the router remembers, per stream: every subscriber it may hold
+/// ([`MAX_SUBSCRIBERS`]) and as many more (sources, members that left), so no live member's
+/// window is forgotten (a forgotten window would accept that member's old messages again).
+pub const ROUTER_REPLAY_SENDERS: usize = 2 * MAX_SUBSCRIBERS;
+
 /// Authentication of what peers send to the router on `stream`.
 pub fn to_router_auth(secret: Option<&GroupSecret>, stream: i32) -> StreamAuth {
     StreamAuth::new(secret, super::fingerprint(), stream)
+}
+
+/// The router's verification of what its peers send on `stream` ([`to_router_auth`] keeping
+/// [`ROUTER_REPLAY_SENDERS`] windows).
+fn router_inbound_auth(secret: Option<&GroupSecret>, stream: i32) -> StreamAuth {
+    to_router_auth(secret, stream).with_max_senders(ROUTER_REPLAY_SENDERS)
 }
 
 /// Authentication of what the router sends to the inbox of peer `peer`.
@@ -332,8 +343,8 @@ impl RouterRuntime {
             clock: MonotonicClock::new(),
             data,
             control,
-            data_auth: to_router_auth(options.secret.as_ref(), DATA_STREAM_ID),
-            control_auth: to_router_auth(options.secret.as_ref(), CONTROL_STREAM_ID),
+            data_auth: router_inbound_auth(options.secret.as_ref(), DATA_STREAM_ID),
+            control_auth: router_inbound_auth(options.secret.as_ref(), CONTROL_STREAM_ID),
             secret: options.secret.clone(),
             links: HashMap::new(),
             scratch: Vec::new(),
@@ -947,6 +958,23 @@ mod tests {
         // A heartbeat key is not a data key, another secret is not this one.
         assert_eq!(to_router_auth(Some(&secret(1)), CONTROL_STREAM_ID).open(&bytes), Err(AuthError::BadTag));
         assert_eq!(to_router_auth(Some(&secret(2)), DATA_STREAM_ID).open(&bytes), Err(AuthError::BadTag));
+    }
+
+    #[test]
+    fn the_router_remembers_every_subscribers_window_so_an_old_message_is_never_accepted_again() {
+        // More senders than the control plane's default window count, as a router with many
+        // subscribers has: the first sender's message replayed at the end is still refused.
+        let senders = crate::control::auth::MAX_REPLAY_SENDERS as u64 + 100;
+        let mut router = router_inbound_auth(Some(&secret(1)), DATA_STREAM_ID);
+        let mut first = None;
+        for sender in 1..=senders {
+            let mut member = to_router_auth(Some(&secret(1)), DATA_STREAM_ID);
+            let mut bytes = records(sender, "/s");
+            member.seal(&mut bytes);
+            assert!(router.open(&bytes).is_ok());
+            first.get_or_insert(bytes);
+        }
+        assert_eq!(router.open(&first.unwrap()), Err(AuthError::Replayed));
     }
 
     #[test]
