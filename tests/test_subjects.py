@@ -15,7 +15,16 @@ import pytest
 from affinity import _affinity
 from affinity.config.faucet import analyse_router_text, parse_router_file
 from affinity.exceptions import AffinityError, ConfigError
-from affinity.subjects import FaucetEvent, Flags, Source, SubjectRouter, Subscriber
+from affinity.subjects import (
+    ROUTER_SECRET_ENV,
+    ROUTER_SECRET_FILE_ENV,
+    FaucetEvent,
+    Flags,
+    Source,
+    SubjectRouter,
+    Subscriber,
+    resolve_router_secret,
+)
 from affinity.testing import loopback_channel
 
 DATA = Path(__file__).parent / "data"
@@ -282,3 +291,93 @@ def test_invalid_arguments_raise_affinity_errors(client: affinity.Client, listen
     source.close()
     with pytest.raises(AffinityError, match="closed"):
         source.publish("/a", b"x")
+
+
+SECRET = bytes(range(32))
+
+
+@pytest.fixture
+def no_router_secret_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ROUTER_SECRET_ENV, raising=False)
+    monkeypatch.delenv(ROUTER_SECRET_FILE_ENV, raising=False)
+
+
+def test_with_a_router_secret_only_members_holding_it_are_heard_and_the_rest_is_counted(
+    client: affinity.Client, listen: str, no_router_secret_env: None
+) -> None:
+    with SubjectRouter(
+        client, DATA / "worked_example_transformer.conf", listen=listen, liveness_timeout=1.0, secret=SECRET
+    ) as router:
+        assert router.status().authenticated and router.secret_source == "argument"
+        source = Source(client, listen, "HistoricalAdapter", secret=SECRET, **FAST)
+        assert source.authenticated
+        wait_up(router, "HistoricalAdapter")
+        source.on_request(lambda subject: source.publish(subject, b"item", image=True))
+        # Another secret: heartbeats and SUBSCRIBE refused (bad tag); none: unauthenticated.
+        other = Subscriber(client, listen, name="mallory", secret=bytes(32), **FAST)
+        plain = Subscriber(client, listen, name="eve", **FAST)
+        assert not plain.authenticated
+        refused: list[bytes] = []
+        other.subscribe("/PRIVATE/mallory/ITEM", lambda s, f, p: refused.append(p))
+        plain.subscribe("/PRIVATE/eve/ITEM", lambda s, f, p: refused.append(p))
+        until(
+            lambda: None,
+            lambda: router.status().auth_bad_tag >= 2 and router.status().auth_unauthenticated >= 2,
+            "refusals counted",
+        )
+        sub = Subscriber(client, listen, name="alice", secret=SECRET, **FAST)
+        got: list[bytes] = []
+        sub.subscribe("/PRIVATE/alice/ITEM", lambda s, f, p: got.append(p))
+        until(lambda: (source.poll(), sub.poll()), lambda: got == [b"item"], "item")
+        other.poll()
+        plain.poll()
+        status = router.status()
+        assert refused == [] and status.subjects == 1, status
+        assert status.auth_refused == status.auth_bad_tag + status.auth_unauthenticated
+        assert sub.counters()["auth_bad_tag"] == 0 and sub.counters()["received"] == 1
+        for member in (source, other, plain, sub):
+            member.close()
+
+
+def test_a_router_without_a_secret_says_so_and_refuses_sealed_messages(
+    client: affinity.Client, listen: str, no_router_secret_env: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    with SubjectRouter(client, DATA / "worked_example_transformer.conf", listen=listen, liveness_timeout=1.0) as router:
+        assert not router.status().authenticated and router.secret_source == "none"
+        sealed = Subscriber(client, listen, name="sealed", secret=SECRET, **FAST)
+        sealed.subscribe("/PRIVATE/sealed/ITEM", lambda s, f, p: None)
+        until(lambda: None, lambda: router.status().auth_unverifiable >= 2, "unverifiable counted")
+        assert router.status().subjects == 0
+        with caplog.at_level(logging.WARNING, logger="affinity.router"):
+            router.flush_log()
+        assert any("not authentic" in m and "unverifiable" in m for m in caplog.messages), caplog.messages
+        sealed.close()
+
+
+def test_the_router_secret_comes_from_the_argument_the_environment_or_a_safe_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_router_secret_env: None
+) -> None:
+    assert resolve_router_secret() == (None, "none")
+    monkeypatch.setenv(ROUTER_SECRET_ENV, SECRET.hex())
+    assert resolve_router_secret() == (SECRET, f"${ROUTER_SECRET_ENV}")
+    assert resolve_router_secret(bytes(16)) == (bytes(16), "argument")
+    monkeypatch.delenv(ROUTER_SECRET_ENV)
+    path = tmp_path / "router.secret"
+    path.write_text(SECRET.hex() + "\n")
+    path.chmod(0o600)
+    monkeypatch.setenv(ROUTER_SECRET_FILE_ENV, str(path))
+    assert resolve_router_secret() == (SECRET, f"file {path} (${ROUTER_SECRET_FILE_ENV})")
+    path.chmod(0o640)
+    with pytest.raises(ConfigError, match=r"router secret .*0640 lets group or others read it"):
+        resolve_router_secret()
+    link = tmp_path / "link"
+    link.symlink_to(path)
+    with pytest.raises(ConfigError, match=r"router secret .* symbolic link"):
+        resolve_router_secret(link)
+    with pytest.raises(ConfigError, match="the router secret has 4 bytes"):
+        resolve_router_secret(b"tiny")
+    monkeypatch.setenv(ROUTER_SECRET_ENV, "not hex")
+    with pytest.raises(ConfigError, match=f"\\${ROUTER_SECRET_ENV}: the router secret must be hex text"):
+        resolve_router_secret()
+    with pytest.raises(ConfigError, match="secret=: expected bytes or a path"):
+        resolve_router_secret("a string")  # type: ignore[arg-type]

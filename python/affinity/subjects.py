@@ -8,6 +8,20 @@ path is Rust (:mod:`affinity._affinity`); this module configures it and wraps th
 >>> sub = Subscriber(client, router="aeron:udp?endpoint=127.0.0.1:40500")  # doctest: +SKIP
 >>> sub.subscribe("/PRIVATE/alice-0/FXTRADE", print)                      # doctest: +SKIP
 >>> sub.poll(100)                                                          # doctest: +SKIP
+
+**Authentication.** With a router secret, the router and every subscriber and source seal and
+verify every message they exchange with the control plane's one mechanism (``docs/subjects.md``,
+"Authentication"); unauthenticated, badly tagged or replayed messages are counted and dropped.
+Each of :class:`SubjectRouter`, :class:`Subscriber` and :class:`Source` finds its secret, the
+first that is set (:func:`resolve_router_secret`):
+
+1. its ``secret=`` argument: the secret's bytes, or a path (``os.PathLike``) to a secret file;
+2. ``$AFFINITY_ROUTER_SECRET``: the secret as hex text;
+3. ``$AFFINITY_ROUTER_SECRET_FILE``: the path of a secret file (hex text, read as
+   :func:`affinity.secret.read_secret_file` says: no link, regular, owner-only, size-capped).
+
+None of them: the router (or member) is *unauthenticated*, as before (fine on one host among
+trusted users; anyone who can reach its channels can then forge subscriptions and data).
 """
 
 from __future__ import annotations
@@ -16,6 +30,7 @@ import enum
 import json
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -26,17 +41,22 @@ from affinity._arguments import expect_callable, expect_str, expect_strs, millis
 from affinity.config.faucet import RouterConfig, parse_router_file
 from affinity.exceptions import ConfigError
 from affinity.routing import Router, RoutingEvent
+from affinity.secret import SecretArgument, resolve
 
 __all__ = [
     "ANY_CONTROL_TOPIC",
     "DEFAULT_BACKLOG_BUDGET",
     "MIN_BACKLOG_BUDGET",
+    "NO_SECRET",
+    "ROUTER_SECRET_ENV",
+    "ROUTER_SECRET_FILE_ENV",
     "FaucetEvent",
     "Flags",
     "RouterStatus",
     "Source",
     "SubjectRouter",
     "Subscriber",
+    "resolve_router_secret",
 ]
 
 logger = logging.getLogger("affinity.router")
@@ -45,6 +65,14 @@ logger = logging.getLogger("affinity.router")
 ANY_CONTROL_TOPIC = "*"
 #: NODATA statuses a source may answer.
 NODATA_STATUSES = ("unavailable", "notfound")
+#: Environment variable holding the router secret as hex text.
+ROUTER_SECRET_ENV = "AFFINITY_ROUTER_SECRET"
+#: Environment variable naming a router secret file.
+ROUTER_SECRET_FILE_ENV = "AFFINITY_ROUTER_SECRET_FILE"
+#: ``RouterStatus.secret`` / ``secret_source`` of a router or member without a secret.
+NO_SECRET = "none"
+#: Least seconds between two warnings about refused (not authentic) messages.
+AUTH_LOG_INTERVAL = 1.0
 #: The reason a subscriber reports for a SUBSCRIBE its own link to the router could not take.
 LINK_FULL_REASON = b"subscribe refused: the link to the router is full (the router does not read); not sent"
 
@@ -66,6 +94,40 @@ class Flags(enum.IntFlag):
 DEFAULT_BACKLOG_BUDGET: int = _affinity.ROUTER_BACKLOG_BUDGET
 #: Smallest ``backlog_budget`` a router accepts.
 MIN_BACKLOG_BUDGET: int = _affinity.ROUTER_MIN_BACKLOG_BUDGET
+
+
+def resolve_router_secret(secret: SecretArgument = None) -> tuple[bytes | None, str]:
+    """The router secret and where it came from (module docstring); ``(None, "none")`` if unset."""
+    found = resolve(secret, ROUTER_SECRET_ENV, ROUTER_SECRET_FILE_ENV, "router secret")
+    return found if found is not None else (None, NO_SECRET)
+
+
+class _Member:
+    """What :class:`Subscriber` and :class:`Source` share: authentication state and counters."""
+
+    _core: _affinity.SubjectSubscriberCore | _affinity.SubjectSourceCore
+    #: Where the router secret came from (``"none"``: unauthenticated).
+    secret_source: str
+
+    @property
+    def connection_id(self) -> int:
+        """This member's connection id (its member id)."""
+        return self._core.id
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether it holds a router secret (seals and verifies every message)."""
+        return self._core.authenticated
+
+    @property
+    def endpoint(self) -> str:
+        """Its inbox endpoint (``host:port``), where the router sends to it."""
+        return self._core.endpoint
+
+    def counters(self) -> dict[str, int]:
+        """``malformed``, ``received``, ``dropped_records`` and the inbox messages refused before
+        decoding: ``auth_unauthenticated``, ``auth_unverifiable``, ``auth_bad_tag``, ``auth_replayed``."""
+        return self._core.counters()
 
 
 #: ``callback(subject, flags, payload)`` for a subscriber.
@@ -98,7 +160,7 @@ class FaucetEvent:
         return cls(**{name: (value if isinstance(value, str) else None) for name, value in fields.items()})  # type: ignore[arg-type]
 
 
-class Subscriber:
+class Subscriber(_Member):
     """Subscribes to subjects through a router; :meth:`poll` runs the callbacks.
 
     Several callbacks may subscribe to one subject: the router holds one subscription per
@@ -108,7 +170,11 @@ class Subscriber:
     payload, then forgets them: subscribe again later to retry. So does a SUBSCRIBE this
     subscriber's own link to the router could not take (64 MiB not accepted yet), at the next
     :meth:`poll`.
+
+    ``secret``: the router secret (module docstring); the router must hold the same one.
     """
+
+    _core: _affinity.SubjectSubscriberCore
 
     def __init__(
         self,
@@ -119,7 +185,9 @@ class Subscriber:
         host: str = "127.0.0.1",
         heartbeat_interval: float = 0.1,
         liveness_timeout: float = 2.0,
+        secret: SecretArgument = None,
     ) -> None:
+        key, self.secret_source = resolve_router_secret(secret)
         self._core = _affinity.SubjectSubscriberCore(
             client,
             router,
@@ -127,15 +195,11 @@ class Subscriber:
             host=host,
             heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
             liveness_timeout_ms=milliseconds("liveness_timeout", liveness_timeout),
+            secret=key,
         )
         self._callbacks: dict[str, list[SubjectCallback]] = {}
         #: Subjects whose SUBSCRIBE the link to the router dropped, reported by the next poll.
         self._unsent: list[str] = []
-
-    @property
-    def connection_id(self) -> int:
-        """This subscriber's connection id (its member id)."""
-        return self._core.id
 
     def subscribe(self, subject: str, callback: SubjectCallback) -> None:
         """Subscribes to ``subject``; ``callback(subject, flags, payload)`` runs from :meth:`poll`."""
@@ -181,14 +245,16 @@ class Subscriber:
         self.close()
 
 
-class Source:
+class Source(_Member):
     """A data source (adapter peer, faucet publisher) of a router.
 
     ``label`` must match a ``remote-label`` of the router's configuration to be routed to.
     With ``coverage`` (or ``faucet``) the source also enlists as a faucet publisher: one
     enlistment per coverage pattern (their union counts), on the control topic ``faucet``
-    (default: the router's own).
+    (default: the router's own). ``secret``: the router secret (module docstring).
     """
+
+    _core: _affinity.SubjectSourceCore
 
     def __init__(
         self,
@@ -201,12 +267,14 @@ class Source:
         host: str = "127.0.0.1",
         heartbeat_interval: float = 0.1,
         liveness_timeout: float = 2.0,
+        secret: SecretArgument = None,
     ) -> None:
         if isinstance(coverage, str):
             raise ConfigError("coverage must be a sequence of patterns, not one string")
         patterns = [] if coverage is None else expect_strs("coverage", coverage)
         if faucet is not None:
             expect_str("faucet", faucet)
+        key, self.secret_source = resolve_router_secret(secret)
         self._core = _affinity.SubjectSourceCore(
             client,
             router,
@@ -214,6 +282,7 @@ class Source:
             host=host,
             heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
             liveness_timeout_ms=milliseconds("liveness_timeout", liveness_timeout),
+            secret=key,
         )
         self._on_request: list[RequestCallback] = []
         self._on_discard: list[RequestCallback] = []
@@ -224,11 +293,6 @@ class Source:
                 self._core.enlist(self._control, pattern)
         elif faucet is not None:
             self._core.enlist(self._control, None)
-
-    @property
-    def connection_id(self) -> int:
-        """This source's connection id (its member id)."""
-        return self._core.id
 
     def on_request(self, callback: RequestCallback) -> None:
         """``callback(subject)`` when a subject is routed (or a faucet topic assigned) here."""
@@ -278,7 +342,13 @@ class Source:
 
 @dataclass(frozen=True)
 class RouterStatus:
-    """A router's counters (hostile input is counted and ignored) and its members."""
+    """A router's counters (hostile input is counted and ignored) and its members.
+
+    ``authenticated``: whether the router holds a secret; ``auth_*``: messages refused before
+    decoding (data and heartbeats): version 1 at a router with a secret (``auth_unauthenticated``),
+    sealed at one without (``auth_unverifiable``), a tag that does not verify or a truncated
+    trailer (``auth_bad_tag``), a replay (``auth_replayed``).
+    """
 
     malformed: int
     refused: int
@@ -297,9 +367,19 @@ class RouterStatus:
     dropped_records: int
     messages_sent: int
     backlog_bytes: int
+    auth_unauthenticated: int
+    auth_unverifiable: int
+    auth_bad_tag: int
+    auth_replayed: int
+    authenticated: bool
     subjects: int
     affinities: int
     members: tuple[tuple[str, bool], ...]
+
+    @property
+    def auth_refused(self) -> int:
+        """Every message refused before decoding."""
+        return self.auth_unauthenticated + self.auth_unverifiable + self.auth_bad_tag + self.auth_replayed
 
 
 def _log_entry(entry: dict[str, Any]) -> None:
@@ -332,6 +412,9 @@ class SubjectRouter:
     ``backlog_budget`` bounds the bytes all of the router's backlogs (records queued for peers
     that do not keep up) hold together; past it the subscriber with the largest backlog is
     dropped, counted (``status().evicted_subscribers``) and logged as a warning.
+
+    ``secret``: the router secret (module docstring); :attr:`secret_source` says where it came
+    from, ``"none"`` when the router is unauthenticated (``status().authenticated`` is False).
     """
 
     def __init__(
@@ -344,11 +427,13 @@ class SubjectRouter:
         liveness_timeout: float = 2.0,
         heartbeat_interval: float = 0.1,
         backlog_budget: int = DEFAULT_BACKLOG_BUDGET,
+        secret: SecretArgument = None,
     ) -> None:
         if not isinstance(config, RouterConfig):
             if not isinstance(config, str | os.PathLike):
                 raise wrong_type("config", "a RouterConfig or a str or os.PathLike path", config)
             config = parse_router_file(config)
+        key, self.secret_source = resolve_router_secret(secret)
         router = Router.from_config(config.routing)
         faucet = config.faucet
         self._core = _affinity.SubjectRouterCore(
@@ -362,15 +447,40 @@ class SubjectRouter:
             liveness_timeout_ms=milliseconds("liveness_timeout", liveness_timeout),
             heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
             backlog_budget=backlog_budget,
+            secret=key,
         )
         self.listen = listen
+        self._refusals_logged = 0
+        self._refusals_logged_at = -AUTH_LOG_INTERVAL
 
     def flush_log(self) -> int:
-        """Logs what the router did since the last call; returns the number of entries."""
+        """Logs what the router did since the last call; returns the number of entries.
+
+        Messages refused as not authentic are logged as one warning with the totals, at most
+        every :data:`AUTH_LOG_INTERVAL` seconds while their number grows.
+        """
         entries = self._core.drain_log()
         for entry in entries:
             _log_entry(entry)
+        self._log_refusals(force=False)
         return len(entries)
+
+    def _log_refusals(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if not force and now - self._refusals_logged_at < AUTH_LOG_INTERVAL:
+            return
+        status = self.status()
+        if status.auth_refused > self._refusals_logged:
+            self._refusals_logged, self._refusals_logged_at = status.auth_refused, now
+            logger.warning(
+                "Refused %d messages that are not authentic since start (unauthenticated %d, bad tag %d, "
+                "replayed %d, unverifiable %d)",
+                status.auth_refused,
+                status.auth_unauthenticated,
+                status.auth_bad_tag,
+                status.auth_replayed,
+                status.auth_unverifiable,
+            )
 
     def status(self) -> RouterStatus:
         """The latest counters (refreshed every 10 ms)."""
@@ -382,6 +492,7 @@ class SubjectRouter:
     def close(self) -> None:
         """Stops the router thread (after logging what is left)."""
         self.flush_log()
+        self._log_refusals(force=True)
         self._core.close()
 
     def __enter__(self) -> SubjectRouter:

@@ -199,11 +199,22 @@ fn end_to_end() {
         router_client.clone(),
         table(),
         None,
-        &RouterOptions { listen: listen.clone(), control: None, timing, backlog_budget: DEFAULT_BACKLOG_BUDGET },
+        &RouterOptions {
+            listen: listen.clone(),
+            control: None,
+            timing,
+            backlog_budget: DEFAULT_BACKLOG_BUDGET,
+            secret: None,
+        },
     )
     .unwrap();
-    let options =
-        |name: &str| PeerOptions { router: listen.clone(), name: name.into(), host: "127.0.0.1".into(), timing };
+    let options = |name: &str| PeerOptions {
+        router: listen.clone(),
+        name: name.into(),
+        host: "127.0.0.1".into(),
+        timing,
+        secret: None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let publishing = Arc::new(AtomicBool::new(false));
     let requests = Arc::new(AtomicUsize::new(0));

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use affinity::client::ClientApi;
 use affinity::client::ClientHandle;
+use affinity::control::GroupSecret;
+use affinity::control::DATA_STREAM_ID;
 use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::Timing;
 use affinity::routing::policy::builtin;
@@ -12,8 +15,9 @@ use affinity::routing::{RoutingTable, Selection, SourceGroupSpec};
 use affinity::subjects::backlog::DEFAULT_BACKLOG_BUDGET;
 use affinity::subjects::codec::{FLAG_IMAGE, FLAG_STATUS, FLAG_UPDATE};
 use affinity::subjects::runtime::{
-    Delivery, PeerOptions, RouterOptions, RouterRuntime, SubjectPeer, SubjectSource, SubjectSubscriber,
+    inbox_auth, Delivery, PeerOptions, RouterOptions, RouterRuntime, SubjectPeer, SubjectSource, SubjectSubscriber,
 };
+use affinity::subjects::SubjectRecord;
 use affinity::subjects::{Announcements, Faucet, FaucetConfig, RecordKind};
 
 const HEARTBEAT: Duration = Duration::from_millis(50);
@@ -48,7 +52,7 @@ fn table() -> RoutingTable {
 }
 
 fn options(router: &str, name: &str) -> PeerOptions {
-    PeerOptions { router: router.into(), name: name.into(), host: "127.0.0.1".into(), timing: timing() }
+    PeerOptions { router: router.into(), name: name.into(), host: "127.0.0.1".into(), timing: timing(), secret: None }
 }
 
 /// Polls `peer` until `want` accepts a delivery (bounded by [`DEADLINE`]); returns everything
@@ -96,6 +100,7 @@ fn a_subscription_is_requested_from_the_hashed_adapter_and_its_data_relayed_then
             control: None,
             timing: timing(),
             backlog_budget: DEFAULT_BACKLOG_BUDGET,
+            secret: None,
         },
     )
     .unwrap();
@@ -162,6 +167,7 @@ fn a_faucet_publisher_is_assigned_a_topic_publishes_it_and_sees_the_json_events(
             control: None,
             timing: timing(),
             backlog_budget: DEFAULT_BACKLOG_BUDGET,
+            secret: None,
         },
     )
     .unwrap();
@@ -181,5 +187,105 @@ fn a_faucet_publisher_is_assigned_a_topic_publishes_it_and_sees_the_json_events(
     publisher.publish("/symbols/IBM", b"101.5", true).unwrap();
     let seen = until(subscriber.peer(), |d| d.flags == FLAG_IMAGE);
     assert_eq!(seen.last().unwrap().payload, b"101.5");
+    router.close();
+}
+
+fn secret(byte: u8) -> GroupSecret {
+    GroupSecret::new(&[byte; 32]).unwrap()
+}
+
+#[test]
+fn with_a_router_secret_members_are_heard_and_a_peer_with_another_secret_is_refused_and_counted() {
+    let listen = free_listen();
+    let router_client = client();
+    let router = RouterRuntime::start(
+        router_client.clone(),
+        table(),
+        None,
+        &RouterOptions {
+            listen: listen.clone(),
+            control: None,
+            timing: timing(),
+            backlog_budget: DEFAULT_BACKLOG_BUDGET,
+            secret: Some(secret(1)),
+        },
+    )
+    .unwrap();
+    assert!(router.status().authenticated);
+    let with = |name: &str, byte: Option<u8>| PeerOptions { secret: byte.map(secret), ..options(&listen, name) };
+    let source_client = client();
+    let a = SubjectSource::new(&source_client, &with("TradeAdapterA", Some(1))).unwrap();
+    let b = SubjectSource::new(&source_client, &with("TradeAdapterB", Some(1))).unwrap();
+    assert!(a.peer().is_authenticated());
+    let start = Instant::now();
+    while router.status().members.iter().any(|(_, up)| !up) {
+        assert!(start.elapsed() < DEADLINE, "sources never heard: {:?}", router.status());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A subscriber with another secret, and one with none: their heartbeats and SUBSCRIBEs
+    // are refused before decoding and counted; the router holds nothing for them.
+    let other_client = client();
+    let forger = SubjectSubscriber::new(&other_client, &with("mallory", Some(2))).unwrap();
+    let plain = SubjectSubscriber::new(&other_client, &with("eve", None)).unwrap();
+    assert!(forger.subscribe("/PRIVATE/mallory-0/FXTRADE").unwrap());
+    assert!(plain.subscribe("/PRIVATE/eve-0/FXTRADE").unwrap());
+    while router.status().runtime.auth.bad_tag < 2 || router.status().runtime.auth.unauthenticated < 2 {
+        assert!(start.elapsed() < DEADLINE, "refusals not counted: {:?}", router.status());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(router.status().subjects, 0, "a refused SUBSCRIBE subscribes nothing");
+    // The real subscriber gets the real source's data, sealed both ways.
+    let subscriber_client = client();
+    let subscriber = SubjectSubscriber::new(&subscriber_client, &with("alice", Some(1))).unwrap();
+    let subject = "/PRIVATE/alice-0/FXTRADE";
+    assert!(subscriber.subscribe(subject).unwrap());
+    let served = loop {
+        assert!(start.elapsed() < DEADLINE * 2);
+        if a.peer().poll(64).unwrap().iter().any(|d| d.kind == RecordKind::Request) {
+            break &a;
+        }
+        if b.peer().poll(64).unwrap().iter().any(|d| d.kind == RecordKind::Request) {
+            break &b;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    served.publish(subject, b"image-1", true).unwrap();
+    let seen = until(subscriber.peer(), |d| d.flags == FLAG_IMAGE);
+    assert_eq!(seen.last().unwrap().payload, b"image-1");
+    assert_eq!(subscriber.peer().counters().auth.total(), 0);
+    assert_eq!(router.status().subjects, 1);
+    // Straight to the subscriber's inbox, bypassing the router: DATA claiming the router's id,
+    // unsealed and sealed with another secret, is refused by the subscriber and counted.
+    let forger_client = client();
+    let channel = format!("aeron:udp?endpoint={}", subscriber.peer().endpoint());
+    let raw = forger_client.add_publication_handle(&channel, DATA_STREAM_ID).unwrap();
+    let mut forged = Vec::new();
+    let record =
+        SubjectRecord { kind: RecordKind::Data, flags: FLAG_UPDATE, sender: router.id(), subject, payload: b"forged" };
+    record.emit(&mut forged).unwrap();
+    let mut wrong = forged.clone();
+    inbox_auth(Some(&secret(2)), subscriber.peer().id()).seal(&mut wrong);
+    let mut sent = 0;
+    while sent < 2 {
+        assert!(start.elapsed() < DEADLINE * 2, "the forger's publication never connected");
+        let message = if sent == 0 { &forged } else { &wrong };
+        if raw.try_offer(message).is_ok() {
+            sent += 1;
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    // Both forgeries are refused (counted) when they arrive, and never delivered.
+    let mut seen = Vec::new();
+    while subscriber.peer().counters().auth.total() < 2 {
+        assert!(start.elapsed() < DEADLINE * 2, "{:?}", subscriber.peer().counters());
+        seen.extend(subscriber.peer().poll(64).unwrap());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    served.publish(subject, b"update-2", false).unwrap();
+    seen.extend(until(subscriber.peer(), |d| d.payload == b"update-2"));
+    assert!(seen.iter().all(|d| d.payload != b"forged"), "a forged record was delivered: {seen:?}");
+    let auth = subscriber.peer().counters().auth;
+    assert_eq!((auth.unauthenticated, auth.bad_tag), (1, 1));
     router.close();
 }

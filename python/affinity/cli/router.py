@@ -1,4 +1,4 @@
-"""``affinity router --config services.conf [--listen CHANNEL] [--control CHANNEL] [--backlog-budget BYTES]``.
+"""``affinity router --config FILE [--listen CH] [--control CH] [--backlog-budget BYTES] [--secret-file PATH]``.
 
 Runs a DataSource-like subject router in the foreground: subscribers send subscribe /
 unsubscribe requests to ``--listen``; each new subject is routed to a peer by the configuration's
@@ -11,6 +11,13 @@ is logged on the ``affinity.router`` logger (stderr). Stops on SIGINT / SIGTERM.
 together (``256M`` by default; suffixes K, M, G are powers of 1024); past it the subscriber with
 the largest backlog is dropped and logged.
 
+``--secret-file PATH`` (else ``$AFFINITY_ROUTER_SECRET`` as hex, else
+``$AFFINITY_ROUTER_SECRET_FILE``): the router secret; every message from and to subscribers and
+sources is then sealed and verified, and what is not authentic is counted and dropped
+(``docs/subjects.md``, "Authentication"). The file holds the secret as hex text, is a regular file
+owned by the user, mode 0600. Without a secret the router says at start that it is
+UNAUTHENTICATED.
+
 Exit status: 0 after a clean stop, 1 when the configuration has errors, 2 when the file cannot
 be read or the router cannot start.
 """
@@ -22,13 +29,14 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from affinity import _affinity
 from affinity.config.faucet import analyse_router_text
 from affinity.exceptions import AffinityError
-from affinity.subjects import DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET
+from affinity.subjects import DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET, NO_SECRET
 
 #: Exit status: stopped cleanly.
 EXIT_OK = 0
@@ -40,6 +48,11 @@ EXIT_UNAVAILABLE = 2
 DEFAULT_LISTEN = "aeron:udp?endpoint=127.0.0.1:40500"
 #: How often the log is flushed, in seconds.
 LOG_INTERVAL = 0.05
+#: What the router says at start without a secret.
+UNAUTHENTICATED_LINE = (
+    "UNAUTHENTICATED: no router secret; anyone who can reach the router's channels can forge "
+    "subscriptions and data (--secret-file)"
+)
 #: Suffixes of ``--backlog-budget``: powers of 1024.
 SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
@@ -75,6 +88,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         default=DEFAULT_BACKLOG_BUDGET,
         metavar="BYTES",
         help="bytes all backlogs to slow peers may hold together (default 256M)",
+    )
+    parser.add_argument(
+        "--secret-file",
+        type=Path,
+        metavar="PATH",
+        help="router secret (hex, owner-only); else $AFFINITY_ROUTER_SECRET or $AFFINITY_ROUTER_SECRET_FILE; "
+        "none: unauthenticated",
     )
     parser.set_defaults(run=run)
 
@@ -112,11 +132,16 @@ def run(args: argparse.Namespace) -> int:
             control=args.control,
             liveness_timeout=args.liveness_timeout,
             backlog_budget=args.backlog_budget,
+            secret=args.secret_file,
         )
     except AffinityError as exc:
         print(f"affinity router: {exc}", file=sys.stderr)
         client.close()
         return EXIT_UNAVAILABLE
+    if router.secret_source == NO_SECRET:
+        print(f"affinity router: {UNAUTHENTICATED_LINE}", file=sys.stderr)
+    else:
+        print(f"affinity router: authenticated (secret from {router.secret_source})", file=sys.stderr)
     print(f"affinity router: listening on {args.listen}", file=sys.stderr, flush=True)
     try:
         while not stop.wait(LOG_INTERVAL):

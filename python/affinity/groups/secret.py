@@ -14,19 +14,20 @@ secret, the first that is set:
 None of them: the group is *unauthenticated* (fine on one host among trusted users; anyone who can
 reach a member's inbox can then forge control messages). A secret file is read without following
 links or blocking, must be a regular file owned by the user and not readable by group or others,
-and at most :data:`MAX_SECRET_FILE_SIZE` bytes.
+and at most :data:`MAX_SECRET_FILE_SIZE` bytes (:mod:`affinity.secret`, shared with the subject router).
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import secrets
 import stat
 from pathlib import Path
 
+from affinity import secret as _shared
 from affinity.exceptions import ConfigError
 from affinity.groups.registry import NAME_PATTERN, registry_dir
+from affinity.secret import GENERATED_SECRET_LENGTH, MAX_SECRET_FILE_SIZE, MAX_SECRET_LENGTH, MIN_SECRET_LENGTH
 
 __all__ = [
     "GENERATED_SECRET_LENGTH",
@@ -49,14 +50,8 @@ SECRET_ENV = "AFFINITY_GROUP_SECRET"
 SECRET_FILE_ENV = "AFFINITY_GROUP_SECRET_FILE"
 #: File-name suffix of a secret file in the registry's ``groups/`` folder.
 SECRET_SUFFIX = ".secret"
-#: Length of the secrets ``create_secret`` generates, in bytes (``control::auth::GENERATED_SECRET_LENGTH``).
-GENERATED_SECRET_LENGTH = 32
-#: Shortest secret accepted, in bytes (``control::auth::MIN_SECRET_LENGTH``).
-MIN_SECRET_LENGTH = 16
-#: Longest secret accepted, in bytes (``control::auth::MAX_SECRET_LENGTH``).
-MAX_SECRET_LENGTH = 1024
-#: Largest secret file read, in bytes (hex text of the longest secret and a newline).
-MAX_SECRET_FILE_SIZE = 2 * MAX_SECRET_LENGTH + 1
+#: What the error messages call it.
+_WHAT = "group secret"
 
 
 def secret_file(name: str, registry: str | os.PathLike[str] | None = None) -> Path:
@@ -64,22 +59,6 @@ def secret_file(name: str, registry: str | os.PathLike[str] | None = None) -> Pa
     if not isinstance(name, str) or NAME_PATTERN.fullmatch(name) is None:
         raise ConfigError(f"group name {name!r}: not a valid group name")
     return registry_dir(registry) / "groups" / f"{name}{SECRET_SUFFIX}"
-
-
-def _decode(text: bytes, where: str) -> bytes:
-    try:
-        secret = bytes.fromhex(text.decode("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
-        raise ConfigError(f"{where}: the group secret must be hex text") from None
-    _check_length(secret, where)
-    return secret
-
-
-def _check_length(secret: bytes, where: str) -> None:
-    if not MIN_SECRET_LENGTH <= len(secret) <= MAX_SECRET_LENGTH:
-        raise ConfigError(
-            f"{where}: the group secret has {len(secret)} bytes, expected {MIN_SECRET_LENGTH} to {MAX_SECRET_LENGTH}"
-        )
 
 
 def create_secret(name: str, registry: str | os.PathLike[str] | None = None) -> Path:
@@ -134,34 +113,7 @@ def remove_secret(name: str, registry: str | os.PathLike[str] | None = None) -> 
 
 def read_secret_file(path: str | os.PathLike[str]) -> bytes:
     """The secret in the file at ``path`` (hex text); a precise ``ConfigError`` for anything unsafe or wrong."""
-    where = os.fspath(path)
-    try:
-        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno == errno.ELOOP:  # O_NOFOLLOW: the last component is a symbolic link
-            raise ConfigError(f"group secret {where}: is a symbolic link (not followed)") from None
-        raise ConfigError(f"cannot read the group secret {where}: {error.strerror or error}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"group secret {where}: not a regular file")
-        if info.st_uid != os.geteuid():
-            raise ConfigError(f"group secret {where}: owned by uid {info.st_uid}, not by this user ({os.geteuid()})")
-        if info.st_mode & 0o077:
-            raise ConfigError(
-                f"group secret {where}: mode {stat.S_IMODE(info.st_mode):04o} lets group or others read it; "
-                "expected 0600 (chmod 600)"
-            )
-        if info.st_size > MAX_SECRET_FILE_SIZE:
-            raise ConfigError(f"group secret {where}: {info.st_size} bytes, more than {MAX_SECRET_FILE_SIZE}")
-        text = os.read(fd, MAX_SECRET_FILE_SIZE + 1)
-    except OSError as error:
-        raise ConfigError(f"cannot read the group secret {where}: {error.strerror or error}") from None
-    finally:
-        os.close(fd)
-    if len(text) > MAX_SECRET_FILE_SIZE:
-        raise ConfigError(f"group secret {where}: more than {MAX_SECRET_FILE_SIZE} bytes")
-    return _decode(text, f"group secret {where}")
+    return _shared.read_secret_file(path, _WHAT)
 
 
 def resolve_secret(
@@ -170,19 +122,9 @@ def resolve_secret(
     secret: bytes | os.PathLike[str] | None = None,
 ) -> tuple[bytes | None, str]:
     """The secret of group ``name`` and where it came from (module docstring); ``(None, "none")`` if unset."""
-    if isinstance(secret, bytes | bytearray):
-        _check_length(bytes(secret), "secret=")
-        return bytes(secret), "argument"
-    if isinstance(secret, os.PathLike):
-        return read_secret_file(secret), f"file {os.fspath(secret)}"
-    if secret is not None:
-        raise ConfigError(f"secret=: expected bytes or a path (os.PathLike), got {type(secret).__name__}")
-    from_env = os.environ.get(SECRET_ENV)
-    if from_env:
-        return _decode(from_env.encode("ascii", "replace"), f"${SECRET_ENV}"), f"${SECRET_ENV}"
-    file_env = os.environ.get(SECRET_FILE_ENV)
-    if file_env:
-        return read_secret_file(file_env), f"file {file_env} (${SECRET_FILE_ENV})"
+    found = _shared.resolve(secret, SECRET_ENV, SECRET_FILE_ENV, _WHAT)
+    if found is not None:
+        return found
     path = secret_file(name, registry)
     try:
         os.lstat(path)

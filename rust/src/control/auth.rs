@@ -174,6 +174,7 @@ pub struct StreamAuth {
     key: Option<[u8; 32]>,
     next_sequence: u64,
     windows: HashMap<u64, Window>,
+    max_senders: usize,
     uses: u64,
     counters: AuthCounters,
 }
@@ -199,7 +200,23 @@ impl StreamAuth {
             material.extend_from_slice(&stream.to_le_bytes());
             blake3::derive_key(KEY_CONTEXT, &material)
         });
-        StreamAuth { key, next_sequence: 1, windows: HashMap::new(), uses: 0, counters: AuthCounters::default() }
+        StreamAuth {
+            key,
+            next_sequence: 1,
+            windows: HashMap::new(),
+            max_senders: MAX_REPLAY_SENDERS,
+            uses: 0,
+            counters: AuthCounters::default(),
+        }
+    }
+
+    /// Remembers the replay windows of up to `max_senders` senders (default
+    /// [`MAX_REPLAY_SENDERS`]): a receiver with more live senders than that (a subject
+    /// router's subscribers) would otherwise forget live senders, whose old messages could
+    /// then be replayed.
+    pub fn with_max_senders(mut self, max_senders: usize) -> StreamAuth {
+        self.max_senders = max_senders.max(1);
+        self
     }
 
     /// Whether a secret is configured.
@@ -264,7 +281,7 @@ impl StreamAuth {
         let sender = u64::from_le_bytes(message[16..24].try_into().map_err(|_| AuthError::Truncated)?);
         self.uses += 1;
         let uses = self.uses;
-        if !self.windows.contains_key(&sender) && self.windows.len() >= MAX_REPLAY_SENDERS {
+        if !self.windows.contains_key(&sender) && self.windows.len() >= self.max_senders {
             if let Some(oldest) = self.windows.iter().min_by_key(|(_, w)| w.last_used).map(|(id, _)| *id) {
                 self.windows.remove(&oldest);
             }

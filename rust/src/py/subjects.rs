@@ -15,6 +15,7 @@ use super::args::{
 use super::errors::{config_error, invalid_argument, subjects_error};
 use super::routing::PyRoutingTable;
 use super::transport::Client;
+use crate::control::GroupSecret;
 use crate::groups::Timing;
 use crate::routing::{NoDataStatus, Reason};
 use crate::subjects::backlog::{DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET};
@@ -44,6 +45,14 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SUBJECT_KIND_DISCARD", RecordKind::Discard as u8)?;
     module.add("SUBJECT_KIND_DATA", RecordKind::Data as u8)?;
     Ok(())
+}
+
+/// The router secret argument: `None` or the secret's bytes (`affinity.subjects` resolves
+/// paths and environment variables first).
+fn secret_argument(secret: Option<&Bound<'_, PyAny>>) -> PyResult<Option<GroupSecret>> {
+    let Some(object) = secret.filter(|s| !s.is_none()) else { return Ok(None) };
+    let bytes = object.cast::<PyBytes>().map_err(|_| expected("secret", "bytes (the router secret)", object))?;
+    GroupSecret::new(bytes.as_bytes()).map(Some).map_err(|e| config_error(format!("secret: {e}")))
 }
 
 fn timing(heartbeat_interval_ms: u64, liveness_timeout_ms: u64) -> PyResult<Timing> {
@@ -77,6 +86,11 @@ pub struct RouterStatusInfo {
     dropped_records: u64,
     messages_sent: u64,
     backlog_bytes: usize,
+    auth_unauthenticated: u64,
+    auth_unverifiable: u64,
+    auth_bad_tag: u64,
+    auth_replayed: u64,
+    authenticated: bool,
     subjects: usize,
     affinities: usize,
     members: Vec<(String, bool)>,
@@ -86,9 +100,9 @@ pub struct RouterStatusInfo {
 impl SubjectRouterCore {
     /// Starts a router: takes the routing tables out of `table` (left empty), optional faucet
     /// `(control_topic, subscription_topic, announcements, coverage_option)`; `backlog_budget`:
-    /// bytes all backlogs together may hold.
+    /// bytes all backlogs together may hold; `secret`: the router secret (bytes) or `None`.
     #[new]
-    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100, backlog_budget=DEFAULT_BACKLOG_BUDGET))]
+    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100, backlog_budget=DEFAULT_BACKLOG_BUDGET, secret=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -100,8 +114,10 @@ impl SubjectRouterCore {
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
         #[pyo3(from_py_with = named::backlog_budget)] backlog_budget: usize,
+        secret: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
+        let secret = secret_argument(secret)?;
         let table = instance_argument::<PyRoutingTable>("table", table, "an affinity routing table")?;
         let listen = string_argument("listen", listen)?;
         let faucet = faucet.map(faucet_argument).transpose()?;
@@ -118,7 +134,7 @@ impl SubjectRouterCore {
         };
         let table = std::mem::take(&mut table.borrow_mut().inner);
         let client = client.get().shared()?;
-        let options = RouterOptions { listen, control, timing, backlog_budget };
+        let options = RouterOptions { listen, control, timing, backlog_budget, secret };
         let inner = py.detach(|| RouterRuntime::start(client, table, faucet, &options)).map_err(subjects_error)?;
         Ok(SubjectRouterCore { inner })
     }
@@ -203,6 +219,11 @@ impl SubjectRouterCore {
             dropped_records: r.dropped_records,
             messages_sent: r.messages_sent,
             backlog_bytes: r.backlog_bytes,
+            auth_unauthenticated: r.auth.unauthenticated,
+            auth_unverifiable: r.auth.unverifiable,
+            auth_bad_tag: r.auth.bad_tag,
+            auth_replayed: r.auth.replayed,
+            authenticated: status.authenticated,
             subjects: status.subjects,
             affinities: status.affinities,
             members: status.members,
@@ -233,18 +254,35 @@ fn faucet_argument(value: &Bound<'_, PyAny>) -> PyResult<(String, String, String
     }
 }
 
-/// The options of a subscriber or source: `router`, `name` (or `label`), `host` and the timing.
+/// The options of a subscriber or source: `router`, `name` (or `label`), `host`, the timing
+/// and the router secret.
 fn peer_options(
     router: &Bound<'_, PyAny>,
     (name_argument, name): (&str, &Bound<'_, PyAny>),
     host: &str,
-    heartbeat_interval_ms: u64,
-    liveness_timeout_ms: u64,
+    (heartbeat_interval_ms, liveness_timeout_ms): (u64, u64),
+    secret: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PeerOptions> {
     let router = string_argument("router", router)?;
     let name = string_argument(name_argument, name)?;
     let host = host.to_owned();
-    Ok(PeerOptions { router, name, host, timing: timing(heartbeat_interval_ms, liveness_timeout_ms)? })
+    let secret = secret_argument(secret)?;
+    Ok(PeerOptions { router, name, host, timing: timing(heartbeat_interval_ms, liveness_timeout_ms)?, secret })
+}
+
+/// A peer's counters as a dict: `malformed`, `received`, `dropped_records` and the
+/// refusals `auth_unauthenticated`, `auth_unverifiable`, `auth_bad_tag`, `auth_replayed`.
+fn peer_counters<'py>(py: Python<'py>, peer: &SubjectPeer) -> PyResult<Bound<'py, PyDict>> {
+    let c = peer.counters();
+    let dict = PyDict::new(py);
+    dict.set_item("malformed", c.malformed)?;
+    dict.set_item("received", c.received)?;
+    dict.set_item("dropped_records", c.dropped_records)?;
+    dict.set_item("auth_unauthenticated", c.auth.unauthenticated)?;
+    dict.set_item("auth_unverifiable", c.auth.unverifiable)?;
+    dict.set_item("auth_bad_tag", c.auth.bad_tag)?;
+    dict.set_item("auth_replayed", c.auth.replayed)?;
+    Ok(dict)
 }
 
 fn poll<'py>(py: Python<'py>, peer: &SubjectPeer, limit: usize) -> PyResult<Bound<'py, PyList>> {
@@ -266,7 +304,8 @@ pub struct SubjectSubscriberCore {
 impl SubjectSubscriberCore {
     /// Opens an inbox and starts heartbeating to `router`.
     #[new]
-    #[pyo3(signature = (client, router, *, name, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
+    #[pyo3(signature = (client, router, *, name, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000, secret=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         client: &Bound<'_, PyAny>,
@@ -275,9 +314,11 @@ impl SubjectSubscriberCore {
         #[pyo3(from_py_with = named::host)] host: &str,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
+        secret: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
-        let options = peer_options(router, ("name", name), host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let timing = (heartbeat_interval_ms, liveness_timeout_ms);
+        let options = peer_options(router, ("name", name), host, timing, secret)?;
         let client = client.get().shared()?;
         let inner = py.detach(|| SubjectSubscriber::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSubscriberCore { inner })
@@ -304,10 +345,21 @@ impl SubjectSubscriberCore {
         poll(py, self.inner.peer(), usize_argument("limit", limit)?)
     }
 
-    /// `(malformed, received, dropped_records)`.
-    fn counters(&self) -> (u64, u64, u64) {
-        let c = self.inner.peer().counters();
-        (c.malformed, c.received, c.dropped_records)
+    /// The counters (`peer_counters`).
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        peer_counters(py, self.inner.peer())
+    }
+
+    /// Whether it holds a router secret.
+    #[getter]
+    fn authenticated(&self) -> bool {
+        self.inner.peer().is_authenticated()
+    }
+
+    /// The inbox endpoint (`host:port`) the router sends to.
+    #[getter]
+    fn endpoint(&self) -> String {
+        self.inner.peer().endpoint().to_owned()
     }
 
     /// Says "leaving" and stops the heartbeat thread.
@@ -326,7 +378,8 @@ pub struct SubjectSourceCore {
 impl SubjectSourceCore {
     /// Opens an inbox and starts heartbeating to `router` with `label`.
     #[new]
-    #[pyo3(signature = (client, router, *, label, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000))]
+    #[pyo3(signature = (client, router, *, label, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000, secret=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         client: &Bound<'_, PyAny>,
@@ -335,9 +388,11 @@ impl SubjectSourceCore {
         #[pyo3(from_py_with = named::host)] host: &str,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
+        secret: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
-        let options = peer_options(router, ("label", label), host, heartbeat_interval_ms, liveness_timeout_ms)?;
+        let timing = (heartbeat_interval_ms, liveness_timeout_ms);
+        let options = peer_options(router, ("label", label), host, timing, secret)?;
         let client = client.get().shared()?;
         let inner = py.detach(|| SubjectSource::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSourceCore { inner })
@@ -391,10 +446,21 @@ impl SubjectSourceCore {
         poll(py, self.inner.peer(), usize_argument("limit", limit)?)
     }
 
-    /// `(malformed, received, dropped_records)`.
-    fn counters(&self) -> (u64, u64, u64) {
-        let c = self.inner.peer().counters();
-        (c.malformed, c.received, c.dropped_records)
+    /// The counters (`peer_counters`).
+    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        peer_counters(py, self.inner.peer())
+    }
+
+    /// Whether it holds a router secret.
+    #[getter]
+    fn authenticated(&self) -> bool {
+        self.inner.peer().is_authenticated()
+    }
+
+    /// The inbox endpoint (`host:port`) the router sends to.
+    #[getter]
+    fn endpoint(&self) -> String {
+        self.inner.peer().endpoint().to_owned()
     }
 
     /// Says "leaving" and stops the heartbeat thread.

@@ -10,9 +10,16 @@
 //!
 //! A transport message holds one or more records back to back; [`Records`] walks them and
 //! stops at the first malformed one (the rest of that message is dropped, counted once).
+//!
+//! With a router secret, every transport message is sealed by the control plane's
+//! [`StreamAuth`](crate::control::StreamAuth) (`docs/control-plane.md`): the first record's
+//! version byte becomes [`AUTHENTICATED_VERSION`] and a trailer follows the last record. The
+//! runtime verifies and strips the trailer before [`Records`] walks the message, so the walk
+//! accepts that version on the first record only.
 
 use std::fmt;
 
+pub use crate::control::auth::AUTHENTICATED_VERSION;
 use crate::control::limits::{MAX_PAYLOAD_LENGTH, MAX_SUBJECT_LENGTH};
 
 /// Version byte of every record.
@@ -203,7 +210,7 @@ impl<'a> SubjectRecord<'a> {
 
     /// Decodes the record at the start of `bytes`; returns it and its encoded length.
     pub fn parse(bytes: &'a [u8]) -> Result<(SubjectRecord<'a>, usize), SubjectError> {
-        parse_at(bytes, 0)
+        parse_at(bytes, 0, false)
     }
 
     /// The `(endpoint, name)` of a SUBSCRIBE payload.
@@ -267,13 +274,16 @@ fn le<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
     out
 }
 
-fn parse_at(message: &[u8], offset: usize) -> Result<(SubjectRecord<'_>, usize), SubjectError> {
+/// Decodes the record at `offset` of `message`; `opened`: the message was verified and its
+/// trailer stripped, so its first record may carry [`AUTHENTICATED_VERSION`].
+fn parse_at(message: &[u8], offset: usize, opened: bool) -> Result<(SubjectRecord<'_>, usize), SubjectError> {
     let bytes = message.get(offset..).unwrap_or(&[]);
     if bytes.len() < RECORD_HEADER_LENGTH {
         return Err(SubjectError::Truncated { offset, needed: RECORD_HEADER_LENGTH, actual: bytes.len() });
     }
     let version = bytes.first().copied().unwrap_or(0);
-    if version != SUBJECT_VERSION {
+    let sealed_first = opened && offset == 0 && version == AUTHENTICATED_VERSION;
+    if version != SUBJECT_VERSION && !sealed_first {
         return Err(SubjectError::UnsupportedVersion(version));
     }
     let code = bytes.get(1).copied().unwrap_or(0);
@@ -312,12 +322,19 @@ pub struct Records<'a> {
     message: &'a [u8],
     offset: usize,
     failed: bool,
+    opened: bool,
 }
 
 impl<'a> Records<'a> {
-    /// Walks `message`.
+    /// Walks `message` (every record version 1).
     pub fn new(message: &'a [u8]) -> Self {
-        Records { message, offset: 0, failed: false }
+        Records { message, offset: 0, failed: false, opened: false }
+    }
+
+    /// Walks a message [`StreamAuth::open`](crate::control::StreamAuth::open) returned: its
+    /// first record may carry [`AUTHENTICATED_VERSION`] (sealed), the others version 1.
+    pub fn opened(message: &'a [u8]) -> Self {
+        Records { message, offset: 0, failed: false, opened: true }
     }
 }
 
@@ -328,7 +345,7 @@ impl<'a> Iterator for Records<'a> {
         if self.failed || self.offset >= self.message.len() {
             return None;
         }
-        match parse_at(self.message, self.offset) {
+        match parse_at(self.message, self.offset, self.opened) {
             Ok((record, length)) => {
                 self.offset += length;
                 Some(Ok(record))
@@ -403,6 +420,24 @@ mod tests {
         huge[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
         assert_eq!(SubjectRecord::parse(&huge).unwrap_err(), SubjectError::PayloadLength(u64::from(u32::MAX)));
         assert!(matches!(SubjectRecord::parse(&good[..10]), Err(SubjectError::Truncated { needed: 24, .. })));
+    }
+
+    #[test]
+    fn an_opened_message_may_carry_the_sealed_version_on_its_first_record_only() {
+        let mut out = Vec::new();
+        data("/a", b"1").emit(&mut out).unwrap();
+        let second = out.len();
+        data("/b", b"22").emit(&mut out).unwrap();
+        out[0] = AUTHENTICATED_VERSION;
+        let subjects: Vec<_> = Records::opened(&out).map(|r| r.unwrap().subject).collect();
+        assert_eq!(subjects, ["/a", "/b"]);
+        // Not opened (never verified): version 2 is refused as before.
+        assert_eq!(Records::new(&out).next(), Some(Err(SubjectError::UnsupportedVersion(AUTHENTICATED_VERSION))));
+        // Version 2 on any other record is refused even in an opened message.
+        out[0] = SUBJECT_VERSION;
+        out[second] = AUTHENTICATED_VERSION;
+        let results: Vec<_> = Records::opened(&out).collect();
+        assert_eq!(results[1], Err(SubjectError::UnsupportedVersion(AUTHENTICATED_VERSION)));
     }
 
     #[test]

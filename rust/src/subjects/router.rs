@@ -293,9 +293,11 @@ impl RouterCore {
 
     // ---- inputs ----------------------------------------------------------------------------
 
-    /// Handles one transport message from the listen channel (one or more records).
+    /// Handles one transport message from the listen channel (one or more records), as
+    /// [`StreamAuth::open`](crate::control::StreamAuth::open) returned it (verified, trailer
+    /// stripped).
     pub fn on_message(&mut self, message: &[u8], now: Instant) {
-        for record in Records::new(message) {
+        for record in Records::opened(message) {
             match record {
                 Ok(record) => self.on_record(record, now),
                 Err(_) => self.counters.malformed += 1,

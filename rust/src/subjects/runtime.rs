@@ -9,6 +9,10 @@
 //!   [`DATA_STREAM_ID`]) and a background thread that heartbeats to the router every interval
 //!   and retries records the router's publication has not accepted yet. Their data path
 //!   (`subscribe`, `publish`, `poll`) runs on the caller's thread.
+//! * With a router secret every message, both ways, is sealed and verified by the control
+//!   plane's [`StreamAuth`] (`docs/subjects.md`, "Authentication"): sealed when a transport
+//!   message leaves (records packed, then sealed), opened before anything is decoded; refusals
+//!   are counted ([`RouterRuntimeCounters::auth`], [`PeerCounters::auth`]) and dropped.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -23,12 +27,16 @@ use super::codec::{
     FLAG_NODATA_UNAVAILABLE, FLAG_UPDATE,
 };
 use super::faucet::Faucet;
-use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG};
+use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG, MAX_SUBSCRIBERS};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
 use crate::control::limits::MAX_NAME_LENGTH;
-use crate::control::{parse_control, ControlMessage, Heartbeat, Role, CONTROL_STREAM_ID, DATA_STREAM_ID};
+use crate::control::{
+    parse_control, AuthCounters, ControlMessage, GroupSecret, Heartbeat, Role, StreamAuth, CONTROL_STREAM_ID,
+    DATA_STREAM_ID,
+};
 use crate::error::Error;
 use crate::groups::Timing;
+use crate::protocol::OfferError;
 use crate::routing::{NoDataStatus, RoutingTable};
 use crate::sync::lock;
 use crate::time::MonotonicClock;
@@ -43,6 +51,49 @@ pub const TICK_INTERVAL: Duration = Duration::from_millis(10);
 pub const IDLE_SLEEP: Duration = Duration::from_micros(100);
 /// Attempts at binding an inbox on a free port.
 const INBOX_ATTEMPTS: usize = 16;
+/// Key-derivation stream of what the router sends to a peer's inbox (the namespace is that
+/// peer's id): a message sealed for one peer verifies at no other peer, and not at the router.
+/// What peers send to the router is keyed by the subjects' [`fingerprint`](super::fingerprint)
+/// and the stream it travels on ([`DATA_STREAM_ID`], [`CONTROL_STREAM_ID`]).
+pub const INBOX_AUTH_STREAM: i32 = 0x4146_5303;
+
+/// Senders whose replay windows the router remembers, per stream: every subscriber it may hold
+/// ([`MAX_SUBSCRIBERS`]) and as many more (sources, members that left), so no live member's
+/// window is forgotten (a forgotten window would accept that member's old messages again).
+pub const ROUTER_REPLAY_SENDERS: usize = 2 * MAX_SUBSCRIBERS;
+
+/// Authentication of what peers send to the router on `stream`.
+pub fn to_router_auth(secret: Option<&GroupSecret>, stream: i32) -> StreamAuth {
+    StreamAuth::new(secret, super::fingerprint(), stream)
+}
+
+/// The router's verification of what its peers send on `stream` ([`to_router_auth`] keeping
+/// [`ROUTER_REPLAY_SENDERS`] windows).
+fn router_inbound_auth(secret: Option<&GroupSecret>, stream: i32) -> StreamAuth {
+    to_router_auth(secret, stream).with_max_senders(ROUTER_REPLAY_SENDERS)
+}
+
+/// Authentication of what the router sends to the inbox of peer `peer`.
+pub fn inbox_auth(secret: Option<&GroupSecret>, peer: u64) -> StreamAuth {
+    StreamAuth::new(secret, peer, INBOX_AUTH_STREAM)
+}
+
+/// Offers `bytes` (whole records) to `publication`, sealed by `auth` (through `scratch`) when
+/// it holds a secret. A refused message consumed a sequence: its retry is sealed anew.
+fn offer_sealed(
+    publication: &Publication,
+    auth: &mut StreamAuth,
+    scratch: &mut Vec<u8>,
+    bytes: &[u8],
+) -> Result<(), OfferError> {
+    if !auth.is_authenticated() {
+        return publication.try_offer(bytes).map(|_| ());
+    }
+    scratch.clear();
+    scratch.extend_from_slice(bytes);
+    auth.seal(scratch);
+    publication.try_offer(scratch).map(|_| ())
+}
 
 /// Why a subject runtime operation failed.
 #[derive(Debug)]
@@ -88,20 +139,22 @@ fn udp_channel(endpoint: &str) -> String {
 }
 
 /// A subscriber's or source's publication to its router and the records it has not accepted
-/// yet (one backlog of at most [`MAX_BACKLOG_BYTES`]).
+/// yet (one backlog of at most [`MAX_BACKLOG_BYTES`]), sealed as they leave.
 struct PeerLink {
     publication: Publication,
     backlog: Backlogs,
+    auth: StreamAuth,
+    scratch: Vec<u8>,
 }
 
 /// The [`PeerLink`]'s only destination in its [`Backlogs`].
 const TO_ROUTER: u64 = 0;
 
 impl PeerLink {
-    fn new(publication: Publication) -> PeerLink {
+    fn new(publication: Publication, auth: StreamAuth) -> PeerLink {
         let mut backlog = Backlogs::new(MAX_BACKLOG_BYTES);
         backlog.insert(TO_ROUTER, false);
-        PeerLink { publication, backlog }
+        PeerLink { publication, backlog, auth, scratch: Vec::new() }
     }
 
     /// Queues `records`; `false` when the backlog is full and they were dropped (counted).
@@ -114,8 +167,17 @@ impl PeerLink {
     }
 
     fn flush(&mut self) {
-        let publication = &self.publication;
-        self.backlog.flush(TO_ROUTER, |bytes| publication.try_offer(bytes).map(|_| ()));
+        let PeerLink { publication, backlog, auth, scratch } = self;
+        backlog.flush(TO_ROUTER, |bytes| offer_sealed(publication, auth, scratch, bytes));
+        scratch_settle(scratch);
+    }
+}
+
+/// Frees a sealing scratch buffer grown past [`super::backlog::RETAINED_CAPACITY`] (one large
+/// record), so an idle link keeps little memory.
+fn scratch_settle(scratch: &mut Vec<u8>) {
+    if scratch.capacity() > super::backlog::RETAINED_CAPACITY {
+        *scratch = Vec::new();
     }
 }
 
@@ -164,6 +226,9 @@ pub struct RouterOptions {
     /// at least [`super::backlog::MIN_BACKLOG_BUDGET`]); past it the subscriber with the largest
     /// backlog is dropped (counted, logged).
     pub backlog_budget: usize,
+    /// The router secret: with it every message to and from the router is sealed and verified
+    /// (`docs/subjects.md`, "Authentication"); without it the router is unauthenticated.
+    pub secret: Option<GroupSecret>,
 }
 
 /// Counters of the router's runtime (transport level).
@@ -180,6 +245,9 @@ pub struct RouterRuntimeCounters {
     pub messages_sent: u64,
     /// Bytes all backlogs hold now (at most the budget).
     pub backlog_bytes: usize,
+    /// Messages refused before decoding (unauthenticated, unverifiable, bad tag, replayed),
+    /// data and control streams together.
+    pub auth: AuthCounters,
 }
 
 /// A snapshot of the router.
@@ -195,6 +263,8 @@ pub struct RouterStatus {
     pub affinities: usize,
     /// Per table member: (label, up).
     pub members: Vec<(String, bool)>,
+    /// Whether the router holds a secret (seals and verifies every message).
+    pub authenticated: bool,
 }
 
 struct RouterShared {
@@ -212,14 +282,27 @@ pub struct RouterRuntime {
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// The router's publication to one destination and the sealing of what it sends there.
+struct Link {
+    publication: Publication,
+    auth: StreamAuth,
+}
+
 struct RouterLoop {
     core: RouterCore,
     client: Arc<dyn ClientApi>,
     clock: MonotonicClock,
     data: Subscription,
     control: Vec<Subscription>,
+    /// Verifies what peers send on the data stream.
+    data_auth: StreamAuth,
+    /// Verifies the peers' heartbeats.
+    control_auth: StreamAuth,
+    secret: Option<GroupSecret>,
     /// Publications to destinations, by member id; their records queue in `backlogs`.
-    links: HashMap<u64, Publication>,
+    links: HashMap<u64, Link>,
+    /// Sealing buffer of the message being sent.
+    scratch: Vec<u8>,
     backlogs: Backlogs,
     batch: MessageBatch,
     counters: RouterRuntimeCounters,
@@ -260,7 +343,11 @@ impl RouterRuntime {
             clock: MonotonicClock::new(),
             data,
             control,
+            data_auth: router_inbound_auth(options.secret.as_ref(), DATA_STREAM_ID),
+            control_auth: router_inbound_auth(options.secret.as_ref(), CONTROL_STREAM_ID),
+            secret: options.secret.clone(),
             links: HashMap::new(),
+            scratch: Vec::new(),
             backlogs: Backlogs::new(options.backlog_budget),
             batch: MessageBatch::default(),
             counters: RouterRuntimeCounters::default(),
@@ -335,15 +422,18 @@ impl RouterLoop {
     }
 
     fn poll_control(&mut self) -> usize {
+        let RouterLoop { control, batch, clock, control_auth, core, counters, .. } = self;
         let mut work = 0;
-        for subscription in &self.control {
-            self.batch.clear();
-            work += subscription.poll_into(&mut self.batch, FRAGMENTS_PER_ITERATION).unwrap_or(0);
-            let now = self.clock.now();
-            for index in 0..self.batch.len() {
-                match parse_control(self.batch.message(index)) {
-                    Ok(ControlMessage::Heartbeat(heartbeat)) => self.core.on_heartbeat(heartbeat, now),
-                    _ => self.counters.control_malformed += 1,
+        for subscription in control.iter() {
+            batch.clear();
+            work += subscription.poll_into(batch, FRAGMENTS_PER_ITERATION).unwrap_or(0);
+            let now = clock.now();
+            for index in 0..batch.len() {
+                // Verified before anything is decoded; refusals are counted by the StreamAuth.
+                let Ok(body) = control_auth.open(batch.message(index)) else { continue };
+                match parse_control(body) {
+                    Ok(ControlMessage::Heartbeat(heartbeat)) => core.on_heartbeat(heartbeat, now),
+                    _ => counters.control_malformed += 1,
                 }
             }
         }
@@ -355,7 +445,9 @@ impl RouterLoop {
         let work = self.data.poll_into(&mut self.batch, FRAGMENTS_PER_ITERATION).unwrap_or(0);
         let now = self.clock.now();
         for index in 0..self.batch.len() {
-            self.core.on_message(self.batch.message(index), now);
+            // Verified before anything is decoded; refusals are counted by the StreamAuth.
+            let Ok(body) = self.data_auth.open(self.batch.message(index)) else { continue };
+            self.core.on_message(body, now);
             // Into the backlogs, under their budget, after each message: the outbox never holds
             // more than what one message fans out to.
             self.queue();
@@ -366,13 +458,13 @@ impl RouterLoop {
     /// Moves the core's queued records into the backlogs (opening links to new destinations)
     /// and drops the subscribers the budget evicted. Sends nothing.
     fn queue(&mut self) {
-        let RouterLoop { core, client, links, backlogs, counters, .. } = self;
+        let RouterLoop { core, client, links, backlogs, counters, secret, .. } = self;
         // Links for new destinations first (endpoints come from the core), then the records.
         let new: Vec<u64> = core.outbox().destinations().filter(|to| !links.contains_key(to)).collect();
         for to in new {
             let Some(endpoint) = core.endpoint(to) else { continue };
             if let Ok(publication) = client.add_publication_handle(&udp_channel(endpoint), DATA_STREAM_ID) {
-                links.insert(to, publication);
+                links.insert(to, Link { publication, auth: inbox_auth(secret.as_ref(), to) });
                 backlogs.insert(to, !core.is_source(to));
             }
         }
@@ -385,8 +477,8 @@ impl RouterLoop {
         });
         // Subscribers evicted for the budget: their link closes, the core drops them (logged).
         for eviction in backlogs.take_evictions() {
-            if let Some(publication) = links.remove(&eviction.id) {
-                publication.close();
+            if let Some(link) = links.remove(&eviction.id) {
+                link.publication.close();
             }
             core.evict_subscriber(eviction.id, eviction.bytes);
         }
@@ -394,21 +486,22 @@ impl RouterLoop {
 
     fn send(&mut self) -> usize {
         self.queue();
-        let RouterLoop { core, links, backlogs, .. } = self;
+        let RouterLoop { core, links, backlogs, scratch, .. } = self;
         let mut work = 0;
         let pending: Vec<u64> = backlogs.pending_ids().collect();
         for id in pending {
-            if let Some(publication) = links.get(&id) {
-                work += backlogs.flush(id, |bytes| publication.try_offer(bytes).map(|_| ()));
+            if let Some(Link { publication, auth }) = links.get_mut(&id) {
+                work += backlogs.flush(id, |bytes| offer_sealed(publication, auth, scratch, bytes));
             }
         }
+        scratch_settle(scratch);
         // Links to peers the router forgot (no endpoint any more) are closed, whatever they
         // still hold (counted as dropped): a peer that is gone keeps no memory.
-        links.retain(|id, publication| {
+        links.retain(|id, link| {
             let keep = core.endpoint(*id).is_some();
             if !keep {
                 backlogs.remove(*id);
-                publication.close();
+                link.publication.close();
             }
             keep
         });
@@ -438,7 +531,10 @@ impl RouterLoop {
         runtime.dropped_records += backlogs.dropped_records;
         runtime.messages_sent += backlogs.messages;
         runtime.backlog_bytes = self.backlogs.held();
+        runtime.auth = self.data_auth.counters();
+        runtime.auth.add(&self.control_auth.counters());
         *lock(&self.shared.status) = RouterStatus {
+            authenticated: self.data_auth.is_authenticated(),
             counters: self.core.counters(),
             runtime,
             subjects: self.core.subject_count(),
@@ -462,6 +558,9 @@ pub struct PeerOptions {
     pub host: String,
     /// Heartbeat interval and liveness timeout.
     pub timing: Timing,
+    /// The router secret (the router's own): every message to and from the router is sealed
+    /// and verified; without it the peer is unauthenticated (and so must its router be).
+    pub secret: Option<GroupSecret>,
 }
 
 /// One record received by a subscriber or a source.
@@ -486,6 +585,9 @@ pub struct PeerCounters {
     pub received: u64,
     /// Records dropped because the router's publication never accepted them.
     pub dropped_records: u64,
+    /// Inbox messages refused before decoding (unauthenticated, unverifiable, bad tag,
+    /// replayed).
+    pub auth: AuthCounters,
 }
 
 struct PeerShared {
@@ -495,6 +597,7 @@ struct PeerShared {
     role: Role,
     link: Mutex<PeerLink>,
     heartbeat: Publication,
+    heartbeat_auth: Mutex<StreamAuth>,
     timing: Timing,
     stop: AtomicBool,
 }
@@ -514,7 +617,8 @@ impl PeerShared {
             claims: Vec::new(),
             figures: Vec::new(),
         };
-        if let Ok(bytes) = heartbeat.to_bytes() {
+        if let Ok(mut bytes) = heartbeat.to_bytes() {
+            lock(&self.heartbeat_auth).seal(&mut bytes);
             let _ = self.heartbeat.try_offer(&bytes);
         }
     }
@@ -544,6 +648,8 @@ impl PeerShared {
 pub struct SubjectPeer {
     shared: Arc<PeerShared>,
     inbox: Subscription,
+    /// Verifies what the router sends to the inbox.
+    inbox_auth: Mutex<StreamAuth>,
     batch: Mutex<MessageBatch>,
     counters: Mutex<PeerCounters>,
     thread: Mutex<Option<JoinHandle<()>>>,
@@ -556,13 +662,16 @@ impl SubjectPeer {
         let (endpoint, inbox) = open_inbox(client, &options.host)?;
         let to_router = client.add_publication_handle(&options.router, DATA_STREAM_ID)?;
         let heartbeat = client.add_publication_handle(&options.router, CONTROL_STREAM_ID)?;
+        let id = crate::groups::runtime::new_member_id();
+        let secret = options.secret.as_ref();
         let shared = Arc::new(PeerShared {
-            id: crate::groups::runtime::new_member_id(),
+            id,
             name: options.name.clone(),
             endpoint,
             role,
-            link: Mutex::new(PeerLink::new(to_router)),
+            link: Mutex::new(PeerLink::new(to_router, to_router_auth(secret, DATA_STREAM_ID))),
             heartbeat,
+            heartbeat_auth: Mutex::new(to_router_auth(secret, CONTROL_STREAM_ID)),
             timing: options.timing,
             stop: AtomicBool::new(false),
         });
@@ -574,6 +683,7 @@ impl SubjectPeer {
         Ok(SubjectPeer {
             shared,
             inbox,
+            inbox_auth: Mutex::new(inbox_auth(secret, id)),
             batch: Mutex::new(MessageBatch::default()),
             counters: Mutex::new(PeerCounters::default()),
             thread: Mutex::new(Some(thread)),
@@ -589,6 +699,11 @@ impl SubjectPeer {
     /// The inbox endpoint (`host:port`).
     pub fn endpoint(&self) -> &str {
         &self.shared.endpoint
+    }
+
+    /// Whether this peer holds a router secret (seals and verifies every message).
+    pub fn is_authenticated(&self) -> bool {
+        lock(&self.inbox_auth).is_authenticated()
     }
 
     /// Whether the router's listen channel accepted the connection.
@@ -633,9 +748,12 @@ impl SubjectPeer {
         let mut batch = lock(&self.batch);
         batch.clear();
         self.inbox.poll_into(&mut batch, fragment_limit)?;
+        let mut auth = lock(&self.inbox_auth);
         let (mut received, mut malformed) = (0u64, 0u64);
         for index in 0..batch.len() {
-            for record in Records::new(batch.message(index)) {
+            // Verified before anything is decoded; refusals are counted by the StreamAuth.
+            let Ok(body) = auth.open(batch.message(index)) else { continue };
+            for record in Records::opened(body) {
                 match record {
                     Ok(record) => {
                         received += 1;
@@ -669,6 +787,7 @@ impl SubjectPeer {
     pub fn counters(&self) -> PeerCounters {
         let mut counters = *lock(&self.counters);
         counters.dropped_records = lock(&self.shared.link).backlog.counters().dropped_records;
+        counters.auth = lock(&self.inbox_auth).counters();
         counters
     }
 
@@ -794,5 +913,84 @@ impl SubjectSource {
             }
         };
         self.peer.send(RecordKind::Data, flags, subject, &[]).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::AuthError;
+
+    fn secret(byte: u8) -> GroupSecret {
+        GroupSecret::new(&[byte; 32]).unwrap()
+    }
+
+    fn records(sender: u64, subject: &str) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        SubjectRecord { kind: RecordKind::Data, flags: FLAG_UPDATE, sender, subject, payload: b"p" }
+            .emit(&mut bytes)
+            .unwrap();
+        SubjectRecord { kind: RecordKind::Data, flags: FLAG_UPDATE, sender, subject: "/second", payload: b"q" }
+            .emit(&mut bytes)
+            .unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_sealed_message_of_packed_records_opens_once_and_walks_every_record() {
+        let (source, router) = (7u64, 9u64);
+        let mut seal = to_router_auth(Some(&secret(1)), DATA_STREAM_ID);
+        let mut open = to_router_auth(Some(&secret(1)), DATA_STREAM_ID);
+        let mut bytes = records(source, "/first");
+        seal.seal(&mut bytes);
+        let body = open.open(&bytes).unwrap();
+        let subjects: Vec<_> = Records::opened(body).map(|r| r.unwrap().subject).collect();
+        assert_eq!(subjects, ["/first", "/second"]);
+        assert_eq!(open.open(&bytes), Err(AuthError::Replayed));
+        // The router's messages to one peer verify at that peer only, never at the router
+        // (its inbound key) nor at another peer.
+        let mut to_peer = inbox_auth(Some(&secret(1)), source);
+        let mut reply = records(router, "/first");
+        to_peer.seal(&mut reply);
+        assert!(inbox_auth(Some(&secret(1)), source).open(&reply).is_ok());
+        assert_eq!(inbox_auth(Some(&secret(1)), source + 1).open(&reply), Err(AuthError::BadTag));
+        assert_eq!(to_router_auth(Some(&secret(1)), DATA_STREAM_ID).open(&reply), Err(AuthError::BadTag));
+        // A heartbeat key is not a data key, another secret is not this one.
+        assert_eq!(to_router_auth(Some(&secret(1)), CONTROL_STREAM_ID).open(&bytes), Err(AuthError::BadTag));
+        assert_eq!(to_router_auth(Some(&secret(2)), DATA_STREAM_ID).open(&bytes), Err(AuthError::BadTag));
+    }
+
+    #[test]
+    fn the_router_remembers_every_subscribers_window_so_an_old_message_is_never_accepted_again() {
+        // More senders than the control plane's default window count, as a router with many
+        // subscribers has: the first sender's message replayed at the end is still refused.
+        let senders = crate::control::auth::MAX_REPLAY_SENDERS as u64 + 100;
+        let mut router = router_inbound_auth(Some(&secret(1)), DATA_STREAM_ID);
+        let mut first = None;
+        for sender in 1..=senders {
+            let mut member = to_router_auth(Some(&secret(1)), DATA_STREAM_ID);
+            let mut bytes = records(sender, "/s");
+            member.seal(&mut bytes);
+            assert!(router.open(&bytes).is_ok());
+            first.get_or_insert(bytes);
+        }
+        assert_eq!(router.open(&first.unwrap()), Err(AuthError::Replayed));
+    }
+
+    #[test]
+    fn without_a_secret_records_pass_unchanged_and_sealed_ones_are_refused() {
+        let mut plain = to_router_auth(None, DATA_STREAM_ID);
+        let mut bytes = records(7, "/first");
+        let unsealed = bytes.clone();
+        plain.seal(&mut bytes);
+        assert_eq!(bytes, unsealed, "no secret: nothing is sealed");
+        assert_eq!(plain.open(&bytes), Ok(&unsealed[..]));
+        let mut sealed = unsealed.clone();
+        to_router_auth(Some(&secret(1)), DATA_STREAM_ID).seal(&mut sealed);
+        assert_eq!(plain.open(&sealed), Err(AuthError::Unverifiable));
+        // And a router with a secret refuses the plain records.
+        let mut strict = to_router_auth(Some(&secret(1)), DATA_STREAM_ID);
+        assert_eq!(strict.open(&unsealed), Err(AuthError::Unauthenticated));
+        assert_eq!(strict.counters().unauthenticated, 1);
     }
 }
