@@ -91,10 +91,21 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def read_regular(path: Path, max_bytes: int) -> bytes:
+def _check_private_file(path: Path, info: os.stat_result) -> None:
+    """A ``ConfigError`` unless the file is this user's and neither group nor others can read it."""
+    uid = os.geteuid()
+    if info.st_uid != uid:
+        raise ConfigError(f"{path}: owned by uid {info.st_uid}, not by this user ({uid}): refused")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise ConfigError(f"{path}: mode {mode:04o} lets group or others read it; expected 0600 (chmod 600)")
+
+
+def read_regular(path: Path, max_bytes: int, *, private: bool = False) -> bytes:
     """The bytes of regular file ``path`` (at most ``max_bytes``), opened without following a
     symbolic link and without blocking. ``FileNotFoundError`` when it is missing;
-    ``ConfigError`` naming the path when it is a link, not a regular file, or too large."""
+    ``ConfigError`` naming the path when it is a link, not a regular file, or too large; with
+    ``private`` (a secret), also unless it is this user's and unreadable by group and others."""
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
     try:
         fd = os.open(path, flags)
@@ -108,6 +119,8 @@ def read_regular(path: Path, max_bytes: int) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{path}: is not a regular file ({_kind(info.st_mode)}): refused")
+        if private:
+            _check_private_file(path, info)
         if info.st_size > max_bytes:
             raise ConfigError(f"{path}: is {info.st_size} bytes, more than the limit of {max_bytes}: refused")
         chunks = []

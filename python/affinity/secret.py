@@ -16,10 +16,10 @@ secret (:mod:`affinity.subjects`). This module holds what they share:
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
+from pathlib import Path
 
+from affinity._safe_files import read_regular
 from affinity.exceptions import ConfigError
 
 __all__ = [
@@ -69,31 +69,11 @@ def read_secret_file(path: str | os.PathLike[str], what: str = "secret") -> byte
     """The secret in the file at ``path`` (hex text); a precise ``ConfigError`` for anything unsafe or wrong."""
     where = os.fspath(path)
     try:
-        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as error:
-        if error.errno == errno.ELOOP:  # O_NOFOLLOW: the last component is a symbolic link
-            raise ConfigError(f"{what} {where}: is a symbolic link (not followed)") from None
-        raise ConfigError(f"cannot read the {what} {where}: {error.strerror or error}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"{what} {where}: not a regular file")
-        if info.st_uid != os.geteuid():
-            raise ConfigError(f"{what} {where}: owned by uid {info.st_uid}, not by this user ({os.geteuid()})")
-        if info.st_mode & 0o077:
-            raise ConfigError(
-                f"{what} {where}: mode {stat.S_IMODE(info.st_mode):04o} lets group or others read it; "
-                "expected 0600 (chmod 600)"
-            )
-        if info.st_size > MAX_SECRET_FILE_SIZE:
-            raise ConfigError(f"{what} {where}: {info.st_size} bytes, more than {MAX_SECRET_FILE_SIZE}")
-        text = os.read(fd, MAX_SECRET_FILE_SIZE + 1)
-    except OSError as error:
-        raise ConfigError(f"cannot read the {what} {where}: {error.strerror or error}") from None
-    finally:
-        os.close(fd)
-    if len(text) > MAX_SECRET_FILE_SIZE:
-        raise ConfigError(f"{what} {where}: more than {MAX_SECRET_FILE_SIZE} bytes")
+        text = read_regular(Path(where), MAX_SECRET_FILE_SIZE, private=True)
+    except FileNotFoundError:
+        raise ConfigError(f"cannot read the {what} {where}: no such file") from None
+    except ConfigError as error:
+        raise ConfigError(f"{what} {error}") from None
     return decode_secret(text, f"{what} {where}", what)
 
 
