@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-test,spark,demo}"
-# Seconds between two "still building" lines while cargo compiles one large crate.
+# Seconds between two "still working" lines (cargo compiles this crate for minutes in silence).
 progress_interval=30
 command -v cargo >/dev/null || { echo "setup: cargo (Rust toolchain) is required" >&2; exit 1; }
 command -v java >/dev/null || { echo "setup: java (17 or newer) is required by pyspark" >&2; exit 1; }
@@ -29,15 +29,15 @@ echo "setup: building and installing '.[${extras}]' (release build; about 4 min 
 started=$SECONDS
 (
   while sleep "$progress_interval"; do
-    echo "setup: still building ($((SECONDS - started)) s)"
+    echo "setup: still working ($((SECONDS - started)) s)"
   done
 ) &
 ticker=$!
 trap 'kill "$ticker" 2>/dev/null || true' EXIT
 set +e
-# -v makes pip pass cargo's output through; only cargo's progress lines reach the terminal.
+# -v makes pip pass cargo's output through; only pip's and cargo's progress lines reach the terminal.
 python -m pip install -v ".[${extras}]" 2>&1 | tee "$log" |
-  grep --line-buffered -E '^ *(Compiling|Finished|Built wheel|Successfully installed|error)' |
+  grep --line-buffered -E '^ *(Collecting|Compiling|Finished|Built wheel|Successfully installed|error)' |
   sed -u -E 's/^ +//; s/^/setup: /'
 status=${PIPESTATUS[0]}
 set -e
