@@ -16,15 +16,19 @@ payloads = [f"order {n}".encode() for n in range(100)]
 with tempfile.TemporaryDirectory(prefix="affinity-example-") as registry, affinity.Client() as client:
     # registry: default $AFFINITY_REGISTRY, else ~/.local/state/affinity
     create_group("orders", hash_prefix="orders", hash_count=64, queue_count=8, queue_size=64 << 20, registry=registry)
-    consumers = [GroupConsumer(client, "orders", index=i, count=2, registry=registry) for i in (0, 1)]
+    # cycle: a consumer holding a queue for its absent primary hands it back within 1 s (default 30 s)
+    consumers = [GroupConsumer(client, "orders", index=i, count=2, registry=registry, cycle=1.0) for i in (0, 1)]
     pub = GroupPublisher(client, "orders", registry=registry)  # reads the definition from the registry
 
     deadline = time.monotonic() + 10.0
+    while [consumer.owned_queues() for consumer in consumers] != [[0, 2, 4, 6], [1, 3, 5, 7]]:  # q % 2 == index
+        if time.monotonic() > deadline:
+            raise SystemExit("the consumers did not settle on their primary queues within 10 s")
+        time.sleep(0.01)  # members find each other and claim their queues in the background
     while pub.publish(b"account-17", b"payload") < 0:  # > 0 sequence; < 0 NOT_CONNECTED / BACK_PRESSURED / CLOSED
         if time.monotonic() > deadline:
-            raise SystemExit("no consumer took the queue of account-17 within 10 s")
-        for consumer in consumers:
-            consumer.poll(1000, timeout=0.05)  # consumers claim their queues while they poll
+            raise SystemExit("the publisher did not learn the owner of account-17's queue within 10 s")
+        time.sleep(0.01)  # NOT_CONNECTED: the publisher has not heard the queue's owner yet
     n = pub.publish_batch(keys, payloads)  # lists or pyarrow arrays; how many were taken
 
     received: dict[int, list[bytes]] = {0: [], 1: []}

@@ -21,11 +21,15 @@ with affinity.Client() as client, SubjectRouter(client, CONFIG, listen=ROUTER) a
     a.on_request(lambda subject: a.publish(subject, b"TradeAdapterA", image=True))  # answer with an image
     b.on_request(lambda subject: b.publish(subject, b"TradeAdapterB", image=True))
     sources = [a, b]
+    deadline = time.monotonic() + 10.0
+    while not all(up for _label, up in router.status().members):  # the router hears both adapters
+        if time.monotonic() > deadline:
+            raise SystemExit("the router did not hear both adapters within 10 s")
+        time.sleep(0.01)
     sub = Subscriber(client, router=ROUTER)
     got: list[tuple[str, bytes]] = []
     sub.subscribe("/PRIVATE/alice/FXTRADE", lambda subject, flags, payload: got.append((subject, payload)))
 
-    deadline = time.monotonic() + 10.0
     while not got and time.monotonic() < deadline:
         for src in sources:
             src.poll(100)  # runs on_request: the adapter picked for alice publishes the image
