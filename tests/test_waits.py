@@ -18,6 +18,8 @@ pytestmark = pytest.mark.both_drivers
 
 #: Timeout of the waits that must give up (short: the tests wait for it).
 SHORT = 0.3
+#: Slack past a timeout a loaded machine may add before a wait returns (bounds a hang, not a speed).
+SLACK = 5.0
 
 
 def test_wait_connected_returns_true_once_a_subscriber_answers(client: affinity.Client, channel: str) -> None:
@@ -34,7 +36,7 @@ def test_wait_connected_gives_up_after_the_timeout_without_a_subscriber(client: 
         started = time.monotonic()
         assert pub.wait_connected(SHORT) is False
         elapsed = time.monotonic() - started
-        assert SHORT <= elapsed < SHORT + 2.0
+        assert SHORT <= elapsed < SHORT + SLACK
         assert pub.wait_connected(0) is False  # a zero timeout is a plain check
 
 
@@ -42,7 +44,7 @@ def test_wait_image_gives_up_after_the_timeout_without_a_publication(client: aff
     with client.add_subscription(channel, 5) as sub:
         started = time.monotonic()
         assert sub.wait_image(timeout=SHORT) is False
-        assert SHORT <= time.monotonic() - started < SHORT + 2.0
+        assert SHORT <= time.monotonic() - started < SHORT + SLACK
 
 
 def test_wait_image_returns_when_a_publication_appears_later(client: affinity.Client, channel: str) -> None:
