@@ -109,7 +109,7 @@ def test_ctrl_c_interrupts_a_wait(client: affinity.Client, channel: str, handle:
         with pytest.raises(KeyboardInterrupt):
             wait(30.0)
         timer.join()
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < SLACK  # the wait was for 30 s
 
 
 def test_waits_on_closed_handles_raise_closed_error(client: affinity.Client, channel: str) -> None:
