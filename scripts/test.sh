@@ -10,9 +10,9 @@ cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features python -- -D warnings
 cargo test --no-default-features
 echo "== python: lint, types, tests"
-ruff check python tests benches
-ruff format --check python tests benches
-mypy python/affinity python/pyspark_affinity
+ruff check python tests benches examples
+ruff format --check python tests benches examples
+mypy python/affinity python/pyspark_affinity examples
 python -m mypy.stubtest affinity._affinity
 set +e
 # Spark tests must run here, never skip (conftest turns a skipped `spark` test into a failure).

@@ -169,6 +169,14 @@ class Publication:
 
     @property
     def is_connected(self) -> bool: ...
+    def wait_connected(self, timeout: float = 5.0) -> bool:
+        """Wait up to ``timeout`` seconds for enough receivers to connect; whether they did.
+
+        Sleeps without the GIL between checks (no busy loop); Ctrl-C interrupts the wait
+        (``KeyboardInterrupt``). A closed publication raises ``ClosedError``; a timeout that is
+        negative or not finite raises ``ConfigError``.
+        """
+
     @property
     def is_closed(self) -> bool: ...
     @property
@@ -209,6 +217,15 @@ class Subscription:
     def poll_batch(self, fragment_limit: int | None = None, *, as_arrow: Literal[True]) -> Any: ...
     @property
     def is_connected(self) -> bool: ...
+    def wait_image(self, timeout: float = 5.0) -> bool:
+        """Wait up to ``timeout`` seconds until a publication's image is connected (data from
+        it can then be polled); whether one is.
+
+        Sleeps without the GIL between checks (no busy loop); Ctrl-C interrupts the wait
+        (``KeyboardInterrupt``). A closed subscription raises ``ClosedError``; a timeout that is
+        negative or not finite raises ``ConfigError``.
+        """
+
     @property
     def is_closed(self) -> bool: ...
     @property

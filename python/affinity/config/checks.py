@@ -1,6 +1,6 @@
 """The configuration checklist, as checks over a parsed :class:`RoutingConfig`.
 
-From the seed's "Configuration checklist" and syntax notes:
+From the "Configuration checklist" and syntax notes of Caplin-style source affinity:
 
 * an affinity regular expression is a POSIX ERE with exactly one capture group, written without
   ``/.../`` delimiters, without escaped slashes, and without ``|`` (write several ``affinity``

@@ -44,7 +44,7 @@ FAUCET_START = "add-faucet"
 FAUCET_END = "end-faucet"
 #: Options of a faucet block, each taking one value.
 FAUCET_OPTIONS = ("control-topic", "subscription-topic", "announcements", "coverage-option")
-#: Values of ``announcements`` (the seed's ``Announcements``).
+#: Values of ``announcements`` (the AMPS-style faucet's ``Announcements``).
 ANNOUNCEMENTS = ("default", "all")
 
 

@@ -1,6 +1,6 @@
 """The parser: configuration text to a :class:`~affinity.config.model.RoutingConfig`.
 
-The syntax is the seed's (Caplin DataSource ``add-data-service`` blocks)::
+The syntax is that of Caplin DataSource ``add-data-service`` blocks (source affinity)::
 
     add-data-service
         service-name trade-messaging-channel

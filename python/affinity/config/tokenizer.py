@@ -1,6 +1,6 @@
 """The tokenizer: configuration text to words with their ``line:column``.
 
-Rules (those of the Caplin-style configuration files the seed documents):
+Rules (those of Caplin-style DataSource configuration files):
 
 * words are separated by blanks (space, tab, carriage return, form feed) and newlines; a block
   may sit on one line or span many, so newlines carry no meaning beyond counting lines;

@@ -1,6 +1,6 @@
-"""The seed's test records: what ``affinity group publish``, ``consume`` and ``validate`` exchange.
+"""Test records of the hashed-delivery experiment: what ``affinity group publish``, ``consume``, ``validate`` exchange.
 
-The seed's hashed publisher sends a map ``{seqno, topicnumber}`` on topic ``HP/bucket/topic``;
+Its hashed publisher sends a map ``{seqno, topicnumber}`` on topic ``HP/bucket/topic``;
 its LBG client republishes ``{seqno, topicnumber, lbgclient, originaltopic}`` to one plain
 topic; its validation client checks, per topic number, that ``seqno`` goes up by one and reports
 every change of ``lbgclient``. These are the same records as fixed little-endian structs (decoded
@@ -93,7 +93,7 @@ class PublishedRecord:
 
 @dataclass(frozen=True)
 class RepublishedRecord:
-    """What an LBG client republishes after processing one group message (the seed's map)."""
+    """What an LBG client republishes after processing one group message (the experiment's map)."""
 
     topic: int
     lbgclient: int

@@ -60,7 +60,7 @@ REGISTRY_VERSION = 1
 #: (The name is a file name, so no ``/`` and no leading dot.)
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Hash prefixes: the first level of every message subject ``HP/bucket/topic``; letters, digits,
-#: ``_ . -`` (no ``/``), 1 to 64 characters, as the seed's ``__hash1__``.
+#: ``_ . -`` (no ``/``), 1 to 64 characters, as the hashed-delivery experiment's ``__hash1__``.
 HASH_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # The numeric limits are the Rust layer's (rust/src/groups/mod.rs, rust/src/control/limits.rs;
 # docs/groups.md); tests/test_groups_registry.py checks that the two agree.
@@ -113,7 +113,7 @@ class GroupDefinition:
         _check_int("queue size (QS)", expect_int("queue_size", self.queue_size), MIN_QUEUE_SIZE, MAX_QUEUE_SIZE)
 
     def to_json(self) -> dict[str, int | str]:
-        """The registry file's object (field names as the seed's: HP, HC, QC, QS)."""
+        """The registry file's object (field names as the hashed-delivery experiment's: HP, HC, QC, QS)."""
         return {
             "version": REGISTRY_VERSION,
             "name": self.name,

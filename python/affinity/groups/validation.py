@@ -1,7 +1,7 @@
-"""The seed's validation client as a pure state machine: per key, order, gaps, duplicates, owners.
+"""The hashed-delivery experiment's validation client as a pure state machine: per key, order, gaps, duplicates, owners.
 
 Fed the republished records in arrival order (:meth:`Validator.observe`), it keeps for each key
-(the seed's "topic number") the highest sequence number seen, the sequence numbers skipped and
+(the experiment's "topic number") the highest sequence number seen, the sequence numbers skipped and
 not yet seen, and the LBG client that processed the last record. Each record is one of:
 
 - in order (``seqno == highest + 1``);
@@ -10,7 +10,7 @@ not yet seen, and the LBG client that processed the last record. Each record is 
 - a **duplicate** (``seqno <= highest`` and already seen): a redelivery after a failover of a
   message the dead owner had processed but not acknowledged.
 
-Every record whose ``seqno`` is not ``highest + 1`` is a "sequence number error" in the seed's
+Every record whose ``seqno`` is not ``highest + 1`` is a "sequence number error" in the experiment's
 words; every change of LBG client for a key is a "shard assigned new lbgclient" event. The
 report is a typed dataclass; ``ok`` is False on any out-of-order record or loss.
 """
@@ -42,7 +42,7 @@ class SequenceEvent:
     subject: str
 
     def log_line(self) -> str:
-        """The seed's log line for this event."""
+        """The experiment's log line for this event."""
         return (
             f"Sequence number error. topic number {self.topic} Expected {self.expected} but received "
             f"{self.received} :: lbg client - {self.lbgclient} :: original topic - {self.subject} ({self.kind})"
@@ -51,7 +51,7 @@ class SequenceEvent:
 
 @dataclass(frozen=True)
 class ConsumerChange:
-    """The LBG client processing a key changed (the seed's "Shard assigned new lbgclient")."""
+    """The LBG client processing a key changed (the experiment's "Shard assigned new lbgclient")."""
 
     time: float
     topic: int
@@ -62,7 +62,7 @@ class ConsumerChange:
     subject: str
 
     def log_line(self) -> str:
-        """The seed's log line for this change."""
+        """The experiment's log line for this change."""
         return (
             f"Shard assigned new lbgclient. topic number {self.topic} was {self.was} now {self.now} "
             f":: original topic - {self.subject}"

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyResourceWarning;
 use pyo3::prelude::*;
@@ -42,6 +43,44 @@ pub const MAX_POSITION_EXCEEDED: i64 = -5;
 
 /// Messages `offer_batch` appends between checks for Ctrl-C when it takes them one by one.
 const SIGNAL_CHECK_INTERVAL: usize = 1024;
+
+/// How long `wait_connected` / `wait_image` sleep (without the GIL) between two looks at the
+/// driver's state: short next to a connection's setup, long enough not to spin a core.
+const WAIT_CHECK_INTERVAL: Duration = Duration::from_millis(1);
+
+/// How often `wait_connected` / `wait_image` take the GIL back to check for Ctrl-C.
+const WAIT_SIGNAL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Waits until `ready()` is true (returns `True`) or `timeout` has passed (returns `False`),
+/// without the GIL, checking for Ctrl-C every [`WAIT_SIGNAL_INTERVAL`]. `ready` runs at least
+/// once, so a zero timeout is a plain check; an error it returns is raised.
+fn wait_until(
+    py: Python<'_>,
+    timeout: Duration,
+    mut ready: impl FnMut() -> Result<bool, Error> + Send,
+) -> PyResult<bool> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let slice_end = deadline.min(Instant::now() + WAIT_SIGNAL_INTERVAL);
+        let outcome = py.detach(|| loop {
+            if ready()? {
+                return Ok(true);
+            }
+            let now = Instant::now();
+            if now >= slice_end {
+                return Ok(false);
+            }
+            std::thread::sleep(WAIT_CHECK_INTERVAL.min(slice_end - now));
+        });
+        if outcome.map_err(transport_error)? {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        py.check_signals()?;
+    }
+}
 
 fn offer_code(result: Result<i64, OfferError>) -> PyResult<i64> {
     match result {
@@ -460,6 +499,21 @@ impl Publication {
         py.detach(|| self.inner.is_connected()).map_err(transport_error)
     }
 
+    /// Waits up to `timeout` seconds (default 5) for enough receivers to connect; returns
+    /// whether they did. Sleeps without the GIL between checks; Ctrl-C interrupts the wait.
+    /// A closed publication raises `ClosedError`.
+    #[pyo3(signature = (timeout=5.0))]
+    fn wait_connected(&self, py: Python<'_>, #[pyo3(from_py_with = named::timeout)] timeout: f64) -> PyResult<bool> {
+        let timeout = seconds("timeout", timeout)?;
+        let inner = &self.inner;
+        wait_until(py, timeout, || {
+            if inner.is_closed() {
+                return Err(Error::Closed("publication"));
+            }
+            inner.is_connected()
+        })
+    }
+
     /// Whether the publication (or its client) was closed.
     #[getter]
     fn is_closed(&self, py: Python<'_>) -> bool {
@@ -676,6 +730,21 @@ impl Subscription {
     #[getter]
     fn is_connected(&self, py: Python<'_>) -> PyResult<bool> {
         py.detach(|| self.inner.is_connected()).map_err(transport_error)
+    }
+
+    /// Waits up to `timeout` seconds (default 5) until a publication's image is connected;
+    /// returns whether one is. Sleeps without the GIL between checks; Ctrl-C interrupts the
+    /// wait. A closed subscription raises `ClosedError`.
+    #[pyo3(signature = (timeout=5.0))]
+    fn wait_image(&self, py: Python<'_>, #[pyo3(from_py_with = named::timeout)] timeout: f64) -> PyResult<bool> {
+        let timeout = seconds("timeout", timeout)?;
+        let inner = &self.inner;
+        wait_until(py, timeout, || {
+            if inner.is_closed() {
+                return Err(Error::Closed("subscription"));
+            }
+            inner.is_connected()
+        })
     }
 
     /// Whether the subscription (or its client) was closed.
