@@ -365,9 +365,15 @@ impl LogBuffer {
         Self::from_region(region, path)
     }
 
-    /// Opens and validates an existing log file.
+    /// Opens and validates an existing log: a driver's sealed memfd by its `/proc/<pid>/fd/<fd>`
+    /// name (a link by nature, checked for its seals instead), or a regular file, never
+    /// followed through a link.
     pub fn open(path: &Path) -> Result<Self, ShmError> {
-        let region = file::open_mapped(path, "log buffer", LOG_META_DATA_LENGTH, true)?;
+        let region = if path.to_str().and_then(file::parse_proc_fd_path).is_some() {
+            file::open_sealed(path, "log buffer", LOG_META_DATA_LENGTH)?
+        } else {
+            file::open_mapped(path, "log buffer", LOG_META_DATA_LENGTH, true)?
+        };
         Self::from_region(region, Some(path))
     }
 
