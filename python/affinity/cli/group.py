@@ -34,6 +34,7 @@ import sys
 import time
 from typing import Any
 
+from affinity.cli._text import help_text
 from affinity.exceptions import AffinityError, ConfigError
 from affinity.groups.registry import (
     MAX_HASH_COUNT,
@@ -88,7 +89,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "group",
         help="consumer groups: define them, watch them, run the seed's publisher, consumer and validator",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="group_command", required=True, metavar="ACTION")
@@ -310,7 +311,5 @@ def _run_status(args: argparse.Namespace) -> int:
                 observer.close()
     except ConfigError as error:
         return _fail("status", error)
-    except KeyboardInterrupt:
-        return EXIT_OK
     except AffinityError as error:
         return _fail("status", error, EXIT_UNAVAILABLE)
