@@ -120,9 +120,8 @@ def no_driver_message(directory: str | None, error: DriverError) -> str:
     how to start one; otherwise the error itself (unreadable or not a driver's file)."""
     folder = Path(directory if directory is not None else default_driver_dir())
     if not (folder / CNC_FILE).exists():
-        return (
-            f"no driver runs in {folder} (no {CNC_FILE} there); start one with: affinity driver --dir {folder}"
-            + ("" if directory is not None else " (or set $AFFINITY_DIR, or pass --dir, to look elsewhere)")
+        return f"no driver runs in {folder} (no {CNC_FILE} there); start one with: affinity driver --dir {folder}" + (
+            "" if directory is not None else " (or set $AFFINITY_DIR, or pass --dir, to look elsewhere)"
         )
     return str(error)
 
