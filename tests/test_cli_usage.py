@@ -4,6 +4,8 @@ and a wrong option reported with the usage of the subcommand it was given to."""
 from __future__ import annotations
 
 import argparse
+import os
+import pwd
 import re
 import subprocess
 import sys
@@ -67,3 +69,21 @@ def test_stat_without_a_driver_says_none_runs_there_and_how_to_start_one(tmp_pat
         result.stderr
     )
     assert "os error" not in result.stderr
+
+
+@pytest.mark.parametrize("user", [None, "", "someone-else"])
+def test_the_default_driver_directory_follows_the_login_name_not_user(user: str | None) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("USER", "AFFINITY_DIR")}
+    if user is not None:
+        env["USER"] = user
+    result = subprocess.run(
+        [sys.executable, "-c", "import affinity; print(affinity.default_driver_dir())"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    login = pwd.getpwuid(os.getuid()).pw_name
+    assert Path(result.stdout.strip()).name == f"affinity-{login}"
