@@ -1,6 +1,6 @@
-"""``affinity group publish | consume | validate``: the seed's hashed publisher, LBG client and validator.
+"""``affinity group publish | consume | validate``: a test publisher, consumer and validator of a group.
 
-- ``publish``: ``--keys`` topics (``uuid/uuid`` as the seed's), sent round robin, each key with its
+- ``publish``: ``--keys`` topics (``uuid/uuid`` strings), sent round robin, each key with its
   own sequence numbers from 1 (``PublishedRecord``), at ``--rate`` messages/s through
   ``publish_batch``; stops after ``--count`` messages or ``--duration`` (or SIGTERM/SIGINT), then
   flushes and prints a summary (``--json``: per-key last sequence number, for loss checks).
@@ -68,7 +68,7 @@ def member_secret(args: argparse.Namespace) -> Path | None:
 
 def register(commands: argparse._SubParsersAction[Any], member_options: MemberOptions) -> None:
     """Add ``publish``, ``consume`` and ``validate`` to the ``group`` subcommands."""
-    publish = commands.add_parser("publish", help="the seed's hashed publisher: per-key sequence numbers")
+    publish = commands.add_parser("publish", help="publish keyed messages with per-key sequence numbers")
     member_options(publish)
     publish.add_argument("--keys", type=int, default=1000, help="number of keys (topics), default 1000")
     publish.add_argument("--rate", type=float, default=1000.0, help="messages/s, 0 = as fast as possible")
@@ -81,7 +81,7 @@ def register(commands: argparse._SubParsersAction[Any], member_options: MemberOp
     publish.add_argument("--json", action="store_true", help="print the summary as JSON")
     publish.set_defaults(run=run_publish)
 
-    consume = commands.add_parser("consume", help="the seed's LBG client: republish what it processed, then ack")
+    consume = commands.add_parser("consume", help="consume a share of the queues: republish, then ack")
     member_options(consume)
     consume.add_argument("--index", type=int, required=True, help="this consumer's index (0..count-1)")
     consume.add_argument("--count", type=int, required=True, help="consumer count CC (<= QC)")
@@ -93,7 +93,7 @@ def register(commands: argparse._SubParsersAction[Any], member_options: MemberOp
     consume.add_argument("--close-timeout", type=float, default=5.0, help="seconds allowed for the clean leave")
     consume.set_defaults(run=run_consume)
 
-    validate = commands.add_parser("validate", help="the seed's validation client: order, gaps, duplicates")
+    validate = commands.add_parser("validate", help="check what consumers republish: order, gaps, moves")
     validate.add_argument("name", metavar="NAME")
     validate.add_argument("--registry", metavar="DIR", help="registry directory")
     validate.add_argument("--channel", required=True, help="the channel the consumers republish on")
