@@ -18,12 +18,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 #: How long a role may take to start (import, bind, first heartbeat) on a loaded 2-core machine.
 START_TIMEOUT = 30.0
-_OWNS = re.compile(r"^(?P<time>\d+\.\d+) consumer (?P<index>\d+) owns queues (?P<queues>\[[^\]]*\])")
+_OWNS = re.compile(r"^(?P<time>\S+Z) consumer (?P<index>\d+) owns queues (?P<queues>\[[^\]]*\])")
 
 
 def group_command(*args: str) -> list[str]:
@@ -94,7 +95,7 @@ class Role:
             for _, line in reversed(self.lines):
                 match = _OWNS.match(line)
                 if match is not None:
-                    return float(match["time"]), set(ast.literal_eval(match["queues"]))
+                    return datetime.fromisoformat(match["time"]).timestamp(), set(ast.literal_eval(match["queues"]))
         return None
 
     def wait_owned(self, queues: set[int], timeout: float) -> float:

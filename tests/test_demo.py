@@ -336,7 +336,8 @@ def test_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_path: 
 @pytest.mark.slow
 @pytest.mark.spark
 def test_an_interrupted_spark_demo_leaves_no_spark_work_folder(tmp_path: Path) -> None:
-    # Interrupted, the orchestrator SIGKILLs the Spark job, which then cannot remove anything.
+    # Interrupted, the orchestrator stops the Spark job's process group (SIGTERM, then SIGKILL);
+    # a job killed that way cannot remove anything, so the orchestrator does.
     require_spark()
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -357,3 +358,7 @@ def test_an_interrupted_spark_demo_leaves_no_spark_work_folder(tmp_path: Path) -
                 demo.kill()
                 demo.wait()
     assert not list(temp.glob(f"{SPARK_WORK_PREFIX}*"))
+    log = (tmp_path / "demo.log").read_text()
+    assert demo.returncode == 130, log
+    assert "Traceback" not in log, log
+    assert (tmp_path / "out" / "report.json").exists(), "no partial report"

@@ -188,7 +188,9 @@ def test_status_of_an_authenticated_group_verifies_and_counts_what_fails(roles: 
 def test_validator_reports_reordering_and_consumer_changes_in_the_seeds_words(roles: Roles) -> None:
     create_group("v", "v", 4, 2, 1 << 20, roles.registry)
     channel = loopback_channel()
-    validator = roles.start("validator", "validate", "v", "--channel", channel, "--idle-exit", "1", "--duration", "30")
+    validator = roles.start(
+        "validator", "validate", "v", "--channel", channel, "--idle-exit", "1", "--duration", "30", "--verbose"
+    )
     validator.wait_line("validating group", START_TIMEOUT)
 
     def record(topic: int, seqno: int, client: int) -> bytes:
@@ -210,6 +212,34 @@ def test_validator_reports_reordering_and_consumer_changes_in_the_seeds_words(ro
     assert any("Expected 4 but received 3" in line and "(duplicate)" in line for line in output)
     assert "Shard assigned new lbgclient. topic number 4 was 0 now 1 :: original topic - v/1/key4" in output
     assert "out of order 1, duplicates 1" in output[-1] and output[-1].endswith("FAILED")
+
+
+def test_validator_prints_one_line_per_moved_queue_and_per_key_lines_only_when_verbose(roles: Roles) -> None:
+    create_group("m", "m", 4, 2, 1 << 20, roles.registry)
+    channel = loopback_channel()
+    validator = roles.start("validator", "validate", "m", "--channel", channel, "--idle-exit", "1", "--duration", "30")
+    validator.wait_line("validating group", START_TIMEOUT)
+
+    def record(topic: int, seqno: int, client: int) -> bytes:
+        return RepublishedRecord(topic, client, topic % 2, seqno, 1, 1, seqno, 0, 0, f"m/1/key{topic}").encode()
+
+    # Twelve keys on queues 0 and 1, all moving from consumer 0 to consumer 1 (which never
+    # sends again from consumer 0: a failover).
+    stream = [record(topic, 1, 0) for topic in range(12)] + [record(topic, 2, 1) for topic in range(12)]
+    with affinity.Client() as client:
+        publication = client.add_publication(channel, REPUBLISH_STREAM_ID)
+        wait_until("the validator to connect", lambda: publication.is_connected, 10)
+        for data in stream:
+            wait_until("an offer", lambda data=data: publication.offer(data) > 0, 5)
+        validator.process.wait(timeout=30)
+    output = validator.output()
+    assert validator.process.returncode == 0, output
+    assert not any("Shard assigned" in line for line in output), output
+    moved = [line.split(" ", 1)[1] for line in output if " moved: " in line]
+    assert sorted(moved) == [f"queue {q} moved: consumer 0 -> consumer 1" for q in (0, 1)]
+    summaries = sorted(line.split(" ", 1)[1] for line in output if "keys moved; why:" in line)
+    why = "why: consumer 0 sent nothing after it (it died or left: failover)"
+    assert summaries == [f"queue {q}: consumer 0 -> consumer 1, 6 keys moved; {why}" for q in (0, 1)]
 
 
 def test_validator_counts_gaps_that_are_never_filled_as_lost() -> None:

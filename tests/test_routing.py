@@ -330,3 +330,22 @@ def test_batches_keep_the_same_history_and_warnings_whether_or_not_info_is_logge
     assert history == every[-5:]
     expected = [line for event in every for line in event.log_lines() if line[0] > logging.INFO]
     assert warnings == expected and len(expected) > 20
+
+
+def test_explain_after_a_peer_went_down_says_the_subject_moved_from_it_and_why() -> None:
+    router = Router()
+    router.add_data_service("foo", ["^/PRIVATE/"])
+    router.add_source_group("foo", [["FooAdapter1", "FooAdapter2"]], [("foo-adapters", "/PRIVATE/([^/]+)-[0-9]+/FOO")])
+    subjects = [f"/PRIVATE/user{i}-0/FOO" for i in range(20)]
+    first = {subject: router.subscribe(subject).member for subject in subjects}
+    assert set(first.values()) == {"FooAdapter1", "FooAdapter2"}
+    assert all(router.explain(subject).moved_from is None for subject in subjects)
+    router.set_member_up("FooAdapter1", False)
+    for subject, was in first.items():
+        explanation = router.explain(subject)
+        assert explanation.member == "FooAdapter2"
+        if was == "FooAdapter1":
+            assert (explanation.moved_from, explanation.move_reason) == ("FooAdapter1", "member-down")
+            assert "moved from FooAdapter1 (member-down)" in str(explanation)
+        else:
+            assert explanation.moved_from is None and "moved" not in str(explanation)

@@ -51,6 +51,30 @@ finally:
     spark.stop()
 """
 
+#: A fresh session that calls ``affinity.spark.register`` (twice) with Spark's warnings shown, then writes.
+REGISTER_CHILD = """
+import sys
+import affinity.spark
+from pyspark.sql import SparkSession
+
+spark = (
+    SparkSession.builder.master("local[1]").appName("affinity-register")
+    .config("spark.ui.enabled", "false")
+    .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    .getOrCreate()
+)
+spark.sparkContext.setLogLevel("WARN")
+try:
+    affinity.spark.register(spark)
+    affinity.spark.register(spark)
+    spark.range(3).write.format("affinity").option("channel", sys.argv[1]).option("streamId", "13").mode(
+        "append"
+    ).save()
+    print("written", flush=True)
+finally:
+    spark.stop()
+"""
+
 
 @pytest.fixture
 def subscribed(client: affinity.Client) -> Iterator[tuple[str, affinity.Subscription]]:
@@ -105,3 +129,24 @@ def test_a_fresh_session_finds_the_affinity_format_without_register(
     assert "value" in report["columns"] and "position" in report["columns"]
     assert committed, "the batch write's commit marker arrived"
     assert sorted(ids) == list(range(ROWS))
+
+
+def test_register_on_a_session_that_found_the_format_makes_spark_warn_of_nothing(
+    subscribed: tuple[str, affinity.Subscription],
+) -> None:
+    if os.environ.get(REQUIRE_ENV) != "1":
+        pytest.importorskip("pyspark", reason=f"pyspark is not installed (set {REQUIRE_ENV}=1 to fail instead)")
+    channel, _ = subscribed
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    result = subprocess.run(
+        [sys.executable, "-c", REGISTER_CHILD, channel],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=CHILD_TIMEOUT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "written" in result.stdout
+    assert "DataSourceManager" not in result.stderr, result.stderr[-4000:]
+    assert "replaced a statically registered data source" not in result.stderr

@@ -151,6 +151,7 @@ def test_sigterm_shuts_down_cleanly_and_removes_the_files(driver: subprocess.Pop
     driver.send_signal(signal.SIGTERM)
     assert finish(driver) == 0
     assert not (driver_dir / "cnc.dat").exists()
+    assert not driver_dir.exists(), "the emptied driver directory was left behind"
     gone = run_cli("stat", "--dir", str(driver_dir))
     assert gone.returncode == 1 and "cnc.dat" in gone.stderr
 

@@ -143,6 +143,8 @@ class ExplanationInfo(LegInfo):
     bound_reason: str | None
     subscribed: bool
     references: int
+    moved_from: str | None
+    move_reason: str | None
 
 
 class RoutingEventInfo(TypedDict):

@@ -98,7 +98,10 @@ class Explanation:
     """Why a subject is (or would be) routed where it is, by its primary source group.
 
     ``since`` is the sequence number of the event that bound the member (see
-    :class:`RoutingEvent`); ``bound_reason`` is how it was first chosen when remembered.
+    :class:`RoutingEvent`); ``bound_reason`` is how it was first chosen when remembered;
+    ``move_reason`` (``member-down``: its member went down) says why it last moved, when it moved
+    after it was first bound, and ``moved_from`` from which member (known for subjects with a
+    composite).
     """
 
     subject: str
@@ -118,6 +121,8 @@ class Explanation:
     references: int
     policy: str
     selection: str
+    moved_from: str | None = None
+    move_reason: str | None = None
 
     def __str__(self) -> str:
         if self.composite is None:
@@ -130,8 +135,12 @@ class Explanation:
         member = "no member" if self.member is None else f"peer {self.peer_index} ({self.member})"
         why = self.reason if self.bound_reason is None else f"{self.reason}, {self.bound_reason}"
         since = "" if self.since is None else f" since event #{self.since}"
+        moved = "" if self.move_reason is None else f"; moved ({self.move_reason})"
+        if self.moved_from is not None:
+            moved = f"; moved from {self.moved_from} ({self.move_reason})"
         return (
             f"{self.subject}: service {self.service}, source group {self.source_group}; {rule}; {member} [{why}]{since}"
+            f"{moved}"
         )
 
 
@@ -357,6 +366,8 @@ class Router:
             references=data["references"],
             policy=data["policy"],
             selection=data["selection"],
+            moved_from=data["moved_from"],
+            move_reason=data["move_reason"],
         )
 
     def report_nodata(self, subject: str, status: str) -> Decision:

@@ -2,8 +2,9 @@
 the default driver directory pre-created as symbolic links (or as another user's folder) are
 refused with an error naming the path and its owner, and nothing they point at is deleted or
 chmodded. The other user is ``nobody``: a forked child that switches to it makes the trap (needs
-root, as CI runs). The victim is a fresh ``python`` / ``affinity driver`` process whose ``$USER``
-names per-test paths under ``/dev/shm``."""
+root, as CI runs). The victim is a fresh ``python`` / ``affinity driver`` process in a mount
+namespace of its own where ``/dev/shm`` is this test's folder (the per-user names come from the
+uid's login name, not from ``$USER``), so its default paths are this test's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import affinity
@@ -47,17 +49,44 @@ def as_nobody(action: Callable[[], None]) -> None:
     assert os.waitstatus_to_exitcode(status) == 0, "the nobody child failed to set the trap"
 
 
+@dataclass(frozen=True)
+class Victim:
+    """The victim's view: ``shm`` is the folder it sees as ``/dev/shm``."""
+
+    shm: Path
+
+    def real(self, suffix: str = "") -> Path:
+        """``affinity-<login name><suffix>`` as this test reaches it."""
+        return self.shm / f"affinity-{LOGIN}{suffix}"
+
+    def seen(self, suffix: str = "") -> Path:
+        """The same path as the victim sees it (and names it in its errors)."""
+        return SHM / f"affinity-{LOGIN}{suffix}"
+
+    def command(self, *args: str) -> list[str]:
+        """``args`` run in a private mount namespace with :attr:`shm` bound on ``/dev/shm``."""
+        return ["unshare", "-m", "sh", "-c", BIND_SHM, str(self.shm), *args]
+
+
+#: The login name the per-user paths carry (``shm::directory::user_name``).
+LOGIN = pwd.getpwuid(os.getuid()).pw_name
+#: Run inside ``unshare -m``: a private copy of the mounts, ``$0`` bound on /dev/shm, then the command.
+BIND_SHM = 'mount --make-rprivate / && mount --bind "$0" /dev/shm && exec "$@"'
+
+
 @pytest.fixture
-def victim_user() -> Iterator[str]:
-    """A ``$USER`` of our own, so the default paths are this test's; their leftovers removed."""
-    user = f"advdirs{os.getpid()}"
-    yield user
-    for suffix in ("", "-embedded"):
-        path = SHM / f"affinity-{user}{suffix}"
-        if path.is_symlink() or path.is_file():
-            path.unlink()
-        elif path.exists():
-            shutil.rmtree(path)
+def victim() -> Iterator[Victim]:
+    """A fresh ``/dev/shm`` of the victim's own (1777 like the real one); removed afterwards."""
+    shm = SHM / f"advdirs{os.getpid()}"
+    shm.mkdir()
+    shm.chmod(0o1777)
+    yield Victim(shm)
+    for entry in shm.iterdir():
+        if entry.is_symlink() or entry.is_file():
+            entry.unlink()
+        else:
+            shutil.rmtree(entry)
+    shm.rmdir()
 
 
 @pytest.fixture
@@ -78,31 +107,37 @@ def photos_intact(folder: Path) -> bool:
     )
 
 
-def run_as_victim(user: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "USER": user}
-    env.pop("AFFINITY_DIR", None)
+def run_as_victim(victim: Victim, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "AFFINITY_DIR"}
     return subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=REFUSAL_TIMEOUT_S, env=env, check=False
+        victim.command(sys.executable, *args),
+        capture_output=True,
+        text=True,
+        timeout=REFUSAL_TIMEOUT_S,
+        env=env,
+        check=False,
     )
 
 
 PLAIN_CLIENT = "import affinity\nwith affinity.Client():\n    pass\n"
 
 
-def test_a_symlinked_embedded_root_is_refused_and_the_target_keeps_its_entries(victim_user: str, photos: Path) -> None:
-    root = SHM / f"affinity-{victim_user}-embedded"
+def test_a_symlinked_embedded_root_is_refused_and_the_target_keeps_its_entries(victim: Victim, photos: Path) -> None:
+    root = victim.real("-embedded")
     as_nobody(lambda: os.symlink(photos, root))
-    result = run_as_victim(victim_user, "-c", PLAIN_CLIENT)
+    result = run_as_victim(victim, "-c", PLAIN_CLIENT)
     assert result.returncode != 0, "a plain Client() used a symlinked root"
     nobody = pwd.getpwnam("nobody").pw_uid
-    assert f"{root}: is a symbolic link to {photos} owned by uid {nobody}" in result.stderr, result.stderr
+    assert f"{victim.seen('-embedded')}: is a symbolic link to {photos} owned by uid {nobody}" in result.stderr, (
+        result.stderr
+    )
     assert "DriverError" in result.stderr
     assert photos_intact(photos), "entries of the link's target were deleted"
     assert root.is_symlink()
 
 
-def test_an_embedded_root_of_another_user_is_refused_naming_its_owner(victim_user: str) -> None:
-    root = SHM / f"affinity-{victim_user}-embedded"
+def test_an_embedded_root_of_another_user_is_refused_naming_its_owner(victim: Victim) -> None:
+    root = victim.real("-embedded")
     stale = root / f"{IMPOSSIBLE_PID}-0"
 
     def make_root() -> None:
@@ -111,15 +146,17 @@ def test_an_embedded_root_of_another_user_is_refused_naming_its_owner(victim_use
         root.chmod(0o755)
 
     as_nobody(make_root)
-    result = run_as_victim(victim_user, "-c", PLAIN_CLIENT)
+    result = run_as_victim(victim, "-c", PLAIN_CLIENT)
     nobody = pwd.getpwnam("nobody").pw_uid
     assert result.returncode != 0
-    assert f"{root}: is owned by uid {nobody}, not by this user (uid 0)" in result.stderr, result.stderr
+    assert f"{victim.seen('-embedded')}: is owned by uid {nobody}, not by this user (uid 0)" in result.stderr, (
+        result.stderr
+    )
     assert stale.exists(), "another user's entry was swept"
 
 
-def test_unmarked_stale_looking_entries_in_our_own_root_are_kept(victim_user: str) -> None:
-    root = SHM / f"affinity-{victim_user}-embedded"
+def test_unmarked_stale_looking_entries_in_our_own_root_are_kept(victim: Victim) -> None:
+    root = victim.real("-embedded")
     root.mkdir(mode=0o700)
     unmarked = root / f"{IMPOSSIBLE_PID}-notes"
     unmarked.mkdir()
@@ -127,21 +164,21 @@ def test_unmarked_stale_looking_entries_in_our_own_root_are_kept(victim_user: st
     marked = root / f"{IMPOSSIBLE_PID}-0"
     marked.mkdir()
     (marked / "affinity-embedded").write_bytes(b"")
-    result = run_as_victim(victim_user, "-c", PLAIN_CLIENT)
+    result = run_as_victim(victim, "-c", PLAIN_CLIENT)
     assert result.returncode == 0, result.stderr
     assert (unmarked / "notes.txt").exists(), "an entry without our marker was deleted"
     assert not marked.exists(), "our own stale directory was not swept"
 
 
-def test_a_symlinked_default_driver_directory_is_refused_and_not_chmodded(victim_user: str, photos: Path) -> None:
-    default_dir = SHM / f"affinity-{victim_user}"
-    as_nobody(lambda: os.symlink(photos, default_dir))
+def test_a_symlinked_default_driver_directory_is_refused_and_not_chmodded(victim: Victim, photos: Path) -> None:
+    default_dir = victim.seen()
+    as_nobody(lambda: os.symlink(photos, victim.real()))
     process = subprocess.Popen(
-        [sys.executable, "-m", "affinity.cli", "driver"],
+        victim.command(sys.executable, "-m", "affinity.cli", "driver"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**{k: v for k, v in os.environ.items() if k != "AFFINITY_DIR"}, "USER": victim_user},
+        env={k: v for k, v in os.environ.items() if k != "AFFINITY_DIR"},
     )
     try:
         _, stderr = process.communicate(timeout=REFUSAL_TIMEOUT_S)

@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from affinity.cli._text import help_text
 from affinity.config.diagnostics import plural, summary
 from affinity.config.parser import analyse_file
 
@@ -26,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "check",
         help="check a routing configuration file",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", metavar="CONFIG", help="configuration file")

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import affinity
+from affinity.cli import EXIT_INTERRUPTED
+from affinity.cli._text import help_text
 from affinity.testing import free_udp_port
 
 STREAM_ID = 1001
@@ -34,6 +36,19 @@ CONSOLE_WIDTH = 120
 OUT_PREFIX = "affinity-demo-"
 
 
+def default_out_root() -> Path:
+    """Where the demo's report folders go without ``--out``: ``$XDG_DATA_HOME/affinity/demo``
+    (``~/.local/share/affinity/demo`` when unset), never the current directory (a clone's root)."""
+    data_home = os.environ.get("XDG_DATA_HOME") or ""
+    base = Path(data_home) if os.path.isabs(data_home) else Path.home() / ".local" / "share"
+    return base / "affinity" / "demo"
+
+
+def default_out() -> Path:
+    """A new report folder under :func:`default_out_root`, named for the UTC time."""
+    return default_out_root() / f"{OUT_PREFIX}{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds the ``demo`` subcommand (the pipeline demo) and ``demo transport``."""
     from affinity.demo import settings as defaults
@@ -41,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "demo",
         help="the pipeline demo: Spark -> consumer group -> consumers, one killed, one joining; validated",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -57,7 +72,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--rate", type=int, default=defaults.DEFAULT_RATE, help="events per second (default %(default)s)"
     )
-    parser.add_argument("--out", type=Path, help=f"output folder (default ./{OUT_PREFIX}<UTC time>)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"output folder (default $XDG_DATA_HOME/affinity/demo/{OUT_PREFIX}<UTC time>, "
+        "$XDG_DATA_HOME being ~/.local/share when unset)",
+    )
     parser.add_argument(
         "--no-spark", dest="spark", action="store_false", help="generate with a plain Python GroupPublisher, no Spark"
     )
@@ -105,7 +125,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"affinity demo: {problem}", file=sys.stderr)
         return 2
-    out = args.out or Path(f"{OUT_PREFIX}{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}")
+    out = args.out or default_out()
     try:
         settings = DemoSettings.create(
             duration=args.duration,
@@ -124,15 +144,22 @@ def run_pipeline(args: argparse.Namespace) -> int:
     console = Console()
     if not console.is_terminal:
         console = Console(width=CONSOLE_WIDTH)  # pipes and logs: wide enough for the tables
+    console.print(f"writing the report, chart and logs to {settings.out}/", highlight=False, soft_wrap=True)
     try:
         result = run_demo(settings, console)
     except DemoError as error:
         print(f"affinity demo: {error}", file=sys.stderr)
         return 1
     files = write_report(result, console)
+    partial = "partial " if result.interrupted_at is not None else ""
     console.print(
-        f"\nreport and chart written to {files.folder}/ ({files.chart.name}, {files.text.name}, {files.json.name})"
+        f"\n{partial}report and chart written to {files.folder}/ "
+        f"({files.chart.name}, {files.text.name}, {files.json.name})",
+        highlight=False,
+        soft_wrap=True,  # a path cut by a line break cannot be copied
     )
+    if result.interrupted_at is not None:
+        return EXIT_INTERRUPTED
     return 0 if result.passed else 1
 
 

@@ -4,8 +4,8 @@ standalone media driver in the foreground until Ctrl-C or SIGTERM.
 Clients attach through the driver directory (``--dir``, else ``$AFFINITY_DIR``, else a per-user
 folder under ``/dev/shm``); on SIGINT/SIGTERM the driver ends every stream, removes its files and
 exits 0. A second driver on a directory whose driver is alive refuses (exit 1) and names the
-pid; a stale directory is taken over. The options are parsed by the driver itself (``affinity
-driver --help`` lists them), so this command and the ``affinity-driver`` executable agree.
+pid; a stale directory is taken over. ``affinity driver --help`` lists the driver's options (the
+same as the ``affinity-driver`` executable's).
 
 Exit status: 0 after a clean shutdown, 1 when the driver cannot start, 2 on a bad option.
 """
@@ -16,6 +16,7 @@ import argparse
 import sys
 from typing import Any
 
+from affinity.cli._text import help_text
 from affinity.driver import DRIVER_USAGE, run_driver
 from affinity.exceptions import ConfigError, DriverError
 
@@ -32,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "driver",
         help="run the standalone media driver in the foreground",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
         prefix_chars="\0",

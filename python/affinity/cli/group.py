@@ -1,4 +1,4 @@
-"""``affinity group ...``: define consumer groups and re-run the seed's experiment by hand.
+"""``affinity group ...``: define consumer groups, watch them, and try one by hand.
 
 Definitions (stored in the registry: ``--registry``, else ``$AFFINITY_REGISTRY``, else
 ``$XDG_STATE_HOME/affinity``, else ``~/.local/state/affinity``)::
@@ -9,7 +9,8 @@ Definitions (stored in the registry: ``--registry``, else ``$AFFINITY_REGISTRY``
     affinity group secret NAME                 # a new secret (an older group, or rotation)
     affinity group status NAME [--json] [--watch 1s]
 
-The seed's three test programs (start the validator first, then consumers, then the publisher)::
+A publisher, two consumers and a validator that checks per-key order (start the validator
+first, then the consumers, then the publisher)::
 
     affinity group validate NAME --channel aeron:udp?endpoint=127.0.0.1:40500
     affinity group consume NAME --index 0 --count 2 --republish aeron:udp?endpoint=127.0.0.1:40500
@@ -34,6 +35,7 @@ import sys
 import time
 from typing import Any
 
+from affinity.cli._text import help_text
 from affinity.exceptions import AffinityError, ConfigError
 from affinity.groups.registry import (
     MAX_HASH_COUNT,
@@ -87,8 +89,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add the ``group`` subcommand and its own subcommands."""
     parser = subparsers.add_parser(
         "group",
-        help="consumer groups: define them, watch them, run the seed's publisher, consumer and validator",
-        description=__doc__,
+        help="consumer groups: define them, watch them, run a test publisher, consumers and a validator",
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="group_command", required=True, metavar="ACTION")
@@ -310,7 +312,5 @@ def _run_status(args: argparse.Namespace) -> int:
                 observer.close()
     except ConfigError as error:
         return _fail("status", error)
-    except KeyboardInterrupt:
-        return EXIT_OK
     except AffinityError as error:
         return _fail("status", error, EXIT_UNAVAILABLE)

@@ -1,6 +1,6 @@
-"""``affinity group publish | consume | validate``: the seed's hashed publisher, LBG client and validator.
+"""``affinity group publish | consume | validate``: a test publisher, consumer and validator of a group.
 
-- ``publish``: ``--keys`` topics (``uuid/uuid`` as the seed's), sent round robin, each key with its
+- ``publish``: ``--keys`` topics (``uuid/uuid`` strings), sent round robin, each key with its
   own sequence numbers from 1 (``PublishedRecord``), at ``--rate`` messages/s through
   ``publish_batch``; stops after ``--count`` messages or ``--duration`` (or SIGTERM/SIGINT), then
   flushes and prints a summary (``--json``: per-key last sequence number, for loss checks).
@@ -8,8 +8,11 @@
   its own index, to ``--republish CHANNEL`` (a plain publication), then acknowledges it. Prints a
   line whenever the queues it owns change. SIGTERM/SIGINT: clean leave (planned handoff).
 - ``validate``: reads the republished records from ``--channel`` and checks each key's order
-  (:class:`affinity.groups.validation.Validator`), printing the seed's log lines; stops after
-  ``--duration``, after ``--idle-exit`` without data, or on SIGTERM/SIGINT, then reports.
+  (:class:`affinity.groups.validation.Validator`), printing a line per sequence error and one
+  per queue that moved to another consumer (``--verbose``: also one per key that moved); stops
+  after ``--duration``, after ``--idle-exit`` without data, or on SIGTERM/SIGINT, then prints
+  each move (from, to, keys moved, why) and a summary. Log lines start with the UTC time
+  (ISO 8601, milliseconds).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +41,7 @@ from affinity.groups.records import (
     RecordError,
     RepublishedRecord,
 )
-from affinity.groups.validation import Validator
+from affinity.groups.validation import ConsumerChange, Validator
 
 #: Exit status: success.
 EXIT_OK = 0
@@ -63,7 +68,7 @@ def member_secret(args: argparse.Namespace) -> Path | None:
 
 def register(commands: argparse._SubParsersAction[Any], member_options: MemberOptions) -> None:
     """Add ``publish``, ``consume`` and ``validate`` to the ``group`` subcommands."""
-    publish = commands.add_parser("publish", help="the seed's hashed publisher: per-key sequence numbers")
+    publish = commands.add_parser("publish", help="publish keyed messages with per-key sequence numbers")
     member_options(publish)
     publish.add_argument("--keys", type=int, default=1000, help="number of keys (topics), default 1000")
     publish.add_argument("--rate", type=float, default=1000.0, help="messages/s, 0 = as fast as possible")
@@ -76,7 +81,7 @@ def register(commands: argparse._SubParsersAction[Any], member_options: MemberOp
     publish.add_argument("--json", action="store_true", help="print the summary as JSON")
     publish.set_defaults(run=run_publish)
 
-    consume = commands.add_parser("consume", help="the seed's LBG client: republish what it processed, then ack")
+    consume = commands.add_parser("consume", help="consume a share of the queues: republish, then ack")
     member_options(consume)
     consume.add_argument("--index", type=int, required=True, help="this consumer's index (0..count-1)")
     consume.add_argument("--count", type=int, required=True, help="consumer count CC (<= QC)")
@@ -88,7 +93,7 @@ def register(commands: argparse._SubParsersAction[Any], member_options: MemberOp
     consume.add_argument("--close-timeout", type=float, default=5.0, help="seconds allowed for the clean leave")
     consume.set_defaults(run=run_consume)
 
-    validate = commands.add_parser("validate", help="the seed's validation client: order, gaps, duplicates")
+    validate = commands.add_parser("validate", help="check what consumers republish: order, gaps, moves")
     validate.add_argument("name", metavar="NAME")
     validate.add_argument("--registry", metavar="DIR", help="registry directory")
     validate.add_argument("--channel", required=True, help="the channel the consumers republish on")
@@ -97,6 +102,9 @@ def register(commands: argparse._SubParsersAction[Any], member_options: MemberOp
     validate.add_argument("--expect-keys", type=int, help="fail unless this many keys were seen")
     validate.add_argument("--json", action="store_true", help="print the report as one JSON object")
     validate.add_argument("--quiet", action="store_true", help="no per-event log lines")
+    validate.add_argument(
+        "--verbose", action="store_true", help="also one line per key that changed consumer (default: one per queue)"
+    )
     validate.set_defaults(run=run_validate)
 
 
@@ -115,8 +123,14 @@ class _StopFlag:
         return self._event.is_set()
 
 
+def log_time(moment: datetime | None = None) -> str:
+    """A log line's time stamp: UTC, ISO 8601 to the millisecond (``2026-11-27T10:53:54.123Z``)."""
+    moment = moment or datetime.now(UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def _log(message: str) -> None:
-    print(f"{time.time():.3f} {message}", flush=True)
+    print(f"{log_time()} {message}", flush=True)
 
 
 def topics(count: int, seed: int) -> list[str]:
@@ -325,6 +339,56 @@ def _offer_until_taken(publication: affinity.Publication, data: bytes, stop: _St
     return True
 
 
+@dataclass
+class QueueMove:
+    """A queue whose keys started coming from another consumer, as the validator saw it (a key
+    counts once it is next seen from the new consumer)."""
+
+    queue: int
+    source: int
+    target: int
+    first_time: float
+    keys: int = 0
+
+    def line(self) -> str:
+        """The line printed when the first key of the move is seen."""
+        return f"queue {self.queue} moved: consumer {self.source} -> consumer {self.target}"
+
+    def summary(self, moves: QueueMoves) -> str:
+        """The end-of-run line: from, to, keys moved and why (as far as the records tell)."""
+        last = moves.last_seen.get(self.source)
+        if last is not None and last > self.first_time:
+            why = f"consumer {self.source} kept sending other queues (a planned handoff)"
+        else:
+            why = f"consumer {self.source} sent nothing after it (it died or left: failover)"
+        return (
+            f"queue {self.queue}: consumer {self.source} -> consumer {self.target}, {self.keys} keys moved; why: {why}"
+        )
+
+
+@dataclass
+class QueueMoves:
+    """Per-key consumer changes gathered into one move per queue (from, to)."""
+
+    moves: dict[tuple[int, int, int], QueueMove] = dataclasses.field(default_factory=dict)
+    #: Wall-clock time of the last record from each consumer.
+    last_seen: dict[int, float] = dataclasses.field(default_factory=dict)
+
+    def seen(self, consumer: int, now: float) -> None:
+        """A record from ``consumer`` arrived at ``now``."""
+        self.last_seen[consumer] = now
+
+    def add(self, change: ConsumerChange) -> QueueMove | None:
+        """Counts one key's change; returns the move when this key is its first."""
+        key = (change.queue, change.was, change.now)
+        move = self.moves.get(key)
+        first = move is None
+        if move is None:
+            move = self.moves[key] = QueueMove(change.queue, change.was, change.now, change.time)
+        move.keys += 1
+        return move if first else None
+
+
 def run_validate(args: argparse.Namespace) -> int:
     """The validation client; see the module documentation."""
     from affinity.groups import load_group
@@ -333,6 +397,7 @@ def run_validate(args: argparse.Namespace) -> int:
     try:
         definition = load_group(args.name, args.registry)
         validator = Validator(args.expect_keys)
+        moves = QueueMoves()
         undecodable = 0
         with affinity.Client() as client:
             subscription = client.add_subscription(args.channel, REPUBLISH_STREAM_ID)
@@ -359,7 +424,14 @@ def run_validate(args: argparse.Namespace) -> int:
                     except RecordError:
                         undecodable += 1
                         continue
+                    moves.seen(record.lbgclient, wall)
                     for event in validator.observe(record, wall):
+                        if isinstance(event, ConsumerChange):
+                            move = moves.add(event)
+                            if move is not None and not args.quiet:
+                                print(f"{log_time()} {move.line()}", flush=False)
+                            if not args.verbose:
+                                continue
                         if not args.quiet:
                             print(event.log_line(), flush=False)
                 sys.stdout.flush()
@@ -376,6 +448,8 @@ def run_validate(args: argparse.Namespace) -> int:
         result["undecodable"] = undecodable
         print(json.dumps(result), flush=True)
     else:
+        for move in moves.moves.values():
+            print(f"{log_time()} {move.summary(moves)}")
         print(
             f"received {report.received} from {report.keys_seen} keys; sequence errors {report.sequence_errors} "
             f"(gaps {report.gaps}, out of order {report.out_of_order}, duplicates {report.duplicates}); "

@@ -17,6 +17,7 @@ import json
 import sys
 from typing import Any, TypedDict
 
+from affinity.cli._text import help_text
 from affinity.config.model import RoutingConfig
 from affinity.config.parser import analyse_file
 from affinity.exceptions import AffinityError
@@ -55,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "route",
         help="show which peer each subject is routed to, and why",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("config", metavar="CONFIG", help="configuration file")

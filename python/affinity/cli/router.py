@@ -34,6 +34,7 @@ from types import FrameType
 from typing import Any
 
 from affinity import _affinity
+from affinity.cli._text import help_text
 from affinity.config.faucet import analyse_router_text
 from affinity.exceptions import AffinityError
 from affinity.subjects import DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET, NO_SECRET
@@ -75,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "router",
         help="run a subject router (routing tables in the data path, faucet)",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, metavar="FILE", help="services configuration")

@@ -8,7 +8,8 @@ type id, label, value, registration id and owner); ``--errors`` prints the disti
 their counts and first/last time. A corrupt counter label or error record is shown marked
 with what is wrong and where; the rest is shown as usual.
 
-Exit status: 0; 1 when no readable driver directory is found; 2 when the driver is dead (its
+Exit status: 0; 1 when no readable driver directory is found (no driver runs there: the message
+says how to start one); 2 when the driver is dead (its
 pid is gone or its heartbeat is too old: the snapshot is still printed, the reason on stderr);
 3 when the snapshot holds a corrupt counter or error record.
 """
@@ -22,9 +23,11 @@ import sys
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from affinity.driver import DriverStat, driver_stat
+from affinity.cli._text import help_text
+from affinity.driver import DriverStat, default_driver_dir, driver_stat
 from affinity.exceptions import DriverError
 
 #: Exit status: the snapshot(s) were printed.
@@ -35,6 +38,9 @@ EXIT_NO_DRIVER = 1
 EXIT_DRIVER_DEAD = 2
 #: Exit status: a counter or error record is corrupt (shown marked, the rest as usual).
 EXIT_CORRUPT = 3
+
+#: The driver's control file, whose absence means no driver ever ran in (or is left in) a directory.
+CNC_FILE = "cnc.dat"
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
@@ -56,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser = subparsers.add_parser(
         "stat",
         help="show a standalone driver's counters or errors",
-        description=__doc__,
+        description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--dir", help="driver directory (default $AFFINITY_DIR, else per user in /dev/shm)")
@@ -109,6 +115,17 @@ def render_json(stat: DriverStat) -> str:
     return json.dumps(payload, separators=(",", ":"))
 
 
+def no_driver_message(directory: str | None, error: DriverError) -> str:
+    """Why no snapshot could be read: with no ``cnc.dat`` at all, that no driver runs there and
+    how to start one; otherwise the error itself (unreadable or not a driver's file)."""
+    folder = Path(directory if directory is not None else default_driver_dir())
+    if not (folder / CNC_FILE).exists():
+        return f"no driver runs in {folder} (no {CNC_FILE} there); start one with: affinity driver --dir {folder}" + (
+            "" if directory is not None else " (or set $AFFINITY_DIR, or pass --dir, to look elsewhere)"
+        )
+    return str(error)
+
+
 def _status(stat: DriverStat) -> int:
     """The exit status of a printed snapshot (the reason a dead driver is dead goes to stderr)."""
     if stat.dead is not None:
@@ -126,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             stat = driver_stat(args.dir)
         except DriverError as exc:
-            print(f"affinity stat: {exc}", file=sys.stderr)
+            print(f"affinity stat: {no_driver_message(args.dir, exc)}", file=sys.stderr)
             return EXIT_NO_DRIVER
         if args.json:
             text = render_json(stat)

@@ -135,6 +135,16 @@ class Child:
                 return False
             time.sleep(_GROUP_POLL_INTERVAL)
 
+    def signal_all(self, signum: int) -> None:
+        """Sends ``signum`` to the child, and with ``own_group`` to its whole process group."""
+        try:
+            if self._own_group:
+                os.killpg(self.process.pid, signum)
+            elif self.alive:
+                self.process.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
     def log_tail(self, lines: int = 15) -> str:
         """The end of the child's stderr log."""
         self._log.flush()
@@ -143,6 +153,22 @@ class Child:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+
+def stop_all(children: Sequence[Child], timeout: float) -> None:
+    """SIGTERM to every child (and the process groups of those that lead one) at once, then waits
+    up to ``timeout`` s in all for them to close cleanly; SIGKILL to whatever is left."""
+    for child in children:
+        child.signal_all(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for child in children:
+        try:
+            child.process.wait(max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            child.process.kill()
+            child.process.wait()
+        if not child.wait_group(max(deadline - time.monotonic(), 0.0)):
+            child.signal_all(signal.SIGKILL)
 
 
 def python_module_command(module: str, *args: str) -> list[str]:

@@ -85,10 +85,20 @@ class Collector:
         with self._lock:
             return self._validator.received_total
 
+    @property
+    def started(self) -> bool:
+        """The thread was started (it may have ended)."""
+        return self._thread.ident is not None
+
+    def close(self) -> None:
+        """Stops the thread, which closes its client (and so removes its driver's folder); idempotent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
     def stop(self, generated: int) -> ValidationReport:
         """Stops the thread, checks what is buffered and returns the report."""
-        self._stop.set()
-        self._thread.join()
+        self.close()
         if self._failure is not None:
             raise self._failure
         with self._lock:

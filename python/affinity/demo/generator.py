@@ -9,7 +9,9 @@ the group acknowledged everything and prints a final progress line with ``done: 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -17,6 +19,9 @@ import affinity
 from affinity.demo import protocol
 from affinity.demo.records import encode_event
 from affinity.demo.settings import FLUSH_TIMEOUT, GENERATOR_TICK, STATUS_INTERVAL
+
+#: Exit code when SIGINT or SIGTERM stopped the generator before its last event (128 + SIGINT).
+STOPPED_EXIT_CODE = 130
 
 
 def account_key(account: int) -> bytes:
@@ -41,6 +46,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from affinity.groups import GroupPublisher
 
     keys = [account_key(a) for a in range(args.accounts)]
+    stop = threading.Event()
+    # Ctrl-C reaches the whole process group; SIGTERM comes from the orchestrator. Either ends the
+    # loop so that the publisher and the client close (the client removes its driver's folder).
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
     with (
         affinity.Client() as client,
         GroupPublisher(client, args.group, registry=args.registry, name="generator") as pub,
@@ -52,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pending_keys: list[bytes] = []
         pending_payloads: list[bytes] = []
         next_status = 0.0
-        while taken < args.total:
+        while taken < args.total and not stop.is_set():
             now = time.monotonic()
             target = min(args.total, int((now - start) * args.rate))
             if target > generated:
@@ -71,6 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(protocol.encode(protocol.GeneratorProgress(start_ns, taken, False)), flush=True)
                 next_status = now + STATUS_INTERVAL
             time.sleep(GENERATOR_TICK)
+        if stop.is_set():
+            print(f"generator: stopped by a signal after {taken:,} events", file=sys.stderr)
+            return STOPPED_EXIT_CODE
         acked = pub.flush(timeout=FLUSH_TIMEOUT)
         print(protocol.encode(protocol.GeneratorProgress(start_ns, taken, True)), flush=True)
         if not acked:

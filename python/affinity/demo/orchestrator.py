@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,14 @@ from pathlib import Path
 from rich.console import Console
 
 from affinity.demo import protocol
-from affinity.demo.children import Child, ConsumerState, GeneratorState, child_environment, python_module_command
+from affinity.demo.children import (
+    Child,
+    ConsumerState,
+    GeneratorState,
+    child_environment,
+    python_module_command,
+    stop_all,
+)
 from affinity.demo.collector import Collector
 from affinity.demo.progress import Display
 from affinity.demo.settings import (
@@ -29,7 +38,7 @@ from affinity.demo.settings import (
     TIMELINE_BIN_SECONDS,
     DemoSettings,
 )
-from affinity.demo.validation import MoveCause, ValidationReport
+from affinity.demo.validation import MoveCause, ValidationReport, Validator
 from affinity.exceptions import AffinityError
 from affinity.testing import free_udp_port
 
@@ -72,6 +81,9 @@ class DemoResult:
     events: list[TimelineEvent]
     generated_samples: list[tuple[float, int]]
     wall_seconds: float
+    #: Seconds since generation start (0 when it had not started) at which Ctrl-C stopped the run;
+    #: None when the run went to its end. An interrupted run's report is partial and never passes.
+    interrupted_at: float | None = None
 
     @property
     def failover_seen(self) -> bool:
@@ -91,8 +103,8 @@ class DemoResult:
 
     @property
     def passed(self) -> bool:
-        """The validation passed and both ownership changes were observed."""
-        return self.validation.passed and self.failover_seen and self.rejoin_seen
+        """The run went to its end, the validation passed and both ownership changes were observed."""
+        return self.interrupted_at is None and self.validation.passed and self.failover_seen and self.rejoin_seen
 
 
 @dataclass
@@ -207,6 +219,9 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
     group = f"{GROUP_NAME_PREFIX}-{os.getpid()}"
     display = Display(settings, console)
     children: list[Child] = []
+    collector: Collector | None = None
+    run: _Run | None = None
+    start_ns = 0
     try:
         create_group(group, HASH_PREFIX, settings.hash_count, settings.queue_count, QUEUE_SIZE, registry=registry)
         display.note(
@@ -218,9 +233,10 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
         run = _Run(settings, registry, group, collector, display, log_dir, child_environment(registry))
         for ordinal in range(settings.consumers):
             run.start_consumer(ordinal, ordinal, 0.0)
-        children.extend(run.processes.values())
+            children.append(run.processes[ordinal])
         all_queues = set(range(settings.queue_count))
-        _wait("every queue owned by a consumer", lambda: run.owned_queues() == all_queues, STARTUP_TIMEOUT, run)
+        started = run
+        _wait("every queue owned by a consumer", lambda: started.owned_queues() == all_queues, STARTUP_TIMEOUT, run)
         # A consumer that started late gets its primary queues back within a cycle; start from
         # the steady state so that every move in the report comes from the kill or the join.
         try:
@@ -236,14 +252,15 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
         generator = Child("generator", command, log_dir, run.env, own_group=settings.spark)
         children.append(generator)
         display.note("starting the Spark query (local[2]) ..." if settings.spark else "starting the generator ...")
+        starting = generator
 
         def generator_started() -> bool:
-            for update in generator.updates():
+            for update in starting.updates():
                 if isinstance(update, protocol.GeneratorProgress):
-                    run.generator.progress = update
-            if not generator.alive and run.generator.progress is None:
-                raise DemoError(f"the generator exited early; its log ({generator.log_path}):\n{generator.log_tail()}")
-            return run.generator.progress is not None
+                    started.generator.progress = update
+            if not starting.alive and started.generator.progress is None:
+                raise DemoError(f"the generator exited early; its log ({starting.log_path}):\n{starting.log_tail()}")
+            return started.generator.progress is not None
 
         _wait(
             "the generator's start",
@@ -330,15 +347,65 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
             generated_samples=run.generator.samples,
             wall_seconds=time.monotonic() - wall_start,
         )
+    except KeyboardInterrupt:
+        # Ctrl-C, to this process or to its whole process group (the consumers and the plain
+        # generator stop on SIGINT by themselves): stop every child cleanly so that each closes its
+        # client and removes its driver's folder, then report what was seen so far.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stop below is bounded; let it finish
+        display.stop()
+        interrupted_at = (time.time_ns() - start_ns) / 1e9 if start_ns else 0.0
+        display.note(
+            f"interrupted at t={interrupted_at:.1f}s: stopping every process (at most {CLOSE_TIMEOUT:g} s), "
+            "then writing a partial report"
+        )
+        stop_all(children, CLOSE_TIMEOUT)
+        progress = run.generator.progress if run is not None else None
+        generated = progress.generated if progress is not None else 0
+        if collector is not None and collector.started:
+            collector.close()
+            report = collector.stop(generated)
+        else:
+            report = Validator(settings.accounts, None, TIMELINE_BIN_SECONDS).report(0)
+        return DemoResult(
+            settings=settings,
+            group=group,
+            generated=generated,
+            generation_seconds=interrupted_at,
+            validation=report,
+            consumers=list(run.consumers.values()) if run is not None else [],
+            events=run.events if run is not None else [],
+            generated_samples=run.generator.samples if run is not None else [],
+            wall_seconds=time.monotonic() - wall_start,
+            interrupted_at=interrupted_at,
+        )
     finally:
         display.stop()
         for child in children:
             if child.alive:
                 child.kill()
                 child.process.wait()
+        if collector is not None:
+            collector.close()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         shutil.rmtree(registry, ignore_errors=True)
         if spark_work is not None:
             # The job's JVM exits once the job is gone; until then it may still write a checkpoint.
             if generator is not None:
                 generator.wait_group(CLOSE_TIMEOUT)
             shutil.rmtree(spark_work, ignore_errors=True)
+        sweep_stale_driver_folders()
+
+
+def sweep_stale_driver_folders() -> None:
+    """Removes the embedded-driver folders of this user's dead processes (the SIGKILLed consumer's,
+    Spark workers killed with their job): starting an embedded client sweeps them (only folders
+    carrying the embedded marker, whose process is gone), and closing it removes its own."""
+    import affinity
+
+    try:
+        with affinity.Client():
+            pass
+    except AffinityError:
+        pass  # best effort: the next client of this user sweeps them too

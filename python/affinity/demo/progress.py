@@ -18,8 +18,9 @@ from affinity.demo.validation import LiveStats, MoveCause
 NOTES_SHOWN = 8
 #: Queue moves shown (the most recent).
 MOVES_SHOWN = 8
-#: Seconds over which the live rates are computed.
-RATE_WINDOW = 2.0
+#: Seconds over which the live rates are computed: longer than a Spark micro-batch usually takes
+#: on 2 cores, so that the rate does not drop to 0 between two batches.
+RATE_WINDOW = 6.0
 #: Seconds between plain progress lines when the output is not a terminal.
 PLAIN_INTERVAL = 5.0
 
@@ -33,6 +34,16 @@ def consumer_state_text(state: ConsumerState) -> Text:
     return Text("running", style="green")
 
 
+def queue_claims(consumers: dict[int, ConsumerState]) -> dict[int, str]:
+    """The label of the consumer claiming each queue (live consumers' last status)."""
+    return {
+        q: state.label
+        for state in consumers.values()
+        if state.status is not None and state.killed_at is None
+        for q in state.status.owned
+    }
+
+
 class Display:
     """A rich ``Live`` view on a terminal; plain progress lines otherwise (pipes, tests, CI)."""
 
@@ -44,6 +55,8 @@ class Display:
         self._notes: list[str] = []
         self._notes_before_live = 0
         self._next_plain = 0.0
+        #: (time, events validated) at the previous plain line, for its rate.
+        self._last_plain: tuple[float, int] | None = None
         self._history: deque[tuple[float, dict[int, int]]] = deque()
 
     def note(self, text: str) -> None:
@@ -83,17 +96,32 @@ class Display:
             return
         if time.monotonic() >= self._next_plain:
             self._next_plain = time.monotonic() + PLAIN_INTERVAL
-            generated = generator.progress.generated if generator.progress else 0
-            shares = " ".join(
-                f"{consumers[c].label if c in consumers else c}={n * 100 / max(stats.received, 1):.0f}%"
-                for c, n in sorted(stats.per_consumer.items())
-            )
-            self._console.print(
-                f"t={now:5.1f}s generated {generated:,} validated {stats.received:,} "
-                f"({sum(rates.values()):,.0f}/s) {shares} "
-                f"dup {stats.duplicates} order errors {stats.order_errors} replays {stats.failover_replays}",
-                highlight=False,
-            )
+            self._console.print(self.plain_line(now, consumers, generator, stats), highlight=False)
+
+    def generated_label(self) -> str:
+        """What the generator's count means: rows whose Spark batch committed (consumers may
+        validate a batch's rows before its commit), or events the publisher took."""
+        return "committed by Spark" if self._settings.spark else "published"
+
+    def plain_line(
+        self, now: float, consumers: dict[int, ConsumerState], generator: GeneratorState, stats: LiveStats
+    ) -> str:
+        """One progress line: counts, the validation rate since the previous line, each consumer's
+        share, the owner of every queue and the checks."""
+        generated = generator.progress.generated if generator.progress else 0
+        previous = self._last_plain
+        self._last_plain = (now, stats.received)
+        rate = (stats.received - previous[1]) / (now - previous[0]) if previous and now > previous[0] else 0.0
+        shares = " ".join(
+            f"{consumers[c].label if c in consumers else c}={n * 100 / max(stats.received, 1):.0f}%"
+            for c, n in sorted(stats.per_consumer.items())
+        )
+        owners = " ".join(f"q{q}={label}" for q, label in sorted(queue_claims(consumers).items()))
+        return (
+            f"t={now:5.1f}s {self.generated_label()} {generated:,} validated {stats.received:,} "
+            f"({rate:,.0f}/s) {shares} owners [{owners or 'none yet'}] "
+            f"dup {stats.duplicates} order errors {stats.order_errors} replays {stats.failover_replays}"
+        )
 
     def _rates(self, now: float, stats: LiveStats) -> dict[int, float]:
         """Events per second of each consumer over the last :data:`RATE_WINDOW` seconds."""
@@ -121,7 +149,7 @@ class Display:
         header = Text.assemble(
             ("affinity pipeline demo  ", "bold"),
             f"t={now:5.1f}s " + (f"/ {settings.duration:g}s   " if now <= settings.duration else "(draining)   "),
-            ("generated ", "dim"),
+            (f"{self.generated_label()} ", "dim"),
             f"{generated:,}   ",
             ("validated ", "dim"),
             f"{stats.received:,}  ({rate:,.0f} rows/s)   ",
@@ -144,12 +172,7 @@ class Display:
                 " ".join(str(q) for q in owned) or "-",
             )
         owners = Table(title="queue owners (claims)", title_justify="left", show_header=True, expand=False)
-        claims = {
-            q: state.label
-            for state in consumers.values()
-            if state.status is not None and state.killed_at is None
-            for q in state.status.owned
-        }
+        claims = queue_claims(consumers)
         for q in range(settings.queue_count):
             owners.add_column(f"q{q}", justify="center")
         owners.add_row(*(claims.get(q, Text("-", style="red")) for q in range(settings.queue_count)))

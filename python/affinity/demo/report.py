@@ -88,7 +88,11 @@ def summary(result: DemoResult) -> RenderableType:
         "queue moved to the new consumer", _verdict(result.rejoin_seen, "yes" if result.rejoin_seen else "no")
     )
     checks.add_row("run time, start to report", f"{result.wall_seconds:.0f} s")
-    checks.add_row("verdict", _verdict(result.passed, "PASS" if result.passed else "FAIL"))
+    if result.interrupted_at is not None:
+        verdict = f"INTERRUPTED at t={result.interrupted_at:.1f} s (Ctrl-C): partial report, no verdict"
+    else:
+        verdict = "PASS" if result.passed else "FAIL"
+    checks.add_row("verdict", _verdict(result.passed, verdict))
 
     consumers = Table(title="consumers", title_justify="left")
     for column in ("consumer", "index", "started", "killed", "processed", "share"):
@@ -136,6 +140,7 @@ def result_json(result: DemoResult) -> str:
     """The whole result as JSON (settings, counts, moves, timeline, events)."""
     data = dataclasses.asdict(result)
     data["passed"] = result.passed
+    data["interrupted"] = result.interrupted_at is not None
     data["failover_seen"] = result.failover_seen
     data["rejoin_seen"] = result.rejoin_seen
     data["validation"]["passed"] = result.validation.passed

@@ -30,7 +30,7 @@ pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedica
                        [--max-clients N] [--publications-per-client N]
                        [--subscriptions-per-client N] [--counters-per-client N]
                        [--commands-per-cycle-per-client N] [--queued-commands-per-client N]
-  --dir               driver directory (default $AFFINITY_DIR, else /dev/shm/affinity-$USER)
+  --dir               driver directory (default $AFFINITY_DIR, else /dev/shm/affinity-<login name>)
   --threading         dedicated: conductor, sender and receiver on three threads;
                       shared-network: conductor + one network thread; shared: one thread (default)
   --idle              idle strategy of the driver threads (default backoff)
@@ -185,7 +185,8 @@ fn install_signal_handlers() -> Result<(), String> {
 }
 
 /// Runs a driver in the foreground until SIGINT or SIGTERM (or `stop` becomes true), then shuts
-/// down cleanly (end of stream to subscribers, files removed). Prints one line when ready.
+/// down cleanly (end of stream to subscribers, files removed, and the directory too when nothing
+/// else is left in it). Prints one line when ready.
 pub fn run(options: DriverOptions, stop: Option<&std::sync::atomic::AtomicBool>) -> Result<(), String> {
     use crate::driver::agent::{MediaDriver, MediaDriverConfig};
     install_signal_handlers()?;
@@ -207,7 +208,8 @@ pub fn run(options: DriverOptions, stop: Option<&std::sync::atomic::AtomicBool>)
     }
     let dir = driver.dir().to_path_buf();
     driver.close().map_err(|e| e.to_string())?;
-    println!("affinity driver: stopped, {} cleaned up", dir.display());
+    let removed = if crate::shm::directory::remove_if_empty(&dir) { " and removed" } else { "" };
+    println!("affinity driver: stopped, {} cleaned up{removed}", dir.display());
     Ok(())
 }
 

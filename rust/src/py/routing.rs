@@ -206,6 +206,8 @@ impl PyRoutingTable {
         dict.set_item("bound_reason", explanation.bound_reason.map(Reason::name))?;
         dict.set_item("subscribed", explanation.subscribed)?;
         dict.set_item("references", explanation.references)?;
+        dict.set_item("moved_from", explanation.moved.and_then(|m| m.from).map(|m| table.label(m)))?;
+        dict.set_item("move_reason", explanation.moved.map(|m| m.why.name()))?;
         Ok(dict)
     }
 }

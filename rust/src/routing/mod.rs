@@ -32,7 +32,9 @@ pub use events::{Event, EventKind, MoveReason, Reason};
 pub use hash::{affinity_hash, Selection, HASH_VERSION};
 pub use posix_regex::{PosixRegex, RegexError};
 pub use table::{RoutingTable, CLASSIFICATION_CACHE_BYTES};
-pub use types::{Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec};
+pub use types::{
+    Explanation, GroupId, LegDecision, MemberId, Move, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec,
+};
 
 /// The tables' private maps (and the subject router's): `rustc-hash`'s fast, unkeyed hasher.
 ///

@@ -6,7 +6,7 @@ use super::events::{EventKind, MoveReason, Reason};
 use super::policy::{Candidate, Policy, PolicyError, Request, Workload};
 use super::subjects::{Affinity, ClassifiedLeg, CompositeId, Leg};
 use super::table::{Member, RoutingTable, SourceGroup};
-use super::types::{GroupId, LegDecision, MemberId};
+use super::types::{GroupId, LegDecision, MemberId, Move};
 
 /// A placement: the member, its zero-based priority group and why.
 pub(super) type Placed = (MemberId, usize, Reason);
@@ -160,6 +160,7 @@ impl RoutingTable {
                             since: sequence,
                             reason: decision.reason,
                             priority_group: decision.priority_group,
+                            moved: None,
                         },
                     );
                     if let Some(member) = decision.member {
@@ -257,6 +258,7 @@ impl RoutingTable {
                 affinity.since = sequence;
                 affinity.reason = placed.map_or(Reason::Unavailable, |p| p.2);
                 affinity.priority_group = placed.map(|p| p.1 as u32);
+                affinity.moved = Some(Move { from: Some(down), why: MoveReason::MemberDown });
             }
             let entry = &mut self.members[down.index()];
             entry.assigned = entry.assigned.saturating_sub(1);
@@ -320,6 +322,9 @@ impl RoutingTable {
                     leg.priority_group = placed.map(|p| p.1 as u32);
                     leg.reason = reason;
                     leg.since = sequence;
+                    if why.is_some() && previous.is_some() {
+                        leg.moved = why;
+                    }
                     leg.set_tried(Vec::new());
                 }
             }

@@ -20,8 +20,8 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
-use super::events::Reason;
-use super::types::{GroupId, LegDecision, MemberId, ServiceId};
+use super::events::{MoveReason, Reason};
+use super::types::{GroupId, LegDecision, MemberId, Move, ServiceId};
 
 /// An interned composite: index of its slot in [`Composites`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -42,6 +42,8 @@ pub(super) struct Affinity {
     pub reason: Reason,
     /// `u32` rather than `usize`: keeps a slot within one cache line.
     pub priority_group: Option<u32>,
+    /// The last move to `member` (a member went down), for `explain`.
+    pub moved: Option<Move>,
 }
 
 struct Slot {
@@ -317,6 +319,9 @@ pub(super) struct Leg {
     pub reason: Reason,
     /// Sequence number of the event that bound it (the affinity's, when it was sticky).
     pub since: u64,
+    /// Why the leg last moved to `member`, for `explain` (the member it left is kept by the
+    /// affinity, for a leg with a composite: one byte here keeps subscriptions small).
+    pub moved: Option<MoveReason>,
     /// The members a NODATA answer ruled out ([`Leg::tried`]); boxed, and `None` when empty
     /// (almost always): 8 bytes of every subscription rather than 24.
     #[allow(clippy::box_collection)] // a thin pointer, for small subscriptions
@@ -326,7 +331,15 @@ pub(super) struct Leg {
 impl Leg {
     /// A leg of `classified` that no member serves yet and no NODATA answer ruled out.
     pub fn new(classified: ClassifiedLeg) -> Self {
-        Leg { classified, member: None, priority_group: None, reason: Reason::Unavailable, since: 0, tried: None }
+        Leg {
+            classified,
+            member: None,
+            priority_group: None,
+            reason: Reason::Unavailable,
+            since: 0,
+            moved: None,
+            tried: None,
+        }
     }
 
     /// The members a NODATA answer ruled out since the leg was last bound.

@@ -14,7 +14,7 @@ use super::subjects::{
     cached_bytes, Affinity, Classified, ClassifiedLeg, Composites, Leg, Lookup, Subjects, Subscription,
 };
 use super::types::{
-    Explanation, GroupId, LegDecision, MemberId, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec,
+    Explanation, GroupId, LegDecision, MemberId, Move, NoDataStatus, RoutingError, ServiceId, SourceGroupSpec,
 };
 
 /// Bytes the classifications of unsubscribed subjects may hold (subject names, composites they
@@ -545,12 +545,18 @@ impl RoutingTable {
                 Some(id) => self.composites.affinity(id).map_or(0, |a| a.references),
                 None => subscription.references,
             };
+            let of_leg = leg.moved.map(|why| Move { from: None, why });
+            let moved = match leg.composite() {
+                Some(id) => self.composites.affinity(id).and_then(|a| a.moved).or(of_leg),
+                None => of_leg,
+            };
             return Ok(Explanation {
                 service: subscription.service,
                 decision: current(leg.decision(&self.composites)),
                 bound_reason: Some(leg.reason),
                 subscribed: true,
                 references,
+                moved,
             });
         }
         let leg = self.classify(subject)?.primary;
@@ -560,6 +566,7 @@ impl RoutingTable {
         Ok(Explanation {
             service,
             bound_reason: affinity.filter(|_| decision.reason == Reason::Sticky).map(|a| a.reason),
+            moved: affinity.filter(|_| decision.reason == Reason::Sticky).and_then(|a| a.moved),
             references: affinity.map_or(0, |a| a.references),
             decision,
             subscribed: false,

@@ -128,6 +128,17 @@ fn failed_member_hands_affinities_to_survivor_and_recovery_moves_nothing_back() 
     }
     let moved = table.drain_events();
     assert!(moved.iter().any(|e| e.kind == EventKind::Moved && e.move_reason == Some(MoveReason::MemberDown)));
+    // explain says the subject moved, from whom and why (not only how the survivor was chosen);
+    // one that never moved says nothing of a move. Unsubscribed subjects of a moved composite too.
+    let one = table.member_id("FooAdapter1").unwrap();
+    for (subject, was) in users.iter().zip(&before) {
+        let explanation = table.explain(subject).unwrap();
+        let expected =
+            (was.as_deref() == Some("FooAdapter1")).then_some(Move { from: Some(one), why: MoveReason::MemberDown });
+        assert_eq!(explanation.moved, expected, "{subject}");
+        let sibling = subject.replace("-0/", "-1/");
+        assert_eq!(table.explain(&sibling).unwrap().moved, expected, "{sibling}");
+    }
     table.set_member_up("FooAdapter1", true).unwrap();
     for subject in &users {
         assert_eq!(member_of(&mut table, subject).as_deref(), Some("FooAdapter2"));

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::events::Reason;
+use super::events::{MoveReason, Reason};
 use super::hash::Selection;
 use super::policy::Policy;
 use super::posix_regex::RegexError;
@@ -173,4 +173,16 @@ pub struct Explanation {
     pub subscribed: bool,
     /// Subscriptions holding the composite (or the subject, without a composite).
     pub references: u32,
+    /// The last move of the remembered binding (subscription or affinity) to its member, when it
+    /// moved after it was first bound: why, and from which member when that is kept.
+    pub moved: Option<Move>,
+}
+
+/// A remembered binding moved to another member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Move {
+    /// The member it moved from (kept for affinities: subjects with a composite).
+    pub from: Option<MemberId>,
+    /// Why it moved.
+    pub why: MoveReason,
 }

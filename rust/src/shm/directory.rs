@@ -1,7 +1,8 @@
 //! The driver directory: where it is, who may use it, and whether a driver is alive in it.
 //!
 //! Default location: `$AFFINITY_DIR`, else `/dev/shm/affinity-<user>`, else
-//! `<temp dir>/affinity-<user>` where `/dev/shm` is missing. The directory is created 0700,
+//! `<temp dir>/affinity-<user>` where `/dev/shm` is missing; `<user>` is the login name of the
+//! uid ([`user_name`]), never `$USER`. The directory is created 0700,
 //! opened without following a symbolic link and must belong to the current user and not be
 //! writable by group or others ([`crate::safe_fs::private_dir`]); files in it are 0600. A driver
 //! is *live* when its pid exists and its heartbeat (the to-driver ring's consumer heartbeat) is
@@ -45,15 +46,53 @@ pub fn default_dir() -> PathBuf {
 
 /// `/dev/shm/affinity-<user><suffix>` (the temp dir where `/dev/shm` is missing): the default
 /// driver directory (no suffix) and the parent of embedded drivers' private directories.
+/// `<user>` is [`user_name`], so a driver, its clients and `affinity stat` of one user agree
+/// whatever their environments say.
 pub fn per_user_dir(suffix: &str) -> PathBuf {
-    let user = std::env::var("USER").ok().filter(|u| !u.is_empty() && !u.contains('/'));
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let name = format!("affinity-{}{suffix}", user.unwrap_or_else(|| unsafe { libc::getuid() }.to_string()));
+    let name = format!("affinity-{}{suffix}", user_name());
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
         shm.join(name)
     } else {
         std::env::temp_dir().join(name)
+    }
+}
+
+/// First size of the buffer `getpwuid_r` fills (names, home, shell); doubled on `ERANGE`.
+const PASSWD_BUFFER_START: usize = 1024;
+/// Largest buffer tried for one passwd entry before giving up on the name.
+const PASSWD_BUFFER_MAX: usize = 1 << 20;
+
+/// The `<user>` of every per-user path: the login name of this process's real uid (its passwd
+/// entry; `$USER` is not read, as it may be unset or name someone else), or the uid in decimal
+/// when the uid has no entry or its name cannot be a path component.
+pub fn user_name() -> String {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    login_name(uid).unwrap_or_else(|| uid.to_string())
+}
+
+/// The login name of `uid` from the passwd database (`getpwuid_r`), when it has one that is a
+/// valid path component.
+fn login_name(uid: libc::uid_t) -> Option<String> {
+    let mut buffer = vec![0u8; PASSWD_BUFFER_START];
+    loop {
+        // SAFETY: a zeroed passwd is a valid value of this plain C struct (null pointers, zeros).
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: entry, buffer and found outlive the call and buffer.len() is its size;
+        // getpwuid_r writes the strings into buffer and sets found to null or to &entry.
+        let code = unsafe { libc::getpwuid_r(uid, &mut entry, buffer.as_mut_ptr().cast(), buffer.len(), &mut found) };
+        if code == libc::ERANGE && buffer.len() < PASSWD_BUFFER_MAX {
+            buffer.resize(buffer.len() * 2, 0);
+            continue;
+        }
+        if code != 0 || found.is_null() || entry.pw_name.is_null() {
+            return None;
+        }
+        // SAFETY: pw_name points at a NUL-terminated string inside buffer, still alive here.
+        let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) }.to_str().ok()?;
+        return (!name.is_empty() && name != "." && name != ".." && !name.contains('/')).then(|| name.to_owned());
     }
 }
 
@@ -260,9 +299,50 @@ pub fn remove_driver_files(dir: &Path) -> Result<(), ShmError> {
     }
 }
 
+/// Removes `dir` itself when it is empty: after a clean stop has removed the driver's files
+/// ([`remove_driver_files`]), no empty folder is left behind. A folder still holding anything
+/// (not ours), or a symbolic link, stays; returns whether `dir` was removed.
+pub fn remove_if_empty(dir: &Path) -> bool {
+    fs::remove_dir(dir).is_ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_name_is_the_uids_login_name_whatever_user_says() {
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let uid = unsafe { libc::getuid() };
+        let expected = login_name(uid).unwrap_or_else(|| uid.to_string());
+        assert_eq!(user_name(), expected);
+        if uid == 0 {
+            assert_eq!(login_name(0).as_deref(), Some("root"));
+        }
+        // No process here changes $USER (tests run threaded): the name never reads it.
+        assert!(per_user_dir("-x").to_string_lossy().ends_with(&format!("affinity-{expected}-x")));
+        assert_eq!(login_name(libc::uid_t::MAX - 1), None, "a uid without an entry has no name");
+    }
+
+    #[test]
+    fn a_cleanly_stopped_directory_goes_when_only_our_files_were_in_it() {
+        let root = tempdir();
+        let ours = root.join("ours");
+        prepare(&ours, 10_000, 0).unwrap();
+        Cnc::create(&ours.join(CNC_FILE), &small(), std::process::id(), 0).unwrap();
+        fs::write(ours.join(PUBLICATIONS_DIR).join("7.logbuffer"), b"log").unwrap();
+        remove_driver_files(&ours).unwrap();
+        assert!(remove_if_empty(&ours) && !ours.exists());
+        let shared = root.join("shared");
+        prepare(&shared, 10_000, 0).unwrap();
+        fs::write(shared.join("notes.txt"), b"not ours").unwrap();
+        remove_driver_files(&shared).unwrap();
+        assert!(!remove_if_empty(&shared) && shared.join("notes.txt").exists());
+        let target = root.join("target");
+        fs::create_dir(&target).unwrap();
+        std::os::unix::fs::symlink(&target, root.join("link")).unwrap();
+        assert!(!remove_if_empty(&root.join("link")) && target.is_dir());
+    }
     use crate::shm::test_support::{small_cnc as small, tempdir};
 
     #[test]
