@@ -1741,16 +1741,15 @@ mod tests {
 
     #[test]
     fn a_sealed_log_cannot_be_shrunk_or_grown_and_opens_only_as_announced() {
-        let log =
-            LogBuffer::create_sealed(&publication_log_name(3), &params(64 * 1024), LogStart::of(&params(64 * 1024)))
-                .unwrap();
+        // A registration id no other test of this process uses: tests run in parallel, and the
+        // conductor's tests make logs of small ids in this same process.
+        let registration_id = 0x5ea1_ed10;
+        let log_name = publication_log_name(registration_id);
+        let log = LogBuffer::create_sealed(&log_name, &params(64 * 1024), LogStart::of(&params(64 * 1024))).unwrap();
         let path = log.path().unwrap().to_path_buf();
         let name = path.to_str().unwrap().to_string();
         assert_eq!(name, format!("/proc/{}/fd/{}", std::process::id(), path.file_name().unwrap().to_str().unwrap()));
-        assert!(driver_logs(std::process::id())
-            .unwrap()
-            .iter()
-            .any(|l| l.path == path && l.name == "affinity-publication-3"));
+        assert!(driver_logs(std::process::id()).unwrap().iter().any(|l| l.path == path && l.name == log_name));
         // What a hostile client can do with the name it was given: open it read-write, then try
         // to change its length. Both are refused (EPERM); before the seals, shrinking it raised
         // SIGBUS in every process that touched the lost pages.
@@ -1786,7 +1785,7 @@ mod tests {
         assert!(error.contains("not sealed against shrinking"), "{error}");
         // Closed with its last mapping: the name is gone.
         drop((log, opened, file));
-        assert!(!driver_logs(std::process::id()).unwrap().iter().any(|l| l.name == "affinity-publication-3"));
+        assert!(!driver_logs(std::process::id()).unwrap().iter().any(|l| l.name == log_name));
     }
 
     #[test]
