@@ -40,3 +40,10 @@ def test_the_readme_says_how_to_install_from_a_checkout_and_from_the_index() -> 
     readme = (ROOT / "README.md").read_text()
     assert "pip install ." in readme
     assert f"pip install {distribution_name()}" in readme
+
+
+def test_the_command_line_names_the_same_distribution_in_its_install_hints() -> None:
+    from affinity.cli.demo import DISTRIBUTION, install_hint
+
+    assert distribution_name() == DISTRIBUTION
+    assert f"pip install '{distribution_name()}[spark]'" in install_hint("spark")

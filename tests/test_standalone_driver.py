@@ -19,7 +19,7 @@ from pathlib import Path
 
 import affinity
 import pytest
-from affinity.exceptions import ChannelUriError, DriverError
+from affinity.exceptions import DriverError
 from affinity.testing import free_udp_port
 
 CLI = [sys.executable, "-m", "affinity.cli"]
@@ -88,21 +88,23 @@ def test_stat_table_and_errors_render(driver: subprocess.Popen[str], driver_dir:
 def test_refused_commands_land_in_the_error_log_with_count_and_first_and_last_time(
     driver: subprocess.Popen[str], driver_dir: Path
 ) -> None:
-    channel = "aeron:udp?endpoint=127.0.0.1:40123|tags=1,2"  # parses; this driver refuses tags
+    # Parses, and only the driver refuses it (clients refuse what they can tell alone, such as
+    # tags on aeron:udp, before a command is sent: those never reach the error log).
+    channel = "aeron:ipc?session-id=5"
     with affinity.Client(dir=str(driver_dir)) as client:
         for _ in range(3):
-            with pytest.raises(ChannelUriError, match=r"tags \(shared channel endpoints\) is not supported"):
+            with pytest.raises(affinity.AffinityError, match=r"session-id is not supported on aeron:ipc"):
                 client.add_publication(channel, 7)
             time.sleep(0.01)  # distinct first and last times (the log keeps milliseconds)
     stat = affinity.driver_stat(str(driver_dir))
     assert stat.counter("Errors") == 3
-    [entry] = [e for e in stat.errors if "tags" in e.message]
+    [entry] = [e for e in stat.errors if "session-id" in e.message]
     assert entry.count == 3 and entry.first_ms < entry.last_ms
     printed = run_cli("stat", "--dir", str(driver_dir), "--errors")
     assert printed.returncode == 0, printed.stderr
     lines = printed.stdout.splitlines()
     assert lines[-1].startswith(f"{len(stat.errors)} distinct errors in ")
-    assert any(line.startswith("3 observations from ") and "tags" in line for line in lines), printed.stdout
+    assert any(line.startswith("3 observations from ") and "session-id" in line for line in lines), printed.stdout
 
 
 def sockets_of(pid: int) -> list[str]:

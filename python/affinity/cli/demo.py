@@ -99,14 +99,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     transport.set_defaults(run=run)
 
 
+#: The package's name on the package index (pyproject.toml's ``[project] name``); the import
+#: name and the command stay ``affinity``.
+DISTRIBUTION = "affinity-transport"
+
+
+def install_hint(extra: str) -> str:
+    """How to install ``extra``, from the index and from a checkout."""
+    return f"pip install '{DISTRIBUTION}[{extra}]' (from a checkout: pip install '.[{extra}]')"
+
+
 def missing_dependency(spark: bool) -> str | None:
     """What the pipeline demo needs and is not installed, said with the fix; None when all is there."""
     missing = [name for name in DEMO_MODULES if importlib.util.find_spec(name) is None]
     if missing:
-        return f"the demo needs the demo extra (missing {', '.join(missing)}): pip install 'affinity[demo]'"
+        return f"the demo needs the demo extra (missing {', '.join(missing)}): {install_hint('demo')}"
     if spark:
         if importlib.util.find_spec("pyspark") is None:
-            return "the Spark demo needs the spark extra: pip install 'affinity[spark]' (or run with --no-spark)"
+            return f"the Spark demo needs the spark extra: {install_hint('spark')}; or run with --no-spark"
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
             return "the Spark demo needs Java 17 or newer (no java on PATH, JAVA_HOME unset); or run with --no-spark"
     return None
