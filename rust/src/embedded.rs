@@ -210,7 +210,7 @@ fn stop_driver(driver: MediaDriver, drain: Option<Duration>) -> Unsent {
     let dir = driver.dir().to_path_buf();
     let unsent = driver.close_within(drain.unwrap_or(CLOSE_DRAIN));
     let _ = std::fs::remove_dir_all(dir);
-    unsent.map(|unsent| Unsent { messages: unsent.messages, bytes: unsent.bytes }).unwrap_or_default()
+    unsent.unwrap_or_default()
 }
 
 /// Starts an embedded driver in a private directory and attaches a client to it. Closing the

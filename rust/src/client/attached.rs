@@ -22,6 +22,7 @@ use crate::shm::cnc::{Cnc, CNC_FILE};
 use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{Counter, CountersReader};
 use crate::shm::directory::{self, epoch_ms, DirectoryState};
+pub use crate::shm::log_buffer::Unsent;
 use crate::shm::log_buffer::{LogBuffer, LogIdentity, Offer};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
@@ -69,24 +70,6 @@ pub type DutyCycle = Arc<dyn Fn() -> Result<usize> + Send + Sync>;
 /// Stops a driver in this process: drains for at most the given time (`None`: the driver's own
 /// bound) and returns what was left unsent.
 pub type OnClose = Box<dyn FnOnce(Option<Duration>) -> Unsent + Send>;
-
-/// What closing a client left unsent: data appended to its publications that the driver in this
-/// process stopped before sending (dropped). Always empty with a standalone driver, which keeps
-/// serving a closed client's publications after it has gone.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Unsent {
-    /// Messages not sent (a fragmented message counts once).
-    pub messages: u64,
-    /// Log bytes not sent (frame headers included).
-    pub bytes: u64,
-}
-
-impl Unsent {
-    /// Whether everything was sent.
-    pub fn is_empty(&self) -> bool {
-        self.bytes == 0
-    }
-}
 
 /// What a client of a driver in this process is given besides the directory.
 pub struct InProcessDriver {

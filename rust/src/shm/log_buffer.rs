@@ -58,6 +58,25 @@ pub fn publication_log_name(registration_id: i64) -> String {
     format!("{LOG_NAME_PREFIX}publication-{registration_id}")
 }
 
+/// What a closing driver did not send: data appended to its network publications that never
+/// left (the drain ended first, or no receiver was left to send it to). The driver computes it;
+/// a client of an embedded driver hands it to its caller. Always empty with a standalone
+/// driver, which keeps serving a closed client's publications after it has gone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unsent {
+    /// Messages whose first fragment was not sent (a fragmented message counts once).
+    pub messages: u64,
+    /// Log bytes not sent (frame headers and alignment included).
+    pub bytes: u64,
+}
+
+impl Unsent {
+    /// Whether everything was sent.
+    pub fn is_empty(&self) -> bool {
+        self.bytes == 0
+    }
+}
+
 /// Name of the memfd of network image `correlation_id`'s log.
 pub fn image_log_name(correlation_id: i64) -> String {
     format!("{LOG_NAME_PREFIX}image-{correlation_id}")

@@ -30,11 +30,11 @@ use crate::protocol::{Image, NetworkPublication};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
+pub use crate::shm::log_buffer::Unsent;
 use crate::shm::ShmError;
 use conductor::{StandaloneConfig, StandaloneDriver};
 use receiver::{ImageDefaults, ReceiverAgent};
 use sender::SenderAgent;
-pub use sender::Unsent;
 
 /// How the agents get CPU time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use crate::logbuffer::position::{align_frame, partition_index};
 use crate::protocol::{NetworkPublication, PublicationCounters};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
-use crate::shm::log_buffer::LogBuffer;
+use crate::shm::log_buffer::{LogBuffer, Unsent};
 use crate::shm::status::{
     bounded_text, DriverEventInfo, DriverEventKindInfo, PublicationInfo, ReceiverInfo, MAX_EVENT_TEXT,
     MAX_RECEIVERS_IN_STATUS,
@@ -25,23 +25,6 @@ use crate::wire::{flags, parse_control, ControlFrame, FrameHeader, FrameType, St
 
 /// How often a publication that keeps sending still gets its idle work.
 const IDLE_INTERVAL: Duration = Duration::from_millis(1);
-
-/// What a closing driver did not send: data its clients appended to network publications that
-/// never left (the drain ended first, or no receiver was left to send it to).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Unsent {
-    /// Messages whose first fragment was not sent (a fragmented message counts once).
-    pub messages: u64,
-    /// Log bytes not sent (frame headers and alignment included).
-    pub bytes: u64,
-}
-
-impl Unsent {
-    /// Whether everything was sent.
-    pub fn is_empty(&self) -> bool {
-        self.bytes == 0
-    }
-}
 
 /// The system counters the sender writes (one writer each).
 #[derive(Clone, Debug)]
