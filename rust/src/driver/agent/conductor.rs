@@ -65,6 +65,14 @@ pub struct StandaloneConfig {
 pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Commands read per duty cycle.
 const COMMANDS_PER_CYCLE: usize = 16;
+/// How often clients' keepalives are checked, in milliseconds.
+const CLIENT_CHECK_INTERVAL_MS: i64 = 100;
+/// A gap between two client checks longer than `client_timeout / STALL_FRACTION` (and than
+/// `STALL_MIN_CHECKS` check intervals) means the conductor itself stalled (a stopped, swapped-out
+/// or starved process): clients are not timed out for a silence nobody listened to.
+const STALL_FRACTION: i64 = 2;
+/// See [`STALL_FRACTION`].
+const STALL_MIN_CHECKS: i64 = 4;
 
 impl StandaloneConfig {
     /// Defaults for `dir`.
@@ -263,8 +271,17 @@ impl StandaloneDriver {
         }
         work += self.update_publications(now);
         work += self.on_agent_events(now);
-        if now.saturating_sub(self.last_timeout_check_ms) >= 100 {
+        let since_check = now.saturating_sub(self.last_timeout_check_ms);
+        if since_check >= CLIENT_CHECK_INTERVAL_MS {
             self.last_timeout_check_ms = now;
+            let stall = (self.config.client_timeout.as_millis() as i64 / STALL_FRACTION)
+                .max(CLIENT_CHECK_INTERVAL_MS * STALL_MIN_CHECKS);
+            if since_check > stall {
+                // This conductor did not run for a while (the process was stopped, swapped out or
+                // starved): the clients' silence was not heard, not theirs. Each gets a full
+                // timeout from now to speak before it is reclaimed.
+                self.forgive_stall(now);
+            }
             work += self.check_client_timeouts(now);
         }
         let _ = self.system(SystemCounter::DutyCycleMaxNs).propose_max(started.elapsed().as_nanos() as i64);
@@ -761,6 +778,13 @@ impl StandaloneDriver {
         // Dropping the publication closes the driver's memfd of its log: nothing to remove.
         drop(publication);
         let _ = self.system(SystemCounter::IpcPublications).add(-1);
+    }
+
+    /// Restarts every client's keepalive clock at `now_ms` (after a stall of the conductor).
+    fn forgive_stall(&mut self, now_ms: i64) {
+        for client in self.clients.values_mut() {
+            client.last_keepalive_ms = client.last_keepalive_ms.max(now_ms);
+        }
     }
 
     fn check_client_timeouts(&mut self, now_ms: i64) -> usize {
@@ -1313,6 +1337,41 @@ mod tests {
             (value(SystemCounter::ClientTimeouts), value(SystemCounter::Clients), value(SystemCounter::Subscriptions)),
             (1, 0, 0)
         );
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_stalled_conductor_does_not_time_out_its_clients_for_the_silence_it_did_not_hear() {
+        // A process frozen longer than the client timeout (SIGSTOP, swap, a starved machine):
+        // when it runs again, its conductor must not reclaim the clients it could not hear, or an
+        // embedded driver kills its own process's publications (issue 25: a group consumer went
+        // silent for ever after a long stall while still believing it owned its queues).
+        let dir = tempdir();
+        let config = StandaloneConfig { client_timeout: Duration::from_millis(300), ..small_config(dir.to_path_buf()) };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let ring = driver.cnc().to_driver().unwrap();
+        let (id, bytes) =
+            Command::AddSubscription { client_id: 5, correlation_id: 6, stream_id: 1, channel: "aeron:ipc".into() }
+                .encode();
+        ring.write(id, &bytes).unwrap();
+        driver.do_work();
+        let counters = driver.cnc().counters().unwrap();
+        let value = |counter: SystemCounter| counters.value(counter as usize).unwrap();
+        assert_eq!(value(SystemCounter::Clients), 1);
+        // The conductor does not run for three client timeouts, then runs again.
+        std::thread::sleep(Duration::from_millis(900));
+        for _ in 0..3 {
+            driver.do_work();
+        }
+        assert_eq!((value(SystemCounter::ClientTimeouts), value(SystemCounter::Clients)), (0, 1), "forgiven");
+        // A client that stays silent while the conductor runs is still reclaimed.
+        let start = Instant::now();
+        while value(SystemCounter::ClientTimeouts) == 0 && start.elapsed() < Duration::from_secs(5) {
+            driver.do_work();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(start.elapsed() >= Duration::from_millis(250), "a full timeout after the stall");
+        assert_eq!((value(SystemCounter::ClientTimeouts), value(SystemCounter::Clients)), (1, 0));
         driver.shutdown().unwrap();
     }
 }
