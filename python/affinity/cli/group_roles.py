@@ -6,10 +6,13 @@
   flushes and prints a summary (``--json``: per-key last sequence number, for loss checks).
 - ``consume``: consumer ``--index`` of ``--count``; republishes every message it processes, with
   its own index, to ``--republish CHANNEL`` (a plain publication), then acknowledges it. Prints a
-  line whenever the queues it owns change. SIGTERM/SIGINT: clean leave (planned handoff).
+  line whenever the queues it owns change. SIGTERM/SIGINT: clean leave (planned handoff). A
+  republish channel that takes nothing for ``REPUBLISH_STALL_TIMEOUT`` seconds (the validator is
+  gone) makes it leave with exit status 2, its records unacknowledged, instead of running for ever.
 - ``validate``: reads the republished records from ``--channel`` and checks each key's order
   (:class:`affinity.groups.validation.Validator`), printing the seed's log lines; stops after
-  ``--duration``, after ``--idle-exit`` without data, or on SIGTERM/SIGINT, then reports.
+  ``--duration``, after ``--idle-exit`` without data (counted from its last poll that found
+  some, and checked only after a poll that found none), or on SIGTERM/SIGINT, then reports.
 """
 
 from __future__ import annotations
