@@ -8,6 +8,9 @@ wait for "consumer 0 owns queues [...]" and measure when it happened. Every wait
 from __future__ import annotations
 
 import ast
+import contextlib
+import ctypes
+import ctypes.util
 import json
 import os
 import re
@@ -24,7 +27,24 @@ from typing import Any
 
 #: How long a role may take to start (import, bind, first heartbeat) on a loaded 2-core machine.
 START_TIMEOUT = 30.0
+#: How long the output of an exited role may take to be read to its end (a loaded machine).
+READER_DRAIN_TIMEOUT = 30.0
 _OWNS = re.compile(r"^(?P<time>\S+Z) consumer (?P<index>\d+) owns queues (?P<queues>\[[^\]]*\])")
+
+
+#: ``prctl(PR_SET_PDEATHSIG, ...)`` (Linux): the signal a child gets when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+#: The C library, loaded once here: the child only calls into it between fork and exec.
+_LIBC = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True) if sys.platform == "linux" else None
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before ``exec``: SIGKILL when the test process dies (killed by a timeout,
+    or crashed), so no role outlives the test even when its teardown never runs."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def group_command(*args: str) -> list[str]:
@@ -126,9 +146,8 @@ class Role:
     def json_result(self, timeout: float = 30.0) -> Any:
         """Waits for the exit and returns the last stdout line parsed as JSON."""
         self.process.wait(timeout=timeout)
-        # The reader thread ends at end of file: join it, so the last line is in (a loaded
-        # machine can take longer than any fixed sleep to hand it over).
-        self._reader.join(timeout=timeout)
+        # The reader thread may not have read the last line yet (a loaded machine): wait for EOF.
+        self._reader.join(timeout=READER_DRAIN_TIMEOUT)
         for line in reversed(self.output()):
             if line.startswith("{"):
                 return json.loads(line)
@@ -165,17 +184,23 @@ class Roles:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=_die_with_parent,
         )
         role = Role(name, process)
         self.started.append(role)
         return role
 
     def close(self) -> None:
-        """Kills whatever is still running and closes every pipe."""
+        """Kills whatever is still running, then waits for each and closes every pipe: every role
+        is killed before anything is waited for, so one that will not die cannot keep the others
+        running."""
         for role in self.started:
             if role.process.poll() is None:
-                role.process.kill()
-            role.process.wait(timeout=10)
+                with contextlib.suppress(OSError):
+                    role.process.kill()
+        for role in self.started:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                role.process.wait(timeout=10)
             role.finish()
 
 

@@ -6,11 +6,14 @@
   flushes and prints a summary (``--json``: per-key last sequence number, for loss checks).
 - ``consume``: consumer ``--index`` of ``--count``; republishes every message it processes, with
   its own index, to ``--republish CHANNEL`` (a plain publication), then acknowledges it. Prints a
-  line whenever the queues it owns change. SIGTERM/SIGINT: clean leave (planned handoff).
+  line whenever the queues it owns change. SIGTERM/SIGINT: clean leave (planned handoff). A
+  republish channel that takes nothing for ``REPUBLISH_STALL_TIMEOUT`` seconds (the validator is
+  gone) makes it leave with exit status 2, its records unacknowledged, instead of running for ever.
 - ``validate``: reads the republished records from ``--channel`` and checks each key's order
   (:class:`affinity.groups.validation.Validator`), printing a line per sequence error and one
   per queue that moved to another consumer (``--verbose``: also one per key that moved); stops
-  after ``--duration``, after ``--idle-exit`` without data, or on SIGTERM/SIGINT, then prints
+  after ``--duration``, after ``--idle-exit`` without data (counted from its last poll that found
+  some, and checked only after a poll that found none), or on SIGTERM/SIGINT, then prints
   each move (from, to, keys moved, why) and a summary. Log lines start with the UTC time
   (ISO 8601, milliseconds).
 """
@@ -57,8 +60,15 @@ PUBLISH_BATCH = 1000
 OWNERSHIP_CHECK_INTERVAL = 0.05
 #: ``consume``/``validate`` poll timeout (seconds): how quickly they notice a stop request.
 POLL_TIMEOUT = 0.05
+#: ``consume``: how long a record may wait for the republish channel (the validator) before the
+#: consumer gives up and leaves (exit status 2); its queues then move to another consumer.
+REPUBLISH_STALL_TIMEOUT = 30.0
 
 MemberOptions = Callable[[argparse.ArgumentParser], None]
+
+
+class RepublishStalledError(AffinityError):
+    """``consume``: the republish channel took nothing for ``REPUBLISH_STALL_TIMEOUT`` seconds."""
 
 
 def member_secret(args: argparse.Namespace) -> Path | None:
@@ -226,6 +236,20 @@ def run_publish(args: argparse.Namespace) -> int:
         "auth_refused": status.auth_refused,
         "acks_not_owner": counters.acks_not_owner,
         "epochs_refused": counters.epochs_refused,
+        "records_resent": counters.records_resent,
+        "owner_changes": counters.owner_changes,
+        "control_send_refused": counters.control_send_refused,
+        # Per queue at the end (owner, epoch, sent, acked): what a failed flush was waiting for.
+        "queues": [
+            {
+                "queue": q.queue,
+                "owner": q.owner_id,
+                "epoch": q.epoch,
+                "sent": q.sent_sequence,
+                "acked": q.acked_sequence,
+            }
+            for q in status.queues
+        ],
     }
     if args.json:
         print(json.dumps(summary), flush=True)
@@ -329,12 +353,21 @@ def run_consume(args: argparse.Namespace) -> int:
 
 
 def _offer_until_taken(publication: affinity.Publication, data: bytes, stop: _StopFlag) -> bool:
-    """Offers ``data`` until the publication takes it (True) or a stop is requested (False)."""
+    """Offers ``data`` until the publication takes it (True) or a stop is requested (False).
+
+    Raises :class:`RepublishStalledError` when nothing took it for ``REPUBLISH_STALL_TIMEOUT`` seconds (the
+    validator is gone): the consumer leaves instead of holding its queues, unacknowledged, for ever.
+    """
+    deadline = time.monotonic() + REPUBLISH_STALL_TIMEOUT
     while (code := publication.offer(data)) < 0:
         if code == affinity.CLOSED:
             raise affinity.ClosedError("the republish publication was closed")
         if stop:
             return False
+        if time.monotonic() >= deadline:
+            raise RepublishStalledError(
+                f"the republish channel took nothing for {REPUBLISH_STALL_TIMEOUT:g} s (last offer: {code})"
+            )
         time.sleep(0.0005)
     return True
 
@@ -409,10 +442,12 @@ def run_validate(args: argparse.Namespace) -> int:
                 now = time.monotonic()
                 if args.duration is not None and now - start >= args.duration:
                     break
-                if args.idle_exit is not None and received and now - last_data >= args.idle_exit:
-                    break
                 batch = subscription.poll_batch(1000)
                 if not batch:
+                    # Idle only after a poll that found nothing: a validator that got no CPU for a
+                    # while must not leave with records waiting for it.
+                    if args.idle_exit is not None and received and time.monotonic() - last_data >= args.idle_exit:
+                        break
                     time.sleep(0.001)
                     continue
                 received = True

@@ -18,6 +18,9 @@ pub mod discovery;
 pub mod publisher;
 pub mod runtime;
 
+#[cfg(test)]
+mod chaos_tests;
+
 use std::fmt;
 use std::time::Duration;
 

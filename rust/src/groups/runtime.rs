@@ -839,12 +839,16 @@ impl GroupPublisher {
         Ok(taken)
     }
 
-    /// Waits until everything published is acknowledged; `false` on timeout.
+    /// Waits until everything published is acknowledged; `false` on timeout, or at once when
+    /// the member or its client is closed (nothing more can be sent or acknowledged).
     pub fn flush(&self, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             {
                 let mut core = self.member.core();
+                if core.closed || core.client.client_closed() {
+                    return core.brain.state.all_acked();
+                }
                 let Core { brain, peers, data_auth, .. } = &mut *core;
                 brain.pump(peers, usize::MAX, data_auth);
                 if brain.state.all_acked() {

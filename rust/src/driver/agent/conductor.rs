@@ -76,6 +76,14 @@ const UNBLOCK_TIMEOUT_DIVISOR: i64 = 4;
 /// client ids together cannot grow the driver's memory without bound (each one alone is held
 /// by `queued_commands_per_client`).
 const QUEUED_BYTES_MAX: usize = 8 << 20;
+/// How often clients' keepalives are checked, in milliseconds.
+const CLIENT_CHECK_INTERVAL_MS: i64 = 100;
+/// A gap between two client checks longer than `client_timeout / STALL_FRACTION` (and than
+/// `STALL_MIN_CHECKS` check intervals) means the conductor itself stalled (a stopped, swapped-out
+/// or starved process): clients are not timed out for a silence nobody listened to.
+const STALL_FRACTION: i64 = 2;
+/// See [`STALL_FRACTION`].
+const STALL_MIN_CHECKS: i64 = 4;
 
 impl StandaloneConfig {
     /// Defaults for `dir`.
@@ -156,6 +164,8 @@ pub struct StandaloneDriver {
     turns: std::collections::VecDeque<i64>,
     /// The ring's head when it last moved, and when (to unblock a claim never committed).
     ring_head: (i64, i64),
+    /// When the last duty cycle ran (a long gap is a stall of this conductor, not of a client).
+    last_cycle_ms: i64,
     publications: Vec<IpcPublication>,
     subscriptions: Vec<SubscriptionState>,
     scratch: Vec<u8>,
@@ -202,6 +212,7 @@ impl StandaloneDriver {
             pending_bytes: 0,
             turns: std::collections::VecDeque::new(),
             ring_head: (0, now),
+            last_cycle_ms: now,
             publications: Vec::new(),
             subscriptions: Vec::new(),
             scratch: Vec::new(),
@@ -291,11 +302,26 @@ impl StandaloneDriver {
             }
         }
         work += self.run_turns(now);
+        if now.saturating_sub(self.last_cycle_ms) > CLIENT_CHECK_INTERVAL_MS * STALL_MIN_CHECKS {
+            // This conductor did not run for a while: a claim it finds uncommitted may be one a
+            // producer, stopped with it, is about to commit. Its time to commit starts now.
+            self.ring_head.1 = now;
+        }
+        self.last_cycle_ms = now;
         work += self.unblock_stalled_ring(now);
         work += self.update_publications(now);
         work += self.on_agent_events(now);
-        if now.saturating_sub(self.last_timeout_check_ms) >= 100 {
+        let since_check = now.saturating_sub(self.last_timeout_check_ms);
+        if since_check >= CLIENT_CHECK_INTERVAL_MS {
             self.last_timeout_check_ms = now;
+            let stall = (self.config.client_timeout.as_millis() as i64 / STALL_FRACTION)
+                .max(CLIENT_CHECK_INTERVAL_MS * STALL_MIN_CHECKS);
+            if since_check > stall {
+                // This conductor did not run for a while (the process was stopped, swapped out or
+                // starved): the clients' silence was not heard, not theirs. Each gets a full
+                // timeout from now to speak before it is reclaimed.
+                self.forgive_stall(now);
+            }
             work += self.check_client_timeouts(now);
         }
         let _ = self.system(SystemCounter::DutyCycleMaxNs).propose_max(started.elapsed().as_nanos() as i64);
@@ -987,6 +1013,13 @@ impl StandaloneDriver {
         let _ = self.system(SystemCounter::IpcPublications).add(-1);
     }
 
+    /// Restarts every client's keepalive clock at `now_ms` (after a stall of the conductor).
+    fn forgive_stall(&mut self, now_ms: i64) {
+        for client in self.clients.values_mut() {
+            client.last_keepalive_ms = client.last_keepalive_ms.max(now_ms);
+        }
+    }
+
     fn check_client_timeouts(&mut self, now_ms: i64) -> usize {
         let timeout = self.config.client_timeout.as_millis() as i64;
         let dead: Vec<i64> = self
@@ -1569,6 +1602,31 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_found_after_the_conductor_itself_stalled_gets_its_full_time_before_it_is_padded_over() {
+        // A process stopped with its conductor and a producer half-way through a command: when
+        // both run again, the producer is about to commit, so the claim is not padded over at
+        // once for the time nobody ran.
+        let dir = tempdir();
+        let timeout = Duration::from_millis(200);
+        let config = StandaloneConfig { client_timeout: timeout * 4, ..small_config(dir.to_path_buf()) };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let mut wire = CncWire::new(&driver);
+        let (id, bytes) = subscribe(1, 10).encode();
+        wire.ring.claim_and_die(id, bytes.len()).unwrap();
+        std::thread::sleep(timeout * 3);
+        let resumed = Instant::now();
+        assert_eq!(wire.responses(&mut driver), []);
+        assert!(error_log(&driver).is_empty(), "padded over at once after the stall: {:?}", error_log(&driver));
+        while error_log(&driver).is_empty() && resumed.elapsed() < timeout * 20 {
+            wire.responses(&mut driver);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(resumed.elapsed() + Duration::from_millis(2) >= timeout, "padded over {:?} after", resumed.elapsed());
+        assert_eq!(error_log(&driver).len(), 1);
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
     fn a_malformed_record_length_is_skipped_logged_once_and_counted() {
         let dir = tempdir();
         let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
@@ -1801,6 +1859,47 @@ mod tests {
             (value(SystemCounter::ClientTimeouts), value(SystemCounter::Clients), value(SystemCounter::Subscriptions)),
             (1, 0, 0)
         );
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_stalled_conductor_does_not_time_out_its_clients_for_the_silence_it_did_not_hear() {
+        // A process frozen longer than the client timeout (SIGSTOP, swap, a starved machine):
+        // when it runs again, its conductor must not reclaim the clients it could not hear, or an
+        // embedded driver kills its own process's publications (issue 25: a group consumer went
+        // silent for ever after a long stall while still believing it owned its queues).
+        let dir = tempdir();
+        let config = StandaloneConfig { client_timeout: Duration::from_millis(300), ..small_config(dir.to_path_buf()) };
+        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let ring = driver.cnc().to_driver().unwrap();
+        // The driver serves only client ids it handed out.
+        let client_id = ring.next_correlation_id().unwrap();
+        let (id, bytes) = Command::AddSubscription {
+            client_id,
+            correlation_id: client_id + 1,
+            stream_id: 1,
+            channel: "aeron:ipc".into(),
+        }
+        .encode();
+        ring.write(id, &bytes).unwrap();
+        driver.do_work();
+        let counters = driver.cnc().counters().unwrap();
+        let value = |counter: SystemCounter| counters.value(counter as usize).unwrap();
+        assert_eq!(value(SystemCounter::Clients), 1);
+        // The conductor does not run for three client timeouts, then runs again.
+        std::thread::sleep(Duration::from_millis(900));
+        for _ in 0..3 {
+            driver.do_work();
+        }
+        assert_eq!((value(SystemCounter::ClientTimeouts), value(SystemCounter::Clients)), (0, 1), "forgiven");
+        // A client that stays silent while the conductor runs is still reclaimed.
+        let start = Instant::now();
+        while value(SystemCounter::ClientTimeouts) == 0 && start.elapsed() < Duration::from_secs(5) {
+            driver.do_work();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(start.elapsed() >= Duration::from_millis(250), "a full timeout after the stall");
+        assert_eq!((value(SystemCounter::ClientTimeouts), value(SystemCounter::Clients)), (1, 0));
         driver.shutdown().unwrap();
     }
 }
