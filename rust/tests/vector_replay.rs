@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use affinity::flow_control::{build, FlowControl, FlowControlDefaults};
+use affinity::flow_control::{build, FlowControlDefaults};
 use affinity::logbuffer::StreamIdentity;
 use affinity::protocol::{ImageConfig, PublicationConfig};
-use affinity::shm::log_buffer::{LogBuffer, LogParams, LogStart};
 use affinity::time::Instant;
 use affinity::wire::{flags, parse_control, ControlFrame, DataHeader, FrameHeader, FrameType, Setup};
 use serde_json::Value;
@@ -16,24 +15,9 @@ use serde_json::Value;
 mod support;
 use support::{from_hex, load, vectors_dir};
 
-/// The protocol state machines over the media driver's log type, in an anonymous mapping.
-type Image = affinity::protocol::Image<LogBuffer>;
-/// See [`Image`].
-type NetworkPublication = affinity::protocol::NetworkPublication<LogBuffer>;
-
-/// A publication over an anonymous log that starts where `config` says.
-fn new_publication(config: PublicationConfig, flow_control: Box<dyn FlowControl>, now: Instant) -> NetworkPublication {
-    let params = LogParams::for_stream(&config.identity, config.mtu);
-    let log = LogBuffer::anonymous_at(&params, LogStart::at(&config.identity, config.initial_position)).unwrap();
-    NetworkPublication::with_log(config, log, flow_control, now)
-}
-
-/// An image over an anonymous log.
-fn new_image(config: ImageConfig, now: Instant) -> Image {
-    let log =
-        LogBuffer::anonymous(&LogParams::for_stream(&config.identity, affinity::protocol::defaults::MTU)).unwrap();
-    Image::with_log(config, log, now)
-}
+#[path = "support/anonymous_logs.rs"]
+mod anonymous_logs;
+use anonymous_logs::{new_image, new_publication, Image, NetworkPublication};
 
 fn scenario(name: &str) -> Value {
     load(&vectors_dir().join(format!("{name}.json")))
