@@ -1834,18 +1834,29 @@ mod tests {
         driver.shutdown().unwrap();
     }
 
-    #[test]
-    fn a_silent_client_is_reclaimed_after_the_client_timeout() {
-        let dir = tempdir();
-        let config = StandaloneConfig { client_timeout: Duration::from_millis(200), ..small_config(dir.to_path_buf()) };
+    /// A driver with the given client timeout and one client (an id it handed out) that
+    /// subscribed to `aeron:ipc` once and then says nothing more.
+    fn driver_with_one_silent_client(dir: &std::path::Path, client_timeout: Duration) -> StandaloneDriver {
+        let config = StandaloneConfig { client_timeout, ..small_config(dir.to_path_buf()) };
         let mut driver = StandaloneDriver::launch(config).unwrap();
         let ring = driver.cnc().to_driver().unwrap();
         let client_id = ring.next_correlation_id().unwrap();
-        let (id, bytes) =
-            Command::AddSubscription { client_id, correlation_id: 6, stream_id: 1, channel: "aeron:ipc".into() }
-                .encode();
+        let (id, bytes) = Command::AddSubscription {
+            client_id,
+            correlation_id: client_id + 1,
+            stream_id: 1,
+            channel: "aeron:ipc".into(),
+        }
+        .encode();
         ring.write(id, &bytes).unwrap();
         driver.do_work();
+        driver
+    }
+
+    #[test]
+    fn a_silent_client_is_reclaimed_after_the_client_timeout() {
+        let dir = tempdir();
+        let mut driver = driver_with_one_silent_client(&dir, Duration::from_millis(200));
         let counters = driver.cnc().counters().unwrap();
         let value = |counter: SystemCounter| counters.value(counter as usize).unwrap();
         assert_eq!((value(SystemCounter::Clients), value(SystemCounter::Subscriptions)), (1, 1));
@@ -1869,20 +1880,7 @@ mod tests {
         // embedded driver kills its own process's publications (issue 25: a group consumer went
         // silent for ever after a long stall while still believing it owned its queues).
         let dir = tempdir();
-        let config = StandaloneConfig { client_timeout: Duration::from_millis(300), ..small_config(dir.to_path_buf()) };
-        let mut driver = StandaloneDriver::launch(config).unwrap();
-        let ring = driver.cnc().to_driver().unwrap();
-        // The driver serves only client ids it handed out.
-        let client_id = ring.next_correlation_id().unwrap();
-        let (id, bytes) = Command::AddSubscription {
-            client_id,
-            correlation_id: client_id + 1,
-            stream_id: 1,
-            channel: "aeron:ipc".into(),
-        }
-        .encode();
-        ring.write(id, &bytes).unwrap();
-        driver.do_work();
+        let mut driver = driver_with_one_silent_client(&dir, Duration::from_millis(300));
         let counters = driver.cnc().counters().unwrap();
         let value = |counter: SystemCounter| counters.value(counter as usize).unwrap();
         assert_eq!(value(SystemCounter::Clients), 1);
