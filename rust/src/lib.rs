@@ -21,7 +21,8 @@
 //!   module that imports both `driver` and `client`).
 //! * [`shm`] — the client ↔ driver contract in shared memory: mapped log buffers, counters,
 //!   command ring, broadcast buffer, error log and the `cnc` file (Aeron's layouts).
-//! * [`control`] — the control plane: heartbeat/ack/data codecs and the member view (sans-IO).
+//! * [`control`] — the control plane: heartbeat/ack/data codecs and the member view (sans-IO),
+//!   and `control::member`, the member plumbing (inbox, heartbeats, peers) over [`client`].
 //! * [`groups`] — hashed consumer groups: sans-IO publisher and consumer state, and the
 //!   runtime that runs them over [`client`].
 //! * [`subjects`] — the subject router (routing tables in the data path, faucet), its codec
@@ -29,8 +30,8 @@
 //! * `py` — the PyO3 bindings (feature `python`), the only module that touches Python.
 //!
 //! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control`,
-//! `routing`, `control` or `groups` (outside `groups::runtime` and `groups::discovery`) opens a
-//! socket, starts a thread or reads the clock.
+//! `routing`, `control` (outside `control::member`) or `groups` (outside `groups::runtime` and
+//! `groups::discovery`) opens a socket, starts a thread or reads the clock.
 
 pub mod channel;
 pub mod client;

@@ -1,6 +1,7 @@
-//! The control plane shared by consumer groups (and, later, subject routing): typed, versioned
-//! message codecs and the member view (liveness from heartbeats). Sans-IO: nothing here opens
-//! a socket, starts a thread or reads the clock.
+//! The control plane shared by consumer groups and subject routing: typed, versioned message
+//! codecs, the member view (liveness from heartbeats) and authentication, sans-IO (nothing
+//! there opens a socket, starts a thread or reads the clock); and [`member`], the plumbing every
+//! member runs over the client API (ids, timing, inbox, heartbeats to peers, the peer table).
 //!
 //! Layouts are in [`codec`] and `docs/control-plane.md`; every limit is in [`limits`].
 
@@ -9,6 +10,7 @@ pub mod codec;
 pub mod epoch;
 mod error;
 pub mod limits;
+pub mod member;
 pub mod view;
 
 pub use auth::{AuthCounters, AuthError, GroupSecret, StreamAuth};
@@ -18,6 +20,7 @@ pub use codec::{
 };
 pub use epoch::EpochGuard;
 pub use error::ControlError;
+pub use member::{MemberError, Timing};
 pub use view::{HeartbeatOutcome, MemberEntry, MemberView, ViewCounters};
 
 /// Stream id of the CONTROL stream of a member's inbox (heartbeats, acks).

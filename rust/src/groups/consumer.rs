@@ -274,20 +274,20 @@ impl ConsumerState {
 
     /// How long a claim at `epoch` waits for a better claim before delivering.
     ///
-    /// While the group starts up (epoch 1) the longer [`Timing::startup_settle`]: consumers
+    /// While the group starts up (epoch 1) the longer [`super::startup_settle`]: consumers
     /// started together come up some intervals apart, and later starters must still win their
     /// primaries. Above epoch 1 (a failover, or a handoff) a contending claim can only come from
     /// another live candidate consumer (a new one claims nothing before it has heard every member
-    /// it discovered, and then sees our claim): with one in view, [`Timing::settle`]; with none,
+    /// it discovered, and then sees our claim): with one in view, [`super::settle`]; with none,
     /// nobody can contend: no settle.
     fn settle_period(&self, epoch: u64, now: Instant) -> Duration {
         if epoch <= 1 {
-            return self.timing.startup_settle();
+            return super::startup_settle(&self.timing);
         }
         let contenders =
             self.view.live_with_role(Role::Consumer, now).any(|entry| self.view.is_candidate(entry.id(), now));
         if contenders {
-            self.timing.settle()
+            super::settle(&self.timing)
         } else {
             Duration::ZERO
         }

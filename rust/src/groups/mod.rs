@@ -25,6 +25,8 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::control::limits::{MAX_NAME_LENGTH, MAX_QUEUE_COUNT};
+use crate::control::member::MemberError;
+pub use crate::control::member::{Timing, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LIVENESS_TIMEOUT};
 use crate::routing::hash::{fmix64, fnv1a64};
 
 /// Smallest queue size (QS) a definition may have, in bytes.
@@ -33,10 +35,6 @@ pub const MIN_QUEUE_SIZE: u64 = 1024;
 pub const MAX_QUEUE_SIZE: u64 = 1 << 34;
 /// Largest hash count (HC).
 pub const MAX_HASH_COUNT: u32 = 1 << 20;
-/// Default heartbeat interval.
-pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_millis(100);
-/// Default liveness timeout: a member not heard for this long is gone.
-pub const DEFAULT_LIVENESS_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default primary/backup cycle.
 pub const DEFAULT_CYCLE: Duration = Duration::from_secs(30);
 /// Default publisher resend timeout.
@@ -89,6 +87,15 @@ impl fmt::Display for GroupError {
 }
 
 impl std::error::Error for GroupError {}
+
+impl From<MemberError> for GroupError {
+    fn from(error: MemberError) -> Self {
+        match error {
+            MemberError::Config(message) => GroupError::Definition(message),
+            MemberError::Transport(error) => GroupError::Transport(error),
+        }
+    }
+}
 
 impl From<crate::error::Error> for GroupError {
     fn from(error: crate::error::Error) -> Self {
@@ -227,49 +234,14 @@ pub fn check_consumer(index: u32, count: u32, queue_count: u32) -> Result<(), Gr
     Ok(())
 }
 
-/// Timing shared by every member.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timing {
-    /// Heartbeat interval.
-    pub heartbeat_interval: Duration,
-    /// A member silent this long is gone.
-    pub liveness_timeout: Duration,
+/// The settle period of a claim another live candidate could contend.
+pub fn settle(timing: &Timing) -> Duration {
+    timing.heartbeat_interval * SETTLE_HEARTBEATS
 }
 
-impl Default for Timing {
-    fn default() -> Self {
-        Timing { heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL, liveness_timeout: DEFAULT_LIVENESS_TIMEOUT }
-    }
-}
-
-impl Timing {
-    /// Validates: interval ≥ 1 ms, liveness timeout ≥ 3 intervals.
-    pub fn new(heartbeat_interval: Duration, liveness_timeout: Duration) -> Result<Timing, GroupError> {
-        if heartbeat_interval < Duration::from_millis(1) || heartbeat_interval > Duration::from_secs(60) {
-            return Err(GroupError::Definition(format!(
-                "heartbeat interval {} ms: must be between 1 ms and 60 s",
-                heartbeat_interval.as_millis()
-            )));
-        }
-        if liveness_timeout < heartbeat_interval * 3 || liveness_timeout > Duration::from_secs(3600) {
-            return Err(GroupError::Definition(format!(
-                "liveness timeout {} ms: must be at least three heartbeat intervals ({} ms) and at most 1 h",
-                liveness_timeout.as_millis(),
-                (heartbeat_interval * 3).as_millis()
-            )));
-        }
-        Ok(Timing { heartbeat_interval, liveness_timeout })
-    }
-
-    /// The settle period of a claim another live candidate could contend.
-    pub fn settle(&self) -> Duration {
-        self.heartbeat_interval * SETTLE_HEARTBEATS
-    }
-
-    /// The settle period of a claim made while the group starts up (epoch 1).
-    pub fn startup_settle(&self) -> Duration {
-        self.heartbeat_interval * STARTUP_SETTLE_HEARTBEATS
-    }
+/// The settle period of a claim made while the group starts up (epoch 1).
+pub fn startup_settle(timing: &Timing) -> Duration {
+    timing.heartbeat_interval * STARTUP_SETTLE_HEARTBEATS
 }
 
 #[cfg(test)]

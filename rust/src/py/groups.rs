@@ -192,7 +192,7 @@ fn options(
         duration_ms("heartbeat_interval_ms", heartbeat_interval_ms)?,
         duration_ms("liveness_timeout_ms", liveness_timeout_ms)?,
     )
-    .map_err(group_error)?;
+    .map_err(|e| group_error(e.into()))?;
     let secret = match secret.filter(|s| !s.is_none()) {
         None => None,
         Some(object) => {

@@ -15,7 +15,6 @@
 //!   are counted ([`RouterRuntimeCounters::auth`], [`PeerCounters::auth`]) and dropped.
 
 use std::collections::{HashMap, VecDeque};
-use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -30,12 +29,11 @@ use super::faucet::Faucet;
 use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG, MAX_SUBSCRIBERS};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
 use crate::control::limits::MAX_NAME_LENGTH;
+use crate::control::member::{self, new_member_id, plain_heartbeat, InboxAddress, MemberError, Timing};
 use crate::control::{
-    parse_control, AuthCounters, ControlMessage, GroupSecret, Heartbeat, Role, StreamAuth, CONTROL_STREAM_ID,
-    DATA_STREAM_ID,
+    parse_control, AuthCounters, ControlMessage, GroupSecret, Role, StreamAuth, CONTROL_STREAM_ID, DATA_STREAM_ID,
 };
 use crate::error::Error;
-use crate::groups::Timing;
 use crate::protocol::OfferError;
 use crate::routing::{NoDataStatus, RoutingTable};
 use crate::sync::lock;
@@ -49,8 +47,6 @@ pub const FRAGMENTS_PER_ITERATION: usize = 1024;
 pub const TICK_INTERVAL: Duration = Duration::from_millis(10);
 /// How long a thread sleeps when an iteration found nothing to do.
 pub const IDLE_SLEEP: Duration = Duration::from_micros(100);
-/// Attempts at binding an inbox on a free port.
-const INBOX_ATTEMPTS: usize = 16;
 /// Key-derivation stream of what the router sends to a peer's inbox (the namespace is that
 /// peer's id): a message sealed for one peer verifies at no other peer, and not at the router.
 /// What peers send to the router is keyed by the subjects' [`fingerprint`](super::fingerprint)
@@ -128,6 +124,15 @@ impl From<Error> for SubjectsError {
     }
 }
 
+impl From<MemberError> for SubjectsError {
+    fn from(error: MemberError) -> Self {
+        match error {
+            MemberError::Transport(error) => SubjectsError::Transport(error),
+            other => SubjectsError::Config(other.to_string()),
+        }
+    }
+}
+
 impl From<SubjectError> for SubjectsError {
     fn from(error: SubjectError) -> Self {
         SubjectsError::Codec(error)
@@ -182,24 +187,9 @@ fn scratch_settle(scratch: &mut Vec<u8>) {
 }
 
 fn open_inbox(client: &dyn ClientApi, host: &str) -> Result<(String, Subscription), SubjectsError> {
-    let address: IpAddr =
-        host.parse().map_err(|_| SubjectsError::Config(format!("host {host:?}: not an IP address")))?;
-    if address.is_unspecified() {
-        return Err(SubjectsError::Config(format!("host {host:?}: a wildcard address cannot be advertised")));
-    }
-    let mut last = None;
-    for _ in 0..INBOX_ATTEMPTS {
-        let probe = std::net::UdpSocket::bind(SocketAddr::new(address, 0))
-            .map_err(|e| SubjectsError::Config(format!("host {host}: cannot bind an inbox: {e}")))?;
-        let endpoint = probe.local_addr().map_err(Error::Io)?.to_string();
-        drop(probe);
-        match client.add_subscription_handle(&format!("aeron:udp?endpoint={endpoint}"), DATA_STREAM_ID) {
-            Ok(subscription) => return Ok((endpoint, subscription)),
-            Err(error @ Error::Driver(_)) => last = Some(error),
-            Err(other) => return Err(other.into()),
-        }
-    }
-    Err(last.unwrap_or_else(|| Error::Driver("cannot open an inbox".into())).into())
+    let inbox = member::open_inbox(client, &InboxAddress::new(host, None)?, &[DATA_STREAM_ID])?;
+    let subscription = inbox.subscriptions.into_iter().next().ok_or(SubjectsError::Closed)?;
+    Ok((inbox.endpoint, subscription))
 }
 
 fn check_name(name: &str) -> Result<(), SubjectsError> {
@@ -324,7 +314,7 @@ impl RouterRuntime {
                 super::backlog::MIN_BACKLOG_BUDGET
             )));
         }
-        let id = crate::groups::runtime::new_member_id();
+        let id = new_member_id();
         let labels: Vec<String> = table.member_ids().map(|m| table.label(m).to_owned()).collect();
         let data = client.add_subscription_handle(&options.listen, DATA_STREAM_ID)?;
         let mut control = vec![client.add_subscription_handle(&options.listen, CONTROL_STREAM_ID)?];
@@ -604,22 +594,10 @@ struct PeerShared {
 
 impl PeerShared {
     fn send_heartbeat(&self, leaving: bool) {
-        let heartbeat = Heartbeat {
-            fingerprint: super::fingerprint(),
-            member_id: self.id,
-            leaving,
-            role: self.role,
-            name: self.name.clone(),
-            endpoint: self.endpoint.clone(),
-            index: 0,
-            count: 0,
-            pid: std::process::id(),
-            claims: Vec::new(),
-            figures: Vec::new(),
-        };
-        if let Ok(mut bytes) = heartbeat.to_bytes() {
-            lock(&self.heartbeat_auth).seal(&mut bytes);
-            let _ = self.heartbeat.try_offer(&bytes);
+        let heartbeat = plain_heartbeat(super::fingerprint(), self.id, self.role, &self.name, &self.endpoint, leaving);
+        let mut bytes = Vec::new();
+        if member::seal_into(&mut bytes, &mut lock(&self.heartbeat_auth), |out| heartbeat.emit(out)).is_ok() {
+            member::offer_to_all(&bytes, [&self.heartbeat]);
         }
     }
 
@@ -628,7 +606,7 @@ impl PeerShared {
         let mut last = None;
         while !self.stop.load(Ordering::Acquire) {
             let now = clock.now();
-            if last.is_none_or(|at| now.saturating_since(at) >= self.timing.heartbeat_interval) {
+            if self.timing.heartbeat_due(last, now) {
                 last = Some(now);
                 self.send_heartbeat(false);
             }
@@ -662,7 +640,7 @@ impl SubjectPeer {
         let (endpoint, inbox) = open_inbox(client, &options.host)?;
         let to_router = client.add_publication_handle(&options.router, DATA_STREAM_ID)?;
         let heartbeat = client.add_publication_handle(&options.router, CONTROL_STREAM_ID)?;
-        let id = crate::groups::runtime::new_member_id();
+        let id = new_member_id();
         let secret = options.secret.as_ref();
         let shared = Arc::new(PeerShared {
             id,
