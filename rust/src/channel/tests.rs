@@ -120,7 +120,7 @@ fn every_key_refuses_a_bad_value_naming_key_and_value() {
         ("so-rcvbuf", &["-1", "4g"]),
         ("reliable", &["0"]),
         ("cc", &["reno", "CUBIC"]),
-        ("nak-delay", &["1m", "fast"]),
+        ("nak-delay", &["1d", "fast"]),
         ("group", &["maybe"]),
         ("tether", &["on"]),
         ("rejoin", &["off"]),
