@@ -19,8 +19,9 @@ use super::idle::IdleStrategy;
 
 /// Default `SO_RCVBUF` of the driver's UDP sockets (2 MiB; the OS caps it at `net.core.rmem_max`).
 pub const DEFAULT_SOCKET_RECEIVE_BUFFER: usize = 2 << 20;
-/// Default client liveness timeout: a client silent this long is reclaimed.
-pub const DEFAULT_CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default client liveness timeout: a client silent this long is reclaimed (the contract's
+/// value, which the cnc header carries).
+pub const DEFAULT_CLIENT_TIMEOUT: Duration = directory::CLIENT_TIMEOUT;
 /// Default wait before a freed counter id is reused.
 pub const DEFAULT_COUNTER_REUSE: Duration = Duration::from_secs(1);
 /// Default datagrams a sender or receiver handles per endpoint per duty cycle.
