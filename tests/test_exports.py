@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import affinity
 import affinity._affinity as compiled
+import affinity.defaults
 import affinity.routing
 import affinity.testing
+import affinity.units
 
 #: Compiled names used only through a Python wrapper.
 DELIBERATELY_PRIVATE = {
@@ -16,6 +18,9 @@ DELIBERATELY_PRIVATE = {
     "PosixRegex",
     # checks a channel URI without a driver: used by affinity.spark.options at plan time
     "check_channel",
+    # the one size/duration grammar: wrapped by affinity.units (seconds, typed units)
+    "parse_size",
+    "parse_duration_ns",
     # consumer groups: wrapped by affinity.groups.GroupPublisher / GroupConsumer / GroupObserver
     "GroupPublisherCore",
     "GroupConsumerCore",
@@ -43,6 +48,8 @@ DELIBERATELY_PRIVATE |= {
 
 def test_every_compiled_export_is_public_or_deliberately_private() -> None:
     public = set(affinity.__all__) | set(vars(affinity.testing)) | set(vars(affinity.routing))
+    # The defaults and the size/duration grammar, under their own modules.
+    public |= {f"DEFAULT_{name}" for name in affinity.defaults.__all__} | {"DRIVER_SETTINGS"}
     exported = set(compiled.__all__)
     assert exported - public - DELIBERATELY_PRIVATE == set()
 

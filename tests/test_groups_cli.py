@@ -273,7 +273,13 @@ def test_records_round_trip_and_reject_foreign_or_truncated_bytes() -> None:
 
 
 def test_durations_accept_units_and_refuse_nonsense() -> None:
-    assert (duration("1s"), duration("500ms"), duration("2m"), duration("1.5")) == (1.0, 0.5, 120.0, 1.5)
-    for bad in ("", "0s", "-1s", "1h", "fast"):
+    assert (duration("1s"), duration("500ms"), duration("2m"), duration("1.5"), duration("1h")) == (
+        1.0,
+        0.5,
+        120.0,
+        1.5,
+        3600.0,
+    )
+    for bad in ("", "0s", "-1s", "1d", "fast"):
         with pytest.raises(Exception, match="invalid duration"):
             duration(bad)

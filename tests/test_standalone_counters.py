@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import affinity
+import affinity.defaults
 import pytest
 from affinity.driver import DriverStat
 from affinity.testing import loopback_channel
@@ -23,7 +24,7 @@ from conftest import StandaloneDriver, start_standalone_driver, stop_standalone_
 
 CLI = [sys.executable, "-m", "affinity.cli"]
 #: The driver's default client liveness timeout (`affinity driver --client-timeout`).
-DEFAULT_CLIENT_TIMEOUT_S = 5.0
+DEFAULT_CLIENT_TIMEOUT_S = affinity.defaults.CLIENT_TIMEOUT_MS / 1000
 #: How long past the client timeout the reclaim may take: one conductor check and a stat refresh.
 RECLAIM_SLACK_S = 2.5
 WAIT_S = 30.0

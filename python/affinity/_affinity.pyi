@@ -29,6 +29,21 @@ __all__ = [
     "BACK_PRESSURED",
     "BUILTIN_POLICIES",
     "CLOSED",
+    "DEFAULT_CLIENT_TIMEOUT_MS",
+    "DEFAULT_COMMAND_TIMEOUT_MS",
+    "DEFAULT_DRIVER_TIMEOUT_MS",
+    "DEFAULT_GROUP_CYCLE_MS",
+    "DEFAULT_GROUP_HEARTBEAT_INTERVAL_MS",
+    "DEFAULT_GROUP_LIVENESS_TIMEOUT_MS",
+    "DEFAULT_GROUP_RESEND_TIMEOUT_MS",
+    "DEFAULT_LINGER_MS",
+    "DEFAULT_MTU",
+    "DEFAULT_RECEIVER_TIMEOUT_MS",
+    "DEFAULT_RECEIVER_WINDOW",
+    "DEFAULT_SOCKET_RECEIVE_BUFFER",
+    "DEFAULT_TERM_LENGTH_IPC",
+    "DEFAULT_TERM_LENGTH_UDP",
+    "DRIVER_SETTINGS",
     "DRIVER_USAGE",
     "GROUP_CONTROL_STREAM_ID",
     "GROUP_DATA_STREAM_ID",
@@ -79,9 +94,39 @@ __all__ = [
     "group_bucket",
     "group_queue",
     "group_queues",
+    "parse_duration_ns",
+    "parse_size",
     "run_driver",
     "select_member",
 ]
+
+#: Every driver setting (``affinity driver --NAME``, ``Client(NAME=...)``), in usage order.
+DRIVER_SETTINGS: Final[list[str]]
+#: Defaults of the driver and of consumer groups (``affinity.defaults`` documents each); the
+#: group and subject cores' ``heartbeat_interval_ms``, ``liveness_timeout_ms``,
+#: ``resend_timeout_ms`` and ``cycle_ms`` default to the ``DEFAULT_GROUP_*`` ones.
+DEFAULT_CLIENT_TIMEOUT_MS: Final[int]
+DEFAULT_COMMAND_TIMEOUT_MS: Final[int]
+DEFAULT_DRIVER_TIMEOUT_MS: Final[int]
+DEFAULT_GROUP_CYCLE_MS: Final[int]
+DEFAULT_GROUP_HEARTBEAT_INTERVAL_MS: Final[int]
+DEFAULT_GROUP_LIVENESS_TIMEOUT_MS: Final[int]
+DEFAULT_GROUP_RESEND_TIMEOUT_MS: Final[int]
+DEFAULT_LINGER_MS: Final[int]
+DEFAULT_MTU: Final[int]
+DEFAULT_RECEIVER_TIMEOUT_MS: Final[int]
+DEFAULT_RECEIVER_WINDOW: Final[int]
+DEFAULT_SOCKET_RECEIVE_BUFFER: Final[int]
+DEFAULT_TERM_LENGTH_IPC: Final[int]
+DEFAULT_TERM_LENGTH_UDP: Final[int]
+
+def parse_size(text: str) -> int:
+    """Bytes in ``text`` (``65536``, ``64k``, ``16m``, ``1g``); ``ConfigError`` otherwise."""
+
+def parse_duration_ns(text: str, bare_unit: str | None = None) -> int:
+    """Nanoseconds in ``text`` (``500ms``, ``1.5s``, ``2m``); a bare number is in ``bare_unit``
+    (``ns``, ``us``, ``ms``, ``s``, ``m``, ``h``), refused without one unless 0; ``ConfigError``
+    otherwise."""
 
 #: Usage text of ``affinity driver`` / ``affinity-driver``.
 DRIVER_USAGE: Final[str]
@@ -268,10 +313,16 @@ class Client:
     nothing to do (an empty poll, a refused offer) yields the CPU once so a busy loop does not
     starve the driver on a small machine; ``yield_when_idle=False`` turns that off.
     A setting of the wrong type raises ``ArgumentTypeError`` naming it.
-    Settings out of range raise ``ConfigError`` naming the setting and its range:
-    ``term_length`` a power of two in [65536, 1073741824]; ``mtu`` a multiple of 32 in
-    [64, 65504]; ``receiver_window`` in [mtu, 536870912]; ``socket_receive_buffer`` in
-    [mtu, 2147483647]; ``receiver_timeout_ms`` and ``command_timeout_ms`` in [1, 3600000].
+    Every driver setting of ``affinity.defaults.DRIVER_SETTINGS`` but ``dir`` (which here
+    attaches to a standalone driver) is a keyword of the embedded client, the same names and
+    values as ``affinity driver --NAME VALUE``: an ``int`` (bytes, a count, or for a ``*_ms``
+    name milliseconds) or a ``str`` in the one grammar of ``affinity.units``
+    (``term_length="64k"``, ``receiver_timeout="2s"``); ``None`` keeps the default. A value out
+    of range raises ``ConfigError`` with the message ``affinity driver`` prints for it
+    (``mtu=33: must be a multiple of 32 between 64 and 65504``): ``term_length`` a power of two
+    in [65536, 1073741824]; ``mtu`` a multiple of 32 in [64, 65504]; ``receiver_window`` in
+    [mtu, 536870912]; ``socket_receive_buffer`` in [mtu, 2147483647]; ``receiver_timeout_ms``,
+    ``client_timeout_ms`` and ``command_timeout_ms`` (default 10000) in [1, 3600000].
 
     Close it (``close()`` or ``with``): closing stops the driver after publications drained
     (at most ``close(timeout=...)`` seconds, 2 by default, without the GIL); data the drain did
@@ -285,16 +336,29 @@ class Client:
         *,
         dir: str | os.PathLike[str] | None = None,
         driver_timeout_ms: int | None = None,
+        yield_when_idle: bool = True,
         threading: Literal["shared", "invoker", "dedicated", "shared-network"] | None = None,
         idle: Literal["backoff", "yield", "busy-spin"] | None = None,
-        term_length: int | None = None,
-        mtu: int | None = None,
-        receiver_window: int | None = None,
-        socket_receive_buffer: int | None = None,
+        term_length: int | str | None = None,
+        mtu: int | str | None = None,
+        receiver_window: int | str | None = None,
+        socket_receive_buffer: int | str | None = None,
         flow_control: str | None = None,
-        receiver_timeout_ms: int | None = None,
-        command_timeout_ms: int | None = None,
-        yield_when_idle: bool = True,
+        receiver_timeout: str | None = None,
+        receiver_timeout_ms: int | str | None = None,
+        client_timeout: str | None = None,
+        client_timeout_ms: int | str | None = None,
+        linger: str | None = None,
+        linger_ms: int | str | None = None,
+        command_timeout: str | None = None,
+        command_timeout_ms: int | str | None = None,
+        udp_offload: bool | Literal["on", "off"] | None = None,
+        max_clients: int | str | None = None,
+        publications_per_client: int | str | None = None,
+        subscriptions_per_client: int | str | None = None,
+        counters_per_client: int | str | None = None,
+        commands_per_cycle_per_client: int | str | None = None,
+        queued_commands_per_client: int | str | None = None,
     ) -> Client: ...
     def add_publication(self, channel: str, stream_id: int) -> Publication:
         """Create a publication; waits for the driver (at most ``command_timeout_ms``).
@@ -626,9 +690,9 @@ class GroupPublisherCore:
         host: str = "127.0.0.1",
         control: str | None = None,
         secret: bytes | None = None,
-        liveness_timeout_ms: int = 2000,
-        heartbeat_interval_ms: int = 100,
-        resend_timeout_ms: int = 1000,
+        liveness_timeout_ms: int = ...,
+        heartbeat_interval_ms: int = ...,
+        resend_timeout_ms: int = ...,
     ) -> GroupPublisherCore: ...
     @property
     def producer_id(self) -> int: ...
@@ -665,9 +729,9 @@ class GroupConsumerCore:
         host: str = "127.0.0.1",
         control: str | None = None,
         secret: bytes | None = None,
-        cycle_ms: int = 30000,
-        liveness_timeout_ms: int = 2000,
-        heartbeat_interval_ms: int = 100,
+        cycle_ms: int = ...,
+        liveness_timeout_ms: int = ...,
+        heartbeat_interval_ms: int = ...,
     ) -> GroupConsumerCore: ...
     @property
     def member_id(self) -> int: ...
@@ -699,8 +763,8 @@ class GroupObserverCore:
         host: str = "127.0.0.1",
         control: str | None = None,
         secret: bytes | None = None,
-        liveness_timeout_ms: int = 2000,
-        heartbeat_interval_ms: int = 100,
+        liveness_timeout_ms: int = ...,
+        heartbeat_interval_ms: int = ...,
     ) -> GroupObserverCore: ...
     def status(self) -> GroupStatus: ...
     def close(self) -> None: ...
@@ -763,8 +827,8 @@ class SubjectRouterCore:
         *,
         faucet: tuple[str, str, str, str | None] | None = None,
         control: str | None = None,
-        liveness_timeout_ms: int = 2000,
-        heartbeat_interval_ms: int = 100,
+        liveness_timeout_ms: int = ...,
+        heartbeat_interval_ms: int = ...,
         backlog_budget: int = ...,
         secret: bytes | None = None,
     ) -> SubjectRouterCore: ...
@@ -783,8 +847,8 @@ class SubjectSubscriberCore:
         *,
         name: str,
         host: str = "127.0.0.1",
-        heartbeat_interval_ms: int = 100,
-        liveness_timeout_ms: int = 2000,
+        heartbeat_interval_ms: int = ...,
+        liveness_timeout_ms: int = ...,
         secret: bytes | None = None,
     ) -> SubjectSubscriberCore: ...
     @property
@@ -808,8 +872,8 @@ class SubjectSourceCore:
         *,
         label: str,
         host: str = "127.0.0.1",
-        heartbeat_interval_ms: int = 100,
-        liveness_timeout_ms: int = 2000,
+        heartbeat_interval_ms: int = ...,
+        liveness_timeout_ms: int = ...,
         secret: bytes | None = None,
     ) -> SubjectSourceCore: ...
     @property

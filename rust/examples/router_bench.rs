@@ -180,7 +180,7 @@ fn core_figures() {
 fn client() -> Arc<ClientHandle> {
     let mut config = EmbeddedConfig::default();
     if let Some(max_park) = std::env::args().nth(1).and_then(|a| a.parse::<u64>().ok()) {
-        config.idle = IdleStrategy::Backoff {
+        config.driver.idle = IdleStrategy::Backoff {
             spins: 10,
             yields: 20,
             min_park: Duration::from_micros(1),

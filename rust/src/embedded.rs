@@ -2,7 +2,7 @@
 //! standalone driver uses (`shm/`), with a client attached to it through its directory.
 //!
 //! This module composes the two sides and is neither of them: it imports the driver
-//! ([`StandaloneDriver`]) and the client ([`AttachedClient`]); the client never sees the driver,
+//! ([`DriverConductor`]) and the client ([`AttachedClient`]); the client never sees the driver,
 //! it is handed an [`InProcessDriver`] (the threading name, the invoker's duty cycle as a
 //! closure, and what to do on close), and `driver/` imports nothing from `client/`.
 //!
@@ -12,7 +12,7 @@
 //! this user holding [`EMBEDDED_MARKER`]). The root is never followed through a symbolic
 //! link and must belong to this user ([`crate::safe_fs::private_dir`]).
 //!
-//! Threading: [`EmbeddedThreading::Invoker`] runs no thread: the application (or any client
+//! Threading: [`Threading::Invoker`] runs no thread: the application (or any client
 //! call waiting for the driver) runs the duty cycle. The other modes run the driver's agents on
 //! one, two or three threads ([`MediaDriver`]).
 
@@ -22,9 +22,8 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
 use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver, OnClose, Unsent};
-use crate::driver::agent::{MediaDriver, MediaDriverConfig, Threading, CLOSE_DRAIN};
-use crate::driver::idle::IdleStrategy;
-use crate::driver::standalone::StandaloneConfig;
+use crate::driver::agent::{MediaDriver, CLOSE_DRAIN};
+use crate::driver::{DriverContext, Threading};
 use crate::error::Error;
 use crate::safe_fs;
 use crate::shm::cnc::{field as cnc_field, CNC_FILE, CNC_MAGIC};
@@ -40,70 +39,12 @@ pub fn embedded_root() -> PathBuf {
     directory::per_user_dir(EMBEDDED_ROOT_SUFFIX)
 }
 
-/// How the embedded driver's agents run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum EmbeddedThreading {
-    /// One driver thread runs every agent (the default: right on 2 cores).
-    #[default]
-    Shared,
-    /// The conductor on one thread, sender and receiver on another.
-    SharedNetwork,
-    /// Conductor, sender and receiver on a thread each.
-    Dedicated,
-    /// No driver thread: the application runs the duty cycle (`Client.do_work()`), and so does
-    /// any client call waiting for the driver.
-    Invoker,
-}
-
-impl EmbeddedThreading {
-    /// Every mode, in the order the error message lists them.
-    pub const ALL: [EmbeddedThreading; 4] = [
-        EmbeddedThreading::Shared,
-        EmbeddedThreading::SharedNetwork,
-        EmbeddedThreading::Dedicated,
-        EmbeddedThreading::Invoker,
-    ];
-
-    /// The driver's threading mode.
-    fn driver_threading(self) -> Threading {
-        match self {
-            EmbeddedThreading::Shared => Threading::Shared,
-            EmbeddedThreading::SharedNetwork => Threading::SharedNetwork,
-            EmbeddedThreading::Dedicated => Threading::Dedicated,
-            EmbeddedThreading::Invoker => Threading::Invoker,
-        }
-    }
-
-    /// The mode's name (`Client(threading=...)`, `Client.threading`).
-    pub fn name(self) -> &'static str {
-        match self {
-            EmbeddedThreading::Shared => "shared",
-            EmbeddedThreading::SharedNetwork => "shared-network",
-            EmbeddedThreading::Dedicated => "dedicated",
-            EmbeddedThreading::Invoker => "invoker",
-        }
-    }
-}
-
-impl std::str::FromStr for EmbeddedThreading {
-    type Err = String;
-    fn from_str(value: &str) -> std::result::Result<Self, String> {
-        Self::ALL.into_iter().find(|mode| mode.name() == value).ok_or_else(|| {
-            let names: Vec<&str> = Self::ALL.iter().map(|mode| mode.name()).collect();
-            format!("threading mode {value:?} is not one of: {}", names.join(", "))
-        })
-    }
-}
-
-/// Settings of an embedded driver.
+/// An embedded driver: the driver's settings and where and how it is embedded.
 #[derive(Clone, Debug)]
 pub struct EmbeddedConfig {
-    /// How the agents run.
-    pub threading: EmbeddedThreading,
-    /// What a driver thread does when idle.
-    pub idle: IdleStrategy,
-    /// The driver's settings; `dir` is replaced by the private directory.
-    pub driver: StandaloneConfig,
+    /// The driver's settings (threading, idle, logs, timeouts, ...); `dir` is replaced by the
+    /// private directory.
+    pub driver: DriverContext,
     /// Where the private directory is made ([`embedded_root`] by default).
     pub root: PathBuf,
     /// Threaded modes: an empty poll or a refused offer yields the CPU once (default true).
@@ -113,13 +54,7 @@ pub struct EmbeddedConfig {
 impl Default for EmbeddedConfig {
     fn default() -> Self {
         let root = embedded_root();
-        Self {
-            threading: EmbeddedThreading::default(),
-            idle: IdleStrategy::default(),
-            driver: StandaloneConfig::new(root.clone()),
-            root,
-            yields_when_idle: true,
-        }
+        Self { driver: DriverContext::new(root.clone()), root, yields_when_idle: true }
     }
 }
 
@@ -217,23 +152,18 @@ fn stop_driver(driver: MediaDriver, drain: Option<Duration>) -> Unsent {
 /// client stops the driver (see [`stop_driver`]).
 pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
     let dir = private_dir(&config.root)?;
-    let driver_config = MediaDriverConfig {
-        standalone: StandaloneConfig { dir: dir.clone(), ..config.driver.clone() },
-        threading: config.threading.driver_threading(),
-        idle: config.idle,
-    };
-    let driver = match MediaDriver::launch(driver_config) {
+    let driver = match MediaDriver::launch(DriverContext { dir: dir.clone(), ..config.driver.clone() }) {
         Ok(driver) => driver,
         Err(error) => {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(launch_error(error));
         }
     };
-    let threading = config.threading.name();
-    let command_timeout = config.driver.context.client_command_timeout;
-    let in_process = match config.threading {
-        EmbeddedThreading::Invoker => invoker(driver, command_timeout),
-        EmbeddedThreading::Shared | EmbeddedThreading::SharedNetwork | EmbeddedThreading::Dedicated => {
+    let threading = config.driver.threading.name();
+    let command_timeout = config.driver.command_timeout;
+    let in_process = match config.driver.threading {
+        Threading::Invoker => invoker(driver, command_timeout),
+        Threading::Shared | Threading::SharedNetwork | Threading::Dedicated => {
             let on_close: OnClose = Box::new(move |drain| stop_driver(driver, drain));
             InProcessDriver {
                 threading,
@@ -279,7 +209,7 @@ fn invoker(driver: MediaDriver, command_timeout: Duration) -> InProcessDriver {
         taken.map(|driver| stop_driver(driver, drain)).unwrap_or_default()
     });
     InProcessDriver {
-        threading: EmbeddedThreading::Invoker.name(),
+        threading: Threading::Invoker.name(),
         duty_cycle: Some(cycle),
         on_close,
         command_timeout,
@@ -297,10 +227,9 @@ mod tests {
     use crate::test_ports::free_udp_port;
     use std::time::{Duration, Instant};
 
-    fn config(root: &Path, threading: EmbeddedThreading) -> EmbeddedConfig {
-        let mut driver = StandaloneConfig::new(root.to_path_buf());
-        driver.ipc_term_length = 64 * 1024;
-        EmbeddedConfig { threading, root: root.to_path_buf(), driver, ..EmbeddedConfig::default() }
+    fn config(root: &Path, threading: Threading) -> EmbeddedConfig {
+        let driver = DriverContext { threading, ipc_term_length: 64 * 1024, ..DriverContext::new(root.to_path_buf()) };
+        EmbeddedConfig { root: root.to_path_buf(), driver, ..EmbeddedConfig::default() }
     }
 
     fn entries(root: &Path) -> Vec<PathBuf> {
@@ -326,7 +255,7 @@ mod tests {
     #[test]
     fn every_threading_mode_carries_ipc_and_udp_in_order_and_close_removes_the_private_directory() {
         let root = tempdir();
-        let cases = EmbeddedThreading::ALL.into_iter().flat_map(|t| [(t, false), (t, true)]);
+        let cases = Threading::ALL.into_iter().flat_map(|t| [(t, false), (t, true)]);
         for (threading, udp) in cases {
             // A port of its own for each UDP case: the one the case before released may have
             // been taken since.
@@ -381,7 +310,7 @@ mod tests {
             std::fs::create_dir_all(dir).unwrap();
             std::fs::write(dir.join(EMBEDDED_MARKER), b"").unwrap();
         }
-        let client = start(config(&root, EmbeddedThreading::Shared)).unwrap();
+        let client = start(config(&root, Threading::Shared)).unwrap();
         assert!(!dead.exists() && live.exists() && other.exists());
         assert_ne!(client.dir(), live, "an existing directory of this pid is not reused");
         client.close();
@@ -426,8 +355,7 @@ mod tests {
         std::fs::write(photo.join(EMBEDDED_MARKER), b"").unwrap();
         let link = root.join("embedded");
         std::os::unix::fs::symlink(&*target, &link).unwrap();
-        let error =
-            start(config(&link, EmbeddedThreading::Shared)).err().expect("a symlinked root is refused").to_string();
+        let error = start(config(&link, Threading::Shared)).err().expect("a symlinked root is refused").to_string();
         assert!(error.contains(&format!("{}: is a symbolic link", link.display())), "{error}");
         assert!(photo.join(EMBEDDED_MARKER).exists());
         assert_eq!(entries(&target).len(), 1, "nothing made in the target");
@@ -436,7 +364,7 @@ mod tests {
     #[test]
     fn invoker_commands_from_many_threads_all_succeed_while_one_thread_runs_the_duty_cycle() {
         let root = tempdir();
-        let client = start(config(&root, EmbeddedThreading::Invoker)).unwrap();
+        let client = start(config(&root, Threading::Invoker)).unwrap();
         let publications = std::thread::scope(|scope| {
             let handles: Vec<_> = (0..16)
                 .map(|stream| {
@@ -458,7 +386,7 @@ mod tests {
     #[test]
     fn an_interrupted_command_leaves_nothing_in_the_driver() {
         let root = tempdir();
-        let client = start(config(&root, EmbeddedThreading::Invoker)).unwrap();
+        let client = start(config(&root, Threading::Invoker)).unwrap();
         // The caller gives up before the driver ran (its answer comes later).
         let outcome = client.add_publication_with("aeron:ipc", 9, || Err("interrupted"));
         assert_eq!(outcome.err(), Some("interrupted"));
@@ -482,7 +410,7 @@ mod tests {
         use crate::shm::command::Response;
         use crate::shm::status::{DriverEventInfo, DriverEventKindInfo};
         let root = tempdir();
-        let client = start(config(&root, EmbeddedThreading::Invoker)).unwrap();
+        let client = start(config(&root, Threading::Invoker)).unwrap();
         client.counters().counter(SystemCounter::InvalidDataFrames.id()).unwrap().set(7).unwrap();
         let counters: std::collections::HashMap<_, _> = client.system_counters().unwrap().into_iter().collect();
         assert_eq!(counters.len(), crate::client::attached::CLIENT_COUNTERS.len());
@@ -515,7 +443,7 @@ mod tests {
     #[test]
     fn a_socket_the_driver_cannot_bind_is_an_os_error_with_its_errno_and_leaves_nothing() {
         let root = tempdir();
-        let client = start(config(&root, EmbeddedThreading::Shared)).unwrap();
+        let client = start(config(&root, Threading::Shared)).unwrap();
         // 192.0.2.1 (TEST-NET-1) is no local address: bind fails with EADDRNOTAVAIL.
         let error = client.add_subscription("aeron:udp?endpoint=192.0.2.1:40000", 1).err().unwrap();
         match error {
@@ -528,12 +456,5 @@ mod tests {
         let subscriptions = client.counters().value(SystemCounter::Subscriptions.id()).unwrap();
         assert_eq!(subscriptions, 0);
         client.close();
-    }
-
-    #[test]
-    fn unknown_threading_modes_are_named() {
-        assert_eq!("dedicated".parse::<EmbeddedThreading>(), Ok(EmbeddedThreading::Dedicated));
-        let message = "many".parse::<EmbeddedThreading>().unwrap_err();
-        assert!(message.contains("\"many\"") && message.contains("shared-network"), "{message}");
     }
 }

@@ -13,6 +13,7 @@
 //! * [`routing`] — transport-agnostic affinity routing tables (members, priority groups,
 //!   stickiness, hashing, policies).
 //! * [`channel`] — channel URI parsing (`aeron:udp?...`, `aeron:ipc`).
+//! * [`units`] — the one grammar of sizes (`64k`) and durations (`500ms`), no I/O.
 //! * [`media`] — the OS edge: UDP sockets, multicast membership, a loss-injecting relay.
 //! * [`driver`] — the media driver agents (conductor, sender, receiver, in-memory IPC), their
 //!   threads, and the driver event log.
@@ -51,6 +52,7 @@ pub mod shm;
 pub mod subjects;
 mod sync;
 pub mod time;
+pub mod units;
 pub mod wire;
 
 #[cfg(feature = "python")]

@@ -160,7 +160,7 @@ fn a_setup_flood_is_bounded_and_counted_and_the_subscription_still_works() {
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let target: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let subscription = client.add_subscription(&channel, STREAM).unwrap();
-    let limit = EmbeddedConfig::default().driver.context.max_images_per_subscription;
+    let limit = EmbeddedConfig::default().driver.max_images_per_subscription;
     let attacker = UdpSocket::bind("127.0.0.1:0").unwrap();
     let mut bytes = [0u8; Setup::LENGTH];
     let flood = 5_000usize;

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use affinity::client::attached::{AttachedClient, AttachedPublication, AttachedSubscription};
 use affinity::client::MessageBatch;
-use affinity::embedded::{self, EmbeddedConfig, EmbeddedThreading};
+use affinity::driver::{DriverContext, Threading};
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::media::relay::{Impairment, LossyRelay};
 use affinity::protocol::OfferError;
 use affinity::wire::Setup;
@@ -215,7 +216,7 @@ fn start_positions_that_do_not_fit_are_refused_naming_the_key_and_value() {
     // The driver's UDP terms are 64 KiB: an offset the URI's default (16 MiB) would allow is
     // checked against the log the driver really makes.
     let mut config = EmbeddedConfig::default();
-    config.driver.context.term_length = 65536;
+    config.driver.term_length = 65536;
     let client = embedded::start(config).unwrap();
     let endpoint = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
     for (start, key_and_value) in [
@@ -247,8 +248,11 @@ fn delivers_in_order_over_loopback() {
 
 #[test]
 fn delivers_in_order_in_invoker_mode() {
-    let client =
-        embedded::start(EmbeddedConfig { threading: EmbeddedThreading::Invoker, ..EmbeddedConfig::default() }).unwrap();
+    let client = embedded::start(EmbeddedConfig {
+        driver: DriverContext { threading: Threading::Invoker, ..DriverContext::default() },
+        ..EmbeddedConfig::default()
+    })
+    .unwrap();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
     transfer(&client, &channel, &channel, 20_000);
 }

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from typing import Any
@@ -48,6 +47,7 @@ from affinity.groups.registry import (
     load_group,
 )
 from affinity.groups.secret import create_secret, remove_secret
+from affinity.units import parse_duration
 
 #: Exit status: success.
 EXIT_OK = 0
@@ -58,9 +58,6 @@ EXIT_UNAVAILABLE = 2
 #: Exit status: publish stopped with messages not acknowledged.
 EXIT_UNACKED = 3
 
-#: ``--watch``/``--cycle`` durations: a number with an optional unit.
-_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m)?\s*")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 
 #: Fields of a member and of a queue in ``status`` output, in column order.
 MEMBER_FIELDS = ("member_id", "name", "role", "index", "count", "endpoint", "last_heard_ms")
@@ -78,11 +75,15 @@ QUEUE_FIELDS = (
 
 
 def duration(text: str) -> float:
-    """Parses ``1s``, ``500ms``, ``2m`` or ``1.5`` (seconds) into seconds; argparse type."""
-    match = _DURATION.fullmatch(text)
-    if match is None or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: expected a positive number with ms, s or m")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """Parses ``1s``, ``500ms``, ``2m`` or ``1.5`` (seconds) into seconds (``affinity.units``);
+    argparse type."""
+    try:
+        seconds = parse_duration(text.strip(), "s")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: {exc}") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: must be positive")
+    return seconds
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

@@ -36,8 +36,9 @@ from typing import Any
 from affinity import _affinity
 from affinity.cli._text import help_text
 from affinity.config.faucet import analyse_router_text
-from affinity.exceptions import AffinityError
+from affinity.exceptions import AffinityError, ConfigError
 from affinity.subjects import DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET, NO_SECRET
+from affinity.units import parse_size
 
 #: Exit status: stopped cleanly.
 EXIT_OK = 0
@@ -54,18 +55,15 @@ UNAUTHENTICATED_LINE = (
     "UNAUTHENTICATED: no router secret; anyone who can reach the router's channels can forge "
     "subscriptions and data (--secret-file)"
 )
-#: Suffixes of ``--backlog-budget``: powers of 1024.
-SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def byte_size(text: str) -> int:
-    """``--backlog-budget``: bytes, with an optional K / M / G suffix (powers of 1024)."""
-    digits, scale = text, 1
-    if text[-1:].upper() in SIZE_SUFFIXES:
-        digits, scale = text[:-1], SIZE_SUFFIXES[text[-1].upper()]
-    if not digits.isdecimal():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of bytes, e.g. 268435456 or 256M")
-    size = int(digits) * scale
+    """``--backlog-budget``: bytes, with an optional K / M / G suffix (powers of 1024;
+    ``affinity.units``)."""
+    try:
+        size = parse_size(text)
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of bytes, e.g. 268435456 or 256M") from None
     if size < MIN_BACKLOG_BUDGET:
         raise argparse.ArgumentTypeError(f"{text!r}: at least {MIN_BACKLOG_BUDGET} bytes (4M)")
     return size

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from dataclasses import asdict
@@ -28,7 +27,8 @@ from typing import Any
 
 from affinity.cli._text import help_text
 from affinity.driver import DriverStat, default_driver_dir, driver_stat
-from affinity.exceptions import DriverError
+from affinity.exceptions import ConfigError, DriverError
+from affinity.units import parse_duration
 
 #: Exit status: the snapshot(s) were printed.
 EXIT_OK = 0
@@ -42,16 +42,13 @@ EXIT_CORRUPT = 3
 #: The driver's control file, whose absence means no driver ever ran in (or is left in) a directory.
 CNC_FILE = "cnc.dat"
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)?$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
-
 
 def parse_interval(text: str) -> float:
-    """Seconds in ``1s``, ``500ms``, ``2m`` or a bare number of seconds."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 1s or 500ms")
-    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """Seconds in ``1s``, ``500ms``, ``2m`` or a bare number of seconds (``affinity.units``)."""
+    try:
+        seconds = parse_duration(text.strip(), "s")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 1s or 500ms: {exc}") from None
     if seconds <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return seconds

@@ -9,15 +9,15 @@ the ``save()``/``start()`` call and never a task.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
 from affinity import _affinity
-from affinity.exceptions import ChannelUriError
+from affinity.exceptions import ChannelUriError, ConfigError
 from affinity.spark.errors import SparkOptionError
+from affinity.units import parse_duration
 
 __all__ = [
     "OPTIONS",
@@ -88,7 +88,6 @@ OPTIONS: Final[tuple[OptionSpec, ...]] = (
 )
 
 _BY_LOWER: Final = {spec.name.lower(): spec for spec in OPTIONS}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 _MAX_STREAM_ID: Final = 2**31 - 1
 _MIN_STREAM_ID: Final = -(2**31)
 _MAX_CONSUMERS: Final = 65_536
@@ -166,11 +165,10 @@ def _duration(values: dict[str, str], name: str, default: float) -> float:
     raw = values.get(name.lower())
     if raw is None:
         return default
-    match = _DURATION.match(raw)
-    if match is None:
-        raise SparkOptionError(f"option {name}={raw!r} is not a duration (examples: 30, 30s, 500ms, 2m)")
-    number = float(match.group(1))
-    seconds = number / 1000.0 if match.group(2) == "ms" else number * 60.0 if match.group(2) == "m" else number
+    try:
+        seconds = parse_duration(raw.strip(), "s")
+    except ConfigError:
+        raise SparkOptionError(f"option {name}={raw!r} is not a duration (examples: 30, 30s, 500ms, 2m)") from None
     if not 0.0 < seconds <= MAX_ACK_TIMEOUT:
         raise SparkOptionError(
             f"option {name}={raw!r} must be more than 0s and at most {MAX_ACK_TIMEOUT:.0f}s (one day)"

@@ -33,7 +33,8 @@ use affinity::client::attached::{
 };
 use affinity::client::MessageBatch;
 use affinity::driver::IdleStrategy;
-use affinity::embedded::{self, EmbeddedConfig, EmbeddedThreading};
+use affinity::driver::Threading;
+use affinity::embedded::{self, EmbeddedConfig};
 use affinity::protocol::OfferError;
 
 /// Result type of the benchmark: errors are messages for the user.
@@ -94,7 +95,7 @@ enum AppIdle {
 
 /// Settings every role shares.
 struct Common {
-    mode: EmbeddedThreading,
+    mode: Threading,
     idle: IdleStrategy,
     app_idle: AppIdle,
     stream: i32,
@@ -124,8 +125,9 @@ impl Common {
     }
 
     fn client(&self) -> BenchResult<Client> {
-        let mut config = EmbeddedConfig { threading: self.mode, idle: self.idle, ..EmbeddedConfig::default() };
-        config.driver.context.udp_offload = self.udp_offload;
+        let mut config = EmbeddedConfig::default();
+        (config.driver.threading, config.driver.idle, config.driver.udp_offload) =
+            (self.mode, self.idle, self.udp_offload);
         embedded::start(config).map_err(|e| format!("cannot start the driver: {e}"))
     }
 
@@ -135,7 +137,7 @@ impl Common {
 
     /// Called when a poll or offer made no progress.
     fn idle(&self, client: &Client) -> BenchResult<()> {
-        if self.mode == EmbeddedThreading::Invoker {
+        if self.mode == Threading::Invoker {
             client.do_work().map_err(|e| e.to_string())?;
         }
         match self.app_idle {
@@ -184,7 +186,7 @@ fn wait_connected(common: &Common, client: &Client, publication: &Publication) -
             return Err("the publication never connected".into());
         }
         client.do_work().map_err(|e| e.to_string())?;
-        if common.mode != EmbeddedThreading::Invoker {
+        if common.mode != Threading::Invoker {
             std::thread::sleep(Duration::from_micros(100));
         }
     }

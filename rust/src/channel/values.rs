@@ -1,5 +1,5 @@
-//! Value grammars shared by channel URI parameters: sizes, durations, integers, booleans and
-//! addresses.
+//! Value grammars shared by channel URI parameters: integers, booleans and addresses; sizes
+//! and durations are [`crate::units`]'.
 //!
 //! Every function here returns the *reason* on failure; the caller attaches the key and the
 //! value (see [`super::ChannelError`]). None of them panics on any input: slicing only happens at
@@ -9,59 +9,15 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use super::InterfaceSpec;
+use crate::units::{BareUnit, TimeUnit};
 
-/// Parses a size: decimal digits with an optional `k`, `m` or `g` suffix (case-insensitive,
-/// each step ×1024), as Aeron's `aeron_parse_size64` does. `64k` is 65536.
-///
-/// Used for `term-length`, `mtu`, `so-sndbuf`, `so-rcvbuf`, `rcv-wnd`, `pub-wnd`.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    const EXPECTED: &str = "expected a size: digits with an optional k, m or g suffix";
-    let (digits, multiplier) = match s.as_bytes().last() {
-        Some(b'k' | b'K') => (&s[..s.len() - 1], 1u64 << 10),
-        Some(b'm' | b'M') => (&s[..s.len() - 1], 1u64 << 20),
-        Some(b'g' | b'G') => (&s[..s.len() - 1], 1u64 << 30),
-        _ => (s, 1),
-    };
-    let number = parse_unsigned(digits).map_err(|_| EXPECTED.to_string())?;
-    number.checked_mul(multiplier).ok_or_else(|| "size overflows 64 bits".to_string())
-}
+pub use crate::units::{format_duration, parse_size};
 
-/// Parses a duration: decimal digits with an optional unit `ns`, `us`, `ms` or `s`
-/// (case-insensitive); no unit means nanoseconds, as Aeron's `aeron_parse_duration_ns` does.
-/// The result must fit in 64-bit nanoseconds.
-///
-/// Used for `linger` and `nak-delay`, and by flow control's `t:` option.
+/// Parses a duration parameter of a URI (`linger`, `nak-delay`, flow control's `t:`) with the
+/// one grammar of [`crate::units`]; a bare number is nanoseconds, as Aeron's
+/// `aeron_parse_duration_ns` reads it.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    const EXPECTED: &str = "expected a duration: digits with an optional ns, us, ms or s unit";
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    let nanos_per_unit: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "ns" => 1,
-        "us" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        _ => return Err(EXPECTED.to_string()),
-    };
-    let number = parse_unsigned(digits).map_err(|_| EXPECTED.to_string())?;
-    number
-        .checked_mul(nanos_per_unit)
-        .map(Duration::from_nanos)
-        .ok_or_else(|| "duration overflows 64-bit nanoseconds".to_string())
-}
-
-/// Writes a duration in the largest unit that represents it exactly, so that
-/// `parse_duration(format_duration(d)) == d` for every `d` below 2^64 ns.
-pub(crate) fn format_duration(duration: Duration) -> String {
-    let nanos = duration.as_nanos();
-    if nanos == 0 {
-        return "0".to_string();
-    }
-    for (unit, per) in [("s", 1_000_000_000u128), ("ms", 1_000_000), ("us", 1_000)] {
-        if nanos % per == 0 {
-            return format!("{}{unit}", nanos / per);
-        }
-    }
-    format!("{nanos}ns")
+    crate::units::parse_duration(s, BareUnit::Is(TimeUnit::Nanoseconds))
 }
 
 /// Parses plain decimal digits (no sign, no whitespace) into a `u64`.

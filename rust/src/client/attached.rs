@@ -52,8 +52,8 @@ pub const CLIENT_COUNTERS: [(&str, SystemCounter); 10] = [
 
 /// How often the client tells the driver it is alive.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(100);
-/// How long a command waits for its response.
-pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a command waits for its response (the contract's one default).
+pub use crate::shm::directory::COMMAND_TIMEOUT;
 /// Most messages `offer_batch` appends with one claim on the log's tail.
 pub const BATCH_CLAIM_MESSAGES: usize = 1024;
 /// Term-end rotations `offer_batch` retries at once before it reports an admin action.

@@ -1,11 +1,31 @@
-//! Every driver setting, defined once with its default.
+//! Every driver setting, defined once with its default: [`DriverContext`], the one settings
+//! type of the media driver (Aeron's `MediaDriver.Context`). [`DriverContext::apply`] sets one
+//! by name from text, the same names and values for `affinity driver --NAME VALUE`, the
+//! `affinity-driver` binary and `affinity.Client(NAME=VALUE)`; sizes and durations are read
+//! with the one grammar of [`crate::units`].
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::flow_control::FlowControlDefaults;
+use crate::flow_control::{FlowControlDefaults, FlowControlSpec};
 use crate::limits;
 use crate::protocol::defaults;
+use crate::shm::cnc::CncParams;
+use crate::shm::directory;
+use crate::units::{self, BareUnit, TimeUnit};
+
+use super::idle::IdleStrategy;
+
+/// Default `SO_RCVBUF` of the driver's UDP sockets (2 MiB; the OS caps it at `net.core.rmem_max`).
+pub const DEFAULT_SOCKET_RECEIVE_BUFFER: usize = 2 << 20;
+/// Default client liveness timeout: a client silent this long is reclaimed (the contract's
+/// value, which the cnc header carries).
+pub const DEFAULT_CLIENT_TIMEOUT: Duration = directory::CLIENT_TIMEOUT;
+/// Default wait before a freed counter id is reused.
+pub const DEFAULT_COUNTER_REUSE: Duration = Duration::from_secs(1);
+/// Default datagrams a sender or receiver handles per endpoint per duty cycle.
+pub const DEFAULT_DATAGRAMS_PER_CYCLE: usize = 32;
 
 /// The allowed values of one integer setting (inclusive bounds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +79,10 @@ pub mod ranges {
     pub const RECEIVER_TIMEOUT_MS: SettingRange = SettingRange { name: "receiver_timeout_ms", min: 1, max: 3_600_000 };
     /// `command_timeout_ms`: how long a client waits for the driver to answer.
     pub const COMMAND_TIMEOUT_MS: SettingRange = SettingRange { name: "command_timeout_ms", min: 1, max: 3_600_000 };
+    /// `client_timeout_ms`: a client silent this long is reclaimed.
+    pub const CLIENT_TIMEOUT_MS: SettingRange = SettingRange { name: "client_timeout_ms", min: 1, max: 3_600_000 };
+    /// `linger_ms`: how long a released publication waits for its subscribers at most.
+    pub const LINGER_MS: SettingRange = SettingRange { name: "linger_ms", min: 0, max: 3_600_000 };
     /// Every quota of [`super::ClientQuotas`] (a count; at least 1).
     pub const QUOTA_MAX: u64 = 1 << 20;
 }
@@ -183,9 +207,222 @@ impl ClientQuota {
     }
 }
 
-/// Driver settings. `Default` gives the documented defaults.
+/// How the driver's agents (conductor, sender, receiver) get CPU time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Threading {
+    /// One driver thread runs the three agents in turn (the default: right on 2 cores).
+    #[default]
+    Shared,
+    /// The conductor on one thread, sender and receiver on another.
+    SharedNetwork,
+    /// Conductor, sender and receiver on a thread each.
+    Dedicated,
+    /// No driver thread: the embedder runs the duty cycle (`MediaDriver::do_work`,
+    /// `Client.do_work()`, and any client call waiting for the driver). Embedded drivers only.
+    Invoker,
+}
+
+impl Threading {
+    /// Every mode, in the order errors list them.
+    pub const ALL: [Threading; 4] =
+        [Threading::Shared, Threading::SharedNetwork, Threading::Dedicated, Threading::Invoker];
+
+    /// The mode's name (`--threading`, `Client(threading=...)`, `Client.threading`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Threading::Shared => "shared",
+            Threading::SharedNetwork => "shared-network",
+            Threading::Dedicated => "dedicated",
+            Threading::Invoker => "invoker",
+        }
+    }
+}
+
+impl std::str::FromStr for Threading {
+    type Err = String;
+    fn from_str(value: &str) -> std::result::Result<Self, String> {
+        Self::ALL.into_iter().find(|mode| mode.name() == value).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|mode| mode.name()).collect();
+            format!("expected one of {}", names.join(", "))
+        })
+    }
+}
+
+/// What kind of value a setting takes (how [`DriverContext::apply`] reads it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettingKind {
+    /// A path.
+    Path,
+    /// One of a list of names.
+    Choice,
+    /// A size in bytes ([`units::parse_size`]): `65536`, `64k`, `16m`.
+    Size,
+    /// A duration ([`units::parse_duration`]): `500ms`, `2s`. The same setting with `_ms`
+    /// appended takes a bare number of milliseconds (`command_timeout_ms=2000`).
+    Duration,
+    /// A flow-control specification (`min`, `tagged,g:7/2,t:2s`).
+    FlowControl,
+    /// `on` or `off` (also `true` / `false`).
+    Switch,
+    /// A whole number (a count).
+    Count,
+}
+
+/// One setting [`DriverContext::apply`] takes: its name (`affinity driver --NAME-WITH-DASHES`,
+/// `affinity.Client(NAME=...)`), the kind of value and the help line of the usage text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setting {
+    /// The name, with underscores.
+    pub name: &'static str,
+    /// How the value is read.
+    pub kind: SettingKind,
+    /// The usage text's line (the default is appended from [`DriverContext::default`]).
+    pub help: &'static str,
+}
+
+impl Setting {
+    /// The command-line option (`--term-length`).
+    pub fn option(&self) -> String {
+        format!("--{}", self.name.replace('_', "-"))
+    }
+}
+
+/// Every setting [`DriverContext::apply`] takes, in the order the usage text lists them.
+pub const SETTINGS: [Setting; 19] = [
+    Setting { name: "dir", kind: SettingKind::Path, help: "driver directory" },
+    Setting {
+        name: "threading",
+        kind: SettingKind::Choice,
+        help: "shared: one thread; shared-network: conductor + network thread; dedicated: three; \
+               invoker (embedded only): none",
+    },
+    Setting {
+        name: "idle",
+        kind: SettingKind::Choice,
+        help: "idle strategy of the driver threads: busy-spin, yield or backoff",
+    },
+    Setting {
+        name: "term_length",
+        kind: SettingKind::Size,
+        help: "term length of logs whose channel names none (aeron:ipc and aeron:udp alike)",
+    },
+    Setting { name: "mtu", kind: SettingKind::Size, help: "MTU of logs whose channel names none" },
+    Setting {
+        name: "receiver_window",
+        kind: SettingKind::Size,
+        help: "receiver window of images whose channel names none",
+    },
+    Setting {
+        name: "socket_receive_buffer",
+        kind: SettingKind::Size,
+        help: "SO_RCVBUF of UDP sockets whose channel names none",
+    },
+    Setting {
+        name: "flow_control",
+        kind: SettingKind::FlowControl,
+        help: "flow control of multicast publications whose channel names no fc= \
+               (max, min, tagged,g:<tag>[/<min size>], with an optional ,t:<timeout>)",
+    },
+    Setting {
+        name: "receiver_timeout",
+        kind: SettingKind::Duration,
+        help: "a publication forgets a silent receiver after this long",
+    },
+    Setting { name: "client_timeout", kind: SettingKind::Duration, help: "a client silent this long is reclaimed" },
+    Setting {
+        name: "linger",
+        kind: SettingKind::Duration,
+        help: "a released publication waits at most this long for its subscribers",
+    },
+    Setting {
+        name: "command_timeout",
+        kind: SettingKind::Duration,
+        help: "an embedded client waits this long for the driver's answer",
+    },
+    Setting {
+        name: "udp_offload",
+        kind: SettingKind::Switch,
+        help: "send runs of equal-sized datagrams as one send, receive them as one (Linux UDP GSO/GRO)",
+    },
+    Setting { name: "max_clients", kind: SettingKind::Count, help: "client ids the driver tracks at once" },
+    Setting {
+        name: "publications_per_client",
+        kind: SettingKind::Count,
+        help: "publication handles one client holds at once",
+    },
+    Setting {
+        name: "subscriptions_per_client",
+        kind: SettingKind::Count,
+        help: "subscriptions one client holds at once",
+    },
+    Setting {
+        name: "counters_per_client",
+        kind: SettingKind::Count,
+        help: "counters allocated for one client at once",
+    },
+    Setting {
+        name: "commands_per_cycle_per_client",
+        kind: SettingKind::Count,
+        help: "commands of one client run per duty cycle; clients take turns",
+    },
+    Setting {
+        name: "queued_commands_per_client",
+        kind: SettingKind::Count,
+        help: "commands of one client waiting for their turn; more are refused",
+    },
+];
+
+/// The quota a setting name names, if any.
+fn quota_named(name: &str) -> Option<ClientQuota> {
+    ClientQuota::ALL.into_iter().find(|quota| quota.name() == name)
+}
+
+/// Every setting name [`DriverContext::apply`] takes (without the `_ms` forms of durations).
+pub fn setting_names() -> Vec<&'static str> {
+    SETTINGS.iter().map(|setting| setting.name).collect()
+}
+
+/// The kind of the setting `name` takes, `None` when [`DriverContext::apply`] knows no such
+/// setting: one of [`SETTINGS`], or a duration's `_ms` form (a bare number of milliseconds).
+pub fn setting_kind(name: &str) -> Option<SettingKind> {
+    let kind = |name: &str| SETTINGS.iter().find(|setting| setting.name == name).map(|setting| setting.kind);
+    match name.strip_suffix("_ms") {
+        Some(base) if kind(base) == Some(SettingKind::Duration) => Some(SettingKind::Duration),
+        _ => kind(name),
+    }
+}
+
+/// The media driver's settings, one type for the standalone process and the embedded driver
+/// (Aeron's `MediaDriver.Context`). `Default` gives the documented defaults; [`Self::apply`]
+/// sets one by name; [`Self::validate`] checks them together (the driver does at launch).
 #[derive(Clone, Debug)]
 pub struct DriverContext {
+    /// The driver directory (`$AFFINITY_DIR`, else `/dev/shm/affinity-<login name>`; an
+    /// embedded driver uses a private directory instead).
+    pub dir: PathBuf,
+    /// How the agents get CPU time ([`Threading::Shared`]).
+    pub threading: Threading,
+    /// What an agent thread does when idle (backoff).
+    pub idle: IdleStrategy,
+    /// Sizes of the cnc file.
+    pub cnc: CncParams,
+    /// A client silent this long is dead ([`DEFAULT_CLIENT_TIMEOUT`]).
+    pub client_timeout: Duration,
+    /// A driver heartbeat older than this marks a directory stale (10 s).
+    pub driver_timeout: Duration,
+    /// How long a client of this driver waits for an answer to a command
+    /// ([`directory::COMMAND_TIMEOUT`], the one default of every client).
+    pub command_timeout: Duration,
+    /// How long a released publication waits for its subscribers at most (5 s).
+    pub publication_linger: Duration,
+    /// How long a freed counter id waits before reuse ([`DEFAULT_COUNTER_REUSE`]).
+    pub counter_reuse: Duration,
+    /// Term length of `aeron:ipc` logs whose channel names none (64 MiB).
+    pub ipc_term_length: u32,
+    /// Term length of `aeron:udp` logs whose channel names none (16 MiB).
+    pub term_length: u32,
+    /// MTU of logs whose channel names none (1408).
+    pub mtu: u32,
     /// Flow control for publications whose URI has no `fc=`.
     pub flow_control: FlowControlDefaults,
     /// Interval of status messages per image (100 ms, as the design document says).
@@ -202,18 +439,12 @@ pub struct DriverContext {
     pub retransmit_delay: Duration,
     /// How long a resent range ignores NAKs (10 ms).
     pub retransmit_linger: Duration,
-    /// Default term length for UDP publications (16 MiB).
-    pub term_length: u32,
-    /// Default MTU (1408).
-    pub mtu: u32,
     /// Default receiver window (128 KiB, capped at term_length / 2).
     pub receiver_window: u32,
-    /// Default `SO_RCVBUF` (2 MiB; the OS caps it at `net.core.rmem_max`).
+    /// Default `SO_RCVBUF` ([`DEFAULT_SOCKET_RECEIVE_BUFFER`]).
     pub socket_receive_buffer: usize,
     /// Default `SO_SNDBUF` (OS default when `None`).
     pub socket_send_buffer: Option<usize>,
-    /// How long a client waits for the driver to answer a command (5 s).
-    pub client_command_timeout: Duration,
     /// Datagrams a sender or receiver handles per endpoint per duty cycle.
     pub datagrams_per_cycle: usize,
     /// UDP segmentation and receive offload (Linux GSO / GRO; on): a run of equal-sized
@@ -227,14 +458,108 @@ pub struct DriverContext {
     pub quotas: ClientQuotas,
 }
 
+/// A whole number as written (`-1`, forty digits): wide enough that a number out of its
+/// setting's range is reported by that range, never as unreadable. `None` for other text.
+fn whole_number(value: &str) -> Option<i128> {
+    let digits = value.strip_prefix('-').unwrap_or(value);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let magnitude = digits.parse::<i128>().unwrap_or(i128::MAX);
+    Some(if value.starts_with('-') { -magnitude } else { magnitude })
+}
+
 impl DriverContext {
+    /// The defaults for the driver directory `dir`.
+    pub fn new(dir: PathBuf) -> Self {
+        DriverContext { dir, ..DriverContext::default() }
+    }
+
+    /// Sets the setting `name` (one of [`setting_names`], or a duration's `_ms` form) from
+    /// `value` as a user wrote it. The error ([`Error::Setting`]) names the setting and the
+    /// value as given and says what is allowed: `mtu=33: must be a multiple of 32 between 64
+    /// and 65504`. Checks the value alone; [`Self::validate`] checks the settings together.
+    pub fn apply(&mut self, name: &str, value: &str) -> Result<()> {
+        let bad = |why: &dyn std::fmt::Display| Error::Setting(format!("{name}={value}: {why}"));
+        let (base, bare) = match name.strip_suffix("_ms") {
+            Some(base) => (base, BareUnit::Is(TimeUnit::Milliseconds)),
+            None => (name, BareUnit::Refused),
+        };
+        let kind = setting_kind(name).ok_or_else(|| unknown_setting(name))?;
+        match kind {
+            SettingKind::Path if value.is_empty() => return Err(bad(&"must not be empty")),
+            SettingKind::Path => self.dir = PathBuf::from(value),
+            SettingKind::Choice if name == "threading" => {
+                self.threading = value.parse().map_err(|e: String| bad(&e))?
+            }
+            SettingKind::Choice => {
+                self.idle = value.parse().map_err(|_| bad(&"expected one of busy-spin, yield, backoff"))?
+            }
+            SettingKind::Size => {
+                let size = match whole_number(value) {
+                    Some(number) => number,
+                    None => units::parse_size(value).map(i128::from).map_err(|e| bad(&e))?,
+                };
+                match name {
+                    "term_length" => {
+                        let length = limits::term_length(size).map_err(|e| bad(&e))?;
+                        (self.ipc_term_length, self.term_length) = (length, length);
+                    }
+                    "mtu" => self.mtu = limits::mtu(size).map_err(|e| bad(&e))?,
+                    "receiver_window" => self.receiver_window = checked(&ranges::RECEIVER_WINDOW, size, &bad)? as u32,
+                    _ => self.socket_receive_buffer = checked(&ranges::SOCKET_RECEIVE_BUFFER, size, &bad)? as usize,
+                }
+            }
+            SettingKind::FlowControl => {
+                let spec = FlowControlSpec::parse(value).map_err(|e| bad(&e.reason))?;
+                let flow = &mut self.flow_control;
+                flow.multicast_strategy = spec.strategy;
+                flow.group_tag = spec.group_tag.or(flow.group_tag);
+                flow.group_min_size = spec.group_min_size.unwrap_or(flow.group_min_size);
+                if let Some(timeout) = spec.receiver_timeout {
+                    flow.receiver_timeout = timeout;
+                }
+            }
+            SettingKind::Duration => {
+                let range = match base {
+                    "receiver_timeout" => ranges::RECEIVER_TIMEOUT_MS,
+                    "client_timeout" => ranges::CLIENT_TIMEOUT_MS,
+                    "linger" => ranges::LINGER_MS,
+                    _ => ranges::COMMAND_TIMEOUT_MS,
+                };
+                let duration = duration_in(&range, value, bare, &bad)?;
+                match base {
+                    "receiver_timeout" => self.flow_control.receiver_timeout = duration,
+                    "client_timeout" => self.client_timeout = duration,
+                    "linger" => self.publication_linger = duration,
+                    _ => self.command_timeout = duration,
+                }
+            }
+            SettingKind::Switch => {
+                self.udp_offload = match value {
+                    "on" | "true" => true,
+                    "off" | "false" => false,
+                    _ => return Err(bad(&"expected on or off")),
+                }
+            }
+            SettingKind::Count => {
+                let quota = quota_named(name).ok_or_else(|| unknown_setting(name))?;
+                let number = whole_number(value).ok_or_else(|| bad(&"expected a whole number"))?;
+                *quota.of(&mut self.quotas) = checked(&quota.range(), number, &bad)? as usize;
+            }
+        }
+        Ok(())
+    }
+
     /// Checks every setting against its range ([`ranges`]) and against the others (a receiver
     /// window or socket buffer smaller than the MTU would refuse every SETUP: nothing would ever
     /// connect). The error names the setting and its allowed range.
     pub fn validate(&self) -> Result<()> {
         let rule = |name: &str, value: u32, rule: &str| Error::Setting(format!("{name}={value}: {rule}"));
-        limits::term_length(i128::from(self.term_length))
-            .map_err(|why| rule(ranges::TERM_LENGTH.name, self.term_length, why))?;
+        for term_length in [self.term_length, self.ipc_term_length] {
+            limits::term_length(i128::from(term_length))
+                .map_err(|why| rule(ranges::TERM_LENGTH.name, term_length, why))?;
+        }
         limits::mtu(i128::from(self.mtu)).map_err(|why| rule(ranges::MTU.name, self.mtu, why))?;
         let mtu = u64::from(self.mtu);
         let at_least_mtu = |range: SettingRange, value: u64| {
@@ -250,17 +575,105 @@ impl DriverContext {
         at_least_mtu(ranges::RECEIVER_WINDOW, u64::from(self.receiver_window))?;
         at_least_mtu(ranges::SOCKET_RECEIVE_BUFFER, self.socket_receive_buffer as u64)?;
         ranges::RECEIVER_TIMEOUT_MS.check(self.flow_control.receiver_timeout.as_millis() as i128)?;
-        ranges::COMMAND_TIMEOUT_MS.check(self.client_command_timeout.as_millis() as i128)?;
+        ranges::COMMAND_TIMEOUT_MS.check(self.command_timeout.as_millis() as i128)?;
+        ranges::CLIENT_TIMEOUT_MS.check(self.client_timeout.as_millis() as i128)?;
+        ranges::LINGER_MS.check(self.publication_linger.as_millis() as i128)?;
         for quota in ClientQuota::ALL {
             quota.range().check(quota.get(&self.quotas) as i128)?;
         }
         Ok(())
     }
+
+    /// The value of a setting of [`setting_names`] as [`Self::apply`] reads it back (the usage
+    /// text shows the defaults with it).
+    pub fn value_of(&self, name: &str) -> Option<String> {
+        let size = |bytes: u64| match bytes {
+            b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}m", b >> 20),
+            b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}k", b >> 10),
+            b => b.to_string(),
+        };
+        let switch = |on: bool| if on { "on" } else { "off" }.to_string();
+        Some(match name {
+            "dir" => self.dir.display().to_string(),
+            "threading" => self.threading.name().to_string(),
+            "idle" => self.idle.name().to_string(),
+            "term_length" => {
+                format!("aeron:ipc {}, aeron:udp {}", size(self.ipc_term_length.into()), size(self.term_length.into()))
+            }
+            "mtu" => self.mtu.to_string(),
+            "receiver_window" => size(self.receiver_window.into()),
+            "socket_receive_buffer" => size(self.socket_receive_buffer as u64),
+            "flow_control" => FlowControlSpec {
+                strategy: self.flow_control.multicast_strategy,
+                group_tag: self.flow_control.group_tag,
+                group_min_size: Some(self.flow_control.group_min_size).filter(|size| *size > 0),
+                receiver_timeout: None,
+            }
+            .to_string(),
+            "receiver_timeout" => units::format_duration(self.flow_control.receiver_timeout),
+            "client_timeout" => units::format_duration(self.client_timeout),
+            "linger" => units::format_duration(self.publication_linger),
+            "command_timeout" => units::format_duration(self.command_timeout),
+            "udp_offload" => switch(self.udp_offload),
+            other => quota_named(other)?.get(&self.quotas).to_string(),
+        })
+    }
+}
+
+/// `value` in `range`, or the error naming the range.
+fn checked(range: &SettingRange, value: i128, bad: &dyn Fn(&dyn std::fmt::Display) -> Error) -> Result<u64> {
+    range.check(value).map_err(|_| bad(&format_args!("must be between {} and {}", range.min, range.max)))
+}
+
+/// A duration setting's value in its range of milliseconds: a bare number is in `bare`
+/// (milliseconds for a `_ms` name; refused for a name that gives no unit). The range is shown
+/// in milliseconds for a `_ms` name, with units otherwise.
+fn duration_in(
+    range: &SettingRange,
+    value: &str,
+    bare: BareUnit,
+    bad: &dyn Fn(&dyn std::fmt::Display) -> Error,
+) -> Result<Duration> {
+    let out_of_range = || match bare {
+        BareUnit::Is(_) => bad(&format_args!("must be between {} and {}", range.min, range.max)),
+        BareUnit::Refused => bad(&format_args!(
+            "must be between {} and {}",
+            units::format_duration(Duration::from_millis(range.min)),
+            units::format_duration(Duration::from_millis(range.max))
+        )),
+    };
+    if let (Some(number), BareUnit::Is(_)) = (whole_number(value), bare) {
+        // A whole number of milliseconds: any one out of range says the range.
+        let millis = range.check(number).map_err(|_| out_of_range())?;
+        return Ok(Duration::from_millis(millis));
+    }
+    let duration = units::parse_duration(value, bare).map_err(|e| bad(&e))?;
+    let (min, max) = (Duration::from_millis(range.min), Duration::from_millis(range.max));
+    if duration < min || duration > max {
+        return Err(out_of_range());
+    }
+    Ok(duration)
+}
+
+fn unknown_setting(name: &str) -> Error {
+    Error::Setting(format!("unknown setting {name:?} (known: {})", setting_names().join(", ")))
 }
 
 impl Default for DriverContext {
     fn default() -> Self {
         DriverContext {
+            dir: directory::default_dir(),
+            threading: Threading::default(),
+            idle: IdleStrategy::default(),
+            cnc: CncParams::default(),
+            client_timeout: DEFAULT_CLIENT_TIMEOUT,
+            driver_timeout: Duration::from_millis(directory::DRIVER_TIMEOUT_MS as u64),
+            command_timeout: directory::COMMAND_TIMEOUT,
+            publication_linger: defaults::PUBLICATION_LINGER,
+            counter_reuse: DEFAULT_COUNTER_REUSE,
+            ipc_term_length: defaults::TERM_LENGTH_IPC,
+            term_length: defaults::TERM_LENGTH_UDP,
+            mtu: defaults::MTU,
             flow_control: FlowControlDefaults::default(),
             status_message_interval: defaults::STATUS_MESSAGE_INTERVAL,
             nak_unicast_delay: defaults::NAK_UNICAST_DELAY,
@@ -269,13 +682,10 @@ impl Default for DriverContext {
             publication_connection_timeout: defaults::PUBLICATION_CONNECTION_TIMEOUT,
             retransmit_delay: defaults::RETRANSMIT_DELAY,
             retransmit_linger: defaults::RETRANSMIT_LINGER,
-            term_length: defaults::TERM_LENGTH_UDP,
-            mtu: defaults::MTU,
             receiver_window: defaults::RECEIVER_WINDOW,
-            socket_receive_buffer: 2 * 1024 * 1024,
+            socket_receive_buffer: DEFAULT_SOCKET_RECEIVE_BUFFER,
             socket_send_buffer: None,
-            client_command_timeout: Duration::from_secs(5),
-            datagrams_per_cycle: 32,
+            datagrams_per_cycle: DEFAULT_DATAGRAMS_PER_CYCLE,
             udp_offload: true,
             max_images_per_subscription: defaults::MAX_IMAGES_PER_SUBSCRIPTION,
             quotas: ClientQuotas::default(),
@@ -307,8 +717,7 @@ mod tests {
         assert_eq!(small_window, "receiver_window=1024: must be between the mtu (1408) and 536870912");
         let no_buffer = setting_error(DriverContext { socket_receive_buffer: 0, ..DriverContext::default() });
         assert!(no_buffer.starts_with("socket_receive_buffer=0: must be between"), "{no_buffer}");
-        let no_time =
-            setting_error(DriverContext { client_command_timeout: Duration::ZERO, ..DriverContext::default() });
+        let no_time = setting_error(DriverContext { command_timeout: Duration::ZERO, ..DriverContext::default() });
         assert_eq!(no_time, "command_timeout_ms=0: must be between 1 and 3600000");
         let quotas = ClientQuotas { commands_per_cycle_per_client: 0, ..ClientQuotas::default() };
         let no_turn = setting_error(DriverContext { quotas, ..DriverContext::default() });
@@ -338,5 +747,101 @@ mod tests {
         assert!(ranges::COMMAND_TIMEOUT_MS.check(-1).is_err());
         assert!(ranges::COMMAND_TIMEOUT_MS.check(i128::MAX).is_err());
         assert_eq!(ranges::COMMAND_TIMEOUT_MS.check(5000).unwrap(), 5000);
+    }
+
+    fn applied(name: &str, value: &str) -> Result<DriverContext> {
+        let mut context = DriverContext::default();
+        context.apply(name, value)?;
+        Ok(context)
+    }
+
+    fn refusal(name: &str, value: &str) -> String {
+        match applied(name, value) {
+            Err(Error::Setting(message)) => message,
+            other => panic!("{name}={value}: expected a setting error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn apply_sets_each_setting_from_text() {
+        let ms = Duration::from_millis;
+        assert_eq!(applied("dir", "/tmp/d").unwrap().dir, PathBuf::from("/tmp/d"));
+        assert_eq!(applied("threading", "invoker").unwrap().threading, Threading::Invoker);
+        assert_eq!(applied("idle", "yield").unwrap().idle, IdleStrategy::Yield);
+        let terms = applied("term_length", "1m").unwrap();
+        assert_eq!((terms.ipc_term_length, terms.term_length), (1 << 20, 1 << 20));
+        assert_eq!(applied("mtu", "8k").unwrap().mtu, 8192);
+        assert_eq!(applied("mtu", "4096").unwrap().mtu, 4096);
+        assert_eq!(applied("receiver_window", "256k").unwrap().receiver_window, 256 << 10);
+        assert_eq!(applied("socket_receive_buffer", "4m").unwrap().socket_receive_buffer, 4 << 20);
+        let flow = applied("flow_control", "tagged,g:7/2,t:3s").unwrap().flow_control;
+        assert_eq!((flow.group_tag, flow.group_min_size, flow.receiver_timeout), (Some(7), 2, ms(3000)));
+        assert_eq!(applied("receiver_timeout", "1.5s").unwrap().flow_control.receiver_timeout, ms(1500));
+        assert_eq!(applied("receiver_timeout_ms", "1500").unwrap().flow_control.receiver_timeout, ms(1500));
+        assert_eq!(applied("client_timeout", "2m").unwrap().client_timeout, ms(120_000));
+        assert_eq!(applied("client_timeout_ms", "250").unwrap().client_timeout, ms(250));
+        assert_eq!(applied("linger", "0").unwrap().publication_linger, Duration::ZERO);
+        assert_eq!(applied("command_timeout_ms", "2000").unwrap().command_timeout, ms(2000));
+        assert!(!applied("udp_offload", "off").unwrap().udp_offload);
+        assert!(applied("udp_offload", "true").unwrap().udp_offload);
+        for quota in ClientQuota::ALL {
+            assert_eq!(quota.get(&applied(quota.name(), "7").unwrap().quotas), 7, "{}", quota.name());
+        }
+    }
+
+    #[test]
+    fn every_setting_reads_back_what_it_was_given_and_has_a_default() {
+        let defaults = DriverContext::default();
+        for name in setting_names() {
+            let value = defaults.value_of(name).unwrap_or_else(|| panic!("{name} has no default shown"));
+            if name != "term_length" {
+                let mut context = DriverContext::default();
+                context.apply(name, &value).unwrap_or_else(|e| panic!("{name}={value}: {e}"));
+                assert_eq!(context.value_of(name), Some(value), "{name}");
+            }
+        }
+        assert_eq!(setting_names().len(), SETTINGS.len());
+    }
+
+    #[test]
+    fn every_refusal_names_the_setting_the_value_and_what_is_allowed() {
+        let cases = [
+            ("dir", "", "dir=: must not be empty"),
+            ("threading", "both", "threading=both: expected one of shared, shared-network, dedicated, invoker"),
+            ("idle", "nap", "idle=nap: expected one of busy-spin, yield, backoff"),
+            ("term_length", "1000", "term_length=1000: must be a power of two between 65536 and 1073741824"),
+            ("term_length", "-1", "term_length=-1: must be a power of two between 65536 and 1073741824"),
+            ("term_length", "64kb", "term_length=64kb: expected a size: digits with an optional k, m or g suffix (64k, 16m, 1g)"),
+            ("mtu", "33", "mtu=33: must be a multiple of 32 between 64 and 65504"),
+            ("mtu", &"9".repeat(50), &format!("mtu={}: must be a multiple of 32 between 64 and 65504", "9".repeat(50))),
+            ("receiver_window", "0", "receiver_window=0: must be between 64 and 536870912"),
+            ("socket_receive_buffer", "4g", "socket_receive_buffer=4g: must be between 64 and 2147483647"),
+            ("flow_control", "most", "flow_control=most: unknown flow control strategy \"most\" (expected max, min or tagged)"),
+            ("receiver_timeout", "0s", "receiver_timeout=0s: must be between 1ms and 3600s"),
+            ("receiver_timeout", "2", "receiver_timeout=2: a bare number is ambiguous here: give a unit ns, us, ms, s, m or h (e.g. 2s)"),
+            ("receiver_timeout_ms", "0", "receiver_timeout_ms=0: must be between 1 and 3600000"),
+            ("command_timeout_ms", "-1", "command_timeout_ms=-1: must be between 1 and 3600000"),
+            ("command_timeout_ms", "18446744073709551616", "command_timeout_ms=18446744073709551616: must be between 1 and 3600000"),
+            ("client_timeout", "2h", "client_timeout=2h: must be between 1ms and 3600s"),
+            ("client_timeout", "soon", "client_timeout=soon: expected a duration: a number with a unit ns, us, ms, s, m or h (500ms, 1.5s, 2m)"),
+            ("linger_ms", "0.0000001", "linger_ms=0.0000001: finer than a nanosecond (the smallest step of a duration)"),
+            ("udp_offload", "yes", "udp_offload=yes: expected on or off"),
+            ("max_clients", "0", "max_clients=0: must be between 1 and 1048576"),
+            ("max_clients", "1k", "max_clients=1k: expected a whole number"),
+        ];
+        for (name, value, expected) in cases {
+            assert_eq!(refusal(name, value), expected, "{name}={value}");
+        }
+        let unknown = refusal("mtu_ms", "5");
+        assert!(unknown.starts_with("unknown setting \"mtu_ms\" (known: dir, threading, idle,"), "{unknown}");
+        assert!(refusal("bogus", "1").starts_with("unknown setting \"bogus\""));
+    }
+
+    #[test]
+    fn a_refused_value_leaves_the_setting_as_it_was() {
+        let mut context = DriverContext::default();
+        context.apply("mtu", "4096").unwrap();
+        assert!(context.apply("mtu", "33").is_err());
+        assert_eq!(context.mtu, 4096);
     }
 }

@@ -34,6 +34,17 @@ impl Default for IdleStrategy {
     }
 }
 
+impl IdleStrategy {
+    /// The strategy's name as `idle=` takes it (`busy-spin`, `yield`, `backoff`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            IdleStrategy::BusySpin => "busy-spin",
+            IdleStrategy::Yield => "yield",
+            IdleStrategy::Backoff { .. } => "backoff",
+        }
+    }
+}
+
 impl std::str::FromStr for IdleStrategy {
     type Err = String;
     fn from_str(value: &str) -> Result<Self, String> {

@@ -1,5 +1,5 @@
 //! The media driver: its agents ([`agent`]: conductor, sender, receiver over the shared-memory
-//! contract of `shm`), its settings ([`context`], [`idle`]), its events ([`events`]) and the
+//! contract of `shm`), its settings ([`context`]: [`DriverContext`], the one settings type, and [`idle`]), its events ([`events`]) and the
 //! standalone process around it ([`standalone`]). Nothing here uses `client`: clients reach the
 //! driver only through the shared-memory files (`rust/src/embedded.rs` runs one in process).
 
@@ -9,6 +9,6 @@ pub mod events;
 pub mod idle;
 pub mod standalone;
 
-pub use context::{ranges, ClientQuota, ClientQuotas, DriverContext, SettingRange};
+pub use context::{ranges, ClientQuota, ClientQuotas, DriverContext, SettingRange, Threading};
 pub use events::{DriverEvent, DriverEventKind};
 pub use idle::{IdleStrategy, Idler};

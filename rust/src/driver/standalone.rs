@@ -1,164 +1,76 @@
-//! `affinity driver` / `affinity-driver`: command-line options and the foreground run of the
-//! media driver ([`crate::driver::agent::MediaDriver`]). The conductor that used to live here is
-//! [`crate::driver::agent::conductor`]; its types are re-exported under their old paths.
+//! `affinity driver` / `affinity-driver`: the command line (every option is a setting of
+//! [`DriverContext`], `--term-length 64k` is `apply("term_length", "64k")`) and the foreground
+//! run of the media driver ([`crate::driver::agent::MediaDriver`]).
 //!
 //! This module imports nothing from `client/`.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::driver::agent::conductor::{StandaloneConfig, StandaloneDriver, SystemCounter, CLIENT_TIMEOUT};
-use crate::shm::directory;
-use crate::shm::log_buffer::{LogParams, PAGE_MIN_SIZE};
+use crate::driver::context::{setting_kind, SettingKind, Threading, SETTINGS};
+use crate::driver::DriverContext;
 
-/// Options of `affinity driver` / `affinity-driver`.
-#[derive(Clone, Debug)]
-pub struct DriverOptions {
-    /// Driver settings (directory, timeouts, IPC and network defaults).
-    pub config: StandaloneConfig,
-    /// What the agent threads do when idle.
-    pub idle: crate::driver::idle::IdleStrategy,
-    /// `--threading`.
-    pub threading: crate::driver::agent::Threading,
+/// Usage text of the driver command (one place for the binary and the Python CLI), made from
+/// [`SETTINGS`] and the defaults of [`DriverContext`].
+pub fn usage() -> String {
+    let defaults = DriverContext::default();
+    let mut text = String::from(
+        "usage: affinity driver [--NAME VALUE | --NAME=VALUE]...\n\
+         Every option is a driver setting, also a keyword of affinity.Client(NAME=VALUE).\n\
+         Sizes: 65536, 64k, 16m, 1g. Durations: 500ms, 2s, 1m (a unit is needed; the NAME_ms\n\
+         form of a duration, e.g. --client-timeout-ms 5000, takes a bare number of milliseconds).\n",
+    );
+    for setting in SETTINGS {
+        let value = match setting.kind {
+            SettingKind::Path => "PATH",
+            SettingKind::Choice => "NAME",
+            SettingKind::Size => "SIZE",
+            SettingKind::Duration => "DURATION",
+            SettingKind::FlowControl => "SPEC",
+            SettingKind::Switch => "on|off",
+            SettingKind::Count => "N",
+        };
+        let default = match setting.name {
+            "dir" => "$AFFINITY_DIR, else /dev/shm/affinity-<login name>".to_string(),
+            name => defaults.value_of(name).unwrap_or_default(),
+        };
+        text.push_str(&format!("  {} {value}\n      {} (default {default})\n", setting.option(), setting.help));
+    }
+    text.pop();
+    text
 }
 
-/// Usage text of the driver command (one place for the binary and the Python CLI).
-pub const USAGE: &str = "usage: affinity driver [--dir PATH] [--threading dedicated|shared-network|shared]
-                       [--idle spin|yield|backoff] [--term-length N] [--mtu N]
-                       [--flow-control SPEC] [--receiver-timeout DUR]
-                       [--client-timeout DUR] [--linger DUR] [--udp-offload on|off]
-                       [--max-clients N] [--publications-per-client N]
-                       [--subscriptions-per-client N] [--counters-per-client N]
-                       [--commands-per-cycle-per-client N] [--queued-commands-per-client N]
-  --dir               driver directory (default $AFFINITY_DIR, else /dev/shm/affinity-<login name>)
-  --threading         dedicated: conductor, sender and receiver on three threads;
-                      shared-network: conductor + one network thread; shared: one thread (default)
-  --idle              idle strategy of the driver threads (default backoff)
-  --term-length       term length of logs whose channel names none (default: aeron:ipc 64m,
-                      aeron:udp 16m; given here, both)
-  --mtu               MTU of logs whose channel names none (default 1408)
-  --flow-control      flow control of multicast publications whose channel names no fc=
-                      (max, min, tagged,g:<tag>[/<min size>], with an optional ,t:<timeout>)
-  --receiver-timeout  a publication forgets a silent receiver after this long (default 5s)
-  --client-timeout    a client silent this long is reclaimed (default 5s)
-  --linger            a released publication waits at most this long for its subscribers (default 5s)
-  --udp-offload       send runs of equal-sized datagrams as one send, receive them as one
-                      (Linux UDP GSO/GRO; the datagrams on the wire are the same; default on)
-  --max-clients       client ids the driver tracks at once (default 1024)
-  --publications-per-client, --subscriptions-per-client, --counters-per-client
-                      what one client may hold at once (defaults 1024, 1024, 2048)
-  --commands-per-cycle-per-client
-                      commands of one client run per duty cycle; clients take turns (default 16)
-  --queued-commands-per-client
-                      commands of one client waiting for their turn; more are refused (default 256)";
-
-/// Parses driver command-line arguments (without the program name).
-pub fn parse_args(args: &[String]) -> Result<DriverOptions, String> {
-    use crate::channel::{parse_duration, parse_size};
-    use crate::driver::context::{ranges, ClientQuota};
-    let mut config = StandaloneConfig::new(directory::default_dir());
-    let mut idle = crate::driver::idle::IdleStrategy::default();
-    let mut threading = crate::driver::agent::Threading::Shared;
+/// Parses driver command-line arguments (without the program name) into the driver's
+/// settings: `--NAME VALUE` or `--NAME=VALUE` for each setting of [`SETTINGS`] (dashes or
+/// underscores), checked by [`DriverContext::apply`] (the error names the setting and the value,
+/// as `affinity.Client` reports them) and together by [`DriverContext::validate`]. A standalone
+/// driver runs its own threads: `--threading invoker` is refused. `Err(usage)` for `--help`.
+pub fn parse_args(args: &[String]) -> Result<DriverContext, String> {
+    let mut context = DriverContext::default();
     let mut iter = args.iter();
     while let Some(flag) = iter.next() {
-        let (name, inline) = match flag.split_once('=') {
-            Some((name, value)) => (name, Some(value.to_string())),
+        let (option, inline) = match flag.split_once('=') {
+            Some((option, value)) => (option, Some(value.to_string())),
             None => (flag.as_str(), None),
         };
-        if name == "-h" || name == "--help" {
-            return Err(USAGE.to_string());
+        if option == "-h" || option == "--help" {
+            return Err(usage());
         }
-        let mut value =
-            || inline.clone().or_else(|| iter.next().cloned()).ok_or_else(|| format!("{name} needs a value\n{USAGE}"));
-        let bad = |value: &str, error: String| format!("{name} {value:?}: {error}");
-        match name {
-            "--dir" => config.dir = PathBuf::from(value()?),
-            "--threading" => {
-                let v = value()?;
-                threading = match v.as_str() {
-                    "dedicated" | "shared-network" | "shared" => v.parse().map_err(|e| bad(&v, e))?,
-                    _ => return Err(format!("--threading {v:?}: expected dedicated, shared-network or shared")),
-                };
-            }
-            "--idle" => {
-                let v = value()?;
-                idle = v.parse().map_err(|e| bad(&v, e))?;
-            }
-            "--term-length" => {
-                let v = value()?;
-                let size = parse_size(&v).map_err(|e| bad(&v, e))?;
-                let size = u32::try_from(size).map_err(|_| bad(&v, "too large".into()))?;
-                config.ipc_term_length = size;
-                config.context.term_length = size;
-            }
-            "--mtu" => {
-                let v = value()?;
-                let size = parse_size(&v).map_err(|e| bad(&v, e))?;
-                let size = u32::try_from(size).map_err(|_| bad(&v, "too large".into()))?;
-                config.mtu = size;
-                config.context.mtu = size;
-            }
-            "--flow-control" => {
-                let v = value()?;
-                let spec = crate::flow_control::FlowControlSpec::parse(&v).map_err(|e| bad(&v, e.to_string()))?;
-                let flow = &mut config.context.flow_control;
-                flow.multicast_strategy = spec.strategy;
-                flow.group_tag = spec.group_tag.or(flow.group_tag);
-                flow.group_min_size = spec.group_min_size.unwrap_or(flow.group_min_size);
-                if let Some(timeout) = spec.receiver_timeout {
-                    flow.receiver_timeout = timeout;
-                }
-            }
-            "--receiver-timeout" => {
-                let v = value()?;
-                let timeout = parse_duration(&v).map_err(|e| bad(&v, e))?;
-                ranges::RECEIVER_TIMEOUT_MS.check(timeout.as_millis() as i128).map_err(|e| bad(&v, e.to_string()))?;
-                config.context.flow_control.receiver_timeout = timeout;
-            }
-            "--client-timeout" => {
-                let v = value()?;
-                config.client_timeout = parse_duration(&v).map_err(|e| bad(&v, e))?;
-                if config.client_timeout.is_zero() {
-                    return Err(bad(&v, "must be positive".into()));
-                }
-            }
-            "--linger" => {
-                let v = value()?;
-                config.publication_linger = parse_duration(&v).map_err(|e| bad(&v, e))?;
-            }
-            "--udp-offload" => {
-                let v = value()?;
-                config.context.udp_offload = match v.as_str() {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(bad(&v, "expected on or off".into())),
-                };
-            }
-            other => {
-                let Some(quota) = ClientQuota::ALL.into_iter().find(|quota| quota.option() == other) else {
-                    return Err(format!("unknown option {other:?}\n{USAGE}"));
-                };
-                let v = value()?;
-                let n: i128 = v.parse().map_err(|_| bad(&v, "expected a whole number".into()))?;
-                let n = quota.range().check(n).map_err(|e| bad(&v, e.to_string()))?;
-                *quota.of(&mut config.context.quotas) = n as usize;
-            }
+        let Some(name) = option.strip_prefix("--").map(|name| name.replace('-', "_")) else {
+            return Err(format!("unexpected argument {option:?}\n{}", usage()));
+        };
+        if setting_kind(&name).is_none() {
+            return Err(format!("unknown option {option:?}\n{}", usage()));
         }
+        let value = inline.or_else(|| iter.next().cloned()).ok_or_else(|| format!("{option} needs a value"))?;
+        context.apply(&name, &value).map_err(|e| e.to_string())?;
     }
-    // Check the log parameters once, at start, rather than on the first publication.
-    LogParams {
-        term_length: config.ipc_term_length,
-        mtu: config.mtu,
-        page_size: PAGE_MIN_SIZE,
-        initial_term_id: 0,
-        session_id: 0,
-        stream_id: 0,
-        correlation_id: 0,
+    if context.threading == Threading::Invoker {
+        return Err("threading=invoker: a standalone driver runs its own threads \
+                    (shared, shared-network or dedicated)"
+            .into());
     }
-    .validate()
-    .map_err(|e| format!("--term-length / --mtu: {e}"))?;
-    config.context.validate().map_err(|e| format!("--term-length / --mtu / --receiver-timeout: {e}"))?;
-    Ok(DriverOptions { config, idle, threading })
+    context.validate().map_err(|e| e.to_string())?;
+    Ok(context)
 }
 
 static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -187,12 +99,11 @@ fn install_signal_handlers() -> Result<(), String> {
 /// Runs a driver in the foreground until SIGINT or SIGTERM (or `stop` becomes true), then shuts
 /// down cleanly (end of stream to subscribers, files removed, and the directory too when nothing
 /// else is left in it). Prints one line when ready.
-pub fn run(options: DriverOptions, stop: Option<&std::sync::atomic::AtomicBool>) -> Result<(), String> {
-    use crate::driver::agent::{MediaDriver, MediaDriverConfig};
+pub fn run(context: DriverContext, stop: Option<&std::sync::atomic::AtomicBool>) -> Result<(), String> {
+    use crate::driver::agent::MediaDriver;
     install_signal_handlers()?;
     STOP.store(false, std::sync::atomic::Ordering::Relaxed);
-    let config = MediaDriverConfig { standalone: options.config, threading: options.threading, idle: options.idle };
-    let driver = MediaDriver::launch(config).map_err(|e| e.to_string())?;
+    let driver = MediaDriver::launch(context).map_err(|e| e.to_string())?;
     if let Some(reason) = driver.took_over() {
         eprintln!("affinity driver: took over a stale directory ({reason})");
     }
@@ -216,47 +127,61 @@ pub fn run(options: DriverOptions, stop: Option<&std::sync::atomic::AtomicBool>)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
+
+    fn parse(args: &[&str]) -> Result<DriverContext, String> {
+        parse_args(&args.iter().map(|arg| arg.to_string()).collect::<Vec<_>>())
+    }
 
     #[test]
-    fn arguments_are_parsed_and_bad_ones_named() {
-        let args: Vec<String> = ["--dir", "/tmp/x", "--idle=yield", "--term-length", "1m", "--client-timeout", "2s"]
-            .map(String::from)
-            .to_vec();
-        let options = parse_args(&args).unwrap();
-        assert_eq!(options.config.dir, PathBuf::from("/tmp/x"));
-        assert_eq!(options.config.ipc_term_length, 1 << 20);
-        assert_eq!(options.config.client_timeout, Duration::from_secs(2));
-        assert!(parse_args(&["--term-length".into(), "1000".into()]).unwrap_err().contains("term length 1000"));
-        assert!(parse_args(&["--threading".into(), "many".into()]).unwrap_err().contains("--threading \"many\""));
-        let options = parse_args(&["--flow-control".into(), "min".into(), "--receiver-timeout=2s".into()]).unwrap();
-        assert_eq!(options.config.context.flow_control.receiver_timeout, Duration::from_secs(2));
-        assert!(parse_args(&["--flow-control".into(), "most".into()])
-            .unwrap_err()
-            .starts_with("--flow-control \"most\""));
-        assert!(parse_args(&["--receiver-timeout".into(), "0s".into()]).unwrap_err().contains("receiver_timeout_ms"));
-        assert!(parse_args(&["--mtu".into(), "33".into()]).unwrap_err().contains("mtu 33"));
-        let options = parse_args(&["--threading".into(), "dedicated".into(), "--mtu=8k".into()]).unwrap();
-        assert_eq!(options.threading, crate::driver::agent::Threading::Dedicated);
-        assert_eq!(options.config.context.mtu, 8192);
-        assert!(parse_args(&["--threading".into(), "invoker".into()]).unwrap_err().contains("expected dedicated"));
-        assert!(parse_args(&["--bogus".into()]).unwrap_err().contains("unknown option"));
-        assert!(parse_args(&["--dir".into()]).unwrap_err().contains("needs a value"));
-        assert!(parse_args(&[]).unwrap().config.context.udp_offload, "offload is on by default");
-        assert!(!parse_args(&["--udp-offload=off".into()]).unwrap().config.context.udp_offload);
-        assert!(parse_args(&["--udp-offload".into(), "on".into()]).unwrap().config.context.udp_offload);
-        let options =
-            parse_args(&["--max-clients=9".into(), "--commands-per-cycle-per-client".into(), "3".into()]).unwrap();
-        assert_eq!(
-            (options.config.context.quotas.max_clients, options.config.context.quotas.commands_per_cycle_per_client),
-            (9, 3)
-        );
-        assert_eq!(
-            parse_args(&["--counters-per-client=0".into()]).unwrap_err(),
-            "--counters-per-client \"0\": counters_per_client=0: must be between 1 and 1048576"
-        );
-        assert_eq!(
-            parse_args(&["--udp-offload".into(), "yes".into()]).unwrap_err(),
-            "--udp-offload \"yes\": expected on or off"
-        );
+    fn options_are_the_settings_with_dashes_and_values_inline_or_next() {
+        let context =
+            parse(&["--dir", "/tmp/x", "--idle=yield", "--term-length", "1m", "--client-timeout", "2s"]).unwrap();
+        assert_eq!(context.dir, PathBuf::from("/tmp/x"));
+        assert_eq!((context.ipc_term_length, context.term_length), (1 << 20, 1 << 20));
+        assert_eq!(context.client_timeout, Duration::from_secs(2));
+        let context = parse(&["--threading", "dedicated", "--mtu=8k", "--client-timeout-ms", "2500"]).unwrap();
+        assert_eq!((context.threading, context.mtu), (Threading::Dedicated, 8192));
+        assert_eq!(context.client_timeout, Duration::from_millis(2500));
+        let context = parse(&["--flow-control", "min", "--receiver-timeout=2s", "--udp-offload=off"]).unwrap();
+        assert_eq!(context.flow_control.receiver_timeout, Duration::from_secs(2));
+        assert!(!context.udp_offload);
+        let context = parse(&["--max-clients=9", "--commands_per_cycle_per_client", "3"]).unwrap();
+        assert_eq!((context.quotas.max_clients, context.quotas.commands_per_cycle_per_client), (9, 3));
+    }
+
+    #[test]
+    fn a_bad_option_is_refused_with_the_message_of_the_setting() {
+        let cases = [
+            (&["--term-length", "1000"][..], "term_length=1000: must be a power of two between 65536 and 1073741824"),
+            (&["--threading", "many"], "threading=many: expected one of shared, shared-network, dedicated, invoker"),
+            (&["--threading", "invoker"], "threading=invoker: a standalone driver runs its own threads"),
+            (&["--flow-control", "most"], "flow_control=most: unknown flow control strategy \"most\""),
+            (&["--receiver-timeout", "0s"], "receiver_timeout=0s: must be between 1ms and 3600s"),
+            (&["--client-timeout", "5"], "client_timeout=5: a bare number is ambiguous here"),
+            (&["--mtu", "33"], "mtu=33: must be a multiple of 32 between 64 and 65504"),
+            (&["--counters-per-client=0"], "counters_per_client=0: must be between 1 and 1048576"),
+            (&["--udp-offload", "yes"], "udp_offload=yes: expected on or off"),
+            (&["--receiver-window", "1k"], "receiver_window=1024: must be between the mtu (1408) and 536870912"),
+            (&["--bogus"], "unknown option \"--bogus\""),
+            (&["--mtu-ms", "1"], "unknown option \"--mtu-ms\""),
+            (&["--dir"], "--dir needs a value"),
+            (&["stray"], "unexpected argument \"stray\""),
+        ];
+        for (args, expected) in cases {
+            let error = parse(args).unwrap_err();
+            assert!(error.starts_with(expected), "{args:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_usage_lists_every_setting_with_its_default() {
+        let text = usage();
+        for setting in SETTINGS {
+            assert!(text.contains(&format!("{} ", setting.option())), "{}", setting.name);
+        }
+        assert!(text.contains("(default aeron:ipc 64m, aeron:udp 16m)"), "{text}");
+        assert!(text.contains("(default 2s)"), "the receiver timeout's real default: {text}");
+        assert_eq!(parse(&["--help"]).unwrap_err(), text);
     }
 }

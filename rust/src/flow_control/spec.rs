@@ -8,7 +8,7 @@
 //! name     = "max" | "min" | "tagged"                  ; exact, case-sensitive
 //! option   = "g:" ( tag [ "/" minsize ] | "/" minsize )  ; tag: signed decimal i64
 //!          | "t:" duration                               ; minsize: 1..=i32::MAX
-//! duration = 1*DIGIT [ "ns" | "us" | "ms" | "s" ]        ; unit case-insensitive, none = ns
+//! duration = the one grammar of `crate::units` (500ms, 1.5s; a bare number is nanoseconds)
 //! ```
 //!
 //! Each option may appear once, option values are shorter than 64 characters. Options are
@@ -242,35 +242,18 @@ fn parse_integer<T: std::str::FromStr>(text: &str) -> Option<T> {
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let timeout = parse_duration(text).ok_or_else(|| {
-        format!(
-            "receiver timeout \"{text}\" is not a duration \
-             (an integer with optional unit ns, us, ms or s, e.g. 500ms or 2s)"
-        )
-    })?;
+    let timeout =
+        parse_duration(text).map_err(|why| format!("receiver timeout \"{text}\" is not a duration: {why}"))?;
     if timeout.is_zero() {
         return Err("receiver timeout must be greater than zero".into());
     }
     Ok(timeout)
 }
 
-/// `1*DIGIT [unit]`, unit `ns`/`us`/`ms`/`s` case-insensitive, none meaning nanoseconds.
-/// `None` on junk or when the value overflows `u64` nanoseconds.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let digit_count = text.bytes().take_while(u8::is_ascii_digit).count();
-    if digit_count == 0 {
-        return None;
-    }
-    let (number, unit) = text.split_at(digit_count);
-    let number: u64 = number.parse().ok()?;
-    let nanos_per_unit: u64 = match unit.to_ascii_lowercase().as_str() {
-        "" | "ns" => 1,
-        "us" => 1_000,
-        "ms" => 1_000_000,
-        "s" => 1_000_000_000,
-        _ => return None,
-    };
-    number.checked_mul(nanos_per_unit).map(Duration::from_nanos)
+/// The `t:` duration: [`crate::units::parse_duration`] with a bare number in nanoseconds (as
+/// Aeron's C driver reads it).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    crate::units::parse_duration(text, crate::units::BareUnit::Is(crate::units::TimeUnit::Nanoseconds))
 }
 
 /// The largest unit that represents `duration` exactly.
@@ -336,11 +319,11 @@ mod tests {
             (" min", "unknown flow control strategy"),
             ("min,t:fast", "receiver timeout \"fast\" is not a duration"),
             ("min,t:", "receiver timeout \"\" is not a duration"),
-            ("min,t:1h", "receiver timeout \"1h\" is not a duration"),
+            ("min,t:1d", "receiver timeout \"1d\" is not a duration: expected a duration"),
             ("min,t:-1s", "receiver timeout \"-1s\" is not a duration"),
-            ("min,t:1.5s", "receiver timeout \"1.5s\" is not a duration"),
+            ("min,t:1.5ns", "receiver timeout \"1.5ns\" is not a duration: finer than a nanosecond"),
             ("min,t:0", "receiver timeout must be greater than zero"),
-            ("min,t:99999999999999999999s", "is not a duration"),
+            ("min,t:99999999999999999999s", "is not a duration: duration overflows 64-bit nanoseconds"),
             ("min,g:/0", "group minimum size 0 is out of range"),
             ("tagged,g:1001/0", "group minimum size 0 is out of range"),
             ("min,g:/-1", "group minimum size -1 is out of range"),
@@ -412,10 +395,10 @@ mod tests {
             ("007ms", ms(7)),
         ];
         for (text, expected) in cases {
-            assert_eq!(parse_duration(text), Some(expected), "{text}");
+            assert_eq!(parse_duration(text), Ok(expected), "{text}");
         }
-        for junk in ["", "s", "ms", "1 s", "1sec", "1m", "+1s", "1e3", "18446744073709551616"] {
-            assert_eq!(parse_duration(junk), None, "{junk}");
+        for junk in ["", "s", "ms", "1 s", "1sec", "1d", "+1s", "1e3", "18446744073709551616"] {
+            assert!(parse_duration(junk).is_err(), "{junk}");
         }
     }
 

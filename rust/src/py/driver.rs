@@ -12,8 +12,8 @@ use crate::shm::{directory, stat};
 #[pyfunction]
 fn run_driver(py: Python<'_>, argv: &Bound<'_, PyAny>) -> PyResult<()> {
     let argv = strings_argument("argv", argv)?;
-    let options = standalone::parse_args(&argv).map_err(ConfigError::new_err)?;
-    py.detach(|| standalone::run(options, None)).map_err(DriverError::new_err)
+    let context = standalone::parse_args(&argv).map_err(ConfigError::new_err)?;
+    py.detach(|| standalone::run(context, None)).map_err(DriverError::new_err)
 }
 
 /// The driver directory used when none is given (`$AFFINITY_DIR`, else per user in /dev/shm).
@@ -73,6 +73,6 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run_driver, module)?)?;
     module.add_function(wrap_pyfunction!(default_driver_dir, module)?)?;
     module.add_function(wrap_pyfunction!(driver_stat, module)?)?;
-    module.add("DRIVER_USAGE", standalone::USAGE)?;
+    module.add("DRIVER_USAGE", standalone::usage())?;
     Ok(())
 }

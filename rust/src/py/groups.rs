@@ -6,6 +6,9 @@
 //! buffer) or pyarrow binary/large_binary/string/large_string arrays whose offsets are checked
 //! in full (non-negative, monotonic, within the data buffer) before any slice is taken.
 
+use super::settings::{
+    GROUP_CYCLE_MS, GROUP_HEARTBEAT_INTERVAL_MS, GROUP_LIVENESS_TIMEOUT_MS, GROUP_RESEND_TIMEOUT_MS,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -395,7 +398,7 @@ pub struct GroupPublisherCore {
 #[pymethods]
 impl GroupPublisherCore {
     #[new]
-    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, name=None, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100, resend_timeout_ms=1000))]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, name=None, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, resend_timeout_ms=GROUP_RESEND_TIMEOUT_MS))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -561,7 +564,7 @@ pub struct GroupConsumerCore {
 #[pymethods]
 impl GroupConsumerCore {
     #[new]
-    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, index, count, *, registry_dir, auto_ack=false, name=None, host="127.0.0.1", control=None, secret=None, cycle_ms=30000, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, index, count, *, registry_dir, auto_ack=false, name=None, host="127.0.0.1", control=None, secret=None, cycle_ms=GROUP_CYCLE_MS, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -726,7 +729,7 @@ pub struct GroupObserverCore {
 #[pymethods]
 impl GroupObserverCore {
     #[new]
-    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100))]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,

@@ -8,6 +8,7 @@ mod driver;
 mod errors;
 mod groups;
 mod routing;
+mod settings;
 mod subjects;
 mod transport;
 
@@ -17,6 +18,7 @@ fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
     transport::register(module)?;
     routing::register(module)?;
     driver::register(module)?;
+    settings::register(module)?;
     groups::register(module)?;
     subjects::register(module)?;
     Ok(())

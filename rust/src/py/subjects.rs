@@ -4,6 +4,7 @@
 //! Conversion, GIL release and error mapping only: every decision is made in
 //! `crate::subjects`. The Python wrappers are `affinity.subjects` and `affinity.cli.router`.
 
+use super::settings::{GROUP_HEARTBEAT_INTERVAL_MS, GROUP_LIVENESS_TIMEOUT_MS};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -102,7 +103,7 @@ impl SubjectRouterCore {
     /// `(control_topic, subscription_topic, announcements, coverage_option)`; `backlog_budget`:
     /// bytes all backlogs together may hold; `secret`: the router secret (bytes) or `None`.
     #[new]
-    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=2000, heartbeat_interval_ms=100, backlog_budget=DEFAULT_BACKLOG_BUDGET, secret=None))]
+    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, backlog_budget=DEFAULT_BACKLOG_BUDGET, secret=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -304,7 +305,7 @@ pub struct SubjectSubscriberCore {
 impl SubjectSubscriberCore {
     /// Opens an inbox and starts heartbeating to `router`.
     #[new]
-    #[pyo3(signature = (client, router, *, name, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000, secret=None))]
+    #[pyo3(signature = (client, router, *, name, host="127.0.0.1", heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, secret=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -378,7 +379,7 @@ pub struct SubjectSourceCore {
 impl SubjectSourceCore {
     /// Opens an inbox and starts heartbeating to `router` with `label`.
     #[new]
-    #[pyo3(signature = (client, router, *, label, host="127.0.0.1", heartbeat_interval_ms=100, liveness_timeout_ms=2000, secret=None))]
+    #[pyo3(signature = (client, router, *, label, host="127.0.0.1", heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, secret=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,

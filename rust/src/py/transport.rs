@@ -3,29 +3,26 @@
 //! Conversion and GIL release only: every decision is made in `crate::client`.
 
 use std::net::SocketAddr;
-use std::str::FromStr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyResourceWarning;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyInt, PyList, PyString};
 
 use super::args::{
     callable_argument, expected, float_argument, instance_argument, int_argument, int_in, named, path_argument,
     seconds, str_argument, Item,
 };
 use super::buffers::{arrow_binary, is_arrow, with_bytes};
-use super::errors::{self, invalid_argument, transport_error};
+use super::errors::{self, invalid_argument, transport_error, wrong_type};
 use crate::client::{
     check_channel as check_channel_uri, ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle,
     SubscriptionHandle, Unsent,
 };
-use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange};
-use crate::embedded::{self, EmbeddedConfig, EmbeddedThreading};
+use crate::driver::context::{setting_kind, setting_names, SettingKind};
+use crate::embedded::{self, EmbeddedConfig};
 use crate::error::Error;
-use crate::flow_control::FlowControlSpec;
-use crate::limits;
 use crate::media::relay::{Impairment, LossyRelay as RustRelay};
 use crate::protocol::OfferError;
 use crate::shm::directory;
@@ -96,46 +93,34 @@ fn setting_error(message: String) -> PyErr {
     transport_error(Error::Setting(message))
 }
 
-/// A string setting (a wrong type raises `ArgumentTypeError`, as every argument does).
-fn setting_text(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
-    let text = value.cast::<pyo3::types::PyString>().map_err(|_| expected(name, "a str", value))?;
-    Ok(text.to_string_lossy().into_owned())
-}
-
-fn parse_setting<T: FromStr<Err = String>>(name: &str, value: &Bound<'_, PyAny>) -> PyResult<T> {
-    setting_text(name, value)?.parse().map_err(|message| setting_error(format!("{name}: {message}")))
-}
-
-/// A Python int as a wide integer: any int is taken (so no `OverflowError`), then range-checked
-/// by the caller. An int wider than 128 bits is out of every range. A wrong type raises
-/// `ArgumentTypeError` ([`int_argument`] over the whole `i128` range).
-fn setting_int(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Result<i128, String>> {
-    match int_argument(name, value, i128::MIN, i128::MAX) {
-        Ok(number) => Ok(Ok(number)),
-        Err(error) if error.is_instance_of::<pyo3::exceptions::PyTypeError>(value.py()) => Err(error),
-        Err(_) => Ok(Err(value.to_string())),
-    }
-}
-
-/// An integer setting checked against its range ([`ranges`]).
-fn ranged(range: &SettingRange, value: &Bound<'_, PyAny>) -> PyResult<u64> {
-    match setting_int(range.name, value)? {
-        Ok(wide) => range.check(wide).map_err(transport_error),
-        Err(text) => Err(transport_error(range.out_of_range(text))),
-    }
-}
-
-/// An integer setting checked by a protocol limit ([`limits`]).
-fn limited(
-    range: &SettingRange,
-    value: &Bound<'_, PyAny>,
-    check: fn(i128) -> Result<u32, &'static str>,
-) -> PyResult<u32> {
-    let (shown, result) = match setting_int(range.name, value)? {
-        Ok(wide) => (wide.to_string(), check(wide)),
-        Err(text) => (text, check(i128::MAX)),
+/// A driver setting's value as the text [`DriverContext::apply`] reads: a `str` as it is, an
+/// `int` in decimal (any size: the range check names it), a `bool` for an on/off setting. Any
+/// other type raises `ArgumentTypeError` naming the setting; an unknown name too, as Python
+/// does for an unexpected keyword.
+fn setting_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let Some(kind) = setting_kind(name) else {
+        return Err(wrong_type(format!(
+            "Client() got an unexpected keyword argument {name:?} (settings: {})",
+            setting_names().join(", ")
+        )));
     };
-    result.map_err(|rule| setting_error(format!("{}={shown}: {rule}", range.name)))
+    if let Ok(text) = value.cast::<PyString>() {
+        return Ok(text.to_string_lossy().into_owned());
+    }
+    let numeric = matches!(kind, SettingKind::Size | SettingKind::Duration | SettingKind::Count);
+    if value.is_instance_of::<PyBool>() {
+        if kind == SettingKind::Switch {
+            return Ok(if value.is_truthy()? { "on" } else { "off" }.to_owned());
+        }
+    } else if numeric && value.is_instance_of::<PyInt>() {
+        return Ok(value.to_string());
+    }
+    let wanted = match kind {
+        SettingKind::Switch => "a bool or a str",
+        _ if numeric => "an int or a str",
+        _ => "a str",
+    };
+    Err(expected(name, wanted, value))
 }
 
 fn stream_id_argument(value: &Bound<'_, PyAny>) -> PyResult<i32> {
@@ -190,64 +175,37 @@ impl Client {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (*, dir=None, driver_timeout_ms=None, threading=None, idle=None, term_length=None, mtu=None, receiver_window=None, socket_receive_buffer=None, flow_control=None, receiver_timeout_ms=None, command_timeout_ms=None, yield_when_idle=true))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (*, dir=None, driver_timeout_ms=None, yield_when_idle=true, **settings))]
     fn new(
         py: Python<'_>,
         dir: Option<&Bound<'_, PyAny>>,
         driver_timeout_ms: Option<&Bound<'_, PyAny>>,
-        threading: Option<&Bound<'_, PyAny>>,
-        idle: Option<&Bound<'_, PyAny>>,
-        term_length: Option<&Bound<'_, PyAny>>,
-        mtu: Option<&Bound<'_, PyAny>>,
-        receiver_window: Option<&Bound<'_, PyAny>>,
-        socket_receive_buffer: Option<&Bound<'_, PyAny>>,
-        flow_control: Option<&Bound<'_, PyAny>>,
-        receiver_timeout_ms: Option<&Bound<'_, PyAny>>,
-        command_timeout_ms: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = named::yield_when_idle)] yield_when_idle: bool,
+        settings: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let dir = dir.map(|value| path_argument("dir", value)).transpose()?;
-        // A setting of the wrong type is reported as such first, whichever driver it is for.
-        let integers = [
-            ("driver_timeout_ms", driver_timeout_ms),
-            ("term_length", term_length),
-            ("mtu", mtu),
-            ("receiver_window", receiver_window),
-            ("socket_receive_buffer", socket_receive_buffer),
-            ("receiver_timeout_ms", receiver_timeout_ms),
-            ("command_timeout_ms", command_timeout_ms),
-        ];
-        for (name, value) in integers {
-            value.map(|value| setting_int(name, value)).transpose()?;
-        }
-        for (name, value) in [("threading", threading), ("idle", idle), ("flow_control", flow_control)] {
-            value.map(|value| setting_text(name, value)).transpose()?;
+        let driver_timeout_ms =
+            driver_timeout_ms.map(|value| int_in::<u32>("driver_timeout_ms", value, 1, u32::MAX)).transpose()?;
+        // Every setting as text (a wrong type is reported as such first, whichever driver it is
+        // for); `None` leaves a setting at its default.
+        let mut texts = Vec::new();
+        for (key, value) in settings.into_iter().flat_map(|settings| settings.iter()) {
+            let name = key.str()?.to_string_lossy().into_owned();
+            if value.is_none() && setting_kind(&name).is_some() {
+                continue;
+            }
+            texts.push((name.clone(), setting_value(&name, &value)?));
         }
         let dir = dir.or_else(|| std::env::var_os(directory::ENV_DIR).filter(|v| !v.is_empty()).map(Into::into));
         if let Some(dir) = dir {
-            let embedded_settings = [
-                ("threading", threading),
-                ("idle", idle),
-                ("term_length", term_length),
-                ("mtu", mtu),
-                ("receiver_window", receiver_window),
-                ("socket_receive_buffer", socket_receive_buffer),
-                ("flow_control", flow_control),
-                ("receiver_timeout_ms", receiver_timeout_ms),
-                ("command_timeout_ms", command_timeout_ms),
-            ];
-            if let Some((name, _)) = embedded_settings.iter().find(|(_, value)| value.is_some()) {
+            if let Some((name, _)) = texts.first() {
                 return Err(setting_error(format!(
                     "{name} configures the embedded driver; a client attached to the standalone driver in {} \
                      uses that driver's settings (affinity driver --help)",
                     dir.display()
                 )));
             }
-            let timeout_ms = match driver_timeout_ms {
-                Some(value) => u64::from(int_in::<u32>("driver_timeout_ms", value, 1, u32::MAX)?),
-                None => directory::DRIVER_TIMEOUT_MS as u64,
-            };
+            let timeout_ms = driver_timeout_ms.map_or(directory::DRIVER_TIMEOUT_MS as u64, u64::from);
             let timeout = std::time::Duration::from_millis(timeout_ms);
             let inner = py.detach(|| ClientHandle::attach(&dir, timeout)).map_err(transport_error)?;
             return Ok(Client { inner: std::sync::Arc::new(inner) });
@@ -258,50 +216,10 @@ impl Client {
             ));
         }
         let mut config = EmbeddedConfig { yields_when_idle: yield_when_idle, ..EmbeddedConfig::default() };
-        let mut context = DriverContext::default();
-        if let Some(value) = threading {
-            config.threading = parse_setting::<EmbeddedThreading>("threading", value)?;
+        for (name, text) in &texts {
+            config.driver.apply(name, text).map_err(transport_error)?;
         }
-        if let Some(value) = idle {
-            config.idle = parse_setting::<IdleStrategy>("idle", value)?;
-        }
-        if let Some(value) = term_length {
-            // As `affinity driver --term-length`: the default of IPC and UDP logs alike.
-            context.term_length = limited(&ranges::TERM_LENGTH, value, limits::term_length)?;
-            config.driver.ipc_term_length = context.term_length;
-        }
-        if let Some(value) = mtu {
-            context.mtu = limited(&ranges::MTU, value, limits::mtu)?;
-            config.driver.mtu = context.mtu;
-        }
-        if let Some(value) = receiver_window {
-            // The range's maximum fits u32 (half the largest term).
-            context.receiver_window = ranged(&ranges::RECEIVER_WINDOW, value)? as u32;
-        }
-        if let Some(value) = socket_receive_buffer {
-            context.socket_receive_buffer = ranged(&ranges::SOCKET_RECEIVE_BUFFER, value)? as usize;
-        }
-        if let Some(value) = flow_control {
-            let text = setting_text("flow_control", value)?;
-            let spec =
-                FlowControlSpec::parse(&text).map_err(|e| setting_error(format!("flow_control={text:?}: {e}")))?;
-            context.flow_control.multicast_strategy = spec.strategy;
-            context.flow_control.group_tag = spec.group_tag.or(context.flow_control.group_tag);
-            context.flow_control.group_min_size = spec.group_min_size.unwrap_or(context.flow_control.group_min_size);
-            if let Some(timeout) = spec.receiver_timeout {
-                context.flow_control.receiver_timeout = timeout;
-            }
-        }
-        if let Some(value) = receiver_timeout_ms {
-            let ms = ranged(&ranges::RECEIVER_TIMEOUT_MS, value)?;
-            context.flow_control.receiver_timeout = std::time::Duration::from_millis(ms);
-        }
-        if let Some(value) = command_timeout_ms {
-            let ms = ranged(&ranges::COMMAND_TIMEOUT_MS, value)?;
-            context.client_command_timeout = std::time::Duration::from_millis(ms);
-        }
-        context.validate().map_err(transport_error)?;
-        config.driver.context = context;
+        config.driver.validate().map_err(transport_error)?;
         let inner = py.detach(|| embedded::start(config)).map_err(transport_error)?;
         Ok(Client { inner: std::sync::Arc::new(ClientHandle::from(inner)) })
     }

@@ -90,7 +90,7 @@ impl Default for CncParams {
             to_clients_capacity: 1 << 20,
             counters: 8192,
             error_log_length: 1 << 20,
-            client_liveness_timeout_ns: 5_000_000_000,
+            client_liveness_timeout_ns: super::directory::CLIENT_TIMEOUT.as_nanos() as i64,
             page_size: 4096,
         }
     }

@@ -27,6 +27,12 @@ pub const DIR_MODE: u32 = 0o700;
 pub const PUBLICATIONS_DIR: &str = "publications";
 /// Default driver timeout: a heartbeat older than this means the driver is dead (ms).
 pub const DRIVER_TIMEOUT_MS: i64 = 10_000;
+/// Default client liveness timeout: a client whose keepalives stop for this long is reclaimed
+/// (the cnc header carries the driver's value to its clients).
+pub const CLIENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a client waits for the driver's answer to a command, attached or embedded (10 s,
+/// as Aeron's client waits its driver timeout): the one default of both sides of the contract.
+pub const COMMAND_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(DRIVER_TIMEOUT_MS as u64);
 /// Aeron's `ManyToOneRingBuffer.CONSUMER_HEARTBEAT_OFFSET`: where, inside the to-driver ring's
 /// trailer (after the record capacity), an Aeron media driver writes its heartbeat (epoch ms).
 pub const AERON_CONSUMER_HEARTBEAT_IN_TRAILER: usize = 640;

@@ -1,4 +1,4 @@
-//! The standalone driver's conductor over shared memory (`shm/`): it owns a driver directory,
+//! The media driver's conductor over shared memory (`shm/`): it owns a driver directory,
 //! reads client commands from the cnc's to-driver ring, answers on the broadcast buffer, keeps
 //! the counters, and runs `aeron:ipc` publications whose log files clients in other processes
 //! map: publishers append with the lock-free term appender, subscribers read the same log and
@@ -11,19 +11,18 @@
 //! timeout passes). Launched with agents ([`crate::driver::agent::MediaDriver`]), it also runs
 //! `aeron:udp` publications and subscriptions: it binds their sockets, creates their shared
 //! logs and counters, and hands them to the sender and receiver agents through queues
-//! (`network` below); without agents (`StandaloneDriver::launch`) UDP channels are refused.
+//! (`network` below); without agents (`DriverConductor::launch`) UDP channels are refused.
 //!
 //! This module imports nothing from `client/`.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Instant;
 
 use crate::channel::{ChannelUri, Media};
-use crate::driver::ClientQuota;
-use crate::protocol::defaults;
+use crate::driver::DriverContext;
 use crate::shm::broadcast::BroadcastTransmitter;
-use crate::shm::cnc::{Cnc, CncParams, CNC_FILE};
+use crate::shm::cnc::{Cnc, CNC_FILE};
 use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{type_id, Counter, CountersManager};
 use crate::shm::directory::{self, epoch_ms, PUBLICATIONS_DIR};
@@ -36,34 +35,11 @@ use crate::shm::status::{
 };
 use crate::shm::ShmError;
 
+mod clients;
 mod network;
 
-/// Settings of a standalone driver.
-#[derive(Clone, Debug)]
-pub struct StandaloneConfig {
-    /// The driver directory.
-    pub dir: PathBuf,
-    /// Sizes of the cnc file.
-    pub cnc: CncParams,
-    /// Term length of IPC publications whose channel names none.
-    pub ipc_term_length: u32,
-    /// MTU of IPC publications whose channel names none.
-    pub mtu: u32,
-    /// A client silent this long is dead.
-    pub client_timeout: Duration,
-    /// A driver heartbeat older than this marks a directory stale.
-    pub driver_timeout: Duration,
-    /// How long a released publication waits for its subscribers at most.
-    pub publication_linger: Duration,
-    /// How long a freed counter id waits before reuse.
-    pub counter_reuse: Duration,
-    /// Network settings (term length and MTU of UDP publications, receiver window, socket
-    /// buffers, flow control, timers), as the embedded driver takes them; validated at launch.
-    pub context: crate::driver::DriverContext,
-}
+use clients::QUEUED_BYTES_MAX;
 
-/// Default client liveness timeout.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Records read from the to-driver ring per duty cycle at most; they wait in their client's
 /// queue for its turn ([`crate::driver::ClientQuotas::commands_per_cycle_per_client`]).
 const RECORDS_PER_CYCLE: usize = 256;
@@ -71,11 +47,6 @@ const RECORDS_PER_CYCLE: usize = 256;
 /// this is padded over: well inside the client timeout, so the live clients whose keepalives
 /// wait behind the stalled claim are not timed out (Aeron's clients beat in a counter instead).
 const UNBLOCK_TIMEOUT_DIVISOR: i64 = 4;
-/// Bytes of commands waiting in the per-client queues at most (8 rings' worth by default):
-/// past it the conductor stops reading the ring until the turns drain them, so many flooding
-/// client ids together cannot grow the driver's memory without bound (each one alone is held
-/// by `queued_commands_per_client`).
-const QUEUED_BYTES_MAX: usize = 8 << 20;
 /// How often clients' keepalives are checked, in milliseconds.
 const CLIENT_CHECK_INTERVAL_MS: i64 = 100;
 /// A gap between two client checks longer than `client_timeout / STALL_FRACTION` (and than
@@ -84,23 +55,6 @@ const CLIENT_CHECK_INTERVAL_MS: i64 = 100;
 const STALL_FRACTION: i64 = 2;
 /// See [`STALL_FRACTION`].
 const STALL_MIN_CHECKS: i64 = 4;
-
-impl StandaloneConfig {
-    /// Defaults for `dir`.
-    pub fn new(dir: PathBuf) -> Self {
-        Self {
-            dir,
-            cnc: CncParams::default(),
-            ipc_term_length: defaults::TERM_LENGTH_IPC,
-            mtu: defaults::MTU,
-            client_timeout: CLIENT_TIMEOUT,
-            driver_timeout: Duration::from_millis(directory::DRIVER_TIMEOUT_MS as u64),
-            publication_linger: defaults::PUBLICATION_LINGER,
-            counter_reuse: Duration::from_secs(1),
-            context: crate::driver::DriverContext::default(),
-        }
-    }
-}
 
 pub use crate::shm::status::SystemCounter;
 
@@ -146,9 +100,10 @@ struct SubscriptionState {
     stream_id: i32,
 }
 
-/// The standalone driver's conductor (one thread runs [`StandaloneDriver::do_work`]).
-pub struct StandaloneDriver {
-    config: StandaloneConfig,
+/// The media driver's conductor (one thread runs [`DriverConductor::do_work`]): Aeron's
+/// `DriverConductor`, over the driver directory.
+pub struct DriverConductor {
+    config: DriverContext,
     cnc: Cnc,
     ring: ManyToOneRingBuffer,
     transmitter: BroadcastTransmitter,
@@ -181,10 +136,10 @@ pub(crate) fn log_file_name(log: &LogBuffer) -> String {
     log.path().map(|path| path.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-impl StandaloneDriver {
+impl DriverConductor {
     /// Takes the directory (refusing a live driver, taking over a stale one), creates the cnc
     /// and the system counters.
-    pub fn launch(config: StandaloneConfig) -> Result<Self, ShmError> {
+    pub fn launch(config: DriverContext) -> Result<Self, ShmError> {
         let now = epoch_ms();
         let took_over = directory::prepare(&config.dir, config.driver_timeout.as_millis() as i64, now)?;
         // One memfd per log stays open in the driver (`docs/driver-protocol.md`).
@@ -224,10 +179,10 @@ impl StandaloneDriver {
         })
     }
 
-    /// Like [`StandaloneDriver::launch`], with the queues to the sender and receiver agents and
+    /// Like [`DriverConductor::launch`], with the queues to the sender and receiver agents and
     /// from them: `aeron:udp` channels are then carried.
     pub fn launch_with_agents(
-        config: StandaloneConfig,
+        config: DriverContext,
         to_sender: std::sync::mpsc::Sender<crate::driver::agent::SenderCommand>,
         to_receiver: std::sync::mpsc::Sender<crate::driver::agent::ReceiverCommand>,
         events: std::sync::mpsc::Receiver<crate::driver::agent::AgentEvent>,
@@ -341,121 +296,6 @@ impl StandaloneDriver {
         self.respond(Response::Error { correlation_id, code, message }, now_ms);
     }
 
-    /// A command just read: a client id never handed out, or a new one past `max_clients`, is
-    /// refused; a keepalive is applied at once; anything else waits in its client's queue
-    /// (refused past `queued_commands_per_client`).
-    fn admit(&mut self, command: Command, length: usize, now_ms: i64) {
-        let client_id = command.client_id();
-        let quotas = self.config.context.quotas;
-        // (code, answer, error-log text): the log names no invented id, so a flood of them is
-        // one record whose count grows.
-        let refusal = if !self.clients.contains_key(&client_id) {
-            let handed_out = self.ring.last_correlation_id().unwrap_or(i64::MAX);
-            if !(1..=handed_out).contains(&client_id) {
-                let answer =
-                    format!("client id {client_id} was never handed out by this driver (ids 1 to {handed_out} so far)");
-                Some((error_code::GENERIC_ERROR, answer, "commands from client ids never handed out refused".into()))
-            } else if self.clients.len() >= quotas.max_clients {
-                let answer = ClientQuota::MaxClients.exceeded(client_id, &quotas);
-                let log = format!(
-                    "quota max_clients={} reached: commands of further client ids refused (affinity driver {})",
-                    quotas.max_clients,
-                    ClientQuota::MaxClients.option()
-                );
-                Some((error_code::QUOTA_EXCEEDED, answer, log))
-            } else {
-                None
-            }
-        } else if self.pending.get(&client_id).is_some_and(|queue| queue.len() >= quotas.queued_commands_per_client) {
-            let answer = ClientQuota::QueuedCommandsPerClient.exceeded(client_id, &quotas);
-            Some((error_code::QUOTA_EXCEEDED, answer.clone(), answer))
-        } else {
-            None
-        };
-        if let Some((code, answer, log)) = refusal {
-            self.bump(SystemCounter::InvalidCommands);
-            self.error(&log, now_ms);
-            if let Some(correlation_id) = command.correlation_id() {
-                self.respond(Response::Error { correlation_id, code, message: answer }, now_ms);
-            }
-            return;
-        }
-        if let Command::ClientKeepalive { client_id, token } = command {
-            if !self.clients.contains_key(&client_id) {
-                self.touch_client(client_id, now_ms);
-            }
-            if self.check_token(client_id, token, "keepalive", now_ms) {
-                self.touch_client(client_id, now_ms);
-                self.bump(SystemCounter::ClientKeepalives);
-            }
-            return;
-        }
-        // A close proves no liveness (it may name another client): it waits its turn untouched.
-        if !matches!(command, Command::ClientClose { .. }) {
-            self.touch_client(client_id, now_ms);
-        }
-        let queue = self.pending.entry(client_id).or_default();
-        if queue.is_empty() {
-            self.turns.push_back(client_id);
-        }
-        queue.push_back((command, length));
-        self.pending_bytes += length;
-    }
-
-    /// Whether `token` is `client_id`'s close token: the first non-zero token a client id
-    /// shows is bound to it; a keepalive or close with another one is refused, logged and
-    /// counted (another process naming this client's id, or a client reusing an id).
-    fn check_token(&mut self, client_id: i64, token: i64, what: &str, now_ms: i64) -> bool {
-        let bound = self.clients.get(&client_id).and_then(|client| client.token);
-        match bound {
-            Some(bound) if bound != token => {
-                self.bump(SystemCounter::InvalidCommands);
-                self.error(
-                    &format!(
-                        "client-{what} for client {client_id} ignored: its token is not the one that client's \
-                         keepalives carry (sent by another process naming its id?)"
-                    ),
-                    now_ms,
-                );
-                false
-            }
-            Some(_) => true,
-            None => {
-                if token != 0 {
-                    if let Some(client) = self.clients.get_mut(&client_id) {
-                        client.token = Some(token);
-                    }
-                }
-                true
-            }
-        }
-    }
-
-    /// Runs the waiting commands: each client with commands waiting in turn, at most
-    /// `commands_per_cycle_per_client` of each per duty cycle.
-    fn run_turns(&mut self, now_ms: i64) -> usize {
-        let share = self.config.context.quotas.commands_per_cycle_per_client;
-        let mut work = 0;
-        for _ in 0..self.turns.len() {
-            let Some(client_id) = self.turns.pop_front() else { break };
-            for _ in 0..share {
-                let Some((command, length)) = self.pending.get_mut(&client_id).and_then(|queue| queue.pop_front())
-                else {
-                    break;
-                };
-                self.pending_bytes -= length;
-                work += 1;
-                self.on_command(command, now_ms);
-            }
-            if self.pending.get(&client_id).is_some_and(|queue| !queue.is_empty()) {
-                self.turns.push_back(client_id);
-            } else {
-                self.pending.remove(&client_id);
-            }
-        }
-        work
-    }
-
     /// Aeron's blocked-command check: when the ring's head has not moved for a quarter of the
     /// client timeout ([`UNBLOCK_TIMEOUT_DIVISOR`]) while producers claimed past it, the claim at the head was never committed
     /// (its client died while writing it): pad over it ([`ManyToOneRingBuffer::unblock`]),
@@ -490,27 +330,6 @@ impl StandaloneDriver {
                 0
             }
         }
-    }
-
-    /// `Err` naming the quota when `client_id` may not add another publication (or
-    /// subscription): its handles, or the counters it owns, are at their quota.
-    fn check_add_quota(&self, client_id: i64, publication: bool) -> Result<(), (i32, String)> {
-        let quotas = &self.config.context.quotas;
-        let (quota, held) = if publication {
-            let ipc: usize =
-                self.publications.iter().filter_map(|p| p.owners.get(&client_id)).map(|&n| n as usize).sum();
-            (ClientQuota::PublicationsPerClient, ipc + self.network_publications_of(client_id))
-        } else {
-            let ipc = self.subscriptions.iter().filter(|s| s.client_id == client_id).count();
-            (ClientQuota::SubscriptionsPerClient, ipc + self.network_subscriptions_of(client_id))
-        };
-        if held >= quota.get(quotas) {
-            return Err((error_code::QUOTA_EXCEEDED, quota.exceeded(client_id, quotas)));
-        }
-        if self.counters.owned_by(client_id) >= quotas.counters_per_client {
-            return Err((error_code::QUOTA_EXCEEDED, ClientQuota::CountersPerClient.exceeded(client_id, quotas)));
-        }
-        Ok(())
     }
 
     fn touch_client(&mut self, client_id: i64, now_ms: i64) {
@@ -1185,8 +1004,11 @@ fn start_on_subscription(uri: &ChannelUri, channel: &str) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shm::cnc::CncParams;
     use crate::shm::log_buffer::Offer;
     use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
+    use std::path::PathBuf;
+    use std::time::Duration;
 
     /// Client ids the tests' wire hands out at once (1 to this).
     const TEST_CLIENT_IDS: i64 = 100;
@@ -1200,7 +1022,7 @@ mod tests {
     }
 
     impl CncWire {
-        fn new(driver: &StandaloneDriver) -> Self {
+        fn new(driver: &DriverConductor) -> Self {
             let ring = driver.cnc().to_driver().unwrap();
             // The driver serves only client ids it handed out: the tests' clients are 1 to 100.
             for _ in 0..TEST_CLIENT_IDS {
@@ -1233,7 +1055,7 @@ mod tests {
         }
 
         /// Runs one duty cycle and returns what the driver broadcast.
-        fn responses(&mut self, driver: &mut StandaloneDriver) -> Vec<Response> {
+        fn responses(&mut self, driver: &mut DriverConductor) -> Vec<Response> {
             driver.do_work();
             let mut out = Vec::new();
             while let crate::shm::broadcast::Received::Message(id) = self.receiver.receive(&mut self.scratch).unwrap() {
@@ -1243,8 +1065,8 @@ mod tests {
         }
     }
 
-    fn small_config(dir: PathBuf) -> StandaloneConfig {
-        StandaloneConfig {
+    fn small_config(dir: PathBuf) -> DriverContext {
+        DriverContext {
             client_timeout: SILENT_CLIENT_TIMEOUT,
             cnc: CncParams {
                 to_driver_capacity: 64 * 1024,
@@ -1254,7 +1076,7 @@ mod tests {
                 ..CncParams::default()
             },
             ipc_term_length: 64 * 1024,
-            ..StandaloneConfig::new(dir)
+            ..DriverContext::new(dir)
         }
     }
 
@@ -1273,7 +1095,7 @@ mod tests {
     #[test]
     fn an_ipc_publication_paces_on_its_slowest_subscriber_and_lingers_until_drained() {
         let dir = tempdir();
-        let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
+        let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
         let counters = driver.cnc().counters().unwrap();
         let mut wire = CncWire::new(&driver);
         wire.add_ipc_subscriber_then_publisher();
@@ -1325,7 +1147,7 @@ mod tests {
     #[test]
     fn distinct_errors_past_a_full_error_log_are_counted_as_dropped_and_repeats_are_not() {
         let dir = tempdir();
-        let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
+        let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
         let counters = driver.cnc().counters().unwrap();
         let count = |counter: SystemCounter| counter.read(&counters).unwrap();
         let mut wire = CncWire::new(&driver);
@@ -1361,8 +1183,8 @@ mod tests {
     fn a_released_ipc_publication_whose_subscriber_stalls_is_closed_when_its_linger_passes() {
         let dir = tempdir();
         let linger = Duration::from_millis(200);
-        let config = StandaloneConfig { publication_linger: linger, ..small_config(dir.to_path_buf()) };
-        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let config = DriverContext { publication_linger: linger, ..small_config(dir.to_path_buf()) };
+        let mut driver = DriverConductor::launch(config).unwrap();
         let counters = driver.cnc().counters().unwrap();
         let mut wire = CncWire::new(&driver);
         wire.add_ipc_subscriber_then_publisher();
@@ -1401,9 +1223,9 @@ mod tests {
     /// A driver with one `aeron:ipc` publication (terms of `term_length`: window half a term,
     /// trip gain an eighth of that) and one subscriber: the driver, the log, the publisher-limit
     /// counter and the subscriber's position counter.
-    fn one_publication_one_subscriber(dir: &Path, term_length: u32) -> (StandaloneDriver, LogBuffer, Counter, Counter) {
-        let config = StandaloneConfig { ipc_term_length: term_length, ..small_config(dir.to_path_buf()) };
-        let mut driver = StandaloneDriver::launch(config).unwrap();
+    fn one_publication_one_subscriber(dir: &Path, term_length: u32) -> (DriverConductor, LogBuffer, Counter, Counter) {
+        let config = DriverContext { ipc_term_length: term_length, ..small_config(dir.to_path_buf()) };
+        let mut driver = DriverConductor::launch(config).unwrap();
         let counters = driver.cnc().counters().unwrap();
         let mut wire = CncWire::new(&driver);
         wire.add_ipc_subscriber_then_publisher();
@@ -1557,7 +1379,7 @@ mod tests {
     }
 
     /// The driver's error log: (count, message) of each distinct error.
-    fn error_log(driver: &StandaloneDriver) -> Vec<(i32, String)> {
+    fn error_log(driver: &DriverConductor) -> Vec<(i32, String)> {
         let records = crate::shm::error_log::read_errors(driver.cnc().error_log()).unwrap();
         records.into_iter().map(|record| (record.count, record.message)).collect()
     }
@@ -1570,8 +1392,8 @@ mod tests {
     fn a_command_claimed_and_never_committed_is_padded_over_after_a_quarter_of_the_client_timeout_and_logged_once() {
         let dir = tempdir();
         let timeout = Duration::from_millis(200);
-        let config = StandaloneConfig { client_timeout: timeout * 4, ..small_config(dir.to_path_buf()) };
-        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let config = DriverContext { client_timeout: timeout * 4, ..small_config(dir.to_path_buf()) };
+        let mut driver = DriverConductor::launch(config).unwrap();
         let mut wire = CncWire::new(&driver);
         // A client claims a record and dies before committing it (its header written, length
         // negative: the ring's own write, cut short): everything behind it waits.
@@ -1608,8 +1430,8 @@ mod tests {
         // once for the time nobody ran.
         let dir = tempdir();
         let timeout = Duration::from_millis(200);
-        let config = StandaloneConfig { client_timeout: timeout * 4, ..small_config(dir.to_path_buf()) };
-        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let config = DriverContext { client_timeout: timeout * 4, ..small_config(dir.to_path_buf()) };
+        let mut driver = DriverConductor::launch(config).unwrap();
         let mut wire = CncWire::new(&driver);
         let (id, bytes) = subscribe(1, 10).encode();
         wire.ring.claim_and_die(id, bytes.len()).unwrap();
@@ -1629,7 +1451,7 @@ mod tests {
     #[test]
     fn a_malformed_record_length_is_skipped_logged_once_and_counted() {
         let dir = tempdir();
-        let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
+        let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
         let counters = driver.cnc().counters().unwrap();
         let mut wire = CncWire::new(&driver);
         let tail = wire.ring.producer_position().unwrap() as usize;
@@ -1652,7 +1474,7 @@ mod tests {
     #[test]
     fn a_close_naming_another_live_client_is_ignored_and_commands_act_only_on_the_senders_resources() {
         let dir = tempdir();
-        let mut driver = StandaloneDriver::launch(small_config(dir.to_path_buf())).unwrap();
+        let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
         let counters = driver.cnc().counters().unwrap();
         let subscriptions =
             |counters: &crate::shm::counters::CountersReader| SystemCounter::Subscriptions.read(counters).unwrap();
@@ -1703,7 +1525,7 @@ mod tests {
         use crate::driver::ClientQuotas;
         let dir = tempdir();
         let mut config = small_config(dir.to_path_buf());
-        config.context.quotas = ClientQuotas {
+        config.quotas = ClientQuotas {
             max_clients: 4,
             publications_per_client: 2,
             subscriptions_per_client: 3,
@@ -1711,7 +1533,7 @@ mod tests {
             commands_per_cycle_per_client: 2,
             queued_commands_per_client: 8,
         };
-        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let mut driver = DriverConductor::launch(config).unwrap();
         let counters = driver.cnc().counters().unwrap();
         let mut wire = CncWire::new(&driver);
         let quota_error = |answers: &[Response], correlation_id: i64, text: &str| {
@@ -1778,7 +1600,7 @@ mod tests {
             "quota max_clients=4 reached: commands of further client ids refused (affinity driver --max-clients)";
         assert!(log.iter().any(|(count, m)| m == flood && *count == 30), "{log:?}");
         // Counters: a client at its share of counters adds nothing more.
-        driver.config.context.quotas.counters_per_client = 2;
+        driver.config.quotas.counters_per_client = 2;
         wire.send(subscribe(2, 201));
         let answers = wire.responses(&mut driver);
         let counted = "client 2: quota counters_per_client=2 reached (affinity driver --counters-per-client)";
@@ -1791,12 +1613,12 @@ mod tests {
         use crate::driver::ClientQuotas;
         let dir = tempdir();
         let mut config = small_config(dir.to_path_buf());
-        config.context.quotas = ClientQuotas {
+        config.quotas = ClientQuotas {
             commands_per_cycle_per_client: 1,
             queued_commands_per_client: 100_000,
             ..ClientQuotas::default()
         };
-        let mut driver = StandaloneDriver::launch(config).unwrap();
+        let mut driver = DriverConductor::launch(config).unwrap();
         let wire = CncWire::new(&driver);
         // Four clients write 7 commands of ~8 KiB per duty cycle; 4 run per cycle: the queues grow.
         let channel = format!("aeron:ipc?alias={}", "x".repeat(wire.ring.max_message_length() - 64));
@@ -1836,9 +1658,9 @@ mod tests {
 
     /// A driver with the given client timeout and one client (an id it handed out) that
     /// subscribed to `aeron:ipc` once and then says nothing more.
-    fn driver_with_one_silent_client(dir: &std::path::Path, client_timeout: Duration) -> StandaloneDriver {
-        let config = StandaloneConfig { client_timeout, ..small_config(dir.to_path_buf()) };
-        let mut driver = StandaloneDriver::launch(config).unwrap();
+    fn driver_with_one_silent_client(dir: &std::path::Path, client_timeout: Duration) -> DriverConductor {
+        let config = DriverContext { client_timeout, ..small_config(dir.to_path_buf()) };
+        let mut driver = DriverConductor::launch(config).unwrap();
         let ring = driver.cnc().to_driver().unwrap();
         let client_id = ring.next_correlation_id().unwrap();
         let (id, bytes) = Command::AddSubscription {

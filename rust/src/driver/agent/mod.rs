@@ -1,6 +1,7 @@
 //! The media driver's agents over shared memory, and the launch type embedders use.
 //!
-//! * the [`conductor`] ([`conductor::StandaloneDriver`]): client commands, counters,
+//! * the [`conductor`] ([`conductor::DriverConductor`], its per-client quotas and turns in
+//!   `conductor/clients.rs`): client commands, counters,
 //!   client liveness, IPC publications, the life of network publications and images, events;
 //! * the [`sender`]: network publications (data, retransmits, heartbeats, SETUP out; status
 //!   messages, NAKs, RTT requests and error frames in);
@@ -26,41 +27,18 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::idle::{IdleStrategy, Idler};
+use crate::driver::DriverContext;
 use crate::protocol::{Image, NetworkPublication};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 pub use crate::shm::log_buffer::Unsent;
 use crate::shm::ShmError;
-use conductor::{StandaloneConfig, StandaloneDriver};
+use conductor::DriverConductor;
 use receiver::{ImageDefaults, ReceiverAgent};
 use sender::SenderAgent;
 
-/// How the agents get CPU time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Threading {
-    /// Conductor, sender and receiver on three threads.
-    Dedicated,
-    /// The conductor on one thread, sender and receiver on another.
-    SharedNetwork,
-    /// One thread runs the three agents in turn (the default: right on 2 cores).
-    Shared,
-    /// No thread: the embedder calls [`MediaDriver::do_work`].
-    Invoker,
-}
-
-impl std::str::FromStr for Threading {
-    type Err = String;
-    fn from_str(value: &str) -> Result<Self, String> {
-        match value {
-            "dedicated" => Ok(Threading::Dedicated),
-            "shared-network" => Ok(Threading::SharedNetwork),
-            "shared" => Ok(Threading::Shared),
-            "invoker" => Ok(Threading::Invoker),
-            other => Err(format!("{other:?}: expected dedicated, shared-network, shared or invoker")),
-        }
-    }
-}
+pub use crate::driver::context::Threading;
 
 /// A new network publication, created by the conductor, served by the sender.
 pub struct NewPublication {
@@ -244,34 +222,12 @@ pub enum AgentEvent {
     },
 }
 
-/// Settings of a [`MediaDriver`].
-#[derive(Clone, Debug)]
-pub struct MediaDriverConfig {
-    /// Directory, cnc sizes, timeouts, IPC and network defaults.
-    pub standalone: StandaloneConfig,
-    /// Threads.
-    pub threading: Threading,
-    /// What an agent thread does when idle.
-    pub idle: IdleStrategy,
-}
-
-impl MediaDriverConfig {
-    /// Defaults for `dir`: shared threading, backoff idle.
-    pub fn new(dir: std::path::PathBuf) -> Self {
-        MediaDriverConfig {
-            standalone: StandaloneConfig::new(dir),
-            threading: Threading::Shared,
-            idle: IdleStrategy::default(),
-        }
-    }
-}
-
 /// How long [`MediaDriver::close`] keeps serving publications so subscribers get their data
 /// and the end of stream.
 pub const CLOSE_DRAIN: Duration = Duration::from_secs(2);
 
 struct Agents {
-    conductor: StandaloneDriver,
+    conductor: DriverConductor,
     sender: SenderAgent,
     receiver: ReceiverAgent,
 }
@@ -296,7 +252,7 @@ pub struct MediaDriver {
 
 /// What a thread hands back when it stops.
 enum AgentPart {
-    Conductor(Box<StandaloneDriver>),
+    Conductor(Box<DriverConductor>),
     Sender(Box<SenderAgent>),
     Receiver(Box<ReceiverAgent>),
     Network(Box<SenderAgent>, Box<ReceiverAgent>),
@@ -326,17 +282,17 @@ fn spawn(name: &str, body: impl FnOnce() -> AgentPart + Send + 'static) -> Resul
 }
 
 impl MediaDriver {
-    /// Takes the directory (refusing a live driver, taking over a stale one), creates the cnc,
-    /// and starts the agents in `config.threading`.
-    pub fn launch(config: MediaDriverConfig) -> Result<MediaDriver, ShmError> {
-        config.standalone.context.validate().map_err(|e| ShmError::Parameter(e.to_string()))?;
+    /// Checks the settings ([`DriverContext::validate`]), takes the directory (refusing a live
+    /// driver, taking over a stale one), creates the cnc, and starts the agents in
+    /// `config.threading`.
+    pub fn launch(config: DriverContext) -> Result<MediaDriver, ShmError> {
+        config.validate().map_err(|e| ShmError::Parameter(e.to_string()))?;
         let (to_sender, sender_commands) = std::sync::mpsc::channel();
         let (to_receiver, receiver_commands) = std::sync::mpsc::channel();
         let (to_conductor, events) = std::sync::mpsc::channel();
-        let conductor =
-            StandaloneDriver::launch_with_agents(config.standalone.clone(), to_sender, to_receiver, events)?;
-        let batch = config.standalone.context.datagrams_per_cycle.max(1);
-        let offload = config.standalone.context.udp_offload;
+        let conductor = DriverConductor::launch_with_agents(config.clone(), to_sender, to_receiver, events)?;
+        let batch = config.datagrams_per_cycle.max(1);
+        let offload = config.udp_offload;
         let sender =
             SenderAgent::new(sender_commands, to_conductor.clone(), conductor.sender_counters(), batch, offload);
         let receiver =
@@ -483,10 +439,10 @@ mod tests {
     /// An invoker-mode driver with 64 KiB terms in `dir` whose silent clients never time out, and
     /// its `cnc` file opened as a client.
     fn invoker_driver(dir: &std::path::Path) -> (MediaDriver, Cnc) {
-        let mut config = MediaDriverConfig::new(dir.to_path_buf());
+        let mut config = DriverContext::new(dir.to_path_buf());
         config.threading = Threading::Invoker;
-        config.standalone.context.term_length = 64 * 1024;
-        config.standalone.client_timeout = SILENT_CLIENT_TIMEOUT;
+        config.term_length = 64 * 1024;
+        config.client_timeout = SILENT_CLIENT_TIMEOUT;
         let driver = MediaDriver::launch(config).unwrap();
         (driver, Cnc::open(&dir.join(CNC_FILE), true).unwrap())
     }
@@ -687,14 +643,17 @@ mod tests {
         assert_eq!("dedicated".parse::<Threading>(), Ok(Threading::Dedicated));
         assert_eq!("shared-network".parse::<Threading>(), Ok(Threading::SharedNetwork));
         assert_eq!("invoker".parse::<Threading>(), Ok(Threading::Invoker));
-        assert!("many".parse::<Threading>().unwrap_err().contains("\"many\""));
+        assert_eq!(
+            "many".parse::<Threading>(),
+            Err("expected one of shared, shared-network, dedicated, invoker".into())
+        );
     }
 
     #[test]
     fn a_threaded_driver_closes_and_removes_its_files() {
         for threading in [Threading::Dedicated, Threading::SharedNetwork, Threading::Shared] {
             let dir = tempdir();
-            let config = MediaDriverConfig { threading, ..MediaDriverConfig::new(dir.to_path_buf()) };
+            let config = DriverContext { threading, ..DriverContext::new(dir.to_path_buf()) };
             let driver = MediaDriver::launch(config).unwrap();
             assert!(dir.join(CNC_FILE).exists());
             driver.close().unwrap();

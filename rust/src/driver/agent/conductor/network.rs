@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 
 use super::{
-    confirm_open_log, ipc_channel, log_file_name, log_start, start_on_subscription, OpenLog, StandaloneDriver,
+    confirm_open_log, ipc_channel, log_file_name, log_start, start_on_subscription, DriverConductor, OpenLog,
     SystemCounter,
 };
 use crate::channel::{ChannelUri, Media, MISSING_ENDPOINT};
@@ -155,7 +155,7 @@ fn socket_error(channel: &str, what: String, error: std::io::Error) -> Refusal {
     (code.unwrap_or(error_code::GENERIC_ERROR), format!("{channel}: {what}: {error}"))
 }
 
-impl StandaloneDriver {
+impl DriverConductor {
     /// The counters the sender agent writes.
     pub fn sender_counters(&self) -> SenderCounters {
         let c = |counter: SystemCounter| self.system(counter).clone();
@@ -289,7 +289,7 @@ impl StandaloneDriver {
             self.respond(response, now_ms);
             return Ok(());
         }
-        let context = self.config.context.clone();
+        let context = self.config.clone();
         let spec = match &uri.flow_control {
             Some(value) => Some(FlowControlSpec::parse(value).map_err(|e| invalid(channel, e))?),
             None => None,
@@ -478,7 +478,7 @@ impl StandaloneDriver {
         self.require_agents(channel)?;
         let uri = parse(channel)?;
         start_on_subscription(&uri, channel).map_err(|m| (error_code::INVALID_CHANNEL, m))?;
-        let context = self.config.context.clone();
+        let context = self.config.clone();
         let endpoint = endpoint_of(&uri, channel)?;
         if !self.network.endpoints.contains_key(&endpoint) {
             let receive_buffer = uri.so_rcvbuf.unwrap_or(context.socket_receive_buffer);
@@ -649,7 +649,7 @@ impl StandaloneDriver {
     fn create_image(&mut self, request: ImageRequest, now_ms: i64) {
         let ImageRequest { endpoint, config, mtu, source, subscriptions } = request;
         let identity = config.identity;
-        let refuse = |driver: &mut StandaloneDriver, why: String| {
+        let refuse = |driver: &mut DriverConductor, why: String| {
             driver.error(&why, now_ms);
             driver.network.receive(ReceiverCommand::ImageRefused {
                 endpoint,
