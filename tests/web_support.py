@@ -159,25 +159,26 @@ def running_system(tmp_path: Path, *extra_web_args: str, with_router: bool = Tru
                 logs / "router.log",
             )
             processes.append(router)
-        web = subprocess.Popen(
-            [
-                *CLI,
-                "web",
-                "--listen",
-                "127.0.0.1:0",
-                "--dir",
-                str(driver.dir),
-                "--registry",
-                str(registry),
-                "--router",
-                router_channel,
-                *extra_web_args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=(logs / "web.log").open("w"),
-            text=True,
-            env=env,
-        )
+        with (logs / "web.log").open("w") as web_log:
+            web = subprocess.Popen(
+                [
+                    *CLI,
+                    "web",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--dir",
+                    str(driver.dir),
+                    "--registry",
+                    str(registry),
+                    "--router",
+                    router_channel,
+                    *extra_web_args,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=web_log,
+                text=True,
+                env=env,
+            )
         processes.append(web)
         assert web.stdout is not None
         line = web.stdout.readline()
@@ -189,4 +190,6 @@ def running_system(tmp_path: Path, *extra_web_args: str, with_router: bool = Tru
     finally:
         for process in reversed(processes):
             _stop(process)
+            if process.stdout is not None:
+                process.stdout.close()
         stop_standalone_driver(driver)
