@@ -13,6 +13,7 @@ from typing import Any
 
 import affinity
 import pytest
+from affinity.groups import create_group
 from affinity.web.metrics import METRICS, SYSTEM_COUNTERS, SYSTEM_SCALE
 from affinity.web.router_report import REPORT_STREAM_ID
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
@@ -127,9 +128,13 @@ def test_hostile_and_missing_inputs_are_shown_in_place_and_the_rest_is_served(tm
     missing = tmp_path / "no-driver"
     with running_system(tmp_path, "--dir", str(corrupt), "--dir", str(missing), with_router=False) as system:
         groups = system.registry / "groups"
+        create_group("locked", "locked", 8, 2, 1 << 20, system.registry)  # before the junk: create reads it
         (groups / "junk.json").write_text("{ this is not json")
         (groups / "wrong.json").write_text('{"version": 1, "name": "wrong", "HP": "w", "HC": 0, "QC": 1, "QS": 1}')
         os.mkfifo(groups / "fifo.json")
+        secret = groups / "locked.secret"
+        secret.write_text("not a hex secret\n")
+        secret.chmod(0o600)
         assert stat_module.S_ISFIFO((groups / "fifo.json").stat().st_mode)
         with affinity.Client(dir=str(system.driver.dir)) as client:
             forged = client.add_publication(system.router_channel, REPORT_STREAM_ID)
@@ -140,6 +145,7 @@ def test_hostile_and_missing_inputs_are_shown_in_place_and_the_rest_is_served(tm
                 lambda: (
                     (s := system.snapshot())["registry_problem_count"] >= 3
                     and s["routers"][0]["bad_reports"] >= 1
+                    and (group_of(s, "locked") or {}).get("problem")
                     and s["routers"][0]["problem"]
                     and _settled(system, router=False)
                     and s
@@ -151,6 +157,8 @@ def test_hostile_and_missing_inputs_are_shown_in_place_and_the_rest_is_served(tm
     problems = "\n".join(snapshot["registry_problems"])
     for name in ("junk.json", "wrong.json", "fifo.json"):
         assert str(groups / name) in problems, (name, problems)
+    locked = group_of(snapshot, "locked")
+    assert locked is not None and "cannot watch the group" in locked["problem"] and str(secret) in locked["problem"]
     drivers = {d["dir"]: d for d in snapshot["drivers"]}
     assert (
         "invalid cnc file" in drivers[str(corrupt)]["problem"]

@@ -283,3 +283,41 @@ def test_the_vendored_chart_library_is_the_one_its_notice_names() -> None:
     # The page loads only files of the package (it works with no internet access).
     page = (STATIC / "index.html").read_text()
     assert re.findall(r'(?:src|href)="(?!/static/|/metrics|data:)([^"]+)"', page) == []
+
+
+def test_affinity_web_refuses_an_address_it_cannot_listen_on() -> None:
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "affinity.cli", "web", "--listen", f"127.0.0.1:{port}", "--dir", "/nonexistent"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 2, result
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "affinity.cli", "web", "--listen", "nowhere"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2 and "is not HOST:PORT" in bad.stderr, bad
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("::1", True), ("localhost", True), ("0.0.0.0", False), ("10.1.2.3", False)],
+)
+def test_only_loopback_addresses_count_as_loopback(host: str, loopback: bool) -> None:
+    from affinity.web.app import is_loopback
+
+    assert is_loopback(host) is loopback

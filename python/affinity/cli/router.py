@@ -12,7 +12,7 @@ together (``256M`` by default; suffixes K, M, G are powers of 1024); past it the
 the largest backlog is dropped and logged.
 
 ``--status CHANNEL``: publish the router's counters, peers, latest moves and faucet assignments
-every second on CHANNEL (stream 4343), for ``affinity web --router CHANNEL``.
+every second on CHANNEL (``affinity.web.router_report``), for ``affinity web --router CHANNEL``.
 
 ``--secret-file PATH`` (else ``$AFFINITY_ROUTER_SECRET`` as hex, else
 ``$AFFINITY_ROUTER_SECRET_FILE``): the router secret; every message from and to subscribers and

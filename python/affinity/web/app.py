@@ -34,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 
 from affinity.web.metrics import metrics_registry
 from affinity.web.monitor import Monitor
-from affinity.web.settings import SAMPLE_INTERVAL
+from affinity.web.settings import MAX_CONNECTIONS, SAMPLE_INTERVAL
 from affinity.web.view import Pages, page_data
 
 #: The page's files, shipped in the package.
@@ -128,6 +128,13 @@ def address(sock: socket.socket) -> str:
     return f"http://{shown}:{port}/"
 
 
+def _config(monitor: Monitor) -> Any:
+    """uvicorn's settings: quiet, no lifespan events, at most :data:`MAX_CONNECTIONS` at once."""
+    import uvicorn
+
+    return uvicorn.Config(create_app(monitor), log_level="warning", lifespan="off", limit_concurrency=MAX_CONNECTIONS)
+
+
 class WebServer:
     """The page served in a background thread (``affinity demo --web``): :meth:`start`, :meth:`stop`."""
 
@@ -137,7 +144,7 @@ class WebServer:
         self.monitor = monitor
         self.socket = sock
         self.url = address(sock)
-        config = uvicorn.Config(create_app(monitor), log_level="warning", lifespan="off")
+        config = _config(monitor)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, name="affinity-web", daemon=True)
 
@@ -161,7 +168,7 @@ def serve_forever(monitor: Monitor, sock: socket.socket) -> None:
     """Serves in this thread until SIGINT/SIGTERM (``affinity web``)."""
     import uvicorn
 
-    config = uvicorn.Config(create_app(monitor), log_level="warning", lifespan="off")
+    config = _config(monitor)
     server = uvicorn.Server(config)
     monitor.start()
     try:

@@ -99,6 +99,8 @@ class GroupWatch:
     moves: MoveTracker = field(default_factory=MoveTracker)
     rates: CounterRates = field(default_factory=lambda: CounterRates(RATE_NAMES))
     secret_source: str = "none"
+    #: When to try again to start an observer that could not start (monotonic seconds).
+    retry_at: float = 0.0
 
     def sample(self, now: float | None = None) -> None:
         """Reads the observer's status and updates moves and rates."""

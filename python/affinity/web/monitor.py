@@ -24,7 +24,7 @@ from affinity.web.groups import GroupWatch, Move
 from affinity.web.rates import CounterRates
 from affinity.web.router_report import REPORT_STREAM_ID, RouterReport
 from affinity.web.routers import RouterWatch
-from affinity.web.settings import MAX_GROUPS, SAMPLE_INTERVAL
+from affinity.web.settings import GROUP_RETRY_SECONDS, MAX_GROUPS, SAMPLE_INTERVAL
 
 
 @dataclass(frozen=True)
@@ -223,8 +223,10 @@ class Monitor:
         current = {d.name: d for d in definitions}
         for name in [n for n, w in self._groups.items() if current.get(n) != w.definition]:
             self._groups.pop(name).close()
+        now = time.monotonic()
         for name, definition in current.items():
-            if name not in self._groups:
+            watch = self._groups.get(name)
+            if watch is None or (watch.observer is None and now >= watch.retry_at):
                 self._groups[name] = self._watch_group(definition)
         return tuple(problems)
 
@@ -234,7 +236,8 @@ class Monitor:
             watch.observer = GroupObserver(self._ensure_client(), definition.name, registry=self.options.registry)
             watch.secret_source = watch.observer.secret_source
         except AffinityError as error:
-            watch.problem = f"cannot watch the group: {error}"
+            watch.problem = f"cannot watch the group (tried again every {GROUP_RETRY_SECONDS:g} s): {error}"
+            watch.retry_at = time.monotonic() + GROUP_RETRY_SECONDS
         return watch
 
     def close(self) -> None:

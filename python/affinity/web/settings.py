@@ -37,3 +37,7 @@ PROBLEMS_SHOWN = 50
 MAX_VIEW_QUERY = 4096
 #: Page size bounds accepted from the page (a request outside is clamped).
 MAX_PAGE_INDEX = 1 << 20
+#: Seconds between two attempts to watch a group whose observer could not start.
+GROUP_RETRY_SECONDS = 10.0
+#: Connections the server handles at once (page streams included); more are refused (503).
+MAX_CONNECTIONS = 64
