@@ -187,6 +187,10 @@ def running_system(tmp_path: Path, *extra_web_args: str, with_router: bool = Tru
         system = System(driver, registry, router_channel, match.group(1), web, consumers, router, env, logs)
         yield system
         processes.extend(system.extra)
+        _stop(web)
+        log = (logs / "web.log").read_text()
+        assert web.returncode == 0, f"affinity web exited with status {web.returncode} on SIGTERM: {log}"
+        assert "ERROR" not in log and "Traceback" not in log, f"affinity web logged an error: {log}"
     finally:
         for process in reversed(processes):
             _stop(process)

@@ -25,6 +25,7 @@ import affinity
 from affinity.cli import EXIT_INTERRUPTED
 from affinity.cli._text import help_text
 from affinity.testing import free_udp_port
+from affinity.web.settings import DEFAULT_LISTEN as WEB_LISTEN
 
 STREAM_ID = 1001
 
@@ -33,8 +34,6 @@ STREAM_ID = 1001
 DEMO_MODULES = ("rich", "matplotlib")
 #: Width of the summary when the output is not a terminal.
 CONSOLE_WIDTH = 120
-#: Where ``--web`` serves the live page without an address (``affinity web``'s default).
-WEB_LISTEN = "127.0.0.1:8080"
 #: Prefix of the default output folder (a UTC time stamp follows).
 OUT_PREFIX = "affinity-demo-"
 

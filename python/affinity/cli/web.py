@@ -15,8 +15,8 @@ loopback unless ``--listen`` names another address. A problem (no driver, a corr
 ``cnc.dat``, junk in the registry, a router that does not answer) is shown in place; the rest
 keeps being served. Metric names: docs/observability.md.
 
-Exit status: 0 after SIGINT/SIGTERM; 2 when the address cannot be listened on or the web extra
-is missing.
+Exit status: 0 after SIGTERM; 130 after Ctrl-C (SIGINT); 2 when the address cannot be listened
+on or the web extra is missing.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def missing_modules() -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until a signal arrives."""
+    """Serve until SIGTERM or Ctrl-C."""
     missing = missing_modules()
     if missing:
         from affinity.cli.demo import install_hint

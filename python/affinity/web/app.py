@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import signal
 import socket
 import sys
 import threading
@@ -23,6 +24,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST, generate_latest
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
@@ -41,6 +43,8 @@ from affinity.web.view import Pages, page_data
 STATIC_DIR = Path(__file__).parent / "static"
 #: Seconds between two keep-alive comments on an idle event stream.
 PING_SECONDS = 15
+#: Seconds open event streams get to end when the server stops, before they are cancelled.
+SHUTDOWN_SECONDS = 2
 #: Headers of every response: the page loads nothing from elsewhere and is never framed.
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
@@ -66,17 +70,24 @@ def create_app(monitor: Monitor) -> Starlette:
 
     async def events(request: Request) -> Response:
         pages = Pages.parse(request.query_params.get("pages"))
+        stopping = anyio.Event()
 
         async def stream() -> AsyncIterator[dict[str, str]]:
             sent = -1
-            while True:
+            while not stopping.is_set():
                 current = monitor.snapshot
                 if current.sequence != sent:
                     sent = current.sequence
                     yield {"event": "update", "data": _dumps(page_data(current, pages))}
                 await asyncio.sleep(SAMPLE_INTERVAL / 2)
 
-        return EventSourceResponse(stream(), ping=PING_SECONDS, headers=SECURITY_HEADERS)
+        return EventSourceResponse(
+            stream(),
+            ping=PING_SECONDS,
+            headers=SECURITY_HEADERS,
+            shutdown_event=stopping,
+            shutdown_grace_period=SAMPLE_INTERVAL,
+        )
 
     async def metrics(request: Request) -> Response:
         body = await run_in_threadpool(generate_latest, registry)
@@ -129,10 +140,17 @@ def address(sock: socket.socket) -> str:
 
 
 def _config(monitor: Monitor) -> Any:
-    """uvicorn's settings: quiet, no lifespan events, at most :data:`MAX_CONNECTIONS` at once."""
+    """uvicorn's settings: quiet, no lifespan events, at most :data:`MAX_CONNECTIONS` at once, open
+    event streams cancelled :data:`SHUTDOWN_SECONDS` after a stop."""
     import uvicorn
 
-    return uvicorn.Config(create_app(monitor), log_level="warning", lifespan="off", limit_concurrency=MAX_CONNECTIONS)
+    return uvicorn.Config(
+        create_app(monitor),
+        log_level="warning",
+        lifespan="off",
+        limit_concurrency=MAX_CONNECTIONS,
+        timeout_graceful_shutdown=SHUTDOWN_SECONDS,
+    )
 
 
 class WebServer:
@@ -165,16 +183,20 @@ class WebServer:
 
 
 def serve_forever(monitor: Monitor, sock: socket.socket) -> None:
-    """Serves in this thread until SIGINT/SIGTERM (``affinity web``)."""
+    """Serves in this thread until SIGTERM (then returns) or SIGINT (then raises KeyboardInterrupt)."""
     import uvicorn
 
     config = _config(monitor)
     server = uvicorn.Server(config)
+    # uvicorn stops on SIGTERM, then raises it again under the handler found before it started:
+    # with this one the process then ends normally (exit status 0) rather than by the signal.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
     monitor.start()
     try:
         print(f"affinity web: serving {address(sock)} (metrics at {address(sock)}metrics)", flush=True)
         server.run(sockets=[sock])
     finally:
+        signal.signal(signal.SIGTERM, previous)
         monitor.close()
         sock.close()
         sys.stdout.flush()
