@@ -137,3 +137,37 @@ def test_the_page_shows_problems_in_place_and_keeps_serving_the_rest(browser: An
         errors = _console_errors(browser)
     assert any(str(corrupt / "cnc.dat") in t for t in texts), texts
     assert errors == [], errors
+
+
+def test_a_group_of_4096_queues_is_paginated_on_the_page(browser: Any, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from affinity.groups import create_group
+    from web_support import SERVING
+
+    registry = tmp_path / "registry"
+    create_group("wide", "wide", 4096, 4096, 1 << 20, registry)
+    command = [sys.executable, "-m", "affinity.cli", "web", "--listen", "127.0.0.1:0", "--registry", str(registry)]
+    command += ["--dir", str(tmp_path / "no-driver")]
+    web = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert web.stdout is not None
+        match = SERVING.search(web.stdout.readline())
+        assert match is not None
+        browser.get(match.group(1))
+        rows_js = (
+            "return [...document.querySelectorAll('table.queues[data-group=\"wide\"] tbody tr')]"
+            ".map((r) => Number(r.cells[0].textContent))"
+        )
+        first = wait_for("the first page of queues", lambda: browser.execute_script(rows_js))
+        assert first == list(range(256))
+        pager = browser.execute_script("return document.querySelector('#card-group-wide .pager').textContent")
+        assert "page 1 of 16 (4,096 rows)" in pager
+        browser.execute_script("document.querySelectorAll('#card-group-wide .pager button')[1].click()")
+        wait_for("the second page of queues", lambda: browser.execute_script(rows_js) == list(range(256, 512)))
+        browser.save_screenshot(str(ARTIFACTS / "paginated.png"))
+        assert _console_errors(browser) == []
+    finally:
+        web.terminate()
+        web.communicate(timeout=30)

@@ -321,3 +321,16 @@ def test_only_loopback_addresses_count_as_loopback(host: str, loopback: bool) ->
     from affinity.web.app import is_loopback
 
     assert is_loopback(host) is loopback
+
+
+def test_scan_groups_names_each_junk_file_and_keeps_the_good_definitions(tmp_path: Path) -> None:
+    from affinity.groups.registry import scan_groups
+
+    create_group("good", "good", 8, 2, 1 << 20, tmp_path)
+    (tmp_path / "groups" / "bad.json").write_text("{ nope")
+    (tmp_path / "groups" / "worse.json").write_bytes(b"\xff\xfe")
+    definitions, problems = scan_groups(tmp_path)
+    assert [d.name for d in definitions] == ["good"]
+    assert [
+        str(tmp_path / "groups" / name) in str(p) for p, name in zip(problems, ("bad.json", "worse.json"), strict=True)
+    ] == [True, True]

@@ -45,7 +45,8 @@ add-data-service
     end-source-group
 end-data-service
 """
-_SERVING = re.compile(r"serving (http://\S+/)")
+#: The line `affinity web` prints once it serves, with the page's address.
+SERVING = re.compile(r"serving (http://\S+/)")
 
 
 @dataclass
@@ -182,7 +183,7 @@ def running_system(tmp_path: Path, *extra_web_args: str, with_router: bool = Tru
         processes.append(web)
         assert web.stdout is not None
         line = web.stdout.readline()
-        match = _SERVING.search(line)
+        match = SERVING.search(line)
         assert match is not None, f"affinity web did not start: {line!r}; {(logs / 'web.log').read_text()}"
         system = System(driver, registry, router_channel, match.group(1), web, consumers, router, env, logs)
         yield system

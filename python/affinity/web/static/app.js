@@ -210,6 +210,12 @@ function render(data) {
   document.getElementById("registry").textContent = "registry " + data.registry;
   const problems = document.getElementById("registry-problems");
   problems.replaceChildren(...data.registry_problems.map((p) => el("li", {}, p)));
+  const notes = {
+    groups: data.groups.length ? "" : "No group is defined in this registry (affinity group create ...).",
+    drivers: data.drivers.length ? "" : "No driver directory is watched (affinity web --dir DIR).",
+    routers: data.routers.length ? "" : "No router channel is watched (affinity router --status CHANNEL, then affinity web --router CHANNEL).",
+  };
+  for (const [part, text] of Object.entries(notes)) document.getElementById(part + "-note").textContent = text;
   const groups = document.getElementById("groups");
   data.groups.forEach((g) => renderGroup(groups, g));
   prune(groups);
