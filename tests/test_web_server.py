@@ -176,3 +176,44 @@ def test_hostile_and_missing_inputs_are_shown_in_place_and_the_rest_is_served(tm
     up = {s.labels["driver"]: s.value for s in families["affinity_driver_up"].samples}
     assert up == {str(system.driver.dir): 1.0, str(corrupt): 0.0, str(missing): 0.0}
     assert "affinity" in page and "/static/app.js" in page
+
+
+def test_a_routers_peers_and_moves_reach_the_page_and_the_metrics(tmp_path: Path) -> None:
+    from affinity.subjects import Source, Subscriber
+
+    fast = {"heartbeat_interval": 0.05, "liveness_timeout": 0.5}
+    with running_system(tmp_path) as system:
+        wait_for("the router's first report", lambda: _settled(system))
+        with affinity.Client(dir=str(system.driver.dir)) as client:
+            sources = {
+                label: Source(client, system.router_listen, label, **fast) for label in ("PriceSourceA", "PriceSourceB")
+            }
+            requested: list[tuple[str, str]] = []
+            for label, source in sources.items():
+                source.on_request(lambda subject, label=label: requested.append((label, subject)))
+            subscriber = Subscriber(client, system.router_listen, name="watcher", **fast)
+            subscriber.subscribe("/PRICES/EURUSD", lambda subject, flags, payload: None)
+
+            def node() -> dict[str, Any]:
+                for source in sources.values():
+                    source.poll()
+                subscriber.poll()
+                nodes = system.snapshot()["routers"][0]["nodes"]
+                return nodes[0] if nodes else {}
+
+            wait_for(
+                "both peers up and the subject routed",
+                lambda: (n := node()) and n["status"]["routed"] >= 1 and all(up for _, up in n["peers"]),
+            )
+            first = requested[0][0]
+            sources.pop(first).close()
+            moved = wait_for("the move on the page", lambda: (n := node()) and n["moves"] >= 1 and n)
+        text = system.get("/metrics").decode()
+    moves = [event for event in moved["events"] if event[1] == "move"]
+    assert moves and "moved from peer" in moves[0][2] and first in moves[0][2], moved["events"]
+    assert any(event[1] == "peer" and first in event[2] and event[2].endswith("is down") for event in moved["events"])
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    (router_moves,) = families["affinity_router_moves"].samples
+    assert router_moves.value >= 1
+    peers = {s.labels["peer"]: s.value for s in families["affinity_router_peer_up"].samples}
+    assert peers[first] == 0.0 and sum(peers.values()) == 1.0

@@ -56,6 +56,7 @@ class System:
     driver: StandaloneDriver
     registry: Path
     router_channel: str
+    router_listen: str
     url: str
     web: subprocess.Popen[str]
     consumers: dict[str, subprocess.Popen[str]]
@@ -149,11 +150,11 @@ def running_system(tmp_path: Path, *extra_web_args: str, with_router: bool = Tru
             )
             processes.append(consumers[name])
         router_channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+        listen = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
         router = None
         if with_router:
             config = tmp_path / "router.conf"
             config.write_text(ROUTER_CONFIG)
-            listen = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
             router = _start(
                 [*CLI, "router", "--config", str(config), "--listen", listen, "--status", router_channel],
                 env,
@@ -185,7 +186,7 @@ def running_system(tmp_path: Path, *extra_web_args: str, with_router: bool = Tru
         line = web.stdout.readline()
         match = SERVING.search(line)
         assert match is not None, f"affinity web did not start: {line!r}; {(logs / 'web.log').read_text()}"
-        system = System(driver, registry, router_channel, match.group(1), web, consumers, router, env, logs)
+        system = System(driver, registry, router_channel, listen, match.group(1), web, consumers, router, env, logs)
         yield system
         processes.extend(system.extra)
         _stop(web)
