@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from web_support import QUEUE_COUNT, running_system, wait_for
+from web_support import CLI, GROUP, QUEUE_COUNT, running_system, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -30,6 +31,11 @@ MOVE_DEADLINE_S = 5.0
 QUEUE_ROWS_JS = """
 return [...document.querySelectorAll('table.queues[data-group="orders"] tbody tr')]
     .map((row) => [Number(row.cells[0].textContent), row.cells[1].textContent]);
+"""
+#: Whether the group's chart draws a published and a delivered rate above zero.
+CHARTED_JS = """
+const chart = Chart.getChart(document.querySelector('#card-group-orders canvas'));
+return !!chart && chart.data.datasets.every((set) => set.data.some((rate) => rate > 0));
 """
 MOVE_ROWS_JS = """
 return [...document.querySelectorAll('table.moves[data-group="orders"] tbody tr')]
@@ -52,7 +58,7 @@ def browser() -> Iterator[Any]:
         "--no-sandbox",
         "--disable-gpu",
         "--disable-dev-shm-usage",
-        "--window-size=1400,2200",
+        "--window-size=1400,3200",
     ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
@@ -75,9 +81,13 @@ def _console_errors(browser: Any) -> list[dict[str, Any]]:
 def test_the_page_shows_a_killed_consumers_queues_moving_to_the_survivor(browser: Any, tmp_path: Path) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with running_system(tmp_path) as system:
+        with (system.logs / "publisher.log").open("w") as log:
+            command = [*CLI, "group", "publish", GROUP, "--keys", "50", "--rate", "200", "--duration", "120"]
+            system.extra.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=system.env))
         browser.get(system.url)
         primaries = {q: f"consumer-{q % 2}" for q in range(QUEUE_COUNT)}
         wait_for("the owners table with each queue on its primary", lambda: _owners(browser) == primaries)
+        wait_for("the publish and delivery rates charted", lambda: browser.execute_script(CHARTED_JS))
         wait_for(
             "the router's report and the driver's counters on the page",
             lambda: browser.execute_script(
