@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from affinity.groups import GroupDefinition, GroupObserver, GroupStatus
 from affinity.web.rates import CounterRates
@@ -117,10 +116,3 @@ class GroupWatch:
         if self.observer is not None:
             self.observer.close()
             self.observer = None
-
-
-def registry_path(registry: str | None) -> Path:
-    """The registry as the groups module resolves it (argument, environment, default)."""
-    from affinity.groups import registry_dir
-
-    return registry_dir(registry)

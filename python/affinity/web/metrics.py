@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from affinity.exceptions import AffinityError
-from affinity.web.drivers import read_driver
+from affinity.web.drivers import DUTY_CYCLE_LABEL, read_driver
 from affinity.web.groups import FAILOVER, HANDOFF, LIVENESS_TIMEOUT_MS
 from affinity.web.monitor import Monitor
 from affinity.web.routers import STALE_AFTER
@@ -65,9 +65,7 @@ SYSTEM_COUNTERS: dict[str, MetricSpec] = {
     "Errors dropped (error log full)": _c(
         "affinity_driver_errors_dropped", D, "Distinct errors dropped because the error log was full."
     ),
-    "Conductor duty cycle max time (ns)": _g(
-        "affinity_driver_duty_cycle_max_seconds", D, "Longest conductor duty cycle since start."
-    ),
+    DUTY_CYCLE_LABEL: _g("affinity_driver_duty_cycle_max_seconds", D, "Longest conductor duty cycle since start."),
     "IPC publications": _g("affinity_driver_ipc_publications", D, "IPC publications open (lingering ones included)."),
     "Subscriptions": _g("affinity_driver_subscriptions", D, "Subscriptions open."),
     "Clients": _g("affinity_driver_clients", D, "Clients attached."),
@@ -102,7 +100,7 @@ SYSTEM_COUNTERS: dict[str, MetricSpec] = {
     "Heartbeats received": _c("affinity_driver_heartbeats_received", D, "Heartbeats received by images."),
 }
 #: Scale of a system counter's value into its metric's unit (ns to seconds).
-SYSTEM_SCALE = {"Conductor duty cycle max time (ns)": 1e-9}
+SYSTEM_SCALE = {DUTY_CYCLE_LABEL: 1e-9}
 
 STREAM = ("driver", "counter", "session", "stream", "channel")
 G = ("group",)

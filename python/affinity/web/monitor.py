@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from affinity.exceptions import AffinityError
-from affinity.groups import GroupDefinition, GroupObserver, GroupStatus
+from affinity.groups import GroupDefinition, GroupObserver, GroupStatus, registry_dir
 from affinity.groups.registry import scan_groups
 from affinity.web.drivers import RATE_COUNTERS, DriverView, read_driver
 from affinity.web.groups import GroupWatch, Move
@@ -115,10 +115,8 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sequence = 0
-        from affinity.web.groups import registry_path
-
         try:
-            self._registry = str(registry_path(options.registry))
+            self._registry = str(registry_dir(options.registry))
         except AffinityError as error:
             self._registry = str(options.registry)
             self._registry_error: str | None = str(error)

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from affinity.web.drivers import DUTY_CYCLE_LABEL
 from affinity.web.groups import LIVENESS_TIMEOUT_MS
 from affinity.web.monitor import DriverSnapshot, GroupSnapshot, RouterSnapshot, Snapshot
 from affinity.web.routers import STALE_AFTER
@@ -144,6 +145,7 @@ def _driver(driver: DriverSnapshot, pages: Pages) -> dict[str, Any]:
         start_ms=stat.start_ms,
         heartbeat_age_ms=stat.heartbeat_age_ms,
         dead=stat.dead,
+        duty_cycle_max_ns=view.system_value(DUTY_CYCLE_LABEL),
         system=[[c.label, c.value] for c in view.system],
         clients={
             "total": len(view.clients),

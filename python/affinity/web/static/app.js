@@ -159,10 +159,9 @@ function renderDriver(container, driver) {
     return;
   }
   node.querySelector(".chart").hidden = false;
-  const duty = driver.system.find((c) => c[0] === "Conductor duty cycle max time (ns)");
   fill(body,
     el("div", {}, `pid ${driver.pid} · up since ${new Date(driver.start_ms).toISOString()} · heartbeat ${fmt(driver.heartbeat_age_ms)} ms ago`
-      + ` · longest duty cycle ${duty ? fmt(duty[1] / 1000) : "-"} µs`),
+      + ` · longest duty cycle ${driver.duty_cycle_max_ns === null ? "-" : fmt(driver.duty_cycle_max_ns / 1000)} µs`),
     problem(driver.problem),
     el("div", { class: "grid" },
       el("div", {}, el("h4", {}, "System counters"),
