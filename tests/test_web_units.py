@@ -334,3 +334,26 @@ def test_scan_groups_names_each_junk_file_and_keeps_the_good_definitions(tmp_pat
     assert [
         str(tmp_path / "groups" / name) in str(p) for p, name in zip(problems, ("bad.json", "worse.json"), strict=True)
     ] == [True, True]
+
+
+def test_a_drivers_errors_clients_and_duty_cycle_reach_the_page_data() -> None:
+    from affinity.driver import DriverErrorRecord
+    from affinity.web.drivers import CLIENT_HEARTBEAT_TYPE_ID, DUTY_CYCLE_LABEL
+    from affinity.web.monitor import DriverSnapshot, Snapshot
+    from affinity.web.settings import ERRORS_SHOWN
+
+    now_ms = 1_000_000
+    counters = (
+        CounterValue(6, 0, DUTY_CYCLE_LABEL, 43_000, 0, 0),
+        CounterValue(40, CLIENT_HEARTBEAT_TYPE_ID, "client-heartbeat: 17", now_ms - 250, 17, 17),
+    )
+    errors = tuple(DriverErrorRecord(i + 1, 10, 20, f"error {i}") for i in range(ERRORS_SHOWN + 5))
+    errors += (DriverErrorRecord(0, 0, 0, "", problem="record at offset 64: length 9 below the header"),)
+    view = split(DriverStat("/d", 42, 1, 0, 0, counters, errors), wall_ms=now_ms)
+    snapshot = Snapshot(1.0, 1, "/registry", (), (DriverSnapshot(view, {"t": []}, {}),), (), ())
+    (driver,) = page_data(snapshot, Pages())["drivers"]
+    assert driver["duty_cycle_max_ns"] == 43_000
+    assert driver["clients"] == {"total": 1, "rows": [[17, 250]]}
+    assert driver["errors"]["total"] == ERRORS_SHOWN + 6 and len(driver["errors"]["rows"]) == ERRORS_SHOWN
+    assert driver["errors"]["rows"][0] == [1, 10, 20, "error 0"]
+    assert "1 corrupt record(s)" in driver["problem"] and "offset 64" in driver["problem"]
