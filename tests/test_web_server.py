@@ -202,8 +202,13 @@ def test_a_routers_peers_and_moves_reach_the_page_and_the_metrics(tmp_path: Path
                 return nodes[0] if nodes else {}
 
             wait_for(
-                "both peers up and the subject routed",
-                lambda: (n := node()) and n["status"]["routed"] >= 1 and all(up for _, up in n["peers"]),
+                "both peers up, the subject routed, the subscriber counted",
+                lambda: (
+                    (n := node())
+                    and n["status"]["routed"] >= 1
+                    and n["status"]["subscribers"] == 1
+                    and all(up for _, up in n["peers"])
+                ),
             )
             first = requested[0][0]
             sources.pop(first).close()
@@ -213,6 +218,8 @@ def test_a_routers_peers_and_moves_reach_the_page_and_the_metrics(tmp_path: Path
     assert moves and "moved from peer" in moves[0][2] and first in moves[0][2], moved["events"]
     assert any(event[1] == "peer" and first in event[2] and event[2].endswith("is down") for event in moved["events"])
     families = {family.name: family for family in text_string_to_metric_families(text)}
+    (subscribers,) = families["affinity_router_subscribers"].samples
+    assert subscribers.value == 1
     (router_moves,) = families["affinity_router_moves"].samples
     assert router_moves.value >= 1
     peers = {s.labels["peer"]: s.value for s in families["affinity_router_peer_up"].samples}

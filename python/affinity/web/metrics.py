@@ -130,6 +130,7 @@ OTHER_METRICS: tuple[MetricSpec, ...] = (
     _g("affinity_router_report_age_seconds", N, "Time since the router's last report."),
     _g("affinity_router_subjects", N, "Subjects the router routes."),
     _g("affinity_router_affinities", N, "Affinities the router holds."),
+    _g("affinity_router_subscribers", N, "Subscribers the router tracks."),
     _g("affinity_router_backlog_bytes", N, "Bytes queued for peers that do not keep up."),
     _g("affinity_router_peer_up", ("node", "peer"), "1 for a peer up, 0 for a peer down."),
     _g("affinity_router_faucet_topics", N, "Faucet topics with an assignment action reported."),
@@ -157,6 +158,7 @@ ROUTER_COUNTER_FIELDS = {
 ROUTER_GAUGE_FIELDS = {
     "affinity_router_subjects": "subjects",
     "affinity_router_affinities": "affinities",
+    "affinity_router_subscribers": "subscribers",
     "affinity_router_backlog_bytes": "backlog_bytes",
 }
 #: The router status fields summed into ``affinity_router_auth_refused``.

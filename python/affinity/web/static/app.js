@@ -191,7 +191,7 @@ function renderRouter(container, router) {
     rates = n.rates;
     parts.push(
       el("h4", {}, `node ${n.node}`), problem(n.problem),
-      el("div", {}, `subjects ${fmt(s.subjects)} · affinities ${fmt(s.affinities)} · routed ${fmt(s.routed)} · relayed ${fmt(s.relayed)}`
+      el("div", {}, `subjects ${fmt(s.subjects)} · subscribers ${fmt(s.subscribers)} · affinities ${fmt(s.affinities)} · routed ${fmt(s.routed)} · relayed ${fmt(s.relayed)}`
         + ` · moves ${fmt(n.moves)} · backlog ${fmt(s.backlog_bytes)} B · report ${n.age_s} s old`),
       el("div", { class: "grid" },
         el("div", {}, el("h4", {}, "Peers"), table(["peer", "state"],
