@@ -814,6 +814,7 @@ class RouterStatusInfo:
     auth_replayed: int
     authenticated: bool
     subjects: int
+    subscribers: int
     affinities: int
     members: list[tuple[str, bool]]
 

@@ -373,6 +373,7 @@ class RouterStatus:
     auth_replayed: int
     authenticated: bool
     subjects: int
+    subscribers: int
     affinities: int
     members: tuple[tuple[str, bool], ...]
 

@@ -16,6 +16,7 @@ SUBCOMMAND_MODULES = (
     "affinity.cli.stat",
     "affinity.cli.group",
     "affinity.cli.router",
+    "affinity.cli.web",
 )
 
 #: Exit code after Ctrl-C (128 + SIGINT, what a shell reports for it).

@@ -19,11 +19,13 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import affinity
 from affinity.cli import EXIT_INTERRUPTED
 from affinity.cli._text import help_text
 from affinity.testing import free_udp_port
+from affinity.web.settings import DEFAULT_LISTEN as WEB_LISTEN
 
 STREAM_ID = 1001
 
@@ -88,6 +90,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--join-at", type=float, help="seconds after t = 0 to start a new consumer (default: 0.6 x --duration)"
     )
     parser.add_argument("--no-live", dest="live", action="store_false", help="plain progress lines, no live view")
+    parser.add_argument(
+        "--web",
+        nargs="?",
+        const=WEB_LISTEN,
+        metavar="HOST:PORT",
+        help=f"serve the live page (affinity web) of the run on HOST:PORT (default {WEB_LISTEN})",
+    )
     parser.set_defaults(run=run_pipeline)
     modes = parser.add_subparsers(dest="demo_mode", metavar="{transport}", help="optional: another demo instead")
     transport = modes.add_parser("transport", help="send messages between two processes and print the rates")
@@ -155,11 +164,14 @@ def run_pipeline(args: argparse.Namespace) -> int:
     if not console.is_terminal:
         console = Console(width=CONSOLE_WIDTH)  # pipes and logs: wide enough for the tables
     console.print(f"writing the report, chart and logs to {settings.out}/", highlight=False, soft_wrap=True)
+    web = LivePage(args.web, console)
     try:
-        result = run_demo(settings, console)
+        result = run_demo(settings, console, web.open)
     except DemoError as error:
         print(f"affinity demo: {error}", file=sys.stderr)
         return 1
+    finally:
+        web.close()
     files = write_report(result, console)
     partial = "partial " if result.interrupted_at is not None else ""
     console.print(
@@ -171,6 +183,50 @@ def run_pipeline(args: argparse.Namespace) -> int:
     if result.interrupted_at is not None:
         return EXIT_INTERRUPTED
     return 0 if result.passed else 1
+
+
+class LivePage:
+    """``--web``: serves the live page of the demo's registry while the demo runs; without it,
+    says how to watch the run live."""
+
+    def __init__(self, listen: str | None, console: Any) -> None:
+        self.listen = listen
+        self.console = console
+        self.server: Any = None
+
+    def open(self, registry: Path) -> None:
+        """Called once the demo's group is defined in ``registry``."""
+        if self.listen is None:
+            self.console.print(
+                f"watch it live: affinity demo --web (serves http://{WEB_LISTEN}/), "
+                f"or meanwhile: affinity web --registry {registry}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            return
+        from affinity.cli.web import missing_modules
+
+        missing = missing_modules()
+        if missing:
+            self.console.print(f"no live page: the web extra is missing ({', '.join(missing)}): {install_hint('web')}")
+            return
+        from affinity.web.app import WebServer, bind, parse_listen
+        from affinity.web.monitor import Monitor, WebOptions
+
+        try:
+            sock = bind(*parse_listen(self.listen))
+        except (ValueError, OSError) as error:
+            self.console.print(f"no live page: cannot listen on {self.listen}: {error}", highlight=False)
+            return
+        self.server = WebServer(Monitor(WebOptions((), str(registry))), sock)
+        self.server.start()
+        self.console.print(f"live page: {self.server.url}", highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        """Stops serving (the demo is over)."""
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
 
 
 def _subscribe(port: int, count: int, threading: str) -> dict[str, float]:

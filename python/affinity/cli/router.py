@@ -11,6 +11,9 @@ is logged on the ``affinity.router`` logger (stderr). Stops on SIGINT / SIGTERM.
 together (``256M`` by default; suffixes K, M, G are powers of 1024); past it the subscriber with
 the largest backlog is dropped and logged.
 
+``--status CHANNEL``: publish the router's counters, peers, latest moves and faucet assignments
+every second on CHANNEL (``affinity.web.router_report``), for ``affinity web --router CHANNEL``.
+
 ``--secret-file PATH`` (else ``$AFFINITY_ROUTER_SECRET`` as hex, else
 ``$AFFINITY_ROUTER_SECRET_FILE``): the router secret; every message from and to subscribers and
 sources is then sealed and verified, and what is not authentic is counted and dropped
@@ -95,6 +98,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="router secret (hex, owner-only); else $AFFINITY_ROUTER_SECRET or $AFFINITY_ROUTER_SECRET_FILE; "
         "none: unauthenticated",
     )
+    parser.add_argument(
+        "--status",
+        metavar="CHANNEL",
+        help="publish a status report every second on CHANNEL for `affinity web --router CHANNEL`",
+    )
     parser.set_defaults(run=run)
 
 
@@ -141,11 +149,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"affinity router: {UNAUTHENTICATED_LINE}", file=sys.stderr)
     else:
         print(f"affinity router: authenticated (secret from {router.secret_source})", file=sys.stderr)
+    reporter = None
+    if args.status is not None:
+        from affinity.web.router_report import RouterReporter
+
+        try:
+            reporter = RouterReporter(client, router, args.status, args.listen)
+        except AffinityError as exc:
+            print(f"affinity router: cannot publish status on {args.status}: {exc}", file=sys.stderr)
+            router.close()
+            client.close()
+            return EXIT_UNAVAILABLE
     print(f"affinity router: listening on {args.listen}", file=sys.stderr, flush=True)
     try:
         while not stop.wait(LOG_INTERVAL):
             router.flush_log()
+            if reporter is not None:
+                reporter.tick()
     finally:
+        if reporter is not None:
+            reporter.close()
         router.close()
         client.close()
     return EXIT_OK

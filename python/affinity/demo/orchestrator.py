@@ -8,6 +8,7 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,8 +206,13 @@ def _wait(what: str, done: object, timeout: float, run: _Run, child: Child | Non
         time.sleep(TICK)
 
 
-def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResult:
-    """Runs the whole demo and returns what it measured (raises :class:`DemoError` when a part fails)."""
+def run_demo(
+    settings: DemoSettings, console: Console | None = None, on_registry: Callable[[Path], None] | None = None
+) -> DemoResult:
+    """Runs the whole demo and returns what it measured (raises :class:`DemoError` when a part fails).
+
+    ``on_registry`` is called with the demo's registry once its group is defined (``--web``
+    serves the live page of it from there)."""
     from affinity.groups import create_group
 
     wall_start = time.monotonic()
@@ -227,6 +233,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
         display.note(
             f"group {group!r}: {settings.queue_count} queues, {settings.hash_count} hash buckets, registry {registry}"
         )
+        if on_registry is not None:
+            on_registry(registry)
         # The validator buffers what arrives until it knows the generator's start (rebase below).
         collector = Collector(free_udp_port(), settings.accounts, TIMELINE_BIN_SECONDS)
         collector.start(STARTUP_TIMEOUT)

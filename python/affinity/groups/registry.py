@@ -50,6 +50,7 @@ __all__ = [
     "load_group",
     "members_dir",
     "registry_dir",
+    "scan_groups",
 ]
 
 #: Environment variable naming the registry directory.
@@ -304,6 +305,29 @@ def list_groups(registry: str | os.PathLike[str] | None = None) -> list[GroupDef
         except FileNotFoundError:
             continue  # deleted while listing
     return definitions
+
+
+def scan_groups(
+    registry: str | os.PathLike[str] | None = None,
+) -> tuple[list[GroupDefinition], list[ConfigError]]:
+    """Every readable group definition of the registry, and what is wrong with each file that is
+    not one (a ``ConfigError`` naming it): for tools that show a registry with junk in it and
+    keep going (``affinity web``); :func:`list_groups` stops at the first bad file instead."""
+    groups = _groups_dir(registry, create=False)
+    if not _check_registry(groups, create=False):
+        return [], []
+    definitions: list[GroupDefinition] = []
+    problems: list[ConfigError] = []
+    for path in sorted(groups.glob(f"*{DEFINITION_SUFFIX}")):
+        if path.name.startswith("."):
+            continue
+        try:
+            definitions.append(_read(path))
+        except FileNotFoundError:
+            continue  # deleted while listing
+        except ConfigError as error:
+            problems.append(error)
+    return definitions, problems
 
 
 def create_group(

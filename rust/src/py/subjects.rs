@@ -93,6 +93,7 @@ pub struct RouterStatusInfo {
     auth_replayed: u64,
     authenticated: bool,
     subjects: usize,
+    subscribers: usize,
     affinities: usize,
     members: Vec<(String, bool)>,
 }
@@ -226,6 +227,7 @@ impl SubjectRouterCore {
             auth_replayed: r.auth.replayed,
             authenticated: status.authenticated,
             subjects: status.subjects,
+            subscribers: status.subscribers,
             affinities: status.affinities,
             members: status.members,
         }

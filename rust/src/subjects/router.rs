@@ -291,6 +291,11 @@ impl RouterCore {
         self.subjects.len()
     }
 
+    /// Number of subscribers the router tracks (each holding one or more subscriptions).
+    pub fn subscriber_count(&self) -> usize {
+        self.subscribers.len()
+    }
+
     // ---- inputs ----------------------------------------------------------------------------
 
     /// Handles one transport message from the listen channel (one or more records), as

@@ -249,6 +249,8 @@ pub struct RouterStatus {
     pub runtime: RouterRuntimeCounters,
     /// Subscribed subjects.
     pub subjects: usize,
+    /// Subscribers tracked.
+    pub subscribers: usize,
     /// Remembered affinities.
     pub affinities: usize,
     /// Per table member: (label, up).
@@ -528,6 +530,7 @@ impl RouterLoop {
             counters: self.core.counters(),
             runtime,
             subjects: self.core.subject_count(),
+            subscribers: self.core.subscriber_count(),
             affinities: table.affinity_count(),
             members,
         };

@@ -254,6 +254,7 @@ fn the_last_unsubscribe_discards_the_subject_at_every_serving_peer() {
     let mut f = Fixture::new();
     subscribe(&mut f.router, ALICE, BLOTTER, at(1));
     subscribe(&mut f.router, BOB, BLOTTER, at(1));
+    assert_eq!(f.router.subscriber_count(), 2);
     sent(&mut f.router);
     f.router.on_message(&record(RecordKind::Unsubscribe, 0, ALICE, BLOTTER, b""), at(2));
     assert_eq!(sent(&mut f.router), []);
