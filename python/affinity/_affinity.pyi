@@ -76,6 +76,7 @@ __all__ = [
     "check_channel",
     "default_driver_dir",
     "driver_stat",
+    "group_bootstrap",
     "group_bucket",
     "group_queue",
     "group_queues",
@@ -394,6 +395,15 @@ GROUP_DATA_STREAM_ID: Final[int]
 def group_bucket(key: bytes | str, hash_count: int) -> int: ...
 def group_queue(key: bytes | str, hash_count: int, queue_count: int) -> int: ...
 def group_queues(keys: Sequence[bytes | str] | Any, hash_count: int, queue_count: int) -> list[int]: ...
+def group_bootstrap(
+    client: Client,
+    group: str,
+    bootstrap: str,
+    *,
+    host: str = "127.0.0.1",
+    secret: bytes | None = None,
+    timeout_ms: int = 10000,
+) -> tuple[str, str, int, int, int]: ...
 
 @final
 class GroupMessage:
@@ -629,6 +639,9 @@ class GroupPublisherCore:
         liveness_timeout_ms: int = 2000,
         heartbeat_interval_ms: int = 100,
         resend_timeout_ms: int = 1000,
+        listen: str | None = None,
+        bootstrap: str | None = None,
+        bootstrap_timeout_ms: int = 10000,
     ) -> GroupPublisherCore: ...
     @property
     def producer_id(self) -> int: ...
@@ -668,6 +681,9 @@ class GroupConsumerCore:
         cycle_ms: int = 30000,
         liveness_timeout_ms: int = 2000,
         heartbeat_interval_ms: int = 100,
+        listen: str | None = None,
+        bootstrap: str | None = None,
+        bootstrap_timeout_ms: int = 10000,
     ) -> GroupConsumerCore: ...
     @property
     def member_id(self) -> int: ...
@@ -701,6 +717,9 @@ class GroupObserverCore:
         secret: bytes | None = None,
         liveness_timeout_ms: int = 2000,
         heartbeat_interval_ms: int = 100,
+        listen: str | None = None,
+        bootstrap: str | None = None,
+        bootstrap_timeout_ms: int = 10000,
     ) -> GroupObserverCore: ...
     def status(self) -> GroupStatus: ...
     def close(self) -> None: ...
