@@ -81,10 +81,11 @@ fn members_with_private_registries_find_each_other_through_bootstrap_and_deliver
     let b =
         GroupConsumer::new(client_b.clone(), group(4), 1, 2, &options(&registry_b, Some(at_b), &seeds), false, cycle)
             .unwrap();
+    // The publisher lists consumer 0 only: consumer 1 it knows from the answer's member list.
     let publisher = GroupPublisher::new(
         client_p.clone(),
         learned.config.clone(),
-        &options(&registry_p, None, &seeds),
+        &options(&registry_p, None, &[at_a]),
         Duration::from_millis(500),
     )
     .unwrap();

@@ -24,7 +24,7 @@ use super::bootstrap::{answer, DEFAULT_BOOTSTRAP_TIMEOUT};
 use super::discovery::{self, MemberFile, MEMBER_FILE_VERSION};
 use super::{GroupConfig, GroupError, Timing};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
-use crate::control::bootstrap::{BootstrapMember, BootstrapRequest};
+use crate::control::bootstrap::{BootstrapMember, BootstrapReply, BootstrapRequest};
 use crate::control::codec::Kind;
 use crate::control::limits::MAX_NAME_LENGTH;
 use crate::control::member::{self, InboxAddress, Peer, PeerRequest, PeerTable};
@@ -120,8 +120,11 @@ pub struct RuntimeCounters {
     pub auth: AuthCounters,
     /// BOOTSTRAP requests answered.
     pub bootstrap_answered: u64,
-    /// BOOTSTRAP requests about another group, or dropped with too many answers in flight.
+    /// BOOTSTRAP requests about another group, or dropped with too many answers in flight;
+    /// refresh answers of another definition or request.
     pub bootstrap_ignored: u64,
+    /// Members found through refresh answers (not in the first answer, not heard yet).
+    pub bootstrap_learned: u64,
 }
 
 trait Brain: Send + 'static {
@@ -173,6 +176,10 @@ struct Core<B: Brain> {
     replies: Replies,
     /// When the member started (seeds have a liveness timeout to speak up).
     started: Instant,
+    /// When the member last asked the bootstrap addresses for the members they hear.
+    last_refresh: Instant,
+    /// The nonce of those requests (answers with another are ignored).
+    refresh_nonce: u64,
     timing: Timing,
     control_sub: Subscription,
     data_sub: Option<Subscription>,
@@ -284,6 +291,8 @@ impl<B: Brain> Core<B> {
             bootstrap_auth: bootstrap_auth(options.secret.as_ref(), &group.name),
             replies: Replies::default(),
             started,
+            last_refresh: started,
+            refresh_nonce: member::new_member_id(),
             timing: options.timing,
             control_sub,
             data_sub,
@@ -382,9 +391,10 @@ impl<B: Brain> Core<B> {
     }
 
     fn handle_control(&mut self, bytes_index: usize, now: Instant) {
-        if self.control_batch.message(bytes_index).get(1) == Some(&(Kind::Bootstrap as u8)) {
-            self.handle_bootstrap(bytes_index, now);
-            return;
+        match self.control_batch.message(bytes_index).get(1) {
+            Some(kind) if *kind == Kind::Bootstrap as u8 => return self.handle_bootstrap(bytes_index, now),
+            Some(kind) if *kind == Kind::BootstrapReply as u8 => return self.handle_refresh(bytes_index, now),
+            _ => {}
         }
         // Verified before anything is decoded; refusals are counted by the StreamAuth.
         let Ok(body) = self.control_auth.open(self.control_batch.message(bytes_index)) else { return };
@@ -428,10 +438,51 @@ impl<B: Brain> Core<B> {
             self.counters.control_malformed += 1;
             return;
         }
+        self.counters.bootstrap_answered += 1;
+        // A peer refreshing its members is answered on the publication it already has.
+        let known = self.peers.get(request.sender).and_then(|peer| peer.control.as_ref());
+        if known.is_some_and(|publication| publication.try_offer(&bytes).is_ok()) {
+            return;
+        }
         let dropped = self.replies.dropped;
         self.replies.queue(request.reply_to, bytes, now);
         self.counters.bootstrap_ignored += self.replies.dropped - dropped;
-        self.counters.bootstrap_answered += 1;
+    }
+
+    /// Every liveness timeout a member with a bootstrap list asks those addresses again for the
+    /// members they hear (every member heartbeats them, so they hear everyone): a member that
+    /// joined after this one's first answer, and that does not list this one, is found so.
+    fn send_refresh(&mut self, now: Instant) {
+        self.last_refresh = now;
+        let request = BootstrapRequest {
+            sender: self.member_id,
+            group: self.group.clone(),
+            reply_to: self.endpoint.clone(),
+            held_fingerprint: self.definition.fingerprint(),
+            nonce: self.refresh_nonce,
+        };
+        if member::seal_into(&mut self.encode, &mut self.bootstrap_auth, |out| request.emit(out)).is_ok() {
+            member::offer_to_all(&self.encode, self.seeds.iter());
+        }
+    }
+
+    /// Adds the members an answer to [`Self::send_refresh`] lists that this member does not know.
+    fn handle_refresh(&mut self, bytes_index: usize, now: Instant) {
+        let Ok(body) = self.bootstrap_auth.open(self.control_batch.message(bytes_index)) else { return };
+        let Ok(reply) = BootstrapReply::parse(body) else {
+            self.counters.control_malformed += 1;
+            return;
+        };
+        if reply.nonce != self.refresh_nonce || reply.definition.fingerprint != self.definition.fingerprint() {
+            self.counters.bootstrap_ignored += 1;
+            return;
+        }
+        for found in reply.members {
+            if found.member_id != self.member_id && !self.peers.knows(found.member_id) {
+                self.counters.bootstrap_learned += 1;
+                self.add_peer(found.member_id, &found.endpoint, found.role, false, now);
+            }
+        }
     }
 
     /// The runtime counters, authentication refusals of both streams included.
@@ -512,6 +563,9 @@ impl<B: Brain> Core<B> {
         }
         let complete = self.discovery_complete(now);
         self.brain.handle_timeout(now, complete);
+        if !self.seeds.is_empty() && now.saturating_since(self.last_refresh) >= self.timing.liveness_timeout {
+            self.send_refresh(now);
+        }
         let due = self.timing.heartbeat_due(self.last_heartbeat, now);
         if self.brain.take_announce() || due {
             self.send_heartbeat(now);
