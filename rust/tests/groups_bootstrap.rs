@@ -221,3 +221,60 @@ fn with_a_secret_only_members_holding_it_are_answered() {
     assert_eq!(runtime.bootstrap_answered, answered, "{runtime:?}");
     a.close(Duration::from_secs(1));
 }
+
+#[test]
+fn a_flood_of_requests_keeps_at_most_the_bounded_answers_in_flight() {
+    use affinity::client::ClientApi;
+    use affinity::control::bootstrap::BootstrapRequest;
+    use affinity::control::CONTROL_STREAM_ID;
+    use affinity::groups::runtime::bootstrap::{control_channel, MAX_PENDING_REPLIES};
+
+    let registry = temp_dir::TempDir::new("flood");
+    let at_a = address();
+    let a = GroupConsumer::new(
+        client(),
+        group(4),
+        0,
+        1,
+        &options(&registry, Some(at_a), &[at_a]),
+        true,
+        Duration::from_secs(30),
+    )
+    .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || a.owned_queues() == vec![0, 1, 2, 3]));
+    let attacker = client();
+    let publication = attacker.add_publication_handle(&control_channel(&at_a.to_string()), CONTROL_STREAM_ID).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || publication.is_connected().unwrap_or(false)));
+    // Its own first requests to its own inbox, sent before its thread ran, are answered by now.
+    std::thread::sleep(Duration::from_millis(500));
+    let before = a.counters().1.bootstrap_answered;
+    let requests = 200u64;
+    let mut bytes = Vec::new();
+    for n in 0..requests {
+        // Every request names another reply endpoint nobody listens at.
+        let request = BootstrapRequest {
+            sender: 1000 + n,
+            group: "orders".into(),
+            reply_to: format!("127.0.0.1:{}", 20000 + n),
+            held_fingerprint: 0,
+            nonce: n,
+        };
+        bytes.clear();
+        request.emit(&mut bytes).unwrap();
+        while publication.try_offer(&bytes).is_err() {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+    let answered = wait_until(Duration::from_secs(10), || a.counters().1.bootstrap_answered >= before + requests);
+    assert!(answered, "{:?}", a.counters().1);
+    let (_, runtime) = a.counters();
+    // Sent within the answers' linger: all but the bounded few in flight were dropped, counted.
+    assert!(runtime.bootstrap_ignored >= requests - 2 * MAX_PENDING_REPLIES as u64, "{runtime:?}");
+    // The member goes on: still the owner of every queue, and answering once the flood is over.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(a.owned_queues(), vec![0, 1, 2, 3]);
+    let learned =
+        fetch(&*attacker, "orders", None, &[at_a], &options(&registry, None, &[at_a]), Duration::from_secs(5)).unwrap();
+    assert_eq!(learned.config, group(4));
+    a.close(Duration::from_secs(1));
+}
