@@ -136,3 +136,35 @@ def test_a_bootstrap_member_holding_another_definition_is_refused_naming_both_fi
     finally:
         consumer.terminate()
         consumer.communicate(timeout=30)  # reaps it and closes its pipe
+
+
+def test_status_with_an_empty_registry_sees_the_group_through_bootstrap(tmp_path: Path) -> None:
+    theirs, empty = tmp_path / "theirs", tmp_path / "empty"
+    create(theirs, "orders", qc=2)
+    empty.mkdir(mode=0o700)
+    inbox = f"127.0.0.1:{free_udp_port()}"
+    env = dict(os.environ, AFFINITY_REGISTRY=str(theirs), PYTHONUNBUFFERED="1")
+    consume = [*AFFINITY, "consume", "orders", "--index", "0", "--count", "1", "--listen", inbox, *TIMINGS]
+    consumer = subprocess.Popen(consume, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        report: dict[str, object] = {}
+        found = False
+        while not found and time.monotonic() < deadline:
+            result = group(empty, "status", "orders", "--bootstrap", inbox, "--json", "--settle", "1.5", *TIMINGS)
+            if result.returncode == 0:
+                report = json.loads(result.stdout.strip().splitlines()[-1])
+                members = report["members"]
+                assert isinstance(members, list)
+                found = any(member["endpoint"] == inbox and member["role"] == "consumer" for member in members)
+            else:
+                assert "no bootstrap member answered" in result.stderr, result.stderr
+            assert consumer.poll() is None, consumer.communicate()[0]
+        assert found, report
+        queues = report.get("queues")
+        assert isinstance(queues, list) and len(queues) == 2, report  # QC learned from the consumer
+        assert all(queue["state"] == "active" for queue in queues), report
+        assert not (empty / "groups" / "orders.json").exists()
+    finally:
+        consumer.terminate()
+        consumer.communicate(timeout=30)
