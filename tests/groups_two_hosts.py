@@ -7,7 +7,11 @@ consumers (which republish on host 3's own loopback). Members advertise their ve
 ``PUBLISHER <json>`` (the publisher's summary); the validator's report goes to
 ``WORKDIR/validator.json``, the consumers' output to ``WORKDIR/consumer<i>.log``.
 
-    usage: groups_two_hosts.py WORKDIR      (AFFINITY_REGISTRY names the registry)
+With ``bootstrap`` the hosts share no registry: host 3 holds the definition in the registry
+AFFINITY_REGISTRY names, its consumers listen at fixed addresses (``--listen``), and the publisher
+on host 2 has an empty registry of its own and finds the group only through ``--bootstrap``.
+
+    usage: groups_two_hosts.py WORKDIR [bootstrap]      (AFFINITY_REGISTRY names the registry)
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ COUNT = 4000
 CHANNEL = "aeron:udp?endpoint=127.0.0.1:40777"
 AFFINITY = [sys.executable, "-m", "affinity.cli", "group"]
 TIMINGS = ["--liveness", "1s", "--heartbeat", "100ms"]
+#: The consumers' fixed inboxes in bootstrap mode (host 3).
+CONSUMER_INBOXES = ["10.9.0.3:41001", "10.9.0.3:41002"]
 
 
 def sh(command: str) -> None:
@@ -74,7 +80,9 @@ def _last_ownership(log: Path) -> str:
 
 def main() -> int:
     workdir = Path(sys.argv[1])
+    bootstrap = sys.argv[2:] == ["bootstrap"]
     registry = Path(os.environ["AFFINITY_REGISTRY"])
+    seeds = ",".join(CONSUMER_INBOXES)
     sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.9.0.1/24 dev br0 && ip link set br0 up")
     validate = [*AFFINITY, "validate", GROUP, "--channel", CHANNEL, "--idle-exit", "3", "--duration", "90"]
     validate += ["--expect-keys", str(KEYS), "--json", "--quiet"]
@@ -82,6 +90,8 @@ def main() -> int:
     for index in range(2):
         consume = [*AFFINITY, "consume", GROUP, "--index", str(index), "--count", "2", "--republish", CHANNEL]
         consume += ["--host", "10.9.0.3", "--cycle", "2", *TIMINGS]
+        if bootstrap:
+            consume += ["--listen", CONSUMER_INBOXES[index], "--bootstrap", seeds]
         log = shlex.quote(str(workdir / f"consumer{index}.log"))
         script.append(f"{shlex.join(consume)} > {log} 2>&1 & c{index}=$!")
     script.append('wait $v; rc=$?; kill -TERM $c0 $c1; wait $c0 $c1; exit "$rc"')
@@ -95,7 +105,16 @@ def main() -> int:
         time.sleep(0.1)
     print("MEMBERS", json.dumps(member_files(registry)), flush=True)
     publish = [*AFFINITY, "publish", GROUP, "--keys", str(KEYS), "--rate", "1000", "--count", str(COUNT)]
-    publisher = spawn_host(2, [*publish, "--host", "10.9.0.2", "--json", *TIMINGS])
+    publish += ["--host", "10.9.0.2", "--json", *TIMINGS]
+    if bootstrap:
+        # A registry of its own, without the group: the definition comes from host 3.
+        own = workdir / "publisher-registry"
+        own.mkdir(mode=0o700)
+        publish = ["env", f"AFFINITY_REGISTRY={own}", *publish, "--bootstrap", seeds]
+        secret = registry / "groups" / f"{GROUP}.secret"
+        if secret.exists():  # the group secret travels out of band, as it would between hosts
+            publish += ["--secret-file", str(secret)]
+    publisher = spawn_host(2, publish)
     out, _ = publisher.communicate(timeout=120)
     lines = out.strip().splitlines()
     print("PUBLISHER", lines[-1] if lines else "{}", flush=True)

@@ -25,6 +25,8 @@ DELIBERATELY_PRIVATE = {
     "GroupPublisherCore",
     "GroupConsumerCore",
     "GroupObserverCore",
+    # a group's definition learned through bootstrap: used by affinity.groups when the registry has none
+    "group_bootstrap",
 }
 #: Subject router: wrapped by affinity.subjects (Subscriber, Source, SubjectRouter, Flags).
 DELIBERATELY_PRIVATE |= {

@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_CLIENT_TIMEOUT_MS",
     "DEFAULT_COMMAND_TIMEOUT_MS",
     "DEFAULT_DRIVER_TIMEOUT_MS",
+    "DEFAULT_GROUP_BOOTSTRAP_TIMEOUT_MS",
     "DEFAULT_GROUP_CYCLE_MS",
     "DEFAULT_GROUP_HEARTBEAT_INTERVAL_MS",
     "DEFAULT_GROUP_LIVENESS_TIMEOUT_MS",
@@ -91,6 +92,7 @@ __all__ = [
     "check_channel",
     "default_driver_dir",
     "driver_stat",
+    "group_bootstrap",
     "group_bucket",
     "group_queue",
     "group_queues",
@@ -108,6 +110,7 @@ DRIVER_SETTINGS: Final[list[str]]
 DEFAULT_CLIENT_TIMEOUT_MS: Final[int]
 DEFAULT_COMMAND_TIMEOUT_MS: Final[int]
 DEFAULT_DRIVER_TIMEOUT_MS: Final[int]
+DEFAULT_GROUP_BOOTSTRAP_TIMEOUT_MS: Final[int]
 DEFAULT_GROUP_CYCLE_MS: Final[int]
 DEFAULT_GROUP_HEARTBEAT_INTERVAL_MS: Final[int]
 DEFAULT_GROUP_LIVENESS_TIMEOUT_MS: Final[int]
@@ -458,6 +461,15 @@ GROUP_DATA_STREAM_ID: Final[int]
 def group_bucket(key: bytes | str, hash_count: int) -> int: ...
 def group_queue(key: bytes | str, hash_count: int, queue_count: int) -> int: ...
 def group_queues(keys: Sequence[bytes | str] | Any, hash_count: int, queue_count: int) -> list[int]: ...
+def group_bootstrap(
+    client: Client,
+    group: str,
+    bootstrap: str,
+    *,
+    host: str = "127.0.0.1",
+    secret: bytes | None = None,
+    timeout_ms: int = 10000,
+) -> tuple[str, str, int, int, int]: ...
 
 @final
 class GroupMessage:
@@ -693,6 +705,9 @@ class GroupPublisherCore:
         liveness_timeout_ms: int = ...,
         heartbeat_interval_ms: int = ...,
         resend_timeout_ms: int = ...,
+        listen: str | None = None,
+        bootstrap: str | None = None,
+        bootstrap_timeout_ms: int = ...,
     ) -> GroupPublisherCore: ...
     @property
     def producer_id(self) -> int: ...
@@ -732,6 +747,9 @@ class GroupConsumerCore:
         cycle_ms: int = ...,
         liveness_timeout_ms: int = ...,
         heartbeat_interval_ms: int = ...,
+        listen: str | None = None,
+        bootstrap: str | None = None,
+        bootstrap_timeout_ms: int = ...,
     ) -> GroupConsumerCore: ...
     @property
     def member_id(self) -> int: ...
@@ -765,6 +783,9 @@ class GroupObserverCore:
         secret: bytes | None = None,
         liveness_timeout_ms: int = ...,
         heartbeat_interval_ms: int = ...,
+        listen: str | None = None,
+        bootstrap: str | None = None,
+        bootstrap_timeout_ms: int = ...,
     ) -> GroupObserverCore: ...
     def status(self) -> GroupStatus: ...
     def close(self) -> None: ...

@@ -42,12 +42,15 @@ GROUP_LIVENESS_TIMEOUT_MS: Final[int] = _affinity.DEFAULT_GROUP_LIVENESS_TIMEOUT
 GROUP_RESEND_TIMEOUT_MS: Final[int] = _affinity.DEFAULT_GROUP_RESEND_TIMEOUT_MS
 #: A group consumer's primary/backup cycle (ms).
 GROUP_CYCLE_MS: Final[int] = _affinity.DEFAULT_GROUP_CYCLE_MS
+#: A group member given a bootstrap list waits this long for the first answer (ms).
+GROUP_BOOTSTRAP_TIMEOUT_MS: Final[int] = _affinity.DEFAULT_GROUP_BOOTSTRAP_TIMEOUT_MS
 
 __all__ = [
     "CLIENT_TIMEOUT_MS",
     "COMMAND_TIMEOUT_MS",
     "DRIVER_SETTINGS",
     "DRIVER_TIMEOUT_MS",
+    "GROUP_BOOTSTRAP_TIMEOUT_MS",
     "GROUP_CYCLE_MS",
     "GROUP_HEARTBEAT_INTERVAL_MS",
     "GROUP_LIVENESS_TIMEOUT_MS",

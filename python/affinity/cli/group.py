@@ -9,6 +9,11 @@ Definitions (stored in the registry: ``--registry``, else ``$AFFINITY_REGISTRY``
     affinity group secret NAME                 # a new secret (an older group, or rotation)
     affinity group status NAME [--json] [--watch 1s]
 
+Across hosts without a shared registry, members name each other's inboxes: ``--listen HOST:PORT``
+(this member's inbox at a fixed address), ``--host ADDRESS`` (the address it advertises) and
+``--bootstrap HOST:PORT,...`` (members to ask for the group's definition and members; a member
+whose registry has no entry for the group learns the definition there).
+
 A publisher, two consumers and a validator that checks per-key order (start the validator
 first, then the consumers, then the publisher)::
 
@@ -167,7 +172,18 @@ def _member_options(parser: argparse.ArgumentParser) -> None:
     """Options of every command that joins a group's control plane."""
     parser.add_argument("name", metavar="NAME")
     _registry_option(parser)
-    parser.add_argument("--host", metavar="ADDRESS", help="address of this member's inbox (default 127.0.0.1)")
+    parser.add_argument("--host", metavar="ADDRESS", help="address this member advertises (default 127.0.0.1)")
+    parser.add_argument(
+        "--listen", metavar="HOST:PORT", help="this member's inbox at a fixed address (default: a port the OS picks)"
+    )
+    parser.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT,...",
+        help="members to ask for the group's definition and members (no shared registry needed)",
+    )
+    parser.add_argument(
+        "--bootstrap-timeout", type=duration, metavar="TIME", help="how long to wait for a bootstrap answer (10s)"
+    )
     parser.add_argument("--control", metavar="CHANNEL", help="optional multicast control channel")
     parser.add_argument("--liveness", type=duration, metavar="TIME", help="liveness timeout (default 2s)")
     parser.add_argument("--heartbeat", type=duration, metavar="TIME", help="heartbeat interval (default 100ms)")
@@ -291,6 +307,9 @@ def _run_status(args: argparse.Namespace) -> int:
                 registry=args.registry,
                 host=args.host,
                 control=args.control,
+                listen=args.listen,
+                bootstrap=args.bootstrap,
+                bootstrap_timeout=args.bootstrap_timeout,
                 secret=member_secret(args),
                 liveness_timeout=args.liveness,
                 heartbeat_interval=args.heartbeat,

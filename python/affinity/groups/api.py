@@ -1,6 +1,7 @@
 """``GroupPublisher``, ``GroupConsumer`` and ``GroupObserver``: the registry in front of the Rust cores.
 
-Each reads its group's definition by name from the registry, checks what depends on the
+Each reads its group's definition by name from the registry (or, given ``bootstrap=`` and no
+registry entry, from the first member listed there that answers), checks what depends on the
 definition (a consumer's ``count`` against the queue count) and hands everything to the core,
 which runs the control plane (heartbeats, claims, epochs) and the data path. Times are given in
 seconds here and passed to the cores in milliseconds; options left at ``None`` take the core's
@@ -25,10 +26,12 @@ from affinity._affinity import (
     GroupStatus,
     PublisherCounters,
     PublisherStatus,
+    group_bootstrap,
 )
+from affinity.defaults import GROUP_BOOTSTRAP_TIMEOUT_MS
 from affinity._arguments import expect_int, expect_str, milliseconds
 from affinity.exceptions import ConfigError
-from affinity.groups.registry import GroupDefinition, load_group, registry_dir
+from affinity.groups.registry import GroupDefinition, group_file, load_group, registry_dir
 from affinity.groups.secret import resolve_secret
 
 __all__ = ["GroupConsumer", "GroupObserver", "GroupPublisher"]
@@ -40,6 +43,37 @@ Registry = str | os.PathLike[str] | None
 Secret = bytes | os.PathLike[str] | None
 
 
+#: Seconds a member given ``bootstrap=`` waits for the first answer (``bootstrap_timeout=``).
+DEFAULT_BOOTSTRAP_TIMEOUT = GROUP_BOOTSTRAP_TIMEOUT_MS / 1000
+
+
+def _definition(
+    client: Client,
+    group: str,
+    registry: Registry,
+    bootstrap: str | None,
+    host: str | None,
+    secret: Secret,
+    timeout: float | None,
+) -> tuple[GroupDefinition, bytes | None, str]:
+    """The group's definition and secret: from the registry, or (``bootstrap`` given and no registry
+    entry) from the first member listed in ``bootstrap`` that answers."""
+    name = expect_str("group", group)
+    key, source = resolve_secret(name, registry, secret)
+    if bootstrap is None or group_file(name, registry).is_file():
+        return load_group(name, registry), key, source
+    seconds = DEFAULT_BOOTSTRAP_TIMEOUT if timeout is None else timeout
+    learned = group_bootstrap(
+        client,
+        name,
+        expect_str("bootstrap", bootstrap),
+        host="127.0.0.1" if host is None else expect_str("host", host),
+        secret=key,
+        timeout_ms=milliseconds("bootstrap_timeout", seconds),
+    )
+    return GroupDefinition(*learned), key, source
+
+
 def _common_options(
     registry: Registry,
     name: str | None,
@@ -47,9 +81,17 @@ def _common_options(
     control: str | None,
     timings: dict[str, float | None],
     secret: bytes | None = None,
+    listen: str | None = None,
+    bootstrap: str | None = None,
 ) -> dict[str, Any]:
     options: dict[str, Any] = {"registry_dir": str(registry_dir(registry)), "secret": secret}
-    for key, value in (("name", name), ("host", host), ("control", control)):
+    for key, value in (
+        ("name", name),
+        ("host", host),
+        ("control", control),
+        ("listen", listen),
+        ("bootstrap", bootstrap),
+    ):
         if value is not None:
             options[key] = value
     for option, seconds in timings.items():
@@ -70,6 +112,13 @@ class GroupPublisher:
     (``$AFFINITY_GROUP_SECRET``, ``$AFFINITY_GROUP_SECRET_FILE``, the registry's ``<name>.secret``,
     :mod:`affinity.groups.secret`). With a secret every message is authenticated; without one the
     member is unauthenticated (``status().authenticated``). Every member of a group must agree.
+
+    Across hosts without a shared registry: ``listen="host:port"`` puts this member's inbox at a
+    fixed address (else a port the OS picks on ``host``), ``host`` is the address it advertises,
+    and ``bootstrap="host:port,..."`` lists members to ask for the group's definition (when the
+    registry has none) and its members; a member holding another definition is refused, naming
+    both fingerprints, and none answering within ``bootstrap_timeout`` seconds is an error naming
+    the addresses (the same arguments on every member class).
     """
 
     def __init__(
@@ -85,11 +134,13 @@ class GroupPublisher:
         liveness_timeout: float | None = None,
         heartbeat_interval: float | None = None,
         resend_timeout: float | None = None,
+        listen: str | None = None,
+        bootstrap: str | None = None,
+        bootstrap_timeout: float | None = None,
     ) -> None:
-        #: The group's definition as read from the registry.
-        self.definition: GroupDefinition = load_group(expect_str("group", group), registry)
-        definition = self.definition
-        key, source = resolve_secret(definition.name, registry, secret)
+        definition, key, source = _definition(client, group, registry, bootstrap, host, secret, bootstrap_timeout)
+        #: The group's definition as read from the registry (or learned through ``bootstrap``).
+        self.definition: GroupDefinition = definition
         #: Where the group secret came from (``"argument"``, ``"$AFFINITY_GROUP_SECRET"``,
         #: ``"file <path>"``), or ``"none"``: the member is unauthenticated.
         self.secret_source: str = source
@@ -102,8 +153,11 @@ class GroupPublisher:
                 "liveness_timeout": liveness_timeout,
                 "heartbeat_interval": heartbeat_interval,
                 "resend_timeout": resend_timeout,
+                "bootstrap_timeout": bootstrap_timeout,
             },
             key,
+            listen,
+            bootstrap,
         )
         self._core = GroupPublisherCore(
             client,
@@ -182,11 +236,13 @@ class GroupConsumer:
         cycle: float | None = None,
         liveness_timeout: float | None = None,
         heartbeat_interval: float | None = None,
+        listen: str | None = None,
+        bootstrap: str | None = None,
+        bootstrap_timeout: float | None = None,
     ) -> None:
-        #: The group's definition as read from the registry.
-        self.definition: GroupDefinition = load_group(expect_str("group", group), registry)
-        definition = self.definition
-        key, source = resolve_secret(definition.name, registry, secret)
+        definition, key, source = _definition(client, group, registry, bootstrap, host, secret, bootstrap_timeout)
+        #: The group's definition as read from the registry (or learned through ``bootstrap``).
+        self.definition: GroupDefinition = definition
         #: Where the group secret came from (``"argument"``, ``"$AFFINITY_GROUP_SECRET"``,
         #: ``"file <path>"``), or ``"none"``: the member is unauthenticated.
         self.secret_source: str = source
@@ -204,8 +260,15 @@ class GroupConsumer:
             name,
             host,
             control,
-            {"cycle": cycle, "liveness_timeout": liveness_timeout, "heartbeat_interval": heartbeat_interval},
+            {
+                "cycle": cycle,
+                "liveness_timeout": liveness_timeout,
+                "heartbeat_interval": heartbeat_interval,
+                "bootstrap_timeout": bootstrap_timeout,
+            },
             key,
+            listen,
+            bootstrap,
         )
         self._core = GroupConsumerCore(
             client,
@@ -272,11 +335,13 @@ class GroupObserver:
         secret: Secret = None,
         liveness_timeout: float | None = None,
         heartbeat_interval: float | None = None,
+        listen: str | None = None,
+        bootstrap: str | None = None,
+        bootstrap_timeout: float | None = None,
     ) -> None:
-        #: The group's definition as read from the registry.
-        self.definition: GroupDefinition = load_group(expect_str("group", group), registry)
-        definition = self.definition
-        key, source = resolve_secret(definition.name, registry, secret)
+        definition, key, source = _definition(client, group, registry, bootstrap, host, secret, bootstrap_timeout)
+        #: The group's definition as read from the registry (or learned through ``bootstrap``).
+        self.definition: GroupDefinition = definition
         #: Where the group secret came from (``"argument"``, ``"$AFFINITY_GROUP_SECRET"``,
         #: ``"file <path>"``), or ``"none"``: the member is unauthenticated.
         self.secret_source: str = source
@@ -285,8 +350,14 @@ class GroupObserver:
             None,
             host,
             control,
-            {"liveness_timeout": liveness_timeout, "heartbeat_interval": heartbeat_interval},
+            {
+                "liveness_timeout": liveness_timeout,
+                "heartbeat_interval": heartbeat_interval,
+                "bootstrap_timeout": bootstrap_timeout,
+            },
             key,
+            listen,
+            bootstrap,
         )
         self._core = GroupObserverCore(
             client,

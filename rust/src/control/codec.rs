@@ -140,6 +140,10 @@ pub enum Kind {
     Ack = 2,
     /// Producer → owner records.
     Data = 3,
+    /// A joining member asks for the group's definition and members (`control::bootstrap`).
+    Bootstrap = 4,
+    /// The answer to a BOOTSTRAP.
+    BootstrapReply = 5,
 }
 
 impl Kind {
@@ -148,6 +152,8 @@ impl Kind {
             1 => Some(Kind::Heartbeat),
             2 => Some(Kind::Ack),
             3 => Some(Kind::Data),
+            4 => Some(Kind::Bootstrap),
+            5 => Some(Kind::BootstrapReply),
             _ => None,
         }
     }
@@ -158,6 +164,8 @@ impl Kind {
             Kind::Heartbeat => "HEARTBEAT",
             Kind::Ack => "ACK",
             Kind::Data => "DATA",
+            Kind::Bootstrap => "BOOTSTRAP",
+            Kind::BootstrapReply => "BOOTSTRAP_REPLY",
         }
     }
 }
@@ -175,7 +183,7 @@ pub struct Header {
     pub sender: u64,
 }
 
-fn check_length(what: &'static str, bytes: &[u8], needed: usize) -> Result<(), ControlError> {
+pub(super) fn check_length(what: &'static str, bytes: &[u8], needed: usize) -> Result<(), ControlError> {
     if bytes.len() < needed {
         return Err(ControlError::Truncated { what, needed, actual: bytes.len() });
     }
@@ -204,14 +212,14 @@ fn byte_at(bytes: &[u8], at: usize) -> u8 {
 }
 
 /// A bounds-checked cursor over the variable part of a message.
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-    what: &'static str,
+pub(super) struct Reader<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) at: usize,
+    pub(super) what: &'static str,
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, length: usize) -> Result<&'a [u8], ControlError> {
+    pub(super) fn take(&mut self, length: usize) -> Result<&'a [u8], ControlError> {
         let end = self.at.saturating_add(length);
         let slice = self.bytes.get(self.at..end).ok_or(ControlError::Truncated {
             what: self.what,
@@ -221,23 +229,23 @@ impl<'a> Reader<'a> {
         self.at = end;
         Ok(slice)
     }
-    fn u8(&mut self) -> Result<u8, ControlError> {
+    pub(super) fn u8(&mut self) -> Result<u8, ControlError> {
         Ok(byte_at(self.take(1)?, 0))
     }
-    fn u16(&mut self) -> Result<u16, ControlError> {
+    pub(super) fn u16(&mut self) -> Result<u16, ControlError> {
         Ok(u16::from_le_bytes(array(self.take(2)?, 0)))
     }
-    fn u32(&mut self) -> Result<u32, ControlError> {
+    pub(super) fn u32(&mut self) -> Result<u32, ControlError> {
         Ok(u32::from_le_bytes(array(self.take(4)?, 0)))
     }
-    fn u64(&mut self) -> Result<u64, ControlError> {
+    pub(super) fn u64(&mut self) -> Result<u64, ControlError> {
         Ok(u64::from_le_bytes(array(self.take(8)?, 0)))
     }
-    fn text(&mut self, length: usize, field: &'static str) -> Result<String, ControlError> {
+    pub(super) fn text(&mut self, length: usize, field: &'static str) -> Result<String, ControlError> {
         let bytes = self.take(length)?;
         std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| ControlError::NotUtf8 { what: self.what, field })
     }
-    fn finish(self) -> Result<(), ControlError> {
+    pub(super) fn finish(self) -> Result<(), ControlError> {
         let count = self.bytes.len().saturating_sub(self.at);
         if count > 0 {
             return Err(ControlError::TrailingBytes { what: self.what, count });
@@ -246,7 +254,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn limit(what: &'static str, field: &'static str, value: usize, max: usize) -> Result<(), ControlError> {
+pub(super) fn limit(what: &'static str, field: &'static str, value: usize, max: usize) -> Result<(), ControlError> {
     if value > max {
         return Err(ControlError::TooLong { what, field, value: value as u64, max: max as u64 });
     }
@@ -272,7 +280,7 @@ impl Header {
         })
     }
 
-    fn parse_kind(bytes: &[u8], expected: Kind) -> Result<Header, ControlError> {
+    pub(super) fn parse_kind(bytes: &[u8], expected: Kind) -> Result<Header, ControlError> {
         let header = Header::parse(bytes)?;
         if header.kind != expected {
             return Err(ControlError::WrongKind { expected: expected.name(), actual: header.kind as u8 });
@@ -846,7 +854,9 @@ pub fn parse_control(bytes: &[u8]) -> Result<ControlMessage, ControlError> {
     match Header::parse(bytes)?.kind {
         Kind::Heartbeat => Heartbeat::parse(bytes).map(ControlMessage::Heartbeat),
         Kind::Ack => Ack::parse(bytes).map(ControlMessage::Ack),
-        Kind::Data => Err(ControlError::WrongKind { expected: "HEARTBEAT or ACK", actual: Kind::Data as u8 }),
+        other @ (Kind::Data | Kind::Bootstrap | Kind::BootstrapReply) => {
+            Err(ControlError::WrongKind { expected: "HEARTBEAT or ACK", actual: other as u8 })
+        }
     }
 }
 

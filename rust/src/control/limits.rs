@@ -27,6 +27,8 @@ pub const MAX_SUBJECT_LENGTH: usize = 1024;
 pub const MAX_PAYLOAD_LENGTH: usize = 1 << 20;
 /// Most members one process tracks in a group (peers beyond are ignored and counted).
 pub const MAX_MEMBERS: usize = 1024;
+/// Most members one BOOTSTRAP_REPLY lists.
+pub const MAX_BOOTSTRAP_MEMBERS: usize = MAX_MEMBERS;
 /// Most an accepted claim's epoch may exceed the highest epoch a member already accepted for
 /// that queue. Legitimate claims move an epoch by one over the highest the claimer heard, so
 /// only a member that missed more than this many claims of one queue would refuse a real one.

@@ -6,6 +6,7 @@
 //! Layouts are in [`codec`] and `docs/control-plane.md`; every limit is in [`limits`].
 
 pub mod auth;
+pub mod bootstrap;
 pub mod codec;
 pub mod epoch;
 mod error;

@@ -13,6 +13,7 @@
 //!
 //! The design is in `docs/groups.md`; message layouts in `docs/control-plane.md`.
 
+pub mod bootstrap;
 pub mod consumer;
 pub mod discovery;
 pub mod publisher;

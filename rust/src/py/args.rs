@@ -219,6 +219,7 @@ pub(crate) mod named {
         as_arrow -> bool = bool_argument;
         auto_ack -> bool = bool_argument;
         backlog_budget -> usize = usize_argument;
+        bootstrap_timeout_ms -> u64 = u64_argument;
         cycle_ms -> u64 = u64_argument;
         duplicate -> f64 = float_argument;
         heartbeat_interval_ms -> u64 = u64_argument;
@@ -232,6 +233,7 @@ pub(crate) mod named {
         seed -> u64 = u64_argument;
         selection -> &'a str = str_argument;
         timeout -> f64 = float_argument;
+        timeout_ms -> u64 = u64_argument;
         yield_when_idle -> bool = bool_argument;
     }
 }

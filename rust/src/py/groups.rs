@@ -7,7 +7,8 @@
 //! in full (non-negative, monotonic, within the data buffer) before any slice is taken.
 
 use super::settings::{
-    GROUP_CYCLE_MS, GROUP_HEARTBEAT_INTERVAL_MS, GROUP_LIVENESS_TIMEOUT_MS, GROUP_RESEND_TIMEOUT_MS,
+    GROUP_BOOTSTRAP_TIMEOUT_MS, GROUP_CYCLE_MS, GROUP_HEARTBEAT_INTERVAL_MS, GROUP_LIVENESS_TIMEOUT_MS,
+    GROUP_RESEND_TIMEOUT_MS,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use super::buffers::{arrow_binary, is_arrow, ArrowBinary, BufferView};
 use super::errors::{config_error, group_error, invalid_argument, wrong_type};
 use super::transport::Client;
 use crate::control::GroupSecret;
+use crate::groups::bootstrap::parse_bootstrap_list;
 use crate::groups::runtime::{self, MemberOptions};
 use crate::groups::{self as core_groups, GroupConfig, Timing};
 
@@ -176,6 +178,7 @@ fn definition(
 }
 
 /// The member options every member constructor takes, converted and checked.
+#[allow(clippy::too_many_arguments)]
 fn options(
     registry_dir: &Bound<'_, PyAny>,
     name: Option<&Bound<'_, PyAny>>,
@@ -184,6 +187,7 @@ fn options(
     secret: Option<&Bound<'_, PyAny>>,
     liveness_timeout_ms: u64,
     heartbeat_interval_ms: u64,
+    found: &Discovery<'_, '_>,
 ) -> PyResult<MemberOptions> {
     let registry_dir = str_argument("registry_dir", registry_dir)?;
     if registry_dir.is_empty() {
@@ -196,22 +200,77 @@ fn options(
         duration_ms("liveness_timeout_ms", liveness_timeout_ms)?,
     )
     .map_err(|e| group_error(e.into()))?;
-    let secret = match secret.filter(|s| !s.is_none()) {
-        None => None,
+    let secret = secret_option(secret)?;
+    let mut options = MemberOptions::new(PathBuf::from(registry_dir));
+    options.name = name;
+    options.host = host.to_owned();
+    options.control = control;
+    options.timing = timing;
+    options.secret = secret;
+    options.listen = optional_str("listen", found.listen)?.map(str::to_owned);
+    options.bootstrap = bootstrap_list(found.bootstrap)?;
+    options.bootstrap_timeout = duration_ms("bootstrap_timeout_ms", found.bootstrap_timeout_ms)?;
+    Ok(options)
+}
+
+/// The `secret` argument: `None` or the group secret's bytes.
+fn secret_option(secret: Option<&Bound<'_, PyAny>>) -> PyResult<Option<GroupSecret>> {
+    match secret.filter(|s| !s.is_none()) {
+        None => Ok(None),
         Some(object) => {
             let bytes =
                 object.cast::<PyBytes>().map_err(|_| wrong_type("secret: expected bytes (the group secret)"))?;
-            Some(GroupSecret::new(bytes.as_bytes()).map_err(|e| config_error(format!("secret: {e}")))?)
+            Ok(Some(GroupSecret::new(bytes.as_bytes()).map_err(|e| config_error(format!("secret: {e}")))?))
         }
-    };
-    Ok(MemberOptions {
-        registry_dir: PathBuf::from(registry_dir),
-        name,
-        host: host.to_owned(),
-        control,
-        timing,
-        secret,
-    })
+    }
+}
+
+/// How a member finds its group across hosts: `listen`, `bootstrap` and its timeout.
+struct Discovery<'a, 'py> {
+    listen: Option<&'a Bound<'py, PyAny>>,
+    bootstrap: Option<&'a Bound<'py, PyAny>>,
+    bootstrap_timeout_ms: u64,
+}
+
+/// The `bootstrap` argument: `None`, or `"host:port,host:port"`.
+fn bootstrap_list(bootstrap: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<std::net::SocketAddr>> {
+    match optional_str("bootstrap", bootstrap)? {
+        None => Ok(Vec::new()),
+        Some(text) => parse_bootstrap_list(text).map_err(group_error),
+    }
+}
+
+/// Asks the members at `bootstrap` (`"host:port,..."`) for group `group`'s definition: the
+/// first answer's `(name, hash_prefix, hash_count, queue_count, queue_size)`. Fails after
+/// `timeout_ms` naming every address asked, or at once when the answer is invalid.
+#[pyfunction]
+#[pyo3(signature = (client, group, bootstrap, *, host="127.0.0.1", secret=None, timeout_ms=10000))]
+fn group_bootstrap(
+    py: Python<'_>,
+    client: &Bound<'_, PyAny>,
+    group: &Bound<'_, PyAny>,
+    bootstrap: &Bound<'_, PyAny>,
+    #[pyo3(from_py_with = named::host)] host: &str,
+    secret: Option<&Bound<'_, PyAny>>,
+    #[pyo3(from_py_with = named::timeout_ms)] timeout_ms: u64,
+) -> PyResult<(String, String, u32, u32, u64)> {
+    let client = Client::argument(client)?;
+    let group = str_argument("group", group)?.to_owned();
+    let addresses = bootstrap_list(Some(bootstrap))?;
+    if addresses.is_empty() {
+        return Err(config_error("bootstrap: expected host:port,host:port,..."));
+    }
+    // No registry: the answer is the definition.
+    let mut options = MemberOptions::new(PathBuf::new());
+    options.host = host.to_owned();
+    options.secret = secret_option(secret)?;
+    let timeout = duration_ms("timeout_ms", timeout_ms)?;
+    let client = client.get().shared()?;
+    let learned = py
+        .detach(|| runtime::bootstrap::fetch(&*client, &group, None, &addresses, &options, timeout))
+        .map_err(group_error)?;
+    let config = learned.config;
+    Ok((config.name, config.hash_prefix, config.hash_count, config.queue_count, config.queue_size))
 }
 
 /// Runs `wait(limit)` without the GIL in slices of at most [`SIGNAL_CHECK_INTERVAL`],
@@ -398,7 +457,7 @@ pub struct GroupPublisherCore {
 #[pymethods]
 impl GroupPublisherCore {
     #[new]
-    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, name=None, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, resend_timeout_ms=GROUP_RESEND_TIMEOUT_MS))]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, name=None, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, resend_timeout_ms=GROUP_RESEND_TIMEOUT_MS, listen=None, bootstrap=None, bootstrap_timeout_ms=GROUP_BOOTSTRAP_TIMEOUT_MS))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -416,10 +475,15 @@ impl GroupPublisherCore {
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
         #[pyo3(from_py_with = named::resend_timeout_ms)] resend_timeout_ms: u64,
+        listen: Option<&Bound<'_, PyAny>>,
+        bootstrap: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = named::bootstrap_timeout_ms)] bootstrap_timeout_ms: u64,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
-        let options = options(registry_dir, name, host, control, secret, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let found = Discovery { listen, bootstrap, bootstrap_timeout_ms };
+        let options =
+            options(registry_dir, name, host, control, secret, liveness_timeout_ms, heartbeat_interval_ms, &found)?;
         let resend = duration_ms("resend_timeout_ms", resend_timeout_ms)?;
         let client = client.get().shared()?;
         let inner =
@@ -564,7 +628,7 @@ pub struct GroupConsumerCore {
 #[pymethods]
 impl GroupConsumerCore {
     #[new]
-    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, index, count, *, registry_dir, auto_ack=false, name=None, host="127.0.0.1", control=None, secret=None, cycle_ms=GROUP_CYCLE_MS, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS))]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, index, count, *, registry_dir, auto_ack=false, name=None, host="127.0.0.1", control=None, secret=None, cycle_ms=GROUP_CYCLE_MS, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, listen=None, bootstrap=None, bootstrap_timeout_ms=GROUP_BOOTSTRAP_TIMEOUT_MS))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -585,12 +649,17 @@ impl GroupConsumerCore {
         #[pyo3(from_py_with = named::cycle_ms)] cycle_ms: u64,
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
+        listen: Option<&Bound<'_, PyAny>>,
+        bootstrap: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = named::bootstrap_timeout_ms)] bootstrap_timeout_ms: u64,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
         let index = count_argument("index", index)?;
         let count = count_argument("count", count)?;
-        let options = options(registry_dir, name, host, control, secret, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let found = Discovery { listen, bootstrap, bootstrap_timeout_ms };
+        let options =
+            options(registry_dir, name, host, control, secret, liveness_timeout_ms, heartbeat_interval_ms, &found)?;
         let cycle = duration_ms("cycle_ms", cycle_ms)?;
         let client = client.get().shared()?;
         let inner = py
@@ -729,7 +798,7 @@ pub struct GroupObserverCore {
 #[pymethods]
 impl GroupObserverCore {
     #[new]
-    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS))]
+    #[pyo3(signature = (client, group, hash_prefix, hash_count, queue_count, queue_size, *, registry_dir, host="127.0.0.1", control=None, secret=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, listen=None, bootstrap=None, bootstrap_timeout_ms=GROUP_BOOTSTRAP_TIMEOUT_MS))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -745,10 +814,15 @@ impl GroupObserverCore {
         secret: Option<&Bound<'_, PyAny>>,
         #[pyo3(from_py_with = named::liveness_timeout_ms)] liveness_timeout_ms: u64,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
+        listen: Option<&Bound<'_, PyAny>>,
+        bootstrap: Option<&Bound<'_, PyAny>>,
+        #[pyo3(from_py_with = named::bootstrap_timeout_ms)] bootstrap_timeout_ms: u64,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
         let config = definition(group, hash_prefix, hash_count, queue_count, queue_size)?;
-        let options = options(registry_dir, None, host, control, secret, liveness_timeout_ms, heartbeat_interval_ms)?;
+        let found = Discovery { listen, bootstrap, bootstrap_timeout_ms };
+        let options =
+            options(registry_dir, None, host, control, secret, liveness_timeout_ms, heartbeat_interval_ms, &found)?;
         let client = client.get().shared()?;
         let inner = py.detach(|| runtime::GroupObserver::new(client, config, &options)).map_err(group_error)?;
         Ok(GroupObserverCore { inner })
@@ -811,6 +885,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(group_bucket, module)?)?;
     module.add_function(wrap_pyfunction!(group_queue, module)?)?;
     module.add_function(wrap_pyfunction!(group_queues, module)?)?;
+    module.add_function(wrap_pyfunction!(group_bootstrap, module)?)?;
     module.add_class::<GroupPublisherCore>()?;
     module.add_class::<GroupConsumerCore>()?;
     module.add_class::<GroupObserverCore>()?;

@@ -24,6 +24,8 @@ pub(crate) const GROUP_LIVENESS_TIMEOUT_MS: u64 = millis(crate::groups::DEFAULT_
 pub(crate) const GROUP_RESEND_TIMEOUT_MS: u64 = millis(crate::groups::DEFAULT_RESEND_TIMEOUT);
 /// A group consumer's default primary/backup cycle (ms).
 pub(crate) const GROUP_CYCLE_MS: u64 = millis(crate::groups::DEFAULT_CYCLE);
+/// How long a group member given a bootstrap list waits for an answer by default (ms).
+pub(crate) const GROUP_BOOTSTRAP_TIMEOUT_MS: u64 = millis(crate::groups::bootstrap::DEFAULT_BOOTSTRAP_TIMEOUT);
 
 /// The size in bytes `text` gives (`65536`, `64k`, `16m`, `1g`); `ConfigError` naming the text
 /// and what a size is otherwise.
@@ -57,7 +59,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(parse_size, module)?)?;
     module.add_function(wrap_pyfunction!(parse_duration_ns, module)?)?;
     module.add("DRIVER_SETTINGS", setting_names())?;
-    let constants: [(&str, u64); 14] = [
+    let constants: [(&str, u64); 15] = [
         ("DEFAULT_TERM_LENGTH_IPC", defaults::TERM_LENGTH_IPC.into()),
         ("DEFAULT_TERM_LENGTH_UDP", defaults::TERM_LENGTH_UDP.into()),
         ("DEFAULT_MTU", defaults::MTU.into()),
@@ -72,6 +74,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
         ("DEFAULT_GROUP_LIVENESS_TIMEOUT_MS", GROUP_LIVENESS_TIMEOUT_MS),
         ("DEFAULT_GROUP_RESEND_TIMEOUT_MS", GROUP_RESEND_TIMEOUT_MS),
         ("DEFAULT_GROUP_CYCLE_MS", GROUP_CYCLE_MS),
+        ("DEFAULT_GROUP_BOOTSTRAP_TIMEOUT_MS", GROUP_BOOTSTRAP_TIMEOUT_MS),
     ];
     for (name, value) in constants {
         module.add(name, value)?;

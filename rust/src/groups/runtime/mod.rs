@@ -19,9 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use self::bootstrap::{bootstrap_auth, control_channel, Replies};
+use super::bootstrap::{answer, DEFAULT_BOOTSTRAP_TIMEOUT};
 use super::discovery::{self, MemberFile, MEMBER_FILE_VERSION};
 use super::{GroupConfig, GroupError, Timing};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
+use crate::control::bootstrap::{BootstrapMember, BootstrapReply, BootstrapRequest};
+use crate::control::codec::Kind;
 use crate::control::limits::MAX_NAME_LENGTH;
 use crate::control::member::{self, InboxAddress, Peer, PeerRequest, PeerTable};
 use crate::control::{
@@ -32,6 +36,7 @@ use crate::error::Error;
 use crate::sync::lock;
 use crate::time::{Instant, MonotonicClock};
 
+pub mod bootstrap;
 pub mod consumer;
 pub mod observer;
 pub mod publisher;
@@ -67,6 +72,16 @@ pub struct MemberOptions {
     /// The group's shared secret: every message sent is sealed and every message received
     /// must verify (`control::auth`). `None`: unauthenticated (one host, trusted users only).
     pub secret: Option<GroupSecret>,
+    /// Where the inbox listens (`host:port`; a wildcard address advertises `host`); `None`: a
+    /// port the OS picks on `host`.
+    pub listen: Option<String>,
+    /// Members to ask for the group's definition and members (`host:port` of their inboxes,
+    /// see [`crate::groups::bootstrap`]). Non-empty: no registry files are read or written,
+    /// and heartbeats also go to these addresses, so members started in any order find
+    /// each other.
+    pub bootstrap: Vec<SocketAddr>,
+    /// How long a member waits for a bootstrap answer.
+    pub bootstrap_timeout: Duration,
 }
 
 impl MemberOptions {
@@ -79,6 +94,9 @@ impl MemberOptions {
             control: None,
             timing: Timing::default(),
             secret: None,
+            listen: None,
+            bootstrap: Vec::new(),
+            bootstrap_timeout: DEFAULT_BOOTSTRAP_TIMEOUT,
         }
     }
 }
@@ -100,6 +118,13 @@ pub struct RuntimeCounters {
     pub control_send_refused: u64,
     /// Control and DATA messages refused by authentication (dropped before decoding).
     pub auth: AuthCounters,
+    /// BOOTSTRAP requests answered.
+    pub bootstrap_answered: u64,
+    /// BOOTSTRAP requests about another group, or dropped with too many answers in flight;
+    /// refresh answers of another definition or request.
+    pub bootstrap_ignored: u64,
+    /// Members found through refresh answers (not in the first answer, not heard yet).
+    pub bootstrap_learned: u64,
 }
 
 trait Brain: Send + 'static {
@@ -132,12 +157,29 @@ struct Core<B: Brain> {
     member_id: u64,
     name: String,
     group: String,
+    definition: GroupConfig,
     endpoint: String,
     pid: u32,
     hostname: String,
     dir: PathBuf,
     own_file: Option<PathBuf>,
     member_file: MemberFile,
+    /// Whether discovery uses the registry (no bootstrap list).
+    registry: bool,
+    /// Publications to the bootstrap addresses: heartbeats go there too.
+    seeds: Vec<Publication>,
+    /// Members the bootstrap answer listed, kept while live or young (as registry files are).
+    seed_ids: HashSet<u64>,
+    /// Verifies BOOTSTRAP requests and seals the answers.
+    bootstrap_auth: StreamAuth,
+    /// Answers in flight.
+    replies: Replies,
+    /// When the member started (seeds have a liveness timeout to speak up).
+    started: Instant,
+    /// When the member last asked the bootstrap addresses for the members they hear.
+    last_refresh: Instant,
+    /// The nonce of those requests (answers with another are ignored).
+    refresh_nonce: u64,
     timing: Timing,
     control_sub: Subscription,
     data_sub: Option<Subscription>,
@@ -169,7 +211,7 @@ impl<B: Brain> Core<B> {
         if name.is_empty() || name.len() > MAX_NAME_LENGTH {
             return Err(GroupError::Definition(format!("name {name:?}: must be 1..={MAX_NAME_LENGTH} bytes")));
         }
-        let address = InboxAddress::new(&options.host, None)?;
+        let address = InboxAddress::new(&options.host, options.listen.as_deref())?;
         let streams: &[i32] =
             if brain.role() == Role::Consumer { &[CONTROL_STREAM_ID, DATA_STREAM_ID] } else { &[CONTROL_STREAM_ID] };
         let inbox = member::open_inbox(&*client, &address, streams)?;
@@ -185,6 +227,34 @@ impl<B: Brain> Core<B> {
             )),
             None => None,
         };
+        let registry = options.bootstrap.is_empty();
+        let learned = if registry {
+            None
+        } else {
+            // Holding a definition already: no answer within a liveness timeout means this
+            // member is the first (it keeps heartbeating the addresses); another definition is
+            // refused, naming both.
+            let wait = options.bootstrap_timeout.min(options.timing.liveness_timeout);
+            let asked = bootstrap::fetch(&*client, &group.name, Some(group), &options.bootstrap, options, wait);
+            match asked {
+                Ok(learned) => Some(learned),
+                Err(GroupError::Definition(message)) if message.contains(bootstrap::NO_ANSWER) => None,
+                Err(error) => {
+                    control_sub.close();
+                    if let Some(data) = &data_sub {
+                        data.close();
+                    }
+                    return Err(error);
+                }
+            }
+        };
+        let seeds = options
+            .bootstrap
+            .iter()
+            .map(|address| address.to_string())
+            .filter(|address| *address != endpoint)
+            .filter_map(|address| client.add_publication_handle(&control_channel(&address), CONTROL_STREAM_ID).ok())
+            .collect();
         let dir = discovery::members_dir(&options.registry_dir, &group.name);
         let hostname = discovery::hostname();
         let file = MemberFile {
@@ -197,21 +267,32 @@ impl<B: Brain> Core<B> {
             pid: std::process::id(),
             hostname: hostname.clone(),
         };
-        let own_file = discovery::write_member_file(&dir, &file)?;
+        let own_file = if registry { Some(discovery::write_member_file(&dir, &file)?) } else { None };
         let member_file = file;
+        let clock = MonotonicClock::new();
+        let started = clock.now();
         let mut core = Core {
             brain,
             client,
-            clock: MonotonicClock::new(),
+            clock,
             member_id,
             name,
             group: group.name.clone(),
+            definition: group.clone(),
             endpoint,
             pid: std::process::id(),
             hostname,
             dir,
-            own_file: Some(own_file),
+            own_file,
             member_file,
+            registry,
+            seeds,
+            seed_ids: HashSet::new(),
+            bootstrap_auth: bootstrap_auth(options.secret.as_ref(), &group.name),
+            replies: Replies::default(),
+            started,
+            last_refresh: started,
+            refresh_nonce: member::new_member_id(),
             timing: options.timing,
             control_sub,
             data_sub,
@@ -228,6 +309,12 @@ impl<B: Brain> Core<B> {
             closed: false,
         };
         let now = core.clock.now();
+        for member in learned.map(|learned| learned.members).unwrap_or_default() {
+            if member.member_id != member_id {
+                core.seed_ids.insert(member.member_id);
+                core.add_peer(member.member_id, &member.endpoint, member.role, true, now);
+            }
+        }
         core.scan(now);
         core.open_wanted_now();
         Ok(core)
@@ -262,6 +349,13 @@ impl<B: Brain> Core<B> {
 
     fn scan(&mut self, now: Instant) {
         self.last_scan = Some(now);
+        if !self.registry {
+            // Bootstrap: the answer's members count as listed while live or young.
+            let (view, liveness, started) = (self.brain.view(), self.timing.liveness_timeout, self.started);
+            self.seed_ids.retain(|id| view.is_live(*id, now) || now.saturating_since(started) < liveness);
+            self.peers.retain(&self.seed_ids, self.brain.view(), liveness, now);
+            return;
+        }
         if let Some(own) = &self.own_file {
             if !own.exists() {
                 // Someone removed our file (a mistaken clean-up): write it again.
@@ -297,6 +391,11 @@ impl<B: Brain> Core<B> {
     }
 
     fn handle_control(&mut self, bytes_index: usize, now: Instant) {
+        match self.control_batch.message(bytes_index).get(1) {
+            Some(kind) if *kind == Kind::Bootstrap as u8 => return self.handle_bootstrap(bytes_index, now),
+            Some(kind) if *kind == Kind::BootstrapReply as u8 => return self.handle_refresh(bytes_index, now),
+            _ => {}
+        }
         // Verified before anything is decoded; refusals are counted by the StreamAuth.
         let Ok(body) = self.control_auth.open(self.control_batch.message(bytes_index)) else { return };
         let message = parse_control(body);
@@ -321,11 +420,77 @@ impl<B: Brain> Core<B> {
         }
     }
 
+    /// Answers a BOOTSTRAP (verified under the group name's namespace before decoding).
+    fn handle_bootstrap(&mut self, bytes_index: usize, now: Instant) {
+        let Ok(body) = self.bootstrap_auth.open(self.control_batch.message(bytes_index)) else { return };
+        let Ok(request) = BootstrapRequest::parse(body) else {
+            self.counters.control_malformed += 1;
+            return;
+        };
+        let own =
+            BootstrapMember { member_id: self.member_id, role: self.brain.role(), endpoint: self.endpoint.clone() };
+        let Some(reply) = answer(&request, &self.definition, own, self.brain.view(), now) else {
+            self.counters.bootstrap_ignored += 1;
+            return;
+        };
+        let mut bytes = Vec::new();
+        if member::seal_into(&mut bytes, &mut self.bootstrap_auth, |out| reply.emit(out)).is_err() {
+            self.counters.control_malformed += 1;
+            return;
+        }
+        self.counters.bootstrap_answered += 1;
+        // A peer refreshing its members is answered on the publication it already has.
+        let known = self.peers.get(request.sender).and_then(|peer| peer.control.as_ref());
+        if known.is_some_and(|publication| publication.try_offer(&bytes).is_ok()) {
+            return;
+        }
+        let dropped = self.replies.dropped;
+        self.replies.queue(request.reply_to, bytes, now);
+        self.counters.bootstrap_ignored += self.replies.dropped - dropped;
+    }
+
+    /// Every liveness timeout a member with a bootstrap list asks those addresses again for the
+    /// members they hear (every member heartbeats them, so they hear everyone): a member that
+    /// joined after this one's first answer, and that does not list this one, is found so.
+    fn send_refresh(&mut self, now: Instant) {
+        self.last_refresh = now;
+        let request = BootstrapRequest {
+            sender: self.member_id,
+            group: self.group.clone(),
+            reply_to: self.endpoint.clone(),
+            held_fingerprint: self.definition.fingerprint(),
+            nonce: self.refresh_nonce,
+        };
+        if member::seal_into(&mut self.encode, &mut self.bootstrap_auth, |out| request.emit(out)).is_ok() {
+            member::offer_to_all(&self.encode, self.seeds.iter());
+        }
+    }
+
+    /// Adds the members an answer to [`Self::send_refresh`] lists that this member does not know.
+    fn handle_refresh(&mut self, bytes_index: usize, now: Instant) {
+        let Ok(body) = self.bootstrap_auth.open(self.control_batch.message(bytes_index)) else { return };
+        let Ok(reply) = BootstrapReply::parse(body) else {
+            self.counters.control_malformed += 1;
+            return;
+        };
+        if reply.nonce != self.refresh_nonce || reply.definition.fingerprint != self.definition.fingerprint() {
+            self.counters.bootstrap_ignored += 1;
+            return;
+        }
+        for found in reply.members {
+            if found.member_id != self.member_id && !self.peers.knows(found.member_id) {
+                self.counters.bootstrap_learned += 1;
+                self.add_peer(found.member_id, &found.endpoint, found.role, false, now);
+            }
+        }
+    }
+
     /// The runtime counters, authentication refusals of both streams included.
     fn runtime_counters(&self) -> RuntimeCounters {
         let mut counters = self.counters;
         counters.auth = self.control_auth.counters();
         counters.auth.add(&self.data_auth.counters());
+        counters.auth.add(&self.bootstrap_auth.counters());
         counters
     }
 
@@ -363,6 +528,8 @@ impl<B: Brain> Core<B> {
             return;
         }
         self.counters.control_send_refused += member::offer_to_all(&self.encode, self.peers.control_publications());
+        // Bootstrap addresses where nobody listens yet refuse: not counted.
+        member::offer_to_all(&self.encode, self.seeds.iter());
         if let Some((publication, _)) = &self.multicast {
             let _ = publication.try_offer(&self.encode);
         }
@@ -396,6 +563,9 @@ impl<B: Brain> Core<B> {
         }
         let complete = self.discovery_complete(now);
         self.brain.handle_timeout(now, complete);
+        if !self.seeds.is_empty() && now.saturating_since(self.last_refresh) >= self.timing.liveness_timeout {
+            self.send_refresh(now);
+        }
         let due = self.timing.heartbeat_due(self.last_heartbeat, now);
         if self.brain.take_announce() || due {
             self.send_heartbeat(now);
@@ -403,6 +573,7 @@ impl<B: Brain> Core<B> {
         }
         self.send_acks();
         work += self.brain.pump(self.peers.peers(), DATA_MESSAGES_PER_ITERATION, &mut self.data_auth);
+        work += self.replies.pump(now);
         work
     }
 
@@ -413,6 +584,8 @@ impl<B: Brain> Core<B> {
         }
         self.closed = true;
         self.peers.clear();
+        self.replies.clear();
+        self.seeds.drain(..).for_each(|publication| publication.close());
         self.control_sub.close();
         if let Some(data) = &self.data_sub {
             data.close();
@@ -446,11 +619,25 @@ impl<B: Brain> Member<B> {
             .name("affinity-group".into())
             .spawn(move || {
                 while !background.stop.load(Ordering::Acquire) {
-                    let (work, requests, client) = {
+                    let (work, requests, replies, client) = {
                         let mut core = lock(&background.core);
                         let work = core.duty_cycle();
-                        (work, core.peers.take_requests(), core.client.clone())
+                        (work, core.peers.take_requests(), core.replies.take_wanted(), core.client.clone())
                     };
+                    if !replies.is_empty() {
+                        // Publications to askers, created without the lock like the peers'.
+                        let opened: Vec<_> = replies
+                            .into_iter()
+                            .filter_map(|endpoint| {
+                                let channel = control_channel(&endpoint);
+                                client.add_publication_handle(&channel, CONTROL_STREAM_ID).ok().map(|p| (endpoint, p))
+                            })
+                            .collect();
+                        let mut core = lock(&background.core);
+                        for (endpoint, publication) in opened {
+                            core.replies.install(&endpoint, publication);
+                        }
+                    }
                     if !requests.is_empty() {
                         // Driver round trips happen without the lock: the data path never waits on them.
                         let opened = PeerTable::open(&*client, requests);

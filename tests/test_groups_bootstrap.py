@@ -1,0 +1,170 @@
+"""Consumer groups found through ``bootstrap`` instead of a shared registry, as real processes.
+
+Two network-namespace hosts that share no registry (``groups_two_hosts.py bootstrap``), and the
+bad inputs: an unreachable bootstrap list (a clear error after the bounded wait, naming every
+address) and a bootstrap member holding another definition of the group (refused at once, naming
+both fingerprints).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from affinity.testing import free_udp_port
+
+TWO_HOSTS = Path(__file__).parent / "groups_two_hosts.py"
+AFFINITY = [sys.executable, "-m", "affinity.cli", "group"]
+TIMINGS = ["--liveness", "1s", "--heartbeat", "100ms"]
+#: Seconds a failing member may take beyond its bootstrap timeout (interpreter start, the driver).
+EXIT_SLACK = 20.0
+
+
+def group(registry: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, AFFINITY_REGISTRY=str(registry), PYTHONUNBUFFERED="1")
+    env.pop("AFFINITY_GROUP_SECRET", None)
+    env.pop("AFFINITY_GROUP_SECRET_FILE", None)
+    return subprocess.run([*AFFINITY, *args], env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def create(registry: Path, name: str, qc: int, *, secret: bool = False) -> None:
+    registry.mkdir(mode=0o700, exist_ok=True)
+    result = group(
+        registry,
+        "create",
+        name,
+        "--hash-prefix",
+        f"__{name}__",
+        "--hash-count",
+        "16",
+        "--queue-count",
+        str(qc),
+        "--queue-size",
+        str(1 << 20),
+        *([] if secret else ["--no-secret"]),
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_members_on_two_hosts_without_a_shared_registry_find_each_other_through_bootstrap(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("two-host test needs root to create network namespaces and veth pairs")
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        pytest.skip("two-host test needs iproute2 (ip) and util-linux (unshare)")
+    registry = tmp_path / "registry"
+    create(registry, "twohosts", qc=4, secret=True)
+    env = dict(os.environ, AFFINITY_REGISTRY=str(registry), PYTHONUNBUFFERED="1")
+    result = subprocess.run(
+        ["unshare", "-n", sys.executable, str(TWO_HOSTS), str(tmp_path), "bootstrap"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(tmp_path.glob("*.log")))
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{logs}"
+    publisher_line = next(line for line in result.stdout.splitlines() if line.startswith("PUBLISHER"))
+    published = json.loads(publisher_line.removeprefix("PUBLISHER "))
+    assert published["acknowledged"] and published["sent"] == 4000
+    report = json.loads((tmp_path / "validator.json").read_text().strip().splitlines()[-1])
+    assert report["ok"] and report["lost"] == 0 and report["out_of_order"] == 0 and report["duplicates"] == 0, report
+    assert [report["highest"][str(k)] for k in range(100)] == published["per_key_last"]
+    assert set(report["per_client"]) == {"0", "1"}
+    # Nobody wrote a member file: the members found each other through the list alone, and the
+    # publisher's own registry never held the group.
+    members_line = next(line for line in result.stdout.splitlines() if line.startswith("MEMBERS"))
+    assert json.loads(members_line.removeprefix("MEMBERS ")) == []
+    assert not (tmp_path / "publisher-registry" / "groups" / "twohosts.json").exists()
+
+
+def test_an_unreachable_bootstrap_list_fails_after_the_timeout_naming_every_address(tmp_path: Path) -> None:
+    registry = tmp_path / "empty"
+    registry.mkdir(mode=0o700)
+    seeds = [f"127.0.0.1:{free_udp_port()}", f"127.0.0.1:{free_udp_port()}"]
+    started = time.monotonic()
+    result = group(
+        registry,
+        "publish",
+        "orders",
+        "--count",
+        "1",
+        "--bootstrap",
+        ",".join(seeds),
+        "--bootstrap-timeout",
+        "2s",
+        *TIMINGS,
+    )
+    took = time.monotonic() - started
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert 2.0 <= took < 2.0 + EXIT_SLACK, took
+    assert "no bootstrap member answered within 2.0 s" in result.stderr, result.stderr
+    for seed in seeds:
+        assert seed in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_bootstrap_member_holding_another_definition_is_refused_naming_both_fingerprints(tmp_path: Path) -> None:
+    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
+    create(theirs, "orders", qc=4)
+    create(ours, "orders", qc=2)
+    inbox = f"127.0.0.1:{free_udp_port()}"
+    env = dict(os.environ, AFFINITY_REGISTRY=str(theirs), PYTHONUNBUFFERED="1")
+    consume = [*AFFINITY, "consume", "orders", "--index", "0", "--count", "1", "--listen", inbox, *TIMINGS]
+    consumer = subprocess.Popen(consume, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # The consumer answers once it runs: ask until the answer (not the timeout) decides.
+        deadline = time.monotonic() + 60
+        while True:
+            result = group(ours, "publish", "orders", "--count", "1", "--bootstrap", inbox, *TIMINGS)
+            if "no bootstrap member answered" not in result.stderr or time.monotonic() > deadline:
+                break
+            assert consumer.poll() is None, consumer.communicate()[0]
+        assert result.returncode == 1, (result.returncode, result.stderr)
+        assert "holds another definition" in result.stderr and inbox in result.stderr, result.stderr
+        fingerprints = set(re.findall(r"fingerprint ([0-9a-f]{16})", result.stderr))
+        assert len(fingerprints) == 2, result.stderr
+        assert "QC=4" in result.stderr and "QC=2" in result.stderr, result.stderr
+        assert consumer.poll() is None, "the answering consumer keeps running"
+    finally:
+        consumer.terminate()
+        consumer.communicate(timeout=30)  # reaps it and closes its pipe
+
+
+def test_status_with_an_empty_registry_sees_the_group_through_bootstrap(tmp_path: Path) -> None:
+    theirs, empty = tmp_path / "theirs", tmp_path / "empty"
+    create(theirs, "orders", qc=2)
+    empty.mkdir(mode=0o700)
+    inbox = f"127.0.0.1:{free_udp_port()}"
+    env = dict(os.environ, AFFINITY_REGISTRY=str(theirs), PYTHONUNBUFFERED="1")
+    consume = [*AFFINITY, "consume", "orders", "--index", "0", "--count", "1", "--listen", inbox, *TIMINGS]
+    consumer = subprocess.Popen(consume, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        report: dict[str, object] = {}
+        found = False
+        while not found and time.monotonic() < deadline:
+            result = group(empty, "status", "orders", "--bootstrap", inbox, "--json", "--settle", "1.5", *TIMINGS)
+            if result.returncode == 0:
+                report = json.loads(result.stdout.strip().splitlines()[-1])
+                members = report["members"]
+                assert isinstance(members, list)
+                found = any(member["endpoint"] == inbox and member["role"] == "consumer" for member in members)
+            else:
+                assert "no bootstrap member answered" in result.stderr, result.stderr
+            assert consumer.poll() is None, consumer.communicate()[0]
+        assert found, report
+        queues = report.get("queues")
+        assert isinstance(queues, list) and len(queues) == 2, report  # QC learned from the consumer
+        assert all(queue["state"] == "active" for queue in queues), report
+        assert not (empty / "groups" / "orders.json").exists()
+    finally:
+        consumer.terminate()
+        consumer.communicate(timeout=30)
