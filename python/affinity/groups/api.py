@@ -28,8 +28,8 @@ from affinity._affinity import (
     PublisherStatus,
     group_bootstrap,
 )
-from affinity.defaults import GROUP_BOOTSTRAP_TIMEOUT_MS
 from affinity._arguments import expect_int, expect_str, milliseconds
+from affinity.defaults import GROUP_BOOTSTRAP_TIMEOUT_MS
 from affinity.exceptions import ConfigError
 from affinity.groups.registry import GroupDefinition, group_file, load_group, registry_dir
 from affinity.groups.secret import resolve_secret
