@@ -1,11 +1,14 @@
-"""Rows/s through the ``affinity`` sink against Spark's ``noop`` sink on the same query, same run.
+"""Rows/s through the ``affinity`` sink's two writers against Spark's ``noop`` sink, same query, same run.
 
 ``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2]``
 
 The DataFrame: ``rows`` rows of 5 columns (string key ``acct-<id % 10000>`` + 4 numeric values),
 in ``local[2]``. Batch: ``spark.range`` → ``write.save()``. Streaming: the same rows as 10 Parquet
 files read by ``readStream`` (one micro-batch per file, ``availableNow``). Each figure is the median
-of ``runs``; ``noop`` is the ceiling (the cost of producing the rows). Consumers are separate
+of ``runs``; ``noop`` is the ceiling (the cost of producing the rows), ``python_noop`` a Python data
+source that only iterates its Arrow batches (the ceiling of any Python sink), ``affinity_python``
+and ``affinity_jvm`` the sink with ``writer=python`` / ``writer=jvm`` (group mode; the JVM writer
+needs its jar, ``scripts/build-jvm.sh``, and is left out with a note without it). Consumers are separate
 processes (``SinkConsumer`` in group mode, a subscriber in channel mode) that decode every Arrow
 body and report rows and busy time; rows/s per consumer is rows over the time from its first to
 its last message.
@@ -79,7 +82,8 @@ def session() -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
-        SparkSession.builder.master("local[2]")
+        affinity.spark.configure(SparkSession.builder)
+        .master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "2g")
@@ -235,16 +239,28 @@ def main() -> None:
     def stream(fmt: str, run: int) -> None:
         reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(files))
         writer = reader.writeStream.option("checkpointLocation", str(work / f"ckpt-{fmt}-{run}"))
-        writer = sink(writer) if fmt == "affinity" else writer.format(fmt)
+        if fmt.startswith("affinity_"):
+            writer = sink(writer).option("writer", fmt.removeprefix("affinity_"))
+        else:
+            writer = writer.format(fmt)
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
 
-    sinks = ("noop", "python_noop", "affinity")
+    import affinity.spark
+
+    writers = ["python"]
+    if args.mode == "group" and affinity.spark.jar_path() is not None:
+        writers.append("jvm")
+    else:
+        print("affinity_jvm: left out (channel mode, or the jar is not built: scripts/build-jvm.sh)")
+    sinks = ("noop", "python_noop", *(f"affinity_{w}" for w in writers))
     results: dict[str, list[float]] = {f"{kind} {name}": [] for kind in ("batch", "stream") for name in sinks}
 
     def batch(name: str) -> None:
-        writer = sink(df.write) if name == "affinity" else df.write.format(name)
-        writer.mode("append" if name == "affinity" else "overwrite").save()
+        if name.startswith("affinity_"):
+            sink(df.write).option("writer", name.removeprefix("affinity_")).mode("append").save()
+        else:
+            df.write.format(name).mode("overwrite").save()
 
     for name in sinks:  # warm-up: JIT, Python workers, the sink's transport
         batch(name)
@@ -263,12 +279,13 @@ def main() -> None:
         for value in values:  # one JSON line per run, for benches/harness.py
             print(json.dumps({"measurement": name, "value": round(value), "unit": "rows/s"}), flush=True)
         runs = ", ".join(f"{v:,.0f}" for v in values)
-        print(f"{name:<18} median {statistics.median(values):>12,.0f} rows/s   runs [{runs}]")
+        print(f"{name:<22} median {statistics.median(values):>12,.0f} rows/s   runs [{runs}]")
     for kind in ("batch", "stream"):
-        affinity_rate = statistics.median(results[f"{kind} affinity"])
-        ratio = affinity_rate / statistics.median(results[f"{kind} noop"])
-        python_ratio = affinity_rate / statistics.median(results[f"{kind} python_noop"])
-        print(f"{kind}: affinity / noop = {ratio:.0%}, affinity / python_noop = {python_ratio:.0%}")
+        for writer in writers:
+            affinity_rate = statistics.median(results[f"{kind} affinity_{writer}"])
+            ratio = affinity_rate / statistics.median(results[f"{kind} noop"])
+            python_ratio = affinity_rate / statistics.median(results[f"{kind} python_noop"])
+            print(f"{kind}: affinity_{writer} / noop = {ratio:.0%}, / python_noop = {python_ratio:.0%}")
     print(f"sink work alone (no transport, one core): {sink_work_only(args.rows):,.0f} rows/s")
     for index, out in enumerate(outputs):
         report = json.loads(out.read_text()) if out.exists() else {"rows": 0, "busy": 0.0}
