@@ -25,7 +25,7 @@ use affinity::groups::publisher::Refusal;
 use affinity::groups::runtime::{GroupPublisher, MemberOptions};
 use affinity::groups::{queue_of, GroupConfig, GroupError, DEFAULT_RESEND_TIMEOUT};
 use affinity::shm::directory;
-use jni::objects::{JByteArray, JClass, JIntArray, JString};
+use jni::objects::{JByteArray, JClass, JIntArray, JLongArray, JString};
 use jni::sys::{jboolean, jint, jlong, JNI_FALSE, JNI_TRUE};
 use jni::JNIEnv;
 
@@ -37,6 +37,9 @@ pub const SINK_EXCEPTION: &str = "affinity/spark/AffinitySinkException";
 pub const WAIT_START: Duration = Duration::from_micros(200);
 /// Longest wait between two publish attempts.
 pub const WAIT_MAX: Duration = Duration::from_millis(10);
+
+/// How often a task waiting in `flushTo` looks at the acknowledged sequences.
+pub const FLUSH_POLL: Duration = Duration::from_micros(500);
 
 /// A failure, as the Java exception it becomes.
 #[derive(Debug)]
@@ -181,6 +184,26 @@ fn publish(sink: &Sink, queue: u32, payload: &[u8], timeout: Duration) -> Result
     }
 }
 
+/// Waits until every queue's acknowledged sequence reaches `targets[queue]` (0: nothing to wait
+/// for): the messages one task published, whatever the JVM's other tasks publish meanwhile.
+fn flush_to(sink: &Sink, targets: &[i64], timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = sink.publisher.status();
+        let done = targets.iter().enumerate().all(|(queue, &target)| {
+            target <= 0
+                || status.queues.iter().any(|q| q.queue as usize == queue && q.acked_sequence >= target.unsigned_abs())
+        });
+        if done {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(FLUSH_POLL);
+    }
+}
+
 /// Closes every publisher and the client (JVM shutdown hook).
 fn shutdown() {
     let mut state = state();
@@ -320,19 +343,27 @@ pub extern "system" fn Java_affinity_spark_Native_publish<'local>(
     })
 }
 
-/// `static native boolean flush(long handle, long timeoutMillis)`: whether everything published
-/// was acknowledged by the queues' owners within the timeout.
+/// `static native boolean flushTo(long handle, long[] sequences, long timeoutMillis)`: whether
+/// every queue `q` acknowledged up to `sequences[q]` (the group sequences `publish` returned)
+/// within the timeout.
 #[no_mangle]
-pub extern "system" fn Java_affinity_spark_Native_flush<'local>(
+pub extern "system" fn Java_affinity_spark_Native_flushTo<'local>(
     mut env: JNIEnv<'local>,
     _class: JClass<'local>,
     handle: jlong,
+    sequences: JLongArray<'local>,
     timeout_millis: jlong,
 ) -> jboolean {
-    guard(&mut env, JNI_FALSE, |_| {
+    guard(&mut env, JNI_FALSE, |env| {
         let sink = sink(handle)?;
-        let timeout = timeout_of(timeout_millis, "flush")?;
-        Ok(if sink.publisher.flush(timeout) { JNI_TRUE } else { JNI_FALSE })
+        let timeout = timeout_of(timeout_millis, "flushTo")?;
+        let length = env.get_array_length(&sequences)? as usize;
+        if length > sink.config.queue_count as usize {
+            return Err(Failure::Sink(format!("flushTo: {length} sequences for {} queues", sink.config.queue_count)));
+        }
+        let mut targets = vec![0i64; length];
+        env.get_long_array_region(&sequences, 0, &mut targets)?;
+        Ok(if flush_to(&sink, &targets, timeout) { JNI_TRUE } else { JNI_FALSE })
     })
 }
 

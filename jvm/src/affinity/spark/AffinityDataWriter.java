@@ -24,7 +24,8 @@ import org.apache.spark.sql.types.StringType;
  * row groups of at most {@code maxBatchRows} rows / {@code maxBatchBytes} bytes, encoded (Arrow
  * IPC stream of one batch, or {@code binary}), wrapped in the envelope and published. The
  * envelope sequence depends only on the partition's rows and the options, so a retried attempt
- * numbers the same rows the same way. {@link #commit} returns once every message is acknowledged.
+ * numbers the same rows the same way. {@link #commit} returns once every message of this task is
+ * acknowledged (the JVM's publisher is shared by its concurrent tasks: each waits for its own).
  */
 final class AffinityDataWriter implements DataWriter<InternalRow> {
   /** Share of {@code maxBatchBytes} a row group is sized for before encoding (IPC framing, schema). */
@@ -43,6 +44,8 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   private final byte format;
   private final TaskResult result;
   private final DataType[] keyTypes;
+  /** queue -> group sequence of the last message this task published to it (what commit waits for). */
+  private final long[] published;
 
   private final InternalRow[] rows;
   private final int[] ends;
@@ -79,6 +82,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     this.rows = new InternalRow[spec.chunkRows];
     this.ends = new int[spec.chunkRows];
     this.queues = new int[spec.chunkRows];
+    this.published = new long[queueCount];
     this.keyTypes = new DataType[spec.keyOrdinals.length];
     for (int i = 0; i < keyTypes.length; i++) {
       keyTypes[i] = spec.schema.fields()[spec.keyOrdinals[i]].dataType();
@@ -104,7 +108,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   @Override
   public WriterCommitMessage commit() throws IOException {
     sendChunk();
-    if (!Native.flush(handle, options.ackTimeoutMillis)) {
+    if (!Native.flushTo(handle, published, options.ackTimeoutMillis)) {
       throw new AffinitySinkException("group " + SinkOptions.repr(options.group)
           + ": messages still unacknowledged after ackTimeout=" + ackTimeoutText()
           + " (consumers slow or gone); the task fails so Spark can retry it");
@@ -317,7 +321,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     byte[] message = out.array();
     Envelope.write(message, Envelope.DATA, format, query, batchId, partition, groupRows, sequence);
     // Each message gets the full ackTimeout to get through back-pressure, as in the Python writer.
-    Native.publish(handle, queue, message, out.size(), options.ackTimeoutMillis);
+    published[queue] = Native.publish(handle, queue, message, out.size(), options.ackTimeoutMillis);
     result.lastSequences.put(queue, sequence);
     result.rows += groupRows;
     result.messages++;

@@ -134,11 +134,12 @@ final class AffinityWrite implements WriteBuilder, Write, BatchWrite, StreamingW
       }
     }
     UUID query = UUID.fromString(spec.queryId);
+    long[] published = new long[queueCount];
     for (int q = 0; q < queueCount; q++) {
       byte[] marker = Envelope.marker(kind, query, batchId, perQueue.get(q));
-      Native.publish(handle, q, marker, marker.length, spec.options.ackTimeoutMillis);
+      published[q] = Native.publish(handle, q, marker, marker.length, spec.options.ackTimeoutMillis);
     }
-    if (!Native.flush(handle, spec.options.ackTimeoutMillis)) {
+    if (!Native.flushTo(handle, published, spec.options.ackTimeoutMillis)) {
       throw new AffinitySinkException("group " + SinkOptions.repr(spec.options.group) + ": the "
           + (kind == Envelope.COMMIT ? "commit" : "abort") + " markers of batch " + batchId
           + " are unacknowledged after ackTimeout");

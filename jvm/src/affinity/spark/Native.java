@@ -75,8 +75,11 @@ final class Native {
   /** Publishes {@code message[0..length]} to {@code queue}, waiting on back-pressure up to the timeout. */
   static native long publish(long handle, int queue, byte[] message, int length, long timeoutMillis);
 
-  /** Whether everything published was acknowledged within the timeout. */
-  static native boolean flush(long handle, long timeoutMillis);
+  /**
+   * Whether every queue q acknowledged up to {@code sequences[q]} (group sequences {@link #publish}
+   * returned; 0: none) within the timeout: one task's messages, not the other tasks' of the JVM.
+   */
+  static native boolean flushTo(long handle, long[] sequences, long timeoutMillis);
 
   /** Closes every publisher and the client. */
   static native void shutdown();
