@@ -28,6 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+#: A consumer process exits once it has been idle this long after its first message: longer than
+#: the runs of the other sinks in between (on a loaded 2-core machine a streaming run of each takes
+#: tens of seconds), else the affinity sinks would find no consumer.
+CONSUMER_IDLE_EXIT_S = 240
+#: Seconds the consumers get after the last run before they are stopped and their counts read.
+CONSUMER_DRAIN_S = 5
+
 CONSUMER = textwrap.dedent(
     """
     import json, sys, time
@@ -216,7 +223,17 @@ def main() -> None:
     script.write_text(CONSUMER)
     processes = [
         subprocess.Popen(
-            [sys.executable, str(script), args.mode, target, str(i), str(count), str(registry), str(out), "20"],
+            [
+                sys.executable,
+                str(script),
+                args.mode,
+                target,
+                str(i),
+                str(count),
+                str(registry),
+                str(out),
+                str(CONSUMER_IDLE_EXIT_S),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -269,9 +286,11 @@ def main() -> None:
             results[f"batch {name}"].append(args.rows / timed(lambda n=name: batch(n)))
         for name in sinks:
             results[f"stream {name}"].append(args.rows / timed(lambda n=name, r=run: stream(n, r)))
+    time.sleep(CONSUMER_DRAIN_S)  # the last acknowledged messages are decoded and counted
     for process in processes:
+        process.terminate()
         try:
-            process.wait(60)
+            process.wait(10)
         except subprocess.TimeoutExpired:
             process.kill()
     print(f"mode {args.mode}, {args.rows} rows x 5 columns, {args.runs} runs, local[2], {os.cpu_count()} cores")

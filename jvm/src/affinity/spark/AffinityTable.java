@@ -79,33 +79,49 @@ final class AffinityTable implements SupportsRead, SupportsWrite {
 
   @Override
   public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-    SinkOptions options = SinkOptions.parse(info.options());
-    boolean jvm;
-    switch (options.writer) {
-      case "python":
-        jvm = false;
-        break;
-      case "jvm":
-        if (!options.jvmWritable()) {
-          throw new SparkOptionException("option writer='jvm' writes group mode with value arrow or binary; "
-              + "channel mode and value=json are written by the Python writer (writer=auto or python)");
-        }
-        if (Native.loadFailure() != null) {
-          throw new SparkOptionException("option writer='jvm': the affinity native library did not load: "
-              + Native.loadFailure());
-        }
-        jvm = true;
-        break;
-      default:
-        jvm = options.jvmWritable() && Native.loadFailure() == null;
-    }
-    if (!jvm) {
+    if (!jvmWrites(info.options())) {
+      // The Python writer checks its options itself, with its own errors.
       Table table = python();
       if (!(table instanceof SupportsWrite)) {
         throw new SparkOptionException("the Python writer of affinity is not available in this session");
       }
       return ((SupportsWrite) table).newWriteBuilder(info);
     }
+    SinkOptions options = SinkOptions.parse(info.options());
+    if (!options.jvmWritable()) {
+      throw new SparkOptionException("option writer='jvm' writes group mode with value arrow or binary; "
+          + "channel mode and value=json are written by the Python writer (writer=auto or python)");
+    }
+    if (Native.loadFailure() != null) {
+      throw new SparkOptionException("option writer='jvm': the affinity native library did not load: "
+          + Native.loadFailure());
+    }
     return new AffinityWrite(new WriteSpec(options, info.schema(), info.queryId()));
+  }
+
+  /**
+   * Whether the JVM writer takes this write (docs/spark.md "Two writers"): {@code writer=jvm}, or
+   * an unknown {@code writer} value (refused by its parser); {@code writer=auto} (the default) for
+   * group mode with {@code value} arrow or binary when the native library is loaded.
+   */
+  static boolean jvmWrites(Map<String, String> options) {
+    String writer = option(options, "writer", "auto");
+    if (writer.equals("python")) {
+      return false;
+    }
+    if (!writer.equals("auto")) {
+      return true;
+    }
+    return !option(options, "group", "").isEmpty() && !option(options, "value", "arrow").equals("json")
+        && Native.loadFailure() == null;
+  }
+
+  private static String option(Map<String, String> options, String name, String otherwise) {
+    for (Map.Entry<String, String> entry : options.entrySet()) {
+      if (entry.getKey().equalsIgnoreCase(name) && entry.getValue() != null) {
+        return entry.getValue().strip().toLowerCase(java.util.Locale.ROOT);
+      }
+    }
+    return otherwise;
   }
 }
