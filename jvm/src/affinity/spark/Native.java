@@ -4,20 +4,30 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.LinkOption;
+import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
+import java.nio.file.attribute.PosixFilePermission;
 import java.nio.file.attribute.PosixFilePermissions;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.util.Set;
 
 /**
  * The JNI bridge into the Rust core ({@code jvm/native}): one group publisher per (group,
  * registry) and JVM, on one client (the standalone driver of {@code $AFFINITY_DIR}, else an
  * embedded driver). The library is loaded from {@code $AFFINITY_JVM_NATIVE} when set, else
- * unpacked from this jar's {@link #RESOURCE} into a private temporary file.
+ * unpacked from this jar's {@link #RESOURCE} (see {@link #unpack}).
  */
 final class Native {
   /** Where the jar carries the native library. */
   static final String RESOURCE = "/affinity/spark/native/libaffinity_jvm.so";
   /** Environment variable naming a native library file to load instead of the jar's. */
   static final String LIBRARY_ENV = "AFFINITY_JVM_NATIVE";
+
+  /** Mode of the folder the library is unpacked into. */
+  private static final Set<PosixFilePermission> PRIVATE = PosixFilePermissions.fromString("rwx------");
 
   private static Throwable loadFailure;
 
@@ -36,18 +46,55 @@ final class Native {
 
   private Native() {}
 
+  /**
+   * The jar's library as a file: {@code <java.io.tmpdir>/affinity-jvm-<user>/libaffinity_jvm-<sha256>.so},
+   * written once (to a temporary name, then renamed) and shared by every JVM of the user that runs
+   * the same build, so an executor killed with SIGKILL leaves nothing new behind. The folder must
+   * be the user's own and private (0700), else loading fails naming it.
+   */
   private static Path unpack() throws IOException {
+    byte[] library;
     try (InputStream in = Native.class.getResourceAsStream(RESOURCE)) {
       if (in == null) {
         throw new IOException("the jar has no " + RESOURCE + " (build it with scripts/build-jvm.sh)");
       }
-      Path dir = Files.createTempDirectory("affinity-jvm-",
-          PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------")));
-      Path file = dir.resolve("libaffinity_jvm.so");
-      Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
-      file.toFile().deleteOnExit();
-      dir.toFile().deleteOnExit();
+      library = in.readAllBytes();
+    }
+    String user = System.getProperty("user.name");
+    Path dir = Paths.get(System.getProperty("java.io.tmpdir"), "affinity-jvm-" + user);
+    try {
+      Files.createDirectory(dir, PosixFilePermissions.asFileAttribute(PRIVATE));
+    } catch (FileAlreadyExistsException exists) {
+      // checked below
+    }
+    if (Files.isSymbolicLink(dir) || !Files.getOwner(dir, LinkOption.NOFOLLOW_LINKS).getName().equals(user)
+        || !Files.getPosixFilePermissions(dir, LinkOption.NOFOLLOW_LINKS).equals(PRIVATE)) {
+      throw new IOException(dir + " must be a directory of user " + user + " with mode 0700");
+    }
+    String digest = digest(library);
+    Path file = dir.resolve("libaffinity_jvm-" + digest + ".so");
+    if (Files.isRegularFile(file, LinkOption.NOFOLLOW_LINKS) && digest(Files.readAllBytes(file)).equals(digest)) {
       return file;
+    }
+    Path partial = Files.createTempFile(dir, "libaffinity_jvm-", ".partial");
+    try {
+      Files.write(partial, library);
+      Files.move(partial, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+    } finally {
+      Files.deleteIfExists(partial);
+    }
+    return file;
+  }
+
+  private static String digest(byte[] bytes) throws IOException {
+    try {
+      StringBuilder hex = new StringBuilder();
+      for (byte b : MessageDigest.getInstance("SHA-256").digest(bytes)) {
+        hex.append(String.format("%02x", b));
+      }
+      return hex.toString();
+    } catch (NoSuchAlgorithmException error) {
+      throw new IOException(error);
     }
   }
 
