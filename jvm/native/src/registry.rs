@@ -178,11 +178,27 @@ mod tests {
 
     use super::*;
 
-    fn registry(name: &str) -> PathBuf {
+    /// A registry folder removed when the test ends.
+    struct Folder(PathBuf);
+
+    impl Drop for Folder {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    impl std::ops::Deref for Folder {
+        type Target = Path;
+        fn deref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    fn registry(name: &str) -> Folder {
         let dir = std::env::temp_dir().join(format!("affinity-jvm-registry-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("groups")).unwrap();
-        dir
+        Folder(dir)
     }
 
     fn define(dir: &Path, name: &str, text: &str) {
