@@ -1,11 +1,14 @@
-"""Rows/s through the ``affinity`` sink against Spark's ``noop`` sink on the same query, same run.
+"""Rows/s through the ``affinity`` sink's two writers against Spark's ``noop`` sink, same query, same run.
 
 ``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2]``
 
 The DataFrame: ``rows`` rows of 5 columns (string key ``acct-<id % 10000>`` + 4 numeric values),
 in ``local[2]``. Batch: ``spark.range`` → ``write.save()``. Streaming: the same rows as 10 Parquet
 files read by ``readStream`` (one micro-batch per file, ``availableNow``). Each figure is the median
-of ``runs``; ``noop`` is the ceiling (the cost of producing the rows). Consumers are separate
+of ``runs``; ``noop`` is the ceiling (the cost of producing the rows), ``python_noop`` a Python data
+source that only iterates its Arrow batches (the ceiling of any Python sink), ``affinity_python``
+and ``affinity_jvm`` the sink with ``writer=python`` / ``writer=jvm`` (group mode; the JVM writer
+needs its jar, ``scripts/build-jvm.sh``, and is left out with a note without it). Consumers are separate
 processes (``SinkConsumer`` in group mode, a subscriber in channel mode) that decode every Arrow
 body and report rows and busy time; rows/s per consumer is rows over the time from its first to
 its last message.
@@ -24,6 +27,13 @@ import textwrap
 import time
 from pathlib import Path
 from typing import Any
+
+#: A consumer process exits once it has been idle this long after its first message: longer than
+#: the runs of the other sinks in between (on a loaded 2-core machine a streaming run of each takes
+#: tens of seconds), else the affinity sinks would find no consumer.
+CONSUMER_IDLE_EXIT_S = 240
+#: Seconds the consumers get after the last run before they are stopped and their counts read.
+CONSUMER_DRAIN_S = 5
 
 CONSUMER = textwrap.dedent(
     """
@@ -79,7 +89,8 @@ def session() -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
-        SparkSession.builder.master("local[2]")
+        affinity.spark.configure(SparkSession.builder)
+        .master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "2g")
@@ -212,7 +223,17 @@ def main() -> None:
     script.write_text(CONSUMER)
     processes = [
         subprocess.Popen(
-            [sys.executable, str(script), args.mode, target, str(i), str(count), str(registry), str(out), "20"],
+            [
+                sys.executable,
+                str(script),
+                args.mode,
+                target,
+                str(i),
+                str(count),
+                str(registry),
+                str(out),
+                str(CONSUMER_IDLE_EXIT_S),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -235,16 +256,28 @@ def main() -> None:
     def stream(fmt: str, run: int) -> None:
         reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(files))
         writer = reader.writeStream.option("checkpointLocation", str(work / f"ckpt-{fmt}-{run}"))
-        writer = sink(writer) if fmt == "affinity" else writer.format(fmt)
+        if fmt.startswith("affinity_"):
+            writer = sink(writer).option("writer", fmt.removeprefix("affinity_"))
+        else:
+            writer = writer.format(fmt)
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
 
-    sinks = ("noop", "python_noop", "affinity")
+    import affinity.spark
+
+    writers = ["python"]
+    if args.mode == "group" and affinity.spark.jar_path() is not None:
+        writers.append("jvm")
+    else:
+        print("affinity_jvm: left out (channel mode, or the jar is not built: scripts/build-jvm.sh)")
+    sinks = ("noop", "python_noop", *(f"affinity_{w}" for w in writers))
     results: dict[str, list[float]] = {f"{kind} {name}": [] for kind in ("batch", "stream") for name in sinks}
 
     def batch(name: str) -> None:
-        writer = sink(df.write) if name == "affinity" else df.write.format(name)
-        writer.mode("append" if name == "affinity" else "overwrite").save()
+        if name.startswith("affinity_"):
+            sink(df.write).option("writer", name.removeprefix("affinity_")).mode("append").save()
+        else:
+            df.write.format(name).mode("overwrite").save()
 
     for name in sinks:  # warm-up: JIT, Python workers, the sink's transport
         batch(name)
@@ -253,9 +286,11 @@ def main() -> None:
             results[f"batch {name}"].append(args.rows / timed(lambda n=name: batch(n)))
         for name in sinks:
             results[f"stream {name}"].append(args.rows / timed(lambda n=name, r=run: stream(n, r)))
+    time.sleep(CONSUMER_DRAIN_S)  # the last acknowledged messages are decoded and counted
     for process in processes:
+        process.terminate()
         try:
-            process.wait(60)
+            process.wait(10)
         except subprocess.TimeoutExpired:
             process.kill()
     print(f"mode {args.mode}, {args.rows} rows x 5 columns, {args.runs} runs, local[2], {os.cpu_count()} cores")
@@ -263,12 +298,13 @@ def main() -> None:
         for value in values:  # one JSON line per run, for benches/harness.py
             print(json.dumps({"measurement": name, "value": round(value), "unit": "rows/s"}), flush=True)
         runs = ", ".join(f"{v:,.0f}" for v in values)
-        print(f"{name:<18} median {statistics.median(values):>12,.0f} rows/s   runs [{runs}]")
+        print(f"{name:<22} median {statistics.median(values):>12,.0f} rows/s   runs [{runs}]")
     for kind in ("batch", "stream"):
-        affinity_rate = statistics.median(results[f"{kind} affinity"])
-        ratio = affinity_rate / statistics.median(results[f"{kind} noop"])
-        python_ratio = affinity_rate / statistics.median(results[f"{kind} python_noop"])
-        print(f"{kind}: affinity / noop = {ratio:.0%}, affinity / python_noop = {python_ratio:.0%}")
+        for writer in writers:
+            affinity_rate = statistics.median(results[f"{kind} affinity_{writer}"])
+            ratio = affinity_rate / statistics.median(results[f"{kind} noop"])
+            python_ratio = affinity_rate / statistics.median(results[f"{kind} python_noop"])
+            print(f"{kind}: affinity_{writer} / noop = {ratio:.0%}, / python_noop = {python_ratio:.0%}")
     print(f"sink work alone (no transport, one core): {sink_work_only(args.rows):,.0f} rows/s")
     for index, out in enumerate(outputs):
         report = json.loads(out.read_text()) if out.exists() else {"rows": 0, "busy": 0.0}

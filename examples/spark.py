@@ -9,6 +9,7 @@ import sys
 import tempfile
 import threading
 
+import affinity.spark
 from affinity.groups import create_group
 from affinity.spark import DataItem, consume
 from pyspark.sql import SparkSession
@@ -31,8 +32,9 @@ with tempfile.TemporaryDirectory(prefix="affinity-example-") as registry:
     threads = [threading.Thread(target=consumer, args=(index,)) for index in (0, 1)]
     for thread in threads:
         thread.start()
-    spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
-    try:  # PySpark finds the "affinity" format by itself (affinity.spark.register(spark) is optional)
+    builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+    spark = affinity.spark.configure(builder).getOrCreate()  # the JVM writer's jar, when built
+    try:  # Spark finds the "affinity" format by itself (affinity.spark.register(spark) is optional)
         df = spark.range(1000).selectExpr("concat('account-', id % 10) AS account", "id AS amount")
         # Returns once the group's consumers acknowledged every row.
         df.write.format("affinity").option("group", "orders").option("key", "account").option(

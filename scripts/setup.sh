@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv and installs the package from this checkout (release build of the Rust extension)
 # with the extras named in $1 (default: test,spark,demo). Needs the Rust toolchain, Python >= 3.11
-# and Java 17. The first build takes about 4 minutes on 2 cores: cargo's progress lines are shown
-# as they come, with the time spent every 30 s; pip's full output goes to .venv/setup-build.log.
+# and a Java 17 JDK (Spark; javac builds the JVM Spark sink, scripts/build-jvm.sh). The first build
+# takes about 4 minutes on 2 cores: cargo's progress lines are shown as they come, with the time
+# spent every 30 s; pip's full output goes to .venv/setup-build.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-test,spark,demo}"
@@ -46,5 +47,12 @@ if [[ $status -ne 0 ]]; then
   echo "setup: pip install failed (exit $status); the end of $log:" >&2
   tail -n 40 "$log" >&2
   exit "$status"
+fi
+if [[ ,$extras, == *,spark,* ]]; then
+  if command -v javac >/dev/null; then
+    bash scripts/build-jvm.sh .venv/bin/python
+  else
+    echo "setup: no javac (JDK 17): the JVM Spark sink is not built; the Python writer is used" >&2
+  fi
 fi
 echo "setup: done in $((SECONDS - started)) s"

@@ -26,8 +26,13 @@ def spark_session() -> Any:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    import affinity.spark
+
+    if affinity.spark.jar_path() is None and os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail("the JVM writer's jar is not built (scripts/build-jvm.sh): the Spark tests run both writers")
+    builder = affinity.spark.configure(SparkSession.builder)
     spark = (
-        SparkSession.builder.master("local[2,4]")
+        builder.master("local[2,4]")
         .appName("affinity-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -37,10 +42,22 @@ def spark_session() -> Any:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    import affinity.spark
-
     affinity.spark.register(spark)
     return spark
+
+
+#: The sink's writers the tests run against (docs/spark.md "Two writers").
+WRITERS = ("python", "jvm")
+
+
+def writer_param(writer: str) -> Any:
+    """``writer`` as a pytest parameter: the JVM one skips, saying why, where its jar is not built
+    (never under ``AFFINITY_REQUIRE_SPARK=1``, where :func:`spark_session` fails instead)."""
+    import affinity.spark
+
+    if writer == "jvm" and affinity.spark.jar_path() is None and os.environ.get(REQUIRE_ENV) != "1":
+        return pytest.param(writer, marks=pytest.mark.skip(reason="the JVM writer's jar is not built"))
+    return pytest.param(writer)
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, step: float = 0.01) -> None:

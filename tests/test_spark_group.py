@@ -1,7 +1,9 @@
 """The ``affinity`` sink into a consumer group: keyed, ordered, exactly once per committed batch.
 
-Consumers are :class:`affinity.spark.SinkConsumer` instances polled on threads of the test process,
-or consumer processes (``spark_group_consumer.py``) where one is killed with SIGKILL.
+Every sink test runs against both writers (``writer`` option: the Python data source's and the JVM
+one's, docs/spark.md "Two writers"). Consumers are :class:`affinity.spark.SinkConsumer` instances
+polled on threads of the test process, or consumer processes (``spark_group_consumer.py``) where one
+is killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ import pytest
 from affinity.groups import create_group, group_queue
 from affinity.spark import AbortItem, CommitItem, DataItem, SinkConsumer, consume
 from spark_support import (
+    WRITERS,
     assert_exit_removes_driver_dirs,
     new_worker_driver_dirs,
     spark_session,
     wait_for,
     worker_driver_dirs,
+    writer_param,
 )
 
 pytestmark = pytest.mark.spark
@@ -49,20 +53,32 @@ def spark() -> Any:
 class Group:
     name: str
     registry: str
+    #: The sink's ``writer`` option.
+    writer: str = "python"
 
     def option(self, writer: Any) -> Any:
-        return writer.format("affinity").option("group", self.name).option("registry", self.registry)
+        return (
+            writer.format("affinity")
+            .option("group", self.name)
+            .option("registry", self.registry)
+            .option("writer", self.writer)
+        )
 
 
 _GROUPS = iter(range(1_000_000))
 
 
-@pytest.fixture
-def group(tmp_path: Path) -> Group:
+def new_group(tmp_path: Path, writer: str = "python", queue_size: int = 8 << 20) -> Group:
     name = f"spark{next(_GROUPS)}"
-    registry = tmp_path / "registry"
-    create_group(name, f"__{name}__", HASH_COUNT, QUEUE_COUNT, 8 << 20, registry)
-    return Group(name, str(registry))
+    registry = tmp_path / f"registry-{name}"
+    create_group(name, f"__{name}__", HASH_COUNT, QUEUE_COUNT, queue_size, registry)
+    return Group(name, str(registry), writer)
+
+
+@pytest.fixture(params=[writer_param(w) for w in WRITERS])
+def group(tmp_path: Path, request: pytest.FixtureRequest) -> Group:
+    """A new group, written by the writer of the test's parameter."""
+    return new_group(tmp_path, request.param)
 
 
 @dataclass
@@ -228,9 +244,9 @@ def _publisher_pids(group: Group) -> set[int]:
     return pids
 
 
-def test_a_retried_task_sends_no_duplicate_to_consumers(
-    spark: Any, client: affinity.Client, tmp_path: Path, consumers: Any
-) -> None:
+def test_a_retried_task_sends_no_duplicate_to_consumers(spark: Any, client: affinity.Client, tmp_path: Path) -> None:
+    # Python writer only: its tasks publish from Python workers, one of which is killed here (the
+    # JVM writer publishes from the executor JVM: see the next test).
     # A small queue size (QS) and paused consumers hold both write tasks inside write(), each after
     # sending part of its rows; one task's Python worker is then killed, and Spark retries it.
     name = "spark-retry"
@@ -270,6 +286,44 @@ def test_a_retried_task_sends_no_duplicate_to_consumers(
         running.stop()
 
 
+def test_a_task_failing_mid_write_is_retried_and_delivers_each_row_once(
+    spark: Any, client: affinity.Client, tmp_path: Path
+) -> None:
+    # JVM writer: a task's first attempt fails (a UDF raises) after it has published and had
+    # acknowledged part of its rows; Spark retries it, the retry replays the same envelope ids and
+    # the consumers discard what they already delivered.
+    from pyspark.sql.functions import col, udf
+    from pyspark.sql.types import LongType
+
+    marker = tmp_path / "failed-once"
+    jvm = new_group(tmp_path, "jvm")
+    running = Consumers(client, jvm, 2)
+
+    @udf(returnType=LongType(), useArrow=False)  # type: ignore[untyped-decorator]
+    def fail_once(n: int) -> int:
+        if n == 3500 and not marker.exists():  # late in partition 0 (rows 0..3999)
+            marker.write_text("x")
+            raise RuntimeError("injected failure of the first attempt")
+        return n
+
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "200")  # route (and send) every 200 rows
+    try:
+        df = keyed_rows(spark, 8_000, 2, 40)
+        jvm.option(df.withColumn("n", fail_once(col("n"))).write).option("key", "k").option("maxBatchRows", "50").mode(
+            "append"
+        ).save()
+        assert marker.exists(), "the injected failure never ran"
+        wait_for(lambda: running.commits_of(0) == QUEUE_COUNT, 60, "a commit on every queue")
+        assert sum(c.stats.duplicates_discarded for c in running.consumers) > 0, "the retry replayed nothing"
+        expected = {(r.k, r.n) for r in df.select("k", "n").collect()}
+        check_exactly_once_at_the_owner(running.received, expected)
+        check_order_per_key(running.received)
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+        running.stop()
+
+
 def test_consume_yields_json_records_and_binary_values(spark: Any, group: Group, client: affinity.Client) -> None:
     items: list[Any] = []
     stop = threading.Event()
@@ -285,7 +339,11 @@ def test_consume_yields_json_records_and_binary_values(spark: Any, group: Group,
     thread.start()
     try:
         df = keyed_rows(spark, 1000, 2, 10).selectExpr("k", "n", "cast(concat('v', n) AS binary) AS payload")
-        group.option(df.write).option("key", "k, n").option("value", "json").mode("append").save()
+        # The JVM writer leaves value=json to the Python one: writer=auto picks it.
+        json_writer = "auto" if group.writer == "jvm" else group.writer
+        group.option(df.write).option("key", "k, n").option("value", "json").option("writer", json_writer).mode(
+            "append"
+        ).save()
         wait_for(lambda: commits(set()) == QUEUE_COUNT, 60, "the json write's commit on every queue")
         first = {i.query_id for i in list(items) if isinstance(i, CommitItem)}
         group.option(df.write).option("key", "k").option("value", "binary").mode("append").save()
@@ -326,17 +384,20 @@ def test_a_failed_write_sends_abort_markers_to_every_queue(spark: Any, group: Gr
 
 
 def test_group_options_are_checked_against_the_registry_and_schema(spark: Any, group: Group) -> None:
-    from pyspark.errors import AnalysisException
+    from pyspark.errors import AnalysisException, IllegalArgumentException
 
+    # The Python writer's errors come wrapped in AnalysisException, the JVM writer's as Java's
+    # IllegalArgumentException; both messages carry the same "SparkOptionError: ..." text.
+    refused = (AnalysisException, IllegalArgumentException)
     df = spark.range(3).selectExpr("id AS n", "cast(id AS double) AS x")
-    with pytest.raises(AnalysisException, match=r"SparkOptionError: option key='missing': column 'missing'"):
+    with pytest.raises(refused, match=r"SparkOptionError: option key='missing': column 'missing'"):
         group.option(df.write).option("key", "missing").mode("append").save()
-    with pytest.raises(AnalysisException, match=r"SparkOptionError: option key='x': column 'x' has type double"):
+    with pytest.raises(refused, match=r"SparkOptionError: option key='x': column 'x' has type double"):
         group.option(df.write).option("key", "x").mode("append").save()
-    with pytest.raises(AnalysisException, match=r"SparkOptionError: option group='nosuchgroup'"):
+    with pytest.raises(refused, match=r"SparkOptionError: option group='nosuchgroup'"):
         df.write.format("affinity").option("group", "nosuchgroup").option("registry", group.registry).option(
             "key", "n"
-        ).mode("append").save()
+        ).option("writer", group.writer).mode("append").save()
 
 
 def _start_consumer(group: Group, index: int, count: int, out: Path) -> subprocess.Popen[str]:
@@ -421,10 +482,11 @@ def test_a_consumer_killed_mid_stream_loses_nothing(spark: Any, group: Group, tm
 
 
 def test_the_group_source_reads_what_a_group_publisher_sends(
-    spark: Any, group: Group, client: affinity.Client, tmp_path: Path
+    spark: Any, client: affinity.Client, tmp_path: Path
 ) -> None:
     from affinity.groups import GroupPublisher
 
+    group = new_group(tmp_path)  # the source: no writer involved
     reader = (
         spark.readStream.format("affinity")
         .option("group", group.name)

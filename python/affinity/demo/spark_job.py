@@ -195,11 +195,14 @@ class AccountEventsSource(DataSource):
 
 
 def session() -> SparkSession:
-    """A local session: ``local[2]``, UI off, log level ERROR."""
+    """A local session: ``local[2]``, UI off, log level ERROR, the sink's JVM writer when its jar is built."""
     from pyspark.sql import SparkSession
 
+    import affinity.spark
+
     spark = (
-        SparkSession.builder.master(SPARK_MASTER)
+        affinity.spark.configure(SparkSession.builder)
+        .master(SPARK_MASTER)
         .appName("affinity-pipeline-demo")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -1,6 +1,7 @@
 """Spark integration: the ``affinity`` PySpark data source (sink and stream source) and Arrow consumers.
 
 >>> import affinity.spark
+>>> spark = affinity.spark.configure(SparkSession.builder).getOrCreate()  # doctest: +SKIP
 >>> affinity.spark.register(spark)                                   # doctest: +SKIP
 >>> df.write.format("affinity").option("group", "orders").option("key", "account").save()  # doctest: +SKIP
 >>> for item in affinity.spark.consume("orders", index=0, count=2):  # doctest: +SKIP
@@ -11,6 +12,7 @@ Importing this package does not import PySpark; :func:`register` does.
 
 from __future__ import annotations
 
+from affinity.spark.configure import configure, jar_path
 from affinity.spark.consume import (
     AbortItem,
     CommitItem,
@@ -42,7 +44,9 @@ __all__ = [
     "SparkOptionError",
     "SparkTaskError",
     "ValueFormat",
+    "configure",
     "consume",
     "decode_message",
+    "jar_path",
     "register",
 ]

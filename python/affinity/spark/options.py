@@ -22,6 +22,7 @@ from affinity.units import parse_duration
 __all__ = [
     "OPTIONS",
     "SPARK_INJECTED_OPTIONS",
+    "WRITERS",
     "OptionSpec",
     "SinkOptions",
     "SourceOptions",
@@ -46,6 +47,10 @@ DEFAULT_ACK_TIMEOUT: Final = 60.0
 MAX_ACK_TIMEOUT: Final = 86_400.0
 #: Options Spark itself may add to the map; accepted and ignored.
 SPARK_INJECTED_OPTIONS: Final = frozenset({"path", "checkpointlocation", "queryname"})
+
+
+#: Values of the ``writer`` option (the first is the default).
+WRITERS: Final = ("auto", "jvm", "python")
 
 
 class ValueFormat(Enum):
@@ -85,6 +90,7 @@ OPTIONS: Final[tuple[OptionSpec, ...]] = (
     OptionSpec("index", None, False, True, "consumer index in the group (source, group mode)"),
     OptionSpec("count", None, False, True, "consumer count of the group (source, group mode)"),
     OptionSpec("failOnDataLoss", "true", False, True, "fail when asked to replay what is no longer retained"),
+    OptionSpec("writer", "auto", True, False, "auto | jvm | python: which writer (docs/spark.md, Two writers)"),
 )
 
 _BY_LOWER: Final = {spec.name.lower(): spec for spec in OPTIONS}
@@ -206,6 +212,20 @@ def _value(values: dict[str, str], allowed: tuple[ValueFormat, ...]) -> ValueFor
     raise SparkOptionError(f"option value={raw!r} is not one of {names}")
 
 
+def _writer(values: dict[str, str]) -> str:
+    """The ``writer`` option; ``jvm`` is refused here: this is the Python writer, so the jar is not loaded."""
+    raw = values.get("writer", WRITERS[0])
+    writer = raw.strip().lower()
+    if writer not in WRITERS:
+        raise SparkOptionError(f"option writer={raw!r} is not one of {' | '.join(WRITERS)}")
+    if writer == "jvm":
+        raise SparkOptionError(
+            "option writer='jvm': the JVM writer is not on this session's classpath "
+            "(scripts/build-jvm.sh builds it, affinity.spark.configure(builder) adds it)"
+        )
+    return writer
+
+
 def _target(values: dict[str, str]) -> tuple[str | None, str | None, int | None]:
     """``group`` or ``channel`` + ``streamId``, exactly one of them."""
     group = _text(values, "group")
@@ -246,6 +266,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         raise SparkOptionError(f"option group={group!r} needs option key (the column(s) rows are routed by)")
     if group is None and key:
         raise SparkOptionError(f"option key={key_raw!r} applies only with option group (a channel has no keys)")
+    _writer(values)
     rows = _int(values, "maxBatchRows", 1, MAX_BATCH_ROWS_LIMIT, " rows")
     size = _int(
         values, "maxBatchBytes", MIN_BATCH_BYTES, MAX_BATCH_BYTES_LIMIT, " bytes (a message must fit the transport's)"

@@ -1,0 +1,377 @@
+//! JNI bridge of the JVM Spark sink (`jvm/src/affinity/spark/Native.java`).
+//!
+//! The executor JVM hands this library whole messages (envelope + Arrow IPC body, built in Java)
+//! and the routing keys of its rows; the keyed routing (`affinity_hash(key) % HC % QC`), the
+//! retention, acknowledgements and resends are the Rust core's [`GroupPublisher`], one per
+//! (group, registry) and JVM, on one client per JVM: attached to the standalone driver named by
+//! `$AFFINITY_DIR` when it is set, else an embedded driver.
+//!
+//! Handles are indices into a process-wide table (never pointers): a stale or forged handle is
+//! an error, not a crash. Every entry point catches panics and turns every failure into a Java
+//! exception: `affinity.spark.SparkOptionException` for what the user configured wrong,
+//! `affinity.spark.AffinitySinkException` for what happened while sending.
+
+pub mod registry;
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use affinity::client::ClientHandle;
+use affinity::embedded::{self, EmbeddedConfig};
+use affinity::groups::publisher::Refusal;
+use affinity::groups::runtime::{GroupPublisher, MemberOptions};
+use affinity::groups::{queue_of, GroupConfig, GroupError, DEFAULT_RESEND_TIMEOUT};
+use affinity::shm::directory;
+use jni::objects::{JByteArray, JClass, JIntArray, JLongArray, JString};
+use jni::sys::{jboolean, jint, jlong, JNI_FALSE, JNI_TRUE};
+use jni::JNIEnv;
+
+/// Java exception thrown for a configuration the user got wrong (names the option).
+pub const OPTION_EXCEPTION: &str = "affinity/spark/SparkOptionException";
+/// Java exception thrown when rows could not be handed over (timeout, closed, transport).
+pub const SINK_EXCEPTION: &str = "affinity/spark/AffinitySinkException";
+/// First wait after a refused publish; doubled up to [`WAIT_MAX`] (as the Python sink).
+pub const WAIT_START: Duration = Duration::from_micros(200);
+/// Longest wait between two publish attempts.
+pub const WAIT_MAX: Duration = Duration::from_millis(10);
+
+/// How often a task waiting in `flushTo` looks at the acknowledged sequences.
+pub const FLUSH_POLL: Duration = Duration::from_micros(500);
+
+/// A failure, as the Java exception it becomes.
+#[derive(Debug)]
+enum Failure {
+    /// `SparkOptionException`.
+    Option(String),
+    /// `AffinitySinkException`.
+    Sink(String),
+    /// A JNI call failed (an exception is usually pending already).
+    Jni(jni::errors::Error),
+}
+
+impl From<jni::errors::Error> for Failure {
+    fn from(error: jni::errors::Error) -> Self {
+        Failure::Jni(error)
+    }
+}
+
+/// One group's publisher in this JVM.
+struct Sink {
+    config: GroupConfig,
+    publisher: GroupPublisher,
+}
+
+#[derive(Default)]
+struct State {
+    client: Option<Arc<ClientHandle>>,
+    sinks: Vec<Option<Arc<Sink>>>,
+    by_target: BTreeMap<(String, PathBuf), usize>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State { client: None, sinks: Vec::new(), by_target: BTreeMap::new() });
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn client(state: &mut State) -> Result<Arc<ClientHandle>, Failure> {
+    if let Some(client) = state.client.as_ref().filter(|c| !c.is_closed()) {
+        return Ok(client.clone());
+    }
+    let dir = std::env::var_os(directory::ENV_DIR).filter(|v| !v.is_empty());
+    let client = match dir {
+        Some(dir) => {
+            let timeout = Duration::from_millis(directory::DRIVER_TIMEOUT_MS as u64);
+            ClientHandle::attach(&PathBuf::from(&dir), timeout).map_err(|e| {
+                Failure::Sink(format!(
+                    "cannot attach to the affinity driver in {} (${}): {e}",
+                    PathBuf::from(&dir).display(),
+                    directory::ENV_DIR
+                ))
+            })?
+        }
+        None => ClientHandle::from(
+            embedded::start(EmbeddedConfig::default())
+                .map_err(|e| Failure::Sink(format!("cannot start the embedded driver: {e}")))?,
+        ),
+    };
+    let client = Arc::new(client);
+    state.client = Some(client.clone());
+    Ok(client)
+}
+
+/// Opens (or finds) this JVM's publisher of `group`; returns its handle (≥ 1).
+fn open_group(group: &str, registry: Option<&str>) -> Result<jlong, Failure> {
+    let option = |message: String| {
+        // Quoted as the Python writer's messages quote option values (Python's repr).
+        let place = registry.map(|r| format!(" (registry='{r}')")).unwrap_or_default();
+        Failure::Option(format!("option group='{group}'{place}: {message}"))
+    };
+    let dir = registry::registry_dir(registry).map_err(option)?;
+    let mut state = state();
+    if let Some(&index) = state.by_target.get(&(group.to_owned(), dir.clone())) {
+        return Ok(index as jlong + 1);
+    }
+    let config = registry::load_group(group, &dir).map_err(option)?;
+    let secret = registry::load_secret(group, &dir).map_err(option)?;
+    let client = client(&mut state)?;
+    let mut options = MemberOptions::new(dir.clone());
+    options.secret = secret;
+    let publisher = GroupPublisher::new(client, config.clone(), &options, DEFAULT_RESEND_TIMEOUT)
+        .map_err(|e| Failure::Sink(format!("group {group:?}: cannot join as a publisher: {e}")))?;
+    state.sinks.push(Some(Arc::new(Sink { config, publisher })));
+    let index = state.sinks.len() - 1;
+    state.by_target.insert((group.to_owned(), dir), index);
+    Ok(index as jlong + 1)
+}
+
+fn sink(handle: jlong) -> Result<Arc<Sink>, Failure> {
+    let state = state();
+    usize::try_from(handle)
+        .ok()
+        .and_then(|h| h.checked_sub(1))
+        .and_then(|index| state.sinks.get(index).cloned().flatten())
+        .ok_or_else(|| Failure::Sink(format!("publisher handle {handle} is not open (closed at JVM shutdown?)")))
+}
+
+/// What a refusal code means, for messages.
+fn outcome_name(code: i64) -> &'static str {
+    match code {
+        c if c == Refusal::NotConnected.code() => "NOT_CONNECTED (no live consumer)",
+        c if c == Refusal::BackPressured.code() => "BACK_PRESSURED (consumers are behind)",
+        c if c == Refusal::Closed.code() => "CLOSED",
+        _ => "unknown outcome",
+    }
+}
+
+/// Publishes one message to `queue`, waiting on back-pressure or a missing consumer until `timeout`.
+fn publish(sink: &Sink, queue: u32, payload: &[u8], timeout: Duration) -> Result<i64, Failure> {
+    let what = format!("group {:?} queue {queue}", sink.config.name);
+    if queue >= sink.config.queue_count {
+        return Err(Failure::Sink(format!("{what}: the group has {} queues", sink.config.queue_count)));
+    }
+    let deadline = Instant::now() + timeout;
+    let mut delay = WAIT_START;
+    loop {
+        let code = match sink.publisher.publish_to_queue(queue, payload, b"") {
+            Ok(code) => code,
+            Err(GroupError::RecordTooLong { length, max }) => {
+                return Err(Failure::Option(format!(
+                "{what}: a message of {length} bytes exceeds the group's largest record ({max}); lower maxBatchBytes"
+            )))
+            }
+            Err(error) => return Err(Failure::Sink(format!("{what}: {error}"))),
+        };
+        if code > 0 {
+            return Ok(code);
+        }
+        if code == Refusal::Closed.code() {
+            return Err(Failure::Sink(format!("{what}: the publisher is closed")));
+        }
+        if Instant::now() >= deadline {
+            return Err(Failure::Sink(format!(
+                "{what}: could not publish for ackTimeout={:?}, last outcome {}; rows were not dropped, \
+                 the task fails so Spark can retry it",
+                timeout,
+                outcome_name(code)
+            )));
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(WAIT_MAX);
+    }
+}
+
+/// Waits until every queue's acknowledged sequence reaches `targets[queue]` (0: nothing to wait
+/// for): the messages one task published, whatever the JVM's other tasks publish meanwhile.
+fn flush_to(sink: &Sink, targets: &[i64], timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let status = sink.publisher.status();
+        let done = targets.iter().enumerate().all(|(queue, &target)| {
+            target <= 0
+                || status.queues.iter().any(|q| q.queue as usize == queue && q.acked_sequence >= target.unsigned_abs())
+        });
+        if done {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(FLUSH_POLL);
+    }
+}
+
+/// Closes every publisher and the client (JVM shutdown hook).
+fn shutdown() {
+    let mut state = state();
+    for sink in state.sinks.iter_mut().filter_map(Option::take) {
+        sink.publisher.close();
+    }
+    state.by_target.clear();
+    if let Some(client) = state.client.take() {
+        client.close();
+    }
+}
+
+/// Runs `body`, turning an error or a panic into a pending Java exception and `fallback`.
+fn guard<'local, T>(
+    env: &mut JNIEnv<'local>,
+    fallback: T,
+    body: impl FnOnce(&mut JNIEnv<'local>) -> Result<T, Failure>,
+) -> T {
+    let outcome = catch_unwind(AssertUnwindSafe(|| body(env)));
+    let failure = match outcome {
+        Ok(Ok(value)) => return value,
+        Ok(Err(failure)) => failure,
+        Err(panic) => {
+            let text = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".into());
+            Failure::Sink(format!("internal error in the affinity native library: {text}"))
+        }
+    };
+    if env.exception_check().unwrap_or(true) {
+        return fallback; // a JNI call already raised its exception
+    }
+    let (class, message) = match failure {
+        Failure::Option(message) => (OPTION_EXCEPTION, message),
+        Failure::Sink(message) => (SINK_EXCEPTION, message),
+        Failure::Jni(error) => (SINK_EXCEPTION, format!("JNI: {error}")),
+    };
+    let _ = env.throw_new(class, message);
+    fallback
+}
+
+fn timeout_of(millis: jlong, what: &str) -> Result<Duration, Failure> {
+    u64::try_from(millis)
+        .ok()
+        .filter(|&m| m > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| Failure::Option(format!("{what}: timeout {millis} ms must be positive")))
+}
+
+/// `static native long openGroup(String group, String registry)`: `registry` may be null.
+#[no_mangle]
+pub extern "system" fn Java_affinity_spark_Native_openGroup<'local>(
+    mut env: JNIEnv<'local>,
+    _class: JClass<'local>,
+    group: JString<'local>,
+    registry: JString<'local>,
+) -> jlong {
+    guard(&mut env, 0, |env| {
+        let group: String = env.get_string(&group)?.into();
+        let registry: Option<String> = if registry.is_null() { None } else { Some(env.get_string(&registry)?.into()) };
+        open_group(&group, registry.as_deref())
+    })
+}
+
+/// `static native int queueCount(long handle)`: the group's QC.
+#[no_mangle]
+pub extern "system" fn Java_affinity_spark_Native_queueCount<'local>(
+    mut env: JNIEnv<'local>,
+    _class: JClass<'local>,
+    handle: jlong,
+) -> jint {
+    guard(&mut env, 0, |_| Ok(sink(handle)?.config.queue_count as jint))
+}
+
+/// `static native void queuesOf(long handle, byte[] keys, int[] ends, int count, int[] out)`:
+/// the queue of each of `count` keys; key `i` is `keys[ends[i-1]..ends[i]]` (`ends[-1]` = 0).
+#[no_mangle]
+pub extern "system" fn Java_affinity_spark_Native_queuesOf<'local>(
+    mut env: JNIEnv<'local>,
+    _class: JClass<'local>,
+    handle: jlong,
+    keys: JByteArray<'local>,
+    ends: JIntArray<'local>,
+    count: jint,
+    out: JIntArray<'local>,
+) {
+    guard(&mut env, (), |env| {
+        let sink = sink(handle)?;
+        let count = usize::try_from(count).map_err(|_| Failure::Sink(format!("queuesOf: count {count} < 0")))?;
+        let keys = env.convert_byte_array(&keys)?;
+        if count > env.get_array_length(&ends)? as usize || count > env.get_array_length(&out)? as usize {
+            return Err(Failure::Sink(format!("queuesOf: count {count} exceeds the arrays")));
+        }
+        let mut bounds = vec![0i32; count];
+        env.get_int_array_region(&ends, 0, &mut bounds)?;
+        let mut queues = vec![0i32; count];
+        let mut start = 0usize;
+        for (i, &end) in bounds.iter().enumerate() {
+            let end = usize::try_from(end).ok().filter(|&e| e >= start && e <= keys.len()).ok_or_else(|| {
+                Failure::Sink(format!("queuesOf: key {i} ends at {end}, outside {start}..={}", keys.len()))
+            })?;
+            queues[i] = queue_of(&keys[start..end], sink.config.hash_count, sink.config.queue_count) as i32;
+            start = end;
+        }
+        env.set_int_array_region(&out, 0, &queues)?;
+        Ok(())
+    })
+}
+
+/// `static native long publish(long handle, int queue, byte[] message, int length, long timeoutMillis)`:
+/// the group's sequence number of the message, once taken (waits on back-pressure until the timeout).
+#[no_mangle]
+pub extern "system" fn Java_affinity_spark_Native_publish<'local>(
+    mut env: JNIEnv<'local>,
+    _class: JClass<'local>,
+    handle: jlong,
+    queue: jint,
+    message: JByteArray<'local>,
+    length: jint,
+    timeout_millis: jlong,
+) -> jlong {
+    guard(&mut env, 0, |env| {
+        let sink = sink(handle)?;
+        let timeout = timeout_of(timeout_millis, "publish")?;
+        let queue = u32::try_from(queue).map_err(|_| Failure::Sink(format!("publish: queue {queue} < 0")))?;
+        let total = env.get_array_length(&message)?;
+        if length < 0 || length > total {
+            return Err(Failure::Sink(format!("publish: length {length} outside 0..={total}")));
+        }
+        let mut bytes = vec![0i8; length as usize];
+        env.get_byte_array_region(&message, 0, &mut bytes)?;
+        // i8 and u8 have one layout; this reinterprets the copy without a second one.
+        let bytes: Vec<u8> = bytes.into_iter().map(|b| b as u8).collect();
+        publish(&sink, queue, &bytes, timeout)
+    })
+}
+
+/// `static native boolean flushTo(long handle, long[] sequences, long timeoutMillis)`: whether
+/// every queue `q` acknowledged up to `sequences[q]` (the group sequences `publish` returned)
+/// within the timeout.
+#[no_mangle]
+pub extern "system" fn Java_affinity_spark_Native_flushTo<'local>(
+    mut env: JNIEnv<'local>,
+    _class: JClass<'local>,
+    handle: jlong,
+    sequences: JLongArray<'local>,
+    timeout_millis: jlong,
+) -> jboolean {
+    guard(&mut env, JNI_FALSE, |env| {
+        let sink = sink(handle)?;
+        let timeout = timeout_of(timeout_millis, "flushTo")?;
+        let length = env.get_array_length(&sequences)? as usize;
+        if length > sink.config.queue_count as usize {
+            return Err(Failure::Sink(format!("flushTo: {length} sequences for {} queues", sink.config.queue_count)));
+        }
+        let mut targets = vec![0i64; length];
+        env.get_long_array_region(&sequences, 0, &mut targets)?;
+        Ok(if flush_to(&sink, &targets, timeout) { JNI_TRUE } else { JNI_FALSE })
+    })
+}
+
+/// `static native void shutdown()`: closes every publisher and the client (JVM shutdown hook).
+#[no_mangle]
+pub extern "system" fn Java_affinity_spark_Native_shutdown<'local>(mut env: JNIEnv<'local>, _class: JClass<'local>) {
+    guard(&mut env, (), |_| {
+        shutdown();
+        Ok(())
+    })
+}

@@ -1,0 +1,329 @@
+package affinity.spark;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.UUID;
+import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.ArrowStreamWriter;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.connector.write.DataWriter;
+import org.apache.spark.sql.connector.write.WriterCommitMessage;
+import org.apache.spark.sql.execution.arrow.ArrowWriter;
+import org.apache.spark.sql.types.BinaryType;
+import org.apache.spark.sql.types.ByteType;
+import org.apache.spark.sql.types.DataType;
+import org.apache.spark.sql.types.IntegerType;
+import org.apache.spark.sql.types.ShortType;
+import org.apache.spark.sql.types.StringType;
+
+/**
+ * One task's writer: rows are routed in chunks of {@link WriteSpec#chunkRows} (the queue of every
+ * key computed in Rust in one call), each chunk's rows grouped by queue in their order, cut into
+ * row groups of at most {@code maxBatchRows} rows / {@code maxBatchBytes} bytes, encoded (Arrow
+ * IPC stream of one batch, or {@code binary}), wrapped in the envelope and published. The
+ * envelope sequence depends only on the partition's rows and the options, so a retried attempt
+ * numbers the same rows the same way. {@link #commit} returns once every message of this task is
+ * acknowledged (the JVM's publisher is shared by its concurrent tasks: each waits for its own).
+ */
+final class AffinityDataWriter implements DataWriter<InternalRow> {
+  /** Share of {@code maxBatchBytes} a row group is sized for before encoding (IPC framing, schema). */
+  static final double SIZE_HEADROOM = 0.9;
+  /** Rows between two checks of a row group's Arrow size. */
+  static final int SIZE_CHECK_ROWS = 16;
+  private static final byte[] NULL_LENGTH = {(byte) 0xFF, (byte) 0xFF, (byte) 0xFF, (byte) 0xFF};
+
+  private final WriteSpec spec;
+  private final SinkOptions options;
+  private final long handle;
+  private final int queueCount;
+  private final UUID query;
+  private final long batchId;
+  private final int partition;
+  private final byte format;
+  private final TaskResult result;
+  private final DataType[] keyTypes;
+  /** queue -> group sequence of the last message this task published to it (what commit waits for). */
+  private final long[] published;
+
+  private final InternalRow[] rows;
+  private final int[] ends;
+  private final int[] queues;
+  private byte[] keys = new byte[64 * 1024];
+  private int keyLength;
+  private int count;
+  private long sequence;
+  private ArrowWriter arrow;
+  private final Buffer out = new Buffer();
+
+  /** A growable byte array whose contents are published without a copy. */
+  private static final class Buffer extends ByteArrayOutputStream {
+    Buffer() {
+      super(256 * 1024);
+    }
+
+    byte[] array() {
+      return buf;
+    }
+  }
+
+  AffinityDataWriter(WriteSpec spec, int partition, long batchId) {
+    Native.require();
+    this.spec = spec;
+    this.options = spec.options;
+    this.handle = Native.openGroup(options.group, options.registry);
+    this.queueCount = Native.queueCount(handle);
+    this.query = UUID.fromString(spec.queryId);
+    this.batchId = batchId;
+    this.partition = partition;
+    this.format = Envelope.formatCode(options.value);
+    this.result = new TaskResult(spec.queryId, batchId, partition);
+    this.rows = new InternalRow[spec.chunkRows];
+    this.ends = new int[spec.chunkRows];
+    this.queues = new int[spec.chunkRows];
+    this.published = new long[queueCount];
+    this.keyTypes = new DataType[spec.keyOrdinals.length];
+    for (int i = 0; i < keyTypes.length; i++) {
+      keyTypes[i] = spec.schema.fields()[spec.keyOrdinals[i]].dataType();
+    }
+  }
+
+  @Override
+  public void write(InternalRow row) throws IOException {
+    if (spec.keyOrdinals.length == 1) {
+      appendKey(row, 0, false);
+    } else {
+      for (int i = 0; i < spec.keyOrdinals.length; i++) {
+        appendKey(row, i, true);
+      }
+    }
+    ends[count] = keyLength;
+    rows[count++] = row.copy();
+    if (count == rows.length) {
+      sendChunk();
+    }
+  }
+
+  @Override
+  public WriterCommitMessage commit() throws IOException {
+    sendChunk();
+    if (!Native.flushTo(handle, published, options.ackTimeoutMillis)) {
+      throw new AffinitySinkException("group " + SinkOptions.repr(options.group)
+          + ": messages still unacknowledged after ackTimeout=" + ackTimeoutText()
+          + " (consumers slow or gone); the task fails so Spark can retry it");
+    }
+    return result;
+  }
+
+  private String ackTimeoutText() {
+    return options.ackTimeoutText != null ? options.ackTimeoutText.strip() : (options.ackTimeoutMillis / 1000) + "s";
+  }
+
+  @Override
+  public void abort() {
+    // What was published stays with the group until acknowledged; the driver sends the abort marker.
+    count = 0;
+    keyLength = 0;
+  }
+
+  @Override
+  public void close() {
+    if (arrow != null) {
+      arrow.root().close();
+      arrow = null;
+    }
+    Arrays.fill(rows, null);
+  }
+
+  // ---- keys ----
+
+  private void ensureKeys(int more) {
+    if (keyLength + more > keys.length) {
+      keys = Arrays.copyOf(keys, Math.max(keys.length * 2, keyLength + more));
+    }
+  }
+
+  private void putKeyBytes(byte[] bytes, boolean prefixed) {
+    ensureKeys(bytes.length + 4);
+    if (prefixed) {
+      putLength(bytes.length);
+    }
+    System.arraycopy(bytes, 0, keys, keyLength, bytes.length);
+    keyLength += bytes.length;
+  }
+
+  private void putLength(int length) {
+    keys[keyLength] = (byte) length;
+    keys[keyLength + 1] = (byte) (length >>> 8);
+    keys[keyLength + 2] = (byte) (length >>> 16);
+    keys[keyLength + 3] = (byte) (length >>> 24);
+    keyLength += 4;
+  }
+
+  /** The routing key bytes of one column (docs/spark.md "Keys"; encoding.py's key_array). */
+  private void appendKey(InternalRow row, int index, boolean prefixed) {
+    int ordinal = spec.keyOrdinals[index];
+    if (row.isNullAt(ordinal)) {
+      if (prefixed) {
+        ensureKeys(4);
+        System.arraycopy(NULL_LENGTH, 0, keys, keyLength, 4);
+        keyLength += 4;
+      }
+      return;
+    }
+    DataType type = keyTypes[index];
+    byte[] bytes;
+    if (type instanceof StringType) {
+      bytes = row.getUTF8String(ordinal).getBytes();
+    } else if (type instanceof BinaryType) {
+      bytes = row.getBinary(ordinal);
+    } else if (type instanceof IntegerType) {
+      bytes = Integer.toString(row.getInt(ordinal)).getBytes(StandardCharsets.US_ASCII);
+    } else if (type instanceof ShortType) {
+      bytes = Short.toString(row.getShort(ordinal)).getBytes(StandardCharsets.US_ASCII);
+    } else if (type instanceof ByteType) {
+      bytes = Byte.toString(row.getByte(ordinal)).getBytes(StandardCharsets.US_ASCII);
+    } else {
+      bytes = Long.toString(row.getLong(ordinal)).getBytes(StandardCharsets.US_ASCII);
+    }
+    putKeyBytes(bytes, prefixed);
+  }
+
+  // ---- chunks ----
+
+  private void sendChunk() throws IOException {
+    if (count == 0) {
+      return;
+    }
+    Native.queuesOf(handle, keys, ends, count, queues);
+    int[] starts = new int[queueCount + 1];
+    for (int i = 0; i < count; i++) {
+      starts[queues[i] + 1]++;
+    }
+    for (int q = 0; q < queueCount; q++) {
+      starts[q + 1] += starts[q];
+    }
+    int[] order = new int[count];
+    int[] next = Arrays.copyOf(starts, queueCount);
+    for (int i = 0; i < count; i++) {
+      order[next[queues[i]]++] = i; // stable: a queue's rows keep their order
+    }
+    for (int q = 0; q < queueCount; q++) {
+      if (starts[q] == starts[q + 1]) {
+        continue;
+      }
+      if (format == 2) {
+        sendBinary(q, order, starts[q], starts[q + 1]);
+      } else {
+        sendArrow(q, order, starts[q], starts[q + 1]);
+      }
+    }
+    Arrays.fill(rows, 0, count, null);
+    count = 0;
+    keyLength = 0;
+  }
+
+  private void sendArrow(int queue, int[] order, int from, int to) throws IOException {
+    if (arrow == null) {
+      arrow = ArrowWriter.create(spec.schema, spec.timeZone, false, spec.largeVarTypes);
+    }
+    long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
+    int groupRows = 0;
+    for (int k = from; k < to; k++) {
+      arrow.write(rows[order[k]]);
+      groupRows++;
+      if (groupRows >= options.maxBatchRows
+          || (groupRows % SIZE_CHECK_ROWS == 0 && arrow.sizeInBytes() >= budget)) {
+        emitArrow(queue);
+        groupRows = 0;
+      }
+    }
+    if (groupRows > 0) {
+      emitArrow(queue);
+    }
+  }
+
+  private void emitArrow(int queue) throws IOException {
+    arrow.finish();
+    VectorSchemaRoot root = arrow.root();
+    fit(queue, root, 0, root.getRowCount());
+    arrow.reset();
+  }
+
+  /** Publishes rows [start, start+length) of the row group, halved until each part fits maxBatchBytes. */
+  private void fit(int queue, VectorSchemaRoot root, int start, int length) throws IOException {
+    VectorSchemaRoot part = start == 0 && length == root.getRowCount() ? root : root.slice(start, length);
+    try {
+      out.reset();
+      out.write(new byte[Envelope.HEADER_LENGTH]);
+      ArrowStreamWriter writer = new ArrowStreamWriter(part, null, out);
+      writer.start();
+      writer.writeBatch();
+      writer.end();
+      int body = out.size() - Envelope.HEADER_LENGTH;
+      if (body <= options.maxBatchBytes) {
+        send(queue, length);
+        return;
+      }
+      if (length == 1) {
+        throw new SparkOptionException("one row encodes to " + body + " bytes, more than maxBatchBytes="
+            + options.maxBatchBytes);
+      }
+    } finally {
+      if (part != root) {
+        part.close();
+      }
+    }
+    int half = length / 2;
+    fit(queue, root, start, half);
+    fit(queue, root, start + half, length - half);
+  }
+
+  private void sendBinary(int queue, int[] order, int from, int to) {
+    out.reset();
+    out.write(new byte[Envelope.HEADER_LENGTH], 0, Envelope.HEADER_LENGTH);
+    int groupRows = 0;
+    for (int k = from; k < to; k++) {
+      InternalRow row = rows[order[k]];
+      if (row.isNullAt(spec.valueOrdinal)) {
+        throw new AffinitySinkException("column " + SinkOptions.repr(spec.schema.fields()[spec.valueOrdinal].name())
+            + " has null values; binary mode sends bytes");
+      }
+      byte[] value = row.getBinary(spec.valueOrdinal);
+      int size = 4 + value.length;
+      if (size > options.maxBatchBytes) {
+        throw new SparkOptionException("one row encodes to " + size + " bytes, more than maxBatchBytes="
+            + options.maxBatchBytes);
+      }
+      if (groupRows > 0 && (groupRows >= options.maxBatchRows
+          || out.size() - Envelope.HEADER_LENGTH + size > options.maxBatchBytes)) {
+        send(queue, groupRows);
+        out.reset();
+        out.write(new byte[Envelope.HEADER_LENGTH], 0, Envelope.HEADER_LENGTH);
+        groupRows = 0;
+      }
+      out.write(size - 4);
+      out.write((size - 4) >>> 8);
+      out.write((size - 4) >>> 16);
+      out.write((size - 4) >>> 24);
+      out.write(value, 0, value.length);
+      groupRows++;
+    }
+    if (groupRows > 0) {
+      send(queue, groupRows);
+    }
+  }
+
+  /** Publishes the message in {@link #out} (its header is written here) as the next in sequence. */
+  private void send(int queue, int groupRows) {
+    sequence++;
+    byte[] message = out.array();
+    Envelope.write(message, Envelope.DATA, format, query, batchId, partition, groupRows, sequence);
+    // Each message gets the full ackTimeout to get through back-pressure, as in the Python writer.
+    published[queue] = Native.publish(handle, queue, message, out.size(), options.ackTimeoutMillis);
+    result.lastSequences.put(queue, sequence);
+    result.rows += groupRows;
+    result.messages++;
+  }
+}

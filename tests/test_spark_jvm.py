@@ -1,0 +1,188 @@
+"""The JVM writer beside the Python one: which writes, same refusals, the registry read by Rust.
+
+The sink's behaviour (batch, streaming, exactly once, order, failover, aborts) is tested against
+both writers in ``test_spark_group.py``; this module covers what only exists because there are two.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import affinity
+import affinity.spark
+import pytest
+from affinity.groups import create_group, create_secret
+from affinity.spark import CommitItem, DataItem, SinkConsumer
+from spark_support import REQUIRE_ENV, spark_session, wait_for
+
+pytestmark = pytest.mark.spark
+
+QUEUE_COUNT = 4
+
+
+@pytest.fixture(scope="module")
+def spark() -> Any:
+    if affinity.spark.jar_path() is None and os.environ.get(REQUIRE_ENV) != "1":
+        pytest.skip("the JVM writer's jar is not built (scripts/build-jvm.sh)")
+    return spark_session()
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> str:
+    create_group("jvm", "__jvm__", 16, QUEUE_COUNT, 8 << 20, tmp_path)
+    return str(tmp_path)
+
+
+def _jvm_pid(spark: Any) -> int:
+    pid: int = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    return pid
+
+
+def _publisher_pids(registry: str, group: str) -> set[int]:
+    members = Path(registry) / "members" / group
+    pids = set()
+    for path in members.glob("*.json") if members.exists() else []:
+        try:
+            member = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if member.get("role") == "publisher":
+            pids.add(int(member["pid"]))
+    return pids
+
+
+def _refusal(spark: Any, options: dict[str, str]) -> str:
+    """The ``SparkOptionError: ...`` text a save() with ``options`` fails with."""
+    from pyspark.errors import AnalysisException, IllegalArgumentException
+
+    df = spark.range(3).selectExpr("cast(id AS string) AS k", "id AS n", "cast(cast(id AS string) AS binary) AS v")
+    writer = df.write.format("affinity")
+    for name, value in options.items():
+        writer = writer.option(name, value)
+    with pytest.raises((AnalysisException, IllegalArgumentException)) as caught:
+        writer.mode("append").save()
+    found = re.search(r"SparkOptionError: ([^\n]*)", str(caught.value))
+    assert found, f"no SparkOptionError in {caught.value}"
+    return found.group(1).strip()
+
+
+def test_the_jar_owns_the_format_name_and_hands_the_rest_to_the_python_data_source(spark: Any) -> None:
+    jvm = spark.sparkContext._jvm
+    conf = spark._jsparkSession.sessionState().conf()
+    found = jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource("affinity", conf)
+    assert found.getName() == "affinity.spark.AffinityProvider"
+    # The source is still the Python data source (through the JVM provider).
+    schema = (
+        spark.readStream.format("affinity")
+        .option("channel", "aeron:udp?endpoint=127.0.0.1:40999")
+        .option("streamId", "3")
+        .load()
+        .schema
+    )
+    assert "value" in schema.fieldNames()
+
+
+@pytest.mark.parametrize(("writer", "jvm"), [("auto", True), ("jvm", True), ("python", False)])
+def test_the_writer_option_chooses_where_rows_are_published(
+    spark: Any, registry: str, client: affinity.Client, writer: str, jvm: bool
+) -> None:
+    consumer = SinkConsumer("jvm", 0, 1, client=client, registry=registry, cycle=1.0)
+    rows: list[int] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            rows.extend(i.batch().num_rows for i in consumer.poll(100, 0.05) if isinstance(i, DataItem))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        df = spark.range(0, 500, numPartitions=2).selectExpr("cast(id % 7 AS string) AS k", "id AS n")
+        df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
+            "writer", writer
+        ).mode("append").save()
+        wait_for(lambda: sum(rows) == 500, 60, "500 rows at the consumer")
+        publishers = _publisher_pids(registry, "jvm") - {os.getpid()}
+        assert publishers, "no publisher joined the group"
+        assert (_jvm_pid(spark) in publishers) is jvm, f"publishers {publishers}, JVM {_jvm_pid(spark)}"
+    finally:
+        stop.set()
+        thread.join(10)
+        consumer.close()
+
+
+BAD_OPTIONS = [
+    {"group": "jvm", "key": "k", "maxBatchRows": "lots"},
+    {"group": "jvm", "key": "k", "maxBatchRows": "0"},
+    {"group": "jvm", "key": "k", "maxBatchBytes": "10"},
+    {"group": "jvm", "key": "k", "ackTimeout": "soon"},
+    {"group": "jvm", "key": "k", "ackTimeout": "0s"},
+    {"group": "jvm", "key": "k", "value": "xml"},
+    {"group": "jvm", "key": "k", "bogus": "1"},
+    {"group": "jvm", "key": "k", "index": "0"},
+    {"group": "jvm", "key": "k,k"},
+    {"group": "jvm", "key": "k, "},
+    {"group": "jvm"},
+    {"group": "jvm", "key": "k", "streamId": "3"},
+    {"group": "jvm", "key": "k", "registry": " "},
+    {"group": "jvm", "key": "k", "driverDir": "/tmp/x"},
+    {"group": "jvm", "key": "k", "writer": "rust"},
+    {"group": "jvm", "key": "missing"},
+    {"group": "jvm", "key": "k", "value": "binary", "extra": "1"},
+    {"key": "k"},
+]
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS, ids=[",".join(o) for o in BAD_OPTIONS])
+def test_both_writers_refuse_bad_options_with_the_same_message(
+    spark: Any, registry: str, options: dict[str, str]
+) -> None:
+    with_registry = {"registry": registry, **options}
+    python = _refusal(spark, {**with_registry, "writer": with_registry.get("writer", "python")})
+    jvm = _refusal(spark, {**with_registry, "writer": with_registry.get("writer", "jvm")})
+    assert jvm == python
+
+
+def test_the_jvm_writer_refuses_what_only_the_python_writer_writes(spark: Any, registry: str) -> None:
+    message = _refusal(spark, {"group": "jvm", "registry": registry, "key": "k", "value": "json", "writer": "jvm"})
+    assert "value=json are written by the Python writer" in message
+    message = _refusal(
+        spark,
+        {"channel": "aeron:udp?endpoint=127.0.0.1:40998", "streamId": "1", "writer": "jvm"},
+    )
+    assert "channel mode" in message
+
+
+def test_the_jvm_writer_reads_the_group_secret_from_the_registry(
+    spark: Any, tmp_path: Path, client: affinity.Client
+) -> None:
+    # With a secret every control and data message is sealed: a consumer holding the secret
+    # acknowledges only a publisher that seals with the same one (else the write times out).
+    create_group("sealed", "__sealed__", 16, 2, 8 << 20, tmp_path)
+    create_secret("sealed", tmp_path)
+    consumer = SinkConsumer("sealed", 0, 1, client=client, registry=str(tmp_path), cycle=1.0)
+    assert consumer._consumer.secret_source != "none", "the consumer did not find the group secret"
+    commits: list[CommitItem] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            commits.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, CommitItem))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        df = spark.range(0, 100).selectExpr("cast(id AS string) AS k", "id AS n")
+        df.write.format("affinity").option("group", "sealed").option("registry", str(tmp_path)).option(
+            "key", "k"
+        ).option("writer", "jvm").option("ackTimeout", "20s").mode("append").save()
+        wait_for(lambda: len(commits) == 2, 30, "a commit on both queues")
+    finally:
+        stop.set()
+        thread.join(10)
+        consumer.close()
