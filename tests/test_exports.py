@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import affinity
 import affinity._affinity as compiled
+import affinity.records
 import affinity.routing
 import affinity.testing
 
@@ -43,6 +44,7 @@ DELIBERATELY_PRIVATE |= {
 
 def test_every_compiled_export_is_public_or_deliberately_private() -> None:
     public = set(affinity.__all__) | set(vars(affinity.testing)) | set(vars(affinity.routing))
+    public |= set(affinity.records.__all__)
     exported = set(compiled.__all__)
     assert exported - public - DELIBERATELY_PRIVATE == set()
 

@@ -7,6 +7,7 @@ mod buffers;
 mod driver;
 mod errors;
 mod groups;
+mod records;
 mod routing;
 mod subjects;
 mod transport;
@@ -15,6 +16,7 @@ mod transport;
 #[pymodule]
 fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
     transport::register(module)?;
+    records::register(module)?;
     routing::register(module)?;
     driver::register(module)?;
     groups::register(module)?;
