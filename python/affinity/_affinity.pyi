@@ -85,6 +85,7 @@ __all__ = [
     "check_channel",
     "default_driver_dir",
     "driver_stat",
+    "free_udp_port",
     "group_bucket",
     "group_queue",
     "group_queues",
@@ -104,6 +105,10 @@ def check_channel(channel: str) -> None:
     channel URI the driver carries (an ``aeron:udp`` one asking for spy, control, tags, cc=cubic,
     ... is refused as the driver would); needs no driver (the Spark data source checks its
     options with it)."""
+
+def free_udp_port() -> int:
+    """A UDP port outside the ephemeral range no socket held when probed, each once per process
+    (``affinity.testing.free_udp_port``); ``AffinityOSError`` (``EADDRINUSE``) when used up."""
 
 def default_driver_dir() -> str:
     """``$AFFINITY_DIR``, else a per-user folder under /dev/shm (or the temp dir)."""

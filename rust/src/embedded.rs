@@ -291,10 +291,10 @@ fn invoker(driver: MediaDriver, command_timeout: Duration) -> InProcessDriver {
 mod tests {
     use super::*;
     use crate::client::MessageBatch;
+    use crate::media::ports::free_udp_port;
     use crate::protocol::OfferError;
     use crate::shm::status::SystemCounter;
     use crate::shm::test_support::tempdir;
-    use crate::test_ports::free_udp_port;
     use std::time::{Duration, Instant};
 
     fn config(root: &Path, threading: EmbeddedThreading) -> EmbeddedConfig {
@@ -330,8 +330,11 @@ mod tests {
         for (threading, udp) in cases {
             // A port of its own for each UDP case: the one the case before released may have
             // been taken since.
-            let channel =
-                if udp { format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port()) } else { "aeron:ipc".to_owned() };
+            let channel = if udp {
+                format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap())
+            } else {
+                "aeron:ipc".to_owned()
+            };
             let channel = channel.as_str();
             let client = start(config(&root, threading)).unwrap();
             assert_eq!(client.threading(), threading.name());

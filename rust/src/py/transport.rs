@@ -851,8 +851,20 @@ fn check_channel(channel: &Bound<'_, PyAny>) -> PyResult<()> {
     check_channel_uri(str_argument("channel", channel)?).map_err(transport_error)
 }
 
+/// A UDP port no socket of this host used when probed and that this process has not handed out
+/// before (`crate::media::ports`, the allocator the Rust tests use too); `AffinityOSError`
+/// (`EADDRINUSE`) once the range is used up.
+#[pyfunction]
+fn free_udp_port() -> PyResult<u16> {
+    crate::media::ports::free_udp_port().map_err(|exhausted| {
+        let source = std::io::Error::from_raw_os_error(libc::EADDRINUSE);
+        transport_error(Error::Os { context: exhausted.to_string(), source })
+    })
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(check_channel, module)?)?;
+    module.add_function(wrap_pyfunction!(free_udp_port, module)?)?;
     module.add_class::<Client>()?;
     module.add_class::<Publication>()?;
     module.add_class::<Subscription>()?;
