@@ -21,14 +21,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
-use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver, OnClose, Unsent};
+use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver, OnClose};
+use crate::driver::agent::conductor::StandaloneConfig;
 use crate::driver::agent::{MediaDriver, MediaDriverConfig, Threading, CLOSE_DRAIN};
 use crate::driver::idle::IdleStrategy;
-use crate::driver::standalone::StandaloneConfig;
 use crate::error::Error;
 use crate::safe_fs;
 use crate::shm::cnc::{field as cnc_field, CNC_FILE, CNC_MAGIC};
 use crate::shm::directory::{self, process_exists, DIR_MODE};
+use crate::shm::log_buffer::Unsent;
 
 type Result<T> = std::result::Result<T, Error>;
 

@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use crate::client::{MessageBatch, MessageHeader};
 use crate::error::Error;
+use crate::logbuffer::Offer;
 use crate::protocol::OfferError;
 use crate::shm::broadcast::{BroadcastReceiver, Received};
 use crate::shm::cnc::{Cnc, CNC_FILE};
 use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{Counter, CountersReader};
 use crate::shm::directory::{self, epoch_ms, DirectoryState};
-pub use crate::shm::log_buffer::Unsent;
-use crate::shm::log_buffer::{LogBuffer, LogIdentity, Offer};
+use crate::shm::log_buffer::{LogBuffer, LogIdentity, Unsent};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
 use crate::sync::lock;

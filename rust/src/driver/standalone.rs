@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::driver::agent::conductor::{StandaloneConfig, StandaloneDriver, SystemCounter, CLIENT_TIMEOUT};
+use crate::driver::agent::conductor::StandaloneConfig;
 use crate::shm::directory;
 use crate::shm::log_buffer::{LogParams, PAGE_MIN_SIZE};
 

@@ -19,7 +19,7 @@ use super::errors::{self, invalid_argument, transport_error};
 use super::records::{DriverCounters, DriverEventInfo, ImageInfo, PublicationCounters, RelayStats};
 use crate::client::{
     check_channel as check_channel_uri, ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle,
-    SubscriptionHandle, Unsent,
+    SubscriptionHandle,
 };
 use crate::driver::{ranges, DriverContext, IdleStrategy, SettingRange};
 use crate::embedded::{self, EmbeddedConfig, EmbeddedThreading};
@@ -29,6 +29,7 @@ use crate::limits;
 use crate::media::relay::{Impairment, LossyRelay as RustRelay};
 use crate::protocol::OfferError;
 use crate::shm::directory;
+use crate::shm::log_buffer::Unsent;
 
 /// Offer outcome: no receiver connected.
 pub const NOT_CONNECTED: i64 = -1;

@@ -102,7 +102,7 @@ impl StandaloneConfig {
     }
 }
 
-pub use crate::shm::status::SystemCounter;
+use crate::shm::status::SystemCounter;
 
 struct ClientState {
     last_keepalive_ms: i64,
@@ -1185,7 +1185,7 @@ fn start_on_subscription(uri: &ChannelUri, channel: &str) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shm::log_buffer::Offer;
+    use crate::logbuffer::Offer;
     use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
 
     /// Client ids the tests' wire hands out at once (1 to this).

@@ -30,7 +30,7 @@ use crate::protocol::{Image, NetworkPublication};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
-pub use crate::shm::log_buffer::Unsent;
+use crate::shm::log_buffer::Unsent;
 use crate::shm::ShmError;
 use conductor::{StandaloneConfig, StandaloneDriver};
 use receiver::{ImageDefaults, ReceiverAgent};
@@ -472,11 +472,11 @@ impl Drop for MediaDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logbuffer::Offer;
     use crate::media::ports::free_udp_port;
     use crate::shm::broadcast::Received;
     use crate::shm::cnc::{Cnc, CNC_FILE};
     use crate::shm::command::{Command, Response};
-    use crate::shm::log_buffer::Offer;
     use crate::shm::status::{ImageInfo, PublicationInfo, SystemCounter};
     use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
 
