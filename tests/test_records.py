@@ -11,6 +11,7 @@ test fails until the stub lists it.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import types
 from pathlib import Path
 
@@ -18,8 +19,10 @@ import affinity
 import affinity._affinity as compiled
 import affinity.records
 import pytest
+from affinity.driver import CounterValue, DriverErrorRecord, DriverStat
 from affinity.records import as_dict, fields
-from affinity.routing import Router
+from affinity.routing import Decision, Explanation, Router, RoutingEvent
+from affinity.subjects import RouterStatus
 from affinity.testing import LossyRelay
 
 STUB = Path(compiled.__file__).with_name("_affinity.pyi")
@@ -89,6 +92,23 @@ def test_a_record_field_missing_from_the_stub_is_reported() -> None:
     ]
     del stub["RelayStats"]
     assert "RelayStats: a compiled class the stub does not declare" in mismatches(stub, compiled)
+
+
+#: The typed Python classes built from a record, each with the record it is built from.
+WRAPPERS = [
+    (DriverStat, compiled.DriverStatInfo),
+    (CounterValue, compiled.CounterValueInfo),
+    (DriverErrorRecord, compiled.DriverErrorInfo),
+    (Decision, compiled.LegInfo),
+    (Explanation, compiled.ExplanationInfo),
+    (RoutingEvent, compiled.RoutingEventInfo),
+    (RouterStatus, compiled.RouterStatusInfo),
+]
+
+
+@pytest.mark.parametrize(("wrapper", "record"), WRAPPERS, ids=[w.__name__ for w, _ in WRAPPERS])
+def test_every_python_wrapper_carries_every_field_of_its_record(wrapper: type, record: type) -> None:
+    assert set(fields(record)) - {field.name for field in dataclasses.fields(wrapper)} == set()
 
 
 def test_the_record_module_re_exports_every_record_class() -> None:

@@ -46,8 +46,11 @@ __all__ = [
     "Client",
     "ConsumerCounters",
     "ConsumerStatus",
+    "CounterValueInfo",
     "DriverCounters",
+    "DriverErrorInfo",
     "DriverEventInfo",
+    "DriverStatInfo",
     "ExplanationInfo",
     "FaucetLogInfo",
     "GroupConsumerCore",
@@ -113,23 +116,68 @@ def free_udp_port() -> int:
 def default_driver_dir() -> str:
     """``$AFFINITY_DIR``, else a per-user folder under /dev/shm (or the temp dir)."""
 
-def driver_stat(
-    directory: str | os.PathLike[str],
-) -> tuple[
-    str,
-    int,
-    int,
-    int,
-    int,
-    list[tuple[int, int, str, int, int, int, str | None]],
-    list[tuple[int, int, int, str, str | None]],
-    str | None,
-]:
-    """Read-only snapshot of a driver directory: (dir, pid, start_ms, heartbeat_age_ms, version,
-    counters as (id, type_id, label, value, registration_id, owner_id, problem), errors as
-    (count, first_ms, last_ms, message, problem), dead). ``problem`` says what is wrong with a
-    corrupt record and where (None when it is whole); ``dead`` why the driver is dead (None
-    while it is alive). DriverError when there is no readable cnc file."""
+def driver_stat(directory: str | os.PathLike[str]) -> DriverStatInfo:
+    """Read-only snapshot of a driver directory (cnc header, counters, error log). ``problem``
+    says what is wrong with a corrupt counter or error record and where (None when it is whole);
+    ``dead`` why the driver is dead (None while it is alive). DriverError when there is no
+    readable cnc file."""
+
+@final
+class CounterValueInfo:
+    """One allocated counter of the driver's counters file (``DriverStatInfo.counters``)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def type_id(self) -> int: ...
+    @property
+    def label(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+    @property
+    def registration_id(self) -> int: ...
+    @property
+    def owner_id(self) -> int: ...
+    @property
+    def problem(self) -> str | None: ...
+
+@final
+class DriverErrorInfo:
+    """One distinct error of the driver's error log (``DriverStatInfo.errors``); a corrupt record has ``problem`` set
+    and the other fields 0 and empty.
+    """
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def first_ms(self) -> int: ...
+    @property
+    def last_ms(self) -> int: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def problem(self) -> str | None: ...
+
+@final
+class DriverStatInfo:
+    """``driver_stat``: a read-only snapshot of a driver directory (wrapped by ``affinity.driver.DriverStat``)."""
+
+    @property
+    def dir(self) -> str: ...
+    @property
+    def pid(self) -> int: ...
+    @property
+    def start_ms(self) -> int: ...
+    @property
+    def heartbeat_age_ms(self) -> int: ...
+    @property
+    def version(self) -> int: ...
+    @property
+    def counters(self) -> list[CounterValueInfo]: ...
+    @property
+    def errors(self) -> list[DriverErrorInfo]: ...
+    @property
+    def dead(self) -> str | None: ...
 
 NOT_CONNECTED: int
 BACK_PRESSURED: int

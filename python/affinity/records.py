@@ -1,5 +1,5 @@
-"""The records the compiled module returns: counters, images, driver events, routing answers and
-subject deliveries.
+"""The records the compiled module returns: counters, images, driver events, driver snapshots,
+routing answers and subject deliveries.
 
 Each is a read-only class of :mod:`affinity._affinity` (attributes, not dict keys: write
 ``publication.counters().sender_position``), declared once in Rust (``rust/src/py/records.rs``
@@ -14,8 +14,11 @@ from __future__ import annotations
 import types
 
 from affinity._affinity import (
+    CounterValueInfo,
     DriverCounters,
+    DriverErrorInfo,
     DriverEventInfo,
+    DriverStatInfo,
     ExplanationInfo,
     FaucetLogInfo,
     ImageInfo,
@@ -31,8 +34,11 @@ from affinity._affinity import (
 )
 
 __all__ = [
+    "CounterValueInfo",
     "DriverCounters",
+    "DriverErrorInfo",
     "DriverEventInfo",
+    "DriverStatInfo",
     "ExplanationInfo",
     "FaucetLogInfo",
     "ImageInfo",
