@@ -14,7 +14,9 @@ import sys
 import time
 
 import affinity
+import affinity.records
 import pytest
+from affinity.records import fields
 from affinity.testing import LossyRelay, free_udp_port
 from conftest import ClientFactory
 
@@ -60,25 +62,25 @@ def test_receiver_join_and_timeout_are_events_logged_at_info(
             pub = publisher_side.add_publication(f"{channel}|fc=tagged,g:7/1,t:300ms", 3)
             wait_for(lambda: pub.is_connected)
             counters = pub.counters()
-            assert counters["strategy"] == "tagged" and counters["group_tag"] == 7
-            assert counters["group_min_size"] == 1 and counters["receiver_timeout_ms"] == 300
-            assert [r["group_tag"] for r in counters["receivers"]] == [7]
-            events: list[dict[str, object]] = []
+            assert counters.strategy == "tagged" and counters.group_tag == 7
+            assert counters.group_min_size == 1 and counters.receiver_timeout_ms == 300
+            assert [r.group_tag for r in counters.receivers] == [7]
+            events: list[affinity.records.DriverEventInfo] = []
 
             def has_event(kind: str) -> bool:
                 events.extend(publisher_side.events())
-                return any(e["kind"] == kind for e in events)
+                return any(e.kind == kind for e in events)
 
             wait_for(lambda: has_event("receiver_joined"))
-            joined = next(e for e in events if e["kind"] == "receiver_joined")
-            assert joined["group_tag"] == 7 and joined["stream_id"] == 3
+            joined = next(e for e in events if e.kind == "receiver_joined")
+            assert joined.group_tag == 7 and joined.stream_id == 3
             os.kill(subscriber.pid, signal.SIGKILL)
             subscriber.wait(timeout=10)
             wait_for(lambda: has_event("receiver_removed"))
-            removed = next(e for e in events if e["kind"] == "receiver_removed")
-            assert removed["receiver_id"] == joined["receiver_id"]
+            removed = next(e for e in events if e.kind == "receiver_removed")
+            assert removed.receiver_id == joined.receiver_id
             # Killed: its status messages just stop. Only a timeout can have removed it.
-            assert removed["reason"] == "timeout"
+            assert removed.reason == "timeout"
             wait_for(lambda: not pub.is_connected)
         finally:
             subscriber.kill()
@@ -108,9 +110,16 @@ def malformed_datagrams(rng: random.Random) -> list[bytes]:
     return crafted + randoms
 
 
+def driver_counters(client: affinity.Client) -> dict[str, int]:
+    """Every driver counter's value now."""
+    counters = client.counters()
+    return {name: getattr(counters, name) for name in fields(type(counters))}
+
+
 def counter_growth(client: affinity.Client, before: dict[str, int]) -> dict[str, int]:
     """How much each driver counter grew since ``before``."""
-    return {name: value - before[name] for name, value in client.counters().items() if name in before}
+    now = client.counters()
+    return {name: getattr(now, name) - value for name, value in before.items()}
 
 
 def test_garbage_datagrams_are_counted_exactly_and_dropped_without_disturbing_the_stream(
@@ -122,7 +131,7 @@ def test_garbage_datagrams_are_counted_exactly_and_dropped_without_disturbing_th
         sub = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 8)
         pub = client.add_publication(f"aeron:udp?endpoint=127.0.0.1:{port}", 8)
         wait_for(lambda: pub.is_connected)
-        before = dict(client.counters())
+        before = driver_counters(client)
         garbage = malformed_datagrams(rng)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
             received: list[bytes] = []
@@ -139,15 +148,15 @@ def test_garbage_datagrams_are_counted_exactly_and_dropped_without_disturbing_th
         counters = counter_growth(client, before)
         assert counters["invalid_data_frames"] == len(garbage), counters
         (image,) = sub.images()
-        assert image["malformed"] == 0, "garbage without a valid header never reaches an image"
-        assert counters["duplicate_data_frames"] == image["duplicates"] == 0, counters
-        assert counters["overrun_data_frames"] == image["overruns"] == 0, counters
+        assert image.malformed == 0, "garbage without a valid header never reaches an image"
+        assert counters["duplicate_data_frames"] == image.duplicates == 0, counters
+        assert counters["overrun_data_frames"] == image.overruns == 0, counters
 
 
 def test_duplicates_are_counted_as_duplicates_not_as_malformed(new_client: ClientFactory) -> None:
     port = free_udp_port()
     with new_client() as client:
-        before = dict(client.counters())
+        before = driver_counters(client)
         sub = client.add_subscription(f"aeron:udp?endpoint=127.0.0.1:{port}", 9)
         relay = LossyRelay(f"127.0.0.1:{port}", duplicate=0.2, seed=11)
         try:
@@ -162,7 +171,7 @@ def test_duplicates_are_counted_as_duplicates_not_as_malformed(new_client: Clien
             while len(received) < 2000 and time.monotonic() < deadline:
                 received.extend(sub.poll_batch(100))
             assert received == [b"d%d" % i for i in range(2000)]
-            assert relay.stats()["duplicated"] > 0
+            assert relay.stats().duplicated > 0
             # Then a known number of malformed datagrams straight at the subscription.
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as attacker:
                 for datagram in malformed_datagrams(random.Random(5))[:40]:
@@ -172,10 +181,10 @@ def test_duplicates_are_counted_as_duplicates_not_as_malformed(new_client: Clien
             counters = counter_growth(client, before)
             (image,) = sub.images()
             assert counters["invalid_data_frames"] == 40, counters
-            assert image["malformed"] == 0
-            assert image["duplicates"] > 0, image
-            assert counters["duplicate_data_frames"] == image["duplicates"], (counters, image)
-            assert counters["overrun_data_frames"] == image["overruns"], (counters, image)
+            assert image.malformed == 0
+            assert image.duplicates > 0, image
+            assert counters["duplicate_data_frames"] == image.duplicates, (counters, image)
+            assert counters["overrun_data_frames"] == image.overruns, (counters, image)
             assert counters["inactive_image_frames"] == 0, counters
         finally:
             relay.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import affinity
 import affinity._affinity as compiled
 import affinity.defaults
+import affinity.records
 import affinity.routing
 import affinity.testing
 import affinity.units
@@ -52,6 +53,7 @@ def test_every_compiled_export_is_public_or_deliberately_private() -> None:
     public = set(affinity.__all__) | set(vars(affinity.testing)) | set(vars(affinity.routing))
     # The defaults and the size/duration grammar, under their own modules.
     public |= {f"DEFAULT_{name}" for name in affinity.defaults.__all__} | {"DRIVER_SETTINGS"}
+    public |= set(affinity.records.__all__)
     exported = set(compiled.__all__)
     assert exported - public - DELIBERATELY_PRIVATE == set()
 

@@ -1,18 +1,21 @@
-"""``affinity.testing.free_udp_port``: outside the ephemeral range, each port once, apart per process."""
+"""``affinity.testing.free_udp_port`` (the Rust allocator, ``rust/src/media/ports.rs``, whose unit
+tests pin the cursor): outside the ephemeral range, each port once, apart per process."""
 
 from __future__ import annotations
 
+import errno
 import json
-import socket
+import os
+import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from pathlib import Path
 
-import affinity
-import affinity.testing as testing
 import pytest
-from affinity.testing import EPHEMERAL_RANGE_FILE, free_udp_port, loopback_channel
+from affinity.testing import free_udp_port, loopback_channel
 
+#: Where the kernel says which ports it picks for a bind to port 0.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 #: Ports a child process takes in the test of two processes.
 CHILD_PORTS = 40
 #: A child printing the ports it was handed, as JSON.
@@ -21,18 +24,23 @@ import json
 from affinity.testing import free_udp_port
 print(json.dumps([free_udp_port() for _ in range({CHILD_PORTS})]))
 """
-
-
-@pytest.fixture
-def own_cursor(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The test's own cursor, the module's given back afterwards."""
-    monkeypatch.setattr(testing, "_cursor", None)
-    yield
+#: A child taking ports until the range is used up, printing how many it got and the error.
+_EXHAUST = """
+import json
+import affinity
+from affinity.testing import free_udp_port
+ports = set()
+try:
+    while True:
+        ports.add(free_udp_port())
+except affinity.AffinityOSError as error:
+    print(json.dumps([len(ports), error.errno, str(error)]))
+"""
 
 
 def ephemeral_range() -> tuple[int, int]:
     low, high = (int(field) for field in EPHEMERAL_RANGE_FILE.read_text().split())
-    if testing._candidates() == (low, high - low + 1):
+    if low < 10000 + 1024 and high > 65535 - 1024:
         pytest.skip(f"the ephemeral range {low}-{high} leaves too few ports outside it")
     return low, high
 
@@ -44,25 +52,16 @@ def test_ports_are_outside_the_ephemeral_range_and_never_handed_out_twice() -> N
     assert all(not low <= port <= high for port in ports), [p for p in ports if low <= p <= high]
 
 
-def test_a_port_some_socket_holds_is_skipped() -> None:
-    free_udp_port()
-    cursor = testing._cursor
-    assert cursor is not None
-    upcoming = cursor.first + (cursor.start + cursor.taken) % cursor.count
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
-        try:
-            holder.bind(("127.0.0.1", upcoming))
-        except OSError:
-            pass  # someone else holds it: skipped all the same
-        assert free_udp_port() != upcoming
-
-
-def test_an_exhausted_range_raises_naming_it(own_cursor: None) -> None:
-    first = free_udp_port()
-    testing._cursor = testing._Cursor(first, 1, 0)
-    assert free_udp_port() == first
-    with pytest.raises(affinity.AffinityOSError, match=f"all 1 UDP ports from {first}"):
-        free_udp_port()
+def test_a_used_up_range_raises_eaddrinuse_naming_it() -> None:
+    low, high = ephemeral_range()
+    child = subprocess.run([sys.executable, "-c", _EXHAUST], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    taken, code, message = json.loads(child.stdout)
+    assert code == errno.EADDRINUSE
+    first = 10000 if low >= 10000 + 1024 else high + 1
+    named = re.search(rf"all (\d+) UDP ports from {first} were handed out or in use", message)
+    assert named is not None, message
+    assert 1000 < taken <= int(named.group(1)), (taken, message)
 
 
 def test_processes_started_together_take_different_ports() -> None:
@@ -72,11 +71,21 @@ def test_processes_started_together_take_different_ports() -> None:
     assert not taken[0] & taken[1]
 
 
-def test_neighbouring_pids_start_far_apart() -> None:
-    count = 22_768
-    starts = [testing._start(pid, count) for pid in range(5000, 5100)]
-    gaps = {(b - a) % count for a in starts for b in starts if a != b}
-    assert min(min(gap, count - gap) for gap in gaps) > 100
+def test_a_forked_child_takes_ports_of_its_own() -> None:
+    free_udp_port()  # the parent's cursor exists before the fork
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its ports, then out without running pytest's exit handlers
+        try:
+            os.write(write, json.dumps([free_udp_port() for _ in range(CHILD_PORTS)]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = set(json.loads(pipe.read()))
+    os.waitpid(pid, 0)
+    parent = {free_udp_port() for _ in range(CHILD_PORTS)}
+    assert len(child) == CHILD_PORTS and not child & parent
 
 
 def test_loopback_channel_names_a_free_port_or_the_one_given() -> None:

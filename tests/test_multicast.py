@@ -92,14 +92,14 @@ def test_driver_default_flow_control_gates_connection_on_group_size(driver_kind:
             pub = publisher_side.add_publication(CHANNEL, 7)
             first = affinity.Client()
             sub1 = first.add_subscription(CHANNEL, 7)
-            wait(lambda: pub.counters()["live_receivers"])
+            wait(lambda: pub.counters().live_receivers)
             time.sleep(0.3)
             assert not pub.is_connected and pub.offer(b"x") == affinity.NOT_CONNECTED
             second = affinity.Client()
             sub2 = second.add_subscription(CHANNEL, 7)
             wait(lambda: pub.is_connected)
             counters = pub.counters()
-            assert counters["strategy"] == "min" and len(counters["receivers"]) == 2
+            assert counters.strategy == "min" and len(counters.receivers) == 2
             messages = [b"m%d" % i for i in range(2000)]
             sent, got1, got2 = 0, [], []
             deadline = time.monotonic() + 30
@@ -112,7 +112,7 @@ def test_driver_default_flow_control_gates_connection_on_group_size(driver_kind:
             assert got1 == messages and got2 == messages
             second.close()
             wait(lambda: not pub.is_connected)
-            kinds = [event["kind"] for event in publisher_side.events()]
+            kinds = [event.kind for event in publisher_side.events()]
             assert kinds.count("receiver_joined") == 2 and "receiver_removed" in kinds
             first.close()
         stop_driver()
@@ -137,12 +137,12 @@ def test_tagged_receivers_pace_and_untagged_ones_do_not(driver_kind: str, tmp_pa
             tagged = tagged_side.add_subscription(BASE + "|gtag=1001", 3)
             untagged = plain_side.add_subscription(BASE, 3)
             deadline = time.monotonic() + 10
-            while not pub.is_connected or len(pub.counters()["live_receivers"]) < 2:
+            while not pub.is_connected or len(pub.counters().live_receivers) < 2:
                 assert time.monotonic() < deadline
                 time.sleep(0.01)
             counters = pub.counters()
-            assert [r["group_tag"] for r in counters["receivers"]] == [1001]
-            assert sorted(str(r["group_tag"]) for r in counters["live_receivers"]) == ["1001", "None"]
+            assert [r.group_tag for r in counters.receivers] == [1001]
+            assert sorted(str(r.group_tag) for r in counters.live_receivers) == ["1001", "None"]
             # The untagged subscriber never polls; the tagged one keeps up: nothing holds the publisher.
             got = []
             sent = 0

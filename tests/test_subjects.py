@@ -334,7 +334,7 @@ def test_with_a_router_secret_only_members_holding_it_are_heard_and_the_rest_is_
         status = router.status()
         assert refused == [] and status.subjects == 1, status
         assert status.auth_refused == status.auth_bad_tag + status.auth_unauthenticated
-        assert sub.counters()["auth_bad_tag"] == 0 and sub.counters()["received"] == 1
+        assert sub.counters().auth_bad_tag == 0 and sub.counters().received == 1
         for member in (source, other, plain, sub):
             member.close()
 

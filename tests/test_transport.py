@@ -159,7 +159,7 @@ def test_a_publication_starts_at_init_term_id_term_id_and_term_offset(client: af
         assert time.monotonic() < deadline, "no image"
         time.sleep(0.001)
     [image] = sub.images()
-    assert image["position"] == ROLLOVER_POSITION, image
+    assert image.position == ROLLOVER_POSITION, image
     messages = [make_message(i, 8 + i % 1500) for i in range(2000)]
     assert pump(pub, sub, messages, timeout=60) == messages
     assert pub.position > ROLLOVER_POSITION + 3 * 65536, "rolled through every partition"
@@ -170,7 +170,7 @@ def test_a_publication_starts_at_init_term_id_term_id_and_term_offset(client: af
 def test_a_udp_publication_holds_its_counters_at_the_start_until_connected(client: affinity.Client) -> None:
     pub = client.add_publication(f"{loopback_channel()}|{ROLLOVER_START}", 22)
     counters = pub.counters()
-    assert (counters["position"], counters["sender_position"], counters["publisher_limit"]) == (
+    assert (counters.position, counters.sender_position, counters.publisher_limit) == (
         ROLLOVER_POSITION,
         ROLLOVER_POSITION,
         ROLLOVER_POSITION,
@@ -210,7 +210,7 @@ def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it(new_clien
             deadline = time.monotonic() + 30
 
             def pending() -> bool:
-                return sent < len(messages) or pub.counters()["sender_position"] < pub.position
+                return sent < len(messages) or pub.counters().sender_position < pub.position
 
             while time.monotonic() < deadline and pending():
                 if sent < len(messages):
@@ -222,7 +222,7 @@ def test_an_unreliable_subscription_skips_loss_instead_of_repairing_it(new_clien
         indexes = [struct.unpack_from("<Q", m)[0] for m in received]
         assert indexes == sorted(set(indexes)), "in order, no duplicates"
         assert all(m == messages[i] for i, m in zip(indexes, received, strict=True))
-        assert image["naks_sent"] == 0 and image["unrecoverable_gaps"] > 0
+        assert image.naks_sent == 0 and image.unrecoverable_gaps > 0
         assert len(received) < len(messages)
     finally:
         relay.close()
@@ -274,9 +274,9 @@ def test_two_hundred_thousand_mixed_messages_survive_loss_duplication_and_reorde
             images = sub.images()
             counters = pub.counters()
         stats = relay.stats()
-        assert stats["dropped"] > 1000 and stats["duplicated"] > 100 and stats["reordered"] > 100
-        assert counters["naks_received"] > 0 and counters["retransmits_sent"] > 0
-        assert images[0]["naks_sent"] > 0 and images[0]["loss_gaps"] > 0
+        assert stats.dropped > 1000 and stats.duplicated > 100 and stats.reordered > 100
+        assert counters.naks_received > 0 and counters.retransmits_sent > 0
+        assert images[0].naks_sent > 0 and images[0].loss_gaps > 0
     finally:
         relay.close()
 
@@ -443,9 +443,9 @@ def test_ipc_subscription_images_name_each_publication_log_and_the_read_position
         received.extend(sub.poll_batch(100))
     assert received == [b"i" * 100] * 10
     (image,) = sub.images()
-    assert image["source"] == "ipc" and image["session_id"] == pub.session_id and image["active"]
-    assert image["position"] == image["rebuild_position"] == image["hwm_position"] == pub.position
-    assert image["datagrams_received"] == image["loss_gaps"] == image["naks_sent"] == 0
+    assert image.source == "ipc" and image.session_id == pub.session_id and image.active
+    assert image.position == image.rebuild_position == image.hwm_position == pub.position
+    assert image.datagrams_received == image.loss_gaps == image.naks_sent == 0
     pub.close()
     sub.close()
 
@@ -453,7 +453,7 @@ def test_ipc_subscription_images_name_each_publication_log_and_the_read_position
 def test_ipc_publication_counters_show_the_tail_the_limit_and_each_subscriber(client: affinity.Client) -> None:
     pub = client.add_publication("aeron:ipc?term-length=65536", 32)
     alone = pub.counters()
-    assert not alone["connected"] and not alone["closed"] and alone["receivers"] == []
+    assert not alone.connected and not alone.closed and alone.receivers == []
     sub = client.add_subscription("aeron:ipc", 32)
     wait_connected(pub)
     # 40 frames of 128 B: more than the limit's trip gain (window / 8 = 4 KiB), so reading them
@@ -461,23 +461,23 @@ def test_ipc_publication_counters_show_the_tail_the_limit_and_each_subscriber(cl
     count = 40
     assert pub.offer_batch([b"c" * 96] * count) == count
     counters = pub.counters()
-    assert counters["session_id"] == pub.session_id and counters["stream_id"] == 32
-    assert counters["position"] == counters["sender_position"] == pub.position == count * 128
-    assert counters["strategy"] == "min" and counters["connected"]
-    (receiver,) = counters["receivers"]
-    assert counters["live_receivers"] == counters["receivers"]
+    assert counters.session_id == pub.session_id and counters.stream_id == 32
+    assert counters.position == counters.sender_position == pub.position == count * 128
+    assert counters.strategy == "min" and counters.connected
+    (receiver,) = counters.receivers
+    assert counters.live_receivers == counters.receivers
     # Nothing read yet: the subscriber is at 0 and the publisher may run a window (half a term) ahead.
-    assert receiver["position"] == 0 and counters["publisher_limit"] == 32768 == receiver["window"]
+    assert receiver.position == 0 and counters.publisher_limit == 32768 == receiver.window
     received: list[bytes] = []
     deadline = time.monotonic() + 10
     while len(received) < count and time.monotonic() < deadline:
         received.extend(sub.poll_batch(100))
     assert received == [b"c" * 96] * count
     deadline = time.monotonic() + 10
-    while pub.counters()["publisher_limit"] != count * 128 + 32768:
+    while pub.counters().publisher_limit != count * 128 + 32768:
         assert time.monotonic() < deadline, pub.counters()
         time.sleep(0.001)
-    assert pub.counters()["receivers"][0]["position"] == count * 128
+    assert pub.counters().receivers[0].position == count * 128
     sub.close()
     pub.close()
 

@@ -80,14 +80,30 @@ def driver_stat(directory: str | None = None) -> DriverStat:
     the driver. Raises DriverError when there is no readable ``cnc.dat``; a corrupt counter or
     error record is returned with its ``problem`` set, the others as they are."""
     path = directory if directory is not None else default_driver_dir()
-    dir_, pid, start_ms, age, version, counters, errors, dead = _affinity.driver_stat(path)
+    info = _affinity.driver_stat(path)
     return DriverStat(
-        dir=dir_,
-        pid=pid,
-        start_ms=start_ms,
-        heartbeat_age_ms=age,
-        version=version,
-        counters=tuple(CounterValue(*row) for row in counters),
-        errors=tuple(DriverErrorRecord(*row) for row in errors),
-        dead=dead,
+        dir=info.dir,
+        pid=info.pid,
+        start_ms=info.start_ms,
+        heartbeat_age_ms=info.heartbeat_age_ms,
+        version=info.version,
+        counters=tuple(
+            CounterValue(
+                id=c.id,
+                type_id=c.type_id,
+                label=c.label,
+                value=c.value,
+                registration_id=c.registration_id,
+                owner_id=c.owner_id,
+                problem=c.problem,
+            )
+            for c in info.counters
+        ),
+        errors=tuple(
+            DriverErrorRecord(
+                count=e.count, first_ms=e.first_ms, last_ms=e.last_ms, message=e.message, problem=e.problem
+            )
+            for e in info.errors
+        ),
+        dead=info.dead,
     )

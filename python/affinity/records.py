@@ -1,163 +1,75 @@
-"""Typed shapes of the dicts the compiled module returns (counters, images, events, routing
-answers). They are plain dicts at runtime; these ``TypedDict`` classes give their keys and types
-to type checkers and to readers.
+"""The records the compiled module returns: counters, images, driver events, driver snapshots,
+routing answers and subject deliveries.
+
+Each is a read-only class of :mod:`affinity._affinity` (attributes, not dict keys: write
+``publication.counters().sender_position``), declared once in Rust (``rust/src/py/records.rs``
+and beside the routing and subject bindings) and built from the Rust value field by field, so a
+field added in Rust must be added to the class; ``python -m mypy.stubtest affinity._affinity``
+and ``tests/test_records.py`` fail until ``_affinity.pyi`` lists it too. ``repr()`` shows every
+field; :func:`fields` names them and :func:`as_dict` turns a record into the dict it was before.
 """
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+import types
+
+from affinity._affinity import (
+    CounterValueInfo,
+    DriverCounters,
+    DriverErrorInfo,
+    DriverEventInfo,
+    DriverStatInfo,
+    ExplanationInfo,
+    FaucetLogInfo,
+    ImageInfo,
+    LegInfo,
+    PublicationCounters,
+    ReceiverInfo,
+    RelayStats,
+    RoutingEventInfo,
+    SourceStateInfo,
+    SubjectDelivery,
+    SubjectPeerCounters,
+    SubscriberEvictedInfo,
+)
 
 __all__ = [
+    "CounterValueInfo",
     "DriverCounters",
+    "DriverErrorInfo",
     "DriverEventInfo",
+    "DriverStatInfo",
     "ExplanationInfo",
+    "FaucetLogInfo",
     "ImageInfo",
     "LegInfo",
     "PublicationCounters",
     "ReceiverInfo",
     "RelayStats",
     "RoutingEventInfo",
+    "SourceStateInfo",
+    "SubjectDelivery",
+    "SubjectPeerCounters",
+    "SubscriberEvictedInfo",
+    "as_dict",
+    "fields",
 ]
 
-
-class DriverCounters(TypedDict):
-    """``Client.counters()``: driver-wide counts."""
-
-    invalid_data_frames: int
-    invalid_control_frames: int
-    send_errors: int
-    dropped_events: int
+#: What PyO3 makes of a record's fields: getters, or plain slots for fields holding Python objects.
+_DESCRIPTORS = (types.GetSetDescriptorType, types.MemberDescriptorType)
 
 
-class ReceiverInfo(TypedDict):
-    """One receiver a publication hears from (``PublicationCounters`` ``receivers`` entries)."""
-
-    receiver_id: int
-    group_tag: int | None
-    position: int
-    window: int
-
-
-class PublicationCounters(TypedDict):
-    """``Publication.counters()``: positions, flow control, receivers and traffic counts."""
-
-    session_id: int
-    stream_id: int
-    position: int
-    sender_position: int
-    sender_limit: int
-    publisher_limit: int
-    connected: bool
-    closed: bool
-    strategy: str
-    group_tag: int | None
-    group_min_size: int
-    receiver_timeout_ms: int
-    receivers: list[ReceiverInfo]
-    live_receivers: list[ReceiverInfo]
-    status_messages: int
-    naks_received: int
-    naks_ignored: int
-    retransmits_sent: int
-    retransmitted_bytes: int
-    datagrams_sent: int
-    bytes_sent: int
-    heartbeats_sent: int
-    setups_sent: int
-    errors_received: int
-    invalid_control_frames: int
+def fields(record_type: type) -> tuple[str, ...]:
+    """The attribute names of a record class, sorted (its read-only data descriptors)."""
+    return tuple(
+        sorted(
+            name
+            for name, value in vars(record_type).items()
+            if isinstance(value, _DESCRIPTORS) and not name.startswith("_")
+        )
+    )
 
 
-class ImageInfo(TypedDict):
-    """``Subscription.images()`` entries: one image (one publication session) each."""
-
-    session_id: int
-    source: str
-    position: int
-    rebuild_position: int
-    hwm_position: int
-    active: bool
-    datagrams_received: int
-    bytes_received: int
-    heartbeats_received: int
-    duplicates: int
-    overruns: int
-    malformed: int
-    loss_gaps: int
-    loss_bytes: int
-    unrecoverable_gaps: int
-    unrecoverable_bytes: int
-    naks_sent: int
-    retransmits_received: int
-    status_messages_sent: int
-
-
-class DriverEventInfo(TypedDict):
-    """``Client.events()`` entries; the keys after ``kind`` depend on it."""
-
-    time: float
-    level: str
-    channel: str
-    stream_id: int
-    session_id: int
-    kind: Literal["receiver_joined", "receiver_removed", "connection_changed", "receiver_error"]
-    message: str
-    receiver_id: NotRequired[int]
-    group_tag: NotRequired[int | None]
-    reason: NotRequired[str]
-    connected: NotRequired[bool]
-    code: NotRequired[int]
-    error: NotRequired[str]
-
-
-class RelayStats(TypedDict):
-    """``LossyRelay.stats()``: datagram counts."""
-
-    received: int
-    dropped: int
-    duplicated: int
-    reordered: int
-
-
-class LegInfo(TypedDict):
-    """One source group's answer for a subject (``RoutingTable.subscribe``/``route``)."""
-
-    service: str
-    source_group: str
-    member: str | None
-    peer_index: int | None
-    priority_group: int | None
-    composite: str | None
-    rule_index: int | None
-    reason: str
-    since: int | None
-
-
-class ExplanationInfo(LegInfo):
-    """``RoutingTable.explain``: the primary leg and why."""
-
-    affinity_key: str | None
-    pattern: str | None
-    policy: str
-    selection: str
-    bound_reason: str | None
-    subscribed: bool
-    references: int
-    moved_from: str | None
-    move_reason: str | None
-
-
-class RoutingEventInfo(TypedDict):
-    """``RoutingTable.drain_events`` entries."""
-
-    sequence: int
-    kind: str
-    subject: str | None
-    composite: str | None
-    member: str | None
-    peer_index: int | None
-    previous: str | None
-    previous_peer_index: int | None
-    reason: str | None
-    move_reason: str | None
-    message: str | None
+def as_dict(record: object) -> dict[str, object]:
+    """``{name: value}`` of every attribute of a record (nested records stay records)."""
+    return {name: getattr(record, name) for name in fields(type(record))}

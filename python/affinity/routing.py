@@ -24,7 +24,7 @@ from affinity import _affinity
 from affinity._arguments import expect_callable, expect_int, expect_str, wrong_type
 from affinity.config.model import RoutingConfig
 from affinity.exceptions import RoutingError
-from affinity.records import LegInfo
+from affinity.records import LegInfo, RoutingEventInfo
 from affinity.rules import SelectionPolicy, load_policy
 
 __all__ = [
@@ -165,6 +165,23 @@ class RoutingEvent:
     move_reason: str | None = None
     message: str | None = None
 
+    @classmethod
+    def from_record(cls, record: RoutingEventInfo) -> RoutingEvent:
+        """The event the compiled tables (or the subject router's log) reported."""
+        return cls(
+            sequence=record.sequence,
+            kind=record.kind,
+            subject=record.subject,
+            composite=record.composite,
+            member=record.member,
+            peer_index=record.peer_index,
+            previous=record.previous,
+            previous_peer_index=record.previous_peer_index,
+            reason=record.reason,
+            move_reason=record.move_reason,
+            message=record.message,
+        )
+
     def log_lines(self) -> list[tuple[int, str]]:
         """The (level, message) lines logged for this event, in the DataSource formats.
 
@@ -205,15 +222,15 @@ def _decision(subject: str, legs: Sequence[LegInfo]) -> Decision:
     first, *rest = legs
     return Decision(
         subject=subject,
-        service=first["service"],
-        source_group=first["source_group"],
-        member=first["member"],
-        peer_index=first["peer_index"],
-        composite=first["composite"],
-        reason=first["reason"],
-        rule_index=first["rule_index"],
-        priority_group=first["priority_group"],
-        since=first["since"],
+        service=first.service,
+        source_group=first.source_group,
+        member=first.member,
+        peer_index=first.peer_index,
+        composite=first.composite,
+        reason=first.reason,
+        rule_index=first.rule_index,
+        priority_group=first.priority_group,
+        since=first.since,
         additional=tuple(_decision(subject, [leg]) for leg in rest),
     )
 
@@ -350,24 +367,24 @@ class Router:
             self._pump()
         return Explanation(
             subject=subject,
-            service=data["service"],
-            source_group=data["source_group"],
-            rule_index=data["rule_index"],
-            affinity_key=data["affinity_key"],
-            pattern=data["pattern"],
-            composite=data["composite"],
-            member=data["member"],
-            peer_index=data["peer_index"],
-            priority_group=data["priority_group"],
-            reason=data["reason"],
-            bound_reason=data["bound_reason"],
-            since=data["since"],
-            subscribed=data["subscribed"],
-            references=data["references"],
-            policy=data["policy"],
-            selection=data["selection"],
-            moved_from=data["moved_from"],
-            move_reason=data["move_reason"],
+            service=data.service,
+            source_group=data.source_group,
+            rule_index=data.rule_index,
+            affinity_key=data.affinity_key,
+            pattern=data.pattern,
+            composite=data.composite,
+            member=data.member,
+            peer_index=data.peer_index,
+            priority_group=data.priority_group,
+            reason=data.reason,
+            bound_reason=data.bound_reason,
+            since=data.since,
+            subscribed=data.subscribed,
+            references=data.references,
+            policy=data.policy,
+            selection=data.selection,
+            moved_from=data.moved_from,
+            move_reason=data.move_reason,
         )
 
     def report_nodata(self, subject: str, status: str) -> Decision:
@@ -413,7 +430,7 @@ class Router:
             raw_events = self._table.drain_events()
         else:
             raw_events = self._table.drain_events_tail(keep, sorted(ABOVE_INFO_KINDS))
-        events = [RoutingEvent(**raw) for raw in raw_events]
+        events = [RoutingEvent.from_record(raw) for raw in raw_events]
         for event in events:
             for level, line in event.log_lines():
                 logger.log(level, line)

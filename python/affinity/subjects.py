@@ -34,12 +34,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
 
 from affinity import _affinity
 from affinity._arguments import expect_callable, expect_str, expect_strs, milliseconds, wrong_type
 from affinity.config.faucet import RouterConfig, parse_router_file
 from affinity.exceptions import ConfigError
+from affinity.records import (
+    FaucetLogInfo,
+    RoutingEventInfo,
+    SourceStateInfo,
+    SubjectPeerCounters,
+    SubscriberEvictedInfo,
+)
 from affinity.routing import Router, RoutingEvent
 from affinity.secret import SecretArgument, resolve
 
@@ -124,9 +130,10 @@ class _Member:
         """Its inbox endpoint (``host:port``), where the router sends to it."""
         return self._core.endpoint
 
-    def counters(self) -> dict[str, int]:
+    def counters(self) -> SubjectPeerCounters:
         """``malformed``, ``received``, ``dropped_records`` and the inbox messages refused before
-        decoding: ``auth_unauthenticated``, ``auth_unverifiable``, ``auth_bad_tag``, ``auth_replayed``."""
+        decoding: ``auth_unauthenticated``, ``auth_unverifiable``, ``auth_bad_tag``, ``auth_replayed``
+        (attributes of a read-only record; they were dict keys before)."""
         return self._core.counters()
 
 
@@ -223,8 +230,9 @@ class Subscriber(_Member):
         ran = 0
         refused = Flags.STATUS | Flags.REFUSED
         unsent, self._unsent = self._unsent, []
-        records = [(0, int(refused), subject, LINK_FULL_REASON) for subject in unsent]
-        for _kind, flags, subject, payload in records + self._core.poll(limit):
+        records = [(int(refused), subject, LINK_FULL_REASON) for subject in unsent]
+        records += [(record.flags, record.subject, record.payload) for record in self._core.poll(limit)]
+        for flags, subject, payload in records:
             callbacks = self._callbacks.get(subject, ())
             if flags & Flags.REFUSED:
                 # The router holds nothing for it: the callbacks hear why, then are forgotten.
@@ -315,7 +323,8 @@ class Source(_Member):
     def poll(self, limit: int = 100) -> list[FaucetEvent]:
         """Runs request / discard callbacks; returns the faucet events received."""
         events: list[FaucetEvent] = []
-        for kind, _flags, subject, payload in self._core.poll(limit):
+        for record in self._core.poll(limit):
+            kind, subject, payload = record.kind, record.subject, record.payload
             if kind == _affinity.SUBJECT_KIND_REQUEST:
                 for callback in self._on_request:
                     callback(subject)
@@ -383,23 +392,26 @@ class RouterStatus:
         return self.auth_unauthenticated + self.auth_unverifiable + self.auth_bad_tag + self.auth_replayed
 
 
-def _log_entry(entry: dict[str, Any]) -> None:
-    kind = entry["kind"]
-    if kind == "faucet":
-        logger.info("Faucet %s %s: %s", entry["action"], entry["topic"], entry["json"])
-    elif kind in ("source-up", "source-down"):
-        state = "up" if kind == "source-up" else "down"
-        logger.info("Source %s (connection %s) is %s", entry["label"], entry["connection_name"], state)
-    elif kind == "subscriber-evicted":
+#: One entry of the router's log (``SubjectRouterCore.drain_log``).
+RouterLogEntry = RoutingEventInfo | FaucetLogInfo | SubscriberEvictedInfo | SourceStateInfo
+
+
+def _log_entry(entry: RouterLogEntry) -> None:
+    if isinstance(entry, FaucetLogInfo):
+        logger.info("Faucet %s %s: %s", entry.action, entry.topic, entry.json)
+    elif isinstance(entry, SourceStateInfo):
+        state = "up" if entry.up else "down"
+        logger.info("Source %s (connection %s) is %s", entry.label, entry.connection_name, state)
+    elif isinstance(entry, SubscriberEvictedInfo):
         logger.warning(
             "Subscriber %s (connection %s) dropped: its backlog of %d bytes was the largest when the "
             "router's backlogs reached their budget",
-            entry["name"],
-            entry["connection_name"],
-            entry["backlog_bytes"],
+            entry.name,
+            entry.connection_name,
+            entry.backlog_bytes,
         )
     else:
-        for level, line in RoutingEvent(**entry).log_lines():
+        for level, line in RoutingEvent.from_record(entry).log_lines():
             logger.log(level, line)
 
 

@@ -10,7 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use affinity::shm::log_buffer::{LogBuffer, LogParams, Offer};
+use affinity::logbuffer::Offer;
+use affinity::shm::log_buffer::{LogBuffer, LogParams};
 
 fn main() {
     let mut size = 32usize;

@@ -60,8 +60,5 @@ mod py;
 
 // Test helpers shared with the integration tests: one file each under `rust/tests/support/`.
 #[cfg(test)]
-#[path = "../tests/support/ports.rs"]
-mod test_ports;
-#[cfg(test)]
 #[path = "../tests/support/temp_dir.rs"]
 mod test_temp_dir;

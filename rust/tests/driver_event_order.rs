@@ -11,10 +11,7 @@ use affinity::client::attached::AttachedClient;
 use affinity::embedded::{self, EmbeddedConfig};
 use affinity::shm::status::DriverEventKindInfo;
 
-#[path = "support/ports.rs"]
-mod ports;
-
-use ports::free_udp_port;
+use affinity::media::ports::free_udp_port;
 
 const ROUNDS: usize = 30;
 
@@ -42,7 +39,7 @@ fn wait(what: &str, mut done: impl FnMut() -> bool) {
 fn a_publication_seen_connected_or_disconnected_already_has_the_event_that_says_so() {
     let client = embedded::start(EmbeddedConfig::default()).unwrap();
     for round in 0..ROUNDS {
-        let port = free_udp_port();
+        let port = free_udp_port().unwrap();
         // A short receiver timeout so a subscriber that leaves without a word is dropped soon.
         let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}|fc=max,t:200ms");
         let publication = client.add_publication(&channel, 10).unwrap();

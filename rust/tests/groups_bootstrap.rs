@@ -13,9 +13,8 @@ use affinity::groups::bootstrap::parse_bootstrap_list;
 use affinity::groups::runtime::bootstrap::fetch;
 use affinity::groups::runtime::{GroupConsumer, GroupPublisher, MemberOptions};
 use affinity::groups::{GroupConfig, Timing};
+use affinity::media::ports::free_udp_port;
 
-#[path = "support/ports.rs"]
-mod ports;
 #[path = "support/temp_dir.rs"]
 mod temp_dir;
 
@@ -41,7 +40,7 @@ fn options(registry: &temp_dir::TempDir, listen: Option<SocketAddr>, bootstrap: 
 }
 
 fn address() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], ports::free_udp_port()))
+    SocketAddr::from(([127, 0, 0, 1], free_udp_port().unwrap()))
 }
 
 fn wait_until(timeout: Duration, mut done: impl FnMut() -> bool) -> bool {

@@ -17,10 +17,7 @@ use affinity::protocol::OfferError;
 use affinity::shm::status::{ImageInfo, SystemCounter};
 use affinity::wire::{flags, DataHeader, FrameType, Setup, DATA_HEADER_LENGTH};
 
-#[path = "support/ports.rs"]
-mod ports;
-
-use ports::free_udp_port;
+use affinity::media::ports::free_udp_port;
 
 const STREAM: i32 = 10;
 
@@ -113,7 +110,7 @@ fn system(client: &AttachedClient, counter: SystemCounter) -> i64 {
 #[test]
 fn a_forged_heartbeat_far_ahead_through_a_lossy_relay_disables_no_repair() {
     let client = client();
-    let target: SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
+    let target: SocketAddr = format!("127.0.0.1:{}", free_udp_port().unwrap()).parse().unwrap();
     let impairment = Impairment { loss: 0.02, duplicate: 0.0, reorder: 0.0 };
     let relay = LossyRelay::start("127.0.0.1:0".parse().unwrap(), target, impairment, 12).unwrap();
     let mut subscription = client.add_subscription(&format!("aeron:udp?endpoint={target}"), STREAM).unwrap();
@@ -134,7 +131,7 @@ fn a_forged_heartbeat_far_ahead_through_a_lossy_relay_disables_no_repair() {
 #[test]
 fn forged_end_of_stream_at_ahead_of_or_behind_the_live_position_loses_nothing() {
     let client = client();
-    let port = free_udp_port();
+    let port = free_udp_port().unwrap();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let target: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let mut subscription = client.add_subscription(&channel, STREAM).unwrap();
@@ -156,7 +153,7 @@ fn forged_end_of_stream_at_ahead_of_or_behind_the_live_position_loses_nothing() 
 #[test]
 fn a_setup_flood_is_bounded_and_counted_and_the_subscription_still_works() {
     let client = client();
-    let port = free_udp_port();
+    let port = free_udp_port().unwrap();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let target: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let subscription = client.add_subscription(&channel, STREAM).unwrap();

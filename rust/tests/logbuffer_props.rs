@@ -3,8 +3,9 @@
 //! cuts into datagrams is rebuilt exactly whatever order they arrive in, and gaps are found
 //! where data is missing.
 
+use affinity::logbuffer::Offer;
 use affinity::logbuffer::{ReceiverLog, SenderLog, StreamIdentity};
-use affinity::shm::log_buffer::{LogBuffer, LogParams, LogStart, Offer};
+use affinity::shm::log_buffer::{LogBuffer, LogParams, LogStart};
 use affinity::wire::{flags, FrameType};
 use proptest::prelude::*;
 

@@ -11,10 +11,7 @@ use affinity::media::relay::{Impairment, LossyRelay};
 use affinity::protocol::OfferError;
 use affinity::wire::Setup;
 
-#[path = "support/ports.rs"]
-mod ports;
-
-use ports::free_udp_port;
+use affinity::media::ports::free_udp_port;
 
 fn message(index: u64) -> Vec<u8> {
     let size = match index % 100 {
@@ -99,7 +96,7 @@ fn starts_at_the_given_position(client: &AttachedClient, pub_channel: &str, sub_
 #[test]
 fn a_udp_publication_starts_at_init_term_id_term_id_and_term_offset() {
     let client = client();
-    let endpoint = format!("127.0.0.1:{}", free_udp_port());
+    let endpoint = format!("127.0.0.1:{}", free_udp_port().unwrap());
     let pub_channel = format!("aeron:udp?endpoint={endpoint}|{ROLLOVER_START}");
     starts_at_the_given_position(&client, &pub_channel, &format!("aeron:udp?endpoint={endpoint}"));
 }
@@ -136,7 +133,7 @@ fn the_setup_a_started_publication_sends_names_its_start() {
 #[test]
 fn publications_of_one_channel_share_the_log_and_its_start() {
     let client = client();
-    let endpoint = format!("127.0.0.1:{}", free_udp_port());
+    let endpoint = format!("127.0.0.1:{}", free_udp_port().unwrap());
     let channel = format!("aeron:udp?endpoint={endpoint}|{ROLLOVER_START}");
     let mut subscription = client.add_subscription(&format!("aeron:udp?endpoint={endpoint}"), 14).unwrap();
     let first = client.add_publication(&channel, 14).unwrap();
@@ -172,7 +169,7 @@ fn an_ipc_publication_naming_another_start_than_the_open_log_is_refused() {
 #[test]
 fn udp_publications_of_one_route_share_one_session_and_a_setting_it_cannot_honour_is_refused() {
     let client = client();
-    let endpoint = format!("127.0.0.1:{}", free_udp_port());
+    let endpoint = format!("127.0.0.1:{}", free_udp_port().unwrap());
     let channel = format!("aeron:udp?endpoint={endpoint}|{ROLLOVER_START}");
     let mut subscription = client.add_subscription(&format!("aeron:udp?endpoint={endpoint}"), 17).unwrap();
     let first = client.add_publication(&channel, 17).unwrap();
@@ -218,7 +215,7 @@ fn start_positions_that_do_not_fit_are_refused_naming_the_key_and_value() {
     let mut config = EmbeddedConfig::default();
     config.driver.term_length = 65536;
     let client = embedded::start(config).unwrap();
-    let endpoint = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+    let endpoint = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
     for (start, key_and_value) in [
         ("init-term-id=100|term-id=99|term-offset=0", "term-id=99: more than 2^31 - 1 terms after init-term-id=100"),
         ("init-term-id=100|term-id=100|term-offset=33", "term-offset=33: must be a non-negative multiple of 32"),
@@ -242,7 +239,7 @@ fn start_positions_that_do_not_fit_are_refused_naming_the_key_and_value() {
 #[test]
 fn delivers_in_order_over_loopback() {
     let client = client();
-    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
     transfer(&client, &channel, &channel, 20_000);
 }
 
@@ -253,14 +250,14 @@ fn delivers_in_order_in_invoker_mode() {
         ..EmbeddedConfig::default()
     })
     .unwrap();
-    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
     transfer(&client, &channel, &channel, 20_000);
 }
 
 #[test]
 fn repairs_loss_duplication_and_reordering_through_a_relay() {
     let client = client();
-    let target: std::net::SocketAddr = format!("127.0.0.1:{}", free_udp_port()).parse().unwrap();
+    let target: std::net::SocketAddr = format!("127.0.0.1:{}", free_udp_port().unwrap()).parse().unwrap();
     let impairment = Impairment { loss: 0.05, duplicate: 0.01, reorder: 0.02 };
     let relay = LossyRelay::start("127.0.0.1:0".parse().unwrap(), target, impairment, 7).unwrap();
     let pub_channel = format!("aeron:udp?endpoint={}", relay.front_address());
@@ -314,7 +311,7 @@ fn a_publication_started_far_into_its_stream_leaves_the_terms_before_untouched()
     // allocate, every partition of the shared file).
     let client = client();
     let start = "term-length=16m|init-term-id=0|term-id=1000|term-offset=0";
-    let udp = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+    let udp = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
     for (pub_channel, sub_channel) in
         [(format!("{udp}|{start}"), udp), (format!("aeron:ipc?{start}"), "aeron:ipc".into())]
     {

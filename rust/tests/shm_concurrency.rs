@@ -10,11 +10,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use affinity::logbuffer::Offer;
 use affinity::shm::broadcast::{
     BroadcastReceiver, BroadcastTransmitter, Received, TRAILER_LENGTH as BROADCAST_TRAILER,
 };
 use affinity::shm::file::anonymous;
-use affinity::shm::log_buffer::{LogBuffer, LogParams, Offer};
+use affinity::shm::log_buffer::{LogBuffer, LogParams};
 use affinity::shm::ring_buffer::{ManyToOneRingBuffer, Write, TRAILER_LENGTH as RING_TRAILER};
 use affinity::wire::flags;
 

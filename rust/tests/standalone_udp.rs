@@ -14,13 +14,11 @@ use affinity::shm::status::SystemCounter;
 
 #[path = "support/netns.rs"]
 mod netns;
-#[path = "support/ports.rs"]
-mod ports;
 #[path = "support/processes.rs"]
 mod processes;
 
+use affinity::media::ports::free_udp_port;
 use netns::in_private_netns;
-use ports::free_udp_port;
 
 use processes::{output, tempdir as temp_dir, Proc, TempDir, IPC};
 
@@ -73,7 +71,7 @@ fn transfer(name: &str, extra: &[&str], channel: &str, count: u64, size: usize) 
 
 #[test]
 fn a_million_udp_messages_between_processes_arrive_in_order() {
-    let port = free_udp_port();
+    let port = free_udp_port().unwrap();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let (dir, _) = transfer("million", &[], &channel, 1_000_000, 32);
     assert!(!dir.join(CNC_FILE).exists(), "SIGTERM removes the driver's files");
@@ -82,7 +80,7 @@ fn a_million_udp_messages_between_processes_arrive_in_order() {
 #[test]
 fn every_threading_mode_moves_data_in_order() {
     for mode in ["dedicated", "shared-network", "shared"] {
-        let port = free_udp_port();
+        let port = free_udp_port().unwrap();
         let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
         transfer(mode, &["--threading", mode], &channel, 100_000, 200);
     }
@@ -92,7 +90,7 @@ fn every_threading_mode_moves_data_in_order() {
 fn loss_through_a_relay_is_repaired_by_naks_through_the_standalone_driver() {
     use affinity::media::relay::{Impairment, LossyRelay};
     use std::sync::atomic::Ordering;
-    let port = free_udp_port();
+    let port = free_udp_port().unwrap();
     let target = format!("127.0.0.1:{port}").parse().expect("address");
     let impairment = Impairment { loss: 0.02, duplicate: 0.01, reorder: 0.01 };
     let relay = LossyRelay::start("127.0.0.1:0".parse().expect("address"), target, impairment, 7).expect("relay");
@@ -128,7 +126,7 @@ fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
 fn a_killed_udp_publisher_is_reclaimed_after_the_client_timeout_and_its_data_still_arrives() {
     let dir = tempdir("kill");
     let mut driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
-    let port = free_udp_port();
+    let port = free_udp_port().unwrap();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
     let count = 50_000;
     let mut subscriber = client("subscribe", &dir, &channel, count, 64);
@@ -210,7 +208,7 @@ fn forged_setup(session: i32, stream: i32, initial_term_id: i32, active_term_id:
 fn hostile_datagrams_at_the_subscription_endpoint_do_not_kill_the_standalone_driver() {
     let dir = tempdir("hostile");
     let mut driver = start_driver(&dir, &[]);
-    let port = free_udp_port();
+    let port = free_udp_port().unwrap();
     let endpoint = format!("127.0.0.1:{port}");
     let channel = format!("aeron:udp?endpoint={endpoint}");
     let stream = 1001;
@@ -305,7 +303,7 @@ fn a_loopback_mtu_below_the_datagrams_turns_offload_off_and_loses_nothing() {
     // offloaded run whose segments exceed the device, and fragments single datagrams.
     let status = Command::new("ip").args(["link", "set", "lo", "mtu", "1280"]).status().expect("run ip");
     assert!(status.success(), "cannot set the namespace's loopback MTU");
-    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
     let (_dir, errors) = transfer("offload-mtu", &[], &channel, 50_000, 200);
     assert!(
         errors.iter().any(|e| e.contains("UDP segmentation offload refused") && e.contains(&channel)),
@@ -316,7 +314,7 @@ fn a_loopback_mtu_below_the_datagrams_turns_offload_off_and_loses_nothing() {
 #[test]
 fn offload_off_moves_data_in_order_and_offload_on_logs_no_fallback() {
     for offload in ["off", "on"] {
-        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
         let (_dir, errors) =
             transfer(&format!("offload-{offload}"), &["--udp-offload", offload], &channel, 100_000, 200);
         assert_eq!(errors, Vec::<String>::new(), "--udp-offload {offload}");

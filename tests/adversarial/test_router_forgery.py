@@ -155,7 +155,7 @@ def test_forged_subscribes_and_updates_are_refused_and_counted_by_a_router_with_
     assert seen["got"] == [b"image", b"update-1"], "the subscriber got something the real source did not send"
     assert seen["stolen"] == [], "the forged SUBSCRIBE was served"
     counters = seen["counters"]
-    assert counters["auth_unauthenticated"] == 1 and counters["auth_bad_tag"] == 1, counters
+    assert counters.auth_unauthenticated == 1 and counters.auth_bad_tag == 1, counters
 
 
 def test_the_same_forgeries_succeed_against_a_router_without_a_secret(

@@ -340,7 +340,7 @@ def run_consume(args: argparse.Namespace) -> int:
             consumer.close(args.close_timeout)
             status = consumer.status()
             transport = client.counters()
-            invalid = transport["invalid_data_frames"] + transport["invalid_control_frames"]
+            invalid = transport.invalid_data_frames + transport.invalid_control_frames
             group = consumer.counters()
             _log(
                 f"consumer {args.index} left: delivered {status.delivered}, duplicates {status.duplicates_dropped}, "

@@ -11,7 +11,7 @@ defaults (liveness timeout 2 s, heartbeats every 100 ms, cycle 30 s, resend afte
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
@@ -29,6 +29,7 @@ from affinity._affinity import (
     group_bootstrap,
 )
 from affinity._arguments import expect_int, expect_str, milliseconds
+from affinity._arrow import ArrowBinaryArray
 from affinity.defaults import GROUP_BOOTSTRAP_TIMEOUT_MS
 from affinity.exceptions import ConfigError
 from affinity.groups.registry import GroupDefinition, group_file, load_group, registry_dir
@@ -178,7 +179,9 @@ class GroupPublisher:
         """Sends one message; ``subject`` (``topic``) travels as ``HP/bucket/topic``."""
         return self._core.publish(key, payload, subject)
 
-    def publish_batch(self, keys: Sequence[bytes | str] | Any, payloads: Sequence[bytes] | Any) -> int:
+    def publish_batch(
+        self, keys: Iterable[bytes | str] | ArrowBinaryArray, payloads: Iterable[bytes] | ArrowBinaryArray
+    ) -> int:
         """Sends messages in order (lists or pyarrow arrays); returns how many were taken."""
         return self._core.publish_batch(keys, payloads)
 

@@ -147,7 +147,7 @@ class ChannelTransport:
         """Wait until the sender has sent everything offered (a plain publication has no acks)."""
         delay = _WAIT_START
         while True:
-            sent = int(self._publication.counters().get("sender_position", 0))
+            sent = self._publication.counters().sender_position
             if sent >= self._publication.position:
                 return
             if time.monotonic() >= deadline:

@@ -31,14 +31,13 @@ pub use values::{parse_duration, parse_size};
 
 use key::{Key, UNSUPPORTED_KEYS};
 
-use crate::limits;
+use crate::limits::{self, FRAME_ALIGNMENT, MAX_TERM_LENGTH};
 use crate::protocol::defaults;
 
 /// Longest accepted URI in bytes (`AERON_URI_MAX_LENGTH` minus the C string terminator).
 pub const MAX_URI_LENGTH: usize = 4095;
 /// Default MTU for UDP and IPC: `AERON_MTU_LENGTH`.
 pub const DEFAULT_MTU: u32 = defaults::MTU;
-pub use crate::limits::{FRAME_ALIGNMENT, MAX_MTU, MAX_TERM_LENGTH, MIN_TERM_LENGTH};
 /// Default term length for UDP channels: `AERON_TERM_BUFFER_LENGTH` (16 MiB).
 pub const DEFAULT_TERM_LENGTH_UDP: u32 = defaults::TERM_LENGTH_UDP;
 /// Default term length for IPC channels: `AERON_IPC_TERM_BUFFER_LENGTH` (64 MiB).

@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use crate::client::{MessageBatch, MessageHeader};
 use crate::error::Error;
+use crate::logbuffer::Offer;
 use crate::protocol::OfferError;
 use crate::shm::broadcast::{BroadcastReceiver, Received};
 use crate::shm::cnc::{Cnc, CNC_FILE};
 use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{Counter, CountersReader};
 use crate::shm::directory::{self, epoch_ms, DirectoryState};
-pub use crate::shm::log_buffer::Unsent;
-use crate::shm::log_buffer::{LogBuffer, LogIdentity, Offer};
+use crate::shm::log_buffer::{LogBuffer, LogIdentity, Unsent};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
 use crate::sync::lock;
@@ -35,20 +35,6 @@ pub const STANDALONE_THREADING: &str = "standalone";
 /// Driver events a client keeps until [`AttachedClient::drain_events`] takes them; later ones
 /// are dropped and counted.
 pub const MAX_EVENTS: usize = 4096;
-
-/// The keys of `Client.counters()` and the system counter each reads.
-pub const CLIENT_COUNTERS: [(&str, SystemCounter); 10] = [
-    ("invalid_data_frames", SystemCounter::InvalidDataFrames),
-    ("duplicate_data_frames", SystemCounter::DuplicateDataFrames),
-    ("overrun_data_frames", SystemCounter::OverrunDataFrames),
-    ("inactive_image_frames", SystemCounter::InactiveImageFrames),
-    ("setups_refused", SystemCounter::SetupsRefused),
-    ("images_refused", SystemCounter::ImagesRefused),
-    ("images_ended_incomplete", SystemCounter::ImagesEndedIncomplete),
-    ("invalid_control_frames", SystemCounter::InvalidControlFrames),
-    ("send_errors", SystemCounter::SendErrors),
-    ("dropped_events", SystemCounter::DroppedEvents),
-];
 
 /// How often the client tells the driver it is alive.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(100);
@@ -621,21 +607,24 @@ impl AttachedClient {
         &self.shared.counters
     }
 
-    /// `Client.counters()`: each key of [`CLIENT_COUNTERS`] with its system counter's value
+    /// `Client.counters()`: the driver-wide counters a client reads, by name
     /// (`dropped_events` adds the events this client dropped itself).
-    pub fn system_counters(&self) -> Result<Vec<(&'static str, i64)>> {
+    pub fn system_counters(&self) -> Result<ClientCounters> {
         self.shared.check()?;
         let dropped_here = i64::try_from(lock(&self.shared.inbox).dropped_events).unwrap_or(i64::MAX);
-        CLIENT_COUNTERS
-            .iter()
-            .map(|&(key, counter)| {
-                let value = counter.read(&self.shared.counters).map_err(shm)?;
-                Ok((
-                    key,
-                    if counter == SystemCounter::DroppedEvents { value.saturating_add(dropped_here) } else { value },
-                ))
-            })
-            .collect()
+        let read = |counter: SystemCounter| counter.read(&self.shared.counters).map_err(shm);
+        Ok(ClientCounters {
+            invalid_data_frames: read(SystemCounter::InvalidDataFrames)?,
+            duplicate_data_frames: read(SystemCounter::DuplicateDataFrames)?,
+            overrun_data_frames: read(SystemCounter::OverrunDataFrames)?,
+            inactive_image_frames: read(SystemCounter::InactiveImageFrames)?,
+            setups_refused: read(SystemCounter::SetupsRefused)?,
+            images_refused: read(SystemCounter::ImagesRefused)?,
+            images_ended_incomplete: read(SystemCounter::ImagesEndedIncomplete)?,
+            invalid_control_frames: read(SystemCounter::InvalidControlFrames)?,
+            send_errors: read(SystemCounter::SendErrors)?,
+            dropped_events: read(SystemCounter::DroppedEvents)?.saturating_add(dropped_here),
+        })
     }
 
     /// The driver events of this client's publications since the last call, oldest first.
@@ -1278,6 +1267,33 @@ impl Drop for AttachedSubscription {
             self.shared.remove_subscription(self.registration_id);
         }
     }
+}
+
+/// `Client.counters()`: the driver-wide system counters a client reads (the Python
+/// `DriverCounters` has exactly these fields).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientCounters {
+    /// Malformed datagrams dropped (and only those: duplicates, overruns and frames for
+    /// inactive images have their own counters).
+    pub invalid_data_frames: i64,
+    /// Data datagrams entirely below an image's rebuild position.
+    pub duplicate_data_frames: i64,
+    /// Data datagrams beyond an image's receiver window.
+    pub overrun_data_frames: i64,
+    /// Data datagrams for an image no longer receiving.
+    pub inactive_image_frames: i64,
+    /// SETUP frames refused (fields inconsistent with each other).
+    pub setups_refused: i64,
+    /// Images refused because the subscription holds the maximum.
+    pub images_refused: i64,
+    /// Images that ended with data missing.
+    pub images_ended_incomplete: i64,
+    /// Malformed control frames (SM, NAK, RTTM, ERR) dropped.
+    pub invalid_control_frames: i64,
+    /// Datagrams the socket refused to send.
+    pub send_errors: i64,
+    /// Driver events dropped by the driver, plus those this client's full event log dropped.
+    pub dropped_events: i64,
 }
 
 #[cfg(test)]

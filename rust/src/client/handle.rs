@@ -7,11 +7,12 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::attached::{AttachedClient, AttachedPublication, AttachedSubscription, Unsent};
+use super::attached::{AttachedClient, AttachedPublication, AttachedSubscription};
 use super::MessageBatch;
 use crate::channel::ChannelUri;
 use crate::error::Error;
 use crate::protocol::OfferError;
+use crate::shm::log_buffer::Unsent;
 use crate::shm::status::{ImageInfo, PublicationInfo};
 use crate::sync::lock;
 

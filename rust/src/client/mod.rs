@@ -8,5 +8,5 @@ pub mod attached;
 mod handle;
 
 pub use assembler::{MessageBatch, MessageHeader};
-pub use attached::Unsent;
+pub use attached::ClientCounters;
 pub use handle::{check_channel, ClientApi, ClientHandle, PublicationHandle, SubscriptionHandle};

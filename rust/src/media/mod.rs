@@ -1,4 +1,6 @@
-//! The OS edge: UDP sockets, multicast membership and a loss-injecting relay for tests.
+//! The OS edge: UDP sockets, multicast membership, and for tests a loss-injecting relay and free
+//! UDP ports.
 
+pub mod ports;
 pub mod relay;
 pub mod udp;

@@ -623,7 +623,8 @@ impl<L: ReceiverLog> Image<L> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shm::log_buffer::{LogBuffer, LogParams, Offer};
+    use crate::logbuffer::Offer;
+    use crate::shm::log_buffer::{LogBuffer, LogParams};
     use crate::wire::{parse_control, ControlFrame};
 
     const TERM: u32 = 64 * 1024;

@@ -6,8 +6,9 @@
 
 use super::*;
 use crate::flow_control::{build, FlowControlDefaults};
+use crate::logbuffer::Offer;
 use crate::logbuffer::{ReceiverLog, StreamIdentity};
-use crate::shm::log_buffer::{LogBuffer as SharedLog, LogParams, Offer};
+use crate::shm::log_buffer::{LogBuffer as SharedLog, LogParams};
 use crate::time::Instant;
 use crate::wire::{parse_control, ControlFrame};
 

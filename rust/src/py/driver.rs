@@ -5,7 +5,10 @@ use pyo3::prelude::*;
 
 use super::args::{path_argument, strings_argument};
 use super::errors::{ConfigError, DriverError};
+use super::records::record;
 use crate::driver::standalone;
+use crate::shm::counters::CounterInfo;
+use crate::shm::error_log::ErrorRecord;
 use crate::shm::{directory, stat};
 
 /// Runs the standalone driver until SIGINT/SIGTERM; `argv` are the `affinity driver` options.
@@ -22,57 +25,122 @@ fn default_driver_dir() -> String {
     directory::default_dir().to_string_lossy().into_owned()
 }
 
-/// Counter row: (id, type_id, label, value, registration_id, owner_id, problem).
-type CounterRow = (usize, i32, String, i64, i64, i64, Option<String>);
-/// Error row: (count, first_ms, last_ms, message, problem); a corrupt record is
-/// `(0, 0, 0, "", Some(what is wrong and where))`.
-type ErrorRow = (i32, i64, i64, String, Option<String>);
+record! {
+    /// One allocated counter of the driver's counters file (`DriverStatInfo.counters`).
+    #[derive(Clone)]
+    pub struct CounterValueInfo {
+        /// Counter id (slot index).
+        id: usize,
+        /// Type id.
+        type_id: i32,
+        /// Label (empty when the record is corrupt).
+        label: String,
+        /// Current value.
+        value: i64,
+        /// Registration id of the resource it belongs to.
+        registration_id: i64,
+        /// Owning client (0 = the driver).
+        owner_id: i64,
+        /// What is wrong with the counter's record and where, when it is corrupt.
+        problem: Option<String>,
+    }
+}
 
-/// Snapshot row: (dir, pid, start_ms, heartbeat_age_ms, version, counters, errors, dead).
-type SnapshotRow = (String, i64, i64, i64, i32, Vec<CounterRow>, Vec<ErrorRow>, Option<String>);
+record! {
+    /// One distinct error of the driver's error log (`DriverStatInfo.errors`); a corrupt record
+    /// has `problem` set and the other fields 0 and empty.
+    #[derive(Clone)]
+    pub struct DriverErrorInfo {
+        /// How many times it was observed.
+        count: i32,
+        /// First observation, epoch ms.
+        first_ms: i64,
+        /// Last observation, epoch ms.
+        last_ms: i64,
+        /// The error text.
+        message: String,
+        /// What is wrong with a corrupt record and where.
+        problem: Option<String>,
+    }
+}
+
+record! {
+    /// `driver_stat`: a read-only snapshot of a driver directory (wrapped by
+    /// `affinity.driver.DriverStat`).
+    pub struct DriverStatInfo {
+        /// The driver directory.
+        dir: String,
+        /// The driver's pid.
+        pid: i64,
+        /// When the driver started (epoch ms).
+        start_ms: i64,
+        /// Milliseconds since the driver's last heartbeat.
+        heartbeat_age_ms: i64,
+        /// cnc layout version.
+        version: i32,
+        /// Every allocated counter.
+        counters: Vec<CounterValueInfo>,
+        /// Every distinct error (or what is wrong with a corrupt record).
+        errors: Vec<DriverErrorInfo>,
+        /// Why the driver is dead; `None` while it is alive.
+        dead: Option<String>,
+    }
+}
+
+impl From<stat::Snapshot> for DriverStatInfo {
+    fn from(snapshot: stat::Snapshot) -> Self {
+        let stat::Snapshot { dir, pid, start_ms, heartbeat_age_ms, version, counters, errors, dead } = snapshot;
+        let counters = counters
+            .into_iter()
+            .map(|stat::StatCounter { info, problem }| {
+                // The key bytes stay in Rust: `affinity stat` shows the label.
+                let CounterInfo { id, value, type_id, registration_id, owner_id, key: _, label } = info;
+                CounterValueInfo { id, type_id, label, value, registration_id, owner_id, problem }
+            })
+            .collect();
+        let errors = errors
+            .into_iter()
+            .map(|record| match record {
+                Ok(ErrorRecord { count, first_ms, last_ms, message }) => {
+                    DriverErrorInfo { count, first_ms, last_ms, message, problem: None }
+                }
+                Err(problem) => DriverErrorInfo {
+                    count: 0,
+                    first_ms: 0,
+                    last_ms: 0,
+                    message: String::new(),
+                    problem: Some(problem),
+                },
+            })
+            .collect();
+        DriverStatInfo {
+            dir: dir.to_string_lossy().into_owned(),
+            pid,
+            start_ms,
+            heartbeat_age_ms,
+            version,
+            counters,
+            errors,
+            dead,
+        }
+    }
+}
 
 /// Snapshot of `dir` (read-only; the Python wrapper `affinity.driver_stat` types it).
 #[pyfunction]
-fn driver_stat(py: Python<'_>, directory: &Bound<'_, PyAny>) -> PyResult<SnapshotRow> {
+fn driver_stat(py: Python<'_>, directory: &Bound<'_, PyAny>) -> PyResult<DriverStatInfo> {
     let dir = path_argument("directory", directory)?;
     let snapshot = py.detach(|| stat::snapshot(&dir)).map_err(|e| DriverError::new_err(e.to_string()))?;
-    Ok((
-        snapshot.dir.to_string_lossy().into_owned(),
-        snapshot.pid,
-        snapshot.start_ms,
-        snapshot.heartbeat_age_ms,
-        snapshot.version,
-        snapshot
-            .counters
-            .into_iter()
-            .map(|c| {
-                (
-                    c.info.id,
-                    c.info.type_id,
-                    c.info.label,
-                    c.info.value,
-                    c.info.registration_id,
-                    c.info.owner_id,
-                    c.problem,
-                )
-            })
-            .collect(),
-        snapshot
-            .errors
-            .into_iter()
-            .map(|e| match e {
-                Ok(e) => (e.count, e.first_ms, e.last_ms, e.message, None),
-                Err(problem) => (0, 0, 0, String::new(), Some(problem)),
-            })
-            .collect(),
-        snapshot.dead,
-    ))
+    Ok(DriverStatInfo::from(snapshot))
 }
 
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(run_driver, module)?)?;
     module.add_function(wrap_pyfunction!(default_driver_dir, module)?)?;
     module.add_function(wrap_pyfunction!(driver_stat, module)?)?;
+    module.add_class::<DriverStatInfo>()?;
+    module.add_class::<CounterValueInfo>()?;
+    module.add_class::<DriverErrorInfo>()?;
     module.add("DRIVER_USAGE", standalone::usage())?;
     Ok(())
 }

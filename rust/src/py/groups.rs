@@ -244,7 +244,7 @@ fn bootstrap_list(bootstrap: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<std::net
 /// first answer's `(name, hash_prefix, hash_count, queue_count, queue_size)`. Fails after
 /// `timeout_ms` naming every address asked, or at once when the answer is invalid.
 #[pyfunction]
-#[pyo3(signature = (client, group, bootstrap, *, host="127.0.0.1", secret=None, timeout_ms=10000))]
+#[pyo3(signature = (client, group, bootstrap, *, host="127.0.0.1", secret=None, timeout_ms=GROUP_BOOTSTRAP_TIMEOUT_MS))]
 fn group_bootstrap(
     py: Python<'_>,
     client: &Bound<'_, PyAny>,

@@ -7,6 +7,7 @@ mod buffers;
 mod driver;
 mod errors;
 mod groups;
+mod records;
 mod routing;
 mod settings;
 mod subjects;
@@ -16,6 +17,7 @@ mod transport;
 #[pymodule]
 fn _affinity(module: &Bound<'_, PyModule>) -> PyResult<()> {
     transport::register(module)?;
+    records::register(module)?;
     routing::register(module)?;
     driver::register(module)?;
     settings::register(module)?;

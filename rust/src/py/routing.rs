@@ -1,23 +1,28 @@
 //! Bindings for `crate::routing`: conversion and error mapping only.
 //!
-//! The Python wrapper `affinity.routing` builds its dataclasses from the dicts returned here.
+//! The Python wrapper `affinity.routing` builds its dataclasses from the records returned here
+//! (`LegInfo`, `ExplanationInfo`, `RoutingEventInfo`, declared with `records::record!`).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyString, PyTuple};
 
 use super::args::{
     bool_argument, expected, named, sequence_argument, str_argument, string_argument, strings_argument, usize_argument,
 };
 use super::errors::{self, invalid_argument, policy_error, regex_error, routing_error};
+use super::records::record;
 use crate::routing::policy::{builtin, builtin_names, Policy, PolicyError, Request};
 use crate::routing::{
-    self, Event, Explanation, GroupId, LegDecision, NoDataStatus, Reason, RoutingError, RoutingTable, Selection,
-    ServiceId, SourceGroupSpec,
+    self, Event, Explanation, GroupId, LegDecision, MemberId, NoDataStatus, Reason, RoutingError, RoutingTable,
+    Selection, ServiceId, SourceGroupSpec,
 };
 
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<PyPosixRegex>()?;
     module.add_class::<PyRoutingTable>()?;
+    module.add_class::<LegInfo>()?;
+    module.add_class::<ExplanationInfo>()?;
+    module.add_class::<RoutingEventInfo>()?;
     module.add_function(wrap_pyfunction!(affinity_hash, module)?)?;
     module.add_function(wrap_pyfunction!(select_member, module)?)?;
     module.add("HASH_VERSION", routing::HASH_VERSION)?;
@@ -152,63 +157,173 @@ impl PyRoutingTable {
         table.member_ids().map(|m| PyString::new(py, table.label(m))).collect()
     }
 
-    fn leg<'py>(&self, py: Python<'py>, leg: &LegDecision) -> PyResult<Bound<'py, PyDict>> {
+    fn leg(&self, leg: &LegDecision) -> LegInfo {
         let table = &self.inner;
-        let dict = PyDict::new(py);
-        let service = table.group_service(leg.group);
-        dict.set_item("service", table.service_name(service))?;
-        dict.set_item("source_group", table.group_name(leg.group))?;
-        dict.set_item("member", leg.member.map(|m| table.label(m)))?;
-        dict.set_item("peer_index", leg.member.map(|m| m.peer_index()))?;
-        dict.set_item("priority_group", leg.priority_group)?;
-        dict.set_item("composite", leg.composite.as_deref())?;
-        dict.set_item("rule_index", leg.rule)?;
-        dict.set_item("reason", leg.reason.name())?;
-        dict.set_item("since", leg.since)?;
-        Ok(dict)
-    }
-
-    fn legs<'py>(&self, py: Python<'py>, legs: &[LegDecision]) -> PyResult<Bound<'py, PyList>> {
-        let list = PyList::empty(py);
-        for leg in legs {
-            list.append(self.leg(py, leg)?)?;
+        let LegDecision { group, member, priority_group, composite, rule, reason, since } = leg;
+        LegInfo {
+            service: table.service_name(table.group_service(*group)).to_owned(),
+            source_group: table.group_name(*group).to_owned(),
+            member: member.map(|m| table.label(m).to_owned()),
+            peer_index: member.map(|m| m.peer_index()),
+            priority_group: *priority_group,
+            composite: composite.as_deref().map(str::to_owned),
+            rule_index: *rule,
+            reason: reason.name(),
+            since: *since,
         }
-        Ok(list)
     }
 
-    fn event<'py>(&self, py: Python<'py>, event: &Event) -> PyResult<Bound<'py, PyDict>> {
-        let table = &self.inner;
-        let dict = PyDict::new(py);
-        dict.set_item("sequence", event.sequence)?;
-        dict.set_item("kind", event.kind.name())?;
-        dict.set_item("subject", event.subject.as_deref())?;
-        dict.set_item("composite", event.composite.as_deref())?;
-        dict.set_item("member", event.member.map(|m| table.label(m)))?;
-        dict.set_item("peer_index", event.member.map(|m| m.peer_index()))?;
-        dict.set_item("previous", event.previous.map(|m| table.label(m)))?;
-        dict.set_item("previous_peer_index", event.previous.map(|m| m.peer_index()))?;
-        dict.set_item("reason", event.reason.map(Reason::name))?;
-        dict.set_item("move_reason", event.move_reason.map(|r| r.name()))?;
-        dict.set_item("message", event.message.as_deref())?;
-        Ok(dict)
+    fn legs(&self, legs: &[LegDecision]) -> Vec<LegInfo> {
+        legs.iter().map(|leg| self.leg(leg)).collect()
     }
 
-    fn explanation<'py>(&self, py: Python<'py>, explanation: &Explanation) -> PyResult<Bound<'py, PyDict>> {
+    fn event(&self, event: &Event) -> RoutingEventInfo {
         let table = &self.inner;
-        let decision = &explanation.decision;
-        let dict = self.leg(py, decision)?;
+        routing_event(event, |m| Some(table.label(m)))
+    }
+
+    fn explanation(&self, explanation: &Explanation) -> ExplanationInfo {
+        let table = &self.inner;
+        let Explanation { service: _, decision, bound_reason, subscribed, references, moved } = explanation;
+        let LegInfo { service, source_group, member, peer_index, priority_group, composite, rule_index, reason, since } =
+            self.leg(decision);
         let group: GroupId = decision.group;
         let rule = decision.rule.map(|index| table.rule(group, index));
-        dict.set_item("affinity_key", rule.map(|r| r.0))?;
-        dict.set_item("pattern", rule.map(|r| r.1))?;
-        dict.set_item("policy", table.group_policy(group))?;
-        dict.set_item("selection", table.group_selection(group).name())?;
-        dict.set_item("bound_reason", explanation.bound_reason.map(Reason::name))?;
-        dict.set_item("subscribed", explanation.subscribed)?;
-        dict.set_item("references", explanation.references)?;
-        dict.set_item("moved_from", explanation.moved.and_then(|m| m.from).map(|m| table.label(m)))?;
-        dict.set_item("move_reason", explanation.moved.map(|m| m.why.name()))?;
-        Ok(dict)
+        ExplanationInfo {
+            service,
+            source_group,
+            member,
+            peer_index,
+            priority_group,
+            composite,
+            rule_index,
+            reason,
+            since,
+            affinity_key: rule.map(|r| r.0.to_owned()),
+            pattern: rule.map(|r| r.1.to_owned()),
+            policy: table.group_policy(group).to_owned(),
+            selection: table.group_selection(group).name(),
+            bound_reason: bound_reason.map(Reason::name),
+            subscribed: *subscribed,
+            references: *references,
+            moved_from: moved.and_then(|m| m.from).map(|m| table.label(m).to_owned()),
+            move_reason: moved.map(|m| m.why.name()),
+        }
+    }
+}
+
+record! {
+    /// One source group's answer for a subject (`RoutingTable.subscribe` / `route` /
+    /// `report_nodata`).
+    #[derive(Clone)]
+    pub(super) struct LegInfo {
+        /// The data service whose include-pattern matched.
+        service: String,
+        /// The source group.
+        source_group: String,
+        /// The member serving, `None` when no member is up.
+        member: Option<String>,
+        /// The member's peer index.
+        peer_index: Option<u32>,
+        /// Zero-based priority group of the member.
+        priority_group: Option<usize>,
+        /// The composite (`key:value`), when an affinity rule matched.
+        composite: Option<String>,
+        /// Zero-based index of the matching affinity rule.
+        rule_index: Option<usize>,
+        /// Why this member (`sticky`, `hashed`, `failover`, ...).
+        reason: &'static str,
+        /// Sequence number of the event that bound it.
+        since: Option<u64>,
+    }
+}
+
+record! {
+    /// `RoutingTable.explain`: the primary leg (the fields of `LegInfo`) and why.
+    pub(super) struct ExplanationInfo {
+        /// The data service whose include-pattern matched.
+        service: String,
+        /// The source group.
+        source_group: String,
+        /// The member serving, `None` when no member is up.
+        member: Option<String>,
+        /// The member's peer index.
+        peer_index: Option<u32>,
+        /// Zero-based priority group of the member.
+        priority_group: Option<usize>,
+        /// The composite (`key:value`), when an affinity rule matched.
+        composite: Option<String>,
+        /// Zero-based index of the matching affinity rule.
+        rule_index: Option<usize>,
+        /// Why this member.
+        reason: &'static str,
+        /// Sequence number of the event that bound it.
+        since: Option<u64>,
+        /// The matching rule's affinity key.
+        affinity_key: Option<String>,
+        /// The matching rule's pattern.
+        pattern: Option<String>,
+        /// The source group's fallback policy.
+        policy: String,
+        /// The source group's hash selection.
+        selection: &'static str,
+        /// How the member was first chosen, when it is remembered.
+        bound_reason: Option<&'static str>,
+        /// Whether the subject itself is subscribed.
+        subscribed: bool,
+        /// Subscriptions holding the composite (or the subject).
+        references: u32,
+        /// The member it last moved from, when known.
+        moved_from: Option<String>,
+        /// Why it last moved.
+        move_reason: Option<&'static str>,
+    }
+}
+
+record! {
+    /// One thing the routing tables did (`RoutingTable.drain_events`, and the routing entries
+    /// of `SubjectRouterCore.drain_log`).
+    pub(super) struct RoutingEventInfo {
+        /// Strictly increasing per table, starting at 1.
+        sequence: u64,
+        /// `bound`, `moved`, `forgotten`, `no-member-available`, `member-up`, ...
+        kind: &'static str,
+        /// The subject concerned, if any.
+        subject: Option<String>,
+        /// The composite concerned, if any.
+        composite: Option<String>,
+        /// The member now serving (or the member the event is about).
+        member: Option<String>,
+        /// Its peer index.
+        peer_index: Option<u32>,
+        /// For `moved`: the member it moved from.
+        previous: Option<String>,
+        /// Its peer index.
+        previous_peer_index: Option<u32>,
+        /// How `member` was chosen, or the NODATA outcome.
+        reason: Option<&'static str>,
+        /// For `moved`: why.
+        move_reason: Option<&'static str>,
+        /// For `policy-error` and `nodata`: a human-readable detail.
+        message: Option<String>,
+    }
+}
+
+/// A routing event as its record; `label` names a member (`None` when it is unknown).
+pub(super) fn routing_event<'a>(event: &Event, label: impl Fn(MemberId) -> Option<&'a str>) -> RoutingEventInfo {
+    let Event { sequence, kind, subject, composite, member, previous, reason, move_reason, message } = event;
+    RoutingEventInfo {
+        sequence: *sequence,
+        kind: kind.name(),
+        subject: subject.as_deref().map(str::to_owned),
+        composite: composite.as_deref().map(str::to_owned),
+        member: member.and_then(&label).map(str::to_owned),
+        peer_index: member.map(|m| m.peer_index()),
+        previous: previous.and_then(&label).map(str::to_owned),
+        previous_peer_index: previous.map(|m| m.peer_index()),
+        reason: reason.map(Reason::name),
+        move_reason: move_reason.map(|r| r.name()),
+        message: message.clone(),
     }
 }
 
@@ -305,16 +420,16 @@ impl PyRoutingTable {
         self.inner.set_member_up(label, up).map(|_| ()).map_err(|e| to_py_error(py, e))
     }
 
-    fn subscribe<'py>(&mut self, py: Python<'py>, subject: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn subscribe(&mut self, py: Python<'_>, subject: &Bound<'_, PyAny>) -> PyResult<Vec<LegInfo>> {
         let subject = str_argument("subject", subject)?;
         let (_, legs) = self.inner.subscribe(subject).map_err(|e| to_py_error(py, e))?;
-        self.legs(py, &legs)
+        Ok(self.legs(&legs))
     }
 
-    fn route<'py>(&mut self, py: Python<'py>, subject: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn route(&mut self, py: Python<'_>, subject: &Bound<'_, PyAny>) -> PyResult<Vec<LegInfo>> {
         let subject = str_argument("subject", subject)?;
         let (_, legs) = self.inner.route(subject).map_err(|e| to_py_error(py, e))?;
-        self.legs(py, &legs)
+        Ok(self.legs(&legs))
     }
 
     /// Member label (or None) of the primary source group for each subject: batch route.
@@ -355,60 +470,54 @@ impl PyRoutingTable {
         self.inner.unsubscribe(subject).map_err(|e| to_py_error(py, e))
     }
 
-    fn report_nodata<'py>(
+    fn report_nodata(
         &mut self,
-        py: Python<'py>,
+        py: Python<'_>,
         subject: &Bound<'_, PyAny>,
         status: &Bound<'_, PyAny>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<LegInfo> {
         let subject = str_argument("subject", subject)?;
         let status = str_argument("status", status)?;
         let status = NoDataStatus::parse(status).ok_or_else(|| {
             invalid_argument(format!("unknown NODATA status {status:?} (unavailable, notfound, other)"))
         })?;
         let leg = self.inner.report_nodata(subject, status).map_err(|e| to_py_error(py, e))?;
-        self.leg(py, &leg)
+        Ok(self.leg(&leg))
     }
 
-    fn explain<'py>(&mut self, py: Python<'py>, subject: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    fn explain(&mut self, py: Python<'_>, subject: &Bound<'_, PyAny>) -> PyResult<ExplanationInfo> {
         let subject = str_argument("subject", subject)?;
         let explanation = self.inner.explain(subject).map_err(|e| to_py_error(py, e))?;
-        self.explanation(py, &explanation)
+        Ok(self.explanation(&explanation))
     }
 
     fn reset(&mut self) {
         self.inner.reset();
     }
 
-    fn drain_events<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    fn drain_events(&mut self) -> Vec<RoutingEventInfo> {
         let events = self.inner.drain_events();
-        let list = PyList::empty(py);
-        for event in &events {
-            list.append(self.event(py, event)?)?;
-        }
-        Ok(list)
+        events.iter().map(|event| self.event(event)).collect()
     }
 
     /// Drains the event queue like `drain_events`, converting only the events an observer can
     /// still see: every event whose kind is named in `kinds`, and the last `keep` events (in
     /// queue order). The others are dropped unconverted.
-    fn drain_events_tail<'py>(
+    fn drain_events_tail(
         &mut self,
-        py: Python<'py>,
         keep: &Bound<'_, PyAny>,
         kinds: &Bound<'_, PyAny>,
-    ) -> PyResult<Bound<'py, PyList>> {
+    ) -> PyResult<Vec<RoutingEventInfo>> {
         let keep = usize_argument("keep", keep)?;
         let kinds = strings_argument("kinds", kinds)?;
         let events = self.inner.drain_events();
         let tail = events.len().saturating_sub(keep);
-        let list = PyList::empty(py);
-        for (index, event) in events.iter().enumerate() {
-            if index >= tail || kinds.iter().any(|kind| kind == event.kind.name()) {
-                list.append(self.event(py, event)?)?;
-            }
-        }
-        Ok(list)
+        Ok(events
+            .iter()
+            .enumerate()
+            .filter(|(index, event)| *index >= tail || kinds.iter().any(|kind| kind == event.kind.name()))
+            .map(|(_, event)| self.event(event))
+            .collect())
     }
 
     fn affinity(&self, composite: &Bound<'_, PyAny>) -> PyResult<Option<String>> {

@@ -1,5 +1,5 @@
 //! Bindings for the subject router: `SubjectRouterCore`, `SubjectSubscriberCore`,
-//! `SubjectSourceCore`, `RouterStatusInfo` and the record flags.
+//! `SubjectSourceCore`, their records (declared with `records::record!`) and the record flags.
 //!
 //! Conversion, GIL release and error mapping only: every decision is made in
 //! `crate::subjects`. The Python wrappers are `affinity.subjects` and `affinity.cli.router`.
@@ -8,32 +8,39 @@ use super::settings::{GROUP_HEARTBEAT_INTERVAL_MS, GROUP_LIVENESS_TIMEOUT_MS};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::PyBytes;
 
 use super::args::{
     expected, instance_argument, named, optional_str, sequence_argument, str_argument, string_argument, usize_argument,
 };
 use super::errors::{config_error, invalid_argument, subjects_error};
-use super::routing::PyRoutingTable;
+use super::records::record;
+use super::routing::{routing_event, PyRoutingTable};
 use super::transport::Client;
-use crate::control::GroupSecret;
+use crate::control::{AuthCounters, GroupSecret};
 use crate::groups::Timing;
-use crate::routing::{NoDataStatus, Reason};
+use crate::routing::NoDataStatus;
 use crate::subjects::backlog::{DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET};
 use crate::subjects::codec::{
     FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE,
 };
 use crate::subjects::faucet::connection_name;
 use crate::subjects::runtime::{
-    PeerOptions, RouterOptions, RouterRuntime, SubjectPeer, SubjectSource, SubjectSubscriber,
+    Delivery, PeerCounters, PeerOptions, RouterOptions, RouterRuntime, RouterRuntimeCounters, RouterStatus,
+    SubjectPeer, SubjectSource, SubjectSubscriber,
 };
-use crate::subjects::{Announcements, Faucet, FaucetConfig, LogEntry, RecordKind};
+use crate::subjects::{Announcements, Faucet, FaucetConfig, FaucetEvent, LogEntry, RecordKind, RouterCounters};
 
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<SubjectRouterCore>()?;
     module.add_class::<SubjectSubscriberCore>()?;
     module.add_class::<SubjectSourceCore>()?;
     module.add_class::<RouterStatusInfo>()?;
+    module.add_class::<FaucetLogInfo>()?;
+    module.add_class::<SubscriberEvictedInfo>()?;
+    module.add_class::<SourceStateInfo>()?;
+    module.add_class::<SubjectDelivery>()?;
+    module.add_class::<SubjectPeerCounters>()?;
     module.add("SUBJECT_FLAG_IMAGE", FLAG_IMAGE)?;
     module.add("SUBJECT_FLAG_UPDATE", FLAG_UPDATE)?;
     module.add("SUBJECT_FLAG_NODATA_UNAVAILABLE", FLAG_NODATA_UNAVAILABLE)?;
@@ -67,35 +74,143 @@ pub struct SubjectRouterCore {
     inner: RouterRuntime,
 }
 
-/// A router's counters and members.
-#[pyclass(module = "affinity._affinity", frozen, get_all)]
-pub struct RouterStatusInfo {
-    malformed: u64,
-    refused: u64,
-    stale_data: u64,
-    unknown_unsubscribes: u64,
-    no_service: u64,
-    foreign: u64,
-    log_dropped: u64,
-    relayed: u64,
-    routed: u64,
-    refused_subscribes: u64,
-    duplicate_subscribes: u64,
-    evicted_subscribers: u64,
-    control_malformed: u64,
-    unroutable: u64,
-    dropped_records: u64,
-    messages_sent: u64,
-    backlog_bytes: usize,
-    auth_unauthenticated: u64,
-    auth_unverifiable: u64,
-    auth_bad_tag: u64,
-    auth_replayed: u64,
-    authenticated: bool,
-    subjects: usize,
-    subscribers: usize,
-    affinities: usize,
-    members: Vec<(String, bool)>,
+record! {
+    /// A router's counters (hostile input is counted and ignored) and its members
+    /// (`SubjectRouterCore.status`).
+    pub struct RouterStatusInfo {
+        /// Transport messages holding a malformed record.
+        malformed: u64,
+        /// Well-formed records of a kind the router never accepts, or from the wrong party.
+        refused: u64,
+        /// DATA for a subject nobody subscribes to, or from a source that does not serve it.
+        stale_data: u64,
+        /// UNSUBSCRIBEs for a subscription the subscriber does not hold.
+        unknown_unsubscribes: u64,
+        /// SUBSCRIBEs for subjects no data service covers (answered NODATA notfound).
+        no_service: u64,
+        /// Heartbeats from another namespace.
+        foreign: u64,
+        /// Log entries dropped because nobody drained them.
+        log_dropped: u64,
+        /// Updates relayed (one per subscriber delivery).
+        relayed: u64,
+        /// New subjects routed.
+        routed: u64,
+        /// SUBSCRIBEs refused by a bound (each reported to its subscriber).
+        refused_subscribes: u64,
+        /// SUBSCRIBEs for a subject the subscriber already holds (ignored).
+        duplicate_subscribes: u64,
+        /// Subscribers dropped because the backlogs were over their budget.
+        evicted_subscribers: u64,
+        /// Control-stream messages that did not decode (or were not heartbeats).
+        control_malformed: u64,
+        /// Records for a destination whose endpoint is unknown or whose publication failed.
+        unroutable: u64,
+        /// Records dropped by the backlogs (backlog or budget full, destination gone, refused).
+        dropped_records: u64,
+        /// Transport messages sent.
+        messages_sent: u64,
+        /// Bytes all backlogs hold now (at most the budget).
+        backlog_bytes: usize,
+        /// Version-1 messages while a secret is configured.
+        auth_unauthenticated: u64,
+        /// Version-2 messages while no secret is configured.
+        auth_unverifiable: u64,
+        /// Bad tags and truncated trailers.
+        auth_bad_tag: u64,
+        /// Replays.
+        auth_replayed: u64,
+        /// Whether the router holds a secret.
+        authenticated: bool,
+        /// Subscribed subjects.
+        subjects: usize,
+        /// Registered subscribers.
+        subscribers: usize,
+        /// Remembered affinities.
+        affinities: usize,
+        /// Per table member: (label, up).
+        members: Vec<(String, bool)>,
+    }
+}
+
+record! {
+    /// A `SubjectRouterCore.drain_log` entry: a faucet announcement (also published on the
+    /// control topic as `json`).
+    pub struct FaucetLogInfo {
+        /// `AMPS_AFFINITY_ACTION` (`enlist`, `assign`, `unassign`, `no_handlers`).
+        action: &'static str,
+        /// `AMPS_TOPIC`.
+        topic: String,
+        /// The publisher's client name (`None` for `no_handlers`).
+        client_name: Option<String>,
+        /// The publisher's connection name.
+        connection_name: Option<String>,
+        /// The subscriber's client name (announcements `all` only).
+        subscriber_client_name: Option<String>,
+        /// The subscriber's connection name.
+        subscriber_connection_name: Option<String>,
+        /// The announcement as published.
+        json: String,
+    }
+}
+
+record! {
+    /// A `SubjectRouterCore.drain_log` entry: a subscriber dropped because the router's
+    /// backlogs reached their budget and its backlog was the largest.
+    pub struct SubscriberEvictedInfo {
+        /// The subscriber's name.
+        name: String,
+        /// Its connection name.
+        connection_name: String,
+        /// The bytes its backlog held.
+        backlog_bytes: usize,
+    }
+}
+
+record! {
+    /// A `SubjectRouterCore.drain_log` entry: a source joined (`up`) or was lost or left.
+    pub struct SourceStateInfo {
+        /// The source's label.
+        label: String,
+        /// Its connection name.
+        connection_name: String,
+        /// Whether it joined.
+        up: bool,
+    }
+}
+
+record! {
+    /// A record a subscriber or source received (`poll`).
+    pub struct SubjectDelivery {
+        /// `SUBJECT_KIND_DATA`, `SUBJECT_KIND_REQUEST` or `SUBJECT_KIND_DISCARD`.
+        kind: u8,
+        /// DATA flags (`SUBJECT_FLAG_*`).
+        flags: u16,
+        /// The subject.
+        subject: String,
+        /// The payload.
+        payload: Py<PyBytes>,
+    }
+}
+
+record! {
+    /// A subscriber's or source's counters (`counters()`).
+    pub struct SubjectPeerCounters {
+        /// Inbox messages holding a malformed record.
+        malformed: u64,
+        /// Records received.
+        received: u64,
+        /// Records dropped because the router's publication never accepted them.
+        dropped_records: u64,
+        /// Version-1 messages while a secret is configured.
+        auth_unauthenticated: u64,
+        /// Version-2 messages while no secret is configured.
+        auth_unverifiable: u64,
+        /// Bad tags and truncated trailers.
+        auth_bad_tag: u64,
+        /// Replays.
+        auth_replayed: u64,
+    }
 }
 
 #[pymethods]
@@ -147,89 +262,107 @@ impl SubjectRouterCore {
         self.inner.id()
     }
 
-    /// Takes the log entries made since the last call, as dicts (`kind` first).
-    fn drain_log<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    /// Takes the log entries made since the last call, as records: `RoutingEventInfo`,
+    /// `FaucetLogInfo`, `SubscriberEvictedInfo` or `SourceStateInfo`.
+    fn drain_log(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {
         let labels = self.inner.labels();
         let label = |m: crate::routing::MemberId| labels.get(m.index()).map(String::as_str);
-        let list = PyList::empty(py);
+        let mut entries = Vec::new();
         for entry in self.inner.drain_log() {
-            let dict = PyDict::new(py);
-            match &entry {
-                LogEntry::Routing(event) => {
-                    dict.set_item("sequence", event.sequence)?;
-                    dict.set_item("kind", event.kind.name())?;
-                    dict.set_item("subject", event.subject.as_deref())?;
-                    dict.set_item("composite", event.composite.as_deref())?;
-                    dict.set_item("member", event.member.and_then(label))?;
-                    dict.set_item("peer_index", event.member.map(|m| m.peer_index()))?;
-                    dict.set_item("previous", event.previous.and_then(label))?;
-                    dict.set_item("previous_peer_index", event.previous.map(|m| m.peer_index()))?;
-                    dict.set_item("reason", event.reason.map(Reason::name))?;
-                    dict.set_item("move_reason", event.move_reason.map(|r| r.name()))?;
-                    dict.set_item("message", event.message.as_deref())?;
-                }
+            let entry = match entry {
+                LogEntry::Routing(event) => Bound::new(py, routing_event(&event, label))?.into_any(),
                 LogEntry::Faucet(event) => {
-                    dict.set_item("kind", "faucet")?;
-                    dict.set_item("action", event.action.name())?;
-                    dict.set_item("topic", &*event.topic)?;
-                    dict.set_item("client_name", event.publisher.as_ref().map(|p| &*p.name))?;
-                    dict.set_item("connection_name", event.publisher.as_ref().map(|p| connection_name(p.id)))?;
-                    dict.set_item("subscriber_client_name", event.subscriber.as_ref().map(|p| &*p.name))?;
-                    dict.set_item(
-                        "subscriber_connection_name",
-                        event.subscriber.as_ref().map(|p| connection_name(p.id)),
-                    )?;
-                    dict.set_item("json", event.to_json())?;
+                    let json = event.to_json();
+                    let FaucetEvent { action, topic, publisher, subscriber } = event;
+                    let record = FaucetLogInfo {
+                        action: action.name(),
+                        topic: topic.to_string(),
+                        client_name: publisher.as_ref().map(|p| p.name.to_string()),
+                        connection_name: publisher.as_ref().map(|p| connection_name(p.id)),
+                        subscriber_client_name: subscriber.as_ref().map(|p| p.name.to_string()),
+                        subscriber_connection_name: subscriber.as_ref().map(|p| connection_name(p.id)),
+                        json,
+                    };
+                    Bound::new(py, record)?.into_any()
                 }
-                LogEntry::SubscriberEvicted(name, id, bytes) => {
-                    dict.set_item("kind", "subscriber-evicted")?;
-                    dict.set_item("name", &**name)?;
-                    dict.set_item("connection_name", connection_name(*id))?;
-                    dict.set_item("backlog_bytes", *bytes)?;
+                LogEntry::SubscriberEvicted(name, id, backlog_bytes) => {
+                    let record = SubscriberEvictedInfo {
+                        name: name.to_string(),
+                        connection_name: connection_name(id),
+                        backlog_bytes,
+                    };
+                    Bound::new(py, record)?.into_any()
                 }
-                LogEntry::SourceUp(name, id) | LogEntry::SourceDown(name, id) => {
-                    let up = matches!(entry, LogEntry::SourceUp(..));
-                    dict.set_item("kind", if up { "source-up" } else { "source-down" })?;
-                    dict.set_item("label", &**name)?;
-                    dict.set_item("connection_name", connection_name(*id))?;
+                LogEntry::SourceUp(label, id) => {
+                    let record =
+                        SourceStateInfo { label: label.to_string(), connection_name: connection_name(id), up: true };
+                    Bound::new(py, record)?.into_any()
                 }
-            }
-            list.append(dict)?;
+                LogEntry::SourceDown(label, id) => {
+                    let record =
+                        SourceStateInfo { label: label.to_string(), connection_name: connection_name(id), up: false };
+                    Bound::new(py, record)?.into_any()
+                }
+            };
+            entries.push(entry.unbind());
         }
-        Ok(list)
+        Ok(entries)
     }
 
     /// The latest counters and member states.
     fn status(&self) -> RouterStatusInfo {
-        let status = self.inner.status();
-        let (c, r) = (status.counters, status.runtime);
+        let RouterStatus { counters, runtime, subjects, subscribers, affinities, members, authenticated } =
+            self.inner.status();
+        let RouterCounters {
+            malformed,
+            refused,
+            stale_data,
+            unknown_unsubscribes,
+            no_service,
+            foreign,
+            log_dropped,
+            relayed,
+            routed,
+            refused_subscribes,
+            duplicate_subscribes,
+            evicted_subscribers,
+        } = counters;
+        let RouterRuntimeCounters {
+            control_malformed,
+            unroutable,
+            dropped_records,
+            messages_sent,
+            backlog_bytes,
+            auth,
+        } = runtime;
+        let AuthCounters { unauthenticated, unverifiable, bad_tag, replayed } = auth;
         RouterStatusInfo {
-            malformed: c.malformed,
-            refused: c.refused,
-            stale_data: c.stale_data,
-            unknown_unsubscribes: c.unknown_unsubscribes,
-            no_service: c.no_service,
-            foreign: c.foreign,
-            log_dropped: c.log_dropped,
-            relayed: c.relayed,
-            routed: c.routed,
-            refused_subscribes: c.refused_subscribes,
-            duplicate_subscribes: c.duplicate_subscribes,
-            evicted_subscribers: c.evicted_subscribers,
-            control_malformed: r.control_malformed,
-            unroutable: r.unroutable,
-            dropped_records: r.dropped_records,
-            messages_sent: r.messages_sent,
-            backlog_bytes: r.backlog_bytes,
-            auth_unauthenticated: r.auth.unauthenticated,
-            auth_unverifiable: r.auth.unverifiable,
-            auth_bad_tag: r.auth.bad_tag,
-            auth_replayed: r.auth.replayed,
-            authenticated: status.authenticated,
-            subjects: status.subjects,
-            subscribers: status.subscribers,
-            affinities: status.affinities,
-            members: status.members,
+            malformed,
+            refused,
+            stale_data,
+            unknown_unsubscribes,
+            no_service,
+            foreign,
+            log_dropped,
+            relayed,
+            routed,
+            refused_subscribes,
+            duplicate_subscribes,
+            evicted_subscribers,
+            control_malformed,
+            unroutable,
+            dropped_records,
+            messages_sent,
+            backlog_bytes,
+            auth_unauthenticated: unauthenticated,
+            auth_unverifiable: unverifiable,
+            auth_bad_tag: bad_tag,
+            auth_replayed: replayed,
+            authenticated,
+            subjects,
+            subscribers,
+            affinities,
+            members,
         }
     }
 
@@ -273,28 +406,32 @@ fn peer_options(
     Ok(PeerOptions { router, name, host, timing: timing(heartbeat_interval_ms, liveness_timeout_ms)?, secret })
 }
 
-/// A peer's counters as a dict: `malformed`, `received`, `dropped_records` and the
-/// refusals `auth_unauthenticated`, `auth_unverifiable`, `auth_bad_tag`, `auth_replayed`.
-fn peer_counters<'py>(py: Python<'py>, peer: &SubjectPeer) -> PyResult<Bound<'py, PyDict>> {
-    let c = peer.counters();
-    let dict = PyDict::new(py);
-    dict.set_item("malformed", c.malformed)?;
-    dict.set_item("received", c.received)?;
-    dict.set_item("dropped_records", c.dropped_records)?;
-    dict.set_item("auth_unauthenticated", c.auth.unauthenticated)?;
-    dict.set_item("auth_unverifiable", c.auth.unverifiable)?;
-    dict.set_item("auth_bad_tag", c.auth.bad_tag)?;
-    dict.set_item("auth_replayed", c.auth.replayed)?;
-    Ok(dict)
+/// A peer's counters.
+fn peer_counters(peer: &SubjectPeer) -> SubjectPeerCounters {
+    let PeerCounters { malformed, received, dropped_records, auth } = peer.counters();
+    let AuthCounters { unauthenticated, unverifiable, bad_tag, replayed } = auth;
+    SubjectPeerCounters {
+        malformed,
+        received,
+        dropped_records,
+        auth_unauthenticated: unauthenticated,
+        auth_unverifiable: unverifiable,
+        auth_bad_tag: bad_tag,
+        auth_replayed: replayed,
+    }
 }
 
-fn poll<'py>(py: Python<'py>, peer: &SubjectPeer, limit: usize) -> PyResult<Bound<'py, PyList>> {
+fn poll(py: Python<'_>, peer: &SubjectPeer, limit: usize) -> PyResult<Vec<SubjectDelivery>> {
     let deliveries = py.detach(|| peer.poll(limit)).map_err(subjects_error)?;
-    let list = PyList::empty(py);
-    for d in deliveries {
-        list.append((d.kind as u8, d.flags, d.subject, PyBytes::new(py, &d.payload)))?;
-    }
-    Ok(list)
+    Ok(deliveries
+        .into_iter()
+        .map(|Delivery { kind, flags, subject, payload }| SubjectDelivery {
+            kind: kind as u8,
+            flags,
+            subject,
+            payload: PyBytes::new(py, &payload).unbind(),
+        })
+        .collect())
 }
 
 /// A subscriber (wrapped by `affinity.subjects.Subscriber`).
@@ -343,14 +480,14 @@ impl SubjectSubscriberCore {
         self.inner.unsubscribe(str_argument("subject", subject)?).map_err(subjects_error)
     }
 
-    /// `[(kind, flags, subject, payload)]` received.
-    fn poll<'py>(&self, py: Python<'py>, limit: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    /// The records received.
+    fn poll(&self, py: Python<'_>, limit: &Bound<'_, PyAny>) -> PyResult<Vec<SubjectDelivery>> {
         poll(py, self.inner.peer(), usize_argument("limit", limit)?)
     }
 
-    /// The counters (`peer_counters`).
-    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        peer_counters(py, self.inner.peer())
+    /// The counters.
+    fn counters(&self) -> SubjectPeerCounters {
+        peer_counters(self.inner.peer())
     }
 
     /// Whether it holds a router secret.
@@ -444,14 +581,14 @@ impl SubjectSourceCore {
         self.inner.nodata(subject, status).map_err(subjects_error)
     }
 
-    /// `[(kind, flags, subject, payload)]` received (REQUEST 3, DISCARD 4, DATA 5).
-    fn poll<'py>(&self, py: Python<'py>, limit: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    /// The records received (REQUEST 3, DISCARD 4, DATA 5).
+    fn poll(&self, py: Python<'_>, limit: &Bound<'_, PyAny>) -> PyResult<Vec<SubjectDelivery>> {
         poll(py, self.inner.peer(), usize_argument("limit", limit)?)
     }
 
-    /// The counters (`peer_counters`).
-    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        peer_counters(py, self.inner.peer())
+    /// The counters.
+    fn counters(&self) -> SubjectPeerCounters {
+        peer_counters(self.inner.peer())
     }
 
     /// Whether it holds a router secret.

@@ -3,7 +3,6 @@
 //! Conversion and GIL release only: every decision is made in `crate::client`.
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyResourceWarning;
@@ -16,9 +15,10 @@ use super::args::{
 };
 use super::buffers::{arrow_binary, is_arrow, with_bytes};
 use super::errors::{self, invalid_argument, transport_error, wrong_type};
+use super::records::{DriverCounters, DriverEventInfo, ImageInfo, PublicationCounters, RelayStats};
 use crate::client::{
     check_channel as check_channel_uri, ClientApi, ClientHandle, MessageBatch, MessageHeader, PublicationHandle,
-    SubscriptionHandle, Unsent,
+    SubscriptionHandle,
 };
 use crate::driver::context::{setting_kind, setting_names, SettingKind};
 use crate::embedded::{self, EmbeddedConfig};
@@ -26,6 +26,7 @@ use crate::error::Error;
 use crate::media::relay::{Impairment, LossyRelay as RustRelay};
 use crate::protocol::OfferError;
 use crate::shm::directory;
+use crate::shm::log_buffer::Unsent;
 
 /// Offer outcome: no receiver connected.
 pub const NOT_CONNECTED: i64 = -1;
@@ -257,31 +258,26 @@ impl Client {
     /// Driver events since the last call (receivers joining or leaving a flow-control group,
     /// connection changes, error frames), oldest first. Each is also logged on the Python
     /// logger `affinity.driver` (INFO, WARNING for error frames).
-    fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+    fn events(&self, py: Python<'_>) -> PyResult<Vec<DriverEventInfo>> {
         let client = self.inner.client();
         let events = py.detach(|| client.drain_events()).map_err(transport_error)?;
         let logger = py.import("logging")?.call_method1("getLogger", ("affinity.driver",))?;
-        let list = PyList::empty(py);
+        let mut records = Vec::with_capacity(events.len());
         for event in events {
             let level = if event.level == "WARN" { 30 } else { 20 };
             let line = event.message.split_once(' ').map(|(_, rest)| rest).unwrap_or(&event.message);
             logger.call_method1("log", (level, line))?;
-            list.append(json_record(py, &event)?)?;
+            records.push(DriverEventInfo::from(event));
         }
-        Ok(list)
+        Ok(records)
     }
 
     /// Driver-wide counters: malformed datagrams dropped (and only those), duplicate, overrun
     /// and inactive-image datagrams, refused SETUPs and images, images that ended with data
     /// missing, send errors, events lost.
-    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn counters(&self, py: Python<'_>) -> PyResult<DriverCounters> {
         let client = self.inner.client();
-        let values = py.detach(|| client.system_counters()).map_err(transport_error)?;
-        let dict = PyDict::new(py);
-        for (key, value) in values {
-            dict.set_item(key, value)?;
-        }
-        Ok(dict)
+        py.detach(|| client.system_counters()).map(DriverCounters::from).map_err(transport_error)
     }
 
     /// One driver duty cycle (invoker threading) unless another thread is running one;
@@ -356,14 +352,6 @@ fn warn_data_loss(py: Python<'_>, unsent: Unsent) -> PyResult<()> {
     );
     let message = std::ffi::CString::new(message).map_err(|e| invalid_argument(e.to_string()))?;
     PyErr::warn(py, &py.get_type::<errors::DataLossWarning>(), &message, 1)
-}
-
-/// A driver record (`shm::status`) as the Python value of its `TypedDict` (`records.py` has
-/// the same keys): through JSON, the form the driver sends it in.
-fn json_record<'py, T: serde::Serialize>(py: Python<'py>, record: &T) -> PyResult<Bound<'py, PyAny>> {
-    let text = serde_json::to_string(record)
-        .map_err(|e| transport_error(Error::Driver(format!("driver record not encodable: {e}"))))?;
-    py.import("json")?.call_method1("loads", (text,))
 }
 
 /// Sends messages on one channel and stream.
@@ -469,9 +457,8 @@ impl Publication {
     }
 
     /// Counters: positions, limit, strategy, receivers, connected flag, traffic counts.
-    fn counters<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let status = py.detach(|| self.inner.status()).map_err(transport_error)?;
-        json_record(py, &status)
+    fn counters(&self, py: Python<'_>) -> PyResult<PublicationCounters> {
+        py.detach(|| self.inner.status()).map(PublicationCounters::from).map_err(transport_error)
     }
 
     /// Closes the publication; appended data is still delivered.
@@ -683,10 +670,10 @@ impl Subscription {
         self.inner.stream_id()
     }
 
-    /// One dict per image: positions, loss and NAK counters.
-    fn images<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    /// One record per image: positions, loss and NAK counters.
+    fn images(&self, py: Python<'_>) -> PyResult<Vec<ImageInfo>> {
         let images = py.detach(|| self.inner.images()).map_err(transport_error)?;
-        json_record(py, &images)
+        Ok(images.into_iter().map(ImageInfo::from).collect())
     }
 
     /// Stops receiving.
@@ -758,15 +745,8 @@ impl LossyRelay {
     }
 
     /// Datagram counts: received, dropped, duplicated, reordered.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let relay = self.relay()?;
-        let stats = relay.stats();
-        let dict = PyDict::new(py);
-        dict.set_item("received", stats.received.load(Ordering::Relaxed))?;
-        dict.set_item("dropped", stats.dropped.load(Ordering::Relaxed))?;
-        dict.set_item("duplicated", stats.duplicated.load(Ordering::Relaxed))?;
-        dict.set_item("reordered", stats.reordered.load(Ordering::Relaxed))?;
-        Ok(dict)
+    fn stats(&self) -> PyResult<RelayStats> {
+        Ok(RelayStats::from(self.relay()?.stats()))
     }
 
     /// Stops the relay.
@@ -790,8 +770,20 @@ fn check_channel(channel: &Bound<'_, PyAny>) -> PyResult<()> {
     check_channel_uri(str_argument("channel", channel)?).map_err(transport_error)
 }
 
+/// A UDP port no socket of this host used when probed and that this process has not handed out
+/// before (`crate::media::ports`, the allocator the Rust tests use too); `AffinityOSError`
+/// (`EADDRINUSE`) once the range is used up.
+#[pyfunction]
+fn free_udp_port() -> PyResult<u16> {
+    crate::media::ports::free_udp_port().map_err(|exhausted| {
+        let source = std::io::Error::from_raw_os_error(libc::EADDRINUSE);
+        transport_error(Error::Os { context: exhausted.to_string(), source })
+    })
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(check_channel, module)?)?;
+    module.add_function(wrap_pyfunction!(free_udp_port, module)?)?;
     module.add_class::<Client>()?;
     module.add_class::<Publication>()?;
     module.add_class::<Subscription>()?;

@@ -16,11 +16,15 @@
 //! `[.x.]`, `[=x=]`), optionally followed by one of `*`, `+`, `?`; at most one unquantified,
 //! non-empty, non-nested group; no `|`, no intervals, no back-references. Which bytes `.` and
 //! each bracket expression accept is asked of glibc itself when the pattern is compiled (so
-//! locale-dependent ranges agree). Any other pattern, and any subject containing a NUL or a
+//! locale-dependent ranges agree: the caller passes that question in as an [`AtomBytes`], so this
+//! module does not depend on `posix_regex`, which depends on it). Any other pattern, and any subject containing a NUL or a
 //! non-ASCII byte or longer than [`MAX_SUBJECT`] bytes, goes to glibc. A differential property
 //! test against glibc pins the equivalence.
 
-use super::posix_regex::PosixRegex;
+/// The ASCII bytes a single-atom ERE (`.` or a bracket expression such as `[^/]`) matches, as
+/// the bits `1 << byte` (bytes 1 to 127), or `None` when it cannot tell: the regex engine the
+/// automaton must agree with answers it (glibc, `posix_regex::ascii_bytes_of_atom`).
+pub(super) type AtomBytes<'a> = &'a dyn Fn(&str) -> Option<u128>;
 
 /// Longest subject handled here.
 pub(super) const MAX_SUBJECT: usize = 256;
@@ -43,19 +47,9 @@ impl ByteSet {
         ByteSet(1u128 << byte)
     }
 
-    /// The ASCII bytes a single-atom ERE such as `[^/]` or `.` matches, according to glibc.
-    fn of_atom(atom: &str) -> Option<Self> {
-        let regex = PosixRegex::glibc_only(&format!("^{atom}$")).ok()?;
-        let mut bits = 0u128;
-        for byte in 1u8..128 {
-            let text = [byte];
-            // Every byte below 128 is a one-character UTF-8 string.
-            let text = std::str::from_utf8(&text).ok()?;
-            if regex.is_match(text) {
-                bits |= 1u128 << byte;
-            }
-        }
-        Some(ByteSet(bits))
+    /// The ASCII bytes a single-atom ERE such as `[^/]` or `.` matches, as `atom_bytes` says.
+    fn of_atom(atom: &str, atom_bytes: AtomBytes<'_>) -> Option<Self> {
+        atom_bytes(atom).map(ByteSet)
     }
 }
 
@@ -90,8 +84,9 @@ pub(super) struct SimplePattern {
 }
 
 impl SimplePattern {
-    /// The pattern, when it lies in the supported subset.
-    pub fn parse(pattern: &str) -> Option<Self> {
+    /// The pattern, when it lies in the supported subset; `atom_bytes` says which bytes each
+    /// `.` and bracket expression matches.
+    pub fn parse(pattern: &str, atom_bytes: AtomBytes<'_>) -> Option<Self> {
         let bytes = pattern.as_bytes();
         let mut index = 0;
         let anchored_start = bytes.first() == Some(&b'^');
@@ -137,11 +132,11 @@ impl SimplePattern {
                 }
                 b'.' => {
                     index += 1;
-                    ByteSet::of_atom(".")?
+                    ByteSet::of_atom(".", atom_bytes)?
                 }
                 b'[' => {
                     let end = bracket_end(bytes, index)?;
-                    let set = ByteSet::of_atom(&pattern[index..=end])?;
+                    let set = ByteSet::of_atom(&pattern[index..=end], atom_bytes)?;
                     index = end + 1;
                     set
                 }
@@ -471,15 +466,21 @@ fn bracket_end(bytes: &[u8], open: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    // The differential tests compare the automaton with glibc: only they need `posix_regex`.
+    use crate::routing::posix_regex::{ascii_bytes_of_atom, PosixRegex};
     use proptest::prelude::*;
+
+    fn parse(pattern: &str) -> Option<SimplePattern> {
+        SimplePattern::parse(pattern, &ascii_bytes_of_atom)
+    }
 
     #[test]
     fn parses_the_usual_rule_shapes() {
         for pattern in ["^/PRIVATE/([^/]+)-[0-9]+/FXTRADE", "^/PRIVATE/[^/]+/FXTRADE", "^/A/(.*)$", "x(a?b)c"] {
-            assert!(SimplePattern::parse(pattern).is_some(), "{pattern}");
+            assert!(parse(pattern).is_some(), "{pattern}");
         }
         for pattern in ["(a|b)", "(a)(b)", "((a))", "(a)*", "a{2}", "\\w", "[[:alpha:]]", "a^", "^*", "()"] {
-            assert!(SimplePattern::parse(pattern).is_none(), "{pattern}");
+            assert!(parse(pattern).is_none(), "{pattern}");
         }
     }
 
@@ -589,7 +590,7 @@ mod tests {
 
     fn assert_agrees(pattern: &str, subject: &str) -> Result<(), TestCaseError> {
         let glibc = PosixRegex::glibc_only(pattern).unwrap();
-        let simple = SimplePattern::parse(pattern).unwrap();
+        let simple = parse(pattern).unwrap();
         prop_assert_eq!(simple.group_count(), glibc.group_count());
         // The shift automaton of chains must answer as the general one does.
         let mut general = simple.clone();
@@ -606,9 +607,9 @@ mod tests {
     #[test]
     fn seed_rules_are_chains() {
         for rule in ["^/PRIVATE/([^/]+)-[0-9]+/FXTRADE", "^/PRIVATE/[^/]+/FXTRADE", "^/PRIVATE/([^/]+)/BLOTTER/TRADE"] {
-            assert!(SimplePattern::parse(rule).is_some_and(|p| p.chain_repeat.is_some()), "{rule}");
+            assert!(parse(rule).is_some_and(|p| p.chain_repeat.is_some()), "{rule}");
         }
-        assert!(SimplePattern::parse("/FILTER/([^/]*)/").is_some_and(|p| p.chain_repeat.is_none()));
+        assert!(parse("/FILTER/([^/]*)/").is_some_and(|p| p.chain_repeat.is_none()));
     }
 
     #[test]
@@ -654,7 +655,7 @@ mod tests {
             seeds in proptest::collection::vec(any::<u64>(), 1..12),
             random in proptest::collection::vec("[ab/x.0-9\\-c\\]PRIVATE]{0,40}", 0..6),
         ) {
-            prop_assert!(SimplePattern::parse(&pattern).is_some_and(|p| p.chain_repeat.is_some()), "{}", pattern);
+            prop_assert!(parse(&pattern).is_some_and(|p| p.chain_repeat.is_some()), "{}", pattern);
             let built = seeds.iter().map(|&seed| subject(&items, seed));
             for subject in built.chain(random) {
                 assert_agrees(&pattern, &subject)?;

@@ -75,11 +75,29 @@ unsafe impl Send for PosixRegex {}
 // SAFETY: see the `Send` justification above: `regexec` is thread-safe on a shared pattern.
 unsafe impl Sync for PosixRegex {}
 
+/// The ASCII bytes (1 to 127) a single-atom ERE such as `[^/]` or `.` matches according to glibc,
+/// as the bits `1 << byte`; `None` when glibc refuses the atom. What the [`SimplePattern`]
+/// automaton asks, so that locale-dependent ranges agree with glibc.
+pub(super) fn ascii_bytes_of_atom(atom: &str) -> Option<u128> {
+    let regex = PosixRegex::glibc_only(&format!("^{atom}$")).ok()?;
+    let mut bits = 0u128;
+    for byte in 1u8..128 {
+        let text = [byte];
+        // Every byte below 128 is a one-character UTF-8 string.
+        let text = std::str::from_utf8(&text).ok()?;
+        if regex.is_match(text) {
+            bits |= 1u128 << byte;
+        }
+    }
+    Some(bits)
+}
+
 impl PosixRegex {
     /// Compiles `pattern` as a POSIX extended regular expression.
     pub fn new(pattern: &str) -> Result<Self, RegexError> {
         let mut regex = Self::glibc_only(pattern)?;
-        regex.simple = SimplePattern::parse(pattern).filter(|simple| simple.group_count() == regex.group_count());
+        regex.simple = SimplePattern::parse(pattern, &ascii_bytes_of_atom)
+            .filter(|simple| simple.group_count() == regex.group_count());
         Ok(regex)
     }
 

@@ -37,7 +37,7 @@ use crate::wire::{flags, DataHeader, FrameType, DATA_HEADER_LENGTH};
 
 /// What an offer into the log did (defined with the [`crate::logbuffer::SenderLog`] port, whose
 /// `append` is this log's [`LogBuffer::offer`]).
-pub use crate::logbuffer::Offer;
+use crate::logbuffer::Offer;
 
 /// Bytes of the metadata section at the end of a log (one minimum page).
 pub const LOG_META_DATA_LENGTH: usize = 4096;

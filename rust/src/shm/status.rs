@@ -3,9 +3,9 @@
 //! [`Response::SubscriptionStatus`] and [`Response::DriverEvent`], and the driver-wide
 //! [`SystemCounter`]s in the counters file.
 //!
-//! The records have exactly the keys of the Python `TypedDict`s of the same names in
-//! `python/affinity/records.py` (`PublicationCounters`, `ReceiverInfo`, `ImageInfo`,
-//! `DriverEventInfo`), so a client can hand the decoded record to Python as is.
+//! The Python bindings turn each into a record class with the same fields
+//! (`rust/src/py/records.rs`: `PublicationCounters`, `ReceiverInfo`, `ImageInfo`,
+//! `DriverEventInfo`), destructuring it field by field, so a field added here must be added there.
 //!
 //! Every record must fit one broadcast record (the broadcast buffer's maximum message
 //! length, `capacity / 8`: 128 KiB with the default 1 MiB buffer): the driver truncates the
@@ -30,7 +30,7 @@ pub const MAX_RECEIVERS_IN_STATUS: usize = 64;
 /// answer (the protocol's bound on images per subscription).
 pub const MAX_IMAGES_IN_STATUS: usize = crate::protocol::defaults::MAX_IMAGES_PER_SUBSCRIPTION;
 
-/// One receiver of a publication (`ReceiverInfo` in `records.py`).
+/// One receiver of a publication (Python: `affinity.records.ReceiverInfo`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReceiverInfo {
     /// The receiver endpoint's id.
@@ -47,7 +47,7 @@ pub struct ReceiverInfo {
 pub const IPC_FLOW_CONTROL: &str = "min";
 
 /// A publication's positions, flow control, receivers and traffic counts
-/// (`PublicationCounters` in `records.py`).
+/// (Python: `affinity.records.PublicationCounters`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PublicationInfo {
     /// Session id.
@@ -106,7 +106,7 @@ pub struct PublicationInfo {
 /// [`ImageInfo::source`] (and the source identity announced) of an `aeron:ipc` image.
 pub const IPC_IMAGE_SOURCE: &str = "ipc";
 
-/// One image of a subscription (`ImageInfo` in `records.py`).
+/// One image of a subscription (Python: `affinity.records.ImageInfo`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageInfo {
     /// Publication session.
@@ -185,7 +185,7 @@ pub enum DriverEventKindInfo {
     },
 }
 
-/// One driver event (`DriverEventInfo` in `records.py`).
+/// One driver event (Python: `affinity.records.DriverEventInfo`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DriverEventInfo {
     /// Wall-clock time of the event, seconds since the Unix epoch.
@@ -247,7 +247,7 @@ pub enum SystemCounter {
     /// Clients currently attached.
     Clients,
     /// Malformed datagrams dropped (and only those: duplicates, overruns and frames for
-    /// inactive images have their own counters). `Client.counters()["invalid_data_frames"]`.
+    /// inactive images have their own counters). `Client.counters().invalid_data_frames`.
     InvalidDataFrames,
     /// Malformed control frames (SM, NAK, RTTM, ERR) dropped.
     InvalidControlFrames,

@@ -19,7 +19,7 @@
 
 use std::fmt;
 
-pub use crate::control::auth::AUTHENTICATED_VERSION;
+use crate::control::auth::AUTHENTICATED_VERSION;
 use crate::control::limits::{MAX_PAYLOAD_LENGTH, MAX_SUBJECT_LENGTH};
 
 /// Version byte of every record.

@@ -56,7 +56,7 @@ const STALL_FRACTION: i64 = 2;
 /// See [`STALL_FRACTION`].
 const STALL_MIN_CHECKS: i64 = 4;
 
-pub use crate::shm::status::SystemCounter;
+use crate::shm::status::SystemCounter;
 
 struct ClientState {
     last_keepalive_ms: i64,
@@ -1004,8 +1004,8 @@ fn start_on_subscription(uri: &ChannelUri, channel: &str) -> Result<(), String> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logbuffer::Offer;
     use crate::shm::cnc::CncParams;
-    use crate::shm::log_buffer::Offer;
     use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
     use std::path::PathBuf;
     use std::time::Duration;

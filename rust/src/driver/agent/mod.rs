@@ -32,7 +32,7 @@ use crate::protocol::{Image, NetworkPublication};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
-pub use crate::shm::log_buffer::Unsent;
+use crate::shm::log_buffer::Unsent;
 use crate::shm::ShmError;
 use conductor::DriverConductor;
 use receiver::{ImageDefaults, ReceiverAgent};
@@ -428,13 +428,13 @@ impl Drop for MediaDriver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logbuffer::Offer;
+    use crate::media::ports::free_udp_port;
     use crate::shm::broadcast::Received;
     use crate::shm::cnc::{Cnc, CNC_FILE};
     use crate::shm::command::{Command, Response};
-    use crate::shm::log_buffer::Offer;
     use crate::shm::status::{ImageInfo, PublicationInfo, SystemCounter};
     use crate::shm::test_support::{tempdir, SILENT_CLIENT_TIMEOUT};
-    use crate::test_ports::free_udp_port;
 
     /// An invoker-mode driver with 64 KiB terms in `dir` whose silent clients never time out, and
     /// its `cnc` file opened as a client.
@@ -458,7 +458,7 @@ mod tests {
             let (id, bytes) = command.encode();
             ring.write(id, &bytes).unwrap();
         };
-        let nobody = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+        let nobody = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
         send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: nobody });
         fn sender(driver: &MediaDriver) -> &SenderAgent {
             &driver.agents.as_ref().unwrap().sender
@@ -468,7 +468,7 @@ mod tests {
         }
         assert!(sender(&driver).has_publications(), "the publication reached the sender");
         assert!(!sender(&driver).has_receivers_to_drain(), "nobody receives it");
-        let listened = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+        let listened = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
         send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 6, channel: listened.clone() });
         send(Command::AddPublication { client_id: 1, correlation_id: 13, stream_id: 6, channel: listened });
         let start = std::time::Instant::now();
@@ -504,7 +504,7 @@ mod tests {
                 }
             }
         };
-        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port());
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
         send(Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 5, channel: channel.clone() });
         send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 5, channel: channel.clone() });
         send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: channel.clone() });
