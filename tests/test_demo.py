@@ -335,6 +335,26 @@ def test_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_path: 
 
 @pytest.mark.slow
 @pytest.mark.spark
+def test_spark_demo_on_one_standalone_driver_under_every_process(tmp_path: Path) -> None:
+    require_spark()
+    out = tmp_path / "demo"
+    report = run_demo(
+        out,
+        "--driver",
+        *("--duration", "16", "--rate", "1000", "--accounts", "500"),
+        *("--kill-at", "4", "--join-at", "8"),
+    )
+    check_report(report, out)
+    assert report["settings"]["driver"] is True and report["driver_pid"] > 0
+    # Attached at once: the three consumers (the killed one goes, the new one comes), the validator
+    # and at least one Spark Python worker (through driverDir and AFFINITY_DIR, no embedded driver).
+    assert report["driver_clients_peak"] >= report["settings"]["consumers"] + 2, report["driver_clients_peak"]
+    assert f"one standalone affinity driver (pid {report['driver_pid']})" in (out / REPORT_TEXT).read_text()
+    assert not Path(f"/proc/{report['driver_pid']}").exists(), "the standalone driver outlived the demo"
+
+
+@pytest.mark.slow
+@pytest.mark.spark
 def test_an_interrupted_spark_demo_leaves_no_spark_work_folder(tmp_path: Path) -> None:
     # Interrupted, the orchestrator stops the Spark job's process group (SIGTERM, then SIGKILL);
     # a job killed that way cannot remove anything, so the orchestrator does.

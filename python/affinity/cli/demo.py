@@ -88,6 +88,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--join-at", type=float, help="seconds after t = 0 to start a new consumer (default: 0.6 x --duration)"
     )
     parser.add_argument("--no-live", dest="live", action="store_false", help="plain progress lines, no live view")
+    parser.add_argument(
+        "--driver",
+        action="store_true",
+        help="run one standalone `affinity driver` under every process (consumers, validator, Spark's Python "
+        "workers through AFFINITY_DIR and the sink's driverDir) instead of an embedded driver in each",
+    )
     parser.set_defaults(run=run_pipeline)
     modes = parser.add_subparsers(dest="demo_mode", metavar="{transport}", help="optional: another demo instead")
     transport = modes.add_parser("transport", help="send messages between two processes and print the rates")
@@ -147,6 +153,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             kill_at=args.kill_at,
             join_at=args.join_at,
             live=args.live,
+            driver=args.driver,
         )
     except ConfigError as error:
         print(f"affinity demo: {error}", file=sys.stderr)

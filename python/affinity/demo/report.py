@@ -52,6 +52,14 @@ def summary(result: DemoResult) -> RenderableType:
     checks.add_column("value", justify="right")
     source = "Spark Structured Streaming (local[2]) -> format('affinity')" if settings.spark else "GroupPublisher"
     checks.add_row("generator", source)
+    if result.driver_pid is not None:
+        checks.add_row(
+            "media driver",
+            f"one standalone affinity driver (pid {result.driver_pid}) under every process, "
+            f"at most {result.driver_clients_peak} clients at once",
+        )
+    else:
+        checks.add_row("media driver", "embedded, one in each process")
     checks.add_row("accounts (keys)", f"{settings.accounts:,}")
     checks.add_row("events generated", f"{result.generated:,} in {result.generation_seconds:.1f} s")
     checks.add_row("events processed (incl. replays)", f"{report.received:,}")

@@ -230,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--accounts", type=int, required=True)
     parser.add_argument("--rate", type=int, required=True)
     parser.add_argument("--total", type=int, required=True)
+    parser.add_argument("--driver-dir", help="the standalone driver every Python worker attaches to (driverDir)")
     parser.add_argument(
         "--work-dir", type=Path, help="folder for the checkpoint and start file, made and removed by the caller"
     )
@@ -256,15 +257,17 @@ def run_query(args: argparse.Namespace, work: Path) -> int:
         .option("startFile", str(start_file))
         .load()
     )
-    query = (
+    writer = (
         events.writeStream.format("affinity")
         .option("group", args.group)
         .option("key", "account")
         .option("registry", args.registry)
         .option("checkpointLocation", str(work / "checkpoint"))
         .queryName("affinity_pipeline_demo")
-        .start()
     )
+    if args.driver_dir is not None:
+        writer = writer.option("driverDir", args.driver_dir)
+    query = writer.start()
     deadline = time.monotonic() + SPARK_STARTUP_TIMEOUT
     while committed_events(query) < warmup_events(args.rate, args.total):
         if query.exception() is not None or time.monotonic() > deadline:
