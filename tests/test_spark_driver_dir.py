@@ -10,7 +10,6 @@ import pwd
 import shutil
 import signal
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +20,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from affinity.groups import GroupPublisher, create_group
-from affinity.spark import CommitItem, DataItem, SinkConsumer, SparkOptionError
+from affinity.spark import SparkOptionError
 from affinity.spark.clients import DRIVER_DIR_ENV, check_driver
 from conftest import StandaloneDriver
-from spark_support import new_worker_driver_dirs, spark_session, wait_for, worker_driver_dirs
+from spark_support import (
+    Collected,
+    check_once_and_in_order,
+    full_text,
+    new_worker_driver_dirs,
+    spark_session,
+    wait_for,
+    worker_driver_dirs,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -58,53 +65,6 @@ def driver_clients(driver: StandaloneDriver) -> int:
     clients = affinity.driver_stat(str(driver.dir)).counter("Clients")
     assert clients is not None, "the driver has no Clients counter"
     return clients
-
-
-class Collected:
-    """One sink consumer of every queue, polled on a thread: rows ``(k, n)`` and commits in order."""
-
-    def __init__(self, client: affinity.Client, group: str, registry: str) -> None:
-        self.consumer = SinkConsumer(group, 0, 1, client=client, registry=registry)
-        self.rows: list[tuple[str, int]] = []
-        self.commits: list[CommitItem] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for item in self.consumer.poll(1000, 0.05):
-                with self._lock:
-                    if isinstance(item, DataItem):
-                        batch = item.batch()
-                        self.rows.extend(zip(batch.column("k").to_pylist(), batch.column("n").to_pylist(), strict=True))
-                    elif isinstance(item, CommitItem):
-                        self.commits.append(item)
-
-    def commit_count(self) -> int:
-        with self._lock:
-            return len(self.commits)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-        self.consumer.close()
-
-
-def full_text(error: BaseException) -> str:
-    """The whole message of a Spark error (its ``str`` cuts the Python traceback short)."""
-    get_message = getattr(error, "getMessage", None)
-    return str(get_message()) if callable(get_message) else str(error)
-
-
-def check_once_and_in_order(rows: list[tuple[str, int]], expected: set[tuple[str, int]]) -> None:
-    assert len(rows) == len(expected), f"{len(rows) - len(expected)} rows more than sent (duplicates)"
-    assert set(rows) == expected
-    last: dict[str, int] = {}
-    for key, n in rows:
-        assert n > last.get(key, -1), f"key {key!r}: {n} arrived after {last[key]}"
-        last[key] = n
 
 
 def test_the_sink_attaches_every_worker_to_the_standalone_driver_one_client_per_worker(
