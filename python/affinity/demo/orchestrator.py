@@ -90,6 +90,10 @@ class DemoResult:
     driver_pid: int | None = None
     #: With ``--driver``: the most clients attached to it at once, sampled while events flowed.
     driver_clients_peak: int = 0
+    #: Spark: each micro-batch's duration after the warm-up, start to commit, in ms.
+    spark_batch_ms: list[int] = field(default_factory=list)
+    #: Spark: the part of each that the sink's tasks and commit took (``addBatch``), in ms.
+    spark_sink_ms: list[int] = field(default_factory=list)
 
     @property
     def failover_seen(self) -> bool:
@@ -408,6 +412,8 @@ def run_demo(settings: DemoSettings, console: Console | None = None) -> DemoResu
             wall_seconds=time.monotonic() - wall_start,
             driver_pid=driver.process.pid if driver is not None else None,
             driver_clients_peak=clients_peak,
+            spark_batch_ms=final.batch_ms,
+            spark_sink_ms=final.sink_ms,
         )
     except KeyboardInterrupt:
         # Ctrl-C, to this process or to its whole process group (the consumers and the plain

@@ -222,6 +222,18 @@ def committed_events(query: Any) -> int:
     return int(value["value"])
 
 
+#: Phases of a micro-batch that Spark times (``durationMs`` of the query's progress), in the order
+#: they run; logged per batch so the log shows where a batch's time went.
+PROGRESS_PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
+
+
+def progress_line(progress: dict[str, Any]) -> str:
+    """One micro-batch's timings: ``batch 12: 4,000 rows, latestOffset 3 ms, ..., triggerExecution 410 ms``."""
+    durations = progress.get("durationMs") or {}
+    phases = ", ".join(f"{name} {durations[name]} ms" for name in PROGRESS_PHASES if name in durations)
+    return f"batch {progress.get('batchId')}: {progress.get('numInputRows', 0):,} rows, {phases}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m affinity.demo.spark_job``."""
     parser = argparse.ArgumentParser(prog="python -m affinity.demo.spark_job", description=__doc__)
@@ -277,6 +289,13 @@ def run_query(args: argparse.Namespace, work: Path) -> int:
     start_ns = start_clock(start_file)
     generation_end = time.monotonic() + args.total / args.rate + FLUSH_TIMEOUT
     committed = 0
+    # The warm-up batch is logged but not timed (Python workers start, the sink joins the group).
+    logged = -1
+    for progress in query.recentProgress:
+        print(f"spark_job: warm-up {progress_line(progress)}", file=sys.stderr, flush=True)
+        logged = max(logged, progress["batchId"])
+    batch_ms: list[int] = []
+    sink_ms: list[int] = []
     while committed < args.total:
         failure = query.exception()
         if failure is not None:
@@ -286,10 +305,18 @@ def run_query(args: argparse.Namespace, work: Path) -> int:
             print(f"spark_job: only {committed} of {args.total} events committed in time", file=sys.stderr)
             return 1
         committed = committed_events(query)
+        for progress in query.recentProgress:
+            if progress["batchId"] > logged:
+                print(f"spark_job: {progress_line(progress)}", file=sys.stderr, flush=True)
+                logged = progress["batchId"]
+                durations = progress.get("durationMs") or {}
+                if progress.get("numInputRows") and "triggerExecution" in durations:
+                    batch_ms.append(int(durations["triggerExecution"]))
+                    sink_ms.append(int(durations.get("addBatch", 0)))
         print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, False)), flush=True)
         time.sleep(STATUS_INTERVAL)
     query.stop()
-    print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, True)), flush=True)
+    print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, True, batch_ms, sink_ms)), flush=True)
     spark.stop()
     return 0
 
