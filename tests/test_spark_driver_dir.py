@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 from affinity.groups import GroupPublisher, create_group
 from affinity.spark import SparkOptionError
-from affinity.spark.clients import DRIVER_DIR_ENV, check_driver
+from affinity.spark.clients import DRIVER_DIR_ENV, SPARK_LOCAL_IP_ENV, check_driver
 from conftest import StandaloneDriver
 from spark_support import (
     Collected,
@@ -260,3 +260,25 @@ def test_another_users_driver_directory_fails_the_write_naming_the_owner(
     assert f"option driverDir='{foreign_driver}'" in text, text
     assert f"is owned by uid {owner}, not by this user (uid {os.geteuid()}): refused" in text, text
     assert "as the user Spark runs as" in text
+
+
+def test_a_group_member_on_a_worker_advertises_spark_local_ip_unless_host_is_given(
+    monkeypatch: pytest.MonkeyPatch, group: str, registry: str
+) -> None:
+    from affinity.spark.options import parse_sink_options
+    from affinity.spark.sink import GroupTransport
+
+    def advertised(options: dict[str, str]) -> str:
+        with affinity.Client() as client:
+            transport = GroupTransport(client, parse_sink_options({"group": group, "key": "k", **options}))
+            try:
+                return "\n".join(path.read_text() for path in Path(registry).rglob("*") if path.is_file())
+            finally:
+                transport.close()
+
+    monkeypatch.setenv(SPARK_LOCAL_IP_ENV, "127.0.0.2")
+    assert "127.0.0.2" in advertised({"registry": registry})
+    assert "127.0.0.3" in advertised({"registry": registry, "host": "127.0.0.3"})
+    monkeypatch.delenv(SPARK_LOCAL_IP_ENV)
+    text = advertised({"registry": registry})
+    assert "127.0.0.2" not in text and "127.0.0.3" not in text
