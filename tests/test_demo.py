@@ -93,7 +93,7 @@ def test_the_latency_line_names_the_spark_batches_that_bound_it(tmp_path: Path) 
 
     line = latency_bound(result(True, [400, 100, 300, 200, 2000], [50, 10, 30, 20, 900]))
     assert "batch start to commit p50 300 ms, p99 2,000 ms over 5 batches" in line
-    assert "the sink's tasks and commit p50 30 ms" in line
+    assert "the tasks (source read, sink write) and commit p50 30 ms" in line
     assert "no batch after the warm-up" in latency_bound(result(True, [], []))
     assert "GroupPublisher sends each event at once" in latency_bound(result(False, [], []))
 

@@ -92,7 +92,7 @@ class DemoResult:
     driver_clients_peak: int = 0
     #: Spark: each micro-batch's duration after the warm-up, start to commit, in ms.
     spark_batch_ms: list[int] = field(default_factory=list)
-    #: Spark: the part of each that the sink's tasks and commit took (``addBatch``), in ms.
+    #: Spark: the part of each that its tasks (source read, sink write) and the commit took (``addBatch``), in ms.
     spark_sink_ms: list[int] = field(default_factory=list)
 
     @property

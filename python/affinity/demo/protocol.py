@@ -31,7 +31,7 @@ class GeneratorProgress:
     #: Spark only, on the last line: how long each micro-batch after the warm-up took, start to
     #: commit (``triggerExecution``), in ms ...
     batch_ms: list[int] = field(default_factory=list)
-    #: ... and how much of it the sink's tasks and commit took (``addBatch``), in ms.
+    #: ... and how much of it the tasks (source read, sink write) and the commit took (``addBatch``), in ms.
     sink_ms: list[int] = field(default_factory=list)
 
 

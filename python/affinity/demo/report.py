@@ -54,7 +54,7 @@ def latency_bound(result: DemoResult) -> str:
     return (
         f"Spark's micro-batches: an event waits for the next batch, then for its task "
         f"(batch start to commit p50 {percentile(batches, 0.5):,} ms, p99 {percentile(batches, 0.99):,} ms "
-        f"over {len(batches)} batches; the sink's tasks and commit p50 {percentile(sink, 0.5):,} ms)"
+        f"over {len(batches)} batches; the tasks (source read, sink write) and commit p50 {percentile(sink, 0.5):,} ms)"
     )
 
 
