@@ -77,6 +77,11 @@ CONSUMER = textwrap.dedent(
 )
 
 
+#: Seconds without a message after which a consumer exits: longer than the gap between two writes
+#: (a loaded machine plans the next one slowly), short enough to end the run soon after the last.
+IDLE_EXIT_S = 120
+
+
 def session() -> Any:
     import affinity.spark
     from pyspark.sql import SparkSession
@@ -227,7 +232,17 @@ def main() -> None:
     script.write_text(CONSUMER)
     processes = [
         subprocess.Popen(
-            [sys.executable, str(script), args.mode, target, str(i), str(count), str(registry), str(out), "20"],
+            [
+                sys.executable,
+                str(script),
+                args.mode,
+                target,
+                str(i),
+                str(count),
+                str(registry),
+                str(out),
+                str(IDLE_EXIT_S),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
