@@ -282,3 +282,23 @@ def test_a_group_member_on_a_worker_advertises_spark_local_ip_unless_host_is_giv
     monkeypatch.delenv(SPARK_LOCAL_IP_ENV)
     text = advertised({"registry": registry})
     assert "127.0.0.2" not in text and "127.0.0.3" not in text
+
+
+def test_consume_passes_host_to_the_group_member(group: str, registry: str) -> None:
+    import threading
+
+    from affinity.spark import consume
+
+    def files() -> str:
+        return "\n".join(path.read_text() for path in Path(registry).rglob("*") if path.is_file())
+
+    stop = threading.Event()
+    with affinity.Client() as client:
+        items = consume(group, 0, 1, client=client, registry=registry, host="127.0.0.4", stop=stop, poll_timeout=0.01)
+        thread = threading.Thread(target=lambda: list(items), daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: "127.0.0.4" in files(), WAIT_S, "the consumer to advertise 127.0.0.4")
+        finally:
+            stop.set()
+            thread.join(WAIT_S)
