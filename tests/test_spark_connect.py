@@ -1,6 +1,7 @@
 """The ``affinity`` sink and source from a Spark Connect client: the connect server the pip package
 ships (``SparkConnectServer`` through ``spark-submit``, ``local[2]``) runs on loopback at a free
-port; the client is ``SparkSession.builder.remote("sc://127.0.0.1:PORT")``. The data source runs
+port; the client is ``SparkSession.builder.remote("sc://127.0.0.1:PORT")`` (Connect's own class,
+which works beside the classic session other modules run in this process). The data source runs
 on the server (found there through ``pyspark_affinity``, or sent by ``affinity.spark.register``),
 so the client needs no JVM of its own."""
 
@@ -97,7 +98,9 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def remote(connect_server: str) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
+    # The Connect session class itself: pyspark.sql.SparkSession.builder refuses a remote session
+    # in a process that already runs a classic one (the other Spark test modules' session).
+    from pyspark.sql.connect.session import SparkSession
 
     spark = SparkSession.builder.remote(connect_server).getOrCreate()
     assert type(spark).__module__ == "pyspark.sql.connect.session", type(spark)
