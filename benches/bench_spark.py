@@ -1,6 +1,10 @@
 """Rows/s through the ``affinity`` sink's two writers against Spark's ``noop`` sink, same query, same run.
 
-``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2]``
+``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2] [--driver]``
+
+With ``--driver`` an ``affinity driver`` process is started too and a fourth sink,
+``affinity_driver``, writes the same rows with ``driverDir`` (every Python worker attached to that
+driver) beside ``affinity`` (an embedded driver per Python worker), alternated in the same run.
 
 The DataFrame: ``rows`` rows of 5 columns (string key ``acct-<id % 10000>`` + 4 numeric values),
 in ``local[2]``. Batch: ``spark.range`` → ``write.save()``. Streaming: the same rows as 10 Parquet
@@ -202,8 +206,19 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument("--driver", action="store_true", help="also the sink on a standalone affinity driver")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+    driver_dir = work / "driver"
+    driver = (
+        subprocess.Popen(
+            [sys.executable, "-m", "affinity.cli", "driver", "--dir", str(driver_dir)], stdout=subprocess.PIPE
+        )
+        if args.driver
+        else None
+    )
+    if driver is not None:
+        assert driver.stdout is not None and b"ready in" in driver.stdout.readline(), "affinity driver did not start"
     registry = work / "registry"
     from affinity.testing import loopback_channel
 
@@ -247,19 +262,20 @@ def main() -> None:
     df.repartition(10).write.parquet(str(files))
     schema = "k string, a long, b long, c double, d long"
 
-    def sink(writer: Any) -> Any:
+    def sink(writer: Any, name: str) -> Any:
+        """The affinity sink that ``name`` names: ``affinity_<writer>``, or ``affinity_driver`` (the
+        Python writer on the standalone driver)."""
         writer = writer.format("affinity")
         for key, value in options.items():
             writer = writer.option(key, value)
-        return writer
+        if name == "affinity_driver":
+            return writer.option("writer", "python").option("driverDir", str(driver_dir))
+        return writer.option("writer", name.removeprefix("affinity_"))
 
     def stream(fmt: str, run: int) -> None:
         reader = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(files))
         writer = reader.writeStream.option("checkpointLocation", str(work / f"ckpt-{fmt}-{run}"))
-        if fmt.startswith("affinity_"):
-            writer = sink(writer).option("writer", fmt.removeprefix("affinity_"))
-        else:
-            writer = writer.format(fmt)
+        writer = sink(writer, fmt) if fmt.startswith("affinity") else writer.format(fmt)
         query = writer.trigger(availableNow=True).start()
         query.awaitTermination()
 
@@ -270,14 +286,13 @@ def main() -> None:
         writers.append("jvm")
     else:
         print("affinity_jvm: left out (channel mode, or the jar is not built: scripts/build-jvm.sh)")
-    sinks = ("noop", "python_noop", *(f"affinity_{w}" for w in writers))
+    on_driver = ("affinity_driver",) if driver is not None else ()
+    sinks = ("noop", "python_noop", *(f"affinity_{w}" for w in writers), *on_driver)
     results: dict[str, list[float]] = {f"{kind} {name}": [] for kind in ("batch", "stream") for name in sinks}
 
     def batch(name: str) -> None:
-        if name.startswith("affinity_"):
-            sink(df.write).option("writer", name.removeprefix("affinity_")).mode("append").save()
-        else:
-            df.write.format(name).mode("overwrite").save()
+        writer = sink(df.write, name) if name.startswith("affinity") else df.write.format(name)
+        writer.mode("append" if name.startswith("affinity") else "overwrite").save()
 
     for name in sinks:  # warm-up: JIT, Python workers, the sink's transport
         batch(name)
@@ -305,12 +320,19 @@ def main() -> None:
             ratio = affinity_rate / statistics.median(results[f"{kind} noop"])
             python_ratio = affinity_rate / statistics.median(results[f"{kind} python_noop"])
             print(f"{kind}: affinity_{writer} / noop = {ratio:.0%}, / python_noop = {python_ratio:.0%}")
+        if driver is not None:
+            embedded = statistics.median(results[f"{kind} affinity_python"])
+            standalone = statistics.median(results[f"{kind} affinity_driver"]) / embedded
+            print(f"{kind}: affinity_driver (driverDir) / affinity_python (embedded) = {standalone:.0%}")
     print(f"sink work alone (no transport, one core): {sink_work_only(args.rows):,.0f} rows/s")
     for index, out in enumerate(outputs):
         report = json.loads(out.read_text()) if out.exists() else {"rows": 0, "busy": 0.0}
         rate = report["rows"] / report["busy"] if report["busy"] else 0.0
         print(f"consumer {index}: {report['rows']:,} rows, {rate:,.0f} rows/s while receiving (gaps < 0.5 s)")
     spark.stop()
+    if driver is not None:
+        driver.terminate()
+        driver.wait(30)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -125,3 +126,58 @@ def assert_exit_removes_driver_dirs(held: dict[int, set[Path]], timeout: float =
     wait_for(lambda: not any(is_alive(pid) for pid in held), timeout, f"processes {sorted(held)} to exit", step=0.05)
     left = sorted(str(path) for dirs in held.values() for path in dirs if path.exists())
     assert not left, f"processes {sorted(held)} exited leaving {left}"
+
+
+class Collected:
+    """One sink consumer of every queue of a group, polled on a thread: rows ``(k, n)`` and the
+    commit markers, in arrival order."""
+
+    def __init__(self, client: Any, group: str, registry: str) -> None:
+        from affinity.spark import SinkConsumer
+
+        self.consumer = SinkConsumer(group, 0, 1, client=client, registry=registry)
+        self.rows: list[tuple[str, int]] = []
+        self.commits: list[Any] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from affinity.spark import CommitItem, DataItem
+
+        while not self._stop.is_set():
+            for item in self.consumer.poll(1000, 0.05):
+                with self._lock:
+                    if isinstance(item, DataItem):
+                        batch = item.batch()
+                        self.rows.extend(zip(batch.column("k").to_pylist(), batch.column("n").to_pylist(), strict=True))
+                    elif isinstance(item, CommitItem):
+                        self.commits.append(item)
+
+    def commit_count(self) -> int:
+        """Commit markers received so far (one per queue and committed batch)."""
+        with self._lock:
+            return len(self.commits)
+
+    def stop(self) -> None:
+        """Stops polling and leaves the group."""
+        self._stop.set()
+        self._thread.join(10)
+        self.consumer.close()
+
+
+def full_text(error: BaseException) -> str:
+    """The whole message of a Spark error (its ``str`` cuts the Python traceback short)."""
+    get_message = getattr(error, "getMessage", None)
+    return str(get_message()) if callable(get_message) else str(error)
+
+
+def check_once_and_in_order(rows: list[tuple[str, int]], expected: set[tuple[str, int]]) -> None:
+    """Every expected row arrived once, and each key's numbers in increasing order."""
+    assert len(rows) == len(expected), f"{len(rows) - len(expected)} rows more than sent (duplicates)"
+    assert set(rows) == expected
+    last: dict[str, int] = {}
+    for key, n in rows:
+        assert n > last.get(key, -1), f"key {key!r}: {n} arrived after {last[key]}"
+        last[key] = n

@@ -80,6 +80,24 @@ def test_the_report_names_the_earliest_and_latest_event_time() -> None:
     assert (report.first_event_ns, report.last_event_ns) == (events[0], events[-1])
 
 
+def test_the_latency_line_names_the_spark_batches_that_bound_it(tmp_path: Path) -> None:
+    from affinity.demo.orchestrator import DemoResult
+    from affinity.demo.report import latency_bound
+
+    validator = Validator(accounts=2, start_ns=0, bin_seconds=1.0)
+    feed(validator, [row(0, 1, 0, 0, 0.1)])
+
+    def result(spark: bool, batches: list[int], sink: list[int]) -> DemoResult:
+        settings = DemoSettings.create(out=tmp_path, spark=spark)
+        return DemoResult(settings, "g", 1, 1.0, validator.report(1), [], [], [], 1.0, None, None, 0, batches, sink)
+
+    line = latency_bound(result(True, [400, 100, 300, 200, 2000], [50, 10, 30, 20, 900]))
+    assert "batch start to commit p50 300 ms, p99 2,000 ms over 5 batches" in line
+    assert "the tasks (source read, sink write) and commit p50 30 ms" in line
+    assert "no batch after the warm-up" in latency_bound(result(True, [], []))
+    assert "GroupPublisher sends each event at once" in latency_bound(result(False, [], []))
+
+
 def test_a_processed_message_of_the_wrong_length_is_refused() -> None:
     with pytest.raises(ValueError, match="not a multiple of 36"):
         list(decode_processed(b"\0" * 37))
@@ -286,6 +304,9 @@ def check_report(report: dict[str, Any], out: Path) -> None:
     assert report["passed"]
     # Every consumer, the killed one and the replacement included, processed something.
     assert set(validation["per_consumer"]) == {str(c) for c in range(report["settings"]["consumers"] + 1)}
+    assert "latency bounded by" in (out / REPORT_TEXT).read_text()
+    if report["settings"]["spark"]:
+        assert report["spark_batch_ms"] and len(report["spark_sink_ms"]) == len(report["spark_batch_ms"])
     latency = validation["latency"]
     assert latency["count"] + latency["warmup_events"] == validation["received"]
     assert 0 < latency["p50_ms"] <= latency["p99_ms"]
@@ -331,6 +352,26 @@ def test_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_path: 
     assert report["settings"]["spark"] is True
     # The event time travelled as a Spark TimestampType column, read back as instants.
     assert "Spark TimestampType column" in (out / REPORT_TEXT).read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_demo_on_one_standalone_driver_under_every_process(tmp_path: Path) -> None:
+    require_spark()
+    out = tmp_path / "demo"
+    report = run_demo(
+        out,
+        "--driver",
+        *("--duration", "16", "--rate", "1000", "--accounts", "500"),
+        *("--kill-at", "4", "--join-at", "8"),
+    )
+    check_report(report, out)
+    assert report["settings"]["driver"] is True and report["driver_pid"] > 0
+    # Attached at once: the three consumers (the killed one goes, the new one comes), the validator
+    # and at least one Spark Python worker (through driverDir and AFFINITY_DIR, no embedded driver).
+    assert report["driver_clients_peak"] >= report["settings"]["consumers"] + 2, report["driver_clients_peak"]
+    assert f"one standalone affinity driver (pid {report['driver_pid']})" in (out / REPORT_TEXT).read_text()
+    assert not Path(f"/proc/{report['driver_pid']}").exists(), "the standalone driver outlived the demo"
 
 
 @pytest.mark.slow

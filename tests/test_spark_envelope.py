@@ -84,7 +84,12 @@ def test_sink_options_parse_channel_mode_and_durations() -> None:
         ({"group": "g", "key": "k", "maxBatchBytes": "9999999999"}, "maxBatchBytes='9999999999'"),
         ({"group": "g", "key": "k", "ackTimeout": "soon"}, "ackTimeout='soon'"),
         ({"group": "g", "key": "k", "ackTimeout": "0s"}, "ackTimeout='0s'"),
-        ({"group": "g", "key": "k", "driverDir": "/dev/shm/aeron"}, "driverDir='/dev/shm/aeron'"),
+        ({"group": "g", "key": "k", "driverDir": " "}, "driverDir=' ' is empty"),
+        ({"group": "g", "key": "k", "control": "aeron:udp?endpoint=x"}, "control='aeron:udp?endpoint=x'"),
+        (
+            {"channel": "aeron:ipc", "streamId": "1", "host": "10.0.0.2"},
+            "host='10.0.0.2' applies only with option group",
+        ),
         ({"group": "g", "key": "k", "index": "1"}, "index='1' does not apply to the sink"),
         ({}, "no target"),
     ],
@@ -96,9 +101,15 @@ def test_bad_sink_options_name_the_option_and_value(options: dict[str, str], fra
     assert isinstance(raised.value, affinity.ConfigError) and isinstance(raised.value, affinity.AffinityError)
 
 
-def test_driver_dir_is_refused_with_the_reason() -> None:
-    with pytest.raises(SparkOptionError, match="standalone media driver is not available yet"):
-        parse_sink_options({"channel": "aeron:ipc", "streamId": "1", "driverDir": "/tmp/d"})
+def test_driver_dir_host_and_control_are_taken_as_given() -> None:
+    control = "aeron:udp?endpoint=224.0.1.1:40456|interface=127.0.0.1"
+    options = {"group": "g", "key": "k", "driverDir": "/tmp/d", "HOST": "10.0.0.2", "control": control}
+    sink = parse_sink_options(options)
+    assert (sink.driver_dir, sink.host, sink.control) == ("/tmp/d", "10.0.0.2", control)
+    source = parse_source_options({"group": "g", "index": "0", "count": "1", "driverdir": "/tmp/d"})
+    assert (source.driver_dir, source.host, source.control) == ("/tmp/d", None, None)
+    channel = parse_sink_options({"channel": "aeron:ipc", "streamId": "1", "driverDir": "/tmp/d"})
+    assert channel.driver_dir == "/tmp/d"
 
 
 @pytest.mark.parametrize(

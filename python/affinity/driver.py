@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from affinity import _affinity
 
+#: The environment variable naming the standalone driver's directory: ``affinity.Client()`` attaches
+#: to the driver there when it is set and not empty (``shm::directory::ENV_DIR`` in Rust).
+DRIVER_DIR_ENV = "AFFINITY_DIR"
+
 #: Usage text of ``affinity driver`` (the options are parsed by the driver itself).
 DRIVER_USAGE: str = _affinity.DRIVER_USAGE
 

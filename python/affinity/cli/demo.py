@@ -97,6 +97,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="HOST:PORT",
         help=f"serve the live page (affinity web) of the run on HOST:PORT (default {WEB_LISTEN})",
     )
+    parser.add_argument(
+        "--driver",
+        action="store_true",
+        help="run one standalone `affinity driver` under every process (consumers, validator, Spark's Python "
+        "workers through AFFINITY_DIR and the sink's driverDir) instead of an embedded driver in each",
+    )
     parser.set_defaults(run=run_pipeline)
     modes = parser.add_subparsers(dest="demo_mode", metavar="{transport}", help="optional: another demo instead")
     transport = modes.add_parser("transport", help="send messages between two processes and print the rates")
@@ -156,6 +162,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             kill_at=args.kill_at,
             join_at=args.join_at,
             live=args.live,
+            driver=args.driver,
         )
     except ConfigError as error:
         print(f"affinity demo: {error}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import affinity
 from affinity.demo.records import decode_processed
@@ -19,7 +20,7 @@ IDLE_SLEEP = 0.002
 class Collector:
     """Runs the validation subscription on its own thread; snapshots and the report are thread-safe."""
 
-    def __init__(self, port: int, accounts: int, bin_seconds: float) -> None:
+    def __init__(self, port: int, accounts: int, bin_seconds: float, driver_dir: Path | None = None) -> None:
         self.channel = f"aeron:udp?endpoint=127.0.0.1:{port}"
         self._validator = Validator(accounts, None, bin_seconds)
         self._lock = threading.Lock()
@@ -28,6 +29,8 @@ class Collector:
         self._failure: BaseException | None = None
         self._last_receive_ns = 0
         self._thread = threading.Thread(target=self._run, name="affinity-demo-validator", daemon=True)
+        #: The standalone driver to attach to (None: an embedded driver).
+        self._driver_dir = driver_dir
 
     def start(self, timeout: float) -> None:
         """Starts the thread and waits until the subscription is open."""
@@ -41,7 +44,8 @@ class Collector:
 
     def _run(self) -> None:
         try:
-            with affinity.Client() as client:
+            client = affinity.Client(dir=self._driver_dir) if self._driver_dir is not None else affinity.Client()
+            with client:
                 subscription = client.add_subscription(self.channel, VALIDATION_STREAM_ID)
                 self._ready.set()
                 while not self._stop.is_set():

@@ -29,6 +29,7 @@ from affinity.demo.settings import (
     CLOSE_TIMEOUT,
     CONSUMER_CYCLE_SECONDS,
     DRAIN_TIMEOUT,
+    DRIVER_WORK_PREFIX,
     FLUSH_TIMEOUT,
     GROUP_NAME_PREFIX,
     HASH_PREFIX,
@@ -40,6 +41,7 @@ from affinity.demo.settings import (
     DemoSettings,
 )
 from affinity.demo.validation import MoveCause, ValidationReport, Validator
+from affinity.driver import DRIVER_DIR_ENV
 from affinity.exceptions import AffinityError
 from affinity.testing import free_udp_port
 
@@ -85,6 +87,14 @@ class DemoResult:
     #: Seconds since generation start (0 when it had not started) at which Ctrl-C stopped the run;
     #: None when the run went to its end. An interrupted run's report is partial and never passes.
     interrupted_at: float | None = None
+    #: The standalone driver's process id with ``--driver`` (every process attached to it).
+    driver_pid: int | None = None
+    #: With ``--driver``: the most clients attached to it at once, sampled while events flowed.
+    driver_clients_peak: int = 0
+    #: Spark: each micro-batch's duration after the warm-up, start to commit, in ms.
+    spark_batch_ms: list[int] = field(default_factory=list)
+    #: Spark: the part of each that its tasks (source read, sink write) and the commit took (``addBatch``), in ms.
+    spark_sink_ms: list[int] = field(default_factory=list)
 
     @property
     def failover_seen(self) -> bool:
@@ -175,10 +185,15 @@ class _Run:
         return owned
 
 
-def _generator_command(settings: DemoSettings, group: str, registry: Path, spark_work: Path | None) -> list[str]:
-    """The generator's command line; the Spark job keeps its files in ``spark_work``."""
+def _generator_command(
+    settings: DemoSettings, group: str, registry: Path, spark_work: Path | None, driver_dir: Path | None
+) -> list[str]:
+    """The generator's command line; the Spark job keeps its files in ``spark_work`` and, with
+    ``driver_dir``, names the standalone driver in the sink's ``driverDir`` option too."""
     module = "affinity.demo.spark_job" if settings.spark else "affinity.demo.generator"
     work = ["--work-dir", str(spark_work)] if spark_work is not None else []
+    if settings.spark and driver_dir is not None:
+        work += ["--driver-dir", str(driver_dir)]
     return python_module_command(
         module,
         *work,
@@ -206,6 +221,44 @@ def _wait(what: str, done: object, timeout: float, run: _Run, child: Child | Non
         time.sleep(TICK)
 
 
+def _driver_root() -> Path:
+    """A private folder for the standalone driver's directory (in /dev/shm when there is one)."""
+    return Path(tempfile.mkdtemp(prefix=DRIVER_WORK_PREFIX, dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+
+
+def start_driver(directory: Path, log_dir: Path, env: dict[str, str]) -> Child:
+    """Starts ``affinity driver --dir directory`` and waits (bounded) until it is live."""
+    import affinity
+
+    child = Child("driver", python_module_command("affinity.cli", "driver", "--dir", str(directory)), log_dir, env)
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while True:
+        if not child.alive:
+            raise DemoError(
+                f"the standalone driver exited with status {child.process.returncode}; "
+                f"its log ({child.log_path}):\n{child.log_tail()}"
+            )
+        try:
+            if affinity.driver_stat(str(directory)).dead is None:
+                return child
+        except AffinityError:
+            pass  # not there yet
+        if time.monotonic() > deadline:
+            child.kill()
+            raise DemoError(f"the standalone driver in {directory} was not ready within {STARTUP_TIMEOUT:g} s")
+        time.sleep(TICK)
+
+
+def _driver_clients(directory: Path) -> int:
+    """Clients attached to the standalone driver now (0 when it cannot be read)."""
+    import affinity
+
+    try:
+        return affinity.driver_stat(str(directory)).counter("Clients") or 0
+    except AffinityError:
+        return 0
+
+
 def run_demo(
     settings: DemoSettings, console: Console | None = None, on_registry: Callable[[Path], None] | None = None
 ) -> DemoResult:
@@ -228,7 +281,15 @@ def run_demo(
     collector: Collector | None = None
     run: _Run | None = None
     start_ns = 0
+    driver: Child | None = None
+    driver_root = _driver_root() if settings.driver else None
+    driver_dir = driver_root / "driver" if driver_root is not None else None
+    env = child_environment(registry)
     try:
+        if driver_dir is not None:
+            env[DRIVER_DIR_ENV] = str(driver_dir)
+            driver = start_driver(driver_dir, log_dir, env)
+            display.note(f"standalone driver (pid {driver.process.pid}) in {driver_dir}: every process attaches to it")
         create_group(group, HASH_PREFIX, settings.hash_count, settings.queue_count, QUEUE_SIZE, registry=registry)
         display.note(
             f"group {group!r}: {settings.queue_count} queues, {settings.hash_count} hash buckets, registry {registry}"
@@ -236,9 +297,9 @@ def run_demo(
         if on_registry is not None:
             on_registry(registry)
         # The validator buffers what arrives until it knows the generator's start (rebase below).
-        collector = Collector(free_udp_port(), settings.accounts, TIMELINE_BIN_SECONDS)
+        collector = Collector(free_udp_port(), settings.accounts, TIMELINE_BIN_SECONDS, driver_dir)
         collector.start(STARTUP_TIMEOUT)
-        run = _Run(settings, registry, group, collector, display, log_dir, child_environment(registry))
+        run = _Run(settings, registry, group, collector, display, log_dir, env)
         for ordinal in range(settings.consumers):
             run.start_consumer(ordinal, ordinal, 0.0)
             children.append(run.processes[ordinal])
@@ -256,7 +317,7 @@ def run_demo(
             )
         # Made and removed here, not by the job: a job that is SIGKILLed cannot remove anything.
         spark_work = Path(tempfile.mkdtemp(prefix=SPARK_WORK_PREFIX)) if settings.spark else None
-        command = _generator_command(settings, group, registry, spark_work)
+        command = _generator_command(settings, group, registry, spark_work, driver_dir)
         generator = Child("generator", command, log_dir, run.env, own_group=settings.spark)
         children.append(generator)
         display.note("starting the Spark query (local[2]) ..." if settings.spark else "starting the generator ...")
@@ -286,7 +347,10 @@ def run_demo(
         victim = settings.victim_index
         joiner = settings.consumers
         display.start()
+        clients_peak = 0
         while True:
+            if driver_dir is not None:
+                clients_peak = max(clients_peak, _driver_clients(driver_dir))
             now = (time.time_ns() - start_ns) / 1e9
             for update in generator.updates():
                 if isinstance(update, protocol.GeneratorProgress):
@@ -354,6 +418,10 @@ def run_demo(
             events=run.events,
             generated_samples=run.generator.samples,
             wall_seconds=time.monotonic() - wall_start,
+            driver_pid=driver.process.pid if driver is not None else None,
+            driver_clients_peak=clients_peak,
+            spark_batch_ms=final.batch_ms,
+            spark_sink_ms=final.sink_ms,
         )
     except KeyboardInterrupt:
         # Ctrl-C, to this process or to its whole process group (the consumers and the plain
@@ -386,6 +454,7 @@ def run_demo(
             generated_samples=run.generator.samples if run is not None else [],
             wall_seconds=time.monotonic() - wall_start,
             interrupted_at=interrupted_at,
+            driver_pid=driver.process.pid if driver is not None else None,
         )
     finally:
         display.stop()
@@ -395,6 +464,10 @@ def run_demo(
                 child.process.wait()
         if collector is not None:
             collector.close()
+        if driver is not None:
+            driver.terminate(CLOSE_TIMEOUT)  # last: every client of it is gone
+        if driver_root is not None:
+            shutil.rmtree(driver_root, ignore_errors=True)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)
         shutil.rmtree(registry, ignore_errors=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from affinity.exceptions import AffinityError
 
@@ -28,6 +28,11 @@ class GeneratorProgress:
     start_ns: int
     generated: int
     done: bool
+    #: Spark only, on the last line: how long each micro-batch after the warm-up took, start to
+    #: commit (``triggerExecution``), in ms ...
+    batch_ms: list[int] = field(default_factory=list)
+    #: ... and how much of it the tasks (source read, sink write) and the commit took (``addBatch``), in ms.
+    sink_ms: list[int] = field(default_factory=list)
 
 
 Status = ConsumerStatus | GeneratorProgress

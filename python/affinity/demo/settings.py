@@ -71,6 +71,10 @@ SPARK_SOURCE_NAME = "affinity_demo_events"
 #: Prefix of the Spark query's work folder (checkpoint, start file) in the temp dir.
 SPARK_WORK_PREFIX = "affinity-demo-spark-"
 
+#: Prefix of the folder (under /dev/shm, else the temp dir) holding the standalone driver's
+#: directory with ``--driver``.
+DRIVER_WORK_PREFIX = "affinity-demo-driver-"
+
 #: File names written to the output folder.
 REPORT_JSON = "report.json"
 REPORT_TEXT = "report.txt"
@@ -90,6 +94,8 @@ class DemoSettings:
     kill_at: float
     join_at: float
     live: bool
+    #: One standalone ``affinity driver`` under every process (else an embedded driver in each).
+    driver: bool = False
 
     @property
     def queue_count(self) -> int:
@@ -124,6 +130,7 @@ class DemoSettings:
         kill_at: float | None = None,
         join_at: float | None = None,
         live: bool = True,
+        driver: bool = False,
     ) -> DemoSettings:
         """Validated settings; raises :class:`affinity.ConfigError` naming the bad option and value."""
         if not (math.isfinite(duration) and duration > 0):
@@ -154,4 +161,5 @@ class DemoSettings:
             kill_at=float(kill),
             join_at=float(join),
             live=live,
+            driver=driver,
         )

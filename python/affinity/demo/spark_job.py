@@ -225,6 +225,18 @@ def committed_events(query: Any) -> int:
     return int(value["value"])
 
 
+#: Phases of a micro-batch that Spark times (``durationMs`` of the query's progress), in the order
+#: they run; logged per batch so the log shows where a batch's time went.
+PROGRESS_PHASES = ("latestOffset", "queryPlanning", "walCommit", "addBatch", "commitOffsets", "triggerExecution")
+
+
+def progress_line(progress: dict[str, Any]) -> str:
+    """One micro-batch's timings: ``batch 12: 4,000 rows, latestOffset 3 ms, ..., triggerExecution 410 ms``."""
+    durations = progress.get("durationMs") or {}
+    phases = ", ".join(f"{name} {durations[name]} ms" for name in PROGRESS_PHASES if name in durations)
+    return f"batch {progress.get('batchId')}: {progress.get('numInputRows', 0):,} rows, {phases}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m affinity.demo.spark_job``."""
     parser = argparse.ArgumentParser(prog="python -m affinity.demo.spark_job", description=__doc__)
@@ -233,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--accounts", type=int, required=True)
     parser.add_argument("--rate", type=int, required=True)
     parser.add_argument("--total", type=int, required=True)
+    parser.add_argument("--driver-dir", help="the standalone driver every Python worker attaches to (driverDir)")
     parser.add_argument(
         "--work-dir", type=Path, help="folder for the checkpoint and start file, made and removed by the caller"
     )
@@ -259,15 +272,17 @@ def run_query(args: argparse.Namespace, work: Path) -> int:
         .option("startFile", str(start_file))
         .load()
     )
-    query = (
+    writer = (
         events.writeStream.format("affinity")
         .option("group", args.group)
         .option("key", "account")
         .option("registry", args.registry)
         .option("checkpointLocation", str(work / "checkpoint"))
         .queryName("affinity_pipeline_demo")
-        .start()
     )
+    if args.driver_dir is not None:
+        writer = writer.option("driverDir", args.driver_dir)
+    query = writer.start()
     deadline = time.monotonic() + SPARK_STARTUP_TIMEOUT
     while committed_events(query) < warmup_events(args.rate, args.total):
         if query.exception() is not None or time.monotonic() > deadline:
@@ -277,6 +292,13 @@ def run_query(args: argparse.Namespace, work: Path) -> int:
     start_ns = start_clock(start_file)
     generation_end = time.monotonic() + args.total / args.rate + FLUSH_TIMEOUT
     committed = 0
+    # The warm-up batch is logged but not timed (Python workers start, the sink joins the group).
+    logged = -1
+    for progress in query.recentProgress:
+        print(f"spark_job: warm-up {progress_line(progress)}", file=sys.stderr, flush=True)
+        logged = max(logged, progress["batchId"])
+    batch_ms: list[int] = []
+    sink_ms: list[int] = []
     while committed < args.total:
         failure = query.exception()
         if failure is not None:
@@ -286,10 +308,18 @@ def run_query(args: argparse.Namespace, work: Path) -> int:
             print(f"spark_job: only {committed} of {args.total} events committed in time", file=sys.stderr)
             return 1
         committed = committed_events(query)
+        for progress in query.recentProgress:
+            if progress["batchId"] > logged:
+                print(f"spark_job: {progress_line(progress)}", file=sys.stderr, flush=True)
+                logged = progress["batchId"]
+                durations = progress.get("durationMs") or {}
+                if progress.get("numInputRows") and "triggerExecution" in durations:
+                    batch_ms.append(int(durations["triggerExecution"]))
+                    sink_ms.append(int(durations.get("addBatch", 0)))
         print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, False)), flush=True)
         time.sleep(STATUS_INTERVAL)
     query.stop()
-    print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, True)), flush=True)
+    print(protocol.encode(protocol.GeneratorProgress(start_ns, committed, True, batch_ms, sink_ms)), flush=True)
     spark.stop()
     return 0
 

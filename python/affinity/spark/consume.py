@@ -310,7 +310,8 @@ def consume(
     """Items from the group as consumer ``index`` of ``count``, until ``stop`` is set or nothing came for
     ``idle_timeout`` seconds (None: forever). Closing the generator closes the consumer.
 
-    ``group_options`` go to :class:`affinity.groups.GroupConsumer` (``cycle``, ``liveness_timeout``, ...).
+    ``group_options`` go to :class:`affinity.groups.GroupConsumer` (``host``, ``control``, ``cycle``,
+    ``liveness_timeout``, ...).
     """
     consumer = SinkConsumer(group, index, count, client=client, registry=registry, name=name, **group_options)
     try:

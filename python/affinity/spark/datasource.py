@@ -18,6 +18,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from affinity.spark.clients import check_driver
 from affinity.spark.envelope import NIL_QUERY, Kind
 from affinity.spark.errors import SparkOptionError, SparkTaskError
 from affinity.spark.options import SinkOptions, parse_sink_options, parse_source_options
@@ -81,6 +82,7 @@ def _spark_schema_check(schema: StructType, options: SinkOptions) -> None:
     validate_schema(arrow_schema, options)
     if options.group is not None:
         check_group(options.group, options.registry)
+    check_driver(options.driver_dir)
 
 
 def _task_partition() -> tuple[int, dict[str, str | None]]:
@@ -188,6 +190,7 @@ class AffinityDataSource(DataSource):
     def simpleStreamReader(self, schema: StructType) -> SimpleDataSourceStreamReader:
         """The stream reader; it runs on the driver and keeps a replay window of what it read."""
         options = parse_source_options(self.options)
+        check_driver(options.driver_dir)
         if options.group is not None:
             return GroupStreamSource(options, to_arrow_schema(schema, timezone=ARROW_SCHEMA_TIMEZONE))
         return StreamSource(options, to_arrow_schema(schema, timezone=ARROW_SCHEMA_TIMEZONE))

@@ -82,11 +82,19 @@ OPTIONS: Final[tuple[OptionSpec, ...]] = (
     OptionSpec("streamId", None, True, True, "stream id with `channel` (32-bit integer)"),
     OptionSpec("key", None, True, False, "key column(s), comma separated (group mode, required)"),
     OptionSpec("value", "arrow", True, True, "sink: arrow | json | binary; source: binary (default) | arrow"),
-    OptionSpec("driverDir", None, True, True, "standalone media driver directory (not available yet)"),
+    OptionSpec(
+        "driverDir",
+        None,
+        True,
+        True,
+        "directory of the standalone `affinity driver` on every host (default: $AFFINITY_DIR, else embedded)",
+    ),
     OptionSpec("maxBatchRows", str(DEFAULT_MAX_BATCH_ROWS), True, False, "most rows in one message"),
     OptionSpec("maxBatchBytes", str(DEFAULT_MAX_BATCH_BYTES), True, False, "most body bytes in one message"),
     OptionSpec("ackTimeout", "60s", True, False, "how long a task waits for acks/back-pressure, then fails"),
     OptionSpec("registry", None, True, True, "group registry directory (default: $AFFINITY_REGISTRY, ...)"),
+    OptionSpec("host", None, True, True, "address group members advertise (default: $SPARK_LOCAL_IP, else 127.0.0.1)"),
+    OptionSpec("control", None, True, True, "extra channel for the group's heartbeats (e.g. aeron:udp multicast)"),
     OptionSpec("index", None, False, True, "consumer index in the group (source, group mode)"),
     OptionSpec("count", None, False, True, "consumer count of the group (source, group mode)"),
     OptionSpec("failOnDataLoss", "true", False, True, "fail when asked to replay what is no longer retained"),
@@ -112,6 +120,12 @@ class SinkOptions:
     max_batch_bytes: int
     ack_timeout: float
     registry: str | None
+    #: Standalone driver directory (None: ``$AFFINITY_DIR``, else an embedded driver per worker).
+    driver_dir: str | None = None
+    #: Address the group member advertises (None: ``$SPARK_LOCAL_IP``, else the group's default).
+    host: str | None = None
+    #: Extra heartbeat channel of the group (None: none).
+    control: str | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +140,12 @@ class SourceOptions:
     value: ValueFormat
     registry: str | None
     fail_on_data_loss: bool
+    #: Standalone driver directory (None: ``$AFFINITY_DIR``, else an embedded driver).
+    driver_dir: str | None = None
+    #: Address the group member advertises (None: ``$SPARK_LOCAL_IP``, else the group's default).
+    host: str | None = None
+    #: Extra heartbeat channel of the group (None: none).
+    control: str | None = None
 
 
 def _normalise(options: Mapping[str, str], *, sink: bool) -> dict[str, str]:
@@ -145,11 +165,6 @@ def _normalise(options: Mapping[str, str], *, sink: bool) -> dict[str, str]:
         if raw_value is None:
             raise SparkOptionError(f"option {spec.name} has no value")
         result[lower] = str(raw_value)
-    if "driverdir" in result:
-        raise SparkOptionError(
-            f"option driverDir={result['driverdir']!r}: attaching to a standalone media driver is not "
-            "available yet (it comes with the media-driver issue); remove driverDir to use the embedded driver"
-        )
     return result
 
 
@@ -250,10 +265,26 @@ def _target(values: dict[str, str]) -> tuple[str | None, str | None, int | None]
     return group, channel, stream_id
 
 
+def _placement(values: dict[str, str], group: str | None) -> tuple[str | None, str | None, str | None]:
+    """``driverDir``, and the group member's ``host`` and ``control`` (group mode only)."""
+    host = _text(values, "host")
+    control = _text(values, "control")
+    if group is None and (host is not None or control is not None):
+        name, raw = ("host", host) if host is not None else ("control", control)
+        raise SparkOptionError(f"option {name}={raw!r} applies only with option group (a channel has no members)")
+    if control is not None:
+        try:
+            _affinity.check_channel(control)
+        except ChannelUriError as error:
+            raise SparkOptionError(f"option control={control!r}: {error}") from None
+    return _text(values, "driverDir"), host, control
+
+
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the sink's options; raises :class:`SparkOptionError` naming the option and value."""
     values = _normalise(options, sink=True)
     group, channel, stream_id = _target(values)
+    driver_dir, host, control = _placement(values, group)
     key_raw = values.get("key")
     key: tuple[str, ...] = ()
     if key_raw is not None:
@@ -281,6 +312,9 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         max_batch_bytes=DEFAULT_MAX_BATCH_BYTES if size is None else size,
         ack_timeout=_duration(values, "ackTimeout", DEFAULT_ACK_TIMEOUT),
         registry=_text(values, "registry"),
+        driver_dir=driver_dir,
+        host=host,
+        control=control,
     )
 
 
@@ -288,6 +322,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate the source's options; raises :class:`SparkOptionError` naming the option and value."""
     values = _normalise(options, sink=False)
     group, channel, stream_id = _target(values)
+    driver_dir, host, control = _placement(values, group)
     index = _int(values, "index", 0, _MAX_CONSUMERS - 1)
     count = _int(values, "count", 1, _MAX_CONSUMERS)
     if group is not None:
@@ -306,4 +341,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         value=_value(values, (ValueFormat.BINARY, ValueFormat.ARROW)),
         registry=_text(values, "registry"),
         fail_on_data_loss=_bool(values, "failOnDataLoss", True),
+        driver_dir=driver_dir,
+        host=host,
+        control=control,
     )

@@ -6,7 +6,8 @@ publishes it, waiting on back-pressure (never dropping). It returns only after e
 is acknowledged (group mode: ``flush``) or sent (channel mode), within ``ackTimeout``.
 
 Transports are cached per Python process (Spark reuses its Python workers), so a task does not
-pay for joining the group's control plane every time.
+pay for joining the group's control plane every time; they share the process's one client of
+its driver (``driverDir``, ``$AFFINITY_DIR`` or embedded: :mod:`affinity.spark.clients`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 
 import affinity
 from affinity.exceptions import ChannelUriError, ClosedError, ConfigError
+from affinity.spark.clients import advertised_host, close_shared, shared_client
 from affinity.spark.encoding import check_key_columns, encode_body, key_array, row_groups, split_by_queue
 from affinity.spark.envelope import (
     MARKER_PARTITION,
@@ -176,11 +178,15 @@ def check_group(group: str, registry: str | None) -> None:
 class GroupTransport:
     """A :class:`affinity.groups.GroupPublisher` of the group named by the ``group`` option."""
 
-    def __init__(self, client: affinity.Client, group: str, registry: str | None, ack_timeout: float) -> None:
+    def __init__(self, client: affinity.Client, options: SinkOptions) -> None:
         from affinity.groups import GroupPublisher
 
+        group, registry, ack_timeout = options.group, options.registry, options.ack_timeout
+        assert group is not None
         check_group(group, registry)
-        self._publisher = GroupPublisher(client, group, registry=registry)
+        self._publisher = GroupPublisher(
+            client, group, registry=registry, host=advertised_host(options.host), control=options.control
+        )
         self._hash_count = self._publisher.definition.hash_count
         self._queue_count = self._publisher.definition.queue_count
         self._what = f"group {group!r}"
@@ -227,38 +233,40 @@ class GroupTransport:
 
 
 _LOCK = threading.Lock()
-_CLIENT: list[affinity.Client] = []
-_TRANSPORTS: dict[tuple[str | None, str | None, int | None, str | None], Transport] = {}
+_TRANSPORTS: dict[tuple[str | None, ...], Transport] = {}
 
 
-def _client() -> affinity.Client:
-    if not _CLIENT:
-        _CLIENT.append(affinity.Client())
-        atexit.register(_close_all)
-    return _CLIENT[0]
-
-
-def _close_all() -> None:
+def close_transports() -> None:
+    """Closes this process's transports, then their clients (at exit)."""
     with _LOCK:
         for transport in _TRANSPORTS.values():
             transport.close()
         _TRANSPORTS.clear()
-        for client in _CLIENT:
-            client.close()
-        _CLIENT.clear()
+    close_shared()
 
 
 def transport_for(options: SinkOptions) -> Transport:
     """This process's transport for the options' target (created once, then reused)."""
-    cache_key = (options.group, options.channel, options.stream_id, options.registry)
+    cache_key = (
+        options.group,
+        options.channel,
+        None if options.stream_id is None else str(options.stream_id),
+        options.registry,
+        options.driver_dir,
+        options.host,
+        options.control,
+    )
     with _LOCK:
         transport: Transport | None = _TRANSPORTS.get(cache_key)
         if transport is None:
+            client = shared_client(options.driver_dir)
+            if not _TRANSPORTS:
+                atexit.register(close_transports)  # after the client's: runs before it
             if options.group is not None:
-                transport = GroupTransport(_client(), options.group, options.registry, options.ack_timeout)
+                transport = GroupTransport(client, options)
             else:
                 assert options.channel is not None and options.stream_id is not None
-                transport = ChannelTransport(_client(), options.channel, options.stream_id, options.ack_timeout)
+                transport = ChannelTransport(client, options.channel, options.stream_id, options.ack_timeout)
             _TRANSPORTS[cache_key] = transport
         return transport
 

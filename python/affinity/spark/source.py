@@ -18,6 +18,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 
 import affinity
+from affinity.spark.clients import advertised_host, open_client
 from affinity.spark.closing import Release, hold
 from affinity.spark.encoding import decode_arrow
 from affinity.spark.envelope import Envelope, Kind, decode
@@ -99,9 +100,12 @@ class StreamSource(SimpleDataSourceStreamReader):
         if self._subscription is None:
             assert self._options.channel is not None and self._options.stream_id is not None
             self._release = hold(self._close)
-            self._client = affinity.Client()
             try:
+                self._client = open_client(self._options.driver_dir)
                 self._subscription = self._client.add_subscription(self._options.channel, self._options.stream_id)
+            except SparkOptionError:
+                self.stop()
+                raise
             except affinity.ChannelUriError as error:
                 self.stop()
                 raise SparkOptionError(f"option channel={self._options.channel!r}: {error}") from None
@@ -252,8 +256,8 @@ class GroupStreamSource(SimpleDataSourceStreamReader):
             options = self._options
             assert options.group is not None and options.index is not None and options.count is not None
             self._release = hold(self._close)
-            self._client = affinity.Client()
             try:
+                self._client = open_client(options.driver_dir)
                 self._consumer = GroupConsumer(
                     self._client,
                     options.group,
@@ -261,7 +265,12 @@ class GroupStreamSource(SimpleDataSourceStreamReader):
                     options.count,
                     auto_ack=False,
                     registry=options.registry,
+                    host=advertised_host(options.host),
+                    control=options.control,
                 )
+            except SparkOptionError:
+                self.stop()
+                raise
             except affinity.ConfigError as error:
                 self.stop()
                 raise SparkOptionError(f"option group={options.group!r}: {error}") from None

@@ -1,0 +1,304 @@
+"""The ``affinity`` sink and source on a standalone ``affinity driver`` (``driverDir``): every Spark
+Python worker attaches to it (none starts an embedded driver), one client per worker process
+across tasks and micro-batches, and a directory with no driver or another user's driver fails the
+write or the read when it is planned, saying how to start one."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import affinity
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from affinity.groups import GroupPublisher, create_group
+from affinity.spark import SparkOptionError
+from affinity.spark.clients import DRIVER_DIR_ENV, SPARK_LOCAL_IP_ENV, check_driver
+from conftest import StandaloneDriver
+from spark_support import (
+    Collected,
+    check_once_and_in_order,
+    full_text,
+    new_worker_driver_dirs,
+    spark_session,
+    wait_for,
+    worker_driver_dirs,
+)
+
+pytestmark = pytest.mark.spark
+
+QUEUE_COUNT = 4
+HASH_COUNT = 16
+#: Seconds a Spark write, a consumer or a driver start may take on a loaded machine (a bound on a hang).
+WAIT_S = 90.0
+
+
+@pytest.fixture(scope="module")
+def spark() -> Any:
+    return spark_session()
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> str:
+    return str(tmp_path / "registry")
+
+
+_GROUPS = iter(range(1_000_000))
+
+
+@pytest.fixture
+def group(registry: str) -> str:
+    name = f"drv{next(_GROUPS)}"
+    create_group(name, f"__{name}__", HASH_COUNT, QUEUE_COUNT, 8 << 20, registry)
+    return name
+
+
+def driver_clients(driver: StandaloneDriver) -> int:
+    clients = affinity.driver_stat(str(driver.dir)).counter("Clients")
+    assert clients is not None, "the driver has no Clients counter"
+    return clients
+
+
+def test_the_sink_attaches_every_worker_to_the_standalone_driver_one_client_per_worker(
+    spark: Any, standalone_driver: StandaloneDriver, group: str, registry: str, tmp_path: Path
+) -> None:
+    before = worker_driver_dirs()
+    with standalone_driver.client() as client:
+        collected = Collected(client, group, registry)
+        try:
+            wait_for(lambda: len(collected.consumer.owned_queues()) == QUEUE_COUNT, WAIT_S, "the consumer's queues")
+            clients_before = driver_clients(standalone_driver)
+            # Every key lives in one partition (order per key holds within a partition).
+            df = spark.range(0, 4000, numPartitions=2).selectExpr(
+                "concat('p', cast(floor(id / 2000) AS string), '-', cast(id % 20 AS string)) AS k", "id AS n"
+            )
+            (
+                df.write.format("affinity")
+                .option("group", group)
+                .option("registry", registry)
+                .option("key", "k")
+                .option("driverDir", str(standalone_driver.dir))
+                .mode("append")
+                .save()
+            )
+            wait_for(lambda: collected.commit_count() == QUEUE_COUNT, WAIT_S, "the batch's commit on every queue")
+            expected = {(f"p{i // 2000}-{i % 20}", i) for i in range(4000)}
+            # The stream: three micro-batches, each from its own file.
+            source = tmp_path / "in"
+            source.mkdir()
+            query = (
+                spark.readStream.schema("k string, n long")
+                .option("maxFilesPerTrigger", "1")
+                .parquet(str(source))
+                .writeStream.format("affinity")
+                .option("group", group)
+                .option("registry", registry)
+                .option("key", "k")
+                .option("driverDir", str(standalone_driver.dir))
+                .option("checkpointLocation", str(tmp_path / "checkpoint"))
+                .start()
+            )
+            clients_per_batch = []
+            try:
+                for batch in range(3):
+                    numbers = [10_000 * (batch + 1) + i for i in range(500)]
+                    keys = [f"k{i % 40}" for i in range(500)]
+                    expected.update(zip(keys, numbers, strict=True))
+                    pq.write_table(pa.table({"k": keys, "n": numbers}), source / f"{batch}.parquet")
+                    commits = QUEUE_COUNT * (batch + 2)  # the batch write's and each micro-batch's, on every queue
+                    wait_for(lambda c=commits: collected.commit_count() == c, WAIT_S, f"micro-batch {batch}'s commits")
+                    clients_per_batch.append(driver_clients(standalone_driver))
+                assert query.exception() is None
+            finally:
+                query.stop()
+            wait_for(lambda: len(collected.rows) >= len(expected), WAIT_S, "every row")
+            check_once_and_in_order(collected.rows, expected)
+        finally:
+            collected.stop()
+    # No Spark Python worker started an embedded driver: every one used the standalone driver ...
+    assert new_worker_driver_dirs(before) == {}
+    assert clients_per_batch[0] > clients_before, "no Spark worker attached to the standalone driver"
+    # ... with one client per worker process, kept across micro-batches (Spark reuses its workers).
+    assert clients_per_batch[1:] == clients_per_batch[:-1], clients_per_batch
+
+
+def test_the_group_source_reads_through_the_standalone_driver(
+    spark: Any, standalone_driver: StandaloneDriver, group: str, registry: str, tmp_path: Path
+) -> None:
+    before = worker_driver_dirs()
+    query = (
+        spark.readStream.format("affinity")
+        .option("group", group)
+        .option("registry", registry)
+        .option("index", "0")
+        .option("count", "1")
+        .option("driverDir", str(standalone_driver.dir))
+        .load()
+        .writeStream.format("memory")
+        .queryName("driver_dir_source")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        with standalone_driver.client() as client, GroupPublisher(client, group, registry=registry) as publisher:
+            sent = [f"m{i}".encode() for i in range(20)]
+            for payload in sent:
+                wait_for(lambda p=payload: publisher.publish(b"key", p) > 0, WAIT_S, "the source joining the group")
+            rows: list[Any] = []
+
+            def read_all() -> bool:
+                rows[:] = spark.sql("SELECT value FROM driver_dir_source").collect()
+                return len(rows) >= len(sent)
+
+            wait_for(read_all, WAIT_S, "every message in the memory table", step=0.2)
+        assert [bytes(r.value) for r in rows] == sent
+        assert query.exception() is None
+        assert new_worker_driver_dirs(before) == {}, "the source's worker started an embedded driver"
+    finally:
+        query.stop()
+
+
+def test_a_driver_dir_with_no_driver_fails_the_write_and_the_read_when_planned(
+    spark: Any, group: str, registry: str, tmp_path: Path
+) -> None:
+    from pyspark.errors import AnalysisException
+
+    empty = tmp_path / "nothing"
+    fragment = f"option driverDir='{empty}': "
+    hint = f"no driver is running in {empty} (no cnc.dat). Start the driver on every host of the cluster"
+    hint += f" as the user Spark runs as (affinity driver --dir {empty})"
+    df = spark.range(3).selectExpr("cast(id AS string) AS k")
+    with pytest.raises(AnalysisException) as raised:
+        df.write.format("affinity").option("group", group).option("registry", registry).option("key", "k").option(
+            "driverDir", str(empty)
+        ).mode("append").save()
+    assert fragment in full_text(raised.value) and hint in full_text(raised.value), full_text(raised.value)
+    reader = (
+        spark.readStream.format("affinity")
+        .option("group", group)
+        .option("registry", registry)
+        .option("index", "0")
+        .option("count", "1")
+        .option("driverDir", str(empty))
+    )
+    with pytest.raises(Exception) as failed:
+        query = reader.load().writeStream.format("memory").queryName("no_driver").start()
+        try:
+            query.awaitTermination(WAIT_S)
+        finally:
+            query.stop()
+    assert fragment in full_text(failed.value) and hint in full_text(failed.value), full_text(failed.value)
+
+
+def test_affinity_dir_without_a_driver_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(DRIVER_DIR_ENV, str(tmp_path / "gone"))
+    with pytest.raises(SparkOptionError) as raised:
+        check_driver(None)
+    text = str(raised.value)
+    assert f"${DRIVER_DIR_ENV}='{tmp_path / 'gone'}' in this Spark worker's environment" in text
+    assert f"affinity driver --dir {tmp_path / 'gone'}" in text and f"unset {DRIVER_DIR_ENV}" in text
+    monkeypatch.delenv(DRIVER_DIR_ENV)
+    check_driver(None)  # embedded drivers: nothing to check
+
+
+@pytest.fixture
+def foreign_driver() -> Iterator[Path]:
+    """An ``affinity driver`` run by ``nobody`` in a folder every user may traverse (forked and
+    switched, as tests/test_standalone_driver.py does: the interpreter may be unreadable to nobody)."""
+    if os.geteuid() != 0:
+        pytest.skip("running a driver as another user needs root (CI runs as root)")
+    parent = Path(tempfile.mkdtemp(prefix="affinity-foreign-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    parent.chmod(0o777)
+    directory = parent / "driver"
+    nobody = pwd.getpwnam("nobody")
+    pid = os.fork()
+    if pid == 0:  # the child: become nobody, run the driver until SIGTERM, leave without pytest's handlers
+        code = 1
+        try:
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            affinity.run_driver(["--dir", str(directory), "--term-length", "64k"])
+            code = 0
+        finally:
+            os._exit(code)
+    try:
+        wait_for(lambda: (directory / "cnc.dat").exists(), WAIT_S, "nobody's driver to start", step=0.05)
+        assert directory.stat().st_uid == nobody.pw_uid
+        yield directory
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + WAIT_S
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.05)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_another_users_driver_directory_fails_the_write_naming_the_owner(
+    spark: Any, group: str, registry: str, foreign_driver: Path
+) -> None:
+    from pyspark.errors import AnalysisException
+
+    df = spark.range(3).selectExpr("cast(id AS string) AS k")
+    with pytest.raises(AnalysisException) as raised:
+        df.write.format("affinity").option("group", group).option("registry", registry).option("key", "k").option(
+            "driverDir", str(foreign_driver)
+        ).mode("append").save()
+    text = full_text(raised.value)
+    owner = pwd.getpwnam("nobody").pw_uid
+    assert f"option driverDir='{foreign_driver}'" in text, text
+    assert f"is owned by uid {owner}, not by this user (uid {os.geteuid()}): refused" in text, text
+    assert "as the user Spark runs as" in text
+
+
+def test_a_group_member_on_a_worker_advertises_spark_local_ip_unless_host_is_given(
+    monkeypatch: pytest.MonkeyPatch, group: str, registry: str
+) -> None:
+    from affinity.spark.options import parse_sink_options
+    from affinity.spark.sink import GroupTransport
+
+    def advertised(options: dict[str, str]) -> str:
+        with affinity.Client() as client:
+            transport = GroupTransport(client, parse_sink_options({"group": group, "key": "k", **options}))
+            try:
+                return "\n".join(path.read_text() for path in Path(registry).rglob("*") if path.is_file())
+            finally:
+                transport.close()
+
+    monkeypatch.setenv(SPARK_LOCAL_IP_ENV, "127.0.0.2")
+    assert "127.0.0.2" in advertised({"registry": registry})
+    assert "127.0.0.3" in advertised({"registry": registry, "host": "127.0.0.3"})
+    monkeypatch.delenv(SPARK_LOCAL_IP_ENV)
+    text = advertised({"registry": registry})
+    assert "127.0.0.2" not in text and "127.0.0.3" not in text
+
+
+def test_consume_passes_host_to_the_group_member(group: str, registry: str) -> None:
+    import threading
+
+    from affinity.spark import consume
+
+    def files() -> str:
+        return "\n".join(path.read_text() for path in Path(registry).rglob("*") if path.is_file())
+
+    stop = threading.Event()
+    with affinity.Client() as client:
+        items = consume(group, 0, 1, client=client, registry=registry, host="127.0.0.4", stop=stop, poll_timeout=0.01)
+        thread = threading.Thread(target=lambda: list(items), daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: "127.0.0.4" in files(), WAIT_S, "the consumer to advertise 127.0.0.4")
+        finally:
+            stop.set()
+            thread.join(WAIT_S)
