@@ -130,7 +130,8 @@ BAD_OPTIONS = [
     {"group": "jvm"},
     {"group": "jvm", "key": "k", "streamId": "3"},
     {"group": "jvm", "key": "k", "registry": " "},
-    {"group": "jvm", "key": "k", "driverDir": "/tmp/x"},
+    {"group": "jvm", "key": "k", "host": " "},
+    {"group": "jvm", "key": "k", "bootstrap": ""},
     {"group": "jvm", "key": "k", "writer": "rust"},
     {"group": "jvm", "key": "missing"},
     {"group": "jvm", "key": "k", "value": "binary", "extra": "1"},
@@ -146,6 +147,17 @@ def test_both_writers_refuse_bad_options_with_the_same_message(
     python = _refusal(spark, {**with_registry, "writer": with_registry.get("writer", "python")})
     jvm = _refusal(spark, {**with_registry, "writer": with_registry.get("writer", "jvm")})
     assert jvm == python
+
+
+def test_the_jvm_writer_leaves_member_placement_to_the_python_writer(spark: Any, registry: str) -> None:
+    # writer=jvm refuses each placement option by name; writer=auto hands them to the Python
+    # writer, whose refusal of an unknown driver directory shows it took the write.
+    for name, value in (("driverDir", "/nonexistent/driver"), ("host", "127.0.0.1"), ("bootstrap", "127.0.0.1:1")):
+        options = {"group": "jvm", "registry": registry, "key": "k", name: value}
+        message = _refusal(spark, {**options, "writer": "jvm"})
+        assert f"option writer='jvm' does not take option {name}" in message, message
+    message = _refusal(spark, {"group": "jvm", "registry": registry, "key": "k", "driverDir": "/nonexistent/driver"})
+    assert "/nonexistent/driver" in message and "writer='jvm'" not in message, message
 
 
 def test_the_jvm_writer_refuses_what_only_the_python_writer_writes(spark: Any, registry: str) -> None:

@@ -14,7 +14,7 @@ The definitions live in the registry (:mod:`affinity.groups.registry`); the Rust
 
 from __future__ import annotations
 
-from affinity.groups.api import GroupConsumer, GroupObserver, GroupPublisher
+from affinity.groups.api import GroupConsumer, GroupObserver, GroupPublisher, learn_definition
 from affinity.groups.registry import (
     GroupDefinition,
     create_group,
@@ -63,6 +63,7 @@ __all__ = [
     "group_bucket",
     "group_queue",
     "group_queues",
+    "learn_definition",
     "list_groups",
     "load_group",
     "registry_dir",

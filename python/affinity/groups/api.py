@@ -35,7 +35,7 @@ from affinity.exceptions import ConfigError
 from affinity.groups.registry import GroupDefinition, group_file, load_group, registry_dir
 from affinity.groups.secret import resolve_secret
 
-__all__ = ["GroupConsumer", "GroupObserver", "GroupPublisher"]
+__all__ = ["GroupConsumer", "GroupObserver", "GroupPublisher", "learn_definition"]
 
 #: A registry location as the functions of :mod:`affinity.groups.registry` accept it.
 Registry = str | os.PathLike[str] | None
@@ -99,6 +99,24 @@ def _common_options(
         if seconds is not None:
             options[f"{option}_ms"] = milliseconds(option, seconds)
     return options
+
+
+def learn_definition(
+    client: Client,
+    group: str,
+    *,
+    bootstrap: str | None = None,
+    registry: Registry = None,
+    host: str | None = None,
+    secret: Secret = None,
+    bootstrap_timeout: float | None = None,
+) -> GroupDefinition:
+    """The definition a member of ``group`` would use: the registry's, or (``bootstrap`` given and
+    no registry entry) the first answer of a member listed in ``bootstrap`` — without joining the
+    group. Raises what a member's constructor raises (``ConfigError`` naming the addresses asked,
+    or both fingerprints when an answer holds another definition)."""
+    definition, _key, _source = _definition(client, group, registry, bootstrap, host, secret, bootstrap_timeout)
+    return definition
 
 
 class GroupPublisher:

@@ -81,7 +81,7 @@ def _spark_schema_check(schema: StructType, options: SinkOptions) -> None:
         raise SparkOptionError(f"the DataFrame's schema cannot be written as Arrow: {error!r}") from None
     validate_schema(arrow_schema, options)
     if options.group is not None:
-        check_group(options.group, options.registry)
+        check_group(options)
     check_driver(options.driver_dir)
 
 

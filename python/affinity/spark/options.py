@@ -95,6 +95,13 @@ OPTIONS: Final[tuple[OptionSpec, ...]] = (
     OptionSpec("registry", None, True, True, "group registry directory (default: $AFFINITY_REGISTRY, ...)"),
     OptionSpec("host", None, True, True, "address group members advertise (default: $SPARK_LOCAL_IP, else 127.0.0.1)"),
     OptionSpec("control", None, True, True, "extra channel for the group's heartbeats (e.g. aeron:udp multicast)"),
+    OptionSpec(
+        "bootstrap",
+        None,
+        True,
+        True,
+        "host:port,... of live group members that answer with the group's definition (no registry entry needed)",
+    ),
     OptionSpec("index", None, False, True, "consumer index in the group (source, group mode)"),
     OptionSpec("count", None, False, True, "consumer count of the group (source, group mode)"),
     OptionSpec("failOnDataLoss", "true", False, True, "fail when asked to replay what is no longer retained"),
@@ -126,6 +133,8 @@ class SinkOptions:
     host: str | None = None
     #: Extra heartbeat channel of the group (None: none).
     control: str | None = None
+    #: ``host:port,...`` of live members that answer with the group's definition (None: the registry).
+    bootstrap: str | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,8 @@ class SourceOptions:
     host: str | None = None
     #: Extra heartbeat channel of the group (None: none).
     control: str | None = None
+    #: ``host:port,...`` of live members that answer with the group's definition (None: the registry).
+    bootstrap: str | None = None
 
 
 def _normalise(options: Mapping[str, str], *, sink: bool) -> dict[str, str]:
@@ -265,26 +276,30 @@ def _target(values: dict[str, str]) -> tuple[str | None, str | None, int | None]
     return group, channel, stream_id
 
 
-def _placement(values: dict[str, str], group: str | None) -> tuple[str | None, str | None, str | None]:
-    """``driverDir``, and the group member's ``host`` and ``control`` (group mode only)."""
+def _placement(values: dict[str, str], group: str | None) -> tuple[str | None, str | None, str | None, str | None]:
+    """``driverDir``, and the group member's ``host``, ``control`` and ``bootstrap`` (group mode only)."""
     host = _text(values, "host")
     control = _text(values, "control")
-    if group is None and (host is not None or control is not None):
-        name, raw = ("host", host) if host is not None else ("control", control)
-        raise SparkOptionError(f"option {name}={raw!r} applies only with option group (a channel has no members)")
+    bootstrap = _text(values, "bootstrap")
+    if group is None:
+        for name, raw in (("host", host), ("control", control), ("bootstrap", bootstrap)):
+            if raw is not None:
+                raise SparkOptionError(
+                    f"option {name}={raw!r} applies only with option group (a channel has no members)"
+                )
     if control is not None:
         try:
             _affinity.check_channel(control)
         except ChannelUriError as error:
             raise SparkOptionError(f"option control={control!r}: {error}") from None
-    return _text(values, "driverDir"), host, control
+    return _text(values, "driverDir"), host, control, bootstrap
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the sink's options; raises :class:`SparkOptionError` naming the option and value."""
     values = _normalise(options, sink=True)
     group, channel, stream_id = _target(values)
-    driver_dir, host, control = _placement(values, group)
+    driver_dir, host, control, bootstrap = _placement(values, group)
     key_raw = values.get("key")
     key: tuple[str, ...] = ()
     if key_raw is not None:
@@ -315,6 +330,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         driver_dir=driver_dir,
         host=host,
         control=control,
+        bootstrap=bootstrap,
     )
 
 
@@ -322,7 +338,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     """Validate the source's options; raises :class:`SparkOptionError` naming the option and value."""
     values = _normalise(options, sink=False)
     group, channel, stream_id = _target(values)
-    driver_dir, host, control = _placement(values, group)
+    driver_dir, host, control, bootstrap = _placement(values, group)
     index = _int(values, "index", 0, _MAX_CONSUMERS - 1)
     count = _int(values, "count", 1, _MAX_CONSUMERS)
     if group is not None:
@@ -344,4 +360,5 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         driver_dir=driver_dir,
         host=host,
         control=control,
+        bootstrap=bootstrap,
     )

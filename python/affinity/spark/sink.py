@@ -164,14 +164,27 @@ class ChannelTransport:
         self._publication.close()
 
 
-def check_group(group: str, registry: str | None) -> None:
-    """The group exists in the registry (else :class:`SparkOptionError` naming the option)."""
-    from affinity.groups import load_group
+def check_group(options: SinkOptions) -> None:
+    """The group's definition is there: in the registry, or (option ``bootstrap``, no registry entry)
+    from the first listed member that answers. Else :class:`SparkOptionError` naming the option."""
+    from affinity.groups import learn_definition, load_group
 
+    group, registry = options.group, options.registry
+    assert group is not None
+    where = "" if registry is None else f" (registry={registry!r})"
     try:
-        load_group(group, registry)
+        if options.bootstrap is None:
+            load_group(group, registry)
+        else:
+            learn_definition(
+                shared_client(options.driver_dir),
+                group,
+                bootstrap=options.bootstrap,
+                registry=registry,
+                host=advertised_host(options.host),
+            )
+            where += f" (bootstrap={options.bootstrap!r})"
     except ConfigError as error:
-        where = "" if registry is None else f" (registry={registry!r})"
         raise SparkOptionError(f"option group={group!r}{where}: {error}") from None
 
 
@@ -183,9 +196,15 @@ class GroupTransport:
 
         group, registry, ack_timeout = options.group, options.registry, options.ack_timeout
         assert group is not None
-        check_group(group, registry)
+        if options.bootstrap is None:
+            check_group(options)  # with a bootstrap list the publisher learns the definition itself
         self._publisher = GroupPublisher(
-            client, group, registry=registry, host=advertised_host(options.host), control=options.control
+            client,
+            group,
+            registry=registry,
+            host=advertised_host(options.host),
+            control=options.control,
+            bootstrap=options.bootstrap,
         )
         self._hash_count = self._publisher.definition.hash_count
         self._queue_count = self._publisher.definition.queue_count
@@ -255,6 +274,7 @@ def transport_for(options: SinkOptions) -> Transport:
         options.driver_dir,
         options.host,
         options.control,
+        options.bootstrap,
     )
     with _LOCK:
         transport: Transport | None = _TRANSPORTS.get(cache_key)

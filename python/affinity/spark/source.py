@@ -267,6 +267,7 @@ class GroupStreamSource(SimpleDataSourceStreamReader):
                     registry=options.registry,
                     host=advertised_host(options.host),
                     control=options.control,
+                    bootstrap=options.bootstrap,
                 )
             except SparkOptionError:
                 self.stop()

@@ -36,7 +36,13 @@ final class SinkOptions implements Serializable {
 
   /** The sink options, in the order of the Python module's {@code OPTIONS}. */
   static final List<String> SINK_OPTIONS = Arrays.asList("group", "channel", "streamId", "key", "value",
-      "driverDir", "maxBatchRows", "maxBatchBytes", "ackTimeout", "registry", "writer");
+      "driverDir", "maxBatchRows", "maxBatchBytes", "ackTimeout", "registry", "host", "control", "bootstrap",
+      "writer");
+  /**
+   * Options that place the group member (a standalone driver, an advertised address, a heartbeat
+   * channel, a bootstrap list): written by the Python writer, whose publisher takes them.
+   */
+  static final List<String> PYTHON_PLACEMENT = Arrays.asList("driverDir", "host", "control", "bootstrap");
   /** Options only the source takes. */
   static final List<String> SOURCE_ONLY = Arrays.asList("index", "count", "failOnDataLoss");
   /** Options Spark itself may add; accepted and ignored. */
@@ -59,6 +65,8 @@ final class SinkOptions implements Serializable {
   final String ackTimeoutText;
   final String registry;
   final String writer;
+  /** The first option of {@link #PYTHON_PLACEMENT} given, or null. */
+  final String placement;
 
   private SinkOptions(Map<String, String> values) {
     group = text(values, "group");
@@ -113,6 +121,13 @@ final class SinkOptions implements Serializable {
     ackTimeoutMillis = duration(values, "ackTimeout", DEFAULT_ACK_TIMEOUT_MS);
     registry = text(values, "registry");
     writer = choice(values, "writer", WRITERS);
+    String given = null;
+    for (String name : PYTHON_PLACEMENT) {
+      if (text(values, name) != null && given == null) {
+        given = name;
+      }
+    }
+    placement = given;
   }
 
   /** Validates Spark's option map (case-insensitive keys); {@link SparkOptionException} names the option. */
@@ -138,17 +153,16 @@ final class SinkOptions implements Serializable {
       }
       values.put(lower, entry.getValue());
     }
-    if (values.containsKey("driverdir")) {
-      throw new SparkOptionException("option driverDir=" + repr(values.get("driverdir"))
-          + ": attaching to a standalone media driver is not available yet (it comes with the media-driver "
-          + "issue); remove driverDir to use the embedded driver");
-    }
     return new SinkOptions(values);
   }
 
-  /** Whether this JVM writer writes these options (else the Python writer does: channel mode, json). */
+  /**
+   * Whether this JVM writer writes these options (else the Python writer does: channel mode, json,
+   * and the member placement options of {@link #PYTHON_PLACEMENT}; the JVM's publisher attaches to
+   * the driver of {@code $AFFINITY_DIR} and finds the group in the registry).
+   */
   boolean jvmWritable() {
-    return group != null && !value.equals("json");
+    return group != null && !value.equals("json") && placement == null;
   }
 
   private static String find(List<String> names, String lower) {
