@@ -767,6 +767,7 @@ class SubjectRouterCore:
         heartbeat_interval_ms: int = 100,
         backlog_budget: int = ...,
         secret: bytes | None = None,
+        forward: str | None = None,
     ) -> SubjectRouterCore: ...
     @property
     def id(self) -> int: ...
@@ -779,7 +780,7 @@ class SubjectSubscriberCore:
     def __new__(
         cls,
         client: Client,
-        router: str,
+        routers: list[str],
         *,
         name: str,
         host: str = "127.0.0.1",
@@ -797,6 +798,8 @@ class SubjectSubscriberCore:
     def authenticated(self) -> bool: ...
     @property
     def endpoint(self) -> str: ...
+    @property
+    def router(self) -> str: ...
     def close(self) -> None: ...
 
 @final
@@ -804,7 +807,7 @@ class SubjectSourceCore:
     def __new__(
         cls,
         client: Client,
-        router: str,
+        routers: list[str],
         *,
         label: str,
         host: str = "127.0.0.1",
@@ -824,6 +827,8 @@ class SubjectSourceCore:
     def authenticated(self) -> bool: ...
     @property
     def endpoint(self) -> str: ...
+    @property
+    def router(self) -> str: ...
     def close(self) -> None: ...
 
 # ---- end subjects ------------------------------------------------------------------------------

@@ -52,7 +52,13 @@ fn table() -> RoutingTable {
 }
 
 fn options(router: &str, name: &str) -> PeerOptions {
-    PeerOptions { router: router.into(), name: name.into(), host: "127.0.0.1".into(), timing: timing(), secret: None }
+    PeerOptions {
+        routers: vec![router.into()],
+        name: name.into(),
+        host: "127.0.0.1".into(),
+        timing: timing(),
+        secret: None,
+    }
 }
 
 /// Polls `peer` until `want` accepts a delivery (bounded by [`DEADLINE`]); returns everything
@@ -101,6 +107,7 @@ fn a_subscription_is_requested_from_the_hashed_adapter_and_its_data_relayed_then
             timing: timing(),
             backlog_budget: DEFAULT_BACKLOG_BUDGET,
             secret: None,
+            forward: None,
         },
     )
     .unwrap();
@@ -168,6 +175,7 @@ fn a_faucet_publisher_is_assigned_a_topic_publishes_it_and_sees_the_json_events(
             timing: timing(),
             backlog_budget: DEFAULT_BACKLOG_BUDGET,
             secret: None,
+            forward: None,
         },
     )
     .unwrap();
@@ -208,6 +216,7 @@ fn with_a_router_secret_members_are_heard_and_a_peer_with_another_secret_is_refu
             timing: timing(),
             backlog_budget: DEFAULT_BACKLOG_BUDGET,
             secret: Some(secret(1)),
+            forward: None,
         },
     )
     .unwrap();

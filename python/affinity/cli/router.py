@@ -11,6 +11,11 @@ is logged on the ``affinity.router`` logger (stderr). Stops on SIGINT / SIGTERM.
 together (``256M`` by default; suffixes K, M, G are powers of 1024); past it the subscriber with
 the largest backlog is dropped and logged.
 
+Subscribers and sources hear from the router every heartbeat interval; when it is silent for
+their liveness timeout they move to the next router of their list (or try it again) and send
+their subscriptions again by themselves. On a clean stop (SIGINT / SIGTERM) the router tells
+them so, and with ``--forward CHANNEL`` where to go.
+
 ``--secret-file PATH`` (else ``$AFFINITY_ROUTER_SECRET`` as hex, else
 ``$AFFINITY_ROUTER_SECRET_FILE``): the router secret; every message from and to subscribers and
 sources is then sealed and verified, and what is not authentic is counted and dropped
@@ -84,6 +89,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("--control", metavar="CHANNEL", help="extra channel heartbeats are read from")
     parser.add_argument("--liveness-timeout", type=float, default=2.0, metavar="SECONDS", help="peer liveness timeout")
     parser.add_argument(
+        "--forward",
+        metavar="CHANNEL",
+        help="another router's channel: on a clean stop, subscribers and sources are told to move there",
+    )
+    parser.add_argument(
         "--backlog-budget",
         type=byte_size,
         default=DEFAULT_BACKLOG_BUDGET,
@@ -134,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
             liveness_timeout=args.liveness_timeout,
             backlog_budget=args.backlog_budget,
             secret=args.secret_file,
+            forward=args.forward,
         )
     except AffinityError as exc:
         print(f"affinity router: {exc}", file=sys.stderr)

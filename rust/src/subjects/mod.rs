@@ -5,6 +5,8 @@
 //! * [`backlog`] — sans-IO backlogs of records per destination under one memory budget.
 //! * [`codec`] — the subject record (subscribe, unsubscribe, request, discard, data with flags
 //!   image / update / NODATA unavailable / NODATA notfound / status, enlist, delist).
+//! * [`failover`] — sans-IO: a subscriber's or source's watch over its list of routers
+//!   (liveness from the router's ALIVE records, moves, what is sent again).
 //! * [`faucet`] — sans-IO faucet assignment and announcements.
 //! * [`router`] — the sans-IO router: tables in the data path, moves on peer failure, relay.
 //! * [`runtime`] — the router, subscriber and source over the client API, with the control
@@ -14,6 +16,7 @@
 
 pub mod backlog;
 pub mod codec;
+pub mod failover;
 pub mod faucet;
 pub mod router;
 pub mod runtime;
