@@ -3,6 +3,8 @@
 //! publishers (seed 003, AMPS on manifold affinity).
 //!
 //! * [`backlog`] — sans-IO backlogs of records per destination under one memory budget.
+//! * [`cluster`] — sans-IO: the cluster of routers (nodes, domains, masters and slaves, load
+//!   balancer, connection states, forward queues, slave caches).
 //! * [`codec`] — the subject record (subscribe, unsubscribe, request, discard, data with flags
 //!   image / update / NODATA unavailable / NODATA notfound / status, enlist, delist).
 //! * [`failover`] — sans-IO: a subscriber's or source's watch over its list of routers
@@ -15,6 +17,7 @@
 //! Layouts and behaviour: `docs/subjects.md`.
 
 pub mod backlog;
+pub mod cluster;
 pub mod codec;
 pub mod failover;
 pub mod faucet;
