@@ -123,6 +123,12 @@ def test_hostile_values_are_named() -> None:
     for (old, new), message in zip(cases.items(), expected, strict=True):
         found = errors(PICTURE.replace(old, new, 1))
         assert any(message in e for e in found), (message, found)
+    settings = "    forward-queue 8M\n    load-balancer no-such-balancer\n    master-mapper xpath\n"
+    found = errors(PICTURE.replace("    forward-queue 8M\n", settings))
+    assert any("load-balancer 'no-such-balancer'" in e for e in found), found
+    assert any("master-mapper 'xpath': must be one of domain" in e for e in found), found
+    valid = settings.replace("no-such-balancer", "least-assigned").replace("xpath", "domain")
+    assert errors(PICTURE.replace("    forward-queue 8M\n", valid)) == []
     assert any("without end-cluster-node" in e for e in errors("add-cluster-node\n    node-id x\n"))
     assert any("upstream needs 2 values" in e for e in errors(PICTURE.replace("RUGBY_NEWS avalon", "")))
 

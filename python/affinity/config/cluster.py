@@ -40,6 +40,8 @@ from affinity import _affinity
 from affinity.config.diagnostics import Diagnostic, error, warning
 from affinity.config.model import Location
 from affinity.config.tokenizer import Token
+from affinity.exceptions import PolicyError
+from affinity.rules import validate_spec
 
 __all__ = [
     "BLOCKS",
@@ -84,6 +86,8 @@ NODE_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 DEFAULT_LOAD_BALANCER = "round-robin"
 #: Default ``master-mapper``: xmlBlaster's DomainToMaster.
 DEFAULT_MASTER_MAPPER = "domain"
+#: The master mappers there are (a plugin interface is not offered yet).
+MASTER_MAPPERS = (DEFAULT_MASTER_MAPPER,)
 #: Default ``cache-expiry``, seconds.
 DEFAULT_CACHE_EXPIRY = 300.0
 #: Default ``forward-queue``, bytes per unreachable master.
@@ -259,10 +263,19 @@ def _settings(block: _Block | None, diagnostics: list[Diagnostic]) -> ClusterSet
     if block is None:
         return ClusterSettings()
     found: dict[str, object] = {}
-    for name in ("load-balancer", "master-mapper"):
-        token = _one(block, name)
-        if token is not None:
-            found[name.replace("-", "_")] = token.value
+    balancer = _one(block, "load-balancer")
+    if balancer is not None:
+        try:  # a routing policy: a built-in name or a plugin, as `policy` takes (docs/policies.md)
+            validate_spec(balancer.value)
+            found["load_balancer"] = balancer.value
+        except PolicyError as exc:
+            diagnostics.append(error(balancer.value_location, f"load-balancer {balancer.value!r}: {exc}"))
+    mapper = _one(block, "master-mapper")
+    if mapper is not None and mapper.value not in MASTER_MAPPERS:
+        known = ", ".join(MASTER_MAPPERS)
+        diagnostics.append(error(mapper.value_location, f"master-mapper {mapper.value!r}: must be one of {known}"))
+    elif mapper is not None:
+        found["master_mapper"] = mapper.value
     expiry = _one(block, "cache-expiry")
     if expiry is not None:
         seconds = _parse_number(expiry, DURATION_UNITS, "a duration such as 300s", diagnostics)
