@@ -6,8 +6,8 @@
 //!
 //! The router heartbeats its peers: every subscriber and source it hears gets an ALIVE record
 //! every [alive interval](RouterCore::with_alive_interval), and [`RouterCore::stopping`] tells
-//! them all that it stops (with an optional forward channel), so they can move to another
-//! router (`subjects::failover`).
+//! every peer heard or registered that it stops (with an optional forward channel), so they can
+//! move to another router (`subjects::failover`).
 //!
 //! Inputs: [`RouterCore::on_message`] (records from the listen channel), [`RouterCore::on_heartbeat`]
 //! (control plane), [`RouterCore::tick`] (time). Outputs: records queued per destination in the
@@ -242,8 +242,7 @@ impl RouterCore {
     /// `forward`, the channel of the router they should move to, if any.
     pub fn stopping(&mut self, forward: Option<&str>) {
         let payload = forward.unwrap_or("").as_bytes();
-        let ids: Vec<u64> = self.peers.keys().copied().collect();
-        for id in ids {
+        for id in self.member_ids() {
             self.outbox.push(id, RecordKind::Alive, FLAG_STOPPING, self.id, ALIVE_SUBJECT, payload);
         }
     }
@@ -251,6 +250,18 @@ impl RouterCore {
     /// Number of subscribers and sources heard (each gets ALIVE records).
     pub fn peer_count(&self) -> usize {
         self.peers.len()
+    }
+
+    /// Every member a stopping notice goes to: those heard, and the subscribers and sources
+    /// registered before their first heartbeat was heard (a SUBSCRIBE carries its inbox), in
+    /// id order. (The periodic ALIVE goes to those heard only: SUBSCRIBEs from ids that never
+    /// heartbeat must not make the router send more.)
+    fn member_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> =
+            self.peers.keys().chain(self.subscribers.keys()).chain(self.sources.keys()).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// This router's member id.

@@ -44,6 +44,9 @@ use crate::time::MonotonicClock;
 
 /// Term length of every subject publication (largest message 128 KiB).
 pub const SUBJECT_TERM_LENGTH: &str = "1m";
+/// How long a stopping router keeps reading (and sends nothing more) after it told its peers
+/// it stops, so the driver sends those records before the process closes its client.
+pub const STOP_LINGER: Duration = Duration::from_millis(100);
 /// Fragments read per stream per router iteration.
 pub const FRAGMENTS_PER_ITERATION: usize = 1024;
 /// How often the router runs its timers.
@@ -467,15 +470,24 @@ impl RouterLoop {
             return;
         }
         // A clean stop: every peer heard is told (and where to go), so none waits for a
-        // timeout. Offered once on each peer's link, past its backlog: the thread ends at once,
-        // and what the backlogs still hold is dropped as before.
+        // timeout. Offered once on each peer's link, past its backlog (what the backlogs still
+        // hold is dropped as before); then the router lingers, reading but sending nothing
+        // more, so the driver sends those records before the process closes its client.
         self.core.stopping(self.forward.as_deref());
-        let RouterLoop { core, links, scratch, .. } = &mut self;
-        core.outbox().drain(|to, bytes| {
-            if let Some(Link { publication, auth }) = links.get_mut(&to) {
-                let _ = offer_sealed(publication, auth, scratch, bytes);
+        {
+            let RouterLoop { core, links, scratch, .. } = &mut self;
+            core.outbox().drain(|to, bytes| {
+                if let Some(Link { publication, auth }) = links.get_mut(&to) {
+                    let _ = offer_sealed(publication, auth, scratch, bytes);
+                }
+            });
+        }
+        let lingering = self.clock.now();
+        while self.clock.now().saturating_since(lingering) < STOP_LINGER && !self.client.client_closed() {
+            if self.poll_control() + self.poll_data() == 0 {
+                std::thread::sleep(IDLE_SLEEP);
             }
-        });
+        }
     }
 
     fn poll_control(&mut self) -> usize {

@@ -519,12 +519,22 @@ fn the_router_heartbeats_every_peer_it_hears_and_says_where_to_go_when_it_stops(
     router.tick(late);
     assert_eq!(router.peer_count(), 0);
     assert!(sent(&mut router).is_empty());
-    // Stopping: every peer heard gets ALIVE|STOPPING with the forward channel.
+    // Stopping: every peer heard gets ALIVE|STOPPING with the forward channel, and so does a
+    // subscriber known only by its SUBSCRIBE (its first heartbeat not heard yet).
     router.on_heartbeat(heartbeat(BOB, Role::Subscriber, "bob"), late);
+    subscribe(&mut router, ALICE, TRADE, late);
+    sent(&mut router);
+    // The periodic ALIVE goes to those heard only: an id that only sent a SUBSCRIBE gets none.
+    router.tick(late + interval);
+    assert_eq!(sent(&mut router).iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(), [(BOB, RecordKind::Alive)]);
     router.stopping(Some("aeron:udp?endpoint=127.0.0.1:40600"));
+    let forward = "aeron:udp?endpoint=127.0.0.1:40600".to_owned();
     assert_eq!(
         sent(&mut router),
-        [(BOB, RecordKind::Alive, FLAG_STOPPING, "*".to_owned(), "aeron:udp?endpoint=127.0.0.1:40600".to_owned())]
+        [
+            (ALICE, RecordKind::Alive, FLAG_STOPPING, "*".to_owned(), forward.clone()),
+            (BOB, RecordKind::Alive, FLAG_STOPPING, "*".to_owned(), forward)
+        ]
     );
     // An ALIVE sent to the router is refused.
     router.on_message(&record(RecordKind::Alive, 0, BOB, "*", b""), late);
