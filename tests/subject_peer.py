@@ -1,6 +1,9 @@
 """A data-source process for the subject-router tests (not a test module).
 
-``python tests/subject_peer.py LABEL ROUTER [ROUTER...] [--faucet] [--coverage PATTERN]``
+``python tests/subject_peer.py LABEL ROUTER [ROUTER...] [--faucet] [--coverage PATTERN] [--failover]``
+
+One source per router, or with ``--failover`` one source with the list (``routers=[...]``) that
+moves to the next router when the one in use is lost.
 
 Serves every subject a router requests: an image ``LABEL:subject:image`` at once, then an
 update ``LABEL:subject:N`` every 50 ms. Subjects whose user starts with ``ghost`` are answered
@@ -29,15 +32,17 @@ def main() -> int:
     parser.add_argument("--faucet", action="store_true")
     parser.add_argument("--coverage", action="append")
     parser.add_argument("--liveness", type=float, default=1.0)
+    parser.add_argument("--failover", action="store_true")
     args = parser.parse_args()
     client = affinity.Client()
     served: list[dict[str, int]] = []
     sources: list[Source] = []
-    for index, router in enumerate(args.routers):
+    lists = [args.routers] if args.failover else [[router] for router in args.routers]
+    for index, routers in enumerate(lists):
         source = Source(
             client,
-            router,
-            args.label,
+            routers=routers,
+            label=args.label,
             coverage=args.coverage,
             faucet="*" if args.faucet and not args.coverage else None,
             heartbeat_interval=0.05,

@@ -414,7 +414,8 @@ ENTRIES: list[Entry] = [
         lambda o: Subscriber,
         [
             Param("client", "client", "<client>"),
-            Param("router", "str", "<listen>"),
+            Param("router", "optional str", "<listen>"),
+            Param("routers", "optional str list", None, keyword=True),
             Param("name", "optional str", None, keyword=True),
             Param("host", "str", "127.0.0.1", keyword=True),
             Param("heartbeat_interval", "float", 0.05, keyword=True),
@@ -433,8 +434,9 @@ ENTRIES: list[Entry] = [
         lambda o: Source,
         [
             Param("client", "client", "<client>"),
-            Param("router", "str", "<listen>"),
+            Param("router", "optional str", "<listen>"),
             Param("label", "str", "S2"),
+            Param("routers", "optional str list", None, keyword=True),
             Param("coverage", "optional str list", None, keyword=True),
             Param("faucet", "optional str", None, keyword=True),
             Param("host", "str", "127.0.0.1", keyword=True),

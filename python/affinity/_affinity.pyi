@@ -1279,6 +1279,8 @@ class SubjectPeerCounters:
     @property
     def dropped_records(self) -> int: ...
     @property
+    def router_switches(self) -> int: ...
+    @property
     def auth_unauthenticated(self) -> int: ...
     @property
     def auth_unverifiable(self) -> int: ...
@@ -1301,6 +1303,7 @@ class SubjectRouterCore:
         heartbeat_interval_ms: int = ...,
         backlog_budget: int = ...,
         secret: bytes | None = None,
+        forward: str | None = None,
     ) -> SubjectRouterCore: ...
     @property
     def id(self) -> int: ...
@@ -1313,7 +1316,7 @@ class SubjectSubscriberCore:
     def __new__(
         cls,
         client: Client,
-        router: str,
+        routers: list[str],
         *,
         name: str,
         host: str = "127.0.0.1",
@@ -1331,6 +1334,8 @@ class SubjectSubscriberCore:
     def authenticated(self) -> bool: ...
     @property
     def endpoint(self) -> str: ...
+    @property
+    def router(self) -> str: ...
     def close(self) -> None: ...
 
 @final
@@ -1338,7 +1343,7 @@ class SubjectSourceCore:
     def __new__(
         cls,
         client: Client,
-        router: str,
+        routers: list[str],
         *,
         label: str,
         host: str = "127.0.0.1",
@@ -1358,6 +1363,8 @@ class SubjectSourceCore:
     def authenticated(self) -> bool: ...
     @property
     def endpoint(self) -> str: ...
+    @property
+    def router(self) -> str: ...
     def close(self) -> None: ...
 
 # ---- end subjects ------------------------------------------------------------------------------

@@ -9,6 +9,14 @@ path is Rust (:mod:`affinity._affinity`); this module configures it and wraps th
 >>> sub.subscribe("/PRIVATE/alice-0/FXTRADE", print)                      # doctest: +SKIP
 >>> sub.poll(100)                                                          # doctest: +SKIP
 
+**Router failure.** The router sends every subscriber and source an ALIVE record every heartbeat
+interval. Given ``routers=[...]`` (or one ``router=``), a member that hears nothing from the
+router in use for ``liveness_timeout`` (checked by :meth:`Subscriber.poll` / :meth:`Source.poll`)
+moves to the next router of its list (with one router: the same one again), and one that sees
+the router restarted (a new router id) stays; either way it sends every subscription and faucet
+enlistment again by itself. A subscriber's callbacks get ``Flags.STATUS`` naming the move, then
+a fresh image. A router stopped cleanly tells its members, with ``forward=``, where to go.
+
 **Authentication.** With a router secret, the router and every subscriber and source seal and
 verify every message they exchange with the control plane's one mechanism (``docs/subjects.md``,
 "Authentication"); unauthenticated, badly tagged or replayed messages are counted and dropped.
@@ -108,6 +116,22 @@ def resolve_router_secret(secret: SecretArgument = None) -> tuple[bytes | None, 
     return found if found is not None else (None, NO_SECRET)
 
 
+def _router_list(router: object, routers: object) -> list[str]:
+    """The routers of a member: ``router`` (one channel) or ``routers`` (a non-empty list)."""
+    channels = None
+    if routers is not None:
+        if isinstance(routers, str):
+            raise ConfigError("routers must be a sequence of channels, not one string (or use router=)")
+        channels = expect_strs("routers", routers)
+        if not channels:
+            raise ConfigError("routers: at least one channel")
+    if router is not None:
+        expect_str("router", router)
+    if (router is None) == (channels is None):
+        raise ConfigError("give the router's channel as router=CHANNEL or a list as routers=[CHANNEL, ...], not both")
+    return [router] if isinstance(router, str) else channels or []
+
+
 class _Member:
     """What :class:`Subscriber` and :class:`Source` share: authentication state and counters."""
 
@@ -130,9 +154,15 @@ class _Member:
         """Its inbox endpoint (``host:port``), where the router sends to it."""
         return self._core.endpoint
 
+    @property
+    def router(self) -> str:
+        """The channel of the router in use (another of ``routers`` after a move)."""
+        return self._core.router
+
     def counters(self) -> SubjectPeerCounters:
-        """``malformed``, ``received``, ``dropped_records`` and the inbox messages refused before
-        decoding: ``auth_unauthenticated``, ``auth_unverifiable``, ``auth_bad_tag``, ``auth_replayed``
+        """``malformed``, ``received``, ``dropped_records``, ``router_switches`` (moves to another
+        router, or restores at a restarted one) and the inbox messages refused before decoding:
+        ``auth_unauthenticated``, ``auth_unverifiable``, ``auth_bad_tag``, ``auth_replayed``
         (attributes of a read-only record; they were dict keys before)."""
         return self._core.counters()
 
@@ -178,6 +208,9 @@ class Subscriber(_Member):
     subscriber's own link to the router could not take (64 MiB not accepted yet), at the next
     :meth:`poll`.
 
+    ``router`` (one channel) or ``routers`` (a list): the first is used, the next when it is
+    lost; every subscription is then sent again by itself, and the callbacks get
+    ``Flags.STATUS`` naming the move, then a fresh image (module docstring, "Router failure").
     ``secret``: the router secret (module docstring); the router must hold the same one.
     """
 
@@ -186,8 +219,9 @@ class Subscriber(_Member):
     def __init__(
         self,
         client: _affinity.Client,
-        router: str,
+        router: str | None = None,
         *,
+        routers: Sequence[str] | None = None,
         name: str | None = None,
         host: str = "127.0.0.1",
         heartbeat_interval: float = 0.1,
@@ -197,7 +231,7 @@ class Subscriber(_Member):
         key, self.secret_source = resolve_router_secret(secret)
         self._core = _affinity.SubjectSubscriberCore(
             client,
-            router,
+            _router_list(router, routers),
             name=name if name is not None else f"subscriber-{os.getpid()}",
             host=host,
             heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
@@ -260,6 +294,9 @@ class Source(_Member):
     With ``coverage`` (or ``faucet``) the source also enlists as a faucet publisher: one
     enlistment per coverage pattern (their union counts), on the control topic ``faucet``
     (default: the router's own). ``secret``: the router secret (module docstring).
+    ``router`` (one channel) or ``routers`` (a list): the first is used, the next when it is
+    lost; the source then announces itself and its enlistments again by itself, and the router
+    requests its subjects anew (module docstring, "Router failure").
     """
 
     _core: _affinity.SubjectSourceCore
@@ -267,9 +304,10 @@ class Source(_Member):
     def __init__(
         self,
         client: _affinity.Client,
-        router: str,
-        label: str,
+        router: str | None = None,
+        label: str | None = None,
         *,
+        routers: Sequence[str] | None = None,
         coverage: Sequence[str] | None = None,
         faucet: str | None = None,
         host: str = "127.0.0.1",
@@ -283,9 +321,11 @@ class Source(_Member):
         if faucet is not None:
             expect_str("faucet", faucet)
         key, self.secret_source = resolve_router_secret(secret)
+        if label is None:
+            raise wrong_type("label", "a str (a remote-label of the router's configuration)", label)
         self._core = _affinity.SubjectSourceCore(
             client,
-            router,
+            _router_list(router, routers),
             label=label,
             host=host,
             heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
@@ -428,6 +468,10 @@ class SubjectRouter:
 
     ``secret``: the router secret (module docstring); :attr:`secret_source` says where it came
     from, ``"none"`` when the router is unauthenticated (``status().authenticated`` is False).
+
+    The router sends every member it hears an ALIVE every ``heartbeat_interval``; on
+    :meth:`close` it tells them it stops and, with ``forward`` (another router's channel), where
+    to go (module docstring, "Router failure").
     """
 
     def __init__(
@@ -441,6 +485,7 @@ class SubjectRouter:
         heartbeat_interval: float = 0.1,
         backlog_budget: int = DEFAULT_BACKLOG_BUDGET,
         secret: SecretArgument = None,
+        forward: str | None = None,
     ) -> None:
         if not isinstance(config, RouterConfig):
             if not isinstance(config, str | os.PathLike):
@@ -461,6 +506,7 @@ class SubjectRouter:
             heartbeat_interval_ms=milliseconds("heartbeat_interval", heartbeat_interval),
             backlog_budget=backlog_budget,
             secret=key,
+            forward=forward,
         )
         self.listen = listen
         self._refusals_logged = 0

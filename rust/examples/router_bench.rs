@@ -205,11 +205,12 @@ fn end_to_end() {
             timing,
             backlog_budget: DEFAULT_BACKLOG_BUDGET,
             secret: None,
+            forward: None,
         },
     )
     .unwrap();
     let options = |name: &str| PeerOptions {
-        router: listen.clone(),
+        routers: vec![listen.clone()],
         name: name.into(),
         host: "127.0.0.1".into(),
         timing,

@@ -52,7 +52,13 @@ fn table() -> RoutingTable {
 }
 
 fn options(router: &str, name: &str) -> PeerOptions {
-    PeerOptions { router: router.into(), name: name.into(), host: "127.0.0.1".into(), timing: timing(), secret: None }
+    PeerOptions {
+        routers: vec![router.into()],
+        name: name.into(),
+        host: "127.0.0.1".into(),
+        timing: timing(),
+        secret: None,
+    }
 }
 
 /// Polls `peer` until `want` accepts a delivery (bounded by [`DEADLINE`]); returns everything
@@ -101,6 +107,7 @@ fn a_subscription_is_requested_from_the_hashed_adapter_and_its_data_relayed_then
             timing: timing(),
             backlog_budget: DEFAULT_BACKLOG_BUDGET,
             secret: None,
+            forward: None,
         },
     )
     .unwrap();
@@ -168,6 +175,7 @@ fn a_faucet_publisher_is_assigned_a_topic_publishes_it_and_sees_the_json_events(
             timing: timing(),
             backlog_budget: DEFAULT_BACKLOG_BUDGET,
             secret: None,
+            forward: None,
         },
     )
     .unwrap();
@@ -208,6 +216,7 @@ fn with_a_router_secret_members_are_heard_and_a_peer_with_another_secret_is_refu
             timing: timing(),
             backlog_budget: DEFAULT_BACKLOG_BUDGET,
             secret: Some(secret(1)),
+            forward: None,
         },
     )
     .unwrap();
@@ -288,4 +297,76 @@ fn with_a_router_secret_members_are_heard_and_a_peer_with_another_secret_is_refu
     let auth = subscriber.peer().counters().auth;
     assert_eq!((auth.unauthenticated, auth.bad_tag), (1, 1));
     router.close();
+}
+
+fn start_router(client: &Arc<ClientHandle>, listen: &str, forward: Option<&str>) -> RouterRuntime {
+    let options = RouterOptions {
+        listen: listen.into(),
+        control: None,
+        timing: timing(),
+        backlog_budget: DEFAULT_BACKLOG_BUDGET,
+        secret: None,
+        forward: forward.map(str::to_owned),
+    };
+    RouterRuntime::start(client.clone(), table(), None, &options).unwrap()
+}
+
+/// Serves every REQUEST `source` has with an image `image:<subject>`; whether one came.
+fn serve(source: &SubjectSource) -> bool {
+    let requests: Vec<Delivery> =
+        source.peer().poll(64).unwrap().into_iter().filter(|d| d.kind == RecordKind::Request).collect();
+    for request in &requests {
+        source.publish(&request.subject, format!("image:{}", request.subject).as_bytes(), true).unwrap();
+    }
+    !requests.is_empty()
+}
+
+#[test]
+fn a_router_stopping_sends_its_subscriber_to_the_next_router_which_restores_the_subscription() {
+    let (first, second) = (free_listen(), free_listen());
+    let router_client = client();
+    let first_router = start_router(&router_client, &first, Some(&second));
+    let second_router = start_router(&router_client, &second, None);
+    let source_client = client();
+    // One adapter per router, as DataSource peers connect to every router.
+    let at_first = SubjectSource::new(&source_client, &options(&first, "TradeAdapterA")).unwrap();
+    let at_second = SubjectSource::new(&source_client, &options(&second, "TradeAdapterA")).unwrap();
+    let start = Instant::now();
+    while ![&first_router, &second_router].iter().all(|r| r.status().members.iter().any(|(_, up)| *up)) {
+        assert!(start.elapsed() < DEADLINE, "sources never heard");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let subscriber_client = client();
+    let mut list = options(&first, "alice");
+    list.routers.push(second.clone());
+    // A liveness timeout no step waits for: only the stopping router's word moves it.
+    list.timing = Timing::new(HEARTBEAT, DEADLINE * 6).unwrap();
+    let subscriber = SubjectSubscriber::new(&subscriber_client, &list).unwrap();
+    let subject = "/PRIVATE/alice-0/FXTRADE";
+    assert!(subscriber.subscribe(subject).unwrap());
+    while !serve(&at_first) {
+        assert!(start.elapsed() < DEADLINE * 2, "never requested at the first router");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    until(subscriber.peer(), |d| d.flags == FLAG_IMAGE);
+    assert_eq!(subscriber.peer().router(), first);
+
+    first_router.close();
+    let stopped = Instant::now();
+    let mut seen = Vec::new();
+    while !seen.iter().any(|d: &Delivery| d.flags == FLAG_IMAGE) {
+        assert!(stopped.elapsed() < DEADLINE, "no fresh image after the move; saw {seen:?}");
+        serve(&at_second);
+        seen.extend(subscriber.peer().poll(256).unwrap());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let status = seen.iter().position(|d| d.flags == FLAG_STATUS).expect("a STATUS first");
+    let image = seen.iter().position(|d| d.flags == FLAG_IMAGE).unwrap();
+    assert!(status < image, "{seen:?}");
+    assert!(String::from_utf8_lossy(&seen[status].payload).contains("stopped; subscribed again at"));
+    assert_eq!(seen[image].payload, format!("image:{subject}").into_bytes());
+    assert_eq!(subscriber.peer().router(), second);
+    assert_eq!(subscriber.peer().counters().router_switches, 1);
+    assert!(seen.iter().all(|d| d.kind != RecordKind::Alive), "ALIVE records are not handed out");
+    second_router.close();
 }

@@ -14,6 +14,11 @@ the largest backlog is dropped and logged.
 ``--status CHANNEL``: publish the router's counters, peers, latest moves and faucet assignments
 every second on CHANNEL (``affinity.web.router_report``), for ``affinity web --router CHANNEL``.
 
+Subscribers and sources hear from the router every heartbeat interval; when it is silent for
+their liveness timeout they move to the next router of their list (or try it again) and send
+their subscriptions again by themselves. On a clean stop (SIGINT / SIGTERM) the router tells
+them so, and with ``--forward CHANNEL`` where to go.
+
 ``--secret-file PATH`` (else ``$AFFINITY_ROUTER_SECRET`` as hex, else
 ``$AFFINITY_ROUTER_SECRET_FILE``): the router secret; every message from and to subscribers and
 sources is then sealed and verified, and what is not authentic is counted and dropped
@@ -38,6 +43,7 @@ from typing import Any
 
 from affinity import _affinity
 from affinity.cli._text import help_text
+from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import analyse_router_text
 from affinity.exceptions import AffinityError, ConfigError
 from affinity.subjects import DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET, NO_SECRET
@@ -72,6 +78,20 @@ def byte_size(text: str) -> int:
     return size
 
 
+def cluster_problem(cluster: ClusterConfig | None, node: str | None, config: str) -> str | None:
+    """Why ``--node`` does not fit the configuration's cluster blocks, or ``None``."""
+    if cluster is None or not cluster.nodes:
+        if node is not None:
+            return f"affinity router: --node {node}: {config} has no add-cluster-node block"
+        return None
+    known = ", ".join(n.node_id for n in cluster.nodes)
+    if node is None:
+        return f"affinity router: {config} configures cluster nodes ({known}): --node NODE_ID says which one this is"
+    if cluster.node(node) is None:
+        return f"affinity router: --node {node}: not a node-id of {config} (nodes: {known})"
+    return None
+
+
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     """Add the ``router`` subcommand."""
     parser = subparsers.add_parser(
@@ -81,9 +101,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, metavar="FILE", help="services configuration")
+    parser.add_argument(
+        "--node",
+        metavar="NODE_ID",
+        help="this router's node-id among the configuration's add-cluster-node blocks",
+    )
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="CHANNEL", help="channel to listen on")
     parser.add_argument("--control", metavar="CHANNEL", help="extra channel heartbeats are read from")
     parser.add_argument("--liveness-timeout", type=float, default=2.0, metavar="SECONDS", help="peer liveness timeout")
+    parser.add_argument(
+        "--forward",
+        metavar="CHANNEL",
+        help="another router's channel: on a clean stop, subscribers and sources are told to move there",
+    )
     parser.add_argument(
         "--backlog-budget",
         type=byte_size,
@@ -106,6 +136,20 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(run=run)
 
 
+def describe_node(cluster: ClusterConfig, node: str) -> None:
+    """Says what this node is in the cluster: master and slave domains with their stratum."""
+    for domain in cluster.domains:
+        stratum = cluster.stratum(node, domain.name)
+        parent = cluster.parent(node, domain.name)
+        role = "master" if stratum == 0 else f"slave of {parent}" if parent else "no master known"
+        print(f"affinity router: node {node}: domain {domain.name}: {role} (stratum {stratum})", file=sys.stderr)
+    print(
+        f"affinity router: node {node}: cluster forwarding between nodes is not running yet; "
+        "this router serves its own clients only",
+        file=sys.stderr,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the router until a signal arrives."""
     from affinity.subjects import SubjectRouter
@@ -120,6 +164,10 @@ def run(args: argparse.Namespace) -> int:
     for diagnostic in analysis.diagnostics:
         print(diagnostic, file=sys.stderr)
     if analysis.errors:
+        return EXIT_ERRORS
+    problem = cluster_problem(analysis.config.cluster, args.node, args.config)
+    if problem is not None:
+        print(problem, file=sys.stderr)
         return EXIT_ERRORS
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
@@ -140,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
             liveness_timeout=args.liveness_timeout,
             backlog_budget=args.backlog_budget,
             secret=args.secret_file,
+            forward=args.forward,
         )
     except AffinityError as exc:
         print(f"affinity router: {exc}", file=sys.stderr)
@@ -160,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
             router.close()
             client.close()
             return EXIT_UNAVAILABLE
+    if args.node is not None and analysis.config.cluster is not None:
+        describe_node(analysis.config.cluster, args.node)
     print(f"affinity router: listening on {args.listen}", file=sys.stderr, flush=True)
     try:
         while not stop.wait(LOG_INTERVAL):

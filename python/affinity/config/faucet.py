@@ -11,7 +11,8 @@
 
 :func:`analyse_router_text` takes the faucet block out (blanking it, so every other line keeps
 its number), parses it with file:line:column diagnostics, and hands the rest to the data-service
-parser (:func:`affinity.config.parser.analyse_text`).
+parser (:func:`affinity.config.parser.analyse_text`). The cluster blocks (``add-cluster``,
+``add-cluster-node``, ``add-domain``: :mod:`affinity.config.cluster`) are taken out the same way.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import os
 from dataclasses import dataclass
 
 from affinity import _affinity
+from affinity.config.cluster import ClusterConfig, analyse_cluster
 from affinity.config.diagnostics import Diagnostic, error, sorted_diagnostics
 from affinity.config.model import Location, RoutingConfig
-from affinity.config.parser import analyse_text
+from affinity.config.parser import analyse_file, analyse_text
 from affinity.config.tokenizer import Token, tokenize
 from affinity.exceptions import ConfigError
 
@@ -34,6 +36,7 @@ __all__ = [
     "FaucetConfig",
     "RouterAnalysis",
     "RouterConfig",
+    "analyse_router_file",
     "analyse_router_text",
     "parse_router_file",
 ]
@@ -61,10 +64,11 @@ class FaucetConfig:
 
 @dataclass(frozen=True)
 class RouterConfig:
-    """A router configuration: the data services and an optional faucet."""
+    """A router configuration: the data services, an optional faucet and optional cluster."""
 
     routing: RoutingConfig
     faucet: FaucetConfig | None
+    cluster: ClusterConfig | None = None
 
 
 @dataclass(frozen=True)
@@ -152,8 +156,9 @@ def _faucet_block(tokens: list[Token], index: int, diagnostics: list[Diagnostic]
     )
 
 
-def analyse_router_text(text: str, file: str = "<string>") -> RouterAnalysis:
-    """Parse a router configuration; never raises on bad input."""
+def analyse_router_text(text: str, file: str = "<string>", *, load_plugins: bool = False) -> RouterAnalysis:
+    """Parse a router configuration; never raises on bad input. ``load_plugins``: import the
+    policy plugins the data services name (as ``affinity check`` does)."""
     tokens, diagnostics = tokenize(text, file)
     faucet: FaucetConfig | None = None
     seen = False
@@ -176,15 +181,33 @@ def analyse_router_text(text: str, file: str = "<string>") -> RouterAnalysis:
             index = end
         index += 1
     tokenizer_problems = len(diagnostics)
-    analysis = analyse_text(remaining, file)
+    cluster, spans = analyse_cluster(tokens, diagnostics)
+    for start, end in spans:
+        last = tokens[end]
+        remaining = _blank(remaining, tokens[start].location, last.location, len(last.value) + 2 * last.quoted)
+    analysis = analyse_text(remaining, file, load_plugins=load_plugins)
     # The tokenizer's own findings (quotes) were reported once already.
     routing_diagnostics = [d for d in analysis.diagnostics if not _is_duplicate(d, diagnostics[:tokenizer_problems])]
     ordered = sorted_diagnostics([*diagnostics, *routing_diagnostics])
-    return RouterAnalysis(RouterConfig(analysis.config, faucet), tuple(ordered))
+    return RouterAnalysis(RouterConfig(analysis.config, faucet, cluster), tuple(ordered))
 
 
 def _is_duplicate(diagnostic: Diagnostic, earlier: list[Diagnostic]) -> bool:
     return any(d.location == diagnostic.location and d.message == diagnostic.message for d in earlier)
+
+
+def analyse_router_file(path: str | os.PathLike[str], *, load_plugins: bool = False) -> RouterAnalysis:
+    """:func:`analyse_router_text` on a file (text that is not UTF-8 is one diagnostic);
+    :class:`OSError` if it cannot be read."""
+    name = os.fspath(path)
+    with open(name, "rb") as stream:
+        data = stream.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        routing = analyse_file(name)  # reports where the text stops being UTF-8
+        return RouterAnalysis(RouterConfig(routing.config, None), routing.diagnostics)
+    return analyse_router_text(text, name, load_plugins=load_plugins)
 
 
 def parse_router_file(path: str | os.PathLike[str]) -> RouterConfig:

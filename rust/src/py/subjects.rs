@@ -11,7 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::args::{
-    expected, instance_argument, named, optional_str, sequence_argument, str_argument, string_argument, usize_argument,
+    expected, instance_argument, named, optional_str, sequence_argument, str_argument, string_argument,
+    strings_argument, usize_argument,
 };
 use super::errors::{config_error, invalid_argument, subjects_error};
 use super::records::record;
@@ -202,6 +203,8 @@ record! {
         received: u64,
         /// Records dropped because the router's publication never accepted them.
         dropped_records: u64,
+        /// Moves to another router, or restores at a restarted one.
+        router_switches: u64,
         /// Version-1 messages while a secret is configured.
         auth_unauthenticated: u64,
         /// Version-2 messages while no secret is configured.
@@ -219,7 +222,7 @@ impl SubjectRouterCore {
     /// `(control_topic, subscription_topic, announcements, coverage_option)`; `backlog_budget`:
     /// bytes all backlogs together may hold; `secret`: the router secret (bytes) or `None`.
     #[new]
-    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, backlog_budget=DEFAULT_BACKLOG_BUDGET, secret=None))]
+    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, backlog_budget=DEFAULT_BACKLOG_BUDGET, secret=None, forward=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -232,9 +235,11 @@ impl SubjectRouterCore {
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
         #[pyo3(from_py_with = named::backlog_budget)] backlog_budget: usize,
         secret: Option<&Bound<'_, PyAny>>,
+        forward: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
         let secret = secret_argument(secret)?;
+        let forward = optional_str("forward", forward)?.map(str::to_owned);
         let table = instance_argument::<PyRoutingTable>("table", table, "an affinity routing table")?;
         let listen = string_argument("listen", listen)?;
         let faucet = faucet.map(faucet_argument).transpose()?;
@@ -251,7 +256,7 @@ impl SubjectRouterCore {
         };
         let table = std::mem::take(&mut table.borrow_mut().inner);
         let client = client.get().shared()?;
-        let options = RouterOptions { listen, control, timing, backlog_budget, secret };
+        let options = RouterOptions { listen, control, timing, backlog_budget, secret, forward };
         let inner = py.detach(|| RouterRuntime::start(client, table, faucet, &options)).map_err(subjects_error)?;
         Ok(SubjectRouterCore { inner })
     }
@@ -390,30 +395,31 @@ fn faucet_argument(value: &Bound<'_, PyAny>) -> PyResult<(String, String, String
     }
 }
 
-/// The options of a subscriber or source: `router`, `name` (or `label`), `host`, the timing
-/// and the router secret.
+/// The options of a subscriber or source: `routers` (a list of channels), `name` (or
+/// `label`), `host`, the timing and the router secret.
 fn peer_options(
-    router: &Bound<'_, PyAny>,
+    routers: &Bound<'_, PyAny>,
     (name_argument, name): (&str, &Bound<'_, PyAny>),
     host: &str,
     (heartbeat_interval_ms, liveness_timeout_ms): (u64, u64),
     secret: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PeerOptions> {
-    let router = string_argument("router", router)?;
+    let routers = strings_argument("routers", routers)?;
     let name = string_argument(name_argument, name)?;
     let host = host.to_owned();
     let secret = secret_argument(secret)?;
-    Ok(PeerOptions { router, name, host, timing: timing(heartbeat_interval_ms, liveness_timeout_ms)?, secret })
+    Ok(PeerOptions { routers, name, host, timing: timing(heartbeat_interval_ms, liveness_timeout_ms)?, secret })
 }
 
 /// A peer's counters.
 fn peer_counters(peer: &SubjectPeer) -> SubjectPeerCounters {
-    let PeerCounters { malformed, received, dropped_records, auth } = peer.counters();
+    let PeerCounters { malformed, received, dropped_records, router_switches, auth } = peer.counters();
     let AuthCounters { unauthenticated, unverifiable, bad_tag, replayed } = auth;
     SubjectPeerCounters {
         malformed,
         received,
         dropped_records,
+        router_switches,
         auth_unauthenticated: unauthenticated,
         auth_unverifiable: unverifiable,
         auth_bad_tag: bad_tag,
@@ -442,14 +448,14 @@ pub struct SubjectSubscriberCore {
 
 #[pymethods]
 impl SubjectSubscriberCore {
-    /// Opens an inbox and starts heartbeating to `router`.
+    /// Opens an inbox and starts heartbeating to the first of `routers` (a list of channels).
     #[new]
-    #[pyo3(signature = (client, router, *, name, host="127.0.0.1", heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, secret=None))]
+    #[pyo3(signature = (client, routers, *, name, host="127.0.0.1", heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, secret=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         client: &Bound<'_, PyAny>,
-        router: &Bound<'_, PyAny>,
+        routers: &Bound<'_, PyAny>,
         name: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = named::host)] host: &str,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
@@ -458,7 +464,7 @@ impl SubjectSubscriberCore {
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
         let timing = (heartbeat_interval_ms, liveness_timeout_ms);
-        let options = peer_options(router, ("name", name), host, timing, secret)?;
+        let options = peer_options(routers, ("name", name), host, timing, secret)?;
         let client = client.get().shared()?;
         let inner = py.detach(|| SubjectSubscriber::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSubscriberCore { inner })
@@ -502,6 +508,12 @@ impl SubjectSubscriberCore {
         self.inner.peer().endpoint().to_owned()
     }
 
+    /// The channel of the router in use (it changes when the router is lost).
+    #[getter]
+    fn router(&self) -> String {
+        self.inner.peer().router()
+    }
+
     /// Says "leaving" and stops the heartbeat thread.
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.inner.peer().close());
@@ -516,14 +528,14 @@ pub struct SubjectSourceCore {
 
 #[pymethods]
 impl SubjectSourceCore {
-    /// Opens an inbox and starts heartbeating to `router` with `label`.
+    /// Opens an inbox and starts heartbeating to the first of `routers` with `label`.
     #[new]
-    #[pyo3(signature = (client, router, *, label, host="127.0.0.1", heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, secret=None))]
+    #[pyo3(signature = (client, routers, *, label, host="127.0.0.1", heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, secret=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         client: &Bound<'_, PyAny>,
-        router: &Bound<'_, PyAny>,
+        routers: &Bound<'_, PyAny>,
         label: &Bound<'_, PyAny>,
         #[pyo3(from_py_with = named::host)] host: &str,
         #[pyo3(from_py_with = named::heartbeat_interval_ms)] heartbeat_interval_ms: u64,
@@ -532,7 +544,7 @@ impl SubjectSourceCore {
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
         let timing = (heartbeat_interval_ms, liveness_timeout_ms);
-        let options = peer_options(router, ("label", label), host, timing, secret)?;
+        let options = peer_options(routers, ("label", label), host, timing, secret)?;
         let client = client.get().shared()?;
         let inner = py.detach(|| SubjectSource::new(&client, &options)).map_err(subjects_error)?;
         Ok(SubjectSourceCore { inner })
@@ -601,6 +613,12 @@ impl SubjectSourceCore {
     #[getter]
     fn endpoint(&self) -> String {
         self.inner.peer().endpoint().to_owned()
+    }
+
+    /// The channel of the router in use (it changes when the router is lost).
+    #[getter]
+    fn router(&self) -> String {
+        self.inner.peer().router()
     }
 
     /// Says "leaving" and stops the heartbeat thread.

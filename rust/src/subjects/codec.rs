@@ -45,6 +45,11 @@ pub const DATA_FLAGS: u16 =
     FLAG_IMAGE | FLAG_UPDATE | FLAG_NODATA_UNAVAILABLE | FLAG_NODATA_NOTFOUND | FLAG_STATUS | FLAG_REFUSED;
 /// ENLIST flag: the payload is a coverage pattern (without it, the enlistment names none).
 pub const FLAG_COVERAGE: u16 = 0x0001;
+/// ALIVE flag: the router is stopping cleanly; the payload, if not empty, is the channel of the
+/// router its peers should move to (the seed's "forward a client").
+pub const FLAG_STOPPING: u16 = 0x0001;
+/// The subject of every ALIVE record (a subject is never empty).
+pub const ALIVE_SUBJECT: &str = "*";
 
 /// The subject of an ENLIST or DELIST meaning "this router's faucet control topic, whatever its
 /// name".
@@ -67,6 +72,12 @@ pub enum RecordKind {
     Enlist = 6,
     /// Source → router: leave the faucet control topic `subject`.
     Delist = 7,
+    /// Router → subscriber or source: the router is alive (sent every heartbeat interval to
+    /// every peer it hears; the sender is the router's id, new at each start). With
+    /// [`FLAG_STOPPING`] the router is stopping, the payload an optional forward channel.
+    /// Added after kinds 1..=7 in the same record version: a peer that predates it counts the
+    /// message malformed, a router refuses it (counted `refused`).
+    Alive = 8,
 }
 
 impl RecordKind {
@@ -80,6 +91,7 @@ impl RecordKind {
             5 => RecordKind::Data,
             6 => RecordKind::Enlist,
             7 => RecordKind::Delist,
+            8 => RecordKind::Alive,
             _ => return None,
         })
     }
@@ -94,6 +106,7 @@ impl RecordKind {
             RecordKind::Data => "DATA",
             RecordKind::Enlist => "ENLIST",
             RecordKind::Delist => "DELIST",
+            RecordKind::Alive => "ALIVE",
         }
     }
 
@@ -101,6 +114,7 @@ impl RecordKind {
         match self {
             RecordKind::Data => DATA_FLAGS,
             RecordKind::Enlist => FLAG_COVERAGE,
+            RecordKind::Alive => FLAG_STOPPING,
             _ => 0,
         }
     }

@@ -4,6 +4,11 @@
 //! re-requests them, subscribers get a STATUS then fresh data; NODATA under source affinity is
 //! authoritative. Faucet topics go to the [`Faucet`] instead of the tables.
 //!
+//! The router heartbeats its peers: every subscriber and source it hears gets an ALIVE record
+//! every [alive interval](RouterCore::with_alive_interval), and [`RouterCore::stopping`] tells
+//! every peer heard or registered that it stops (with an optional forward channel), so they can
+//! move to another router (`subjects::failover`).
+//!
 //! Inputs: [`RouterCore::on_message`] (records from the listen channel), [`RouterCore::on_heartbeat`]
 //! (control plane), [`RouterCore::tick`] (time). Outputs: records queued per destination in the
 //! [`Outbox`], and [`LogEntry`]s for the log. No socket, thread or clock here.
@@ -13,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::codec::{
-    emit_unchecked, RecordKind, Records, SubjectRecord, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_IMAGE,
-    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE,
+    emit_unchecked, RecordKind, Records, SubjectRecord, ALIVE_SUBJECT, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_IMAGE,
+    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
 };
 use super::faucet::{Faucet, FaucetEvent, Party};
 use crate::control::{Heartbeat, HeartbeatOutcome, MemberView, Role};
@@ -187,6 +192,12 @@ pub struct RouterCore {
     log: VecDeque<LogEntry>,
     counters: RouterCounters,
     scratch: Vec<u8>,
+    /// Every subscriber and source heard (and accepted by the bounded member view): its inbox
+    /// and when it was last heard; forgotten after a liveness timeout or a LEAVING heartbeat.
+    peers: FastMap<u64, (Arc<str>, Instant)>,
+    /// How often each of `peers` gets an ALIVE (`None`: never).
+    alive_interval: Option<Duration>,
+    last_alive: Option<Instant>,
 }
 
 impl RouterCore {
@@ -214,7 +225,43 @@ impl RouterCore {
             log: VecDeque::new(),
             counters: RouterCounters::default(),
             scratch: Vec::new(),
+            peers: FastMap::default(),
+            alive_interval: None,
+            last_alive: None,
         }
+    }
+
+    /// Sends every peer heard an ALIVE every `interval` (from [`RouterCore::tick`]), so
+    /// subscribers and sources can tell the router is gone, or restarted (a new id).
+    pub fn with_alive_interval(mut self, interval: Duration) -> RouterCore {
+        self.alive_interval = Some(interval);
+        self
+    }
+
+    /// Says to every peer heard that this router stops (ALIVE with [`FLAG_STOPPING`]), with
+    /// `forward`, the channel of the router they should move to, if any.
+    pub fn stopping(&mut self, forward: Option<&str>) {
+        let payload = forward.unwrap_or("").as_bytes();
+        for id in self.member_ids() {
+            self.outbox.push(id, RecordKind::Alive, FLAG_STOPPING, self.id, ALIVE_SUBJECT, payload);
+        }
+    }
+
+    /// Number of subscribers and sources heard (each gets ALIVE records).
+    pub fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Every member a stopping notice goes to: those heard, and the subscribers and sources
+    /// registered before their first heartbeat was heard (a SUBSCRIBE carries its inbox), in
+    /// id order. (The periodic ALIVE goes to those heard only: SUBSCRIBEs from ids that never
+    /// heartbeat must not make the router send more.)
+    fn member_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> =
+            self.peers.keys().chain(self.subscribers.keys()).chain(self.sources.keys()).copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
     }
 
     /// This router's member id.
@@ -254,6 +301,7 @@ impl RouterCore {
             .get(&id)
             .map(|s| &s.endpoint)
             .or_else(|| self.sources.get(&id).map(|s| &s.endpoint))
+            .or_else(|| self.peers.get(&id).map(|(endpoint, _)| endpoint))
             .or_else(|| self.refusal_replies.get(&id).map(|(endpoint, _)| endpoint))
     }
 
@@ -325,7 +373,11 @@ impl RouterCore {
             HeartbeatOutcome::Joined | HeartbeatOutcome::Refreshed => {}
         }
         if leaving {
+            self.peers.remove(&id);
             return;
+        }
+        if matches!(role, Role::Source | Role::Subscriber) {
+            self.peers.insert(id, (endpoint.clone(), now));
         }
         match role {
             Role::Source => {
@@ -376,6 +428,16 @@ impl RouterCore {
             self.subscriber_lost(id);
         }
         self.pending_enlist.retain(|_, (heard, _)| now.saturating_since(*heard) < liveness);
+        self.peers.retain(|_, (_, heard)| now.saturating_since(*heard) < liveness);
+        if let Some(interval) = self.alive_interval {
+            if self.last_alive.is_none_or(|at| now.saturating_since(at) >= interval) {
+                self.last_alive = Some(now);
+                let ids: Vec<u64> = self.peers.keys().copied().collect();
+                for id in ids {
+                    self.outbox.push(id, RecordKind::Alive, 0, self.id, ALIVE_SUBJECT, &[]);
+                }
+            }
+        }
         self.refusal_replies.retain(|_, (_, refused)| now.saturating_since(*refused) < liveness);
         self.view.expire(now, liveness * FORGET_AFTER_TIMEOUTS);
     }
@@ -411,7 +473,7 @@ impl RouterCore {
                     _ => self.counters.refused += 1,
                 }
             }
-            RecordKind::Request | RecordKind::Discard => self.counters.refused += 1,
+            RecordKind::Request | RecordKind::Discard | RecordKind::Alive => self.counters.refused += 1,
         }
     }
 

@@ -15,7 +15,7 @@
 //!   are counted ([`RouterRuntimeCounters::auth`], [`PeerCounters::auth`]) and dropped.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -23,8 +23,9 @@ use std::time::Duration;
 use super::backlog::{Backlogs, MAX_BACKLOG_BYTES};
 use super::codec::{
     RecordKind, Records, SubjectError, SubjectRecord, FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND,
-    FLAG_NODATA_UNAVAILABLE, FLAG_UPDATE,
+    FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE,
 };
+use super::failover::{Restore, RouterWatch, Switch};
 use super::faucet::Faucet;
 use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG, MAX_SUBSCRIBERS};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
@@ -41,6 +42,9 @@ use crate::time::MonotonicClock;
 
 /// Term length of every subject publication (largest message 128 KiB).
 pub const SUBJECT_TERM_LENGTH: &str = "1m";
+/// How long a stopping router keeps reading (and sends nothing more) after it told its peers
+/// it stops, so the driver sends those records before the process closes its client.
+pub const STOP_LINGER: Duration = Duration::from_millis(100);
 /// Fragments read per stream per router iteration.
 pub const FRAGMENTS_PER_ITERATION: usize = 1024;
 /// How often the router runs its timers.
@@ -176,6 +180,42 @@ impl PeerLink {
         backlog.flush(TO_ROUTER, |bytes| offer_sealed(publication, auth, scratch, bytes));
         scratch_settle(scratch);
     }
+
+    /// Drops what the router has not accepted (counted): after a move the peer sends its
+    /// [`Restore`] instead.
+    fn clear(&mut self) {
+        self.backlog.remove(TO_ROUTER);
+        self.backlog.insert(TO_ROUTER, false);
+    }
+}
+
+/// A peer's links, one per router of its list (opened at start, so a move needs no client);
+/// records go to the one in use.
+struct PeerLinks {
+    links: Vec<PeerLink>,
+    current: usize,
+}
+
+impl PeerLinks {
+    fn now(&mut self) -> &mut PeerLink {
+        &mut self.links[self.current]
+    }
+
+    fn push(&mut self, records: &[u8]) -> bool {
+        self.now().push(records)
+    }
+
+    fn pending(&self) -> bool {
+        self.links[self.current].pending()
+    }
+
+    fn flush(&mut self) {
+        self.now().flush();
+    }
+
+    fn dropped_records(&self) -> u64 {
+        self.links.iter().map(|link| link.backlog.counters().dropped_records).sum()
+    }
 }
 
 /// Frees a sealing scratch buffer grown past [`super::backlog::RETAINED_CAPACITY`] (one large
@@ -219,6 +259,9 @@ pub struct RouterOptions {
     /// The router secret: with it every message to and from the router is sealed and verified
     /// (`docs/subjects.md`, "Authentication"); without it the router is unauthenticated.
     pub secret: Option<GroupSecret>,
+    /// The channel of another router its peers should move to when this one stops cleanly (the
+    /// ALIVE record with the stopping flag carries it); `None`: the next of their own list.
+    pub forward: Option<String>,
 }
 
 /// Counters of the router's runtime (transport level).
@@ -299,6 +342,8 @@ struct RouterLoop {
     batch: MessageBatch,
     counters: RouterRuntimeCounters,
     shared: Arc<RouterShared>,
+    /// Where peers should go when this router stops ([`RouterOptions::forward`]).
+    forward: Option<String>,
 }
 
 impl RouterRuntime {
@@ -330,7 +375,9 @@ impl RouterRuntime {
             status: Mutex::new(RouterStatus::default()),
         });
         let mut state = RouterLoop {
-            core: RouterCore::new(id, table, faucet, options.timing.liveness_timeout),
+            core: RouterCore::new(id, table, faucet, options.timing.liveness_timeout)
+                .with_alive_interval(options.timing.heartbeat_interval),
+            forward: options.forward.clone(),
             client,
             clock: MonotonicClock::new(),
             data,
@@ -408,6 +455,28 @@ impl RouterLoop {
             self.forward_log();
             work += self.send();
             if work == 0 {
+                std::thread::sleep(IDLE_SLEEP);
+            }
+        }
+        if self.client.client_closed() {
+            return;
+        }
+        // A clean stop: every peer heard is told (and where to go), so none waits for a
+        // timeout. Offered once on each peer's link, past its backlog (what the backlogs still
+        // hold is dropped as before); then the router lingers, reading but sending nothing
+        // more, so the driver sends those records before the process closes its client.
+        self.core.stopping(self.forward.as_deref());
+        {
+            let RouterLoop { core, links, scratch, .. } = &mut self;
+            core.outbox().drain(|to, bytes| {
+                if let Some(Link { publication, auth }) = links.get_mut(&to) {
+                    let _ = offer_sealed(publication, auth, scratch, bytes);
+                }
+            });
+        }
+        let lingering = self.clock.now();
+        while self.clock.now().saturating_since(lingering) < STOP_LINGER && !self.client.client_closed() {
+            if self.poll_control() + self.poll_data() == 0 {
                 std::thread::sleep(IDLE_SLEEP);
             }
         }
@@ -542,8 +611,9 @@ impl RouterLoop {
 /// Options of a subscriber or a source.
 #[derive(Clone, Debug)]
 pub struct PeerOptions {
-    /// The router's listen channel.
-    pub router: String,
+    /// The routers' listen channels (1..=[`super::failover::MAX_ROUTERS`], distinct): the first
+    /// is used first, the next when it is lost (`subjects::failover`).
+    pub routers: Vec<String>,
     /// The client name (a source's label: it must match a `remote-label` of the router's
     /// configuration to be routed to).
     pub name: String,
@@ -574,10 +644,13 @@ pub struct Delivery {
 pub struct PeerCounters {
     /// Inbox messages holding a malformed record.
     pub malformed: u64,
-    /// Records received.
+    /// Records received and handed to the caller (the router's ALIVE records are not counted).
     pub received: u64,
-    /// Records dropped because the router's publication never accepted them.
+    /// Records dropped because the router's publication never accepted them (or were still
+    /// queued for a router the peer moved away from).
     pub dropped_records: u64,
+    /// Moves to another router, or restores at a restarted one (`subjects::failover`).
+    pub router_switches: u64,
     /// Inbox messages refused before decoding (unauthenticated, unverifiable, bad tag,
     /// replayed).
     pub auth: AuthCounters,
@@ -588,8 +661,10 @@ struct PeerShared {
     name: String,
     endpoint: String,
     role: Role,
-    link: Mutex<PeerLink>,
-    heartbeat: Publication,
+    link: Mutex<PeerLinks>,
+    /// Heartbeat publications, one per router; the one at `current` is used.
+    heartbeats: Vec<Publication>,
+    current: AtomicUsize,
     heartbeat_auth: Mutex<StreamAuth>,
     timing: Timing,
     stop: AtomicBool,
@@ -600,7 +675,7 @@ impl PeerShared {
         let heartbeat = plain_heartbeat(super::fingerprint(), self.id, self.role, &self.name, &self.endpoint, leaving);
         let mut bytes = Vec::new();
         if member::seal_into(&mut bytes, &mut lock(&self.heartbeat_auth), |out| heartbeat.emit(out)).is_ok() {
-            member::offer_to_all(&bytes, [&self.heartbeat]);
+            member::offer_to_all(&bytes, [&self.heartbeats[self.current.load(Ordering::Acquire)]]);
         }
     }
 
@@ -635,23 +710,36 @@ pub struct SubjectPeer {
     counters: Mutex<PeerCounters>,
     thread: Mutex<Option<JoinHandle<()>>>,
     closed: AtomicBool,
+    /// Which router is in use and whether it is alive.
+    watch: Mutex<RouterWatch>,
+    /// What is sent again after a move.
+    restore: Mutex<Restore>,
+    clock: MonotonicClock,
 }
 
 impl SubjectPeer {
     fn open(client: &dyn ClientApi, role: Role, options: &PeerOptions) -> Result<SubjectPeer, SubjectsError> {
         check_name(&options.name)?;
+        let clock = MonotonicClock::new();
+        let watch = RouterWatch::new(options.routers.clone(), options.timing.liveness_timeout, clock.now())
+            .map_err(SubjectsError::Config)?;
         let (endpoint, inbox) = open_inbox(client, &options.host)?;
-        let to_router = client.add_publication_handle(&options.router, DATA_STREAM_ID)?;
-        let heartbeat = client.add_publication_handle(&options.router, CONTROL_STREAM_ID)?;
         let id = new_member_id();
         let secret = options.secret.as_ref();
+        let (mut links, mut heartbeats) = (Vec::new(), Vec::new());
+        for router in &options.routers {
+            let to_router = client.add_publication_handle(router, DATA_STREAM_ID)?;
+            links.push(PeerLink::new(to_router, to_router_auth(secret, DATA_STREAM_ID)));
+            heartbeats.push(client.add_publication_handle(router, CONTROL_STREAM_ID)?);
+        }
         let shared = Arc::new(PeerShared {
             id,
             name: options.name.clone(),
             endpoint,
             role,
-            link: Mutex::new(PeerLink::new(to_router, to_router_auth(secret, DATA_STREAM_ID))),
-            heartbeat,
+            link: Mutex::new(PeerLinks { links, current: 0 }),
+            heartbeats,
+            current: AtomicUsize::new(0),
             heartbeat_auth: Mutex::new(to_router_auth(secret, CONTROL_STREAM_ID)),
             timing: options.timing,
             stop: AtomicBool::new(false),
@@ -669,7 +757,52 @@ impl SubjectPeer {
             counters: Mutex::new(PeerCounters::default()),
             thread: Mutex::new(Some(thread)),
             closed: AtomicBool::new(false),
+            watch: Mutex::new(watch),
+            restore: Mutex::new(Restore::default()),
+            clock,
         })
+    }
+
+    /// The channel of the router in use.
+    pub fn router(&self) -> String {
+        let watch = lock(&self.watch);
+        watch.routers()[watch.current()].clone()
+    }
+
+    /// Moves to the router `switch` names: drops what the old link still held, sends the
+    /// [`Restore`] and a heartbeat there; returns the subjects whose subscribers get a STATUS.
+    fn apply(&self, switch: Switch) -> Vec<String> {
+        let restore = lock(&self.restore);
+        let mut bytes = Vec::new();
+        let id = self.shared.id;
+        let reply = format!("{}\n{}", self.shared.endpoint, self.shared.name);
+        let mut subjects = Vec::new();
+        for subject in restore.subjects() {
+            let record =
+                SubjectRecord { kind: RecordKind::Subscribe, flags: 0, sender: id, subject, payload: reply.as_bytes() };
+            if record.emit(&mut bytes).is_ok() {
+                subjects.push(subject.to_owned());
+            }
+        }
+        for (topic, coverage) in restore.enlistments() {
+            let (flags, payload) = coverage.map_or((0, &[][..]), |c| (FLAG_COVERAGE, c.as_bytes()));
+            let _ =
+                SubjectRecord { kind: RecordKind::Enlist, flags, sender: id, subject: topic, payload }.emit(&mut bytes);
+        }
+        drop(restore);
+        {
+            let mut links = lock(&self.shared.link);
+            links.links[switch.from].clear();
+            links.current = switch.to;
+            links.now().clear();
+            self.shared.current.store(switch.to, Ordering::Release);
+            if !bytes.is_empty() {
+                links.push(&bytes);
+            }
+            links.flush();
+        }
+        self.shared.send_heartbeat(false);
+        subjects
     }
 
     /// This peer's member id (its connection id).
@@ -687,9 +820,9 @@ impl SubjectPeer {
         lock(&self.inbox_auth).is_authenticated()
     }
 
-    /// Whether the router's listen channel accepted the connection.
+    /// Whether the listen channel of the router in use accepted the connection.
     pub fn is_connected(&self) -> bool {
-        lock(&self.shared.link).publication.is_connected().unwrap_or(false)
+        lock(&self.shared.link).now().publication.is_connected().unwrap_or(false)
     }
 
     fn send(&self, kind: RecordKind, flags: u16, subject: &str, payload: &[u8]) -> Result<bool, SubjectsError> {
@@ -731,17 +864,48 @@ impl SubjectPeer {
         self.inbox.poll_into(&mut batch, fragment_limit)?;
         let mut auth = lock(&self.inbox_auth);
         let (mut received, mut malformed) = (0u64, 0u64);
+        let now = self.clock.now();
+        let mut switch = None;
         for index in 0..batch.len() {
             // Verified before anything is decoded; refusals are counted by the StreamAuth.
             let Ok(body) = auth.open(batch.message(index)) else { continue };
             for record in Records::opened(body) {
                 match record {
                     Ok(record) => {
+                        let seen =
+                            lock(&self.watch).on_record(record.sender, record.kind, record.flags, record.payload, now);
+                        switch = seen.or(switch);
+                        if record.kind == RecordKind::Alive {
+                            continue; // the router's own liveness, nothing for the caller
+                        }
                         received += 1;
+                        if record.kind == RecordKind::Data && record.flags & FLAG_REFUSED != 0 {
+                            lock(&self.restore).unsubscribed(record.subject);
+                        }
                         handler(&record);
                     }
                     Err(_) => malformed += 1,
                 }
+            }
+        }
+        drop(auth);
+        drop(batch);
+        let switch = switch.or_else(|| lock(&self.watch).check(now));
+        if let Some(switch) = switch {
+            let text = {
+                let watch = lock(&self.watch);
+                switch.describe(watch.routers(), watch.liveness_timeout())
+            };
+            for subject in self.apply(switch) {
+                received += 1;
+                let status = SubjectRecord {
+                    kind: RecordKind::Data,
+                    flags: FLAG_STATUS,
+                    sender: 0,
+                    subject: &subject,
+                    payload: text.as_bytes(),
+                };
+                handler(&status);
             }
         }
         let mut counters = lock(&self.counters);
@@ -767,7 +931,8 @@ impl SubjectPeer {
     /// The counters.
     pub fn counters(&self) -> PeerCounters {
         let mut counters = *lock(&self.counters);
-        counters.dropped_records = lock(&self.shared.link).backlog.counters().dropped_records;
+        counters.dropped_records = lock(&self.shared.link).dropped_records();
+        counters.router_switches = lock(&self.watch).switches();
         counters.auth = lock(&self.inbox_auth).counters();
         counters
     }
@@ -801,7 +966,7 @@ pub struct SubjectSubscriber {
 }
 
 impl SubjectSubscriber {
-    /// Opens an inbox and starts heartbeating to `options.router`.
+    /// Opens an inbox and starts heartbeating to the first of `options.routers`.
     pub fn new(client: &dyn ClientApi, options: &PeerOptions) -> Result<SubjectSubscriber, SubjectsError> {
         Ok(SubjectSubscriber { peer: SubjectPeer::open(client, Role::Subscriber, options)? })
     }
@@ -816,7 +981,11 @@ impl SubjectSubscriber {
     /// full ([`MAX_BACKLOG_BYTES`] not accepted yet): a refusal the caller must report.
     pub fn subscribe(&self, subject: &str) -> Result<bool, SubjectsError> {
         let reply = format!("{}\n{}", self.peer.shared.endpoint, self.peer.shared.name);
-        self.peer.send(RecordKind::Subscribe, 0, subject, reply.as_bytes())
+        let sent = self.peer.send(RecordKind::Subscribe, 0, subject, reply.as_bytes())?;
+        if sent {
+            lock(&self.peer.restore).subscribed(subject);
+        }
+        Ok(sent)
     }
 
     /// Subscribes to several subjects at once (packed into as few messages as possible);
@@ -825,11 +994,20 @@ impl SubjectSubscriber {
     pub fn subscribe_batch<'a>(&self, subjects: impl IntoIterator<Item = &'a str>) -> Result<bool, SubjectsError> {
         let reply = format!("{}\n{}", self.peer.shared.endpoint, self.peer.shared.name);
         let reply = reply.as_bytes();
-        self.peer.send_all(subjects.into_iter().map(|subject| (RecordKind::Subscribe, 0, subject, reply)))
+        let subjects: Vec<&str> = subjects.into_iter().collect();
+        let sent = self.peer.send_all(subjects.iter().map(|&subject| (RecordKind::Subscribe, 0, subject, reply)))?;
+        if sent {
+            let mut restore = lock(&self.peer.restore);
+            for subject in subjects {
+                restore.subscribed(subject);
+            }
+        }
+        Ok(sent)
     }
 
     /// Drops the subscription to `subject`.
     pub fn unsubscribe(&self, subject: &str) -> Result<(), SubjectsError> {
+        lock(&self.peer.restore).unsubscribed(subject);
         self.peer.send(RecordKind::Unsubscribe, 0, subject, &[]).map(|_| ())
     }
 }
@@ -840,7 +1018,8 @@ pub struct SubjectSource {
 }
 
 impl SubjectSource {
-    /// Opens an inbox and starts heartbeating to `options.router` with label `options.name`.
+    /// Opens an inbox and starts heartbeating to the first of `options.routers` with label
+    /// `options.name`.
     pub fn new(client: &dyn ClientApi, options: &PeerOptions) -> Result<SubjectSource, SubjectsError> {
         Ok(SubjectSource { peer: SubjectPeer::open(client, Role::Source, options)? })
     }
@@ -853,6 +1032,7 @@ impl SubjectSource {
     /// Enlists as a faucet publisher on `control_topic` ([`super::codec::ANY_CONTROL_TOPIC`]: the router's own),
     /// with an optional coverage pattern; each call is one more enlistment (coverage unions).
     pub fn enlist(&self, control_topic: &str, coverage: Option<&str>) -> Result<(), SubjectsError> {
+        lock(&self.peer.restore).enlisted(control_topic, coverage);
         match coverage {
             Some(pattern) => self.peer.send(RecordKind::Enlist, FLAG_COVERAGE, control_topic, pattern.as_bytes()),
             None => self.peer.send(RecordKind::Enlist, 0, control_topic, &[]),
@@ -862,6 +1042,7 @@ impl SubjectSource {
 
     /// Leaves the faucet.
     pub fn delist(&self, control_topic: &str) -> Result<(), SubjectsError> {
+        lock(&self.peer.restore).delisted(control_topic);
         self.peer.send(RecordKind::Delist, 0, control_topic, &[]).map(|_| ())
     }
 

@@ -6,7 +6,9 @@ use super::*;
 use crate::control::Heartbeat;
 use crate::routing::policy::builtin;
 use crate::routing::{Selection, SourceGroupSpec};
-use crate::subjects::codec::{FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE};
+use crate::subjects::codec::{
+    FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
+};
 use crate::subjects::faucet::{Announcements, FaucetConfig};
 
 const LIVENESS: Duration = Duration::from_secs(2);
@@ -492,4 +494,50 @@ fn faucet_topics_are_assigned_requested_announced_as_json_and_reassigned_on_publ
         .map(|e| if e.4.contains(r#""event":"unassign""#) { "unassign" } else { "assign" })
         .collect();
     assert_eq!(events, ["unassign", "assign"]);
+}
+
+#[test]
+fn the_router_heartbeats_every_peer_it_hears_and_says_where_to_go_when_it_stops() {
+    let interval = Duration::from_millis(100);
+    let mut router = RouterCore::new(ROUTER, transformer(), None, LIVENESS).with_alive_interval(interval);
+    router.on_heartbeat(heartbeat(ALICE, Role::Subscriber, "alice"), at(0));
+    router.on_heartbeat(heartbeat(10, Role::Source, "TradeAdapterA"), at(0));
+    router.tick(at(1));
+    let alive: Vec<_> = sent(&mut router).into_iter().filter(|r| r.1 == RecordKind::Alive).collect();
+    assert_eq!(alive.iter().map(|r| (r.0, r.2)).collect::<Vec<_>>(), [(10, 0), (ALICE, 0)]);
+    // Not again within the interval; again after it.
+    router.tick(at(50));
+    assert!(sent(&mut router).is_empty());
+    router.tick(at(101));
+    assert_eq!(sent(&mut router).len(), 2);
+    // A peer that left, or went silent past the liveness timeout, hears nothing more.
+    let mut leaving = heartbeat(ALICE, Role::Subscriber, "alice");
+    leaving.leaving = true;
+    router.on_heartbeat(leaving, at(150));
+    router.tick(at(202));
+    assert_eq!(sent(&mut router).iter().map(|r| r.0).collect::<Vec<_>>(), [10]);
+    let late = at(202) + LIVENESS;
+    router.tick(late);
+    assert_eq!(router.peer_count(), 0);
+    assert!(sent(&mut router).is_empty());
+    // Stopping: every peer heard gets ALIVE|STOPPING with the forward channel, and so does a
+    // subscriber known only by its SUBSCRIBE (its first heartbeat not heard yet).
+    router.on_heartbeat(heartbeat(BOB, Role::Subscriber, "bob"), late);
+    subscribe(&mut router, ALICE, TRADE, late);
+    sent(&mut router);
+    // The periodic ALIVE goes to those heard only: an id that only sent a SUBSCRIBE gets none.
+    router.tick(late + interval);
+    assert_eq!(sent(&mut router).iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(), [(BOB, RecordKind::Alive)]);
+    router.stopping(Some("aeron:udp?endpoint=127.0.0.1:40600"));
+    let forward = "aeron:udp?endpoint=127.0.0.1:40600".to_owned();
+    assert_eq!(
+        sent(&mut router),
+        [
+            (ALICE, RecordKind::Alive, FLAG_STOPPING, "*".to_owned(), forward.clone()),
+            (BOB, RecordKind::Alive, FLAG_STOPPING, "*".to_owned(), forward)
+        ]
+    );
+    // An ALIVE sent to the router is refused.
+    router.on_message(&record(RecordKind::Alive, 0, BOB, "*", b""), late);
+    assert_eq!(router.counters().refused, 1);
 }
