@@ -132,10 +132,10 @@ class Collected:
     """One sink consumer of every queue of a group, polled on a thread: rows ``(k, n)`` and the
     commit markers, in arrival order."""
 
-    def __init__(self, client: Any, group: str, registry: str) -> None:
+    def __init__(self, client: Any, group: str, registry: str, **group_options: Any) -> None:
         from affinity.spark import SinkConsumer
 
-        self.consumer = SinkConsumer(group, 0, 1, client=client, registry=registry)
+        self.consumer = SinkConsumer(group, 0, 1, client=client, registry=registry, **group_options)
         self.rows: list[tuple[str, int]] = []
         self.commits: list[Any] = []
         self._lock = threading.Lock()

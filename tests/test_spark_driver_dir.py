@@ -302,3 +302,47 @@ def test_consume_passes_host_to_the_group_member(group: str, registry: str) -> N
         finally:
             stop.set()
             thread.join(WAIT_S)
+
+
+def test_the_sink_finds_the_group_through_bootstrap_without_a_registry_entry(
+    spark: Any, group: str, registry: str, tmp_path: Path
+) -> None:
+    from affinity.testing import free_udp_port
+    from pyspark.errors import AnalysisException
+
+    listen = f"127.0.0.1:{free_udp_port()}"
+    empty = tmp_path / "empty-registry"
+    empty.mkdir()
+    df = spark.range(0, 2000, numPartitions=2).selectExpr(
+        "concat('p', cast(floor(id / 1000) AS string), '-', cast(id % 20 AS string)) AS k", "id AS n"
+    )
+    with affinity.Client() as client:
+        # The consumer's inbox is at a fixed address; the writers know only that address (their
+        # registry is empty): they learn the definition and the members from the consumer.
+        collected = Collected(client, group, registry, listen=listen)
+        try:
+            wait_for(lambda: len(collected.consumer.owned_queues()) == QUEUE_COUNT, WAIT_S, "the consumer's queues")
+            (
+                df.write.format("affinity")
+                .option("group", group)
+                .option("registry", str(empty))
+                .option("key", "k")
+                .option("bootstrap", listen)
+                .mode("append")
+                .save()
+            )
+            wait_for(lambda: collected.commit_count() == QUEUE_COUNT, WAIT_S, "the batch's commit on every queue")
+            expected = {(f"p{i // 1000}-{i % 20}", i) for i in range(2000)}
+            wait_for(lambda: len(collected.rows) >= len(expected), WAIT_S, "every row")
+            check_once_and_in_order(collected.rows, expected)
+        finally:
+            collected.stop()
+    assert not any(empty.iterdir()), "a member given a bootstrap list wrote into its registry"
+    # Nobody at the listed address: the write fails when planned, naming the option and the address.
+    nobody = f"127.0.0.1:{free_udp_port()}"
+    with pytest.raises(AnalysisException) as raised:
+        df.write.format("affinity").option("group", group).option("registry", str(empty)).option("key", "k").option(
+            "bootstrap", nobody
+        ).mode("append").save()
+    text = full_text(raised.value)
+    assert f"option group={group!r}" in text and f"bootstrap={nobody!r}" in text, text

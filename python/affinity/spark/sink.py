@@ -172,6 +172,8 @@ def check_group(options: SinkOptions) -> None:
     group, registry = options.group, options.registry
     assert group is not None
     where = "" if registry is None else f" (registry={registry!r})"
+    if options.bootstrap is not None:
+        where += f" (bootstrap={options.bootstrap!r})"
     try:
         if options.bootstrap is None:
             load_group(group, registry)
@@ -183,7 +185,6 @@ def check_group(options: SinkOptions) -> None:
                 registry=registry,
                 host=advertised_host(options.host),
             )
-            where += f" (bootstrap={options.bootstrap!r})"
     except ConfigError as error:
         raise SparkOptionError(f"option group={group!r}{where}: {error}") from None
 
