@@ -29,10 +29,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use affinity::client::ClientHandle;
+use affinity::control::Timing;
 use affinity::control::{Heartbeat, Role};
 use affinity::driver::idle::IdleStrategy;
 use affinity::embedded::{self, EmbeddedConfig};
-use affinity::groups::Timing;
 use affinity::routing::policy::builtin;
 use affinity::routing::{RoutingTable, Selection, SourceGroupSpec};
 use affinity::subjects::backlog::DEFAULT_BACKLOG_BUDGET;

@@ -4,13 +4,14 @@
 use std::time::Duration;
 
 use affinity::control::codec::{emit_record, DATA_FIXED_LENGTH};
+use affinity::control::Timing;
 use affinity::control::{
     parse_control, Ack, AckEntry, Claim, ClaimState, ControlMessage, DataHeader, DataMessage, Header, Heartbeat,
     ProducerAck, QueueFigures, Role,
 };
 use affinity::groups::consumer::ConsumerState;
 use affinity::groups::publisher::PublisherState;
-use affinity::groups::{GroupConfig, Timing};
+use affinity::groups::GroupConfig;
 use affinity::time::Instant;
 use proptest::prelude::*;
 

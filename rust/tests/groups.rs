@@ -8,10 +8,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use affinity::client::{ClientApi, ClientHandle};
+use affinity::control::Timing;
 use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::consumer::Delivery;
 use affinity::groups::runtime::{GroupConsumer, GroupPublisher, MemberOptions};
-use affinity::groups::{GroupConfig, Timing};
+use affinity::groups::GroupConfig;
 
 const HEARTBEAT: Duration = Duration::from_millis(50);
 const LIVENESS: Duration = Duration::from_millis(1000);

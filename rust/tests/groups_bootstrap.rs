@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use affinity::client::ClientHandle;
 use affinity::control::GroupSecret;
+use affinity::control::Timing;
 use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::bootstrap::parse_bootstrap_list;
 use affinity::groups::runtime::bootstrap::fetch;
 use affinity::groups::runtime::{GroupConsumer, GroupPublisher, MemberOptions};
-use affinity::groups::{GroupConfig, Timing};
+use affinity::groups::GroupConfig;
 use affinity::media::ports::free_udp_port;
 
 #[path = "support/temp_dir.rs"]

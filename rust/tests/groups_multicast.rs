@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use affinity::client::ClientHandle;
+use affinity::control::Timing;
 use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::runtime::{GroupConsumer, GroupPublisher, MemberOptions};
-use affinity::groups::{GroupConfig, Timing};
+use affinity::groups::GroupConfig;
 
 #[path = "support/netns.rs"]
 mod netns;

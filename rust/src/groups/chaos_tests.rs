@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use super::consumer::{ConsumerState, Delivery};
 use super::publisher::PublisherState;
-use super::{GroupConfig, Timing};
+use super::GroupConfig;
+use crate::control::Timing;
 use crate::control::{parse_control, ControlMessage};
 use crate::time::Instant;
 

@@ -17,9 +17,10 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
-use super::{GroupConfig, Timing};
+use super::GroupConfig;
 use crate::control::codec::ACK_FLAG_RESEND;
 use crate::control::limits::{MAX_ACKS_PER_CLAIM, MAX_CONTROL_MESSAGE_LENGTH};
+use crate::control::Timing;
 use crate::control::{
     Ack, AckEntry, Claim, ClaimState, ControlError, DataMessage, EpochGuard, Heartbeat, HeartbeatOutcome, MemberView,
     ProducerAck, Role,

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use crate::control::limits::{MAX_NAME_LENGTH, MAX_QUEUE_COUNT};
 use crate::control::member::MemberError;
-pub use crate::control::member::{Timing, DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LIVENESS_TIMEOUT};
+use crate::control::Timing;
 use crate::routing::hash::{fmix64, fnv1a64};
 
 /// Smallest queue size (QS) a definition may have, in bytes.

@@ -7,9 +7,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use super::{GroupConfig, GroupError, Timing, DATA_MESSAGE_TARGET};
+use super::{GroupConfig, GroupError, DATA_MESSAGE_TARGET};
 use crate::control::codec::{emit_record, record_length, ACK_FLAG_RESEND, DATA_FIXED_LENGTH, RECORD_FIXED_LENGTH};
 use crate::control::limits::{MAX_KEY_LENGTH, MAX_PAYLOAD_LENGTH, MAX_RECORDS_PER_DATA, MAX_SUBJECT_LENGTH};
+use crate::control::Timing;
 use crate::control::{
     Ack, ClaimState, DataHeader, EpochGuard, Heartbeat, HeartbeatOutcome, MemberView, QueueFigures, Role,
 };

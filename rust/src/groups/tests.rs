@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use super::consumer::{ConsumerState, Delivery};
 use super::publisher::{PublisherState, Refusal};
-use super::{GroupConfig, Timing};
+use super::GroupConfig;
+use crate::control::Timing;
 use crate::control::{Ack, AckEntry, Claim, ClaimState, ControlError, DataHeader, Heartbeat, ProducerAck, Role};
 use crate::time::Instant;
 

@@ -21,9 +21,10 @@ use super::buffers::{arrow_binary, is_arrow, ArrowBinary, BufferView};
 use super::errors::{config_error, group_error, invalid_argument, wrong_type};
 use super::transport::Client;
 use crate::control::GroupSecret;
+use crate::control::Timing;
 use crate::groups::bootstrap::parse_bootstrap_list;
 use crate::groups::runtime::{self, MemberOptions};
-use crate::groups::{self as core_groups, GroupConfig, Timing};
+use crate::groups::{self as core_groups, GroupConfig};
 
 /// The longest a single GIL-free wait lasts before signals (Ctrl-C) are checked.
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);

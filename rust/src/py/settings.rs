@@ -17,9 +17,9 @@ const fn millis(duration: Duration) -> u64 {
 }
 
 /// Group members' default heartbeat interval (ms): the default of the PyO3 signatures.
-pub(crate) const GROUP_HEARTBEAT_INTERVAL_MS: u64 = millis(crate::groups::DEFAULT_HEARTBEAT_INTERVAL);
+pub(crate) const GROUP_HEARTBEAT_INTERVAL_MS: u64 = millis(crate::control::member::DEFAULT_HEARTBEAT_INTERVAL);
 /// Group members' default liveness timeout (ms).
-pub(crate) const GROUP_LIVENESS_TIMEOUT_MS: u64 = millis(crate::groups::DEFAULT_LIVENESS_TIMEOUT);
+pub(crate) const GROUP_LIVENESS_TIMEOUT_MS: u64 = millis(crate::control::member::DEFAULT_LIVENESS_TIMEOUT);
 /// A group publisher's default resend timeout (ms).
 pub(crate) const GROUP_RESEND_TIMEOUT_MS: u64 = millis(crate::groups::DEFAULT_RESEND_TIMEOUT);
 /// A group consumer's default primary/backup cycle (ms).

@@ -18,8 +18,8 @@ use super::errors::{config_error, invalid_argument, subjects_error};
 use super::records::record;
 use super::routing::{routing_event, PyRoutingTable};
 use super::transport::Client;
+use crate::control::Timing;
 use crate::control::{AuthCounters, GroupSecret};
-use crate::groups::Timing;
 use crate::routing::NoDataStatus;
 use crate::subjects::backlog::{DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET};
 use crate::subjects::codec::{

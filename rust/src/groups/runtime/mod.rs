@@ -22,12 +22,13 @@ use std::time::Duration;
 use self::bootstrap::{bootstrap_auth, control_channel, Replies};
 use super::bootstrap::{answer, DEFAULT_BOOTSTRAP_TIMEOUT};
 use super::discovery::{self, MemberFile, MEMBER_FILE_VERSION};
-use super::{GroupConfig, GroupError, Timing};
+use super::{GroupConfig, GroupError};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
 use crate::control::bootstrap::{BootstrapMember, BootstrapReply, BootstrapRequest};
 use crate::control::codec::Kind;
 use crate::control::limits::MAX_NAME_LENGTH;
 use crate::control::member::{self, InboxAddress, Peer, PeerRequest, PeerTable};
+use crate::control::Timing;
 use crate::control::{
     parse_control, Ack, AuthCounters, ControlMessage, GroupSecret, Heartbeat, MemberView, Role, StreamAuth,
     CONTROL_STREAM_ID, DATA_STREAM_ID,
