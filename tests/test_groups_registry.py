@@ -73,6 +73,19 @@ def test_list_returns_every_group_sorted_and_delete_removes_one(tmp_path: Path) 
         delete_group("b", tmp_path)
 
 
+def test_delete_removes_the_group_secret_too(tmp_path: Path) -> None:
+    from affinity.groups.secret import create_secret, secret_file
+
+    create_group("sealed", "hp-sealed", 4, 2, QS, tmp_path)
+    create_secret("sealed", tmp_path)
+    assert secret_file("sealed", tmp_path).is_file()
+    delete_group("sealed", tmp_path)
+    # A later group of the same name must not inherit the old secret.
+    assert not secret_file("sealed", tmp_path).exists()
+    create_group("sealed", "hp-sealed", 4, 2, QS, tmp_path)
+    assert not secret_file("sealed", tmp_path).exists()
+
+
 def test_environment_variable_selects_the_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(REGISTRY_ENV, str(tmp_path / "reg"))
     create_group("env", "env", 2, 1, QS)

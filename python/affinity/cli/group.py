@@ -51,7 +51,7 @@ from affinity.groups.registry import (
     list_groups,
     load_group,
 )
-from affinity.groups.secret import create_secret, remove_secret
+from affinity.groups.secret import create_secret
 from affinity.units import parse_duration
 
 #: Exit status: success.
@@ -247,7 +247,6 @@ def _run_secret(args: argparse.Namespace) -> int:
 def _run_delete(args: argparse.Namespace) -> int:
     try:
         definition = delete_group(args.name, args.registry)
-        remove_secret(definition.name, args.registry)
     except ConfigError as error:
         return _fail("delete", error)
     print(f"deleted group {definition.name}")

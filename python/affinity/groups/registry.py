@@ -369,7 +369,10 @@ def create_group(
 
 
 def delete_group(name: str, registry: str | os.PathLike[str] | None = None) -> GroupDefinition:
-    """Removes group ``name`` from the registry and returns what it was; unknown name: ``ConfigError``."""
+    """Removes group ``name`` from the registry (its definition, and its secret file when there is
+    one) and returns what it was; unknown name: ``ConfigError``."""
+    from affinity.groups.secret import remove_secret  # it imports this module
+
     expect_str("name", name)
     groups = _groups_dir(registry, create=False)
     if not _check_registry(groups, create=False):
@@ -380,4 +383,6 @@ def delete_group(name: str, registry: str | os.PathLike[str] | None = None) -> G
             group_file(name, registry).unlink()
         except OSError as error:
             raise ConfigError(f"cannot delete group {name!r}: {error.strerror or error}") from None
+        # A secret left behind would seal the messages of a later group of the same name.
+        remove_secret(name, registry)
     return definition
