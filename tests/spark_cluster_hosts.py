@@ -10,10 +10,12 @@ it by a veth pair:
 - each of WORKERS: an ``affinity driver`` and ``spark-class ...deploy.worker.Worker`` (1 core, 1 GiB)
   started with ``AFFINITY_DIR`` naming that driver and ``SPARK_LOCAL_IP`` its own address;
 - PROGRAM: the driver program (``JOB``), which writes ROWS rows with ``bootstrap`` and a registry
-  directory that stays empty.
+  directory that stays empty, then a second, slowed write of ROWS more rows, during which this
+  process SIGKILLs the first worker's executor JVM once that write's rows start arriving.
 
-Writes ``WORKDIR/result.json``: what each consumer received (``[consumer, queue, key, n]`` in
-arrival order), the commit markers, the job's output, and whether the empty registry stayed empty.
+Writes ``WORKDIR/result.json``: what each consumer received (``[consumer, queue, key, n, host]`` in
+arrival order), the commit markers, the job's output, the kill, the duplicates the consumers
+discarded, and whether the empty registry stayed empty.
 The processes' logs are ``WORKDIR/<host>.log``.
 
     usage: spark_cluster_hosts.py WORKDIR
@@ -58,28 +60,67 @@ START_TIMEOUT_S = 90.0
 SETTLE_TIMEOUT_S = 30.0
 JOB_TIMEOUT_S = 120.0
 ARRIVAL_TIMEOUT_S = 30.0
-#: The driver program: the batch write, then the client count of each worker host's driver.
+#: Seconds the second write spends per row (a Python UDF), so an executor can be killed mid-write.
+ROW_DELAY_S = 0.003
+#: Rows per Arrow batch and per message in the second write: a partition arrives in several pieces,
+#: so the kill lands after some of a task's rows were delivered (its retry sends them again).
+PIECE_ROWS = 50
+#: The driver program: the batch write, the client count of each worker host's driver, then a
+#: second, slowed batch write (ROWS more rows, during which the test SIGKILLs an executor JVM).
 JOB = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys, time
     import affinity
     from pyspark.sql import SparkSession
-    master, host, group, registry, bootstrap, rows, partitions, keys, *driver_dirs = sys.argv[1:]
+    from pyspark.sql.functions import udf
+    master, host, group, registry, bootstrap, rows, partitions, keys, delay, piece, *driver_dirs = sys.argv[1:]
     spark = (SparkSession.builder.master(master).appName("affinity-cluster-hosts")
              .config("spark.ui.enabled", "false").config("spark.driver.host", host)
              .config("spark.driver.bindAddress", host).config("spark.executor.memory", "512m")
              .config("spark.scheduler.minRegisteredResourcesRatio", "1.0")
              .config("spark.scheduler.maxRegisteredResourcesWaitingTime", "60s").getOrCreate())
-    per = int(rows) // int(partitions)
-    df = spark.range(0, int(rows), numPartitions=int(partitions)).selectExpr(
-        f"concat('p', cast(floor(id / {per}) AS string), '-', cast(id % {keys} AS string)) AS k", "id AS n")
-    df.write.format("affinity").option("group", group).option("registry", registry).option("key", "k") \\
-        .option("bootstrap", bootstrap).mode("append").save()
+    rows, partitions = int(rows), int(partitions)
+    per = rows // partitions
+
+    def write(df, *extra):
+        key = f"concat('p', cast(floor(id / {per}) AS string), '-', cast(id % {keys} AS string)) AS k"
+        (df.selectExpr(key, "id AS n", *extra).write.format("affinity").option("group", group)
+         .option("registry", registry).option("key", "k").option("bootstrap", bootstrap)
+         .option("maxBatchRows", piece).mode("append").save())
+
+    write(spark.range(0, rows, numPartitions=partitions))
     clients = {d: affinity.driver_stat(d).counter("Clients") for d in driver_dirs}
     print("JOB " + json.dumps({"clients": clients}), flush=True)
+
+    @udf("long")
+    def slowly(n):
+        time.sleep(float(delay))
+        return n
+
+    @udf("string")
+    def where(n):  # the executor's host, so the test knows whose rows arrive
+        return os.environ.get("SPARK_LOCAL_IP", "")
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", piece)
+    slow = spark.range(rows, 2 * rows, numPartitions=partitions).select(slowly("id").alias("id"))
+    write(slow.select("id", where("id").alias("h")), "h")
+    print("JOB2", flush=True)
     spark.stop()
     """
 )
+
+
+def executor_pid(ip: str) -> int | None:
+    """The executor JVM (``CoarseGrainedExecutorBackend``) of the worker host at ``ip``, if any."""
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in args and b"--hostname" in args:
+            if args[args.index(b"--hostname") + 1] == ip.encode():
+                return int(entry.name)
+    return None
 
 
 def sh(command: str) -> None:
@@ -113,7 +154,8 @@ def wait_for_line(log: Path, text: str, process: subprocess.Popen[str], what: st
 
 
 class Consumers:
-    """CONSUMERS sink consumers polled on one thread each: ``[index, queue, k, n]`` and commits."""
+    """CONSUMERS sink consumers polled on one thread each: ``[index, queue, k, n, host]`` (the
+    executor's host in the second write, else empty) and the commits."""
 
     def __init__(self, client: affinity.Client, registry: str) -> None:
         self.consumers = [
@@ -137,8 +179,11 @@ class Consumers:
                 with self._lock:
                     if isinstance(item, DataItem):
                         batch = item.batch()
-                        pairs = zip(batch.column("k").to_pylist(), batch.column("n").to_pylist(), strict=True)
-                        self.rows.extend([index, item.queue, k, n] for k, n in pairs)
+                        keys, numbers = batch.column("k").to_pylist(), batch.column("n").to_pylist()
+                        where = batch.column("h").to_pylist() if "h" in batch.schema.names else [""] * len(keys)
+                        self.rows.extend(
+                            [index, item.queue, k, n, h] for k, n, h in zip(keys, numbers, where, strict=True)
+                        )
                     elif isinstance(item, CommitItem):
                         self.commits.append([index, item.queue, item.batch_id, item.complete])
 
@@ -205,20 +250,31 @@ def main() -> int:
             job.write_text(JOB)
             ip = f"{NETWORK}.{PROGRAM}"
             args = [master_url, ip, GROUP, str(empty), ",".join(INBOXES), str(ROWS), str(PARTITIONS), str(KEYS)]
+            args += [str(ROW_DELAY_S), str(PIECE_ROWS)]
             command = f"SPARK_LOCAL_IP={ip} exec {sys.executable} {job} {' '.join([*args, *driver_dirs])}"
             program_log = workdir / "program.log"
             program = spawn_host(PROGRAM, command, program_log, env)
             hosts.append(program)
-            try:
-                program.wait(JOB_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                raise SystemExit(f"the driver program did not finish in {JOB_TIMEOUT_S}s; see {program_log}") from None
-            job_lines = [line for line in program_log.read_text().splitlines() if line.startswith("JOB ")]
-            if program.returncode != 0 or not job_lines:
+            # Once the second write's first rows from the first worker arrive, SIGKILL its executor JVM.
+            victim = f"{NETWORK}.{WORKERS[0]}"
+            deadline = time.monotonic() + JOB_TIMEOUT_S
+            while program.poll() is None and time.monotonic() < deadline:
+                if "killed" not in result and any(row[4] == victim for row in list(consumers.rows)):
+                    pid = executor_pid(victim)
+                    if pid is not None:
+                        os.kill(pid, signal.SIGKILL)
+                        second = sum(1 for row in list(consumers.rows) if row[3] >= ROWS)
+                        result["killed"] = {"pid": pid, "host": victim, "second_write_rows_before": second}
+                time.sleep(0.01)
+            if program.poll() is None:
+                raise SystemExit(f"the driver program did not finish in {JOB_TIMEOUT_S}s; see {program_log}")
+            lines = program_log.read_text().splitlines()
+            job_lines = [line for line in lines if line.startswith("JOB ")]
+            if program.returncode != 0 or not job_lines or "JOB2" not in lines:
                 raise SystemExit(f"the driver program failed (status {program.returncode}); see {program_log}")
             result["job"] = json.loads(job_lines[-1].removeprefix("JOB "))
             deadline = time.monotonic() + ARRIVAL_TIMEOUT_S
-            while len(consumers.commits) < QUEUE_COUNT or len(consumers.rows) < ROWS:
+            while len(consumers.commits) < 2 * QUEUE_COUNT or len(consumers.rows) < 2 * ROWS:
                 if time.monotonic() > deadline:
                     break  # the test reports what is missing
                 time.sleep(0.05)
@@ -233,7 +289,9 @@ def main() -> int:
                     host.wait(20)
                 except subprocess.TimeoutExpired:
                     host.kill()
-    result.update(rows=consumers.rows, commits=consumers.commits, empty_registry=sorted(os.listdir(empty)))
+    discarded = sum(consumer.stats.duplicates_discarded for consumer in consumers.consumers)
+    result.update(rows=consumers.rows, commits=consumers.commits, duplicates_discarded=discarded)
+    result["empty_registry"] = sorted(os.listdir(empty))
     (workdir / "result.json").write_text(json.dumps(result))
     return 0
 

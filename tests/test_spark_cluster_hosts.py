@@ -2,7 +2,10 @@
 two workers each with its own ``affinity driver`` (``AFFINITY_DIR``, ``SPARK_LOCAL_IP``), the driver
 program on a further host writing into a group whose consumers run on yet another host, reached only
 through ``bootstrap`` (every writer's registry is empty). Rows arrive once, in order per key, each
-key at one consumer, and the executors on both workers attached to their host's driver."""
+key at one consumer, and the executors on both workers attached to their host's driver. A second
+write loses its first worker's executor JVM (SIGKILL) once its rows start arriving: Spark runs the
+lost tasks again, and the consumers still deliver every row once (the retries' duplicates are
+discarded by the consumer API)."""
 
 from __future__ import annotations
 
@@ -59,14 +62,20 @@ def test_a_cluster_on_separate_hosts_writes_through_bootstrap_once_and_in_order(
     result = json.loads((tmp_path / "result.json").read_text())
     rows = result["rows"]
     per = hosts.ROWS // hosts.PARTITIONS
-    expected = {(f"p{n // per}-{n % hosts.KEYS}", n) for n in range(hosts.ROWS)}
-    check_once_and_in_order([(k, n) for _, _, k, n in rows], expected)
+    # Both writes, the second despite its killed executor: nothing lost, nothing delivered twice.
+    expected = {(f"p{n // per}-{n % hosts.KEYS}", n) for n in range(2 * hosts.ROWS)}
+    check_once_and_in_order([(row[2], row[3]) for row in rows], expected)
     consumers_of: dict[str, set[int]] = defaultdict(set)
-    for consumer, _, key, _ in rows:
+    for consumer, _, key, *_ in rows:
         consumers_of[key].add(consumer)
     assert all(len(found) == 1 for found in consumers_of.values()), dict(consumers_of)
     assert {c for found in consumers_of.values() for c in found} == set(range(hosts.CONSUMERS)), dict(consumers_of)
-    assert sorted(queue for _, queue, _, complete in result["commits"] if complete) == list(range(hosts.QUEUE_COUNT))
+    committed = sorted(queue for _, queue, _, complete in result["commits"] if complete)
+    assert committed == sorted(list(range(hosts.QUEUE_COUNT)) * 2), result["commits"]
+    killed = result.get("killed")
+    assert killed and killed["second_write_rows_before"] < hosts.ROWS, f"no executor killed mid-write: {killed}"
+    # The killed executor had delivered part of a task: its retry sent those rows again.
+    assert result["duplicates_discarded"] > 0, result["duplicates_discarded"]
     assert result["empty_registry"] == [], "a writer given a bootstrap list wrote into its registry"
     # Each worker host's executor attached to that host's affinity driver (AFFINITY_DIR, no option).
     clients = result["job"]["clients"]
