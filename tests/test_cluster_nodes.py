@@ -24,8 +24,22 @@ UPDATES = 200
 FEED = "stock-feed"
 
 
-def cluster_conf(golan: int, avalon: int) -> str:
-    return f"""\
+def cluster_conf(golan: int, avalon: int, bilbo: int | None = None) -> str:
+    """golan master of STOCK_EXCHANGE, avalon its slave, and with ``bilbo`` a slave of avalon."""
+    third = (
+        ""
+        if bilbo is None
+        else f"""\
+add-cluster-node
+    node-id bilbo
+    address aeron:udp?endpoint=127.0.0.1:{bilbo}
+    upstream STOCK_EXCHANGE avalon
+end-cluster-node
+"""
+    )
+    return (
+        third
+        + f"""\
 add-data-service
     service-name stock
     include-pattern ^/STOCK/
@@ -49,6 +63,7 @@ add-domain
     include-pattern '^/STOCK/'
 end-domain
 """
+    )
 
 
 def start_node(config: Path, node: str, listen: str) -> Process:
@@ -144,6 +159,38 @@ def test_a_slave_subscribes_once_at_the_master_caches_the_image_and_relays_every
     source.close()
 
 
+def test_a_slave_of_a_slave_stratum_2_gets_the_image_and_every_update_through_the_middle_node(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon", "bilbo")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(cluster_conf(ports["golan"], ports["avalon"], ports["bilbo"]))
+    listens = {node: f"aeron:udp?endpoint=127.0.0.1:{port}" for node, port in ports.items()}
+    for node, listen in listens.items():
+        processes.append(start_node(config, node, listen))
+    requests: list[str] = []
+    source = Source(client, listens["golan"], FEED, liveness_timeout=LIVENESS)
+    source.on_request(requests.append)
+    subscriber = Subscriber(client, listens["bilbo"], name="carol", liveness_timeout=LIVENESS)
+    carol = Inbox(subscriber)
+    subscriber.subscribe(SUBJECT, carol)
+    deadline = time.monotonic() + TIMEOUT
+    while not requests and time.monotonic() < deadline:
+        source.poll(64)
+        time.sleep(0.005)
+    assert requests == [SUBJECT], "bilbo -> avalon -> golan: golan asked once"
+    source.publish(SUBJECT, b"image-0", image=True)
+    sent = [f"u{i}" for i in range(UPDATES)]
+    for payload in sent:
+        source.publish(SUBJECT, payload.encode())
+    carol.wait_for(lambda items: len([p for s, f, p in items if f & Flags.UPDATE]) >= UPDATES, "every update")
+    carol.drain_for(0.2)
+    assert [p for _, f, p in carol.items if f & Flags.IMAGE] == ["image-0"]
+    assert updates(carol) == sent, "every update once, in order, across two levels"
+    subscriber.close()
+    source.close()
+
+
 def test_a_node_id_the_master_does_not_configure_is_refused_not_allowed(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
@@ -172,6 +219,10 @@ def test_a_node_id_the_master_does_not_configure_is_refused_not_allowed(
         # No source serves /STOCK/ here: a let-in node is routed (and gets NODATA, not a refusal).
         allowed.wait_for(lambda items: bool(items), "an answer")
         assert not any(f & Flags.REFUSED for _, f, _ in allowed.items), allowed.items
+        # The status is a snapshot refreshed every 10 ms: wait for the one after the answer.
+        deadline = time.monotonic() + TIMEOUT
+        while golan.status().subscribers < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
         status = golan.status()
         assert (status.not_allowed, status.subscribers) == (1, 1)
         frodo.close()
