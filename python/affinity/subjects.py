@@ -411,6 +411,7 @@ class RouterStatus:
     refused_subscribes: int
     duplicate_subscribes: int
     evicted_subscribers: int
+    not_allowed: int
     control_malformed: int
     unroutable: int
     dropped_records: int
@@ -472,6 +473,10 @@ class SubjectRouter:
     The router sends every member it hears an ALIVE every ``heartbeat_interval``; on
     :meth:`close` it tells them it stops and, with ``forward`` (another router's channel), where
     to go (module docstring, "Router failure").
+
+    ``cluster_nodes``: as a cluster node (``docs/cluster.md``), the other nodes' ids that may
+    subscribe here as ``node:<id>``; any other node id is refused ``not-allowed`` (counted in
+    ``status().not_allowed``). ``None``: no cluster node, every node is refused.
     """
 
     def __init__(
@@ -486,6 +491,7 @@ class SubjectRouter:
         backlog_budget: int = DEFAULT_BACKLOG_BUDGET,
         secret: SecretArgument = None,
         forward: str | None = None,
+        cluster_nodes: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(config, RouterConfig):
             if not isinstance(config, str | os.PathLike):
@@ -507,6 +513,7 @@ class SubjectRouter:
             backlog_budget=backlog_budget,
             secret=key,
             forward=forward,
+            cluster_nodes=None if cluster_nodes is None else list(expect_strs("cluster_nodes", cluster_nodes)),
         )
         self.listen = listen
         self._refusals_logged = 0

@@ -19,6 +19,12 @@ their liveness timeout they move to the next router of their list (or try it aga
 their subscriptions again by themselves. On a clean stop (SIGINT / SIGTERM) the router tells
 them so, and with ``--forward CHANNEL`` where to go.
 
+``--node NODE_ID``: this router is that node of the configuration's cluster blocks
+(``docs/cluster.md``): subscriptions to a domain it is a slave of go, once per subject, to the
+parent node, whose images and updates it caches and relays; other nodes may subscribe here as
+``node:<id>`` only with a configured id (else ``not-allowed``). Publishes at a slave are not
+forwarded yet.
+
 ``--secret-file PATH`` (else ``$AFFINITY_ROUTER_SECRET`` as hex, else
 ``$AFFINITY_ROUTER_SECRET_FILE``): the router secret; every message from and to subscribers and
 sources is then sealed and verified, and what is not authentic is counted and dropped
@@ -43,6 +49,7 @@ from typing import Any
 
 from affinity import _affinity
 from affinity.cli._text import help_text
+from affinity.cluster_node import ClusterNode, cluster_router_config
 from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import analyse_router_text
 from affinity.exceptions import AffinityError, ConfigError
@@ -144,8 +151,8 @@ def describe_node(cluster: ClusterConfig, node: str) -> None:
         role = "master" if stratum == 0 else f"slave of {parent}" if parent else "no master known"
         print(f"affinity router: node {node}: domain {domain.name}: {role} (stratum {stratum})", file=sys.stderr)
     print(
-        f"affinity router: node {node}: cluster forwarding between nodes is not running yet; "
-        "this router serves its own clients only",
+        f"affinity router: node {node}: slave subscriptions go to the parent nodes; "
+        "publishes at a slave are not forwarded yet (docs/cluster.md)",
         file=sys.stderr,
     )
 
@@ -179,16 +186,21 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     client = _affinity.Client()
+    config, cluster_nodes = analysis.config, None
+    if args.node is not None and config.cluster is not None:
+        cluster_nodes = [node.node_id for node in config.cluster.nodes if node.node_id != args.node]
+        config = cluster_router_config(config, args.node)
     try:
         router = SubjectRouter(
             client,
-            analysis.config,
+            config,
             listen=args.listen,
             control=args.control,
             liveness_timeout=args.liveness_timeout,
             backlog_budget=args.backlog_budget,
             secret=args.secret_file,
             forward=args.forward,
+            cluster_nodes=cluster_nodes,
         )
     except AffinityError as exc:
         print(f"affinity router: {exc}", file=sys.stderr)
@@ -209,8 +221,23 @@ def run(args: argparse.Namespace) -> int:
             router.close()
             client.close()
             return EXIT_UNAVAILABLE
-    if args.node is not None and analysis.config.cluster is not None:
-        describe_node(analysis.config.cluster, args.node)
+    node = None
+    if args.node is not None and config.cluster is not None:
+        describe_node(config.cluster, args.node)
+        try:
+            node = ClusterNode(
+                client,
+                config.cluster,
+                args.node,
+                listen=args.listen,
+                liveness_timeout=args.liveness_timeout,
+                secret=args.secret_file,
+            )
+        except AffinityError as exc:
+            print(f"affinity router: node {args.node}: {exc}", file=sys.stderr)
+            router.close()
+            client.close()
+            return EXIT_UNAVAILABLE
     print(f"affinity router: listening on {args.listen}", file=sys.stderr, flush=True)
     try:
         while not stop.wait(LOG_INTERVAL):
@@ -218,6 +245,8 @@ def run(args: argparse.Namespace) -> int:
             if reporter is not None:
                 reporter.tick()
     finally:
+        if node is not None:
+            node.close()
         if reporter is not None:
             reporter.close()
         router.close()

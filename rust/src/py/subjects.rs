@@ -103,6 +103,8 @@ record! {
         duplicate_subscribes: u64,
         /// Subscribers dropped because the backlogs were over their budget.
         evicted_subscribers: u64,
+        /// SUBSCRIBEs refused from a cluster node id that is not configured (`not-allowed`).
+        not_allowed: u64,
         /// Control-stream messages that did not decode (or were not heartbeats).
         control_malformed: u64,
         /// Records for a destination whose endpoint is unknown or whose publication failed.
@@ -220,9 +222,10 @@ record! {
 impl SubjectRouterCore {
     /// Starts a router: takes the routing tables out of `table` (left empty), optional faucet
     /// `(control_topic, subscription_topic, announcements, coverage_option)`; `backlog_budget`:
-    /// bytes all backlogs together may hold; `secret`: the router secret (bytes) or `None`.
+    /// bytes all backlogs together may hold; `secret`: the router secret (bytes) or `None`;
+    /// `cluster_nodes`: as a cluster node, the other nodes' ids that may subscribe here.
     #[new]
-    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, backlog_budget=DEFAULT_BACKLOG_BUDGET, secret=None, forward=None))]
+    #[pyo3(signature = (client, table, listen, *, faucet=None, control=None, liveness_timeout_ms=GROUP_LIVENESS_TIMEOUT_MS, heartbeat_interval_ms=GROUP_HEARTBEAT_INTERVAL_MS, backlog_budget=DEFAULT_BACKLOG_BUDGET, secret=None, forward=None, cluster_nodes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -236,8 +239,10 @@ impl SubjectRouterCore {
         #[pyo3(from_py_with = named::backlog_budget)] backlog_budget: usize,
         secret: Option<&Bound<'_, PyAny>>,
         forward: Option<&Bound<'_, PyAny>>,
+        cluster_nodes: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
+        let cluster_nodes = cluster_nodes.map(|nodes| strings_argument("cluster_nodes", nodes)).transpose()?;
         let secret = secret_argument(secret)?;
         let forward = optional_str("forward", forward)?.map(str::to_owned);
         let table = instance_argument::<PyRoutingTable>("table", table, "an affinity routing table")?;
@@ -257,7 +262,9 @@ impl SubjectRouterCore {
         let table = std::mem::take(&mut table.borrow_mut().inner);
         let client = client.get().shared()?;
         let options = RouterOptions { listen, control, timing, backlog_budget, secret, forward };
-        let inner = py.detach(|| RouterRuntime::start(client, table, faucet, &options)).map_err(subjects_error)?;
+        let inner = py
+            .detach(|| RouterRuntime::start_node(client, table, faucet, &options, cluster_nodes))
+            .map_err(subjects_error)?;
         Ok(SubjectRouterCore { inner })
     }
 
@@ -331,6 +338,7 @@ impl SubjectRouterCore {
             refused_subscribes,
             duplicate_subscribes,
             evicted_subscribers,
+            not_allowed,
         } = counters;
         let RouterRuntimeCounters {
             control_malformed,
@@ -354,6 +362,7 @@ impl SubjectRouterCore {
             refused_subscribes,
             duplicate_subscribes,
             evicted_subscribers,
+            not_allowed,
             control_malformed,
             unroutable,
             dropped_records,

@@ -17,6 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::cluster::NODE_NAME_PREFIX;
 use super::codec::{
     emit_unchecked, RecordKind, Records, SubjectRecord, ALIVE_SUBJECT, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_IMAGE,
     FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
@@ -146,6 +147,10 @@ pub struct RouterCounters {
     /// Subscribers dropped because the backlogs were over their budget
     /// ([`RouterCore::evict_subscriber`]).
     pub evicted_subscribers: u64,
+    /// SUBSCRIBEs from a cluster node (a subscriber named [`NODE_NAME_PREFIX`]`id`) whose id
+    /// is not one of this router's configured other nodes (`not-allowed`; each is also a
+    /// refused SUBSCRIBE, reported to its sender).
+    pub not_allowed: u64,
 }
 
 struct SubjectState {
@@ -198,6 +203,9 @@ pub struct RouterCore {
     /// How often each of `peers` gets an ALIVE (`None`: never).
     alive_interval: Option<Duration>,
     last_alive: Option<Instant>,
+    /// The node ids other cluster nodes may subscribe as (`None`: this router is no cluster
+    /// node, and refuses every node).
+    cluster_nodes: Option<Vec<String>>,
 }
 
 impl RouterCore {
@@ -228,6 +236,26 @@ impl RouterCore {
             peers: FastMap::default(),
             alive_interval: None,
             last_alive: None,
+            cluster_nodes: None,
+        }
+    }
+
+    /// Makes this router a cluster node that lets in subscriptions from the other nodes
+    /// `nodes` (their node ids, this node's own excluded): a subscriber named
+    /// [`NODE_NAME_PREFIX`]`id` with any other id is refused `not-allowed` (counted).
+    pub fn with_cluster_nodes(mut self, nodes: Vec<String>) -> RouterCore {
+        self.cluster_nodes = Some(nodes);
+        self
+    }
+
+    /// Why a subscriber named `name` may not subscribe here (a node id that is not
+    /// configured), or `None`.
+    fn node_refusal(&self, name: &str) -> Option<String> {
+        let node = name.strip_prefix(NODE_NAME_PREFIX)?;
+        match &self.cluster_nodes {
+            Some(nodes) if nodes.iter().any(|n| n == node) => None,
+            Some(_) => Some(format!("not-allowed: node {node:?} is not a configured node of this cluster")),
+            None => Some(format!("not-allowed: node {node:?}: this router is not a cluster node")),
         }
     }
 
@@ -503,6 +531,11 @@ impl RouterCore {
         if !self.subscribers.contains_key(&sender) {
             if self.sources.contains_key(&sender) {
                 self.counters.refused += 1;
+                return;
+            }
+            if let Some(reason) = self.node_refusal(name) {
+                self.counters.not_allowed += 1;
+                self.refuse_subscribe(sender, Some((endpoint, now)), record.subject, &reason);
                 return;
             }
             if self.subscribers.len() >= MAX_SUBSCRIBERS {

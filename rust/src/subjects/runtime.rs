@@ -354,6 +354,18 @@ impl RouterRuntime {
         faucet: Option<Faucet>,
         options: &RouterOptions,
     ) -> Result<RouterRuntime, SubjectsError> {
+        RouterRuntime::start_node(client, table, faucet, options, None)
+    }
+
+    /// [`RouterRuntime::start`] as a cluster node when `cluster_nodes` names the other nodes
+    /// (their node ids) that may subscribe here ([`RouterCore::with_cluster_nodes`]).
+    pub fn start_node(
+        client: Arc<dyn ClientApi>,
+        table: RoutingTable,
+        faucet: Option<Faucet>,
+        options: &RouterOptions,
+        cluster_nodes: Option<Vec<String>>,
+    ) -> Result<RouterRuntime, SubjectsError> {
         if options.backlog_budget < super::backlog::MIN_BACKLOG_BUDGET {
             return Err(SubjectsError::Config(format!(
                 "backlog budget {} bytes: must be at least {} bytes",
@@ -375,8 +387,14 @@ impl RouterRuntime {
             status: Mutex::new(RouterStatus::default()),
         });
         let mut state = RouterLoop {
-            core: RouterCore::new(id, table, faucet, options.timing.liveness_timeout)
-                .with_alive_interval(options.timing.heartbeat_interval),
+            core: {
+                let core = RouterCore::new(id, table, faucet, options.timing.liveness_timeout)
+                    .with_alive_interval(options.timing.heartbeat_interval);
+                match cluster_nodes {
+                    Some(nodes) => core.with_cluster_nodes(nodes),
+                    None => core,
+                }
+            },
             forward: options.forward.clone(),
             client,
             clock: MonotonicClock::new(),

@@ -43,6 +43,9 @@ pub const DEFAULT_LOAD_BALANCER: &str = "round-robin";
 pub const DEFAULT_CACHE_EXPIRY: Duration = Duration::from_secs(300);
 /// Default bytes queued per unreachable (or unknown) master.
 pub const DEFAULT_FORWARD_QUEUE_BYTES: usize = 64 << 20;
+/// The subscriber name a node uses at another node (`node:avalon`): the router lets such a
+/// subscriber in only when the id is one of its configured nodes (`not-allowed` otherwise).
+pub const NODE_NAME_PREFIX: &str = "node:";
 /// Most nodes in one cluster.
 pub const MAX_NODES: usize = 1024;
 /// Most domains in one cluster.

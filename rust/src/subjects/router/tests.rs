@@ -541,3 +541,30 @@ fn the_router_heartbeats_every_peer_it_hears_and_says_where_to_go_when_it_stops(
     router.on_message(&record(RecordKind::Alive, 0, BOB, "*", b""), late);
     assert_eq!(router.counters().refused, 1);
 }
+
+fn subscribe_as(router: &mut RouterCore, subscriber: u64, name: &str, subject: &str, now: Instant) {
+    let reply = format!("127.0.0.1:{}\n{name}", 40000 + subscriber);
+    router.on_message(&record(RecordKind::Subscribe, 0, subscriber, subject, reply.as_bytes()), now);
+}
+
+#[test]
+fn a_node_id_that_is_not_configured_is_refused_not_allowed_and_a_configured_one_is_served() {
+    let mut f = Fixture::new();
+    f.router = std::mem::replace(&mut f.router, RouterCore::new(ROUTER, RoutingTable::new(), None, LIVENESS))
+        .with_cluster_nodes(vec!["avalon".into()]);
+    subscribe_as(&mut f.router, ALICE, "node:frodo", "/PRICES/EURUSD", at(1));
+    let out = sent(&mut f.router);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!((out[0].0, out[0].2), (ALICE, FLAG_STATUS | FLAG_REFUSED));
+    assert!(out[0].4.starts_with("not-allowed: node \"frodo\""), "{}", out[0].4);
+    assert_eq!((f.router.counters().not_allowed, f.router.subscriber_count()), (1, 0));
+    // A configured node, and a plain subscriber, are let in (the source is requested).
+    subscribe_as(&mut f.router, BOB, "node:avalon", "/PRICES/EURUSD", at(2));
+    subscribe(&mut f.router, ALICE + 10, "/PRICES/GBPUSD", at(2));
+    assert_eq!((f.router.counters().not_allowed, f.router.subscriber_count()), (1, 2));
+    // A router that is no cluster node refuses every node.
+    let mut plain = Fixture::new();
+    subscribe_as(&mut plain.router, BOB, "node:avalon", "/PRICES/EURUSD", at(1));
+    assert_eq!(plain.router.counters().not_allowed, 1);
+    assert!(sent(&mut plain.router)[0].4.contains("not a cluster node"));
+}
