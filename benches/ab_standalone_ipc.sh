@@ -7,8 +7,8 @@
 #   usage: benches/ab_standalone_ipc.sh LABEL=DIR LABEL=DIR [...]
 #   env:   OUT (default /tmp/standalone_ipc_ab.jsonl), ROUNDS (6), SIZE (32),
 #          COUNT (50000000; 1 KiB runs take a fifth), CASES ("rust-batch rust-offer")
-# An A/B is not a table of docs/benchmarks.md: its raw lines stay out of benches/results/, which
-# holds only the current tables (one file per table); quote its figures in the commit it measures.
+# An A/B that docs/benchmarks.md shows as a table keeps its raw lines in benches/results/ (one
+# file per table, replaced when re-measured); others are quoted in the commit they measure.
 # Example (the ipctrip A/B): base built with CARGO_TARGET_DIR=/tmp/ipc-base-target in a worktree
 # of 9f7070c, then
 #   benches/ab_standalone_ipc.sh base-9f7070c=/tmp/ipc-base-target/release trip=target/release
@@ -24,6 +24,8 @@ if (($# < 2)); then
     exit 2
 fi
 variants=("$@")
+runlog=$(mktemp)
+trap 'rm -f "$runlog"' EXIT
 n=${#variants[@]}
 for round in $(seq 0 $((ROUNDS - 1))); do
     for case in $CASES; do
@@ -31,8 +33,17 @@ for round in $(seq 0 $((ROUNDS - 1))); do
             variant=${variants[$(((round + k) % n))]}
             label=${variant%%=*}
             dir=${variant#*=}
-            python3 benches/bench_standalone_ipc.py --binaries "$dir" --subscriber-ipc "$dir/affinity-ipc" \
-                --runs 1 --count "$COUNT" --sizes "$SIZE" --cases "$case" --label "$label" --out "$OUT" | grep "^{"
+            # A failed run (a driver starved past its timeout on a loaded machine) is recorded as
+            # a line of its own and the rounds go on: it is never dropped.
+            if ! python3 benches/bench_standalone_ipc.py --binaries "$dir" --subscriber-ipc "$dir/affinity-ipc" \
+                --runs 1 --count "$COUNT" --sizes "$SIZE" --cases "$case" --label "$label" --out "$OUT" \
+                >"$runlog" 2>&1; then
+                failed=$(printf '{"label": "%s", "case": "%s", "size": %s, "failed": true, "round": %s, "load": %s}' \
+                    "$label" "$case" "$SIZE" "$round" "$(cut -d' ' -f1 /proc/loadavg)")
+                echo "$failed" >>"$OUT"
+                tail -1 "$runlog" >&2
+            fi
+            grep "^{" "$runlog" || true
         done
     done
 done

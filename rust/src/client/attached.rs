@@ -223,6 +223,9 @@ impl Inbox {
 }
 
 impl Shared {
+    /// Whether the client is still usable: `Err` once it was closed or the driver was found
+    /// dead. Inlined: every offer and poll runs it (two `Relaxed` loads).
+    #[inline]
     fn check(&self) -> Result<()> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(Error::Closed("client"));
@@ -875,26 +878,47 @@ impl AttachedPublication {
     }
 
     /// Appends one message (lock-free; any number of threads and processes may offer at once).
+    ///
+    /// Goes straight to the log's one-message appender ([`LogBuffer::offer`]), inlined here,
+    /// not through the batch entry point: the same checks (client and driver, connected flag,
+    /// length, the log's metadata on every claim) without the batch layer's calls.
+    #[inline]
     pub fn offer(&self, payload: &[u8]) -> Result<AttachedOffer> {
         self.shared.check()?;
-        Ok(self.append(std::slice::from_ref(&payload))?.1)
+        Ok(self
+            .append_with(|limit| {
+                let outcome = self.log.offer(payload, 0, limit)?;
+                Ok((usize::from(matches!(outcome, Offer::Appended(_))), outcome))
+            })?
+            .1)
     }
 
     /// Appends a prefix of `messages` (non-empty, lengths checked) with one claim: how many and
-    /// the outcome. The publisher limit is the cached one while a subscriber is connected; the
-    /// counter is read again when the cached limit is reached, and on every offer while none is
-    /// connected (so that offers then report [`AttachedOffer::NotConnected`] at once).
+    /// the outcome.
     fn append(&self, messages: &[&[u8]]) -> Result<(usize, AttachedOffer)> {
+        self.append_with(|limit| self.log.offer_batch(messages, 0, limit))
+    }
+
+    /// Runs `offer` (an append into the log below the publisher limit it is given: how many
+    /// messages it took and the outcome) with the publisher limit. The limit is the cached one
+    /// while a subscriber is connected; the counter is read again when the cached limit is
+    /// reached (and `offer` retried once with the fresh limit), and on every offer while none is
+    /// connected (so that offers then report [`AttachedOffer::NotConnected`] at once).
+    #[inline]
+    fn append_with<F>(&self, offer: F) -> Result<(usize, AttachedOffer)>
+    where
+        F: Fn(i64) -> std::result::Result<(usize, Offer), crate::shm::ShmError>,
+    {
         let connected = self.log.is_connected().map_err(shm)?;
         let mut limit = self.cached_limit.load(Ordering::Relaxed);
         if !connected {
             limit = self.refresh_limit()?;
         }
-        let (mut taken, mut outcome) = self.log.offer_batch(messages, 0, limit).map_err(shm)?;
+        let (mut taken, mut outcome) = offer(limit).map_err(shm)?;
         if outcome == Offer::BackPressured && connected {
             let fresh = self.refresh_limit()?;
             if fresh > limit {
-                (taken, outcome) = self.log.offer_batch(messages, 0, fresh).map_err(shm)?;
+                (taken, outcome) = offer(fresh).map_err(shm)?;
             }
         }
         Ok((

@@ -665,8 +665,13 @@ impl LogBuffer {
     ///
     /// Many threads and processes may offer into one log at once. Messages longer than
     /// `mtu - 32` are fragmented; longer than [`Self::max_message_length`] is an error.
+    #[inline]
     pub fn offer(&self, payload: &[u8], reserved_value: i64, limit: i64) -> Result<Offer, ShmError> {
         self.check_message_length(payload.len())?;
+        if payload.len() <= self.mtu as usize - DATA_HEADER_LENGTH {
+            // One frame: the appender without the batch bookkeeping, as `append` would pick.
+            return self.append_frame(payload, reserved_value, limit);
+        }
         Ok(self.append(std::slice::from_ref(&payload), reserved_value, limit)?.1)
     }
 
@@ -1397,6 +1402,57 @@ mod tests {
             stream_id: 1001,
             correlation_id: 3,
         }
+    }
+
+    /// Every byte of the three terms and the metadata.
+    fn log_bytes(log: &LogBuffer) -> Vec<u8> {
+        let mut bytes = vec![0u8; log.metadata().capacity()];
+        log.metadata().get_bytes(0, &mut bytes).unwrap();
+        for index in 0..PARTITION_COUNT {
+            let term = log.term(index).unwrap();
+            let mut part = vec![0u8; term.capacity()];
+            term.get_bytes(0, &mut part).unwrap();
+            bytes.extend_from_slice(&part);
+        }
+        bytes
+    }
+
+    #[test]
+    fn a_single_offer_writes_exactly_what_a_batch_of_one_writes() {
+        // `offer` takes the one-frame appender directly; `offer_batch` of one message goes
+        // through `append`. Same messages (one frame, exactly the largest unfragmented payload,
+        // fragmented ones), through back pressure, padding and rotation: the same outcomes and
+        // the same bytes, metadata included.
+        let single = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let batch = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let max_unfragmented = single.mtu() as usize - DATA_HEADER_LENGTH;
+        let lengths = [0, 1, 32, 100, max_unfragmented, max_unfragmented + 1, 3 * max_unfragmented + 7];
+        let (mut cleaned, mut limit) = ([0i64; 2], 0);
+        let mut rotations = 0;
+        for round in 0..2_000usize {
+            let payload = vec![round as u8; lengths[round % lengths.len()]];
+            if round % 97 == 0 {
+                // Back pressure now and then: the limit moves only every 97 offers.
+                let tail = single.tail_position().unwrap();
+                limit = tail + single.publication_window();
+                for (log, clean) in [&single, &batch].into_iter().zip(&mut cleaned) {
+                    let target = tail - log.term_length() as i64;
+                    while *clean < target {
+                        log.clean_to(clean, target).unwrap();
+                    }
+                }
+            }
+            let a = single.offer(&payload, round as i64, limit).unwrap();
+            let (taken, b) = batch.offer_batch(&[&payload], round as i64, limit).unwrap();
+            assert_eq!(a, b, "outcome of offer {round} ({} bytes)", payload.len());
+            assert_eq!(taken, usize::from(matches!(b, Offer::Appended(_))));
+            rotations += usize::from(a == Offer::AdminAction);
+        }
+        assert!(rotations >= 3, "must rotate through the partitions, rotated {rotations} times");
+        assert!(log_bytes(&single) == log_bytes(&batch), "the logs differ");
+        let too_long = vec![0u8; single.max_message_length() + 1];
+        let expected = format!("{:?}", batch.offer_batch(&[&too_long], 0, i64::MAX).unwrap_err());
+        assert_eq!(format!("{:?}", single.offer(&too_long, 0, i64::MAX).unwrap_err()), expected);
     }
 
     #[test]
