@@ -181,3 +181,22 @@ def check_once_and_in_order(rows: list[tuple[str, int]], expected: set[tuple[str
     for key, n in rows:
         assert n > last.get(key, -1), f"key {key!r}: {n} arrived after {last[key]}"
         last[key] = n
+
+
+def publish_and_read_back(spark: Any, client: Any, group: str, registry: str, table: str, timeout: float) -> None:
+    """Publishes 20 messages into ``group`` and checks that the memory table ``table`` (fed by an
+    ``affinity`` stream source of the group) holds exactly them, in order."""
+    from affinity.groups import GroupPublisher
+
+    with GroupPublisher(client, group, registry=registry) as publisher:
+        sent = [f"m{i}".encode() for i in range(20)]
+        for payload in sent:
+            wait_for(lambda p=payload: publisher.publish(b"key", p) > 0, timeout, "the source joining the group")
+        rows: list[Any] = []
+
+        def read_all() -> bool:
+            rows[:] = spark.sql(f"SELECT value FROM {table}").collect()
+            return len(rows) >= len(sent)
+
+        wait_for(read_all, timeout, "every message in the memory table", step=0.2)
+    assert [bytes(r.value) for r in rows] == sent

@@ -21,8 +21,8 @@ import affinity
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from affinity.groups import GroupPublisher, create_group
-from spark_support import REQUIRE_ENV, Collected, check_once_and_in_order, wait_for
+from affinity.groups import create_group
+from spark_support import REQUIRE_ENV, Collected, check_once_and_in_order, publish_and_read_back, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -190,18 +190,8 @@ def test_the_group_source_reads_through_spark_connect(remote: Any, group: str, r
         .start()
     )
     try:
-        with affinity.Client() as client, GroupPublisher(client, group, registry=registry) as publisher:
-            sent = [f"m{i}".encode() for i in range(20)]
-            for payload in sent:
-                wait_for(lambda p=payload: publisher.publish(b"key", p) > 0, WAIT_S, "the source joining the group")
-            rows: list[Any] = []
-
-            def read_all() -> bool:
-                rows[:] = remote.sql("SELECT value FROM connect_source").collect()
-                return len(rows) >= len(sent)
-
-            wait_for(read_all, WAIT_S, "every message in the memory table", step=0.2)
-        assert [bytes(r.value) for r in rows] == sent
+        with affinity.Client() as client:
+            publish_and_read_back(remote, client, group, registry, "connect_source", WAIT_S)
         assert query.exception() is None
     finally:
         query.stop()

@@ -19,7 +19,7 @@ import affinity
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from affinity.groups import GroupPublisher, create_group
+from affinity.groups import create_group
 from affinity.spark import SparkOptionError
 from affinity.spark.clients import DRIVER_DIR_ENV, SPARK_LOCAL_IP_ENV, check_driver
 from conftest import StandaloneDriver
@@ -28,6 +28,7 @@ from spark_support import (
     check_once_and_in_order,
     full_text,
     new_worker_driver_dirs,
+    publish_and_read_back,
     spark_session,
     wait_for,
     worker_driver_dirs,
@@ -148,18 +149,8 @@ def test_the_group_source_reads_through_the_standalone_driver(
         .start()
     )
     try:
-        with standalone_driver.client() as client, GroupPublisher(client, group, registry=registry) as publisher:
-            sent = [f"m{i}".encode() for i in range(20)]
-            for payload in sent:
-                wait_for(lambda p=payload: publisher.publish(b"key", p) > 0, WAIT_S, "the source joining the group")
-            rows: list[Any] = []
-
-            def read_all() -> bool:
-                rows[:] = spark.sql("SELECT value FROM driver_dir_source").collect()
-                return len(rows) >= len(sent)
-
-            wait_for(read_all, WAIT_S, "every message in the memory table", step=0.2)
-        assert [bytes(r.value) for r in rows] == sent
+        with standalone_driver.client() as client:
+            publish_and_read_back(spark, client, group, registry, "driver_dir_source", WAIT_S)
         assert query.exception() is None
         assert new_worker_driver_dirs(before) == {}, "the source's worker started an embedded driver"
     finally:
