@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
 from affinity.testing import free_udp_port
+from groups_harness import run_two_hosts
 
-TWO_HOSTS = Path(__file__).parent / "groups_two_hosts.py"
 AFFINITY = [sys.executable, "-m", "affinity.cli", "group"]
 TIMINGS = ["--liveness", "1s", "--heartbeat", "100ms"]
 #: Seconds a failing member may take beyond its bootstrap timeout (interpreter start, the driver).
@@ -54,34 +52,13 @@ def create(registry: Path, name: str, qc: int, *, secret: bool = False) -> None:
 
 
 def test_members_on_two_hosts_without_a_shared_registry_find_each_other_through_bootstrap(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("two-host test needs root to create network namespaces and veth pairs")
-    if shutil.which("ip") is None or shutil.which("unshare") is None:
-        pytest.skip("two-host test needs iproute2 (ip) and util-linux (unshare)")
     registry = tmp_path / "registry"
     create(registry, "twohosts", qc=4, secret=True)
-    env = dict(os.environ, AFFINITY_REGISTRY=str(registry), PYTHONUNBUFFERED="1")
-    result = subprocess.run(
-        ["unshare", "-n", sys.executable, str(TWO_HOSTS), str(tmp_path), "bootstrap"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(tmp_path.glob("*.log")))
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{logs}"
-    publisher_line = next(line for line in result.stdout.splitlines() if line.startswith("PUBLISHER"))
-    published = json.loads(publisher_line.removeprefix("PUBLISHER "))
-    assert published["acknowledged"] and published["sent"] == 4000
-    report = json.loads((tmp_path / "validator.json").read_text().strip().splitlines()[-1])
-    assert report["ok"] and report["lost"] == 0 and report["out_of_order"] == 0 and report["duplicates"] == 0, report
-    assert [report["highest"][str(k)] for k in range(100)] == published["per_key_last"]
-    assert set(report["per_client"]) == {"0", "1"}
+    _published, report, members = run_two_hosts(tmp_path, registry, "bootstrap")
+    assert report["duplicates"] == 0, report
     # Nobody wrote a member file: the members found each other through the list alone, and the
     # publisher's own registry never held the group.
-    members_line = next(line for line in result.stdout.splitlines() if line.startswith("MEMBERS"))
-    assert json.loads(members_line.removeprefix("MEMBERS ")) == []
+    assert members == []
     assert not (tmp_path / "publisher-registry" / "groups" / "twohosts.json").exists()
 
 

@@ -9,12 +9,8 @@ report is the oracle, as in the seed: per key, no gap and no reordering, every m
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +26,7 @@ from affinity.groups import (
     create_group,
 )
 from affinity.testing import loopback_channel
-from groups_harness import START_TIMEOUT, Role, Roles, roles_fixture, run_group, wait_until
+from groups_harness import START_TIMEOUT, Role, Roles, roles_fixture, run_group, run_two_hosts, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -258,39 +254,12 @@ def test_hostile_datagrams_at_a_members_inbox_are_ignored_while_delivery_continu
     assert [report["highest"][str(k)] for k in range(keys)] == published["per_key_last"]
 
 
-TWO_HOSTS = Path(__file__).parent / "groups_two_hosts.py"
-
-
 def test_publisher_and_consumers_on_two_hosts_in_network_namespaces(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("two-host test needs root to create network namespaces and veth pairs")
-    if shutil.which("ip") is None or shutil.which("unshare") is None:
-        pytest.skip("two-host test needs iproute2 (ip) and util-linux (unshare)")
     registry = tmp_path / "registry"
     create(registry, "twohosts", hc=16, qc=4)
-    env = dict(os.environ, AFFINITY_REGISTRY=str(registry), PYTHONUNBUFFERED="1")
-    result = subprocess.run(
-        ["unshare", "-n", sys.executable, str(TWO_HOSTS), str(tmp_path)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(tmp_path.glob("*.log")))
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{logs}"
-    publisher_line = next(line for line in result.stdout.splitlines() if line.startswith("PUBLISHER"))
-    published = json.loads(publisher_line.removeprefix("PUBLISHER "))
-    assert published["acknowledged"] and published["sent"] == 4000
-    report = json.loads((tmp_path / "validator.json").read_text().strip().splitlines()[-1])
-    assert report["ok"] and report["lost"] == 0 and report["out_of_order"] == 0, report
-    assert [report["highest"][str(k)] for k in range(100)] == published["per_key_last"]
-    assert set(report["per_client"]) == {"0", "1"}
+    _published, _report, members = run_two_hosts(tmp_path, registry)
     # The consumers advertised their veth address, not loopback.
-    members_line = next(line for line in result.stdout.splitlines() if line.startswith("MEMBERS"))
-    endpoints = [
-        str(m["endpoint"]) for m in json.loads(members_line.removeprefix("MEMBERS ")) if m["role"] == "consumer"
-    ]
+    endpoints = [str(m["endpoint"]) for m in members if m["role"] == "consumer"]
     assert len(endpoints) == 2 and all("10.9.0.3" in endpoint for endpoint in endpoints), endpoints
 
 
