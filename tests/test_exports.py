@@ -13,6 +13,9 @@ import affinity.units
 #: Compiled names used only through a Python wrapper.
 DELIBERATELY_PRIVATE = {
     "RoutingTable",
+    # the cluster's node name prefix and connection states: used through affinity.cluster_node
+    "CLUSTER_NODE_NAME_PREFIX",
+    "CLUSTER_CONNECTION_STATES",
     "HASH_VERSION",
     "affinity_hash",
     "select_member",

@@ -24,6 +24,8 @@ __all__ = [
     "BACK_PRESSURED",
     "BUILTIN_POLICIES",
     "CLOSED",
+    "CLUSTER_CONNECTION_STATES",
+    "CLUSTER_NODE_NAME_PREFIX",
     "DEFAULT_CLIENT_TIMEOUT_MS",
     "DEFAULT_COMMAND_TIMEOUT_MS",
     "DEFAULT_DRIVER_TIMEOUT_MS",
@@ -1147,6 +1149,10 @@ SUBJECT_FLAG_NODATA_UNAVAILABLE: Final[int]
 SUBJECT_FLAG_NODATA_NOTFOUND: Final[int]
 SUBJECT_FLAG_STATUS: Final[int]
 SUBJECT_FLAG_REFUSED: Final[int]
+#: The subscriber name prefix a cluster node uses at another node (``node:<id>``).
+CLUSTER_NODE_NAME_PREFIX: Final[str]
+#: A cluster node's connection states to another node: ``logged-in``, ``polling``, ``not-allowed``.
+CLUSTER_CONNECTION_STATES: Final[list[str]]
 ROUTER_BACKLOG_BUDGET: Final[int]
 ROUTER_MIN_BACKLOG_BUDGET: Final[int]
 SUBJECT_KIND_REQUEST: Final[int]

@@ -24,6 +24,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Final
 from urllib.parse import urlsplit
 
 from affinity import _affinity
@@ -45,10 +46,11 @@ __all__ = [
 
 logger = logging.getLogger("affinity.cluster")
 
-#: The subscriber name a node uses at another node (the router's ``NODE_NAME_PREFIX``).
-NODE_NAME_PREFIX = "node:"
+#: The subscriber name prefix a node uses at another node (``node:<id>``; the router's, from the core).
+NODE_NAME_PREFIX: Final[str] = _affinity.CLUSTER_NODE_NAME_PREFIX
 #: Connection states to another node (xmlBlaster's): heard, tried but not heard, refused.
-CONNECTION_STATES = ("logged-in", "polling", "not-allowed")
+CONNECTION_STATES: Final[tuple[str, ...]] = tuple(_affinity.CLUSTER_CONNECTION_STATES)
+LOGGED_IN, POLLING, NOT_ALLOWED = CONNECTION_STATES
 #: Fragments read per poll of each link, per loop iteration.
 POLL_FRAGMENTS = 256
 #: Seconds the node's thread sleeps when an iteration found nothing to do.
@@ -98,7 +100,7 @@ class _Parent:
 
     def __init__(self, subscriber: Subscriber) -> None:
         self.subscriber = subscriber
-        self.state = "polling"
+        self.state = POLLING
 
 
 class ClusterNode:
@@ -200,14 +202,14 @@ class ClusterNode:
             if flags & Flags.REFUSED:
                 reason = payload.decode("utf-8", "replace")
                 with self._lock:
-                    if reason.startswith("not-allowed"):
-                        parent.state = "not-allowed"
+                    if reason.startswith(NOT_ALLOWED):
+                        parent.state = NOT_ALLOWED
                 logger.warning("Cluster node %s: %s refused %s: %s", self.node_id, node_id, subject, reason)
                 source.nodata(subject, "unavailable")
                 return
             with self._lock:
-                if parent.state == "polling":
-                    parent.state = "logged-in"
+                if parent.state == POLLING:
+                    parent.state = LOGGED_IN
             if flags & Flags.STATUS:
                 return  # the parent moved or restarted: a fresh image follows
             if flags & Flags.NODATA_NOTFOUND:

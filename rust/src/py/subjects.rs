@@ -49,6 +49,9 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SUBJECT_FLAG_STATUS", FLAG_STATUS)?;
     module.add("SUBJECT_FLAG_REFUSED", FLAG_REFUSED)?;
     module.add("ROUTER_BACKLOG_BUDGET", DEFAULT_BACKLOG_BUDGET)?;
+    module.add("CLUSTER_NODE_NAME_PREFIX", crate::subjects::cluster::NODE_NAME_PREFIX)?;
+    let states: Vec<&str> = crate::subjects::cluster::ConnectionState::ALL.iter().map(|s| s.name()).collect();
+    module.add("CLUSTER_CONNECTION_STATES", states)?;
     module.add("ROUTER_MIN_BACKLOG_BUDGET", MIN_BACKLOG_BUDGET)?;
     module.add("SUBJECT_KIND_REQUEST", RecordKind::Request as u8)?;
     module.add("SUBJECT_KIND_DISCARD", RecordKind::Discard as u8)?;

@@ -18,6 +18,10 @@ pub enum ConnectionState {
 }
 
 impl ConnectionState {
+    /// Every state, in the order they are listed to users.
+    pub const ALL: [ConnectionState; 3] =
+        [ConnectionState::LoggedIn, ConnectionState::Polling, ConnectionState::NotAllowed];
+
     /// The name `affinity router status` shows.
     pub fn name(self) -> &'static str {
         match self {
