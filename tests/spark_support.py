@@ -200,3 +200,25 @@ def publish_and_read_back(spark: Any, client: Any, group: str, registry: str, ta
 
         wait_for(read_all, timeout, "every message in the memory table", step=0.2)
     assert [bytes(r.value) for r in rows] == sent
+
+
+def free_tcp_port() -> int:
+    """A TCP port on loopback that nothing listens on now (for Spark's master, UIs and servers)."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+_GROUP_NUMBERS = iter(range(1_000_000))
+
+
+def new_group(registry: str, prefix: str, hash_count: int, queue_count: int) -> str:
+    """Creates a group of a fresh name (``prefix`` + a number) in ``registry``; returns the name."""
+    from affinity.groups import create_group
+
+    name = f"{prefix}{next(_GROUP_NUMBERS)}"
+    create_group(name, f"__{name}__", hash_count, queue_count, 8 << 20, registry)
+    return name

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,8 +20,15 @@ import affinity
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from affinity.groups import create_group
-from spark_support import REQUIRE_ENV, Collected, check_once_and_in_order, publish_and_read_back, wait_for
+from spark_support import (
+    REQUIRE_ENV,
+    Collected,
+    check_once_and_in_order,
+    free_tcp_port,
+    new_group,
+    publish_and_read_back,
+    wait_for,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -36,13 +42,6 @@ START_TIMEOUT_S = 240.0
 WAIT_S = 120.0
 QUEUE_COUNT = 4
 HASH_COUNT = 16
-
-
-def _free_tcp_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _require_connect() -> None:
@@ -59,7 +58,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import pyspark
 
     submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-    port = _free_tcp_port()
+    port = free_tcp_port()
     log = tmp_path_factory.mktemp("connect") / "server.log"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     env.pop("SPARK_REMOTE", None)
@@ -113,14 +112,9 @@ def registry(tmp_path: Path) -> str:
     return str(tmp_path / "registry")
 
 
-_GROUPS = iter(range(1_000_000))
-
-
 @pytest.fixture
 def group(registry: str) -> str:
-    name = f"connect{next(_GROUPS)}"
-    create_group(name, f"__{name}__", HASH_COUNT, QUEUE_COUNT, 8 << 20, registry)
-    return name
+    return new_group(registry, "connect", HASH_COUNT, QUEUE_COUNT)
 
 
 def test_a_batch_and_a_stream_through_spark_connect_arrive_once_in_order_per_key(

@@ -19,7 +19,6 @@ import affinity
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from affinity.groups import create_group
 from affinity.spark import SparkOptionError
 from affinity.spark.clients import DRIVER_DIR_ENV, SPARK_LOCAL_IP_ENV, check_driver
 from conftest import StandaloneDriver
@@ -27,6 +26,7 @@ from spark_support import (
     Collected,
     check_once_and_in_order,
     full_text,
+    new_group,
     new_worker_driver_dirs,
     publish_and_read_back,
     spark_session,
@@ -52,14 +52,9 @@ def registry(tmp_path: Path) -> str:
     return str(tmp_path / "registry")
 
 
-_GROUPS = iter(range(1_000_000))
-
-
 @pytest.fixture
 def group(registry: str) -> str:
-    name = f"drv{next(_GROUPS)}"
-    create_group(name, f"__{name}__", HASH_COUNT, QUEUE_COUNT, 8 << 20, registry)
-    return name
+    return new_group(registry, "drv", HASH_COUNT, QUEUE_COUNT)
 
 
 def driver_clients(driver: StandaloneDriver) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -24,7 +23,7 @@ import pytest
 from affinity.driver import DRIVER_DIR_ENV
 from affinity.groups import create_group
 from conftest import StandaloneDriver
-from spark_support import REQUIRE_ENV, Collected, check_once_and_in_order, wait_for
+from spark_support import REQUIRE_ENV, Collected, check_once_and_in_order, free_tcp_port, wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -54,13 +53,6 @@ JOB = textwrap.dedent(
     spark.stop()
     """
 )
-
-
-def _free_tcp_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def _spark_class() -> Path:
@@ -100,9 +92,9 @@ def cluster(tmp_path: Path, standalone_driver: StandaloneDriver) -> Iterator[str
     spark_class = _spark_class()
     env = {key: value for key, value in os.environ.items() if key != DRIVER_DIR_ENV}
     env.update({"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable})
-    port = _free_tcp_port()
+    port = free_tcp_port()
     master_command = [str(spark_class), "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1"]
-    master_command += ["--port", str(port), "--webui-port", str(_free_tcp_port())]
+    master_command += ["--port", str(port), "--webui-port", str(free_tcp_port())]
     master = _start(
         master_command,
         tmp_path / "master.log",
@@ -113,7 +105,7 @@ def cluster(tmp_path: Path, standalone_driver: StandaloneDriver) -> Iterator[str
     try:
         worker_env = {**env, DRIVER_DIR_ENV: str(standalone_driver.dir)}
         worker_command = [str(spark_class), "org.apache.spark.deploy.worker.Worker", url, "--cores", "1"]
-        worker_command += ["--memory", "1g", "--host", "127.0.0.1", "--webui-port", str(_free_tcp_port())]
+        worker_command += ["--memory", "1g", "--host", "127.0.0.1", "--webui-port", str(free_tcp_port())]
         worker_command += ["--work-dir", str(tmp_path / "work")]
         worker = _start(
             worker_command,
