@@ -160,7 +160,8 @@ def main() -> int:
         until("every update at bilbo", lambda: len(updates()) >= UPDATES, source, carol)
         end = time.monotonic() + 0.3
         while time.monotonic() < end:
-            carol.poll(256) or time.sleep(0.005)
+            if carol.poll(256) == 0:
+                time.sleep(0.005)
         result["images"] = [p.decode() for f, p in seen[SUBJECT] if f & Flags.IMAGE]
         result["updates"] = updates()
         result["requests"] = requests

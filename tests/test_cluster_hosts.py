@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,17 +31,24 @@ def run_hosts(tmp_path: Path) -> dict[str, Any]:
         pytest.skip("the cluster hosts test needs iproute2 (ip) and util-linux (unshare)")
     env = {key: value for key, value in os.environ.items() if key != "AFFINITY_DIR"}
     env["PYTHONUNBUFFERED"] = "1"
-    result = subprocess.run(
+    # A process group of its own: on a timeout every router of every host goes with it.
+    run = subprocess.Popen(
         ["unshare", "-n", sys.executable, str(SCRIPT), str(tmp_path)],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=RUN_TIMEOUT,
-        check=False,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = run.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(run.pid, signal.SIGKILL)
+        stdout, stderr = run.communicate()
+        stderr += f"\n(killed after {RUN_TIMEOUT} s)"
     logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(tmp_path.glob("*.log")))
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{logs}"
-    line = next(line for line in result.stdout.splitlines() if line.startswith("RESULT "))
+    assert run.returncode == 0, f"{stdout}\n{stderr}\n{logs}"
+    line = next(line for line in stdout.splitlines() if line.startswith("RESULT "))
     return dict(json.loads(line.removeprefix("RESULT ")))
 
 
