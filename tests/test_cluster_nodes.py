@@ -232,7 +232,8 @@ def test_a_node_id_the_master_does_not_configure_is_refused_not_allowed(
 def test_a_slave_routes_its_domain_to_the_cluster_before_its_own_services() -> None:
     analysis = analyse_router_text(cluster_conf(1, 2), "cluster.conf")
     avalon = cluster_router_config(analysis.config, "avalon").routing.data_services
-    assert [s.name for s in avalon] == ["cluster-STOCK_EXCHANGE", "stock"]
+    info = ["cluster-node-info", "cluster-node-info-relay"]
+    assert [s.name for s in avalon] == ["cluster-STOCK_EXCHANGE", *info, "stock"]
     assert avalon[0].source_groups[0].priority_groups[0].names == (slave_label("STOCK_EXCHANGE"),)
     golan = cluster_router_config(analysis.config, "golan").routing.data_services
-    assert [s.name for s in golan] == ["stock"], "a master serves its domain itself"
+    assert [s.name for s in golan] == [*info, "stock"], "a master serves its domain itself"

@@ -25,6 +25,8 @@ __all__ = [
     "BUILTIN_POLICIES",
     "CLOSED",
     "CLUSTER_CONNECTION_STATES",
+    "CLUSTER_NODE_INFO_SUBJECT_PREFIX",
+    "CLUSTER_NODE_INFO_SUBJECT_SUFFIX",
     "CLUSTER_NODE_NAME_PREFIX",
     "DEFAULT_CLIENT_TIMEOUT_MS",
     "DEFAULT_COMMAND_TIMEOUT_MS",
@@ -1151,6 +1153,10 @@ SUBJECT_FLAG_STATUS: Final[int]
 SUBJECT_FLAG_REFUSED: Final[int]
 #: The subscriber name prefix a cluster node uses at another node (``node:<id>``).
 CLUSTER_NODE_NAME_PREFIX: Final[str]
+#: A node's info subject is this prefix, the node id and the suffix (``__sys__cluster.node.info[heron]``).
+CLUSTER_NODE_INFO_SUBJECT_PREFIX: Final[str]
+#: The end of a node info subject (after the node id).
+CLUSTER_NODE_INFO_SUBJECT_SUFFIX: Final[str]
 #: A cluster node's connection states to another node: ``logged-in``, ``polling``, ``not-allowed``.
 CLUSTER_CONNECTION_STATES: Final[list[str]]
 ROUTER_BACKLOG_BUDGET: Final[int]

@@ -28,6 +28,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from affinity import _affinity
+from affinity.cluster_info import node_info_services
 from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import RouterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup, SourceGroup
@@ -76,11 +77,12 @@ def slave_services(cluster: ClusterConfig, node_id: str) -> tuple[DataService, .
 
 
 def cluster_router_config(config: RouterConfig, node_id: str) -> RouterConfig:
-    """``config`` with the slave data services of ``node_id`` in front of its own (the first
-    matching service routes, so a domain's subjects go to the cluster)."""
+    """``config`` with the slave data services of ``node_id`` and its node info services
+    (:func:`affinity.cluster_info.node_info_services`) in front of its own (the first matching
+    service routes, so a domain's subjects go to the cluster)."""
     if config.cluster is None or config.cluster.node(node_id) is None:
         raise ConfigError(f"node {node_id!r}: not a node-id of the configuration's cluster")
-    services = slave_services(config.cluster, node_id)
+    services = slave_services(config.cluster, node_id) + node_info_services(config.cluster, node_id)
     routing = replace(config.routing, data_services=services + config.routing.data_services)
     return replace(config, routing=routing)
 

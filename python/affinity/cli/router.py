@@ -25,6 +25,15 @@ parent node, whose images and updates it caches and relays; other nodes may subs
 ``node:<id>`` only with a configured id (else ``not-allowed``). Publishes at a slave are not
 forwarded yet.
 
+Every node publishes its state on ``__sys__cluster.node.info[NODE_ID]`` (``docs/cluster.md``,
+"Node info"), which any subscriber at any node can follow.
+
+``affinity router status --config FILE --node NODE_ID [--router CHANNEL] [--host HOST]``: reads that
+node's info (at its configured address, or CHANNEL) and prints its domains with role and stratum,
+its connection state to each other node (``logged-in`` / ``polling`` / ``not-allowed``; ``-``
+before it needed that node), its load and the forged node info it ignored; exit status 2 when
+the node does not answer within ``--timeout`` seconds.
+
 ``--secret-file PATH`` (else ``$AFFINITY_ROUTER_SECRET`` as hex, else
 ``$AFFINITY_ROUTER_SECRET_FILE``): the router secret; every message from and to subscribers and
 sources is then sealed and verified, and what is not authentic is counted and dropped
@@ -43,13 +52,15 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from affinity import _affinity
 from affinity.cli._text import help_text
-from affinity.cluster_node import ClusterNode, cluster_router_config
+from affinity.cluster_info import NodeInfo, NodeInfoService, node_info_subject, parse_node_info
+from affinity.cluster_node import ClusterNode, _endpoint_host, cluster_router_config
 from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import analyse_router_text
 from affinity.exceptions import AffinityError, ConfigError
@@ -66,6 +77,12 @@ EXIT_UNAVAILABLE = 2
 DEFAULT_LISTEN = "aeron:udp?endpoint=127.0.0.1:40500"
 #: How often the log is flushed, in seconds.
 LOG_INTERVAL = 0.05
+#: Seconds ``affinity router status`` waits for the node's info by default.
+DEFAULT_STATUS_TIMEOUT = 5.0
+#: What ``affinity router status`` shows for a node this node has not needed yet.
+NO_LINK = "-"
+#: ``affinity router ACTION``: run the router (the default), or read a node's info.
+ACTIONS = ("run", "status")
 #: What the router says at start without a secret.
 UNAUTHENTICATED_LINE = (
     "UNAUTHENTICATED: no router secret; anyone who can reach the router's channels can forge "
@@ -107,6 +124,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         description=help_text(__doc__),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "action", nargs="?", choices=ACTIONS, default="run", help="run the router (default) or show a node's status"
+    )
     parser.add_argument("--config", required=True, metavar="FILE", help="services configuration")
     parser.add_argument(
         "--node",
@@ -140,6 +160,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         metavar="CHANNEL",
         help="publish a status report every second on CHANNEL for `affinity web --router CHANNEL`",
     )
+    parser.add_argument("--router", metavar="CHANNEL", help="status: where to ask (default: the node's address)")
+    parser.add_argument("--host", default="127.0.0.1", help="status: the address the node answers to")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_STATUS_TIMEOUT, metavar="SECONDS", help="status: how long to wait"
+    )
     parser.set_defaults(run=run)
 
 
@@ -157,8 +182,66 @@ def describe_node(cluster: ClusterConfig, node: str) -> None:
     )
 
 
+def format_status(info: NodeInfo, cluster: ClusterConfig) -> list[str]:
+    """The lines ``affinity router status`` prints for ``info``."""
+    lines = [f"node {info.node} at {info.address} (info #{info.seq})"]
+    for name, role, stratum, parent in info.domains:
+        of = f" of {parent}" if parent else ""
+        lines.append(f"  domain {name}: {role}{of}, stratum {'-' if stratum is None else stratum}")
+    for node in cluster.nodes:
+        if node.node_id != info.node:
+            lines.append(f"  connection {node.node_id}: {info.connections.get(node.node_id, NO_LINK)}")
+    for other, state in sorted(info.connections.items()):
+        if cluster.node(other) is None:
+            lines.append(f"  connection {other}: {state}")
+    lines.append("  load: " + ", ".join(f"{key} {value}" for key, value in info.load.items()))
+    if info.queues is not None:
+        lines.append("  queued bytes: " + ", ".join(f"{key} {value}" for key, value in info.queues.items()))
+    lines.append(f"  forged node info ignored: {info.forged_node_info}")
+    return lines
+
+
+def status(args: argparse.Namespace, cluster: ClusterConfig) -> int:
+    """``affinity router status``: subscribes to the node's info and prints the first one."""
+    from affinity.subjects import Flags, Subscriber
+
+    spec = cluster.node(args.node)
+    assert spec is not None  # checked by cluster_problem
+    subject = node_info_subject(args.node)
+    found: list[tuple[Flags, bytes]] = []
+    client = _affinity.Client()
+    try:
+        subscriber = Subscriber(client, args.router or spec.address, name="status", host=args.host)
+        subscriber.subscribe(subject, lambda _, flags, payload: found.append((flags, payload)))
+        deadline = time.monotonic() + args.timeout
+        while not found and time.monotonic() < deadline:
+            if subscriber.poll(64) == 0:
+                time.sleep(0.005)
+        subscriber.close()
+    except AffinityError as exc:
+        print(f"affinity router status: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    finally:
+        client.close()
+    if not found:
+        print(f"affinity router status: no answer from {args.node} within {args.timeout:g}s", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    flags, payload = found[0]
+    if flags & (Flags.REFUSED | Flags.NODATA_NOTFOUND | Flags.NODATA_UNAVAILABLE | Flags.STATUS):
+        answer = payload.decode(errors="replace")
+        print(f"affinity router status: {args.node}: {Flags(flags)!r} {answer}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    try:
+        info = parse_node_info(subject, payload, cluster)
+    except ValueError as exc:
+        print(f"affinity router status: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    print("\n".join(format_status(info, cluster)))
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the router until a signal arrives."""
+    """Run the router until a signal arrives (or, ``status``, show a node's info)."""
     from affinity.subjects import SubjectRouter
 
     try:
@@ -176,6 +259,11 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(problem, file=sys.stderr)
         return EXIT_ERRORS
+    if args.action == "status":
+        if analysis.config.cluster is None or args.node is None:
+            print(f"affinity router status: {args.config} has no add-cluster-node block", file=sys.stderr)
+            return EXIT_ERRORS
+        return status(args, analysis.config.cluster)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     stop = threading.Event()
@@ -221,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
             router.close()
             client.close()
             return EXIT_UNAVAILABLE
-    node = None
+    node, info = None, None
     if args.node is not None and config.cluster is not None:
         describe_node(config.cluster, args.node)
         try:
@@ -233,8 +321,21 @@ def run(args: argparse.Namespace) -> int:
                 liveness_timeout=args.liveness_timeout,
                 secret=args.secret_file,
             )
+            info = NodeInfoService(
+                client,
+                config.cluster,
+                args.node,
+                listen=args.listen,
+                host=_endpoint_host(args.listen),
+                router_status=router.status,
+                connections=node.connections,
+                liveness_timeout=args.liveness_timeout,
+                secret=args.secret_file,
+            )
         except AffinityError as exc:
             print(f"affinity router: node {args.node}: {exc}", file=sys.stderr)
+            if node is not None:
+                node.close()
             router.close()
             client.close()
             return EXIT_UNAVAILABLE
@@ -245,6 +346,8 @@ def run(args: argparse.Namespace) -> int:
             if reporter is not None:
                 reporter.tick()
     finally:
+        if info is not None:
+            info.close()
         if node is not None:
             node.close()
         if reporter is not None:

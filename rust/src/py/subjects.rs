@@ -50,6 +50,8 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SUBJECT_FLAG_REFUSED", FLAG_REFUSED)?;
     module.add("ROUTER_BACKLOG_BUDGET", DEFAULT_BACKLOG_BUDGET)?;
     module.add("CLUSTER_NODE_NAME_PREFIX", crate::subjects::cluster::NODE_NAME_PREFIX)?;
+    module.add("CLUSTER_NODE_INFO_SUBJECT_PREFIX", crate::subjects::cluster::NODE_INFO_SUBJECT_PREFIX)?;
+    module.add("CLUSTER_NODE_INFO_SUBJECT_SUFFIX", crate::subjects::cluster::NODE_INFO_SUBJECT_SUFFIX)?;
     let states: Vec<&str> = crate::subjects::cluster::ConnectionState::ALL.iter().map(|s| s.name()).collect();
     module.add("CLUSTER_CONNECTION_STATES", states)?;
     module.add("ROUTER_MIN_BACKLOG_BUDGET", MIN_BACKLOG_BUDGET)?;

@@ -46,6 +46,12 @@ pub const DEFAULT_FORWARD_QUEUE_BYTES: usize = 64 << 20;
 /// The subscriber name a node uses at another node (`node:avalon`): the router lets such a
 /// subscriber in only when the id is one of its configured nodes (`not-allowed` otherwise).
 pub const NODE_NAME_PREFIX: &str = "node:";
+/// The system subject a node publishes its node info on is this prefix, the node id and
+/// [`NODE_INFO_SUBJECT_SUFFIX`] (`__sys__cluster.node.info[heron]`, xmlBlaster's name): an
+/// ordinary subject served by that node's router, so any subscriber at any node can follow it.
+pub const NODE_INFO_SUBJECT_PREFIX: &str = "__sys__cluster.node.info[";
+/// The end of a node info subject (after the node id).
+pub const NODE_INFO_SUBJECT_SUFFIX: &str = "]";
 /// Most nodes in one cluster.
 pub const MAX_NODES: usize = 1024;
 /// Most domains in one cluster.
@@ -242,6 +248,17 @@ impl ClusterModel {
         }
         None
     }
+}
+
+/// The node info subject of node `id` (`__sys__cluster.node.info[id]`).
+pub fn node_info_subject(id: &str) -> String {
+    format!("{NODE_INFO_SUBJECT_PREFIX}{id}{NODE_INFO_SUBJECT_SUFFIX}")
+}
+
+/// The node id a node info subject names (`None` for any other subject).
+pub fn node_info_node(subject: &str) -> Option<&str> {
+    let id = subject.strip_prefix(NODE_INFO_SUBJECT_PREFIX)?.strip_suffix(NODE_INFO_SUBJECT_SUFFIX)?;
+    (!id.is_empty()).then_some(id)
 }
 
 /// The default load balancer (a new instance of the `round-robin` routing policy).

@@ -219,3 +219,12 @@ fn a_lost_parent_moves_its_subjects_to_the_next_master_with_a_fresh_image() {
     assert_eq!(cache.subscribe("/STOCK/A", 3, 1), None, "the old image is gone; the new master's follows");
     assert!(!cache.on_data(1, "/STOCK/A", FLAG_IMAGE, b"stale"));
 }
+
+#[test]
+fn a_node_info_subject_names_its_node_and_nothing_else_does() {
+    assert_eq!(node_info_subject("heron"), "__sys__cluster.node.info[heron]");
+    assert_eq!(node_info_node("__sys__cluster.node.info[heron]"), Some("heron"));
+    for other in ["__sys__cluster.node.info[]", "__sys__cluster.node.info[heron", "/STOCK/IBM", "node.info[heron]"] {
+        assert_eq!(node_info_node(other), None, "{other}");
+    }
+}

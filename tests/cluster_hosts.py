@@ -1,0 +1,231 @@
+"""The xmlBlaster cluster picture on separate "hosts": run inside a private network namespace
+(``unshare -n``), as ``tests/groups_two_hosts.py`` does.
+
+Makes a bridge ``br0`` (10.9.0.1/24) in the namespace it runs in and one host namespace per node,
+each linked to the bridge by a veth pair and running ``affinity router --node NODE --config ...
+--listen aeron:udp?endpoint=10.9.0.N:40500`` (its own embedded driver): heron master of
+RUGBY_NEWS, golan master of STOCK_EXCHANGE, avalon a slave of both, bilbo a slave of avalon
+(stratum 2), and frodo, which golan's configuration does not know. This script is the clients'
+host (10.9.0.1): a source ``stock-feed`` at golan, subscribers at bilbo and frodo, and
+``affinity router status`` for frodo. Prints ``RESULT <json>`` with what they saw; the routers'
+output goes to ``WORKDIR/<node>.log``.
+
+    usage: cluster_hosts.py WORKDIR
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import affinity
+from affinity.cluster_info import node_info_subject, parse_node_info
+from affinity.config.faucet import analyse_router_text
+from affinity.subjects import Flags, Source, Subscriber
+from groups_two_hosts import sh, spawn_host
+
+#: Host number (10.9.0.N) of each node; this script is host 1 (the bridge).
+HOSTS = {"heron": 2, "golan": 3, "avalon": 4, "bilbo": 5, "frodo": 6}
+CLIENT_HOST = "10.9.0.1"
+PORT = 40500
+SUBJECT = "/STOCK/IBM"
+FEED = "stock-feed"
+UPDATES = 200
+LIVENESS = "1.0"
+#: ``affinity router status``.
+STATUS = [sys.executable, "-m", "affinity.cli", "router", "status"]
+#: Seconds any one step may take (the whole run stays within a few tens of seconds).
+STEP_TIMEOUT = 30.0
+
+
+def address(node: str) -> str:
+    return f"aeron:udp?endpoint=10.9.0.{HOSTS[node]}:{PORT}"
+
+
+def node_block(node: str, *lines: str) -> str:
+    body = "".join(f"    {line}\n" for line in lines)
+    return f"add-cluster-node\n    node-id {node}\n    address {address(node)}\n{body}end-cluster-node\n"
+
+
+#: The picture every node but frodo runs with (frodo is not in it).
+CONFIG = (
+    f"""\
+add-data-service
+    service-name stock
+    include-pattern ^/STOCK/
+    add-source-group
+        add-priority
+            remote-label {FEED}
+        end-priority
+    end-source-group
+end-data-service
+add-domain
+    name RUGBY_NEWS
+    include-pattern '^/RUGBY/'
+end-domain
+add-domain
+    name STOCK_EXCHANGE
+    include-pattern '^/STOCK/'
+end-domain
+"""
+    + node_block("heron", "master-of RUGBY_NEWS")
+    + node_block("golan", "master-of STOCK_EXCHANGE")
+    + node_block("avalon")
+    + node_block("bilbo", "upstream RUGBY_NEWS avalon", "upstream STOCK_EXCHANGE avalon")
+)
+#: frodo's own configuration: the picture and itself, a slave asking golan.
+FRODO_CONFIG = CONFIG + node_block("frodo")
+
+
+class Router:
+    """One ``affinity router`` on its host; its output is kept and copied to ``WORKDIR/<node>.log``."""
+
+    def __init__(self, workdir: Path, node: str, config: Path) -> None:
+        command = [sys.executable, "-m", "affinity.cli", "router", "--config", str(config), "--node", node]
+        command += ["--listen", address(node), "--liveness-timeout", LIVENESS]
+        self.node, self.lines, self.log = node, list[str](), (workdir / f"{node}.log").open("w")
+        self.process = spawn_host(HOSTS[node], command)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+            self.log.write(line)
+            self.log.flush()
+
+    def wait_listening(self, deadline: float) -> None:
+        while not any("listening on" in line for line in self.lines):
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                raise SystemExit(f"{self.node} did not start: {''.join(self.lines[-20:])}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def until(what: str, predicate: Any, *polled: Any) -> None:
+    """Polls ``polled`` (sources, subscribers) until ``predicate()`` or the step's timeout."""
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        for peer in polled:
+            peer.poll(256)
+        time.sleep(0.001)
+
+
+def main() -> int:
+    workdir = Path(sys.argv[1])
+    started = time.monotonic()
+    (workdir / "cluster.conf").write_text(CONFIG)
+    (workdir / "frodo.conf").write_text(FRODO_CONFIG)
+    cluster = analyse_router_text(CONFIG, "cluster.conf").config.cluster
+    assert cluster is not None
+    sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.9.0.1/24 dev br0 && ip link set br0 up")
+    routers = [Router(workdir, node, workdir / ("frodo.conf" if node == "frodo" else "cluster.conf")) for node in HOSTS]
+    client = affinity.Client()
+    try:
+        deadline = time.monotonic() + STEP_TIMEOUT
+        for router in routers:
+            router.wait_listening(deadline)
+        result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
+
+        # The stratum-2 cascade: a subscriber at bilbo, the source at golan.
+        requests: list[str] = []
+        source = Source(client, address("golan"), FEED, host=CLIENT_HOST)
+        source.on_request(requests.append)
+        carol = Subscriber(client, address("bilbo"), name="carol", host=CLIENT_HOST)
+        seen: dict[str, list[tuple[int, bytes]]] = {}
+        carol.subscribe(SUBJECT, lambda s, f, p: seen.setdefault(s, []).append((int(f), p)))
+        until("golan's request for the subject", lambda: bool(requests), source, carol)
+        source.publish(SUBJECT, b"image-0", image=True)
+        for i in range(UPDATES):
+            source.publish(SUBJECT, f"u{i}".encode())
+            source.poll(16)
+
+        def updates() -> list[str]:
+            return [p.decode() for f, p in seen.get(SUBJECT, []) if f & Flags.UPDATE]
+
+        until("every update at bilbo", lambda: len(updates()) >= UPDATES, source, carol)
+        end = time.monotonic() + 0.3
+        while time.monotonic() < end:
+            if carol.poll(256) == 0:
+                time.sleep(0.005)
+        result["images"] = [p.decode() for f, p in seen[SUBJECT] if f & Flags.IMAGE]
+        result["updates"] = updates()
+        result["requests"] = requests
+
+        # Node info of golan, avalon and bilbo itself, followed at bilbo.
+        for node in ("golan", "avalon", "bilbo"):
+            subject = node_info_subject(node)
+            carol.subscribe(subject, lambda s, f, p: seen.setdefault(s, []).append((int(f), p)))
+        infos = [node_info_subject(node) for node in ("golan", "avalon", "bilbo")]
+        until("node info at bilbo", lambda: all(seen.get(s) for s in infos), source, carol)
+        result["info"] = {}
+        for subject in infos:
+            flags, payload = seen[subject][-1]
+            info = parse_node_info(subject, payload, cluster)
+            result["info"][info.node] = {
+                "flags": flags,
+                "domains": [list(d) for d in info.domains],
+                "connections": info.connections,
+                "load": info.load,
+            }
+
+        # frodo: a node golan does not configure; its subscription at golan is refused.
+        dave = Subscriber(client, address("frodo"), name="dave", host=CLIENT_HOST)
+        refused: list[tuple[int, bytes]] = []
+        dave.subscribe(SUBJECT, lambda s, f, p: refused.append((int(f), p)))
+        until("frodo's answer", lambda: bool(refused), dave)
+        result["frodo_answer"] = [refused[0][0], refused[0][1].decode(errors="replace")]
+        status = subprocess.run(
+            [
+                *STATUS,
+                "--config",
+                str(workdir / "frodo.conf"),
+                "--node",
+                "frodo",
+                "--host",
+                CLIENT_HOST,
+                "--timeout",
+                "9",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=STEP_TIMEOUT,
+            check=False,
+        )
+        result["frodo_status"] = [status.returncode, status.stdout, status.stderr]
+
+        # golan counted frodo: its info (followed at bilbo) says so once it changed.
+        golan = node_info_subject("golan")
+
+        def golan_not_allowed() -> int:
+            return parse_node_info(golan, seen[golan][-1][1], cluster).load.get("not_allowed", 0)
+
+        until("golan's not_allowed in its node info", lambda: golan_not_allowed() >= 1, carol, dave)
+        result["golan_not_allowed"] = golan_not_allowed()
+        result["elapsed"] = round(time.monotonic() - started, 2)
+        print("RESULT", json.dumps(result), flush=True)
+        for peer in (source, carol, dave):
+            peer.close()
+    finally:
+        client.close()
+        for router in routers:
+            router.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
