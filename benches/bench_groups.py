@@ -135,9 +135,7 @@ def run_group_consumer(args: argparse.Namespace) -> None:
             elif received and now - last > IDLE_EXIT:
                 break
         consumer.close()
-        print(
-            json.dumps({"received": received, "first": first, "last": last, "cpu": cpu_last - cpu_first}), flush=True
-        )
+        print(json.dumps({"received": received, "first": first, "last": last, "cpu": cpu_last - cpu_first}), flush=True)
 
 
 def run_plain_subscriber(args: argparse.Namespace) -> None:
@@ -158,9 +156,7 @@ def run_plain_subscriber(args: argparse.Namespace) -> None:
                     break
             elif received and now - last > IDLE_EXIT:
                 break
-        print(
-            json.dumps({"received": received, "first": first, "last": last, "cpu": cpu_last - cpu_first}), flush=True
-        )
+        print(json.dumps({"received": received, "first": first, "last": last, "cpu": cpu_last - cpu_first}), flush=True)
 
 
 # ---- throughput ---------------------------------------------------------------------------------
