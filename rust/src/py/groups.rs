@@ -23,6 +23,7 @@ use super::transport::Client;
 use crate::control::GroupSecret;
 use crate::control::Timing;
 use crate::groups::bootstrap::parse_bootstrap_list;
+use crate::groups::consumer::DeliveryBatch;
 use crate::groups::runtime::{self, MemberOptions};
 use crate::groups::{self as core_groups, GroupConfig};
 
@@ -686,29 +687,30 @@ impl GroupConsumerCore {
         let total = seconds("timeout", timeout)?;
         let inner = &self.inner;
         let mut failure = None;
-        let deliveries = wait_interruptibly(py, total, |slice| match inner.poll(max_messages, slice) {
-            Ok(batch) if batch.is_empty() && max_messages > 0 => None,
-            Ok(batch) => Some(batch),
+        // One buffer for every record's bytes: no allocation per record on the Rust side.
+        let mut batch = DeliveryBatch::new();
+        wait_interruptibly(py, total, |slice| match inner.poll_batch(max_messages, slice, &mut batch) {
+            Ok(0) if max_messages > 0 => None,
+            Ok(_) => Some(()),
             Err(error) => {
                 failure = Some(error);
-                Some(Vec::new())
+                Some(())
             }
         })?;
         if let Some(error) = failure {
             return Err(group_error(error));
         }
-        Ok(deliveries
-            .unwrap_or_default()
-            .into_iter()
+        Ok(batch
+            .iter()
             .map(|d| GroupMessage {
-                key: PyBytes::new(py, &d.key).unbind(),
-                payload: PyBytes::new(py, &d.payload).unbind(),
+                key: PyBytes::new(py, d.key).unbind(),
+                payload: PyBytes::new(py, d.payload).unbind(),
                 queue: d.queue,
                 bucket: d.bucket,
                 producer: d.producer,
                 sequence: d.sequence,
                 epoch: d.epoch,
-                subject: d.subject,
+                subject: d.subject.map(str::to_owned),
             })
             .collect())
     }
