@@ -1,12 +1,13 @@
 """Consumer-group benchmarks: keyed throughput against the plain-publication ceiling, failover
 time, planned-handoff pause. Every consumer is a process of its own.
 
-    python benches/bench_groups.py throughput [--count 2000000] [--keys 10000] [--size 100]
+    python benches/bench_groups.py throughput [--count 2000000] [--keys 10000] [--size 100] [--api poll]
     python benches/bench_groups.py failover [--kills 20]
     python benches/bench_groups.py all --runs 3          # both, several times; prints a table
 
 ``throughput``: 1 publisher (here, ``publish_batch`` of pyarrow arrays: 10,000 keys, 100-byte
-payloads) -> a group of 8 queues -> 2 consumer processes (``auto_ack=True``); then, in the same
+payloads) -> a group of 8 queues -> 2 consumer processes (``auto_ack=True``, ``poll_batch``, or
+``poll`` with ``--api poll``); then, in the same
 run, the same bytes through one plain unicast publication (``offer_batch`` of a pyarrow array)
 to one subscriber process: the ceiling. Rates are messages delivered / (last delivery - first
 delivery) over all receiving processes. CPU per message (``*_cpu_us_per_msg``) is the CPU time of
@@ -51,6 +52,10 @@ STREAM = 1001
 IDLE_EXIT = 2.0
 #: A queue's messages resumed after a silence this long count as "first message after a move".
 GAP = 0.3
+#: How a throughput consumer takes its messages: ``GroupConsumer.poll_batch`` (one Arrow record
+#: batch per poll, as the plain subscriber's ``poll_batch(as_arrow=True)``) or ``poll`` (a
+#: ``GroupMessage`` per message). Failover consumers always use ``poll`` (they read each queue).
+CONSUMER_APIS = ("poll_batch", "poll")
 
 
 def free_channel() -> str:
@@ -111,9 +116,12 @@ def run_group_consumer(args: argparse.Namespace) -> None:
         last_of_queue: dict[int, float] = {}
         owned: set[int] = set()
         while True:
-            messages = consumer.poll(4096, 0.05)
+            if args.events or args.api == "poll":
+                messages: Any = consumer.poll(4096, 0.05)
+            else:
+                messages = consumer.poll_batch(4096, 0.05)
             now = time.time()
-            if messages:
+            if len(messages):
                 if not first:
                     first, cpu_first = now, time.process_time()
                 last, cpu_last = now, time.process_time()
@@ -176,7 +184,10 @@ def throughput(args: argparse.Namespace) -> None:
     key_array, payload_array = arrays(args.count, args.keys, args.size)
     chunk = 4096
     consumers = [
-        child("group-consumer", "--group", "bench", "--registry", registry, "--index", str(i), "--count", "2")
+        child(
+            "group-consumer",
+            *("--group", "bench", "--registry", registry, "--index", str(i), "--count", "2", "--api", args.api),
+        )
         for i in range(2)
     ]
     for process in consumers:
@@ -231,6 +242,7 @@ def throughput(args: argparse.Namespace) -> None:
             "size": args.size,
             "queues": 8,
             "consumers": 2,
+            "consumer_api": args.api,
             "delivered": delivered,
             "acknowledged": flushed,
             "publish_seconds": round(publish_seconds, 3),
@@ -385,6 +397,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=2_000_000)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--size", type=int, default=100)
+    p.add_argument("--api", choices=CONSUMER_APIS, default="poll_batch", help="how the consumers take messages")
     p = commands.add_parser("failover")
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--rate", type=float, default=2000.0)
@@ -402,6 +415,7 @@ def main() -> None:
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--cycle", type=float)
     p.add_argument("--events", action="store_true")
+    p.add_argument("--api", choices=CONSUMER_APIS, default="poll_batch")
     p = commands.add_parser("plain-sub")
     p.add_argument("--channel", required=True)
     p.add_argument("--expect", type=int, required=True)
@@ -412,7 +426,7 @@ def main() -> None:
         failover(args)
     elif args.command == "all":
         for _ in range(args.runs):
-            throughput(argparse.Namespace(count=args.count, keys=10_000, size=100))
+            throughput(argparse.Namespace(count=args.count, keys=10_000, size=100, api="poll_batch"))
         for _ in range(args.runs):
             failover(argparse.Namespace(kills=args.kills, rate=2000.0, cycle=1.0))
         table(RESULTS)
