@@ -804,8 +804,9 @@ impl GroupConsumerCore {
             .collect())
     }
 
-    /// The records `poll` would return, as one `pyarrow.RecordBatch` (columns
-    /// [`BATCH_COLUMNS`]): no Python object per record.
+    /// The records `poll` would return, as one `pyarrow.RecordBatch`: columns `key`, `payload`
+    /// (large_binary), `queue`, `bucket` (uint32), `producer`, `sequence`, `epoch` (uint64),
+    /// `subject` (large_string, null without one). No Python object per record.
     #[pyo3(signature = (max_messages=1000, timeout=0.0))]
     fn poll_batch<'py>(
         &self,
