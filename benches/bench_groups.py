@@ -1,15 +1,22 @@
 """Consumer-group benchmarks: keyed throughput against the plain-publication ceiling, failover
 time, planned-handoff pause. Every consumer is a process of its own.
 
-    python benches/bench_groups.py throughput [--count 2000000] [--keys 10000] [--size 100]
+    python benches/bench_groups.py throughput [--count 2000000] [--keys 10000] [--size 100] [--api poll]
     python benches/bench_groups.py failover [--kills 20]
     python benches/bench_groups.py all --runs 3          # both, several times; prints a table
 
 ``throughput``: 1 publisher (here, ``publish_batch`` of pyarrow arrays: 10,000 keys, 100-byte
-payloads) -> a group of 8 queues -> 2 consumer processes (``auto_ack=True``); then, in the same
+payloads) -> a group of 8 queues -> 2 consumer processes (``auto_ack=True``, ``poll_batch``, or
+``poll`` with ``--api poll``); then, in the same
 run, the same bytes through one plain unicast publication (``offer_batch`` of a pyarrow array)
 to one subscriber process: the ceiling. Rates are messages delivered / (last delivery - first
-delivery) over all receiving processes.
+delivery) over all receiving processes. CPU per message (``*_cpu_us_per_msg``) is the CPU time of
+every process of a side (all its threads: the embedded drivers, the group threads) over its
+window, divided by the messages: the receivers' between their first and last delivery, the
+publisher's from its first offer until everything was delivered (the group's ``flush``, the plain
+subscriber's exit). On a machine other work keeps busy, wall-clock rates swing with the load;
+CPU per message much less. The result also names each side's window (wall-clock seconds, for
+``perf record -k realtime`` profiles of one side).
 
 ``failover``: 2 consumers of a 2-queue group (count 2, default liveness 2 s, cycle 1 s) with a
 publisher sending 2,000 messages/s; ``--kills`` times: SIGKILL consumer 1, measure until the
@@ -45,6 +52,10 @@ STREAM = 1001
 IDLE_EXIT = 2.0
 #: A queue's messages resumed after a silence this long count as "first message after a move".
 GAP = 0.3
+#: How a throughput consumer takes its messages: ``GroupConsumer.poll_batch`` (one Arrow record
+#: batch per poll, as the plain subscriber's ``poll_batch(as_arrow=True)``) or ``poll`` (a
+#: ``GroupMessage`` per message). Failover consumers always use ``poll`` (they read each queue).
+CONSUMER_APIS = ("poll_batch", "poll")
 
 
 def free_channel() -> str:
@@ -101,14 +112,19 @@ def run_group_consumer(args: argparse.Namespace) -> None:
         )
         print("ready", flush=True)
         received, first, last = 0, 0.0, 0.0
+        cpu_first, cpu_last = 0.0, 0.0
         last_of_queue: dict[int, float] = {}
         owned: set[int] = set()
         while True:
-            messages = consumer.poll(4096, 0.05)
+            if args.events or args.api == "poll":
+                messages: Any = consumer.poll(4096, 0.05)
+            else:
+                messages = consumer.poll_batch(4096, 0.05)
             now = time.time()
-            if messages:
-                first = first or now
-                last = now
+            if len(messages):
+                if not first:
+                    first, cpu_first = now, time.process_time()
+                last, cpu_last = now, time.process_time()
                 received += len(messages)
                 if args.events:
                     for message in messages:
@@ -127,7 +143,7 @@ def run_group_consumer(args: argparse.Namespace) -> None:
             elif received and now - last > IDLE_EXIT:
                 break
         consumer.close()
-        print(json.dumps({"received": received, "first": first, "last": last}), flush=True)
+        print(json.dumps({"received": received, "first": first, "last": last, "cpu": cpu_last - cpu_first}), flush=True)
 
 
 def run_plain_subscriber(args: argparse.Namespace) -> None:
@@ -135,18 +151,20 @@ def run_plain_subscriber(args: argparse.Namespace) -> None:
         subscription = client.add_subscription(args.channel, STREAM)
         print("ready", flush=True)
         received, first, last = 0, 0.0, 0.0
+        cpu_first, cpu_last = 0.0, 0.0
         while True:
             batch = subscription.poll_batch(4096, as_arrow=True)
             now = time.time()
             if len(batch):
-                first = first or now
-                last = now
+                if not first:
+                    first, cpu_first = now, time.process_time()
+                last, cpu_last = now, time.process_time()
                 received += len(batch)
                 if received >= args.expect:
                     break
             elif received and now - last > IDLE_EXIT:
                 break
-        print(json.dumps({"received": received, "first": first, "last": last}), flush=True)
+        print(json.dumps({"received": received, "first": first, "last": last, "cpu": cpu_last - cpu_first}), flush=True)
 
 
 # ---- throughput ---------------------------------------------------------------------------------
@@ -166,7 +184,10 @@ def throughput(args: argparse.Namespace) -> None:
     key_array, payload_array = arrays(args.count, args.keys, args.size)
     chunk = 4096
     consumers = [
-        child("group-consumer", "--group", "bench", "--registry", registry, "--index", str(i), "--count", "2")
+        child(
+            "group-consumer",
+            *("--group", "bench", "--registry", registry, "--index", str(i), "--count", "2", "--api", args.api),
+        )
         for i in range(2)
     ]
     for process in consumers:
@@ -178,7 +199,7 @@ def throughput(args: argparse.Namespace) -> None:
             if time.monotonic() > deadline:
                 raise SystemExit("consumers did not take their queues")
             time.sleep(0.05)
-        start = time.monotonic()
+        start, cpu_start = time.monotonic(), time.process_time()
         sent = 0
         while sent < args.count:
             taken = publisher.publish_batch(key_array.slice(sent, chunk), payload_array.slice(sent, chunk))
@@ -187,11 +208,13 @@ def throughput(args: argparse.Namespace) -> None:
                 os.sched_yield()
         flushed = publisher.flush(60.0)
         publish_seconds = time.monotonic() - start
+        group_publisher_cpu = time.process_time() - cpu_start
         publisher.close()
     results = [last_json(process) for process in consumers]
     delivered = sum(r["received"] for r in results)
-    span = max(r["last"] for r in results) - min(r["first"] for r in results if r["first"])
-    group_rate = delivered / span
+    group_window = (min(r["first"] for r in results if r["first"]), max(r["last"] for r in results))
+    group_rate = delivered / (group_window[1] - group_window[0])
+    group_cpu = group_publisher_cpu + sum(r["cpu"] for r in results)
 
     channel = free_channel()
     subscriber = child("plain-sub", "--channel", channel, "--expect", str(args.count))
@@ -200,6 +223,7 @@ def throughput(args: argparse.Namespace) -> None:
         publication = client.add_publication(channel, STREAM)
         while not publication.is_connected:
             time.sleep(0.01)
+        cpu_start = time.process_time()
         sent = 0
         while sent < args.count:
             taken = publication.offer_batch(payload_array.slice(sent, chunk))
@@ -207,7 +231,9 @@ def throughput(args: argparse.Namespace) -> None:
             if taken <= 0:
                 os.sched_yield()
         plain = last_json(subscriber)
+        plain_publisher_cpu = time.process_time() - cpu_start
     plain_rate = plain["received"] / (plain["last"] - plain["first"])
+    plain_cpu = plain_publisher_cpu + plain["cpu"]
     record(
         {
             "bench": "groups-throughput",
@@ -216,6 +242,7 @@ def throughput(args: argparse.Namespace) -> None:
             "size": args.size,
             "queues": 8,
             "consumers": 2,
+            "consumer_api": args.api,
             "delivered": delivered,
             "acknowledged": flushed,
             "publish_seconds": round(publish_seconds, 3),
@@ -223,6 +250,11 @@ def throughput(args: argparse.Namespace) -> None:
             "plain_msgs_per_s": round(plain_rate),
             "plain_delivered": plain["received"],
             "ratio": round(group_rate / plain_rate, 3),
+            "group_cpu_us_per_msg": round(group_cpu / delivered * 1e6, 3),
+            "plain_cpu_us_per_msg": round(plain_cpu / plain["received"] * 1e6, 3),
+            "cpu_ratio": round(plain_cpu / plain["received"] / (group_cpu / delivered), 3),
+            "group_window": [round(t, 3) for t in group_window],
+            "plain_window": [round(plain["first"], 3), round(plain["last"], 3)],
         }
     )
 
@@ -365,6 +397,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=2_000_000)
     p.add_argument("--keys", type=int, default=10_000)
     p.add_argument("--size", type=int, default=100)
+    p.add_argument("--api", choices=CONSUMER_APIS, default="poll_batch", help="how the consumers take messages")
     p = commands.add_parser("failover")
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--rate", type=float, default=2000.0)
@@ -382,6 +415,7 @@ def main() -> None:
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--cycle", type=float)
     p.add_argument("--events", action="store_true")
+    p.add_argument("--api", choices=CONSUMER_APIS, default="poll_batch")
     p = commands.add_parser("plain-sub")
     p.add_argument("--channel", required=True)
     p.add_argument("--expect", type=int, required=True)
@@ -392,7 +426,7 @@ def main() -> None:
         failover(args)
     elif args.command == "all":
         for _ in range(args.runs):
-            throughput(argparse.Namespace(count=args.count, keys=10_000, size=100))
+            throughput(argparse.Namespace(count=args.count, keys=10_000, size=100, api="poll_batch"))
         for _ in range(args.runs):
             failover(argparse.Namespace(kills=args.kills, rate=2000.0, cycle=1.0))
         table(RESULTS)

@@ -135,3 +135,60 @@ def test_hostile_control_datagrams_are_counted_by_a_consumer(tmp_path: Path) -> 
             assert consumer.counters().delivered == 0
         finally:
             consumer.close(1.0)
+
+
+def test_poll_batch_returns_the_records_as_arrow_columns_and_ack_record_acknowledges(tmp_path: Path) -> None:
+    from affinity.groups import GroupConsumer, GroupPublisher, create_group
+
+    create_group("orders", "orders", hash_count=8, queue_count=2, queue_size=1 << 20, registry=tmp_path)
+    fast = {"liveness_timeout": 0.5, "heartbeat_interval": 0.05}
+    with affinity.Client() as client:
+        consumer = GroupConsumer(client, "orders", 0, 1, registry=tmp_path, **fast)
+        publisher = GroupPublisher(client, "orders", registry=tmp_path, **fast)
+        try:
+            deadline = time.monotonic() + 20
+            while publisher.publish(b"key-0", b"payload-0", "topic-0") < 0:
+                assert time.monotonic() < deadline, "the publisher never saw the consumer"
+                time.sleep(0.02)
+            count = 300
+            for index in range(1, count):
+                subject = f"topic-{index}" if index % 3 == 0 else None
+                assert publisher.publish(f"key-{index}".encode(), f"payload-{index}".encode(), subject) > 0
+            rows: list[dict[str, object]] = []
+            while len(rows) < count:
+                assert time.monotonic() < deadline, f"{len(rows)} of {count} records arrived"
+                batch = consumer.poll_batch(64, 0.05)
+                assert batch.schema.names == [
+                    "key",
+                    "payload",
+                    "queue",
+                    "bucket",
+                    "producer",
+                    "sequence",
+                    "epoch",
+                    "subject",
+                ]  # type: ignore[attr-defined]
+                assert len(batch) <= 64
+                rows.extend(batch.to_pylist())
+            assert len(rows) == count
+            assert not publisher.flush(0.3), "acknowledged before any ack_record"
+            last: dict[tuple[int, int], dict[str, object]] = {}
+            for row in rows:
+                index = int(bytes(row["key"]).decode().split("-")[1])  # type: ignore[arg-type]
+                assert row["payload"] == f"payload-{index}".encode()
+                # A subject travels as HP/bucket/topic.
+                assert row["subject"] == (f"orders/{row['bucket']}/topic-{index}" if index % 3 == 0 else None)
+                assert row["queue"] == compiled.group_queue(row["key"], 8, 2)  # type: ignore[arg-type]
+                assert row["producer"] == publisher.producer_id
+                queue = int(row["queue"])  # type: ignore[call-overload]
+                previous = last.get((queue, publisher.producer_id))
+                assert row["sequence"] == (int(previous["sequence"]) + 1 if previous else 1)  # type: ignore[call-overload]
+                last[(queue, publisher.producer_id)] = row
+            for row in last.values():
+                consumer.ack_record(row["queue"], row["producer"], row["sequence"], row["epoch"])  # type: ignore[arg-type]
+            assert publisher.flush(10.0), "ack_record did not acknowledge"
+            with pytest.raises(affinity.InvalidArgumentError, match="producer"):
+                consumer.ack_record(0, -1, 1, 1)
+        finally:
+            publisher.close()
+            consumer.close(1.0)

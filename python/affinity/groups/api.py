@@ -29,7 +29,7 @@ from affinity._affinity import (
     group_bootstrap,
 )
 from affinity._arguments import expect_int, expect_str, milliseconds
-from affinity._arrow import ArrowBinaryArray
+from affinity._arrow import ArrowBinaryArray, ArrowRecordBatch
 from affinity.defaults import GROUP_BOOTSTRAP_TIMEOUT_MS
 from affinity.exceptions import ConfigError
 from affinity.groups.registry import GroupDefinition, group_file, load_group, registry_dir
@@ -313,9 +313,21 @@ class GroupConsumer:
         """Up to ``max_messages`` messages of the queues this consumer owns, waiting up to ``timeout`` s."""
         return self._core.poll(max_messages, timeout)
 
+    def poll_batch(self, max_messages: int = 1000, timeout: float = 0.0) -> ArrowRecordBatch:
+        """The messages ``poll`` would return, as one ``pyarrow.RecordBatch`` (needs pyarrow): columns
+        ``key``, ``payload`` (``large_binary``), ``queue``, ``bucket`` (``uint32``), ``producer``,
+        ``sequence``, ``epoch`` (``uint64``), ``subject`` (``large_string``, null without one).
+        No Python object per message; acknowledge a row with :meth:`ack_record` (or ``auto_ack``)."""
+        return self._core.poll_batch(max_messages, timeout)
+
     def ack(self, message: GroupMessage) -> None:
         """Acknowledges ``message`` and everything delivered before it from its producer and queue."""
         self._core.ack(message)
+
+    def ack_record(self, queue: int, producer: int, sequence: int, epoch: int) -> None:
+        """Acknowledges the message (``queue``, ``producer``, ``sequence``) received in ``epoch`` (a row of
+        :meth:`poll_batch`) and everything delivered before it from its producer and queue."""
+        self._core.ack_record(queue, producer, sequence, epoch)
 
     def owned_queues(self) -> list[int]:
         """The queues this consumer delivers now (active claims)."""

@@ -56,6 +56,143 @@ pub struct Delivery {
     pub payload: Vec<u8>,
 }
 
+/// A record given to the application, borrowed from a [`DeliveryBatch`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeliveryRef<'a> {
+    /// The queue.
+    pub queue: u32,
+    /// The key's bucket.
+    pub bucket: u32,
+    /// The producer.
+    pub producer: u64,
+    /// Sequence per (producer, queue).
+    pub sequence: u64,
+    /// The owner's epoch when it was received.
+    pub epoch: u64,
+    /// The key.
+    pub key: &'a [u8],
+    /// The subject, if any.
+    pub subject: Option<&'a str>,
+    /// The payload.
+    pub payload: &'a [u8],
+}
+
+impl DeliveryRef<'_> {
+    /// The same record with its bytes copied out.
+    pub fn to_delivery(&self) -> Delivery {
+        Delivery {
+            queue: self.queue,
+            bucket: self.bucket,
+            producer: self.producer,
+            sequence: self.sequence,
+            epoch: self.epoch,
+            key: self.key.to_vec(),
+            subject: self.subject.map(str::to_owned),
+            payload: self.payload.to_vec(),
+        }
+    }
+}
+
+/// A record's figures and where its key, subject and payload lie in a byte buffer (key,
+/// subject, payload back to back from `start`).
+#[derive(Clone, Copy, Debug)]
+struct RecordSlot {
+    queue: u32,
+    bucket: u32,
+    producer: u64,
+    sequence: u64,
+    epoch: u64,
+    /// Offset of the key in the buffer (for the pending records: a logical offset, see
+    /// `ConsumerState::pending_base`).
+    start: u64,
+    key_length: u32,
+    /// `u32::MAX`: no subject.
+    subject_length: u32,
+    payload_length: u32,
+}
+
+impl RecordSlot {
+    fn length(&self) -> usize {
+        self.key_length as usize + self.subject_length() + self.payload_length as usize
+    }
+
+    fn subject_length(&self) -> usize {
+        if self.subject_length == u32::MAX {
+            0
+        } else {
+            self.subject_length as usize
+        }
+    }
+
+    /// The record, its bytes read from `bytes` (which starts at the record's key).
+    fn view<'a>(&self, bytes: &'a [u8]) -> Option<DeliveryRef<'a>> {
+        let key_end = self.key_length as usize;
+        let subject_end = key_end + self.subject_length();
+        let subject = if self.subject_length == u32::MAX {
+            None
+        } else {
+            Some(std::str::from_utf8(bytes.get(key_end..subject_end)?).ok()?)
+        };
+        Some(DeliveryRef {
+            queue: self.queue,
+            bucket: self.bucket,
+            producer: self.producer,
+            sequence: self.sequence,
+            epoch: self.epoch,
+            key: bytes.get(..key_end)?,
+            subject,
+            payload: bytes.get(subject_end..subject_end + self.payload_length as usize)?,
+        })
+    }
+}
+
+/// Records given to the application by one poll, their bytes in one buffer: filling it again
+/// reuses its memory, so delivering costs no allocation per record ([`ConsumerState::deliver_batch`]).
+#[derive(Debug, Default)]
+pub struct DeliveryBatch {
+    bytes: Vec<u8>,
+    records: Vec<RecordSlot>,
+}
+
+impl DeliveryBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records in the batch.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the batch holds no record.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// Empties the batch (its memory is kept for the next fill).
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.records.clear();
+    }
+
+    /// Record `index`, in delivery order.
+    pub fn get(&self, index: usize) -> Option<DeliveryRef<'_>> {
+        let slot = self.records.get(index)?;
+        slot.view(self.bytes.get(slot.start as usize..)?)
+    }
+
+    /// The records in delivery order.
+    pub fn iter(&self) -> impl Iterator<Item = DeliveryRef<'_>> + '_ {
+        (0..self.len()).filter_map(|index| self.get(index))
+    }
+}
+
+/// Dead bytes at the front of the pending records' buffer worth moving the live ones down
+/// (once they are also at least half of it): bounds the buffer when the application polls
+/// fewer records than arrive, without a copy per poll.
+const PENDING_COMPACT_BYTES: usize = 64 * 1024;
+
 /// Counters of what the consumer dropped or ignored.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConsumerCounters {
@@ -134,7 +271,11 @@ pub struct ConsumerState {
     queues: Vec<QueueOwn>,
     max_epoch: Vec<u64>,
     known_acks: Vec<HashMap<u64, u64>>,
-    pending: VecDeque<Delivery>,
+    /// Records accepted in order, waiting for the application; their bytes are in
+    /// `pending_bytes`, whose first byte is at logical offset `pending_base`.
+    pending: VecDeque<RecordSlot>,
+    pending_bytes: Vec<u8>,
+    pending_base: u64,
     next_cycle: Instant,
     closing: bool,
     discovery_complete: bool,
@@ -171,6 +312,8 @@ impl ConsumerState {
             max_epoch: vec![0; queue_count],
             known_acks: (0..queue_count).map(|_| HashMap::new()).collect(),
             pending: VecDeque::new(),
+            pending_bytes: Vec::new(),
+            pending_base: 0,
             next_cycle: now + cycle,
             closing: false,
             discovery_complete: true,
@@ -348,6 +491,7 @@ impl ConsumerState {
 
     fn drop_pending(&mut self, queue: u32) {
         self.pending.retain(|d| d.queue != queue);
+        self.reclaim_pending_bytes();
         if let Some(own) = self.queues.get_mut(queue as usize) {
             for cursor in own.cursors.values_mut() {
                 cursor.received = cursor.delivered;
@@ -590,15 +734,23 @@ impl ConsumerState {
             }
             cursor.received = sequence;
             accepted += 1;
-            self.pending.push_back(Delivery {
+            let start = self.pending_base + self.pending_bytes.len() as u64;
+            self.pending_bytes.extend_from_slice(record.key);
+            if let Some(subject) = record.subject {
+                self.pending_bytes.extend_from_slice(subject.as_bytes());
+            }
+            self.pending_bytes.extend_from_slice(record.payload);
+            // The codec bounds keys, subjects and payloads far below u32::MAX.
+            self.pending.push_back(RecordSlot {
                 queue: header.queue,
                 bucket: record.bucket,
                 producer: header.producer,
                 sequence,
                 epoch: header.epoch,
-                key: record.key.to_vec(),
-                subject: record.subject.map(str::to_owned),
-                payload: record.payload.to_vec(),
+                start,
+                key_length: record.key.len() as u32,
+                subject_length: record.subject.map_or(u32::MAX, |subject| subject.len() as u32),
+                payload_length: record.payload.len() as u32,
             });
         }
         if gap {
@@ -625,20 +777,71 @@ impl ConsumerState {
         self.pending.len()
     }
 
+    /// Bytes held for the pending records (their keys, subjects and payloads, and dead bytes
+    /// not yet reclaimed).
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes.len()
+    }
+
+    /// The next pending record the application may have (its queue still held in the epoch
+    /// it was received in), marked delivered.
+    fn next_deliverable(&mut self) -> Option<RecordSlot> {
+        while let Some(slot) = self.pending.pop_front() {
+            let Some(own) = self.queues.get_mut(slot.queue as usize) else { continue };
+            if own.state != Some(ClaimState::Active) || own.epoch != slot.epoch {
+                continue;
+            }
+            if let Some(cursor) = own.cursors.get_mut(&slot.producer) {
+                cursor.delivered = cursor.delivered.max(slot.sequence);
+            }
+            self.counters.delivered += 1;
+            return Some(slot);
+        }
+        None
+    }
+
+    /// The bytes of pending record `slot` (key first).
+    fn pending_record(&self, slot: &RecordSlot) -> &[u8] {
+        let from = (slot.start - self.pending_base) as usize;
+        self.pending_bytes.get(from..from + slot.length()).unwrap_or_default()
+    }
+
+    /// Reclaims the pending buffer's dead front: all of it once nothing is pending, else once
+    /// the dead part is [`PENDING_COMPACT_BYTES`] and at least half.
+    fn reclaim_pending_bytes(&mut self) {
+        let live_from = self.pending.front().map_or(self.pending_base + self.pending_bytes.len() as u64, |s| s.start);
+        let dead = (live_from - self.pending_base) as usize;
+        if dead > 0
+            && (self.pending.is_empty() || dead >= PENDING_COMPACT_BYTES && dead * 2 >= self.pending_bytes.len())
+        {
+            self.pending_bytes.drain(..dead);
+            self.pending_base = live_from;
+        }
+    }
+
     /// Gives up to `max` records to the application, in order per (producer, queue).
     pub fn deliver(&mut self, max: usize, out: &mut Vec<Delivery>) {
         while out.len() < max {
-            let Some(delivery) = self.pending.pop_front() else { break };
-            let Some(own) = self.queues.get_mut(delivery.queue as usize) else { continue };
-            if own.state != Some(ClaimState::Active) || own.epoch != delivery.epoch {
-                continue;
+            let Some(slot) = self.next_deliverable() else { break };
+            if let Some(view) = slot.view(self.pending_record(&slot)) {
+                out.push(view.to_delivery());
             }
-            if let Some(cursor) = own.cursors.get_mut(&delivery.producer) {
-                cursor.delivered = cursor.delivered.max(delivery.sequence);
-            }
-            self.counters.delivered += 1;
-            out.push(delivery);
         }
+        self.reclaim_pending_bytes();
+    }
+
+    /// Like [`Self::deliver`], into `batch` (appended to, up to `max` records in all): the
+    /// records' bytes are copied into the batch's one buffer, no allocation per record.
+    pub fn deliver_batch(&mut self, max: usize, batch: &mut DeliveryBatch) {
+        while batch.len() < max {
+            let Some(mut slot) = self.next_deliverable() else { break };
+            let from = (slot.start - self.pending_base) as usize;
+            let Some(bytes) = self.pending_bytes.get(from..from + slot.length()) else { continue };
+            slot.start = batch.bytes.len() as u64;
+            batch.bytes.extend_from_slice(bytes);
+            batch.records.push(slot);
+        }
+        self.reclaim_pending_bytes();
     }
 
     /// The application acknowledges `sequence` of (`producer`, `queue`) received in `epoch`,

@@ -722,3 +722,112 @@ fn a_claim_beyond_the_epoch_step_is_ignored_and_counted() {
     sim.publisher.on_heartbeat(within, sim.now);
     assert_eq!(sim.publisher.queue_status()[0].owner, Some((66, 1 + MAX_EPOCH_STEP)));
 }
+
+/// A consumer of `config(1 << 20)` holding its four queues (epoch 1), and a DATA message maker:
+/// `records` records of `producer` to `queue` from sequence `first` (every third with a subject).
+fn holding_consumer() -> (ConsumerState, Instant) {
+    let mut consumer =
+        ConsumerState::new(config(1 << 20), 10, 0, 1, Timing::default(), Duration::from_secs(30), Instant::ZERO);
+    consumer.handle_timeout(Instant::ZERO);
+    let t = Instant::ZERO + Duration::from_secs(1);
+    consumer.handle_timeout(t);
+    assert_eq!(consumer.owned_queues(), vec![0, 1, 2, 3]);
+    (consumer, t)
+}
+
+fn data_message(producer: u64, queue: u32, first: u64, records: u32) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    DataHeader {
+        fingerprint: config(1 << 20).fingerprint(),
+        producer,
+        queue,
+        record_count: records,
+        epoch: 1,
+        acked_floor: first - 1,
+        first_sequence: first,
+    }
+    .emit(&mut bytes);
+    for sequence in first..first + u64::from(records) {
+        let key = format!("key-{producer}-{queue}-{sequence}");
+        let subject = (sequence % 3 == 0).then(|| format!("topic-{sequence}"));
+        let payload = vec![sequence as u8; 100 + (sequence % 7) as usize];
+        crate::control::codec::emit_record(&mut bytes, queue, key.as_bytes(), subject.as_deref(), &payload).unwrap();
+    }
+    bytes
+}
+
+#[test]
+fn batch_delivery_gives_the_same_records_in_the_same_order_as_owned_delivery() {
+    let (mut owned, t) = holding_consumer();
+    let (mut batched, _) = holding_consumer();
+    let mut expected_count = 0;
+    let mut by_owned: Vec<Delivery> = Vec::new();
+    let mut by_batch: Vec<Delivery> = Vec::new();
+    let mut batch = super::consumer::DeliveryBatch::new();
+    let mut next = HashMap::new();
+    for round in 0..60u32 {
+        let (producer, queue) = (u64::from(round % 2) + 1, round % 4);
+        let first = *next.entry((producer, queue)).or_insert(1u64);
+        let records = 1 + round % 9;
+        next.insert((producer, queue), first + u64::from(records));
+        let message = data_message(producer, queue, first, records);
+        assert_eq!(owned.on_data(&message, t), Ok(records as usize));
+        assert_eq!(batched.on_data(&message, t), Ok(records as usize));
+        expected_count += records as usize;
+        // Fewer than arrive per round: records wait across rounds.
+        let mut out = Vec::new();
+        owned.deliver(3, &mut out);
+        by_owned.extend(out);
+        batch.clear();
+        batched.deliver_batch(3, &mut batch);
+        assert!(batch.len() <= 3);
+        by_batch.extend(batch.iter().map(|d| d.to_delivery()));
+    }
+    let mut out = Vec::new();
+    owned.deliver(usize::MAX, &mut out);
+    by_owned.extend(out);
+    batch.clear();
+    batched.deliver_batch(usize::MAX, &mut batch);
+    by_batch.extend(batch.iter().map(|d| d.to_delivery()));
+    assert_eq!(by_owned.len(), expected_count);
+    assert_eq!(by_batch, by_owned);
+    assert!(by_batch.iter().any(|d| d.subject.is_some()) && by_batch.iter().any(|d| d.subject.is_none()));
+    let third = &by_batch[2];
+    assert_eq!(third.key, format!("key-{}-{}-{}", third.producer, third.queue, third.sequence).into_bytes());
+    assert_eq!(third.payload, vec![third.sequence as u8; 100 + (third.sequence % 7) as usize]);
+    assert_eq!(batched.counters().delivered, expected_count as u64);
+    assert_eq!(batched.pending_len(), 0);
+    assert_eq!(batched.pending_bytes(), 0, "nothing pending: the buffer is emptied");
+}
+
+#[test]
+fn records_waiting_across_polls_do_not_grow_the_pending_buffer_without_bound() {
+    let (mut consumer, t) = holding_consumer();
+    let mut batch = super::consumer::DeliveryBatch::new();
+    let mut first = 1;
+    let mut delivered = 0;
+    // 20 records arrive per round, 19 are delivered: a backlog that never empties.
+    for _ in 0..2000 {
+        consumer.on_data(&data_message(1, 0, first, 20), t).unwrap();
+        first += 20;
+        batch.clear();
+        consumer.deliver_batch(19, &mut batch);
+        delivered += batch.len();
+        assert!(consumer.pending_len() > 0);
+        // Each record is at most 16 + 12 + 106 bytes: live bytes, plus at most as many dead
+        // ones, plus the compaction threshold.
+        let live = consumer.pending_len() * 134;
+        assert!(
+            consumer.pending_bytes() <= 2 * live + 64 * 1024 + 20 * 134,
+            "pending buffer {} bytes for {} pending records",
+            consumer.pending_bytes(),
+            consumer.pending_len()
+        );
+    }
+    assert_eq!(delivered, 2000 * 19);
+    batch.clear();
+    consumer.deliver_batch(usize::MAX, &mut batch);
+    assert_eq!(batch.len(), 2000);
+    let sequences: Vec<u64> = batch.iter().map(|d| d.sequence).collect();
+    assert_eq!(sequences, (38_001..=40_000).collect::<Vec<u64>>());
+}

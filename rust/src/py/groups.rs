@@ -23,6 +23,7 @@ use super::transport::Client;
 use crate::control::GroupSecret;
 use crate::control::Timing;
 use crate::groups::bootstrap::parse_bootstrap_list;
+use crate::groups::consumer::DeliveryBatch;
 use crate::groups::runtime::{self, MemberOptions};
 use crate::groups::{self as core_groups, GroupConfig};
 
@@ -292,6 +293,110 @@ fn wait_interruptibly<T: Send>(
             return Ok(None);
         }
         py.check_signals()?;
+    }
+}
+
+/// The columns of `GroupConsumerCore.poll_batch`, in order: name and pyarrow type.
+pub(crate) const BATCH_COLUMNS: [(&str, &str); 8] = [
+    ("key", "large_binary"),
+    ("payload", "large_binary"),
+    ("queue", "uint32"),
+    ("bucket", "uint32"),
+    ("producer", "uint64"),
+    ("sequence", "uint64"),
+    ("epoch", "uint64"),
+    ("subject", "large_string"),
+];
+
+/// A pyarrow array of `arrow_type` from its buffers (`None` where absent).
+fn arrow_array<'py>(
+    pyarrow: &Bound<'py, PyModule>,
+    arrow_type: &str,
+    length: usize,
+    null_count: usize,
+    buffers: &[Option<&[u8]>],
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = pyarrow.py();
+    let mut objects = Vec::with_capacity(buffers.len());
+    for buffer in buffers {
+        objects.push(match buffer {
+            Some(bytes) => pyarrow.call_method1("py_buffer", (PyBytes::new(py, bytes),))?,
+            None => py.None().into_bound(py),
+        });
+    }
+    let data_type = pyarrow.call_method0(arrow_type)?;
+    pyarrow.getattr("Array")?.call_method1("from_buffers", (data_type, length, PyList::new(py, objects)?, null_count))
+}
+
+/// The records of `batch` as a `pyarrow.RecordBatch` with the columns [`BATCH_COLUMNS`].
+fn record_batch<'py>(pyarrow: &Bound<'py, PyModule>, batch: &DeliveryBatch) -> PyResult<Bound<'py, PyAny>> {
+    let length = batch.len();
+    let mut keys = (vec![0i64], Vec::new());
+    let mut payloads = (vec![0i64], Vec::new());
+    let mut subjects = (vec![0i64], Vec::new());
+    let mut valid = vec![0u8; length.div_ceil(8)];
+    let mut numbers: [Vec<u8>; 5] = Default::default();
+    let mut missing = 0;
+    for (index, record) in batch.iter().enumerate() {
+        for ((offsets, data), bytes) in [(&mut keys, record.key), (&mut payloads, record.payload)] {
+            data.extend_from_slice(bytes);
+            offsets.push(data.len() as i64);
+        }
+        match record.subject {
+            Some(subject) => {
+                subjects.1.extend_from_slice(subject.as_bytes());
+                valid[index / 8] |= 1 << (index % 8);
+            }
+            None => missing += 1,
+        }
+        subjects.0.push(subjects.1.len() as i64);
+        numbers[0].extend_from_slice(&record.queue.to_le_bytes());
+        numbers[1].extend_from_slice(&record.bucket.to_le_bytes());
+        numbers[2].extend_from_slice(&record.producer.to_le_bytes());
+        numbers[3].extend_from_slice(&record.sequence.to_le_bytes());
+        numbers[4].extend_from_slice(&record.epoch.to_le_bytes());
+    }
+    let le = |offsets: &[i64]| offsets.iter().flat_map(|offset| offset.to_le_bytes()).collect::<Vec<u8>>();
+    let mut columns = Vec::with_capacity(BATCH_COLUMNS.len());
+    for (offsets, data) in [&keys, &payloads] {
+        columns.push(arrow_array(pyarrow, "large_binary", length, 0, &[None, Some(&le(offsets)), Some(data)])?);
+    }
+    for (number, (_, arrow_type)) in numbers.iter().zip(&BATCH_COLUMNS[2..7]) {
+        columns.push(arrow_array(pyarrow, arrow_type, length, 0, &[None, Some(number)])?);
+    }
+    let validity = (missing > 0).then_some(valid.as_slice());
+    columns.push(arrow_array(
+        pyarrow,
+        "large_string",
+        length,
+        missing,
+        &[validity, Some(&le(&subjects.0)), Some(&subjects.1)],
+    )?);
+    let names: Vec<&str> = BATCH_COLUMNS.iter().map(|(name, _)| *name).collect();
+    let kwargs = pyo3::types::PyDict::new(pyarrow.py());
+    kwargs.set_item("names", names)?;
+    pyarrow.getattr("RecordBatch")?.call_method("from_arrays", (columns,), Some(&kwargs))
+}
+
+impl GroupConsumerCore {
+    /// Polls (without the GIL, interruptibly) into one batch: no allocation per record.
+    fn poll_into_batch(&self, py: Python<'_>, max_messages: usize, timeout: f64) -> PyResult<DeliveryBatch> {
+        let total = seconds("timeout", timeout)?;
+        let inner = &self.inner;
+        let mut failure = None;
+        let mut batch = DeliveryBatch::new();
+        wait_interruptibly(py, total, |slice| match inner.poll_batch(max_messages, slice, &mut batch) {
+            Ok(0) if max_messages > 0 => None,
+            Ok(_) => Some(()),
+            Err(error) => {
+                failure = Some(error);
+                Some(())
+            }
+        })?;
+        match failure {
+            Some(error) => Err(group_error(error)),
+            None => Ok(batch),
+        }
     }
 }
 
@@ -683,34 +788,53 @@ impl GroupConsumerCore {
         #[pyo3(from_py_with = named::max_messages)] max_messages: usize,
         #[pyo3(from_py_with = named::timeout)] timeout: f64,
     ) -> PyResult<Vec<GroupMessage>> {
-        let total = seconds("timeout", timeout)?;
-        let inner = &self.inner;
-        let mut failure = None;
-        let deliveries = wait_interruptibly(py, total, |slice| match inner.poll(max_messages, slice) {
-            Ok(batch) if batch.is_empty() && max_messages > 0 => None,
-            Ok(batch) => Some(batch),
-            Err(error) => {
-                failure = Some(error);
-                Some(Vec::new())
-            }
-        })?;
-        if let Some(error) = failure {
-            return Err(group_error(error));
-        }
-        Ok(deliveries
-            .unwrap_or_default()
-            .into_iter()
+        let batch = self.poll_into_batch(py, max_messages, timeout)?;
+        Ok(batch
+            .iter()
             .map(|d| GroupMessage {
-                key: PyBytes::new(py, &d.key).unbind(),
-                payload: PyBytes::new(py, &d.payload).unbind(),
+                key: PyBytes::new(py, d.key).unbind(),
+                payload: PyBytes::new(py, d.payload).unbind(),
                 queue: d.queue,
                 bucket: d.bucket,
                 producer: d.producer,
                 sequence: d.sequence,
                 epoch: d.epoch,
-                subject: d.subject,
+                subject: d.subject.map(str::to_owned),
             })
             .collect())
+    }
+
+    /// The records `poll` would return, as one `pyarrow.RecordBatch`: columns `key`, `payload`
+    /// (large_binary), `queue`, `bucket` (uint32), `producer`, `sequence`, `epoch` (uint64),
+    /// `subject` (large_string, null without one). No Python object per record.
+    #[pyo3(signature = (max_messages=1000, timeout=0.0))]
+    fn poll_batch<'py>(
+        &self,
+        py: Python<'py>,
+        #[pyo3(from_py_with = named::max_messages)] max_messages: usize,
+        #[pyo3(from_py_with = named::timeout)] timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let pyarrow = py.import("pyarrow")?;
+        let batch = self.poll_into_batch(py, max_messages, timeout)?;
+        record_batch(&pyarrow, &batch)
+    }
+
+    /// Acknowledges the record (`queue`, `producer`, `sequence`) received in `epoch` (a row of
+    /// `poll_batch`) and everything delivered before it from the same producer and queue.
+    /// A record of a queue this consumer no longer holds in that epoch is ignored (counted).
+    fn ack_record(
+        &self,
+        queue: &Bound<'_, PyAny>,
+        producer: &Bound<'_, PyAny>,
+        sequence: &Bound<'_, PyAny>,
+        epoch: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let queue = count_argument("queue", queue)?;
+        let producer = int_in("producer", producer, 0, u64::MAX)?;
+        let sequence = int_in("sequence", sequence, 0, u64::MAX)?;
+        let epoch = int_in("epoch", epoch, 0, u64::MAX)?;
+        self.inner.ack(queue, producer, sequence, epoch);
+        Ok(())
     }
 
     /// Acknowledges `message` and everything delivered before it from the same producer and

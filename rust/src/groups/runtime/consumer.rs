@@ -7,7 +7,7 @@ use super::{Brain, Core, Member, MemberOptions, RuntimeCounters, DATA_FRAGMENTS_
 use crate::client::ClientApi;
 use crate::control::member::new_member_id;
 use crate::control::{Ack, Heartbeat, MemberView, Role};
-use crate::groups::consumer::{ConsumerState, Delivery};
+use crate::groups::consumer::{ConsumerState, Delivery, DeliveryBatch};
 use crate::groups::{check_consumer, GroupConfig, GroupError};
 use crate::time::{Instant, MonotonicClock};
 
@@ -40,6 +40,30 @@ impl Brain for ConsumerBrain {
     }
     fn take_acks(&mut self) -> Vec<Ack> {
         self.state.take_acks()
+    }
+}
+
+/// Where a poll puts the records: owned [`Delivery`] values or a [`DeliveryBatch`].
+trait DeliverySink {
+    fn count(&self) -> usize;
+    fn take_from(&mut self, state: &mut ConsumerState, max: usize);
+}
+
+impl DeliverySink for Vec<Delivery> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn take_from(&mut self, state: &mut ConsumerState, max: usize) {
+        state.deliver(max, self);
+    }
+}
+
+impl DeliverySink for DeliveryBatch {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn take_from(&mut self, state: &mut ConsumerState, max: usize) {
+        state.deliver_batch(max, self);
     }
 }
 
@@ -108,8 +132,21 @@ impl GroupConsumer {
     /// Up to `max` records (waiting up to `timeout` for the first). With `auto_ack`,
     /// everything delivered by the previous poll is acknowledged first.
     pub fn poll(&self, max: usize, timeout: Duration) -> Result<Vec<Delivery>, GroupError> {
-        let deadline = std::time::Instant::now() + timeout;
         let mut out = Vec::new();
+        self.poll_with(max, timeout, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Self::poll`] into `batch` (cleared first; its memory is reused, so a poll costs no
+    /// allocation per record). Returns how many records it holds.
+    pub fn poll_batch(&self, max: usize, timeout: Duration, batch: &mut DeliveryBatch) -> Result<usize, GroupError> {
+        batch.clear();
+        self.poll_with(max, timeout, batch)?;
+        Ok(batch.len())
+    }
+
+    fn poll_with(&self, max: usize, timeout: Duration, out: &mut impl DeliverySink) -> Result<(), GroupError> {
+        let deadline = std::time::Instant::now() + timeout;
         let mut first = true;
         loop {
             {
@@ -122,8 +159,8 @@ impl GroupConsumer {
                     core.send_acks();
                 }
                 first = false;
-                core.brain.state.deliver(max, &mut out);
-                if out.len() < max {
+                out.take_from(&mut core.brain.state, max);
+                if out.count() < max {
                     let now = core.clock.now();
                     let Core { brain, data_sub, data_batch, data_auth, .. } = &mut *core;
                     data_batch.clear();
@@ -136,11 +173,11 @@ impl GroupConsumer {
                             let _ = brain.state.on_data(body, now);
                         }
                     }
-                    brain.state.deliver(max, &mut out);
+                    out.take_from(&mut brain.state, max);
                 }
             }
-            if !out.is_empty() || max == 0 || std::time::Instant::now() >= deadline {
-                return Ok(out);
+            if out.count() > 0 || max == 0 || std::time::Instant::now() >= deadline {
+                return Ok(());
             }
             std::thread::sleep(Duration::from_micros(200));
         }
