@@ -34,26 +34,19 @@
 //! `routing`, `control` (outside `control::member`) or `groups` (outside `groups::runtime` and
 //! `groups::discovery`) opens a socket, starts a thread or reads the clock.
 
-pub mod channel;
+// The layers below, at the paths this crate's modules, the bindings, the binaries, the
+// integration tests and the JNI crate name them by (`affinity::wire`, `crate::shm`, ...).
+pub use affinity_core::{channel, error, flow_control, limits, logbuffer, protocol, routing, time, units, wire};
+pub use affinity_shm::{safe_fs, shm};
+
 pub mod client;
 pub mod control;
 pub mod driver;
 pub mod embedded;
-pub mod error;
-pub mod flow_control;
 pub mod groups;
-pub mod limits;
-pub mod logbuffer;
 pub mod media;
-pub mod protocol;
-pub mod routing;
-pub mod safe_fs;
-pub mod shm;
 pub mod subjects;
 mod sync;
-pub mod time;
-pub mod units;
-pub mod wire;
 
 #[cfg(feature = "python")]
 mod py;

@@ -4,10 +4,10 @@
 //! subscriber reads that log and reports its position, as a separate process would. And the
 //! log's rebuilder and gap scanner (the one implementation, reached through `ReceiverLog`).
 
-use super::*;
 use crate::flow_control::{build, FlowControlDefaults};
 use crate::logbuffer::Offer;
 use crate::logbuffer::{ReceiverLog, StreamIdentity};
+use crate::protocol::*;
 use crate::shm::log_buffer::{LogBuffer as SharedLog, LogParams};
 use crate::time::Instant;
 use crate::wire::{parse_control, ControlFrame};

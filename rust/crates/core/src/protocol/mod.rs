@@ -7,8 +7,6 @@ pub mod image;
 pub mod loss;
 pub mod publication;
 pub mod retransmit;
-#[cfg(test)]
-mod shared_log_tests;
 
 pub use image::{DataRejection, Image, ImageConfig, ImageCounters, ImageState};
 pub use publication::{

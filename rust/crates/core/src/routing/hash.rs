@@ -173,7 +173,7 @@ mod tests {
 
     #[test]
     fn reproduces_the_shared_test_vectors() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/affinity_hash.json");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../tests/vectors/affinity_hash.json");
         let text = std::fs::read_to_string(path).expect("tests/vectors/affinity_hash.json");
         let vectors: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(vectors["version"].as_u64(), Some(u64::from(HASH_VERSION)));

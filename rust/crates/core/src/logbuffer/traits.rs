@@ -1,6 +1,6 @@
 //! What the protocol state machines need of a log: the port through which `protocol/` (sans-IO,
 //! no OS dependency) reaches the one log implementation, the shared-memory
-//! [`crate::shm::log_buffer::LogBuffer`] (in a sealed memfd in the media driver, in an anonymous
+//! `affinity_shm::shm::log_buffer::LogBuffer` (in a sealed memfd in the media driver, in an anonymous
 //! mapping in the sans-IO tests).
 //!
 //! A network publication's sender reads committed frames ([`SenderLog`]); the application

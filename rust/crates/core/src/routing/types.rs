@@ -53,7 +53,6 @@ impl GroupId {
 
 /// Why a table operation failed.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum RoutingError {
     /// No data service has an include-pattern matching the subject.
     NoService(String),

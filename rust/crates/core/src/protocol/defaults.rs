@@ -1,5 +1,5 @@
 //! Protocol defaults, defined once. The channel URI parser, the driver settings
-//! ([`crate::driver::DriverContext`]) and the state-machine constructors all read them here.
+//! (`affinity::driver::DriverContext`) and the state-machine constructors all read them here.
 
 use std::time::Duration;
 

@@ -435,15 +435,15 @@ impl ManyToOneRingBuffer {
     }
 
     /// The mapped buffer (records and trailer), for tests that corrupt it.
-    #[cfg(test)]
-    pub(crate) fn region(&self) -> &Region {
+    #[cfg(feature = "test-support")]
+    pub fn region(&self) -> &Region {
         &self.buffer
     }
 
     /// A producer that dies half-way: claims room for a record of `payload` bytes and writes
     /// its header (negative length), never the payload nor the commit; returns the position.
-    #[cfg(test)]
-    pub(crate) fn claim_and_die(&self, msg_type_id: i32, payload: usize) -> Result<i64, ShmError> {
+    #[cfg(feature = "test-support")]
+    pub fn claim_and_die(&self, msg_type_id: i32, payload: usize) -> Result<i64, ShmError> {
         let position = self.producer_position()?;
         let record_length = payload + HEADER_LENGTH;
         let index = self.claim(align_record(record_length))?.expect("room to claim");

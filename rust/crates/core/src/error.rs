@@ -4,7 +4,6 @@ use std::fmt;
 
 /// Any error the crate reports to an application.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum Error {
     /// A channel URI is invalid or asks for something this driver does not do.
     Config(String),

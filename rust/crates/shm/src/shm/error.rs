@@ -91,7 +91,8 @@ impl ShmError {
         ShmError::Corrupt { structure, offset, detail: detail.into() }
     }
 
-    pub(crate) fn io(path: &std::path::Path, action: &'static str, source: std::io::Error) -> Self {
+    /// An I/O failure: `action` (e.g. "create directory") on `path`.
+    pub fn io(path: &std::path::Path, action: &'static str, source: std::io::Error) -> Self {
         ShmError::Io { path: path.to_path_buf(), action, source }
     }
 }

@@ -45,7 +45,8 @@ pub mod log_buffer;
 pub mod ring_buffer;
 pub mod stat;
 pub mod status;
-#[cfg(test)]
-pub(crate) mod test_support;
+/// Helpers for the unit tests of this crate and of the crates above (feature `test-support`).
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 
 pub use error::ShmError;

@@ -40,4 +40,4 @@ pub use types::{
 ///
 /// Not part of the affinity hash contract (that is [`hash`]). Unkeyed, so a client choosing
 /// subjects could provoke collisions; acceptable for a control-plane table, noted in the docs.
-pub(crate) type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;
+pub type FastMap<K, V> = rustc_hash::FxHashMap<K, V>;

@@ -1,5 +1,5 @@
 //! The one grammar of sizes and durations, shared by channel URIs, the driver's settings
-//! ([`crate::driver::DriverContext::apply`]), the `affinity driver` command line and the Python
+//! (`affinity::driver::DriverContext::apply`), the `affinity driver` command line and the Python
 //! package (`affinity.units`). Text in, a number or the reason it is refused out; no I/O.
 //!
 //! * A **size** is decimal digits with an optional `k`, `m` or `g` suffix (case-insensitive,
