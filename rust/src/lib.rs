@@ -36,17 +36,16 @@
 
 // The layers below, at the paths this crate's modules, the bindings, the binaries, the
 // integration tests and the JNI crate name them by (`affinity::wire`, `crate::shm`, ...).
+pub use affinity_client::client;
+use affinity_client::sync;
 pub use affinity_core::{channel, error, flow_control, limits, logbuffer, protocol, routing, time, units, wire};
+pub use affinity_media_driver::{driver, media};
 pub use affinity_shm::{safe_fs, shm};
 
-pub mod client;
 pub mod control;
-pub mod driver;
 pub mod embedded;
 pub mod groups;
-pub mod media;
 pub mod subjects;
-mod sync;
 
 #[cfg(feature = "python")]
 mod py;

@@ -11,6 +11,6 @@
 use std::sync::{Mutex, MutexGuard};
 
 /// Locks `mutex`, taking the guard back from a poisoned lock (see the module documentation).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
