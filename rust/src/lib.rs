@@ -37,20 +37,12 @@
 // The layers below, at the paths this crate's modules, the bindings, the binaries, the
 // integration tests and the JNI crate name them by (`affinity::wire`, `crate::shm`, ...).
 pub use affinity_client::client;
-use affinity_client::sync;
 pub use affinity_core::{channel, error, flow_control, limits, logbuffer, protocol, routing, time, units, wire};
 pub use affinity_media_driver::{driver, media};
+pub use affinity_messaging::{control, groups, subjects};
 pub use affinity_shm::{safe_fs, shm};
 
-pub mod control;
 pub mod embedded;
-pub mod groups;
-pub mod subjects;
 
 #[cfg(feature = "python")]
 mod py;
-
-// Test helpers shared with the integration tests: one file each under `rust/tests/support/`.
-#[cfg(test)]
-#[path = "../tests/support/temp_dir.rs"]
-mod test_temp_dir;

@@ -97,7 +97,6 @@ fn offer_sealed(
 
 /// Why a subject runtime operation failed.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum SubjectsError {
     /// The transport refused (channel, driver, closed client).
     Transport(Error),
