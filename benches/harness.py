@@ -277,13 +277,13 @@ def extension_problem() -> str | None:
             f"{path} is a debug build (it has DWARF .debug_info sections, as the dev profile makes): "
             "benchmark figures from it are meaningless; run `maturin develop --release`"
         )
-    # The library's sources (the binaries under src/bin are not part of the extension).
-    sources = [
-        p for p in (ROOT / "rust" / "src").rglob("*.rs") if "bin" not in p.relative_to(ROOT / "rust" / "src").parts
-    ]
+    # The library's sources: the top crate's and the layer crates' under rust/crates (the binaries
+    # under src/bin are not part of the extension).
+    roots = [ROOT / "rust" / "src", *(ROOT / "rust" / "crates").glob("*/src")]
+    sources = [p for root in roots for p in root.rglob("*.rs") if "bin" not in p.relative_to(root).parts]
     newest = max((p.stat().st_mtime for p in sources), default=0.0)
     if path.is_relative_to(ROOT) and newest > path.stat().st_mtime + 1:
-        return f"{path} is older than the library sources under rust/src; run `maturin develop --release`"
+        return f"{path} is older than the library sources under rust/; run `maturin develop --release`"
     return None
 
 

@@ -1,4 +1,4 @@
-"""``affinity.testing.free_udp_port`` (the Rust allocator, ``rust/src/media/ports.rs``, whose unit
+"""``affinity.testing.free_udp_port`` (the Rust allocator, ``rust/crates/media-driver/src/media/ports.rs``, whose unit
 tests pin the cursor): outside the ephemeral range, each port once, apart per process."""
 
 from __future__ import annotations

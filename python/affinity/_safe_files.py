@@ -1,7 +1,7 @@
 """Directories and files another local user may have prepared: opened without following
 symbolic links and without blocking, trusted only when they belong to this user.
 
-The Python half of ``rust/src/safe_fs.rs``. A directory is opened ``O_DIRECTORY | O_NOFOLLOW``
+The Python half of ``rust/crates/shm/src/safe_fs.rs``. A directory is opened ``O_DIRECTORY | O_NOFOLLOW``
 and the open descriptor is checked with ``fstat`` (owned by this user, not writable by group or
 others), so what is checked is what was opened; a directory that passes cannot be changed by
 another user afterwards (they cannot write in it, nor rename it out of a sticky parent). A file

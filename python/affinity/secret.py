@@ -1,6 +1,6 @@
 """Shared secrets of the control plane: reading them safely, one place for every member kind.
 
-The control plane authenticates every message with one mechanism (``rust/src/control/auth.rs``,
+The control plane authenticates every message with one mechanism (``rust/crates/messaging/src/control/auth.rs``,
 ``docs/control-plane.md``): a consumer group's members with the group secret
 (:mod:`affinity.groups.secret`), a subject router and its subscribers and sources with the router
 secret (:mod:`affinity.subjects`). This module holds what they share:

@@ -1,6 +1,6 @@
 """Helpers for tests and demos: a loss-injecting relay and free loopback ports.
 
-:func:`free_udp_port` is the allocator of the Rust tests (``rust/src/media/ports.rs``), so
+:func:`free_udp_port` is the allocator of the Rust tests (``rust/crates/media-driver/src/media/ports.rs``), so
 Python and Rust test processes running at once pick ports the same way: ports outside the
 kernel's ephemeral range (``net.ipv4.ip_local_port_range``), where the kernel never puts a
 socket bound to port 0 (a driver's sending socket, another test's probe), so a port handed out

@@ -1,6 +1,9 @@
 //! `affinity`: an Aeron-wire-compatible reliable UDP transport with affinity routing.
 //!
-//! A tour of the layers, from the bytes up:
+//! The top crate of the workspace: it re-exports each layer crate's modules (`affinity-core`,
+//! `affinity-shm`, `affinity-media-driver`, `affinity-client`, `affinity-messaging`; the crate
+//! graph is in `ARCHITECTURE.md`) and adds what joins them: [`embedded`], the bindings and the
+//! binaries. A tour of the layers, from the bytes up:
 //!
 //! * [`wire`] — one codec per Aeron frame (data, setup, status message, NAK, RTT measurement,
 //!   error, response setup). Untrusted bytes in, typed values or a [`wire::WireError`] out.
@@ -18,8 +21,9 @@
 //! * [`driver`] — the media driver agents (conductor, sender, receiver, in-memory IPC), their
 //!   threads, and the driver event log.
 //! * [`client`] — publication and subscription handles used by applications.
-//! * [`embedded`] — the driver run in this process over `shm/`, composed with a client (the one
-//!   module that imports both `driver` and `client`).
+//! * [`embedded`] — the driver run in this process over `shm/`, composed with a client (the
+//!   composition point of `driver` and `client`; of the bindings, `py/transport.rs` and
+//!   `py/records.rs` name both too).
 //! * [`shm`] — the client ↔ driver contract in shared memory: mapped log buffers, counters,
 //!   command ring, broadcast buffer, error log and the `cnc` file (Aeron's layouts).
 //! * [`control`] — the control plane: heartbeat/ack/data codecs and the member view (sans-IO),
@@ -31,34 +35,18 @@
 //! * `py` — the PyO3 bindings (feature `python`), the only module that touches Python.
 //!
 //! Architecture invariant: nothing under `wire`, `logbuffer`, `protocol`, `flow_control`,
-//! `routing`, `control` (outside `control::member`) or `groups` (outside `groups::runtime` and
+//! `routing` (the crate `affinity-core`, which depends on no other crate here), `control` (outside `control::member`) or `groups` (outside `groups::runtime` and
 //! `groups::discovery`) opens a socket, starts a thread or reads the clock.
 
-pub mod channel;
-pub mod client;
-pub mod control;
-pub mod driver;
+// The layers below, at the paths this crate's modules, the bindings, the binaries, the
+// integration tests and the JNI crate name them by (`affinity::wire`, `crate::shm`, ...).
+pub use affinity_client::client;
+pub use affinity_core::{channel, error, flow_control, limits, logbuffer, protocol, routing, time, units, wire};
+pub use affinity_media_driver::{driver, media};
+pub use affinity_messaging::{control, groups, subjects};
+pub use affinity_shm::{safe_fs, shm};
+
 pub mod embedded;
-pub mod error;
-pub mod flow_control;
-pub mod groups;
-pub mod limits;
-pub mod logbuffer;
-pub mod media;
-pub mod protocol;
-pub mod routing;
-pub mod safe_fs;
-pub mod shm;
-pub mod subjects;
-mod sync;
-pub mod time;
-pub mod units;
-pub mod wire;
 
 #[cfg(feature = "python")]
 mod py;
-
-// Test helpers shared with the integration tests: one file each under `rust/tests/support/`.
-#[cfg(test)]
-#[path = "../tests/support/temp_dir.rs"]
-mod test_temp_dir;

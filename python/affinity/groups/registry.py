@@ -63,8 +63,9 @@ NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Hash prefixes: the first level of every message subject ``HP/bucket/topic``; letters, digits,
 #: ``_ . -`` (no ``/``), 1 to 64 characters, as the hashed-delivery experiment's ``__hash1__``.
 HASH_PREFIX_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-# The numeric limits are the Rust layer's (rust/src/groups/mod.rs, rust/src/control/limits.rs;
-# docs/groups.md); tests/test_groups_registry.py checks that the two agree.
+# The numeric limits are the Rust layer's (rust/crates/messaging/src/groups/mod.rs,
+# rust/crates/messaging/src/control/limits.rs; docs/groups.md); tests/test_groups_registry.py
+# checks that the two agree.
 #: Largest hash count (HC).
 MAX_HASH_COUNT = 1 << 20
 #: Largest queue count (QC): every heartbeat can carry one claim per queue.

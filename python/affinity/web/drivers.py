@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from affinity.driver import CounterValue, DriverStat, driver_stat
 from affinity.exceptions import AffinityError
 
-#: Type ids of the driver's counters (``rust/src/shm/counters.rs``, ``type_id``).
+#: Type ids of the driver's counters (``rust/crates/shm/src/shm/counters.rs``, ``type_id``).
 SYSTEM_TYPE_ID = 0
 #: Type id of a client's heartbeat counter (its value: the client's last keepalive, epoch ms).
 CLIENT_HEARTBEAT_TYPE_ID = 11

@@ -1,8 +1,9 @@
 //! Temporary directories for tests, removed when dropped: at the end of the test that made
 //! them, and also when it fails (the guard is dropped while the panic unwinds).
 //!
-//! One definition for the crate's unit tests (`src/lib.rs` includes this file as
-//! `test_temp_dir`) and the integration tests (`#[path]`, through `support/processes.rs`).
+//! One definition for the unit tests of the crates that need it (the `lib.rs` of
+//! `rust/crates/shm` and `rust/crates/messaging` include this file as `test_temp_dir`) and the
+//! integration tests (`#[path]`, through `support/processes.rs`).
 #![allow(dead_code)]
 
 use std::ops::Deref;

@@ -1,0 +1,42 @@
+//! Protocol defaults, defined once. The channel URI parser, the driver settings
+//! (`affinity::driver::DriverContext`) and the state-machine constructors all read them here.
+
+use std::time::Duration;
+
+/// Largest datagram, headers included (`AERON_MTU_LENGTH`).
+pub const MTU: u32 = 1408;
+/// Term length of UDP publications (`AERON_TERM_BUFFER_LENGTH`, 16 MiB).
+pub const TERM_LENGTH_UDP: u32 = 16 * 1024 * 1024;
+/// Term length of IPC publications (`AERON_IPC_TERM_BUFFER_LENGTH`, 64 MiB).
+pub const TERM_LENGTH_IPC: u32 = 64 * 1024 * 1024;
+/// Receiver window cap before `min(.., term_length / 2)` (`AERON_RCV_INITIAL_WINDOW_LENGTH`).
+pub const RECEIVER_WINDOW: u32 = 128 * 1024;
+/// Status message interval: 100 ms, as the design document says (Aeron uses 200 ms).
+pub const STATUS_MESSAGE_INTERVAL: Duration = Duration::from_millis(100);
+/// Unicast NAK delay; retries wait 100× that (`AERON_NAK_UNICAST_DELAY`).
+pub const NAK_UNICAST_DELAY: Duration = Duration::from_micros(100);
+/// Upper bound of the random multicast NAK delay (`AERON_NAK_MULTICAST_MAX_BACKOFF`).
+pub const NAK_MULTICAST_MAX_BACKOFF: Duration = Duration::from_millis(10);
+/// An image closes after this long without data or heartbeats (`AERON_IMAGE_LIVENESS_TIMEOUT`).
+pub const IMAGE_LIVENESS_TIMEOUT: Duration = Duration::from_secs(10);
+/// A publication forgets a receiver silent for this long (`AERON_PUBLICATION_CONNECTION_TIMEOUT`).
+pub const PUBLICATION_CONNECTION_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a closed, drained publication keeps serving retransmits (`AERON_PUBLICATION_LINGER_TIMEOUT`).
+pub const PUBLICATION_LINGER: Duration = Duration::from_secs(5);
+/// Delay before a NAKed range is resent (`AERON_RETRANSMIT_UNICAST_DELAY`).
+pub const RETRANSMIT_DELAY: Duration = Duration::ZERO;
+/// How long a resent range ignores further NAKs (`AERON_RETRANSMIT_UNICAST_LINGER`).
+pub const RETRANSMIT_LINGER: Duration = Duration::from_millis(10);
+/// Concurrent retransmit actions of one publication (`AERON_MAX_RESEND`); the channel URI's
+/// `max-resend` overrides it.
+pub const MAX_RESEND: u32 = 16;
+/// An image gives up on a gap (pads it over, counts it as unrecoverable) once the gap has been
+/// NAKed this long without repair while the publication's frames kept arriving beyond the
+/// receiver window: the publication has moved past its retransmit range. Frames beyond the
+/// window never move the image's positions, so one forged frame cannot make a gap look old.
+pub const UNRECOVERABLE_GAP_TIMEOUT: Duration = Duration::from_millis(200);
+/// Images one subscription may have at once; SETUPs beyond are refused and counted.
+pub const MAX_IMAGES_PER_SUBSCRIPTION: usize = 128;
+/// Receivers a multicast (group) publication tracks at once; status messages from further
+/// receiver ids are refused and counted. A unicast publication keeps one.
+pub const MAX_RECEIVERS_PER_PUBLICATION: usize = 1024;

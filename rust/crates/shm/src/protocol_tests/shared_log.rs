@@ -1,0 +1,201 @@
+//! The protocol state machines over shared-memory logs (`shm::log_buffer::LogBuffer`), as the
+//! media driver runs them: a publisher appends with the shared term appender, the publication
+//! sends what is committed, the image writes received frames into its shared log and a
+//! subscriber reads that log and reports its position, as a separate process would. And the
+//! log's rebuilder and gap scanner (the one implementation, reached through `ReceiverLog`).
+
+use crate::flow_control::{build, FlowControlDefaults};
+use crate::logbuffer::Offer;
+use crate::logbuffer::{ReceiverLog, StreamIdentity};
+use crate::protocol::*;
+use crate::shm::log_buffer::{LogBuffer as SharedLog, LogParams};
+use crate::time::Instant;
+use crate::wire::{parse_control, ControlFrame};
+
+const TERM: u32 = 64 * 1024;
+
+fn params(session_id: i32) -> LogParams {
+    LogParams {
+        term_length: TERM,
+        mtu: 1408,
+        page_size: 4096,
+        initial_term_id: 5,
+        session_id,
+        stream_id: 10,
+        correlation_id: 1,
+    }
+}
+
+fn identity() -> StreamIdentity {
+    StreamIdentity { session_id: 9, stream_id: 10, initial_term_id: 5, term_length: TERM }
+}
+
+fn ms(value: u64) -> Instant {
+    Instant::from_nanos(value * 1_000_000)
+}
+
+/// Runs publisher → publication → (lossy link) → image → subscriber for `messages` messages;
+/// `drop(n)` says whether the n-th data datagram is lost on its first transmission. Returns
+/// the messages the subscriber read, in order, and the image's counters.
+fn transfer(messages: usize, drop: impl Fn(usize) -> bool) -> (Vec<u32>, ImageCounters, u64) {
+    let publication_log = SharedLog::anonymous(&params(9)).unwrap();
+    let image_log = SharedLog::anonymous(&params(9)).unwrap();
+    let config = PublicationConfig::new(identity(), 0);
+    let flow = build(None, false, &FlowControlDefaults::default());
+    let mut publication = NetworkPublication::with_log(config, publication_log.clone(), flow, ms(0));
+    let mut image = Image::with_log(ImageConfig::new(identity(), 0, 77), image_log.clone(), ms(0));
+    image.add_consumer(1);
+    let mut next = 0usize;
+    let mut datagrams = 0usize;
+    let mut received = Vec::new();
+    let mut subscriber_position = 0i64;
+    let mut publication_clean = 0i64;
+    let mut scratch = Vec::new();
+    let mut out = vec![0u8; 2048];
+    for step in 0..200_000u64 {
+        let now = ms(step);
+        while next < messages {
+            let payload = (next as u32).to_le_bytes().repeat(25);
+            match publication_log.offer(&payload, 0, publication.publisher_limit()).unwrap() {
+                Offer::Appended(_) => next += 1,
+                Offer::AdminAction => continue,
+                Offer::BackPressured | Offer::MaxPositionExceeded => break,
+            }
+        }
+        publication.on_tail(publication_log.tail_position().unwrap());
+        for _ in 0..64 {
+            let Some(length) = publication.poll_transmit(now, &mut out) else { break };
+            let datagram = &out[..length];
+            let is_data = datagram.len() > 32 && datagram[6] == 1;
+            if is_data {
+                datagrams += 1;
+                if drop(datagrams) {
+                    continue;
+                }
+            }
+            if crate::wire::FrameHeader::parse(datagram).unwrap().frame_type == crate::wire::FrameType::Setup {
+                continue;
+            }
+            let _ = image.on_data(datagram, now);
+        }
+        publication_clean = publication_clean.max(0);
+        publication_log.clean_to(&mut publication_clean, publication.sender_position() - i64::from(TERM)).unwrap();
+        subscriber_position = image_log
+            .read(subscriber_position, 100, &mut scratch, |_, payload| {
+                received.push(u32::from_le_bytes([payload[0], payload[1], payload[2], payload[3]]))
+            })
+            .unwrap();
+        image.set_consumer_position(1, subscriber_position);
+        image.on_tick(now);
+        while let Some(length) = image.poll_transmit(now, &mut out) {
+            match parse_control(&out[..length]).unwrap() {
+                Some(ControlFrame::StatusMessage(sm)) => publication.on_status_message(&sm, now),
+                Some(ControlFrame::Nak(nak)) => publication.on_nak(&nak, now),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        publication.on_idle(now);
+        if received.len() == messages {
+            break;
+        }
+    }
+    let sent_again = publication.counters().retransmits_sent;
+    (received, image.counters(), sent_again)
+}
+
+#[test]
+fn messages_cross_shared_logs_in_order_over_several_terms() {
+    let (received, counters, _) = transfer(3_000, |_| false);
+    assert_eq!(received, (0..3_000).collect::<Vec<u32>>());
+    assert_eq!(counters.loss_gaps, 0);
+}
+
+#[test]
+fn lost_datagrams_are_repaired_into_the_shared_image_log() {
+    let (received, counters, retransmits) = transfer(3_000, |n| n % 7 == 3);
+    assert_eq!(received, (0..3_000).collect::<Vec<u32>>());
+    assert!(counters.loss_gaps > 0, "{counters:?}");
+    assert!(counters.naks_sent > 0 && retransmits > 0, "{counters:?}");
+    assert_eq!(counters.unrecoverable_gaps, 0);
+}
+
+#[test]
+fn a_subscriber_that_stops_reading_stops_the_window() {
+    // The subscriber never reports progress: the image refuses data beyond half a term of its
+    // position (an overrun), so the shared log is never overwritten under a reader.
+    let image_log = SharedLog::anonymous(&params(9)).unwrap();
+    let mut image = Image::with_log(ImageConfig::new(identity(), 0, 77), image_log, ms(0));
+    image.add_consumer(1);
+    let source = SharedLog::anonymous(&params(9)).unwrap();
+    let payload = [7u8; 1000];
+    let mut tail = 0;
+    while tail < i64::from(TERM) {
+        let Offer::Appended(next) = source.offer(&payload, 0, i64::MAX).unwrap() else { break };
+        {
+            let offset = identity().term_offset(tail) as usize;
+            let length = (next - tail) as usize;
+            let mut datagram = Vec::new();
+            source.term(0).unwrap().read_into(offset, length, &mut datagram).unwrap();
+            let result = image.on_data(&datagram, ms(1));
+            if next > i64::from(TERM / 2) {
+                assert_eq!(result, Err(DataRejection::Overrun));
+            } else {
+                assert_eq!(result, Ok(()));
+            }
+            tail = next;
+        }
+    }
+    assert!(tail > i64::from(TERM / 2), "the test sent beyond the window");
+    image.set_consumer_position(1, i64::from(TERM) * 5);
+    assert!(image.min_consumer() <= image.rebuild_position(), "a position beyond the rebuild is clamped");
+}
+
+#[test]
+fn the_image_log_finds_gaps_and_completion_where_frames_are_missing() {
+    // 40 frames of 160 bytes (100-byte payloads); every fifth from the third never arrives.
+    const FRAME: i64 = 160;
+    let source = SharedLog::anonymous(&params(9)).unwrap();
+    let mut frames = Vec::new();
+    for index in 0..40u8 {
+        let Offer::Appended(next) = source.offer(&[index; 100], 0, i64::MAX).unwrap() else { panic!() };
+        let mut frame = Vec::new();
+        source.term(0).unwrap().read_into((next - FRAME) as usize, FRAME as usize, &mut frame).unwrap();
+        frames.push((next - FRAME, frame));
+    }
+    let tail = 40 * FRAME;
+    let mut shared = SharedLog::anonymous(&params(9)).unwrap();
+    let mut arrived = [false; 40];
+    // What the log must report given which frames arrived: complete up to the first missing
+    // frame, the gap the run of missing frames from there.
+    let expected = |arrived: &[bool; 40]| {
+        let first = arrived.iter().position(|a| !a).unwrap_or(40);
+        let run = arrived[first..].iter().take_while(|a| !**a).count();
+        let complete = first as i64 * FRAME;
+        (complete, (run > 0).then_some((complete, run * FRAME as usize)))
+    };
+    for (index, (position, frame)) in frames.iter().enumerate() {
+        if index % 5 == 2 {
+            continue;
+        }
+        ReceiverLog::insert(&mut shared, *position, frame);
+        arrived[index] = true;
+        let (complete, gap) = expected(&arrived);
+        assert_eq!(ReceiverLog::scan_complete(&shared, 0, tail), complete, "after frame {index}");
+        assert_eq!(ReceiverLog::find_gap(&shared, 0, tail), gap, "after frame {index}");
+    }
+    let (gap, length) = ReceiverLog::find_gap(&shared, 0, tail).unwrap();
+    assert_eq!((gap, length), (2 * FRAME, FRAME as usize));
+    ReceiverLog::fill_gap(&mut shared, gap, length);
+    assert_eq!(ReceiverLog::scan_complete(&shared, 0, tail), 7 * FRAME, "the padded gap is passed over");
+    // A reader in this process gets the frames before the gap, passes the padding and stops at
+    // the next gap.
+    let mut payloads = Vec::new();
+    let end = ReceiverLog::read_frames(&shared, 0, usize::MAX, &mut |header, payload, end| {
+        assert_eq!(identity().position(header.term_id, header.term_offset) + FRAME, end);
+        assert_eq!((header.session_id, header.stream_id, header.frame_length), (9, 10, 132));
+        payloads.push(payload[0]);
+    });
+    assert_eq!((payloads, end), (vec![0, 1, 3, 4, 5, 6], 7 * FRAME));
+    ReceiverLog::clean_term(&mut shared, 0);
+    assert_eq!(ReceiverLog::scan_complete(&shared, 0, tail), 0);
+}
