@@ -262,7 +262,11 @@ fn with_a_router_secret_members_are_heard_and_a_peer_with_another_secret_is_refu
     let seen = until(subscriber.peer(), |d| d.flags == FLAG_IMAGE);
     assert_eq!(seen.last().unwrap().payload, b"image-1");
     assert_eq!(subscriber.peer().counters().auth.total(), 0);
-    assert_eq!(router.status().subjects, 1);
+    // The status is the snapshot the router thread refreshes: wait for the one after the image.
+    while router.status().subjects != 1 {
+        assert!(start.elapsed() < DEADLINE * 2, "the subject never showed in {:?}", router.status());
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // Straight to the subscriber's inbox, bypassing the router: DATA claiming the router's id,
     // unsealed and sealed with another secret, is refused by the subscriber and counted.
     let forger_client = client();
