@@ -32,6 +32,11 @@ sources is then sealed and verified, and what is not authentic is counted and dr
 owned by the user, mode 0600. Without a secret the router says at start that it is
 UNAUTHENTICATED.
 
+``--bootstrap-listen HOST:PORT`` (with ``--registry DIR``, else the default registry): the router
+also answers BOOTSTRAP requests there for every group of that registry, with the group's
+definition and the members it hears, so a group member's ``bootstrap=`` list may name the router
+(``docs/groups.md``, "Across hosts: bootstrap"; the same options as ``affinity driver``'s).
+
 Exit status: 0 after a clean stop, 1 when the configuration has errors, 2 when the file cannot
 be read or the router cannot start.
 """
@@ -135,6 +140,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="router secret (hex, owner-only); else $AFFINITY_ROUTER_SECRET or $AFFINITY_ROUTER_SECRET_FILE; "
         "none: unauthenticated",
     )
+    for name, value, option_help in _affinity.BOOTSTRAP_RESPONDER_OPTIONS:
+        parser.add_argument(f"--{name}", metavar=value, help=option_help)
     parser.add_argument(
         "--status",
         metavar="CHANNEL",
@@ -176,6 +183,9 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(problem, file=sys.stderr)
         return EXIT_ERRORS
+    if args.registry is not None and args.bootstrap_listen is None:
+        print("affinity router: --registry needs --bootstrap-listen", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     stop = threading.Event()
@@ -210,6 +220,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"affinity router: {UNAUTHENTICATED_LINE}", file=sys.stderr)
     else:
         print(f"affinity router: authenticated (secret from {router.secret_source})", file=sys.stderr)
+    responder = None
+    if args.bootstrap_listen is not None:
+        try:
+            responder = _affinity.BootstrapResponderCore(client, args.bootstrap_listen, args.registry)
+        except AffinityError as exc:
+            print(f"affinity router: {exc}", file=sys.stderr)
+            router.close()
+            client.close()
+            return EXIT_UNAVAILABLE
+        groups = responder.counters()["groups"]
+        print(f"affinity router: answering BOOTSTRAP at {responder.endpoint} for {groups} group(s)", file=sys.stderr)
     reporter = None
     if args.status is not None:
         from affinity.web.router_report import RouterReporter
@@ -218,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
             reporter = RouterReporter(client, router, args.status, args.listen)
         except AffinityError as exc:
             print(f"affinity router: cannot publish status on {args.status}: {exc}", file=sys.stderr)
+            if responder is not None:
+                responder.close()
             router.close()
             client.close()
             return EXIT_UNAVAILABLE
@@ -235,6 +258,8 @@ def run(args: argparse.Namespace) -> int:
             )
         except AffinityError as exc:
             print(f"affinity router: node {args.node}: {exc}", file=sys.stderr)
+            if responder is not None:
+                responder.close()
             router.close()
             client.close()
             return EXIT_UNAVAILABLE
@@ -249,6 +274,8 @@ def run(args: argparse.Namespace) -> int:
             node.close()
         if reporter is not None:
             reporter.close()
+        if responder is not None:
+            responder.close()
         router.close()
         client.close()
     return EXIT_OK
