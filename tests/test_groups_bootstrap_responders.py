@@ -14,6 +14,7 @@ network-namespace hosts where the bootstrap address is a driver on the other hos
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -162,9 +163,11 @@ def test_a_list_nobody_answers_for_the_group_fails_naming_the_addresses_and_the_
     # The driver answers, but for another group; the second address has nobody at all.
     registry = tmp_path / "driver-registry"
     create(registry, "payments", qc=2, secret=False)
+    broken = registry / "groups" / "broken.json"
+    broken.write_text("{not json")  # named once on the driver's stderr, not answered for
     roles.registry.mkdir(mode=0o700)
     seed, nobody = f"127.0.0.1:{free_udp_port()}", f"127.0.0.1:{free_udp_port()}"
-    start_driver(roles, tmp_path, seed, registry)
+    driver = start_driver(roles, tmp_path, seed, registry)
     started = time.monotonic()
     args = ["publish", "orders", "--count", "1", "--bootstrap", f"{seed},{nobody}", "--bootstrap-timeout", "2s"]
     result = run_group(roles.registry, *args, *TIMINGS)
@@ -174,6 +177,10 @@ def test_a_list_nobody_answers_for_the_group_fails_naming_the_addresses_and_the_
     assert "no bootstrap member answered within 2.0 s" in result.stderr, result.stderr
     assert seed in result.stderr and nobody in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+    assert driver.stop() == 0
+    stderr = driver.process.stderr.read() if driver.process.stderr is not None else ""
+    problem = f'bootstrap responder: group "broken" not answered for: {broken}: not valid JSON'
+    assert stderr.count(problem) == 1, stderr
 
 
 def test_an_asker_without_the_group_secret_is_never_answered(tmp_path: Path) -> None:
@@ -210,6 +217,15 @@ def test_bad_responder_options_are_named() -> None:
         ]:
             with pytest.raises(ConfigError, match=expected):
                 _affinity.BootstrapResponderCore(client, listen, registry)
+    for command in (["driver"], ["router", "--config", str(ROUTER_CONFIG)]):
+        result = subprocess.run(
+            [sys.executable, "-m", "affinity.cli", *command, "--registry", "/tmp"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 2 and "--registry needs --bootstrap-listen" in result.stderr, result.stderr
     names = [name for name, _, _ in _affinity.BOOTSTRAP_RESPONDER_OPTIONS]
     assert names == ["bootstrap-listen", "registry"]
     for name in names:
