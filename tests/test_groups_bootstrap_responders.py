@@ -214,6 +214,8 @@ def test_bad_responder_options_are_named() -> None:
             ("0.0.0.0:4000", None, "wildcard"),
             ("127.0.0.1:0", None, "port 0"),
             ("127.0.0.1:4000", "/nonexistent/registry", "not a directory"),
+            (None, "/tmp", "--registry needs --bootstrap-listen"),
+            (None, None, "--bootstrap-listen is needed"),
         ]:
             with pytest.raises(ConfigError, match=expected):
                 _affinity.BootstrapResponderCore(client, listen, registry)

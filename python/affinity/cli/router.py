@@ -183,9 +183,6 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(problem, file=sys.stderr)
         return EXIT_ERRORS
-    if args.registry is not None and args.bootstrap_listen is None:
-        print("affinity router: --registry needs --bootstrap-listen", file=sys.stderr)
-        return EXIT_UNAVAILABLE
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     stop = threading.Event()
@@ -221,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"affinity router: authenticated (secret from {router.secret_source})", file=sys.stderr)
     responder = None
-    if args.bootstrap_listen is not None:
+    if args.bootstrap_listen is not None or args.registry is not None:
         try:
             responder = _affinity.BootstrapResponderCore(client, args.bootstrap_listen, args.registry)
         except AffinityError as exc:

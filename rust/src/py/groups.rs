@@ -883,7 +883,8 @@ impl GroupObserverCore {
 }
 
 /// A bootstrap responder that is no member (`affinity router --bootstrap-listen`): answers
-/// BOOTSTRAP for the groups of a registry on its own thread over `client`.
+/// BOOTSTRAP for the groups of a registry on its own thread over `client`. `listen` and
+/// `registry` are the values of the two options (`None`: not given).
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct BootstrapResponderCore {
     inner: std::sync::Mutex<runtime::responder::BootstrapResponder>,
@@ -896,13 +897,16 @@ impl BootstrapResponderCore {
     fn new(
         py: Python<'_>,
         client: &Bound<'_, PyAny>,
-        listen: &Bound<'_, PyAny>,
+        listen: Option<&Bound<'_, PyAny>>,
         registry: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let client = Client::argument(client)?;
-        let listen = str_argument("listen", listen)?;
+        let listen = optional_str("listen", listen)?;
         let registry = optional_str("registry", registry)?;
-        let options = runtime::responder::ResponderOptions::new(listen, registry).map_err(config_error)?;
+        // The command lines' own check: `--registry` alone is refused with their message.
+        let options = runtime::responder::ResponderOptions::from_values(listen, registry)
+            .map_err(config_error)?
+            .ok_or_else(|| config_error(format!("{} is needed", runtime::responder::BOOTSTRAP_LISTEN.flag())))?;
         let client = client.get().shared()?;
         let inner =
             py.detach(|| runtime::responder::BootstrapResponder::start(client, &options)).map_err(group_error)?;

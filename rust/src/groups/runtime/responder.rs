@@ -109,6 +109,19 @@ impl ResponderOptions {
     }
 }
 
+impl ResponderOptions {
+    /// The options given as values of [`RESPONDER_OPTIONS`] (`None`: not given), as every
+    /// command line takes them: `None` without `--bootstrap-listen`; `--registry` alone is
+    /// refused.
+    pub fn from_values(listen: Option<&str>, registry: Option<&str>) -> Result<Option<ResponderOptions>, String> {
+        match (listen, registry) {
+            (Some(listen), registry) => ResponderOptions::new(listen, registry).map(Some),
+            (None, Some(_)) => Err(format!("{} needs {}", REGISTRY.flag(), BOOTSTRAP_LISTEN.flag())),
+            (None, None) => Ok(None),
+        }
+    }
+}
+
 /// Takes the responder's options out of a command line (`--NAME VALUE` or `--NAME=VALUE`,
 /// dashes or underscores, as the driver's options), returning them and the other arguments.
 /// `Ok((None, _))` without `--bootstrap-listen`; `--registry` alone is refused.
@@ -132,11 +145,7 @@ pub fn take_options(args: &[String]) -> Result<(Option<ResponderOptions>, Vec<St
         }
     }
     let [listen, registry] = values;
-    match (listen, registry) {
-        (Some(listen), registry) => Ok((Some(ResponderOptions::new(&listen, registry.as_deref())?), rest)),
-        (None, Some(_)) => Err(format!("{} needs {}", REGISTRY.flag(), BOOTSTRAP_LISTEN.flag())),
-        (None, None) => Ok((None, rest)),
-    }
+    Ok((ResponderOptions::from_values(listen.as_deref(), registry.as_deref())?, rest))
 }
 
 /// The usage lines of the responder's options (appended to the driver's usage).
