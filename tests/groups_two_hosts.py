@@ -11,7 +11,12 @@ With ``bootstrap`` the hosts share no registry: host 3 holds the definition in t
 AFFINITY_REGISTRY names, its consumers listen at fixed addresses (``--listen``), and the publisher
 on host 2 has an empty registry of its own and finds the group only through ``--bootstrap``.
 
-    usage: groups_two_hosts.py WORKDIR [bootstrap]      (AFFINITY_REGISTRY names the registry)
+With ``driver`` only a standalone ``affinity driver`` on host 3 reads that registry: it answers
+BOOTSTRAP at :data:`DRIVER_BOOTSTRAP` (``--bootstrap-listen``, its log in ``WORKDIR/driver.log``),
+and the consumers (OS-chosen inboxes) and the publisher on host 2 have empty registries of their
+own and name only that driver in ``--bootstrap``.
+
+    usage: groups_two_hosts.py WORKDIR [bootstrap|driver]   (AFFINITY_REGISTRY names the registry)
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ AFFINITY = [sys.executable, "-m", "affinity.cli", "group"]
 TIMINGS = ["--liveness", "1s", "--heartbeat", "100ms"]
 #: The consumers' fixed inboxes in bootstrap mode (host 3).
 CONSUMER_INBOXES = ["10.9.0.3:41001", "10.9.0.3:41002"]
+#: Where host 3's driver answers BOOTSTRAP in driver mode.
+DRIVER_BOOTSTRAP = "10.9.0.3:41000"
 
 
 def sh(command: str) -> None:
@@ -81,20 +88,36 @@ def _last_ownership(log: Path) -> str:
 def main() -> int:
     workdir = Path(sys.argv[1])
     bootstrap = sys.argv[2:] == ["bootstrap"]
+    driver = sys.argv[2:] == ["driver"]
     registry = Path(os.environ["AFFINITY_REGISTRY"])
-    seeds = ",".join(CONSUMER_INBOXES)
+    seeds = DRIVER_BOOTSTRAP if driver else ",".join(CONSUMER_INBOXES)
+    secret = registry / "groups" / f"{GROUP}.secret"
+    # The group secret travels out of band, as it would between hosts.
+    secret_args = ["--secret-file", str(secret)] if secret.exists() else []
     sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.9.0.1/24 dev br0 && ip link set br0 up")
     validate = [*AFFINITY, "validate", GROUP, "--channel", CHANNEL, "--idle-exit", "3", "--duration", "90"]
     validate += ["--expect-keys", str(KEYS), "--json", "--quiet"]
-    script = [f"{shlex.join(validate)} > {shlex.quote(str(workdir / 'validator.json'))} & v=$!"]
+    script = []
+    if driver:
+        empty = workdir / "consumer-registry"
+        empty.mkdir(mode=0o700)
+        start = [sys.executable, "-m", "affinity.cli", "driver", "--dir", str(workdir / "driver")]
+        start += ["--bootstrap-listen", DRIVER_BOOTSTRAP, "--registry", str(registry)]
+        log = shlex.quote(str(workdir / "driver.log"))
+        script.append(f"{shlex.join(start)} > {log} 2>&1 & d=$!")
+        script.append(f"for i in $(seq 600); do grep -q 'answering BOOTSTRAP' {log} && break; sleep 0.1; done")
+    script.append(f"{shlex.join(validate)} > {shlex.quote(str(workdir / 'validator.json'))} & v=$!")
     for index in range(2):
         consume = [*AFFINITY, "consume", GROUP, "--index", str(index), "--count", "2", "--republish", CHANNEL]
         consume += ["--host", "10.9.0.3", "--cycle", "2", *TIMINGS]
         if bootstrap:
             consume += ["--listen", CONSUMER_INBOXES[index], "--bootstrap", seeds]
+        if driver:
+            consume += ["--registry", str(workdir / "consumer-registry"), "--bootstrap", seeds, *secret_args]
         log = shlex.quote(str(workdir / f"consumer{index}.log"))
         script.append(f"{shlex.join(consume)} > {log} 2>&1 & c{index}=$!")
-    script.append('wait $v; rc=$?; kill -TERM $c0 $c1; wait $c0 $c1; exit "$rc"')
+    stop_driver = "; kill -TERM $d; wait $d" if driver else ""
+    script.append(f'wait $v; rc=$?; kill -TERM $c0 $c1; wait $c0 $c1{stop_driver}; exit "$rc"')
     consumers = spawn_host(3, ["bash", "-c", "; ".join(script)])
     # Wait for the steady state: each consumer owns its primaries (queue % 2 == index).
     primaries = {index: f"consumer {index} owns queues [{index}, {index + 2}]" for index in range(2)}
@@ -106,14 +129,11 @@ def main() -> int:
     print("MEMBERS", json.dumps(member_files(registry)), flush=True)
     publish = [*AFFINITY, "publish", GROUP, "--keys", str(KEYS), "--rate", "1000", "--count", str(COUNT)]
     publish += ["--host", "10.9.0.2", "--json", *TIMINGS]
-    if bootstrap:
+    if bootstrap or driver:
         # A registry of its own, without the group: the definition comes from host 3.
         own = workdir / "publisher-registry"
         own.mkdir(mode=0o700)
-        publish = ["env", f"AFFINITY_REGISTRY={own}", *publish, "--bootstrap", seeds]
-        secret = registry / "groups" / f"{GROUP}.secret"
-        if secret.exists():  # the group secret travels out of band, as it would between hosts
-            publish += ["--secret-file", str(secret)]
+        publish = ["env", f"AFFINITY_REGISTRY={own}", *publish, "--bootstrap", seeds, *secret_args]
     publisher = spawn_host(2, publish)
     out, _ = publisher.communicate(timeout=120)
     lines = out.strip().splitlines()

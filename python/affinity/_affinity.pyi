@@ -22,6 +22,7 @@ __version__: str
 __all__ = [
     "ADMIN_ACTION",
     "BACK_PRESSURED",
+    "BOOTSTRAP_RESPONDER_OPTIONS",
     "BUILTIN_POLICIES",
     "CLOSED",
     "CLUSTER_CONNECTION_STATES",
@@ -63,6 +64,7 @@ __all__ = [
     "SUBJECT_KIND_DATA",
     "SUBJECT_KIND_DISCARD",
     "SUBJECT_KIND_REQUEST",
+    "BootstrapResponderCore",
     "Client",
     "ConsumerCounters",
     "ConsumerStatus",
@@ -802,6 +804,8 @@ class RoutingEventInfo:
 
 GROUP_CONTROL_STREAM_ID: Final[int]
 GROUP_DATA_STREAM_ID: Final[int]
+#: The bootstrap responder's options of ``affinity driver`` and ``affinity router``: (name, value, help).
+BOOTSTRAP_RESPONDER_OPTIONS: Final[list[tuple[str, str, str]]]
 
 def group_bucket(key: bytes | str, hash_count: int) -> int: ...
 def group_queue(key: bytes | str, hash_count: int, queue_count: int) -> int: ...
@@ -1142,6 +1146,16 @@ class GroupObserverCore:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+@final
+class BootstrapResponderCore:
+    """Answers BOOTSTRAP for the groups of a registry; no member of them."""
+
+    def __new__(cls, client: Client, listen: str | None, registry: str | None = None) -> BootstrapResponderCore: ...
+    @property
+    def endpoint(self) -> str: ...
+    def counters(self) -> dict[str, int]: ...
+    def close(self) -> None: ...
 
 # ---- end groups --------------------------------------------------------------------------------
 

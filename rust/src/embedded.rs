@@ -25,6 +25,7 @@ use crate::client::attached::{AttachedClient, DutyCycle, InProcessDriver, OnClos
 use crate::driver::agent::{MediaDriver, CLOSE_DRAIN};
 use crate::driver::{DriverContext, Threading};
 use crate::error::Error;
+use crate::groups::runtime::responder;
 use crate::safe_fs;
 use crate::shm::cnc::{field as cnc_field, CNC_FILE, CNC_MAGIC};
 use crate::shm::directory::{self, process_exists, DIR_MODE};
@@ -216,6 +217,55 @@ fn invoker(driver: MediaDriver, command_timeout: Duration) -> InProcessDriver {
         command_timeout,
         yields_when_idle: false,
     }
+}
+
+/// Why `affinity driver` did not run ([`run_driver_command`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriverCommandError {
+    /// A bad option (or `--help`: the usage): exit status 2.
+    Usage(String),
+    /// The driver or its bootstrap responder could not start: exit status 1.
+    Failed(String),
+}
+
+/// The usage of `affinity driver` / `affinity-driver`: the driver's settings, then the options
+/// of the bootstrap responder it may run beside.
+pub fn driver_command_usage() -> String {
+    format!("{}\n{}", crate::driver::standalone::usage(), responder::usage())
+}
+
+/// `affinity driver ARGS` / `affinity-driver ARGS`: the standalone driver in the foreground and,
+/// with `--bootstrap-listen`, a bootstrap responder ([`responder::BootstrapResponder`]) on a
+/// client attached to it through its directory (a thread of this process, over the client
+/// API; `driver/` never sees it). Composed here, the one place that imports both sides: the
+/// responder's options are taken out first ([`responder::take_options`]), the rest are the
+/// driver's settings.
+pub fn run_driver_command(
+    args: &[String],
+    stop: Option<&std::sync::atomic::AtomicBool>,
+) -> std::result::Result<(), DriverCommandError> {
+    use crate::driver::standalone;
+    if args.iter().any(|arg| arg == "-h" || arg == "--help") {
+        return Err(DriverCommandError::Usage(driver_command_usage()));
+    }
+    let (options, rest) = responder::take_options(args).map_err(DriverCommandError::Usage)?;
+    let context = standalone::parse_args(&rest).map_err(DriverCommandError::Usage)?;
+    let start = |dir: &Path| -> std::result::Result<standalone::Companion, String> {
+        let Some(options) = options else { return Ok(Box::new(())) };
+        let failed = |e: &dyn std::fmt::Display| format!("bootstrap responder at {}: {e}", options.listen);
+        let client = crate::client::ClientHandle::attach(dir, directory::COMMAND_TIMEOUT).map_err(|e| failed(&e))?;
+        let started = responder::BootstrapResponder::start(Arc::new(client), &options).map_err(|e| failed(&e))?;
+        println!(
+            "affinity driver: answering BOOTSTRAP at {} for the {} group(s) of {}",
+            options.listen,
+            started.counters().groups,
+            options.registry.display()
+        );
+        use std::io::Write as _;
+        let _ = std::io::stdout().flush();
+        Ok(Box::new(started))
+    };
+    standalone::run_with(context, stop, start).map_err(DriverCommandError::Failed)
 }
 
 #[cfg(test)]

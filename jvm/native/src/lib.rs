@@ -11,8 +11,6 @@
 //! exception: `affinity.spark.SparkOptionException` for what the user configured wrong,
 //! `affinity.spark.AffinitySinkException` for what happened while sending.
 
-pub mod registry;
-
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -22,6 +20,7 @@ use std::time::{Duration, Instant};
 use affinity::client::ClientHandle;
 use affinity::embedded::{self, EmbeddedConfig};
 use affinity::groups::publisher::Refusal;
+use affinity::groups::registry;
 use affinity::groups::runtime::{GroupPublisher, MemberOptions};
 use affinity::groups::{queue_of, GroupConfig, GroupError, DEFAULT_RESEND_TIMEOUT};
 use affinity::shm::directory;

@@ -7,6 +7,11 @@ exits 0. A second driver on a directory whose driver is alive refuses (exit 1) a
 pid; a stale directory is taken over. ``affinity driver --help`` lists the driver's options (the
 same as the ``affinity-driver`` executable's).
 
+``--bootstrap-listen HOST:PORT`` (with ``--registry DIR``): the driver also answers BOOTSTRAP there
+for every group of that registry, so a group member's ``bootstrap=`` list may name this driver
+(``docs/groups.md``, "A driver or a router in the bootstrap list"); the answers stop with the
+driver, the groups that joined through it do not.
+
 Exit status: 0 after a clean shutdown, 1 when the driver cannot start, 2 on a bad option.
 """
 

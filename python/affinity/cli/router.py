@@ -41,6 +41,11 @@ sources is then sealed and verified, and what is not authentic is counted and dr
 owned by the user, mode 0600. Without a secret the router says at start that it is
 UNAUTHENTICATED.
 
+``--bootstrap-listen HOST:PORT`` (with ``--registry DIR``, else the default registry): the router
+also answers BOOTSTRAP requests there for every group of that registry, with the group's
+definition and the members it hears, so a group member's ``bootstrap=`` list may name the router
+(``docs/groups.md``, "Across hosts: bootstrap"; the same options as ``affinity driver``'s).
+
 Exit status: 0 after a clean stop, 1 when the configuration has errors, 2 when the file cannot
 be read or the router cannot start.
 """
@@ -155,6 +160,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="router secret (hex, owner-only); else $AFFINITY_ROUTER_SECRET or $AFFINITY_ROUTER_SECRET_FILE; "
         "none: unauthenticated",
     )
+    for name, value, option_help in _affinity.BOOTSTRAP_RESPONDER_OPTIONS:
+        parser.add_argument(f"--{name}", metavar=value, help=option_help)
     parser.add_argument(
         "--status",
         metavar="CHANNEL",
@@ -298,6 +305,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"affinity router: {UNAUTHENTICATED_LINE}", file=sys.stderr)
     else:
         print(f"affinity router: authenticated (secret from {router.secret_source})", file=sys.stderr)
+    responder = None
+    if args.bootstrap_listen is not None or args.registry is not None:
+        try:
+            responder = _affinity.BootstrapResponderCore(client, args.bootstrap_listen, args.registry)
+        except AffinityError as exc:
+            print(f"affinity router: {exc}", file=sys.stderr)
+            router.close()
+            client.close()
+            return EXIT_UNAVAILABLE
+        groups = responder.counters()["groups"]
+        print(f"affinity router: answering BOOTSTRAP at {responder.endpoint} for {groups} group(s)", file=sys.stderr)
     reporter = None
     if args.status is not None:
         from affinity.web.router_report import RouterReporter
@@ -306,6 +324,8 @@ def run(args: argparse.Namespace) -> int:
             reporter = RouterReporter(client, router, args.status, args.listen)
         except AffinityError as exc:
             print(f"affinity router: cannot publish status on {args.status}: {exc}", file=sys.stderr)
+            if responder is not None:
+                responder.close()
             router.close()
             client.close()
             return EXIT_UNAVAILABLE
@@ -336,6 +356,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"affinity router: node {args.node}: {exc}", file=sys.stderr)
             if node is not None:
                 node.close()
+            if responder is not None:
+                responder.close()
             router.close()
             client.close()
             return EXIT_UNAVAILABLE
@@ -352,6 +374,8 @@ def run(args: argparse.Namespace) -> int:
             node.close()
         if reporter is not None:
             reporter.close()
+        if responder is not None:
+            responder.close()
         router.close()
         client.close()
     return EXIT_OK

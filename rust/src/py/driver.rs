@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use super::args::{path_argument, strings_argument};
 use super::errors::{ConfigError, DriverError};
 use super::records::record;
-use crate::driver::standalone;
+use crate::embedded::{driver_command_usage, run_driver_command, DriverCommandError};
 use crate::shm::counters::CounterInfo;
 use crate::shm::error_log::ErrorRecord;
 use crate::shm::{directory, stat};
@@ -15,8 +15,11 @@ use crate::shm::{directory, stat};
 #[pyfunction]
 fn run_driver(py: Python<'_>, argv: &Bound<'_, PyAny>) -> PyResult<()> {
     let argv = strings_argument("argv", argv)?;
-    let context = standalone::parse_args(&argv).map_err(ConfigError::new_err)?;
-    py.detach(|| standalone::run(context, None)).map_err(DriverError::new_err)
+    match py.detach(|| run_driver_command(&argv, None)) {
+        Ok(()) => Ok(()),
+        Err(DriverCommandError::Usage(message)) => Err(ConfigError::new_err(message)),
+        Err(DriverCommandError::Failed(message)) => Err(DriverError::new_err(message)),
+    }
 }
 
 /// The driver directory used when none is given (`$AFFINITY_DIR`, else per user in /dev/shm).
@@ -141,6 +144,6 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<DriverStatInfo>()?;
     module.add_class::<CounterValueInfo>()?;
     module.add_class::<DriverErrorInfo>()?;
-    module.add("DRIVER_USAGE", standalone::usage())?;
+    module.add("DRIVER_USAGE", driver_command_usage())?;
     Ok(())
 }

@@ -1006,6 +1006,74 @@ impl GroupObserverCore {
     }
 }
 
+/// A bootstrap responder that is no member (`affinity router --bootstrap-listen`): answers
+/// BOOTSTRAP for the groups of a registry on its own thread over `client`. `listen` and
+/// `registry` are the values of the two options (`None`: not given).
+#[pyclass(module = "affinity._affinity", frozen)]
+pub struct BootstrapResponderCore {
+    inner: std::sync::Mutex<runtime::responder::BootstrapResponder>,
+}
+
+#[pymethods]
+impl BootstrapResponderCore {
+    #[new]
+    #[pyo3(signature = (client, listen, registry=None))]
+    fn new(
+        py: Python<'_>,
+        client: &Bound<'_, PyAny>,
+        listen: Option<&Bound<'_, PyAny>>,
+        registry: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let client = Client::argument(client)?;
+        let listen = optional_str("listen", listen)?;
+        let registry = optional_str("registry", registry)?;
+        // The command lines' own check: `--registry` alone is refused with their message.
+        let options = runtime::responder::ResponderOptions::from_values(listen, registry)
+            .map_err(config_error)?
+            .ok_or_else(|| config_error(format!("{} is needed", runtime::responder::BOOTSTRAP_LISTEN.flag())))?;
+        let client = client.get().shared()?;
+        let inner =
+            py.detach(|| runtime::responder::BootstrapResponder::start(client, &options)).map_err(group_error)?;
+        Ok(BootstrapResponderCore { inner: std::sync::Mutex::new(inner) })
+    }
+
+    /// The address it answers at (`ip:port`).
+    #[getter]
+    fn endpoint(&self) -> String {
+        affinity_client::sync::lock(&self.inner).endpoint().to_string()
+    }
+
+    /// What it did so far, by name (groups, answered, heartbeats, unknown_group, malformed,
+    /// auth_refused, dropped).
+    fn counters(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        let runtime::responder::ResponderCounters {
+            groups,
+            answered,
+            heartbeats,
+            unknown_group,
+            malformed,
+            auth_refused,
+            dropped,
+        } = affinity_client::sync::lock(&self.inner).counters();
+        [
+            ("groups", groups),
+            ("answered", answered),
+            ("heartbeats", heartbeats),
+            ("unknown_group", unknown_group),
+            ("malformed", malformed),
+            ("auth_refused", auth_refused),
+            ("dropped", dropped),
+        ]
+        .into_iter()
+        .collect()
+    }
+
+    /// Stops answering (idempotent).
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| affinity_client::sync::lock(&self.inner).close());
+    }
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(group_bucket, module)?)?;
     module.add_function(wrap_pyfunction!(group_queue, module)?)?;
@@ -1014,6 +1082,10 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<GroupPublisherCore>()?;
     module.add_class::<GroupConsumerCore>()?;
     module.add_class::<GroupObserverCore>()?;
+    module.add_class::<BootstrapResponderCore>()?;
+    let options: Vec<(&str, &str, &str)> =
+        runtime::responder::RESPONDER_OPTIONS.iter().map(|option| (option.name, option.value, option.help)).collect();
+    module.add("BOOTSTRAP_RESPONDER_OPTIONS", options)?;
     module.add_class::<GroupMessage>()?;
     module.add_class::<PublisherStatus>()?;
     module.add_class::<QueueSendStatus>()?;

@@ -100,6 +100,21 @@ fn install_signal_handlers() -> Result<(), String> {
 /// down cleanly (end of stream to subscribers, files removed, and the directory too when nothing
 /// else is left in it). Prints one line when ready.
 pub fn run(context: DriverContext, stop: Option<&std::sync::atomic::AtomicBool>) -> Result<(), String> {
+    run_with(context, stop, |_| Ok(Box::new(())))
+}
+
+/// What a binary runs beside the driver ([`run_with`]): dropped before the driver closes.
+pub type Companion = Box<dyn std::any::Any>;
+
+/// [`run`], with `companion` started once the driver is ready (given its directory) and dropped
+/// before the driver closes: how a binary composes the driver with something over the client
+/// API (the bootstrap responder, `embedded::run_driver_command`) without this module knowing it.
+/// A companion that fails to start stops the driver and is the error.
+pub fn run_with(
+    context: DriverContext,
+    stop: Option<&std::sync::atomic::AtomicBool>,
+    companion: impl FnOnce(&std::path::Path) -> Result<Companion, String>,
+) -> Result<(), String> {
     use crate::driver::agent::MediaDriver;
     install_signal_handlers()?;
     STOP.store(false, std::sync::atomic::Ordering::Relaxed);
@@ -110,6 +125,15 @@ pub fn run(context: DriverContext, stop: Option<&std::sync::atomic::AtomicBool>)
     println!("affinity driver: pid {} ready in {}", std::process::id(), driver.dir().display());
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
+    let companion = match companion(driver.dir()) {
+        Ok(companion) => companion,
+        Err(message) => {
+            let dir = driver.dir().to_path_buf();
+            let _ = driver.close();
+            crate::shm::directory::remove_if_empty(&dir);
+            return Err(message);
+        }
+    };
     let stopping = || {
         STOP.load(std::sync::atomic::Ordering::Relaxed)
             || stop.is_some_and(|s| s.load(std::sync::atomic::Ordering::Relaxed))
@@ -117,6 +141,7 @@ pub fn run(context: DriverContext, stop: Option<&std::sync::atomic::AtomicBool>)
     while !stopping() {
         std::thread::sleep(Duration::from_millis(20));
     }
+    drop(companion);
     let dir = driver.dir().to_path_buf();
     driver.close().map_err(|e| e.to_string())?;
     let removed = if crate::shm::directory::remove_if_empty(&dir) { " and removed" } else { "" };

@@ -17,6 +17,7 @@ pub mod bootstrap;
 pub mod consumer;
 pub mod discovery;
 pub mod publisher;
+pub mod registry;
 pub mod runtime;
 
 #[cfg(test)]

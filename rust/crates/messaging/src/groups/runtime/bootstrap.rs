@@ -1,6 +1,8 @@
 //! The bootstrap exchange over the client API: [`fetch`] asks the listed addresses (the asking
-//! side, for a member about to join), [`Replies`] sends a member's answers (the answering side,
-//! run by every member's background thread). The decisions are the sans-IO
+//! side, for a member about to join); [`answer_message`] turns one received BOOTSTRAP into the
+//! sealed answer and [`Replies`] sends it (the answering side, run by every member's background
+//! thread and by the [`super::responder`] of `affinity driver` and `affinity router`: one code
+//! path, so both treat a group secret alike). The decisions are the sans-IO
 //! [`crate::groups::bootstrap`]'s.
 
 use std::net::SocketAddr;
@@ -8,10 +10,12 @@ use std::time::Duration;
 
 use super::MemberOptions;
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication};
-use crate::control::bootstrap::{bootstrap_namespace, BootstrapReply, BOOTSTRAP_AUTH_STREAM};
+use crate::control::bootstrap::{
+    bootstrap_namespace, BootstrapMember, BootstrapReply, BootstrapRequest, BOOTSTRAP_AUTH_STREAM,
+};
 use crate::control::member::{self, new_member_id, InboxAddress, CONTROL_TERM_LENGTH};
-use crate::control::{GroupSecret, StreamAuth, CONTROL_STREAM_ID};
-use crate::groups::bootstrap::{BootstrapClient, Learned};
+use crate::control::{GroupSecret, MemberView, StreamAuth, CONTROL_STREAM_ID};
+use crate::groups::bootstrap::{answer, BootstrapClient, Learned};
 use crate::groups::{GroupConfig, GroupError};
 use crate::time::MonotonicClock;
 
@@ -97,6 +101,45 @@ pub fn fetch(
         true => error,
         false => GroupError::Definition(format!("{error}; publications not created: {}", failures.join("; "))),
     })
+}
+
+/// What became of one BOOTSTRAP message ([`answer_message`]).
+pub enum Answered {
+    /// Not authentic under the group's bootstrap key (a secret the asker lacks, or a forgery):
+    /// dropped without an answer, counted by the [`StreamAuth`] as every member counts it.
+    Refused,
+    /// Authentic but not a well-formed BOOTSTRAP.
+    Malformed,
+    /// About another group: no answer.
+    OtherGroup,
+    /// The answer, sealed, for the request's `reply_to`.
+    Reply {
+        /// The request answered.
+        request: BootstrapRequest,
+        /// The sealed BOOTSTRAP_REPLY.
+        bytes: Vec<u8>,
+    },
+}
+
+/// Answers one received BOOTSTRAP `message` for group `definition` as `own` (listed first) with
+/// the members `view` holds live: verified by `auth` (the group's [`bootstrap_auth`]) before
+/// anything is decoded, the answer sealed by it. Every answering side calls this.
+pub fn answer_message(
+    auth: &mut StreamAuth,
+    message: &[u8],
+    definition: &GroupConfig,
+    own: BootstrapMember,
+    view: &MemberView,
+    now: crate::time::Instant,
+) -> Answered {
+    let Ok(body) = auth.open(message) else { return Answered::Refused };
+    let Ok(request) = BootstrapRequest::parse(body) else { return Answered::Malformed };
+    let Some(reply) = answer(&request, definition, own, view, now) else { return Answered::OtherGroup };
+    let mut bytes = Vec::new();
+    if member::seal_into(&mut bytes, auth, |out| reply.emit(out)).is_err() {
+        return Answered::Malformed;
+    }
+    Answered::Reply { request, bytes }
 }
 
 /// An answer on its way to an asker.

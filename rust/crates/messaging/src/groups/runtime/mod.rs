@@ -19,8 +19,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use self::bootstrap::{bootstrap_auth, control_channel, Replies};
-use super::bootstrap::{answer, DEFAULT_BOOTSTRAP_TIMEOUT};
+use self::bootstrap::{answer_message, bootstrap_auth, control_channel, Answered, Replies};
+use super::bootstrap::DEFAULT_BOOTSTRAP_TIMEOUT;
 use super::discovery::{self, MemberFile, MEMBER_FILE_VERSION};
 use super::{GroupConfig, GroupError};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
@@ -41,6 +41,7 @@ pub mod bootstrap;
 pub mod consumer;
 pub mod observer;
 pub mod publisher;
+pub mod responder;
 
 pub use consumer::{ConsumerStatus, GroupConsumer};
 pub use observer::{GroupObserver, GroupStatus, MemberStatus, QueueStatus};
@@ -310,8 +311,10 @@ impl<B: Brain> Core<B> {
             closed: false,
         };
         let now = core.clock.now();
+        // Observers are not peers to wait for: they receive heartbeats once heard, and a
+        // bootstrap responder (`responder`, listed as an observer) never heartbeats at all.
         for member in learned.map(|learned| learned.members).unwrap_or_default() {
-            if member.member_id != member_id {
+            if member.member_id != member_id && member.role != Role::Observer {
                 core.seed_ids.insert(member.member_id);
                 core.add_peer(member.member_id, &member.endpoint, member.role, true, now);
             }
@@ -423,22 +426,22 @@ impl<B: Brain> Core<B> {
 
     /// Answers a BOOTSTRAP (verified under the group name's namespace before decoding).
     fn handle_bootstrap(&mut self, bytes_index: usize, now: Instant) {
-        let Ok(body) = self.bootstrap_auth.open(self.control_batch.message(bytes_index)) else { return };
-        let Ok(request) = BootstrapRequest::parse(body) else {
-            self.counters.control_malformed += 1;
-            return;
-        };
         let own =
             BootstrapMember { member_id: self.member_id, role: self.brain.role(), endpoint: self.endpoint.clone() };
-        let Some(reply) = answer(&request, &self.definition, own, self.brain.view(), now) else {
-            self.counters.bootstrap_ignored += 1;
-            return;
-        };
-        let mut bytes = Vec::new();
-        if member::seal_into(&mut bytes, &mut self.bootstrap_auth, |out| reply.emit(out)).is_err() {
-            self.counters.control_malformed += 1;
-            return;
-        }
+        let message = self.control_batch.message(bytes_index);
+        let (request, bytes) =
+            match answer_message(&mut self.bootstrap_auth, message, &self.definition, own, self.brain.view(), now) {
+                Answered::Reply { request, bytes } => (request, bytes),
+                Answered::Refused => return,
+                Answered::Malformed => {
+                    self.counters.control_malformed += 1;
+                    return;
+                }
+                Answered::OtherGroup => {
+                    self.counters.bootstrap_ignored += 1;
+                    return;
+                }
+            };
         self.counters.bootstrap_answered += 1;
         // A peer refreshing its members is answered on the publication it already has.
         let known = self.peers.get(request.sender).and_then(|peer| peer.control.as_ref());

@@ -2,16 +2,17 @@
 //! `affinity.groups.secret`): `<registry>/groups/<name>.json` and the optional
 //! `<registry>/groups/<name>.secret`, read-only.
 //!
-//! The executor JVM has no Python interpreter to ask, so the few rules a publisher needs to find
-//! its group are read here; `tests/test_spark_jvm.py` checks that the two readers agree.
+//! Readers without a Python interpreter use it: the executor JVM's publisher (`jvm/native`) and
+//! the bootstrap responder of `affinity driver` and `affinity router` (`runtime::responder`);
+//! `tests/test_spark_jvm.py` checks that the two readers agree.
 
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use affinity::control::auth::{MAX_SECRET_LENGTH, MIN_SECRET_LENGTH};
-use affinity::control::GroupSecret;
-use affinity::groups::GroupConfig;
+use crate::control::auth::{MAX_SECRET_LENGTH, MIN_SECRET_LENGTH};
+use crate::control::GroupSecret;
+use crate::groups::GroupConfig;
 
 /// Environment variable naming the registry directory.
 pub const REGISTRY_ENV: &str = "AFFINITY_REGISTRY";
@@ -76,7 +77,7 @@ fn read_small(path: &Path, max: u64, what: &str) -> Result<Option<Vec<u8>>, Stri
 }
 
 fn libc_nofollow() -> i32 {
-    rustix::fs::OFlags::NOFOLLOW.bits() as i32
+    libc::O_NOFOLLOW
 }
 
 fn field<'a>(
@@ -98,6 +99,19 @@ fn integer(object: &serde_json::Map<String, serde_json::Value>, key: &str, sourc
     field(object, key, source)?
         .as_u64()
         .ok_or_else(|| format!("{source}: field {key:?} must be a non-negative int, found {}", object[key]))
+}
+
+/// The names of the groups defined in `registry` (`groups/<name>.json` with a valid name),
+/// sorted; an unreadable or missing folder has none.
+pub fn group_names(registry: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(registry.join("groups")) else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter_map(|file| file.strip_suffix(".json").map(str::to_owned))
+        .filter(|name| check_name(name).is_ok())
+        .collect();
+    names.sort();
+    names
 }
 
 /// The definition of group `name` in the registry directory `registry`.
@@ -145,7 +159,7 @@ fn secret_file(path: &Path) -> Result<Option<GroupSecret>, String> {
         return Ok(None);
     };
     let metadata = std::fs::symlink_metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if metadata.uid() != rustix::process::geteuid().as_raw() || metadata.mode() & 0o077 != 0 {
+    if metadata.uid() != crate::safe_fs::current_uid() || metadata.mode() & 0o077 != 0 {
         return Err(format!(
             "the group secret {} must be owned by this user and not readable by group or others (mode {:o})",
             path.display(),
@@ -195,7 +209,7 @@ mod tests {
     }
 
     fn registry(name: &str) -> Folder {
-        let dir = std::env::temp_dir().join(format!("affinity-jvm-registry-{}-{name}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("affinity-registry-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("groups")).unwrap();
         Folder(dir)
@@ -217,6 +231,10 @@ mod tests {
         assert_eq!((config.hash_count, config.queue_count, config.queue_size), (32, 6, 8 << 20));
         assert_eq!(config.hash_prefix, "__orders__");
         assert!(load_secret("orders", &dir).unwrap().is_none());
+        define(&dir, "bad name", "{}");
+        std::fs::write(dir.join("groups/orders.secret"), "").unwrap();
+        assert_eq!(group_names(&dir), vec!["orders".to_string()]);
+        assert!(group_names(&dir.join("nosuch")).is_empty());
     }
 
     #[test]
