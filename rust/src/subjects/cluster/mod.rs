@@ -31,7 +31,7 @@ use std::time::Duration;
 
 pub use cache::{CacheAction, SlaveCache};
 pub use connections::{ConnectionState, Connections};
-pub use forward::{ForwardQueues, Forwarded};
+pub use forward::{ForwardCounters, ForwardQueues, Forwarded, Notice, QueueKey};
 pub use mapping::{DomainToMaster, Mapping, MasterMapper};
 
 use crate::routing::policy::Policy;
@@ -46,6 +46,10 @@ pub const DEFAULT_FORWARD_QUEUE_BYTES: usize = 64 << 20;
 /// The subscriber name a node uses at another node (`node:avalon`): the router lets such a
 /// subscriber in only when the id is one of its configured nodes (`not-allowed` otherwise).
 pub const NODE_NAME_PREFIX: &str = "node:";
+/// The source label prefix of a cluster node's sources at its own router (`cluster.<DOMAIN>`,
+/// one per domain it is a slave of): the router hands publishes of such a domain's subjects to
+/// that source (to forward to the master) and lets only such sources send forward statuses.
+pub const CLUSTER_SOURCE_PREFIX: &str = "cluster.";
 /// Most nodes in one cluster.
 pub const MAX_NODES: usize = 1024;
 /// Most domains in one cluster.
