@@ -118,6 +118,7 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     members: list[Pollable] = [feed.poll, lambda: gina_sub.poll(256), lambda: alice_sub.poll(256), source.poll]
     # Both subscriptions are in place at golan once each has the feed's image.
     pump(members, lambda: images(gina) == images(alice) == ["feed-0"], "the feed's image at golan and avalon")
+    pump(members, lambda: source.router_live, "the slave heard the source")
 
     # The source publishes a subject nobody requested from it, at the slave.
     source.publish(SUBJECT, b"image-1", image=True)
@@ -196,6 +197,7 @@ def test_past_the_forward_queue_bound_the_source_is_back_pressured_and_nothing_i
     source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
     members: list[Pollable] = [feed.poll, lambda: alice_sub.poll(256), source.poll]
     pump(members, lambda: images(alice) == ["feed-0"], "the feed's image at avalon")
+    pump(members, lambda: source.router_live, "the slave heard the source")
     source.publish(SUBJECT, b"warm-up", image=True)
     pump(members, lambda: images(alice) == ["feed-0", "warm-up"] and not source.status().forward_warning, "warm-up")
 
@@ -251,6 +253,7 @@ def test_a_publish_at_a_slave_of_a_slave_goes_through_the_middle_node_to_the_mas
     source = Source(client, listen(ports["bilbo"]), PUBLISHER, liveness_timeout=LIVENESS)
     members: list[Pollable] = [feed.poll, lambda: gina_sub.poll(256), lambda: carol_sub.poll(256), source.poll]
     pump(members, lambda: images(gina) == images(carol) == ["feed-0"], "the feed's image at golan and bilbo")
+    pump(members, lambda: source.router_live, "the slave heard the source")
     sent = [f"u{i}" for i in range(BEFORE)]
     for payload in sent:
         assert source.publish(SUBJECT, payload.encode())
@@ -260,4 +263,34 @@ def test_a_publish_at_a_slave_of_a_slave_goes_through_the_middle_node_to_the_mas
     settle(members, 0.2)
     assert updates(gina) == updates(carol) == sent, "bilbo -> avalon -> golan -> avalon -> bilbo: once, in order"
     for closing in (gina_sub, carol_sub, source, feed.source):
+        closing.close()
+
+
+def test_a_publish_for_a_domain_without_a_master_is_accepted_and_queued_within_the_bound(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon")}
+    config = tmp_path / "cluster.conf"
+    radar = "add-domain\n    name RADAR\n    include-pattern '^/RADAR/'\nend-domain\n"
+    config.write_text(forward_conf(ports["golan"], ports["avalon"], queue="64K") + radar)
+    processes.append(start_node(config, "avalon", listen(ports["avalon"])))
+    source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [source.poll]
+    assert not source.publish("/RADAR/north", b"too early"), "avalon has not heard the source yet"
+    pump(members, lambda: source.router_live, "avalon heard the source")
+    assert source.publish("/RADAR/north", b"image", image=True)
+    pump(members, lambda: source.status().forward_warning, "FORWARD_WARNING: queued until a master appears")
+    assert not source.status().back_pressured
+    # The queue is bounded all the same: past 64 KiB the source is back-pressured.
+    published = 0
+    while published < 40 and source.publish("/RADAR/north", bytes(4096)):
+        published += 1
+        settle(members, 0.02)
+    assert source.status().back_pressured and 10 <= published < 40, (published, source.status())
+    # A subscriber of the domain is answered NODATA unavailable (no master to ask).
+    subscriber = Subscriber(client, listen(ports["avalon"]), name="alice", liveness_timeout=LIVENESS)
+    alice = Inbox(subscriber)
+    subscriber.subscribe("/RADAR/north", alice)
+    alice.wait_for(lambda items: any(f & Flags.NODATA_UNAVAILABLE for _, f, _ in items), "NODATA unavailable")
+    for closing in (subscriber, source):
         closing.close()

@@ -76,11 +76,12 @@ def slave_label(domain: str) -> str:
 
 
 def slave_services(cluster: ClusterConfig, node_id: str) -> tuple[DataService, ...]:
-    """One data service per domain ``node_id`` is a slave of (a parent is known): the domain's
-    include patterns, served by :func:`slave_label`."""
+    """One data service per domain ``node_id`` is not master of: the domain's include patterns,
+    served by :func:`slave_label` (the node asks the parent, or, for a domain without a master,
+    answers NODATA and queues its publishes)."""
     services = []
     for domain in cluster.domains:
-        if cluster.parent(node_id, domain.name) is None:
+        if node_id in cluster.masters(domain.name):
             continue
         label = PeerLabel(slave_label(domain.name), True, domain.location)
         group = SourceGroup((PriorityGroup((label,), domain.location),), (), domain.location)
@@ -149,9 +150,9 @@ class ClusterNode:
         self._sources: list[Source] = []
         self._slave_domains: list[str] = []
         for domain in cluster.domains:
-            parent = cluster.parent(node_id, domain.name)
-            if parent is None:
+            if node_id in cluster.masters(domain.name):
                 continue
+            parent = cluster.parent(node_id, domain.name)
             source = Source(
                 client,
                 listen,
@@ -161,8 +162,11 @@ class ClusterNode:
                 liveness_timeout=liveness_timeout,
                 secret=secret,
             )
-            source.on_request(self._on_request(source, parent))
-            source.on_discard(self._on_discard(parent))
+            if parent is None:
+                source.on_request(_no_master(source, domain.name))
+            else:
+                source.on_request(self._on_request(source, parent))
+                source.on_discard(self._on_discard(parent))
             self._sources.append(source)
             self._slave_domains.append(domain.name)
         self.forwarding = Forwarding(self, cluster.settings.forward_queue)
@@ -270,6 +274,16 @@ class ClusterNode:
         self.forwarding.close()
 
 
+def _no_master(source: Source, domain: str) -> Callable[[str], None]:
+    """A request for a subject of ``domain``, which no node is master of: NODATA unavailable."""
+
+    def request(subject: str) -> None:
+        logger.warning("Cluster node: %s of domain %s requested, but the domain has no master", subject, domain)
+        source.nodata(subject, "unavailable")
+
+    return request
+
+
 class _Forwarder:
     """The link publishes go to one parent node on: a source labelled ``node:<this>`` there."""
 
@@ -329,7 +343,6 @@ class Forwarding:
     def on_publish(self, local: Source, domain: str) -> Callable[[str, Flags, bytes], None]:
         """The callback of the node's source for ``domain``: forwards what the router hands it."""
         parent = self._node._cluster.parent(self._node.node_id, domain)
-        assert parent is not None  # a slave source exists only for a domain with a parent
 
         def publish(subject: str, flags: Flags, payload: bytes) -> None:
             self._reply = local
@@ -338,13 +351,14 @@ class Forwarding:
                 return
             origin = int.from_bytes(payload[: _affinity.SUBJECT_ORIGIN_LENGTH], "little")
             body = payload[_affinity.SUBJECT_ORIGIN_LENGTH :]
-            forwarder = self._forwarder(parent)
-            reachable = self._settled(forwarder, time.monotonic())
+            # Master unknown (a domain no node is master of): queued under the domain.
+            forwarder = None if parent is None else self._forwarder(parent)
+            reachable = forwarder is not None and self._settled(forwarder, time.monotonic())
             outcome = self.queues.publish(parent, domain, origin, subject, int(flags), body, reachable)
-            if outcome == "sent":
+            if outcome == "sent" and forwarder is not None:
                 forwarder.source._core.send_data(subject, int(flags), body)
             elif outcome == "full":
-                text = f"FORWARD_REFUSED: the queue for master {parent} is full; publish again later"
+                text = f"FORWARD_REFUSED: the queue for {parent or domain} is full; publish again later"
                 self._tell(origin, subject, Flags.STATUS | Flags.REFUSED | Flags.PUBLISH, text)
 
         return publish
@@ -367,7 +381,8 @@ class Forwarding:
         for origin, notice in self.queues.notices():
             work += 1
             if notice == "warning":
-                text = f"{FORWARD_WARNING}: publishes queued at node {self._node.node_id} for an unreachable master"
+                node = self._node.node_id
+                text = f"{FORWARD_WARNING}: publishes queued at node {node} for an unreachable or unknown master"
             else:
                 text = f"{_affinity.FORWARD_CLEARED}: queued publishes sent on"
             self._tell(origin, ALL_SUBJECTS, Flags.STATUS | Flags.PUBLISH, text)

@@ -46,7 +46,7 @@ from types import TracebackType
 from affinity import _affinity
 from affinity._arguments import expect_callable, expect_str, expect_strs, milliseconds, wrong_type
 from affinity.config.faucet import RouterConfig, parse_router_file
-from affinity.exceptions import ConfigError
+from affinity.exceptions import ClosedError, ConfigError
 from affinity.records import (
     FaucetLogInfo,
     RoutingEventInfo,
@@ -371,6 +371,7 @@ class Source(_Member):
         self._back_pressured = False
         self._forward_refused = 0
         self._forward_status = ""
+        self._closed = False
         self._control = faucet if faucet is not None else ANY_CONTROL_TOPIC
         self.label = label
         if patterns:
@@ -403,12 +404,14 @@ class Source(_Member):
         Any subject may be published, requested from this source or not (the seed's publish):
         the router relays it to the subject's subscribers, or, at a cluster node that is a slave
         of its domain, the node forwards it to the master (``docs/cluster.md``). Returns False,
-        sending nothing, while the node back-pressures this source (:meth:`status`).
+        sending nothing, while the node back-pressures this source (:meth:`status`), and while
+        the router has not heard this source yet (:attr:`router_live`: after its start or a
+        move, a router drops data from a source it does not know); publish again later.
         """
         if subject in self._requested:
             self._core.publish(subject, payload, image)
             return True
-        if self._back_pressured:
+        if self._held_back(subject, payload):
             return False
         flags = (Flags.IMAGE if image else Flags.UPDATE) | Flags.PUBLISH
         self._core.send_data(subject, int(flags), payload)
@@ -417,14 +420,25 @@ class Source(_Member):
     def erase(self, subject: str) -> bool:
         """Erases ``subject`` (xmlBlaster's erase): every subscriber gets ``Flags.ERASE`` and
         the routers forget its image; at a slave node it goes to the master, which passes it
-        to every slave. Returns False, sending nothing, while back-pressured."""
+        to every slave. Returns False, sending nothing, when :meth:`publish` would."""
         flags = Flags.ERASE
         if subject not in self._requested:
-            if self._back_pressured:
+            if self._held_back(subject, b""):
                 return False
             flags |= Flags.PUBLISH
         self._core.send_data(subject, int(flags), b"")
         return True
+
+    def _held_back(self, subject: str, payload: bytes) -> bool:
+        """Whether a publish of a subject not requested from this source must wait (back-pressured,
+        or the router has not heard it yet); arguments are checked first, as a send would."""
+        if self._closed:
+            raise ClosedError("publish: the source is closed")
+        if not expect_str("subject", subject):
+            raise ConfigError("publish: the subject is empty")
+        if not isinstance(payload, bytes):
+            raise wrong_type("payload", "bytes", payload)
+        return self._back_pressured or not self._core.router_live
 
     def status(self) -> SourceStatus:
         """The state of this source's publishes forwarded by a cluster node (:class:`SourceStatus`)."""
@@ -476,6 +490,7 @@ class Source(_Member):
 
     def close(self) -> None:
         """Says "leaving" to the router: its subjects move to other peers."""
+        self._closed = True
         self._core.close()
 
     def __enter__(self) -> Source:
