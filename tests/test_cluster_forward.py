@@ -77,6 +77,14 @@ def updates(inbox: Inbox) -> list[str]:
     return [p for s, f, p in inbox.items if s == SUBJECT and f & Flags.UPDATE]
 
 
+def has_updates(inbox: Inbox, count: int) -> Callable[[], bool]:
+    return lambda: len(updates(inbox)) >= count
+
+
+def has_erase(inbox: Inbox) -> Callable[[], bool]:
+    return lambda: any(f & Flags.ERASE for _, f, _ in inbox.items)
+
+
 def images(inbox: Inbox) -> list[str]:
     return [p for s, f, p in inbox.items if s == SUBJECT and f & Flags.IMAGE]
 
@@ -106,7 +114,8 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     config.write_text(forward_conf(ports["golan"], ports["avalon"]))
     golan = start_node(config, "golan", listen(ports["golan"]))
     processes.append(golan)
-    processes.append(start_node(config, "avalon", listen(ports["avalon"])))
+    avalon = start_node(config, "avalon", listen(ports["avalon"]))
+    processes.append(avalon)
 
     feed = Feed(client, listen(ports["golan"]))
     gina_sub = Subscriber(client, listen(ports["golan"]), name="gina", liveness_timeout=LIVENESS)
@@ -127,7 +136,7 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
         assert source.publish(SUBJECT, payload.encode())
         source.poll(16)
     for inbox in (gina, alice):
-        pump(members, lambda inbox=inbox: len(updates(inbox)) >= BEFORE, "every update before the kill")
+        pump(members, has_updates(inbox, BEFORE), "every update before the kill")
     settle(members, 0.2)
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
         assert images(inbox) == ["feed-0", "image-1"], name
@@ -152,7 +161,7 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     processes.append(golan)
     sent += during
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
-        pump(members, lambda inbox=inbox: len(updates(inbox)) >= len(sent), f"{name}: the flushed updates")
+        pump(members, has_updates(inbox, len(sent)), f"{name}: the flushed updates")
     pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
     settle(members, 0.3)
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
@@ -163,7 +172,7 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     # Erase at the slave goes to the master, which passes it to every subscriber (and slave).
     assert source.erase(SUBJECT)
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
-        pump(members, lambda inbox=inbox: any(f & Flags.ERASE for _, f, _ in inbox.items), f"{name}: the erase")
+        pump(members, has_erase(inbox), f"{name}: the erase")
     # avalon forgot the image: a new local subscriber gets none from its cache.
     bob_sub = Subscriber(client, listen(ports["avalon"]), name="bob", liveness_timeout=LIVENESS)
     bob = Inbox(bob_sub)
@@ -179,6 +188,16 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     )
     for closing in (bob_sub, gina_sub, alice_sub, source, feed.source):
         closing.close()
+    # avalon's counters, logged when it stops: every publish (the image, the updates, the erase)
+    # was sent at once or queued then flushed, at least those made while golan was away were
+    # queued (the first ones too, while the link to golan opened), none refused.
+    avalon.stop()
+    counted = [line for line in avalon.snapshot() if "publishes forwarded:" in line]
+    assert counted, avalon.snapshot()[-10:]
+    figures = dict(part.rsplit(" ", 1) for part in counted[-1].split("publishes forwarded: ")[1].split(", "))
+    numbers = {name: int(value) for name, value in figures.items()}
+    assert numbers["sent"] + numbers["queued"] == 1 + BEFORE + DURING + 1, numbers
+    assert numbers["flushed"] == numbers["queued"] >= DURING and numbers["refused"] == 0, numbers
 
 
 def test_past_the_forward_queue_bound_the_source_is_back_pressured_and_nothing_is_dropped(
@@ -259,7 +278,7 @@ def test_a_publish_at_a_slave_of_a_slave_goes_through_the_middle_node_to_the_mas
         assert source.publish(SUBJECT, payload.encode())
         source.poll(16)
     for inbox in (gina, carol):
-        pump(members, lambda inbox=inbox: len(updates(inbox)) >= BEFORE, "every update at golan and bilbo")
+        pump(members, has_updates(inbox, BEFORE), "every update at golan and bilbo")
     settle(members, 0.2)
     assert updates(gina) == updates(carol) == sent, "bilbo -> avalon -> golan -> avalon -> bilbo: once, in order"
     for closing in (gina_sub, carol_sub, source, feed.source):

@@ -393,6 +393,10 @@ class Forwarding:
         return self.queues.counters()
 
     def close(self) -> None:
-        """Closes the links to parents."""
+        """Closes the links to parents (logging the counters)."""
+        counters = self.counters()
+        if any(counters.values()):
+            figures = ", ".join(f"{name} {value}" for name, value in counters.items())
+            logger.info("Cluster node %s: publishes forwarded: %s", self._node.node_id, figures)
         for forwarder in self._forwarders.values():
             forwarder.source.close()
