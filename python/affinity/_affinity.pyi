@@ -29,6 +29,7 @@ __all__ = [
     "CLUSTER_NODE_INFO_SUBJECT_PREFIX",
     "CLUSTER_NODE_INFO_SUBJECT_SUFFIX",
     "CLUSTER_NODE_NAME_PREFIX",
+    "CLUSTER_SOURCE_PREFIX",
     "DEFAULT_CLIENT_TIMEOUT_MS",
     "DEFAULT_COMMAND_TIMEOUT_MS",
     "DEFAULT_DRIVER_TIMEOUT_MS",
@@ -46,6 +47,8 @@ __all__ = [
     "DEFAULT_TERM_LENGTH_UDP",
     "DRIVER_SETTINGS",
     "DRIVER_USAGE",
+    "FORWARD_CLEARED",
+    "FORWARD_WARNING",
     "GROUP_CONTROL_STREAM_ID",
     "GROUP_DATA_STREAM_ID",
     "HASH_VERSION",
@@ -55,9 +58,11 @@ __all__ = [
     "ROUTER_BACKLOG_BUDGET",
     "ROUTER_MIN_BACKLOG_BUDGET",
     "SELECTIONS",
+    "SUBJECT_FLAG_ERASE",
     "SUBJECT_FLAG_IMAGE",
     "SUBJECT_FLAG_NODATA_NOTFOUND",
     "SUBJECT_FLAG_NODATA_UNAVAILABLE",
+    "SUBJECT_FLAG_PUBLISH",
     "SUBJECT_FLAG_REFUSED",
     "SUBJECT_FLAG_STATUS",
     "SUBJECT_FLAG_UPDATE",
@@ -65,7 +70,9 @@ __all__ = [
     "SUBJECT_KIND_DISCARD",
     "SUBJECT_KIND_REQUEST",
     "BootstrapResponderCore",
+    "SUBJECT_ORIGIN_LENGTH",
     "Client",
+    "ClusterForwardQueues",
     "ConsumerCounters",
     "ConsumerStatus",
     "CounterValueInfo",
@@ -1167,6 +1174,18 @@ SUBJECT_FLAG_NODATA_UNAVAILABLE: Final[int]
 SUBJECT_FLAG_NODATA_NOTFOUND: Final[int]
 SUBJECT_FLAG_STATUS: Final[int]
 SUBJECT_FLAG_REFUSED: Final[int]
+#: DATA flag: a publish of a subject not requested from its source (the seed's publish).
+SUBJECT_FLAG_PUBLISH: Final[int]
+#: DATA flag: the subject is erased.
+SUBJECT_FLAG_ERASE: Final[int]
+#: Bytes of the origin source id before a publish's payload between a router and its cluster node.
+SUBJECT_ORIGIN_LENGTH: Final[int]
+#: A source's forward status while its publishes are queued at a slave.
+FORWARD_WARNING: Final[str]
+#: A source's forward status once its queued publishes were flushed.
+FORWARD_CLEARED: Final[str]
+#: The source label prefix of a cluster node's sources at its own router (``cluster.<DOMAIN>``).
+CLUSTER_SOURCE_PREFIX: Final[str]
 #: The subscriber name prefix a cluster node uses at another node (``node:<id>``).
 CLUSTER_NODE_NAME_PREFIX: Final[str]
 #: A node's info subject is this prefix, the node id and the suffix (``__sys__cluster.node.info[heron]``).
@@ -1370,6 +1389,24 @@ class SubjectSubscriberCore:
     def close(self) -> None: ...
 
 @final
+class ClusterForwardQueues:
+    def __new__(cls, bound: int) -> ClusterForwardQueues: ...
+    def publish(
+        self,
+        master: str | None,
+        domain: str,
+        origin: int,
+        subject: str,
+        flags: int,
+        payload: bytes,
+        reachable: bool,
+    ) -> str: ...
+    def flush(self, master: str, send: Callable[[str, int, bytes], bool]) -> int: ...
+    def notices(self) -> list[tuple[int, str]]: ...
+    def queued(self, master: str) -> tuple[int, int]: ...
+    def counters(self) -> dict[str, int]: ...
+
+@final
 class SubjectSourceCore:
     def __new__(
         cls,
@@ -1387,6 +1424,9 @@ class SubjectSourceCore:
     def enlist(self, control_topic: str, coverage: str | None = None) -> None: ...
     def delist(self, control_topic: str) -> None: ...
     def publish(self, subject: str, payload: bytes, image: bool = False) -> None: ...
+    def send_data(self, subject: str, flags: int, payload: bytes) -> bool: ...
+    @property
+    def router_live(self) -> bool: ...
     def nodata(self, subject: str, status: str) -> None: ...
     def poll(self, limit: int) -> list[SubjectDelivery]: ...
     def counters(self) -> SubjectPeerCounters: ...

@@ -14,14 +14,20 @@ A parent refuses a node id it does not configure (``not-allowed``, counted in it
 ``RouterStatus.not_allowed``); the node logs the refusal, marks the connection ``not-allowed``
 and answers its local subscribers NODATA unavailable.
 
-Not built yet (``docs/cluster.md``, "Not done"): publishes at a slave forwarded to the
-master, forward queues, cache expiry, mirrored masters through the load balancer, failover.
+A publish at a slave (any source, any subject of the domain) is handed by the router to the
+node's source, which forwards it to the parent (:class:`Forwarding`): queued while the parent is
+unreachable, bounded by ``forward-queue`` bytes, flushed in order; the publishing source is told
+``FORWARD_WARNING`` while its publishes are queued, and back-pressured past the bound.
+
+Not built yet (``docs/cluster.md``, "Not done"): cache expiry, mirrored masters through the load
+balancer, failover, a domain without a master at a running node.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Final
@@ -34,12 +40,14 @@ from affinity.config.faucet import RouterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup, SourceGroup
 from affinity.exceptions import AffinityError, ConfigError
 from affinity.secret import SecretArgument
-from affinity.subjects import Flags, Source, Subscriber
+from affinity.subjects import FORWARD_WARNING, Flags, Source, Subscriber
 
 __all__ = [
     "CONNECTION_STATES",
+    "FORWARD_SETTLE_HEARTBEATS",
     "NODE_NAME_PREFIX",
     "ClusterNode",
+    "Forwarding",
     "cluster_router_config",
     "slave_label",
     "slave_services",
@@ -52,10 +60,15 @@ NODE_NAME_PREFIX: Final[str] = _affinity.CLUSTER_NODE_NAME_PREFIX
 #: Connection states to another node (xmlBlaster's): heard, tried but not heard, refused.
 CONNECTION_STATES: Final[tuple[str, ...]] = tuple(_affinity.CLUSTER_CONNECTION_STATES)
 LOGGED_IN, POLLING, NOT_ALLOWED = CONNECTION_STATES
+#: The subject of a forward status that concerns all of an origin's publishes.
+ALL_SUBJECTS: Final[str] = "*"
 #: Fragments read per poll of each link, per loop iteration.
 POLL_FRAGMENTS = 256
 #: Seconds the node's thread sleeps when an iteration found nothing to do.
 IDLE_SLEEP = 0.0005
+#: Heartbeat intervals a parent must have been heard again before queued publishes are
+#: flushed to it, so the node's own subscriptions there (restored on the same news) go first.
+FORWARD_SETTLE_HEARTBEATS = 3
 
 
 def slave_label(domain: str) -> str:
@@ -64,11 +77,12 @@ def slave_label(domain: str) -> str:
 
 
 def slave_services(cluster: ClusterConfig, node_id: str) -> tuple[DataService, ...]:
-    """One data service per domain ``node_id`` is a slave of (a parent is known): the domain's
-    include patterns, served by :func:`slave_label`."""
+    """One data service per domain ``node_id`` is not master of: the domain's include patterns,
+    served by :func:`slave_label` (the node asks the parent, or, for a domain without a master,
+    answers NODATA and queues its publishes)."""
     services = []
     for domain in cluster.domains:
-        if cluster.parent(node_id, domain.name) is None:
+        if node_id in cluster.masters(domain.name):
             continue
         label = PeerLabel(slave_label(domain.name), True, domain.location)
         group = SourceGroup((PriorityGroup((label,), domain.location),), (), domain.location)
@@ -136,10 +150,11 @@ class ClusterNode:
         self._parents: dict[str, _Parent] = {}
         self._lock = threading.Lock()
         self._sources: list[Source] = []
+        self._slave_domains: list[str] = []
         for domain in cluster.domains:
-            parent = cluster.parent(node_id, domain.name)
-            if parent is None:
+            if node_id in cluster.masters(domain.name):
                 continue
+            parent = cluster.parent(node_id, domain.name)
             source = Source(
                 client,
                 listen,
@@ -149,9 +164,16 @@ class ClusterNode:
                 liveness_timeout=liveness_timeout,
                 secret=secret,
             )
-            source.on_request(self._on_request(source, parent))
-            source.on_discard(self._on_discard(parent))
+            if parent is None:
+                source.on_request(_no_master(source, domain.name))
+            else:
+                source.on_request(self._on_request(source, parent))
+                source.on_discard(self._on_discard(parent))
             self._sources.append(source)
+            self._slave_domains.append(domain.name)
+        self.forwarding = Forwarding(self, cluster.settings.forward_queue)
+        for source, slave_of in zip(self._sources, self._slave_domains, strict=True):
+            source.on_publish(self.forwarding.on_publish(source, slave_of))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"affinity-cluster-{node_id}", daemon=True)
         self._thread.start()
@@ -214,7 +236,9 @@ class ClusterNode:
                     parent.state = LOGGED_IN
             if flags & Flags.STATUS:
                 return  # the parent moved or restarted: a fresh image follows
-            if flags & Flags.NODATA_NOTFOUND:
+            if flags & Flags.ERASE:
+                source.erase(subject)
+            elif flags & Flags.NODATA_NOTFOUND:
                 source.nodata(subject, "notfound")
             elif flags & Flags.NODATA_UNAVAILABLE:
                 source.nodata(subject, "unavailable")
@@ -233,6 +257,7 @@ class ClusterNode:
                     parents = list(self._parents.values())
                 for parent in parents:
                     work += parent.subscriber.poll(POLL_FRAGMENTS)
+                work += self.forwarding.service()
             except AffinityError as exc:  # closed client or link: the node stops
                 if not self._stop.is_set():
                     logger.error("Cluster node %s stopped: %s", self.node_id, exc)
@@ -248,3 +273,132 @@ class ClusterNode:
             source.close()
         for parent in self._parents.values():
             parent.subscriber.close()
+        self.forwarding.close()
+
+
+def _no_master(source: Source, domain: str) -> Callable[[str], None]:
+    """A request for a subject of ``domain``, which no node is master of: NODATA unavailable."""
+
+    def request(subject: str) -> None:
+        logger.warning("Cluster node: %s of domain %s requested, but the domain has no master", subject, domain)
+        source.nodata(subject, "unavailable")
+
+    return request
+
+
+class _Forwarder:
+    """The link publishes go to one parent node on: a source labelled ``node:<this>`` there."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        #: When the parent was last found heard again (None: not heard now).
+        self.live_since: float | None = None
+
+
+class Forwarding:
+    """Publishes at this node forwarded to the parent of their domain (``docs/cluster.md``,
+    "Publish at a slave"): the I/O around the core's forward queues
+    (:class:`affinity._affinity.ClusterForwardQueues`: order, bound, who must be told what).
+
+    The router hands each publish of a domain this node is a slave of to the node's source for
+    the domain, the origin source's id first. It is sent to the parent at once when the link to
+    the parent is live (heard for :data:`FORWARD_SETTLE_HEARTBEATS`) and nothing is queued
+    before it; else queued (the origin is told ``FORWARD_WARNING``), or past ``forward-queue``
+    bytes refused (the origin is told each refusal and is back-pressured until room is made).
+    Links to parents open lazily, at the first publish for them.
+    """
+
+    def __init__(self, node: ClusterNode, bound: int) -> None:
+        self._node = node
+        self.queues = _affinity.ClusterForwardQueues(bound)
+        self._forwarders: dict[str, _Forwarder] = {}
+        #: The node's source the statuses for each origin go back through.
+        self._reply: Source | None = None
+
+    def _forwarder(self, node_id: str) -> _Forwarder:
+        forwarder = self._forwarders.get(node_id)
+        if forwarder is None:
+            node = self._node
+            spec = node._cluster.node(node_id)
+            assert spec is not None  # parents come from the checked configuration
+            source = Source(
+                node._client,
+                spec.address,
+                f"{NODE_NAME_PREFIX}{node.node_id}",
+                host=node._host,
+                heartbeat_interval=node._heartbeat_interval,
+                liveness_timeout=node._liveness_timeout,
+                secret=node._secret,
+            )
+            forwarder = self._forwarders[node_id] = _Forwarder(source)
+            logger.info("Cluster node %s: forwarding publishes to %s at %s", node.node_id, node_id, spec.address)
+        return forwarder
+
+    def _settled(self, forwarder: _Forwarder, now: float) -> bool:
+        if not forwarder.source.router_live:
+            forwarder.live_since = None
+            return False
+        if forwarder.live_since is None:
+            forwarder.live_since = now
+        return now - forwarder.live_since >= FORWARD_SETTLE_HEARTBEATS * self._node._heartbeat_interval
+
+    def on_publish(self, local: Source, domain: str) -> Callable[[str, Flags, bytes], None]:
+        """The callback of the node's source for ``domain``: forwards what the router hands it."""
+        parent = self._node._cluster.parent(self._node.node_id, domain)
+
+        def publish(subject: str, flags: Flags, payload: bytes) -> None:
+            self._reply = local
+            if len(payload) < _affinity.SUBJECT_ORIGIN_LENGTH:
+                logger.warning("Cluster node %s: a publish of %s without its origin", self._node.node_id, subject)
+                return
+            origin = int.from_bytes(payload[: _affinity.SUBJECT_ORIGIN_LENGTH], "little")
+            body = payload[_affinity.SUBJECT_ORIGIN_LENGTH :]
+            # Master unknown (a domain no node is master of): queued under the domain.
+            forwarder = None if parent is None else self._forwarder(parent)
+            reachable = forwarder is not None and self._settled(forwarder, time.monotonic())
+            outcome = self.queues.publish(parent, domain, origin, subject, int(flags), body, reachable)
+            if outcome == "sent" and forwarder is not None:
+                forwarder.source._core.send_data(subject, int(flags), body)
+            elif outcome == "full":
+                text = f"FORWARD_REFUSED: the queue for {parent or domain} is full; publish again later"
+                self._tell(origin, subject, Flags.STATUS | Flags.REFUSED | Flags.PUBLISH, text)
+
+        return publish
+
+    def _tell(self, origin: int, subject: str, flags: Flags, text: str) -> None:
+        if self._reply is None:
+            return
+        payload = origin.to_bytes(_affinity.SUBJECT_ORIGIN_LENGTH, "little") + text.encode()
+        self._reply._core.send_data(subject, int(flags), payload)
+
+    def service(self) -> int:
+        """Polls the links, flushes the queues of parents heard again, tells origins; returns
+        the work done (records polled and publishes flushed)."""
+        work = 0
+        now = time.monotonic()
+        for node_id, forwarder in list(self._forwarders.items()):
+            forwarder.source.poll(POLL_FRAGMENTS)
+            if self._settled(forwarder, now):
+                work += self.queues.flush(node_id, forwarder.source._core.send_data)
+        for origin, notice in self.queues.notices():
+            work += 1
+            if notice == "warning":
+                node = self._node.node_id
+                text = f"{FORWARD_WARNING}: publishes queued at node {node} for an unreachable or unknown master"
+            else:
+                text = f"{_affinity.FORWARD_CLEARED}: queued publishes sent on"
+            self._tell(origin, ALL_SUBJECTS, Flags.STATUS | Flags.PUBLISH, text)
+        return work
+
+    def counters(self) -> dict[str, int]:
+        """Publishes ``sent`` at once, ``queued``, ``flushed`` and ``refused`` since start."""
+        return self.queues.counters()
+
+    def close(self) -> None:
+        """Closes the links to parents (logging the counters)."""
+        counters = self.counters()
+        if any(counters.values()):
+            figures = ", ".join(f"{name} {value}" for name, value in counters.items())
+            logger.info("Cluster node %s: publishes forwarded: %s", self._node.node_id, figures)
+        for forwarder in self._forwarders.values():
+            forwarder.source.close()

@@ -46,7 +46,7 @@ from types import TracebackType
 from affinity import _affinity
 from affinity._arguments import expect_callable, expect_str, expect_strs, milliseconds, wrong_type
 from affinity.config.faucet import RouterConfig, parse_router_file
-from affinity.exceptions import ConfigError
+from affinity.exceptions import ClosedError, ConfigError
 from affinity.records import (
     FaucetLogInfo,
     RoutingEventInfo,
@@ -68,6 +68,7 @@ __all__ = [
     "Flags",
     "RouterStatus",
     "Source",
+    "SourceStatus",
     "SubjectRouter",
     "Subscriber",
     "resolve_router_secret",
@@ -102,6 +103,11 @@ class Flags(enum.IntFlag):
     #: With STATUS: the router refused the subscription (the payload says which bound); it is
     #: not held, and the subscriber forgets its callbacks for the subject.
     REFUSED = _affinity.SUBJECT_FLAG_REFUSED
+    #: A publish of a subject not requested from its source (the seed's publish); subscribers
+    #: never see it (the router strips it when relaying).
+    PUBLISH = _affinity.SUBJECT_FLAG_PUBLISH
+    #: The subject was erased: its image is gone, the subscription stays.
+    ERASE = _affinity.SUBJECT_FLAG_ERASE
 
 
 #: Bytes a router's backlogs may hold together by default (``backlog_budget``).
@@ -287,6 +293,30 @@ class Subscriber(_Member):
         self.close()
 
 
+#: ``callback(subject, flags, payload)`` for a cluster node's source: a publish handed to it.
+PublishCallback = Callable[[str, Flags, bytes], object]
+#: A forward status (from a cluster node) saying the source's publishes are queued.
+FORWARD_WARNING: str = _affinity.FORWARD_WARNING
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """A source's publishes at a cluster node that is a slave of their domain (``docs/cluster.md``).
+
+    ``forward_warning``: some are queued at the node for an unreachable (or unknown) master
+    (the node said ``FORWARD_WARNING``); ``back_pressured``: the node refused one (its queue
+    bound), so :meth:`Source.publish` returns False until the node makes room;
+    ``forward_refused``: publishes the node refused since start (each reported, never dropped
+    silently: they are the tail of what was published before ``back_pressured``);
+    ``last_forward_status``: the node's latest text.
+    """
+
+    forward_warning: bool
+    back_pressured: bool
+    forward_refused: int
+    last_forward_status: str
+
+
 class Source(_Member):
     """A data source (adapter peer, faucet publisher) of a router.
 
@@ -334,6 +364,14 @@ class Source(_Member):
         )
         self._on_request: list[RequestCallback] = []
         self._on_discard: list[RequestCallback] = []
+        self._on_publish: list[PublishCallback] = []
+        #: Subjects the router requested from this source (a publish of any other is FLAG_PUBLISH).
+        self._requested: set[str] = set()
+        self._forward_warning = False
+        self._back_pressured = False
+        self._forward_refused = 0
+        self._forward_status = ""
+        self._closed = False
         self._control = faucet if faucet is not None else ANY_CONTROL_TOPIC
         self.label = label
         if patterns:
@@ -350,9 +388,73 @@ class Source(_Member):
         """``callback(subject)`` when a subject is no longer wanted from here."""
         self._on_discard.append(expect_callable("callback", callback))
 
-    def publish(self, subject: str, payload: bytes, *, image: bool = False) -> None:
-        """Sends an update (or, with ``image``, a full image) of ``subject`` to the router."""
-        self._core.publish(subject, payload, image)
+    def on_publish(self, callback: PublishCallback) -> None:
+        """``callback(subject, flags, payload)`` for a publish the router hands this source: only
+        a cluster node's own source gets them (``docs/cluster.md``, "Publish at a slave")."""
+        self._on_publish.append(expect_callable("callback", callback))
+
+    @property
+    def router_live(self) -> bool:
+        """Whether the router in use was heard since the last move, within the liveness timeout."""
+        return self._core.router_live
+
+    def publish(self, subject: str, payload: bytes, *, image: bool = False) -> bool:
+        """Sends an update (or, with ``image``, a full image) of ``subject`` to the router.
+
+        Any subject may be published, requested from this source or not (the seed's publish):
+        the router relays it to the subject's subscribers, or, at a cluster node that is a slave
+        of its domain, the node forwards it to the master (``docs/cluster.md``). Returns False,
+        sending nothing, while the node back-pressures this source (:meth:`status`), and while
+        the router has not heard this source yet (:attr:`router_live`: after its start or a
+        move, a router drops data from a source it does not know); publish again later.
+        """
+        if subject in self._requested:
+            self._core.publish(subject, payload, image)
+            return True
+        if self._held_back(subject, payload):
+            return False
+        flags = (Flags.IMAGE if image else Flags.UPDATE) | Flags.PUBLISH
+        self._core.send_data(subject, int(flags), payload)
+        return True
+
+    def erase(self, subject: str) -> bool:
+        """Erases ``subject`` (xmlBlaster's erase): every subscriber gets ``Flags.ERASE`` and
+        the routers forget its image; at a slave node it goes to the master, which passes it
+        to every slave. Returns False, sending nothing, when :meth:`publish` would."""
+        flags = Flags.ERASE
+        if subject not in self._requested:
+            if self._held_back(subject, b""):
+                return False
+            flags |= Flags.PUBLISH
+        self._core.send_data(subject, int(flags), b"")
+        return True
+
+    def _held_back(self, subject: str, payload: bytes) -> bool:
+        """Whether a publish of a subject not requested from this source must wait (back-pressured,
+        or the router has not heard it yet); arguments are checked first, as a send would."""
+        if self._closed:
+            raise ClosedError("publish: the source is closed")
+        if not expect_str("subject", subject):
+            raise ConfigError("publish: the subject is empty")
+        if not isinstance(payload, bytes):
+            raise wrong_type("payload", "bytes", payload)
+        return self._back_pressured or not self._core.router_live
+
+    def status(self) -> SourceStatus:
+        """The state of this source's publishes forwarded by a cluster node (:class:`SourceStatus`)."""
+        return SourceStatus(self._forward_warning, self._back_pressured, self._forward_refused, self._forward_status)
+
+    def _forward_notice(self, flags: int, payload: bytes) -> None:
+        text = payload.decode("utf-8", "replace")
+        self._forward_status = text
+        if flags & Flags.REFUSED:
+            self._forward_refused += 1
+            self._back_pressured = True
+            self._forward_warning = True
+        elif text.startswith(FORWARD_WARNING):
+            self._forward_warning, self._back_pressured = True, False
+        else:
+            self._forward_warning, self._back_pressured = False, False
 
     def nodata(self, subject: str, status: str) -> None:
         """Answers NODATA (``unavailable`` or ``notfound``) for ``subject``."""
@@ -366,11 +468,19 @@ class Source(_Member):
         for record in self._core.poll(limit):
             kind, subject, payload = record.kind, record.subject, record.payload
             if kind == _affinity.SUBJECT_KIND_REQUEST:
+                self._requested.add(subject)
                 for callback in self._on_request:
                     callback(subject)
             elif kind == _affinity.SUBJECT_KIND_DISCARD:
+                self._requested.discard(subject)
                 for callback in self._on_discard:
                     callback(subject)
+            elif kind == _affinity.SUBJECT_KIND_DATA and record.flags & Flags.PUBLISH:
+                if record.flags & Flags.STATUS:
+                    self._forward_notice(record.flags, payload)
+                else:
+                    for publish in self._on_publish:
+                        publish(subject, Flags(record.flags), payload)
             elif kind == _affinity.SUBJECT_KIND_DATA:
                 try:
                     events.append(FaucetEvent.from_json(payload))
@@ -380,6 +490,7 @@ class Source(_Member):
 
     def close(self) -> None:
         """Says "leaving" to the router: its subjects move to other peers."""
+        self._closed = True
         self._core.close()
 
     def __enter__(self) -> Source:

@@ -22,8 +22,10 @@ use crate::control::Timing;
 use crate::control::{AuthCounters, GroupSecret};
 use crate::routing::NoDataStatus;
 use crate::subjects::backlog::{DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET};
+use crate::subjects::cluster::{ForwardQueues, Forwarded, Notice, QueueKey};
 use crate::subjects::codec::{
-    FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE,
+    SubjectRecord, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED,
+    FLAG_STATUS, FLAG_UPDATE, FORWARD_CLEARED, FORWARD_WARNING, ORIGIN_LENGTH,
 };
 use crate::subjects::faucet::connection_name;
 use crate::subjects::runtime::{
@@ -42,12 +44,19 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<SourceStateInfo>()?;
     module.add_class::<SubjectDelivery>()?;
     module.add_class::<SubjectPeerCounters>()?;
+    module.add_class::<ClusterForwardQueues>()?;
     module.add("SUBJECT_FLAG_IMAGE", FLAG_IMAGE)?;
     module.add("SUBJECT_FLAG_UPDATE", FLAG_UPDATE)?;
     module.add("SUBJECT_FLAG_NODATA_UNAVAILABLE", FLAG_NODATA_UNAVAILABLE)?;
     module.add("SUBJECT_FLAG_NODATA_NOTFOUND", FLAG_NODATA_NOTFOUND)?;
     module.add("SUBJECT_FLAG_STATUS", FLAG_STATUS)?;
     module.add("SUBJECT_FLAG_REFUSED", FLAG_REFUSED)?;
+    module.add("SUBJECT_FLAG_PUBLISH", FLAG_PUBLISH)?;
+    module.add("SUBJECT_FLAG_ERASE", FLAG_ERASE)?;
+    module.add("SUBJECT_ORIGIN_LENGTH", ORIGIN_LENGTH)?;
+    module.add("FORWARD_WARNING", FORWARD_WARNING)?;
+    module.add("FORWARD_CLEARED", FORWARD_CLEARED)?;
+    module.add("CLUSTER_SOURCE_PREFIX", crate::subjects::cluster::CLUSTER_SOURCE_PREFIX)?;
     module.add("ROUTER_BACKLOG_BUDGET", DEFAULT_BACKLOG_BUDGET)?;
     module.add("CLUSTER_NODE_NAME_PREFIX", crate::subjects::cluster::NODE_NAME_PREFIX)?;
     module.add("CLUSTER_NODE_INFO_SUBJECT_PREFIX", crate::subjects::cluster::NODE_INFO_SUBJECT_PREFIX)?;
@@ -596,6 +605,25 @@ impl SubjectSourceCore {
         self.inner.publish(subject, payload.as_bytes(), image).map_err(subjects_error)
     }
 
+    /// Sends DATA with `flags` (`SUBJECT_FLAG_*`); False when the link to the router is full.
+    fn send_data(
+        &self,
+        subject: &Bound<'_, PyAny>,
+        flags: &Bound<'_, PyAny>,
+        payload: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let subject = str_argument("subject", subject)?;
+        let flags = super::args::int_in("flags", flags, 0u16, u16::MAX)?;
+        let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
+        self.inner.send_data(subject, flags, payload.as_bytes()).map_err(subjects_error)
+    }
+
+    /// Whether the router in use was heard since the last move, within the liveness timeout.
+    #[getter]
+    fn router_live(&self) -> bool {
+        self.inner.peer().is_router_live()
+    }
+
     /// Answers NODATA (`unavailable` or `notfound`).
     fn nodata(&self, subject: &Bound<'_, PyAny>, status: &Bound<'_, PyAny>) -> PyResult<()> {
         let subject = str_argument("subject", subject)?;
@@ -638,5 +666,136 @@ impl SubjectSourceCore {
     /// Says "leaving" and stops the heartbeat thread.
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.inner.peer().close());
+    }
+}
+
+/// A cluster node's forward queues (`crate::subjects::cluster::ForwardQueues`, wrapped by
+/// `affinity.cluster_node`): publishes per master, queued while it is unreachable, bounded in
+/// bytes, flushed in order. Queued publishes are subject records (the subject codec).
+#[pyclass(module = "affinity._affinity", frozen)]
+pub struct ClusterForwardQueues {
+    inner: std::sync::Mutex<(ForwardQueues, Vec<String>)>,
+}
+
+impl ClusterForwardQueues {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (ForwardQueues, Vec<String>)> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The queue key of `master` (interned in `names`), or of `domain` without a master.
+fn queue_key(names: &mut Vec<String>, master: Option<&str>, domain: &str) -> QueueKey {
+    match master {
+        Some(master) => QueueKey::Node(names.iter().position(|n| n == master).unwrap_or_else(|| {
+            names.push(master.to_owned());
+            names.len() - 1
+        })),
+        None => QueueKey::Domain(domain.to_owned()),
+    }
+}
+
+#[pymethods]
+impl ClusterForwardQueues {
+    /// Queues of at most `bound` bytes each.
+    #[new]
+    fn new(bound: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let bound = usize_argument("bound", bound)?;
+        Ok(ClusterForwardQueues { inner: std::sync::Mutex::new((ForwardQueues::new(bound), Vec::new())) })
+    }
+
+    /// A publish of `origin` for `master` (`None`: the domain has no master yet): `"sent"`
+    /// (the caller sends it now), `"queued"` or `"full"` (refused: back-pressure).
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (master, domain, origin, subject, flags, payload, reachable))]
+    fn publish(
+        &self,
+        master: Option<&Bound<'_, PyAny>>,
+        domain: &Bound<'_, PyAny>,
+        origin: &Bound<'_, PyAny>,
+        subject: &Bound<'_, PyAny>,
+        flags: &Bound<'_, PyAny>,
+        payload: &Bound<'_, PyAny>,
+        reachable: &Bound<'_, PyAny>,
+    ) -> PyResult<&'static str> {
+        let master = optional_str("master", master)?;
+        let domain = str_argument("domain", domain)?;
+        let origin = super::args::int_in("origin", origin, 0u64, u64::MAX)?;
+        let subject = str_argument("subject", subject)?;
+        let flags = super::args::int_in("flags", flags, 0u16, u16::MAX)?;
+        let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
+        let reachable = super::args::bool_argument("reachable", reachable)?;
+        let record =
+            SubjectRecord { kind: RecordKind::Data, flags, sender: origin, subject, payload: payload.as_bytes() };
+        let mut bytes = Vec::with_capacity(record.encoded_length());
+        record.emit(&mut bytes).map_err(|e| config_error(e.to_string()))?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let key = queue_key(names, master, domain);
+        Ok(match queues.publish(key, origin, &bytes, reachable, |_| {}) {
+            Forwarded::Sent => "sent",
+            Forwarded::Queued => "queued",
+            Forwarded::Full => "full",
+        })
+    }
+
+    /// Hands `master`'s queued publishes to `send(subject, flags, payload)`, in order, while it
+    /// returns True; returns how many went.
+    fn flush(&self, master: &Bound<'_, PyAny>, send: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let master = str_argument("master", master)?;
+        super::args::callable_argument("send", send)?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let key = queue_key(names, Some(master), "");
+        let mut failure = None;
+        let sent = queues.flush(&key, |bytes| {
+            if failure.is_some() {
+                return false;
+            }
+            let Ok((record, _)) = SubjectRecord::parse(bytes) else { return false };
+            let payload = PyBytes::new(send.py(), record.payload);
+            match send.call1((record.subject, record.flags, payload)).and_then(|r| r.is_truthy()) {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    failure = Some(error);
+                    false
+                }
+            }
+        });
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(sent),
+        }
+    }
+
+    /// What origins must be told since the last call, in order: `(origin, "warning" | "cleared")`.
+    fn notices(&self) -> Vec<(u64, &'static str)> {
+        let notices = self.lock().0.take_notices();
+        notices
+            .into_iter()
+            .map(|(origin, notice)| {
+                (
+                    origin,
+                    match notice {
+                        Notice::Warning => "warning",
+                        Notice::Cleared => "cleared",
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// `(publishes, bytes)` queued for `master`.
+    fn queued(&self, master: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
+        let master = str_argument("master", master)?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let key = queue_key(names, Some(master), "");
+        Ok((queues.queued_count(&key), queues.queued_bytes(&key)))
+    }
+
+    /// Counters since start: `sent`, `queued`, `flushed`, `refused`.
+    fn counters(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        let c = self.lock().0.counters();
+        [("sent", c.sent), ("queued", c.queued), ("flushed", c.flushed), ("refused", c.refused)].into_iter().collect()
     }
 }

@@ -40,9 +40,47 @@ pub const FLAG_STATUS: u16 = 0x0010;
 /// DATA flag, with [`FLAG_STATUS`] (router only): the router refused the subscriber's
 /// SUBSCRIBE to the subject (the payload says which bound); it holds no subscription for it.
 pub const FLAG_REFUSED: u16 = 0x0020;
+/// DATA flag (the seed's publish): a source publishes a subject whether or not it was
+/// requested from it. A router relays it to the subject's subscribers, or, at a cluster node
+/// that is a slave of the subject's domain, hands it to the node to forward to the master
+/// (`docs/cluster.md`, "Publish at a slave"). Between a router and its cluster node the
+/// payload starts with the origin source's id ([`ORIGIN_LENGTH`] bytes, little-endian).
+/// With [`FLAG_STATUS`] (cluster node to router to origin): the state of the origin's
+/// forwarded publishes, [`FORWARD_WARNING`] text (with [`FLAG_REFUSED`]: one publish refused).
+pub const FLAG_PUBLISH: u16 = 0x0040;
+/// DATA flag: the subject is erased (xmlBlaster's erase): subscribers are told, the router
+/// forgets its image; the subscriptions stay. Published with [`FLAG_PUBLISH`] by a source.
+pub const FLAG_ERASE: u16 = 0x0080;
 /// Every DATA flag defined.
-pub const DATA_FLAGS: u16 =
-    FLAG_IMAGE | FLAG_UPDATE | FLAG_NODATA_UNAVAILABLE | FLAG_NODATA_NOTFOUND | FLAG_STATUS | FLAG_REFUSED;
+pub const DATA_FLAGS: u16 = FLAG_IMAGE
+    | FLAG_UPDATE
+    | FLAG_NODATA_UNAVAILABLE
+    | FLAG_NODATA_NOTFOUND
+    | FLAG_STATUS
+    | FLAG_REFUSED
+    | FLAG_PUBLISH
+    | FLAG_ERASE;
+/// Bytes of the origin source's id before the payload of a [`FLAG_PUBLISH`] record between a
+/// router and its cluster node.
+pub const ORIGIN_LENGTH: usize = 8;
+/// The text a source's forward status starts with while its publishes are queued at a slave.
+pub const FORWARD_WARNING: &str = "FORWARD_WARNING";
+/// The text a source's forward status starts with when its queued publishes were flushed.
+pub const FORWARD_CLEARED: &str = "FORWARD_CLEARED";
+
+/// `origin` (as [`ORIGIN_LENGTH`] bytes) then `payload`.
+pub fn with_origin(origin: u64, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(ORIGIN_LENGTH + payload.len());
+    out.extend_from_slice(&origin.to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// The origin and the rest of a payload [`with_origin`] made; `None` when it is too short.
+pub fn split_origin(payload: &[u8]) -> Option<(u64, &[u8])> {
+    let (origin, rest) = payload.split_at_checked(ORIGIN_LENGTH)?;
+    Some((u64::from_le_bytes(origin.try_into().ok()?), rest))
+}
 /// ENLIST flag: the payload is a coverage pattern (without it, the enlistment names none).
 pub const FLAG_COVERAGE: u16 = 0x0001;
 /// ALIVE flag: the router is stopping cleanly; the payload, if not empty, is the channel of the

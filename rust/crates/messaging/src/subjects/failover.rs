@@ -77,6 +77,8 @@ pub struct RouterWatch {
     /// Per router: the id last heard from it while it was in use.
     ids: Vec<Option<u64>>,
     switches: u64,
+    /// Whether the router in use was heard since the last move.
+    live: bool,
 }
 
 impl RouterWatch {
@@ -95,7 +97,7 @@ impl RouterWatch {
             }
         }
         let ids = vec![None; routers.len()];
-        Ok(RouterWatch { routers, current: 0, liveness_timeout, heard: now, ids, switches: 0 })
+        Ok(RouterWatch { routers, current: 0, liveness_timeout, heard: now, ids, switches: 0, live: false })
     }
 
     /// The routers, in order.
@@ -134,6 +136,7 @@ impl RouterWatch {
             return None; // a router left behind: delivered, not liveness
         }
         self.heard = now;
+        self.live = true;
         let mut switch = None;
         match current {
             None => self.ids[self.current] = Some(sender),
@@ -154,6 +157,12 @@ impl RouterWatch {
         switch
     }
 
+    /// Whether the router in use was heard since the last move and within the liveness
+    /// timeout (a restarted router counts once it was heard again).
+    pub fn is_live(&self, now: Instant) -> bool {
+        self.live && now.saturating_since(self.heard) < self.liveness_timeout
+    }
+
     /// Runs the liveness timeout; `Some` when the router in use was silent too long.
     pub fn check(&mut self, now: Instant) -> Option<Switch> {
         if now.saturating_since(self.heard) < self.liveness_timeout {
@@ -167,6 +176,7 @@ impl RouterWatch {
         self.current = to;
         self.heard = now;
         self.switches += 1;
+        self.live = false;
         Switch { from, to, reason }
     }
 }

@@ -17,10 +17,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cluster::NODE_NAME_PREFIX;
+use super::cluster::{CLUSTER_SOURCE_PREFIX, NODE_NAME_PREFIX};
 use super::codec::{
-    emit_unchecked, RecordKind, Records, SubjectRecord, ALIVE_SUBJECT, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_IMAGE,
-    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
+    emit_unchecked, split_origin, with_origin, RecordKind, Records, SubjectRecord, ALIVE_SUBJECT, ANY_CONTROL_TOPIC,
+    FLAG_COVERAGE, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED,
+    FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
 };
 use super::faucet::{Faucet, FaucetEvent, Party};
 use crate::control::{Heartbeat, HeartbeatOutcome, MemberView, Role};
@@ -684,6 +685,10 @@ impl RouterCore {
             return;
         };
         let member = source.member;
+        if record.flags & FLAG_PUBLISH != 0 {
+            self.on_publish(record);
+            return;
+        }
         let Some(state) = self.subjects.get(record.subject) else {
             self.counters.stale_data += 1;
             return;
@@ -712,8 +717,56 @@ impl RouterCore {
                 }
             }
         }
+        self.relay(record);
+    }
+
+    /// A publish (DATA with [`FLAG_PUBLISH`], the seed's publish: any source, any subject,
+    /// requested from it or not). With [`FLAG_STATUS`] from a cluster node's source: a forward
+    /// status for the origin named in the payload, passed on to it. Else, when the subject
+    /// routes to a cluster node's source (this node is a slave of its domain) other than the
+    /// sender: handed to it, the origin's id before the payload, to forward to the master;
+    /// otherwise relayed to the subject's subscribers here (erase included).
+    fn on_publish(&mut self, record: SubjectRecord<'_>) {
+        let from_cluster = self.sources.get(&record.sender).is_some_and(|s| s.label.starts_with(CLUSTER_SOURCE_PREFIX));
+        if record.flags & FLAG_STATUS != 0 {
+            match split_origin(record.payload) {
+                Some((origin, text)) if from_cluster && self.sources.contains_key(&origin) => {
+                    let flags = record.flags & (FLAG_STATUS | FLAG_REFUSED | FLAG_PUBLISH);
+                    self.outbox.push(origin, RecordKind::Data, flags, self.id, record.subject, text);
+                }
+                _ => self.counters.refused += 1,
+            }
+            return;
+        }
+        if record.flags & FLAG_REFUSED != 0 {
+            self.counters.refused += 1;
+            return;
+        }
+        let routed = self.table.route_member(record.subject).ok().flatten();
+        if let Some(member) = routed.filter(|&m| self.table.label(m).starts_with(CLUSTER_SOURCE_PREFIX)) {
+            match self.member_source.get(member.index()).copied().flatten() {
+                Some(node) if node != record.sender => {
+                    let payload = with_origin(record.sender, record.payload);
+                    self.outbox.push(node, RecordKind::Data, record.flags, self.id, record.subject, &payload);
+                }
+                // The node's own forwarder never publishes here; a node not up yet: refused.
+                _ => self.counters.refused += 1,
+            }
+            return;
+        }
+        if !self.subjects.contains_key(record.subject) {
+            self.counters.stale_data += 1; // nobody subscribes here: nothing to relay
+            return;
+        }
+        self.relay(record);
+    }
+
+    /// Relays DATA for a subscribed subject to its subscribers (keeping its image).
+    fn relay(&mut self, record: SubjectRecord<'_>) {
         let Some(state) = self.subjects.get_mut(record.subject) else { return };
-        if record.flags & (FLAG_IMAGE | FLAG_NODATA_NOTFOUND | FLAG_NODATA_UNAVAILABLE) != 0 {
+        if record.flags & FLAG_ERASE != 0 {
+            state.image = None;
+        } else if record.flags & (FLAG_IMAGE | FLAG_NODATA_NOTFOUND | FLAG_NODATA_UNAVAILABLE) != 0 {
             match &mut state.image {
                 Some((flags, payload)) => {
                     *flags = record.flags;
@@ -723,7 +776,10 @@ impl RouterCore {
                 None => state.image = Some((record.flags, record.payload.to_vec())),
             }
         }
-        let flags = if record.flags == 0 { FLAG_UPDATE } else { record.flags };
+        let flags = match record.flags & !FLAG_PUBLISH {
+            0 => FLAG_UPDATE,
+            flags => flags,
+        };
         self.counters.relayed += state.subscribers.len() as u64;
         // One encoding, copied into each subscriber's buffer.
         self.scratch.clear();

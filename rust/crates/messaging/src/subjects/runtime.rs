@@ -837,6 +837,12 @@ impl SubjectPeer {
         lock(&self.inbox_auth).is_authenticated()
     }
 
+    /// Whether the router in use was heard (an ALIVE or any record) since the last move and
+    /// within the liveness timeout: what a cluster node calls its master reachable.
+    pub fn is_router_live(&self) -> bool {
+        lock(&self.watch).is_live(self.clock.now())
+    }
+
     /// Whether the listen channel of the router in use accepted the connection.
     pub fn is_connected(&self) -> bool {
         lock(&self.shared.link).now().publication.is_connected().unwrap_or(false)
@@ -1066,6 +1072,13 @@ impl SubjectSource {
     /// Publishes data for `subject` (an image when `image`, else an update).
     pub fn publish(&self, subject: &str, payload: &[u8], image: bool) -> Result<(), SubjectsError> {
         self.peer.send(RecordKind::Data, if image { FLAG_IMAGE } else { FLAG_UPDATE }, subject, payload).map(|_| ())
+    }
+
+    /// Sends DATA for `subject` with `flags` (any of the codec's DATA flags: a publish of a
+    /// subject not requested from it carries `FLAG_PUBLISH`, an erase `FLAG_ERASE`).
+    /// `Ok(false)`: not sent, the link to the router is full (counted in `dropped_records`).
+    pub fn send_data(&self, subject: &str, flags: u16, payload: &[u8]) -> Result<bool, SubjectsError> {
+        self.peer.send(RecordKind::Data, flags, subject, payload)
     }
 
     /// Publishes several updates (`image` false) or images at once, packed into as few

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 pub use cache::{CacheAction, SlaveCache};
 pub use connections::{ConnectionState, Connections};
-pub use forward::{ForwardQueues, Forwarded};
+pub use forward::{ForwardCounters, ForwardQueues, Forwarded, Notice, QueueKey};
 pub use mapping::{DomainToMaster, Mapping, MasterMapper};
 
 use crate::routing::policy::Policy;
@@ -52,6 +52,10 @@ pub const NODE_NAME_PREFIX: &str = "node:";
 pub const NODE_INFO_SUBJECT_PREFIX: &str = "__sys__cluster.node.info[";
 /// The end of a node info subject (after the node id).
 pub const NODE_INFO_SUBJECT_SUFFIX: &str = "]";
+/// The source label prefix of a cluster node's sources at its own router (`cluster.<DOMAIN>`,
+/// one per domain it is a slave of): the router hands publishes of such a domain's subjects to
+/// that source (to forward to the master) and lets only such sources send forward statuses.
+pub const CLUSTER_SOURCE_PREFIX: &str = "cluster.";
 /// Most nodes in one cluster.
 pub const MAX_NODES: usize = 1024;
 /// Most domains in one cluster.

@@ -568,3 +568,77 @@ fn a_node_id_that_is_not_configured_is_refused_not_allowed_and_a_configured_one_
     assert_eq!(plain.router.counters().not_allowed, 1);
     assert!(sent(&mut plain.router)[0].4.contains("not a cluster node"));
 }
+
+/// A slave's table: `/STOCK/` served by the node's `cluster.STOCK_EXCHANGE` source.
+fn slave_table() -> RoutingTable {
+    let mut table = RoutingTable::new();
+    let stock = table.add_service("cluster-STOCK_EXCHANGE", &["^/STOCK/"]).unwrap();
+    table.add_source_group(stock, spec("cluster", &["cluster.STOCK_EXCHANGE"], &[])).unwrap();
+    table
+}
+
+#[test]
+fn a_publish_at_a_slave_goes_to_the_node_with_its_origin_and_the_node_status_goes_back_to_it() {
+    use crate::subjects::codec::{split_origin, with_origin, FLAG_PUBLISH};
+    const NODE: u64 = 20;
+    const PUBLISHER: u64 = 21;
+    let mut router = RouterCore::new(ROUTER, slave_table(), None, LIVENESS);
+    router.on_heartbeat(heartbeat(NODE, Role::Source, "cluster.STOCK_EXCHANGE"), at(0));
+    router.on_heartbeat(heartbeat(PUBLISHER, Role::Source, "stock-publisher"), at(0));
+    subscribe(&mut router, ALICE, "/STOCK/IBM", at(1));
+    sent(&mut router); // the REQUEST to the node
+    let publish = FLAG_PUBLISH | FLAG_UPDATE;
+    router.on_message(&record(RecordKind::Data, publish, PUBLISHER, "/STOCK/IBM", b"u1"), at(2));
+    let mut out = Vec::new();
+    router.outbox().drain(|to, bytes| {
+        for r in Records::new(bytes) {
+            let r = r.unwrap();
+            out.push((to, r.flags, split_origin(r.payload).map(|(o, p)| (o, p.to_vec()))));
+        }
+    });
+    // Only the node gets it (ALICE gets it back from the master), with the origin first.
+    assert_eq!(out, [(NODE, publish, Some((PUBLISHER, b"u1".to_vec())))]);
+    // The node's status for the origin is passed on to it, without the origin.
+    let status = with_origin(PUBLISHER, b"FORWARD_WARNING: queued");
+    router.on_message(&record(RecordKind::Data, FLAG_STATUS | FLAG_PUBLISH, NODE, "*", &status), at(3));
+    assert_eq!(
+        sent(&mut router),
+        [(PUBLISHER, RecordKind::Data, FLAG_STATUS | FLAG_PUBLISH, "*".into(), "FORWARD_WARNING: queued".into())]
+    );
+    // A status from a source that is no cluster node's is refused; so is a publish by the node
+    // itself (it never routes back to itself).
+    let refused = router.counters().refused;
+    router.on_message(&record(RecordKind::Data, FLAG_STATUS | FLAG_PUBLISH, PUBLISHER, "*", &status), at(4));
+    router.on_message(&record(RecordKind::Data, publish, NODE, "/STOCK/IBM", b"loop"), at(4));
+    assert!(sent(&mut router).is_empty());
+    assert_eq!(router.counters().refused, refused + 2);
+}
+
+#[test]
+fn a_publish_at_a_master_reaches_the_subscribers_and_an_erase_drops_the_image() {
+    use crate::subjects::codec::{FLAG_ERASE, FLAG_PUBLISH};
+    let mut f = Fixture::new();
+    let forwarder = 30;
+    f.router.on_heartbeat(heartbeat(forwarder, Role::Source, "node:avalon"), at(0));
+    subscribe(&mut f.router, ALICE, "/PRICES/EUR", at(1));
+    sent(&mut f.router);
+    // Not requested from the forwarder: relayed all the same, the image cached, PUBLISH stripped.
+    f.router.on_message(&record(RecordKind::Data, FLAG_PUBLISH | FLAG_IMAGE, forwarder, "/PRICES/EUR", b"i"), at(2));
+    f.router.on_message(&record(RecordKind::Data, FLAG_PUBLISH | FLAG_UPDATE, forwarder, "/PRICES/EUR", b"u"), at(2));
+    assert_eq!(
+        sent(&mut f.router),
+        [
+            (ALICE, RecordKind::Data, FLAG_IMAGE, "/PRICES/EUR".into(), "i".into()),
+            (ALICE, RecordKind::Data, FLAG_UPDATE, "/PRICES/EUR".into(), "u".into())
+        ]
+    );
+    f.router.on_message(&record(RecordKind::Data, FLAG_PUBLISH | FLAG_ERASE, forwarder, "/PRICES/EUR", b""), at(3));
+    assert_eq!(sent(&mut f.router), [(ALICE, RecordKind::Data, FLAG_ERASE, "/PRICES/EUR".into(), String::new())]);
+    subscribe(&mut f.router, BOB, "/PRICES/EUR", at(4));
+    assert!(sent(&mut f.router).is_empty(), "no image after the erase");
+    // Without the PUBLISH flag, data a source was not asked for is still stale.
+    let stale = f.router.counters().stale_data;
+    f.router.on_message(&record(RecordKind::Data, FLAG_UPDATE, forwarder, "/PRICES/EUR", b"x"), at(5));
+    assert!(sent(&mut f.router).is_empty());
+    assert_eq!(f.router.counters().stale_data, stale + 1);
+}

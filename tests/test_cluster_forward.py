@@ -1,0 +1,315 @@
+"""Publish at a slave (``docs/cluster.md``, "Publish at a slave"), with router processes on
+loopback: golan master of STOCK_EXCHANGE, avalon its slave (and bilbo a slave of avalon).
+
+A source at avalon publishes a subject nobody requested from it: avalon forwards it to golan,
+which fans it out to its own subscribers and, through avalon's slave subscription, to avalon's.
+golan SIGKILLed: the source is told FORWARD_WARNING and its publishes queue at avalon; golan
+restarted: the queue flushes in order. Past ``forward-queue`` the source is back-pressured and
+told of every publish refused. An erase at either end reaches every subscriber.
+
+"Once" across a master restart: every update the source published reaches every subscriber
+exactly once, in publish order (no update lost, none repeated); the images a subscriber gets
+are the feed's image, the source's image, and after the restart the feed's fresh image, in
+that order (the restarted master holds no image: its feed gives a fresh one, as after any
+router restart); STATUS and NODATA records are not updates and are not counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import affinity
+import pytest
+from affinity.subjects import Flags, Source, Subscriber
+from affinity.testing import free_udp_port
+from test_cluster_nodes import FEED, SUBJECT, cluster_conf, start_node
+from test_subjects_processes import LIVENESS, TIMEOUT, Inbox, Process
+
+#: The label of the publishing source at a slave (no data service names it: it is never requested).
+PUBLISHER = "stock-publisher"
+#: Updates before, during and after the master's absence.
+BEFORE, DURING = 100, 50
+
+
+class Feed:
+    """golan's source for the domain: answers each request with an image ``feed-<n>``."""
+
+    def __init__(self, client: affinity.Client, router: str) -> None:
+        self.source = Source(client, router, FEED, liveness_timeout=LIVENESS)
+        self.requests: list[str] = []
+        self.source.on_request(self._request)
+
+    def _request(self, subject: str) -> None:
+        self.source.publish(subject, f"feed-{len(self.requests)}".encode(), image=True)
+        self.requests.append(subject)
+
+    def poll(self) -> int:
+        self.source.poll(64)
+        return 0
+
+
+Pollable = Callable[[], object]
+
+
+def pump(pollables: list[Pollable], until: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
+    """Polls every member until ``until()`` holds (an assertion error naming ``what`` after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for poll in pollables:
+            poll()
+        if until():
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"{what}: not seen within {timeout} s")
+
+
+def settle(pollables: list[Pollable], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for poll in pollables:
+            poll()
+        time.sleep(0.005)
+
+
+def updates(inbox: Inbox) -> list[str]:
+    return [p for s, f, p in inbox.items if s == SUBJECT and f & Flags.UPDATE]
+
+
+def has_updates(inbox: Inbox, count: int) -> Callable[[], bool]:
+    return lambda: len(updates(inbox)) >= count
+
+
+def has_erase(inbox: Inbox) -> Callable[[], bool]:
+    return lambda: any(f & Flags.ERASE for _, f, _ in inbox.items)
+
+
+def images(inbox: Inbox) -> list[str]:
+    return [p for s, f, p in inbox.items if s == SUBJECT and f & Flags.IMAGE]
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Process]]:
+    started: list[Process] = []
+    yield started
+    for process in started:
+        process.stop()
+
+
+def forward_conf(golan: int, avalon: int, bilbo: int | None = None, queue: str | None = None) -> str:
+    settings = "" if queue is None else f"add-cluster\n    forward-queue {queue}\nend-cluster\n"
+    return settings + cluster_conf(golan, avalon, bilbo)
+
+
+def listen(port: int) -> str:
+    return f"aeron:udp?endpoint=127.0.0.1:{port}"
+
+
+def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while_the_master_is_down(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(forward_conf(ports["golan"], ports["avalon"]))
+    golan = start_node(config, "golan", listen(ports["golan"]))
+    processes.append(golan)
+    avalon = start_node(config, "avalon", listen(ports["avalon"]))
+    processes.append(avalon)
+
+    feed = Feed(client, listen(ports["golan"]))
+    gina_sub = Subscriber(client, listen(ports["golan"]), name="gina", liveness_timeout=LIVENESS)
+    alice_sub = Subscriber(client, listen(ports["avalon"]), name="alice", liveness_timeout=LIVENESS)
+    gina, alice = Inbox(gina_sub), Inbox(alice_sub)
+    gina_sub.subscribe(SUBJECT, gina)
+    alice_sub.subscribe(SUBJECT, alice)
+    source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [feed.poll, lambda: gina_sub.poll(256), lambda: alice_sub.poll(256), source.poll]
+    # Both subscriptions are in place at golan once each has the feed's image.
+    pump(members, lambda: images(gina) == images(alice) == ["feed-0"], "the feed's image at golan and avalon")
+    pump(members, lambda: source.router_live, "the slave heard the source")
+
+    # The source publishes a subject nobody requested from it, at the slave.
+    source.publish(SUBJECT, b"image-1", image=True)
+    sent = [f"u{i}" for i in range(BEFORE)]
+    for payload in sent:
+        assert source.publish(SUBJECT, payload.encode())
+        source.poll(16)
+    for inbox in (gina, alice):
+        pump(members, has_updates(inbox, BEFORE), "every update before the kill")
+    settle(members, 0.2)
+    for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
+        assert images(inbox) == ["feed-0", "image-1"], name
+        assert updates(inbox) == sent, f"{name}: every update once, in order"
+    assert not source.status().forward_warning, "nothing queued while golan is up"
+    assert feed.requests == [SUBJECT], "golan asked its feed once; the publishes were not requests"
+
+    # SIGKILL golan mid-stream; once avalon's link to it is silent past the liveness timeout,
+    # the publishes queue at avalon and the source is told FORWARD_WARNING.
+    golan.kill()
+    settle(members, 2 * LIVENESS)
+    during = [f"u{i}" for i in range(BEFORE, BEFORE + DURING)]
+    for payload in during:
+        assert source.publish(SUBJECT, payload.encode()), "queued, not back-pressured"
+        source.poll(16)
+    pump(members, lambda: source.status().forward_warning, "FORWARD_WARNING at the source")
+    assert source.status().last_forward_status.startswith("FORWARD_WARNING")
+    assert updates(alice) == sent, "nothing reached avalon's subscribers while golan is down"
+
+    # golan back (same address, no state): the queue flushes in order.
+    golan = start_node(config, "golan", listen(ports["golan"]))
+    processes.append(golan)
+    sent += during
+    for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
+        pump(members, has_updates(inbox, len(sent)), f"{name}: the flushed updates")
+    pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
+    settle(members, 0.3)
+    for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
+        assert updates(inbox) == sent, f"{name}: every update once, in order, across the master's restart"
+        assert images(inbox) == ["feed-0", "image-1", "feed-1"], f"{name}: images once each"
+    assert source.status().forward_refused == 0
+
+    # Erase at the slave goes to the master, which passes it to every subscriber (and slave).
+    assert source.erase(SUBJECT)
+    for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
+        pump(members, has_erase(inbox), f"{name}: the erase")
+    # avalon forgot the image: a new local subscriber gets none from its cache.
+    bob_sub = Subscriber(client, listen(ports["avalon"]), name="bob", liveness_timeout=LIVENESS)
+    bob = Inbox(bob_sub)
+    bob_sub.subscribe(SUBJECT, bob)
+    settle([*members, lambda: bob_sub.poll(256)], 0.5)
+    assert images(bob) == [], "the erased image is not served from avalon's cache"
+    # Erase at the master (its feed) reaches the slave's subscribers.
+    feed.source.erase(SUBJECT)
+    pump(
+        [*members, lambda: bob_sub.poll(256)],
+        lambda: any(f & Flags.ERASE for _, f, _ in bob.items),
+        "the master's erase at avalon",
+    )
+    for closing in (bob_sub, gina_sub, alice_sub, source, feed.source):
+        closing.close()
+    # avalon's counters, logged when it stops: every publish (the image, the updates, the erase)
+    # was sent at once or queued then flushed, at least those made while golan was away were
+    # queued (the first ones too, while the link to golan opened), none refused.
+    avalon.stop()
+    counted = [line for line in avalon.snapshot() if "publishes forwarded:" in line]
+    assert counted, avalon.snapshot()[-10:]
+    figures = dict(part.rsplit(" ", 1) for part in counted[-1].split("publishes forwarded: ")[1].split(", "))
+    numbers = {name: int(value) for name, value in figures.items()}
+    assert numbers["sent"] + numbers["queued"] == 1 + BEFORE + DURING + 1, numbers
+    assert numbers["flushed"] == numbers["queued"] >= DURING and numbers["refused"] == 0, numbers
+
+
+def test_past_the_forward_queue_bound_the_source_is_back_pressured_and_nothing_is_dropped(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(forward_conf(ports["golan"], ports["avalon"], queue="64K"))
+    golan = start_node(config, "golan", listen(ports["golan"]))
+    processes.append(golan)
+    processes.append(start_node(config, "avalon", listen(ports["avalon"])))
+    feed = Feed(client, listen(ports["golan"]))
+    alice_sub = Subscriber(client, listen(ports["avalon"]), name="alice", liveness_timeout=LIVENESS)
+    alice = Inbox(alice_sub)
+    alice_sub.subscribe(SUBJECT, alice)
+    source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [feed.poll, lambda: alice_sub.poll(256), source.poll]
+    pump(members, lambda: images(alice) == ["feed-0"], "the feed's image at avalon")
+    pump(members, lambda: source.router_live, "the slave heard the source")
+    source.publish(SUBJECT, b"warm-up", image=True)
+    pump(members, lambda: images(alice) == ["feed-0", "warm-up"] and not source.status().forward_warning, "warm-up")
+
+    golan.kill()
+    settle(members, 2 * LIVENESS)
+    # 4 KiB updates: 64 KiB hold about 15. Publish until the source is back-pressured.
+    total = 40
+    payloads = [f"u{i}:".encode() + bytes(4096) for i in range(total)]
+    published = 0
+    while published < total and source.publish(SUBJECT, payloads[published]):
+        published += 1
+        settle(members, 0.02)
+    status = source.status()
+    assert status.back_pressured and published < total, "the queue bound back-pressures the source"
+    assert not source.publish(SUBJECT, payloads[published]), "publish returns False while back-pressured"
+    settle(members, 0.3)
+    refused = source.status().forward_refused
+    assert 1 <= refused <= published, source.status()
+    accepted = published - refused  # the refused ones are the tail of what was published
+
+    golan = start_node(config, "golan", listen(ports["golan"]))
+    processes.append(golan)
+    pump(members, lambda: len(updates(alice)) >= accepted, "the queued updates flushed")
+    pump(members, lambda: not source.status().back_pressured, "room again after the flush")
+    settle(members, 0.3)
+    expected = [p.decode() for p in payloads[:accepted]]
+    assert updates(alice) == expected, "exactly what was accepted, in order: nothing dropped silently"
+    # The source publishes its refused tail, and the rest.
+    for payload in payloads[accepted:]:
+        assert source.publish(SUBJECT, payload)
+        settle(members, 0.005)
+    pump(members, lambda: len(updates(alice)) >= total, "every update")
+    settle(members, 0.3)
+    assert updates(alice) == [p.decode() for p in payloads], "every update once, in order"
+    for closing in (alice_sub, source, feed.source):
+        closing.close()
+
+
+def test_a_publish_at_a_slave_of_a_slave_goes_through_the_middle_node_to_the_master(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon", "bilbo")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(forward_conf(ports["golan"], ports["avalon"], ports["bilbo"]))
+    for node, port in ports.items():
+        processes.append(start_node(config, node, listen(port)))
+    feed = Feed(client, listen(ports["golan"]))
+    gina_sub = Subscriber(client, listen(ports["golan"]), name="gina", liveness_timeout=LIVENESS)
+    carol_sub = Subscriber(client, listen(ports["bilbo"]), name="carol", liveness_timeout=LIVENESS)
+    gina, carol = Inbox(gina_sub), Inbox(carol_sub)
+    gina_sub.subscribe(SUBJECT, gina)
+    carol_sub.subscribe(SUBJECT, carol)
+    source = Source(client, listen(ports["bilbo"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [feed.poll, lambda: gina_sub.poll(256), lambda: carol_sub.poll(256), source.poll]
+    pump(members, lambda: images(gina) == images(carol) == ["feed-0"], "the feed's image at golan and bilbo")
+    pump(members, lambda: source.router_live, "the slave heard the source")
+    sent = [f"u{i}" for i in range(BEFORE)]
+    for payload in sent:
+        assert source.publish(SUBJECT, payload.encode())
+        source.poll(16)
+    for inbox in (gina, carol):
+        pump(members, has_updates(inbox, BEFORE), "every update at golan and bilbo")
+    settle(members, 0.2)
+    assert updates(gina) == updates(carol) == sent, "bilbo -> avalon -> golan -> avalon -> bilbo: once, in order"
+    for closing in (gina_sub, carol_sub, source, feed.source):
+        closing.close()
+
+
+def test_a_publish_for_a_domain_without_a_master_is_accepted_and_queued_within_the_bound(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon")}
+    config = tmp_path / "cluster.conf"
+    radar = "add-domain\n    name RADAR\n    include-pattern '^/RADAR/'\nend-domain\n"
+    config.write_text(forward_conf(ports["golan"], ports["avalon"], queue="64K") + radar)
+    processes.append(start_node(config, "avalon", listen(ports["avalon"])))
+    source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [source.poll]
+    assert not source.publish("/RADAR/north", b"too early"), "avalon has not heard the source yet"
+    pump(members, lambda: source.router_live, "avalon heard the source")
+    assert source.publish("/RADAR/north", b"image", image=True)
+    pump(members, lambda: source.status().forward_warning, "FORWARD_WARNING: queued until a master appears")
+    assert not source.status().back_pressured
+    # The queue is bounded all the same: past 64 KiB the source is back-pressured.
+    published = 0
+    while published < 40 and source.publish("/RADAR/north", bytes(4096)):
+        published += 1
+        settle(members, 0.02)
+    assert source.status().back_pressured and 10 <= published < 40, (published, source.status())
+    # A subscriber of the domain is answered NODATA unavailable (no master to ask).
+    subscriber = Subscriber(client, listen(ports["avalon"]), name="alice", liveness_timeout=LIVENESS)
+    alice = Inbox(subscriber)
+    subscriber.subscribe("/RADAR/north", alice)
+    alice.wait_for(lambda items: any(f & Flags.NODATA_UNAVAILABLE for _, f, _ in items), "NODATA unavailable")
+    for closing in (subscriber, source):
+        closing.close()
