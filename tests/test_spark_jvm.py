@@ -198,3 +198,42 @@ def test_the_jvm_writer_reads_the_group_secret_from_the_registry(
         stop.set()
         thread.join(10)
         consumer.close()
+
+
+def test_the_jvm_writer_fills_each_queues_messages_across_routing_chunks(
+    spark: Any, registry: str, client: affinity.Client
+) -> None:
+    # The JVM writer routes rows in chunks of spark.sql.execution.arrow.maxRecordsPerBatch rows
+    # (64 here) but keeps one open row group per queue across chunks: every message but a
+    # queue's last holds maxBatchRows rows, not the ~16 rows a chunk has per queue.
+    consumer = SinkConsumer("jvm", 0, 1, client=client, registry=registry, cycle=1.0)
+    items: list[DataItem] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            items.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, DataItem))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    chunk = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(chunk)
+    spark.conf.set(chunk, "64")
+    try:
+        df = spark.range(0, 2000, numPartitions=1).selectExpr("cast(id % 101 AS string) AS k", "id AS n")
+        df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
+            "writer", "jvm"
+        ).option("maxBatchRows", "100").mode("append").save()
+        wait_for(lambda: sum(i.envelope.rows for i in items) == 2000, 60, "2000 rows at the consumer")
+    finally:
+        spark.conf.set(chunk, before)
+        stop.set()
+        thread.join(10)
+        consumer.close()
+    per_queue: dict[int, list[int]] = {}
+    for item in sorted(items, key=lambda i: i.envelope.sequence):
+        assert item.batch().num_rows == item.envelope.rows
+        per_queue.setdefault(item.queue, []).append(item.envelope.rows)
+    assert len(per_queue) == QUEUE_COUNT, f"rows reached queues {sorted(per_queue)}"
+    for queue, sizes in per_queue.items():
+        assert all(size == 100 for size in sizes[:-1]) and 0 < sizes[-1] <= 100, f"queue {queue}: {sizes}"
