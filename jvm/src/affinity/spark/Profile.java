@@ -5,7 +5,7 @@ import java.lang.management.ThreadMXBean;
 
 /**
  * Time per phase of one write task, printed to the JVM's stderr at the task's commit when
- * {@code $AFFINITY_SPARK_PROFILE} is {@code 1} (a debugging aid, docs/spark.md "JVM writer";
+ * {@code $AFFINITY_SPARK_PROFILE} is {@code 1} (a debugging aid, docs/spark.md "Two writers";
  * off, every method returns at once and nothing is measured).
  */
 final class Profile {
@@ -25,7 +25,7 @@ final class Profile {
     ROUTE,
     /** Spark's {@code ArrowWriter} filling the vectors of a row group. */
     FILL,
-    /** Arrow IPC encoding of a row group and its envelope. */
+    /** Arrow IPC encoding of a row group (and of its halves when it exceeds {@code maxBatchBytes}). */
     ENCODE,
     /** The native publish calls (copy into Rust, the group publisher's publish). */
     PUBLISH,
