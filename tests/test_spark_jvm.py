@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -237,3 +240,42 @@ def test_the_jvm_writer_fills_each_queues_messages_across_routing_chunks(
     assert len(per_queue) == QUEUE_COUNT, f"rows reached queues {sorted(per_queue)}"
     for queue, sizes in per_queue.items():
         assert all(size == 100 for size in sizes[:-1]) and 0 < sizes[-1] <= 100, f"queue {queue}: {sizes}"
+
+
+PROFILED_WRITE = textwrap.dedent(
+    """
+    import sys, threading
+    from affinity.spark import DataItem, SinkConsumer
+    from spark_support import spark_session
+    registry = sys.argv[1]
+    consumer = SinkConsumer("jvm", 0, 1, registry=registry, cycle=1.0)
+    stop = threading.Event()
+    def run():
+        while not stop.is_set():
+            consumer.poll(100, 0.05)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    spark = spark_session()
+    df = spark.range(0, 1000, numPartitions=1).selectExpr("cast(id % 7 AS string) AS k", "id AS n")
+    df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
+        "writer", "jvm"
+    ).mode("append").save()
+    spark.stop()
+    stop.set()
+    thread.join(10)
+    consumer.close()
+    """
+)
+
+
+def test_the_jvm_writer_prints_a_task_profile_when_asked(spark: Any, registry: str) -> None:
+    # AFFINITY_SPARK_PROFILE is read when the JVM starts: a session of its own, in a subprocess.
+    env = {**os.environ, "AFFINITY_SPARK_PROFILE": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILED_WRITE, registry], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    phases = " ".join(f"{phase}_ms=\\d+" for phase in ("rows", "route", "fill", "encode", "publish", "flush"))
+    task = r"affinity-profile partition=0 batch=0 rows=1000 messages=[1-9]\d* total_ms=\d+ cpu_ms=-?\d+"
+    line = rf"{task} {phases} other_ms=-?\d+"
+    assert re.search(line, done.stderr), f"no profile line in: {done.stderr[-3000:]}"
