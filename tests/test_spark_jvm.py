@@ -242,6 +242,54 @@ def test_the_jvm_writer_fills_each_queues_messages_across_routing_chunks(
         assert all(size == 100 for size in sizes[:-1]) and 0 < sizes[-1] <= 100, f"queue {queue}: {sizes}"
 
 
+def test_the_jvm_writer_cuts_row_groups_per_chunk_for_a_group_of_many_queues(
+    spark: Any, tmp_path: Path, client: affinity.Client
+) -> None:
+    # Above MAX_OPEN_GROUPS (64) queues a task keeps no open row group per queue (each would hold
+    # its own Arrow vectors): row groups are cut per routing chunk, in one writer. Every row
+    # arrives once, each key's rows in order.
+    queues = 100
+    create_group("wide", "__wide__", 128, queues, 8 << 20, tmp_path)
+    consumer = SinkConsumer("wide", 0, 1, client=client, registry=str(tmp_path), cycle=1.0)
+    items: list[DataItem] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            items.extend(i for i in consumer.poll(1000, 0.05) if isinstance(i, DataItem))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    chunk = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(chunk)
+    spark.conf.set(chunk, "500")
+    try:
+        df = spark.range(0, 3000, numPartitions=1).selectExpr("cast(id % 250 AS string) AS k", "id AS n")
+        df.write.format("affinity").option("group", "wide").option("registry", str(tmp_path)).option("key", "k").option(
+            "writer", "jvm"
+        ).mode("append").save()
+        wait_for(lambda: sum(i.envelope.rows for i in items) == 3000, 60, "3000 rows at the consumer")
+    finally:
+        spark.conf.set(chunk, before)
+        stop.set()
+        thread.join(10)
+        consumer.close()
+    seen: list[tuple[str, int]] = []
+    for item in sorted(items, key=lambda i: i.envelope.sequence):
+        batch = item.batch().to_pydict()
+        seen.extend(zip(batch["k"], batch["n"], strict=True))
+    assert sorted(n for _, n in seen) == list(range(3000)), "rows lost or repeated"
+    last: dict[str, int] = {}
+    for key, n in seen:
+        assert n > last.get(key, -1), f"key {key!r}: {n} after {last[key]}"
+        last[key] = n
+    # Chunks of 500 rows over 100 queues: a queue's rows arrive in several messages (one per chunk).
+    per_queue: dict[int, int] = {}
+    for item in items:
+        per_queue[item.queue] = per_queue.get(item.queue, 0) + 1
+    assert max(per_queue.values()) > 1
+
+
 PROFILED_WRITE = textwrap.dedent(
     """
     import sys, threading

@@ -21,8 +21,9 @@ import org.apache.spark.sql.types.StringType;
 /**
  * One task's writer: rows are routed in chunks of {@link WriteSpec#chunkRows} (the queue of every
  * key computed in Rust in one call); each row goes, in order, into its queue's row group of at
- * most {@code maxBatchRows} rows / {@code maxBatchBytes} bytes (Arrow: one open group per queue
- * across chunks, so messages are full-sized; binary: grouped per chunk), which is encoded (Arrow
+ * most {@code maxBatchRows} rows / {@code maxBatchBytes} bytes (Arrow with at most
+ * {@link #MAX_OPEN_GROUPS} queues: one open group per queue across chunks, so messages are
+ * full-sized; else grouped per chunk), which is encoded (Arrow
  * IPC stream of one batch, or {@code binary}), wrapped in the envelope and published. The
  * envelope sequence depends only on the partition's rows and the options, so a retried attempt
  * numbers the same rows the same way. {@link #commit} returns once every message of this task is
@@ -35,6 +36,11 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   static final int SIZE_CHECK_ROWS = 16;
   /** Bytes of open Arrow row groups (all queues) above which they are all sent and freed. */
   static final long MAX_BUFFERED_BYTES = 32L << 20;
+  /**
+   * Most queues an Arrow-mode task keeps a row group open for across chunks (each holds its own
+   * Arrow vectors); a group with more queues has its row groups cut per chunk, in one writer.
+   */
+  static final int MAX_OPEN_GROUPS = 64;
   private static final byte[] NULL_LENGTH = {(byte) 0xFF, (byte) 0xFF, (byte) 0xFF, (byte) 0xFF};
 
   private final WriteSpec spec;
@@ -57,7 +63,10 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   private int keyLength;
   private int count;
   private long sequence;
-  /** queue -> the Arrow row group being filled for it (created when the task first reaches the queue). */
+  /**
+   * queue -> the Arrow row group being filled for it (created when the task first reaches the
+   * queue); with more than {@link #MAX_OPEN_GROUPS} queues only {@code groups[0]}, shared.
+   */
   private final ArrowWriter[] groups;
   /** queue -> rows in its open row group. */
   private final int[] groupRows;
@@ -220,8 +229,8 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     if (profile != null) {
       profile.add(Profile.Phase.ROUTE, since);
     }
-    if (format == 2) {
-      sendBinaryChunk();
+    if (format == 2 || queueCount > MAX_OPEN_GROUPS) {
+      sendChunkByQueue();
     } else {
       fillArrow();
     }
@@ -230,8 +239,11 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     keyLength = 0;
   }
 
-  /** Binary mode: the chunk's rows grouped by queue (stable), each queue's cut into messages. */
-  private void sendBinaryChunk() {
+  /**
+   * Binary mode, and Arrow mode with more than {@link #MAX_OPEN_GROUPS} queues: the chunk's rows
+   * grouped by queue (stable), each queue's cut into messages.
+   */
+  private void sendChunkByQueue() throws IOException {
     int[] starts = new int[queueCount + 1];
     for (int i = 0; i < count; i++) {
       starts[queues[i] + 1]++;
@@ -245,9 +257,44 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       order[next[queues[i]]++] = i; // stable: a queue's rows keep their order
     }
     for (int q = 0; q < queueCount; q++) {
-      if (starts[q] != starts[q + 1]) {
-        sendBinary(q, order, starts[q], starts[q + 1]);
+      if (starts[q] == starts[q + 1]) {
+        continue;
       }
+      if (format == 2) {
+        sendBinary(q, order, starts[q], starts[q + 1]);
+      } else {
+        sendArrowRun(q, order, starts[q], starts[q + 1]);
+      }
+    }
+  }
+
+  /** Rows {@code order[from..to)} of the chunk, all of {@code queue}, as Arrow row groups (one writer for all queues). */
+  private void sendArrowRun(int queue, int[] order, int from, int to) throws IOException {
+    if (groups[0] == null) {
+      groups[0] = ArrowWriter.create(spec.schema, spec.timeZone, false, spec.largeVarTypes);
+    }
+    ArrowWriter group = groups[0];
+    long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
+    long since = Profile.now();
+    int rowsInGroup = 0;
+    for (int k = from; k < to; k++) {
+      group.write(rows[order[k]]);
+      rowsInGroup++;
+      if (rowsInGroup >= options.maxBatchRows
+          || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
+        if (profile != null) {
+          profile.add(Profile.Phase.FILL, since);
+        }
+        emitArrow(queue, group);
+        since = Profile.now();
+        rowsInGroup = 0;
+      }
+    }
+    if (profile != null) {
+      profile.add(Profile.Phase.FILL, since);
+    }
+    if (rowsInGroup > 0) {
+      emitArrow(queue, group);
     }
   }
 
@@ -311,13 +358,18 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     }
   }
 
+  /** Sends {@code queue}'s open row group. */
   private void emitArrow(int queue) throws IOException {
-    ArrowWriter group = groups[queue];
+    emitArrow(queue, groups[queue]);
+    groupRows[queue] = 0;
+  }
+
+  /** Sends the rows in {@code group} to {@code queue} and empties it. */
+  private void emitArrow(int queue, ArrowWriter group) throws IOException {
     group.finish();
     VectorSchemaRoot root = group.root();
     fit(queue, root, 0, root.getRowCount());
     group.reset();
-    groupRows[queue] = 0;
   }
 
   /** Publishes rows [start, start+length) of the row group, halved until each part fits maxBatchBytes. */
