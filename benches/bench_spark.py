@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -416,6 +417,7 @@ def main() -> None:
     if driver is not None:
         driver.terminate()
         driver.wait(30)
+    shutil.rmtree(work, ignore_errors=True)  # the Parquet copy and checkpoints: tens of MB per run
 
 
 if __name__ == "__main__":
