@@ -1,10 +1,15 @@
 """Rows/s through the ``affinity`` sink's two writers against Spark's ``noop`` sink, same query, same run.
 
-``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2] [--driver]``
+``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2] [--driver]
+[--all-on-driver] [--sinks noop,affinity_jvm] [--kinds batch,stream] [--threads]``
 
 With ``--driver`` an ``affinity driver`` process is started too and a fourth sink,
 ``affinity_driver``, writes the same rows with ``driverDir`` (every Python worker attached to that
-driver) beside ``affinity`` (an embedded driver per Python worker), alternated in the same run.
+driver) beside ``affinity`` (an embedded driver per Python worker), alternated in the same run. With
+``--all-on-driver`` the driver is started and ``$AFFINITY_DIR`` names it for the Spark JVM and the
+consumers: the JVM writer then publishes through it (compare with a run without the flag).
+Each figure is printed with the CPU seconds the Spark JVM (and its Python workers) and the
+consumers spent in the run: on a shared machine the steadier measure.
 
 The DataFrame: ``rows`` rows of 5 columns (string key ``acct-<id % 10000>`` + 4 numeric values),
 in ``local[2]``. Batch: ``spark.range`` → ``write.save()``. Streaming: the same rows as 10 Parquet
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -194,6 +200,31 @@ def sink_work_only(rows: int) -> float:
     )
 
 
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of a live process, from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of ``root`` and its live descendants (the Spark JVM and its Python workers)."""
+    stats = {int(p.name): _stat(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()}
+    children: dict[int, list[int]] = {}
+    for pid, stat in stats.items():
+        if stat is not None:
+            children.setdefault(stat[0], []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        stat = stats.get(pid)
+        total += stat[1] if stat else 0.0
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def timed(action: Any) -> float:
     start = time.perf_counter()
     action()
@@ -207,6 +238,15 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--driver", action="store_true", help="also the sink on a standalone affinity driver")
+    parser.add_argument(
+        "--all-on-driver",
+        action="store_true",
+        help="start an affinity driver and set $AFFINITY_DIR for the Spark JVM and the consumers "
+        "(the JVM writer's publisher then uses that driver instead of an embedded one)",
+    )
+    parser.add_argument("--sinks", help="comma-separated subset of the sinks to run (default: all)")
+    parser.add_argument("--threads", action="store_true", help="print the Spark JVM's busiest threads at the end")
+    parser.add_argument("--kinds", default="batch,stream", help="batch, stream or both (comma-separated)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     driver_dir = work / "driver"
@@ -214,11 +254,13 @@ def main() -> None:
         subprocess.Popen(
             [sys.executable, "-m", "affinity.cli", "driver", "--dir", str(driver_dir)], stdout=subprocess.PIPE
         )
-        if args.driver
+        if args.driver or args.all_on_driver
         else None
     )
     if driver is not None:
         assert driver.stdout is not None and b"ready in" in driver.stdout.readline(), "affinity driver did not start"
+    if args.all_on_driver:
+        os.environ["AFFINITY_DIR"] = str(driver_dir)  # inherited by the consumers and the Spark JVM
     registry = work / "registry"
     from affinity.testing import loopback_channel
 
@@ -286,9 +328,14 @@ def main() -> None:
         writers.append("jvm")
     else:
         print("affinity_jvm: left out (channel mode, or the jar is not built: scripts/build-jvm.sh)")
-    on_driver = ("affinity_driver",) if driver is not None else ()
-    sinks = ("noop", "python_noop", *(f"affinity_{w}" for w in writers), *on_driver)
-    results: dict[str, list[float]] = {f"{kind} {name}": [] for kind in ("batch", "stream") for name in sinks}
+    on_driver = ("affinity_driver",) if args.driver else ()
+    sinks: tuple[str, ...] = ("noop", "python_noop", *(f"affinity_{w}" for w in writers), *on_driver)
+    if args.sinks:
+        unknown = set(args.sinks.split(",")) - set(sinks)
+        assert not unknown, f"--sinks: {sorted(unknown)} not among {list(sinks)}"
+        sinks = tuple(s for s in sinks if s in args.sinks.split(","))
+    kinds = [k for k in ("batch", "stream") if k in args.kinds.split(",")]
+    results: dict[str, list[float]] = {f"{kind} {name}": [] for kind in kinds for name in sinks}
 
     def batch(name: str) -> None:
         writer = sink(df.write, name) if name.startswith("affinity") else df.write.format(name)
@@ -296,11 +343,26 @@ def main() -> None:
 
     for name in sinks:  # warm-up: JIT, Python workers, the sink's transport
         batch(name)
+    jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    # CPU seconds per run (the Spark JVM with its Python workers; the consumer processes): on a
+    # shared machine the steadier measure of what a sink costs.
+    cpu: dict[str, list[tuple[float, float, float]]] = {name: [] for name in results}
+
+    def cpu_now() -> tuple[float, float, float]:
+        on_driver = tree_cpu(driver.pid) if driver is not None else 0.0
+        return tree_cpu(jvm), sum(tree_cpu(p.pid) for p in processes), on_driver
+
+    def measured(name: str, action: Any) -> None:
+        before = cpu_now()
+        results[name].append(args.rows / timed(action))
+        after = cpu_now()
+        cpu[name].append((after[0] - before[0], after[1] - before[1], after[2] - before[2]))
+
     for run in range(args.runs):
-        for name in sinks:
-            results[f"batch {name}"].append(args.rows / timed(lambda n=name: batch(n)))
-        for name in sinks:
-            results[f"stream {name}"].append(args.rows / timed(lambda n=name, r=run: stream(n, r)))
+        for name in sinks if "batch" in kinds else ():
+            measured(f"batch {name}", lambda n=name: batch(n))
+        for name in sinks if "stream" in kinds else ():
+            measured(f"stream {name}", lambda n=name, r=run: stream(n, r))
     time.sleep(CONSUMER_DRAIN_S)  # the last acknowledged messages are decoded and counted
     for process in processes:
         process.terminate()
@@ -313,14 +375,24 @@ def main() -> None:
         for value in values:  # one JSON line per run, for benches/harness.py
             print(json.dumps({"measurement": name, "value": round(value), "unit": "rows/s"}), flush=True)
         runs = ", ".join(f"{v:,.0f}" for v in values)
-        print(f"{name:<22} median {statistics.median(values):>12,.0f} rows/s   runs [{runs}]")
-    for kind in ("batch", "stream"):
+        spark_cpu = statistics.median(c[0] for c in cpu[name])
+        consumer_cpu = statistics.median(c[1] for c in cpu[name])
+        driver_cpu = f", driver {statistics.median(c[2] for c in cpu[name]):.2f}" if driver is not None else ""
+        print(
+            f"{name:<22} median {statistics.median(values):>12,.0f} rows/s   runs [{runs}]   "
+            f"CPU s median: Spark {spark_cpu:.2f}, consumers {consumer_cpu:.2f}{driver_cpu}"
+        )
+    for kind in kinds:
         for writer in writers:
+            if f"{kind} affinity_{writer}" not in results or f"{kind} noop" not in results:
+                continue
             affinity_rate = statistics.median(results[f"{kind} affinity_{writer}"])
             ratio = affinity_rate / statistics.median(results[f"{kind} noop"])
-            python_ratio = affinity_rate / statistics.median(results[f"{kind} python_noop"])
-            print(f"{kind}: affinity_{writer} / noop = {ratio:.0%}, / python_noop = {python_ratio:.0%}")
-        if driver is not None:
+            line = f"{kind}: affinity_{writer} / noop = {ratio:.0%}"
+            if f"{kind} python_noop" in results:
+                line += f", / python_noop = {affinity_rate / statistics.median(results[f'{kind} python_noop']):.0%}"
+            print(line)
+        if driver is not None and {f"{kind} affinity_python", f"{kind} affinity_driver"} <= results.keys():
             embedded = statistics.median(results[f"{kind} affinity_python"])
             standalone = statistics.median(results[f"{kind} affinity_driver"]) / embedded
             print(f"{kind}: affinity_driver (driverDir) / affinity_python (embedded) = {standalone:.0%}")
@@ -329,10 +401,23 @@ def main() -> None:
         report = json.loads(out.read_text()) if out.exists() else {"rows": 0, "busy": 0.0}
         rate = report["rows"] / report["busy"] if report["busy"] else 0.0
         print(f"consumer {index}: {report['rows']:,} rows, {rate:,.0f} rows/s while receiving (gaps < 0.5 s)")
+    if args.threads:
+        busiest: dict[str, float] = {}
+        for task in Path(f"/proc/{jvm}/task").iterdir():
+            try:
+                name = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            busiest[name] = busiest.get(name, 0.0) + seconds
+        top = sorted(busiest.items(), key=lambda item: -item[1])[:12]
+        print("Spark JVM CPU s by thread name: " + ", ".join(f"{name} {sec:.2f}" for name, sec in top))
     spark.stop()
     if driver is not None:
         driver.terminate()
         driver.wait(30)
+    shutil.rmtree(work, ignore_errors=True)  # the Parquet copy and checkpoints: tens of MB per run
 
 
 if __name__ == "__main__":

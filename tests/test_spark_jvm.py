@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
@@ -198,3 +201,129 @@ def test_the_jvm_writer_reads_the_group_secret_from_the_registry(
         stop.set()
         thread.join(10)
         consumer.close()
+
+
+def test_the_jvm_writer_fills_each_queues_messages_across_routing_chunks(
+    spark: Any, registry: str, client: affinity.Client
+) -> None:
+    # The JVM writer routes rows in chunks of spark.sql.execution.arrow.maxRecordsPerBatch rows
+    # (64 here) but keeps one open row group per queue across chunks: every message but a
+    # queue's last holds maxBatchRows rows, not the ~16 rows a chunk has per queue.
+    consumer = SinkConsumer("jvm", 0, 1, client=client, registry=registry, cycle=1.0)
+    items: list[DataItem] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            items.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, DataItem))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    chunk = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(chunk)
+    spark.conf.set(chunk, "64")
+    try:
+        df = spark.range(0, 2000, numPartitions=1).selectExpr("cast(id % 101 AS string) AS k", "id AS n")
+        df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
+            "writer", "jvm"
+        ).option("maxBatchRows", "100").mode("append").save()
+        wait_for(lambda: sum(i.envelope.rows for i in items) == 2000, 60, "2000 rows at the consumer")
+    finally:
+        spark.conf.set(chunk, before)
+        stop.set()
+        thread.join(10)
+        consumer.close()
+    per_queue: dict[int, list[int]] = {}
+    for item in sorted(items, key=lambda i: i.envelope.sequence):
+        assert item.batch().num_rows == item.envelope.rows
+        per_queue.setdefault(item.queue, []).append(item.envelope.rows)
+    assert len(per_queue) == QUEUE_COUNT, f"rows reached queues {sorted(per_queue)}"
+    for queue, sizes in per_queue.items():
+        assert all(size == 100 for size in sizes[:-1]) and 0 < sizes[-1] <= 100, f"queue {queue}: {sizes}"
+
+
+def test_the_jvm_writer_cuts_row_groups_per_chunk_for_a_group_of_many_queues(
+    spark: Any, tmp_path: Path, client: affinity.Client
+) -> None:
+    # Above MAX_OPEN_GROUPS (64) queues a task keeps no open row group per queue (each would hold
+    # its own Arrow vectors): row groups are cut per routing chunk, in one writer. Every row
+    # arrives once, each key's rows in order.
+    queues = 100
+    create_group("wide", "__wide__", 128, queues, 8 << 20, tmp_path)
+    consumer = SinkConsumer("wide", 0, 1, client=client, registry=str(tmp_path), cycle=1.0)
+    items: list[DataItem] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            items.extend(i for i in consumer.poll(1000, 0.05) if isinstance(i, DataItem))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    chunk = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(chunk)
+    spark.conf.set(chunk, "500")
+    try:
+        df = spark.range(0, 3000, numPartitions=1).selectExpr("cast(id % 250 AS string) AS k", "id AS n")
+        df.write.format("affinity").option("group", "wide").option("registry", str(tmp_path)).option("key", "k").option(
+            "writer", "jvm"
+        ).mode("append").save()
+        wait_for(lambda: sum(i.envelope.rows for i in items) == 3000, 60, "3000 rows at the consumer")
+    finally:
+        spark.conf.set(chunk, before)
+        stop.set()
+        thread.join(10)
+        consumer.close()
+    seen: list[tuple[str, int]] = []
+    for item in sorted(items, key=lambda i: i.envelope.sequence):
+        batch = item.batch().to_pydict()
+        seen.extend(zip(batch["k"], batch["n"], strict=True))
+    assert sorted(n for _, n in seen) == list(range(3000)), "rows lost or repeated"
+    last: dict[str, int] = {}
+    for key, n in seen:
+        assert n > last.get(key, -1), f"key {key!r}: {n} after {last[key]}"
+        last[key] = n
+    # Chunks of 500 rows over 100 queues: a queue's rows arrive in several messages (one per chunk).
+    per_queue: dict[int, int] = {}
+    for item in items:
+        per_queue[item.queue] = per_queue.get(item.queue, 0) + 1
+    assert max(per_queue.values()) > 1
+
+
+PROFILED_WRITE = textwrap.dedent(
+    """
+    import sys, threading
+    from affinity.spark import DataItem, SinkConsumer
+    from spark_support import spark_session
+    registry = sys.argv[1]
+    consumer = SinkConsumer("jvm", 0, 1, registry=registry, cycle=1.0)
+    stop = threading.Event()
+    def run():
+        while not stop.is_set():
+            consumer.poll(100, 0.05)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    spark = spark_session()
+    df = spark.range(0, 1000, numPartitions=1).selectExpr("cast(id % 7 AS string) AS k", "id AS n")
+    df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
+        "writer", "jvm"
+    ).mode("append").save()
+    spark.stop()
+    stop.set()
+    thread.join(10)
+    consumer.close()
+    """
+)
+
+
+def test_the_jvm_writer_prints_a_task_profile_when_asked(spark: Any, registry: str) -> None:
+    # AFFINITY_SPARK_PROFILE is read when the JVM starts: a session of its own, in a subprocess.
+    env = {**os.environ, "AFFINITY_SPARK_PROFILE": "1", "PYTHONPATH": str(Path(__file__).parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", PROFILED_WRITE, registry], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    phases = " ".join(f"{phase}_ms=\\d+" for phase in ("rows", "route", "fill", "encode", "publish", "flush"))
+    task = r"affinity-profile partition=0 batch=0 rows=1000 messages=[1-9]\d* total_ms=\d+ cpu_ms=-?\d+"
+    line = rf"{task} {phases} other_ms=-?\d+"
+    assert re.search(line, done.stderr), f"no profile line in: {done.stderr[-3000:]}"

@@ -20,8 +20,10 @@ import org.apache.spark.sql.types.StringType;
 
 /**
  * One task's writer: rows are routed in chunks of {@link WriteSpec#chunkRows} (the queue of every
- * key computed in Rust in one call), each chunk's rows grouped by queue in their order, cut into
- * row groups of at most {@code maxBatchRows} rows / {@code maxBatchBytes} bytes, encoded (Arrow
+ * key computed in Rust in one call); each row goes, in order, into its queue's row group of at
+ * most {@code maxBatchRows} rows / {@code maxBatchBytes} bytes (Arrow with at most
+ * {@link #MAX_OPEN_GROUPS} queues: one open group per queue across chunks, so messages are
+ * full-sized; else grouped per chunk), which is encoded (Arrow
  * IPC stream of one batch, or {@code binary}), wrapped in the envelope and published. The
  * envelope sequence depends only on the partition's rows and the options, so a retried attempt
  * numbers the same rows the same way. {@link #commit} returns once every message of this task is
@@ -32,6 +34,13 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   static final double SIZE_HEADROOM = 0.9;
   /** Rows between two checks of a row group's Arrow size. */
   static final int SIZE_CHECK_ROWS = 16;
+  /** Bytes of open Arrow row groups (all queues) above which they are all sent and freed. */
+  static final long MAX_BUFFERED_BYTES = 32L << 20;
+  /**
+   * Most queues an Arrow-mode task keeps a row group open for across chunks (each holds its own
+   * Arrow vectors); a group with more queues has its row groups cut per chunk, in one writer.
+   */
+  static final int MAX_OPEN_GROUPS = 64;
   private static final byte[] NULL_LENGTH = {(byte) 0xFF, (byte) 0xFF, (byte) 0xFF, (byte) 0xFF};
 
   private final WriteSpec spec;
@@ -54,8 +63,15 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   private int keyLength;
   private int count;
   private long sequence;
-  private ArrowWriter arrow;
+  /**
+   * queue -> the Arrow row group being filled for it (created when the task first reaches the
+   * queue); with more than {@link #MAX_OPEN_GROUPS} queues only {@code groups[0]}, shared.
+   */
+  private final ArrowWriter[] groups;
+  /** queue -> rows in its open row group. */
+  private final int[] groupRows;
   private final Buffer out = new Buffer();
+  private final Profile profile = Profile.ON ? new Profile() : null;
 
   /** A growable byte array whose contents are published without a copy. */
   private static final class Buffer extends ByteArrayOutputStream {
@@ -83,6 +99,8 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     this.ends = new int[spec.chunkRows];
     this.queues = new int[spec.chunkRows];
     this.published = new long[queueCount];
+    this.groups = new ArrowWriter[queueCount];
+    this.groupRows = new int[queueCount];
     this.keyTypes = new DataType[spec.keyOrdinals.length];
     for (int i = 0; i < keyTypes.length; i++) {
       keyTypes[i] = spec.schema.fields()[spec.keyOrdinals[i]].dataType();
@@ -91,6 +109,8 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
 
   @Override
   public void write(InternalRow row) throws IOException {
+    boolean sampled = profile != null && (count & (Profile.ROW_SAMPLE - 1)) == 0;
+    long since = sampled ? System.nanoTime() : 0;
     if (spec.keyOrdinals.length == 1) {
       appendKey(row, 0, false);
     } else {
@@ -100,6 +120,9 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     }
     ends[count] = keyLength;
     rows[count++] = row.copy();
+    if (sampled) {
+      profile.addSample(Profile.Phase.ROWS, since);
+    }
     if (count == rows.length) {
       sendChunk();
     }
@@ -108,7 +131,14 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   @Override
   public WriterCommitMessage commit() throws IOException {
     sendChunk();
-    if (!Native.flushTo(handle, published, options.ackTimeoutMillis)) {
+    emitAll();
+    long since = Profile.now();
+    boolean acked = Native.flushTo(handle, published, options.ackTimeoutMillis);
+    if (profile != null) {
+      profile.add(Profile.Phase.FLUSH, since);
+      profile.print(partition, batchId, result.rows, result.messages);
+    }
+    if (!acked) {
       throw new AffinitySinkException("group " + SinkOptions.repr(options.group)
           + ": messages still unacknowledged after ackTimeout=" + ackTimeoutText()
           + " (consumers slow or gone); the task fails so Spark can retry it");
@@ -125,14 +155,12 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     // What was published stays with the group until acknowledged; the driver sends the abort marker.
     count = 0;
     keyLength = 0;
+    Arrays.fill(groupRows, 0);
   }
 
   @Override
   public void close() {
-    if (arrow != null) {
-      arrow.root().close();
-      arrow = null;
-    }
+    closeGroups();
     Arrays.fill(rows, null);
   }
 
@@ -196,7 +224,26 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     if (count == 0) {
       return;
     }
+    long since = Profile.now();
     Native.queuesOf(handle, keys, ends, count, queues);
+    if (profile != null) {
+      profile.add(Profile.Phase.ROUTE, since);
+    }
+    if (format == 2 || queueCount > MAX_OPEN_GROUPS) {
+      sendChunkByQueue();
+    } else {
+      fillArrow();
+    }
+    Arrays.fill(rows, 0, count, null);
+    count = 0;
+    keyLength = 0;
+  }
+
+  /**
+   * Binary mode, and Arrow mode with more than {@link #MAX_OPEN_GROUPS} queues: the chunk's rows
+   * grouped by queue (stable), each queue's cut into messages.
+   */
+  private void sendChunkByQueue() throws IOException {
     int[] starts = new int[queueCount + 1];
     for (int i = 0; i < count; i++) {
       starts[queues[i] + 1]++;
@@ -216,51 +263,129 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       if (format == 2) {
         sendBinary(q, order, starts[q], starts[q + 1]);
       } else {
-        sendArrow(q, order, starts[q], starts[q + 1]);
+        sendArrowRun(q, order, starts[q], starts[q + 1]);
       }
     }
-    Arrays.fill(rows, 0, count, null);
-    count = 0;
-    keyLength = 0;
   }
 
-  private void sendArrow(int queue, int[] order, int from, int to) throws IOException {
-    if (arrow == null) {
-      arrow = ArrowWriter.create(spec.schema, spec.timeZone, false, spec.largeVarTypes);
+  /** Rows {@code order[from..to)} of the chunk, all of {@code queue}, as Arrow row groups (one writer for all queues). */
+  private void sendArrowRun(int queue, int[] order, int from, int to) throws IOException {
+    if (groups[0] == null) {
+      groups[0] = ArrowWriter.create(spec.schema, spec.timeZone, false, spec.largeVarTypes);
     }
+    ArrowWriter group = groups[0];
     long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
-    int groupRows = 0;
+    long since = Profile.now();
+    int rowsInGroup = 0;
     for (int k = from; k < to; k++) {
-      arrow.write(rows[order[k]]);
-      groupRows++;
-      if (groupRows >= options.maxBatchRows
-          || (groupRows % SIZE_CHECK_ROWS == 0 && arrow.sizeInBytes() >= budget)) {
-        emitArrow(queue);
-        groupRows = 0;
+      group.write(rows[order[k]]);
+      rowsInGroup++;
+      if (rowsInGroup >= options.maxBatchRows
+          || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
+        if (profile != null) {
+          profile.add(Profile.Phase.FILL, since);
+        }
+        emitArrow(queue, group);
+        since = Profile.now();
+        rowsInGroup = 0;
       }
     }
-    if (groupRows > 0) {
-      emitArrow(queue);
+    if (profile != null) {
+      profile.add(Profile.Phase.FILL, since);
+    }
+    if (rowsInGroup > 0) {
+      emitArrow(queue, group);
     }
   }
 
+  /**
+   * Arrow mode: each row of the chunk goes into its queue's row group, in order; a group is sent
+   * once it holds {@code maxBatchRows} rows or about {@code maxBatchBytes}, so messages are as
+   * large as the options allow whatever the chunk size. Groups still open when the buffered
+   * total passes {@link #MAX_BUFFERED_BYTES} are sent (and their vectors freed) at once.
+   */
+  private void fillArrow() throws IOException {
+    long since = Profile.now();
+    long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
+    for (int i = 0; i < count; i++) {
+      int queue = queues[i];
+      ArrowWriter group = groups[queue];
+      if (group == null) {
+        group = ArrowWriter.create(spec.schema, spec.timeZone, false, spec.largeVarTypes);
+        groups[queue] = group;
+      }
+      group.write(rows[i]);
+      int rowsInGroup = ++groupRows[queue];
+      if (rowsInGroup >= options.maxBatchRows
+          || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
+        if (profile != null) {
+          profile.add(Profile.Phase.FILL, since);
+        }
+        emitArrow(queue);
+        since = Profile.now();
+      }
+    }
+    if (profile != null) {
+      profile.add(Profile.Phase.FILL, since);
+    }
+    long buffered = 0;
+    for (int q = 0; q < queueCount; q++) {
+      if (groupRows[q] > 0) {
+        buffered += groups[q].sizeInBytes();
+      }
+    }
+    if (buffered > MAX_BUFFERED_BYTES) {
+      emitAll();
+      closeGroups();
+    }
+  }
+
+  /** Sends every queue's open row group, in queue order. */
+  private void emitAll() throws IOException {
+    for (int q = 0; q < queueCount; q++) {
+      if (groupRows[q] > 0) {
+        emitArrow(q);
+      }
+    }
+  }
+
+  private void closeGroups() {
+    for (int q = 0; q < queueCount; q++) {
+      if (groups[q] != null) {
+        groups[q].root().close();
+        groups[q] = null;
+      }
+    }
+  }
+
+  /** Sends {@code queue}'s open row group. */
   private void emitArrow(int queue) throws IOException {
-    arrow.finish();
-    VectorSchemaRoot root = arrow.root();
+    emitArrow(queue, groups[queue]);
+    groupRows[queue] = 0;
+  }
+
+  /** Sends the rows in {@code group} to {@code queue} and empties it. */
+  private void emitArrow(int queue, ArrowWriter group) throws IOException {
+    group.finish();
+    VectorSchemaRoot root = group.root();
     fit(queue, root, 0, root.getRowCount());
-    arrow.reset();
+    group.reset();
   }
 
   /** Publishes rows [start, start+length) of the row group, halved until each part fits maxBatchBytes. */
   private void fit(int queue, VectorSchemaRoot root, int start, int length) throws IOException {
     VectorSchemaRoot part = start == 0 && length == root.getRowCount() ? root : root.slice(start, length);
     try {
+      long since = Profile.now();
       out.reset();
       out.write(new byte[Envelope.HEADER_LENGTH]);
       ArrowStreamWriter writer = new ArrowStreamWriter(part, null, out);
       writer.start();
       writer.writeBatch();
       writer.end();
+      if (profile != null) {
+        profile.add(Profile.Phase.ENCODE, since);
+      }
       int body = out.size() - Envelope.HEADER_LENGTH;
       if (body <= options.maxBatchBytes) {
         send(queue, length);
@@ -321,7 +446,11 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     byte[] message = out.array();
     Envelope.write(message, Envelope.DATA, format, query, batchId, partition, groupRows, sequence);
     // Each message gets the full ackTimeout to get through back-pressure, as in the Python writer.
+    long since = Profile.now();
     published[queue] = Native.publish(handle, queue, message, out.size(), options.ackTimeoutMillis);
+    if (profile != null) {
+      profile.add(Profile.Phase.PUBLISH, since);
+    }
     result.lastSequences.put(queue, sequence);
     result.rows += groupRows;
     result.messages++;

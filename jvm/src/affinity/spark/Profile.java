@@ -1,0 +1,86 @@
+package affinity.spark;
+
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+
+/**
+ * Time per phase of one write task, printed to the JVM's stderr at the task's commit when
+ * {@code $AFFINITY_SPARK_PROFILE} is {@code 1} (a debugging aid, docs/spark.md "Two writers";
+ * off, every method returns at once and nothing is measured).
+ */
+final class Profile {
+  /** Environment variable that turns the per-task profile on ({@code 1}). */
+  static final String ENV = "AFFINITY_SPARK_PROFILE";
+  /** Whether this JVM profiles its write tasks. */
+  static final boolean ON = "1".equals(System.getenv(ENV));
+
+  /** One row in this many is timed in {@code write()} (a power of two); its time counts this many times. */
+  static final int ROW_SAMPLE = 64;
+
+  /** The phases, in the order they are printed. */
+  enum Phase {
+    /** {@code write()}: the row's key bytes and its copy into the chunk (one row in {@link #ROW_SAMPLE} timed). */
+    ROWS,
+    /** The native call routing a chunk's keys to queues. */
+    ROUTE,
+    /** Spark's {@code ArrowWriter} filling the vectors of a row group. */
+    FILL,
+    /** Arrow IPC encoding of a row group (and of its halves when it exceeds {@code maxBatchBytes}). */
+    ENCODE,
+    /** The native publish calls (copy into Rust, the group publisher's publish). */
+    PUBLISH,
+    /** The wait at commit for this task's acknowledgements. */
+    FLUSH
+  }
+
+  private static final ThreadMXBean THREADS = ManagementFactory.getThreadMXBean();
+
+  private final long started = System.nanoTime();
+  private final long startedCpu = cpu();
+  private final long[] nanos = new long[Phase.values().length];
+
+  /** The task thread's CPU time in ns (-1 where the JVM does not measure it). */
+  private static long cpu() {
+    return THREADS.isCurrentThreadCpuTimeSupported() ? THREADS.getCurrentThreadCpuTime() : -1;
+  }
+
+  /** A clock reading when profiling, else 0 (no system call). */
+  static long now() {
+    return ON ? System.nanoTime() : 0;
+  }
+
+  /** Adds the time since {@code since} (a {@link #now} reading) to {@code phase}. */
+  void add(Phase phase, long since) {
+    if (ON) {
+      nanos[phase.ordinal()] += System.nanoTime() - since;
+    }
+  }
+
+  /** Adds {@link #ROW_SAMPLE} times the time since {@code since} to {@code phase} (one sampled row). */
+  void addSample(Phase phase, long since) {
+    nanos[phase.ordinal()] += (System.nanoTime() - since) * ROW_SAMPLE;
+  }
+
+  /**
+   * One line: the task, its rows and messages, its wall time, the task thread's CPU time (on a
+   * loaded machine the steadier figure) and each phase's wall time.
+   */
+  void print(int partition, long batchId, long rows, long messages) {
+    if (!ON) {
+      return;
+    }
+    long total = System.nanoTime() - started;
+    long measured = 0;
+    StringBuilder line = new StringBuilder("affinity-profile partition=").append(partition).append(" batch=")
+        .append(batchId).append(" rows=").append(rows).append(" messages=").append(messages)
+        .append(" total_ms=").append(total / 1_000_000)
+        .append(" cpu_ms=").append(startedCpu < 0 ? -1 : (cpu() - startedCpu) / 1_000_000);
+    for (Phase phase : Phase.values()) {
+      measured += nanos[phase.ordinal()];
+      line.append(' ').append(phase.name().toLowerCase()).append("_ms=").append(nanos[phase.ordinal()] / 1_000_000);
+    }
+    // The rest: Spark producing the rows (the query's own work) and what no phase covers.
+    line.append(" other_ms=").append((total - measured) / 1_000_000);
+    System.err.println(line);
+  }
+}
