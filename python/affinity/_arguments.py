@@ -36,6 +36,20 @@ def expect_int(name: str, value: object) -> int:
     return value
 
 
+def expect_bool(name: str, value: object) -> bool:
+    """``value`` when it is a ``bool``."""
+    if not isinstance(value, bool):
+        raise wrong_type(name, "a bool", value)
+    return value
+
+
+def expect_bytes(name: str, value: object) -> bytes | bytearray | memoryview:
+    """``value`` when it is bytes-like (``bytes``, ``bytearray`` or ``memoryview``)."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise wrong_type(name, "bytes", value)
+    return value
+
+
 def expect_strs(name: str, value: object) -> list[str]:
     """The items of ``value``, an iterable of ``str`` (but not one ``str``), as a list."""
     if isinstance(value, str | bytes) or not isinstance(value, Iterable):

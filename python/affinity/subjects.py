@@ -44,7 +44,15 @@ from dataclasses import dataclass
 from types import TracebackType
 
 from affinity import _affinity
-from affinity._arguments import expect_callable, expect_str, expect_strs, milliseconds, wrong_type
+from affinity._arguments import (
+    expect_bool,
+    expect_bytes,
+    expect_callable,
+    expect_str,
+    expect_strs,
+    milliseconds,
+    wrong_type,
+)
 from affinity.config.faucet import RouterConfig, parse_router_file
 from affinity.exceptions import ClosedError, ConfigError
 from affinity.records import (
@@ -408,6 +416,9 @@ class Source(_Member):
         the router has not heard this source yet (:attr:`router_live`: after its start or a
         move, a router drops data from a source it does not know); publish again later.
         """
+        expect_str("subject", subject)
+        expect_bytes("payload", payload)
+        expect_bool("image", image)
         if subject in self._requested:
             self._core.publish(subject, payload, image)
             return True
@@ -421,6 +432,7 @@ class Source(_Member):
         """Erases ``subject`` (xmlBlaster's erase): every subscriber gets ``Flags.ERASE`` and
         the routers forget its image; at a slave node it goes to the master, which passes it
         to every slave. Returns False, sending nothing, when :meth:`publish` would."""
+        expect_str("subject", subject)
         flags = Flags.ERASE
         if subject not in self._requested:
             if self._held_back(subject, b""):
