@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from affinity import _affinity
+from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
 from affinity.config.cluster import ClusterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup, SourceGroup
-from affinity.exceptions import AffinityError, ConfigError
+from affinity.exceptions import ConfigError
 from affinity.secret import SecretArgument
 from affinity.subjects import Flags, RouterStatus, Source, Subscriber
 
@@ -88,10 +89,6 @@ ROLES: Final[tuple[str, str]] = ("master", "slave")
 _STATES: Final[tuple[str, ...]] = tuple(_affinity.CLUSTER_CONNECTION_STATES)
 LOGGED_IN, POLLING, NOT_ALLOWED = _STATES
 _STRENGTH: Final[dict[str, int]] = {NOT_ALLOWED: 2, LOGGED_IN: 1, POLLING: 0}
-#: Fragments read per poll of each link, per loop iteration.
-POLL_FRAGMENTS = 256
-#: Seconds the service's thread sleeps when an iteration found nothing to do.
-IDLE_SLEEP = 0.001
 
 
 def node_info_subject(node_id: str) -> str:
@@ -325,6 +322,8 @@ class NodeInfoService:
         self._own.on_discard(self._on_own_discard)
         self._relay.on_request(self._on_relay_request)
         self._relay.on_discard(self._on_relay_discard)
+        #: When the thread next looks whether the info changed (monotonic seconds).
+        self._next_check = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"affinity-node-info-{node_id}", daemon=True)
         self._thread.start()
@@ -460,28 +459,23 @@ class NodeInfoService:
         return relay
 
     def _run(self) -> None:
-        next_check = 0.0
-        while not self._stop.is_set():
-            work = 0
-            try:
-                self._own.poll(POLL_FRAGMENTS)  # requests and discards run the callbacks
-                self._relay.poll(POLL_FRAGMENTS)
-                with self._lock:
-                    links = [subscriber for subscriber, _ in self._links.values()]
-                for subscriber in links:
-                    work += subscriber.poll(POLL_FRAGMENTS)
-                now = time.monotonic()
-                if self._requested and now >= next_check:
-                    next_check = now + NODE_INFO_CHECK_INTERVAL
-                    info = self.info()
-                    if info != self._last or now - self._last_sent >= self._interval:
-                        self._publish(info, now)
-            except AffinityError as exc:  # closed client or link: the service stops
-                if not self._stop.is_set():
-                    logger.error("Cluster node %s: node info stopped: %s", self.node_id, exc)
-                return
-            if work == 0:
-                self._stop.wait(IDLE_SLEEP)
+        poll_until_stopped(self._stop, self._step, f"Cluster node {self.node_id}: node info", logger)
+
+    def _step(self) -> int:
+        """One iteration of the service's thread: its sources and links, then the info when
+        requested and changed (looked at every :data:`NODE_INFO_CHECK_INTERVAL`) or due."""
+        self._own.poll(POLL_FRAGMENTS)  # requests and discards run the callbacks
+        self._relay.poll(POLL_FRAGMENTS)
+        with self._lock:
+            links = [subscriber for subscriber, _ in self._links.values()]
+        work = sum(subscriber.poll(POLL_FRAGMENTS) for subscriber in links)
+        now = time.monotonic()
+        if self._requested and now >= self._next_check:
+            self._next_check = now + NODE_INFO_CHECK_INTERVAL
+            info = self.info()
+            if info != self._last or now - self._last_sent >= self._interval:
+                self._publish(info, now)
+        return work
 
     def close(self) -> None:
         """Stops the thread and closes the sources and links."""

@@ -34,11 +34,12 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from affinity import _affinity
+from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
 from affinity.cluster_info import node_info_services
 from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import RouterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup, SourceGroup
-from affinity.exceptions import AffinityError, ConfigError
+from affinity.exceptions import ConfigError
 from affinity.secret import SecretArgument
 from affinity.subjects import FORWARD_WARNING, Flags, Source, Subscriber
 
@@ -62,10 +63,6 @@ CONNECTION_STATES: Final[tuple[str, ...]] = tuple(_affinity.CLUSTER_CONNECTION_S
 LOGGED_IN, POLLING, NOT_ALLOWED = CONNECTION_STATES
 #: The subject of a forward status that concerns all of an origin's publishes.
 ALL_SUBJECTS: Final[str] = "*"
-#: Fragments read per poll of each link, per loop iteration.
-POLL_FRAGMENTS = 256
-#: Seconds the node's thread sleeps when an iteration found nothing to do.
-IDLE_SLEEP = 0.0005
 #: Heartbeat intervals a parent must have been heard again before queued publishes are
 #: flushed to it, so the node's own subscriptions there (restored on the same news) go first.
 FORWARD_SETTLE_HEARTBEATS = 3
@@ -248,22 +245,18 @@ class ClusterNode:
         return relay
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            work = 0
-            try:
-                for source in self._sources:
-                    source.poll(POLL_FRAGMENTS)
-                with self._lock:
-                    parents = list(self._parents.values())
-                for parent in parents:
-                    work += parent.subscriber.poll(POLL_FRAGMENTS)
-                work += self.forwarding.service()
-            except AffinityError as exc:  # closed client or link: the node stops
-                if not self._stop.is_set():
-                    logger.error("Cluster node %s stopped: %s", self.node_id, exc)
-                return
-            if work == 0:
-                self._stop.wait(IDLE_SLEEP)
+        poll_until_stopped(self._stop, self._step, f"Cluster node {self.node_id}", logger)
+
+    def _step(self) -> int:
+        """One iteration of the node's thread: its sources, its parent links, its forwarding."""
+        work = 0
+        for source in self._sources:
+            source.poll(POLL_FRAGMENTS)
+        with self._lock:
+            parents = list(self._parents.values())
+        for parent in parents:
+            work += parent.subscriber.poll(POLL_FRAGMENTS)
+        return work + self.forwarding.service()
 
     def close(self) -> None:
         """Stops the thread and closes every link (parents see this node leave)."""
