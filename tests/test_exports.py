@@ -49,7 +49,22 @@ DELIBERATELY_PRIVATE |= {
     "SUBJECT_KIND_REQUEST",
     "SUBJECT_KIND_DISCARD",
     "SUBJECT_KIND_DATA",
+    # publish at a cluster slave and erase: wrapped by affinity.subjects (Flags, Source.status)
+    "SUBJECT_FLAG_PUBLISH",
+    "SUBJECT_FLAG_ERASE",
+    "SUBJECT_ORIGIN_LENGTH",
+    "FORWARD_WARNING",
+    "FORWARD_CLEARED",
 }
+#: Cluster nodes: used through affinity.cluster_node and affinity.cluster_info.
+DELIBERATELY_PRIVATE |= {
+    "CLUSTER_SOURCE_PREFIX",
+    "CLUSTER_NODE_INFO_SUBJECT_PREFIX",
+    "CLUSTER_NODE_INFO_SUBJECT_SUFFIX",
+    "ClusterForwardQueues",
+}
+#: The bootstrap responder of `affinity router --bootstrap-listen`: used by affinity.cli.router.
+DELIBERATELY_PRIVATE |= {"BootstrapResponderCore", "BOOTSTRAP_RESPONDER_OPTIONS"}
 
 
 def test_every_compiled_export_is_public_or_deliberately_private() -> None:

@@ -1174,7 +1174,7 @@ SUBJECT_FLAG_NODATA_UNAVAILABLE: Final[int]
 SUBJECT_FLAG_NODATA_NOTFOUND: Final[int]
 SUBJECT_FLAG_STATUS: Final[int]
 SUBJECT_FLAG_REFUSED: Final[int]
-#: DATA flag: a publish of a subject not requested from its source (the seed's publish).
+#: DATA flag: a publish of a subject not requested from its source (xmlBlaster's publish).
 SUBJECT_FLAG_PUBLISH: Final[int]
 #: DATA flag: the subject is erased.
 SUBJECT_FLAG_ERASE: Final[int]

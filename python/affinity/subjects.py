@@ -111,7 +111,7 @@ class Flags(enum.IntFlag):
     #: With STATUS: the router refused the subscription (the payload says which bound); it is
     #: not held, and the subscriber forgets its callbacks for the subject.
     REFUSED = _affinity.SUBJECT_FLAG_REFUSED
-    #: A publish of a subject not requested from its source (the seed's publish); subscribers
+    #: A publish of a subject not requested from its source (xmlBlaster's publish); subscribers
     #: never see it (the router strips it when relaying).
     PUBLISH = _affinity.SUBJECT_FLAG_PUBLISH
     #: The subject was erased: its image is gone, the subscription stays.
@@ -409,7 +409,7 @@ class Source(_Member):
     def publish(self, subject: str, payload: bytes, *, image: bool = False) -> bool:
         """Sends an update (or, with ``image``, a full image) of ``subject`` to the router.
 
-        Any subject may be published, requested from this source or not (the seed's publish):
+        Any subject may be published, requested from this source or not (xmlBlaster's publish):
         the router relays it to the subject's subscribers, or, at a cluster node that is a slave
         of its domain, the node forwards it to the master (``docs/cluster.md``). Returns False,
         sending nothing, while the node back-pressures this source (:meth:`status`), and while

@@ -40,7 +40,7 @@ pub const FLAG_STATUS: u16 = 0x0010;
 /// DATA flag, with [`FLAG_STATUS`] (router only): the router refused the subscriber's
 /// SUBSCRIBE to the subject (the payload says which bound); it holds no subscription for it.
 pub const FLAG_REFUSED: u16 = 0x0020;
-/// DATA flag (the seed's publish): a source publishes a subject whether or not it was
+/// DATA flag (xmlBlaster's publish): a source publishes a subject whether or not it was
 /// requested from it. A router relays it to the subject's subscribers, or, at a cluster node
 /// that is a slave of the subject's domain, hands it to the node to forward to the master
 /// (`docs/cluster.md`, "Publish at a slave"). Between a router and its cluster node the

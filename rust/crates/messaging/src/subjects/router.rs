@@ -720,7 +720,7 @@ impl RouterCore {
         self.relay(record);
     }
 
-    /// A publish (DATA with [`FLAG_PUBLISH`], the seed's publish: any source, any subject,
+    /// A publish (DATA with [`FLAG_PUBLISH`], xmlBlaster's publish: any source, any subject,
     /// requested from it or not). With [`FLAG_STATUS`] from a cluster node's source: a forward
     /// status for the origin named in the payload, passed on to it. Else, when the subject
     /// routes to a cluster node's source (this node is a slave of its domain) other than the
