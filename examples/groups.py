@@ -37,6 +37,8 @@ with tempfile.TemporaryDirectory(prefix="affinity-example-") as registry, affini
             for m in consumer.poll(1000, timeout=0.05):  # m.key, m.payload, m.queue, m.producer, m.sequence
                 received[index].append(m.key)
                 consumer.ack(m)  # cumulative per (producer, queue)
+    # consumer.poll_batch(...) returns the same as one pyarrow.RecordBatch (key, payload, queue,
+    # bucket, producer, sequence, epoch, subject); consumer.ack_record(queue, producer, sequence, epoch)
     print("all acknowledged:", pub.flush(timeout=5.0))  # True once everything sent is acknowledged
     for index, consumer in enumerate(consumers):
         accounts = sorted({key.decode() for key in received[index]})
