@@ -536,4 +536,4 @@ def test_the_group_source_reads_what_a_group_publisher_sends(
     finally:
         publisher.close()
         query.stop()
-    assert_exit_removes_driver_dirs(source)
+    assert_exit_removes_driver_dirs(source, swept_after_kill=True)
