@@ -63,8 +63,9 @@ CONNECTION_STATES: Final[tuple[str, ...]] = tuple(_affinity.CLUSTER_CONNECTION_S
 LOGGED_IN, POLLING, NOT_ALLOWED = CONNECTION_STATES
 #: The subject of a forward status that concerns all of an origin's publishes.
 ALL_SUBJECTS: Final[str] = "*"
-#: Heartbeat intervals a parent must have been heard again before queued publishes are
-#: flushed to it, so the node's own subscriptions there (restored on the same news) go first.
+#: Heartbeat intervals a parent must have been heard again before queued publishes are flushed
+#: to it (and, when it was lost or restarted, it must have answered the node's own restored
+#: subscriptions there first, so that its fan-out of the flushed publishes reaches this node).
 FORWARD_SETTLE_HEARTBEATS = 3
 
 
@@ -114,6 +115,8 @@ class _Parent:
     def __init__(self, subscriber: Subscriber) -> None:
         self.subscriber = subscriber
         self.state = POLLING
+        #: The parent was lost or restarted (a STATUS) and has not answered a subscription since.
+        self.awaiting_answer = False
 
 
 class ClusterNode:
@@ -231,8 +234,11 @@ class ClusterNode:
             with self._lock:
                 if parent.state == POLLING:
                     parent.state = LOGGED_IN
+            with self._lock:
+                # STATUS: the parent was lost or restarted; a fresh image follows once it is back.
+                parent.awaiting_answer = bool(flags & Flags.STATUS)
             if flags & Flags.STATUS:
-                return  # the parent moved or restarted: a fresh image follows
+                return
             if flags & Flags.ERASE:
                 source.erase(subject)
             elif flags & Flags.NODATA_NOTFOUND:
@@ -327,13 +333,21 @@ class Forwarding:
             logger.info("Cluster node %s: forwarding publishes to %s at %s", node.node_id, node_id, spec.address)
         return forwarder
 
-    def _settled(self, forwarder: _Forwarder, now: float) -> bool:
+    def _settled(self, node_id: str, forwarder: _Forwarder, now: float) -> bool:
         if not forwarder.source.router_live:
             forwarder.live_since = None
             return False
         if forwarder.live_since is None:
             forwarder.live_since = now
-        return now - forwarder.live_since >= FORWARD_SETTLE_HEARTBEATS * self._node._heartbeat_interval
+        if now - forwarder.live_since < FORWARD_SETTLE_HEARTBEATS * self._node._heartbeat_interval:
+            return False
+        # The node's own subscriptions at that parent go first: a restarted parent fans the
+        # flushed publishes out only to the subscribers it knows, this node among them once it
+        # has answered the node's restored subscriptions.
+        node = self._node
+        with node._lock:
+            link = node._parents.get(node_id)
+            return link is None or not link.awaiting_answer or not link.subscriber.subjects()
 
     def on_publish(self, local: Source, domain: str) -> Callable[[str, Flags, bytes], None]:
         """The callback of the node's source for ``domain``: forwards what the router hands it."""
@@ -348,7 +362,8 @@ class Forwarding:
             body = payload[_affinity.SUBJECT_ORIGIN_LENGTH :]
             # Master unknown (a domain no node is master of): queued under the domain.
             forwarder = None if parent is None else self._forwarder(parent)
-            reachable = forwarder is not None and self._settled(forwarder, time.monotonic())
+            now = time.monotonic()
+            reachable = parent is not None and forwarder is not None and self._settled(parent, forwarder, now)
             outcome = self.queues.publish(parent, domain, origin, subject, int(flags), body, reachable)
             if outcome == "sent" and forwarder is not None:
                 forwarder.source._core.send_data(subject, int(flags), body)
@@ -371,7 +386,7 @@ class Forwarding:
         now = time.monotonic()
         for node_id, forwarder in list(self._forwarders.items()):
             forwarder.source.poll(POLL_FRAGMENTS)
-            if self._settled(forwarder, now):
+            if self._settled(node_id, forwarder, now):
                 work += self.queues.flush(node_id, forwarder.source._core.send_data)
         for origin, notice in self.queues.notices():
             work += 1

@@ -263,6 +263,10 @@ class Subscriber(_Member):
             self._unsent.append(subject)
         self._callbacks.setdefault(subject, []).append(callback)
 
+    def subjects(self) -> list[str]:
+        """The subjects subscribed now (each once, however many callbacks it has)."""
+        return list(self._callbacks)
+
     def unsubscribe(self, subject: str) -> None:
         """Drops the latest subscription to ``subject`` (and its callback)."""
         callbacks = self._callbacks.get(expect_str("subject", subject))
