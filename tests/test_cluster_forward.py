@@ -16,12 +16,14 @@ router restart); STATUS and NODATA records are not updates and are not counted.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import affinity
 import pytest
+from affinity.cluster_info import node_info_subject
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
 from test_cluster_nodes import FEED, SUBJECT, cluster_conf, start_node
@@ -124,7 +126,22 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     gina_sub.subscribe(SUBJECT, gina)
     alice_sub.subscribe(SUBJECT, alice)
     source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
-    members: list[Pollable] = [feed.poll, lambda: gina_sub.poll(256), lambda: alice_sub.poll(256), source.poll]
+    # avalon's node info: its forward queue's bytes for golan (``queues``).
+    watcher = Subscriber(client, listen(ports["avalon"]), name="watcher", liveness_timeout=LIVENESS)
+    infos = Inbox(watcher)
+    watcher.subscribe(node_info_subject("avalon"), infos)
+
+    def queued_for_golan() -> int | None:
+        latest = [json.loads(payload) for _, _, payload in infos.items if payload.startswith("{")][-1:]
+        return latest[0].get("queues", {}).get("golan") if latest else None
+
+    members: list[Pollable] = [
+        feed.poll,
+        lambda: gina_sub.poll(256),
+        lambda: alice_sub.poll(256),
+        source.poll,
+        lambda: watcher.poll(256),
+    ]
     # Both subscriptions are in place at golan once each has the feed's image.
     pump(members, lambda: images(gina) == images(alice) == ["feed-0"], "the feed's image at golan and avalon")
     pump(members, lambda: source.router_live, "the slave heard the source")
@@ -155,6 +172,7 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     pump(members, lambda: source.status().forward_warning, "FORWARD_WARNING at the source")
     assert source.status().last_forward_status.startswith("FORWARD_WARNING")
     assert updates(alice) == sent, "nothing reached avalon's subscribers while golan is down"
+    pump(members, lambda: (queued_for_golan() or 0) > 0, "avalon's node info showing its queue for golan")
 
     # golan back (same address, no state): the queue flushes in order.
     golan = start_node(config, "golan", listen(ports["golan"]))
@@ -163,6 +181,7 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
         pump(members, has_updates(inbox, len(sent)), f"{name}: the flushed updates")
     pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
+    pump(members, lambda: queued_for_golan() == 0, "avalon's node info showing its queue for golan empty")
     settle(members, 0.3)
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
         assert updates(inbox) == sent, f"{name}: every update once, in order, across the master's restart"

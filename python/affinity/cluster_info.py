@@ -25,7 +25,8 @@ the router's cached image is always the latest)::
      "load": {"subjects": 3, "subscribers": 2, "not_allowed": 0},
      "forged_node_info": 0}
 
-``queues`` (bytes queued per master) is added when the node is given a way to read them.
+``queues`` (bytes queued per parent node the node forwards publishes to) is there when the
+node is given a way to read them (``affinity router --node`` passes its forward queues).
 """
 
 from __future__ import annotations

@@ -349,6 +349,7 @@ def run(args: argparse.Namespace) -> int:
                 host=_endpoint_host(args.listen),
                 router_status=router.status,
                 connections=node.connections,
+                queues=node.forwarding.queued_bytes,
                 liveness_timeout=args.liveness_timeout,
                 secret=args.secret_file,
             )
