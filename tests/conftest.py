@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import affinity
 import pytest
@@ -182,3 +183,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.skipped and os.environ.get("AFFINITY_REQUIRE_SPARK") == "1" and item.get_closest_marker("spark"):
         report.outcome = "failed"
         report.longrepr = f"spark test skipped while AFFINITY_REQUIRE_SPARK=1: {report.longrepr}"
+
+
+class Stoppable(Protocol):
+    """A process a test started (``stop()`` ends it)."""
+
+    def stop(self) -> None: ...
+
+
+@pytest.fixture
+def processes() -> Iterator[list[Stoppable]]:
+    """The processes a test starts (appended by the test); each is stopped when the test ends."""
+    started: list[Stoppable] = []
+    yield started
+    for process in started:
+        process.stop()

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import affinity
-import pytest
 from affinity.cluster_info import node_info_subject
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
@@ -89,14 +88,6 @@ def has_erase(inbox: Inbox) -> Callable[[], bool]:
 
 def images(inbox: Inbox) -> list[str]:
     return [p for s, f, p in inbox.items if s == SUBJECT and f & Flags.IMAGE]
-
-
-@pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    started: list[Process] = []
-    yield started
-    for process in started:
-        process.stop()
 
 
 def forward_conf(golan: int, avalon: int, bilbo: int | None = None, queue: str | None = None) -> str:

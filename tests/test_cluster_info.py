@@ -121,14 +121,6 @@ def test_a_node_id_the_configuration_does_not_know_is_forged() -> None:
         parse_node_info(node_info_subject("frodo"), json.dumps(genuine(node="frodo")).encode(), CLUSTER)
 
 
-@pytest.fixture
-def processes() -> Any:
-    started: list[Process] = []
-    yield started
-    for process in started:
-        process.stop()
-
-
 def test_forged_node_info_from_the_wire_is_counted_and_never_relayed(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:

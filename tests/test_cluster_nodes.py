@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import affinity
-import pytest
 from affinity.cluster_node import NODE_NAME_PREFIX, cluster_router_config, slave_label
 from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, SubjectRouter, Subscriber
@@ -85,14 +83,6 @@ def start_node(config: Path, node: str, listen: str) -> Process:
     )
     process.wait_for(lambda lines: any("listening on" in line for line in lines), f"{node} start")
     return process
-
-
-@pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    started: list[Process] = []
-    yield started
-    for process in started:
-        process.stop()
 
 
 def updates(inbox: Inbox) -> list[str]:

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
 
 import affinity
-import pytest
 from affinity.subjects import Flags, Subscriber
 from affinity.testing import loopback_channel
 from test_subjects_processes import DATA, LIVENESS, Inbox, Process, count, image_from, peer, source_up
@@ -39,14 +37,6 @@ def start_router(listen: str, *extra: str) -> Process:
     )
     process.wait_for(lambda lines: any("listening on" in line for line in lines), "router start")
     return process
-
-
-@pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    started: list[Process] = []
-    yield started
-    for process in started:
-        process.stop()
 
 
 def subscribe_all(subscriber: Subscriber) -> Inbox:

@@ -10,11 +10,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import affinity
-import pytest
 from affinity.routing import select_member
 from affinity.subjects import Flags, Subscriber
 from affinity.testing import loopback_channel
@@ -143,14 +142,6 @@ class Inbox:
 
 def image_from(label: str, subject: str) -> Callable[[list[tuple[str, Flags, str]]], bool]:
     return lambda items: any(s == subject and f & Flags.IMAGE and p.startswith(f"{label}:") for s, f, p in items)
-
-
-@pytest.fixture
-def processes() -> Iterator[list[Process]]:
-    started: list[Process] = []
-    yield started
-    for process in started:
-        process.stop()
 
 
 def test_worked_example_one_adapter_serves_both_legs_moves_on_kill_and_stays_after_restart(
