@@ -341,6 +341,20 @@ fn publish_without_consumers_is_not_connected_and_member_files_are_cleaned_up() 
 }
 
 #[test]
+fn a_registry_removed_under_a_running_member_is_not_recreated() {
+    let registry = Registry::new("removed");
+    let (publisher, _client) = publisher(&registry, 1 << 20);
+    let dir = affinity::groups::runtime::group_members_dir(&registry.0, "orders");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    // Its owner cleans up while the member still runs (a temporary registry removed first).
+    std::fs::remove_dir_all(&registry.0).unwrap();
+    std::thread::sleep(HEARTBEAT * 10);
+    assert!(!registry.0.exists(), "the member wrote its file into a registry that was removed");
+    publisher.close();
+    assert!(!registry.0.exists());
+}
+
+#[test]
 fn a_primary_that_joins_later_gets_its_queues_within_one_cycle_without_duplicate_or_reordering() {
     let registry = Registry::new("scaleup");
     let cycle = Duration::from_millis(1500);

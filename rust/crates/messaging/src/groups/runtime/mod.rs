@@ -361,8 +361,9 @@ impl<B: Brain> Core<B> {
             return;
         }
         if let Some(own) = &self.own_file {
-            if !own.exists() {
-                // Someone removed our file (a mistaken clean-up): write it again.
+            // Someone removed our file (a mistaken clean-up): write it again. A group folder that
+            // is gone means the registry was removed (its owner cleaned up): it is not recreated.
+            if !own.exists() && self.dir.is_dir() {
                 if let Ok(path) = discovery::write_member_file(&self.dir, &self.member_file) {
                     self.own_file = Some(path);
                 }
