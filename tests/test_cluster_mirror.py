@@ -106,6 +106,9 @@ def start_mirror(
     listens = {node: listen(port) for node, port in ports.items()}
     for node in (*MASTERS, "avalon"):
         processes.append(start_node(config, node, listens[node]))
+    chosen_by = f"load-balancer {balancer or 'round-robin'}"
+    said = f"domain RUGBY_NEWS: slave of heron, hobbit, mirrored masters chosen by {chosen_by}"
+    assert any(said in line for line in processes[-1].snapshot()), processes[-1].snapshot()
     feeds = {master: Feed(client, master, listens[master]) for master in MASTERS}
     return listens, feeds
 
