@@ -1,7 +1,7 @@
 """Two router processes as cluster nodes (``docs/cluster.md``): golan master of STOCK_EXCHANGE,
 avalon its slave. A subscriber at avalon makes avalon subscribe once at golan; a second one is
 answered from avalon's cache; a source at golan reaches both, every update once and in order;
-the last one leaving unsubscribes avalon at golan.
+the last one leaving unsubscribes avalon at golan (after ``cache-expiry``).
 A node id golan does not configure is refused ``not-allowed`` and counted."""
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def test_a_slave_subscribes_once_at_the_master_caches_the_image_and_relays_every
 ) -> None:
     golan_port, avalon_port = free_udp_port(), free_udp_port()
     config = tmp_path / "cluster.conf"
-    config.write_text(cluster_conf(golan_port, avalon_port))
+    # A short cache-expiry: avalon unsubscribes at golan soon after its last subscriber left.
+    config.write_text("add-cluster\n    cache-expiry 500ms\nend-cluster\n" + cluster_conf(golan_port, avalon_port))
     golan_listen = f"aeron:udp?endpoint=127.0.0.1:{golan_port}"
     avalon_listen = f"aeron:udp?endpoint=127.0.0.1:{avalon_port}"
     processes.append(start_node(config, "golan", golan_listen))
@@ -138,7 +139,8 @@ def test_a_slave_subscribes_once_at_the_master_caches_the_image_and_relays_every
         assert updates(inbox) == sent, "every update once, in order"
     source.poll(64)
     assert requests == [SUBJECT], "golan was asked once: avalon subscribed once"
-    # The last local subscriber gone: avalon unsubscribes at golan, which discards at the source.
+    # The last local subscriber gone: after cache-expiry avalon unsubscribes at golan, which
+    # discards at the source.
     first.close()
     second.close()
     deadline = time.monotonic() + TIMEOUT

@@ -62,6 +62,7 @@ DELIBERATELY_PRIVATE |= {
     "CLUSTER_NODE_INFO_SUBJECT_PREFIX",
     "CLUSTER_NODE_INFO_SUBJECT_SUFFIX",
     "ClusterForwardQueues",
+    "ClusterSlaveCache",
 }
 #: The bootstrap responder of `affinity router --bootstrap-listen`: used by affinity.cli.router.
 DELIBERATELY_PRIVATE |= {"BootstrapResponderCore", "BOOTSTRAP_RESPONDER_OPTIONS"}

@@ -19,8 +19,13 @@ node's source, which forwards it to the parent (:class:`Forwarding`): queued whi
 unreachable, bounded by ``forward-queue`` bytes, flushed in order; the publishing source is told
 ``FORWARD_WARNING`` while its publishes are queued, and back-pressured past the bound.
 
-Not built yet (``docs/cluster.md``, "Not done"): cache expiry, mirrored masters through the load
-balancer, failover, a domain without a master at a running node.
+Mirrored masters (several masters of a domain): a subject is subscribed at the one the load
+balancer picks, a publish goes to every one (:mod:`affinity.cluster_balance`). A subject whose
+last local subscriber left stays subscribed and cached for ``cache-expiry``
+(:mod:`affinity.cluster_cache`).
+
+Not built yet (``docs/cluster.md``, "Not done"): failover, a domain without a master at a
+running node.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ from urllib.parse import urlsplit
 
 from affinity import _affinity
 from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
+from affinity.cluster_balance import parents_of
+from affinity.cluster_cache import SlaveSubscriptions
 from affinity.cluster_info import node_info_services
 from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import RouterConfig
@@ -149,6 +156,9 @@ class ClusterNode:
         self._host = _endpoint_host(node.address)
         self._parents: dict[str, _Parent] = {}
         self._lock = threading.Lock()
+        #: Subscriptions at the parents: mirrored masters balanced, kept for cache-expiry.
+        self.subscriptions = SlaveSubscriptions(cluster, node_id)
+        self._next_expiry = 0.0
         self._sources: list[Source] = []
         self._slave_domains: list[str] = []
         for domain in cluster.domains:
@@ -167,8 +177,8 @@ class ClusterNode:
             if parent is None:
                 source.on_request(_no_master(source, domain.name))
             else:
-                source.on_request(self._on_request(source, parent))
-                source.on_discard(self._on_discard(parent))
+                source.on_request(self._on_request(source, domain.name))
+                source.on_discard(self.subscriptions.discard)
             self._sources.append(source)
             self._slave_domains.append(domain.name)
         self.forwarding = Forwarding(self, cluster.settings.forward_queue)
@@ -201,16 +211,25 @@ class ClusterNode:
             logger.info("Cluster node %s: connecting to %s at %s", self.node_id, node_id, spec.address)
         return parent
 
-    def _on_request(self, source: Source, node_id: str) -> Callable[[str], None]:
+    def _on_request(self, source: Source, domain: str) -> Callable[[str], None]:
         def request(subject: str) -> None:
-            with self._lock:
-                parent = self._parent(node_id)
-            parent.subscriber.subscribe(subject, self._relay(source, node_id, parent))
+            answer = self.subscriptions.request(domain, subject)
+            if answer.parent is not None:
+                with self._lock:
+                    parent = self._parent(answer.parent)
+                parent.subscriber.subscribe(subject, self._relay(source, answer.parent, parent))
+            elif answer.refused:
+                source.nodata(subject, "unavailable")
+            elif answer.nodata is not None:
+                source.nodata(subject, answer.nodata)
+            elif answer.flags is not None:
+                source.publish(subject, answer.payload, image=True)
 
         return request
 
-    def _on_discard(self, node_id: str) -> Callable[[str], None]:
-        def discard(subject: str) -> None:
+    def _expire(self) -> None:
+        """Unsubscribes at the parents the subjects idle past ``cache-expiry``."""
+        for node_id, subject in self.subscriptions.expire():
             with self._lock:
                 parent = self._parents.get(node_id)
             if parent is not None:
@@ -218,8 +237,6 @@ class ClusterNode:
                     parent.subscriber.unsubscribe(subject)
                 except ConfigError:
                     pass  # already refused and forgotten by the parent
-
-        return discard
 
     def _relay(self, source: Source, node_id: str, parent: _Parent) -> Callable[[str, Flags, bytes], None]:
         def relay(subject: str, flags: Flags, payload: bytes) -> None:
@@ -229,6 +246,7 @@ class ClusterNode:
                     if reason.startswith(NOT_ALLOWED):
                         parent.state = NOT_ALLOWED
                 logger.warning("Cluster node %s: %s refused %s: %s", self.node_id, node_id, subject, reason)
+                self.subscriptions.forget(subject)
                 source.nodata(subject, "unavailable")
                 return
             with self._lock:
@@ -237,8 +255,8 @@ class ClusterNode:
             with self._lock:
                 # STATUS: the parent was lost or restarted; a fresh image follows once it is back.
                 parent.awaiting_answer = bool(flags & Flags.STATUS)
-            if flags & Flags.STATUS:
-                return
+            if flags & Flags.STATUS or not self.subscriptions.on_data(node_id, subject, flags, payload):
+                return  # idle in the cache (or not from the subject's parent): nothing to relay
             if flags & Flags.ERASE:
                 source.erase(subject)
             elif flags & Flags.NODATA_NOTFOUND:
@@ -262,6 +280,10 @@ class ClusterNode:
             parents = list(self._parents.values())
         for parent in parents:
             work += parent.subscriber.poll(POLL_FRAGMENTS)
+        now = time.monotonic()
+        if now >= self._next_expiry:
+            self._next_expiry = now + self.subscriptions.check_every
+            self._expire()
         return work + self.forwarding.service()
 
     def close(self) -> None:
@@ -351,7 +373,8 @@ class Forwarding:
 
     def on_publish(self, local: Source, domain: str) -> Callable[[str, Flags, bytes], None]:
         """The callback of the node's source for ``domain``: forwards what the router hands it."""
-        parent = self._node._cluster.parent(self._node.node_id, domain)
+        # Every master of the domain (mirrored masters), or the node's upstream for it.
+        parents = parents_of(self._node._cluster, self._node.node_id, domain)
 
         def publish(subject: str, flags: Flags, payload: bytes) -> None:
             self._reply = local
@@ -360,15 +383,18 @@ class Forwarding:
                 return
             origin = int.from_bytes(payload[: _affinity.SUBJECT_ORIGIN_LENGTH], "little")
             body = payload[_affinity.SUBJECT_ORIGIN_LENGTH :]
-            # Master unknown (a domain no node is master of): queued under the domain.
-            forwarder = None if parent is None else self._forwarder(parent)
-            now = time.monotonic()
-            reachable = parent is not None and forwarder is not None and self._settled(parent, forwarder, now)
-            outcome = self.queues.publish(parent, domain, origin, subject, int(flags), body, reachable)
-            if outcome == "sent" and forwarder is not None:
-                forwarder.source._core.send_data(subject, int(flags), body)
-            elif outcome == "full":
-                text = f"FORWARD_REFUSED: the queue for {parent or domain} is full; publish again later"
+            if parents:
+                forwarders = [self._forwarder(parent) for parent in parents]
+                now = time.monotonic()
+                targets = [(p, self._settled(p, f, now)) for p, f in zip(parents, forwarders, strict=True)]
+                outcomes = self.queues.publish_all(targets, origin, subject, int(flags), body)
+                for forwarder, outcome in zip(forwarders, outcomes, strict=True):
+                    if outcome == "sent":
+                        forwarder.source._core.send_data(subject, int(flags), body)
+            else:  # master unknown (a domain no node is master of): queued under the domain
+                outcomes = [self.queues.publish(None, domain, origin, subject, int(flags), body, False)]
+            if "full" in outcomes:
+                text = f"FORWARD_REFUSED: the queue for {', '.join(parents) or domain} is full; publish again later"
                 self._tell(origin, subject, Flags.STATUS | Flags.REFUSED | Flags.PUBLISH, text)
 
         return publish

@@ -64,6 +64,7 @@ from typing import Any
 
 from affinity import _affinity
 from affinity.cli._text import help_text
+from affinity.cluster_balance import parents_of
 from affinity.cluster_info import NodeInfo, NodeInfoService, node_info_subject, parse_node_info
 from affinity.cluster_node import ClusterNode, _endpoint_host, cluster_router_config
 from affinity.config.cluster import ClusterConfig
@@ -179,8 +180,10 @@ def describe_node(cluster: ClusterConfig, node: str) -> None:
     """Says what this node is in the cluster: master and slave domains with their stratum."""
     for domain in cluster.domains:
         stratum = cluster.stratum(node, domain.name)
-        parent = cluster.parent(node, domain.name)
-        role = "master" if stratum == 0 else f"slave of {parent}" if parent else "no master known"
+        parents = parents_of(cluster, node, domain.name)
+        role = "master" if stratum == 0 else f"slave of {', '.join(parents)}" if parents else "no master known"
+        if len(parents) > 1:
+            role += f", mirrored masters chosen by load-balancer {cluster.settings.load_balancer}"
         print(f"affinity router: node {node}: domain {domain.name}: {role} (stratum {stratum})", file=sys.stderr)
     print(
         f"affinity router: node {node}: slave subscriptions go to the parent nodes; "

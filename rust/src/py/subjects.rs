@@ -8,7 +8,7 @@ use super::settings::{GROUP_HEARTBEAT_INTERVAL_MS, GROUP_LIVENESS_TIMEOUT_MS};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyTuple};
 
 use super::args::{
     expected, instance_argument, named, optional_str, sequence_argument, str_argument, string_argument,
@@ -22,7 +22,7 @@ use crate::control::Timing;
 use crate::control::{AuthCounters, GroupSecret};
 use crate::routing::NoDataStatus;
 use crate::subjects::backlog::{DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET};
-use crate::subjects::cluster::{ForwardQueues, Forwarded, Notice, QueueKey};
+use crate::subjects::cluster::{CacheAction, ForwardQueues, Forwarded, Notice, QueueKey, SlaveCache};
 use crate::subjects::codec::{
     SubjectRecord, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED,
     FLAG_STATUS, FLAG_UPDATE, FORWARD_CLEARED, FORWARD_WARNING, ORIGIN_LENGTH,
@@ -33,6 +33,143 @@ use crate::subjects::runtime::{
     SubjectPeer, SubjectSource, SubjectSubscriber,
 };
 use crate::subjects::{Announcements, Faucet, FaucetConfig, FaucetEvent, LogEntry, RecordKind, RouterCounters};
+use crate::time::MonotonicClock;
+
+/// The Python spelling of a [`Forwarded`].
+fn forwarded_name(outcome: Forwarded) -> &'static str {
+    match outcome {
+        Forwarded::Sent => "sent",
+        Forwarded::Queued => "queued",
+        Forwarded::Full => "full",
+    }
+}
+
+/// A cluster node's slave cache (`crate::subjects::cluster::SlaveCache`, wrapped by
+/// `affinity.cluster_expiry`): per subject the parent it is subscribed at, its last image, and
+/// since when no local subscriber holds it; entries idle past the expiry are unsubscribed.
+/// Parents are node ids; times come from one monotonic clock per cache.
+#[pyclass(module = "affinity._affinity", frozen)]
+pub struct ClusterSlaveCache {
+    inner: std::sync::Mutex<(SlaveCache, Vec<String>)>,
+    clock: MonotonicClock,
+}
+
+impl ClusterSlaveCache {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (SlaveCache, Vec<String>)> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The index of node `name` (interned in `names`).
+fn node_index(names: &mut Vec<String>, name: &str) -> usize {
+    names.iter().position(|n| n == name).unwrap_or_else(|| {
+        names.push(name.to_owned());
+        names.len() - 1
+    })
+}
+
+#[pymethods]
+impl ClusterSlaveCache {
+    /// A cache whose unused entries live `expiry` seconds.
+    #[new]
+    fn new(expiry: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let expiry = super::args::seconds("expiry", super::args::float_argument("expiry", expiry)?)?;
+        Ok(ClusterSlaveCache {
+            inner: std::sync::Mutex::new((SlaveCache::new(expiry), Vec::new())),
+            clock: MonotonicClock::new(),
+        })
+    }
+
+    /// The router requested `subject`, to be asked of `parent` (this node's stratum `stratum`):
+    /// `("subscribe", parent)` (subscribe upstream now), `("image", flags, payload)` (answer from
+    /// the cache), `("refused",)` (the cache is full) or `None` (subscribed, no image yet).
+    fn subscribe<'py>(
+        &self,
+        py: Python<'py>,
+        subject: &Bound<'_, PyAny>,
+        parent: &Bound<'_, PyAny>,
+        stratum: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let subject = str_argument("subject", subject)?;
+        let parent = str_argument("parent", parent)?;
+        let stratum = super::args::int_in("stratum", stratum, 0u32, u32::MAX)?;
+        let mut guard = self.lock();
+        let (cache, names) = &mut *guard;
+        let index = node_index(names, parent);
+        let Some(action) = cache.subscribe(subject, index, stratum) else { return Ok(None) };
+        let answer = match action {
+            CacheAction::SubscribeAt { node, .. } => ("subscribe", names[node].clone()).into_pyobject(py)?,
+            CacheAction::Image { flags, payload } => ("image", flags, PyBytes::new(py, &payload)).into_pyobject(py)?,
+            CacheAction::Refused => ("refused",).into_pyobject(py)?,
+            CacheAction::UnsubscribeAt { .. } => return Ok(None),
+        };
+        Ok(Some(answer))
+    }
+
+    /// DATA for `subject` from node `parent`: True when it is to be relayed to the router (a
+    /// local subscriber holds the subject; it came from the subject's parent).
+    fn on_data(
+        &self,
+        parent: &Bound<'_, PyAny>,
+        subject: &Bound<'_, PyAny>,
+        flags: &Bound<'_, PyAny>,
+        payload: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let parent = str_argument("parent", parent)?;
+        let subject = str_argument("subject", subject)?;
+        let flags = super::args::int_in("flags", flags, 0u16, u16::MAX)?;
+        let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
+        let mut guard = self.lock();
+        let (cache, names) = &mut *guard;
+        let index = node_index(names, parent);
+        Ok(cache.on_data(index, subject, flags, payload.as_bytes()))
+    }
+
+    /// The router discarded `subject` (its last local subscriber left): it idles from now.
+    fn unsubscribe(&self, subject: &Bound<'_, PyAny>) -> PyResult<()> {
+        let subject = str_argument("subject", subject)?;
+        let now = self.clock.now();
+        self.lock().0.unsubscribe(subject, now);
+        Ok(())
+    }
+
+    /// Entries idle past the expiry, dropped: `(parent, subject)` to unsubscribe upstream.
+    fn expire(&self) -> Vec<(String, String)> {
+        let now = self.clock.now();
+        let mut guard = self.lock();
+        let (cache, names) = &mut *guard;
+        cache
+            .tick(now)
+            .into_iter()
+            .filter_map(|action| match action {
+                CacheAction::UnsubscribeAt { node, subject } => Some((names[node].clone(), subject)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Forgets `subject` without unsubscribing (the parent refused it); returns its parent.
+    fn forget(&self, subject: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let subject = str_argument("subject", subject)?;
+        let mut guard = self.lock();
+        let (cache, names) = &mut *guard;
+        Ok(cache.forget(subject).map(|node| names[node].clone()))
+    }
+
+    /// The parent `subject` is subscribed at (`None`: not cached).
+    fn parent(&self, subject: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+        let subject = str_argument("subject", subject)?;
+        let guard = self.lock();
+        let (cache, names) = &*guard;
+        Ok(cache.parent(subject).map(|node| names[node].clone()))
+    }
+
+    /// `(subjects cached, of which idle)`.
+    fn sizes(&self) -> (usize, usize) {
+        let guard = self.lock();
+        (guard.0.len(), guard.0.idle())
+    }
+}
 
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<SubjectRouterCore>()?;
@@ -45,6 +182,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<SubjectDelivery>()?;
     module.add_class::<SubjectPeerCounters>()?;
     module.add_class::<ClusterForwardQueues>()?;
+    module.add_class::<ClusterSlaveCache>()?;
     module.add("SUBJECT_FLAG_IMAGE", FLAG_IMAGE)?;
     module.add("SUBJECT_FLAG_UPDATE", FLAG_UPDATE)?;
     module.add("SUBJECT_FLAG_NODATA_UNAVAILABLE", FLAG_NODATA_UNAVAILABLE)?;
@@ -731,11 +869,37 @@ impl ClusterForwardQueues {
         let mut guard = self.lock();
         let (queues, names) = &mut *guard;
         let key = queue_key(names, master, domain);
-        Ok(match queues.publish(key, origin, &bytes, reachable, |_| {}) {
-            Forwarded::Sent => "sent",
-            Forwarded::Queued => "queued",
-            Forwarded::Full => "full",
-        })
+        Ok(forwarded_name(queues.publish(key, origin, &bytes, reachable, |_| {})))
+    }
+
+    /// A publish of `origin` for every master of a domain (mirrored masters): `targets` are
+    /// `(master, reachable)` pairs; one answer per target, `"sent"` (the caller sends it to that
+    /// master now) or `"queued"`, or `"full"` for every one (refused for all: back-pressure).
+    #[pyo3(signature = (targets, origin, subject, flags, payload))]
+    fn publish_all(
+        &self,
+        targets: &Bound<'_, PyAny>,
+        origin: &Bound<'_, PyAny>,
+        subject: &Bound<'_, PyAny>,
+        flags: &Bound<'_, PyAny>,
+        payload: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<&'static str>> {
+        let pairs: Vec<(String, bool)> =
+            targets.extract().map_err(|_| expected("targets", "a list of (master, reachable) pairs", targets))?;
+        let origin = super::args::int_in("origin", origin, 0u64, u64::MAX)?;
+        let subject = str_argument("subject", subject)?;
+        let flags = super::args::int_in("flags", flags, 0u16, u16::MAX)?;
+        let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
+        let record =
+            SubjectRecord { kind: RecordKind::Data, flags, sender: origin, subject, payload: payload.as_bytes() };
+        let mut bytes = Vec::with_capacity(record.encoded_length());
+        record.emit(&mut bytes).map_err(|e| config_error(e.to_string()))?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let keys: Vec<(QueueKey, bool)> =
+            pairs.iter().map(|(master, reachable)| (queue_key(names, Some(master), ""), *reachable)).collect();
+        let outcomes = queues.publish_all(&keys, origin, &bytes, |_, _| {});
+        Ok(outcomes.into_iter().map(forwarded_name).collect())
     }
 
     /// Hands `master`'s queued publishes to `send(subject, flags, payload)`, in order, while it

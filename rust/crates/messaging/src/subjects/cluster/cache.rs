@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use super::super::codec::FLAG_IMAGE;
+use super::super::codec::{FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE};
 use crate::time::Instant;
 
 /// Most subjects one node caches from its parents (a subscribe past it is refused upstream:
@@ -80,18 +80,36 @@ impl SlaveCache {
     }
 
     /// DATA for `subject` from node `from`: cached when it is an image (or NODATA) from the
-    /// subject's parent; `true` when it is to be relayed to the local subscribers.
+    /// subject's parent, the cached image forgotten on an ERASE; `true` when it is to be
+    /// relayed to the local subscribers (there are some: an idle entry keeps its image current
+    /// and relays nothing).
     pub fn on_data(&mut self, from: usize, subject: &str, flags: u16, payload: &[u8]) -> bool {
         let Some(entry) = self.entries.get_mut(subject) else { return false };
         if entry.parent != from {
             return false;
         }
-        if flags & FLAG_IMAGE != 0
-            || flags & (super::super::codec::FLAG_NODATA_NOTFOUND | super::super::codec::FLAG_NODATA_UNAVAILABLE) != 0
-        {
+        if flags & FLAG_ERASE != 0 {
+            entry.image = None;
+        } else if flags & (FLAG_IMAGE | FLAG_NODATA_NOTFOUND | FLAG_NODATA_UNAVAILABLE) != 0 {
             entry.image = Some((flags, payload.to_vec()));
         }
         entry.local > 0
+    }
+
+    /// Forgets `subject` without unsubscribing upstream (the parent refused or dropped it);
+    /// returns the parent it had. The next local subscriber subscribes upstream again.
+    pub fn forget(&mut self, subject: &str) -> Option<usize> {
+        self.entries.remove(subject).map(|entry| entry.parent)
+    }
+
+    /// The parent `subject` is subscribed at (`None`: not cached).
+    pub fn parent(&self, subject: &str) -> Option<usize> {
+        self.entries.get(subject).map(|e| e.parent)
+    }
+
+    /// Subjects cached that no local subscriber holds now (kept until they expire).
+    pub fn idle(&self) -> usize {
+        self.entries.values().filter(|e| e.local == 0).count()
     }
 
     /// A local subscriber dropped `subject`; the entry idles from `now` when it was the last.

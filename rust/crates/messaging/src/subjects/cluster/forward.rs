@@ -125,6 +125,40 @@ impl ForwardQueues {
         Forwarded::Queued
     }
 
+    /// A publish of `origin` for every master of a domain (mirrored masters): `targets` are
+    /// `(key, reachable)`, one per master. Each is sent (`send(index, record)`) or queued as
+    /// [`ForwardQueues::publish`] would; but when the origin is blocked, or any target that
+    /// would queue it has no room, it is refused for all of them (counted once), so what an
+    /// origin had refused is the same tail at every master and publishing it again duplicates
+    /// nothing. The answer has one [`Forwarded`] per target.
+    pub fn publish_all(
+        &mut self,
+        targets: &[(QueueKey, bool)],
+        origin: u64,
+        record: &[u8],
+        mut send: impl FnMut(usize, &[u8]),
+    ) -> Vec<Forwarded> {
+        let refused = self.blocked.contains(&origin)
+            || targets.iter().any(|(key, reachable)| {
+                let queue = self.queues.get(key);
+                let queued = queue.is_some_and(|queue| !queue.entries.is_empty());
+                let bytes = queue.map_or(0, |queue| queue.bytes);
+                (queued || !*reachable) && bytes + record.len() > self.bound
+            });
+        if refused {
+            self.blocked.insert(origin);
+            self.counters.refused += 1;
+            return vec![Forwarded::Full; targets.len()];
+        }
+        targets
+            .iter()
+            .enumerate()
+            .map(|(index, (key, reachable))| {
+                self.publish(key.clone(), origin, record, *reachable, |bytes| send(index, bytes))
+            })
+            .collect()
+    }
+
     /// The master behind `key` is reachable: hands every queued publish to `send`, in order,
     /// while it accepts (`send` returns `false` to stop); returns how many went.
     pub fn flush(&mut self, key: &QueueKey, mut send: impl FnMut(&[u8]) -> bool) -> usize {
@@ -269,6 +303,30 @@ mod tests {
         assert_eq!(queues.publish(golan.clone(), SOURCE, b"c", true, |r| wire.push(r.to_vec())), Forwarded::Sent);
         assert_eq!(wire, [b"aaa".to_vec(), b"xyz".to_vec(), b"bbbb".to_vec(), b"c".to_vec()]);
         assert_eq!(queues.counters().refused, 2);
+    }
+
+    #[test]
+    fn a_publish_for_mirrored_masters_goes_to_every_one_or_is_refused_for_all() {
+        let mut queues = ForwardQueues::new(4);
+        let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
+        let mut wire: Vec<(usize, Vec<u8>)> = Vec::new();
+        let both = [(heron.clone(), true), (golan.clone(), false)];
+        let outcome = queues.publish_all(&both, SOURCE, b"aa", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Queued], "sent to the live one, queued for the other");
+        assert_eq!(wire, [(0, b"aa".to_vec())]);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
+        // golan's queue has room for 2 more bytes: "bbb" would fit heron (live) but not golan.
+        let outcome = queues.publish_all(&both, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Full, Forwarded::Full], "refused for both, sent to neither");
+        assert_eq!(wire.len(), 1);
+        assert_eq!(queues.counters().refused, 1);
+        let outcome = queues.publish_all(&both, SOURCE, b"c", |_, _| {});
+        assert_eq!(outcome, [Forwarded::Full, Forwarded::Full], "blocked until a flush makes room");
+        let mut flushed = Vec::new();
+        assert_eq!(queues.flush(&golan, accept(&mut flushed)), 1);
+        let outcome = queues.publish_all(&both, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Queued], "the refused tail goes again");
+        assert_eq!(queues.counters(), ForwardCounters { sent: 2, queued: 2, flushed: 1, refused: 2 });
     }
 
     #[test]

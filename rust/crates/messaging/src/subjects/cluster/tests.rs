@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::forward::QueueKey;
 use super::mapping::{read_route, write_routes, Route};
 use super::*;
-use crate::subjects::codec::{FLAG_IMAGE, FLAG_UPDATE};
+use crate::subjects::codec::{FLAG_ERASE, FLAG_IMAGE, FLAG_UPDATE};
 use crate::time::Instant;
 
 fn at(ms: u64) -> Instant {
@@ -203,6 +203,30 @@ fn a_slave_subscribes_once_upstream_answers_from_its_cache_and_expires_unused_en
     assert!(cache.tick(at(60_999)).is_empty());
     assert_eq!(cache.tick(at(61_000)), [CacheAction::UnsubscribeAt { node: avalon, subject: "/STOCK/IBM".into() }]);
     assert!(cache.is_empty());
+}
+
+#[test]
+fn an_idle_entry_keeps_its_image_current_relays_nothing_and_forgets_it_on_an_erase() {
+    let mut cache = SlaveCache::new(Duration::from_secs(60));
+    let heron = 0;
+    cache.subscribe("/RUGBY/x", heron, 1);
+    assert!(cache.on_data(heron, "/RUGBY/x", FLAG_IMAGE, b"v1"));
+    cache.unsubscribe("/RUGBY/x", at(0));
+    assert_eq!(cache.idle(), 1);
+    assert!(!cache.on_data(heron, "/RUGBY/x", FLAG_IMAGE, b"v2"), "idle: nothing to relay to");
+    assert_eq!(
+        cache.subscribe("/RUGBY/x", heron, 1),
+        Some(CacheAction::Image { flags: FLAG_IMAGE, payload: b"v2".to_vec() })
+    );
+    assert_eq!(cache.idle(), 0);
+    assert!(cache.on_data(heron, "/RUGBY/x", FLAG_ERASE, b""));
+    assert_eq!(cache.subscribe("/RUGBY/x", heron, 1), None, "erased: no image to answer from");
+    assert_eq!(cache.parent("/RUGBY/x"), Some(heron));
+    assert_eq!(cache.forget("/RUGBY/x"), Some(heron));
+    assert_eq!(
+        cache.subscribe("/RUGBY/x", 1, 1),
+        Some(CacheAction::SubscribeAt { node: 1, subject: "/RUGBY/x".into() })
+    );
 }
 
 #[test]

@@ -1,0 +1,129 @@
+"""A slave node's subscriptions at its parents, kept for ``cache-expiry`` after use
+(``docs/cluster.md``, "Cache expiry and mirrored masters").
+
+The decisions are the core's slave cache (:class:`affinity._affinity.ClusterSlaveCache`,
+``rust/crates/messaging/src/subjects/cluster/cache.rs``): the first request of a subject
+subscribes it once at the parent :class:`~affinity.cluster_balance.MasterBalancer` picks; the
+parent's last image (or NODATA) is kept; when the router discards the subject (its last local
+subscriber left) the entry idles, still subscribed upstream and its image kept current, and
+relays nothing; a request within ``cache-expiry`` is answered from the cache without asking
+the parent again; past it the entry is dropped and unsubscribed upstream. This module holds
+no I/O: :class:`affinity.cluster_node.ClusterNode` acts on what it answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from affinity import _affinity
+from affinity.cluster_balance import MasterBalancer
+from affinity.config.cluster import ClusterConfig
+from affinity.subjects import Flags
+
+__all__ = ["EXPIRY_CHECK_INTERVAL", "Answer", "SlaveSubscriptions"]
+
+#: Seconds between two looks for expired entries (at most; a shorter ``cache-expiry`` looks
+#: ten times per expiry).
+EXPIRY_CHECK_INTERVAL: Final[float] = 0.1
+#: Flags of a cached record that is NODATA rather than an image.
+NODATA_FLAGS: Final[Flags] = Flags.NODATA_UNAVAILABLE | Flags.NODATA_NOTFOUND
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What to do for a request: subscribe at ``parent``; or answer from the cache (``flags``,
+    ``payload``); or, with neither, nothing yet (subscribed, image to come) unless ``refused``
+    (the cache is full, or the domain has no parent: answer NODATA unavailable)."""
+
+    parent: str | None = None
+    flags: Flags | None = None
+    payload: bytes = b""
+    refused: bool = False
+
+    @property
+    def nodata(self) -> str | None:
+        """The NODATA status to answer with (``notfound`` / ``unavailable``), if the cached
+        record is one."""
+        if self.flags is None or not self.flags & NODATA_FLAGS:
+            return None
+        return "notfound" if self.flags & Flags.NODATA_NOTFOUND else "unavailable"
+
+
+class SlaveSubscriptions:
+    """Every domain ``node_id`` is a slave of: one balancer each and one cache for all."""
+
+    def __init__(self, cluster: ClusterConfig, node_id: str) -> None:
+        self._cluster, self._node_id = cluster, node_id
+        self.cache = _affinity.ClusterSlaveCache(cluster.settings.cache_expiry)
+        #: Per domain this node is a slave of: its balancer among the parents.
+        self.balancers = {
+            domain.name: MasterBalancer(cluster, node_id, domain.name)
+            for domain in cluster.domains
+            if node_id not in cluster.masters(domain.name)
+        }
+        #: The domain of every cached subject (to release its balancer's choice).
+        self._domains: dict[str, str] = {}
+        self._check_every = min(EXPIRY_CHECK_INTERVAL, cluster.settings.cache_expiry / 10)
+
+    @property
+    def check_every(self) -> float:
+        """Seconds between two calls of :meth:`expire` the node makes."""
+        return self._check_every
+
+    def request(self, domain: str, subject: str) -> Answer:
+        """The router requested ``subject`` of ``domain`` (its first local subscriber)."""
+        balancer = self.balancers[domain]
+        parent = self.cache.parent(subject)
+        chosen = parent is None
+        if chosen:
+            parent = balancer.choose(subject)
+            if parent is None:
+                return Answer(refused=True)
+        assert parent is not None
+        stratum = self._cluster.stratum(self._node_id, domain) or 0
+        action = self.cache.subscribe(subject, parent, stratum)
+        if action is None:
+            return Answer()
+        match action:
+            case ("image", int() as flags, bytes() as payload):
+                return Answer(flags=Flags(flags), payload=payload)
+            case ("subscribe", str() as upstream):
+                self._domains[subject] = domain
+                return Answer(parent=upstream)
+            case _:  # ("refused",): the cache holds its most subjects
+                if chosen:
+                    balancer.release(subject)
+                return Answer(refused=True)
+
+    def discard(self, subject: str) -> None:
+        """The router discarded ``subject`` (its last local subscriber left): it idles."""
+        self.cache.unsubscribe(subject)
+
+    def on_data(self, parent: str, subject: str, flags: Flags, payload: bytes) -> bool:
+        """DATA from ``parent``: whether to relay it to the router (see the core)."""
+        return self.cache.on_data(parent, subject, int(flags), payload)
+
+    def forget(self, subject: str) -> str | None:
+        """The parent refused ``subject``: forgotten (the next request asks again); returns
+        the parent it was subscribed at."""
+        parent = self.cache.forget(subject)
+        self._release(subject)
+        return parent
+
+    def expire(self) -> list[tuple[str, str]]:
+        """Entries idle past ``cache-expiry``, dropped: ``(parent, subject)`` to unsubscribe."""
+        expired = self.cache.expire()
+        for _, subject in expired:
+            self._release(subject)
+        return expired
+
+    def sizes(self) -> tuple[int, int]:
+        """``(subjects cached, of which idle)``."""
+        cached, idle = self.cache.sizes()
+        return cached, idle
+
+    def _release(self, subject: str) -> None:
+        domain = self._domains.pop(subject, None)
+        if domain is not None:
+            self.balancers[domain].release(subject)

@@ -1,0 +1,420 @@
+"""Mirrored masters and the slave cache's expiry (``docs/cluster.md``, "Cache expiry and
+mirrored masters"), with router processes on loopback.
+
+heron and hobbit are both master of RUGBY_NEWS, avalon a slave: successive subjects subscribed
+at avalon are served by the masters in turn (the ``round-robin`` load balancer; which master
+serves a subject is seen at the masters, by the requests their feeds get), and a publish or an
+erase at avalon reaches both masters' subscribers (and avalon's own, once). A load balancer
+plugin, named by ``package.module:attribute`` or by entry point, is what picks.
+
+golan master of STOCK_EXCHANGE, avalon its slave with a short ``cache-expiry``: a subscriber
+returning to avalon within the expiry is answered from avalon's cache (golan's feed is not asked
+again and sees no DISCARD); past it avalon unsubscribes at golan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import affinity
+import pytest
+from affinity.subjects import Flags, Source, Subscriber
+from affinity.testing import free_udp_port
+from test_cluster_forward import Pollable, listen, pump, settle
+from test_cluster_nodes import start_node
+from test_subjects_processes import LIVENESS, Inbox, Process
+
+#: The label of the feed every master of RUGBY_NEWS has.
+RUGBY_FEED = "rugby-feed"
+#: The masters of RUGBY_NEWS, in configuration order.
+MASTERS = ("heron", "hobbit")
+#: Subjects subscribed one after the other at the slave.
+SUBJECTS = tuple(f"/RUGBY/match-{i}" for i in range(6))
+#: The subject published at the slave.
+NEWS = "/RUGBY/news"
+#: Updates published at the slave.
+PUBLISHES = 50
+
+
+def mirror_conf(ports: dict[str, int], balancer: str | None = None, queue: str | None = None) -> str:
+    options = {"load-balancer": balancer, "forward-queue": queue}
+    settings = "".join(f"    {name} {value}\n" for name, value in options.items() if value is not None)
+    settings = f"add-cluster\n{settings}end-cluster\n" if settings else ""
+    return (
+        settings
+        + f"""\
+add-data-service
+    service-name rugby
+    include-pattern ^/RUGBY/
+    add-source-group
+        add-priority
+            remote-label {RUGBY_FEED}
+        end-priority
+    end-source-group
+end-data-service
+add-cluster-node
+    node-id heron
+    address aeron:udp?endpoint=127.0.0.1:{ports["heron"]}
+    master-of RUGBY_NEWS
+end-cluster-node
+add-cluster-node
+    node-id hobbit
+    address aeron:udp?endpoint=127.0.0.1:{ports["hobbit"]}
+    master-of RUGBY_NEWS
+end-cluster-node
+add-cluster-node
+    node-id avalon
+    address aeron:udp?endpoint=127.0.0.1:{ports["avalon"]}
+end-cluster-node
+add-domain
+    name RUGBY_NEWS
+    include-pattern '^/RUGBY/'
+end-domain
+"""
+    )
+
+
+class Feed:
+    """A master's feed: answers each request with the image ``<master>:<subject>``."""
+
+    def __init__(self, client: affinity.Client, master: str, router: str) -> None:
+        self.master = master
+        self.source = Source(client, router, RUGBY_FEED, liveness_timeout=LIVENESS)
+        self.requests: list[str] = []
+        self.source.on_request(self._request)
+
+    def _request(self, subject: str) -> None:
+        self.requests.append(subject)
+        self.source.publish(subject, f"{self.master}:{subject}".encode(), image=True)
+
+    def poll(self) -> None:
+        self.source.poll(64)
+
+
+def start_mirror(
+    client: affinity.Client, processes: list[Process], tmp_path: Path, balancer: str | None = None
+) -> tuple[dict[str, str], dict[str, Feed]]:
+    ports = {node: free_udp_port() for node in (*MASTERS, "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(mirror_conf(ports, balancer))
+    listens = {node: listen(port) for node, port in ports.items()}
+    for node in (*MASTERS, "avalon"):
+        processes.append(start_node(config, node, listens[node]))
+    chosen_by = f"load-balancer {balancer or 'round-robin'}"
+    said = f"domain RUGBY_NEWS: slave of heron, hobbit, mirrored masters chosen by {chosen_by}"
+    assert any(said in line for line in processes[-1].snapshot()), processes[-1].snapshot()
+    feeds = {master: Feed(client, master, listens[master]) for master in MASTERS}
+    return listens, feeds
+
+
+def subscribe_in_turn(
+    subscriber: Subscriber, inbox: Inbox, feeds: dict[str, Feed], members: list[Pollable]
+) -> dict[str, str]:
+    """Subscribes :data:`SUBJECTS` one after the other at the slave (each once its image came);
+    returns which master's feed was asked for each."""
+    served: dict[str, str] = {}
+    for subject in SUBJECTS:
+        subscriber.subscribe(subject, inbox)
+        pump(
+            members,
+            lambda subject=subject: any(s == subject and f & Flags.IMAGE for s, f, _ in inbox.items),
+            f"the image of {subject} at avalon",
+        )
+        asked = [master for master, feed in feeds.items() if subject in feed.requests]
+        assert len(asked) == 1, f"{subject}: asked of {asked}, not of one master"
+        served[subject] = asked[0]
+        image = next(p for s, f, p in inbox.items if s == subject and f & Flags.IMAGE)
+        assert image == f"{asked[0]}:{subject}", "the image comes from the master that was asked"
+    return served
+
+
+def test_subscriptions_alternate_between_mirrored_masters_and_a_publish_reaches_both(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    listens, feeds = start_mirror(client, processes, tmp_path)
+    alice_sub = Subscriber(client, listens["avalon"], name="alice", liveness_timeout=LIVENESS)
+    alice = Inbox(alice_sub)
+    members: list[Pollable] = [*(feed.poll for feed in feeds.values()), lambda: alice_sub.poll(256)]
+
+    served = subscribe_in_turn(alice_sub, alice, feeds, members)
+    order = [served[subject] for subject in SUBJECTS]
+    assert all(a != b for a, b in itertools.pairwise(order)), f"round-robin alternates: {order}"
+    assert sorted(order) == sorted(MASTERS * (len(SUBJECTS) // 2))
+    settle(members, 0.2)
+    for master, feed in feeds.items():
+        assert feed.requests == [s for s in SUBJECTS if served[s] == master], f"{master} asked once per subject"
+
+    # A publish (and an erase) at the slave goes to both masters: each one's own subscriber
+    # gets every update once, in order; the slave's subscriber once (from the master it asked).
+    subscribers = {"avalon": alice_sub}
+    inboxes = {"avalon": alice}
+    for master in MASTERS:
+        subscribers[master] = Subscriber(client, listens[master], name=f"at-{master}", liveness_timeout=LIVENESS)
+        inboxes[master] = Inbox(subscribers[master])
+        members.append(lambda subscriber=subscribers[master]: subscriber.poll(256))
+    for name, subscriber in subscribers.items():
+        subscriber.subscribe(NEWS, inboxes[name])
+    for name, inbox in inboxes.items():
+        pump(members, lambda inbox=inbox: any(s == NEWS for s, _, _ in inbox.items), f"the image of {NEWS} at {name}")
+    source = Source(client, listens["avalon"], "rugby-publisher", liveness_timeout=LIVENESS)
+    members.append(lambda: source.poll(64))
+    pump(members, lambda: source.router_live, "avalon heard the publisher")
+    # The first publish opens avalon's links to both masters: it is queued until they are heard.
+    source.publish(NEWS, b"news-image", image=True)
+    sent = [f"n{i}" for i in range(PUBLISHES)]
+    for payload in sent:
+        assert source.publish(NEWS, payload.encode()), "accepted (the queue is far from its bound)"
+        source.poll(16)
+
+    def news_updates(inbox: Inbox) -> list[str]:
+        return [p for s, f, p in inbox.items if s == NEWS and f & Flags.UPDATE]
+
+    for name, inbox in inboxes.items():
+        pump(members, lambda inbox=inbox: len(news_updates(inbox)) >= PUBLISHES, f"every publish at {name}")
+    settle(members, 0.3)
+    for name, inbox in inboxes.items():
+        assert news_updates(inbox) == sent, f"{name}: every update once, in order"
+        images = [p for s, f, p in inbox.items if s == NEWS and f & Flags.IMAGE]
+        assert images[1:] == ["news-image"] and images[0].endswith(f":{NEWS}"), f"{name}: {images}"
+
+    source.erase(NEWS)
+    for name, inbox in inboxes.items():
+        pump(members, lambda inbox=inbox: any(s == NEWS and f & Flags.ERASE for s, f, _ in inbox.items), name)
+    settle(members, 0.2)
+    for name, inbox in inboxes.items():
+        assert sum(1 for s, f, _ in inbox.items if s == NEWS and f & Flags.ERASE) == 1, f"{name}: one erase"
+    for subscriber in subscribers.values():
+        subscriber.close()
+    source.close()
+
+
+def test_past_one_mirrored_masters_queue_bound_a_publish_is_refused_for_every_master_so_none_gets_it_twice(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in (*MASTERS, "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(mirror_conf(ports, queue="64K"))
+    listens = {node: listen(port) for node, port in ports.items()}
+    started = {node: start_node(config, node, listens[node]) for node in (*MASTERS, "avalon")}
+    processes.extend(started.values())
+    feeds = {master: Feed(client, master, listens[master]) for master in MASTERS}
+    gina_sub = Subscriber(client, listens["heron"], name="gina", liveness_timeout=LIVENESS)
+    gina = Inbox(gina_sub)
+    gina_sub.subscribe(NEWS, gina)
+    source = Source(client, listens["avalon"], "rugby-publisher", liveness_timeout=LIVENESS)
+    members: list[Pollable] = [*(feed.poll for feed in feeds.values()), lambda: gina_sub.poll(256), source.poll]
+
+    def news(inbox: Inbox, flag: Flags) -> list[str]:
+        return [p for s, f, p in inbox.items if s == NEWS and f & flag]
+
+    pump(members, lambda: news(gina, Flags.IMAGE) == ["heron:/RUGBY/news"], "heron's image at heron")
+    pump(members, lambda: source.router_live, "avalon heard the source")
+    source.publish(NEWS, b"warm-up", image=True)
+    pump(members, lambda: "warm-up" in news(gina, Flags.IMAGE) and not source.status().forward_warning, "warm-up")
+
+    started["hobbit"].kill()
+    settle(members, 2 * LIVENESS)
+    # 4 KiB updates: hobbit's 64 KiB queue holds about 15 once avalon noticed hobbit is gone
+    # (until then they go to the dead link and are lost, docs/cluster.md "What is lost"); heron
+    # is live and takes them at once. Bounded: back-pressure comes long before the last.
+    total = 200
+    payloads = [f"u{i}:".encode() + bytes(4096) for i in range(total)]
+    published = 0
+    while published < total and source.publish(NEWS, payloads[published]):
+        published += 1
+        settle(members, 0.02)
+    assert source.status().back_pressured and published < total, "hobbit's queue bound back-pressures the source"
+    settle(members, 0.5)
+    refused = source.status().forward_refused
+    assert 1 <= refused <= published, source.status()
+    accepted = published - refused
+    # What hobbit's queue refused was not sent to heron either: heron has exactly what was accepted.
+    assert news(gina, Flags.UPDATE) == [p.decode() for p in payloads[:accepted]], "refused for every master"
+
+    processes.append(start_node(config, "hobbit", listens["hobbit"]))
+    pump(members, lambda: not source.status().back_pressured, "room again after hobbit's queue flushed")
+    hugo_sub = Subscriber(client, listens["hobbit"], name="hugo", liveness_timeout=LIVENESS)
+    hugo = Inbox(hugo_sub)
+    hugo_sub.subscribe(NEWS, hugo)
+    members.append(lambda: hugo_sub.poll(256))
+    pump(members, lambda: bool(news(hugo, Flags.IMAGE)), "an image at the restarted hobbit")
+    # The source publishes its refused tail, and the rest: to both masters, once each.
+    for payload in payloads[accepted:]:
+        assert source.publish(NEWS, payload)
+        settle(members, 0.005)
+    pump(members, lambda: len(news(gina, Flags.UPDATE)) >= total, "every update at heron")
+    pump(members, lambda: len(news(hugo, Flags.UPDATE)) >= total - accepted, "the tail at hobbit")
+    settle(members, 0.3)
+    assert news(gina, Flags.UPDATE) == [p.decode() for p in payloads], "heron: every update once, in order"
+    assert news(hugo, Flags.UPDATE) == [p.decode() for p in payloads[accepted:]], "hobbit: the tail once, in order"
+    for closing in (gina_sub, hugo_sub, source):
+        closing.close()
+
+
+#: A load balancer plugin: always the last candidate, each call written to ``$BALANCER_LOG``.
+PLUGIN = """\
+import itertools
+import json
+import subprocess
+import sys
+import os
+
+
+class LastMaster:
+    def select(self, composite, candidates):
+        with open(os.environ["BALANCER_LOG"], "a") as log:
+            log.write(json.dumps([composite, list(candidates)]) + "\\n")
+        return candidates[-1]
+"""
+
+
+@pytest.mark.parametrize("spec", ["mirror_balancer:LastMaster", "last-master"], ids=["path", "entry-point"])
+def test_a_load_balancer_plugin_picks_the_master(
+    client: affinity.Client,
+    processes: list[Process],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    spec: str,
+) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "mirror_balancer.py").write_text(PLUGIN)
+    info = plugins / "mirror_balancer-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: mirror-balancer\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[affinity.policies]\nlast-master = mirror_balancer:LastMaster\n")
+    log = tmp_path / "balancer.log"
+    monkeypatch.setenv("PYTHONPATH", str(plugins))
+    monkeypatch.setenv("BALANCER_LOG", str(log))
+    listens, feeds = start_mirror(client, processes, tmp_path, balancer=spec)
+    alice_sub = Subscriber(client, listens["avalon"], name="alice", liveness_timeout=LIVENESS)
+    alice = Inbox(alice_sub)
+    members: list[Pollable] = [*(feed.poll for feed in feeds.values()), lambda: alice_sub.poll(256)]
+    served = subscribe_in_turn(alice_sub, alice, feeds, members)
+    assert set(served.values()) == {MASTERS[-1]}, f"the plugin picks the last master: {served}"
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [subject for subject, _ in calls] == list(SUBJECTS), "asked once per subject, in order"
+    assert all(sorted(candidates) == sorted(MASTERS) for _, candidates in calls), calls
+    alice_sub.close()
+
+
+#: The slave's cache-expiry, seconds: long enough for a returning subscriber on a loaded machine.
+EXPIRY = 5.0
+
+
+def expiry_conf(golan: int, avalon: int) -> str:
+    return f"""\
+add-cluster
+    cache-expiry {int(EXPIRY * 1000)}ms
+end-cluster
+add-data-service
+    service-name stock
+    include-pattern ^/STOCK/
+    add-source-group
+        add-priority
+            remote-label stock-feed
+        end-priority
+    end-source-group
+end-data-service
+add-cluster-node
+    node-id golan
+    address aeron:udp?endpoint=127.0.0.1:{golan}
+    master-of STOCK_EXCHANGE
+end-cluster-node
+add-cluster-node
+    node-id avalon
+    address aeron:udp?endpoint=127.0.0.1:{avalon}
+end-cluster-node
+add-domain
+    name STOCK_EXCHANGE
+    include-pattern '^/STOCK/'
+end-domain
+"""
+
+
+def test_a_slave_keeps_a_subject_for_cache_expiry_after_its_last_subscriber_then_unsubscribes(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    subject = "/STOCK/IBM"
+    ports = {node: free_udp_port() for node in ("golan", "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(expiry_conf(ports["golan"], ports["avalon"]))
+    listens = {node: listen(port) for node, port in ports.items()}
+    for node in ("golan", "avalon"):
+        processes.append(start_node(config, node, listens[node]))
+    feed = Source(client, listens["golan"], "stock-feed", liveness_timeout=LIVENESS)
+    requests: list[str] = []
+    discards: list[float] = []
+    feed.on_request(requests.append)
+    feed.on_discard(lambda _subject: discards.append(time.monotonic()))
+    members: list[Pollable] = [lambda: feed.poll(64)]
+
+    def visit(name: str, expect_image: str, *, update: str | None = None) -> float:
+        """A subscriber at avalon: gets ``expect_image`` (and ``update``), leaves; returns when."""
+        subscriber = Subscriber(client, listens["avalon"], name=name, liveness_timeout=LIVENESS)
+        inbox = Inbox(subscriber)
+        subscriber.subscribe(subject, inbox)
+        poll: Callable[[], object] = lambda: subscriber.poll(256)  # noqa: E731
+        pump([*members, poll], lambda: any(f & Flags.IMAGE for _, f, _ in inbox.items), f"{name}'s image")
+        if update is not None:
+            feed.publish(subject, update.encode())
+            pump([*members, poll], lambda: any(f & Flags.UPDATE for _, f, _ in inbox.items), f"{name}'s update")
+        settle([*members, poll], 0.1)
+        images = [p for _, f, p in inbox.items if f & Flags.IMAGE]
+        assert images == [expect_image], f"{name}: {inbox.items}"
+        assert [p for _, f, p in inbox.items if f & Flags.UPDATE] == ([] if update is None else [update]), name
+        subscriber.unsubscribe(subject)
+        left = time.monotonic()
+        subscriber.close()
+        return left
+
+    # The first subscriber: avalon subscribes at golan, whose feed is asked.
+    pump(members, lambda: feed.router_live, "golan heard the feed")
+    first = Subscriber(client, listens["avalon"], name="alice", liveness_timeout=LIVENESS)
+    alice = Inbox(first)
+    first.subscribe(subject, alice)
+    pump([*members, lambda: first.poll(256)], lambda: bool(requests), "golan asked its feed")
+    feed.publish(subject, b"image-0", image=True)
+    pump([*members, lambda: first.poll(256)], lambda: bool(alice.items), "alice's image")
+    first.unsubscribe(subject)
+    first.close()
+    # While nobody at avalon holds it, golan's feed gives a new image: avalon, still subscribed
+    # at golan, keeps its cache current.
+    feed.publish(subject, b"image-1", image=True)
+    settle(members, 0.3)
+    left = visit("bob", "image-1", update="u-1")
+    assert requests == [subject], "bob was answered from avalon's cache: golan's feed asked once"
+    assert not discards, "avalon kept its subscription at golan"
+
+    # Past the expiry avalon unsubscribes at golan: the feed gets the DISCARD, not before.
+    pump(members, lambda: bool(discards), "the DISCARD after the expiry", timeout=EXPIRY + 10)
+    assert discards[0] - left >= EXPIRY * 0.9, f"discarded {discards[0] - left:.2f} s after bob left"
+    # A new subscriber: avalon asks golan again (golan asks its feed again).
+    carol = Subscriber(client, listens["avalon"], name="carol", liveness_timeout=LIVENESS)
+    inbox = Inbox(carol)
+    carol.subscribe(subject, inbox)
+    pump([*members, lambda: carol.poll(256)], lambda: len(requests) == 2, "golan asked again")
+    feed.publish(subject, b"image-2", image=True)
+    pump([*members, lambda: carol.poll(256)], lambda: bool(inbox.items), "carol's image")
+    assert [p for _, f, p in inbox.items if f & Flags.IMAGE] == ["image-2"]
+    carol.close()
+    feed.close()
+
+
+def test_a_load_balancer_plugin_that_cannot_be_loaded_stops_the_node_at_start_saying_why(tmp_path: Path) -> None:
+    ports = {node: free_udp_port() for node in (*MASTERS, "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(mirror_conf(ports, "no_such_balancer_module:Pick"))
+    command = [sys.executable, "-m", "affinity.cli", "router", "--config", str(config), "--node", "avalon"]
+    done = subprocess.run(
+        [*command, "--listen", listen(ports["avalon"])], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode != 0, done.stderr
+    assert "module 'no_such_balancer_module' not found" in done.stderr, done.stderr
+    assert "listening on" not in done.stderr
