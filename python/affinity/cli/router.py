@@ -187,7 +187,7 @@ def describe_node(cluster: ClusterConfig, node: str) -> None:
         print(f"affinity router: node {node}: domain {domain.name}: {role} (stratum {stratum})", file=sys.stderr)
     print(
         f"affinity router: node {node}: slave subscriptions go to the parent nodes; "
-        "publishes at a slave are not forwarded yet (docs/cluster.md)",
+        "publishes at a slave are forwarded to every master of their domain (docs/cluster.md)",
         file=sys.stderr,
     )
 
