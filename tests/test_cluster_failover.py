@@ -13,19 +13,35 @@ for them (the loss window is covered by the image, never a gap after it).
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import affinity
-from affinity.cluster_node import NODE_NAME_PREFIX
+import pytest
+from affinity.cluster_failover import (
+    failover_order,
+    fallback_domains,
+    link_order,
+    link_routers,
+    read_reload,
+    takeover_domains,
+)
+from affinity.cluster_node import NODE_NAME_PREFIX, cluster_router_config
+from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
 from test_cluster_forward import PUBLISHER, Pollable, listen, pump, settle
-from test_cluster_nodes import FEED, SUBJECT, start_node
-from test_subjects_processes import LIVENESS, Inbox, Process, source_up
+from test_cluster_nodes import FEED, SUBJECT
+from test_subjects_processes import Inbox, Process, source_up
+
+#: The liveness timeout of the nodes and of every member here, seconds: twice the other process
+#: tests' (a silent node is taken over, so a loaded machine must not make one look silent).
+LIVENESS = 2.0
 
 #: A subject of the domain only publishers at avalon publish (the feed answers it with an image).
 NEWS = "/STOCK/NEWS"
@@ -72,6 +88,14 @@ end-cluster-node
     include-pattern '^/STOCK/'
 end-domain
 """
+
+
+def start_node(config: Path, node: str, channel: str) -> Process:
+    """``affinity router --node`` with this module's :data:`LIVENESS`; returns once it listens."""
+    options = ["--config", str(config), "--node", node, "--listen", channel, "--liveness-timeout", str(LIVENESS)]
+    process = Process([sys.executable, "-m", "affinity.cli", "router", *options])
+    process.wait_for(lambda lines: any("listening on" in line for line in lines), f"{node} start")
+    return process
 
 
 class ReplicatedFeed:
@@ -411,3 +435,56 @@ def test_sighup_reloads_the_cluster_block_a_bad_file_keeps_the_old_one_a_moved_m
     for closing in (alice_sub, harry_sub):
         closing.close()
     feed.close()
+
+
+def test_links_follow_the_backup_order_and_only_a_masters_backups_take_over(tmp_path: Path) -> None:
+    ports = {"golan": 1, "heron": 2, "avalon": 3}
+    text = failover_conf(ports).replace("    backup-node heron\n", "    backup-node heron\n    backup-node avalon\n")
+    analysis = analyse_router_text(text, "cluster.conf")
+    assert not analysis.errors, analysis.diagnostics
+    cluster = analysis.config.cluster
+    assert cluster is not None
+    assert failover_order(cluster, "golan") == ("golan", "heron", "avalon")
+    # A backup's links stop before itself; another node's go through the whole order.
+    assert link_order(cluster, "heron", "golan") == ("golan",)
+    assert link_order(cluster, "avalon", "golan") == ("golan", "heron")
+    assert link_routers(cluster, "avalon", "golan") == [listen(1), listen(2)]
+    assert takeover_domains(cluster, "heron") == {"STOCK_EXCHANGE": ("golan",)}
+    assert takeover_domains(cluster, "avalon") == {"STOCK_EXCHANGE": ("golan", "heron")}
+    assert takeover_domains(cluster, "golan") == {}, "a master takes over nothing"
+    # The backups' routers serve the domain from the node's source, then from their own feed.
+    for node in ("heron", "avalon"):
+        services = cluster_router_config(analysis.config, node).routing.data_services
+        names = [group.names for group in services[0].source_groups[0].priority_groups]
+        assert names == [("cluster.STOCK_EXCHANGE",), (FEED,)], node
+    assert fallback_domains(cluster_router_config(analysis.config, "heron").routing.data_services) == {"STOCK_EXCHANGE"}
+    # Without backup-node nobody takes over and a slave's service has no fallback.
+    plain = analyse_router_text(failover_conf(ports).replace("    backup-node heron\n", ""), "cluster.conf")
+    assert plain.config.cluster is not None
+    assert takeover_domains(plain.config.cluster, "heron") == {}
+    services = cluster_router_config(plain.config, "heron").routing.data_services
+    assert [g.names for g in services[0].source_groups[0].priority_groups] == [("cluster.STOCK_EXCHANGE",)]
+    assert fallback_domains(services) == set()
+
+
+def test_a_reload_file_with_errors_or_without_the_node_is_refused_with_its_place(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "cluster.conf"
+    ports = {"golan": 1, "heron": 2, "avalon": 3}
+    config.write_text(failover_conf(ports).replace("backup-node heron", "backup-node frodo"))
+    with caplog.at_level(logging.WARNING, logger="affinity.cluster"):
+        assert read_reload(str(config), "avalon") is None
+    assert any(
+        f"{config}:" in r.getMessage() and "backup-node 'frodo': no such" in r.getMessage() for r in caplog.records
+    )
+    assert "keeping the old configuration" in caplog.records[-1].getMessage()
+    caplog.clear()
+    config.write_text(failover_conf(ports))
+    with caplog.at_level(logging.WARNING, logger="affinity.cluster"):
+        assert read_reload(str(config), "bilbo") is None, "a file that no longer configures this node"
+        assert read_reload(str(tmp_path / "missing.conf"), "avalon") is None
+    assert "does not configure node bilbo" in caplog.records[0].getMessage()
+    assert "cannot read" in caplog.records[1].getMessage()
+    reloaded = read_reload(str(config), "avalon")
+    assert reloaded is not None and reloaded.masters("STOCK_EXCHANGE") == ("golan",)

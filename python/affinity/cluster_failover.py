@@ -148,8 +148,9 @@ class _Watch:
             liveness_timeout=node._liveness_timeout,
             secret=node._secret,
         )
-        #: When it was last heard live (its creation: a node not heard yet has a timeout's grace).
-        self.last_live = time.monotonic()
+        self.created = time.monotonic()
+        #: Whether the node was heard since the watch opened.
+        self.heard = False
 
 
 class Failover:
@@ -191,8 +192,14 @@ class Failover:
                 self._watches[other] = _Watch(self._node, spec.address)
 
     def _silent(self, other: str, now: float) -> bool:
+        """Whether ``other`` is silent: its router not heard within the liveness timeout (the
+        watch's own judgement), or never heard a liveness timeout after the watch opened."""
         watch = self._watches.get(other)
-        return watch is None or now - watch.last_live > self._node._liveness_timeout
+        if watch is None:
+            return True
+        if watch.source.router_live:
+            return False
+        return watch.heard or now - watch.created > self._node._liveness_timeout
 
     def service(self) -> int:
         """Polls the watches, takes over domains whose nodes ahead are all silent, applies a
@@ -206,8 +213,7 @@ class Failover:
         now = time.monotonic()
         for watch in self._watches.values():
             watch.source.poll(16)
-            if watch.source.router_live:
-                watch.last_live = now
+            watch.heard = watch.heard or watch.source.router_live
         for domain, ahead in self._ahead.items():
             if domain in self.taken or domain not in self._fallbacks:
                 continue
