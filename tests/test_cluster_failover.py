@@ -13,6 +13,7 @@ for them (the loss window is covered by the image, never a gap after it).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -31,6 +32,7 @@ from affinity.cluster_failover import (
     read_reload,
     takeover_domains,
 )
+from affinity.cluster_info import node_info_subject
 from affinity.cluster_node import NODE_NAME_PREFIX, cluster_router_config
 from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, Subscriber
@@ -199,7 +201,26 @@ def test_a_master_killed_moves_its_domain_to_the_backup_and_subscribers_follow_i
         subscriber.subscribe(SUBJECT, inbox)
         subscriber.subscribe(NEWS, inbox)
     source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
-    members: list[Pollable] = [feed.poll, lambda: alice_sub.poll(256), lambda: harry_sub.poll(256), source.poll]
+    # heron's node info: its role in the domain.
+    watcher = Subscriber(client, listen(ports["heron"]), name="watcher", liveness_timeout=LIVENESS)
+    infos = Inbox(watcher)
+    watcher.subscribe(node_info_subject("heron"), infos)
+
+    def heron_role() -> tuple[str, int | None, str | None] | None:
+        latest = [json.loads(p) for _, f, p in infos.items if f & Flags.IMAGE and p.startswith("{")][-1:]
+        if not latest:
+            return None
+        (domain,) = latest[0]["domains"]
+        return domain["role"], domain["stratum"], domain["parent"]
+
+    members: list[Pollable] = [
+        feed.poll,
+        lambda: alice_sub.poll(256),
+        lambda: harry_sub.poll(256),
+        source.poll,
+        lambda: watcher.poll(256),
+    ]
+    pump(members, lambda: heron_role() == ("slave", 1, "golan"), "heron's info: a slave of golan")
     for name, inbox in (("alice at avalon", alice), ("harry at heron", harry)):
         pump(members, has_image(inbox, SUBJECT), f"{name}: the image from golan's feed")
         pump(members, has_image(inbox, NEWS), f"{name}: the news image")
@@ -228,6 +249,7 @@ def test_a_master_killed_moves_its_domain_to_the_backup_and_subscribers_follow_i
     for name, inbox in (("alice", alice), ("harry", harry)):
         pump(members, has_image(inbox, SUBJECT, marks[name]), f"{name}: a fresh image after the move")
     took = time.monotonic() - moved_at
+    pump(members, lambda: heron_role() == ("master", 0, None), "heron's info: master of the domain")
     assert feed.requested[1] >= {SUBJECT, NEWS}, "heron serves the domain from its own feed now"
     # The backup's own feed answered (image:<n>, n its last update) once heron took over.
     fresh = f"image:{feed.seq}"
@@ -274,6 +296,7 @@ def test_a_master_killed_moves_its_domain_to_the_backup_and_subscribers_follow_i
     for node in ("heron", "avalon"):
         os.kill(nodes[node].popen.pid, signal.SIGHUP)
     nodes["heron"].wait_for(lambda lines: any("hands domain STOCK_EXCHANGE back" in ln for ln in lines), "hand back")
+    pump(members, lambda: heron_role() == ("slave", 1, "golan"), "heron's info: a slave of golan again")
     pump(members, lambda: SUBJECT in feed.requests[0][asked:], "avalon subscribed at golan again")
     pump(members, has_image(alice, SUBJECT, mark), "alice: golan's fresh image")
     moved_after(alice, mark, "alice")
@@ -288,7 +311,7 @@ def test_a_master_killed_moves_its_domain_to_the_backup_and_subscribers_follow_i
     for name, inbox in (("alice", alice), ("harry", harry)):
         pump(members, lambda inbox=inbox, name=name: check_feed(inbox, name)[-1:] == [feed.seq], f"{name}: the last")
     assert news(alice) == sent, "alice: every publish once, in order, across both moves"
-    for closing in (alice_sub, harry_sub, source):
+    for closing in (alice_sub, harry_sub, source, watcher):
         closing.close()
     feed.close()
 

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from affinity import _affinity
+from affinity.cluster_info import ROLES
 from affinity.config.cluster import ClusterConfig
 from affinity.config.model import DataService
 from affinity.subjects import Flags, Source
@@ -52,6 +53,7 @@ __all__ = [
 
 logger = logging.getLogger("affinity.cluster")
 
+MASTER, SLAVE = ROLES
 #: The source label a node watches another node's liveness under (``node-watch:<this node>``).
 WATCH_LABEL_PREFIX: Final[str] = "node-watch:"
 
@@ -257,6 +259,20 @@ class Failover:
                 if _domain_of(node._cluster, subject) == domain:
                     while subject in parent.subscriber.subjects():
                         parent.subscriber.unsubscribe(subject)
+
+    def roles(self) -> dict[str, tuple[str, int | None, str | None]]:
+        """Per domain ``(role, stratum, parent)`` now (node info's ``domains``): a domain taken
+        over is this node's as master (stratum 0); the others as the configuration in use says."""
+        node = self._node
+        cluster = node._cluster
+        found: dict[str, tuple[str, int | None, str | None]] = {}
+        for domain in cluster.domains:
+            name = domain.name
+            if name in self.taken or node.node_id in cluster.masters(name):
+                found[name] = (MASTER, 0, None)
+            else:
+                found[name] = (SLAVE, cluster.stratum(node.node_id, name), node._parent_of.get(name))
+        return found
 
     def reload(self, cluster: ClusterConfig) -> None:
         """Applies ``cluster`` (a re-read, checked configuration) on the node's thread."""

@@ -361,6 +361,7 @@ def run(args: argparse.Namespace) -> int:
                 router_status=router.status,
                 connections=node.connections,
                 queues=node.forwarding.queued_bytes,
+                roles=node.failover.roles,
                 liveness_timeout=args.liveness_timeout,
                 secret=args.secret_file,
             )
