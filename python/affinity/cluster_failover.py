@@ -261,14 +261,15 @@ class Failover:
                         parent.subscriber.unsubscribe(subject)
 
     def roles(self) -> dict[str, tuple[str, int | None, str | None]]:
-        """Per domain ``(role, stratum, parent)`` now (node info's ``domains``): a domain taken
-        over is this node's as master (stratum 0); the others as the configuration in use says."""
+        """Per domain ``(role, stratum, parent)`` now (node info's ``domains``): a domain this
+        node's router serves itself (no node source for it: configured master at start, or taken
+        over) as master, stratum 0; the others as slave of the parent in use."""
         node = self._node
         cluster = node._cluster
         found: dict[str, tuple[str, int | None, str | None]] = {}
         for domain in cluster.domains:
             name = domain.name
-            if name in self.taken or node.node_id in cluster.masters(name):
+            if name not in node._slave_domains:
                 found[name] = (MASTER, 0, None)
             else:
                 found[name] = (SLAVE, cluster.stratum(node.node_id, name), node._parent_of.get(name))

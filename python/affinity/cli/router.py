@@ -287,9 +287,11 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    # SIGHUP: re-read the cluster block (docs/cluster.md, "Master failover and reload").
+    # SIGHUP at a cluster node: re-read the cluster blocks (docs/cluster.md, "Master failover
+    # and reload"); a router without --node keeps the default action.
     reload = threading.Event()
-    signal.signal(signal.SIGHUP, lambda signum, frame: reload.set())
+    if args.node is not None:
+        signal.signal(signal.SIGHUP, lambda signum, frame: reload.set())
     client = _affinity.Client()
     config, cluster_nodes = analysis.config, None
     if args.node is not None and config.cluster is not None:
