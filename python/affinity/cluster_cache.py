@@ -66,6 +66,18 @@ class SlaveSubscriptions:
         self._domains: dict[str, str] = {}
         self._check_every = min(EXPIRY_CHECK_INTERVAL, cluster.settings.cache_expiry / 10)
 
+    def reconfigure(self, cluster: ClusterConfig) -> None:
+        """A reloaded configuration: every slave domain's balancer is made again from it (the
+        subjects cached stay at the parents they were subscribed at; the old balancers' choices
+        go with them)."""
+        self._cluster = cluster
+        self.balancers = {
+            domain.name: MasterBalancer(cluster, self._node_id, domain.name)
+            for domain in cluster.domains
+            if self._node_id not in cluster.masters(domain.name)
+        }
+        self._domains = {}
+
     @property
     def check_every(self) -> float:
         """Seconds between two calls of :meth:`expire` the node makes."""

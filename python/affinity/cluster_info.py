@@ -287,6 +287,7 @@ class NodeInfoService:
         router_status: Callable[[], RouterStatus] | None = None,
         connections: Callable[[], Mapping[str, str]] | None = None,
         queues: Callable[[], Mapping[str, int]] | None = None,
+        roles: Callable[[], Mapping[str, tuple[str, int | None, str | None]]] | None = None,
         interval: float = NODE_INFO_INTERVAL,
         heartbeat_interval: float = 0.1,
         liveness_timeout: float = 2.0,
@@ -299,6 +300,9 @@ class NodeInfoService:
         self._host, self._secret = host, secret
         self._heartbeat_interval, self._liveness_timeout = heartbeat_interval, liveness_timeout
         self._router_status, self._connections, self._queues = router_status, connections, queues
+        #: Per domain ``(role, stratum, parent)`` now, where it differs from the configuration's
+        #: (a domain taken over, a reload: ``cluster_failover.Failover.roles``).
+        self._roles = roles
         self._interval = interval
         self._lock = threading.Lock()
         self._forged = 0
@@ -345,16 +349,18 @@ class NodeInfoService:
     def info(self) -> dict[str, Any]:
         """This node's info now (without ``seq`` and ``time``)."""
         domains = []
+        overrides = dict(self._roles()) if self._roles is not None else {}
         for domain in self._cluster.domains:
             master = self.node_id in self._cluster.masters(domain.name)
-            domains.append(
-                {
-                    "name": domain.name,
-                    "role": ROLES[0] if master else ROLES[1],
-                    "stratum": self._cluster.stratum(self.node_id, domain.name),
-                    "parent": self._cluster.parent(self.node_id, domain.name),
-                }
+            role, stratum, parent = overrides.get(
+                domain.name,
+                (
+                    ROLES[0] if master else ROLES[1],
+                    self._cluster.stratum(self.node_id, domain.name),
+                    self._cluster.parent(self.node_id, domain.name),
+                ),
             )
+            domains.append({"name": domain.name, "role": role, "stratum": stratum, "parent": parent})
         load: dict[str, int] = {}
         if self._router_status is not None:
             status = self._router_status()

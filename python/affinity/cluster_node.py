@@ -24,8 +24,10 @@ balancer picks, a publish goes to every one (:mod:`affinity.cluster_balance`). A
 last local subscriber left stays subscribed and cached for ``cache-expiry``
 (:mod:`affinity.cluster_cache`).
 
-Not built yet (``docs/cluster.md``, "Not done"): failover, a domain without a master at a
-running node.
+Master failover by ``backup-node`` and SIGHUP reload are :mod:`affinity.cluster_failover`'s
+(links over the parent's backup order, takeover, reload).
+
+Not built yet (``docs/cluster.md``, "Not done"): a domain without a master at a running node.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from affinity import _affinity
 from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
 from affinity.cluster_balance import parents_of
 from affinity.cluster_cache import SlaveSubscriptions
+from affinity.cluster_failover import Failover, link_routers, with_takeover_fallback
 from affinity.cluster_info import node_info_services
 from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import RouterConfig
@@ -101,7 +104,10 @@ def cluster_router_config(config: RouterConfig, node_id: str) -> RouterConfig:
     service routes, so a domain's subjects go to the cluster)."""
     if config.cluster is None or config.cluster.node(node_id) is None:
         raise ConfigError(f"node {node_id!r}: not a node-id of the configuration's cluster")
-    services = slave_services(config.cluster, node_id) + node_info_services(config.cluster, node_id)
+    slaves = with_takeover_fallback(
+        slave_services(config.cluster, node_id), config.routing.data_services, config.cluster, node_id
+    )
+    services = slaves + node_info_services(config.cluster, node_id)
     routing = replace(config.routing, data_services=services + config.routing.data_services)
     return replace(config, routing=routing)
 
@@ -119,8 +125,10 @@ def _endpoint_host(channel: str) -> str:
 class _Parent:
     """The link to one parent node: a subscriber named ``node:<this>`` at its address."""
 
-    def __init__(self, subscriber: Subscriber) -> None:
+    def __init__(self, subscriber: Subscriber, routers: list[str]) -> None:
         self.subscriber = subscriber
+        #: The parent and its backups (``cluster_failover.link_routers``): where the link may be.
+        self.routers = routers
         self.state = POLLING
         #: The parent was lost or restarted (a STATUS) and has not answered a subscription since.
         self.awaiting_answer = False
@@ -144,6 +152,7 @@ class ClusterNode:
         heartbeat_interval: float = 0.1,
         liveness_timeout: float = 2.0,
         secret: SecretArgument = None,
+        fallbacks: frozenset[str] = frozenset(),
     ) -> None:
         node = cluster.node(node_id)
         if node is None:
@@ -161,32 +170,44 @@ class ClusterNode:
         self._next_expiry = 0.0
         self._sources: list[Source] = []
         self._slave_domains: list[str] = []
-        for domain in cluster.domains:
-            if node_id in cluster.masters(domain.name):
-                continue
-            parent = cluster.parent(node_id, domain.name)
-            source = Source(
-                client,
-                listen,
-                slave_label(domain.name),
-                host=_endpoint_host(listen),
-                heartbeat_interval=heartbeat_interval,
-                liveness_timeout=liveness_timeout,
-                secret=secret,
-            )
-            if parent is None:
-                source.on_request(_no_master(source, domain.name))
-            else:
-                source.on_request(self._on_request(source, domain.name))
-                source.on_discard(self.subscriptions.discard)
-            self._sources.append(source)
-            self._slave_domains.append(domain.name)
+        #: Subscriptions at the parents: mirrored masters balanced, kept for cache-expiry.
+        self.subscriptions = SlaveSubscriptions(cluster, node_id)
+        self._next_expiry = 0.0
+        #: Per domain: the node asked for it (changes with a reload).
+        self._parent_of: dict[str, str | None] = {}
+        self._listen = listen
         self.forwarding = Forwarding(self, cluster.settings.forward_queue)
-        for source, slave_of in zip(self._sources, self._slave_domains, strict=True):
-            source.on_publish(self.forwarding.on_publish(source, slave_of))
+        for domain in cluster.domains:
+            if node_id not in cluster.masters(domain.name):
+                self._open_slave_source(domain.name)
+        #: Takes over domains of silent masters (``backup-node``) and applies reloads.
+        self.failover = Failover(self, set(fallbacks))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"affinity-cluster-{node_id}", daemon=True)
         self._thread.start()
+
+    def _open_slave_source(self, domain: str) -> None:
+        """The node's source for ``domain`` at its own router (:func:`slave_label`): requests go
+        to the parent, publishes are forwarded to it."""
+        parent = self._cluster.parent(self.node_id, domain)
+        source = Source(
+            self._client,
+            self._listen,
+            slave_label(domain),
+            host=_endpoint_host(self._listen),
+            heartbeat_interval=self._heartbeat_interval,
+            liveness_timeout=self._liveness_timeout,
+            secret=self._secret,
+        )
+        if parent is None:
+            source.on_request(_no_master(source, domain))
+        else:
+            source.on_request(self._on_request(source, domain))
+            source.on_discard(self.subscriptions.discard)
+        source.on_publish(self.forwarding.on_publish(source, domain))
+        self._parent_of[domain] = parent
+        self._sources.append(source)
+        self._slave_domains.append(domain)
 
     def connections(self) -> dict[str, str]:
         """Per parent node linked so far: its state (:data:`CONNECTION_STATES`)."""
@@ -196,20 +217,22 @@ class ClusterNode:
     def _parent(self, node_id: str) -> _Parent:
         parent = self._parents.get(node_id)
         if parent is None:
-            spec = self._cluster.node(node_id)
-            assert spec is not None  # parents come from the checked configuration
-            subscriber = Subscriber(
-                self._client,
-                spec.address,
-                name=f"{NODE_NAME_PREFIX}{self.node_id}",
-                host=self._host,
-                heartbeat_interval=self._heartbeat_interval,
-                liveness_timeout=self._liveness_timeout,
-                secret=self._secret,
-            )
-            parent = self._parents[node_id] = _Parent(subscriber)
-            logger.info("Cluster node %s: connecting to %s at %s", self.node_id, node_id, spec.address)
+            routers = link_routers(self._cluster, self.node_id, node_id)
+            parent = self._parents[node_id] = _Parent(self._subscriber(routers), routers)
+            logger.info("Cluster node %s: connecting to %s at %s", self.node_id, node_id, ", ".join(routers))
         return parent
+
+    def _subscriber(self, routers: list[str]) -> Subscriber:
+        """A link to a parent: a subscriber named ``node:<this>`` over ``routers``."""
+        return Subscriber(
+            self._client,
+            routers=routers,
+            name=f"{NODE_NAME_PREFIX}{self.node_id}",
+            host=self._host,
+            heartbeat_interval=self._heartbeat_interval,
+            liveness_timeout=self._liveness_timeout,
+            secret=self._secret,
+        )
 
     def _on_request(self, source: Source, domain: str) -> Callable[[str], None]:
         def request(subject: str) -> None:
@@ -229,14 +252,16 @@ class ClusterNode:
 
     def _expire(self) -> None:
         """Unsubscribes at the parents the subjects idle past ``cache-expiry``."""
-        for node_id, subject in self.subscriptions.expire():
+        for _, subject in self.subscriptions.expire():
+            # At whichever link holds it now (a reload may have moved it to another parent's).
             with self._lock:
-                parent = self._parents.get(node_id)
-            if parent is not None:
-                try:
-                    parent.subscriber.unsubscribe(subject)
-                except ConfigError:
-                    pass  # already refused and forgotten by the parent
+                parents = list(self._parents.values())
+            for parent in parents:
+                if subject in parent.subscriber.subjects():
+                    try:
+                        parent.subscriber.unsubscribe(subject)
+                    except ConfigError:
+                        pass  # already refused and forgotten by the parent
 
     def _relay(self, source: Source, node_id: str, parent: _Parent) -> Callable[[str, Flags, bytes], None]:
         def relay(subject: str, flags: Flags, payload: bytes) -> None:
@@ -255,7 +280,12 @@ class ClusterNode:
             with self._lock:
                 # STATUS: the parent was lost or restarted; a fresh image follows once it is back.
                 parent.awaiting_answer = bool(flags & Flags.STATUS)
-            if flags & Flags.STATUS or not self.subscriptions.on_data(node_id, subject, flags, payload):
+            if flags & Flags.STATUS:
+                # The link moved (to a backup) or the parent restarted: the local subscribers
+                # hear it too, before the fresh image.
+                source._core.send_data(subject, int(Flags.STATUS), payload)
+                return
+            if not self.subscriptions.on_data(node_id, subject, flags, payload):
                 return  # idle in the cache (or not from the subject's parent): nothing to relay
             if flags & Flags.ERASE:
                 source.erase(subject)
@@ -284,7 +314,7 @@ class ClusterNode:
         if now >= self._next_expiry:
             self._next_expiry = now + self.subscriptions.check_every
             self._expire()
-        return work + self.forwarding.service()
+        return work + self.forwarding.service() + self.failover.service()
 
     def close(self) -> None:
         """Stops the thread and closes every link (parents see this node leave)."""
@@ -295,6 +325,7 @@ class ClusterNode:
         for parent in self._parents.values():
             parent.subscriber.close()
         self.forwarding.close()
+        self.failover.close()
 
 
 def _no_master(source: Source, domain: str) -> Callable[[str], None]:
@@ -344,8 +375,8 @@ class Forwarding:
             assert spec is not None  # parents come from the checked configuration
             source = Source(
                 node._client,
-                spec.address,
-                f"{NODE_NAME_PREFIX}{node.node_id}",
+                label=f"{NODE_NAME_PREFIX}{node.node_id}",
+                routers=link_routers(node._cluster, node.node_id, node_id),
                 host=node._host,
                 heartbeat_interval=node._heartbeat_interval,
                 liveness_timeout=node._liveness_timeout,
@@ -373,10 +404,11 @@ class Forwarding:
 
     def on_publish(self, local: Source, domain: str) -> Callable[[str, Flags, bytes], None]:
         """The callback of the node's source for ``domain``: forwards what the router hands it."""
-        # Every master of the domain (mirrored masters), or the node's upstream for it.
-        parents = parents_of(self._node._cluster, self._node.node_id, domain)
 
         def publish(subject: str, flags: Flags, payload: bytes) -> None:
+            # Every master of the domain (mirrored masters), or the node's upstream for it, as
+            # the configuration says now (a reload may move them).
+            parents = parents_of(self._node._cluster, self._node.node_id, domain)
             self._reply = local
             if len(payload) < _affinity.SUBJECT_ORIGIN_LENGTH:
                 logger.warning("Cluster node %s: a publish of %s without its origin", self._node.node_id, subject)

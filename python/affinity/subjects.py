@@ -646,6 +646,11 @@ class SubjectRouter:
         self._refusals_logged = 0
         self._refusals_logged_at = -AUTH_LOG_INTERVAL
 
+    def set_cluster_nodes(self, nodes: Sequence[str]) -> None:
+        """Replaces ``cluster_nodes`` (a reloaded cluster configuration): from the router's next
+        tick, a later subscription from a node id not in ``nodes`` is refused ``not-allowed``."""
+        self._core.set_cluster_nodes(list(expect_strs("cluster_nodes", nodes)))
+
     def flush_log(self) -> int:
         """Logs what the router did since the last call; returns the number of entries.
 

@@ -25,6 +25,12 @@ parent node, whose images and updates it caches and relays; other nodes may subs
 ``node:<id>`` only with a configured id (else ``not-allowed``). Publishes at a slave are not
 forwarded yet.
 
+SIGHUP (with ``--node``): re-reads the file's cluster blocks and applies them without a restart
+(new nodes let in and linked to, a domain's moved master followed, links back at the first node
+of their backup order); a file with errors keeps the old configuration and logs each error as
+``file:line:column``. A master silent past the liveness timeout has its domains taken over by
+the next node of its ``backup-node`` list (``docs/cluster.md``, "Master failover and reload").
+
 Every node publishes its state on ``__sys__cluster.node.info[NODE_ID]`` (``docs/cluster.md``,
 "Node info"), which any subscriber at any node can follow.
 
@@ -65,6 +71,7 @@ from typing import Any
 from affinity import _affinity
 from affinity.cli._text import help_text
 from affinity.cluster_balance import parents_of
+from affinity.cluster_failover import fallback_domains, read_reload
 from affinity.cluster_info import NodeInfo, NodeInfoService, node_info_subject, parse_node_info
 from affinity.cluster_node import ClusterNode, _endpoint_host, cluster_router_config
 from affinity.config.cluster import ClusterConfig
@@ -283,6 +290,11 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    # SIGHUP at a cluster node: re-read the cluster blocks (docs/cluster.md, "Master failover
+    # and reload"); a router without --node keeps the default action.
+    reload = threading.Event()
+    if args.node is not None:
+        signal.signal(signal.SIGHUP, lambda signum, frame: reload.set())
     client = _affinity.Client()
     config, cluster_nodes = analysis.config, None
     if args.node is not None and config.cluster is not None:
@@ -343,6 +355,7 @@ def run(args: argparse.Namespace) -> int:
                 listen=args.listen,
                 liveness_timeout=args.liveness_timeout,
                 secret=args.secret_file,
+                fallbacks=frozenset(fallback_domains(config.routing.data_services)),
             )
             info = NodeInfoService(
                 client,
@@ -353,6 +366,7 @@ def run(args: argparse.Namespace) -> int:
                 router_status=router.status,
                 connections=node.connections,
                 queues=node.forwarding.queued_bytes,
+                roles=node.failover.roles,
                 liveness_timeout=args.liveness_timeout,
                 secret=args.secret_file,
             )
@@ -369,6 +383,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         while not stop.wait(LOG_INTERVAL):
             router.flush_log()
+            if reload.is_set():
+                reload.clear()
+                reloaded = None if node is None else read_reload(args.config, args.node)
+                if node is not None and reloaded is not None:
+                    router.set_cluster_nodes([n.node_id for n in reloaded.nodes if n.node_id != args.node])
+                    node.failover.reload(reloaded)
             if reporter is not None:
                 reporter.tick()
     finally:

@@ -426,6 +426,13 @@ impl SubjectRouterCore {
         self.inner.id()
     }
 
+    /// Replaces the node ids other cluster nodes may subscribe as (a reloaded cluster
+    /// configuration); from the router's next tick, 10 ms at most.
+    fn set_cluster_nodes(&self, nodes: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.set_cluster_nodes(strings_argument("cluster_nodes", nodes)?);
+        Ok(())
+    }
+
     /// Takes the log entries made since the last call, as records: `RoutingEventInfo`,
     /// `FaucetLogInfo`, `SubscriberEvictedInfo` or `SourceStateInfo`.
     fn drain_log(&self, py: Python<'_>) -> PyResult<Vec<Py<PyAny>>> {

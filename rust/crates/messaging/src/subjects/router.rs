@@ -249,6 +249,12 @@ impl RouterCore {
         self
     }
 
+    /// Replaces the node ids let in (a reloaded cluster configuration): later subscriptions
+    /// from a node no longer listed are refused `not-allowed`; what it holds already stays.
+    pub fn set_cluster_nodes(&mut self, nodes: Vec<String>) {
+        self.cluster_nodes = Some(nodes);
+    }
+
     /// Why a subscriber named `name` may not subscribe here (a node id that is not
     /// configured), or `None`.
     fn node_refusal(&self, name: &str) -> Option<String> {
@@ -698,7 +704,12 @@ impl RouterCore {
         } else {
             member.is_some_and(|m| state.serving.contains(&m))
         };
-        if !allowed || record.flags & (FLAG_STATUS | FLAG_REFUSED) != 0 {
+        // A STATUS from a cluster node's source serving the subject (its parent moved to a
+        // backup) is relayed to the subscribers, so they hear of the move before the fresh
+        // image; any other STATUS or refusal from a source is not for subscribers.
+        let node_status = record.flags & (FLAG_STATUS | FLAG_REFUSED) == FLAG_STATUS
+            && source.label.starts_with(CLUSTER_SOURCE_PREFIX);
+        if !allowed || (record.flags & (FLAG_STATUS | FLAG_REFUSED) != 0 && !node_status) {
             self.counters.stale_data += 1;
             return;
         }

@@ -306,6 +306,8 @@ struct RouterShared {
     log: Mutex<VecDeque<LogEntry>>,
     log_dropped: AtomicU64,
     status: Mutex<RouterStatus>,
+    /// Node ids to let in from the next tick on ([`RouterRuntime::set_cluster_nodes`]).
+    cluster_nodes: Mutex<Option<Vec<String>>>,
 }
 
 /// A running router: one thread over a [`RouterCore`]; stops on [`RouterRuntime::close`] or drop.
@@ -384,6 +386,7 @@ impl RouterRuntime {
             log: Mutex::new(VecDeque::new()),
             log_dropped: AtomicU64::new(0),
             status: Mutex::new(RouterStatus::default()),
+            cluster_nodes: Mutex::new(None),
         });
         let mut state = RouterLoop {
             core: {
@@ -440,6 +443,12 @@ impl RouterRuntime {
         status
     }
 
+    /// Replaces the node ids other cluster nodes may subscribe as (a reloaded configuration),
+    /// from the router thread's next tick ([`RouterCore::set_cluster_nodes`]).
+    pub fn set_cluster_nodes(&self, nodes: Vec<String>) {
+        *lock(&self.shared.cluster_nodes) = Some(nodes);
+    }
+
     /// Stops the thread (idempotent).
     pub fn close(&self) {
         self.shared.stop.store(true, Ordering::Release);
@@ -465,6 +474,9 @@ impl RouterLoop {
             if now.saturating_since(last_tick) >= TICK_INTERVAL {
                 last_tick = now;
                 self.core.tick(now);
+                if let Some(nodes) = lock(&self.shared.cluster_nodes).take() {
+                    self.core.set_cluster_nodes(nodes);
+                }
                 self.publish_status();
             }
             // Every iteration, before anything is sent: a log entry is visible to

@@ -642,3 +642,46 @@ fn a_publish_at_a_master_reaches_the_subscribers_and_an_erase_drops_the_image() 
     assert!(sent(&mut f.router).is_empty());
     assert_eq!(f.router.counters().stale_data, stale + 1);
 }
+
+#[test]
+fn a_status_from_the_node_serving_a_subject_reaches_its_subscribers_and_the_image_stays() {
+    const NODE: u64 = 20;
+    let mut router = RouterCore::new(ROUTER, slave_table(), None, LIVENESS);
+    router.on_heartbeat(heartbeat(NODE, Role::Source, "cluster.STOCK_EXCHANGE"), at(0));
+    subscribe(&mut router, ALICE, "/STOCK/IBM", at(1));
+    sent(&mut router); // the REQUEST to the node
+    router.on_message(&record(RecordKind::Data, FLAG_IMAGE, NODE, "/STOCK/IBM", b"i0"), at(2));
+    sent(&mut router);
+    // The node's link to its parent moved to a backup: its subscribers hear it.
+    let moved = b"router golan lost; subscribed again at heron";
+    router.on_message(&record(RecordKind::Data, FLAG_STATUS, NODE, "/STOCK/IBM", moved), at(3));
+    assert_eq!(
+        sent(&mut router),
+        [(ALICE, RecordKind::Data, FLAG_STATUS, "/STOCK/IBM".into(), String::from_utf8_lossy(moved).into_owned())]
+    );
+    // The status is not an image: a later subscriber is answered with the cached one.
+    subscribe(&mut router, BOB, "/STOCK/IBM", at(4));
+    assert_eq!(sent(&mut router), [(BOB, RecordKind::Data, FLAG_IMAGE, "/STOCK/IBM".into(), "i0".into())]);
+    // A refusal from the node, and a status from a source that is no cluster node's, are not relayed.
+    let stale = router.counters().stale_data;
+    router.on_message(&record(RecordKind::Data, FLAG_STATUS | FLAG_REFUSED, NODE, "/STOCK/IBM", b"x"), at(5));
+    let mut f = Fixture::new();
+    subscribe(&mut f.router, ALICE, "/PRICES/EUR", at(1));
+    let out = sent(&mut f.router);
+    let serving = out.iter().find(|entry| entry.1 == RecordKind::Request).map(|entry| entry.0).unwrap();
+    let before = f.router.counters().stale_data;
+    f.router.on_message(&record(RecordKind::Data, FLAG_STATUS, serving, "/PRICES/EUR", b"x"), at(2));
+    assert!(sent(&mut router).is_empty() && sent(&mut f.router).is_empty());
+    assert_eq!((router.counters().stale_data, f.router.counters().stale_data), (stale + 1, before + 1));
+}
+
+#[test]
+fn a_reloaded_node_list_lets_a_new_node_in_and_refuses_a_removed_one() {
+    let mut router = RouterCore::new(ROUTER, slave_table(), None, LIVENESS).with_cluster_nodes(vec!["golan".into()]);
+    subscribe_as(&mut router, ALICE, "node:bilbo", "/STOCK/IBM", at(1));
+    assert!(sent(&mut router)[0].4.starts_with("not-allowed: node \"bilbo\""));
+    router.set_cluster_nodes(vec!["bilbo".into()]);
+    subscribe_as(&mut router, ALICE, "node:bilbo", "/STOCK/IBM", at(2));
+    subscribe_as(&mut router, BOB, "node:golan", "/STOCK/IBM", at(2));
+    assert_eq!((router.counters().not_allowed, router.subscriber_count()), (2, 1));
+}

@@ -1,0 +1,414 @@
+"""Master failover by ``backup-node`` and the reload of the cluster block (``docs/cluster.md``,
+"Master failover and reload").
+
+A node's links to a parent node (its slave subscriptions and its forwarder) name the parent and
+then the parent's ``backup-node`` list (:func:`link_routers`), so when the parent is silent past
+the liveness timeout they move to the next one, as any subscriber or source moves between the
+routers of its list: the subscriptions are sent again, a STATUS and a fresh image follow, and
+queued publishes flush there once it answered.
+
+A node named in a master's ``backup-node`` list watches the nodes ahead of it in that order
+(the master, then the backups before it): its router serves the domain from the node's
+``cluster.<DOMAIN>`` source first and from its own data service for the domain next
+(:func:`with_takeover_fallback`); when every node ahead has been silent past the liveness
+timeout the node *takes over* the domain (:class:`Failover`): it closes that source, and its
+router moves the domain's subjects to its own sources (a STATUS, then a fresh image, for every
+subscriber, nodes included). A domain taken over stays at the backup (no move back when the
+master returns) until the configuration is reloaded.
+
+:meth:`Failover.reload` applies a re-read cluster block (SIGHUP to ``affinity router``): new
+nodes can be linked to (and the router lets them in), a domain whose parent changed moves its
+subscriptions to the new parent, a domain this node becomes master of is taken over when its
+router can serve it (a fallback), and links not at the first node of their order move back there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Final
+
+from affinity import _affinity
+from affinity.cluster_info import ROLES
+from affinity.config.cluster import ClusterConfig
+from affinity.config.model import DataService
+from affinity.subjects import Flags, Source
+
+if TYPE_CHECKING:
+    from affinity.cluster_node import ClusterNode
+
+__all__ = [
+    "WATCH_LABEL_PREFIX",
+    "Failover",
+    "failover_order",
+    "fallback_domains",
+    "link_order",
+    "link_routers",
+    "read_reload",
+    "takeover_domains",
+    "with_takeover_fallback",
+]
+
+logger = logging.getLogger("affinity.cluster")
+
+MASTER, SLAVE = ROLES
+#: The source label a node watches another node's liveness under (``node-watch:<this node>``).
+WATCH_LABEL_PREFIX: Final[str] = "node-watch:"
+
+
+def failover_order(cluster: ClusterConfig, node_id: str) -> tuple[str, ...]:
+    """``node_id`` then its ``backup-node`` list: who serves what it serves, in order."""
+    node = cluster.node(node_id)
+    return (node_id, *node.backup_nodes) if node is not None else (node_id,)
+
+
+def link_order(cluster: ClusterConfig, node_id: str, parent: str) -> tuple[str, ...]:
+    """The nodes ``node_id``'s link to ``parent`` uses, in order: :func:`failover_order` of the
+    parent, cut before ``node_id`` itself (a backup never links to itself: it takes over)."""
+    order = failover_order(cluster, parent)
+    return order[: order.index(node_id)] if node_id in order else order
+
+
+def link_routers(cluster: ClusterConfig, node_id: str, parent: str) -> list[str]:
+    """The addresses of :func:`link_order` (a link's ``routers=`` list)."""
+    addresses = []
+    for other in link_order(cluster, node_id, parent):
+        spec = cluster.node(other)
+        if spec is not None:
+            addresses.append(spec.address)
+    return addresses
+
+
+def takeover_domains(cluster: ClusterConfig, node_id: str) -> dict[str, tuple[str, ...]]:
+    """Per domain ``node_id`` may take over: the nodes ahead of it (the domain's master it asks,
+    then that master's backups before ``node_id``). Only a master's backups take over; a node
+    that asks an ``upstream`` node for the domain follows that node's backups instead."""
+    found: dict[str, tuple[str, ...]] = {}
+    for domain in cluster.domains:
+        parent = cluster.parent(node_id, domain.name)
+        if parent is None or parent not in cluster.masters(domain.name):
+            continue
+        order = failover_order(cluster, parent)
+        if node_id in order:
+            found[domain.name] = order[: order.index(node_id)]
+    return found
+
+
+def _own_service(services: tuple[DataService, ...], patterns: tuple[str, ...]) -> DataService | None:
+    """The first of ``services`` (the configuration's own) sharing an include pattern with a
+    domain, with one source group (a backup serves the domain from it)."""
+    for service in services:
+        if set(service.include_patterns) & set(patterns) and len(service.source_groups) == 1:
+            return service
+    return None
+
+
+def with_takeover_fallback(
+    services: tuple[DataService, ...], own: tuple[DataService, ...], cluster: ClusterConfig, node_id: str
+) -> tuple[DataService, ...]:
+    """``services`` (the node's ``cluster-<DOMAIN>`` ones) where, for every domain ``node_id``
+    may take over, the node's source comes first and the priority groups of its own data
+    service for the domain (:func:`_own_service` of ``own``) next: with the node's source
+    closed, the router serves the domain itself."""
+    domains = {domain.name: domain for domain in cluster.domains}
+    candidates = set(takeover_domains(cluster, node_id))
+    result = []
+    for service in services:
+        name = service.name.removeprefix("cluster-")
+        local = _own_service(own, domains[name].include_patterns) if name in candidates else None
+        if local is not None:
+            first = service.source_groups[0]
+            group = local.source_groups[0]
+            merged = replace(group, priority_groups=first.priority_groups + group.priority_groups)
+            service = replace(service, source_groups=(merged,))
+        result.append(service)
+    return tuple(result)
+
+
+def fallback_domains(services: tuple[DataService, ...]) -> set[str]:
+    """The domains whose ``cluster-<DOMAIN>`` service in ``services`` has a fallback."""
+    return {
+        service.name.removeprefix("cluster-")
+        for service in services
+        if service.name.startswith("cluster-") and len(service.source_groups[0].priority_groups) > 1
+    }
+
+
+class _Watch:
+    """Another node's liveness: a source labelled :data:`WATCH_LABEL_PREFIX` there."""
+
+    def __init__(self, node: ClusterNode, address: str) -> None:
+        self.address = address
+        self.source = Source(
+            node._client,
+            address,
+            f"{WATCH_LABEL_PREFIX}{node.node_id}",
+            host=node._host,
+            heartbeat_interval=node._heartbeat_interval,
+            liveness_timeout=node._liveness_timeout,
+            secret=node._secret,
+        )
+        self.created = time.monotonic()
+        #: Whether the node was heard since the watch opened.
+        self.heard = False
+
+
+class Failover:
+    """The node's failover: watches the nodes ahead of it in the ``backup-node`` orders,
+    takes over their domains when they are all silent, and applies reloads. Runs on the
+    node's thread (:meth:`service`); :meth:`reload` may be called from any thread."""
+
+    def __init__(self, node: ClusterNode, fallbacks: set[str]) -> None:
+        self._node = node
+        #: Domains the router can serve itself (built with a fallback at start).
+        self._fallbacks = fallbacks
+        self._watches: dict[str, _Watch] = {}
+        #: Domains taken over: since when.
+        self.taken: dict[str, float] = {}
+        self._pending: ClusterConfig | None = None
+        self._pending_lock = threading.Lock()
+        self._ahead: dict[str, tuple[str, ...]] = {}
+        self._configure(node._cluster)
+        for domain, ahead in self._ahead.items():
+            if domain not in fallbacks:
+                logger.warning(
+                    "Cluster node %s: backup of %s for %s, but none of its data services serves the domain: "
+                    "it cannot take the domain over",
+                    node.node_id,
+                    ahead[0],
+                    domain,
+                )
+
+    def _configure(self, cluster: ClusterConfig) -> None:
+        self._ahead = {d: ahead for d, ahead in takeover_domains(cluster, self._node.node_id).items()}
+        wanted = {other for ahead in self._ahead.values() for other in ahead}
+        for other in list(self._watches):
+            spec = cluster.node(other)
+            if other not in wanted or spec is None or spec.address != self._watches[other].address:
+                self._watches.pop(other).source.close()
+        for other in wanted:
+            spec = cluster.node(other)
+            if other not in self._watches and spec is not None:
+                self._watches[other] = _Watch(self._node, spec.address)
+
+    def _silent(self, other: str, now: float) -> bool:
+        """Whether ``other`` is silent: its router not heard within the liveness timeout (the
+        watch's own judgement), or never heard a liveness timeout after the watch opened."""
+        watch = self._watches.get(other)
+        if watch is None:
+            return True
+        if watch.source.router_live:
+            return False
+        return watch.heard or now - watch.created > self._node._liveness_timeout
+
+    def service(self) -> int:
+        """Polls the watches, takes over domains whose nodes ahead are all silent, applies a
+        pending reload; returns the work done."""
+        work = 0
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self._apply(pending)
+            work += 1
+        now = time.monotonic()
+        for watch in self._watches.values():
+            watch.source.poll(16)
+            watch.heard = watch.heard or watch.source.router_live
+        for domain, ahead in self._ahead.items():
+            if domain in self.taken or domain not in self._fallbacks:
+                continue
+            if all(self._silent(other, now) for other in ahead):
+                self._take_over(domain, f"{', '.join(ahead)} silent for {self._node._liveness_timeout:g} s")
+                work += 1
+        return work
+
+    def _take_over(self, domain: str, why: str) -> None:
+        """Serves ``domain`` here: the node's source for it closes (the router moves its subjects
+        to its own sources) and its subscriptions at other nodes are dropped."""
+        node = self._node
+        logger.warning("Cluster node %s: takes over domain %s (%s)", node.node_id, domain, why)
+        self.taken[domain] = time.monotonic()
+        if domain in node._slave_domains:
+            index = node._slave_domains.index(domain)
+            node._slave_domains.pop(index)
+            node._sources.pop(index).close()
+        self._drop_domain_links(domain)
+
+    def _hand_back(self, domain: str, parent: str) -> None:
+        """Serves ``domain`` from ``parent`` again (a reload, the master live): the node's source
+        for it opens again, so the router sends new subscriptions there; the subjects the router
+        serves from its own sources stay there until their last subscriber leaves (the routing
+        tables never move a subject back to a member that comes up)."""
+        node = self._node
+        del self.taken[domain]
+        node._open_slave_source(domain)
+        logger.warning(
+            "Cluster node %s: hands domain %s back to %s (configuration reloaded)", node.node_id, domain, parent
+        )
+
+    def _drop_domain_links(self, domain: str) -> None:
+        """Unsubscribes ``domain``'s subjects at every parent link (a DISCARD will not come: the
+        source that would hear it is gone)."""
+        node = self._node
+        with node._lock:
+            parents = list(node._parents.values())
+        for parent in parents:
+            for subject in parent.subscriber.subjects():
+                if _domain_of(node._cluster, subject) == domain:
+                    while subject in parent.subscriber.subjects():
+                        parent.subscriber.unsubscribe(subject)
+
+    def roles(self) -> dict[str, tuple[str, int | None, str | None]]:
+        """Per domain ``(role, stratum, parent)`` now (node info's ``domains``): a domain this
+        node's router serves itself (no node source for it: configured master at start, or taken
+        over) as master, stratum 0; the others as slave of the parent in use."""
+        node = self._node
+        cluster = node._cluster
+        found: dict[str, tuple[str, int | None, str | None]] = {}
+        for domain in cluster.domains:
+            name = domain.name
+            if name not in node._slave_domains:
+                found[name] = (MASTER, 0, None)
+            else:
+                found[name] = (SLAVE, cluster.stratum(node.node_id, name), node._parent_of.get(name))
+        return found
+
+    def reload(self, cluster: ClusterConfig) -> None:
+        """Applies ``cluster`` (a re-read, checked configuration) on the node's thread."""
+        with self._pending_lock:
+            self._pending = cluster
+
+    def _apply(self, cluster: ClusterConfig) -> None:
+        node = self._node
+        old = node._cluster
+        node._cluster = cluster
+        node.subscriptions.reconfigure(cluster)
+        self._configure(cluster)
+        moment = time.monotonic()
+        for domain in cluster.domains:
+            name = domain.name
+            was, now = old.parent(node.node_id, name), cluster.parent(node.node_id, name)
+            ahead = self._ahead.get(name, ())
+            if name in self.taken and node.node_id not in cluster.masters(name) and now is not None:
+                if ahead and all(self._silent(other, moment) for other in ahead):
+                    continue  # still nobody ahead: the domain stays here
+                self._hand_back(name, now)
+            elif node.node_id in cluster.masters(name) and name not in self.taken:
+                if name in self._fallbacks:
+                    self._take_over(name, "the reloaded configuration makes this node its master")
+                elif name in node._slave_domains:
+                    logger.warning(
+                        "Cluster node %s: master of %s after the reload, but its router was not built to serve "
+                        "it (no backup-node order names it): restart it",
+                        node.node_id,
+                        name,
+                    )
+            elif was != now and now is not None and name in node._slave_domains:
+                self._move_domain(name, was, now)
+            elif node.node_id in old.masters(name) and node.node_id not in cluster.masters(name):
+                logger.warning(
+                    "Cluster node %s: no longer master of %s after the reload; its router keeps serving it "
+                    "from its own sources until it is restarted",
+                    node.node_id,
+                    name,
+                )
+        # Links whose order changed, or that sit at a backup, go to the first node of their order.
+        with node._lock:
+            parents = dict(node._parents)
+        for parent_id, parent in parents.items():
+            routers = link_routers(cluster, node.node_id, parent_id)
+            if routers and (routers != parent.routers or parent.subscriber.router != routers[0]):
+                self._relink(parent_id, parent, routers, "configuration reloaded")
+        forwarding = node.forwarding
+        for parent_id, forwarder in list(forwarding._forwarders.items()):
+            routers = link_routers(cluster, node.node_id, parent_id)
+            if routers and forwarder.source.router != routers[0]:
+                # Publishes queue for the parent until the new link is heard, then flush there.
+                del forwarding._forwarders[parent_id]
+                forwarder.source.close()
+                forwarding._forwarder(parent_id)
+        logger.info("Cluster node %s: cluster configuration reloaded", node.node_id)
+
+    def _move_domain(self, domain: str, was: str | None, now: str) -> None:
+        """Moves ``domain``'s subscriptions from the link to ``was`` to the link to ``now``."""
+        node = self._node
+        text = f"domain {domain} moved from node {was} to node {now}: configuration reloaded".encode()
+        with node._lock:
+            old = node._parents.get(was) if was is not None else None
+            new = node._parent(now)
+        moved = 0
+        if old is not None:
+            for subject in old.subscriber.subjects():
+                if _domain_of(node._cluster, subject) != domain:
+                    continue
+                callbacks = list(old.subscriber._callbacks.get(subject, ()))
+                for callback in callbacks:
+                    old.subscriber.unsubscribe(subject)
+                    callback(subject, Flags.STATUS, text)
+                    new.subscriber.subscribe(subject, callback)
+                moved += 1
+        node._parent_of[domain] = now
+        logger.warning("Cluster node %s: %s (%d subjects)", node.node_id, text.decode(), moved)
+
+    def _relink(self, parent_id: str, parent: object, routers: list[str], why: str) -> None:
+        """Replaces a parent link's subscriber by one over ``routers`` (every subscription sent
+        again there; its callbacks hear a STATUS first, then the fresh image)."""
+        from affinity.cluster_node import _Parent
+
+        assert isinstance(parent, _Parent)
+        node = self._node
+        old = parent.subscriber
+        fresh = node._subscriber(routers)
+        text = f"link to node {parent_id} opened again at {routers[0]}: {why}".encode()
+        for subject in old.subjects():
+            for callback in list(old._callbacks.get(subject, ())):
+                callback(subject, Flags.STATUS, text)
+                fresh.subscribe(subject, callback)
+        with node._lock:
+            parent.subscriber, parent.routers = fresh, routers
+        old.close()
+        logger.info("Cluster node %s: link to %s now at %s (%s)", node.node_id, parent_id, routers[0], why)
+
+    def close(self) -> None:
+        """Closes the watches."""
+        for watch in self._watches.values():
+            watch.source.close()
+
+
+def _domain_of(cluster: ClusterConfig, subject: str) -> str | None:
+    """The first domain whose include pattern matches ``subject`` (the mapping's rule)."""
+    for domain in cluster.domains:
+        if any(_affinity.PosixRegex(pattern).is_match(subject) for pattern in domain.include_patterns):
+            return domain.name
+    return None
+
+
+def read_reload(path: str, node_id: str) -> ClusterConfig | None:
+    """The cluster block of ``path`` re-read for a reload (SIGHUP), or ``None`` when it cannot
+    be used: unreadable, any error (each logged as ``file:line:column: error: ...``), no
+    cluster block, or ``node_id`` no longer one of its nodes. ``None`` keeps the old configuration."""
+    from affinity.config.faucet import analyse_router_text
+
+    try:
+        with open(path, encoding="utf-8") as stream:
+            text = stream.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        logger.error("Cluster node %s: reload: cannot read %s (%s); keeping the old configuration", node_id, path, exc)
+        return None
+    analysis = analyse_router_text(text, path)
+    for diagnostic in analysis.diagnostics:
+        (logger.error if diagnostic.is_error else logger.warning)("Cluster node %s: reload: %s", node_id, diagnostic)
+    cluster = analysis.config.cluster if not analysis.errors else None
+    if analysis.errors:
+        logger.error("Cluster node %s: reload of %s refused; keeping the old configuration", node_id, path)
+    elif cluster is None or cluster.node(node_id) is None:
+        logger.error(
+            "Cluster node %s: reload: %s does not configure node %s; keeping the old configuration",
+            node_id,
+            path,
+            node_id,
+        )
+        cluster = None
+    return cluster
