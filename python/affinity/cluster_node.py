@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from affinity import _affinity
 from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
 from affinity.cluster_info import node_info_services
+from affinity.cluster_ptp import PtpNode, ptp_services
 from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import RouterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup, SourceGroup
@@ -89,12 +90,16 @@ def slave_services(cluster: ClusterConfig, node_id: str) -> tuple[DataService, .
 
 
 def cluster_router_config(config: RouterConfig, node_id: str) -> RouterConfig:
-    """``config`` with the slave data services of ``node_id`` and its node info services
-    (:func:`affinity.cluster_info.node_info_services`) in front of its own (the first matching
-    service routes, so a domain's subjects go to the cluster)."""
+    """``config`` with the slave data services of ``node_id``, its node info services
+    (:func:`affinity.cluster_info.node_info_services`) and its PtP services
+    (:func:`affinity.cluster_ptp.ptp_services`: absolute addresses first, relative ones after
+    the slave services) in front of its own (the first matching service routes, so a domain's
+    subjects go to the cluster)."""
     if config.cluster is None or config.cluster.node(node_id) is None:
         raise ConfigError(f"node {node_id!r}: not a node-id of the configuration's cluster")
-    services = slave_services(config.cluster, node_id) + node_info_services(config.cluster, node_id)
+    ptp_absolute, ptp_relative = ptp_services(config.cluster, node_id)
+    services = ptp_absolute + slave_services(config.cluster, node_id) + node_info_services(config.cluster, node_id)
+    services += ptp_relative
     routing = replace(config.routing, data_services=services + config.routing.data_services)
     return replace(config, routing=routing)
 
@@ -174,6 +179,18 @@ class ClusterNode:
         self.forwarding = Forwarding(self, cluster.settings.forward_queue)
         for source, slave_of in zip(self._sources, self._slave_domains, strict=True):
             source.on_publish(self.forwarding.on_publish(source, slave_of))
+        #: PtP addresses (``affinity.cluster_ptp``): driven by this node's thread.
+        self.ptp = PtpNode(
+            client,
+            cluster,
+            node_id,
+            listen=listen,
+            listen_host=_endpoint_host(listen),
+            link_host=self._host,
+            heartbeat_interval=heartbeat_interval,
+            liveness_timeout=liveness_timeout,
+            secret=secret,
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"affinity-cluster-{node_id}", daemon=True)
         self._thread.start()
@@ -262,7 +279,7 @@ class ClusterNode:
             parents = list(self._parents.values())
         for parent in parents:
             work += parent.subscriber.poll(POLL_FRAGMENTS)
-        return work + self.forwarding.service()
+        return work + self.forwarding.service() + self.ptp.poll(POLL_FRAGMENTS)
 
     def close(self) -> None:
         """Stops the thread and closes every link (parents see this node leave)."""
@@ -273,6 +290,7 @@ class ClusterNode:
         for parent in self._parents.values():
             parent.subscriber.close()
         self.forwarding.close()
+        self.ptp.close()
 
 
 def _no_master(source: Source, domain: str) -> Callable[[str], None]:

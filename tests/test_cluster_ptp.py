@@ -1,0 +1,283 @@
+"""PtP addresses (``docs/cluster.md``, "PtP addresses"), with router processes on loopback:
+heron master of the domain DESK (``^client/``), avalon its slave.
+
+A client at avalon sends to ``/node/heron/client/joe``: avalon forwards it over its PtP link to
+heron, which queues it while joe is not logged in and delivers the queue in order when he logs
+in, then every later message at once. Past ``ptp-queue`` the sender is told of every message
+refused (across the link), and what was accepted arrives in order. An address naming a node the
+cluster does not configure is refused with a status naming it; a relative ``client/joe`` routes
+like a publish of the domain (avalon forwards it to heron, the master).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import affinity
+import pytest
+from affinity.cluster_ptp import PTP_REFUSED, PtpClient, parse_ptp_address
+from affinity.exceptions import ConfigError
+from affinity.subjects import Flags, Source
+from affinity.testing import free_udp_port
+from test_cluster_forward import listen, pump, settle
+from test_cluster_nodes import start_node
+from test_subjects_processes import LIVENESS, Process
+
+#: Messages sent before joe logs in, and after.
+BEFORE, AFTER = 50, 100
+
+
+def ptp_conf(heron: int, avalon: int, queue: str | None = None, bilbo: int | None = None) -> str:
+    settings = "" if queue is None else f"add-cluster\n    ptp-queue {queue}\nend-cluster\n"
+    if bilbo is not None:
+        settings += f"""\
+add-cluster-node
+    node-id bilbo
+    address aeron:udp?endpoint=127.0.0.1:{bilbo}
+    upstream DESK avalon
+end-cluster-node
+"""
+    return (
+        settings
+        + f"""\
+add-cluster-node
+    node-id heron
+    address aeron:udp?endpoint=127.0.0.1:{heron}
+    master-of DESK
+end-cluster-node
+add-cluster-node
+    node-id avalon
+    address aeron:udp?endpoint=127.0.0.1:{avalon}
+end-cluster-node
+add-domain
+    name DESK
+    include-pattern '^client/'
+end-domain
+"""
+    )
+
+
+def start_pair(
+    tmp_path: Path, processes: list[Process], queue: str | None = None, *, bilbo: bool = False
+) -> tuple[dict[str, int], Path]:
+    """heron and avalon (and bilbo, a slave of avalon) as router processes, in that order."""
+    ports = {node: free_udp_port() for node in ("heron", "avalon", *(("bilbo",) if bilbo else ()))}
+    config = tmp_path / "cluster.conf"
+    config.write_text(ptp_conf(ports["heron"], ports["avalon"], queue, ports.get("bilbo")))
+    for node, port in ports.items():
+        processes.append(start_node(config, node, listen(port)))
+    return ports, config
+
+
+def client_at(client: affinity.Client, port: int, login: str, node: str) -> PtpClient:
+    return PtpClient(client, listen(port), login=login, node=node, liveness_timeout=LIVENESS)
+
+
+class Received:
+    """What a PtP client received, in order: (address, payload)."""
+
+    def __init__(self, ptp: PtpClient) -> None:
+        self.items: list[tuple[str, str]] = []
+        ptp.on_message(lambda address, payload: self.items.append((address, payload.decode())))
+
+    def at(self, address: str) -> list[str]:
+        return [payload for to, payload in self.items if to == address]
+
+    def has(self, address: str, count: int) -> Callable[[], bool]:
+        return lambda: len(self.at(address)) >= count
+
+
+def counted(process: Process) -> dict[str, int]:
+    """A node's PtP counters, logged when it stops."""
+    lines = [line for line in process.snapshot() if "PtP messages:" in line]
+    assert lines, process.snapshot()[-10:]
+    parts = lines[-1].split("PtP messages: ")[1].split(", ")
+    return {name: int(value) for name, value in (part.rsplit(" ", 1) for part in parts)}
+
+
+def test_addresses_parse_or_say_what_is_wrong() -> None:
+    assert parse_ptp_address("/node/heron/client/joe").node == "heron"
+    assert parse_ptp_address("client/joe").node is None
+    assert str(parse_ptp_address("/node/heron/client/joe")) == "/node/heron/client/joe"
+    for bad, says in (
+        ("/node/heron/joe", "expected /node/<node-id>/client/<login>"),
+        ("/node//client/joe", "node '' is not"),
+        ("client/jo e", "login 'jo e' is not"),
+        ("client/", "login '' is not"),
+        ("joe", "expected"),
+    ):
+        with pytest.raises(ConfigError, match=says):
+            parse_ptp_address(bad)
+
+
+def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_once_in_order(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports, _ = start_pair(tmp_path, processes)
+    heron = processes[-2]
+    alice = client_at(client, ports["avalon"], "alice", "avalon")
+    joe_address = "/node/heron/client/joe"
+    pump([alice.poll], lambda: alice.ready and alice.logged_in, "alice logged in at avalon")
+
+    # joe is not logged in: heron queues what avalon forwards for him.
+    sent = [f"m{i}" for i in range(BEFORE)]
+    for payload in sent:
+        assert alice.send(joe_address, payload.encode())
+    settle([alice.poll], 1.0)
+
+    joe = client_at(client, ports["heron"], "joe", "heron")
+    got = Received(joe)
+    members = [alice.poll, joe.poll]
+    pump(members, got.has(joe_address, BEFORE), "the queued messages at joe's login")
+    assert joe.logged_in
+    later = [f"m{i}" for i in range(BEFORE, BEFORE + AFTER)]
+    for payload in later:
+        assert alice.send(joe_address, payload.encode())
+        alice.poll(16)
+    sent += later
+    pump(members, got.has(joe_address, len(sent)), "every message")
+    settle(members, 0.3)
+    assert got.at(joe_address) == sent, "every message once, in order, the queued ones first"
+    assert alice.refusals == []
+
+    # An unknown node in the address: a clear refusal, told to the sender.
+    assert alice.send("/node/frodo/client/joe", b"lost?")
+    pump(members, lambda: bool(alice.refusals), "the refusal of /node/frodo")
+    refusal = alice.refusals[0]
+    assert refusal.address == "/node/frodo/client/joe"
+    assert "node 'frodo' is not a node of this cluster (nodes: heron, avalon)" in refusal.reason
+    # A malformed address is refused before it is sent; a raw publish of one is refused by the node.
+    with pytest.raises(ConfigError, match="expected /node/<node-id>/client/<login>"):
+        alice.send("/node/heron/joe", b"x")
+    raw = Source(client, listen(ports["avalon"]), "raw-publisher", liveness_timeout=LIVENESS)
+    statuses: list[tuple[str, Flags, str]] = []
+    raw.on_ptp_status(lambda address, flags, text: statuses.append((address, flags, text)))
+    pump([raw.poll], lambda: raw.router_live, "avalon heard the raw publisher")
+    assert raw.publish("/node/heron/joe", b"x")
+    pump([raw.poll], lambda: bool(statuses), "the refusal of a malformed address")
+    address, flags, text = statuses[0]
+    assert address == "/node/heron/joe" and flags & Flags.REFUSED
+    assert text.startswith(f"{PTP_REFUSED} #1: PtP address '/node/heron/joe': expected"), text
+    assert not raw.status().back_pressured, "a PtP refusal does not back-pressure the source"
+    assert len(got.items) == len(sent), "nothing else reached joe"
+
+    for closing in (raw, alice, joe):
+        closing.close()
+    heron.stop()
+    figures = counted(heron)
+    assert figures["queued"] == figures["flushed"] == BEFORE, figures
+    assert figures["delivered"] == AFTER and figures["refused"] == 0, figures
+
+
+def test_past_the_ptp_queue_the_sender_is_told_of_each_refusal_and_nothing_is_dropped(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports, _ = start_pair(tmp_path, processes, queue="64K")
+    alice = client_at(client, ports["avalon"], "alice", "avalon")
+    joe_address = "/node/heron/client/joe"
+    pump([alice.poll], lambda: alice.ready, "avalon heard alice")
+    # avalon's link to heron is live once kim, logged in at heron, has a message from alice
+    # (before that, avalon keeps messages for heron within its own ptp-queue).
+    kim = client_at(client, ports["heron"], "kim", "heron")
+    kim_got = Received(kim)
+    assert alice.send(kim.address, b"hello")
+    pump([alice.poll, kim.poll], kim_got.has(kim.address, 1), "avalon's link to heron")
+    # 4 KiB messages: 64 KiB hold 16 (the rest are refused, each one told).
+    total = 40
+    payloads = [f"m{i}:".encode() + bytes(4096 - 8) for i in range(total)]
+    for payload in payloads:
+        assert alice.send(joe_address, payload)
+        settle([alice.poll], 0.01)
+    pump([alice.poll], lambda: len(alice.refusals) >= total - 64 * 1024 // 4096, "the refusals")
+    settle([alice.poll], 0.5)
+    refusals = alice.refusals
+    accepted = total - len(refusals)
+    assert 1 <= accepted <= 64 * 1024 // 4096, (accepted, refusals[:1])
+    assert all(r.address == joe_address for r in refusals)
+    assert all("the queue for /node/heron/client/joe at node heron is full" in r.reason for r in refusals), refusals[0]
+
+    joe = client_at(client, ports["heron"], "joe", "heron")
+    got = Received(joe)
+    members = [alice.poll, joe.poll]
+    pump(members, got.has(joe_address, accepted), "the accepted messages at joe's login")
+    settle(members, 0.3)
+    expected = [p.decode() for p in payloads[:accepted]]
+    assert got.at(joe_address) == expected, "exactly what was accepted, in order: the refused ones are the tail"
+    # Logged in, the refused tail sent again arrives in order.
+    for payload in payloads[accepted:]:
+        assert alice.send(joe_address, payload)
+    pump(members, got.has(joe_address, total), "the refused tail sent again")
+    settle(members, 0.3)
+    assert got.at(joe_address) == [p.decode() for p in payloads]
+    assert len(alice.refusals) == len(refusals), "no more refusals once joe is logged in"
+    for closing in (alice, joe, kim):
+        closing.close()
+
+
+def test_a_relative_address_routes_like_a_publish_of_its_domain(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports, _ = start_pair(tmp_path, processes)
+    avalon = processes[-1]
+    alice = client_at(client, ports["avalon"], "alice", "avalon")
+    joe = client_at(client, ports["heron"], "joe", "heron")
+    got = Received(joe)
+    members = [alice.poll, joe.poll]
+    pump(members, lambda: alice.ready and joe.logged_in, "alice and joe logged in")
+    # client/joe is of DESK, whose master is heron: avalon forwards it there (a slave's publish).
+    sent = [f"r{i}" for i in range(AFTER)]
+    for payload in sent:
+        assert alice.send("client/joe", payload.encode())
+        alice.poll(16)
+    pump(members, got.has("client/joe", len(sent)), "the relative messages at heron")
+    settle(members, 0.3)
+    assert got.at("client/joe") == sent, "once, in order"
+    assert got.at(joe.address) == [], "the relative address is its own mailbox"
+    for closing in (alice, joe):
+        closing.close()
+    avalon.stop()
+    assert "PtP messages:" not in "\n".join(avalon.snapshot()), "avalon's PtP source took no part in it"
+
+
+def test_ptp_through_a_middle_node_arrives_in_order_and_refusals_come_back_across_both_links(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    # bilbo -> heron goes through avalon (bilbo's parent towards heron), two PtP links.
+    ports, _ = start_pair(tmp_path, processes, queue="64K", bilbo=True)
+    avalon = processes[-2]
+    carol = client_at(client, ports["bilbo"], "carol", "bilbo")
+    kim = client_at(client, ports["heron"], "kim", "heron")
+    kim_got = Received(kim)
+    members = [carol.poll, kim.poll]
+    pump(members, lambda: carol.ready, "bilbo heard carol")
+    sent = [f"k{i}" for i in range(AFTER)]
+    for payload in sent:
+        assert carol.send(kim.address, payload.encode())
+        carol.poll(16)
+    pump(members, kim_got.has(kim.address, len(sent)), "bilbo -> avalon -> heron")
+    settle(members, 0.3)
+    assert kim_got.at(kim.address) == sent, "once, in order, across two links"
+
+    # joe is not logged in: past heron's 64 KiB carol is told of each refusal, through avalon.
+    joe_address = "/node/heron/client/joe"
+    total = 40
+    payloads = [f"m{i}:".encode() + bytes(4096 - 8) for i in range(total)]
+    for payload in payloads:
+        assert carol.send(joe_address, payload)
+        settle(members, 0.01)
+    pump(members, lambda: len(carol.refusals) >= total - 64 * 1024 // 4096, "the refusals at bilbo")
+    settle(members, 0.5)
+    accepted = total - len(carol.refusals)
+    assert all("at node heron is full" in r.reason for r in carol.refusals), carol.refusals[0]
+    joe = client_at(client, ports["heron"], "joe", "heron")
+    got = Received(joe)
+    pump([*members, joe.poll], got.has(joe_address, accepted), "the accepted messages at joe's login")
+    settle([*members, joe.poll], 0.3)
+    assert got.at(joe_address) == [p.decode() for p in payloads[:accepted]]
+    for closing in (carol, kim, joe):
+        closing.close()
+    avalon.stop()
+    figures = counted(avalon)
+    assert figures["forwarded"] == len(sent) + total and figures["queued"] == 0, figures
+    assert figures["relayed_refusals"] == total - accepted and figures["unmatched_statuses"] == 0, figures
