@@ -16,7 +16,7 @@ from pathlib import Path
 
 import affinity
 import pytest
-from affinity.cluster_ptp import PTP_REFUSED, PtpClient, parse_ptp_address
+from affinity.cluster_ptp import MAX_PTP_MAILBOXES, PTP_REFUSED, PtpClient, parse_ptp_address
 from affinity.exceptions import ConfigError
 from affinity.subjects import Flags, Source
 from affinity.testing import free_udp_port
@@ -176,7 +176,7 @@ def test_past_the_ptp_queue_the_sender_is_told_of_each_refusal_and_nothing_is_dr
     ports, _ = start_pair(tmp_path, processes, queue="64K")
     alice = client_at(client, ports["avalon"], "alice", "avalon")
     joe_address = "/node/heron/client/joe"
-    pump([alice.poll], lambda: alice.ready, "avalon heard alice")
+    pump([alice.poll], lambda: alice.ready and alice.logged_in, "alice logged in at avalon")
     # avalon's link to heron is live once kim, logged in at heron, has a message from alice
     # (before that, avalon keeps messages for heron within its own ptp-queue).
     kim = client_at(client, ports["heron"], "kim", "heron")
@@ -224,7 +224,10 @@ def test_a_relative_address_routes_like_a_publish_of_its_domain(
     joe = client_at(client, ports["heron"], "joe", "heron")
     got = Received(joe)
     members = [alice.poll, joe.poll]
-    pump(members, lambda: alice.ready and joe.logged_in, "alice and joe logged in")
+    # alice's relative login answered by heron: avalon's node serves DESK (a publish of it made
+    # before that would route to no member at avalon).
+    answered = {alice.address, alice.relative_address}
+    pump(members, lambda: alice.ready and alice.answered == answered and joe.logged_in, "alice and joe logged in")
     # client/joe is of DESK, whose master is heron: avalon forwards it there (a slave's publish).
     sent = [f"r{i}" for i in range(AFTER)]
     for payload in sent:
@@ -234,7 +237,28 @@ def test_a_relative_address_routes_like_a_publish_of_its_domain(
     settle(members, 0.3)
     assert got.at("client/joe") == sent, "once, in order"
     assert got.at(joe.address) == [], "the relative address is its own mailbox"
-    for closing in (alice, joe):
+
+    # A login at another node's address is refused (NODATA notfound).
+    impostor = client_at(client, ports["avalon"], "joe", "heron")
+    pump([impostor.poll], lambda: impostor.login_refused is not None, "the refused login")
+    assert not impostor.logged_in
+
+    # Hostile: messages for ever more clients that are not logged in are bounded in number.
+    raw = Source(client, listen(ports["heron"]), "raw-publisher", liveness_timeout=LIVENESS)
+    statuses: list[str] = []
+    raw.on_ptp_status(lambda address, flags, text: statuses.append(f"{address} {text}"))
+    pump([raw.poll], lambda: raw.router_live, "heron heard the raw publisher")
+    for i in range(MAX_PTP_MAILBOXES + 1):
+        assert raw.publish(f"/node/heron/client/u{i}", b"x")
+        if i % 256 == 0:
+            raw.poll(64)
+    pump([raw.poll], lambda: bool(statuses), "the refusal past MAX_PTP_MAILBOXES")
+    settle([raw.poll], 0.3)
+    assert statuses == [
+        f"/node/heron/client/u{MAX_PTP_MAILBOXES} {PTP_REFUSED} #{MAX_PTP_MAILBOXES + 1}: "
+        f"node heron queues messages for {MAX_PTP_MAILBOXES} clients already"
+    ]
+    for closing in (alice, joe, impostor, raw):
         closing.close()
     avalon.stop()
     assert "PtP messages:" not in "\n".join(avalon.snapshot()), "avalon's PtP source took no part in it"
@@ -250,7 +274,7 @@ def test_ptp_through_a_middle_node_arrives_in_order_and_refusals_come_back_acros
     kim = client_at(client, ports["heron"], "kim", "heron")
     kim_got = Received(kim)
     members = [carol.poll, kim.poll]
-    pump(members, lambda: carol.ready, "bilbo heard carol")
+    pump(members, lambda: carol.ready and carol.logged_in, "carol logged in at bilbo")
     sent = [f"k{i}" for i in range(AFTER)]
     for payload in sent:
         assert carol.send(kim.address, payload.encode())

@@ -484,6 +484,12 @@ class PtpClient:
         return self.address in self._answered
 
     @property
+    def answered(self) -> frozenset[str]:
+        """The addresses whose login was answered (at a slave of a relative address's domain,
+        by the master, through the slave's subscription there)."""
+        return frozenset(self._answered)
+
+    @property
     def ready(self) -> bool:
         """Whether the router heard this client's sender (:meth:`send` returns False before)."""
         return self._outbox.router_live
