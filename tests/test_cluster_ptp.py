@@ -26,6 +26,9 @@ from test_subjects_processes import LIVENESS, Process
 
 #: Messages sent before joe logs in, and after.
 BEFORE, AFTER = 50, 100
+#: The bound tests with one use (``ptp-queue 64K``), the size of their messages, how many it holds.
+QUEUE, MESSAGE = 64 * 1024, 4096
+HELD = QUEUE // MESSAGE
 
 
 def ptp_conf(heron: int, avalon: int, queue: str | None = None, bilbo: int | None = None) -> str:
@@ -173,7 +176,7 @@ def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_onc
 def test_past_the_ptp_queue_the_sender_is_told_of_each_refusal_and_nothing_is_dropped(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
-    ports, _ = start_pair(tmp_path, processes, queue="64K")
+    ports, _ = start_pair(tmp_path, processes, queue=f"{QUEUE // 1024}K")
     alice = client_at(client, ports["avalon"], "alice", "avalon")
     joe_address = "/node/heron/client/joe"
     pump([alice.poll], lambda: alice.ready and alice.logged_in, "alice logged in at avalon")
@@ -185,15 +188,15 @@ def test_past_the_ptp_queue_the_sender_is_told_of_each_refusal_and_nothing_is_dr
     pump([alice.poll, kim.poll], kim_got.has(kim.address, 1), "avalon's link to heron")
     # 4 KiB messages: 64 KiB hold 16 (the rest are refused, each one told).
     total = 40
-    payloads = [f"m{i}:".encode() + bytes(4096 - 8) for i in range(total)]
+    payloads = [f"m{i}:".encode() + bytes(MESSAGE - 8) for i in range(total)]
     for payload in payloads:
         assert alice.send(joe_address, payload)
         settle([alice.poll], 0.01)
-    pump([alice.poll], lambda: len(alice.refusals) >= total - 64 * 1024 // 4096, "the refusals")
+    pump([alice.poll], lambda: len(alice.refusals) >= total - HELD, "the refusals")
     settle([alice.poll], 0.5)
     refusals = alice.refusals
     accepted = total - len(refusals)
-    assert 1 <= accepted <= 64 * 1024 // 4096, (accepted, refusals[:1])
+    assert 1 <= accepted <= HELD, (accepted, refusals[:1])
     assert all(r.address == joe_address for r in refusals)
     assert all("the queue for /node/heron/client/joe at node heron is full" in r.reason for r in refusals), refusals[0]
 
@@ -211,6 +214,16 @@ def test_past_the_ptp_queue_the_sender_is_told_of_each_refusal_and_nothing_is_dr
     settle(members, 0.3)
     assert got.at(joe_address) == [p.decode() for p in payloads]
     assert len(alice.refusals) == len(refusals), "no more refusals once joe is logged in"
+    # A relative address of heron's domain (nobody logged in): refused at heron, told across
+    # avalon's link all the same.
+    for payload in payloads:
+        assert alice.send("client/nobody", payload)
+        settle(members, 0.01)
+    pump(members, lambda: len(alice.refusals) >= len(refusals) + total - HELD, "the relative refusals")
+    settle(members, 0.5)
+    relative = alice.refusals[len(refusals) :]
+    assert 1 <= total - len(relative) <= HELD and all(r.address == "client/nobody" for r in relative), relative[:1]
+    assert "the queue for client/nobody at node heron is full" in relative[0].reason, relative[0]
     for closing in (alice, joe, kim):
         closing.close()
 
@@ -228,7 +241,7 @@ def test_a_relative_address_routes_like_a_publish_of_its_domain(
     # before that would route to no member at avalon).
     answered = {alice.address, alice.relative_address}
     pump(members, lambda: alice.ready and alice.answered == answered and joe.logged_in, "alice and joe logged in")
-    # client/joe is of DESK, whose master is heron: avalon forwards it there (a slave's publish).
+    # client/joe is of DESK, whose master is heron: avalon forwards it there.
     sent = [f"r{i}" for i in range(AFTER)]
     for payload in sent:
         assert alice.send("client/joe", payload.encode())
@@ -237,6 +250,16 @@ def test_a_relative_address_routes_like_a_publish_of_its_domain(
     settle(members, 0.3)
     assert got.at("client/joe") == sent, "once, in order"
     assert got.at(joe.address) == [], "the relative address is its own mailbox"
+    # joe back to alice: client/alice is heron's too (the master); alice's login there was
+    # passed on by avalon, whose subscription at heron relays the messages to her.
+    alice_got = Received(alice)
+    replies = [f"back{i}" for i in range(AFTER)]
+    for payload in replies:
+        assert joe.send("client/alice", payload.encode())
+        joe.poll(16)
+    pump(members, alice_got.has("client/alice", len(replies)), "the replies at avalon")
+    settle(members, 0.3)
+    assert alice_got.at("client/alice") == replies, "once, in order, through avalon's login at heron"
 
     # A login at another node's address is refused (NODATA notfound).
     impostor = client_at(client, ports["avalon"], "joe", "heron")
@@ -261,14 +284,15 @@ def test_a_relative_address_routes_like_a_publish_of_its_domain(
     for closing in (alice, joe, impostor, raw):
         closing.close()
     avalon.stop()
-    assert "PtP messages:" not in "\n".join(avalon.snapshot()), "avalon's PtP source took no part in it"
+    figures = counted(avalon)
+    assert figures["forwarded"] == len(sent) and figures["delivered"] == figures["queued"] == 0, figures
 
 
 def test_ptp_through_a_middle_node_arrives_in_order_and_refusals_come_back_across_both_links(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
     # bilbo -> heron goes through avalon (bilbo's parent towards heron), two PtP links.
-    ports, _ = start_pair(tmp_path, processes, queue="64K", bilbo=True)
+    ports, _ = start_pair(tmp_path, processes, queue=f"{QUEUE // 1024}K", bilbo=True)
     avalon = processes[-2]
     carol = client_at(client, ports["bilbo"], "carol", "bilbo")
     kim = client_at(client, ports["heron"], "kim", "heron")
@@ -286,11 +310,11 @@ def test_ptp_through_a_middle_node_arrives_in_order_and_refusals_come_back_acros
     # joe is not logged in: past heron's 64 KiB carol is told of each refusal, through avalon.
     joe_address = "/node/heron/client/joe"
     total = 40
-    payloads = [f"m{i}:".encode() + bytes(4096 - 8) for i in range(total)]
+    payloads = [f"m{i}:".encode() + bytes(MESSAGE - 8) for i in range(total)]
     for payload in payloads:
         assert carol.send(joe_address, payload)
         settle(members, 0.01)
-    pump(members, lambda: len(carol.refusals) >= total - 64 * 1024 // 4096, "the refusals at bilbo")
+    pump(members, lambda: len(carol.refusals) >= total - HELD, "the refusals at bilbo")
     settle(members, 0.5)
     accepted = total - len(carol.refusals)
     assert all("at node heron is full" in r.reason for r in carol.refusals), carol.refusals[0]

@@ -92,14 +92,12 @@ def slave_services(cluster: ClusterConfig, node_id: str) -> tuple[DataService, .
 def cluster_router_config(config: RouterConfig, node_id: str) -> RouterConfig:
     """``config`` with the slave data services of ``node_id``, its node info services
     (:func:`affinity.cluster_info.node_info_services`) and its PtP services
-    (:func:`affinity.cluster_ptp.ptp_services`: absolute addresses first, relative ones after
-    the slave services) in front of its own (the first matching service routes, so a domain's
-    subjects go to the cluster)."""
+    (:func:`affinity.cluster_ptp.ptp_services`, first) in front of its own (the first matching
+    service routes, so a domain's subjects go to the cluster)."""
     if config.cluster is None or config.cluster.node(node_id) is None:
         raise ConfigError(f"node {node_id!r}: not a node-id of the configuration's cluster")
-    ptp_absolute, ptp_relative = ptp_services(config.cluster, node_id)
-    services = ptp_absolute + slave_services(config.cluster, node_id) + node_info_services(config.cluster, node_id)
-    services += ptp_relative
+    services = ptp_services(config.cluster, node_id) + slave_services(config.cluster, node_id)
+    services += node_info_services(config.cluster, node_id)
     routing = replace(config.routing, data_services=services + config.routing.data_services)
     return replace(config, routing=routing)
 

@@ -12,13 +12,16 @@ control plane every source uses; no second codec):
   configured node (the next hop is the one node info takes, :func:`affinity.cluster_info.info_hop`:
   the node itself, or a parent towards it), and refused when it names a node the cluster does
   not configure;
-* a relative address is a subject of the domain mapping: at a slave of its domain it travels as
-  a publish to the master, at the master (or when no domain matches: here, xmlBlaster's default)
-  the node's PtP source delivers or queues it.
+* a relative address is a subject of the domain mapping (the first domain whose include-pattern
+  matches it): at a slave of its domain the node forwards it over a PtP link to its parent for
+  the domain, and a login there subscribes once at the parent (as a slave subscription does); at
+  the master, or when no domain (or no master) is found, this node is the client's (xmlBlaster's
+  default master) and delivers or queues it.
 
 A client's queue is bounded by the cluster's ``ptp-queue`` bytes; a message past it is refused
 and its sender told (a ``PTP_REFUSED`` status, :attr:`PtpClient.refusals`), through every hop it
-took: nothing is dropped silently. When the client logs in, its queue is delivered in order.
+took (what a dead node held is lost: ``docs/cluster.md``). When the client logs in, its queue is
+delivered in order.
 """
 
 from __future__ import annotations
@@ -126,18 +129,16 @@ def parse_ptp_address(address: str) -> PtpAddress:
     )
 
 
-def ptp_services(cluster: ClusterConfig, node_id: str) -> tuple[tuple[DataService, ...], tuple[DataService, ...]]:
-    """The data services a node's router serves PtP addresses with, from :data:`PTP_LABEL`:
-    absolute addresses (to go in front of every other service) and relative ones (behind the
-    slave services, so that at a slave of their domain they go to the master)."""
+def ptp_services(cluster: ClusterConfig, node_id: str) -> tuple[DataService, ...]:
+    """The data service a node's router serves PtP addresses with (absolute and relative), from
+    :data:`PTP_LABEL`; it goes in front of every other service."""
     node = cluster.node(node_id)
     if node is None:
         raise ConfigError(f"node {node_id!r}: not a node-id of the configuration's cluster")
     peer = PeerLabel(PTP_LABEL, True, node.location)
     group = SourceGroup((PriorityGroup((peer,), node.location),), (), node.location)
-    absolute = DataService("cluster-ptp-node", (f"^{NODE_ADDRESS_PREFIX}",), (group,), node.location)
-    relative = DataService("cluster-ptp-client", (f"^{CLIENT_ADDRESS_PREFIX}",), (group,), node.location)
-    return (absolute,), (relative,)
+    patterns = (f"^{NODE_ADDRESS_PREFIX}", f"^{CLIENT_ADDRESS_PREFIX}")
+    return (DataService("cluster-ptp", patterns, (group,), node.location),)
 
 
 @dataclass(frozen=True)
@@ -212,8 +213,22 @@ class PtpNode:
         self._logged_in: set[str] = set()
         self._mailboxes: dict[str, _Mailbox] = {}
         self._links: dict[str, _Link] = {}
+        #: Per parent node: the subscriber relative logins at this node are passed on with.
+        self._upstream: dict[str, Subscriber] = {}
+        self._domains = [
+            (domain.name, [_affinity.PosixRegex(pattern) for pattern in domain.include_patterns])
+            for domain in cluster.domains
+        ]
         self._senders: OrderedDict[int, int] = OrderedDict()
         self._counters = dict.fromkeys(PTP_COUNTERS, 0)
+
+    def _relative_hop(self, subject: str) -> str | None:
+        """The parent a relative address goes to (its domain's, xmlBlaster's mapping); None when
+        this node is the client's: no domain matches, this node is its master, it has none."""
+        for name, patterns in self._domains:
+            if any(pattern.is_match(subject) for pattern in patterns):
+                return self._cluster.parent(self.node_id, name)
+        return None
 
     # ---- the local router -------------------------------------------------------------------
 
@@ -228,6 +243,10 @@ class PtpNode:
             logger.warning("Cluster node %s: a login to %s, an address of another node", self.node_id, subject)
             self._source.nodata(subject, "notfound")
             return
+        hop = self._relative_hop(subject) if address.node is None else None
+        if hop is not None:
+            self._upstream_link(hop).subscribe(subject, self._relay_login(hop))
+            return
         self._logged_in.add(subject)
         # The login's answer: an empty image, then what was queued, in order.
         self._source.publish(subject, b"", image=True)
@@ -241,6 +260,43 @@ class PtpNode:
 
     def _logout(self, subject: str) -> None:
         self._logged_in.discard(subject)
+        for upstream in self._upstream.values():
+            if subject in upstream.subjects():
+                upstream.unsubscribe(subject)
+
+    def _upstream_link(self, node_id: str) -> Subscriber:
+        subscriber = self._upstream.get(node_id)
+        if subscriber is None:
+            spec = self._cluster.node(node_id)
+            assert spec is not None  # parents come from the checked configuration
+            subscriber = self._upstream[node_id] = Subscriber(
+                self._client,
+                spec.address,
+                name=f"{_affinity.CLUSTER_NODE_NAME_PREFIX}{self.node_id}",
+                host=self._link_host,
+                heartbeat_interval=self._heartbeat_interval,
+                liveness_timeout=self._liveness_timeout,
+                secret=self._secret,
+            )
+        return subscriber
+
+    def _relay_login(self, hop: str) -> Callable[[str, Flags, bytes], None]:
+        """What the parent answers a relative login passed on to it with, relayed to the client."""
+
+        def relay(subject: str, flags: Flags, payload: bytes) -> None:
+            if flags & Flags.REFUSED:
+                logger.warning("Cluster node %s: %s refused the login %s: %s", self.node_id, hop, subject, payload)
+                self._source.nodata(subject, "unavailable")
+            elif flags & Flags.STATUS:
+                return  # the parent moved or restarted: its fresh answer follows
+            elif flags & Flags.NODATA_NOTFOUND:
+                self._source.nodata(subject, "notfound")
+            elif flags & Flags.NODATA_UNAVAILABLE:
+                self._source.nodata(subject, "unavailable")
+            else:
+                self._source.publish(subject, payload, image=bool(flags & Flags.IMAGE))
+
+        return relay
 
     def _count(self, sender: int) -> int:
         count = self._senders.pop(sender, 0) + 1
@@ -264,7 +320,10 @@ class PtpNode:
         except ConfigError as exc:
             self._refuse(sender, count, subject, str(exc))
             return
-        if address.node is None or address.node == self.node_id:
+        hop = self._relative_hop(subject) if address.node is None else None
+        if hop is not None:
+            self._forward(hop, sender, count, subject, body)
+        elif address.node is None or address.node == self.node_id:
             self._deliver(sender, count, subject, body)
         elif self._cluster.node(address.node) is None:
             nodes = ", ".join(node.node_id for node in self._cluster.nodes)
@@ -377,6 +436,8 @@ class PtpNode:
     def poll(self, limit: int) -> int:
         """Polls the PtP source and links, sends what waited for a link; returns the work done."""
         work = len(self._source.poll(limit))
+        for upstream in self._upstream.values():
+            work += upstream.poll(limit)
         for link in self._links.values():
             work += len(link.source.poll(limit))
             switches = link.source.counters().router_switches
@@ -412,6 +473,8 @@ class PtpNode:
         self._source.close()
         for link in self._links.values():
             link.source.close()
+        for upstream in self._upstream.values():
+            upstream.close()
 
 
 #: ``callback(address, payload)`` for a message a :class:`PtpClient` received.
@@ -497,9 +560,8 @@ class PtpClient:
     def send(self, to: str, payload: bytes) -> bool:
         """Sends ``payload`` to the PtP address ``to`` (:func:`parse_ptp_address`; an address
         that does not parse raises :class:`ConfigError`). False, sending nothing, while the
-        router has not heard this client yet (:attr:`ready`) or a slave node back-pressures it
-        (a relative address forwarded to the master). A refusal comes back later
-        (:attr:`refusals`)."""
+        router has not heard this client yet (:attr:`ready`). A refusal comes back later
+        (:attr:`refusals`); send after :attr:`logged_in` (the node's PtP source is up then)."""
         parse_ptp_address(to)
         expect_bytes("payload", payload)
         return self._outbox.publish(to, payload)
