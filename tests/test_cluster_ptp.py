@@ -329,3 +329,40 @@ def test_ptp_through_a_middle_node_arrives_in_order_and_refusals_come_back_acros
     figures = counted(avalon)
     assert figures["forwarded"] == len(sent) + total and figures["queued"] == 0, figures
     assert figures["relayed_refusals"] == total - accepted and figures["unmatched_statuses"] == 0, figures
+
+
+def test_messages_for_a_neighbour_that_was_killed_wait_at_the_sender_node_and_arrive_in_order(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports, config = start_pair(tmp_path, processes)
+    heron = processes[-2]
+    alice = client_at(client, ports["avalon"], "alice", "avalon")
+    joe = client_at(client, ports["heron"], "joe", "heron")
+    got = Received(joe)
+    members = [alice.poll, joe.poll]
+    pump(members, lambda: alice.ready and alice.logged_in and joe.logged_in, "alice and joe logged in")
+    sent = [f"m{i}" for i in range(BEFORE)]
+    for payload in sent:
+        assert alice.send(joe.address, payload.encode())
+        alice.poll(16)
+    pump(members, got.has(joe.address, BEFORE), "the messages before the kill")
+
+    # SIGKILL heron; once avalon's link to it is silent past the liveness timeout, messages for
+    # heron wait at avalon (within ptp-queue) until heron is back.
+    heron.kill()
+    settle(members, 2 * LIVENESS)
+    during = [f"m{i}" for i in range(BEFORE, BEFORE + BEFORE)]
+    for payload in during:
+        assert alice.send(joe.address, payload.encode())
+        alice.poll(16)
+    settle(members, 0.5)
+    assert len(got.items) == BEFORE, "nothing reached joe while heron is down"
+    processes.append(start_node(config, "heron", listen(ports["heron"])))
+    sent += during
+    # joe's client logs in again at the restarted heron by itself; avalon's link sends on.
+    pump(members, got.has(joe.address, len(sent)), "the messages held at avalon")
+    settle(members, 0.3)
+    assert got.at(joe.address) == sent, "once, in order, across heron's restart"
+    assert alice.refusals == []
+    for closing in (alice, joe):
+        closing.close()

@@ -170,9 +170,9 @@ class _Link:
         #: Messages waiting for the link to be live: (sender, its count, address, payload).
         self.pending: deque[tuple[int, int, str, bytes]] = deque()
         self.pending_size = 0
-        #: Messages sent on the link since it (re)started: this count -> (sender, its count).
+        #: Messages sent on the link since it (re)started: this count -> (sender, its count, address).
         self.sent = 0
-        self.in_flight: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self.in_flight: OrderedDict[int, tuple[int, int, str]] = OrderedDict()
         self.switches = 0
 
 
@@ -401,7 +401,7 @@ class PtpNode:
         if not link.source.publish(subject, body):
             return False
         link.sent += 1
-        link.in_flight[link.sent] = (sender, count)
+        link.in_flight[link.sent] = (sender, count, subject)
         if len(link.in_flight) > MAX_LINK_IN_FLIGHT:
             link.in_flight.popitem(last=False)
         self._counters["forwarded"] += 1
@@ -420,7 +420,7 @@ class PtpNode:
         def status(subject: str, flags: Flags, text: str) -> None:
             matched = _REFUSAL.fullmatch(text)
             entry = link.in_flight.pop(int(matched.group(1)), None) if matched else None
-            if matched is None or entry is None:
+            if matched is None or entry is None or entry[2] != subject:
                 self._counters["unmatched_statuses"] += 1
                 node = self.node_id
                 logger.warning("Cluster node %s: a PtP status from %s matches no message sent: %s", node, hop, text)
