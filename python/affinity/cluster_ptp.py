@@ -455,15 +455,16 @@ class PtpNode:
         return work
 
     def counters(self) -> dict[str, int]:
-        """Messages ``delivered`` at once, ``queued`` for a client not logged in, ``flushed`` at
+        """(A copy.) Messages ``delivered`` at once, ``queued`` for a client not logged in, ``flushed`` at
         its login, ``forwarded`` to another node, ``refused`` here, refusals of other nodes
         ``relayed_refusals`` to their senders, and ``unmatched_statuses`` (statuses on a link
         that name no message sent on it)."""
         return dict(self._counters)
 
     def queued_bytes(self) -> dict[str, int]:
-        """Bytes queued now per address whose client is not logged in."""
-        return {address: mailbox.size for address, mailbox in self._mailboxes.items()}
+        """Bytes queued now per address whose client is not logged in (a copy, safe to call
+        from another thread than the node's)."""
+        return {address: mailbox.size for address, mailbox in list(self._mailboxes.items())}
 
     def close(self) -> None:
         """Closes the PtP source and links (logging the counters)."""
