@@ -28,6 +28,16 @@ BEFORE, AFTER, THROUGH = 50, 100, 50
 JOE = "/node/heron/client/joe"
 
 
+def send(sender: PtpClient, to: str, payload: bytes) -> None:
+    """Sends until accepted (False: the router's liveness not heard lately; never a refusal)."""
+    deadline = time.monotonic() + STEP_TIMEOUT
+    while not sender.send(to, payload):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"a message to {to}: not accepted within {STEP_TIMEOUT} s")
+        sender.poll(16)
+        time.sleep(0.005)
+
+
 def main() -> int:
     workdir = Path(sys.argv[1])
     started = time.monotonic()
@@ -49,7 +59,7 @@ def main() -> int:
         until("alice and carol logged in", lambda: all(c.logged_in and c.ready for c in clients), alice, carol)
         sent = [f"a{i}" for i in range(BEFORE)]
         for payload in sent:
-            alice.send(JOE, payload.encode())
+            send(alice, JOE, payload.encode())
         end = time.monotonic() + 1.0
         while time.monotonic() < end:
             alice.poll(64)
@@ -60,14 +70,14 @@ def main() -> int:
         until("the queued messages at joe's login", lambda: len(got) >= BEFORE, alice, joe)
         after = [f"a{i}" for i in range(BEFORE, BEFORE + AFTER)]
         for payload in after:
-            alice.send(JOE, payload.encode())
+            send(alice, JOE, payload.encode())
             alice.poll(16)
         through = [f"c{i}" for i in range(THROUGH)]
         for payload in through:
-            carol.send(JOE, payload.encode())
+            send(carol, JOE, payload.encode())
             carol.poll(16)
         until("every message at joe", lambda: len(got) >= BEFORE + AFTER + THROUGH, alice, carol, joe)
-        alice.send("/node/frodo/client/joe", b"lost?")
+        send(alice, "/node/frodo/client/joe", b"lost?")
         until("the refusal of frodo", lambda: bool(alice.refusals), alice, carol, joe)
         end = time.monotonic() + 0.3
         while time.monotonic() < end:

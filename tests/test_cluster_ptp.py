@@ -11,6 +11,7 @@ like a publish of the domain (avalon forwards it to heron, the master).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from affinity.subjects import Flags, Source
 from affinity.testing import free_udp_port
 from test_cluster_forward import listen, pump, settle
 from test_cluster_nodes import start_node
-from test_subjects_processes import LIVENESS, Process
+from test_subjects_processes import LIVENESS, TIMEOUT, Process
 
 #: Messages sent before joe logs in, and after.
 BEFORE, AFTER = 50, 100
@@ -91,6 +92,16 @@ class Received:
         return lambda: len(self.at(address)) >= count
 
 
+def sent_by(sender: PtpClient | Source, to: str, payload: bytes) -> None:
+    """Sends until it is accepted: False means "not now" (the router's liveness not heard lately,
+    on a loaded machine), never a refusal; an assertion error after TIMEOUT."""
+    deadline = time.monotonic() + TIMEOUT
+    while not (sender.send(to, payload) if isinstance(sender, PtpClient) else sender.publish(to, payload)):
+        assert time.monotonic() < deadline, f"a message to {to}: not accepted within {TIMEOUT} s"
+        sender.poll(16)
+        time.sleep(0.005)
+
+
 def counted(process: Process) -> dict[str, int]:
     """A node's PtP counters, logged when it stops."""
     lines = [line for line in process.snapshot() if "PtP messages:" in line]
@@ -126,7 +137,7 @@ def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_onc
     # joe is not logged in: heron queues what avalon forwards for him.
     sent = [f"m{i}" for i in range(BEFORE)]
     for payload in sent:
-        assert alice.send(joe_address, payload.encode())
+        sent_by(alice, joe_address, payload.encode())
     settle([alice.poll], 1.0)
 
     joe = client_at(client, ports["heron"], "joe", "heron")
@@ -136,7 +147,7 @@ def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_onc
     assert joe.logged_in
     later = [f"m{i}" for i in range(BEFORE, BEFORE + AFTER)]
     for payload in later:
-        assert alice.send(joe_address, payload.encode())
+        sent_by(alice, joe_address, payload.encode())
         alice.poll(16)
     sent += later
     pump(members, got.has(joe_address, len(sent)), "every message")
@@ -145,7 +156,7 @@ def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_onc
     assert alice.refusals == []
 
     # An unknown node in the address: a clear refusal, told to the sender.
-    assert alice.send("/node/frodo/client/joe", b"lost?")
+    sent_by(alice, "/node/frodo/client/joe", b"lost?")
     pump(members, lambda: bool(alice.refusals), "the refusal of /node/frodo")
     refusal = alice.refusals[0]
     assert refusal.address == "/node/frodo/client/joe"
@@ -157,7 +168,7 @@ def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_onc
     statuses: list[tuple[str, Flags, str]] = []
     raw.on_ptp_status(lambda address, flags, text: statuses.append((address, flags, text)))
     pump([raw.poll], lambda: raw.router_live, "avalon heard the raw publisher")
-    assert raw.publish("/node/heron/joe", b"x")
+    sent_by(raw, "/node/heron/joe", b"x")
     pump([raw.poll], lambda: bool(statuses), "the refusal of a malformed address")
     address, flags, text = statuses[0]
     assert address == "/node/heron/joe" and flags & Flags.REFUSED
@@ -184,13 +195,13 @@ def test_past_the_ptp_queue_the_sender_is_told_of_each_refusal_and_nothing_is_dr
     # (before that, avalon keeps messages for heron within its own ptp-queue).
     kim = client_at(client, ports["heron"], "kim", "heron")
     kim_got = Received(kim)
-    assert alice.send(kim.address, b"hello")
+    sent_by(alice, kim.address, b"hello")
     pump([alice.poll, kim.poll], kim_got.has(kim.address, 1), "avalon's link to heron")
     # 4 KiB messages: 64 KiB hold 16 (the rest are refused, each one told).
     total = 40
     payloads = [f"m{i}:".encode() + bytes(MESSAGE - 8) for i in range(total)]
     for payload in payloads:
-        assert alice.send(joe_address, payload)
+        sent_by(alice, joe_address, payload)
         settle([alice.poll], 0.01)
     pump([alice.poll], lambda: len(alice.refusals) >= total - HELD, "the refusals")
     settle([alice.poll], 0.5)
@@ -209,7 +220,7 @@ def test_past_the_ptp_queue_the_sender_is_told_of_each_refusal_and_nothing_is_dr
     assert got.at(joe_address) == expected, "exactly what was accepted, in order: the refused ones are the tail"
     # Logged in, the refused tail sent again arrives in order.
     for payload in payloads[accepted:]:
-        assert alice.send(joe_address, payload)
+        sent_by(alice, joe_address, payload)
     pump(members, got.has(joe_address, total), "the refused tail sent again")
     settle(members, 0.3)
     assert got.at(joe_address) == [p.decode() for p in payloads]
@@ -217,7 +228,7 @@ def test_past_the_ptp_queue_the_sender_is_told_of_each_refusal_and_nothing_is_dr
     # A relative address of heron's domain (nobody logged in): refused at heron, told across
     # avalon's link all the same.
     for payload in payloads:
-        assert alice.send("client/nobody", payload)
+        sent_by(alice, "client/nobody", payload)
         settle(members, 0.01)
     pump(members, lambda: len(alice.refusals) >= len(refusals) + total - HELD, "the relative refusals")
     settle(members, 0.5)
@@ -244,7 +255,7 @@ def test_a_relative_address_routes_like_a_publish_of_its_domain(
     # client/joe is of DESK, whose master is heron: avalon forwards it there.
     sent = [f"r{i}" for i in range(AFTER)]
     for payload in sent:
-        assert alice.send("client/joe", payload.encode())
+        sent_by(alice, "client/joe", payload.encode())
         alice.poll(16)
     pump(members, got.has("client/joe", len(sent)), "the relative messages at heron")
     settle(members, 0.3)
@@ -255,7 +266,7 @@ def test_a_relative_address_routes_like_a_publish_of_its_domain(
     alice_got = Received(alice)
     replies = [f"back{i}" for i in range(AFTER)]
     for payload in replies:
-        assert joe.send("client/alice", payload.encode())
+        sent_by(joe, "client/alice", payload.encode())
         joe.poll(16)
     pump(members, alice_got.has("client/alice", len(replies)), "the replies at avalon")
     settle(members, 0.3)
@@ -272,7 +283,7 @@ def test_a_relative_address_routes_like_a_publish_of_its_domain(
     raw.on_ptp_status(lambda address, flags, text: statuses.append(f"{address} {text}"))
     pump([raw.poll], lambda: raw.router_live, "heron heard the raw publisher")
     for i in range(MAX_PTP_MAILBOXES + 1):
-        assert raw.publish(f"/node/heron/client/u{i}", b"x")
+        sent_by(raw, f"/node/heron/client/u{i}", b"x")
         if i % 256 == 0:
             raw.poll(64)
     pump([raw.poll], lambda: bool(statuses), "the refusal past MAX_PTP_MAILBOXES")
@@ -301,7 +312,7 @@ def test_ptp_through_a_middle_node_arrives_in_order_and_refusals_come_back_acros
     pump(members, lambda: carol.ready and carol.logged_in, "carol logged in at bilbo")
     sent = [f"k{i}" for i in range(AFTER)]
     for payload in sent:
-        assert carol.send(kim.address, payload.encode())
+        sent_by(carol, kim.address, payload.encode())
         carol.poll(16)
     pump(members, kim_got.has(kim.address, len(sent)), "bilbo -> avalon -> heron")
     settle(members, 0.3)
@@ -312,7 +323,7 @@ def test_ptp_through_a_middle_node_arrives_in_order_and_refusals_come_back_acros
     total = 40
     payloads = [f"m{i}:".encode() + bytes(MESSAGE - 8) for i in range(total)]
     for payload in payloads:
-        assert carol.send(joe_address, payload)
+        sent_by(carol, joe_address, payload)
         settle(members, 0.01)
     pump(members, lambda: len(carol.refusals) >= total - HELD, "the refusals at bilbo")
     settle(members, 0.5)
@@ -343,7 +354,7 @@ def test_messages_for_a_neighbour_that_was_killed_wait_at_the_sender_node_and_ar
     pump(members, lambda: alice.ready and alice.logged_in and joe.logged_in, "alice and joe logged in")
     sent = [f"m{i}" for i in range(BEFORE)]
     for payload in sent:
-        assert alice.send(joe.address, payload.encode())
+        sent_by(alice, joe.address, payload.encode())
         alice.poll(16)
     pump(members, got.has(joe.address, BEFORE), "the messages before the kill")
 
@@ -353,7 +364,7 @@ def test_messages_for_a_neighbour_that_was_killed_wait_at_the_sender_node_and_ar
     settle(members, 2 * LIVENESS)
     during = [f"m{i}" for i in range(BEFORE, BEFORE + BEFORE)]
     for payload in during:
-        assert alice.send(joe.address, payload.encode())
+        sent_by(alice, joe.address, payload.encode())
         alice.poll(16)
     settle(members, 0.5)
     assert len(got.items) == BEFORE, "nothing reached joe while heron is down"
