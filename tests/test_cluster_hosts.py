@@ -24,7 +24,8 @@ SCRIPT = Path(__file__).parent / "cluster_hosts.py"
 RUN_TIMEOUT = 150
 
 
-def run_hosts(tmp_path: Path) -> dict[str, Any]:
+def run_hosts(tmp_path: Path, script: Path = SCRIPT) -> dict[str, Any]:
+    """Runs ``script WORKDIR`` in a network namespace of its own; its ``RESULT`` line."""
     if os.geteuid() != 0:
         pytest.skip("the cluster hosts test needs root to create network namespaces and veth pairs")
     if shutil.which("ip") is None or shutil.which("unshare") is None:
@@ -33,7 +34,7 @@ def run_hosts(tmp_path: Path) -> dict[str, Any]:
     env["PYTHONUNBUFFERED"] = "1"
     # A process group of its own: on a timeout every router of every host goes with it.
     run = subprocess.Popen(
-        ["unshare", "-n", sys.executable, str(SCRIPT), str(tmp_path)],
+        ["unshare", "-n", sys.executable, str(script), str(tmp_path)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -225,7 +225,8 @@ def test_a_slave_routes_its_domain_to_the_cluster_before_its_own_services() -> N
     analysis = analyse_router_text(cluster_conf(1, 2), "cluster.conf")
     avalon = cluster_router_config(analysis.config, "avalon").routing.data_services
     info = ["cluster-node-info", "cluster-node-info-relay"]
-    assert [s.name for s in avalon] == ["cluster-STOCK_EXCHANGE", *info, "stock"]
-    assert avalon[0].source_groups[0].priority_groups[0].names == (slave_label("STOCK_EXCHANGE"),)
+    # PtP addresses before everything (the node maps relative ones to their domain itself).
+    assert [s.name for s in avalon] == ["cluster-ptp", "cluster-STOCK_EXCHANGE", *info, "stock"]
+    assert avalon[1].source_groups[0].priority_groups[0].names == (slave_label("STOCK_EXCHANGE"),)
     golan = cluster_router_config(analysis.config, "golan").routing.data_services
-    assert [s.name for s in golan] == [*info, "stock"], "a master serves its domain itself"
+    assert [s.name for s in golan] == ["cluster-ptp", *info, "stock"], "a master serves its domain itself"

@@ -46,6 +46,7 @@ from affinity.cluster_balance import parents_of
 from affinity.cluster_cache import SlaveSubscriptions
 from affinity.cluster_failover import Failover, link_routers, with_takeover_fallback
 from affinity.cluster_info import node_info_services
+from affinity.cluster_ptp import PtpNode, ptp_services
 from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import RouterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup, SourceGroup
@@ -99,15 +100,16 @@ def slave_services(cluster: ClusterConfig, node_id: str) -> tuple[DataService, .
 
 
 def cluster_router_config(config: RouterConfig, node_id: str) -> RouterConfig:
-    """``config`` with the slave data services of ``node_id`` and its node info services
-    (:func:`affinity.cluster_info.node_info_services`) in front of its own (the first matching
+    """``config`` with the slave data services of ``node_id``, its node info services
+    (:func:`affinity.cluster_info.node_info_services`) and its PtP services
+    (:func:`affinity.cluster_ptp.ptp_services`, first) in front of its own (the first matching
     service routes, so a domain's subjects go to the cluster)."""
     if config.cluster is None or config.cluster.node(node_id) is None:
         raise ConfigError(f"node {node_id!r}: not a node-id of the configuration's cluster")
     slaves = with_takeover_fallback(
         slave_services(config.cluster, node_id), config.routing.data_services, config.cluster, node_id
     )
-    services = slaves + node_info_services(config.cluster, node_id)
+    services = ptp_services(config.cluster, node_id) + slaves + node_info_services(config.cluster, node_id)
     routing = replace(config.routing, data_services=services + config.routing.data_services)
     return replace(config, routing=routing)
 
@@ -182,6 +184,18 @@ class ClusterNode:
                 self._open_slave_source(domain.name)
         #: Takes over domains of silent masters (``backup-node``) and applies reloads.
         self.failover = Failover(self, set(fallbacks))
+        #: PtP addresses (``affinity.cluster_ptp``): driven by this node's thread.
+        self.ptp = PtpNode(
+            client,
+            cluster,
+            node_id,
+            listen=listen,
+            listen_host=_endpoint_host(listen),
+            link_host=self._host,
+            heartbeat_interval=heartbeat_interval,
+            liveness_timeout=liveness_timeout,
+            secret=secret,
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"affinity-cluster-{node_id}", daemon=True)
         self._thread.start()
@@ -314,7 +328,7 @@ class ClusterNode:
         if now >= self._next_expiry:
             self._next_expiry = now + self.subscriptions.check_every
             self._expire()
-        return work + self.forwarding.service() + self.failover.service()
+        return work + self.forwarding.service() + self.failover.service() + self.ptp.poll(POLL_FRAGMENTS)
 
     def close(self) -> None:
         """Stops the thread and closes every link (parents see this node leave)."""
@@ -326,6 +340,7 @@ class ClusterNode:
             parent.subscriber.close()
         self.forwarding.close()
         self.failover.close()
+        self.ptp.close()
 
 
 def _no_master(source: Source, domain: str) -> Callable[[str], None]:

@@ -70,6 +70,7 @@ __all__ = [
     "DEFAULT_BACKLOG_BUDGET",
     "MIN_BACKLOG_BUDGET",
     "NO_SECRET",
+    "PTP_STATUS_PREFIX",
     "ROUTER_SECRET_ENV",
     "ROUTER_SECRET_FILE_ENV",
     "FaucetEvent",
@@ -309,6 +310,11 @@ class Subscriber(_Member):
 PublishCallback = Callable[[str, Flags, bytes], object]
 #: A forward status (from a cluster node) saying the source's publishes are queued.
 FORWARD_WARNING: str = _affinity.FORWARD_WARNING
+#: The text prefix of a point-to-point status from a cluster node (``docs/cluster.md``, "PtP
+#: addresses"): passed to :meth:`Source.on_ptp_status`, never taken for a forward status.
+PTP_STATUS_PREFIX = "PTP_"
+#: ``callback(address, flags, text)`` for a point-to-point status (:data:`PTP_STATUS_PREFIX`).
+PtpStatusCallback = Callable[[str, Flags, str], object]
 
 
 @dataclass(frozen=True)
@@ -377,6 +383,7 @@ class Source(_Member):
         self._on_request: list[RequestCallback] = []
         self._on_discard: list[RequestCallback] = []
         self._on_publish: list[PublishCallback] = []
+        self._on_ptp_status: list[PtpStatusCallback] = []
         #: Subjects the router requested from this source (a publish of any other is FLAG_PUBLISH).
         self._requested: set[str] = set()
         self._forward_warning = False
@@ -404,6 +411,12 @@ class Source(_Member):
         """``callback(subject, flags, payload)`` for a publish the router hands this source: only
         a cluster node's own source gets them (``docs/cluster.md``, "Publish at a slave")."""
         self._on_publish.append(expect_callable("callback", callback))
+
+    def on_ptp_status(self, callback: PtpStatusCallback) -> None:
+        """``callback(address, flags, text)`` for a cluster node's status about a point-to-point
+        message this source sent (a text starting :data:`PTP_STATUS_PREFIX`: it does not
+        back-pressure :meth:`publish`; ``docs/cluster.md``, "PtP addresses")."""
+        self._on_ptp_status.append(expect_callable("callback", callback))
 
     @property
     def router_live(self) -> bool:
@@ -492,7 +505,13 @@ class Source(_Member):
                 for callback in self._on_discard:
                     callback(subject)
             elif kind == _affinity.SUBJECT_KIND_DATA and record.flags & Flags.PUBLISH:
-                if record.flags & Flags.STATUS:
+                if record.flags & Flags.STATUS and payload.startswith(PTP_STATUS_PREFIX.encode()):
+                    text = payload.decode("utf-8", "replace")
+                    if not self._on_ptp_status:
+                        logger.warning("Source %s: a PtP status for %s, no callback: %s", self.label, subject, text)
+                    for ptp_status in self._on_ptp_status:
+                        ptp_status(subject, Flags(record.flags), text)
+                elif record.flags & Flags.STATUS:
                     self._forward_notice(record.flags, payload)
                 else:
                     for publish in self._on_publish:
