@@ -67,7 +67,7 @@ from affinity.cli._text import help_text
 from affinity.cluster_info import NodeInfo, NodeInfoService, node_info_subject, parse_node_info
 from affinity.cluster_node import ClusterNode, _endpoint_host, cluster_router_config
 from affinity.config.cluster import ClusterConfig
-from affinity.config.faucet import analyse_router_text
+from affinity.config.faucet import RouterAnalysis, analyse_router_text
 from affinity.exceptions import AffinityError, ConfigError
 from affinity.subjects import DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET, NO_SECRET
 from affinity.units import parse_size
@@ -247,10 +247,9 @@ def status(args: argparse.Namespace, cluster: ClusterConfig) -> int:
     return EXIT_OK
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the router until a signal arrives (or, ``status``, show a node's info)."""
-    from affinity.subjects import SubjectRouter
-
+def load_config(args: argparse.Namespace) -> RouterAnalysis | int:
+    """Reads and checks ``args.config`` (and ``args.node`` against its cluster blocks), printing
+    every diagnostic; the analysis, or the exit status when it cannot be used."""
     try:
         with open(args.config, encoding="utf-8") as stream:
             text = stream.read()
@@ -266,6 +265,31 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(problem, file=sys.stderr)
         return EXIT_ERRORS
+    return analysis
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    client: _affinity.Client | None = None,
+    stop: threading.Event | None = None,
+    ready: threading.Event | None = None,
+    analysis: RouterAnalysis | None = None,
+) -> int:
+    """Run the router until a signal arrives (or, ``status``, show a node's info).
+
+    ``affinity driver --router`` runs it on a thread of the driver's process: ``client`` attached
+    to that driver (closed here at the end), ``stop`` set when the driver stops (no signal
+    handlers are installed then), ``ready`` set once the router listens, ``analysis`` the
+    configuration it checked before starting the driver.
+    """
+    from affinity.subjects import SubjectRouter
+
+    if analysis is None:
+        loaded = load_config(args)
+        if isinstance(loaded, int):
+            return loaded
+        analysis = loaded
     if args.action == "status":
         if analysis.config.cluster is None or args.node is None:
             print(f"affinity router status: {args.config} has no add-cluster-node block", file=sys.stderr)
@@ -273,14 +297,17 @@ def run(args: argparse.Namespace) -> int:
         return status(args, analysis.config.cluster)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
-    stop = threading.Event()
+    if stop is None:
+        stop = threading.Event()
+        stopping = stop
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stopping.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    client = _affinity.Client()
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+    if client is None:
+        client = _affinity.Client()
     config, cluster_nodes = analysis.config, None
     if args.node is not None and config.cluster is not None:
         cluster_nodes = [node.node_id for node in config.cluster.nodes if node.node_id != args.node]
@@ -363,6 +390,8 @@ def run(args: argparse.Namespace) -> int:
             client.close()
             return EXIT_UNAVAILABLE
     print(f"affinity router: listening on {args.listen}", file=sys.stderr, flush=True)
+    if ready is not None:
+        ready.set()
     try:
         while not stop.wait(LOG_INTERVAL):
             router.flush_log()
