@@ -33,7 +33,6 @@ import argparse
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from affinity.cli import router as router_cli
@@ -41,7 +40,6 @@ from affinity.cli._text import help_text
 from affinity.config.faucet import RouterAnalysis
 from affinity.driver import DRIVER_USAGE, run_driver
 from affinity.exceptions import ConfigError, DriverError
-from affinity.subjects import DEFAULT_BACKLOG_BUDGET
 
 #: Exit status: the driver ran and shut down cleanly.
 EXIT_OK = 0
@@ -79,13 +77,7 @@ def router_parser() -> argparse.ArgumentParser:
     """The router's options of ``affinity driver`` (the rest are the driver's)."""
     parser = argparse.ArgumentParser(prog="affinity driver", add_help=False, allow_abbrev=False)
     parser.add_argument("--router", dest="config", metavar="FILE")
-    parser.add_argument("--node", metavar="NODE_ID")
-    parser.add_argument("--listen", default=router_cli.DEFAULT_LISTEN, metavar="CHANNEL")
-    parser.add_argument("--control", metavar="CHANNEL")
-    parser.add_argument("--liveness-timeout", type=float, default=2.0, metavar="SECONDS")
-    parser.add_argument("--forward", metavar="CHANNEL")
-    parser.add_argument("--backlog-budget", type=router_cli.byte_size, default=DEFAULT_BACKLOG_BUDGET, metavar="BYTES")
-    parser.add_argument("--secret-file", type=Path, metavar="PATH")
+    router_cli.add_router_options(parser)
     parser.set_defaults(action="run", bootstrap_listen=None, registry=None, status=None)
     return parser
 

@@ -80,6 +80,8 @@ EXIT_ERRORS = 1
 EXIT_UNAVAILABLE = 2
 #: Default listen channel.
 DEFAULT_LISTEN = "aeron:udp?endpoint=127.0.0.1:40500"
+#: Default liveness timeout of the router's peers, in seconds (``--liveness-timeout``).
+DEFAULT_LIVENESS_TIMEOUT = 2.0
 #: How often the log is flushed, in seconds.
 LOG_INTERVAL = 0.05
 #: Seconds ``affinity router status`` waits for the node's info by default.
@@ -121,18 +123,9 @@ def cluster_problem(cluster: ClusterConfig | None, node: str | None, config: str
     return None
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add the ``router`` subcommand."""
-    parser = subparsers.add_parser(
-        "router",
-        help="run a subject router (routing tables in the data path, faucet)",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "action", nargs="?", choices=ACTIONS, default="run", help="run the router (default) or show a node's status"
-    )
-    parser.add_argument("--config", required=True, metavar="FILE", help="services configuration")
+def add_router_options(parser: argparse.ArgumentParser) -> None:
+    """The options that configure a running router (``affinity router`` and ``affinity driver
+    --router`` take the same)."""
     parser.add_argument(
         "--node",
         metavar="NODE_ID",
@@ -140,7 +133,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="CHANNEL", help="channel to listen on")
     parser.add_argument("--control", metavar="CHANNEL", help="extra channel heartbeats are read from")
-    parser.add_argument("--liveness-timeout", type=float, default=2.0, metavar="SECONDS", help="peer liveness timeout")
+    parser.add_argument(
+        "--liveness-timeout",
+        type=float,
+        default=DEFAULT_LIVENESS_TIMEOUT,
+        metavar="SECONDS",
+        help="peer liveness timeout",
+    )
     parser.add_argument(
         "--forward",
         metavar="CHANNEL",
@@ -160,6 +159,21 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="router secret (hex, owner-only); else $AFFINITY_ROUTER_SECRET or $AFFINITY_ROUTER_SECRET_FILE; "
         "none: unauthenticated",
     )
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``router`` subcommand."""
+    parser = subparsers.add_parser(
+        "router",
+        help="run a subject router (routing tables in the data path, faucet)",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "action", nargs="?", choices=ACTIONS, default="run", help="run the router (default) or show a node's status"
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="services configuration")
+    add_router_options(parser)
     for name, value, option_help in _affinity.BOOTSTRAP_RESPONDER_OPTIONS:
         parser.add_argument(f"--{name}", metavar=value, help=option_help)
     parser.add_argument(
