@@ -17,6 +17,10 @@ embedded driver): the source ``stock-feed`` at golan, subscribers at each node.
   one subject; the source publishes updates in batches for ``--seconds``; updates delivered per
   second in total (every subscriber's receipts), polled by one thread of this process.
 
+``--relay-idle-sleep SECONDS`` starts each router with ``affinity._polling.IDLE_SLEEP`` (how long
+the cluster node's relay loop sleeps when idle, 0.5 ms) set to SECONDS, to measure what that
+sleep costs a level.
+
 Prints one JSON line per figure (``measurement``, ``value``, ``unit``, ``note``).
 """
 
@@ -33,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import affinity
+import cluster_hosts
 from affinity.subjects import Flags, Source, Subscriber
 from cluster_hosts import FEED, Router, address, node_block
 from groups_two_hosts import sh
@@ -198,16 +203,42 @@ def fanout(client: affinity.Client, source: Source, requests: list[str], count: 
         subscriber.close()
 
 
+#: Run by each router with ``--relay-idle-sleep`` (``python -c PATCH SECONDS -m affinity.cli ARGS``):
+#: sets the relay loop's idle sleep, then runs ``affinity.cli`` with ARGS.
+RELAY_SLEEP_PATCH = (
+    "import runpy, sys; import affinity._polling as polling; polling.IDLE_SLEEP = float(sys.argv[1]); "
+    "sys.argv = ['affinity'] + sys.argv[4:]; runpy.run_module('affinity.cli', run_name='__main__')"
+)
+
+
+class RelaySleepSys:
+    """Stands in for ``sys`` in ``cluster_hosts``, whose ``Router`` starts ``[sys.executable, "-m",
+    "affinity.cli", ...]``: its ``executable`` is a wrapper script that runs Python with
+    :data:`RELAY_SLEEP_PATCH` first."""
+
+    def __init__(self, workdir: Path, seconds: float) -> None:
+        self.executable = str(workdir / "python-relay-sleep")
+        script = f'#!/bin/sh\nexec {sys.executable} -c "{RELAY_SLEEP_PATCH}" {seconds!r} "$@"\n'
+        Path(self.executable).write_text(script)
+        Path(self.executable).chmod(0o700)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys, name)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--updates", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--subscribers", type=int, default=100)
+    parser.add_argument("--relay-idle-sleep", type=float, metavar="SECONDS")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     (args.workdir / "cluster.conf").write_text(CONFIG)
     sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.9.0.1/24 dev br0 && ip link set br0 up")
+    if args.relay_idle_sleep is not None:
+        cluster_hosts.sys = RelaySleepSys(args.workdir, args.relay_idle_sleep)  # type: ignore[assignment]
     routers = [Router(args.workdir, node, args.workdir / "cluster.conf") for node in NODES]
     client = affinity.Client()
     try:
