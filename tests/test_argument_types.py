@@ -236,7 +236,11 @@ ENTRIES: list[Entry] = [
     ),
     # ---- driver ---------------------------------------------------------------------------
     Entry("driver_stat", lambda o: affinity.driver_stat, [Param("directory", "optional path", None)]),
-    Entry("run_driver", lambda o: affinity.run_driver, [Param("argv", "argv", ["--help"])]),
+    Entry(
+        "run_driver",
+        lambda o: affinity.run_driver,
+        [Param("argv", "argv", ["--help"]), Param("companion", "optional callable", keyword=True)],
+    ),
     # ---- groups ---------------------------------------------------------------------------
     Entry("group_bucket", lambda o: affinity.group_bucket, [Param("key", "key", b"k"), Param("hash_count", "int", 8)]),
     Entry(

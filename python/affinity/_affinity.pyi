@@ -161,9 +161,11 @@ def parse_duration_ns(text: str, bare_unit: str | None = None) -> int:
 #: Usage text of ``affinity driver`` / ``affinity-driver``.
 DRIVER_USAGE: Final[str]
 
-def run_driver(argv: Iterable[str]) -> None:
+def run_driver(argv: Iterable[str], companion: Callable[[str], object] | None = None) -> None:
     """Run the standalone driver in the foreground until SIGINT/SIGTERM (ConfigError: bad option;
-    DriverError: cannot start, e.g. a live driver holds the directory)."""
+    DriverError: cannot start, e.g. a live driver holds the directory). ``companion`` is called
+    with the driver's directory once it is ready; what it returns is closed before the driver
+    closes; an exception it raises stops the driver (DriverError)."""
 
 def check_channel(channel: str) -> None:
     """Raise ``ChannelUriError`` (naming the key and value) unless ``channel`` is a well-formed

@@ -9,7 +9,7 @@ read a read-only snapshot of its counters and error log.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from affinity import _affinity
@@ -72,11 +72,15 @@ def default_driver_dir() -> str:
     return _affinity.default_driver_dir()
 
 
-def run_driver(argv: Sequence[str] = ()) -> None:
+def run_driver(argv: Sequence[str] = (), companion: Callable[[str], object] | None = None) -> None:
     """Run the standalone driver in this process until SIGINT/SIGTERM (``argv``: the options of
     ``affinity driver``). Raises ConfigError for a bad option, DriverError when it cannot start
-    (for example: a live driver holds the directory; the message names its pid)."""
-    _affinity.run_driver(argv)
+    (for example: a live driver holds the directory; the message names its pid).
+
+    ``companion``: called with the driver's directory once the driver is ready (``affinity driver
+    --router`` starts the subject router there); the object it returns is closed (``close()``)
+    before the driver closes; an exception it raises stops the driver (DriverError)."""
+    _affinity.run_driver(argv, companion)
 
 
 def driver_stat(directory: str | None = None) -> DriverStat:

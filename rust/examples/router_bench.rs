@@ -20,8 +20,17 @@
 //!   REQUEST with an image, then publishing updates round-robin in batches) and 100
 //!   `SubjectSubscriber`s on one client polled by one thread; new subjects routed per second
 //!   (first SUBSCRIBE sent, each subscriber sending its 1,000 in one batch → last REQUEST
-//!   received), deliveries per second over 5 s, and
-//!   SUBSCRIBE → first image latency (p50/p99 of 1,000 new subjects, one at a time).
+//!   received), deliveries per second over 5 s, new subscriptions per second when every
+//!   SUBSCRIBE is a new subject (200,000: 2,000 per subscriber, first SUBSCRIBE → last REQUEST,
+//!   and → last image), and SUBSCRIBE → first image latency (p50/p99 of 1,000 new subjects, one
+//!   at a time), split at the source's receipt of the REQUEST (SUBSCRIBE → REQUEST at the
+//!   source, REQUEST → image at the subscriber), with the time the process's threads waited
+//!   runnable for a CPU and their wake-ups per sample (`/proc/self/task/*/schedstat`).
+//! * idle: with every image in and nothing flowing, for 3 s, the CPU share and wake-ups per
+//!   second of the peers' threads, the router thread and the drivers' threads.
+//!
+//! The benchmark's own polling threads back off ([`POLLER_IDLE`]) rather than spin.
+//! `benches/ab_router.sh` runs two builds of it interleaved (`docs/benchmarks.md`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -31,7 +40,7 @@ use std::time::{Duration, Instant};
 use affinity::client::ClientHandle;
 use affinity::control::Timing;
 use affinity::control::{Heartbeat, Role};
-use affinity::driver::idle::IdleStrategy;
+use affinity::driver::idle::{IdleStrategy, Idler};
 use affinity::embedded::{self, EmbeddedConfig};
 use affinity::routing::policy::builtin;
 use affinity::routing::{RoutingTable, Selection, SourceGroupSpec};
@@ -50,6 +59,19 @@ const RUN: Duration = Duration::from_secs(5);
 const LATENCY_SAMPLES: usize = 1000;
 const DEADLINE: Duration = Duration::from_secs(60);
 const SOURCES: [&str; 2] = ["SrcA", "SrcB"];
+/// New subjects per subscriber in the all-new phase (100 subscribers: 200,000 new subjects).
+const NEW_PER_SUBSCRIBER: usize = 2000;
+/// How the benchmark's own polling threads (sources, subscribers' poller, the latency probe)
+/// wait when a poll found nothing: a few spins and yields, then parks of at most 50 µs, so on
+/// two cores they leave the CPU to the drivers and the router instead of spinning on it.
+const POLLER_IDLE: IdleStrategy = IdleStrategy::Backoff {
+    spins: 10,
+    yields: 10,
+    min_park: Duration::from_micros(1),
+    max_park: Duration::from_micros(50),
+};
+/// Prefix of the latency phase's subjects (the sources note when their REQUEST arrived).
+const LATENCY_PREFIX: &str = "/bench/lat";
 
 fn table() -> RoutingTable {
     let mut table = RoutingTable::new();
@@ -220,26 +242,33 @@ fn end_to_end() {
     let publishing = Arc::new(AtomicBool::new(false));
     let requests = Arc::new(AtomicUsize::new(0));
     let published = Arc::new(AtomicU64::new(0));
+    // When the REQUEST of each latency subject reached its source.
+    let requested_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
     let source_client = client();
     let mut threads = Vec::new();
     for label in SOURCES {
         let source = SubjectSource::new(&source_client, &options(label)).unwrap();
-        let (stop, publishing, requests, published) =
-            (stop.clone(), publishing.clone(), requests.clone(), published.clone());
+        let (stop, publishing, requests, published, requested_at) =
+            (stop.clone(), publishing.clone(), requests.clone(), published.clone(), requested_at.clone());
         threads.push(std::thread::spawn(move || {
             let payload = [9u8; PAYLOAD];
             let mut served: Vec<String> = Vec::new();
             let mut next = 0;
+            let mut idler = Idler::new(POLLER_IDLE);
             while !stop.load(Ordering::Relaxed) {
                 let mut new = Vec::new();
                 source
                     .peer()
                     .poll_with(1024, |r| {
                         if r.kind == RecordKind::Request {
+                            if r.subject.starts_with(LATENCY_PREFIX) {
+                                requested_at.lock().unwrap().insert(r.subject.to_owned(), Instant::now());
+                            }
                             new.push(r.subject.to_owned());
                         }
                     })
                     .unwrap();
+                let answered = new.len();
                 if !new.is_empty() {
                     requests.fetch_add(new.len(), Ordering::Relaxed);
                     source.publish_batch(new.iter().map(|s| (s.as_str(), &payload[..])), true).unwrap();
@@ -253,7 +282,7 @@ fn end_to_end() {
                     published.fetch_add(batch as u64, Ordering::Relaxed);
                     std::thread::sleep(Duration::from_micros(50));
                 } else {
-                    std::thread::yield_now();
+                    idler.idle(answered);
                 }
             }
         }));
@@ -273,6 +302,7 @@ fn end_to_end() {
         let (subscribers, stop, images, updates) =
             (subscribers.clone(), stop_polling.clone(), images.clone(), updates.clone());
         std::thread::spawn(move || {
+            let mut idler = Idler::new(POLLER_IDLE);
             while !stop.load(Ordering::Relaxed) {
                 let mut work = 0;
                 for subscriber in subscribers.iter() {
@@ -287,9 +317,7 @@ fn end_to_end() {
                         })
                         .unwrap();
                 }
-                if work == 0 {
-                    std::thread::yield_now();
-                }
+                idler.idle(work);
             }
         })
     };
@@ -314,6 +342,8 @@ fn end_to_end() {
         assert!(start.elapsed() < DEADLINE, "only {} images", images.load(Ordering::Relaxed));
         std::thread::sleep(Duration::from_millis(1));
     }
+    // Idle: what the runtime's threads cost while nothing flows (every image is in).
+    idle_cpu();
     // Relay.
     let before = router.status();
     let start = Instant::now();
@@ -345,20 +375,55 @@ fn end_to_end() {
             after.counters.relayed - before.counters.relayed,
         ),
     );
+    // New subscriptions: every SUBSCRIBE a subject nobody holds yet.
+    let (requests_before, images_before) = (requests.load(Ordering::Relaxed), images.load(Ordering::Relaxed));
+    let total = SUBSCRIBERS * NEW_PER_SUBSCRIBER;
+    let start = Instant::now();
+    for (s, subscriber) in subscribers.iter().enumerate() {
+        let names: Vec<String> =
+            (0..NEW_PER_SUBSCRIBER).map(|k| format!("/bench/u{}/n{}", k % USERS, s * NEW_PER_SUBSCRIBER + k)).collect();
+        subscriber.subscribe_batch(names.iter().map(String::as_str)).unwrap();
+    }
+    while requests.load(Ordering::Relaxed) < requests_before + total {
+        assert!(start.elapsed() < DEADLINE, "only {} requests", requests.load(Ordering::Relaxed) - requests_before);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let routed = start.elapsed().as_secs_f64();
+    while images.load(Ordering::Relaxed) < images_before + total as u64 {
+        assert!(start.elapsed() < DEADLINE, "only {} images", images.load(Ordering::Relaxed) - images_before);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let imaged = start.elapsed().as_secs_f64();
+    let note = format!("{total} new subjects, {NEW_PER_SUBSCRIBER} per subscriber in one batch each");
+    figure(
+        "end to end: new subscriptions routed, all new subjects (first SUBSCRIBE -> last REQUEST)",
+        total as f64 / routed,
+        "subscriptions/s",
+        &format!("{note}, {routed:.3} s"),
+    );
+    figure(
+        "end to end: new subscriptions imaged, all new subjects (first SUBSCRIBE -> last image)",
+        total as f64 / imaged,
+        "subscriptions/s",
+        &format!("{note}, {imaged:.3} s"),
+    );
     // Latency: one subscriber, new subjects one at a time.
     stop_polling.store(true, Ordering::Relaxed);
     poller.join().unwrap();
     let probe = SubjectSubscriber::new(&subscriber_client, &options("probe")).unwrap();
     let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
+    let (mut to_source, mut to_image) = (Vec::new(), Vec::new());
     let got = Mutex::new(false);
+    let sched_before = thread_sched();
     for i in 0..LATENCY_SAMPLES + 50 {
-        let name = format!("/bench/lat{}/l{i}", i % 7);
+        let name = format!("{LATENCY_PREFIX}{}/l{i}", i % 7);
         let start = Instant::now();
         probe.subscribe(&name).unwrap();
         *got.lock().unwrap() = false;
+        let mut idler = Idler::new(POLLER_IDLE);
         while !*got.lock().unwrap() {
             assert!(start.elapsed() < Duration::from_secs(5), "no image for {name}");
-            probe
+            let work = probe
                 .peer()
                 .poll_with(64, |r| {
                     if r.flags == FLAG_IMAGE && r.subject == name {
@@ -366,22 +431,125 @@ fn end_to_end() {
                     }
                 })
                 .unwrap();
+            idler.idle(work);
         }
+        let done = Instant::now();
         if i >= 50 {
-            samples.push(start.elapsed());
+            samples.push(done - start);
+            if let Some(at) = requested_at.lock().unwrap().remove(&name) {
+                to_source.push(at - start);
+                to_image.push(done - at);
+            }
         }
         probe.unsubscribe(&name).unwrap();
     }
-    samples.sort();
-    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)].as_secs_f64() * 1e6;
+    let sched = sched_delta(&sched_before, &thread_sched(), None);
+    let rounds = (LATENCY_SAMPLES + 50) as f64;
+    let note = "every thread of the process, per sample of the latency phase (/proc/self/task/*/schedstat)";
+    figure(
+        "latency phase: time threads waited runnable for a CPU, per sample",
+        sched.wait_ns as f64 / rounds / 1e3,
+        "µs",
+        note,
+    );
+    figure(
+        "latency phase: times threads were scheduled in, per sample",
+        sched.slices as f64 / rounds,
+        "wake-ups",
+        note,
+    );
     let note = format!("{LATENCY_SAMPLES} new subjects, one at a time");
-    figure("end to end latency SUBSCRIBE -> first image, p50", p(0.5), "µs", &note);
-    figure("end to end latency SUBSCRIBE -> first image, p99", p(0.99), "µs", &note);
+    figure("end to end latency SUBSCRIBE -> first image, p50", quantile(&mut samples, 0.5), "µs", &note);
+    figure("end to end latency SUBSCRIBE -> first image, p99", quantile(&mut samples, 0.99), "µs", &note);
+    let note = format!("{} of {LATENCY_SAMPLES} samples split at the source", to_source.len());
+    figure("latency part: SUBSCRIBE -> REQUEST at the source, p50", quantile(&mut to_source, 0.5), "µs", &note);
+    figure(
+        "latency part: REQUEST at the source -> image at the subscriber, p50",
+        quantile(&mut to_image, 0.5),
+        "µs",
+        &note,
+    );
     stop.store(true, Ordering::Relaxed);
     for thread in threads {
         thread.join().unwrap();
     }
     router.close();
+}
+
+/// How long the idle figures watch the threads.
+const IDLE_WINDOW: Duration = Duration::from_secs(3);
+
+/// Scheduler figures of this process's threads summed by thread name (as the kernel truncates
+/// it, 15 bytes), from `/proc/self/task/*/schedstat`: nanoseconds run, nanoseconds spent
+/// runnable waiting for a CPU, and times scheduled in.
+#[derive(Clone, Copy, Default)]
+struct Sched {
+    run_ns: u64,
+    wait_ns: u64,
+    slices: u64,
+}
+
+fn thread_sched() -> HashMap<String, Sched> {
+    let mut sched: HashMap<String, Sched> = HashMap::new();
+    for task in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+        let (Ok(name), Ok(stat)) =
+            (std::fs::read_to_string(task.path().join("comm")), std::fs::read_to_string(task.path().join("schedstat")))
+        else {
+            continue;
+        };
+        let fields: Vec<u64> = stat.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+        if let [run_ns, wait_ns, slices] = fields[..] {
+            let entry = sched.entry(name.trim_end().to_owned()).or_default();
+            entry.run_ns += run_ns;
+            entry.wait_ns += wait_ns;
+            entry.slices += slices;
+        }
+    }
+    sched
+}
+
+/// The change of [`thread_sched`] between two readings, for threads named `name` (`None`: all).
+fn sched_delta(before: &HashMap<String, Sched>, after: &HashMap<String, Sched>, name: Option<&str>) -> Sched {
+    let mut delta = Sched::default();
+    for (thread, now) in after {
+        if name.is_some_and(|n| n != thread) {
+            continue;
+        }
+        let then = before.get(thread).copied().unwrap_or_default();
+        delta.run_ns += now.run_ns.saturating_sub(then.run_ns);
+        delta.wait_ns += now.wait_ns.saturating_sub(then.wait_ns);
+        delta.slices += now.slices.saturating_sub(then.slices);
+    }
+    delta
+}
+
+/// Prints, for each kind of runtime thread, the share of one core it ran and how often it was
+/// scheduled in over [`IDLE_WINDOW`] with nothing flowing: the peers' heartbeat threads, the
+/// router thread, the drivers.
+fn idle_cpu() {
+    let before = thread_sched();
+    std::thread::sleep(IDLE_WINDOW);
+    let after = thread_sched();
+    let window = IDLE_WINDOW.as_secs_f64();
+    for (name, label) in [
+        ("affinity-subjec", "peer threads (100 subscribers, 2 sources)"),
+        ("affinity-router", "router thread"),
+        ("affinity-driver", "driver threads (3 embedded drivers)"),
+    ] {
+        let delta = sched_delta(&before, &after, Some(name));
+        let note = format!("{} s with nothing flowing, /proc/self/task/*/schedstat", IDLE_WINDOW.as_secs());
+        figure(&format!("idle CPU: {label}"), delta.run_ns as f64 / 1e9 / window * 100.0, "% of a core", &note);
+        figure(&format!("idle wake-ups: {label}"), delta.slices as f64 / window, "per second", &note);
+    }
+}
+
+/// The `q` quantile of `samples` in microseconds (0 when there are none).
+fn quantile(samples: &mut [Duration], q: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    samples.sort();
+    samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)].as_secs_f64() * 1e6
 }
 
 /// Prints one figure as a JSON line (`benches/run_all.sh` records them with the machine load).

@@ -244,13 +244,26 @@ pub fn run_driver_command(
     args: &[String],
     stop: Option<&std::sync::atomic::AtomicBool>,
 ) -> std::result::Result<(), DriverCommandError> {
+    run_driver_command_with(args, stop, |_| Ok(Box::new(())))
+}
+
+/// [`run_driver_command`] with `extra` started once the driver is ready (given its directory),
+/// after the bootstrap responder, and dropped before it and before the driver closes: how
+/// `affinity driver --router FILE` runs the subject router in the driver's process (the
+/// binding hands a router started on a client attached to the directory). An `extra` that
+/// fails to start stops the driver and is the error ([`DriverCommandError::Failed`]).
+pub fn run_driver_command_with(
+    args: &[String],
+    stop: Option<&std::sync::atomic::AtomicBool>,
+    extra: impl FnOnce(&Path) -> std::result::Result<crate::driver::standalone::Companion, String>,
+) -> std::result::Result<(), DriverCommandError> {
     use crate::driver::standalone;
     if args.iter().any(|arg| arg == "-h" || arg == "--help") {
         return Err(DriverCommandError::Usage(driver_command_usage()));
     }
     let (options, rest) = responder::take_options(args).map_err(DriverCommandError::Usage)?;
     let context = standalone::parse_args(&rest).map_err(DriverCommandError::Usage)?;
-    let start = |dir: &Path| -> std::result::Result<standalone::Companion, String> {
+    let responder = |dir: &Path| -> std::result::Result<standalone::Companion, String> {
         let Some(options) = options else { return Ok(Box::new(())) };
         let failed = |e: &dyn std::fmt::Display| format!("bootstrap responder at {}: {e}", options.listen);
         let client = crate::client::ClientHandle::attach(dir, directory::COMMAND_TIMEOUT).map_err(|e| failed(&e))?;
@@ -264,6 +277,12 @@ pub fn run_driver_command(
         use std::io::Write as _;
         let _ = std::io::stdout().flush();
         Ok(Box::new(started))
+    };
+    let start = |dir: &Path| -> std::result::Result<standalone::Companion, String> {
+        let responder = responder(dir)?;
+        let extra = extra(dir)?;
+        // Dropped in order: the extra companion first, then the responder.
+        Ok(Box::new((extra, responder)))
     };
     standalone::run_with(context, stop, start).map_err(DriverCommandError::Failed)
 }

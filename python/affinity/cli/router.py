@@ -75,7 +75,7 @@ from affinity.cluster_failover import fallback_domains, read_reload
 from affinity.cluster_info import NodeInfo, NodeInfoService, node_info_subject, parse_node_info
 from affinity.cluster_node import ClusterNode, _endpoint_host, cluster_router_config
 from affinity.config.cluster import ClusterConfig
-from affinity.config.faucet import analyse_router_text
+from affinity.config.faucet import RouterAnalysis, analyse_router_text
 from affinity.exceptions import AffinityError, ConfigError
 from affinity.subjects import DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET, NO_SECRET
 from affinity.units import parse_size
@@ -88,6 +88,8 @@ EXIT_ERRORS = 1
 EXIT_UNAVAILABLE = 2
 #: Default listen channel.
 DEFAULT_LISTEN = "aeron:udp?endpoint=127.0.0.1:40500"
+#: Default liveness timeout of the router's peers, in seconds (``--liveness-timeout``).
+DEFAULT_LIVENESS_TIMEOUT = 2.0
 #: How often the log is flushed, in seconds.
 LOG_INTERVAL = 0.05
 #: Seconds ``affinity router status`` waits for the node's info by default.
@@ -129,18 +131,9 @@ def cluster_problem(cluster: ClusterConfig | None, node: str | None, config: str
     return None
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
-    """Add the ``router`` subcommand."""
-    parser = subparsers.add_parser(
-        "router",
-        help="run a subject router (routing tables in the data path, faucet)",
-        description=help_text(__doc__),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "action", nargs="?", choices=ACTIONS, default="run", help="run the router (default) or show a node's status"
-    )
-    parser.add_argument("--config", required=True, metavar="FILE", help="services configuration")
+def add_router_options(parser: argparse.ArgumentParser) -> None:
+    """The options that configure a running router (``affinity router`` and ``affinity driver
+    --router`` take the same)."""
     parser.add_argument(
         "--node",
         metavar="NODE_ID",
@@ -148,7 +141,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="CHANNEL", help="channel to listen on")
     parser.add_argument("--control", metavar="CHANNEL", help="extra channel heartbeats are read from")
-    parser.add_argument("--liveness-timeout", type=float, default=2.0, metavar="SECONDS", help="peer liveness timeout")
+    parser.add_argument(
+        "--liveness-timeout",
+        type=float,
+        default=DEFAULT_LIVENESS_TIMEOUT,
+        metavar="SECONDS",
+        help="peer liveness timeout",
+    )
     parser.add_argument(
         "--forward",
         metavar="CHANNEL",
@@ -168,6 +167,21 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         help="router secret (hex, owner-only); else $AFFINITY_ROUTER_SECRET or $AFFINITY_ROUTER_SECRET_FILE; "
         "none: unauthenticated",
     )
+
+
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    """Add the ``router`` subcommand."""
+    parser = subparsers.add_parser(
+        "router",
+        help="run a subject router (routing tables in the data path, faucet)",
+        description=help_text(__doc__),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "action", nargs="?", choices=ACTIONS, default="run", help="run the router (default) or show a node's status"
+    )
+    parser.add_argument("--config", required=True, metavar="FILE", help="services configuration")
+    add_router_options(parser)
     for name, value, option_help in _affinity.BOOTSTRAP_RESPONDER_OPTIONS:
         parser.add_argument(f"--{name}", metavar=value, help=option_help)
     parser.add_argument(
@@ -257,10 +271,9 @@ def status(args: argparse.Namespace, cluster: ClusterConfig) -> int:
     return EXIT_OK
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the router until a signal arrives (or, ``status``, show a node's info)."""
-    from affinity.subjects import SubjectRouter
-
+def load_config(args: argparse.Namespace) -> RouterAnalysis | int:
+    """Reads and checks ``args.config`` (and ``args.node`` against its cluster blocks), printing
+    every diagnostic; the analysis, or the exit status when it cannot be used."""
     try:
         with open(args.config, encoding="utf-8") as stream:
             text = stream.read()
@@ -276,6 +289,31 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(problem, file=sys.stderr)
         return EXIT_ERRORS
+    return analysis
+
+
+def run(
+    args: argparse.Namespace,
+    *,
+    client: _affinity.Client | None = None,
+    stop: threading.Event | None = None,
+    ready: threading.Event | None = None,
+    analysis: RouterAnalysis | None = None,
+) -> int:
+    """Run the router until a signal arrives (or, ``status``, show a node's info).
+
+    ``affinity driver --router`` runs it on a thread of the driver's process: ``client`` attached
+    to that driver (closed here at the end), ``stop`` set when the driver stops (no signal
+    handlers are installed then), ``ready`` set once the router listens, ``analysis`` the
+    configuration it checked before starting the driver.
+    """
+    from affinity.subjects import SubjectRouter
+
+    if analysis is None:
+        loaded = load_config(args)
+        if isinstance(loaded, int):
+            return loaded
+        analysis = loaded
     if args.action == "status":
         if analysis.config.cluster is None or args.node is None:
             print(f"affinity router status: {args.config} has no add-cluster-node block", file=sys.stderr)
@@ -283,19 +321,23 @@ def run(args: argparse.Namespace) -> int:
         return status(args, analysis.config.cluster)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
-    stop = threading.Event()
+    if stop is None:
+        stop = threading.Event()
+        stopping = stop
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            stopping.set()
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
     # SIGHUP at a cluster node: re-read the cluster blocks (docs/cluster.md, "Master failover
-    # and reload"); a router without --node keeps the default action.
+    # and reload"); a router without --node keeps the default action (signals are the main
+    # thread's only).
     reload = threading.Event()
-    if args.node is not None:
+    if args.node is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGHUP, lambda signum, frame: reload.set())
-    client = _affinity.Client()
+    if client is None:
+        client = _affinity.Client()
     config, cluster_nodes = analysis.config, None
     if args.node is not None and config.cluster is not None:
         cluster_nodes = [node.node_id for node in config.cluster.nodes if node.node_id != args.node]
@@ -380,6 +422,8 @@ def run(args: argparse.Namespace) -> int:
             client.close()
             return EXIT_UNAVAILABLE
     print(f"affinity router: listening on {args.listen}", file=sys.stderr, flush=True)
+    if ready is not None:
+        ready.set()
     try:
         while not stop.wait(LOG_INTERVAL):
             router.flush_log()

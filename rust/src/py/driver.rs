@@ -3,19 +3,47 @@
 
 use pyo3::prelude::*;
 
-use super::args::{path_argument, strings_argument};
+use super::args::{callable_argument, path_argument, strings_argument};
 use super::errors::{ConfigError, DriverError};
 use super::records::record;
-use crate::embedded::{driver_command_usage, run_driver_command, DriverCommandError};
+use crate::embedded::{driver_command_usage, run_driver_command_with, DriverCommandError};
 use crate::shm::counters::CounterInfo;
 use crate::shm::error_log::ErrorRecord;
 use crate::shm::{directory, stat};
 
+/// What `companion(dir)` returned, closed (its `close()` called) before the driver closes.
+struct PyCompanion(Py<PyAny>);
+
+impl Drop for PyCompanion {
+    fn drop(&mut self) {
+        Python::attach(|py| {
+            if let Err(error) = self.0.call_method0(py, "close") {
+                error.print(py);
+            }
+        });
+    }
+}
+
 /// Runs the standalone driver until SIGINT/SIGTERM; `argv` are the `affinity driver` options.
+/// `companion`: called with the driver's directory once it is ready (`affinity driver
+/// --router` starts the subject router there); what it returns is closed (`close()`) before the
+/// driver closes; an exception it raises stops the driver and is reported as a DriverError.
 #[pyfunction]
-fn run_driver(py: Python<'_>, argv: &Bound<'_, PyAny>) -> PyResult<()> {
+#[pyo3(signature = (argv, companion=None))]
+fn run_driver(py: Python<'_>, argv: &Bound<'_, PyAny>, companion: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
     let argv = strings_argument("argv", argv)?;
-    match py.detach(|| run_driver_command(&argv, None)) {
+    if let Some(companion) = companion {
+        callable_argument("companion", companion)?;
+    }
+    let companion = companion.map(|c| c.clone().unbind());
+    let start = move |dir: &std::path::Path| -> Result<crate::driver::standalone::Companion, String> {
+        let Some(companion) = companion else { return Ok(Box::new(())) };
+        Python::attach(|py| match companion.call1(py, (dir.to_string_lossy().into_owned(),)) {
+            Ok(started) => Ok(Box::new(PyCompanion(started)) as crate::driver::standalone::Companion),
+            Err(error) => Err(error.value(py).to_string()),
+        })
+    };
+    match py.detach(|| run_driver_command_with(&argv, None, start)) {
         Ok(()) => Ok(()),
         Err(DriverCommandError::Usage(message)) => Err(ConfigError::new_err(message)),
         Err(DriverCommandError::Failed(message)) => Err(DriverError::new_err(message)),
