@@ -22,6 +22,8 @@ from affinity.demo import protocol
 from affinity.demo.records import decode_event, encode_processed, event_times_ns, records_per_message
 from affinity.demo.settings import (
     CONSUMER_CYCLE_SECONDS,
+    CONSUMER_HEARTBEAT_INTERVAL,
+    CONSUMER_LIVENESS_TIMEOUT,
     CONSUMER_POLL_MAX,
     CONSUMER_POLL_TIMEOUT,
     STARTUP_TIMEOUT,
@@ -72,7 +74,10 @@ class GroupEventSource:
             auto_ack=False,
             registry=registry,
             name=name,
+            # The demo's timings (affinity.demo.settings says why each differs from the default).
             cycle=CONSUMER_CYCLE_SECONDS,
+            liveness_timeout=CONSUMER_LIVENESS_TIMEOUT,
+            heartbeat_interval=CONSUMER_HEARTBEAT_INTERVAL,
         )
         self._to_ack: dict[tuple[int, int], GroupMessage] = {}
 
@@ -116,7 +121,15 @@ class SparkEventSource:
         from affinity.spark import SinkConsumer
 
         self._consumer = SinkConsumer(
-            group, index, count, client=client, registry=registry, name=name, cycle=CONSUMER_CYCLE_SECONDS
+            group,
+            index,
+            count,
+            client=client,
+            registry=registry,
+            name=name,
+            cycle=CONSUMER_CYCLE_SECONDS,
+            liveness_timeout=CONSUMER_LIVENESS_TIMEOUT,
+            heartbeat_interval=CONSUMER_HEARTBEAT_INTERVAL,
         )
         self.aborts = 0
 

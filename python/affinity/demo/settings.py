@@ -41,6 +41,17 @@ VALIDATION_STREAM_ID = 4242
 CONSUMER_POLL_MAX = 2_000
 #: Seconds a consumer's poll may wait for messages.
 CONSUMER_POLL_TIMEOUT = 0.02
+#: Liveness timeout of the demo's consumers, in seconds (the library's default is 2 s): how long
+#: the SIGKILLed consumer keeps its queues before a survivor claims them. Until then the Spark
+#: micro-batch that wrote rows to those queues waits for their acknowledgements, and every event
+#: due meanwhile waits for that batch, so this bounds the demo's worst latency. The trade-off: a
+#: consumer that is merely stalled this long (a heavily loaded machine, a stopped process) is
+#: declared dead too; its queues move and what it processed but had not yet acknowledged is
+#: delivered again, which the validation counts as duplicates.
+CONSUMER_LIVENESS_TIMEOUT = 0.5
+#: Seconds between the demo consumers' heartbeats (the library's default is 0.1 s): ten per
+#: liveness timeout, so a few late heartbeats do not declare a live consumer dead.
+CONSUMER_HEARTBEAT_INTERVAL = 0.05
 #: Seconds between a consumer's status lines to the orchestrator.
 STATUS_INTERVAL = 0.25
 #: Seconds between the generator's progress lines.
@@ -68,8 +79,12 @@ SPARK_PARTITIONS = 2
 SPARK_MASTER = "local[2]"
 #: Name under which the demo's event generator is registered as a Spark streaming source.
 SPARK_SOURCE_NAME = "affinity_demo_events"
-#: Prefix of the Spark query's work folder (checkpoint, start file) in the temp dir.
+#: Prefix of the Spark query's work folder (checkpoint, start file), made in :data:`WORK_ROOT`
+#: when it exists (else the temp dir): Spark writes the checkpoint's offset and commit files on
+#: every micro-batch, on a disk 40-80 ms per batch of the demo's (on tmpfs a few ms).
 SPARK_WORK_PREFIX = "affinity-demo-spark-"
+#: Memory-backed folder for the demo's work folders (the Spark checkpoint, the standalone driver).
+WORK_ROOT = Path("/dev/shm")
 
 #: Prefix of the folder (under /dev/shm, else the temp dir) holding the standalone driver's
 #: directory with ``--driver``.
