@@ -102,7 +102,6 @@ def test_the_latency_line_names_the_spark_batches_that_bound_it(tmp_path: Path) 
 def test_the_latency_line_names_the_failover_when_its_seconds_make_the_p99(tmp_path: Path) -> None:
     from affinity.demo.orchestrator import DemoResult
     from affinity.demo.report import latency_bound
-    from affinity.demo.settings import CONSUMER_LIVENESS_TIMEOUT
 
     def held(account: int, seq: int, consumer: int, queue: int, at: float, latency: float) -> Row:
         done = int(at * SECOND)
@@ -120,7 +119,7 @@ def test_the_latency_line_names_the_failover_when_its_seconds_make_the_p99(tmp_p
         feed(validator, steady + before)
         validator.mark_killed(1, killed_at_ns)
         feed(validator, catch_up + after)
-        settings = DemoSettings.create(out=tmp_path, spark=True)
+        settings = DemoSettings.create(out=tmp_path, spark=True, liveness=0.5)
         report = validator.report(generated=2 * 1000)  # account 1's tail is missing: not checked here
         assert (report.duplicates, report.order_errors, report.failover_replays) == (0, 0, 0), report.errors
         return DemoResult(settings, "g", 1135, 10.0, report, [], [], [], 10.0, None, None, 0, [100, 800], [50, 700])
@@ -132,7 +131,7 @@ def test_the_latency_line_names_the_failover_when_its_seconds_make_the_p99(tmp_p
     assert latency.p99_outside_failover_ms == pytest.approx(1.0)
     line = latency_bound(failover)
     assert line.startswith("the failover after the SIGKILL (t=3.5 s)"), line
-    assert f"liveness timeout ({CONSUMER_LIVENESS_TIMEOUT * 1000:,.0f} ms)" in line, line
+    assert "liveness timeout (500 ms, --liveness)" in line, line
     assert "longest batch 800 ms" in line and "Outside t=3.5-5.2 s the p99 is 1.0 ms" in line, line
     assert "Spark's micro-batches" in line, line
     # Held for no longer than the steady state's tail: the micro-batches bound it.
@@ -291,6 +290,8 @@ def test_generated_rate_comes_from_cumulative_samples() -> None:
         ({"accounts": 0}, "--accounts"),
         ({"kill_at": 70.0}, "--kill-at"),
         ({"kill_at": 10.0, "join_at": 5.0}, "--join-at"),
+        ({"liveness": 0.01}, "--liveness must be between 0.05 and 60 seconds"),
+        ({"liveness": float("nan")}, "--liveness"),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(options: dict[str, Any], message: str, tmp_path: Path) -> None:
@@ -378,9 +379,18 @@ def test_no_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_pat
         out,
         "--no-spark",
         *("--duration", "18", "--rate", "1500", "--accounts", "600"),
-        *("--kill-at", "4", "--join-at", "8"),
+        *("--kill-at", "4", "--join-at", "8", "--liveness", "1.5"),
     )
     check_report(report, out)
+    # The consumers took --liveness: the killed one's queues moved no sooner than that timeout
+    # after its last heartbeat (at most one heartbeat interval before the kill).
+    settings = DemoSettings.create(out=out, liveness=1.5)
+    assert report["settings"]["liveness"] == 1.5
+    kill = next(e for e in report["events"] if e["kind"] == "kill")
+    failover = min(m["at"] for m in report["validation"]["moves"] if m["cause"] == "failover")
+    assert failover - kill["at"] >= settings.liveness - settings.heartbeat_interval, (kill, failover)
+    window = report["validation"]["latency"]["failover_window"]
+    assert window[0] == pytest.approx(kill["at"], abs=0.5), (window, kill)
 
 
 @pytest.mark.slow

@@ -148,6 +148,8 @@ class _Run:
             str(ordinal),
             "--validator",
             self.collector.channel,
+            "--liveness",
+            repr(self.settings.liveness),
             *(["--spark"] if self.settings.spark else []),
         )
         self.consumers[ordinal] = ConsumerState(ordinal, index, at)

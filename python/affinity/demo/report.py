@@ -15,7 +15,7 @@ from rich.text import Text
 
 from affinity.demo.chart import write_chart
 from affinity.demo.orchestrator import DemoResult
-from affinity.demo.settings import CHART_PNG, CONSUMER_LIVENESS_TIMEOUT, REPORT_JSON, REPORT_TEXT
+from affinity.demo.settings import CHART_PNG, REPORT_JSON, REPORT_TEXT
 from affinity.demo.validation import MoveCause, percentile
 
 #: Width of report.txt.
@@ -76,7 +76,8 @@ def latency_bound(result: DemoResult) -> str:
     )
     return (
         f"the failover after the SIGKILL (t={window[0]:.1f} s): the killed consumer's queues are held until the "
-        f"survivors' liveness timeout ({CONSUMER_LIVENESS_TIMEOUT * 1000:,.0f} ms) and a claim{held}. Outside "
+        f"survivors' liveness timeout ({result.settings.liveness * 1000:,.0f} ms, --liveness) and a claim{held}. "
+        f"Outside "
         f"t={window[0]:.1f}-{window[1]:.1f} s the p99 is {outside:,.1f} ms, bounded by {steady_bound(result)}"
     )
 
