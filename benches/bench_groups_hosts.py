@@ -31,6 +31,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -74,7 +75,10 @@ def spawn_host(number: int, command: list[str], log: Path) -> subprocess.Popen[s
         f'ip addr add 10.9.0.{number}/24 dev eth0 && ip link set eth0 up && exec "$@" >{shlex.quote(str(log))} 2>&1'
     )
     child = subprocess.Popen(
-        ["unshare", "-n", "bash", "-c", setup, "host", *command], stdout=subprocess.PIPE, text=True
+        ["unshare", "-n", "bash", "-c", setup, "host", *command],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     sh(
@@ -195,6 +199,8 @@ def publish(args: argparse.Namespace) -> int:
                 taken = publisher.publish_batch(keys.slice(sent % (KEYS - n), n), payloads(n, LATENCY))
                 sent += taken
                 if taken < n:
+                    if time.monotonic() - started > args.seconds + SETUP_TIMEOUT:
+                        raise SystemExit(f"latency: only {sent} of {total} taken")
                     time.sleep(0.0002)
             time.sleep(0.001)
         if not publisher.flush(SETUP_TIMEOUT):
@@ -235,8 +241,14 @@ def placement(args: argparse.Namespace, name: str, consumer_host: int, work: Pat
         hosts = [spawn_host(3, ["bash", "-c", script], folder / "host3.log")]
         script = "\n".join([ready_loop, shlex.join(publish_run)])
         hosts.append(spawn_host(2, ["bash", "-c", script], folder / "host2.log"))
-    for host in hosts:
-        host.wait(timeout=PLACEMENT_TIMEOUT)
+    try:
+        for host in hosts:
+            host.wait(timeout=PLACEMENT_TIMEOUT)
+    finally:
+        for host in hosts:
+            if host.poll() is None:
+                os.killpg(host.pid, signal.SIGKILL)  # the host's shell and every process it started
+                host.wait()
     for number in (2, 3):
         subprocess.run(["ip", "link", "del", f"vh{number}"], capture_output=True, check=False)
     reports = []
