@@ -30,6 +30,7 @@ from affinity.demo.validation import RELEASE_INTERVAL_NS, REORDER_WINDOW_NS, Mov
 from affinity.exceptions import ConfigError
 
 SECOND = 1_000_000_000
+Row = tuple[int, int, int, int, int, int]
 #: Seconds a whole demo run may take in a test before it is stopped.
 DEMO_TEST_TIMEOUT = 240
 
@@ -96,6 +97,49 @@ def test_the_latency_line_names_the_spark_batches_that_bound_it(tmp_path: Path) 
     assert "the tasks (source read, sink write) and commit p50 30 ms" in line
     assert "no batch after the warm-up" in latency_bound(result(True, [], []))
     assert "GroupPublisher sends each event at once" in latency_bound(result(False, [], []))
+
+
+def test_the_latency_line_names_the_failover_when_its_seconds_make_the_p99(tmp_path: Path) -> None:
+    from affinity.demo.orchestrator import DemoResult
+    from affinity.demo.report import latency_bound
+
+    def held(account: int, seq: int, consumer: int, queue: int, at: float, latency: float) -> Row:
+        done = int(at * SECOND)
+        return (account, seq, consumer, queue, done - int(latency * SECOND), done)
+
+    def run(killed_at_ns: int | None, late: float) -> DemoResult:
+        validator = Validator(accounts=2, start_ns=0, bin_seconds=1.0)
+        # Account 0 on queue 0 (consumer 0, never killed) every 10 ms for 10 s, 1 ms each.
+        steady = [row(0, n + 1, 0, 0, 0.01 * n + 0.005) for n in range(1000)]
+        # Account 1 on queue 5: consumer 1 until the kill at 3.5 s, then consumer 2 from 4.2 s,
+        # its first 50 events held since the kill (`late` s), then 1 ms again.
+        before = [row(1, n + 1, 1, 5, 0.1 * n + 0.05) for n in range(35)]
+        catch_up = [held(1, 36 + n, 2, 5, 4.2, late) for n in range(50)]
+        after = [row(1, 86 + n, 2, 5, 4.3 + 0.1 * n) for n in range(50)]
+        feed(validator, steady + before)
+        validator.mark_killed(1, killed_at_ns)
+        feed(validator, catch_up + after)
+        settings = DemoSettings.create(out=tmp_path, spark=True, liveness=0.5)
+        report = validator.report(generated=2 * 1000)  # account 1's tail is missing: not checked here
+        assert (report.duplicates, report.order_errors, report.failover_replays) == (0, 0, 0), report.errors
+        return DemoResult(settings, "g", 1135, 10.0, report, [], [], [], 10.0, None, None, 0, [100, 800], [50, 700])
+
+    failover = run(int(3.5 * SECOND), late=0.7)
+    latency = failover.validation.latency
+    assert latency.failover_window == pytest.approx((3.5, 5.2))
+    assert latency.p99_ms == pytest.approx(700.0)
+    assert latency.p99_outside_failover_ms == pytest.approx(1.0)
+    line = latency_bound(failover)
+    assert line.startswith("the failover after the SIGKILL (t=3.5 s)"), line
+    assert "liveness timeout (500 ms, --liveness)" in line, line
+    assert "longest batch 800 ms" in line and "Outside t=3.5-5.2 s the p99 is 1.0 ms" in line, line
+    assert "Spark's micro-batches" in line, line
+    # Held for no longer than the steady state's tail: the micro-batches bound it.
+    assert latency_bound(run(int(3.5 * SECOND), late=0.001)).startswith("Spark's micro-batches"), "quick failover"
+    # No kill time given: no window, the steady line.
+    unknown = run(None, late=0.7)
+    assert unknown.validation.latency.failover_window is None
+    assert latency_bound(unknown).startswith("Spark's micro-batches")
 
 
 def test_a_processed_message_of_the_wrong_length_is_refused() -> None:
@@ -246,6 +290,8 @@ def test_generated_rate_comes_from_cumulative_samples() -> None:
         ({"accounts": 0}, "--accounts"),
         ({"kill_at": 70.0}, "--kill-at"),
         ({"kill_at": 10.0, "join_at": 5.0}, "--join-at"),
+        ({"liveness": 0.01}, "--liveness must be between 0.05 and 60 seconds"),
+        ({"liveness": float("nan")}, "--liveness"),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(options: dict[str, Any], message: str, tmp_path: Path) -> None:
@@ -333,9 +379,18 @@ def test_no_spark_demo_loses_nothing_duplicates_nothing_and_moves_queues(tmp_pat
         out,
         "--no-spark",
         *("--duration", "18", "--rate", "1500", "--accounts", "600"),
-        *("--kill-at", "4", "--join-at", "8"),
+        *("--kill-at", "4", "--join-at", "8", "--liveness", "1.5"),
     )
     check_report(report, out)
+    # The consumers took --liveness: the killed one's queues moved no sooner than that timeout
+    # after its last heartbeat (at most one heartbeat interval before the kill).
+    settings = DemoSettings.create(out=out, liveness=1.5)
+    assert report["settings"]["liveness"] == 1.5
+    kill = next(e for e in report["events"] if e["kind"] == "kill")
+    failover = min(m["at"] for m in report["validation"]["moves"] if m["cause"] == "failover")
+    assert failover - kill["at"] >= settings.liveness - settings.heartbeat_interval, (kill, failover)
+    window = report["validation"]["latency"]["failover_window"]
+    assert window[0] == pytest.approx(kill["at"], abs=0.5), (window, kill)
 
 
 @pytest.mark.slow

@@ -15,7 +15,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import affinity
+import pytest
+from affinity.defaults import GROUP_LIVENESS_TIMEOUT_MS
+from affinity.exceptions import ConfigError
+from affinity.groups import GroupConsumer, GroupDefinition, GroupPublisher, learn_definition
 from affinity.testing import free_udp_port
 from groups_harness import run_two_hosts
 
@@ -145,3 +151,78 @@ def test_status_with_an_empty_registry_sees_the_group_through_bootstrap(tmp_path
     finally:
         consumer.terminate()
         consumer.communicate(timeout=30)
+
+
+def start_answering_consumer(registry: Path, inbox: str) -> subprocess.Popen[str]:
+    """``affinity group consume orders`` (QC of ``registry``) with its inbox at ``inbox``: it answers
+    BOOTSTRAP requests about the group once it runs."""
+    env = dict(os.environ, AFFINITY_REGISTRY=str(registry), PYTHONUNBUFFERED="1")
+    env.pop("AFFINITY_GROUP_SECRET", None)
+    env.pop("AFFINITY_GROUP_SECRET_FILE", None)
+    consume = [*AFFINITY, "consume", "orders", "--index", "0", "--count", "1", "--listen", inbox, *TIMINGS]
+    return subprocess.Popen(consume, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_until_answering(client: Any, consumer: subprocess.Popen[str], inbox: str, empty: Path) -> GroupDefinition:
+    """The definition ``inbox`` answers with, asked (with an empty registry) until it answers."""
+    deadline = time.monotonic() + 60
+    while True:
+        assert consumer.poll() is None, consumer.communicate()[0]
+        try:
+            return learn_definition(client, "orders", bootstrap=inbox, registry=empty, bootstrap_timeout=1.0)
+        except ConfigError as error:
+            assert "no bootstrap member answered" in str(error), error
+            assert time.monotonic() < deadline, "the consumer never answered"
+
+
+def test_a_registry_holding_another_definition_than_the_bootstrap_member_is_refused_at_construction(
+    tmp_path: Path,
+) -> None:
+    """A member (and ``learn_definition``, which the Spark sink runs when a write is planned) whose
+    registry holds the group is refused on the first answer holding another definition, naming both
+    fingerprints: not after a timeout (``bootstrap_timeout`` is far longer than the test), and the
+    answering consumer keeps running."""
+    theirs, ours, same, empty = tmp_path / "theirs", tmp_path / "ours", tmp_path / "same", tmp_path / "empty"
+    create(theirs, "orders", qc=4)
+    create(ours, "orders", qc=2)
+    create(same, "orders", qc=4)
+    empty.mkdir(mode=0o700)
+    inbox = f"127.0.0.1:{free_udp_port()}"
+    consumer = start_answering_consumer(theirs, inbox)
+    try:
+        with affinity.Client() as client:
+            learned = wait_until_answering(client, consumer, inbox, empty)
+            assert learned.queue_count == 4
+            # Without bootstrap the registry's definition is taken as it is (nobody is asked).
+            assert learn_definition(client, "orders", registry=ours).queue_count == 2
+            for build in (
+                lambda: learn_definition(client, "orders", bootstrap=inbox, registry=ours, bootstrap_timeout=600),
+                lambda: GroupPublisher(client, "orders", registry=ours, bootstrap=inbox, bootstrap_timeout=600),
+                lambda: GroupConsumer(client, "orders", 0, 1, registry=ours, bootstrap=inbox, bootstrap_timeout=600),
+            ):
+                with pytest.raises(ConfigError) as raised:
+                    build()
+                text = str(raised.value)
+                assert "holds another definition" in text and inbox in text, text
+                assert len(set(re.findall(r"fingerprint ([0-9a-f]{16})", text))) == 2, text
+                assert "QC=4" in text and "QC=2" in text, text
+            # The same definition in the registry: accepted.
+            assert learn_definition(client, "orders", bootstrap=inbox, registry=same) == learned
+        assert consumer.poll() is None, "the answering consumer keeps running"
+    finally:
+        consumer.terminate()
+        consumer.communicate(timeout=30)
+
+
+def test_a_registry_entry_stands_when_no_bootstrap_member_answers(tmp_path: Path) -> None:
+    """Nobody at the listed address: ``learn_definition`` with a registry entry returns it after at
+    most the liveness timeout (this member would be the group's first), not an error."""
+    ours = tmp_path / "ours"
+    create(ours, "orders", qc=2)
+    nobody = f"127.0.0.1:{free_udp_port()}"
+    with affinity.Client() as client:
+        started = time.monotonic()
+        definition = learn_definition(client, "orders", bootstrap=nobody, registry=ours, bootstrap_timeout=600)
+        took = time.monotonic() - started
+    assert definition.queue_count == 2
+    assert took < GROUP_LIVENESS_TIMEOUT_MS / 1000 + EXIT_SLACK, took

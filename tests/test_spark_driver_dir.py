@@ -332,3 +332,61 @@ def test_the_sink_finds_the_group_through_bootstrap_without_a_registry_entry(
         ).mode("append").save()
     text = full_text(raised.value)
     assert f"option group={group!r}" in text and f"bootstrap={nobody!r}" in text, text
+
+
+def test_a_sink_whose_registry_holds_another_definition_than_its_bootstrap_member_is_refused_when_planned(
+    spark: Any, registry: str, tmp_path: Path
+) -> None:
+    """The consumer (its own process, its own registry: QC 4) answers the sink's bootstrap request
+    with another definition than the sink's registry holds (QC 2): ``save()`` fails when planned,
+    naming both fingerprints, before any task runs; the consumer receives nothing and keeps running."""
+    import re
+    import subprocess
+    import sys
+
+    from affinity.groups import create_group, learn_definition
+    from affinity.testing import free_udp_port
+    from pyspark.errors import AnalysisException
+
+    theirs, ours = tmp_path / "theirs", tmp_path / "ours"
+    create_group("ledger", "__ledger__", HASH_COUNT, QUEUE_COUNT, 8 << 20, theirs)
+    create_group("ledger", "__ledger__", HASH_COUNT, 2, 8 << 20, ours)
+    inbox = f"127.0.0.1:{free_udp_port()}"
+    env = dict(os.environ, AFFINITY_REGISTRY=str(theirs), PYTHONUNBUFFERED="1")
+    env.pop("AFFINITY_GROUP_SECRET", None)  # neither registry holds a secret: unauthenticated both ways
+    env.pop("AFFINITY_GROUP_SECRET_FILE", None)
+    command = [sys.executable, "-m", "affinity.cli", "group", "consume", "ledger", "--index", "0", "--count", "1"]
+    consumer = subprocess.Popen(
+        [*command, "--listen", inbox], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        with affinity.Client() as client:
+            deadline = time.monotonic() + WAIT_S
+            while True:  # until the consumer answers (a registry without the group: nothing held)
+                assert consumer.poll() is None, consumer.communicate()[0]
+                try:
+                    learned = learn_definition(client, "ledger", bootstrap=inbox, registry=tmp_path / "none")
+                    break
+                except affinity.ConfigError as error:
+                    assert "no bootstrap member answered" in str(error) and time.monotonic() < deadline, error
+        assert learned.queue_count == QUEUE_COUNT
+        df = spark.range(0, 100, numPartitions=2).selectExpr("cast(id % 7 AS string) AS k", "id AS n")
+        with pytest.raises(AnalysisException) as raised:
+            (
+                df.write.format("affinity")
+                .option("group", "ledger")
+                .option("registry", str(ours))
+                .option("key", "k")
+                .option("bootstrap", inbox)
+                .option("writer", "python")
+                .mode("append")
+                .save()
+            )
+        text = full_text(raised.value)
+        assert "option group='ledger'" in text and "holds another definition" in text and inbox in text, text
+        assert len(set(re.findall(r"fingerprint ([0-9a-f]{16})", text))) == 2, text
+        assert f"QC={QUEUE_COUNT}" in text and "QC=2" in text, text
+        assert consumer.poll() is None, "the answering consumer keeps running"
+    finally:
+        consumer.terminate()
+        consumer.communicate(timeout=WAIT_S)  # reaps it and closes its pipe

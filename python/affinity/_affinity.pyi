@@ -828,7 +828,8 @@ def group_bootstrap(
     host: str = "127.0.0.1",
     secret: bytes | None = None,
     timeout_ms: int = ...,
-) -> tuple[str, str, int, int, int]: ...
+    held: tuple[str, str, int, int, int] | None = None,
+) -> tuple[str, str, int, int, int] | None: ...
 
 @final
 class GroupMessage:

@@ -91,6 +91,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--no-live", dest="live", action="store_false", help="plain progress lines, no live view")
     parser.add_argument(
+        "--liveness",
+        type=float,
+        default=defaults.CONSUMER_LIVENESS_TIMEOUT,
+        help="the consumers' liveness timeout in seconds: how soon the killed consumer's queues move "
+        "(default %(default)g; the library's is 2: shorter declares a consumer stalled that long dead too)",
+    )
+    parser.add_argument(
         "--web",
         nargs="?",
         const=WEB_LISTEN,
@@ -163,6 +170,7 @@ def run_pipeline(args: argparse.Namespace) -> int:
             join_at=args.join_at,
             live=args.live,
             driver=args.driver,
+            liveness=args.liveness,
         )
     except ConfigError as error:
         print(f"affinity demo: {error}", file=sys.stderr)

@@ -69,9 +69,9 @@ class Collector:
             self._validator.rebase(start_ns)
 
     def mark_killed(self, consumer: int) -> None:
-        """Tells the validator that ``consumer`` was SIGKILLed."""
+        """Tells the validator that ``consumer`` was SIGKILLed now."""
         with self._lock:
-            self._validator.mark_killed(consumer)
+            self._validator.mark_killed(consumer, time.time_ns())
 
     def live(self) -> LiveStats:
         """A snapshot for the live display."""

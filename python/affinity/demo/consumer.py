@@ -22,8 +22,10 @@ from affinity.demo import protocol
 from affinity.demo.records import decode_event, encode_processed, event_times_ns, records_per_message
 from affinity.demo.settings import (
     CONSUMER_CYCLE_SECONDS,
+    CONSUMER_LIVENESS_TIMEOUT,
     CONSUMER_POLL_MAX,
     CONSUMER_POLL_TIMEOUT,
+    HEARTBEATS_PER_LIVENESS,
     STARTUP_TIMEOUT,
     STATUS_INTERVAL,
     VALIDATION_STREAM_ID,
@@ -63,7 +65,9 @@ class EventSource(Protocol):
 class GroupEventSource:
     """Events published with :class:`affinity.groups.GroupPublisher` (the ``--no-spark`` generator)."""
 
-    def __init__(self, client: affinity.Client, group: str, index: int, count: int, registry: str, name: str) -> None:
+    def __init__(
+        self, client: affinity.Client, group: str, index: int, count: int, registry: str, name: str, liveness: float
+    ) -> None:
         self._consumer = GroupConsumer(
             client,
             group,
@@ -72,7 +76,10 @@ class GroupEventSource:
             auto_ack=False,
             registry=registry,
             name=name,
+            # The demo's timings (affinity.demo.settings says why each differs from the default).
             cycle=CONSUMER_CYCLE_SECONDS,
+            liveness_timeout=liveness,
+            heartbeat_interval=liveness / HEARTBEATS_PER_LIVENESS,
         )
         self._to_ack: dict[tuple[int, int], GroupMessage] = {}
 
@@ -112,11 +119,21 @@ class SparkEventSource:
     demo's query never aborts a batch, so a count above zero shows up in the consumer's log.
     """
 
-    def __init__(self, client: affinity.Client, group: str, index: int, count: int, registry: str, name: str) -> None:
+    def __init__(
+        self, client: affinity.Client, group: str, index: int, count: int, registry: str, name: str, liveness: float
+    ) -> None:
         from affinity.spark import SinkConsumer
 
         self._consumer = SinkConsumer(
-            group, index, count, client=client, registry=registry, name=name, cycle=CONSUMER_CYCLE_SECONDS
+            group,
+            index,
+            count,
+            client=client,
+            registry=registry,
+            name=name,
+            cycle=CONSUMER_CYCLE_SECONDS,
+            liveness_timeout=liveness,
+            heartbeat_interval=liveness / HEARTBEATS_PER_LIVENESS,
         )
         self.aborts = 0
 
@@ -229,14 +246,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--ordinal", type=int, required=True, help="this process's number in the demo (0, 1, ...)")
     parser.add_argument("--validator", required=True, help="channel of the validation subscription")
     parser.add_argument("--spark", action="store_true", help="read the Spark sink's Arrow batches")
+    parser.add_argument(
+        "--liveness", type=float, default=CONSUMER_LIVENESS_TIMEOUT, help="liveness timeout in seconds (%(default)g)"
+    )
     args = parser.parse_args(argv)
     name = f"consumer-{args.ordinal}"
     with affinity.Client() as client:
         source: EventSource
         if args.spark:
-            source = SparkEventSource(client, args.group, args.index, args.count, args.registry, name)
+            source = SparkEventSource(client, args.group, args.index, args.count, args.registry, name, args.liveness)
         else:
-            source = GroupEventSource(client, args.group, args.index, args.count, args.registry, name)
+            source = GroupEventSource(client, args.group, args.index, args.count, args.registry, name, args.liveness)
         return run(source, client, args)
 
 

@@ -38,6 +38,7 @@ from affinity.demo.settings import (
     SPARK_WORK_PREFIX,
     STARTUP_TIMEOUT,
     TIMELINE_BIN_SECONDS,
+    WORK_ROOT,
     DemoSettings,
 )
 from affinity.demo.validation import MoveCause, ValidationReport, Validator
@@ -147,6 +148,8 @@ class _Run:
             str(ordinal),
             "--validator",
             self.collector.channel,
+            "--liveness",
+            repr(self.settings.liveness),
             *(["--spark"] if self.settings.spark else []),
         )
         self.consumers[ordinal] = ConsumerState(ordinal, index, at)
@@ -221,9 +224,14 @@ def _wait(what: str, done: object, timeout: float, run: _Run, child: Child | Non
         time.sleep(TICK)
 
 
+def work_folder(prefix: str) -> Path:
+    """A private new folder named ``prefix...`` in :data:`WORK_ROOT` (memory), else in the temp dir."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=WORK_ROOT if WORK_ROOT.is_dir() else None))
+
+
 def _driver_root() -> Path:
-    """A private folder for the standalone driver's directory (in /dev/shm when there is one)."""
-    return Path(tempfile.mkdtemp(prefix=DRIVER_WORK_PREFIX, dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    """A private folder for the standalone driver's directory (in memory when there is /dev/shm)."""
+    return work_folder(DRIVER_WORK_PREFIX)
 
 
 def start_driver(directory: Path, log_dir: Path, env: dict[str, str]) -> Child:
@@ -316,7 +324,7 @@ def run_demo(
                 f"{settings.consumers} consumers own all {settings.queue_count} queues (not all primaries yet)"
             )
         # Made and removed here, not by the job: a job that is SIGKILLed cannot remove anything.
-        spark_work = Path(tempfile.mkdtemp(prefix=SPARK_WORK_PREFIX)) if settings.spark else None
+        spark_work = work_folder(SPARK_WORK_PREFIX) if settings.spark else None
         command = _generator_command(settings, group, registry, spark_work, driver_dir)
         generator = Child("generator", command, log_dir, run.env, own_group=settings.spark)
         children.append(generator)

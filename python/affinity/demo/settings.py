@@ -41,6 +41,21 @@ VALIDATION_STREAM_ID = 4242
 CONSUMER_POLL_MAX = 2_000
 #: Seconds a consumer's poll may wait for messages.
 CONSUMER_POLL_TIMEOUT = 0.02
+#: Liveness timeout of the demo's consumers by default (``--liveness``), in seconds; the library's
+#: default is 2 s. It is how long the SIGKILLed consumer keeps its queues before a survivor claims
+#: them. Until then the Spark micro-batch that wrote rows to those queues waits for their
+#: acknowledgements, and every event due meanwhile waits for that batch, so this bounds the demo's
+#: worst latency. The trade-off: a consumer that is merely stalled this long (a heavily loaded
+#: machine, a stopped process) is declared dead too; its queues move (and move back at the next
+#: cycle), and what it processed but had not yet acknowledged is delivered again, which the
+#: validation counts as duplicates. On a busy machine ``--liveness 2`` is the safer choice.
+CONSUMER_LIVENESS_TIMEOUT = 0.5
+#: Shortest and longest ``--liveness`` in seconds.
+MIN_LIVENESS_TIMEOUT = 0.05
+MAX_LIVENESS_TIMEOUT = 60.0
+#: Heartbeats per liveness timeout (the heartbeat interval is ``--liveness`` divided by this): a
+#: few late heartbeats do not declare a live consumer dead.
+HEARTBEATS_PER_LIVENESS = 10
 #: Seconds between a consumer's status lines to the orchestrator.
 STATUS_INTERVAL = 0.25
 #: Seconds between the generator's progress lines.
@@ -68,8 +83,13 @@ SPARK_PARTITIONS = 2
 SPARK_MASTER = "local[2]"
 #: Name under which the demo's event generator is registered as a Spark streaming source.
 SPARK_SOURCE_NAME = "affinity_demo_events"
-#: Prefix of the Spark query's work folder (checkpoint, start file) in the temp dir.
+#: Prefix of the Spark query's work folder (checkpoint, start file), made in :data:`WORK_ROOT`
+#: when it exists (else the temp dir): Spark writes the checkpoint's offset and commit files on
+#: every micro-batch (``walCommit`` + ``commitOffsets`` were ~100 ms of a ~220 ms batch with them
+#: on disk, idle), and the demo's checkpoint needs no disk.
 SPARK_WORK_PREFIX = "affinity-demo-spark-"
+#: Memory-backed folder for the demo's work folders (the Spark checkpoint, the standalone driver).
+WORK_ROOT = Path("/dev/shm")
 
 #: Prefix of the folder (under /dev/shm, else the temp dir) holding the standalone driver's
 #: directory with ``--driver``.
@@ -96,6 +116,13 @@ class DemoSettings:
     live: bool
     #: One standalone ``affinity driver`` under every process (else an embedded driver in each).
     driver: bool = False
+    #: The consumers' liveness timeout in seconds (``--liveness``).
+    liveness: float = CONSUMER_LIVENESS_TIMEOUT
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Seconds between the consumers' heartbeats."""
+        return self.liveness / HEARTBEATS_PER_LIVENESS
 
     @property
     def queue_count(self) -> int:
@@ -131,6 +158,7 @@ class DemoSettings:
         join_at: float | None = None,
         live: bool = True,
         driver: bool = False,
+        liveness: float = CONSUMER_LIVENESS_TIMEOUT,
     ) -> DemoSettings:
         """Validated settings; raises :class:`affinity.ConfigError` naming the bad option and value."""
         if not (math.isfinite(duration) and duration > 0):
@@ -149,6 +177,11 @@ class DemoSettings:
             raise ConfigError(
                 f"--join-at must be after --kill-at={kill:g} and before --duration={duration:g} seconds, got {join!r}"
             )
+        if not (math.isfinite(liveness) and MIN_LIVENESS_TIMEOUT <= liveness <= MAX_LIVENESS_TIMEOUT):
+            raise ConfigError(
+                f"--liveness must be between {MIN_LIVENESS_TIMEOUT:g} and {MAX_LIVENESS_TIMEOUT:g} seconds, "
+                f"got {liveness!r}"
+            )
         if rate * duration < 1:
             raise ConfigError(f"--rate {rate} over --duration {duration:g} s generates no event")
         return cls(
@@ -162,4 +195,5 @@ class DemoSettings:
             join_at=float(join),
             live=live,
             driver=driver,
+            liveness=float(liveness),
         )

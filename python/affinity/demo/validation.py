@@ -79,6 +79,13 @@ class LatencySummary:
     p50_ms: float
     p99_ms: float
     max_ms: float
+    #: Seconds since the start (from, to) of the failover after a SIGKILL: from the kill to one
+    #: bin after the last queue moved away from the killed consumer (the held events catch up
+    #: then); None without a kill or a failover.
+    failover_window: tuple[float, float] | None = None
+    #: p99 of the events processed outside the time bins the failover window touches (None
+    #: without a failover window): the steady state's tail.
+    p99_outside_failover_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,8 @@ class Validator:
         self._current_move: dict[int, _Move] = {}
         self._moves: list[_Move] = []
         self._killed: set[int] = set()
+        #: When the first consumer was killed (ns since the epoch), if the caller said.
+        self._killed_at_ns: int | None = None
         self._per_consumer: dict[int, int] = {}
         self._bins = _Bins()
         self._received = 0
@@ -232,9 +241,21 @@ class Validator:
         self._start_ns = start_ns
         self._started = True
 
-    def mark_killed(self, consumer: int) -> None:
-        """Records that ``consumer`` was SIGKILLed: what it processed but never acked may be replayed."""
+    def mark_killed(self, consumer: int, at_ns: int | None = None) -> None:
+        """Records that ``consumer`` was SIGKILLed (``at_ns``: when, ns since the epoch): what it
+        processed but never acked may be replayed, and the report tells the failover's latency apart."""
         self._killed.add(consumer)
+        if at_ns is not None and self._killed_at_ns is None:
+            self._killed_at_ns = at_ns
+
+    def _failover_window(self) -> tuple[float, float] | None:
+        """Seconds since the start from the kill to one bin after the last failover move (None: no failover)."""
+        if self._killed_at_ns is None:
+            return None
+        moved = [m.at for m in self._moves if m.cause == MoveCause.FAILOVER]
+        if not moved:
+            return None
+        return ((self._killed_at_ns - self._start_ns) / 1e9, max(moved) + self._bin_seconds)
 
     def add(self, rows: list[Row], now_ns: int) -> None:
         """Buffers processed records and checks those older than the reorder window."""
@@ -341,6 +362,17 @@ class Validator:
                 unexpected += high - expected
                 self._error(f"account {account}: seq {high} processed but only {expected} were generated")
         all_latencies = sorted(v for bin_ in self._bins.latencies for v in bin_)
+        window = self._failover_window()
+        outside: float | None = None
+        if window is not None:
+            width = self._bin_seconds
+            steady = sorted(
+                v
+                for index, bin_ in enumerate(self._bins.latencies)
+                if not ((index + 1) * width > window[0] and index * width < window[1])
+                for v in bin_
+            )
+            outside = percentile(steady, 0.99) / 1e6
         bins = len(self._bins.latencies)
         per_bin_sorted = [sorted(v) for v in self._bins.latencies]
         per_consumer_bins = {c: v + [0] * (bins - len(v)) for c, v in sorted(self._bins.counts.items())}
@@ -361,6 +393,8 @@ class Validator:
                 p50_ms=percentile(all_latencies, 0.50) / 1e6,
                 p99_ms=percentile(all_latencies, 0.99) / 1e6,
                 max_ms=(all_latencies[-1] / 1e6) if all_latencies else 0.0,
+                failover_window=window,
+                p99_outside_failover_ms=outside,
             ),
             timeline=Timeline(
                 bin_seconds=self._bin_seconds,

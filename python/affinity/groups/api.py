@@ -30,7 +30,7 @@ from affinity._affinity import (
 )
 from affinity._arguments import expect_int, expect_str, milliseconds
 from affinity._arrow import ArrowBinaryArray, ArrowRecordBatch
-from affinity.defaults import GROUP_BOOTSTRAP_TIMEOUT_MS
+from affinity.defaults import GROUP_BOOTSTRAP_TIMEOUT_MS, GROUP_LIVENESS_TIMEOUT_MS
 from affinity.exceptions import ConfigError
 from affinity.groups.registry import GroupDefinition, group_file, load_group, registry_dir
 from affinity.groups.secret import resolve_secret
@@ -72,6 +72,7 @@ def _definition(
         secret=key,
         timeout_ms=milliseconds("bootstrap_timeout", seconds),
     )
+    assert learned is not None, "group_bootstrap answers None only to a caller holding a definition"
     return GroupDefinition(*learned), key, source
 
 
@@ -114,8 +115,30 @@ def learn_definition(
     """The definition a member of ``group`` would use: the registry's, or (``bootstrap`` given and
     no registry entry) the first answer of a member listed in ``bootstrap`` — without joining the
     group. Raises what a member's constructor raises (``ConfigError`` naming the addresses asked,
-    or both fingerprints when an answer holds another definition)."""
-    definition, _key, _source = _definition(client, group, registry, bootstrap, host, secret, bootstrap_timeout)
+    or both fingerprints when an answer holds another definition).
+
+    With both a registry entry and ``bootstrap``, the listed members are asked as a member's
+    constructor asks them (for at most the liveness timeout, 2 s, or ``bootstrap_timeout`` if
+    shorter): an answer holding another definition than the registry's is refused at once, naming
+    both fingerprints; no answer leaves the registry's (this member would be the first)."""
+    definition, key, _source = _definition(client, group, registry, bootstrap, host, secret, bootstrap_timeout)
+    if bootstrap is not None and group_file(definition.name, registry).is_file():
+        seconds = DEFAULT_BOOTSTRAP_TIMEOUT if bootstrap_timeout is None else bootstrap_timeout
+        group_bootstrap(
+            client,
+            definition.name,
+            expect_str("bootstrap", bootstrap),
+            host="127.0.0.1" if host is None else expect_str("host", host),
+            secret=key,
+            timeout_ms=min(milliseconds("bootstrap_timeout", seconds), GROUP_LIVENESS_TIMEOUT_MS),
+            held=(
+                definition.name,
+                definition.hash_prefix,
+                definition.hash_count,
+                definition.queue_count,
+                definition.queue_size,
+            ),
+        )
     return definition
 
 

@@ -245,8 +245,14 @@ fn bootstrap_list(bootstrap: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<std::net
 /// Asks the members at `bootstrap` (`"host:port,..."`) for group `group`'s definition: the
 /// first answer's `(name, hash_prefix, hash_count, queue_count, queue_size)`. Fails after
 /// `timeout_ms` naming every address asked, or at once when the answer is invalid.
+///
+/// `held`: the definition the caller holds already (its registry's, as the same tuple). An
+/// answer holding another definition is refused at once, naming both fingerprints; no answer
+/// within `timeout_ms` returns `None` (the caller is the group's first member, as a member
+/// holding a definition starts so).
 #[pyfunction]
-#[pyo3(signature = (client, group, bootstrap, *, host="127.0.0.1", secret=None, timeout_ms=GROUP_BOOTSTRAP_TIMEOUT_MS))]
+#[pyo3(signature = (client, group, bootstrap, *, host="127.0.0.1", secret=None, timeout_ms=GROUP_BOOTSTRAP_TIMEOUT_MS, held=None))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn group_bootstrap(
     py: Python<'_>,
     client: &Bound<'_, PyAny>,
@@ -255,24 +261,44 @@ fn group_bootstrap(
     #[pyo3(from_py_with = named::host)] host: &str,
     secret: Option<&Bound<'_, PyAny>>,
     #[pyo3(from_py_with = named::timeout_ms)] timeout_ms: u64,
-) -> PyResult<(String, String, u32, u32, u64)> {
+    held: Option<(String, String, u32, u32, u64)>,
+) -> PyResult<Option<(String, String, u32, u32, u64)>> {
     let client = Client::argument(client)?;
     let group = str_argument("group", group)?.to_owned();
     let addresses = bootstrap_list(Some(bootstrap))?;
     if addresses.is_empty() {
         return Err(config_error("bootstrap: expected host:port,host:port,..."));
     }
+    let held = match held {
+        None => None,
+        Some((name, hash_prefix, hash_count, queue_count, queue_size)) => {
+            if name != group {
+                return Err(config_error(format!("held: a definition of group {name:?}, not of {group:?}")));
+            }
+            Some(
+                GroupConfig::new(&name, &hash_prefix, hash_count, queue_count, queue_size)
+                    .map_err(|e| config_error(format!("held: {e}")))?,
+            )
+        }
+    };
     // No registry: the answer is the definition.
     let mut options = MemberOptions::new(PathBuf::new());
     options.host = host.to_owned();
     options.secret = secret_option(secret)?;
     let timeout = duration_ms("timeout_ms", timeout_ms)?;
     let client = client.get().shared()?;
-    let learned = py
-        .detach(|| runtime::bootstrap::fetch(&*client, &group, None, &addresses, &options, timeout))
-        .map_err(group_error)?;
-    let config = learned.config;
-    Ok((config.name, config.hash_prefix, config.hash_count, config.queue_count, config.queue_size))
+    let learned =
+        py.detach(|| runtime::bootstrap::fetch(&*client, &group, held.as_ref(), &addresses, &options, timeout));
+    let config = match learned {
+        Ok(learned) => learned.config,
+        Err(core_groups::GroupError::Definition(message))
+            if held.is_some() && message.contains(runtime::bootstrap::NO_ANSWER) =>
+        {
+            return Ok(None)
+        }
+        Err(error) => return Err(group_error(error)),
+    };
+    Ok(Some((config.name, config.hash_prefix, config.hash_count, config.queue_count, config.queue_size)))
 }
 
 /// Runs `wait(limit)` without the GIL in slices of at most [`SIGNAL_CHECK_INTERVAL`],
