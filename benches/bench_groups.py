@@ -253,6 +253,11 @@ def throughput(args: argparse.Namespace) -> None:
             "group_cpu_us_per_msg": round(group_cpu / delivered * 1e6, 3),
             "plain_cpu_us_per_msg": round(plain_cpu / plain["received"] * 1e6, 3),
             "cpu_ratio": round(plain_cpu / plain["received"] / (group_cpu / delivered), 3),
+            # The sending and the receiving processes apart (each with its embedded driver).
+            "group_publisher_cpu_us_per_msg": round(group_publisher_cpu / delivered * 1e6, 3),
+            "group_consumers_cpu_us_per_msg": round(sum(r["cpu"] for r in results) / delivered * 1e6, 3),
+            "plain_publisher_cpu_us_per_msg": round(plain_publisher_cpu / plain["received"] * 1e6, 3),
+            "plain_subscriber_cpu_us_per_msg": round(plain["cpu"] / plain["received"] * 1e6, 3),
             "group_window": [round(t, 3) for t in group_window],
             "plain_window": [round(plain["first"], 3), round(plain["last"], 3)],
         }

@@ -23,7 +23,7 @@ use super::transport::Client;
 use crate::control::GroupSecret;
 use crate::control::Timing;
 use crate::groups::bootstrap::parse_bootstrap_list;
-use crate::groups::consumer::DeliveryBatch;
+use crate::groups::consumer::{DeliveryBatch, DeliveryRef};
 use crate::groups::runtime::{self, MemberOptions};
 use crate::groups::{self as core_groups, GroupConfig};
 
@@ -334,70 +334,107 @@ pub(crate) const BATCH_COLUMNS: [(&str, &str); 8] = [
     ("subject", "large_string"),
 ];
 
+/// A `pyarrow.Buffer` over a new Python `bytes` of `length` bytes written by `fill`: the
+/// column is written once, in place, with no intermediate buffer.
+fn filled_buffer<'py>(
+    pyarrow: &Bound<'py, PyModule>,
+    length: usize,
+    fill: impl FnOnce(&mut [u8]),
+) -> PyResult<Bound<'py, PyAny>> {
+    let bytes = PyBytes::new_with(pyarrow.py(), length, |buffer| {
+        fill(buffer);
+        Ok(())
+    })?;
+    pyarrow.call_method1("py_buffer", (bytes,))
+}
+
+/// The offsets (little-endian `i64`, from 0) and the data of a variable-length column whose
+/// value for each record is `part`.
+fn binary_buffers<'py, 'a>(
+    pyarrow: &Bound<'py, PyModule>,
+    records: &[DeliveryRef<'a>],
+    part: impl Fn(&DeliveryRef<'a>) -> &'a [u8],
+) -> PyResult<[Option<Bound<'py, PyAny>>; 2]> {
+    let total: usize = records.iter().map(|record| part(record).len()).sum();
+    let offsets = filled_buffer(pyarrow, (records.len() + 1) * 8, |out| {
+        let mut end = 0i64;
+        for (slot, record) in out[8..].chunks_exact_mut(8).zip(records) {
+            end += part(record).len() as i64;
+            slot.copy_from_slice(&end.to_le_bytes());
+        }
+    })?;
+    let data = filled_buffer(pyarrow, total, |out| {
+        let mut at = 0;
+        for record in records {
+            let bytes = part(record);
+            out[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        }
+    })?;
+    Ok([Some(offsets), Some(data)])
+}
+
+/// The data buffer of a fixed-width column whose value for each record is `value`.
+fn number_buffer<'py, const WIDTH: usize>(
+    pyarrow: &Bound<'py, PyModule>,
+    records: &[DeliveryRef<'_>],
+    value: impl Fn(&DeliveryRef<'_>) -> [u8; WIDTH],
+) -> PyResult<Bound<'py, PyAny>> {
+    filled_buffer(pyarrow, records.len() * WIDTH, |out| {
+        for (slot, record) in out.chunks_exact_mut(WIDTH).zip(records) {
+            slot.copy_from_slice(&value(record));
+        }
+    })
+}
+
 /// A pyarrow array of `arrow_type` from its buffers (`None` where absent).
 fn arrow_array<'py>(
     pyarrow: &Bound<'py, PyModule>,
     arrow_type: &str,
     length: usize,
     null_count: usize,
-    buffers: &[Option<&[u8]>],
+    buffers: Vec<Option<Bound<'py, PyAny>>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = pyarrow.py();
-    let mut objects = Vec::with_capacity(buffers.len());
-    for buffer in buffers {
-        objects.push(match buffer {
-            Some(bytes) => pyarrow.call_method1("py_buffer", (PyBytes::new(py, bytes),))?,
-            None => py.None().into_bound(py),
-        });
-    }
+    let objects = buffers.into_iter().map(|buffer| buffer.unwrap_or_else(|| py.None().into_bound(py)));
     let data_type = pyarrow.call_method0(arrow_type)?;
     pyarrow.getattr("Array")?.call_method1("from_buffers", (data_type, length, PyList::new(py, objects)?, null_count))
 }
 
-/// The records of `batch` as a `pyarrow.RecordBatch` with the columns [`BATCH_COLUMNS`].
+/// The records of `batch` as a `pyarrow.RecordBatch` with the columns [`BATCH_COLUMNS`]; each
+/// column is written once, straight into the Python buffer pyarrow takes.
 fn record_batch<'py>(pyarrow: &Bound<'py, PyModule>, batch: &DeliveryBatch) -> PyResult<Bound<'py, PyAny>> {
-    let length = batch.len();
-    let mut keys = (vec![0i64], Vec::new());
-    let mut payloads = (vec![0i64], Vec::new());
-    let mut subjects = (vec![0i64], Vec::new());
-    let mut valid = vec![0u8; length.div_ceil(8)];
-    let mut numbers: [Vec<u8>; 5] = Default::default();
-    let mut missing = 0;
-    for (index, record) in batch.iter().enumerate() {
-        for ((offsets, data), bytes) in [(&mut keys, record.key), (&mut payloads, record.payload)] {
-            data.extend_from_slice(bytes);
-            offsets.push(data.len() as i64);
-        }
-        match record.subject {
-            Some(subject) => {
-                subjects.1.extend_from_slice(subject.as_bytes());
-                valid[index / 8] |= 1 << (index % 8);
-            }
-            None => missing += 1,
-        }
-        subjects.0.push(subjects.1.len() as i64);
-        numbers[0].extend_from_slice(&record.queue.to_le_bytes());
-        numbers[1].extend_from_slice(&record.bucket.to_le_bytes());
-        numbers[2].extend_from_slice(&record.producer.to_le_bytes());
-        numbers[3].extend_from_slice(&record.sequence.to_le_bytes());
-        numbers[4].extend_from_slice(&record.epoch.to_le_bytes());
-    }
-    let le = |offsets: &[i64]| offsets.iter().flat_map(|offset| offset.to_le_bytes()).collect::<Vec<u8>>();
+    let records: Vec<DeliveryRef<'_>> = batch.iter().collect();
+    let length = records.len();
     let mut columns = Vec::with_capacity(BATCH_COLUMNS.len());
-    for (offsets, data) in [&keys, &payloads] {
-        columns.push(arrow_array(pyarrow, "large_binary", length, 0, &[None, Some(&le(offsets)), Some(data)])?);
+    let [offsets, data] = binary_buffers(pyarrow, &records, |record| record.key)?;
+    columns.push(arrow_array(pyarrow, "large_binary", length, 0, vec![None, offsets, data])?);
+    let [offsets, data] = binary_buffers(pyarrow, &records, |record| record.payload)?;
+    columns.push(arrow_array(pyarrow, "large_binary", length, 0, vec![None, offsets, data])?);
+    let numbers = [
+        number_buffer(pyarrow, &records, |r| r.queue.to_le_bytes())?,
+        number_buffer(pyarrow, &records, |r| r.bucket.to_le_bytes())?,
+        number_buffer(pyarrow, &records, |r| r.producer.to_le_bytes())?,
+        number_buffer(pyarrow, &records, |r| r.sequence.to_le_bytes())?,
+        number_buffer(pyarrow, &records, |r| r.epoch.to_le_bytes())?,
+    ];
+    for (number, (_, arrow_type)) in numbers.into_iter().zip(&BATCH_COLUMNS[2..7]) {
+        columns.push(arrow_array(pyarrow, arrow_type, length, 0, vec![None, Some(number)])?);
     }
-    for (number, (_, arrow_type)) in numbers.iter().zip(&BATCH_COLUMNS[2..7]) {
-        columns.push(arrow_array(pyarrow, arrow_type, length, 0, &[None, Some(number)])?);
-    }
-    let validity = (missing > 0).then_some(valid.as_slice());
-    columns.push(arrow_array(
-        pyarrow,
-        "large_string",
-        length,
-        missing,
-        &[validity, Some(&le(&subjects.0)), Some(&subjects.1)],
-    )?);
+    let missing = records.iter().filter(|record| record.subject.is_none()).count();
+    let validity = if missing > 0 {
+        Some(filled_buffer(pyarrow, length.div_ceil(8), |out| {
+            for (index, record) in records.iter().enumerate() {
+                if record.subject.is_some() {
+                    out[index / 8] |= 1 << (index % 8);
+                }
+            }
+        })?)
+    } else {
+        None
+    };
+    let [offsets, data] = binary_buffers(pyarrow, &records, |record| record.subject.map_or(&[][..], str::as_bytes))?;
+    columns.push(arrow_array(pyarrow, "large_string", length, missing, vec![validity, offsets, data])?);
     let names: Vec<&str> = BATCH_COLUMNS.iter().map(|(name, _)| *name).collect();
     let kwargs = pyo3::types::PyDict::new(pyarrow.py());
     kwargs.set_item("names", names)?;
@@ -406,11 +443,16 @@ fn record_batch<'py>(pyarrow: &Bound<'py, PyModule>, batch: &DeliveryBatch) -> P
 
 impl GroupConsumerCore {
     /// Polls (without the GIL, interruptibly) into one batch: no allocation per record.
-    fn poll_into_batch(&self, py: Python<'_>, max_messages: usize, timeout: f64) -> PyResult<DeliveryBatch> {
+    fn poll_into_batch(
+        &self,
+        py: Python<'_>,
+        max_messages: usize,
+        timeout: f64,
+        mut batch: DeliveryBatch,
+    ) -> PyResult<DeliveryBatch> {
         let total = seconds("timeout", timeout)?;
         let inner = &self.inner;
         let mut failure = None;
-        let mut batch = DeliveryBatch::new();
         wait_interruptibly(py, total, |slice| match inner.poll_batch(max_messages, slice, &mut batch) {
             Ok(0) if max_messages > 0 => None,
             Ok(_) => Some(()),
@@ -423,6 +465,24 @@ impl GroupConsumerCore {
             Some(error) => Err(group_error(error)),
             None => Ok(batch),
         }
+    }
+
+    /// Polls into the spare batch (a new one while another poll has it) and hands it to
+    /// `use_batch`; the batch is kept for the next poll.
+    fn with_polled<R>(
+        &self,
+        py: Python<'_>,
+        max_messages: usize,
+        timeout: f64,
+        use_batch: impl FnOnce(&DeliveryBatch) -> PyResult<R>,
+    ) -> PyResult<R> {
+        let spare = self.spare.lock().map(|mut spare| std::mem::take(&mut *spare)).unwrap_or_default();
+        let batch = self.poll_into_batch(py, max_messages, timeout, spare)?;
+        let result = use_batch(&batch);
+        if let Ok(mut spare) = self.spare.lock() {
+            *spare = batch;
+        }
+        result
     }
 }
 
@@ -755,6 +815,9 @@ impl GroupPublisherCore {
 #[pyclass(module = "affinity._affinity", frozen)]
 pub struct GroupConsumerCore {
     inner: runtime::GroupConsumer,
+    /// The batch `poll_batch` fills, kept between polls so its buffers are not grown again
+    /// (and their pages not faulted in again) every poll; taken out while in use.
+    spare: std::sync::Mutex<DeliveryBatch>,
 }
 
 #[pymethods]
@@ -797,7 +860,7 @@ impl GroupConsumerCore {
         let inner = py
             .detach(|| runtime::GroupConsumer::new(client, config, index, count, &options, auto_ack, cycle))
             .map_err(group_error)?;
-        Ok(GroupConsumerCore { inner })
+        Ok(GroupConsumerCore { inner, spare: std::sync::Mutex::default() })
     }
 
     /// This consumer's member id.
@@ -814,20 +877,21 @@ impl GroupConsumerCore {
         #[pyo3(from_py_with = named::max_messages)] max_messages: usize,
         #[pyo3(from_py_with = named::timeout)] timeout: f64,
     ) -> PyResult<Vec<GroupMessage>> {
-        let batch = self.poll_into_batch(py, max_messages, timeout)?;
-        Ok(batch
-            .iter()
-            .map(|d| GroupMessage {
-                key: PyBytes::new(py, d.key).unbind(),
-                payload: PyBytes::new(py, d.payload).unbind(),
-                queue: d.queue,
-                bucket: d.bucket,
-                producer: d.producer,
-                sequence: d.sequence,
-                epoch: d.epoch,
-                subject: d.subject.map(str::to_owned),
-            })
-            .collect())
+        self.with_polled(py, max_messages, timeout, |batch| {
+            Ok(batch
+                .iter()
+                .map(|d| GroupMessage {
+                    key: PyBytes::new(py, d.key).unbind(),
+                    payload: PyBytes::new(py, d.payload).unbind(),
+                    queue: d.queue,
+                    bucket: d.bucket,
+                    producer: d.producer,
+                    sequence: d.sequence,
+                    epoch: d.epoch,
+                    subject: d.subject.map(str::to_owned),
+                })
+                .collect())
+        })
     }
 
     /// The records `poll` would return, as one `pyarrow.RecordBatch`: columns `key`, `payload`
@@ -841,8 +905,7 @@ impl GroupConsumerCore {
         #[pyo3(from_py_with = named::timeout)] timeout: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let pyarrow = py.import("pyarrow")?;
-        let batch = self.poll_into_batch(py, max_messages, timeout)?;
-        record_batch(&pyarrow, &batch)
+        self.with_polled(py, max_messages, timeout, |batch| record_batch(&pyarrow, batch))
     }
 
     /// Acknowledges the record (`queue`, `producer`, `sequence`) received in `epoch` (a row of

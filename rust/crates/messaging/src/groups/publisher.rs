@@ -16,6 +16,11 @@ use crate::control::{
 };
 use crate::time::Instant;
 
+/// Most bytes a queue's retention log reserves (at most QS) when it first retains a record:
+/// the log fills that reservation in place, so retained records are written once onto pages
+/// touched once, not copied to larger allocations as it grows (`docs/benchmarks.md`).
+pub const LOG_RESERVE_MAX: u64 = 64 << 20;
+
 /// Why `publish` refused a record (nothing was taken).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -331,6 +336,12 @@ impl PublisherState {
         };
         if state.retained_bytes() + length as u64 > queue_size {
             return Err(Ok(Refusal::BackPressured));
+        }
+        if state.log.capacity() == 0 {
+            // Address space only: pages are backed as records are written. Without it, the
+            // log grows by reallocation, copying what it holds onto fresh pages each time.
+            // Refused (strict overcommit): the log grows as it needs.
+            let _ = state.log.try_reserve_exact(queue_size.min(LOG_RESERVE_MAX) as usize);
         }
         let start = state.end_offset();
         emit_record(&mut state.log, bucket, key, subject, payload)
