@@ -179,7 +179,12 @@ def arrays(count: int, keys: int, size: int) -> tuple[pa.Array, pa.Array]:
 
 
 def throughput(args: argparse.Namespace) -> None:
-    registry = tempfile.mkdtemp(prefix="bench-groups-")
+    """Runs :func:`_throughput` on a temporary registry, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="bench-groups-") as registry:
+        _throughput(args, registry)
+
+
+def _throughput(args: argparse.Namespace, registry: str) -> None:
     create_group("bench", "bench", 64, 8, 64 << 20, registry)
     key_array, payload_array = arrays(args.count, args.keys, args.size)
     chunk = 4096
@@ -300,7 +305,12 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def failover(args: argparse.Namespace) -> None:
-    registry = tempfile.mkdtemp(prefix="bench-groups-")
+    """Runs :func:`_failover` on a temporary registry, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="bench-groups-") as registry:
+        _failover(args, registry)
+
+
+def _failover(args: argparse.Namespace, registry: str) -> None:
     create_group("fo", "fo", 16, 2, 64 << 20, registry)
 
     def consumer(index: int) -> tuple[subprocess.Popen[str], Events]:
