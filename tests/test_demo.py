@@ -24,6 +24,7 @@ from affinity.demo.settings import (
     REPORT_TEXT,
     SPARK_STARTUP_TIMEOUT,
     SPARK_WORK_PREFIX,
+    WORK_ROOT,
     DemoSettings,
 )
 from affinity.demo.validation import RELEASE_INTERVAL_NS, REORDER_WINDOW_NS, MoveCause, Validator
@@ -445,13 +446,21 @@ def test_an_interrupted_spark_demo_leaves_no_spark_work_folder(tmp_path: Path) -
     require_spark()
     temp = tmp_path / "tmp"
     temp.mkdir()
+    # The work folder is made in memory (WORK_ROOT) where there is one, else in TMPDIR.
+    roots = [WORK_ROOT, temp] if WORK_ROOT.is_dir() else [temp]
+    before = {path for root in roots for path in root.glob(f"{SPARK_WORK_PREFIX}*")}
+
+    def work_folders(pattern: str = "") -> list[Path]:
+        found = [path for root in roots for path in root.glob(f"{SPARK_WORK_PREFIX}*{pattern}")]
+        return [path for path in found if (path.parent if pattern else path) not in before]
+
     settings = ("--duration", "20", "--rate", "1000", "--accounts", "500")
     command = [sys.executable, "-m", "affinity.cli", "demo", "--no-live", "--out", str(tmp_path / "out"), *settings]
     with (tmp_path / "demo.log").open("wb") as log:
         demo = subprocess.Popen(command, stdout=log, stderr=log, env={**os.environ, "TMPDIR": str(temp)})
         try:
             deadline = time.monotonic() + SPARK_STARTUP_TIMEOUT
-            while not list(temp.glob(f"{SPARK_WORK_PREFIX}*/checkpoint")):
+            while not work_folders("/checkpoint"):
                 assert demo.poll() is None, (tmp_path / "demo.log").read_text()
                 assert time.monotonic() < deadline, "the Spark query did not start"
                 time.sleep(0.1)
@@ -461,7 +470,7 @@ def test_an_interrupted_spark_demo_leaves_no_spark_work_folder(tmp_path: Path) -
             if demo.poll() is None:
                 demo.kill()
                 demo.wait()
-    assert not list(temp.glob(f"{SPARK_WORK_PREFIX}*"))
+    assert not work_folders(), work_folders()
     log = (tmp_path / "demo.log").read_text()
     assert demo.returncode == 130, log
     assert "Traceback" not in log, log
