@@ -37,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import affinity
+import cluster_conf as conf
 import cluster_hosts
 from affinity.subjects import Flags, Source, Subscriber
 from cluster_hosts import FEED, Router, address, node_block
@@ -55,21 +56,8 @@ BATCH = 64
 
 
 CONFIG = (
-    f"""\
-add-data-service
-    service-name stock
-    include-pattern ^/STOCK/
-    add-source-group
-        add-priority
-            remote-label {FEED}
-        end-priority
-    end-source-group
-end-data-service
-add-domain
-    name STOCK_EXCHANGE
-    include-pattern '^/STOCK/'
-end-domain
-"""
+    conf.data_service("stock", "^/STOCK/", FEED)
+    + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
     + node_block("golan", "master-of STOCK_EXCHANGE")
     + node_block("avalon")
     + node_block("heron")

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import affinity
+import cluster_conf as conf
 from affinity.cluster_info import node_info_subject, parse_node_info
 from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, Subscriber
@@ -48,31 +49,14 @@ def address(node: str) -> str:
 
 
 def node_block(node: str, *lines: str) -> str:
-    body = "".join(f"    {line}\n" for line in lines)
-    return f"add-cluster-node\n    node-id {node}\n    address {address(node)}\n{body}end-cluster-node\n"
+    return conf.node(node, address(node), *lines)
 
 
 #: The picture every node but frodo runs with (frodo is not in it).
 CONFIG = (
-    f"""\
-add-data-service
-    service-name stock
-    include-pattern ^/STOCK/
-    add-source-group
-        add-priority
-            remote-label {FEED}
-        end-priority
-    end-source-group
-end-data-service
-add-domain
-    name RUGBY_NEWS
-    include-pattern '^/RUGBY/'
-end-domain
-add-domain
-    name STOCK_EXCHANGE
-    include-pattern '^/STOCK/'
-end-domain
-"""
+    conf.data_service("stock", "^/STOCK/", FEED)
+    + conf.domain("RUGBY_NEWS", "^/RUGBY/")
+    + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
     + node_block("heron", "master-of RUGBY_NEWS")
     + node_block("golan", "master-of STOCK_EXCHANGE")
     + node_block("avalon")

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import affinity
+import cluster_conf as conf
 import pytest
 from affinity.cluster_failover import (
     failover_order,
@@ -59,38 +60,17 @@ AFTER = 40
 def failover_conf(ports: dict[str, int], *, heron_master: bool = False, bilbo: int | None = None) -> str:
     """golan master of STOCK_EXCHANGE backed up by heron (``heron_master``: the reverse);
     avalon a slave; with ``bilbo`` a fourth node."""
-    golan_roles = "    backup-node heron\n" if heron_master else "    master-of STOCK_EXCHANGE\n    backup-node heron\n"
-    heron_roles = "    master-of STOCK_EXCHANGE\n    backup-node golan\n" if heron_master else ""
-    fourth = ""
-    if bilbo is not None:
-        fourth = f"add-cluster-node\n    node-id bilbo\n    address {listen(bilbo)}\nend-cluster-node\n"
-    return f"""\
-add-data-service
-    service-name stock
-    include-pattern ^/STOCK/
-    add-source-group
-        add-priority
-            remote-label {FEED}
-        end-priority
-    end-source-group
-end-data-service
-add-cluster-node
-    node-id golan
-    address aeron:udp?endpoint=127.0.0.1:{ports["golan"]}
-{golan_roles}end-cluster-node
-add-cluster-node
-    node-id heron
-    address aeron:udp?endpoint=127.0.0.1:{ports["heron"]}
-{heron_roles}end-cluster-node
-add-cluster-node
-    node-id avalon
-    address aeron:udp?endpoint=127.0.0.1:{ports["avalon"]}
-end-cluster-node
-{fourth}add-domain
-    name STOCK_EXCHANGE
-    include-pattern '^/STOCK/'
-end-domain
-"""
+    golan_roles = ("backup-node heron",) if heron_master else ("master-of STOCK_EXCHANGE", "backup-node heron")
+    heron_roles = ("master-of STOCK_EXCHANGE", "backup-node golan") if heron_master else ()
+    fourth = "" if bilbo is None else conf.node("bilbo", listen(bilbo))
+    return (
+        conf.data_service("stock", "^/STOCK/", FEED)
+        + conf.node("golan", listen(ports["golan"]), *golan_roles)
+        + conf.node("heron", listen(ports["heron"]), *heron_roles)
+        + conf.node("avalon", listen(ports["avalon"]))
+        + fourth
+        + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
+    )
 
 
 def start_node(config: Path, node: str, channel: str) -> Process:

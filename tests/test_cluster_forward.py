@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import affinity
+import cluster_conf as conf
 from affinity.cluster_info import node_info_subject
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
@@ -91,12 +92,11 @@ def images(inbox: Inbox) -> list[str]:
 
 
 def forward_conf(golan: int, avalon: int, bilbo: int | None = None, queue: str | None = None) -> str:
-    settings = "" if queue is None else f"add-cluster\n    forward-queue {queue}\nend-cluster\n"
-    return settings + cluster_conf(golan, avalon, bilbo)
+    return conf.settings(forward_queue=queue) + cluster_conf(golan, avalon, bilbo)
 
 
 def listen(port: int) -> str:
-    return f"aeron:udp?endpoint=127.0.0.1:{port}"
+    return conf.loopback(port)
 
 
 def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while_the_master_is_down(

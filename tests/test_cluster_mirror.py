@@ -23,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import affinity
+import cluster_conf as conf
 import pytest
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
 from test_cluster_forward import Pollable, listen, pump, settle
-from test_cluster_nodes import start_node
+from test_cluster_nodes import cluster_conf, start_node
 from test_subjects_processes import LIVENESS, Inbox, Process
 
 #: The label of the feed every master of RUGBY_NEWS has.
@@ -43,40 +44,13 @@ PUBLISHES = 50
 
 
 def mirror_conf(ports: dict[str, int], balancer: str | None = None, queue: str | None = None) -> str:
-    options = {"load-balancer": balancer, "forward-queue": queue}
-    settings = "".join(f"    {name} {value}\n" for name, value in options.items() if value is not None)
-    settings = f"add-cluster\n{settings}end-cluster\n" if settings else ""
     return (
-        settings
-        + f"""\
-add-data-service
-    service-name rugby
-    include-pattern ^/RUGBY/
-    add-source-group
-        add-priority
-            remote-label {RUGBY_FEED}
-        end-priority
-    end-source-group
-end-data-service
-add-cluster-node
-    node-id heron
-    address aeron:udp?endpoint=127.0.0.1:{ports["heron"]}
-    master-of RUGBY_NEWS
-end-cluster-node
-add-cluster-node
-    node-id hobbit
-    address aeron:udp?endpoint=127.0.0.1:{ports["hobbit"]}
-    master-of RUGBY_NEWS
-end-cluster-node
-add-cluster-node
-    node-id avalon
-    address aeron:udp?endpoint=127.0.0.1:{ports["avalon"]}
-end-cluster-node
-add-domain
-    name RUGBY_NEWS
-    include-pattern '^/RUGBY/'
-end-domain
-"""
+        conf.settings(load_balancer=balancer, forward_queue=queue)
+        + conf.data_service("rugby", "^/RUGBY/", RUGBY_FEED)
+        + conf.node("heron", conf.loopback(ports["heron"]), "master-of RUGBY_NEWS")
+        + conf.node("hobbit", conf.loopback(ports["hobbit"]), "master-of RUGBY_NEWS")
+        + conf.node("avalon", conf.loopback(ports["avalon"]))
+        + conf.domain("RUGBY_NEWS", "^/RUGBY/")
     )
 
 
@@ -309,33 +283,7 @@ EXPIRY = 5.0
 
 
 def expiry_conf(golan: int, avalon: int) -> str:
-    return f"""\
-add-cluster
-    cache-expiry {int(EXPIRY * 1000)}ms
-end-cluster
-add-data-service
-    service-name stock
-    include-pattern ^/STOCK/
-    add-source-group
-        add-priority
-            remote-label stock-feed
-        end-priority
-    end-source-group
-end-data-service
-add-cluster-node
-    node-id golan
-    address aeron:udp?endpoint=127.0.0.1:{golan}
-    master-of STOCK_EXCHANGE
-end-cluster-node
-add-cluster-node
-    node-id avalon
-    address aeron:udp?endpoint=127.0.0.1:{avalon}
-end-cluster-node
-add-domain
-    name STOCK_EXCHANGE
-    include-pattern '^/STOCK/'
-end-domain
-"""
+    return conf.settings(cache_expiry=f"{int(EXPIRY * 1000)}ms") + cluster_conf(golan, avalon)
 
 
 def test_a_slave_keeps_a_subject_for_cache_expiry_after_its_last_subscriber_then_unsubscribes(

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import affinity
+import cluster_conf as conf
 from affinity.cluster_node import NODE_NAME_PREFIX, cluster_router_config, slave_label
 from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, SubjectRouter, Subscriber
@@ -24,43 +25,13 @@ FEED = "stock-feed"
 
 def cluster_conf(golan: int, avalon: int, bilbo: int | None = None) -> str:
     """golan master of STOCK_EXCHANGE, avalon its slave, and with ``bilbo`` a slave of avalon."""
-    third = (
-        ""
-        if bilbo is None
-        else f"""\
-add-cluster-node
-    node-id bilbo
-    address aeron:udp?endpoint=127.0.0.1:{bilbo}
-    upstream STOCK_EXCHANGE avalon
-end-cluster-node
-"""
-    )
+    third = "" if bilbo is None else conf.node("bilbo", conf.loopback(bilbo), "upstream STOCK_EXCHANGE avalon")
     return (
         third
-        + f"""\
-add-data-service
-    service-name stock
-    include-pattern ^/STOCK/
-    add-source-group
-        add-priority
-            remote-label {FEED}
-        end-priority
-    end-source-group
-end-data-service
-add-cluster-node
-    node-id golan
-    address aeron:udp?endpoint=127.0.0.1:{golan}
-    master-of STOCK_EXCHANGE
-end-cluster-node
-add-cluster-node
-    node-id avalon
-    address aeron:udp?endpoint=127.0.0.1:{avalon}
-end-cluster-node
-add-domain
-    name STOCK_EXCHANGE
-    include-pattern '^/STOCK/'
-end-domain
-"""
+        + conf.data_service("stock", "^/STOCK/", FEED)
+        + conf.node("golan", conf.loopback(golan), "master-of STOCK_EXCHANGE")
+        + conf.node("avalon", conf.loopback(avalon))
+        + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
     )
 
 

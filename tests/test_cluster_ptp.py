@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import affinity
+import cluster_conf as conf
 import pytest
 from affinity.cluster_ptp import MAX_PTP_MAILBOXES, PTP_REFUSED, PtpClient, parse_ptp_address
 from affinity.exceptions import ConfigError
@@ -33,32 +34,13 @@ HELD = QUEUE // MESSAGE
 
 
 def ptp_conf(heron: int, avalon: int, queue: str | None = None, bilbo: int | None = None) -> str:
-    settings = "" if queue is None else f"add-cluster\n    ptp-queue {queue}\nend-cluster\n"
-    if bilbo is not None:
-        settings += f"""\
-add-cluster-node
-    node-id bilbo
-    address aeron:udp?endpoint=127.0.0.1:{bilbo}
-    upstream DESK avalon
-end-cluster-node
-"""
+    third = "" if bilbo is None else conf.node("bilbo", conf.loopback(bilbo), "upstream DESK avalon")
     return (
-        settings
-        + f"""\
-add-cluster-node
-    node-id heron
-    address aeron:udp?endpoint=127.0.0.1:{heron}
-    master-of DESK
-end-cluster-node
-add-cluster-node
-    node-id avalon
-    address aeron:udp?endpoint=127.0.0.1:{avalon}
-end-cluster-node
-add-domain
-    name DESK
-    include-pattern '^client/'
-end-domain
-"""
+        conf.settings(ptp_queue=queue)
+        + third
+        + conf.node("heron", conf.loopback(heron), "master-of DESK")
+        + conf.node("avalon", conf.loopback(avalon))
+        + conf.domain("DESK", "^client/")
     )
 
 
