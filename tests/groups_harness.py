@@ -30,7 +30,8 @@ from typing import Any
 START_TIMEOUT = 30.0
 #: How long the output of an exited role may take to be read to its end (a loaded machine).
 READER_DRAIN_TIMEOUT = 30.0
-_OWNS = re.compile(r"^(?P<time>\S+Z) consumer (?P<index>\d+) owns queues (?P<queues>\[[^\]]*\])")
+#: A consumer role's "owns queues" report.
+OWNS_LINE = re.compile(r"^(?P<time>\S+Z) consumer (?P<index>\d+) owns queues (?P<queues>\[[^\]]*\])")
 
 
 #: ``prctl(PR_SET_PDEATHSIG, ...)`` (Linux): the signal a child gets when its parent dies.
@@ -114,7 +115,7 @@ class Role:
         """The latest "owns queues" report (the time the consumer printed, the queues)."""
         with self._lock:
             for _, line in reversed(self.lines):
-                match = _OWNS.match(line)
+                match = OWNS_LINE.match(line)
                 if match is not None:
                     return datetime.fromisoformat(match["time"]).timestamp(), set(ast.literal_eval(match["queues"]))
         return None

@@ -8,11 +8,14 @@ report is the oracle, as in the seed: per key, no gap and no reordering, every m
 
 from __future__ import annotations
 
+import ast
 import json
 import random
+import signal
 import socket
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from affinity.groups import (
     create_group,
 )
 from affinity.testing import loopback_channel
-from groups_harness import START_TIMEOUT, Role, Roles, roles_fixture, run_group, run_two_hosts, wait_until
+from groups_harness import OWNS_LINE, START_TIMEOUT, Role, Roles, roles_fixture, run_group, run_two_hosts, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -185,6 +188,44 @@ def test_seed_story_kill_restart_scale_up_and_down_loses_nothing_and_keeps_order
     assert (0, 2) in changes_between(report, scaled_up_at, scaled_down_at)
     assert {(1, 0), (2, 0)} <= changes_between(report, scaled_down_at, time.time())
     assert set(report["per_client"]) == {"0", "1", "2"}
+
+
+def owned_reports(role: Role, after: float) -> list[set[int]]:
+    """Every "owns queues" report ``role`` printed at or after ``after`` (epoch seconds)."""
+    found = []
+    for line in role.output():
+        match = OWNS_LINE.match(line)
+        if match is not None and datetime.fromisoformat(match["time"]).timestamp() >= after:
+            found.append(set(ast.literal_eval(match["queues"])))
+    return found
+
+
+def test_a_consumer_stopped_past_the_liveness_timeout_does_not_take_its_live_peers_queues(roles: Roles) -> None:
+    # A member whose own process stalled (SIGSTOP: every thread, its driver's included) must not
+    # take its own stall for the others' silence: resumed, it steps back on the queues its peer
+    # took over and never claims the peer's primaries.
+    group, count, queues = "stall", 2, 4
+    create(roles.registry, group, 16, queues)
+    channel = loopback_channel()
+    c0 = start_consumer(roles, group, 0, count, channel)
+    c1 = start_consumer(roles, group, 1, count, channel)
+    c0.wait_owned({0, 2}, START_TIMEOUT)
+    c1.wait_owned({1, 3}, START_TIMEOUT)
+    c0.process.send_signal(signal.SIGSTOP)
+    try:
+        c1.wait_owned({0, 1, 2, 3}, LIVENESS + 5.0)
+        time.sleep(2 * LIVENESS)
+    finally:
+        c0.process.send_signal(signal.SIGCONT)
+    resumed = time.time()
+    # Its primaries come back within a cycle, by the peer's planned handoff.
+    c0.wait_owned({0, 2}, CYCLE + 5.0)
+    c1.wait_owned({1, 3}, 5.0)
+    time.sleep(1.0)
+    assert all(mine & {1, 3} == set() for mine in owned_reports(c0, resumed)), c0.describe()
+    assert all({1, 3} <= theirs for theirs in owned_reports(c1, resumed)), c1.describe()
+    assert c0.stop() == 0, c0.describe()
+    assert c1.stop() == 0, c1.describe()
 
 
 def member_files(registry: Path, group: str) -> list[dict[str, Any]]:
