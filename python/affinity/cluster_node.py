@@ -75,8 +75,9 @@ LOGGED_IN, POLLING, NOT_ALLOWED = CONNECTION_STATES
 #: The subject of a forward status that concerns all of an origin's publishes.
 ALL_SUBJECTS: Final[str] = "*"
 #: Heartbeat intervals a parent must have been heard again before queued publishes are flushed
-#: to it (and, when it was lost or restarted, it must have answered the node's own restored
-#: subscriptions there first, so that its fan-out of the flushed publishes reaches this node).
+#: to it. When it was lost or restarted it must have been heard again for the node's liveness
+#: timeout (its own returning subscribers re-subscribe meanwhile) and have answered the node's
+#: own restored subscriptions there, so that its fan-out of the flushed publishes reaches them.
 FORWARD_SETTLE_HEARTBEATS = 3
 
 
@@ -360,6 +361,8 @@ class _Forwarder:
         self.source = source
         #: When the parent was last found heard again (None: not heard now).
         self.live_since: float | None = None
+        #: The parent was heard, then lost (killed, restarted, moved): it settles longer.
+        self.lost = False
 
 
 class Forwarding:
@@ -403,12 +406,19 @@ class Forwarding:
 
     def _settled(self, node_id: str, forwarder: _Forwarder, now: float) -> bool:
         if not forwarder.source.router_live:
+            forwarder.lost = forwarder.lost or forwarder.live_since is not None
             forwarder.live_since = None
             return False
         if forwarder.live_since is None:
             forwarder.live_since = now
-        if now - forwarder.live_since < FORWARD_SETTLE_HEARTBEATS * self._node._heartbeat_interval:
+        settle = FORWARD_SETTLE_HEARTBEATS * self._node._heartbeat_interval
+        if forwarder.lost:
+            # A parent back after a loss knows no subscriber: its own clients re-subscribe
+            # within their liveness timeout, and the flushed publishes must find them there.
+            settle = max(settle, self._node._liveness_timeout)
+        if now - forwarder.live_since < settle:
             return False
+        forwarder.lost = False
         # The node's own subscriptions at that parent go first: a restarted parent fans the
         # flushed publishes out only to the subscribers it knows, this node among them once it
         # has answered the node's restored subscriptions.
