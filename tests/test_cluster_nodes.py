@@ -12,7 +12,9 @@ from pathlib import Path
 
 import affinity
 import cluster_conf as conf
+from affinity.cluster_failover import WATCH_LABEL_PREFIX
 from affinity.cluster_node import NODE_NAME_PREFIX, cluster_router_config, slave_label
+from affinity.cluster_ptp import PTP_LINK_PREFIX
 from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, SubjectRouter, Subscriber
 from affinity.testing import free_udp_port
@@ -190,6 +192,55 @@ def test_a_node_id_the_master_does_not_configure_is_refused_not_allowed(
         assert (status.not_allowed, status.subscribers) == (1, 1)
         frodo.close()
         avalon.close()
+
+
+def test_a_source_claiming_a_node_the_master_does_not_configure_is_not_let_in(
+    client: affinity.Client, tmp_path: Path
+) -> None:
+    # A forwarder (``node:<id>``), a PtP link and a backup's watch are sources at another node:
+    # only a configured node's id gets in, so a stranger cannot publish into a domain as a node.
+    config = tmp_path / "cluster.conf"
+    config.write_text(cluster_conf(free_udp_port(), free_udp_port()))
+    golan_listen = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    analysis = analyse_router_text(config.read_text(), str(config))
+    assert not analysis.errors
+    with SubjectRouter(
+        client,
+        cluster_router_config(analysis.config, "golan"),
+        listen=golan_listen,
+        liveness_timeout=LIVENESS,
+        cluster_nodes=["avalon"],
+    ) as golan:
+        gina = Subscriber(client, golan_listen, name="gina", liveness_timeout=LIVENESS)
+        inbox = Inbox(gina)
+        gina.subscribe(SUBJECT, inbox)
+        inbox.wait_for(lambda items: bool(items), "an answer (no feed: NODATA)")
+        labels = [f"{NODE_NAME_PREFIX}frodo", f"{PTP_LINK_PREFIX}frodo", f"{WATCH_LABEL_PREFIX}frodo"]
+        strangers = [Source(client, golan_listen, label, liveness_timeout=LIVENESS) for label in labels]
+        avalon = Source(client, golan_listen, f"{NODE_NAME_PREFIX}avalon", liveness_timeout=LIVENESS)
+        deadline = time.monotonic() + TIMEOUT
+        while not avalon.router_live and time.monotonic() < deadline:
+            for source in [*strangers, avalon]:
+                source.poll(16)
+            time.sleep(0.005)
+        assert avalon.router_live, "the configured node's source is let in"
+        # Each stranger heartbeats for a while: never answered, its publishes go nowhere.
+        for source in strangers:
+            source.poll(16)
+            assert not source.router_live
+            assert not source.publish(SUBJECT, b"forged", image=True)
+        assert avalon.publish(SUBJECT, b"from-avalon")
+        inbox.wait_for(lambda items: any(p == "from-avalon" for _, _, p in items), "avalon's publish")
+        inbox.drain_for(0.3)
+        assert not any(p == "forged" for _, _, p in inbox.items), inbox.items
+        # Counted at every heartbeat (the status is a snapshot refreshed every 10 ms).
+        deadline = time.monotonic() + TIMEOUT
+        while golan.status().not_allowed < len(strangers) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert golan.status().not_allowed >= len(strangers)
+        for source in [*strangers, avalon]:
+            source.close()
+        gina.close()
 
 
 def test_a_slave_routes_its_domain_to_the_cluster_before_its_own_services() -> None:

@@ -13,8 +13,11 @@ import affinity.units
 #: Compiled names used only through a Python wrapper.
 DELIBERATELY_PRIVATE = {
     "RoutingTable",
-    # the cluster's node name prefix and connection states: used through affinity.cluster_node
+    # the cluster's node name prefixes and connection states: used through affinity.cluster_node,
+    # affinity.cluster_ptp and affinity.cluster_failover
     "CLUSTER_NODE_NAME_PREFIX",
+    "CLUSTER_PTP_LINK_PREFIX",
+    "CLUSTER_NODE_WATCH_PREFIX",
     "CLUSTER_CONNECTION_STATES",
     "HASH_VERSION",
     "affinity_hash",

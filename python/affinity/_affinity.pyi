@@ -29,6 +29,8 @@ __all__ = [
     "CLUSTER_NODE_INFO_SUBJECT_PREFIX",
     "CLUSTER_NODE_INFO_SUBJECT_SUFFIX",
     "CLUSTER_NODE_NAME_PREFIX",
+    "CLUSTER_NODE_WATCH_PREFIX",
+    "CLUSTER_PTP_LINK_PREFIX",
     "CLUSTER_SOURCE_PREFIX",
     "DEFAULT_CLIENT_TIMEOUT_MS",
     "DEFAULT_COMMAND_TIMEOUT_MS",
@@ -1192,6 +1194,8 @@ FORWARD_CLEARED: Final[str]
 CLUSTER_SOURCE_PREFIX: Final[str]
 #: The subscriber name prefix a cluster node uses at another node (``node:<id>``).
 CLUSTER_NODE_NAME_PREFIX: Final[str]
+CLUSTER_NODE_WATCH_PREFIX: Final[str]
+CLUSTER_PTP_LINK_PREFIX: Final[str]
 #: A node's info subject is this prefix, the node id and the suffix (``__sys__cluster.node.info[heron]``).
 CLUSTER_NODE_INFO_SUBJECT_PREFIX: Final[str]
 #: The end of a node info subject (after the node id).
@@ -1299,7 +1303,8 @@ class SubscriberEvictedInfo:
 
 @final
 class SourceStateInfo:
-    """A ``SubjectRouterCore.drain_log`` entry: a source joined (``up``) or was lost or left."""
+    """A ``SubjectRouterCore.drain_log`` entry: a source joined (``up``), was lost or left, or was
+    not let in (``refused``)."""
 
     @property
     def label(self) -> str: ...
@@ -1307,6 +1312,8 @@ class SourceStateInfo:
     def connection_name(self) -> str: ...
     @property
     def up(self) -> bool: ...
+    @property
+    def refused(self) -> str | None: ...
 
 @final
 class SubjectDelivery:

@@ -55,7 +55,7 @@ logger = logging.getLogger("affinity.cluster")
 
 MASTER, SLAVE = ROLES
 #: The source label a node watches another node's liveness under (``node-watch:<this node>``).
-WATCH_LABEL_PREFIX: Final[str] = "node-watch:"
+WATCH_LABEL_PREFIX: Final[str] = _affinity.CLUSTER_NODE_WATCH_PREFIX
 
 
 def failover_order(cluster: ClusterConfig, node_id: str) -> tuple[str, ...]:

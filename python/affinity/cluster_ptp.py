@@ -61,7 +61,7 @@ logger = logging.getLogger("affinity.cluster")
 #: the publishes of the subjects it serves, and passes its statuses on to their senders).
 PTP_LABEL: Final[str] = f"{_affinity.CLUSTER_SOURCE_PREFIX}node-ptp"
 #: The label prefix of a node's PtP link at another node (``ptp-link:<this node>``).
-PTP_LINK_PREFIX: Final[str] = "ptp-link:"
+PTP_LINK_PREFIX: Final[str] = _affinity.CLUSTER_PTP_LINK_PREFIX
 #: The name and label prefix of a :class:`PtpClient`'s subscriber and source (``ptp-client:<login>``).
 PTP_CLIENT_PREFIX: Final[str] = "ptp-client:"
 #: An absolute address: ``/node/<node-id>/client/<login>``.

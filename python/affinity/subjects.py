@@ -586,6 +586,8 @@ RouterLogEntry = RoutingEventInfo | FaucetLogInfo | SubscriberEvictedInfo | Sour
 def _log_entry(entry: RouterLogEntry) -> None:
     if isinstance(entry, FaucetLogInfo):
         logger.info("Faucet %s %s: %s", entry.action, entry.topic, entry.json)
+    elif isinstance(entry, SourceStateInfo) and entry.refused is not None:
+        logger.warning("Source %s (connection %s) not let in: %s", entry.label, entry.connection_name, entry.refused)
     elif isinstance(entry, SourceStateInfo):
         state = "up" if entry.up else "down"
         logger.info("Source %s (connection %s) is %s", entry.label, entry.connection_name, state)

@@ -197,6 +197,8 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("CLUSTER_SOURCE_PREFIX", crate::subjects::cluster::CLUSTER_SOURCE_PREFIX)?;
     module.add("ROUTER_BACKLOG_BUDGET", DEFAULT_BACKLOG_BUDGET)?;
     module.add("CLUSTER_NODE_NAME_PREFIX", crate::subjects::cluster::NODE_NAME_PREFIX)?;
+    module.add("CLUSTER_PTP_LINK_PREFIX", crate::subjects::cluster::PTP_LINK_PREFIX)?;
+    module.add("CLUSTER_NODE_WATCH_PREFIX", crate::subjects::cluster::NODE_WATCH_PREFIX)?;
     module.add("CLUSTER_NODE_INFO_SUBJECT_PREFIX", crate::subjects::cluster::NODE_INFO_SUBJECT_PREFIX)?;
     module.add("CLUSTER_NODE_INFO_SUBJECT_SUFFIX", crate::subjects::cluster::NODE_INFO_SUBJECT_SUFFIX)?;
     let states: Vec<&str> = crate::subjects::cluster::ConnectionState::ALL.iter().map(|s| s.name()).collect();
@@ -323,7 +325,8 @@ record! {
 }
 
 record! {
-    /// A `SubjectRouterCore.drain_log` entry: a source joined (`up`) or was lost or left.
+    /// A `SubjectRouterCore.drain_log` entry: a source joined (`up`), was lost or left, or was
+    /// not let in (`refused`).
     pub struct SourceStateInfo {
         /// The source's label.
         label: String,
@@ -331,6 +334,9 @@ record! {
         connection_name: String,
         /// Whether it joined.
         up: bool,
+        /// Why it was not let in (its label claims a cluster node that is not configured:
+        /// `not-allowed`), or `None`.
+        refused: Option<String>,
     }
 }
 
@@ -465,13 +471,30 @@ impl SubjectRouterCore {
                     Bound::new(py, record)?.into_any()
                 }
                 LogEntry::SourceUp(label, id) => {
-                    let record =
-                        SourceStateInfo { label: label.to_string(), connection_name: connection_name(id), up: true };
+                    let record = SourceStateInfo {
+                        label: label.to_string(),
+                        connection_name: connection_name(id),
+                        up: true,
+                        refused: None,
+                    };
                     Bound::new(py, record)?.into_any()
                 }
                 LogEntry::SourceDown(label, id) => {
-                    let record =
-                        SourceStateInfo { label: label.to_string(), connection_name: connection_name(id), up: false };
+                    let record = SourceStateInfo {
+                        label: label.to_string(),
+                        connection_name: connection_name(id),
+                        up: false,
+                        refused: None,
+                    };
+                    Bound::new(py, record)?.into_any()
+                }
+                LogEntry::SourceRefused(label, id, reason) => {
+                    let record = SourceStateInfo {
+                        label: label.to_string(),
+                        connection_name: connection_name(id),
+                        up: false,
+                        refused: Some(reason.to_string()),
+                    };
                     Bound::new(py, record)?.into_any()
                 }
             };

@@ -17,7 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cluster::{CLUSTER_SOURCE_PREFIX, NODE_NAME_PREFIX};
+use super::cluster::{CLUSTER_SOURCE_PREFIX, NODE_PREFIXES};
 use super::codec::{
     emit_unchecked, split_origin, with_origin, RecordKind, Records, SubjectRecord, ALIVE_SUBJECT, ANY_CONTROL_TOPIC,
     FLAG_COVERAGE, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED,
@@ -111,6 +111,9 @@ pub enum LogEntry {
     SourceUp(Arc<str>, u64),
     /// A source was lost (liveness) or left.
     SourceDown(Arc<str>, u64),
+    /// A source was not let in: label, member id, why (its label claims a cluster node that is
+    /// not configured: `not-allowed`).
+    SourceRefused(Arc<str>, u64, Arc<str>),
     /// A subscriber was dropped because the router's backlogs were over their budget and its
     /// backlog was the largest: name, member id, the bytes its backlog held.
     SubscriberEvicted(Arc<str>, u64, usize),
@@ -148,9 +151,10 @@ pub struct RouterCounters {
     /// Subscribers dropped because the backlogs were over their budget
     /// ([`RouterCore::evict_subscriber`]).
     pub evicted_subscribers: u64,
-    /// SUBSCRIBEs from a cluster node (a subscriber named [`NODE_NAME_PREFIX`]`id`) whose id
-    /// is not one of this router's configured other nodes (`not-allowed`; each is also a
-    /// refused SUBSCRIBE, reported to its sender).
+    /// SUBSCRIBEs and heartbeats from a party claiming to be a cluster node (a subscriber or a
+    /// source named with one of [`NODE_PREFIXES`], e.g. `node:<id>`) whose id is not one of
+    /// this router's configured other nodes (`not-allowed`: a SUBSCRIBE is refused and told to
+    /// its sender; a source is not let in, and logged when first heard).
     pub not_allowed: u64,
 }
 
@@ -242,8 +246,9 @@ impl RouterCore {
     }
 
     /// Makes this router a cluster node that lets in subscriptions from the other nodes
-    /// `nodes` (their node ids, this node's own excluded): a subscriber named
-    /// [`NODE_NAME_PREFIX`]`id` with any other id is refused `not-allowed` (counted).
+    /// `nodes` (their node ids, this node's own excluded): a subscriber or a source named with
+    /// one of [`NODE_PREFIXES`] (`node:<id>`, ...) and any other id is refused `not-allowed`
+    /// (counted).
     pub fn with_cluster_nodes(mut self, nodes: Vec<String>) -> RouterCore {
         self.cluster_nodes = Some(nodes);
         self
@@ -255,10 +260,10 @@ impl RouterCore {
         self.cluster_nodes = Some(nodes);
     }
 
-    /// Why a subscriber named `name` may not subscribe here (a node id that is not
-    /// configured), or `None`.
+    /// Why a subscriber or a source named `name` may not be let in here (a name claiming a
+    /// cluster node, one of [`NODE_PREFIXES`], whose id is not configured), or `None`.
     fn node_refusal(&self, name: &str) -> Option<String> {
-        let node = name.strip_prefix(NODE_NAME_PREFIX)?;
+        let node = NODE_PREFIXES.iter().find_map(|prefix| name.strip_prefix(prefix))?;
         match &self.cluster_nodes {
             Some(nodes) if nodes.iter().any(|n| n == node) => None,
             Some(_) => Some(format!("not-allowed: node {node:?} is not a configured node of this cluster")),
@@ -399,7 +404,8 @@ impl RouterCore {
         let label: Arc<str> = Arc::from(heartbeat.name.as_str());
         let endpoint: Arc<str> = Arc::from(heartbeat.endpoint.as_str());
         let leaving = heartbeat.leaving;
-        match self.view.on_heartbeat(heartbeat, now) {
+        let outcome = self.view.on_heartbeat(heartbeat, now);
+        match outcome {
             HeartbeatOutcome::ForeignGroup | HeartbeatOutcome::Full => {
                 self.counters.foreign += 1;
                 return;
@@ -410,6 +416,16 @@ impl RouterCore {
         if leaving {
             self.peers.remove(&id);
             return;
+        }
+        if role == Role::Source && !self.sources.contains_key(&id) {
+            if let Some(reason) = self.node_refusal(&label) {
+                // Counted at every heartbeat it keeps sending; logged once, when first heard.
+                self.counters.not_allowed += 1;
+                if outcome == HeartbeatOutcome::Joined {
+                    self.push_log(LogEntry::SourceRefused(label, id, Arc::from(reason.as_str())));
+                }
+                return;
+            }
         }
         if matches!(role, Role::Source | Role::Subscriber) {
             self.peers.insert(id, (endpoint.clone(), now));

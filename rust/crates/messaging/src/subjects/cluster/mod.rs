@@ -46,6 +46,13 @@ pub const DEFAULT_FORWARD_QUEUE_BYTES: usize = 64 << 20;
 /// The subscriber name a node uses at another node (`node:avalon`): the router lets such a
 /// subscriber in only when the id is one of its configured nodes (`not-allowed` otherwise).
 pub const NODE_NAME_PREFIX: &str = "node:";
+/// The source label of a node's PtP link at the next node (`ptp-link:avalon`).
+pub const PTP_LINK_PREFIX: &str = "ptp-link:";
+/// The source label under which a backup watches a node ahead of it (`node-watch:heron`).
+pub const NODE_WATCH_PREFIX: &str = "node-watch:";
+/// Every name prefix that claims to be another cluster node: a subscriber or a source so named
+/// is let in only when the id after the prefix is one of the router's configured nodes.
+pub const NODE_PREFIXES: [&str; 3] = [NODE_NAME_PREFIX, PTP_LINK_PREFIX, NODE_WATCH_PREFIX];
 /// The system subject a node publishes its node info on is this prefix, the node id and
 /// [`NODE_INFO_SUBJECT_SUFFIX`] (`__sys__cluster.node.info[heron]`, xmlBlaster's name): an
 /// ordinary subject served by that node's router, so any subscriber at any node can follow it.

@@ -569,6 +569,51 @@ fn a_node_id_that_is_not_configured_is_refused_not_allowed_and_a_configured_one_
     assert!(sent(&mut plain.router)[0].4.contains("not a cluster node"));
 }
 
+#[test]
+fn a_source_claiming_a_node_that_is_not_configured_is_not_let_in_and_its_publishes_are_refused() {
+    let mut router =
+        RouterCore::new(ROUTER, RoutingTable::new(), None, LIVENESS).with_cluster_nodes(vec!["avalon".into()]);
+    let refused_labels = ["node:frodo", "ptp-link:frodo", "node-watch:frodo"];
+    for (i, label) in refused_labels.iter().enumerate() {
+        let id = 200 + i as u64;
+        router.on_heartbeat(heartbeat(id, Role::Source, label), at(1));
+        router.on_heartbeat(heartbeat(id, Role::Source, label), at(2));
+        let publish = record(RecordKind::Data, crate::subjects::codec::FLAG_PUBLISH, id, "/STOCK/IBM", b"forged");
+        router.on_message(&publish, at(3));
+    }
+    // Each refused at every heartbeat, logged once, its publish refused as a stranger's.
+    assert_eq!(router.counters().not_allowed, 6);
+    assert_eq!(router.counters().refused, 3);
+    let log = router.drain_log();
+    let refused: Vec<_> = log
+        .iter()
+        .filter_map(|entry| match entry {
+            LogEntry::SourceRefused(label, _, reason) => Some((label.to_string(), reason.to_string())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused.len(), 3, "{log:?}");
+    for ((label, reason), expected) in refused.iter().zip(refused_labels) {
+        assert_eq!(label, expected);
+        assert!(reason.starts_with("not-allowed: node \"frodo\" is not a configured node"), "{reason}");
+    }
+    assert!(!log.iter().any(|entry| matches!(entry, LogEntry::SourceUp(..))), "{log:?}");
+    assert!(sent(&mut router).is_empty());
+    // The configured node's sources are let in; a label merely containing a prefix is no claim.
+    for (i, label) in ["node:avalon", "ptp-link:avalon", "node-watch:avalon", "feed-node:frodo"].iter().enumerate() {
+        router.on_heartbeat(heartbeat(300 + i as u64, Role::Source, label), at(4));
+    }
+    let ups = router.drain_log().iter().filter(|entry| matches!(entry, LogEntry::SourceUp(..))).count();
+    assert_eq!((ups, router.counters().not_allowed), (4, 6));
+    // A router that is no cluster node lets in no source claiming a node.
+    let mut plain = RouterCore::new(ROUTER, RoutingTable::new(), None, LIVENESS);
+    plain.on_heartbeat(heartbeat(400, Role::Source, "node:avalon"), at(1));
+    assert_eq!(plain.counters().not_allowed, 1);
+    assert!(
+        matches!(&plain.drain_log()[..], [LogEntry::SourceRefused(_, 400, reason)] if reason.contains("not a cluster node"))
+    );
+}
+
 /// A slave's table: `/STOCK/` served by the node's `cluster.STOCK_EXCHANGE` source.
 fn slave_table() -> RoutingTable {
     let mut table = RoutingTable::new();
@@ -618,6 +663,8 @@ fn a_publish_at_a_slave_goes_to_the_node_with_its_origin_and_the_node_status_goe
 fn a_publish_at_a_master_reaches_the_subscribers_and_an_erase_drops_the_image() {
     use crate::subjects::codec::{FLAG_ERASE, FLAG_PUBLISH};
     let mut f = Fixture::new();
+    let router = std::mem::replace(&mut f.router, RouterCore::new(ROUTER, RoutingTable::new(), None, LIVENESS));
+    f.router = router.with_cluster_nodes(vec!["avalon".into()]);
     let forwarder = 30;
     f.router.on_heartbeat(heartbeat(forwarder, Role::Source, "node:avalon"), at(0));
     subscribe(&mut f.router, ALICE, "/PRICES/EUR", at(1));
