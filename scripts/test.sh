@@ -13,6 +13,7 @@ echo "== rust: format, lints, tests (core without Python)"
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 cargo clippy --all-targets --features python -- -D warnings
+RUSTDOCFLAGS='-D warnings' cargo doc --workspace --no-deps --quiet   # doc links resolve
 cargo test --no-default-features
 echo "== python: lint, types, tests"
 ruff check python tests benches examples

@@ -2,7 +2,7 @@
 //! standalone driver uses (`shm/`), with a client attached to it through its directory.
 //!
 //! This module composes the two sides and is neither of them: it imports the driver
-//! ([`DriverConductor`]) and the client ([`AttachedClient`]); the client never sees the driver,
+//! (`DriverConductor`) and the client ([`AttachedClient`]); the client never sees the driver,
 //! it is handed an [`InProcessDriver`] (the threading name, the invoker's duty cycle as a
 //! closure, and what to do on close), and `driver/` imports nothing from `client/`.
 //!
@@ -151,7 +151,7 @@ fn stop_driver(driver: MediaDriver, drain: Option<Duration>) -> Unsent {
 }
 
 /// Starts an embedded driver in a private directory and attaches a client to it. Closing the
-/// client stops the driver (see [`stop_driver`]).
+/// client stops the driver (`stop_driver`).
 pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
     let dir = private_dir(&config.root)?;
     let driver = match MediaDriver::launch(DriverContext { dir: dir.clone(), ..config.driver.clone() }) {

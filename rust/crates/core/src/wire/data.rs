@@ -49,7 +49,7 @@ mod field {
     pub const RESERVED_VALUE: Field = 24..32;
 }
 
-/// Rounds `length` up to the next multiple of [`FRAME_ALIGNMENT`].
+/// Rounds `length` up to the next multiple of the frame alignment (32 bytes).
 ///
 /// # Panics
 ///

@@ -1,6 +1,6 @@
 //! The bounded epoch step: a claim may move a queue's epoch by at most
-//! [`MAX_EPOCH_STEP`](super::limits::MAX_EPOCH_STEP) over the highest epoch this member
-//! accepted for that queue, and never beyond [`MAX_EPOCH`](super::limits::MAX_EPOCH).
+//! [`MAX_EPOCH_STEP`] over the highest epoch this member
+//! accepted for that queue, and never beyond [`MAX_EPOCH`].
 //! Sans-IO; one guard per member, applied to every heartbeat before its claims are used.
 
 use super::codec::Claim;

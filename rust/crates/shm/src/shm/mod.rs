@@ -17,7 +17,7 @@
 //! * [`status`] — the JSON records of status answers and driver events, and the system
 //!   counters' ids and labels, defined once for the driver and its clients.
 //! * [`stat`] — a read-only snapshot (header, counters, errors) for `affinity stat`.
-//! * [`buffer`], [`file`] — the mapping primitives: every access is bounds- and
+//! * [`buffer`], [`mod@file`] — the mapping primitives: every access is bounds- and
 //!   alignment-checked; files are created 0600 and sized with `ftruncate` (sparse).
 //!
 //! Every file is validated when opened (magic, version, lengths, alignment): a corrupt or

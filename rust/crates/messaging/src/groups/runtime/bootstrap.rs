@@ -1,6 +1,6 @@
 //! The bootstrap exchange over the client API: [`fetch`] asks the listed addresses (the asking
 //! side, for a member about to join); [`answer_message`] turns one received BOOTSTRAP into the
-//! sealed answer and [`Replies`] sends it (the answering side, run by every member's background
+//! sealed answer and `Replies` sends it (the answering side, run by every member's background
 //! thread and by the [`super::responder`] of `affinity driver` and `affinity router`: one code
 //! path, so both treat a group secret alike). The decisions are the sans-IO
 //! [`crate::groups::bootstrap`]'s.

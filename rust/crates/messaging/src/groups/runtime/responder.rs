@@ -16,7 +16,7 @@
 //! [`answer_message`]; heartbeats are verified the same way before they count.
 //!
 //! It runs on its own thread over the client API; the driver (`driver/`) never sees it: the
-//! binaries compose the two ([`crate::embedded::run_driver_command`]).
+//! binaries compose the two (`affinity::embedded::run_driver_command`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
