@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from affinity import _affinity
+from affinity.cluster_balance import parents_of
 from affinity.cluster_info import ROLES
 from affinity.config.cluster import ClusterConfig
 from affinity.config.model import DataService
@@ -46,6 +47,7 @@ __all__ = [
     "fallback_domains",
     "link_order",
     "link_routers",
+    "mirrored_domains",
     "read_reload",
     "takeover_domains",
     "with_takeover_fallback",
@@ -93,6 +95,17 @@ def takeover_domains(cluster: ClusterConfig, node_id: str) -> dict[str, tuple[st
         order = failover_order(cluster, parent)
         if node_id in order:
             found[domain.name] = order[: order.index(node_id)]
+    return found
+
+
+def mirrored_domains(cluster: ClusterConfig, node_id: str) -> dict[str, tuple[str, ...]]:
+    """Per domain ``node_id`` asks several mirrored masters for directly (no ``upstream``):
+    those masters. The node watches them: a dead one is not picked and its subjects move."""
+    found: dict[str, tuple[str, ...]] = {}
+    for domain in cluster.domains:
+        parents = parents_of(cluster, node_id, domain.name)
+        if len(parents) > 1:
+            found[domain.name] = parents
     return found
 
 
@@ -170,6 +183,10 @@ class Failover:
         self._pending: ClusterConfig | None = None
         self._pending_lock = threading.Lock()
         self._ahead: dict[str, tuple[str, ...]] = {}
+        #: Per domain with mirrored masters this node asks directly: the masters.
+        self._mirrors: dict[str, tuple[str, ...]] = {}
+        #: Mirrored masters found silent (not picked; their subjects moved to a live one).
+        self.mirrors_down: set[str] = set()
         self._configure(node._cluster)
         for domain, ahead in self._ahead.items():
             if domain not in fallbacks:
@@ -183,7 +200,11 @@ class Failover:
 
     def _configure(self, cluster: ClusterConfig) -> None:
         self._ahead = {d: ahead for d, ahead in takeover_domains(cluster, self._node.node_id).items()}
+        self._mirrors = mirrored_domains(cluster, self._node.node_id)
         wanted = {other for ahead in self._ahead.values() for other in ahead}
+        wanted |= {master for masters in self._mirrors.values() for master in masters}
+        # A reload made the balancers again (every master up in them): judge them afresh.
+        self.mirrors_down.clear()
         for other in list(self._watches):
             spec = cluster.node(other)
             if other not in wanted or spec is None or spec.address != self._watches[other].address:
@@ -222,7 +243,57 @@ class Failover:
             if all(self._silent(other, now) for other in ahead):
                 self._take_over(domain, f"{', '.join(ahead)} silent for {self._node._liveness_timeout:g} s")
                 work += 1
+        for master in sorted({master for masters in self._mirrors.values() for master in masters}):
+            silent = self._silent(master, now)
+            if silent != (master in self.mirrors_down):
+                self._mirror_changed(master, up=not silent)
+                work += 1
         return work
+
+    def _mirror_changed(self, master: str, *, up: bool) -> None:
+        """A mirrored master went silent (``up`` False: the load balancer no longer picks it and
+        its subjects move to a live master) or was heard again (picked again for new subjects)."""
+        node = self._node
+        if up:
+            self.mirrors_down.discard(master)
+            logger.warning(
+                "Cluster node %s: mirrored master %s live again: picked for new subjects", node.node_id, master
+            )
+        else:
+            self.mirrors_down.add(master)
+            why = f"silent for {node._liveness_timeout:g} s"
+            logger.warning("Cluster node %s: mirrored master %s %s: its subjects move", node.node_id, master, why)
+        for domain, masters in self._mirrors.items():
+            balancer = node.subscriptions.balancers.get(domain)
+            if master not in masters or balancer is None:
+                continue
+            for subject, parent in balancer.set_up(master, up):
+                if parent is not None:
+                    self._move_subject(domain, subject, parent, f"{master} {'live again' if up else 'silent'}")
+
+    def _move_subject(self, domain: str, subject: str, to: str, why: str) -> None:
+        """Moves ``subject`` from the parent it is subscribed at to ``to``: unsubscribed at the
+        old link; if a local subscriber holds it, its subscribers get a STATUS, then ``to``'s
+        fresh image and updates (the cache relays only what ``to`` sends)."""
+        node = self._node
+        was = node.subscriptions.cache.parent(subject)
+        if was is None or was == to or domain not in node._slave_domains:
+            return
+        with node._lock:
+            old = node._parents.get(was)
+        if old is not None:
+            while subject in old.subscriber.subjects():
+                old.subscriber.unsubscribe(subject)
+        if not node.subscriptions.move(subject, to):
+            logger.info("Cluster node %s: idle %s forgotten (%s)", node.node_id, subject, why)
+            return
+        source = node._sources[node._slave_domains.index(domain)]
+        text = f"{subject} moved from node {was} to node {to}: {why}"
+        source._core.send_data(subject, int(Flags.STATUS), text.encode())
+        with node._lock:
+            new = node._parent(to)
+        new.subscriber.subscribe(subject, node._relay(source, to, new))
+        logger.warning("Cluster node %s: %s", node.node_id, text)
 
     def _take_over(self, domain: str, why: str) -> None:
         """Serves ``domain`` here: the node's source for it closes (the router moves its subjects
