@@ -1,0 +1,51 @@
+"""Mirrored masters and failover across network-namespace hosts
+(``tests/cluster_failover_hosts.py``): subscriptions at a slave alternate between two masters of
+RUGBY_NEWS; a subscriber with ``routers=[avalon, bilbo]`` moves to bilbo when avalon is
+SIGKILLed and keeps receiving; golan SIGKILLed, heron takes STOCK_EXCHANGE over and the
+subscriber follows: after every image exactly the next updates, once, in order."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from affinity.subjects import Flags
+from cluster_netns import run_hosts
+
+SCRIPT = Path(__file__).parent / "cluster_failover_hosts.py"
+
+
+def test_mirrored_masters_alternate_and_subscribers_survive_a_killed_node_and_a_killed_master(tmp_path: Path) -> None:
+    result = run_hosts(tmp_path, SCRIPT)
+    masters = [image.split(":", 1)[0] for image in result["rugby_images"]]
+    assert all(a != b for a, b in itertools.pairwise(masters)), f"round-robin alternates: {masters}"
+    assert sorted(masters) == ["heron", "heron", "hobbit", "hobbit"], masters
+    for master in ("heron", "hobbit"):
+        expected = [
+            s
+            for s, m in zip(
+                ["/RUGBY/match-0", "/RUGBY/match-1", "/RUGBY/match-2", "/RUGBY/match-3"], masters, strict=True
+            )
+            if m == master
+        ]
+        assert result["rugby_requests"][master] == expected, f"{master}'s feed asked once per subject it serves"
+
+    assert result["erin_router_after_avalon"].endswith("10.9.0.5:40500"), "erin moved to bilbo"
+    records = [(Flags(f), p) for f, p in result["erin"]]
+    images = [p for f, p in records if f & Flags.IMAGE]
+    assert len(images) == 3, f"golan's image, then one after each move: {images}"
+    # Each move: a STATUS before its image.
+    image_at = [i for i, (f, _) in enumerate(records) if f & Flags.IMAGE]
+    for start, end in itertools.pairwise(image_at):
+        assert any(f & Flags.STATUS for f, _ in records[start:end]), "a STATUS before the next image"
+    expected = None
+    seen = []
+    for flags, payload in records:
+        if flags & Flags.IMAGE:
+            expected = int(payload.split(":")[1]) + 1
+        elif flags & Flags.UPDATE:
+            assert expected is not None and int(payload) == expected, f"update {payload} where {expected} was due"
+            seen.append(int(payload))
+            expected += 1
+    assert seen[-1] == result["last"] and len(seen) == len(set(seen)), "every update after each image, once"
+    assert result["stock_requests"]["heron"] == ["/STOCK/IBM"], "heron's own feed serves it after the takeover"
