@@ -1,9 +1,7 @@
 """The xmlBlaster cluster picture on separate "hosts": run inside a private network namespace
-(``unshare -n``), as ``tests/groups_two_hosts.py`` does.
-
-Makes a bridge ``br0`` (10.9.0.1/24) in the namespace it runs in and one host namespace per node,
-each linked to the bridge by a veth pair and running ``affinity router --node NODE --config ...
---listen aeron:udp?endpoint=10.9.0.N:40500`` (its own embedded driver): heron master of
+(``unshare -n``) with one host namespace per node (``tests/cluster_netns.py``), each running
+``affinity router --node NODE --config ... --listen aeron:udp?endpoint=10.9.0.N:40500`` (its own
+embedded driver): heron master of
 RUGBY_NEWS, golan master of STOCK_EXCHANGE, avalon a slave of both, bilbo a slave of avalon
 (stratum 2), and frodo, which golan's configuration does not know. This script is the clients'
 host (10.9.0.1): a source ``stock-feed`` at golan, subscribers at bilbo and frodo, and
@@ -15,10 +13,8 @@ output goes to ``WORKDIR/<node>.log``.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,28 +24,15 @@ import cluster_conf as conf
 from affinity.cluster_info import node_info_subject, parse_node_info
 from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, Subscriber
-from groups_two_hosts import sh, spawn_host
+from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, node_block, print_result, start_routers, until
 
-#: Host number (10.9.0.N) of each node; this script is host 1 (the bridge).
-HOSTS = {"heron": 2, "golan": 3, "avalon": 4, "bilbo": 5, "frodo": 6}
-CLIENT_HOST = "10.9.0.1"
-PORT = 40500
+#: The nodes of this picture (frodo is not in the others' configuration).
+NODES = ("heron", "golan", "avalon", "bilbo", "frodo")
 SUBJECT = "/STOCK/IBM"
 FEED = "stock-feed"
 UPDATES = 200
-LIVENESS = "1.0"
 #: ``affinity router status``.
 STATUS = [sys.executable, "-m", "affinity.cli", "router", "status"]
-#: Seconds any one step may take (the whole run stays within a few tens of seconds).
-STEP_TIMEOUT = 30.0
-
-
-def address(node: str) -> str:
-    return f"aeron:udp?endpoint=10.9.0.{HOSTS[node]}:{PORT}"
-
-
-def node_block(node: str, *lines: str) -> str:
-    return conf.node(node, address(node), *lines)
 
 
 #: The picture every node but frodo runs with (frodo is not in it).
@@ -66,49 +49,6 @@ CONFIG = (
 FRODO_CONFIG = CONFIG + node_block("frodo")
 
 
-class Router:
-    """One ``affinity router`` on its host; its output is kept and copied to ``WORKDIR/<node>.log``."""
-
-    def __init__(self, workdir: Path, node: str, config: Path) -> None:
-        command = [sys.executable, "-m", "affinity.cli", "router", "--config", str(config), "--node", node]
-        command += ["--listen", address(node), "--liveness-timeout", LIVENESS]
-        self.node, self.lines, self.log = node, list[str](), (workdir / f"{node}.log").open("w")
-        self.process = spawn_host(HOSTS[node], command)
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.append(line)
-            self.log.write(line)
-            self.log.flush()
-
-    def wait_listening(self, deadline: float) -> None:
-        while not any("listening on" in line for line in self.lines):
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise SystemExit(f"{self.node} did not start: {''.join(self.lines[-20:])}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-
-
-def until(what: str, predicate: Any, *polled: Any) -> None:
-    """Polls ``polled`` (sources, subscribers) until ``predicate()`` or the step's timeout."""
-    deadline = time.monotonic() + STEP_TIMEOUT
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        for peer in polled:
-            peer.poll(256)
-        time.sleep(0.001)
-
-
 def main() -> int:
     workdir = Path(sys.argv[1])
     started = time.monotonic()
@@ -116,13 +56,10 @@ def main() -> int:
     (workdir / "frodo.conf").write_text(FRODO_CONFIG)
     cluster = analyse_router_text(CONFIG, "cluster.conf").config.cluster
     assert cluster is not None
-    sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.9.0.1/24 dev br0 && ip link set br0 up")
-    routers = [Router(workdir, node, workdir / ("frodo.conf" if node == "frodo" else "cluster.conf")) for node in HOSTS]
+    configs = {node: workdir / ("frodo.conf" if node == "frodo" else "cluster.conf") for node in NODES}
+    routers = start_routers(workdir, configs)
     client = affinity.Client()
     try:
-        deadline = time.monotonic() + STEP_TIMEOUT
-        for router in routers:
-            router.wait_listening(deadline)
         result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
 
         # The stratum-2 cascade: a subscriber at bilbo, the source at golan.
@@ -201,12 +138,12 @@ def main() -> int:
         until("golan's not_allowed in its node info", lambda: golan_not_allowed() >= 1, carol, dave)
         result["golan_not_allowed"] = golan_not_allowed()
         result["elapsed"] = round(time.monotonic() - started, 2)
-        print("RESULT", json.dumps(result), flush=True)
+        print_result(result)
         for peer in (source, carol, dave):
             peer.close()
     finally:
         client.close()
-        for router in routers:
+        for router in routers.values():
             router.stop()
     return 0
 

@@ -1,5 +1,5 @@
-"""PtP addresses on separate "hosts" (private network namespaces, as ``tests/cluster_hosts.py``,
-whose picture and helpers it reuses): heron master of RUGBY_NEWS, golan of STOCK_EXCHANGE,
+"""PtP addresses on separate "hosts" (private network namespaces, ``tests/cluster_netns.py``; the
+picture of ``tests/cluster_hosts.py``): heron master of RUGBY_NEWS, golan of STOCK_EXCHANGE,
 avalon a slave of both, bilbo a slave of avalon. This script is the clients' host (10.9.0.1):
 alice at avalon sends to ``/node/heron/client/joe`` before and after joe logs in at heron, carol
 at bilbo sends to joe through avalon, and alice sends to a node the cluster does not know.
@@ -10,7 +10,6 @@ Prints ``RESULT <json>`` with what they saw; the routers' output goes to ``WORKD
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -18,8 +17,8 @@ from typing import Any
 
 import affinity
 from affinity.cluster_ptp import PtpClient
-from cluster_hosts import CLIENT_HOST, CONFIG, STEP_TIMEOUT, Router, address, until
-from groups_two_hosts import sh
+from cluster_hosts import CONFIG
+from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, print_result, start_routers, until
 
 #: The nodes of the picture (frodo is not needed here).
 NODES = ("heron", "golan", "avalon", "bilbo")
@@ -42,13 +41,9 @@ def main() -> int:
     workdir = Path(sys.argv[1])
     started = time.monotonic()
     (workdir / "cluster.conf").write_text(CONFIG)
-    sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.9.0.1/24 dev br0 && ip link set br0 up")
-    routers = [Router(workdir, node, workdir / "cluster.conf") for node in NODES]
+    routers = start_routers(workdir, {node: workdir / "cluster.conf" for node in NODES})
     client = affinity.Client()
     try:
-        deadline = time.monotonic() + STEP_TIMEOUT
-        for router in routers:
-            router.wait_listening(deadline)
         result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
 
         def at(node: str, login: str) -> PtpClient:
@@ -89,12 +84,12 @@ def main() -> int:
         result["received"] = len(got)
         result["refusals"] = [[r.address, r.reason] for r in alice.refusals + carol.refusals]
         result["elapsed"] = round(time.monotonic() - started, 2)
-        print("RESULT", json.dumps(result), flush=True)
+        print_result(result)
         for peer in (alice, carol, joe):
             peer.close()
     finally:
         client.close()
-        for router in routers:
+        for router in routers.values():
             router.stop()
     return 0
 

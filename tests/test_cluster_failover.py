@@ -261,9 +261,11 @@ def test_a_master_killed_moves_its_domain_to_the_backup_and_subscribers_follow_i
         assert news(inbox) == sent, f"{name}: every publish once, in order"
     print(f"failover: subscribers moved {took:.2f} s after the kill (liveness timeout {LIVENESS} s)")
 
-    # golan back: nothing moves by itself (the domain stays at heron, links stay there).
+    # golan back: it hears heron serves the domain and defers to it (no two masters serving);
+    # nothing moves by itself (the domain stays at heron, links stay there).
     golan = start_node(config, "golan", listen(ports["golan"]))
     processes.append(golan)
+    golan.wait_for(lambda lines: any("defers domain STOCK_EXCHANGE to heron" in ln for ln in lines), "deferral")
     asked = len(feed.requests[0])
     for _ in range(int(2 * LIVENESS / 0.02)):
         feed.tick()
@@ -271,9 +273,12 @@ def test_a_master_killed_moves_its_domain_to_the_backup_and_subscribers_follow_i
     assert len(feed.requests[0]) == asked, "no subscription went back to golan by itself"
     for name, inbox in (("alice", alice), ("harry", harry)):
         pump(members, lambda inbox=inbox, name=name: check_feed(inbox, name)[-1:] == [feed.seq], f"{name}: at heron")
-    # SIGHUP: avalon's links go back to golan, the first of their order, and heron hands the
-    # domain back; harry's subscription stays on heron's feed (the router never moves it back).
+    # SIGHUP: golan serves the domain itself again, avalon's links go back to golan, the first
+    # of their order, and heron hands the domain back; harry's subscription stays on heron's
+    # feed (the router never moves it back).
     mark = len(alice.items)
+    os.kill(golan.popen.pid, signal.SIGHUP)
+    golan.wait_for(lambda lines: any("serves domain STOCK_EXCHANGE" in ln for ln in lines), "golan serves again")
     for node in ("heron", "avalon"):
         os.kill(nodes[node].popen.pid, signal.SIGHUP)
     nodes["heron"].wait_for(lambda lines: any("hands domain STOCK_EXCHANGE back" in ln for ln in lines), "hand back")
@@ -499,3 +504,80 @@ def test_a_reload_file_with_errors_or_without_the_node_is_refused_with_its_place
     assert "cannot read" in caplog.records[1].getMessage()
     reloaded = read_reload(str(config), "avalon")
     assert reloaded is not None and reloaded.masters("STOCK_EXCHANGE") == ("golan",)
+
+
+def test_a_master_restarted_after_a_takeover_defers_to_the_backup_so_one_node_serves_the_domain(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "heron", "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(failover_conf(ports))
+    nodes = {node: start_node(config, node, listen(port)) for node, port in ports.items()}
+    processes += nodes.values()
+    node_source_up(nodes["heron"])
+    node_source_up(nodes["avalon"])
+    # At a cold start golan hears heron is a slave (or nothing within the liveness timeout).
+    nodes["golan"].wait_for(lambda lines: any("serves domain STOCK_EXCHANGE" in ln for ln in lines), "golan serves")
+    feed = ReplicatedFeed(client, [listen(ports["golan"]), listen(ports["heron"])])
+    subscribers = {
+        "alice at avalon": Subscriber(client, listen(ports["avalon"]), name="alice", liveness_timeout=LIVENESS),
+        "harry at heron": Subscriber(client, listen(ports["heron"]), name="harry", liveness_timeout=LIVENESS),
+        "gus at golan": Subscriber(client, listen(ports["golan"]), name="gus", liveness_timeout=LIVENESS),
+    }
+    inboxes = {name: Inbox(subscriber) for name, subscriber in subscribers.items()}
+    for name, subscriber in subscribers.items():
+        subscriber.subscribe(SUBJECT, inboxes[name])
+        subscriber.subscribe(NEWS, inboxes[name])
+    source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [feed.poll, source.poll, *(lambda s=s: s.poll(256) for s in subscribers.values())]
+    gus = inboxes["gus at golan"]
+    for name, inbox in inboxes.items():
+        pump(members, has_image(inbox, SUBJECT), f"{name}: the image from golan's feed")
+    marks = {name: len(inbox.items) for name, inbox in inboxes.items()}
+    nodes["golan"].kill()
+    nodes["heron"].wait_for(lambda lines: any("takes over domain STOCK_EXCHANGE" in ln for ln in lines), "takeover")
+    for name in ("alice at avalon", "harry at heron"):
+        pump(members, has_image(inboxes[name], SUBJECT, marks[name]), f"{name}: heron's fresh image")
+
+    # golan restarted: heron's node info says it serves the domain, so golan defers to it.
+    asked = len(feed.requests[0])
+    golan = start_node(config, "golan", listen(ports["golan"]))
+    processes.append(golan)
+    golan.wait_for(lambda lines: any("defers domain STOCK_EXCHANGE to heron" in ln for ln in lines), "deferral")
+    # gus, subscribed at golan, restores his subscriptions there by himself: golan serves them
+    # through heron (a STATUS, then heron's image).
+    since = marks["gus at golan"]
+    pump(members, lambda: has_image(gus, SUBJECT, since)() and has_image(gus, NEWS, since)(), "gus: through heron")
+    moved_after(gus, since, "gus")
+    pump(members, lambda: source.router_live and not source.status().forward_warning, "avalon forwards to heron")
+    sent = [f"p{i}" for i in range(AFTER)]
+    for payload in sent:
+        feed.tick()
+        assert source.publish(NEWS, payload.encode())
+        settle(members, 0.01)
+    for name, inbox in inboxes.items():
+        pump(members, lambda inbox=inbox, name=name: check_feed(inbox, name)[-1:] == [feed.seq], f"{name}: the feed")
+        pump(members, lambda inbox=inbox: news(inbox)[-1:] == sent[-1:], f"{name}: the publishes at avalon")
+    settle(members, 0.3)
+    for name, inbox in inboxes.items():
+        seen = check_feed(inbox, name)  # after each image exactly the next updates, in order
+        assert len(seen) == len(set(seen)) and seen[-AFTER:] == list(range(feed.seq - AFTER + 1, feed.seq + 1)), name
+        assert news(inbox) == sent, f"{name}: every publish at avalon once, in order"
+    assert len(feed.requests[0]) == asked, "golan's own feed was not asked: only heron serves the domain"
+    assert not [ln for ln in golan.snapshot() if "serves domain" in ln or "takes over" in ln], golan.snapshot()
+
+    # SIGHUP to golan: it serves the domain again; gus gets a STATUS and golan's fresh image.
+    mark = len(gus.items)
+    os.kill(golan.popen.pid, signal.SIGHUP)
+    golan.wait_for(lambda lines: any("domain STOCK_EXCHANGE (the reloaded" in ln for ln in lines), "golan serves")
+    pump(members, lambda: SUBJECT in feed.requests[0][asked:], "golan's feed asked again")
+    pump(members, has_image(gus, SUBJECT, mark), "gus: golan's fresh image")
+    moved_after(gus, mark, "gus")
+    for _ in range(10):
+        feed.tick()
+        settle(members, 0.01)
+    pump(members, lambda: check_feed(gus, "gus")[-1:] == [feed.seq], "gus: the feed from golan")
+    for subscriber in subscribers.values():
+        subscriber.close()
+    source.close()
+    feed.close()

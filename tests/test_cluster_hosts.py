@@ -7,54 +7,16 @@ configure, is refused ``not-allowed`` across hosts and ``affinity router status`
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-import pytest
 from affinity.subjects import Flags
+from cluster_netns import run_hosts
 
 SCRIPT = Path(__file__).parent / "cluster_hosts.py"
-#: Seconds the whole run may take (it needs a few tens).
-RUN_TIMEOUT = 150
-
-
-def run_hosts(tmp_path: Path, script: Path = SCRIPT) -> dict[str, Any]:
-    """Runs ``script WORKDIR`` in a network namespace of its own; its ``RESULT`` line."""
-    if os.geteuid() != 0:
-        pytest.skip("the cluster hosts test needs root to create network namespaces and veth pairs")
-    if shutil.which("ip") is None or shutil.which("unshare") is None:
-        pytest.skip("the cluster hosts test needs iproute2 (ip) and util-linux (unshare)")
-    env = {key: value for key, value in os.environ.items() if key != "AFFINITY_DIR"}
-    env["PYTHONUNBUFFERED"] = "1"
-    # A process group of its own: on a timeout every router of every host goes with it.
-    run = subprocess.Popen(
-        ["unshare", "-n", sys.executable, str(script), str(tmp_path)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = run.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(run.pid, signal.SIGKILL)
-        stdout, stderr = run.communicate()
-        stderr += f"\n(killed after {RUN_TIMEOUT} s)"
-    logs = "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(tmp_path.glob("*.log")))
-    assert run.returncode == 0, f"{stdout}\n{stderr}\n{logs}"
-    line = next(line for line in stdout.splitlines() if line.startswith("RESULT "))
-    return dict(json.loads(line.removeprefix("RESULT ")))
 
 
 def test_the_xmlblaster_picture_across_hosts(tmp_path: Path) -> None:
-    result = run_hosts(tmp_path)
+    result = run_hosts(tmp_path, SCRIPT)
     # The stratum-2 cascade: golan asked once, bilbo gets the image and every update in order, once.
     assert result["requests"] == ["/STOCK/IBM"]
     assert result["images"] == ["image-0"]

@@ -366,3 +366,152 @@ def test_a_load_balancer_plugin_that_cannot_be_loaded_stops_the_node_at_start_sa
     assert done.returncode != 0, done.stderr
     assert "module 'no_such_balancer_module' not found" in done.stderr, done.stderr
     assert "listening on" not in done.stderr
+
+
+class StreamFeed:
+    """:data:`RUGBY_FEED` at both masters with one numbering of updates: every requested
+    subject gets update n at whichever master requested it; a request is answered with the
+    image ``<master>:image:<last update>``. So after an image ``...:image:n`` exactly n+1, n+2 ...
+    are due (none lost, none repeated, in order)."""
+
+    def __init__(self, client: affinity.Client, listens: dict[str, str], liveness: float) -> None:
+        self.seq = 0
+        self.sources = {m: Source(client, listens[m], RUGBY_FEED, liveness_timeout=liveness) for m in MASTERS}
+        self.requested: dict[str, set[str]] = {m: set() for m in MASTERS}
+        self.requests: dict[str, list[str]] = {m: [] for m in MASTERS}
+        for master, source in self.sources.items():
+            source.on_request(self._request(master))
+            source.on_discard(self.requested[master].discard)
+
+    def _request(self, master: str) -> Callable[[str], None]:
+        def request(subject: str) -> None:
+            self.requested[master].add(subject)
+            self.requests[master].append(subject)
+            self.sources[master].publish(subject, f"{master}:image:{self.seq}".encode(), image=True)
+
+        return request
+
+    def tick(self) -> None:
+        self.seq += 1
+        for master, source in self.sources.items():
+            for subject in sorted(self.requested[master]):
+                source.publish(subject, str(self.seq).encode())
+
+    def poll(self) -> None:
+        for source in self.sources.values():
+            source.poll(64)
+
+
+def stream_of(inbox: Inbox, subject: str) -> list[tuple[Flags, str]]:
+    return [(f, p) for s, f, p in inbox.items if s == subject]
+
+
+def has_image(inbox: Inbox, subject: str) -> Callable[[], bool]:
+    return lambda: any(s == subject and f & Flags.IMAGE for s, f, _ in inbox.items)
+
+
+def check_stream(inbox: Inbox, subject: str) -> list[int]:
+    """After every image of ``subject`` exactly the next updates, in order; returns them."""
+    expected: int | None = None
+    seen: list[int] = []
+    for flags, payload in stream_of(inbox, subject):
+        if flags & Flags.IMAGE:
+            expected = int(payload.rsplit(":", 1)[1]) + 1
+        elif flags & Flags.UPDATE:
+            assert expected is not None, f"{subject}: an update before any image"
+            assert int(payload) == expected, f"{subject}: update {payload} where {expected} was due"
+            seen.append(int(payload))
+            expected += 1
+    return seen
+
+
+def test_a_mirrored_master_killed_is_no_longer_picked_and_its_subscriptions_move_to_a_live_one(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    from test_cluster_failover import LIVENESS as NODE_LIVENESS
+    from test_cluster_failover import start_node as start_slow_node
+
+    ports = {node: free_udp_port() for node in (*MASTERS, "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(mirror_conf(ports))
+    listens = {node: listen(port) for node, port in ports.items()}
+    nodes = {node: start_slow_node(config, node, listens[node]) for node in (*MASTERS, "avalon")}
+    processes.extend(nodes.values())
+    feed = StreamFeed(client, listens, NODE_LIVENESS)
+    alice_sub = Subscriber(client, listens["avalon"], name="alice", liveness_timeout=NODE_LIVENESS)
+    gina_sub = Subscriber(client, listens["heron"], name="gina", liveness_timeout=NODE_LIVENESS)
+    alice, gina = Inbox(alice_sub), Inbox(gina_sub)
+    source = Source(client, listens["avalon"], "rugby-publisher", liveness_timeout=NODE_LIVENESS)
+    members: list[Pollable] = [feed.poll, lambda: alice_sub.poll(256), lambda: gina_sub.poll(256), source.poll]
+    pump(members, lambda: all(s.router_live for s in feed.sources.values()), "both masters heard their feed")
+    first, second = SUBJECTS[:2]
+    for subject in (first, second):
+        alice_sub.subscribe(subject, alice)
+        pump(members, has_image(alice, subject), f"the image of {subject} at avalon")
+    at = {subject: next(m for m in MASTERS if subject in feed.requests[m]) for subject in (first, second)}
+    assert sorted(at.values()) == sorted(MASTERS), f"round-robin: one subject at each master: {at}"
+    doomed = next(s for s in (first, second) if at[s] == "hobbit")
+    gina_sub.subscribe(NEWS, gina)
+    pump(members, lambda: has_image(gina, NEWS)() and source.router_live, "gina's news image, the publisher")
+    source.publish(NEWS, b"news-image", image=True)
+    pump(
+        members,
+        lambda: not source.status().forward_warning and (Flags.IMAGE, "news-image") in stream_of(gina, NEWS),
+        "the links to both masters",
+    )
+    for _ in range(20):
+        feed.tick()
+        settle(members, 0.01)
+    pump(members, lambda: check_stream(alice, doomed)[-1:] == [feed.seq], "alice: the stream from hobbit")
+    mark = len(alice.items)
+
+    # SIGKILL hobbit mid-stream: avalon's subscription moves to heron (a STATUS, heron's fresh
+    # image, then heron's updates once each, in order).
+    nodes["hobbit"].kill()
+    killed_at = time.monotonic()
+    while not any(s == doomed and f & Flags.IMAGE for s, f, _ in alice.items[mark:]):
+        assert time.monotonic() - killed_at < 10 * NODE_LIVENESS, f"no move of {doomed}: {alice.items[mark:][-5:]}"
+        feed.tick()
+        settle(members, 0.02)
+    moved_in = time.monotonic() - killed_at
+    after = [(f, p) for s, f, p in alice.items[mark:] if s == doomed]
+    statuses = [i for i, (f, _) in enumerate(after) if f & Flags.STATUS]
+    images = [p for f, p in after if f & Flags.IMAGE]
+    assert statuses and statuses[0] < next(i for i, (f, _) in enumerate(after) if f & Flags.IMAGE), after[:5]
+    # The link's own STATUS (hobbit lost) may come first; the move's says where it went.
+    assert any("moved from node hobbit to node heron" in after[i][1] for i in statuses), after[:5]
+    assert len(images) == 1 and images[0].startswith("heron:image:"), f"one fresh image from heron: {images}"
+    assert doomed in feed.requests["heron"], "heron's feed was asked for the moved subject"
+    nodes["avalon"].wait_for(lambda lines: any("mirrored master hobbit silent" in ln for ln in lines), "noticed")
+
+    # While hobbit is down: publishes at avalon reach heron's subscriber (and avalon's own),
+    # new subjects go to heron only.
+    sent = [f"n{i}" for i in range(30)]
+    for payload in sent:
+        feed.tick()
+        assert source.publish(NEWS, payload.encode()), "queued for hobbit, sent to heron"
+        settle(members, 0.01)
+    # (heron's feed streams NEWS to gina too: the publishes at avalon are the n<i>.)
+    pump(members, lambda: [p for f, p in stream_of(gina, NEWS) if p[0] == "n" and f & Flags.UPDATE] == sent, "gina")
+    for subject in SUBJECTS[2:4]:
+        alice_sub.subscribe(subject, alice)
+        pump(members, has_image(alice, subject), f"the image of {subject}")
+        assert subject in feed.requests["heron"] and subject not in feed.requests["hobbit"], subject
+    pump(members, lambda: check_stream(alice, doomed)[-1:] == [feed.seq], "alice: the stream from heron")
+    seen = check_stream(alice, doomed)
+    image_at = int(images[0].rsplit(":", 1)[1])
+    assert seen[-(feed.seq - image_at) :] == list(range(image_at + 1, feed.seq + 1)), "every update after the image"
+    assert len(seen) == len(set(seen)), "each update once"
+
+    # hobbit back: picked again for new subjects (round-robin between both).
+    nodes["hobbit"] = start_slow_node(config, "hobbit", listens["hobbit"])
+    processes.append(nodes["hobbit"])
+    nodes["avalon"].wait_for(lambda lines: any("mirrored master hobbit live again" in ln for ln in lines), "back")
+    pump(members, lambda: feed.sources["hobbit"].router_live, "hobbit's feed registered again")
+    for subject in SUBJECTS[4:6]:
+        alice_sub.subscribe(subject, alice)
+        pump(members, has_image(alice, subject), f"the image of {subject}")
+    assert any(s in feed.requests["hobbit"] for s in SUBJECTS[4:6]), f"hobbit picked again: {feed.requests}"
+    print(f"mirror failover: the subscription moved {moved_in:.2f} s after the kill (liveness {NODE_LIVENESS} s)")
+    for closing in (alice_sub, gina_sub, source):
+        closing.close()

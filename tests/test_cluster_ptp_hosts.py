@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_cluster_hosts import run_hosts
+from cluster_netns import run_hosts
 
 SCRIPT = Path(__file__).parent / "cluster_ptp_hosts.py"
 

@@ -74,6 +74,22 @@ class MasterBalancer:
             return self.parents[0]
         return self._router.subscribe(subject).member
 
+    def set_up(self, parent: str, up: bool) -> list[tuple[str, str | None]]:
+        """Marks ``parent`` live (``up``) or dead for :meth:`choose` (a dead master is never
+        picked); returns the subjects whose choice changed, each with the parent chosen now
+        (``None``: no master is live, the subject stays where it is subscribed)."""
+        if len(self.parents) <= 1 or parent not in self.parents:
+            return []
+        changed: list[tuple[str, str | None]] = []
+        for event in self._router.set_member_up(parent, up):
+            if event.subject is None:
+                continue
+            if event.kind in ("moved", "bound"):
+                changed.append((event.subject, event.member))
+            elif event.kind == "no-member-available":
+                changed.append((event.subject, None))
+        return changed
+
     def release(self, subject: str) -> None:
         """``subject`` is no longer subscribed upstream: its choice is dropped."""
         if len(self.parents) > 1:

@@ -64,6 +64,8 @@ class SlaveSubscriptions:
         }
         #: The domain of every cached subject (to release its balancer's choice).
         self._domains: dict[str, str] = {}
+        #: Cached subjects no local subscriber holds (discarded by the router, not expired yet).
+        self._idle: set[str] = set()
         self._check_every = min(EXPIRY_CHECK_INTERVAL, cluster.settings.cache_expiry / 10)
 
     def reconfigure(self, cluster: ClusterConfig) -> None:
@@ -77,6 +79,7 @@ class SlaveSubscriptions:
             if self._node_id not in cluster.masters(domain.name)
         }
         self._domains = {}
+        self._idle = set()
 
     @property
     def check_every(self) -> float:
@@ -86,6 +89,7 @@ class SlaveSubscriptions:
     def request(self, domain: str, subject: str) -> Answer:
         """The router requested ``subject`` of ``domain`` (its first local subscriber)."""
         balancer = self.balancers[domain]
+        self._idle.discard(subject)
         parent = self.cache.parent(subject)
         chosen = parent is None
         if chosen:
@@ -111,6 +115,22 @@ class SlaveSubscriptions:
     def discard(self, subject: str) -> None:
         """The router discarded ``subject`` (its last local subscriber left): it idles."""
         self.cache.unsubscribe(subject)
+        if self.cache.parent(subject) is not None:
+            self._idle.add(subject)
+
+    def move(self, subject: str, parent: str) -> bool:
+        """``subject``'s parent failed and the balancer chose ``parent`` for it: True when a
+        local subscriber holds it (it is now subscribed at ``parent`` in the cache, its image
+        forgotten: subscribe there, the fresh image follows); False when it was idle (it is
+        forgotten: the next request asks again) or is not cached."""
+        domain = self._domains.get(subject)
+        if subject in self._idle or domain is None:
+            self.forget(subject)
+            return False
+        self.cache.forget(subject)
+        stratum = self._cluster.stratum(self._node_id, domain) or 0
+        self.cache.subscribe(subject, parent, stratum)
+        return True
 
     def on_data(self, parent: str, subject: str, flags: Flags, payload: bytes) -> bool:
         """DATA from ``parent``: whether to relay it to the router (see the core)."""
@@ -120,6 +140,7 @@ class SlaveSubscriptions:
         """The parent refused ``subject``: forgotten (the next request asks again); returns
         the parent it was subscribed at."""
         parent = self.cache.forget(subject)
+        self._idle.discard(subject)
         self._release(subject)
         return parent
 
@@ -127,6 +148,7 @@ class SlaveSubscriptions:
         """Entries idle past ``cache-expiry``, dropped: ``(parent, subject)`` to unsubscribe."""
         expired = self.cache.expire()
         for _, subject in expired:
+            self._idle.discard(subject)
             self._release(subject)
         return expired
 

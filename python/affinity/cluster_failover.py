@@ -14,7 +14,11 @@ A node named in a master's ``backup-node`` list watches the nodes ahead of it in
 timeout the node *takes over* the domain (:class:`Failover`): it closes that source, and its
 router moves the domain's subjects to its own sources (a STATUS, then a fresh image, for every
 subscriber, nodes included). A domain taken over stays at the backup (no move back when the
-master returns) until the configuration is reloaded.
+master returns) until the configuration is reloaded. A master with a ``backup-node`` order
+that starts while a backup serves its domain defers to that backup (:class:`_Deferral`: it
+serves its subscribers through the backup as a slave) until a reload, so one node serves the
+domain at a time. A slave balancing over mirrored masters watches them: a dead one is no longer
+picked and its subjects move to a live one (:meth:`Failover._mirror_changed`).
 
 :meth:`Failover.reload` applies a re-read cluster block (SIGHUP to ``affinity router``): new
 nodes can be linked to (and the router lets them in), a domain whose parent changed moves its
@@ -27,14 +31,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from affinity import _affinity
-from affinity.cluster_info import ROLES
+from affinity._polling import POLL_FRAGMENTS
+from affinity.cluster_balance import parents_of
+from affinity.cluster_info import NODE_INFO_INTERVAL, ROLES, ForgedNodeInfo, node_info_subject, parse_node_info
 from affinity.config.cluster import ClusterConfig
-from affinity.config.model import DataService
-from affinity.subjects import Flags, Source
+from affinity.config.model import DataService, PeerLabel, PriorityGroup
+from affinity.subjects import Flags, Source, Subscriber
 
 if TYPE_CHECKING:
     from affinity.cluster_node import ClusterNode
@@ -42,10 +49,13 @@ if TYPE_CHECKING:
 __all__ = [
     "WATCH_LABEL_PREFIX",
     "Failover",
+    "deferral_domains",
+    "deferral_services",
     "failover_order",
     "fallback_domains",
     "link_order",
     "link_routers",
+    "mirrored_domains",
     "read_reload",
     "takeover_domains",
     "with_takeover_fallback",
@@ -56,6 +66,9 @@ logger = logging.getLogger("affinity.cluster")
 MASTER, SLAVE = ROLES
 #: The source label a node watches another node's liveness under (``node-watch:<this node>``).
 WATCH_LABEL_PREFIX: Final[str] = _affinity.CLUSTER_NODE_WATCH_PREFIX
+#: Node info intervals (``NODE_INFO_INTERVAL``) without a backup's info after which a deferring
+#: master takes it for silent (at least its liveness timeout; the info comes every interval).
+DEFERRAL_INFO_INTERVALS: Final[int] = 3
 
 
 def failover_order(cluster: ClusterConfig, node_id: str) -> tuple[str, ...]:
@@ -96,6 +109,17 @@ def takeover_domains(cluster: ClusterConfig, node_id: str) -> dict[str, tuple[st
     return found
 
 
+def mirrored_domains(cluster: ClusterConfig, node_id: str) -> dict[str, tuple[str, ...]]:
+    """Per domain ``node_id`` asks several mirrored masters for directly (no ``upstream``):
+    those masters. The node watches them: a dead one is not picked and its subjects move."""
+    found: dict[str, tuple[str, ...]] = {}
+    for domain in cluster.domains:
+        parents = parents_of(cluster, node_id, domain.name)
+        if len(parents) > 1:
+            found[domain.name] = parents
+    return found
+
+
 def _own_service(services: tuple[DataService, ...], patterns: tuple[str, ...]) -> DataService | None:
     """The first of ``services`` (the configuration's own) sharing an include pattern with a
     domain, with one source group (a backup serves the domain from it)."""
@@ -125,6 +149,38 @@ def with_takeover_fallback(
             service = replace(service, source_groups=(merged,))
         result.append(service)
     return tuple(result)
+
+
+def deferral_domains(cluster: ClusterConfig, node_id: str) -> dict[str, tuple[str, ...]]:
+    """Per domain ``node_id`` is master of, when it has a ``backup-node`` order: the backups it
+    defers to at its start when one of them serves the domain (took it over while it was down)."""
+    node = cluster.node(node_id)
+    if node is None or not node.backup_nodes:
+        return {}
+    return {domain: tuple(node.backup_nodes) for domain in node.master_of}
+
+
+def deferral_services(own: tuple[DataService, ...], cluster: ClusterConfig, node_id: str) -> tuple[DataService, ...]:
+    """A ``cluster-<DOMAIN>`` data service for every domain of :func:`deferral_domains` that one
+    of ``own`` (the configuration's services) serves: the node's ``cluster.<DOMAIN>`` source
+    first, the priority groups of its own service next. While the node defers, its router
+    serves the domain through that source (from the backup); once it serves the domain itself
+    the source closes and the router moves the subjects to its own sources."""
+    from affinity.cluster_node import slave_label
+
+    services = []
+    for domain in cluster.domains:
+        if domain.name not in deferral_domains(cluster, node_id):
+            continue
+        local = _own_service(own, domain.include_patterns)
+        if local is None:
+            continue
+        label = PeerLabel(slave_label(domain.name), True, domain.location)
+        group = local.source_groups[0]
+        first = PriorityGroup((label,), domain.location)
+        merged = replace(group, priority_groups=(first, *group.priority_groups))
+        services.append(DataService(f"cluster-{domain.name}", domain.include_patterns, (merged,), domain.location))
+    return tuple(services)
 
 
 def fallback_domains(services: tuple[DataService, ...]) -> set[str]:
@@ -170,7 +226,17 @@ class Failover:
         self._pending: ClusterConfig | None = None
         self._pending_lock = threading.Lock()
         self._ahead: dict[str, tuple[str, ...]] = {}
+        #: Per domain with mirrored masters this node asks directly: the masters.
+        self._mirrors: dict[str, tuple[str, ...]] = {}
+        #: Mirrored masters found silent (not picked; their subjects moved to a live one).
+        self.mirrors_down: set[str] = set()
         self._configure(node._cluster)
+        #: Domains this (restarted) master may defer to a backup serving them.
+        self.deferrals: dict[str, _Deferral] = {
+            domain: _Deferral(self, domain, backups)
+            for domain, backups in deferral_domains(node._cluster, node.node_id).items()
+            if domain in fallbacks
+        }
         for domain, ahead in self._ahead.items():
             if domain not in fallbacks:
                 logger.warning(
@@ -183,7 +249,11 @@ class Failover:
 
     def _configure(self, cluster: ClusterConfig) -> None:
         self._ahead = {d: ahead for d, ahead in takeover_domains(cluster, self._node.node_id).items()}
+        self._mirrors = mirrored_domains(cluster, self._node.node_id)
         wanted = {other for ahead in self._ahead.values() for other in ahead}
+        wanted |= {master for masters in self._mirrors.values() for master in masters}
+        # A reload made the balancers again (every master up in them): judge them afresh.
+        self.mirrors_down.clear()
         for other in list(self._watches):
             spec = cluster.node(other)
             if other not in wanted or spec is None or spec.address != self._watches[other].address:
@@ -222,14 +292,83 @@ class Failover:
             if all(self._silent(other, now) for other in ahead):
                 self._take_over(domain, f"{', '.join(ahead)} silent for {self._node._liveness_timeout:g} s")
                 work += 1
+        for deferral in list(self.deferrals.values()):
+            work += deferral.service(now)
+        for master in sorted({master for masters in self._mirrors.values() for master in masters}):
+            # Marked down only while another master of its domains is live: with none live the
+            # subjects have nowhere to go, and new ones still go to a master (queued there).
+            others = {m for masters in self._mirrors.values() if master in masters for m in masters} - {master}
+            silent = self._silent(master, now) and any(not self._silent(m, now) for m in others)
+            if silent != (master in self.mirrors_down):
+                self._mirror_changed(master, up=not silent)
+                work += 1
         return work
+
+    def _mirror_changed(self, master: str, *, up: bool) -> None:
+        """A mirrored master went silent (``up`` False: the load balancer no longer picks it and
+        its subjects move to a live master) or was heard again (picked again for new subjects)."""
+        node = self._node
+        if up:
+            self.mirrors_down.discard(master)
+            logger.warning(
+                "Cluster node %s: mirrored master %s live again: picked for new subjects", node.node_id, master
+            )
+        else:
+            self.mirrors_down.add(master)
+            why = f"silent for {node._liveness_timeout:g} s"
+            logger.warning("Cluster node %s: mirrored master %s %s: its subjects move", node.node_id, master, why)
+        for domain, masters in self._mirrors.items():
+            balancer = node.subscriptions.balancers.get(domain)
+            if master not in masters or balancer is None:
+                continue
+            for subject, parent in balancer.set_up(master, up):
+                if parent is not None:
+                    self._move_subject(domain, subject, parent, f"{master} {'live again' if up else 'silent'}")
+
+    def _move_subject(self, domain: str, subject: str, to: str, why: str) -> None:
+        """Moves ``subject`` from the parent it is subscribed at to ``to``: unsubscribed at the
+        old link; if a local subscriber holds it, its subscribers get a STATUS, then ``to``'s
+        fresh image and updates (the cache relays only what ``to`` sends)."""
+        node = self._node
+        was = node.subscriptions.cache.parent(subject)
+        if was is None or was == to or domain not in node._slave_domains:
+            return
+        with node._lock:
+            old = node._parents.get(was)
+        if old is not None:
+            while subject in old.subscriber.subjects():
+                old.subscriber.unsubscribe(subject)
+        if not node.subscriptions.move(subject, to):
+            logger.info("Cluster node %s: idle %s forgotten (%s)", node.node_id, subject, why)
+            return
+        source = node._sources[node._slave_domains.index(domain)]
+        text = f"{subject} moved from node {was} to node {to}: {why}"
+        source._core.send_data(subject, int(Flags.STATUS), text.encode())
+        with node._lock:
+            new = node._parent(to)
+        new.subscriber.subscribe(subject, node._relay(source, to, new))
+        logger.warning("Cluster node %s: %s", node.node_id, text)
+
+    def parents(self, domain: str) -> tuple[str, ...]:
+        """Where publishes of ``domain`` at this node go: the backup this master defers to, else
+        :func:`~affinity.cluster_balance.parents_of` (none while it decides: queued)."""
+        deferral = self.deferrals.get(domain)
+        if deferral is not None and domain not in self.taken:
+            return () if deferral.target is None else (deferral.target,)
+        return parents_of(self._node._cluster, self._node.node_id, domain)
 
     def _take_over(self, domain: str, why: str) -> None:
         """Serves ``domain`` here: the node's source for it closes (the router moves its subjects
-        to its own sources) and its subscriptions at other nodes are dropped."""
+        to its own sources) and its subscriptions at other nodes are dropped. A master that
+        deferred to a backup serves its own domain again (not recorded as taken over)."""
         node = self._node
-        logger.warning("Cluster node %s: takes over domain %s (%s)", node.node_id, domain, why)
-        self.taken[domain] = time.monotonic()
+        deferral = self.deferrals.pop(domain, None)
+        if deferral is not None:
+            deferral.close()
+            logger.warning("Cluster node %s: serves domain %s (%s)", node.node_id, domain, why)
+        else:
+            logger.warning("Cluster node %s: takes over domain %s (%s)", node.node_id, domain, why)
+            self.taken[domain] = time.monotonic()
         if domain in node._slave_domains:
             index = node._slave_domains.index(domain)
             node._slave_domains.pop(index)
@@ -269,8 +408,11 @@ class Failover:
         found: dict[str, tuple[str, int | None, str | None]] = {}
         for domain in cluster.domains:
             name = domain.name
+            deferral = self.deferrals.get(name)
             if name not in node._slave_domains:
                 found[name] = (MASTER, 0, None)
+            elif deferral is not None:
+                found[name] = (SLAVE, None if deferral.target is None else 1, deferral.target)
             else:
                 found[name] = (SLAVE, cluster.stratum(node.node_id, name), node._parent_of.get(name))
         return found
@@ -295,7 +437,7 @@ class Failover:
                 if ahead and all(self._silent(other, moment) for other in ahead):
                     continue  # still nobody ahead: the domain stays here
                 self._hand_back(name, now)
-            elif node.node_id in cluster.masters(name) and name not in self.taken:
+            elif node.node_id in cluster.masters(name) and name not in self.taken and name in node._slave_domains:
                 if name in self._fallbacks:
                     self._take_over(name, "the reloaded configuration makes this node its master")
                 elif name in node._slave_domains:
@@ -372,9 +514,158 @@ class Failover:
         logger.info("Cluster node %s: link to %s now at %s (%s)", node.node_id, parent_id, routers[0], why)
 
     def close(self) -> None:
-        """Closes the watches."""
+        """Closes the watches and the deferrals' info subscriptions."""
         for watch in self._watches.values():
             watch.source.close()
+        for deferral in self.deferrals.values():
+            deferral.close()
+
+
+class _Deferral:
+    """A master with a ``backup-node`` order, just started: does a backup serve its domain?
+
+    Its router serves the domain from the node's ``cluster.<DOMAIN>`` source first
+    (:func:`deferral_services`). The node reads each backup's node info at the backup; while
+    none has answered or been silent a liveness timeout, requests wait. A backup whose info
+    says it is master of the domain (it took it over; a configured master of the domain does not
+    count) is deferred to: the domain's subjects are subscribed there and relayed (STATUS,
+    image, updates, as a slave), and publishes here go there. Else, or once that backup no
+    longer serves it (silent, handed back), or at a reload that keeps this node master, the
+    node serves the domain itself (:meth:`Failover._take_over`)."""
+
+    def __init__(self, failover: Failover, domain: str, backups: tuple[str, ...]) -> None:
+        node = failover._node
+        self._failover, self.domain, self.backups = failover, domain, backups
+        #: The backup deferred to (``None``: not decided).
+        self.target: str | None = None
+        self._pending: set[str] = set()
+        #: Per backup heard: whether its last node info says it serves the domain.
+        self._serves: dict[str, bool] = {}
+        #: Per backup heard: when its last node info came (monotonic seconds).
+        self._heard: dict[str, float] = {}
+        self._started = time.monotonic()
+        #: Seconds without a backup's info after which it counts as silent.
+        self.silence = max(node._liveness_timeout, DEFERRAL_INFO_INTERVALS * NODE_INFO_INTERVAL)
+        self._infos: dict[str, Subscriber] = {}
+        for backup in backups:
+            spec = node._cluster.node(backup)
+            if spec is None:
+                continue
+            subscriber = node._subscriber([spec.address])
+            subscriber.subscribe(node_info_subject(backup), self._on_info(backup))
+            self._infos[backup] = subscriber
+        from affinity.cluster_node import slave_label
+
+        self.source = Source(
+            node._client,
+            node._listen,
+            slave_label(domain),
+            host=node._host,
+            heartbeat_interval=node._heartbeat_interval,
+            liveness_timeout=node._liveness_timeout,
+            secret=node._secret,
+        )
+        self.source.on_request(self._request)
+        self.source.on_discard(self._discard)
+        self.source.on_publish(node.forwarding.on_publish(self.source, domain))
+        node._sources.append(self.source)
+        node._slave_domains.append(domain)
+        node._parent_of[domain] = None
+
+    def _on_info(self, backup: str) -> Callable[[str, Flags, bytes], None]:
+        def info(subject: str, flags: Flags, payload: bytes) -> None:
+            if not flags & (Flags.IMAGE | Flags.UPDATE):
+                return
+            cluster = self._failover._node._cluster
+            try:
+                parsed = parse_node_info(subject, payload, cluster)
+            except ForgedNodeInfo as exc:
+                logger.warning("Cluster node %s: %s", self._failover._node.node_id, exc)
+                return
+            serves = any(name == self.domain and role == MASTER for name, role, _, _ in parsed.domains)
+            self._serves[backup] = serves and backup not in cluster.masters(self.domain)
+            self._heard[backup] = time.monotonic()
+
+        return info
+
+    def service(self, now: float) -> int:
+        """Reads the backups' info; defers, or serves the domain here; returns the work done."""
+        work = 0
+        for subscriber in list(self._infos.values()):
+            work += subscriber.poll(POLL_FRAGMENTS)
+        failover = self._failover
+
+        def silent(backup: str) -> bool:
+            return now - self._heard.get(backup, self._started) > self.silence
+
+        serving = [b for b in self.backups if self._serves.get(b) and not silent(b)]
+        if self.target is None and serving:
+            self._defer(serving[0])
+            return work + 1
+        if self.target is None and all(b in self._serves or silent(b) for b in self.backups):
+            failover._take_over(self.domain, "no backup of it serves the domain")
+            return work + 1
+        if self.target is not None and self.target not in serving:
+            failover._take_over(self.domain, f"{self.target} no longer serves it")
+            return work + 1
+        return work
+
+    def _defer(self, backup: str) -> None:
+        node = self._failover._node
+        self.target = backup
+        node._parent_of[self.domain] = backup
+        logger.warning(
+            "Cluster node %s: defers domain %s to %s (it serves the domain; a reload hands it back)",
+            node.node_id,
+            self.domain,
+            backup,
+        )
+        for subject in sorted(self._pending):
+            self._subscribe(subject)
+        self._pending.clear()
+
+    def _subscribe(self, subject: str) -> None:
+        node = self._failover._node
+        assert self.target is not None
+        with node._lock:
+            link = node._parent(self.target)
+        link.subscriber.subscribe(subject, self._relay)
+
+    def _request(self, subject: str) -> None:
+        if self.target is None:
+            self._pending.add(subject)
+        else:
+            self._subscribe(subject)
+
+    def _discard(self, subject: str) -> None:
+        self._pending.discard(subject)
+        node = self._failover._node
+        with node._lock:
+            link = node._parents.get(self.target) if self.target is not None else None
+        if link is not None:
+            while subject in link.subscriber.subjects():
+                link.subscriber.unsubscribe(subject)
+
+    def _relay(self, subject: str, flags: Flags, payload: bytes) -> None:
+        source = self.source
+        if flags & Flags.REFUSED:
+            source.nodata(subject, "unavailable")
+        elif flags & Flags.STATUS:
+            source._core.send_data(subject, int(Flags.STATUS), payload)
+        elif flags & Flags.ERASE:
+            source.erase(subject)
+        elif flags & Flags.NODATA_NOTFOUND:
+            source.nodata(subject, "notfound")
+        elif flags & Flags.NODATA_UNAVAILABLE:
+            source.nodata(subject, "unavailable")
+        else:
+            source.publish(subject, payload, image=bool(flags & Flags.IMAGE))
+
+    def close(self) -> None:
+        """Closes the info subscriptions (the source is the node's: closed by a takeover)."""
+        for subscriber in self._infos.values():
+            subscriber.close()
+        self._infos.clear()
 
 
 def _domain_of(cluster: ClusterConfig, subject: str) -> str | None:

@@ -42,9 +42,8 @@ from urllib.parse import urlsplit
 
 from affinity import _affinity
 from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
-from affinity.cluster_balance import parents_of
 from affinity.cluster_cache import SlaveSubscriptions
-from affinity.cluster_failover import Failover, link_routers, with_takeover_fallback
+from affinity.cluster_failover import Failover, deferral_services, link_routers, with_takeover_fallback
 from affinity.cluster_info import node_info_services
 from affinity.cluster_ptp import PtpNode, ptp_services
 from affinity.config.cluster import ClusterConfig
@@ -107,9 +106,9 @@ def cluster_router_config(config: RouterConfig, node_id: str) -> RouterConfig:
     service routes, so a domain's subjects go to the cluster)."""
     if config.cluster is None or config.cluster.node(node_id) is None:
         raise ConfigError(f"node {node_id!r}: not a node-id of the configuration's cluster")
-    slaves = with_takeover_fallback(
-        slave_services(config.cluster, node_id), config.routing.data_services, config.cluster, node_id
-    )
+    own = config.routing.data_services
+    slaves = with_takeover_fallback(slave_services(config.cluster, node_id), own, config.cluster, node_id)
+    slaves += deferral_services(own, config.cluster, node_id)
     services = ptp_services(config.cluster, node_id) + slaves + node_info_services(config.cluster, node_id)
     routing = replace(config.routing, data_services=services + config.routing.data_services)
     return replace(config, routing=routing)
@@ -433,7 +432,7 @@ class Forwarding:
         def publish(subject: str, flags: Flags, payload: bytes) -> None:
             # Every master of the domain (mirrored masters), or the node's upstream for it, as
             # the configuration says now (a reload may move them).
-            parents = parents_of(self._node._cluster, self._node.node_id, domain)
+            parents = self._node.failover.parents(domain)
             self._reply = local
             if len(payload) < _affinity.SUBJECT_ORIGIN_LENGTH:
                 logger.warning("Cluster node %s: a publish of %s without its origin", self._node.node_id, subject)
