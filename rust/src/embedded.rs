@@ -166,6 +166,7 @@ pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
     let in_process = match config.driver.threading {
         Threading::Invoker => invoker(driver, command_timeout),
         Threading::Shared | Threading::SharedNetwork | Threading::Dedicated => {
+            let wake = driver.wake();
             let on_close: OnClose = Box::new(move |drain| stop_driver(driver, drain));
             InProcessDriver {
                 threading,
@@ -173,6 +174,7 @@ pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
                 on_close,
                 command_timeout,
                 yields_when_idle: config.yields_when_idle,
+                wake,
             }
         }
     };
@@ -216,6 +218,7 @@ fn invoker(driver: MediaDriver, command_timeout: Duration) -> InProcessDriver {
         on_close,
         command_timeout,
         yields_when_idle: false,
+        wake: None,
     }
 }
 

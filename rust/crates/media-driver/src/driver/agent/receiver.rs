@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
@@ -491,6 +492,12 @@ impl ReceiverAgent {
         self.counters.count(outcome);
         let _ = self.counters.datagrams_received.add(1);
         Some(outcome)
+    }
+
+    /// Adds the descriptor of every receiving socket to `out` (what an idle receiver parks on,
+    /// [`crate::driver::idle::Idler::idle_or_readable`]).
+    pub fn readable_fds(&self, out: &mut Vec<RawFd>) {
+        out.extend(self.endpoints.iter().map(|e| e.socket.as_raw_fd()));
     }
 
     /// One duty cycle; returns the work done.
