@@ -26,7 +26,7 @@ use crate::shm::directory::{self, epoch_ms, DirectoryState};
 use crate::shm::log_buffer::{LogBuffer, LogIdentity, Unsent};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
-use crate::shm::wake::DriverWake;
+use crate::shm::wake::ParkWake;
 use crate::sync::lock;
 use crate::wire::flags;
 
@@ -76,7 +76,10 @@ pub struct InProcessDriver {
     pub yields_when_idle: bool,
     /// Threaded modes: written after each offer, so the driver's sending thread does not
     /// sleep out its idle park before it sends (`MediaDriver::wake`).
-    pub wake: Option<Arc<DriverWake>>,
+    pub wake: Option<Arc<ParkWake>>,
+    /// Threaded modes: woken by the driver's receiver after it received data, what
+    /// [`AttachedClient::wait_for_data`] parks on (`MediaDriver::data_wake`).
+    pub data_wake: Option<Arc<ParkWake>>,
 }
 
 type Result<T> = std::result::Result<T, Error>;
@@ -134,7 +137,9 @@ struct Shared {
     /// See [`InProcessDriver::yields_when_idle`].
     yields_when_idle: AtomicBool,
     /// See [`InProcessDriver::wake`].
-    wake: OnceLock<Arc<DriverWake>>,
+    wake: OnceLock<Arc<ParkWake>>,
+    /// See [`InProcessDriver::data_wake`].
+    data_wake: OnceLock<Arc<ParkWake>>,
 }
 
 /// One publication handle of `registration_id` is gone: its driver events stop being kept once
@@ -506,19 +511,28 @@ impl AttachedClient {
     }
 
     fn connect_with(dir: &Path, driver_timeout: Duration, in_process: Option<InProcessDriver>) -> Result<Self> {
-        let (threading, duty_cycle, on_close, command_timeout, yields_when_idle, wake) = match in_process {
-            Some(InProcessDriver { threading, duty_cycle, on_close, command_timeout, yields_when_idle, wake }) => {
-                (threading, duty_cycle, Some(on_close), command_timeout, yields_when_idle, wake)
-            }
-            None => (STANDALONE_THREADING, None, None, COMMAND_TIMEOUT, false, None),
+        let (threading, duty_cycle, on_close, command_timeout, yields_when_idle, wakes) = match in_process {
+            Some(InProcessDriver {
+                threading,
+                duty_cycle,
+                on_close,
+                command_timeout,
+                yields_when_idle,
+                wake,
+                data_wake,
+            }) => (threading, duty_cycle, Some(on_close), command_timeout, yields_when_idle, (wake, data_wake)),
+            None => (STANDALONE_THREADING, None, None, COMMAND_TIMEOUT, false, (None, None)),
         };
         let attached = Self::attach(dir, driver_timeout, duty_cycle, on_close.is_some(), command_timeout);
         match attached {
             Ok((shared, stop, keepalive)) => Ok(Self {
                 shared: {
                     shared.yields_when_idle.store(yields_when_idle, Ordering::Relaxed);
-                    if let Some(wake) = wake {
+                    if let Some(wake) = wakes.0 {
                         let _ = shared.wake.set(wake);
+                    }
+                    if let Some(wake) = wakes.1 {
+                        let _ = shared.data_wake.set(wake);
                     }
                     shared
                 },
@@ -595,6 +609,7 @@ impl AttachedClient {
             command_timeout,
             yields_when_idle: AtomicBool::new(false),
             wake: OnceLock::new(),
+            data_wake: OnceLock::new(),
         });
         shared.send(&Command::ClientKeepalive { client_id, token: close_token })?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -657,6 +672,17 @@ impl AttachedClient {
     /// This client's id (allocated by the driver's correlation counter).
     pub fn client_id(&self) -> i64 {
         self.shared.client_id
+    }
+
+    /// Waits at most `timeout` for data: with a threaded driver in this process, until its
+    /// receiver has written received data into the logs (any subscription's; the caller polls
+    /// to see whether some is its own); otherwise (a standalone driver, invoker threading) it
+    /// sleeps `timeout`. What an idle polling thread calls instead of sleeping.
+    pub fn wait_for_data(&self, timeout: Duration) {
+        match self.shared.data_wake.get() {
+            Some(wake) => wake.park(timeout),
+            None => std::thread::sleep(timeout),
+        }
     }
 
     /// Whether [`Self::close`] was called.

@@ -4,13 +4,13 @@
 //! them ([`Idler::idle_or_readable`]): a datagram ends the park at once, so the first datagram
 //! after a quiet spell waits for no timer (it waited half the longest park on average before),
 //! while the park's length, and so the idle CPU, stays what the strategy says. The thread that
-//! sends also parks on a [`DriverWake`], which clients in its process write after an offer.
+//! sends also parks on a [`ParkWake`], which clients in its process write after an offer.
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::shm::wake::DriverWake;
+use crate::shm::wake::ParkWake;
 
 /// How a thread waits for work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,7 +82,7 @@ pub struct Idler {
     /// such a socket can never turn the backoff into a spin.
     woken_by_readable: bool,
     /// Written by in-process clients after an offer ([`Idler::with_wake`]).
-    wake: Option<Arc<DriverWake>>,
+    wake: Option<Arc<ParkWake>>,
 }
 
 impl Idler {
@@ -99,8 +99,8 @@ impl Idler {
         }
     }
 
-    /// Parks also end when a client in this process offers ([`DriverWake::wake`]).
-    pub fn with_wake(mut self, wake: Option<Arc<DriverWake>>) -> Self {
+    /// Parks also end when a client in this process offers ([`ParkWake::wake`]).
+    pub fn with_wake(mut self, wake: Option<Arc<ParkWake>>) -> Self {
         self.wake = wake;
         self
     }
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn an_offers_wake_up_ends_a_park_and_a_park_without_one_runs_its_length() {
-        let wake = Arc::new(DriverWake::new().unwrap());
+        let wake = Arc::new(ParkWake::new().unwrap());
         let mut idler = Idler::new(LONG_PARK).with_wake(Some(wake.clone()));
         let waker = {
             let wake = wake.clone();

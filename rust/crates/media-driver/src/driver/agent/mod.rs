@@ -33,7 +33,7 @@ use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::log_buffer::Unsent;
-use crate::shm::wake::DriverWake;
+use crate::shm::wake::ParkWake;
 use crate::shm::ShmError;
 use conductor::DriverConductor;
 use receiver::{ImageDefaults, ReceiverAgent};
@@ -250,7 +250,9 @@ pub struct MediaDriver {
     dir: std::path::PathBuf,
     took_over: Option<String>,
     /// Threaded modes: what the sending thread parks on besides its sockets.
-    wake: Option<Arc<DriverWake>>,
+    wake: Option<Arc<ParkWake>>,
+    /// Threaded modes: woken by the receiver after it received data.
+    data_wake: Option<Arc<ParkWake>>,
 }
 
 /// What a thread hands back when it stops.
@@ -273,7 +275,7 @@ impl std::fmt::Debug for MediaDriver {
 /// datagram ([`Idler::idle_or_readable`]), and for the thread that sends, when a client in this
 /// process offers (`wake`).
 fn run_until<A>(
-    (stop, idle, wake): (&AtomicBool, IdleStrategy, Option<Arc<DriverWake>>),
+    (stop, idle, wake): (&AtomicBool, IdleStrategy, Option<Arc<ParkWake>>),
     agent: &mut A,
     mut work: impl FnMut(&mut A) -> usize,
     mut readable: impl FnMut(&A, &mut Vec<std::os::fd::RawFd>),
@@ -309,22 +311,34 @@ impl MediaDriver {
         let offload = config.udp_offload;
         let sender =
             SenderAgent::new(sender_commands, to_conductor.clone(), conductor.sender_counters(), batch, offload);
-        let receiver =
+        let mut receiver =
             ReceiverAgent::new(receiver_commands, to_conductor, conductor.receiver_counters(), batch, offload);
         let dir = conductor.dir().to_path_buf();
         let took_over = conductor.took_over().map(str::to_owned);
         let stop = Arc::new(AtomicBool::new(false));
-        let mut driver =
-            MediaDriver { agents: None, threads: Vec::new(), stop: stop.clone(), dir, took_over, wake: None };
+        let mut driver = MediaDriver {
+            agents: None,
+            threads: Vec::new(),
+            stop: stop.clone(),
+            dir,
+            took_over,
+            wake: None,
+            data_wake: None,
+        };
         let idle = config.idle;
-        let mut agents = Agents { conductor, sender, receiver };
-        // The thread that sends parks on a wake-up its in-process clients write after an offer.
+        // The thread that sends parks on a wake-up its in-process clients write after an offer;
+        // the receiver wakes in-process client threads waiting for data.
         if config.threading != Threading::Invoker {
-            driver.wake = Some(Arc::new(
-                DriverWake::new()
-                    .map_err(|e| ShmError::Parameter(format!("cannot create the driver's wake-up: {e}")))?,
-            ));
+            let new = || {
+                ParkWake::new()
+                    .map(Arc::new)
+                    .map_err(|e| ShmError::Parameter(format!("cannot create the driver's wake-up: {e}")))
+            };
+            driver.wake = Some(new()?);
+            driver.data_wake = Some(new()?);
+            receiver.set_data_wake(driver.data_wake.clone());
         }
+        let mut agents = Agents { conductor, sender, receiver };
         let wake = driver.wake.clone();
         match config.threading {
             Threading::Invoker => driver.agents = Some(agents),
@@ -389,9 +403,15 @@ impl MediaDriver {
     }
 
     /// Threaded modes: the wake-up a client in this process calls after each offer, so the
-    /// sending thread does not sleep out its park ([`DriverWake`]); `None` in invoker mode.
-    pub fn wake(&self) -> Option<Arc<DriverWake>> {
+    /// sending thread does not sleep out its park ([`ParkWake`]); `None` in invoker mode.
+    pub fn wake(&self) -> Option<Arc<ParkWake>> {
         self.wake.clone()
+    }
+
+    /// Threaded modes: the wake-up the receiver wakes after each cycle that received data, what
+    /// a client thread in this process parks on while it waits for data; `None` in invoker mode.
+    pub fn data_wake(&self) -> Option<Arc<ParkWake>> {
+        self.data_wake.clone()
     }
 
     /// Why a stale directory was taken over, if it was.
