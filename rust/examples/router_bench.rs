@@ -1,8 +1,15 @@
-//! Subject router figures: the sans-IO core alone, then end to end over loopback.
+//! Subject router figures: one subscription on an idle router, the sans-IO core alone, then
+//! end to end over loopback.
 //!
 //! ```text
 //! cargo run --release --example router_bench [MAX_PARK_US]
+//! ROUTER_BENCH_PATH_ONLY=1 cargo run --release --example router_bench   # the idle path only
 //! ```
+//!
+//! * idle path (first): a router, one source and one subscriber, each on its own embedded
+//!   driver, new subjects subscribed one at a time 5 ms apart: SUBSCRIBE -> first image, split
+//!   at the source's REQUEST; one UDP hop alone after the same idle gap; the idle CPU of those
+//!   threads.
 //!
 //! Prints each figure as one JSON line (`measurement`, `value`, `unit`, `note`).
 //!
