@@ -17,6 +17,10 @@ embedded driver): the source ``stock-feed`` at golan, subscribers at each node.
   one subject; the source publishes updates in batches for ``--seconds``; updates delivered per
   second in total (every subscriber's receipts), polled by one thread of this process.
 
+``--rust-subscribers BINARY`` (``target/release/examples/fanout_subscribers``) measures the fan-out a
+second time with the subscribers in a Rust process of their own (one embedded driver, one polling
+thread), which the Python client does not bound; the source stays this script's.
+
 ``--relay-idle-sleep SECONDS`` starts each router with ``affinity._polling.IDLE_SLEEP`` (how long
 the cluster node's relay loop sleeps when idle, 0.5 ms) set to SECONDS, to measure what that
 sleep costs a level.
@@ -28,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import queue
+import subprocess
 import sys
 import threading
 import time
@@ -49,6 +55,8 @@ NODES = ("golan", "avalon", "bilbo", "heron")
 CLIENT_HOST = "10.9.0.1"
 LATENCY_SUBJECT = "/STOCK/LATENCY"
 FANOUT_SUBJECT = "/STOCK/FANOUT"
+#: The subject of the fan-out to Rust subscribers (a fresh one: the Python fan-out's is cached).
+RUST_FANOUT_SUBJECT = "/STOCK/FANOUT-RUST"
 #: Seconds a step may take before the benchmark gives up.
 STEP_TIMEOUT = 60.0
 #: Updates per publish batch in the fan-out phase.
@@ -191,6 +199,65 @@ def fanout(client: affinity.Client, source: Source, requests: list[str], count: 
         subscriber.close()
 
 
+def fanout_rust(source: Source, requests: list[str], binary: Path, count: int, seconds: float) -> None:
+    """The fan-out to ``count`` subscribers in a Rust process (``fanout_subscribers``), split
+    between avalon and heron; this script publishes until that process reports."""
+    routers = ",".join(address(node) for node in ("avalon", "heron"))
+    command = [str(binary), routers, RUST_FANOUT_SUBJECT, str(count), str(seconds), CLIENT_HOST]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line.strip()) for line in child.stdout or ()], daemon=True)
+    reader.start()
+
+    def expect(word: str) -> str:
+        deadline = time.monotonic() + STEP_TIMEOUT
+        while True:
+            source.poll(16)
+            try:
+                line = lines.get(timeout=0.001)
+            except queue.Empty:
+                if time.monotonic() > deadline or child.poll() is not None:
+                    raise SystemExit(f"the Rust subscribers never said {word!r} (exit {child.poll()})") from None
+                continue
+            if line.startswith(word):
+                return line
+
+    try:
+        expect("subscribed")
+        until("golan's request for the Rust fan-out", lambda: RUST_FANOUT_SUBJECT in requests, source)
+        source.publish(RUST_FANOUT_SUBJECT, b"image", image=True)
+        expect("imaged")
+        payload = b"x" * 100
+        published, start, result = 0, time.monotonic(), None
+        deadline = start + seconds + STEP_TIMEOUT
+        while result is None and time.monotonic() < deadline:
+            for _ in range(BATCH):
+                source.publish(RUST_FANOUT_SUBJECT, payload)
+            published += BATCH
+            source.poll(16)
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                continue
+            if line.startswith("{"):
+                result = json.loads(line)
+        elapsed = time.monotonic() - start
+        if result is None:
+            raise SystemExit("the Rust subscribers never reported")
+    finally:
+        if child.poll() is None:
+            child.wait(timeout=STEP_TIMEOUT)
+    figure(
+        f"fan-out master -> 2 slaves -> {count} Rust subscribers, updates delivered",
+        result["delivered"] / result["seconds"],
+        "updates/s",
+        f"{published} published by this script in {elapsed:.1f} s ({published / elapsed:.0f}/s, owed "
+        f"{published * count / elapsed:.0f} deliveries/s); {result['delivered']} delivered in "
+        f"{result['seconds']} s to subscribers in one Rust process (one polling thread)",
+    )
+
+
 #: Run by each router with ``--relay-idle-sleep`` (``python -c PATCH SECONDS -m affinity.cli ARGS``):
 #: sets the relay loop's idle sleep, then runs ``affinity.cli`` with ARGS.
 RELAY_SLEEP_PATCH = (
@@ -221,6 +288,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--subscribers", type=int, default=100)
     parser.add_argument("--relay-idle-sleep", type=float, metavar="SECONDS")
+    parser.add_argument("--rust-subscribers", type=Path, metavar="BINARY")
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     (args.workdir / "cluster.conf").write_text(CONFIG)
@@ -238,6 +306,8 @@ def main() -> int:
         source.on_request(requests.append)
         latency(client, source, requests, args.updates)
         fanout(client, source, requests, args.subscribers, args.seconds)
+        if args.rust_subscribers is not None:
+            fanout_rust(source, requests, args.rust_subscribers, args.subscribers, args.seconds)
         source.close()
     finally:
         client.close()

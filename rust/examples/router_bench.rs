@@ -1,8 +1,15 @@
-//! Subject router figures: the sans-IO core alone, then end to end over loopback.
+//! Subject router figures: one subscription on an idle router, the sans-IO core alone, then
+//! end to end over loopback.
 //!
 //! ```text
 //! cargo run --release --example router_bench [MAX_PARK_US]
+//! ROUTER_BENCH_PATH_ONLY=1 cargo run --release --example router_bench   # the idle path only
 //! ```
+//!
+//! * idle path (first): a router, one source and one subscriber, each on its own embedded
+//!   driver, new subjects subscribed one at a time 5 ms apart: SUBSCRIBE -> first image, split
+//!   at the source's REQUEST; one UDP hop alone after the same idle gap; the idle CPU of those
+//!   threads.
 //!
 //! Prints each figure as one JSON line (`measurement`, `value`, `unit`, `note`).
 //!
@@ -37,7 +44,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use affinity::client::ClientHandle;
+use affinity::client::{ClientApi, ClientHandle, MessageBatch};
 use affinity::control::Timing;
 use affinity::control::{Heartbeat, Role};
 use affinity::driver::idle::{IdleStrategy, Idler};
@@ -343,7 +350,7 @@ fn end_to_end() {
         std::thread::sleep(Duration::from_millis(1));
     }
     // Idle: what the runtime's threads cost while nothing flows (every image is in).
-    idle_cpu();
+    idle_cpu("idle", "100 subscribers, 2 sources");
     // Relay.
     let before = router.status();
     let start = Instant::now();
@@ -526,20 +533,21 @@ fn sched_delta(before: &HashMap<String, Sched>, after: &HashMap<String, Sched>, 
 /// Prints, for each kind of runtime thread, the share of one core it ran and how often it was
 /// scheduled in over [`IDLE_WINDOW`] with nothing flowing: the peers' heartbeat threads, the
 /// router thread, the drivers.
-fn idle_cpu() {
+fn idle_cpu(phase: &str, peers: &str) {
     let before = thread_sched();
     std::thread::sleep(IDLE_WINDOW);
     let after = thread_sched();
     let window = IDLE_WINDOW.as_secs_f64();
+    let peers = format!("peer threads ({peers})");
     for (name, label) in [
-        ("affinity-subjec", "peer threads (100 subscribers, 2 sources)"),
+        ("affinity-subjec", peers.as_str()),
         ("affinity-router", "router thread"),
         ("affinity-driver", "driver threads (3 embedded drivers)"),
     ] {
         let delta = sched_delta(&before, &after, Some(name));
         let note = format!("{} s with nothing flowing, /proc/self/task/*/schedstat", IDLE_WINDOW.as_secs());
-        figure(&format!("idle CPU: {label}"), delta.run_ns as f64 / 1e9 / window * 100.0, "% of a core", &note);
-        figure(&format!("idle wake-ups: {label}"), delta.slices as f64 / window, "per second", &note);
+        figure(&format!("{phase} CPU: {label}"), delta.run_ns as f64 / 1e9 / window * 100.0, "% of a core", &note);
+        figure(&format!("{phase} wake-ups: {label}"), delta.slices as f64 / window, "per second", &note);
     }
 }
 
@@ -563,7 +571,160 @@ fn figure(measurement: &str, value: f64, unit: &str, note: &str) {
     );
 }
 
+/// Samples of the idle path and of the single hop.
+const PATH_SAMPLES: usize = 400;
+/// Quiet time before each idle-path sample: long enough for every thread on the path to reach
+/// its longest idle park (the drivers' backoff reaches 1 ms after about 2 ms).
+const PATH_GAP: Duration = Duration::from_millis(5);
+/// Stream of the single-hop probe (any stream the subjects do not use).
+const HOP_STREAM: i32 = 4242;
+
+/// One subscription on an otherwise idle router: a `RouterRuntime`, one `SubjectSource`, one
+/// `SubjectSubscriber`, each on its own embedded driver (as three processes would be), a new
+/// subject subscribed every [`PATH_GAP`]; the source notes when each REQUEST arrived and the
+/// sample when its image arrived. Then one UDP hop alone between two of those drivers (a
+/// publication offered, a subscription polled by [`POLLER_IDLE`], the same gap before each).
+fn idle_path() {
+    let timing = Timing::new(Duration::from_millis(100), Duration::from_secs(5)).unwrap();
+    let listen =
+        format!("aeron:udp?endpoint={}", std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
+    let mut table = RoutingTable::new();
+    let service = table.add_service("path", &["^/path/"]).unwrap();
+    let spec = SourceGroupSpec {
+        name: "path".into(),
+        priority_groups: vec![vec!["Path".to_owned()]],
+        rules: Vec::new(),
+        selection: Selection::Modulo,
+        policy: builtin("workload").unwrap(),
+    };
+    table.add_source_group(service, spec).unwrap();
+    let router_client = client();
+    let options = RouterOptions {
+        listen: listen.clone(),
+        control: None,
+        timing,
+        backlog_budget: DEFAULT_BACKLOG_BUDGET,
+        secret: None,
+        forward: None,
+    };
+    let router = RouterRuntime::start(router_client.clone(), table, None, &options).unwrap();
+    let peer = |name: &str| PeerOptions {
+        routers: vec![listen.clone()],
+        name: name.into(),
+        host: "127.0.0.1".into(),
+        timing,
+        secret: None,
+    };
+    let (source_client, subscriber_client) = (client(), client());
+    let source = SubjectSource::new(&source_client, &peer("Path")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let requested_at: Arc<Mutex<HashMap<String, Instant>>> = Arc::new(Mutex::new(HashMap::new()));
+    let server = {
+        let (stop, requested_at) = (stop.clone(), requested_at.clone());
+        std::thread::spawn(move || {
+            let mut idler = Idler::new(POLLER_IDLE);
+            while !stop.load(Ordering::Relaxed) {
+                let mut new = Vec::new();
+                source
+                    .peer()
+                    .poll_with(64, |r| {
+                        if r.kind == RecordKind::Request {
+                            requested_at.lock().unwrap().insert(r.subject.to_owned(), Instant::now());
+                            new.push(r.subject.to_owned());
+                        }
+                    })
+                    .unwrap();
+                for subject in &new {
+                    source.publish(subject, &[9u8; PAYLOAD], true).unwrap();
+                }
+                idler.idle(new.len());
+            }
+        })
+    };
+    let started = Instant::now();
+    while router.status().members.iter().any(|(_, up)| !up) {
+        assert!(started.elapsed() < DEADLINE, "the path's source never came up");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let subscriber = SubjectSubscriber::new(&subscriber_client, &peer("path-sub")).unwrap();
+    let (mut total, mut to_source, mut to_image) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..PATH_SAMPLES + 20 {
+        std::thread::sleep(PATH_GAP);
+        let name = format!("/path/s{i}");
+        let start = Instant::now();
+        subscriber.subscribe(&name).unwrap();
+        let mut got = false;
+        let mut idler = Idler::new(POLLER_IDLE);
+        while !got {
+            assert!(start.elapsed() < Duration::from_secs(5), "no image for {name}");
+            let work = subscriber.peer().poll_with(64, |r| got |= r.flags == FLAG_IMAGE && r.subject == name).unwrap();
+            idler.idle(work);
+        }
+        let done = Instant::now();
+        let at = requested_at.lock().unwrap().remove(&name);
+        if i >= 20 {
+            total.push(done - start);
+            if let Some(at) = at {
+                to_source.push(at - start);
+                to_image.push(done - at);
+            }
+        }
+        subscriber.unsubscribe(&name).unwrap();
+    }
+    // Idle: what this router and its three peers' drivers cost with nothing flowing.
+    idle_cpu("idle path", "1 subscriber, 1 source");
+    let note = format!("{PATH_SAMPLES} new subjects, one subscriber, one source, {} ms apart", PATH_GAP.as_millis());
+    figure("idle path: SUBSCRIBE -> first image, p50", quantile(&mut total, 0.5), "µs", &note);
+    figure("idle path: SUBSCRIBE -> first image, p99", quantile(&mut total, 0.99), "µs", &note);
+    figure("idle path part: SUBSCRIBE -> REQUEST at the source, p50", quantile(&mut to_source, 0.5), "µs", &note);
+    figure("idle path part: REQUEST at the source -> image, p50", quantile(&mut to_image, 0.5), "µs", &note);
+    // One hop alone: the subscriber's driver to the source's driver.
+    let hop_channel =
+        format!("aeron:udp?endpoint={}", std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap());
+    let inbox = source_client.add_subscription_handle(&hop_channel, HOP_STREAM).unwrap();
+    let outbox = subscriber_client.add_publication_handle(&hop_channel, HOP_STREAM).unwrap();
+    let started = Instant::now();
+    while !outbox.is_connected().unwrap() {
+        assert!(started.elapsed() < DEADLINE, "the hop probe never connected");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut hops = Vec::new();
+    let mut batch = MessageBatch::default();
+    for i in 0..PATH_SAMPLES + 20 {
+        std::thread::sleep(PATH_GAP);
+        let start = Instant::now();
+        while outbox.try_offer(&[7u8; PAYLOAD]).is_err() {
+            assert!(start.elapsed() < Duration::from_secs(5), "the hop probe's offer was refused");
+            std::thread::yield_now();
+        }
+        let mut idler = Idler::new(POLLER_IDLE);
+        loop {
+            assert!(start.elapsed() < Duration::from_secs(5), "the hop probe's message never arrived");
+            batch.clear();
+            let work = inbox.poll_into(&mut batch, 16).unwrap();
+            if work > 0 {
+                break;
+            }
+            idler.idle(work);
+        }
+        if i >= 20 {
+            hops.push(start.elapsed());
+        }
+    }
+    let note = format!("{PATH_SAMPLES} messages of {PAYLOAD} B, {} ms apart, driver to driver", PATH_GAP.as_millis());
+    figure("one UDP hop after idle, p50", quantile(&mut hops, 0.5), "µs", &note);
+    figure("one UDP hop after idle, p99", quantile(&mut hops, 0.99), "µs", &note);
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap();
+    subscriber.peer().close();
+    router.close();
+}
+
 fn main() {
+    idle_path();
+    if std::env::var_os("ROUTER_BENCH_PATH_ONLY").is_some() {
+        return;
+    }
     core_figures();
     end_to_end();
 }

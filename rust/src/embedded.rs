@@ -166,6 +166,7 @@ pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
     let in_process = match config.driver.threading {
         Threading::Invoker => invoker(driver, command_timeout),
         Threading::Shared | Threading::SharedNetwork | Threading::Dedicated => {
+            let (wake, data_wake) = (driver.wake(), driver.data_wake());
             let on_close: OnClose = Box::new(move |drain| stop_driver(driver, drain));
             InProcessDriver {
                 threading,
@@ -173,6 +174,8 @@ pub fn start(config: EmbeddedConfig) -> Result<AttachedClient> {
                 on_close,
                 command_timeout,
                 yields_when_idle: config.yields_when_idle,
+                wake,
+                data_wake,
             }
         }
     };
@@ -216,6 +219,8 @@ fn invoker(driver: MediaDriver, command_timeout: Duration) -> InProcessDriver {
         on_close,
         command_timeout,
         yields_when_idle: false,
+        wake: None,
+        data_wake: None,
     }
 }
 
@@ -319,6 +324,45 @@ mod tests {
             if subscription.poll_into(batch, 100).unwrap() == 0 {
                 std::thread::sleep(Duration::from_millis(1));
             }
+        }
+    }
+
+    #[test]
+    fn a_client_waiting_for_data_is_woken_by_its_drivers_receiver_not_by_its_timeout() {
+        // Two embedded drivers (shared threading): one receives, one sends every 5 ms. The
+        // receiving side's wait of 10 s ends when data arrives; without the receiver's wake-up
+        // it would sleep out the 10 s (and does, by design, with an invoker driver).
+        let root = tempdir();
+        let receiving = start(config(&root, Threading::Shared)).unwrap();
+        let sending = start(config(&root, Threading::Shared)).unwrap();
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
+        let mut subscription = receiving.add_subscription(&channel, 7).unwrap();
+        let publication = sending.add_publication(&channel, 7).unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                    let _ = publication.try_offer(b"ping");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+            let mut batch = MessageBatch::default();
+            poll_all(&receiving, &mut subscription, &mut batch, 1);
+            assert!(!batch.is_empty(), "no message arrived");
+            for _ in 0..3 {
+                let start = Instant::now();
+                receiving.wait_for_data(Duration::from_secs(10));
+                assert!(start.elapsed() < Duration::from_secs(5), "the wait ran out its timeout: no wake-up");
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let invoker = start(config(&root, Threading::Invoker)).unwrap();
+        let start = Instant::now();
+        invoker.wait_for_data(Duration::from_millis(30));
+        assert!(start.elapsed() >= Duration::from_millis(25), "an invoker client has no receiver thread to wake it");
+        for client in [receiving, sending, invoker] {
+            client.close();
         }
     }
 

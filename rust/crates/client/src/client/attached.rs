@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -26,6 +26,7 @@ use crate::shm::directory::{self, epoch_ms, DirectoryState};
 use crate::shm::log_buffer::{LogBuffer, LogIdentity, Unsent};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
+use crate::shm::wake::ParkWake;
 use crate::sync::lock;
 use crate::wire::flags;
 
@@ -73,6 +74,12 @@ pub struct InProcessDriver {
     /// Threaded modes: an empty poll or a refused offer yields the CPU once, so that a busy
     /// application loop does not starve the driver's threads on a small machine.
     pub yields_when_idle: bool,
+    /// Threaded modes: written after each offer, so the driver's sending thread does not
+    /// sleep out its idle park before it sends (`MediaDriver::wake`).
+    pub wake: Option<Arc<ParkWake>>,
+    /// Threaded modes: woken by the driver's receiver after it received data, what
+    /// [`AttachedClient::wait_for_data`] parks on (`MediaDriver::data_wake`).
+    pub data_wake: Option<Arc<ParkWake>>,
 }
 
 type Result<T> = std::result::Result<T, Error>;
@@ -129,6 +136,10 @@ struct Shared {
     command_timeout: Duration,
     /// See [`InProcessDriver::yields_when_idle`].
     yields_when_idle: AtomicBool,
+    /// See [`InProcessDriver::wake`].
+    wake: OnceLock<Arc<ParkWake>>,
+    /// See [`InProcessDriver::data_wake`].
+    data_wake: OnceLock<Arc<ParkWake>>,
 }
 
 /// One publication handle of `registration_id` is gone: its driver events stop being kept once
@@ -257,6 +268,13 @@ impl Shared {
                     return Err(Error::Timeout(format!("the to-driver ring in {} stayed full", self.dir.display())))
                 }
             }
+        }
+    }
+
+    /// Threaded in-process driver: an offer appended, the sending thread is woken if parked.
+    fn wake_driver(&self) {
+        if let Some(wake) = self.wake.get() {
+            wake.wake();
         }
     }
 
@@ -493,17 +511,29 @@ impl AttachedClient {
     }
 
     fn connect_with(dir: &Path, driver_timeout: Duration, in_process: Option<InProcessDriver>) -> Result<Self> {
-        let (threading, duty_cycle, on_close, command_timeout, yields_when_idle) = match in_process {
-            Some(InProcessDriver { threading, duty_cycle, on_close, command_timeout, yields_when_idle }) => {
-                (threading, duty_cycle, Some(on_close), command_timeout, yields_when_idle)
-            }
-            None => (STANDALONE_THREADING, None, None, COMMAND_TIMEOUT, false),
+        let (threading, duty_cycle, on_close, command_timeout, yields_when_idle, wakes) = match in_process {
+            Some(InProcessDriver {
+                threading,
+                duty_cycle,
+                on_close,
+                command_timeout,
+                yields_when_idle,
+                wake,
+                data_wake,
+            }) => (threading, duty_cycle, Some(on_close), command_timeout, yields_when_idle, (wake, data_wake)),
+            None => (STANDALONE_THREADING, None, None, COMMAND_TIMEOUT, false, (None, None)),
         };
         let attached = Self::attach(dir, driver_timeout, duty_cycle, on_close.is_some(), command_timeout);
         match attached {
             Ok((shared, stop, keepalive)) => Ok(Self {
                 shared: {
                     shared.yields_when_idle.store(yields_when_idle, Ordering::Relaxed);
+                    if let Some(wake) = wakes.0 {
+                        let _ = shared.wake.set(wake);
+                    }
+                    if let Some(wake) = wakes.1 {
+                        let _ = shared.data_wake.set(wake);
+                    }
                     shared
                 },
                 stop,
@@ -578,6 +608,8 @@ impl AttachedClient {
             in_process,
             command_timeout,
             yields_when_idle: AtomicBool::new(false),
+            wake: OnceLock::new(),
+            data_wake: OnceLock::new(),
         });
         shared.send(&Command::ClientKeepalive { client_id, token: close_token })?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -640,6 +672,17 @@ impl AttachedClient {
     /// This client's id (allocated by the driver's correlation counter).
     pub fn client_id(&self) -> i64 {
         self.shared.client_id
+    }
+
+    /// Waits at most `timeout` for data: with a threaded driver in this process, until its
+    /// receiver has written received data into the logs (any subscription's; the caller polls
+    /// to see whether some is its own); otherwise (a standalone driver, invoker threading) it
+    /// sleeps `timeout`. What an idle polling thread calls instead of sleeping.
+    pub fn wait_for_data(&self, timeout: Duration) {
+        match self.shared.data_wake.get() {
+            Some(wake) => wake.park(timeout),
+            None => std::thread::sleep(timeout),
+        }
     }
 
     /// Whether [`Self::close`] was called.
@@ -970,7 +1013,11 @@ impl AttachedPublication {
         if outcome == AttachedOffer::AdminAction {
             outcome = self.offer(payload)?;
         }
-        self.invoke_if_due(!matches!(outcome, AttachedOffer::Position(_)))?;
+        let appended = matches!(outcome, AttachedOffer::Position(_));
+        if appended {
+            self.shared.wake_driver();
+        }
+        self.invoke_if_due(!appended)?;
         Ok(match outcome {
             AttachedOffer::Position(position) => Ok(position),
             AttachedOffer::BackPressured => Err(OfferError::BackPressured),
@@ -1013,6 +1060,9 @@ impl AttachedPublication {
             while done < chunk.len() {
                 self.shared.check()?;
                 let (appended, outcome) = self.append(&chunk[done..])?;
+                if appended > 0 {
+                    self.shared.wake_driver();
+                }
                 done += appended;
                 taken += appended;
                 let refusal = match outcome {

@@ -37,6 +37,11 @@ pub trait ClientApi: Send + Sync {
     fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle>;
     /// Whether the client was closed.
     fn client_closed(&self) -> bool;
+    /// Waits at most `timeout` for received data (`AttachedClient::wait_for_data`); what an
+    /// idle polling thread calls instead of sleeping. By default it sleeps `timeout`.
+    fn wait_for_data(&self, timeout: std::time::Duration) {
+        std::thread::sleep(timeout);
+    }
 }
 
 fn no_interrupt() -> std::result::Result<(), std::convert::Infallible> {
@@ -61,6 +66,10 @@ impl ClientApi for ClientHandle {
     fn client_closed(&self) -> bool {
         self.is_closed()
     }
+
+    fn wait_for_data(&self, timeout: std::time::Duration) {
+        self.client().wait_for_data(timeout);
+    }
 }
 
 impl<T: ClientApi + ?Sized> ClientApi for std::sync::Arc<T> {
@@ -74,6 +83,10 @@ impl<T: ClientApi + ?Sized> ClientApi for std::sync::Arc<T> {
 
     fn client_closed(&self) -> bool {
         (**self).client_closed()
+    }
+
+    fn wait_for_data(&self, timeout: std::time::Duration) {
+        (**self).wait_for_data(timeout);
     }
 }
 

@@ -49,7 +49,8 @@ pub const STOP_LINGER: Duration = Duration::from_millis(100);
 pub const FRAGMENTS_PER_ITERATION: usize = 1024;
 /// How often the router runs its timers.
 pub const TICK_INTERVAL: Duration = Duration::from_millis(10);
-/// How long a thread sleeps when an iteration found nothing to do.
+/// How long a thread sleeps when an iteration found nothing to do (the router thread: at most
+/// that long, woken earlier when its in-process driver received data, `ClientApi::wait_for_data`).
 pub const IDLE_SLEEP: Duration = Duration::from_micros(100);
 /// Key-derivation stream of what the router sends to a peer's inbox (the namespace is that
 /// peer's id): a message sealed for one peer verifies at no other peer, and not at the router.
@@ -484,7 +485,7 @@ impl RouterLoop {
             self.forward_log();
             work += self.send();
             if work == 0 {
-                std::thread::sleep(IDLE_SLEEP);
+                self.client.wait_for_data(IDLE_SLEEP);
             }
         }
         if self.client.client_closed() {

@@ -48,5 +48,6 @@ pub mod status;
 /// Helpers for the unit tests of this crate and of the crates above (feature `test-support`).
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
+pub mod wake;
 
 pub use error::ShmError;

@@ -33,6 +33,7 @@ use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::log_buffer::Unsent;
+use crate::shm::wake::ParkWake;
 use crate::shm::ShmError;
 use conductor::DriverConductor;
 use receiver::{ImageDefaults, ReceiverAgent};
@@ -248,6 +249,10 @@ pub struct MediaDriver {
     stop: Arc<AtomicBool>,
     dir: std::path::PathBuf,
     took_over: Option<String>,
+    /// Threaded modes: what the sending thread parks on besides its sockets.
+    wake: Option<Arc<ParkWake>>,
+    /// Threaded modes: woken by the receiver after it received data.
+    data_wake: Option<Arc<ParkWake>>,
 }
 
 /// What a thread hands back when it stops.
@@ -265,14 +270,25 @@ impl std::fmt::Debug for MediaDriver {
     }
 }
 
-/// Runs `work` until `stop`, idling by `idle` after cycles without work.
-fn run_until(stop: &AtomicBool, idle: IdleStrategy, mut work: impl FnMut() -> usize) {
-    let mut idler = Idler::new(idle);
+/// Runs `work` on `agent` until `stop`, idling by `idle` after cycles without work; a park
+/// also ends when one of the sockets `readable` lists (the sender's and receiver's) has a
+/// datagram ([`Idler::idle_or_readable`]), and for the thread that sends, when a client in this
+/// process offers (`wake`).
+fn run_until<A>(
+    (stop, idle, wake): (&AtomicBool, IdleStrategy, Option<Arc<ParkWake>>),
+    agent: &mut A,
+    mut work: impl FnMut(&mut A) -> usize,
+    mut readable: impl FnMut(&A, &mut Vec<std::os::fd::RawFd>),
+) {
+    let mut idler = Idler::new(idle).with_wake(wake);
     while !stop.load(Ordering::Acquire) {
-        let count = work();
-        idler.idle(count);
+        let count = work(agent);
+        idler.idle_or_readable(count, |fds| readable(agent, fds));
     }
 }
+
+/// A thread without sockets (the conductor): it parks on none.
+fn no_sockets<A>(_: &A, _: &mut Vec<std::os::fd::RawFd>) {}
 
 fn spawn(name: &str, body: impl FnOnce() -> AgentPart + Send + 'static) -> Result<JoinHandle<AgentPart>, ShmError> {
     std::thread::Builder::new()
@@ -295,33 +311,67 @@ impl MediaDriver {
         let offload = config.udp_offload;
         let sender =
             SenderAgent::new(sender_commands, to_conductor.clone(), conductor.sender_counters(), batch, offload);
-        let receiver =
+        let mut receiver =
             ReceiverAgent::new(receiver_commands, to_conductor, conductor.receiver_counters(), batch, offload);
         let dir = conductor.dir().to_path_buf();
         let took_over = conductor.took_over().map(str::to_owned);
         let stop = Arc::new(AtomicBool::new(false));
-        let mut driver = MediaDriver { agents: None, threads: Vec::new(), stop: stop.clone(), dir, took_over };
+        let mut driver = MediaDriver {
+            agents: None,
+            threads: Vec::new(),
+            stop: stop.clone(),
+            dir,
+            took_over,
+            wake: None,
+            data_wake: None,
+        };
         let idle = config.idle;
+        // The thread that sends parks on a wake-up its in-process clients write after an offer;
+        // the receiver wakes in-process client threads waiting for data.
+        if config.threading != Threading::Invoker {
+            let new = || {
+                ParkWake::new()
+                    .map(Arc::new)
+                    .map_err(|e| ShmError::Parameter(format!("cannot create the driver's wake-up: {e}")))
+            };
+            driver.wake = Some(new()?);
+            driver.data_wake = Some(new()?);
+            receiver.set_data_wake(driver.data_wake.clone());
+        }
         let mut agents = Agents { conductor, sender, receiver };
+        let wake = driver.wake.clone();
         match config.threading {
             Threading::Invoker => driver.agents = Some(agents),
             Threading::Shared => {
                 let stop = stop.clone();
                 driver.threads.push(spawn("affinity-driver", move || {
-                    run_until(&stop, idle, || agents.do_work());
+                    run_until((&stop, idle, wake), &mut agents, Agents::do_work, |a, fds| {
+                        a.sender.readable_fds(fds);
+                        a.receiver.readable_fds(fds);
+                    });
                     AgentPart::All(Box::new(agents))
                 })?);
             }
             Threading::SharedNetwork => {
-                let Agents { mut conductor, mut sender, mut receiver } = agents;
+                let Agents { mut conductor, sender, receiver } = agents;
                 let stop_conductor = stop.clone();
                 driver.threads.push(spawn("affinity-conductor", move || {
-                    run_until(&stop_conductor, idle, || conductor.do_work());
+                    run_until((&stop_conductor, idle, None), &mut conductor, DriverConductor::do_work, no_sockets);
                     AgentPart::Conductor(Box::new(conductor))
                 })?);
                 let stop_network = stop.clone();
                 driver.threads.push(spawn("affinity-network", move || {
-                    run_until(&stop_network, idle, || sender.do_work() + receiver.do_work());
+                    let mut network = (sender, receiver);
+                    run_until(
+                        (&stop_network, idle, wake),
+                        &mut network,
+                        |(sender, receiver)| sender.do_work() + receiver.do_work(),
+                        |(sender, receiver), fds| {
+                            sender.readable_fds(fds);
+                            receiver.readable_fds(fds);
+                        },
+                    );
+                    let (sender, receiver) = network;
                     AgentPart::Network(Box::new(sender), Box::new(receiver))
                 })?);
             }
@@ -329,22 +379,39 @@ impl MediaDriver {
                 let Agents { mut conductor, mut sender, mut receiver } = agents;
                 let stop_conductor = stop.clone();
                 driver.threads.push(spawn("affinity-conductor", move || {
-                    run_until(&stop_conductor, idle, || conductor.do_work());
+                    run_until((&stop_conductor, idle, None), &mut conductor, DriverConductor::do_work, no_sockets);
                     AgentPart::Conductor(Box::new(conductor))
                 })?);
                 let stop_sender = stop.clone();
                 driver.threads.push(spawn("affinity-sender", move || {
-                    run_until(&stop_sender, idle, || sender.do_work());
+                    run_until((&stop_sender, idle, wake), &mut sender, SenderAgent::do_work, SenderAgent::readable_fds);
                     AgentPart::Sender(Box::new(sender))
                 })?);
                 let stop_receiver = stop.clone();
                 driver.threads.push(spawn("affinity-receiver", move || {
-                    run_until(&stop_receiver, idle, || receiver.do_work());
+                    run_until(
+                        (&stop_receiver, idle, None),
+                        &mut receiver,
+                        ReceiverAgent::do_work,
+                        ReceiverAgent::readable_fds,
+                    );
                     AgentPart::Receiver(Box::new(receiver))
                 })?);
             }
         }
         Ok(driver)
+    }
+
+    /// Threaded modes: the wake-up a client in this process calls after each offer, so the
+    /// sending thread does not sleep out its park ([`ParkWake`]); `None` in invoker mode.
+    pub fn wake(&self) -> Option<Arc<ParkWake>> {
+        self.wake.clone()
+    }
+
+    /// Threaded modes: the wake-up the receiver wakes after each cycle that received data, what
+    /// a client thread in this process parks on while it waits for data; `None` in invoker mode.
+    pub fn data_wake(&self) -> Option<Arc<ParkWake>> {
+        self.data_wake.clone()
     }
 
     /// Why a stale directory was taken over, if it was.

@@ -10,7 +10,9 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::mmsg::{enable_receive_offload, ReceiveBatch};
@@ -22,6 +24,7 @@ use crate::shm::command::{error_code, Response};
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::status::{ImageInfo, MAX_IMAGES_IN_STATUS};
+use crate::shm::wake::ParkWake;
 use crate::time::{Instant, MonotonicClock};
 use crate::wire::{flags, DataHeader, FrameHeader, FrameType, RttMeasurement, Setup, StatusMessage};
 
@@ -441,6 +444,8 @@ pub struct ReceiverAgent {
     udp_offload: bool,
     scratch: Vec<u8>,
     clock: MonotonicClock,
+    /// Woken after a cycle that received datagrams ([`ReceiverAgent::set_data_wake`]).
+    data_wake: Option<Arc<ParkWake>>,
 }
 
 impl ReceiverAgent {
@@ -463,7 +468,14 @@ impl ReceiverAgent {
             udp_offload,
             scratch: vec![0; 65536],
             clock: MonotonicClock::new(),
+            data_wake: None,
         }
+    }
+
+    /// After a cycle that received datagrams (written into the image logs), `wake` is woken:
+    /// what a client thread of this process waiting for data parks on.
+    pub fn set_data_wake(&mut self, wake: Option<Arc<ParkWake>>) {
+        self.data_wake = wake;
     }
 
     /// Ends every image (shutdown).
@@ -493,16 +505,24 @@ impl ReceiverAgent {
         Some(outcome)
     }
 
+    /// Adds the descriptor of every receiving socket to `out` (what an idle receiver parks on,
+    /// [`crate::driver::idle::Idler::idle_or_readable`]).
+    pub fn readable_fds(&self, out: &mut Vec<RawFd>) {
+        out.extend(self.endpoints.iter().map(|e| e.socket.as_raw_fd()));
+    }
+
     /// One duty cycle; returns the work done.
     pub fn do_work(&mut self) -> usize {
         let now = self.clock.now();
         let mut work = 0;
+        let mut received = false;
         while let Ok(command) = self.commands.try_recv() {
             work += 1;
             self.on_command(command, now);
         }
         for endpoint in &mut self.endpoints {
             if self.batch.receive(&endpoint.socket) > 0 {
+                received = true;
                 let mut bytes = 0;
                 let mut datagrams = 0;
                 for (datagram, source) in self.batch.datagrams() {
@@ -518,6 +538,11 @@ impl ReceiverAgent {
             work += endpoint.service_images(now, &mut self.scratch, &self.counters, &self.events);
         }
         self.endpoints.retain(|e| !e.subscriptions.is_empty() || !e.images.is_empty());
+        if received {
+            if let Some(wake) = &self.data_wake {
+                wake.wake();
+            }
+        }
         work
     }
 

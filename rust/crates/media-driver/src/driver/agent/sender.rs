@@ -5,6 +5,7 @@
 //! sender position and limit, flow-control receivers), and reports driver events and status answers to the conductor.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
@@ -140,6 +141,15 @@ impl SenderAgent {
     pub fn close_all(&mut self) {
         for served in &mut self.publications {
             close(served);
+        }
+    }
+
+    /// Adds the descriptor of every socket the sender reads (status messages, NAKs) to `out`
+    /// (what an idle sender parks on, [`crate::driver::idle::Idler::idle_or_readable`]).
+    pub fn readable_fds(&self, out: &mut Vec<RawFd>) {
+        for served in &self.publications {
+            out.push(served.socket.as_raw_fd());
+            out.extend(served.control_socket.as_ref().map(|s| s.as_raw_fd()));
         }
     }
 
