@@ -7,6 +7,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -493,3 +494,40 @@ def test_a_second_ipc_publisher_asking_for_another_term_length_or_mtu_is_refused
             assert second.session_id == first.session_id
         with client.add_publication("aeron:ipc", 33) as third:
             assert third.session_id == first.session_id and third.max_message_length == first.max_message_length
+
+
+def test_wait_for_data_returns_when_the_embedded_driver_receives_and_sleeps_otherwise(
+    new_client: ClientFactory, driver_kind: str
+) -> None:
+    receiver, sender = new_client(), new_client()
+    channel = f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}"
+    sub = receiver.add_subscription(channel, 7)
+    pub = sender.add_publication(channel, 7)
+    try:
+        wait_connected(pub)
+        with pytest.raises(affinity.ConfigError, match="timeout"):
+            receiver.wait_for_data(-1.0)
+        if driver_kind == "standalone":
+            # No driver thread in this process to wake it: it sleeps the timeout.
+            started = time.monotonic()
+            receiver.wait_for_data(0.2)
+            assert time.monotonic() - started >= 0.2
+            return
+        # Embedded: woken whenever its driver's receiver wrote datagrams (the message, or the
+        # stream's heartbeats), never left to sleep out the 30 s.
+        sub.poll_batch(64)
+        timer = threading.Timer(0.3, lambda: pub.offer(b"wake"))
+        timer.start()
+        started, received = time.monotonic(), []
+        try:
+            while not received and time.monotonic() - started < 10.0:
+                receiver.wait_for_data(30.0)
+                received = [bytes(m) for m in sub.poll_batch(64)]
+            waited = time.monotonic() - started
+        finally:
+            timer.join()
+        assert received == [b"wake"], f"nothing after {waited:.1f} s"
+        assert waited < 10.0
+    finally:
+        pub.close()
+        sub.close()

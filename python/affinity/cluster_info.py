@@ -466,7 +466,9 @@ class NodeInfoService:
         return relay
 
     def _run(self) -> None:
-        poll_until_stopped(self._stop, self._step, f"Cluster node {self.node_id}: node info", logger)
+        poll_until_stopped(
+            self._stop, self._step, f"Cluster node {self.node_id}: node info", logger, self._client.wait_for_data
+        )
 
     def _step(self) -> int:
         """One iteration of the service's thread: its sources and links, then the info when

@@ -313,7 +313,7 @@ class ClusterNode:
         return relay
 
     def _run(self) -> None:
-        poll_until_stopped(self._stop, self._step, f"Cluster node {self.node_id}", logger)
+        poll_until_stopped(self._stop, self._step, f"Cluster node {self.node_id}", logger, self._client.wait_for_data)
 
     def _step(self) -> int:
         """One iteration of the node's thread: its sources, its parent links, its forwarding."""

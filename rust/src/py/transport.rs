@@ -287,6 +287,17 @@ impl Client {
         py.detach(|| client.do_work()).map_err(transport_error)
     }
 
+    /// Waits at most `timeout` seconds for received data: with an embedded threaded driver,
+    /// until its receiver has written datagrams into any subscription's log (poll to see whether
+    /// some are yours); otherwise it sleeps `timeout`. What an idle polling thread calls instead
+    /// of sleeping. The GIL is released meanwhile.
+    fn wait_for_data(&self, py: Python<'_>, timeout: &Bound<'_, PyAny>) -> PyResult<()> {
+        let timeout = seconds("timeout", float_argument("timeout", timeout)?)?;
+        let client = self.inner.client();
+        py.detach(|| client.wait_for_data(timeout));
+        Ok(())
+    }
+
     /// The threading mode of the embedded driver (`shared`, `shared-network`, `dedicated`,
     /// `invoker`), or `standalone` for a client attached to a standalone driver.
     #[getter]
