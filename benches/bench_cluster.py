@@ -4,8 +4,8 @@ Run as root inside a private network namespace (packets never leave it)::
 
     unshare -n python3 benches/bench_cluster.py WORKDIR [--updates 2000] [--seconds 5] [--subscribers 100]
 
-Makes the bridge ``br0`` (10.9.0.1/24) and one host namespace per node (``tests/groups_two_hosts.py``
-helpers, as ``tests/cluster_hosts.py`` does), each running ``affinity router --node NODE`` on its
+Makes the bridge ``br0`` (10.9.0.1/24) and one host namespace per node (``tests/cluster_netns.py``,
+the helpers the multi-host cluster tests use), each running ``affinity router --node NODE`` on its
 own embedded driver: golan master of STOCK_EXCHANGE (stratum 0), avalon and heron its slaves
 (stratum 1), bilbo a slave of avalon (stratum 2). This script is the clients' host (10.9.0.1, one
 embedded driver): the source ``stock-feed`` at golan, subscribers at each node.
@@ -44,12 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import affinity
 import cluster_conf as conf
-import cluster_hosts
+import cluster_netns
 from affinity.subjects import Flags, Source, Subscriber
-from cluster_hosts import FEED, Router, address, node_block
-from groups_two_hosts import sh
+from cluster_hosts import FEED
+from cluster_netns import Router, address, make_bridge, node_block
 
-#: The nodes this benchmark runs (host numbers 10.9.0.N as ``tests/cluster_hosts.py`` gives them;
+#: The nodes this benchmark runs (host numbers 10.9.0.N as ``tests/cluster_netns.py`` gives them;
 #: this script is host 1).
 NODES = ("golan", "avalon", "bilbo", "heron")
 CLIENT_HOST = "10.9.0.1"
@@ -292,9 +292,9 @@ def main() -> int:
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
     (args.workdir / "cluster.conf").write_text(CONFIG)
-    sh("ip link set lo up && ip link add br0 type bridge && ip addr add 10.9.0.1/24 dev br0 && ip link set br0 up")
+    make_bridge()
     if args.relay_idle_sleep is not None:
-        cluster_hosts.sys = RelaySleepSys(args.workdir, args.relay_idle_sleep)  # type: ignore[assignment]
+        cluster_netns.sys = RelaySleepSys(args.workdir, args.relay_idle_sleep)  # type: ignore[assignment]
     routers = [Router(args.workdir, node, args.workdir / "cluster.conf") for node in NODES]
     client = affinity.Client()
     try:
