@@ -24,6 +24,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BIN:-$ROOT/target/release}
 # The MTU of the driver's default datagrams, which the ceiling sends too.
 MTU=1408
+# Seconds one client process may run (RUN_TIMEOUT=...): a run that hangs is ended and recorded as failed.
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 
@@ -36,15 +38,24 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]
   "$BIN/affinity-driver" --dir "$dir/d" --threading "$3" "${extra[@]}" > "$dir/driver.out" &
   local driver=$!
   for _ in $(seq 100); do grep -q "ready in" "$dir/driver.out" 2>/dev/null && break; sleep 0.05; done
-  "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
+  timeout "$RUN_TIMEOUT" "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
   local sub=$!
   for _ in $(seq 100); do grep -q "ready" "$dir/sub.out" 2>/dev/null && break; sleep 0.05; done
-  "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > /dev/null
-  wait "$sub"
+  timeout "$RUN_TIMEOUT" "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > /dev/null &
+  local pub=$! failed=""
+  # A subscriber that fails (e.g. a driver timeout on a loaded machine) ends the publisher too,
+  # which would otherwise wait for a receiver until its timeout.
+  wait "$sub" || { failed="subscriber exited with status $?"; kill "$pub" 2>/dev/null || true; }
+  wait "$pub" || failed=${failed:-"publisher exited with status $?"}
   local ticks; ticks=$(awk '{print $14 + $15}' "/proc/$driver/stat")
   kill -TERM "$driver"; wait "$driver" || true
   local cpu; cpu=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }')
-  echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"driver_cpu_seconds\":$cpu,\"result\":$(grep role "$dir/sub.out")}"
+  if [[ -n $failed ]]; then
+    # A failed run is recorded, not dropped (transport_table.py lists it under the table).
+    echo "{\"driver\":\"standalone-$3$suffix\",\"label\":\"standalone-$3$suffix $1 B\",\"size\":$1,\"round\":$round,\"run\":$round,\"load\":$before,\"failed\":true,\"status\":\"failed\",\"error\":\"$failed\"}"
+  else
+    echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"driver_cpu_seconds\":$cpu,\"result\":$(grep role "$dir/sub.out")}"
+  fi
   rm -rf "$dir"
 }
 
