@@ -52,7 +52,7 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]
   local cpu; cpu=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }')
   if [[ -n $failed ]]; then
     # A failed run is recorded, not dropped (transport_table.py lists it under the table).
-    echo "{\"driver\":\"standalone-$3$suffix\",\"label\":\"standalone-$3$suffix $1 B\",\"size\":$1,\"round\":$round,\"run\":$round,\"load\":$before,\"failed\":true,\"status\":\"failed\",\"error\":\"$failed\"}"
+    echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"failed\":true,\"status\":\"failed\",\"error\":\"standalone-$3$suffix $1 B, round $round: $failed\"}"
   else
     echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"driver_cpu_seconds\":$cpu,\"result\":$(grep role "$dir/sub.out")}"
   fi

@@ -118,3 +118,20 @@ def test_udp_share_divides_each_round_by_its_own_ceiling(tmp_path: Path) -> None
     assert "| standalone-shared | 32 | 20.000 [20.000-20.000] | 640 [640-640] | 0.300 [0.200-0.400] | 2 |" in table
     # Head over base per round: 2.0 and 1.0.
     assert "| standalone-shared ÷ standalone-shared-base | 32 | 1.500 [1.000-2.000] | 2 |" in table
+
+
+def test_udp_rows_recorded_by_the_harness_are_keyed_by_its_run(tmp_path: Path) -> None:
+    # run_all.sh runs media_driver_udp.sh once per run (its own "round" is always 1).
+    def row(driver: str, run: int, result: dict[str, float]) -> str:
+        return json.dumps({"run": run, "driver": driver, "size": 1024, "round": 1, "load": 2.0, "result": result})
+
+    lines = [
+        row("ceiling-offload", 1, {"msgs_per_sec": 4e6}),
+        row("standalone-shared", 1, {"rate": 1e6}),
+        row("ceiling-offload", 2, {"msgs_per_sec": 2e6}),
+        row("standalone-shared", 2, {"rate": 1e6}),
+    ]
+    raw = tmp_path / "udp.jsonl"
+    raw.write_text("\n".join(lines) + "\n")
+    table = transport_table.render("udp-share", raw)
+    assert "| standalone-shared | 1024 | 1.000 [1.000-1.000] | 1024 [1024-1024] | 0.375 [0.250-0.500] | 2 |" in table

@@ -4,6 +4,7 @@ the transport one; the name is kept because the docs and scripts call it by it):
     python benches/transport_table.py transport [benches/results/transport.jsonl]
     python benches/transport_table.py routing|multicast|ipc|groups|router|spark [RAW]
     python benches/transport_table.py udp-share RAW   # benches/media_driver_udp.sh's JSON lines
+    python benches/transport_table.py udp [RAW]       # the same, run by run_all.sh (harness records)
 
 Each table says its command, date, commit, machine, the load before and during the runs and
 the number of runs, and gives every figure as ``median [min-max]`` over the runs. The raw file
@@ -349,7 +350,9 @@ def udp_share(raw: Raw) -> list[str]:
     by_round: dict[tuple[str, int, str], float] = {}
     loads: dict[str, list[float]] = defaultdict(list)
     for row in raw.ok:
-        key = (text(row, "driver"), int(number(row, "size")), text(row, "round"))
+        # Under benches/harness.py (run_all.sh) each command is one round and "run" numbers it.
+        round_ = text(row, "run") if "run" in row else text(row, "round")
+        key = (text(row, "driver"), int(number(row, "size")), round_)
         by_round[key] = udp_rate(row)
         loads[text(row, "driver")].append(number(row, "load"))
     sizes = sorted({size for _, size, _ in by_round})
@@ -394,6 +397,7 @@ def udp_share(raw: Raw) -> list[str]:
 RENDERERS: dict[str, Callable[[Raw], list[str]]] = {
     "gap": gap,
     "udp-share": udp_share,
+    "udp": lambda raw: [*header(raw), "", *udp_share(raw)],
     "transport": transport,
     "routing": lambda raw: generic(raw, routing_measurements),
     "groups": lambda raw: generic(raw, groups_measurements),
