@@ -9,12 +9,23 @@
 # an A/B of a driver change in the same minutes. OLD_EMBEDDED_BIN=DIR adds embedded rows run with
 # the affinity-bench in DIR ("embedded-<mode>-old"), e.g. a build of an older commit.
 # OFFLOAD_AB=1 adds rows with the drivers' UDP GSO/GRO off ("...-offload-off"), same binaries.
-# Needs: cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc --bin affinity-bench
+# Each round also measures the loopback ceiling with offload on (loopback-ceiling --offload on,
+# the driver's datagrams at MTU 1408; CEILING=0 leaves it out) and EMBEDDED=0 leaves the embedded
+# rows out. CHANNEL_PARAMS="rcv-wnd=1m|..." appends URI parameters to the standalone rows'
+# channel. Every row carries its "round"; at the end the share of the ceiling per round
+# (python benches/transport_table.py udp-share) is printed to stderr, so stdout stays JSON lines.
+# Needs: cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc --bin affinity-bench \
+#   --bin loopback-ceiling
 set -euo pipefail
 ROUNDS=${1:-3}
 COUNT32=${2:-3000000}
 COUNT1K=${3:-500000}
-BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${BIN:-$ROOT/target/release}
+# The MTU of the driver's default datagrams, which the ceiling sends too.
+MTU=1408
+# Seconds one client process may run (RUN_TIMEOUT=...): a run that hangs is ended and recorded as failed.
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 
@@ -22,20 +33,29 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]
   local BIN=${4:-$BIN} suffix=${5:-}
   local extra=("${@:6}")
   local dir; dir=$(mktemp -d /dev/shm/affinity-bench-XXXX)
-  local channel="aeron:udp?endpoint=127.0.0.1:$(port)"
+  local channel="aeron:udp?endpoint=127.0.0.1:$(port)${CHANNEL_PARAMS:+|$CHANNEL_PARAMS}"
   local before; before=$(load)
   "$BIN/affinity-driver" --dir "$dir/d" --threading "$3" "${extra[@]}" > "$dir/driver.out" &
   local driver=$!
   for _ in $(seq 100); do grep -q "ready in" "$dir/driver.out" 2>/dev/null && break; sleep 0.05; done
-  "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
+  timeout "$RUN_TIMEOUT" "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
   local sub=$!
   for _ in $(seq 100); do grep -q "ready" "$dir/sub.out" 2>/dev/null && break; sleep 0.05; done
-  "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > /dev/null
-  wait "$sub"
+  timeout "$RUN_TIMEOUT" "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > /dev/null &
+  local pub=$! failed=""
+  # A subscriber that fails (e.g. a driver timeout on a loaded machine) ends the publisher too,
+  # which would otherwise wait for a receiver until its timeout.
+  wait "$sub" || { failed="subscriber exited with status $?"; kill "$pub" 2>/dev/null || true; }
+  wait "$pub" || failed=${failed:-"publisher exited with status $?"}
   local ticks; ticks=$(awk '{print $14 + $15}' "/proc/$driver/stat")
   kill -TERM "$driver"; wait "$driver" || true
   local cpu; cpu=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }')
-  echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"load\":$before,\"driver_cpu_seconds\":$cpu,\"result\":$(grep role "$dir/sub.out")}"
+  if [[ -n $failed ]]; then
+    # A failed run is recorded, not dropped (transport_table.py lists it under the table).
+    echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"failed\":true,\"status\":\"failed\",\"error\":\"standalone-$3$suffix $1 B, round $round: $failed\"}"
+  else
+    echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"driver_cpu_seconds\":$cpu,\"result\":$(grep role "$dir/sub.out")}"
+  fi
   rm -rf "$dir"
 }
 
@@ -43,20 +63,31 @@ embedded() { # SIZE COUNT MODE [BIN [LABEL-SUFFIX [BENCH-ARGS...]]]
   local BIN=${4:-$BIN} suffix=${5:-}
   local extra=("${@:6}")
   local before; before=$(load)
-  echo "{\"driver\":\"embedded-$3$suffix\",\"size\":$1,\"load\":$before,\"result\":$("$BIN/affinity-bench" run-throughput --size "$1" --count "$2" --mode "$3" "${extra[@]}")}"
+  echo "{\"driver\":\"embedded-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"result\":$("$BIN/affinity-bench" run-throughput --size "$1" --count "$2" --mode "$3" "${extra[@]}")}"
 }
 
+ceiling() { # SIZE
+  local before; before=$(load)
+  echo "{\"driver\":\"ceiling-offload\",\"size\":$1,\"round\":$round,\"load\":$before,\"result\":$("$BIN/loopback-ceiling" run --payload "$1" --mtu "$MTU" --seconds 1 --offload on)}"
+}
+
+rounds() {
 for round in $(seq "$ROUNDS"); do
   for size in 32 1024; do
     count=$COUNT32; [[ $size == 1024 ]] && count=$COUNT1K
+    if [[ ${CEILING:-1} != 0 ]]; then ceiling "$size"; fi
     standalone "$size" "$count" "${THREADING:-shared}"
     if [[ -n ${BASE_BIN:-} ]]; then standalone "$size" "$count" "${THREADING:-shared}" "$BASE_BIN" -base; fi
-    embedded "$size" "$count" shared
-    embedded "$size" "$count" invoker
+    if [[ ${EMBEDDED:-1} != 0 ]]; then
+      embedded "$size" "$count" shared
+      embedded "$size" "$count" invoker
+    fi
     if [[ -n ${OFFLOAD_AB:-} ]]; then
       standalone "$size" "$count" "${THREADING:-shared}" "$BIN" -offload-off --udp-offload off
-      embedded "$size" "$count" shared "$BIN" -offload-off --udp-offload off
-      embedded "$size" "$count" invoker "$BIN" -offload-off --udp-offload off
+      if [[ ${EMBEDDED:-1} != 0 ]]; then
+        embedded "$size" "$count" shared "$BIN" -offload-off --udp-offload off
+        embedded "$size" "$count" invoker "$BIN" -offload-off --udp-offload off
+      fi
     fi
     if [[ -n ${OLD_EMBEDDED_BIN:-} ]]; then
       embedded "$size" "$count" shared "$OLD_EMBEDDED_BIN" -old
@@ -64,3 +95,9 @@ for round in $(seq "$ROUNDS"); do
     fi
   done
 done
+}
+
+RAW=$(mktemp /tmp/media-driver-udp-XXXX.jsonl)
+trap 'rm -f "$RAW"' EXIT
+rounds | tee "$RAW"
+python3 "$ROOT/benches/transport_table.py" udp-share "$RAW" >&2

@@ -6,7 +6,7 @@
 #   bash benches/run_all.sh --quick                  # n=1, shorter counts: a smoke run
 #   bash benches/run_all.sh --runs 5 --headline-runs 7 --spark --wait-quiet 30
 #
-# Tables: routing transport multicast ipc groups router (spark with --spark: slow).
+# Tables: routing transport multicast ipc groups router udp (spark with --spark: slow).
 # It builds the release binaries and the release extension itself (`maturin develop --release`
 # into the active virtualenv, or ./.venv) and refuses to run on a debug or stale build of the
 # extension. Every measurement runs under benches/harness.py: bounded by a timeout, with the
@@ -25,7 +25,7 @@ QUICK=0
 SPARK=0
 WAIT_QUIET=${WAIT_QUIET:-5}
 ONLY=""
-ALL_TABLES=(routing transport multicast ipc groups router)
+ALL_TABLES=(routing transport multicast ipc groups router udp)
 usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -45,7 +45,7 @@ TABLES=("${ALL_TABLES[@]}")
 [[ $SPARK == 1 ]] && TABLES+=(spark)
 if [[ -n $ONLY ]]; then IFS=, read -r -a TABLES <<< "$ONLY"; fi
 for table in "${TABLES[@]}"; do
-  case $table in routing|transport|multicast|ipc|groups|router|spark) ;; *)
+  case $table in routing|transport|multicast|ipc|groups|router|udp|spark) ;; *)
     echo "run_all.sh: unknown table $table (one of: ${ALL_TABLES[*]} spark)" >&2; exit 2 ;;
   esac
 done
@@ -221,6 +221,18 @@ if wanted router; then
   start_table router
   for run in $(seq "$RUNS"); do
     h router "$run" 300 "$BIN/examples/router_bench"
+  done
+  finish_table
+fi
+
+# --- UDP through the standalone driver against the offload loopback ceiling ------------------------
+if wanted udp; then
+  start_table udp
+  udp32=10000000 udp1k=2000000
+  [[ $QUICK == 1 ]] && udp32=2000000 udp1k=400000
+  for run in $(seq "$RUNS"); do
+    # One round per run: the ceiling (offload on), then the standalone driver, at 32 B and 1 KiB.
+    EMBEDDED=0 BIN=$BIN h udp "$run" 900 bash benches/media_driver_udp.sh 1 "$udp32" "$udp1k"
   done
   finish_table
 fi

@@ -97,3 +97,41 @@ def test_transport_cells_show_the_ratio_to_the_ceiling_of_the_same_size_and_mtu(
     text = "\n".join(transport_table.transport(transport_table.Raw({}, rows)))
     assert "| Rust offer | 32 B | 1408 | 4.00 (n=1) (0.50 c) |" in text
     assert "| Rust offer | 32 B | 65504 | 2.00 (n=1) |" in text  # no ceiling measured at that MTU
+
+
+def test_udp_share_divides_each_round_by_its_own_ceiling(tmp_path: Path) -> None:
+    def row(driver: str, round_: int, result: dict[str, float]) -> str:
+        return json.dumps({"driver": driver, "size": 32, "round": round_, "load": 1.5, "result": result})
+
+    lines = [
+        row("ceiling-offload", 1, {"msgs_per_sec": 100e6}),
+        row("standalone-shared", 1, {"rate": 20e6}),
+        row("standalone-shared-base", 1, {"rate": 10e6}),
+        row("ceiling-offload", 2, {"msgs_per_sec": 50e6}),
+        row("standalone-shared", 2, {"rate": 20e6}),
+        row("standalone-shared-base", 2, {"rate": 20e6}),
+    ]
+    raw = tmp_path / "udp.jsonl"
+    raw.write_text("\n".join(lines) + "\n")
+    table = transport_table.render("udp-share", raw)
+    # Shares per round: 0.2 and 0.4 (not 20 / 75, the medians divided).
+    assert "| standalone-shared | 32 | 20.000 [20.000-20.000] | 640 [640-640] | 0.300 [0.200-0.400] | 2 |" in table
+    # Head over base per round: 2.0 and 1.0.
+    assert "| standalone-shared ÷ standalone-shared-base | 32 | 1.500 [1.000-2.000] | 2 |" in table
+
+
+def test_udp_rows_recorded_by_the_harness_are_keyed_by_its_run(tmp_path: Path) -> None:
+    # run_all.sh runs media_driver_udp.sh once per run (its own "round" is always 1).
+    def row(driver: str, run: int, result: dict[str, float]) -> str:
+        return json.dumps({"run": run, "driver": driver, "size": 1024, "round": 1, "load": 2.0, "result": result})
+
+    lines = [
+        row("ceiling-offload", 1, {"msgs_per_sec": 4e6}),
+        row("standalone-shared", 1, {"rate": 1e6}),
+        row("ceiling-offload", 2, {"msgs_per_sec": 2e6}),
+        row("standalone-shared", 2, {"rate": 1e6}),
+    ]
+    raw = tmp_path / "udp.jsonl"
+    raw.write_text("\n".join(lines) + "\n")
+    table = transport_table.render("udp-share", raw)
+    assert "| standalone-shared | 1024 | 1.000 [1.000-1.000] | 1024 [1024-1024] | 0.375 [0.250-0.500] | 2 |" in table

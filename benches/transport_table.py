@@ -3,6 +3,8 @@ the transport one; the name is kept because the docs and scripts call it by it):
 
     python benches/transport_table.py transport [benches/results/transport.jsonl]
     python benches/transport_table.py routing|multicast|ipc|groups|router|spark [RAW]
+    python benches/transport_table.py udp-share RAW   # benches/media_driver_udp.sh's JSON lines
+    python benches/transport_table.py udp [RAW]       # the same, run by run_all.sh (harness records)
 
 Each table says its command, date, commit, machine, the load before and during the runs and
 the number of runs, and gives every figure as ``median [min-max]`` over the runs. The raw file
@@ -325,8 +327,77 @@ def gap(raw: Raw) -> list[str]:
     return out + failures(raw)
 
 
+#: The ceiling rows of ``benches/media_driver_udp.sh`` (loopback-ceiling with offload on).
+CEILING_LABEL = "ceiling-offload"
+#: The label suffix of the rows run with the previous build (``BASE_BIN``).
+BASE_SUFFIX = "-base"
+
+
+def udp_rate(row: Row) -> float:
+    """Messages per second of one ``media_driver_udp.sh`` row (its ``result`` record)."""
+    result = row.get("result")
+    if not isinstance(result, dict):
+        raise KeyError(f"no result record in {row}")
+    return number(result, "rate" if "rate" in result else "msgs_per_sec")
+
+
+def udp_share(raw: Raw) -> list[str]:
+    """The standalone/embedded UDP rows of ``benches/media_driver_udp.sh`` as a share of the
+    loopback ceiling (offload on) measured in the same round: messages per second over the
+    ceiling's (its datagram rate times frames per datagram); at 1 KiB one message is one datagram,
+    so this is also the share in bytes per second. With ``BASE_BIN`` rows, each build's ratio
+    to the previous build per round too."""
+    by_round: dict[tuple[str, int, str], float] = {}
+    loads: dict[str, list[float]] = defaultdict(list)
+    for row in raw.ok:
+        # Under benches/harness.py (run_all.sh) each command is one round and "run" numbers it.
+        round_ = text(row, "run") if "run" in row else text(row, "round")
+        key = (text(row, "driver"), int(number(row, "size")), round_)
+        by_round[key] = udp_rate(row)
+        loads[text(row, "driver")].append(number(row, "load"))
+    sizes = sorted({size for _, size, _ in by_round})
+    labels = list(dict.fromkeys(label for label, _, _ in by_round))
+    out = [
+        "| configuration | size (B) | M msg/s | MB/s (payload) | share of the ceiling | n | load before |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    ratios: list[str] = []
+    for size in sizes:
+        for label in labels:
+            rounds = sorted(r for lab, sz, r in by_round if lab == label and sz == size)
+            if not rounds:
+                continue
+            rates = [by_round[(label, size, r)] for r in rounds]
+            shares = [
+                by_round[(label, size, r)] / by_round[(CEILING_LABEL, size, r)]
+                for r in rounds
+                if (CEILING_LABEL, size, r) in by_round
+            ]
+            share = spread(shares, 3) if label != CEILING_LABEL else "1"
+            load_range = f"{min(loads[label]):.1f}-{max(loads[label]):.1f}"
+            out.append(
+                f"| {label} | {size} | {spread(rates, 3, 1e6)} | {spread([r * size for r in rates], 0, 1e6)} "
+                f"| {share} | {len(rates)} | {load_range} |"
+            )
+            if label.endswith(BASE_SUFFIX):
+                head = label[: -len(BASE_SUFFIX)]
+                per_round = [
+                    by_round[(head, size, r)] / by_round[(label, size, r)]
+                    for r in rounds
+                    if (head, size, r) in by_round
+                ]
+                if per_round:
+                    ratios.append(f"| {head} ÷ {label} | {size} | {spread(per_round, 3)} | {len(per_round)} |")
+    if ratios:
+        out += ["", "| ratio per round (same minutes) | size (B) | median [min-max] | n |", "|---|---|---|---|"]
+        out += ratios
+    return out + failures(raw)
+
+
 RENDERERS: dict[str, Callable[[Raw], list[str]]] = {
     "gap": gap,
+    "udp-share": udp_share,
+    "udp": lambda raw: [*header(raw), "", *udp_share(raw)],
     "transport": transport,
     "routing": lambda raw: generic(raw, routing_measurements),
     "groups": lambda raw: generic(raw, groups_measurements),

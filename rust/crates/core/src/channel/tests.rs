@@ -199,7 +199,7 @@ fn defaults_follow_the_wire_protocol_document() {
     assert!(!udp.spy);
     assert_eq!(udp.mtu_or_default(), 1408);
     assert_eq!(udp.term_length_or_default(), 16 * 1024 * 1024);
-    assert_eq!(udp.receiver_window_or_default(16 * 1024 * 1024), 128 * 1024);
+    assert_eq!(udp.receiver_window_or_default(16 * 1024 * 1024), 1024 * 1024);
     assert_eq!(udp.receiver_window_or_default(65536), 32768);
     assert_eq!(udp.linger_or_default(), Duration::from_secs(5));
     assert_eq!(udp.nak_delay_or_default(), Duration::from_micros(100));

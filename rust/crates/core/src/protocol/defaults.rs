@@ -9,8 +9,14 @@ pub const MTU: u32 = 1408;
 pub const TERM_LENGTH_UDP: u32 = 16 * 1024 * 1024;
 /// Term length of IPC publications (`AERON_IPC_TERM_BUFFER_LENGTH`, 64 MiB).
 pub const TERM_LENGTH_IPC: u32 = 64 * 1024 * 1024;
-/// Receiver window cap before `min(.., term_length / 2)` (`AERON_RCV_INITIAL_WINDOW_LENGTH`).
-pub const RECEIVER_WINDOW: u32 = 128 * 1024;
+/// Receiver window cap before `min(.., term_length / 2)`: 1 MiB, half the media driver's
+/// default `SO_RCVBUF` (2 MiB), so a full window still fits the socket buffer. Aeron's
+/// `AERON_RCV_INITIAL_WINDOW_LENGTH` is 128 KiB; with it a UDP stream through the standalone
+/// driver moves one window per round of subscriber → receiver → status message → sender, and
+/// on two busy cores each round waits for the scheduler (`docs/benchmarks.md`, "UDP through
+/// the standalone driver"). The channel URI's `rcv-wnd` and the driver's `receiver_window`
+/// setting override it.
+pub const RECEIVER_WINDOW: u32 = 1024 * 1024;
 /// Status message interval: 100 ms, as the design document says (Aeron uses 200 ms).
 pub const STATUS_MESSAGE_INTERVAL: Duration = Duration::from_millis(100);
 /// Unicast NAK delay; retries wait 100× that (`AERON_NAK_UNICAST_DELAY`).

@@ -439,7 +439,8 @@ pub struct DriverContext {
     pub retransmit_delay: Duration,
     /// How long a resent range ignores NAKs (10 ms).
     pub retransmit_linger: Duration,
-    /// Default receiver window (128 KiB, capped at term_length / 2).
+    /// Default receiver window (`protocol::defaults::RECEIVER_WINDOW`, 1 MiB, capped at
+    /// term_length / 2).
     pub receiver_window: u32,
     /// Default `SO_RCVBUF` ([`DEFAULT_SOCKET_RECEIVE_BUFFER`]).
     pub socket_receive_buffer: usize,
@@ -707,6 +708,19 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         DriverContext::default().validate().unwrap();
+    }
+
+    #[test]
+    fn the_default_receiver_window_fits_half_the_default_socket_buffer() {
+        // A full window in flight must fit the kernel's receive buffer with room to spare
+        // (a datagram's buffer accounting exceeds its bytes), or a lagging receiver drops it.
+        let context = DriverContext::default();
+        assert!(
+            context.receiver_window as usize <= context.socket_receive_buffer / 2,
+            "receiver_window {} > SO_RCVBUF {} / 2",
+            context.receiver_window,
+            context.socket_receive_buffer
+        );
     }
 
     #[test]

@@ -26,6 +26,13 @@ use crate::wire::{flags, parse_control, ControlFrame, FrameHeader, FrameType, St
 
 /// How often a publication that keeps sending still gets its idle work.
 const IDLE_INTERVAL: Duration = Duration::from_millis(1);
+/// While a publication keeps sending, its sockets are read for control frames (status
+/// messages, NAKs) on every this many duty cycles only, and at least every [`IDLE_INTERVAL`]; a
+/// cycle after one that sent nothing always reads them. A read that finds nothing is still a
+/// system call (two with a control socket), which a busy cycle of one `sendmmsg` would pay on
+/// every cycle; a sender held by its flow-control window sends nothing and so reads at once.
+/// Aeron's sender polls the same way (`aeron.send.to.sm.poll.ratio`, default 6).
+const CONTROL_POLL_RATIO: u32 = 6;
 
 /// The system counters the sender writes (one writer each).
 #[derive(Clone, Debug)]
@@ -64,6 +71,37 @@ struct Served {
     clean_position: i64,
     /// Whether this publication's socket still sends runs of datagrams as one offloaded send.
     offload: SegmentOffload,
+    /// When its sockets are next read for control frames ([`ControlPoll`]).
+    control_poll: ControlPoll,
+}
+
+/// When a publication's sockets are read for control frames: on the cycle after one that sent
+/// nothing, and otherwise every [`CONTROL_POLL_RATIO`] cycles or [`IDLE_INTERVAL`].
+#[derive(Clone, Copy, Debug)]
+struct ControlPoll {
+    /// Duty cycles since the last read.
+    cycles: u32,
+    /// When they were last read.
+    last: Instant,
+    /// Whether the last cycle sent datagrams.
+    sent: bool,
+}
+
+impl ControlPoll {
+    fn new(now: Instant) -> Self {
+        ControlPoll { cycles: 0, last: now, sent: false }
+    }
+
+    /// Whether this cycle reads the sockets; a read is recorded as done.
+    fn due(&mut self, now: Instant) -> bool {
+        self.cycles += 1;
+        let due = !self.sent || self.cycles >= CONTROL_POLL_RATIO || now.saturating_since(self.last) >= IDLE_INTERVAL;
+        if due {
+            self.cycles = 0;
+            self.last = now;
+        }
+        due
+    }
 }
 
 /// The sender agent.
@@ -202,6 +240,7 @@ impl SenderAgent {
                     connected: false,
                     clean_position,
                     offload: if self.udp_offload { SegmentOffload::default() } else { SegmentOffload::disabled() },
+                    control_poll: ControlPoll::new(now),
                 });
             }
             SenderCommand::Close { registration_id } => {
@@ -229,7 +268,10 @@ impl SenderAgent {
     }
 
     fn service(&mut self, index: usize, now: Instant) -> usize {
-        let mut work = self.receive_control(index, now);
+        let mut work = 0;
+        if self.publications[index].control_poll.due(now) {
+            work += self.receive_control(index, now);
+        }
         let budget = self.datagrams_per_cycle;
         let served = &mut self.publications[index];
         if let Ok(tail) = served.publication.log().tail_position() {
@@ -261,6 +303,7 @@ impl SenderAgent {
             }
         }
         work += sent;
+        served.control_poll.sent = sent > 0;
         if sent == 0 || now.saturating_since(served.last_idle) >= IDLE_INTERVAL {
             served.publication.on_idle(now);
             served.last_idle = now;
@@ -523,5 +566,32 @@ pub fn event_info(event: &DriverEvent) -> DriverEventInfo {
         session_id: event.session_id,
         kind,
         message: bounded_text(&event.to_string(), 3 * MAX_EVENT_TEXT),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_is_read_after_an_idle_cycle_and_every_ratio_cycles_while_sending() {
+        let start = Instant::from_nanos(1_000_000);
+        let mut poll = ControlPoll::new(start);
+        // Nothing sent yet: every cycle reads.
+        assert!(poll.due(start));
+        assert!(poll.due(start));
+        poll.sent = true;
+        let reads: Vec<bool> = (0..2 * CONTROL_POLL_RATIO).map(|_| poll.due(start)).collect();
+        let expected: Vec<bool> = (1..=2 * CONTROL_POLL_RATIO).map(|cycle| cycle % CONTROL_POLL_RATIO == 0).collect();
+        assert_eq!(reads, expected, "a sending publication reads once per {CONTROL_POLL_RATIO} cycles");
+        // A cycle that sent nothing: the next one reads at once.
+        assert!(!poll.due(start));
+        poll.sent = false;
+        assert!(poll.due(start));
+        // Still sending, but the interval passed since the last read: it reads.
+        poll.sent = true;
+        assert!(!poll.due(start + IDLE_INTERVAL / 2));
+        assert!(poll.due(start + IDLE_INTERVAL));
+        assert!(!poll.due(start + IDLE_INTERVAL));
     }
 }
