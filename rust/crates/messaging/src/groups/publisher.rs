@@ -21,31 +21,6 @@ use crate::time::Instant;
 /// touched once, not copied to larger allocations as it grows (`docs/benchmarks.md`).
 pub const LOG_RESERVE_MAX: u64 = 64 << 20;
 
-/// The transparent huge page size the retention log's reservation is advised for (x86-64 and
-/// aarch64 with 4 KiB pages): a publisher far ahead of its consumers writes its retention onto
-/// fresh memory, and one fault per 2 MiB instead of per 4 KiB page takes most of the
-/// page-fault handling off the publishing thread (`docs/benchmarks.md`).
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Advises the kernel to back the whole 2 MiB-aligned part of `log`'s capacity with
-/// transparent huge pages (`MADV_HUGEPAGE`; the machine's `enabled` setting `madvise` or
-/// `always` honours it). A hint only: refused or unsupported, nothing changes.
-fn advise_huge_pages(log: &mut Vec<u8>) {
-    #[cfg(target_os = "linux")]
-    {
-        let base = log.as_mut_ptr() as usize;
-        let start = base.next_multiple_of(HUGE_PAGE);
-        let end = (base + log.capacity()) / HUGE_PAGE * HUGE_PAGE;
-        if end > start {
-            // SAFETY: [start, end) lies inside the allocation `log` owns; MADV_HUGEPAGE
-            // changes how its pages are backed, never their contents or the mapping.
-            let _ = unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = log;
-}
-
 /// Why `publish` refused a record (nothing was taken).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -366,9 +341,7 @@ impl PublisherState {
             // Address space only: pages are backed as records are written. Without it, the
             // log grows by reallocation, copying what it holds onto fresh pages each time.
             // Refused (strict overcommit): the log grows as it needs.
-            if state.log.try_reserve_exact(queue_size.min(LOG_RESERVE_MAX) as usize).is_ok() {
-                advise_huge_pages(&mut state.log);
-            }
+            let _ = state.log.try_reserve_exact(queue_size.min(LOG_RESERVE_MAX) as usize);
         }
         let start = state.end_offset();
         emit_record(&mut state.log, bucket, key, subject, payload)
@@ -377,12 +350,6 @@ impl PublisherState {
         let sequence = state.next_sequence;
         state.next_sequence += 1;
         Ok(sequence)
-    }
-
-    /// Where `queue`'s retention log starts in memory (tests read its mapping).
-    #[cfg(test)]
-    pub(crate) fn retention_log_address(&self, queue: u32) -> Option<usize> {
-        self.queues.get(queue as usize).map(|state| state.log.as_ptr() as usize)
     }
 
     /// Whether `queue` has records not yet sent to a known owner.

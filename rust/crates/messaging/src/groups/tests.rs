@@ -903,39 +903,3 @@ fn records_taken_straight_into_the_batch_match_pending_then_batch_delivery() {
     assert!(counters.duplicates_dropped > 0 && counters.gaps > 0 && counters.bad_queue > 0, "{counters:?}");
     assert!(counters.delivered > 500, "{counters:?}");
 }
-
-#[test]
-fn the_retention_log_is_advised_for_transparent_huge_pages() {
-    // The kernel lists each mapping's THP eligibility in /proc/self/smaps: with the machine's
-    // setting `madvise`, only an advised mapping is eligible. Under `never` (or without the
-    // file) there is nothing to see: said, not passed silently.
-    let setting = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
-    if !setting.contains("[madvise]") && !setting.contains("[always]") {
-        println!("SKIPPED: the_retention_log_is_advised_for_transparent_huge_pages: THP setting {setting:?}");
-        return;
-    }
-    let mut sim = Sim::new(64 << 20, Duration::from_secs(30));
-    sim.add_consumer(10, 0, 1);
-    sim.run(Duration::from_secs(1));
-    sim.publisher.publish_to_queue(0, b"k", &[7u8; 100]).unwrap();
-    // The advice covers the 2 MiB-aligned part of the reservation (its own mapping since).
-    let address = sim.publisher.retention_log_address(0).unwrap().next_multiple_of(2 << 20);
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let mut eligible = None;
-    let mut inside = false;
-    for line in smaps.lines() {
-        let range = line.split_whitespace().next().and_then(|field| field.split_once('-'));
-        if let Some((from, to)) = range.filter(|(from, _)| !from.is_empty() && !from.ends_with(':')) {
-            if let (Ok(from), Ok(to)) = (usize::from_str_radix(from, 16), usize::from_str_radix(to, 16)) {
-                inside = (from..to).contains(&address);
-                continue;
-            }
-        }
-        if inside {
-            if let Some(flag) = line.strip_prefix("THPeligible:") {
-                eligible = Some(flag.trim().to_owned());
-            }
-        }
-    }
-    assert_eq!(eligible.as_deref(), Some("1"), "the retention log's mapping at {address:#x}");
-}
