@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use super::GroupConfig;
-use crate::control::codec::ACK_FLAG_RESEND;
+use crate::control::codec::{RecordView, ACK_FLAG_RESEND};
 use crate::control::limits::{MAX_ACKS_PER_CLAIM, MAX_CONTROL_MESSAGE_LENGTH};
 use crate::control::Timing;
 use crate::control::{
@@ -186,6 +186,22 @@ impl DeliveryBatch {
     pub fn iter(&self) -> impl Iterator<Item = DeliveryRef<'_>> + '_ {
         (0..self.len()).filter_map(|index| self.get(index))
     }
+
+    /// Appends `record` (its figures in `slot`, whose `start` is set here).
+    fn push(&mut self, slot: RecordSlot, record: &RecordView<'_>) {
+        let start = self.bytes.len() as u64;
+        append_record(&mut self.bytes, record);
+        self.records.push(RecordSlot { start, ..slot });
+    }
+}
+
+/// Appends a record's key, subject and payload, back to back, to `bytes`.
+fn append_record(bytes: &mut Vec<u8>, record: &RecordView<'_>) {
+    bytes.extend_from_slice(record.key);
+    if let Some(subject) = record.subject {
+        bytes.extend_from_slice(subject.as_bytes());
+    }
+    bytes.extend_from_slice(record.payload);
 }
 
 /// Dead bytes at the front of the pending records' buffer worth moving the live ones down
@@ -678,6 +694,30 @@ impl ConsumerState {
 
     /// Handles a DATA message; returns the records accepted for delivery.
     pub fn on_data(&mut self, bytes: &[u8], now: Instant) -> Result<usize, ControlError> {
+        self.on_data_into(bytes, now, None)
+    }
+
+    /// Like [`Self::on_data`], delivering straight into `batch` (up to `max` records in it) the
+    /// accepted records that [`Self::deliver_batch`] would give next: while no record is
+    /// pending, each one is copied once, from the DATA message into the batch, and marked
+    /// delivered; the rest wait as with [`Self::on_data`]. Order and acknowledgements are those
+    /// of `on_data` followed by `deliver_batch`.
+    pub fn on_data_batch(
+        &mut self,
+        bytes: &[u8],
+        now: Instant,
+        batch: &mut DeliveryBatch,
+        max: usize,
+    ) -> Result<usize, ControlError> {
+        self.on_data_into(bytes, now, Some((batch, max)))
+    }
+
+    fn on_data_into(
+        &mut self,
+        bytes: &[u8],
+        now: Instant,
+        mut direct: Option<(&mut DeliveryBatch, usize)>,
+    ) -> Result<usize, ControlError> {
         let message = match DataMessage::parse(bytes) {
             Ok(message) => message,
             Err(error) => {
@@ -734,24 +774,32 @@ impl ConsumerState {
             }
             cursor.received = sequence;
             accepted += 1;
-            let start = self.pending_base + self.pending_bytes.len() as u64;
-            self.pending_bytes.extend_from_slice(record.key);
-            if let Some(subject) = record.subject {
-                self.pending_bytes.extend_from_slice(subject.as_bytes());
-            }
-            self.pending_bytes.extend_from_slice(record.payload);
             // The codec bounds keys, subjects and payloads far below u32::MAX.
-            self.pending.push_back(RecordSlot {
+            let slot = RecordSlot {
                 queue: header.queue,
                 bucket: record.bucket,
                 producer: header.producer,
                 sequence,
                 epoch: header.epoch,
-                start,
+                start: 0,
                 key_length: record.key.len() as u32,
                 subject_length: record.subject.map_or(u32::MAX, |subject| subject.len() as u32),
                 payload_length: record.payload.len() as u32,
-            });
+            };
+            match direct.as_mut() {
+                // Straight to the application while nothing older waits (the queue is held
+                // in this epoch: checked above, as `next_deliverable` checks it).
+                Some((batch, max)) if batch.len() < *max && self.pending.is_empty() => {
+                    cursor.delivered = cursor.delivered.max(sequence);
+                    self.counters.delivered += 1;
+                    batch.push(slot, &record);
+                }
+                _ => {
+                    let start = self.pending_base + self.pending_bytes.len() as u64;
+                    append_record(&mut self.pending_bytes, &record);
+                    self.pending.push_back(RecordSlot { start, ..slot });
+                }
+            }
         }
         if gap {
             if !cursor.gap_open {

@@ -736,6 +736,11 @@ fn holding_consumer() -> (ConsumerState, Instant) {
 }
 
 fn data_message(producer: u64, queue: u32, first: u64, records: u32) -> Vec<u8> {
+    data_message_above(producer, queue, first, records, first - 1)
+}
+
+/// A DATA message of `records` records from `first`, with the producer's acked floor `floor`.
+fn data_message_above(producer: u64, queue: u32, first: u64, records: u32, floor: u64) -> Vec<u8> {
     let mut bytes = Vec::new();
     DataHeader {
         fingerprint: config(1 << 20).fingerprint(),
@@ -743,7 +748,7 @@ fn data_message(producer: u64, queue: u32, first: u64, records: u32) -> Vec<u8> 
         queue,
         record_count: records,
         epoch: 1,
-        acked_floor: first - 1,
+        acked_floor: floor,
         first_sequence: first,
     }
     .emit(&mut bytes);
@@ -830,4 +835,71 @@ fn records_waiting_across_polls_do_not_grow_the_pending_buffer_without_bound() {
     assert_eq!(batch.len(), 2000);
     let sequences: Vec<u64> = batch.iter().map(|d| d.sequence).collect();
     assert_eq!(sequences, (38_001..=40_000).collect::<Vec<u64>>());
+}
+
+#[test]
+fn records_taken_straight_into_the_batch_match_pending_then_batch_delivery() {
+    // A poll of the runtime: the batch takes what waits, then each DATA message (straight
+    // into the batch while nothing waits), then what waits again. The reference consumer
+    // queues every record as pending first. Same records, order, counters and acks.
+    let (mut reference, t) = holding_consumer();
+    let (mut direct, _) = holding_consumer();
+    let mut by_reference = super::consumer::DeliveryBatch::new();
+    let mut by_direct = super::consumer::DeliveryBatch::new();
+    let mut next = HashMap::new();
+    let mut straight_rounds = 0;
+    for round in 0..80u32 {
+        let max = [5, 40, 1, 200][round as usize % 4];
+        let mut messages = Vec::new();
+        for part in 0..1 + round % 3 {
+            let (producer, queue) = (u64::from((round + part) % 2) + 1, (round + part) % 4);
+            let first = *next.entry((producer, queue)).or_insert(1u64);
+            let records = 1 + (round + part) % 9;
+            if round % 7 == 3 && first > 3 {
+                // A resend of records already received: duplicates, dropped by both.
+                messages.push(data_message_above(producer, queue, first - 3, 3, 0));
+            }
+            if round % 11 == 5 {
+                // Out of order: a gap (kept out), then the missing message.
+                messages.push(data_message_above(producer, queue, first + u64::from(records), 2, 0));
+            }
+            messages.push(data_message_above(producer, queue, first, records, 0));
+            next.insert((producer, queue), first + u64::from(records));
+        }
+        messages.push(data_message(1, 9, 1, 2));
+        by_reference.clear();
+        by_direct.clear();
+        if round % 5 != 4 {
+            // Otherwise records still wait when the messages come: they go first.
+            reference.deliver_batch(max, &mut by_reference);
+            direct.deliver_batch(max, &mut by_direct);
+        }
+        let waiting_before = direct.pending_len();
+        for message in &messages {
+            let accepted = reference.on_data(message, t);
+            assert_eq!(direct.on_data_batch(message, t, &mut by_direct, max), accepted);
+        }
+        if waiting_before == 0 && by_direct.len() < max && !by_direct.is_empty() {
+            assert_eq!(direct.pending_len(), 0, "round {round}: everything went straight to the batch");
+            straight_rounds += 1;
+        }
+        reference.deliver_batch(max, &mut by_reference);
+        direct.deliver_batch(max, &mut by_direct);
+        let expected: Vec<Delivery> = by_reference.iter().map(|d| d.to_delivery()).collect();
+        let got: Vec<Delivery> = by_direct.iter().map(|d| d.to_delivery()).collect();
+        assert_eq!(got, expected, "round {round}");
+        assert_eq!(direct.counters(), reference.counters(), "round {round}");
+        assert_eq!(direct.pending_len(), reference.pending_len(), "round {round}");
+        reference.ack_all_delivered();
+        direct.ack_all_delivered();
+        let mut expected_acks = reference.take_acks();
+        let mut got_acks = direct.take_acks();
+        expected_acks.sort_by_key(|ack| ack.producer);
+        got_acks.sort_by_key(|ack| ack.producer);
+        assert_eq!(got_acks, expected_acks, "round {round}");
+    }
+    assert!(straight_rounds > 10, "the straight path was taken in {straight_rounds} rounds");
+    let counters = direct.counters();
+    assert!(counters.duplicates_dropped > 0 && counters.gaps > 0 && counters.bad_queue > 0, "{counters:?}");
+    assert!(counters.delivered > 500, "{counters:?}");
 }

@@ -47,6 +47,8 @@ impl Brain for ConsumerBrain {
 trait DeliverySink {
     fn count(&self) -> usize;
     fn take_from(&mut self, state: &mut ConsumerState, max: usize);
+    /// Hands a DATA message's body to `state` (a batch takes records straight from it).
+    fn take_data(&mut self, state: &mut ConsumerState, body: &[u8], now: Instant, max: usize);
 }
 
 impl DeliverySink for Vec<Delivery> {
@@ -56,6 +58,10 @@ impl DeliverySink for Vec<Delivery> {
     fn take_from(&mut self, state: &mut ConsumerState, max: usize) {
         state.deliver(max, self);
     }
+    fn take_data(&mut self, state: &mut ConsumerState, body: &[u8], now: Instant, _max: usize) {
+        // Malformed or stale messages are counted by the state.
+        let _ = state.on_data(body, now);
+    }
 }
 
 impl DeliverySink for DeliveryBatch {
@@ -64,6 +70,10 @@ impl DeliverySink for DeliveryBatch {
     }
     fn take_from(&mut self, state: &mut ConsumerState, max: usize) {
         state.deliver_batch(max, self);
+    }
+    fn take_data(&mut self, state: &mut ConsumerState, body: &[u8], now: Instant, max: usize) {
+        // Malformed or stale messages are counted by the state.
+        let _ = state.on_data_batch(body, now, self, max);
     }
 }
 
@@ -170,7 +180,7 @@ impl GroupConsumer {
                     for index in 0..data_batch.len() {
                         // Verified (one MAC per message) before decoding; refusals are counted.
                         if let Ok(body) = data_auth.open(data_batch.message(index)) {
-                            let _ = brain.state.on_data(body, now);
+                            out.take_data(&mut brain.state, body, now, max);
                         }
                     }
                     out.take_from(&mut brain.state, max);
