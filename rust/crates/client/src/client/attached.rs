@@ -26,7 +26,7 @@ use crate::shm::directory::{self, epoch_ms, DirectoryState};
 use crate::shm::log_buffer::{LogBuffer, LogIdentity, Unsent};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
-use crate::shm::wake::ParkWake;
+use crate::shm::wake::{DataWake, ParkWake};
 use crate::sync::lock;
 use crate::wire::flags;
 
@@ -79,7 +79,7 @@ pub struct InProcessDriver {
     pub wake: Option<Arc<ParkWake>>,
     /// Threaded modes: woken by the driver's receiver after it received data, what
     /// [`AttachedClient::wait_for_data`] parks on (`MediaDriver::data_wake`).
-    pub data_wake: Option<Arc<ParkWake>>,
+    pub data_wake: Option<Arc<DataWake>>,
 }
 
 type Result<T> = std::result::Result<T, Error>;
@@ -139,7 +139,7 @@ struct Shared {
     /// See [`InProcessDriver::wake`].
     wake: OnceLock<Arc<ParkWake>>,
     /// See [`InProcessDriver::data_wake`].
-    data_wake: OnceLock<Arc<ParkWake>>,
+    data_wake: OnceLock<Arc<DataWake>>,
 }
 
 /// One publication handle of `registration_id` is gone: its driver events stop being kept once
@@ -680,7 +680,7 @@ impl AttachedClient {
     /// sleeps `timeout`. What an idle polling thread calls instead of sleeping.
     pub fn wait_for_data(&self, timeout: Duration) {
         match self.shared.data_wake.get() {
-            Some(wake) => wake.park(timeout),
+            Some(wake) => wake.wait(timeout),
             None => std::thread::sleep(timeout),
         }
     }

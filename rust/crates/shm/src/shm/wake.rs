@@ -1,10 +1,10 @@
 //! How one thread of a process wakes another that parks waiting for it, when a client and its
 //! driver share the process (an embedded driver): an `eventfd(2)` the parked thread polls and a
 //! flag saying it is parked, so the waking side costs one relaxed load while the other works,
-//! and one `write(2)` (the first of a park only) while it sleeps. Two of them per driver: a
-//! client's offer wakes the driver's sending thread, and the driver's receiver, having written
-//! received data into the logs, wakes a client thread waiting for data
-//! (`AttachedClient::wait_for_data`). Across processes nothing wakes: the parks run out.
+//! and one `write(2)` (the first of a park only) while it sleeps: a client's offer wakes the
+//! driver's sending thread ([`ParkWake`]). The driver's receiver, having written received data
+//! into the logs, wakes every client thread waiting for data (`AttachedClient::wait_for_data`,
+//! [`DataWake`]). Across processes nothing wakes: the parks run out.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -141,5 +141,99 @@ mod park_tests {
         wake.park(Duration::from_secs(1));
         assert!(start.elapsed() < Duration::from_millis(500), "the wake did not end the park");
         waker.join().unwrap();
+    }
+}
+
+/// The wake-up of every client thread of a process waiting for received data
+/// (`AttachedClient::wait_for_data`): the driver's receiver calls [`DataWake::wake`] after a
+/// cycle that wrote received data into the logs. Unlike [`ParkWake`] it has many waiters at
+/// once (a router's thread, a cluster node's relay and info threads), and a wake ends every wait
+/// in progress: a generation number under a mutex and a condition variable notifying all. The
+/// receiver pays one relaxed load while nobody waits, and one lock and notification per wait
+/// cycle while some do (the first wake after a wait began; later ones find it pending).
+#[derive(Debug, Default)]
+pub struct DataWake {
+    /// Threads waiting now.
+    waiters: std::sync::atomic::AtomicU32,
+    /// Set by the wake that notified, cleared when a waiter begins a wait: later wakes of the
+    /// same round find it set and do nothing.
+    notified: AtomicBool,
+    /// Bumped by each notifying wake; a waiter waits for it to change.
+    generation: std::sync::Mutex<u64>,
+    changed: std::sync::Condvar,
+}
+
+impl DataWake {
+    /// A wake-up nobody waits on yet.
+    pub fn new() -> DataWake {
+        DataWake::default()
+    }
+
+    /// Waits at most `timeout`, or until the next [`DataWake::wake`] after the wait began.
+    pub fn wait(&self, timeout: std::time::Duration) {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut generation = self.generation.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let start = *generation;
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        self.notified.store(false, Ordering::SeqCst);
+        while *generation == start {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            generation = match self.changed.wait_timeout(generation, left) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Ends every wait in progress (data was written into the logs).
+    pub fn wake(&self) {
+        if self.waiters.load(Ordering::Relaxed) == 0 || self.notified.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let mut generation = self.generation.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        *generation = generation.wrapping_add(1);
+        drop(generation);
+        self.changed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod data_wake_tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_wake_ends_every_wait_in_progress_and_without_one_a_wait_runs_its_timeout() {
+        let wake = Arc::new(DataWake::new());
+        let start = Instant::now();
+        wake.wait(Duration::from_millis(50));
+        assert!(start.elapsed() >= Duration::from_millis(45), "a wait nobody woke ended early");
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let wake = wake.clone();
+                std::thread::spawn(move || {
+                    let start = Instant::now();
+                    wake.wait(Duration::from_secs(10));
+                    start.elapsed()
+                })
+            })
+            .collect();
+        while wake.waiters.load(Ordering::SeqCst) < 3 {
+            std::thread::yield_now();
+        }
+        wake.wake();
+        for waiter in waiters {
+            assert!(waiter.join().unwrap() < Duration::from_secs(5), "a waiter slept through the wake");
+        }
+        // A wake with nobody waiting is not kept for the next wait.
+        wake.wake();
+        let start = Instant::now();
+        wake.wait(Duration::from_millis(50));
+        assert!(start.elapsed() >= Duration::from_millis(45));
     }
 }

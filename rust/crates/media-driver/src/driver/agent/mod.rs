@@ -33,7 +33,7 @@ use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::log_buffer::Unsent;
-use crate::shm::wake::ParkWake;
+use crate::shm::wake::{DataWake, ParkWake};
 use crate::shm::ShmError;
 use conductor::DriverConductor;
 use receiver::{ImageDefaults, ReceiverAgent};
@@ -252,7 +252,7 @@ pub struct MediaDriver {
     /// Threaded modes: what the sending thread parks on besides its sockets.
     wake: Option<Arc<ParkWake>>,
     /// Threaded modes: woken by the receiver after it received data.
-    data_wake: Option<Arc<ParkWake>>,
+    data_wake: Option<Arc<DataWake>>,
 }
 
 /// What a thread hands back when it stops.
@@ -335,7 +335,7 @@ impl MediaDriver {
                     .map_err(|e| ShmError::Parameter(format!("cannot create the driver's wake-up: {e}")))
             };
             driver.wake = Some(new()?);
-            driver.data_wake = Some(new()?);
+            driver.data_wake = Some(Arc::new(DataWake::new()));
             receiver.set_data_wake(driver.data_wake.clone());
         }
         let mut agents = Agents { conductor, sender, receiver };
@@ -410,7 +410,7 @@ impl MediaDriver {
 
     /// Threaded modes: the wake-up the receiver wakes after each cycle that received data, what
     /// a client thread in this process parks on while it waits for data; `None` in invoker mode.
-    pub fn data_wake(&self) -> Option<Arc<ParkWake>> {
+    pub fn data_wake(&self) -> Option<Arc<DataWake>> {
         self.data_wake.clone()
     }
 

@@ -24,7 +24,7 @@ use crate::shm::command::{error_code, Response};
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::LogBuffer;
 use crate::shm::status::{ImageInfo, MAX_IMAGES_IN_STATUS};
-use crate::shm::wake::ParkWake;
+use crate::shm::wake::DataWake;
 use crate::time::{Instant, MonotonicClock};
 use crate::wire::{flags, DataHeader, FrameHeader, FrameType, RttMeasurement, Setup, StatusMessage};
 
@@ -445,7 +445,7 @@ pub struct ReceiverAgent {
     scratch: Vec<u8>,
     clock: MonotonicClock,
     /// Woken after a cycle that received datagrams ([`ReceiverAgent::set_data_wake`]).
-    data_wake: Option<Arc<ParkWake>>,
+    data_wake: Option<Arc<DataWake>>,
 }
 
 impl ReceiverAgent {
@@ -474,7 +474,7 @@ impl ReceiverAgent {
 
     /// After a cycle that received datagrams (written into the image logs), `wake` is woken:
     /// what a client thread of this process waiting for data parks on.
-    pub fn set_data_wake(&mut self, wake: Option<Arc<ParkWake>>) {
+    pub fn set_data_wake(&mut self, wake: Option<Arc<DataWake>>) {
         self.data_wake = wake;
     }
 
