@@ -135,3 +135,43 @@ def test_udp_rows_recorded_by_the_harness_are_keyed_by_its_run(tmp_path: Path) -
     raw.write_text("\n".join(lines) + "\n")
     table = transport_table.render("udp-share", raw)
     assert "| standalone-shared | 1024 | 1.000 [1.000-1.000] | 1024 [1024-1024] | 0.375 [0.250-0.500] | 2 |" in table
+
+
+def test_ipc_summary_gives_ratios_to_aeron_of_medians_and_counts_failures() -> None:
+    import bench_standalone_ipc as ipc
+
+    def run(label: str, case: str, offered: float, cpu: float, received: float | None) -> dict[str, object]:
+        return {
+            "label": label,
+            "case": case,
+            "size": 32,
+            "offered_per_s": offered * 1e6,
+            "received_per_s": None if received is None else received * 1e6,
+            "publisher_cpu_rate": cpu * 1e6,
+            "load_before": 2.0,
+            "load_after": 3.0,
+        }
+
+    lines = [run("aeron", ipc.AERON_CASE, rate, 2 * rate, None) for rate in (8.0, 10.0, 30.0)]
+    lines += [run("head", "rust-offer", rate, rate, rate - 1) for rate in (5.0, 15.0, 20.0)]
+    lines.append({"label": "head", "case": "rust-offer", "size": 32, "failed": True, "round": 2, "load": 9.0})
+    rows = ipc.summarize(lines).splitlines()
+    aeron = next(row for row in rows if row.startswith("aeron"))
+    head = next(row for row in rows if row.startswith("head"))
+    assert "10.00 [8.00-30.00]" in aeron and "1.00x / 1.00x" in aeron
+    # 15 / 10 by wall clock, 15 / 20 per CPU-second; the failed run is counted, not averaged.
+    assert "   32  3  " in head and "15.00 [5.00-20.00]" in head and "14.00 [4.00-19.00]" in head
+    assert head.endswith("1.50x / 0.75x (1 failed)")
+
+
+def test_aeron_ipc_skips_with_a_reason_without_a_build_and_refuses_a_wrong_one(tmp_path: Path) -> None:
+    script = Path(__file__).parent / "aeron_ipc.sh"
+    env = {key: value for key, value in os.environ.items() if key != "AERON_BUILD"}
+    skipped = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert skipped.returncode == 0 and "skipped: AERON_BUILD is not set" in skipped.stderr
+    bench = Path(__file__).parent / "bench_standalone_ipc.py"
+    command = [sys.executable, str(bench), "--cases", "aeron-offer", "--sizes", "32", "--runs", "1"]
+    wrong = subprocess.run(
+        [*command, "--aeron-build", str(tmp_path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert wrong.returncode != 0 and f"no executable {tmp_path}/binaries/aeronmd" in wrong.stderr

@@ -253,3 +253,63 @@ fn a_corrupt_or_truncated_cnc_is_a_clear_error_and_a_new_driver_replaces_it() {
     driver.signal(libc::SIGINT);
     assert!(driver.wait_exit(Duration::from_secs(5)).success());
 }
+
+/// One message per `offer` through every outcome of the log: appends up to the publisher limit
+/// (half a term ahead of the subscriber), back pressure there (not "not connected"), the limit
+/// moved by the driver once the subscriber reads, the rotation at each term end
+/// (`AdminAction`, then the next term), with every position accounted for: each append ends
+/// 64 bytes (a 32 B message framed) after the one before, or at the start of the next term
+/// after a rotation, and the subscriber gets every message once, in order.
+#[test]
+fn one_message_offers_report_back_pressure_and_rotation_and_lose_nothing() {
+    const TERM: i64 = 64 * 1024;
+    const FRAME: i64 = 64;
+    let dir = tempdir("offer-outcomes");
+    let driver = start_driver(&dir, &["--term-length", "64k"]);
+    let client = AttachedClient::connect(&dir, Duration::from_secs(2)).unwrap();
+    let publication = client.add_publication("aeron:ipc", 9).unwrap();
+    let mut subscription = client.add_subscription("aeron:ipc", 9).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || publication.is_connected().unwrap()), "never connected");
+    let total = 4 * (TERM / FRAME) as u64;
+    let (mut sent, mut received, mut position) = (0u64, 0u64, 0i64);
+    let (mut back_pressured, mut rotations) = (0u64, 0u64);
+    let mut first_refusal = None;
+    let start = Instant::now();
+    while received < total {
+        assert!(start.elapsed() < Duration::from_secs(60), "stuck at {sent} sent, {received} received");
+        // The subscriber reads only once the publisher is refused: the limit is reached first.
+        while sent < total {
+            let mut message = [0u8; 32];
+            message[..8].copy_from_slice(&sent.to_le_bytes());
+            match publication.offer(&message).unwrap() {
+                AttachedOffer::Position(end) => {
+                    let expected = position + FRAME;
+                    let next_term = (position / TERM + 1) * TERM + FRAME;
+                    assert!(end == expected || end == next_term, "message {sent} ended at {end} after {position}");
+                    position = end;
+                    sent += 1;
+                }
+                AttachedOffer::BackPressured => {
+                    first_refusal.get_or_insert(position);
+                    back_pressured += 1;
+                    break;
+                }
+                AttachedOffer::AdminAction => rotations += 1,
+                other => panic!("offer {sent} at {position}: {other:?}"),
+            }
+        }
+        subscription
+            .poll(usize::MAX, |message| {
+                let number = u64::from_le_bytes(message[..8].try_into().unwrap());
+                assert_eq!((number, message.len()), (received, 32));
+                received += 1;
+            })
+            .unwrap();
+    }
+    // The first refusal is at the publisher limit: the window, half a term, past the start.
+    assert_eq!(first_refusal, Some(TERM / 2), "the first back pressure");
+    assert!(back_pressured > 0 && rotations >= 3, "{back_pressured} refusals, {rotations} rotations");
+    assert!(position > 3 * TERM, "ended at {position}");
+    drop((publication, subscription, client));
+    drop(driver);
+}

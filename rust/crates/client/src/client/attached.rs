@@ -924,16 +924,34 @@ impl AttachedPublication {
     ///
     /// Goes straight to the log's one-message appender ([`LogBuffer::offer`]), inlined here,
     /// not through the batch entry point: the same checks (client and driver, connected flag,
-    /// length, the log's metadata on every claim) without the batch layer's calls.
+    /// length, the log's metadata on every claim) without the batch layer's calls. Only an
+    /// append is handled inline; a refusal goes to [`Self::offer_refused`], out of line, which
+    /// does what [`Self::append_with`] does with one (the same limits, the same outcomes).
     #[inline]
     pub fn offer(&self, payload: &[u8]) -> Result<AttachedOffer> {
         self.shared.check()?;
-        Ok(self
-            .append_with(|limit| {
-                let outcome = self.log.offer(payload, 0, limit)?;
-                Ok((usize::from(matches!(outcome, Offer::Appended(_))), outcome))
-            })?
-            .1)
+        let connected = self.log.is_connected().map_err(shm)?;
+        let limit = if connected { self.cached_limit.load(Ordering::Relaxed) } else { self.refresh_limit()? };
+        match self.log.offer(payload, 0, limit).map_err(shm)? {
+            Offer::Appended(position) => Ok(AttachedOffer::Position(position)),
+            refusal => self.offer_refused(payload, connected, limit, refusal),
+        }
+    }
+
+    /// [`Self::offer`] after `refusal` at `limit`: when back-pressured while connected, the
+    /// publisher limit is read again and the offer retried once if it moved, as in
+    /// [`Self::append_with`]; then the outcome.
+    #[cold]
+    #[inline(never)]
+    fn offer_refused(&self, payload: &[u8], connected: bool, limit: i64, refusal: Offer) -> Result<AttachedOffer> {
+        let mut outcome = refusal;
+        if outcome == Offer::BackPressured && connected {
+            let fresh = self.refresh_limit()?;
+            if fresh > limit {
+                outcome = self.log.offer(payload, 0, fresh).map_err(shm)?;
+            }
+        }
+        self.outcome(outcome)
     }
 
     /// Appends a prefix of `messages` (non-empty, lengths checked) with one claim: how many and
@@ -964,16 +982,20 @@ impl AttachedPublication {
                 (taken, outcome) = offer(fresh).map_err(shm)?;
             }
         }
-        Ok((
-            taken,
-            match outcome {
-                Offer::Appended(position) => AttachedOffer::Position(position),
-                Offer::BackPressured if !self.log.is_connected().map_err(shm)? => AttachedOffer::NotConnected,
-                Offer::BackPressured => AttachedOffer::BackPressured,
-                Offer::AdminAction => AttachedOffer::AdminAction,
-                Offer::MaxPositionExceeded => AttachedOffer::MaxPositionExceeded,
-            },
-        ))
+        Ok((taken, self.outcome(outcome)?))
+    }
+
+    /// What an offer's `outcome` in the log means to the caller (back pressure without a
+    /// connected subscriber is [`AttachedOffer::NotConnected`]).
+    #[inline]
+    fn outcome(&self, outcome: Offer) -> Result<AttachedOffer> {
+        Ok(match outcome {
+            Offer::Appended(position) => AttachedOffer::Position(position),
+            Offer::BackPressured if !self.log.is_connected().map_err(shm)? => AttachedOffer::NotConnected,
+            Offer::BackPressured => AttachedOffer::BackPressured,
+            Offer::AdminAction => AttachedOffer::AdminAction,
+            Offer::MaxPositionExceeded => AttachedOffer::MaxPositionExceeded,
+        })
     }
 
     /// Invoker threading (no driver thread): runs one driver duty cycle when an offer was

@@ -597,8 +597,19 @@ impl LogBuffer {
         self.terms.get(index)
     }
 
+    /// Term partition `index`, inlined into every claim; the error, out of line.
+    #[inline]
     fn partition(&self, index: usize) -> Result<&Region, ShmError> {
-        self.terms.get(index).ok_or_else(|| ShmError::corrupt("log metadata", 0, format!("partition index {index}")))
+        match self.terms.get(index) {
+            Some(term) => Ok(term),
+            None => Err(Self::bad_partition(index)),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn bad_partition(index: usize) -> ShmError {
+        ShmError::corrupt("log metadata", 0, format!("partition index {index}"))
     }
 
     /// Largest message `offer` accepts: `min(term_length / 8, 16 MiB)`.
