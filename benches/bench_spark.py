@@ -1,7 +1,7 @@
 """Rows/s through the ``affinity`` sink's two writers against Spark's ``noop`` sink, same query, same run.
 
 ``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2] [--driver]
-[--all-on-driver] [--sinks noop,affinity_jvm] [--kinds batch,stream] [--threads]``
+[--all-on-driver] [--sinks noop,affinity_jvm] [--kinds batch,stream] [--threads] [--warmup 1]``
 
 With ``--driver`` an ``affinity driver`` process is started too and a fourth sink,
 ``affinity_driver``, writes the same rows with ``driverDir`` (every Python worker attached to that
@@ -251,6 +251,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unmeasured batch writes of each sink first (JIT, workers, transport)"
+    )
     parser.add_argument("--driver", action="store_true", help="also the sink on a standalone affinity driver")
     parser.add_argument(
         "--all-on-driver",
@@ -359,8 +362,9 @@ def main() -> None:
         writer = sink(df.write, name) if name.startswith("affinity") else df.write.format(name)
         writer.mode("append" if name.startswith("affinity") else "overwrite").save()
 
-    for name in sinks:  # warm-up: JIT, Python workers, the sink's transport
-        batch(name)
+    for _ in range(args.warmup):  # warm-up: JIT, Python workers, the sink's transport
+        for name in sinks:
+            batch(name)
     jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     # CPU seconds per run (the Spark JVM with its Python workers; the consumer processes): on a
     # shared machine the steadier measure of what a sink costs.
