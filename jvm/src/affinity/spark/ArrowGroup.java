@@ -295,11 +295,6 @@ final class ArrowGroup {
     return bytes;
   }
 
-  /** Rows written since the last {@link #reset}. */
-  int rows() {
-    return count;
-  }
-
   /** Sets the row count and the vectors' value counts: {@link #root} then holds the rows written. */
   void finish() {
     if (kinds == null) {
