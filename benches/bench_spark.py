@@ -1,7 +1,7 @@
 """Rows/s through the ``affinity`` sink's two writers against Spark's ``noop`` sink, same query, same run.
 
 ``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2] [--driver]
-[--all-on-driver] [--sinks noop,affinity_jvm] [--kinds batch,stream] [--threads]``
+[--all-on-driver] [--sinks noop,affinity_jvm] [--kinds batch,stream] [--threads] [--warmup 1]``
 
 With ``--driver`` an ``affinity driver`` process is started too and a fourth sink,
 ``affinity_driver``, writes the same rows with ``driverDir`` (every Python worker attached to that
@@ -225,6 +225,20 @@ def tree_cpu(root: int) -> float:
     return total
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds of a process's live threads, summed per thread name (``/proc/<pid>/task``)."""
+    by_name: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        by_name[name] = by_name.get(name, 0.0) + seconds
+    return by_name
+
+
 def timed(action: Any) -> float:
     start = time.perf_counter()
     action()
@@ -237,6 +251,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--consumers", type=int, default=2)
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unmeasured batch writes of each sink first (JIT, workers, transport)"
+    )
     parser.add_argument("--driver", action="store_true", help="also the sink on a standalone affinity driver")
     parser.add_argument(
         "--all-on-driver",
@@ -245,7 +262,11 @@ def main() -> None:
         "(the JVM writer's publisher then uses that driver instead of an embedded one)",
     )
     parser.add_argument("--sinks", help="comma-separated subset of the sinks to run (default: all)")
-    parser.add_argument("--threads", action="store_true", help="print the Spark JVM's busiest threads at the end")
+    parser.add_argument(
+        "--threads",
+        action="store_true",
+        help="print the Spark JVM's busiest threads: CPU seconds per thread name, median per run of each sink",
+    )
     parser.add_argument("--kinds", default="batch,stream", help="batch, stream or both (comma-separated)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
@@ -341,22 +362,30 @@ def main() -> None:
         writer = sink(df.write, name) if name.startswith("affinity") else df.write.format(name)
         writer.mode("append" if name.startswith("affinity") else "overwrite").save()
 
-    for name in sinks:  # warm-up: JIT, Python workers, the sink's transport
-        batch(name)
+    for _ in range(args.warmup):  # warm-up: JIT, Python workers, the sink's transport
+        for name in sinks:
+            batch(name)
     jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     # CPU seconds per run (the Spark JVM with its Python workers; the consumer processes): on a
     # shared machine the steadier measure of what a sink costs.
     cpu: dict[str, list[tuple[float, float, float]]] = {name: [] for name in results}
+    # With --threads: per sink, per thread name of the Spark JVM, CPU seconds of each run.
+    threads: dict[str, dict[str, list[float]]] = {name: {} for name in results}
 
     def cpu_now() -> tuple[float, float, float]:
         on_driver = tree_cpu(driver.pid) if driver is not None else 0.0
         return tree_cpu(jvm), sum(tree_cpu(p.pid) for p in processes), on_driver
 
     def measured(name: str, action: Any) -> None:
+        before_threads = thread_cpu(jvm) if args.threads else {}
         before = cpu_now()
         results[name].append(args.rows / timed(action))
         after = cpu_now()
         cpu[name].append((after[0] - before[0], after[1] - before[1], after[2] - before[2]))
+        if args.threads:
+            for thread, seconds in thread_cpu(jvm).items():
+                spent = seconds - before_threads.get(thread, 0.0)
+                threads[name].setdefault(thread, []).append(spent)
 
     for run in range(args.runs):
         for name in sinks if "batch" in kinds else ():
@@ -402,17 +431,11 @@ def main() -> None:
         rate = report["rows"] / report["busy"] if report["busy"] else 0.0
         print(f"consumer {index}: {report['rows']:,} rows, {rate:,.0f} rows/s while receiving (gaps < 0.5 s)")
     if args.threads:
-        busiest: dict[str, float] = {}
-        for task in Path(f"/proc/{jvm}/task").iterdir():
-            try:
-                name = (task / "comm").read_text().strip()
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-            busiest[name] = busiest.get(name, 0.0) + seconds
-        top = sorted(busiest.items(), key=lambda item: -item[1])[:12]
-        print("Spark JVM CPU s by thread name: " + ", ".join(f"{name} {sec:.2f}" for name, sec in top))
+        for name, by_thread in threads.items():
+            # Median over the runs (a thread absent from a run spent 0 there).
+            medians = {t: statistics.median(v + [0.0] * (args.runs - len(v))) for t, v in by_thread.items()}
+            top = sorted(medians.items(), key=lambda item: -item[1])[:10]
+            print(f"{name}: Spark JVM CPU s per run by thread name: " + ", ".join(f"{t} {s:.3f}" for t, s in top))
     spark.stop()
     if driver is not None:
         driver.terminate()

@@ -290,6 +290,82 @@ def test_the_jvm_writer_cuts_row_groups_per_chunk_for_a_group_of_many_queues(
     assert max(per_queue.values()) > 1
 
 
+def _received(spark: Any, registry: str, client: affinity.Client, df: Any, writer: str, rows: int) -> Any:
+    """The rows ``writer`` sends for ``df`` (key ``k``, 7 rows a message), as one Arrow table sorted by ``id``."""
+    import pyarrow as pa
+
+    consumer = SinkConsumer("jvm", 0, 1, client=client, registry=registry, cycle=1.0)
+    items: list[DataItem] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            items.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, DataItem))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    # Routing chunks of 16 rows: the JVM writer's row buffer is reused chunk after chunk.
+    chunk = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = spark.conf.get(chunk)
+    spark.conf.set(chunk, "16")
+    try:
+        df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
+            "writer", writer
+        ).option("maxBatchRows", "7").mode("append").save()
+        wait_for(lambda: sum(i.envelope.rows for i in items) == rows, 60, f"{rows} rows from the {writer} writer")
+    finally:
+        spark.conf.set(chunk, before)
+        stop.set()
+        thread.join(10)
+        consumer.close()
+    assert all(item.batch().num_rows <= 7 for item in items)
+    return pa.Table.from_batches([item.batch() for item in items]).sort_by("id")
+
+
+#: Every type the JVM writer writes straight into the Arrow vectors, each null on some rows.
+DIRECT_COLUMNS = [
+    "id",
+    "cast(id % 5 AS string) AS k",
+    "if(id % 3 = 0, null, id * 1000000007) AS l",
+    "if(id % 4 = 1, null, cast(id AS int) - 50) AS i",
+    "if(id % 5 = 2, null, cast(id AS smallint)) AS s",
+    "if(id % 6 = 3, null, cast(id % 100 AS tinyint)) AS b",
+    "if(id % 7 = 4, null, id / 3.0D) AS d",
+    "if(id % 8 = 5, null, cast(id / 7.0 AS float)) AS f",
+    "if(id % 9 = 6, null, date_add(date'2024-02-28', cast(id AS int))) AS dt",
+    "if(id % 10 = 7, null, timestamp_micros(id * 1234567)) AS ts",
+    "if(id % 11 = 8, null, cast(timestamp_micros(id * 7654321) AS timestamp_ntz)) AS ntz",
+    "if(id % 2 = 0, null, repeat('é', cast(id % 13 AS int))) AS str",
+    "if(id % 3 = 1, null, unhex(hex(id * 31))) AS bin",
+    # Rows of up to 11 KB: a chunk's rows outgrow the writer's first row buffer (64 KiB).
+    "if(id % 4 = 3, null, repeat('x', cast(id * 37 AS int))) AS big",
+]
+#: A type the JVM writer leaves to Spark's ArrowWriter (decimal): the whole row group goes through it.
+SPARK_WRITER_COLUMNS = [
+    "id",
+    "cast(id % 5 AS string) AS k",
+    "if(id % 3 = 0, null, cast(id AS decimal(12, 2))) AS dec",
+    "if(id % 2 = 0, null, concat('v', id)) AS str",
+]
+
+
+@pytest.mark.parametrize("columns", [DIRECT_COLUMNS, SPARK_WRITER_COLUMNS], ids=["direct", "spark-writer"])
+def test_the_jvm_writer_sends_every_value_and_null_as_the_python_writer_does(
+    spark: Any, registry: str, client: affinity.Client, columns: list[str]
+) -> None:
+    # Messages of 7 rows from one task: each queue's vectors are reused message after message
+    # (not zeroed), so a null after a value, or a shorter string after a longer one, shows here.
+    rows = 300
+    df = spark.range(0, rows, numPartitions=1).selectExpr(*columns)
+    jvm = _received(spark, registry, client, df, "jvm", rows)
+    python = _received(spark, registry, client, df, "python", rows)
+    assert jvm.schema == python.schema
+    assert jvm.num_rows == rows
+    for name in jvm.column_names:
+        assert jvm.column(name).to_pylist() == python.column(name).to_pylist(), f"column {name}"
+        assert jvm.column(name).null_count > 0 or name in ("id", "k"), f"column {name} has no null"
+
+
 PROFILED_WRITE = textwrap.dedent(
     """
     import sys, threading

@@ -8,15 +8,17 @@ import java.util.UUID;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.ipc.ArrowStreamWriter;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.connector.write.DataWriter;
 import org.apache.spark.sql.connector.write.WriterCommitMessage;
-import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.ByteType;
 import org.apache.spark.sql.types.DataType;
 import org.apache.spark.sql.types.IntegerType;
 import org.apache.spark.sql.types.ShortType;
 import org.apache.spark.sql.types.StringType;
+import org.apache.spark.unsafe.Platform;
+import org.apache.spark.unsafe.types.UTF8String;
 
 /**
  * One task's writer: rows are routed in chunks of {@link WriteSpec#chunkRows} (the queue of every
@@ -41,6 +43,8 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    * Arrow vectors); a group with more queues has its row groups cut per chunk, in one writer.
    */
   static final int MAX_OPEN_GROUPS = 64;
+  /** Initial bytes of {@link #arena}. */
+  static final int INITIAL_ARENA_BYTES = 64 * 1024;
   private static final byte[] NULL_LENGTH = {(byte) 0xFF, (byte) 0xFF, (byte) 0xFF, (byte) 0xFF};
 
   private final WriteSpec spec;
@@ -57,6 +61,14 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   private final long[] published;
 
   private final InternalRow[] rows;
+  /**
+   * The bytes of the chunk's rows (when Spark hands {@link UnsafeRow}s, as its generated code
+   * does): one array reused chunk after chunk instead of a new copy of each row.
+   */
+  private byte[] arena = new byte[INITIAL_ARENA_BYTES];
+  private int arenaLength;
+  /** Per chunk slot, a reusable {@link UnsafeRow} pointing into {@link #arena}. */
+  private final UnsafeRow[] views;
   private final int[] ends;
   private final int[] queues;
   private byte[] keys = new byte[64 * 1024];
@@ -67,7 +79,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    * queue -> the Arrow row group being filled for it (created when the task first reaches the
    * queue); with more than {@link #MAX_OPEN_GROUPS} queues only {@code groups[0]}, shared.
    */
-  private final ArrowWriter[] groups;
+  private final ArrowGroup[] groups;
   /** queue -> rows in its open row group. */
   private final int[] groupRows;
   private final Buffer out = new Buffer();
@@ -96,10 +108,11 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     this.format = Envelope.formatCode(options.value);
     this.result = new TaskResult(spec.queryId, batchId, partition);
     this.rows = new InternalRow[spec.chunkRows];
+    this.views = new UnsafeRow[spec.chunkRows];
     this.ends = new int[spec.chunkRows];
     this.queues = new int[spec.chunkRows];
     this.published = new long[queueCount];
-    this.groups = new ArrowWriter[queueCount];
+    this.groups = new ArrowGroup[queueCount];
     this.groupRows = new int[queueCount];
     this.keyTypes = new DataType[spec.keyOrdinals.length];
     for (int i = 0; i < keyTypes.length; i++) {
@@ -119,7 +132,8 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       }
     }
     ends[count] = keyLength;
-    rows[count++] = row.copy();
+    rows[count] = keep(row);
+    count++;
     if (sampled) {
       profile.addSample(Profile.Phase.ROWS, since);
     }
@@ -155,6 +169,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     // What was published stays with the group until acknowledged; the driver sends the abort marker.
     count = 0;
     keyLength = 0;
+    arenaLength = 0;
     Arrays.fill(groupRows, 0);
   }
 
@@ -162,6 +177,32 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   public void close() {
     closeGroups();
     Arrays.fill(rows, null);
+  }
+
+  /**
+   * The row, kept until its chunk is sent (Spark reuses the object it hands {@link #write}): an
+   * {@link UnsafeRow}'s bytes go into {@link #arena} behind this slot's view, any other row is copied.
+   */
+  private InternalRow keep(InternalRow row) {
+    if (!(row instanceof UnsafeRow)) {
+      return row.copy();
+    }
+    UnsafeRow unsafe = (UnsafeRow) row;
+    int size = unsafe.getSizeInBytes();
+    if (size > arena.length - arenaLength) {
+      // A new array for this row and the chunk's next ones; the rows kept so far keep the old one alive.
+      arena = new byte[(int) Math.min(Integer.MAX_VALUE - 8, Math.max(2L * arena.length, size))];
+      arenaLength = 0;
+    }
+    UnsafeRow view = views[count];
+    if (view == null || view.numFields() != unsafe.numFields()) {
+      view = new UnsafeRow(unsafe.numFields());
+      views[count] = view;
+    }
+    unsafe.writeToMemory(arena, Platform.BYTE_ARRAY_OFFSET + arenaLength);
+    view.pointTo(arena, Platform.BYTE_ARRAY_OFFSET + arenaLength, size);
+    arenaLength += size;
+    return view;
   }
 
   // ---- keys ----
@@ -203,8 +244,18 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     DataType type = keyTypes[index];
     byte[] bytes;
     if (type instanceof StringType) {
-      bytes = row.getUTF8String(ordinal).getBytes();
-    } else if (type instanceof BinaryType) {
+      // Straight from the row into the chunk's key bytes: no byte[] per row.
+      UTF8String text = row.getUTF8String(ordinal);
+      int length = text.numBytes();
+      ensureKeys(length + 4);
+      if (prefixed) {
+        putLength(length);
+      }
+      text.writeToMemory(keys, Platform.BYTE_ARRAY_OFFSET + keyLength);
+      keyLength += length;
+      return;
+    }
+    if (type instanceof BinaryType) {
       bytes = row.getBinary(ordinal);
     } else if (type instanceof IntegerType) {
       bytes = Integer.toString(row.getInt(ordinal)).getBytes(StandardCharsets.US_ASCII);
@@ -237,6 +288,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     Arrays.fill(rows, 0, count, null);
     count = 0;
     keyLength = 0;
+    arenaLength = 0;
   }
 
   /**
@@ -271,9 +323,9 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   /** Rows {@code order[from..to)} of the chunk, all of {@code queue}, as Arrow row groups (one writer for all queues). */
   private void sendArrowRun(int queue, int[] order, int from, int to) throws IOException {
     if (groups[0] == null) {
-      groups[0] = ArrowWriter.create(spec.schema, spec.timeZone, false, spec.largeVarTypes);
+      groups[0] = ArrowGroup.create(spec);
     }
-    ArrowWriter group = groups[0];
+    ArrowGroup group = groups[0];
     long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
     long since = Profile.now();
     int rowsInGroup = 0;
@@ -309,9 +361,9 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
     for (int i = 0; i < count; i++) {
       int queue = queues[i];
-      ArrowWriter group = groups[queue];
+      ArrowGroup group = groups[queue];
       if (group == null) {
-        group = ArrowWriter.create(spec.schema, spec.timeZone, false, spec.largeVarTypes);
+        group = ArrowGroup.create(spec);
         groups[queue] = group;
       }
       group.write(rows[i]);
@@ -352,7 +404,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   private void closeGroups() {
     for (int q = 0; q < queueCount; q++) {
       if (groups[q] != null) {
-        groups[q].root().close();
+        groups[q].close();
         groups[q] = null;
       }
     }
@@ -365,7 +417,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   }
 
   /** Sends the rows in {@code group} to {@code queue} and empties it. */
-  private void emitArrow(int queue, ArrowWriter group) throws IOException {
+  private void emitArrow(int queue, ArrowGroup group) throws IOException {
     group.finish();
     VectorSchemaRoot root = group.root();
     fit(queue, root, 0, root.getRowCount());

@@ -23,7 +23,7 @@ final class Profile {
     ROWS,
     /** The native call routing a chunk's keys to queues. */
     ROUTE,
-    /** Spark's {@code ArrowWriter} filling the vectors of a row group. */
+    /** Filling the Arrow vectors of a row group ({@link ArrowGroup}). */
     FILL,
     /** Arrow IPC encoding of a row group (and of its halves when it exceeds {@code maxBatchBytes}). */
     ENCODE,
