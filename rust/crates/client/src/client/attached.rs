@@ -925,8 +925,8 @@ impl AttachedPublication {
     /// Goes straight to the log's one-message appender ([`LogBuffer::offer`]), inlined here,
     /// not through the batch entry point: the same checks (client and driver, connected flag,
     /// length, the log's metadata on every claim) without the batch layer's calls. Only an
-    /// append is handled inline; a refusal goes to [`Self::offer_refused`], out of line, which
-    /// does what [`Self::append_with`] does with one (the same limits, the same outcomes).
+    /// append is handled inline; a refusal goes to `offer_refused`, out of line, which
+    /// does what `append_with` does with one (the same limits, the same outcomes).
     #[inline]
     pub fn offer(&self, payload: &[u8]) -> Result<AttachedOffer> {
         self.shared.check()?;
