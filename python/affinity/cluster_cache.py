@@ -19,9 +19,9 @@ from typing import Final
 from affinity import _affinity
 from affinity.cluster_balance import MasterBalancer
 from affinity.config.cluster import ClusterConfig
-from affinity.subjects import Flags
+from affinity.subjects import Flags, Source
 
-__all__ = ["EXPIRY_CHECK_INTERVAL", "Answer", "SlaveSubscriptions"]
+__all__ = ["EXPIRY_CHECK_INTERVAL", "Answer", "SlaveSubscriptions", "pass_on"]
 
 #: Seconds between two looks for expired entries (at most; a shorter ``cache-expiry`` looks
 #: ten times per expiry).
@@ -161,3 +161,19 @@ class SlaveSubscriptions:
         domain = self._domains.pop(subject, None)
         if domain is not None:
             self.balancers[domain].release(subject)
+
+
+def pass_on(source: Source, subject: str, flags: Flags, payload: bytes) -> None:
+    """Serves at this node's router, through the node's ``source``, what a parent node answered
+    for ``subject``: a STATUS as a STATUS, an erase as an erase, a NODATA as that NODATA, and an
+    image or update as itself (REFUSED is the caller's to handle)."""
+    if flags & Flags.STATUS:
+        source._core.send_data(subject, int(Flags.STATUS), payload)
+    elif flags & Flags.ERASE:
+        source.erase(subject)
+    elif flags & Flags.NODATA_NOTFOUND:
+        source.nodata(subject, "notfound")
+    elif flags & Flags.NODATA_UNAVAILABLE:
+        source.nodata(subject, "unavailable")
+    else:
+        source.publish(subject, payload, image=bool(flags & Flags.IMAGE))

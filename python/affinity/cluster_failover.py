@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Final
 from affinity import _affinity
 from affinity._polling import POLL_FRAGMENTS
 from affinity.cluster_balance import parents_of
+from affinity.cluster_cache import pass_on
 from affinity.cluster_info import NODE_INFO_INTERVAL, ROLES, ForgedNodeInfo, node_info_subject, parse_node_info
 from affinity.config.cluster import ClusterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup
@@ -647,19 +648,10 @@ class _Deferral:
                 link.subscriber.unsubscribe(subject)
 
     def _relay(self, subject: str, flags: Flags, payload: bytes) -> None:
-        source = self.source
         if flags & Flags.REFUSED:
-            source.nodata(subject, "unavailable")
-        elif flags & Flags.STATUS:
-            source._core.send_data(subject, int(Flags.STATUS), payload)
-        elif flags & Flags.ERASE:
-            source.erase(subject)
-        elif flags & Flags.NODATA_NOTFOUND:
-            source.nodata(subject, "notfound")
-        elif flags & Flags.NODATA_UNAVAILABLE:
-            source.nodata(subject, "unavailable")
+            self.source.nodata(subject, "unavailable")
         else:
-            source.publish(subject, payload, image=bool(flags & Flags.IMAGE))
+            pass_on(self.source, subject, flags, payload)
 
     def close(self) -> None:
         """Closes the info subscriptions (the source is the node's: closed by a takeover)."""

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from affinity import _affinity
 from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
-from affinity.cluster_cache import SlaveSubscriptions
+from affinity.cluster_cache import SlaveSubscriptions, pass_on
 from affinity.cluster_failover import Failover, deferral_services, link_routers, with_takeover_fallback
 from affinity.cluster_info import node_info_services
 from affinity.cluster_ptp import PtpNode, ptp_services
@@ -294,21 +294,10 @@ class ClusterNode:
             with self._lock:
                 # STATUS: the parent was lost or restarted; a fresh image follows once it is back.
                 parent.awaiting_answer = bool(flags & Flags.STATUS)
-            if flags & Flags.STATUS:
-                # The link moved (to a backup) or the parent restarted: the local subscribers
-                # hear it too, before the fresh image.
-                source._core.send_data(subject, int(Flags.STATUS), payload)
-                return
-            if not self.subscriptions.on_data(node_id, subject, flags, payload):
-                return  # idle in the cache (or not from the subject's parent): nothing to relay
-            if flags & Flags.ERASE:
-                source.erase(subject)
-            elif flags & Flags.NODATA_NOTFOUND:
-                source.nodata(subject, "notfound")
-            elif flags & Flags.NODATA_UNAVAILABLE:
-                source.nodata(subject, "unavailable")
-            else:
-                source.publish(subject, payload, image=bool(flags & Flags.IMAGE))
+            # A STATUS (the link moved to a backup, or the parent restarted) reaches the local
+            # subscribers too, before the fresh image; the rest only when the cache relays it.
+            if flags & Flags.STATUS or self.subscriptions.on_data(node_id, subject, flags, payload):
+                pass_on(source, subject, flags, payload)
 
         return relay
 
