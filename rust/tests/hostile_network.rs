@@ -15,7 +15,7 @@ use affinity::embedded::{self, EmbeddedConfig};
 use affinity::media::relay::{Impairment, LossyRelay};
 use affinity::protocol::OfferError;
 use affinity::shm::status::{ImageInfo, SystemCounter};
-use affinity::wire::{flags, DataHeader, FrameType, Setup, DATA_HEADER_LENGTH};
+use affinity::wire::{flags, DataHeader, FrameType, Setup, StatusMessage, DATA_HEADER_LENGTH};
 
 use affinity::media::ports::free_udp_port;
 
@@ -201,4 +201,58 @@ fn a_setup_flood_is_bounded_and_counted_and_the_subscription_still_works() {
 
 fn transfer_plain(publication: &Publication, subscription: &mut Subscription, count: u64) {
     transfer(publication, subscription, count, (u64::MAX, 0), |_| {});
+}
+
+/// The receiver window the driver advertises to a sender whose SETUP arrives at `channel`
+/// (read from its first status message).
+fn advertised_window(client: &AttachedClient, channel: &str, port: u16) -> i32 {
+    let _subscription = client.add_subscription(channel, STREAM).unwrap();
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sender.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut setup = [0u8; Setup::LENGTH];
+    Setup {
+        flags: 0,
+        term_offset: 0,
+        session_id: 77,
+        stream_id: STREAM,
+        initial_term_id: 7,
+        active_term_id: 7,
+        term_length: 16 << 20,
+        mtu: 1408,
+        ttl: 0,
+    }
+    .emit(&mut setup);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut buffer = [0u8; 2048];
+    loop {
+        assert!(Instant::now() < deadline, "no status message for the SETUP at {channel}");
+        sender.send_to(&setup, ("127.0.0.1", port)).unwrap();
+        if let Ok(length) = sender.recv(&mut buffer) {
+            if let Ok(status) = StatusMessage::parse(&buffer[..length]) {
+                return status.receiver_window;
+            }
+        }
+    }
+}
+
+#[test]
+fn the_default_receiver_window_fits_the_receive_buffer_the_os_granted() {
+    use affinity::protocol::defaults::{default_receiver_window, AERON_RECEIVER_WINDOW};
+    let client = client();
+    // A socket buffer of 256 KiB asked: half of it is below Aeron's window, which stands.
+    let port = free_udp_port().unwrap();
+    let small = advertised_window(&client, &format!("aeron:udp?endpoint=127.0.0.1:{port}|so-rcvbuf=256k"), port);
+    assert_eq!(small, AERON_RECEIVER_WINDOW as i32);
+    // The default buffer: half of what the OS granted, at most the default window.
+    let probe = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    probe.set_recv_buffer_size(EmbeddedConfig::default().driver.socket_receive_buffer).unwrap();
+    let granted = probe.recv_buffer_size().unwrap() / 2;
+    let port = free_udp_port().unwrap();
+    let default = advertised_window(&client, &format!("aeron:udp?endpoint=127.0.0.1:{port}"), port);
+    assert_eq!(default, default_receiver_window(granted) as i32);
+    // A window set by hand is used as given.
+    let port = free_udp_port().unwrap();
+    let set =
+        advertised_window(&client, &format!("aeron:udp?endpoint=127.0.0.1:{port}|rcv-wnd=512k|so-rcvbuf=256k"), port);
+    assert_eq!(set, 512 * 1024);
 }

@@ -55,9 +55,6 @@ fn bulk_payload(n: usize) -> Vec<u8> {
     bytes
 }
 
-/// Aeron's default receiver window, 128 KiB, the one the captured status messages advertise.
-const AERON_RECEIVER_WINDOW: u32 = 128 * 1024;
-
 fn image_for(setup: &Setup) -> Image {
     let identity = StreamIdentity {
         session_id: setup.session_id,
@@ -68,7 +65,7 @@ fn image_for(setup: &Setup) -> Image {
     let mut config = ImageConfig::new(identity, identity.position(setup.active_term_id, setup.term_offset), 1);
     // The vectors were captured with Aeron's default window (`AERON_RCV_INITIAL_WINDOW_LENGTH`),
     // not this driver's larger default.
-    config.receiver_window = AERON_RECEIVER_WINDOW.min(identity.term_length / 2);
+    config.receiver_window = affinity::protocol::defaults::AERON_RECEIVER_WINDOW.min(identity.term_length / 2);
     let mut image = new_image(config, Instant::ZERO);
     image.add_consumer(1);
     image

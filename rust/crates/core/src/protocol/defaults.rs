@@ -17,6 +17,19 @@ pub const TERM_LENGTH_IPC: u32 = 64 * 1024 * 1024;
 /// the standalone driver"). The channel URI's `rcv-wnd` and the driver's `receiver_window`
 /// setting override it.
 pub const RECEIVER_WINDOW: u32 = 1024 * 1024;
+/// Aeron's default receiver window (`AERON_RCV_INITIAL_WINDOW_LENGTH`, 128 KiB): the least
+/// the default [`RECEIVER_WINDOW`] is cut to where the OS grants a socket less receive buffer
+/// than asked ([`default_receiver_window`]).
+pub const AERON_RECEIVER_WINDOW: u32 = 128 * 1024;
+
+/// The receiver window an endpoint advertises when neither `rcv-wnd` nor the driver's
+/// `receiver_window` setting names one: [`RECEIVER_WINDOW`], cut to half the receive buffer the
+/// OS granted the socket (`granted`, bytes; Linux caps `SO_RCVBUF` at `net.core.rmem_max`), so a
+/// full window still fits the buffer, but never below [`AERON_RECEIVER_WINDOW`].
+pub fn default_receiver_window(granted: usize) -> u32 {
+    let half = u32::try_from(granted / 2).unwrap_or(u32::MAX);
+    RECEIVER_WINDOW.min(half.max(AERON_RECEIVER_WINDOW))
+}
 /// Status message interval: 100 ms, as the design document says (Aeron uses 200 ms).
 pub const STATUS_MESSAGE_INTERVAL: Duration = Duration::from_millis(100);
 /// Unicast NAK delay; retries wait 100× that (`AERON_NAK_UNICAST_DELAY`).
@@ -46,3 +59,18 @@ pub const MAX_IMAGES_PER_SUBSCRIPTION: usize = 128;
 /// Receivers a multicast (group) publication tracks at once; status messages from further
 /// receiver ids are refused and counted. A unicast publication keeps one.
 pub const MAX_RECEIVERS_PER_PUBLICATION: usize = 1024;
+
+#[cfg(test)]
+mod receiver_window_tests {
+    use super::*;
+
+    #[test]
+    fn the_default_window_fits_half_the_granted_buffer_and_never_falls_below_aerons() {
+        assert_eq!(default_receiver_window(2 << 20), RECEIVER_WINDOW);
+        assert_eq!(default_receiver_window(8 << 20), RECEIVER_WINDOW);
+        assert_eq!(default_receiver_window(1 << 20), 512 * 1024);
+        // Linux's default net.core.rmem_max (208 KiB): Aeron's window, as Aeron would use.
+        assert_eq!(default_receiver_window(212_992), AERON_RECEIVER_WINDOW);
+        assert_eq!(default_receiver_window(0), AERON_RECEIVER_WINDOW);
+    }
+}

@@ -21,6 +21,7 @@ use crate::driver::agent::{
 use crate::flow_control::{build_checked, FlowControlSpec};
 use crate::logbuffer::StreamIdentity;
 use crate::media::udp::{bind_control_listener, bind_receiver, bind_sender, resolve_interface, SocketOptions};
+use crate::protocol::defaults as protocol_defaults;
 use crate::protocol::{Image, NetworkPublication, PublicationConfig};
 use crate::shm::command::{error_code, Response};
 use crate::shm::counters::{type_id, Counter};
@@ -482,7 +483,7 @@ impl DriverConductor {
         let endpoint = endpoint_of(&uri, channel)?;
         if !self.network.endpoints.contains_key(&endpoint) {
             let receive_buffer = uri.so_rcvbuf.unwrap_or(context.socket_receive_buffer);
-            let defaults = ImageDefaults {
+            let mut defaults = ImageDefaults {
                 receiver_window: uri.rcv_wnd.unwrap_or(context.receiver_window),
                 status_interval: context.status_message_interval,
                 nak_delay: uri.nak_delay.unwrap_or(context.nak_unicast_delay),
@@ -502,6 +503,12 @@ impl DriverConductor {
             };
             let socket = bind_receiver(endpoint, &options)
                 .map_err(|e| socket_error(channel, format!("cannot bind receiving socket {endpoint}"), e))?;
+            if uri.rcv_wnd.is_none() && context.receiver_window == protocol_defaults::RECEIVER_WINDOW {
+                // The default window must fit the buffer the OS granted (Linux reports twice
+                // what it granted, its bookkeeping included); a window set by hand is as given.
+                let granted = socket2::SockRef::from(&socket).recv_buffer_size().map_or(receive_buffer, |b| b / 2);
+                defaults.receiver_window = protocol_defaults::default_receiver_window(granted);
+            }
             let control_override = if uri.is_multicast() { uri.control_address() } else { None };
             let receiver_id = self.network.rng.i64(..);
             self.network.receive(ReceiverCommand::AddEndpoint(Box::new(NewEndpoint {
