@@ -10,6 +10,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use affinity_shm::shm::directory;
 use serde::{Deserialize, Serialize};
 
 use super::GroupError;
@@ -168,23 +169,9 @@ pub fn hostname() -> String {
     String::from_utf8_lossy(&buffer[..end]).into_owned()
 }
 
-/// Whether process `pid` exists on this host.
+/// Whether process `pid` exists on this host (a zombie does not): [`directory::process_exists`].
 pub fn process_exists(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks for existence and permission; it sends nothing.
-    let rc = unsafe { libc::kill(pid, 0) };
-    let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
-    exists && !is_zombie(pid)
-}
-
-/// Whether `pid` is a zombie (killed, not yet reaped by its parent): as good as gone.
-fn is_zombie(pid: libc::pid_t) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    // `pid (comm) state ...`: comm may contain spaces and parentheses, so split at the last ')'.
-    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+    directory::process_exists(i64::from(pid))
 }
 
 /// Whether `file` belongs to a process of this host that no longer exists.

@@ -131,7 +131,8 @@ pub enum DirectoryState {
     },
 }
 
-/// Whether process `pid` exists (it may belong to another user).
+/// Whether process `pid` exists (it may belong to another user) and is not a zombie: a
+/// process killed but not yet reaped by its parent runs nothing, so what it held is stale.
 pub fn process_exists(pid: i64) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
     if pid <= 0 {
@@ -139,7 +140,15 @@ pub fn process_exists(pid: i64) -> bool {
     }
     // SAFETY: kill with signal 0 only checks for existence and permission.
     let result = unsafe { libc::kill(pid, 0) };
-    result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = result == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !is_zombie(pid)
+}
+
+/// Whether `pid` is a zombie (`/proc/<pid>/stat` says state `Z`); `false` when it cannot be read.
+fn is_zombie(pid: libc::pid_t) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // `pid (comm) state ...`: comm may hold spaces and parentheses, so split at the last ')'.
+    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
 }
 
 /// Why this process may not open the driver files in `dir`, if it may not: the OS error of
