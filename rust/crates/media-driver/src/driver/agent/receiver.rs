@@ -179,6 +179,38 @@ struct ImageEntry {
     reported_heartbeats: u64,
 }
 
+/// A SETUP this endpoint asked of a sender because frames of a session it has no image of
+/// arrived ([`ReceiveEndpoint::elicit_setup`]).
+#[derive(Clone, Copy, Debug)]
+struct PendingSetup {
+    /// When it was last asked.
+    since: Instant,
+    /// Where the first frame seen of the session lay: `(term id, term offset)`.
+    first_frame: (i32, i32),
+}
+
+/// Where an image whose SETUP was asked for joins: at the first frame seen of its session when
+/// that lies behind the SETUP's position by at most the image's receiver window (the sender
+/// still holds it and resends what the image NAKs), else at the SETUP's position, as Aeron does.
+///
+/// Why: a sender still connected to the receiver that ran here before (a restarted process,
+/// within the publication's connection timeout) keeps sending; what it sent between the first
+/// frame seen here and its SETUP would otherwise be lost, though it reached this receiver.
+fn join_at_first_frame(config: &ImageConfig, first_frame: (i32, i32)) -> i64 {
+    let identity = &config.identity;
+    let (term_id, term_offset) = first_frame;
+    if term_offset < 0 || term_offset as u32 >= identity.term_length {
+        return config.join_position;
+    }
+    let first = compute_position(term_id, term_offset, identity.position_bits(), identity.initial_term_id);
+    let behind = config.join_position - first;
+    if first >= 0 && behind > 0 && behind <= i64::from(config.receiver_window) {
+        first
+    } else {
+        config.join_position
+    }
+}
+
 /// One bound receiving socket with its subscriptions and images.
 pub struct ReceiveEndpoint {
     socket: UdpSocket,
@@ -188,7 +220,9 @@ pub struct ReceiveEndpoint {
     defaults: ImageDefaults,
     subscriptions: Vec<SubscriptionEntry>,
     images: Vec<ImageEntry>,
-    pending_setups: HashMap<(i32, i32), Instant>,
+    /// SETUPs asked of senders (status messages with the setup flag) for sessions without an
+    /// image, by `(session, stream)`.
+    pending_setups: HashMap<(i32, i32), PendingSetup>,
     /// Images asked of the conductor and not yet added: when, and for which subscriptions.
     pending_images: HashMap<(i32, i32), (Instant, Vec<i64>)>,
     seeds: fastrand::Rng,
@@ -249,9 +283,12 @@ impl ReceiveEndpoint {
         if matching.is_empty() {
             return DatagramOutcome::ImageRefused;
         }
-        let Some(config) = self.defaults.image_config(setup, self.receiver_id, self.seeds.u64(..)) else {
+        let Some(mut config) = self.defaults.image_config(setup, self.receiver_id, self.seeds.u64(..)) else {
             return DatagramOutcome::SetupRefused;
         };
+        if let Some(pending) = self.pending_setups.get(&key) {
+            config.join_position = join_at_first_frame(&config, pending.first_frame);
+        }
         let Ok(mtu) = u32::try_from(setup.mtu) else { return DatagramOutcome::SetupRefused };
         if self.pending_images.len() >= MAX_PENDING_SETUPS {
             return DatagramOutcome::ImageRefused;
@@ -271,16 +308,18 @@ impl ReceiveEndpoint {
         if self.pending_images.contains_key(&key) {
             return;
         }
-        if self.pending_setups.get(&key).is_some_and(|since| now.saturating_since(*since) < PENDING_SETUP_TIMEOUT) {
-            return;
-        }
+        let first_frame = match self.pending_setups.get(&key) {
+            Some(pending) if now.saturating_since(pending.since) < PENDING_SETUP_TIMEOUT => return,
+            Some(pending) => pending.first_frame,
+            None => (header.term_id, header.term_offset),
+        };
         if self.pending_setups.len() >= MAX_PENDING_SETUPS {
-            self.pending_setups.retain(|_, since| now.saturating_since(*since) < PENDING_SETUP_TIMEOUT);
+            self.pending_setups.retain(|_, pending| now.saturating_since(pending.since) < PENDING_SETUP_TIMEOUT);
             if self.pending_setups.len() >= MAX_PENDING_SETUPS {
                 return;
             }
         }
-        self.pending_setups.insert(key, now);
+        self.pending_setups.insert(key, PendingSetup { since: now, first_frame });
         let message = StatusMessage {
             flags: flags::SM_SEND_SETUP,
             session_id: header.session_id,
