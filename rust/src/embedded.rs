@@ -328,6 +328,40 @@ mod tests {
     }
 
     #[test]
+    fn a_receiver_restarted_while_the_sender_counts_it_connected_gets_what_was_sent_once_it_ran() {
+        // The publication's last status from the first receiver is younger than the connection
+        // timeout, so it still counts as connected and sends at once; the second receiver has no
+        // image of its session then and asks for a SETUP, which carries a later position. The
+        // image joins at the first frame seen, and what was sent there is NAKed and resent.
+        let root = tempdir();
+        let sending = start(config(&root, Threading::Shared)).unwrap();
+        let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
+        let first = start(config(&root, Threading::Shared)).unwrap();
+        let mut subscription = first.add_subscription(&channel, 9).unwrap();
+        let publication = sending.add_publication(&channel, 9).unwrap();
+        let mut batch = MessageBatch::default();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while publication.try_offer(b"before").unwrap().is_err() {
+            assert!(Instant::now() < deadline, "never connected");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        poll_all(&first, &mut subscription, &mut batch, 1);
+        assert_eq!(batch.len(), 1, "the first receiver got nothing");
+        first.close();
+        let second = start(config(&root, Threading::Shared)).unwrap();
+        let mut subscription = second.add_subscription(&channel, 9).unwrap();
+        assert!(publication.is_connected().unwrap(), "the sender forgot the first receiver already");
+        publication.try_offer(b"after").unwrap().expect("a connected publication takes the offer");
+        let mut batch = MessageBatch::default();
+        poll_all(&second, &mut subscription, &mut batch, 1);
+        assert_eq!(batch.len(), 1, "what was sent once the second receiver ran was lost");
+        assert_eq!(batch.message(0), b"after");
+        for client in [sending, second] {
+            client.close();
+        }
+    }
+
+    #[test]
     fn a_client_waiting_for_data_is_woken_by_its_drivers_receiver_not_by_its_timeout() {
         // Two embedded drivers (shared threading): one receives, one sends every 5 ms. The
         // receiving side's wait of 10 s ends when data arrives; without the receiver's wake-up
@@ -461,6 +495,26 @@ mod tests {
         assert!(unmarked.join("holiday.jpg").exists() && root.join(format!("{}-2", i32::MAX)).exists());
         assert!(std::fs::symlink_metadata(&link).is_ok() && photo.join(EMBEDDED_MARKER).exists());
         assert!(linked_marker.exists());
+    }
+
+    #[test]
+    fn the_sweep_removes_the_directory_of_a_killed_process_its_parent_has_not_reaped() {
+        // Spark's Python daemon reaps its killed workers late: a zombie holds nothing.
+        let root = tempdir();
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let dir = root.join(format!("{}-0", child.id()));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join(EMBEDDED_MARKER), b"").unwrap();
+        assert_eq!(sweep_stale(&root), 0, "a running process keeps its directory");
+        child.kill().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while process_exists(i64::from(child.id())) {
+            assert!(Instant::now() < deadline, "the killed child never became a zombie");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(sweep_stale(&root), 1, "the zombie's directory is stale");
+        assert!(!dir.exists());
+        child.wait().unwrap();
     }
 
     #[test]
