@@ -88,6 +88,26 @@ pub const FLAG_COVERAGE: u16 = 0x0001;
 pub const FLAG_STOPPING: u16 = 0x0001;
 /// The subject of every ALIVE record (a subject is never empty).
 pub const ALIVE_SUBJECT: &str = "*";
+/// Length of the payload of an ALIVE without [`FLAG_STOPPING`] ([`alive_payload`]).
+pub const ALIVE_HELD_LENGTH: usize = 4;
+
+/// The payload of an ALIVE without [`FLAG_STOPPING`]: how many subscriptions and faucet
+/// enlistments the router holds for the peer it goes to (little-endian u32). A peer that sent
+/// them again after a move reads it ([`alive_held`]) to tell whether they arrived: a restarted
+/// router's receiver may set up the image of the peer's publication only after the first
+/// records were sent, and those are lost.
+pub fn alive_payload(held: u32) -> [u8; ALIVE_HELD_LENGTH] {
+    held.to_le_bytes()
+}
+
+/// What an ALIVE says the router holds for this peer ([`alive_payload`]); `None` when it is
+/// stopping, or comes from a router that does not say (an empty payload).
+pub fn alive_held(flags: u16, payload: &[u8]) -> Option<u32> {
+    if flags & FLAG_STOPPING != 0 {
+        return None;
+    }
+    Some(u32::from_le_bytes(payload.try_into().ok()?))
+}
 
 /// The subject of an ENLIST or DELIST meaning "this router's faucet control topic, whatever its
 /// name".
@@ -111,8 +131,9 @@ pub enum RecordKind {
     /// Source → router: leave the faucet control topic `subject`.
     Delist = 7,
     /// Router → subscriber or source: the router is alive (sent every heartbeat interval to
-    /// every peer it hears; the sender is the router's id, new at each start). With
-    /// [`FLAG_STOPPING`] the router is stopping, the payload an optional forward channel.
+    /// every peer it hears; the sender is the router's id, new at each start; the payload what
+    /// it holds for that peer, [`alive_payload`]). With [`FLAG_STOPPING`] the router is
+    /// stopping, the payload an optional forward channel.
     /// Added after kinds 1..=7 in the same record version: a peer that predates it counts the
     /// message malformed, a router refuses it (counted `refused`).
     Alive = 8,

@@ -14,6 +14,13 @@
 //!   move, then a fresh image once the router has routed them again.
 //!
 //! Records from a router the peer moved away from are delivered but never count as liveness.
+//!
+//! A restore can be lost: after a router restarts, the peer's publication to it still counts
+//! as connected (its receiver's last status is younger than the connection timeout), and what
+//! it sends before the new router's receiver has set up that publication's image is gone. So
+//! [`RestoreCheck`] compares what the router's ALIVE records say it holds for the peer with
+//! what the peer restored, and sends the restore again (it is idempotent: the router counts a
+//! repeated SUBSCRIBE as a duplicate) until they match, at most [`MAX_RESTORE_RESENDS`] times.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -27,6 +34,10 @@ pub const MAX_ROUTERS: usize = 64;
 /// Most faucet enlistments a source restores after a move (the router accepts more, but a
 /// source never needs more than one per coverage pattern).
 pub const MAX_RESTORED_ENLISTMENTS: usize = 1024;
+
+/// Most times one restore is sent again ([`RestoreCheck`]): a router that keeps refusing part
+/// of it is not asked for ever.
+pub const MAX_RESTORE_RESENDS: u32 = 8;
 
 /// Why the peer moved (or stayed and restored).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,6 +168,11 @@ impl RouterWatch {
         switch
     }
 
+    /// Whether `sender` is the id last heard from the router in use.
+    pub fn is_current(&self, sender: u64) -> bool {
+        self.ids[self.current] == Some(sender)
+    }
+
     /// Whether the router in use was heard since the last move and within the liveness
     /// timeout (a restarted router counts once it was heard again).
     pub fn is_live(&self, now: Instant) -> bool {
@@ -178,6 +194,54 @@ impl RouterWatch {
         self.switches += 1;
         self.live = false;
         Switch { from, to, reason }
+    }
+}
+
+/// Whether the last [`Restore`] arrived (see the [module documentation](self)): armed when it is
+/// sent; each ALIVE from the router in use says how much the router holds for the peer.
+#[derive(Debug, Default)]
+pub struct RestoreCheck {
+    /// When the restore was last sent, while it is not confirmed.
+    pending: Option<Instant>,
+    resends: u32,
+}
+
+impl RestoreCheck {
+    /// The restore was sent at `now` (after a [`Switch`]): watch for it.
+    pub fn sent(&mut self, now: Instant) {
+        self.pending = Some(now);
+        self.resends = 0;
+    }
+
+    /// Whether a restore is sent and not confirmed yet.
+    pub fn is_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// An ALIVE said the router holds `held` (`None`: a router that does not say, which ends the
+    /// watch) while the restore now holds `expected`; `true` when the restore must be sent
+    /// again: the router holds less, the last send is at least `resend_after` old (what was in
+    /// flight had time to arrive), and fewer than [`MAX_RESTORE_RESENDS`] were made.
+    pub fn on_alive(&mut self, held: Option<u32>, expected: u32, now: Instant, resend_after: Duration) -> bool {
+        let Some(sent) = self.pending else { return false };
+        match held {
+            Some(held) if held < expected => {
+                if now.saturating_since(sent) < resend_after {
+                    return false;
+                }
+                if self.resends >= MAX_RESTORE_RESENDS {
+                    self.pending = None;
+                    return false;
+                }
+                self.resends += 1;
+                self.pending = Some(now);
+                true
+            }
+            _ => {
+                self.pending = None;
+                false
+            }
+        }
     }
 }
 
@@ -218,6 +282,12 @@ impl Restore {
     /// The subscriptions, in subject order.
     pub fn subjects(&self) -> impl Iterator<Item = &str> {
         self.subjects.iter().map(String::as_str)
+    }
+
+    /// What the router should hold once the restore arrived: the subscriptions, plus one when
+    /// there are enlistments (a router counts an enlisted source once).
+    pub fn expected_held(&self) -> u32 {
+        u32::try_from(self.subjects.len() + usize::from(!self.enlistments.is_empty())).unwrap_or(u32::MAX)
     }
 
     /// The enlistments, in order: `(control topic, coverage)`.
@@ -305,5 +375,39 @@ mod tests {
         restore.enlisted("ctl", None);
         restore.delisted("*");
         assert_eq!(restore.enlistments().collect::<Vec<_>>(), [("ctl", None)]);
+    }
+
+    #[test]
+    fn a_restore_the_router_does_not_hold_is_sent_again_until_it_does_and_not_for_ever() {
+        let interval = Duration::from_millis(100);
+        let mut check = RestoreCheck::default();
+        assert!(!check.on_alive(Some(0), 2, at(0), interval), "nothing sent, nothing to check");
+        check.sent(at(0));
+        // In flight: an ALIVE sent before the restore arrived does not trigger a resend.
+        assert!(!check.on_alive(Some(0), 2, at(50), interval));
+        assert!(check.on_alive(Some(0), 2, at(100), interval), "lost: sent again");
+        assert!(!check.on_alive(Some(1), 2, at(150), interval), "not again before resend_after");
+        assert!(check.on_alive(Some(1), 2, at(200), interval), "part of it arrived: sent again");
+        assert!(!check.on_alive(Some(2), 2, at(300), interval) && !check.is_pending(), "confirmed");
+        assert!(!check.on_alive(Some(0), 2, at(400), interval), "confirmed: the watch ended");
+        // A router that says nothing (an older one) ends the watch.
+        check.sent(at(500));
+        assert!(!check.on_alive(None, 2, at(700), interval) && !check.is_pending());
+        // A router that never holds it all: at most MAX_RESTORE_RESENDS sends again.
+        check.sent(at(1000));
+        let resends = (1..=100).filter(|i| check.on_alive(Some(0), 1, at(1000 + i * 100), interval)).count();
+        assert_eq!(resends, MAX_RESTORE_RESENDS as usize);
+        assert!(!check.is_pending());
+    }
+
+    #[test]
+    fn the_restore_expects_each_subscription_and_one_count_for_its_enlistments() {
+        let mut restore = Restore::default();
+        assert_eq!(restore.expected_held(), 0);
+        restore.subscribed("/a");
+        restore.subscribed("/b");
+        restore.enlisted("*", None);
+        restore.enlisted("ctl", None);
+        assert_eq!(restore.expected_held(), 3);
     }
 }

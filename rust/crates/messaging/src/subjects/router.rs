@@ -5,7 +5,8 @@
 //! authoritative. Faucet topics go to the [`Faucet`] instead of the tables.
 //!
 //! The router heartbeats its peers: every subscriber and source it hears gets an ALIVE record
-//! every [alive interval](RouterCore::with_alive_interval), and [`RouterCore::stopping`] tells
+//! every [alive interval](RouterCore::with_alive_interval), saying how many subscriptions and
+//! enlistments it holds for that peer (`codec::alive_payload`), and [`RouterCore::stopping`] tells
 //! every peer heard or registered that it stops (with an optional forward channel), so they can
 //! move to another router (`subjects::failover`).
 //!
@@ -19,9 +20,9 @@ use std::time::Duration;
 
 use super::cluster::{CLUSTER_SOURCE_PREFIX, NODE_PREFIXES};
 use super::codec::{
-    emit_unchecked, split_origin, with_origin, RecordKind, Records, SubjectRecord, ALIVE_SUBJECT, ANY_CONTROL_TOPIC,
-    FLAG_COVERAGE, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED,
-    FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
+    alive_payload, emit_unchecked, split_origin, with_origin, RecordKind, Records, SubjectRecord, ALIVE_SUBJECT,
+    ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE,
+    FLAG_PUBLISH, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
 };
 use super::faucet::{Faucet, FaucetEvent, Party};
 use crate::control::{Heartbeat, HeartbeatOutcome, MemberView, Role};
@@ -287,6 +288,14 @@ impl RouterCore {
         }
     }
 
+    /// How many subscriptions and faucet enlistments (one per enlisted source) this router
+    /// holds for peer `id`: what its ALIVE records tell it ([`alive_payload`]).
+    fn held_for(&self, id: u64) -> u32 {
+        let subjects = self.subscribers.get(&id).map_or(0, |s| s.subjects.len());
+        let enlisted = usize::from(self.faucet.as_ref().is_some_and(|f| f.is_publisher(id)));
+        u32::try_from(subjects + enlisted).unwrap_or(u32::MAX)
+    }
+
     /// Number of subscribers and sources heard (each gets ALIVE records).
     pub fn peer_count(&self) -> usize {
         self.peers.len()
@@ -485,7 +494,8 @@ impl RouterCore {
                 self.last_alive = Some(now);
                 let ids: Vec<u64> = self.peers.keys().copied().collect();
                 for id in ids {
-                    self.outbox.push(id, RecordKind::Alive, 0, self.id, ALIVE_SUBJECT, &[]);
+                    let held = alive_payload(self.held_for(id));
+                    self.outbox.push(id, RecordKind::Alive, 0, self.id, ALIVE_SUBJECT, &held);
                 }
             }
         }

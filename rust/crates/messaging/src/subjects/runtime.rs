@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use super::backlog::{Backlogs, MAX_BACKLOG_BYTES};
 use super::codec::{
-    RecordKind, Records, SubjectError, SubjectRecord, FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND,
+    alive_held, RecordKind, Records, SubjectError, SubjectRecord, FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND,
     FLAG_NODATA_UNAVAILABLE, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE,
 };
-use super::failover::{Restore, RouterWatch, Switch};
+use super::failover::{Restore, RestoreCheck, RouterWatch, Switch};
 use super::faucet::Faucet;
 use super::router::{LogEntry, RouterCore, RouterCounters, MAX_PENDING_LOG, MAX_SUBSCRIBERS};
 use crate::client::{ClientApi, MessageBatch, PublicationHandle as Publication, SubscriptionHandle as Subscription};
@@ -38,7 +38,7 @@ use crate::error::Error;
 use crate::protocol::OfferError;
 use crate::routing::{NoDataStatus, RoutingTable};
 use crate::sync::lock;
-use crate::time::MonotonicClock;
+use crate::time::{Instant, MonotonicClock};
 
 /// Term length of every subject publication (largest message 128 KiB).
 pub const SUBJECT_TERM_LENGTH: &str = "1m";
@@ -744,6 +744,8 @@ pub struct SubjectPeer {
     watch: Mutex<RouterWatch>,
     /// What is sent again after a move.
     restore: Mutex<Restore>,
+    /// Whether the router holds what was sent again ([`RestoreCheck`]).
+    restore_check: Mutex<RestoreCheck>,
     clock: MonotonicClock,
 }
 
@@ -789,6 +791,7 @@ impl SubjectPeer {
             closed: AtomicBool::new(false),
             watch: Mutex::new(watch),
             restore: Mutex::new(Restore::default()),
+            restore_check: Mutex::new(RestoreCheck::default()),
             clock,
         })
     }
@@ -802,6 +805,26 @@ impl SubjectPeer {
     /// Moves to the router `switch` names: drops what the old link still held, sends the
     /// [`Restore`] and a heartbeat there; returns the subjects whose subscribers get a STATUS.
     fn apply(&self, switch: Switch) -> Vec<String> {
+        let (bytes, subjects) = self.restore_records();
+        {
+            let mut links = lock(&self.shared.link);
+            links.links[switch.from].clear();
+            links.current = switch.to;
+            links.now().clear();
+            self.shared.current.store(switch.to, Ordering::Release);
+            if !bytes.is_empty() {
+                links.push(&bytes);
+                lock(&self.restore_check).sent(self.clock.now());
+            }
+            links.flush();
+        }
+        self.shared.send_heartbeat(false);
+        subjects
+    }
+
+    /// The [`Restore`] encoded (SUBSCRIBE per subject, then ENLIST per enlistment), and the
+    /// subjects it subscribes.
+    fn restore_records(&self) -> (Vec<u8>, Vec<String>) {
         let restore = lock(&self.restore);
         let mut bytes = Vec::new();
         let id = self.shared.id;
@@ -819,20 +842,23 @@ impl SubjectPeer {
             let _ =
                 SubjectRecord { kind: RecordKind::Enlist, flags, sender: id, subject: topic, payload }.emit(&mut bytes);
         }
-        drop(restore);
-        {
+        (bytes, subjects)
+    }
+
+    /// An ALIVE from the router in use said it holds `held` for this peer: sends the restore
+    /// again if it was lost ([`RestoreCheck`]).
+    fn check_restore(&self, held: Option<u32>, now: Instant) {
+        let expected = lock(&self.restore).expected_held();
+        let resend_after = self.shared.timing.heartbeat_interval;
+        if !lock(&self.restore_check).on_alive(held, expected, now, resend_after) {
+            return;
+        }
+        let (bytes, _) = self.restore_records();
+        if !bytes.is_empty() {
             let mut links = lock(&self.shared.link);
-            links.links[switch.from].clear();
-            links.current = switch.to;
-            links.now().clear();
-            self.shared.current.store(switch.to, Ordering::Release);
-            if !bytes.is_empty() {
-                links.push(&bytes);
-            }
+            links.push(&bytes);
             links.flush();
         }
-        self.shared.send_heartbeat(false);
-        subjects
     }
 
     /// This peer's member id (its connection id).
@@ -902,6 +928,7 @@ impl SubjectPeer {
         let (mut received, mut malformed) = (0u64, 0u64);
         let now = self.clock.now();
         let mut switch = None;
+        let mut router_holds = None;
         for index in 0..batch.len() {
             // Verified before anything is decoded; refusals are counted by the StreamAuth.
             let Ok(body) = auth.open(batch.message(index)) else { continue };
@@ -912,7 +939,11 @@ impl SubjectPeer {
                             lock(&self.watch).on_record(record.sender, record.kind, record.flags, record.payload, now);
                         switch = seen.or(switch);
                         if record.kind == RecordKind::Alive {
-                            continue; // the router's own liveness, nothing for the caller
+                            // The router's own liveness, nothing for the caller.
+                            if seen.is_none() && lock(&self.watch).is_current(record.sender) {
+                                router_holds = Some(alive_held(record.flags, record.payload));
+                            }
+                            continue;
                         }
                         received += 1;
                         if record.kind == RecordKind::Data && record.flags & FLAG_REFUSED != 0 {
@@ -926,6 +957,9 @@ impl SubjectPeer {
         }
         drop(auth);
         drop(batch);
+        if let (None, Some(held)) = (switch, router_holds) {
+            self.check_restore(held, now);
+        }
         let switch = switch.or_else(|| lock(&self.watch).check(now));
         if let Some(switch) = switch {
             let text = {
