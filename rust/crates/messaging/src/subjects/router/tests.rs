@@ -7,7 +7,7 @@ use crate::control::Heartbeat;
 use crate::routing::policy::builtin;
 use crate::routing::{Selection, SourceGroupSpec};
 use crate::subjects::codec::{
-    FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
+    alive_held, FLAG_COVERAGE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
 };
 use crate::subjects::faucet::{Announcements, FaucetConfig};
 
@@ -540,6 +540,31 @@ fn the_router_heartbeats_every_peer_it_hears_and_says_where_to_go_when_it_stops(
     // An ALIVE sent to the router is refused.
     router.on_message(&record(RecordKind::Alive, 0, BOB, "*", b""), late);
     assert_eq!(router.counters().refused, 1);
+}
+
+#[test]
+fn each_alive_says_how_many_subscriptions_the_router_holds_for_its_member() {
+    let interval = Duration::from_millis(100);
+    let mut router = RouterCore::new(ROUTER, transformer(), None, LIVENESS).with_alive_interval(interval);
+    router.on_heartbeat(heartbeat(ALICE, Role::Subscriber, "alice"), at(0));
+    router.on_heartbeat(heartbeat(BOB, Role::Subscriber, "bob"), at(0));
+    subscribe(&mut router, ALICE, TRADE, at(0));
+    subscribe(&mut router, ALICE, BLOTTER, at(0));
+    subscribe(&mut router, ALICE, TRADE, at(0)); // a duplicate counts once
+    sent(&mut router);
+    router.tick(at(1));
+    let mut held = Vec::new();
+    router.outbox().drain(|to, bytes| {
+        for r in Records::new(bytes) {
+            let r = r.unwrap();
+            if r.kind == RecordKind::Alive {
+                held.push((to, alive_held(r.flags, r.payload)));
+            }
+        }
+    });
+    held.sort();
+    assert_eq!(held, [(ALICE, Some(2)), (BOB, Some(0))]);
+    assert_eq!(router.counters().duplicate_subscribes, 1);
 }
 
 fn subscribe_as(router: &mut RouterCore, subscriber: u64, name: &str, subject: &str, now: Instant) {
