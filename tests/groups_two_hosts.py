@@ -45,8 +45,15 @@ def sh(command: str) -> None:
     subprocess.run(["bash", "-c", command], check=True)
 
 
+def host_mac(number: int) -> str:
+    """The MAC address of host NUMBER's ``eth0``: fixed, so a host started again (a restarted
+    node) is reached at once by peers whose neighbour cache still holds it."""
+    return f"02:00:0a:09:00:{number:02x}"
+
+
 def spawn_host(number: int, command: list[str]) -> subprocess.Popen[str]:
-    """Runs ``command`` in a new network namespace whose ``eth0`` is 10.9.0.NUMBER on the bridge."""
+    """Runs ``command`` in a new network namespace whose ``eth0`` is 10.9.0.NUMBER on the bridge
+    (a host started again waits until the veth pair of its previous namespace is gone)."""
     setup = (
         "echo ready; while ! ip link show eth0 >/dev/null 2>&1; do sleep 0.02; done; ip link set lo up && "
         f'ip addr add 10.9.0.{number}/24 dev eth0 && ip link set eth0 up && exec "$@"'
@@ -58,9 +65,10 @@ def spawn_host(number: int, command: list[str]) -> subprocess.Popen[str]:
         text=True,
     )
     assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    sh(f"for _ in $(seq 100); do ip link show vh{number} >/dev/null 2>&1 || break; sleep 0.05; done")
     # Only once the child is in its own namespace may its end of the veth pair move there.
     sh(
-        f"ip link add vh{number} type veth peer name eth0 netns {child.pid} && "
+        f"ip link add vh{number} type veth peer name eth0 address {host_mac(number)} netns {child.pid} && "
         f"ip link set vh{number} master br0 && ip link set vh{number} up"
     )
     return child
