@@ -822,6 +822,28 @@ impl SubjectPeer {
         subjects
     }
 
+    /// Applies `switch` ([`Self::apply`]) and hands `handler` a STATUS naming it for each
+    /// subject subscribed; returns how many.
+    fn switch_to(&self, switch: Switch, handler: &mut impl FnMut(&SubjectRecord<'_>)) -> u64 {
+        let text = {
+            let watch = lock(&self.watch);
+            switch.describe(watch.routers(), watch.liveness_timeout())
+        };
+        let mut statuses = 0;
+        for subject in self.apply(switch) {
+            statuses += 1;
+            let status = SubjectRecord {
+                kind: RecordKind::Data,
+                flags: FLAG_STATUS,
+                sender: 0,
+                subject: &subject,
+                payload: text.as_bytes(),
+            };
+            handler(&status);
+        }
+        statuses
+    }
+
     /// The [`Restore`] encoded (SUBSCRIBE per subject, then ENLIST per enlistment), and the
     /// subjects it subscribes.
     fn restore_records(&self) -> (Vec<u8>, Vec<String>) {
@@ -927,7 +949,7 @@ impl SubjectPeer {
         let mut auth = lock(&self.inbox_auth);
         let (mut received, mut malformed) = (0u64, 0u64);
         let now = self.clock.now();
-        let mut switch = None;
+        let mut switched = false;
         let mut router_holds = None;
         for index in 0..batch.len() {
             // Verified before anything is decoded; refusals are counted by the StreamAuth.
@@ -937,7 +959,12 @@ impl SubjectPeer {
                     Ok(record) => {
                         let seen =
                             lock(&self.watch).on_record(record.sender, record.kind, record.flags, record.payload, now);
-                        switch = seen.or(switch);
+                        if let Some(switch) = seen {
+                            // The STATUS comes before anything from the router moved to (its
+                            // fresh image included), as the move happened before it.
+                            switched = true;
+                            received += self.switch_to(switch, &mut handler);
+                        }
                         if record.kind == RecordKind::Alive {
                             // The router's own liveness, nothing for the caller.
                             if seen.is_none() && lock(&self.watch).is_current(record.sender) {
@@ -957,26 +984,12 @@ impl SubjectPeer {
         }
         drop(auth);
         drop(batch);
-        if let (None, Some(held)) = (switch, router_holds) {
+        if let (false, Some(held)) = (switched, router_holds) {
             self.check_restore(held, now);
         }
-        let switch = switch.or_else(|| lock(&self.watch).check(now));
-        if let Some(switch) = switch {
-            let text = {
-                let watch = lock(&self.watch);
-                switch.describe(watch.routers(), watch.liveness_timeout())
-            };
-            for subject in self.apply(switch) {
-                received += 1;
-                let status = SubjectRecord {
-                    kind: RecordKind::Data,
-                    flags: FLAG_STATUS,
-                    sender: 0,
-                    subject: &subject,
-                    payload: text.as_bytes(),
-                };
-                handler(&status);
-            }
+        let silent = lock(&self.watch).check(now);
+        if let Some(switch) = silent {
+            received += self.switch_to(switch, &mut handler);
         }
         let mut counters = lock(&self.counters);
         counters.received += received;
