@@ -45,8 +45,9 @@ from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
 from affinity.cluster_cache import SlaveSubscriptions, pass_on
 from affinity.cluster_failover import Failover, deferral_services, link_routers, with_takeover_fallback
 from affinity.cluster_info import node_info_services
+from affinity.cluster_mapping import Mapping
 from affinity.cluster_ptp import PtpNode, ptp_services
-from affinity.config.cluster import ClusterConfig
+from affinity.config.cluster import DEFAULT_MASTER_MAPPER, ClusterConfig
 from affinity.config.faucet import RouterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup, SourceGroup
 from affinity.exceptions import ConfigError
@@ -178,6 +179,8 @@ class ClusterNode:
         #: Per domain: the node asked for it (changes with a reload).
         self._parent_of: dict[str, str | None] = {}
         self._listen = listen
+        #: The ``master-mapper`` (raises PolicyError when its plugin cannot be loaded).
+        self.mapping = Mapping(cluster, node_id)
         self.forwarding = Forwarding(self, cluster.settings.forward_queue)
         for domain in cluster.domains:
             if node_id not in cluster.masters(domain.name):
@@ -213,7 +216,8 @@ class ClusterNode:
             liveness_timeout=self._liveness_timeout,
             secret=self._secret,
         )
-        if parent is None:
+        # A custom master-mapper may send a subject of a domain without a master to one with.
+        if parent is None and self._cluster.settings.master_mapper == DEFAULT_MASTER_MAPPER:
             source.on_request(_no_master(source, domain))
         else:
             source.on_request(self._on_request(source, domain))
@@ -250,7 +254,14 @@ class ClusterNode:
 
     def _on_request(self, source: Source, domain: str) -> Callable[[str], None]:
         def request(subject: str) -> None:
-            answer = self.subscriptions.request(domain, subject)
+            mapped = self.mapping.domain_for(subject, domain)
+            if mapped not in self.subscriptions.balancers:  # a domain no add-domain defines
+                logger.warning(
+                    "Cluster node %s: %s mapped to domain %s, which has no master here", self.node_id, subject, mapped
+                )
+                source.nodata(subject, "unavailable")
+                return
+            answer = self.subscriptions.request(mapped, subject)
             if answer.parent is not None:
                 with self._lock:
                     parent = self._parent(answer.parent)
@@ -419,15 +430,16 @@ class Forwarding:
         """The callback of the node's source for ``domain``: forwards what the router hands it."""
 
         def publish(subject: str, flags: Flags, payload: bytes) -> None:
-            # Every master of the domain (mirrored masters), or the node's upstream for it, as
-            # the configuration says now (a reload may move them).
-            parents = self._node.failover.parents(domain)
             self._reply = local
             if len(payload) < _affinity.SUBJECT_ORIGIN_LENGTH:
                 logger.warning("Cluster node %s: a publish of %s without its origin", self._node.node_id, subject)
                 return
             origin = int.from_bytes(payload[: _affinity.SUBJECT_ORIGIN_LENGTH], "little")
             body = payload[_affinity.SUBJECT_ORIGIN_LENGTH :]
+            # The domain the master-mapper gives; every master of it (mirrored masters), or the
+            # node's upstream for it, as the configuration says now (a reload may move them).
+            mapped = self._node.mapping.domain_for(subject, domain)
+            parents = self._node.failover.parents(mapped)
             if parents:
                 forwarders = [self._forwarder(parent) for parent in parents]
                 now = time.monotonic()
@@ -437,9 +449,9 @@ class Forwarding:
                     if outcome == "sent":
                         forwarder.source._core.send_data(subject, int(flags), body)
             else:  # master unknown (a domain no node is master of): queued under the domain
-                outcomes = [self.queues.publish(None, domain, origin, subject, int(flags), body, False)]
+                outcomes = [self.queues.publish(None, mapped, origin, subject, int(flags), body, False)]
             if "full" in outcomes:
-                text = f"FORWARD_REFUSED: the queue for {', '.join(parents) or domain} is full; publish again later"
+                text = f"FORWARD_REFUSED: the queue for {', '.join(parents) or mapped} is full; publish again later"
                 self._tell(origin, subject, Flags.STATUS | Flags.REFUSED | Flags.PUBLISH, text)
 
         return publish
