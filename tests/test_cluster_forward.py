@@ -16,6 +16,7 @@ router restart); STATUS and NODATA records are not updates and are not counted.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
@@ -117,14 +118,19 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     gina_sub.subscribe(SUBJECT, gina)
     alice_sub.subscribe(SUBJECT, alice)
     source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
-    # avalon's node info: its forward queue's bytes for golan (``queues``).
+    # avalon's node info: its forward queue for golan (``queues``: publishes and bytes).
     watcher = Subscriber(client, listen(ports["avalon"]), name="watcher", liveness_timeout=LIVENESS)
     infos = Inbox(watcher)
     watcher.subscribe(node_info_subject("avalon"), infos)
 
-    def queued_for_golan() -> int | None:
-        latest = [json.loads(payload) for _, _, payload in infos.items if payload.startswith("{")][-1:]
-        return latest[0].get("queues", {}).get("golan") if latest else None
+    def depths() -> list[dict[str, int]]:
+        """avalon's forward queue for golan in every node info seen so far, in order."""
+        found = [json.loads(payload) for _, _, payload in infos.items if payload.startswith("{")]
+        return [info["queues"]["golan"] for info in found if "golan" in info.get("queues", {})]
+
+    def queued_for_golan() -> dict[str, int] | None:
+        seen = depths()
+        return seen[-1] if seen else None
 
     members: list[Pollable] = [
         feed.poll,
@@ -151,6 +157,9 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
         assert updates(inbox) == sent, f"{name}: every update once, in order"
     assert not source.status().forward_warning, "nothing queued while golan is up"
     assert feed.requests == [SUBJECT], "golan asked its feed once; the publishes were not requests"
+    empty = {"messages": 0, "bytes": 0}
+    pump(members, lambda: queued_for_golan() == empty, "avalon's node info: nothing queued for golan")
+    seen_before_kill = len(depths())
 
     # SIGKILL golan mid-stream; once avalon's link to it is silent past the liveness timeout,
     # the publishes queue at avalon and the source is told FORWARD_WARNING.
@@ -163,7 +172,15 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     pump(members, lambda: source.status().forward_warning, "FORWARD_WARNING at the source")
     assert source.status().last_forward_status.startswith("FORWARD_WARNING")
     assert updates(alice) == sent, "nothing reached avalon's subscribers while golan is down"
-    pump(members, lambda: (queued_for_golan() or 0) > 0, "avalon's node info showing its queue for golan")
+    # The depth rises to every publish made while golan is down (and their bytes), never falls.
+    pump(
+        members,
+        lambda: (queued_for_golan() or empty)["messages"] == DURING,
+        "avalon's node info showing its queue for golan",
+    )
+    rising = depths()[seen_before_kill:]
+    assert all(a["messages"] <= b["messages"] and a["bytes"] <= b["bytes"] for a, b in itertools.pairwise(rising))
+    assert rising[-1]["bytes"] >= sum(len(payload) for payload in during), rising[-1]
 
     # golan back (same address, no state): the queue flushes in order.
     golan = start_node(config, "golan", listen(ports["golan"]))
@@ -172,7 +189,7 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
         pump(members, has_updates(inbox, len(sent)), f"{name}: the flushed updates")
     pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
-    pump(members, lambda: queued_for_golan() == 0, "avalon's node info showing its queue for golan empty")
+    pump(members, lambda: queued_for_golan() == empty, "avalon's node info showing its queue for golan empty")
     settle(members, 0.3)
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
         assert updates(inbox) == sent, f"{name}: every update once, in order, across the master's restart"

@@ -98,7 +98,7 @@ def test_genuine_node_info_parses() -> None:
     [
         (b"{not json", "not JSON"),
         (b"[1]", "not a JSON object"),
-        (json.dumps(genuine(version=2)).encode(), "version 2, expected 1"),
+        (json.dumps(genuine(version=1)).encode(), "version 1, expected 2"),
         (json.dumps(genuine(version=True)).encode(), "version True"),
         (json.dumps(genuine(node="heron")).encode(), "says it is from node 'heron'"),
         (json.dumps(genuine(address="aeron:udp?endpoint=10.6.6.6:1")).encode(), "is not golan's configured"),
@@ -107,12 +107,32 @@ def test_genuine_node_info_parses() -> None:
         (json.dumps(genuine(domains=[{"name": "X", "role": "boss"}])).encode(), "bad role"),
         (json.dumps(genuine(load={"subjects": -1})).encode(), "'load' is not an object of counts"),
         (json.dumps(genuine(pad="x" * NODE_INFO_MAX_BYTES)).encode(), f"more than {NODE_INFO_MAX_BYTES}"),
+        (json.dumps(genuine(queues={"heron": 5})).encode(), "'queues.heron' is not an object of counts"),
+        (
+            json.dumps(genuine(queues={"heron": {"bytes": 5}})).encode(),
+            "queues.heron must hold exactly messages, bytes",
+        ),
+        (json.dumps(genuine(ptp_queues=[])).encode(), "'ptp_queues' is not an object of queue depths"),
+        (json.dumps(genuine(ptp_queued={"clients": 1})).encode(), "ptp_queued must hold exactly clients"),
     ],
 )
 def test_forged_or_malformed_node_info_is_refused_saying_what_is_wrong(payload: bytes, reason: str) -> None:
     assert CLUSTER is not None
     with pytest.raises(ForgedNodeInfo, match=re.escape(reason)):
         parse_node_info(node_info_subject("golan"), payload, CLUSTER)
+
+
+def test_queue_depths_parse_per_master_and_per_client() -> None:
+    assert CLUSTER is not None
+    depths = {
+        "queues": {"heron": {"messages": 3, "bytes": 120}},
+        "ptp_queues": {"/node/golan/client/joe": {"messages": 2, "bytes": 96}},
+        "ptp_queued": {"clients": 1, "messages": 2, "bytes": 96},
+    }
+    info = parse_node_info(node_info_subject("golan"), json.dumps(genuine(**depths)).encode(), CLUSTER)
+    assert info.queues == {"heron": (3, 120)}
+    assert info.ptp_queues == {"/node/golan/client/joe": (2, 96)}
+    assert info.ptp_queued == {"clients": 1, "messages": 2, "bytes": 96}
 
 
 def test_a_node_id_the_configuration_does_not_know_is_forged() -> None:

@@ -481,9 +481,10 @@ class Forwarding:
             self._tell(origin, ALL_SUBJECTS, Flags.STATUS | Flags.PUBLISH, text)
         return work
 
-    def queued_bytes(self) -> dict[str, int]:
-        """Bytes queued now per parent node this node forwards to (node info's ``queues``)."""
-        return {node_id: self.queues.queued(node_id)[1] for node_id in list(self._forwarders)}
+    def queue_depths(self) -> dict[str, tuple[int, int]]:
+        """``(publishes, bytes)`` queued now per parent node this node forwards to (node info's
+        ``queues``; safe to call from another thread than the node's)."""
+        return {node_id: self.queues.queued(node_id) for node_id in list(self._forwarders)}
 
     def counters(self) -> dict[str, int]:
         """Publishes ``sent`` at once, ``queued``, ``flushed`` and ``refused`` since start."""

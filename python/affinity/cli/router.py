@@ -227,7 +227,15 @@ def format_status(info: NodeInfo, cluster: ClusterConfig) -> list[str]:
             lines.append(f"  connection {other}: {state}")
     lines.append("  load: " + ", ".join(f"{key} {value}" for key, value in info.load.items()))
     if info.queues is not None:
-        lines.append("  queued bytes: " + ", ".join(f"{key} {value}" for key, value in info.queues.items()))
+        depths = (f"{key} {messages} publishes / {size} bytes" for key, (messages, size) in info.queues.items())
+        lines.append("  forward queues: " + (", ".join(depths) or "none"))
+    if info.ptp_queued is not None:
+        totals = info.ptp_queued
+        lines.append(
+            f"  ptp queues: {totals['clients']} clients, {totals['messages']} messages, {totals['bytes']} bytes"
+        )
+        for address, (messages, size) in (info.ptp_queues or {}).items():
+            lines.append(f"    {address}: {messages} messages / {size} bytes")
     lines.append(f"  forged node info ignored: {info.forged_node_info}")
     return lines
 
@@ -407,7 +415,8 @@ def run(
                 host=_endpoint_host(args.listen),
                 router_status=router.status,
                 connections=node.connections,
-                queues=node.forwarding.queued_bytes,
+                queues=node.forwarding.queue_depths,
+                ptp_queues=node.ptp.queue_depths,
                 roles=node.failover.roles,
                 liveness_timeout=args.liveness_timeout,
                 secret=args.secret_file,
