@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -98,6 +100,21 @@ def forward_conf(golan: int, avalon: int, bilbo: int | None = None, queue: str |
 
 def listen(port: int) -> str:
     return conf.loopback(port)
+
+
+def status_of(config: Path, node: str, members: list[Pollable]) -> str:
+    """What ``affinity router status`` prints for ``node`` (it must answer), polling ``members``
+    meanwhile (their heartbeats keep them members of their routers)."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "affinity.cli", "router", "status", "--config", str(config), "--node", node],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as shown:
+        pump(members, lambda: shown.poll() is not None, f"affinity router status --node {node}", timeout=60)
+        out, err = shown.communicate()
+    assert shown.returncode == 0, out + err
+    return out
 
 
 def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while_the_master_is_down(
@@ -181,6 +198,9 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     rising = depths()[seen_before_kill:]
     assert all(a["messages"] <= b["messages"] and a["bytes"] <= b["bytes"] for a, b in itertools.pairwise(rising))
     assert rising[-1]["bytes"] >= sum(len(payload) for payload in during), rising[-1]
+    shown = status_of(config, "avalon", members)
+    depth = rising[-1]
+    assert f"forward queues: golan {DURING} publishes / {depth['bytes']} bytes" in shown, shown
 
     # golan back (same address, no state): the queue flushes in order.
     golan = start_node(config, "golan", listen(ports["golan"]))

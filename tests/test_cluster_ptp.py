@@ -25,7 +25,7 @@ from affinity.cluster_ptp import MAX_PTP_MAILBOXES, PTP_REFUSED, PtpClient, pars
 from affinity.exceptions import ConfigError
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
-from test_cluster_forward import listen, pump, settle
+from test_cluster_forward import listen, pump, settle, status_of
 from test_cluster_nodes import start_node
 from test_subjects_processes import LIVENESS, TIMEOUT, Process
 
@@ -113,7 +113,7 @@ def test_addresses_parse_or_say_what_is_wrong() -> None:
 def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_once_in_order(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
-    ports, _ = start_pair(tmp_path, processes)
+    ports, config = start_pair(tmp_path, processes)
     heron = processes[-2]
     alice = client_at(client, ports["avalon"], "alice", "avalon")
     joe_address = "/node/heron/client/joe"
@@ -136,6 +136,9 @@ def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_onc
         "heron's node info showing joe's queue",
     )
     assert infos[-1]["ptp_queued"] == {"clients": 1, **queued}
+    shown = status_of(config, "heron", [alice.poll, lambda: watcher.poll(64)])
+    assert f"ptp queues: 1 clients, {BEFORE} messages, {queued['bytes']} bytes" in shown, shown
+    assert f"    {joe_address}: {BEFORE} messages / {queued['bytes']} bytes" in shown, shown
 
     joe = client_at(client, ports["heron"], "joe", "heron")
     got = Received(joe)

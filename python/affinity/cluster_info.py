@@ -19,7 +19,7 @@ The payload is one JSON object, every publication the whole state (published as 
 the router's cached image is always the latest)::
 
     {"version": 2, "node": "avalon", "address": "aeron:udp?endpoint=10.9.0.4:40500",
-     "seq": 7, "time": 1780000000.25,
+     "state": "running", "seq": 7, "time": 1780000000.25,
      "domains": [{"name": "STOCK_EXCHANGE", "role": "slave", "stratum": 1, "parent": "golan"}],
      "connections": {"golan": "logged-in"},
      "load": {"subjects": 3, "subscribers": 2, "not_allowed": 0},
@@ -63,6 +63,7 @@ __all__ = [
     "NODE_INFO_SUBJECT_PREFIX",
     "NODE_INFO_SUBJECT_SUFFIX",
     "NODE_INFO_VERSION",
+    "NODE_STATES",
     "ForgedNodeInfo",
     "NodeInfo",
     "NodeInfoService",
@@ -98,6 +99,12 @@ NODE_INFO_CHECK_INTERVAL: Final[float] = 0.1
 NODE_INFO_LABEL: Final[str] = "cluster.node-info"
 #: The source label a node serves other nodes' info under at its router (relayed from them).
 NODE_INFO_RELAY_LABEL: Final[str] = "cluster.node-info-relay"
+#: A node's own state in its info: serving, or stopped cleanly (its last info, published as it
+#: closes; a node killed publishes none: its silence is what others see).
+NODE_STATES: Final[tuple[str, str]] = ("running", "stopping")
+#: Seconds a closing node waits after publishing its ``stopping`` info, so its router relays it
+#: before it closes too.
+NODE_INFO_STOP_GRACE: Final[float] = 0.2
 #: Roles a node has in a domain.
 ROLES: Final[tuple[str, str]] = ("master", "slave")
 #: Connection states (the core's), strongest first when two links reach one node.
@@ -174,6 +181,8 @@ class NodeInfo:
 
     node: str
     address: str
+    #: One of :data:`NODE_STATES`.
+    state: str
     seq: int
     time: float
     #: Per domain: (name, role, stratum or None, parent or None).
@@ -250,6 +259,9 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
     address = _field(data, "address", str, where)
     if address != spec.address:
         raise ForgedNodeInfo(f"{where}: address {address!r} is not {node}'s configured {spec.address!r}")
+    state = data.get("state")
+    if state not in NODE_STATES:
+        raise ForgedNodeInfo(f"{where}: state {state!r} is not one of {', '.join(NODE_STATES)}")
     seq = _field(data, "seq", int, where)
     stamp = float(_field(data, "time", (int, float), where))
     if seq < 0 or not math.isfinite(stamp):
@@ -280,6 +292,7 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
     return NodeInfo(
         node,
         address,
+        state,
         seq,
         stamp,
         tuple(domains),
@@ -352,6 +365,7 @@ class NodeInfoService:
         self._forged = 0
         self._seq = 0
         self._requested = False
+        self._state = NODE_STATES[0]
         self._last: dict[str, Any] | None = None
         self._last_sent = 0.0
         self._links: dict[str, tuple[Subscriber, list[str]]] = {}
@@ -417,6 +431,7 @@ class NodeInfoService:
             "version": NODE_INFO_VERSION,
             "node": self.node_id,
             "address": self._address,
+            "state": self._state,
             "domains": domains,
             "connections": dict(sorted(self.connections().items())),
             "load": load,
@@ -540,9 +555,14 @@ class NodeInfoService:
         return work
 
     def close(self) -> None:
-        """Stops the thread and closes the sources and links."""
+        """Stops the thread, publishes the ``stopping`` info when anyone follows it (waiting
+        :data:`NODE_INFO_STOP_GRACE` for the router to relay it) and closes the sources and links."""
         self._stop.set()
         self._thread.join()
+        if self._requested:
+            self._state = NODE_STATES[1]
+            self._publish(self.info(), time.monotonic())
+            time.sleep(NODE_INFO_STOP_GRACE)
         self._own.close()
         self._relay.close()
         for subscriber, _ in self._links.values():

@@ -215,7 +215,7 @@ def describe_node(cluster: ClusterConfig, node: str) -> None:
 
 def format_status(info: NodeInfo, cluster: ClusterConfig) -> list[str]:
     """The lines ``affinity router status`` prints for ``info``."""
-    lines = [f"node {info.node} at {info.address} (info #{info.seq})"]
+    lines = [f"node {info.node} at {info.address} ({info.state}, info #{info.seq})"]
     for name, role, stratum, parent in info.domains:
         of = f" of {parent}" if parent else ""
         lines.append(f"  domain {name}: {role}{of}, stratum {'-' if stratum is None else stratum}")
