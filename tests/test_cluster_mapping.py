@@ -23,6 +23,7 @@ import cluster_conf as conf
 import pytest
 from affinity.cluster_mapping import (
     MAPPER_ENTRY_POINT_GROUP,
+    MAX_UNKNOWN_DOMAINS,
     DomainMapper,
     FunctionMapper,
     Mapping,
@@ -163,6 +164,18 @@ def test_a_mapping_the_node_cannot_act_on_is_logged_with_the_subject_and_handled
     ]
     # A name no add-domain defines: its master is unknown (publishes queue under it).
     assert at_heron.domain_for("/d", "STOCK_EXCHANGE") == "NO_SUCH_DOMAIN"
+    # ... for a bounded number of such names: each would get a forward queue of its own.
+    names = Mapping(cluster, "avalon", FunctionMapper(lambda subject, domain: subject))
+    for index in range(MAX_UNKNOWN_DOMAINS):
+        assert names.domain_for(f"D{index}", "STOCK_EXCHANGE") == f"D{index}"
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="affinity.cluster"):
+        assert names.domain_for("ONE_MORE", "STOCK_EXCHANGE") == "STOCK_EXCHANGE"
+        assert names.domain_for("D0", "STOCK_EXCHANGE") == "D0", "a name already answered still is"
+    assert [r.getMessage().split(": ", 2)[2] for r in caplog.records] == [
+        f"it answered 'ONE_MORE', past {MAX_UNKNOWN_DOMAINS} domains no add-domain defines; handled as domain "
+        "STOCK_EXCHANGE (the default mapping)"
+    ]
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,8 @@ What the node does with each answer (:meth:`Mapping.domain_for`):
 
 * a domain this node is a slave of: that domain's parents;
 * a name no ``add-domain`` defines: the master is unknown (a publish is queued under that name,
-  warned and bounded; a subscription is answered NODATA unavailable);
+  warned and bounded; a subscription is answered NODATA unavailable); at most
+  :data:`MAX_UNKNOWN_DOMAINS` such names, a further one is handled as a failure (below);
 * ``None`` (no domain), a domain this node serves itself, a value that is not a domain name, or
   an exception: the subject cannot be served here from the node's own sources, since the router
   sent it to the cluster by its pattern; it is handled as the default would (its pattern
@@ -41,6 +42,7 @@ from affinity.rules import resolve_plugin
 __all__ = [
     "MAPPER_ENTRY_POINT_GROUP",
     "MAPPER_LOGGED_SUBJECTS",
+    "MAX_UNKNOWN_DOMAINS",
     "DomainMapper",
     "FunctionMapper",
     "Mapping",
@@ -52,6 +54,9 @@ logger = logging.getLogger("affinity.cluster")
 
 #: Subjects whose mapping failure is remembered so it is logged once (a bound on that memory).
 MAPPER_LOGGED_SUBJECTS: Final[int] = 4096
+#: Most names no ``add-domain`` defines a mapper may answer at one node (each gets a forward
+#: queue of its own, bounded by ``forward-queue``); a further one is handled as a failure.
+MAX_UNKNOWN_DOMAINS: Final[int] = 64
 
 
 @runtime_checkable
@@ -139,6 +144,8 @@ class Mapping:
         self.mapper = mapper if mapper is not None else load_mapper(self.spec)
         self._cluster, self._node_id = cluster, node_id
         self._logged: OrderedDict[tuple[str, str], None] = OrderedDict()
+        #: Names answered that no add-domain defines (master unknown), at most MAX_UNKNOWN_DOMAINS.
+        self.unknown_domains: set[str] = set()
         #: Answers that could not be acted on (each handled as the default would).
         self.failures = 0
 
@@ -166,6 +173,11 @@ class Mapping:
             return self._fallback(
                 subject, domain, f"it answered {answer}, which this node serves from its own sources only"
             )
+        if not defined and answer not in self.unknown_domains:
+            if len(self.unknown_domains) >= MAX_UNKNOWN_DOMAINS:
+                why = f"it answered {answer!r}, past {MAX_UNKNOWN_DOMAINS} domains no add-domain defines"
+                return self._fallback(subject, domain, why)
+            self.unknown_domains.add(answer)
         return answer
 
     def _fallback(self, subject: str, domain: str, why: str) -> str:
