@@ -253,13 +253,14 @@ def test_a_mapper_plugin_sends_subjects_to_another_domains_master_end_to_end(
         assert [subject, "STOCK_EXCHANGE"] in calls, f"the plugin was asked for {subject} with its pattern domain"
 
     # A publish at avalon of a pinned subject goes to PINNED's master only (the default would
-    # send it to both masters of STOCK_EXCHANGE); a free one to both.
+    # send it to both masters of STOCK_EXCHANGE); a free one to both, and so does one the
+    # plugin raises on (handled as the default, logged with the subject: nothing lost).
     watchers = {}
     for master in ("golan", "heron"):
         subscriber = Subscriber(client, listens[master], name=f"at-{master}", liveness_timeout=LIVENESS)
         watchers[master] = (subscriber, Inbox(subscriber))
         members.append(lambda subscriber=subscriber: subscriber.poll(256))
-    for subject in ("/STOCK/pinned-news", "/STOCK/free-news"):
+    for subject in ("/STOCK/pinned-news", "/STOCK/free-news", "/STOCK/raise"):
         for master, (subscriber, inbox) in watchers.items():
             subscriber.subscribe(subject, inbox)
             pump(
@@ -270,7 +271,7 @@ def test_a_mapper_plugin_sends_subjects_to_another_domains_master_end_to_end(
     source = Source(client, listens["avalon"], "publisher", liveness_timeout=LIVENESS)
     members.append(lambda: source.poll(64))
     pump(members, lambda: source.router_live, "avalon heard the publisher")
-    for subject in ("/STOCK/pinned-news", "/STOCK/free-news"):
+    for subject in ("/STOCK/pinned-news", "/STOCK/free-news", "/STOCK/raise"):
         for i in range(10):
             pump(members, lambda subject=subject, i=i: source.publish(subject, f"u{i}".encode()), f"publish {i}")
 
@@ -279,11 +280,21 @@ def test_a_mapper_plugin_sends_subjects_to_another_domains_master_end_to_end(
 
     expected = [f"u{i}" for i in range(10)]
     for master in ("golan", "heron"):
-        pump(members, lambda master=master: got(master, "/STOCK/free-news") == expected, f"free news at {master}")
+        for subject in ("/STOCK/free-news", "/STOCK/raise"):
+            pump(
+                members,
+                lambda master=master, subject=subject: got(master, subject) == expected,
+                f"{subject} at {master}",
+            )
     pump(members, lambda: got("heron", "/STOCK/pinned-news") == expected, "pinned news at heron")
     settle(members, 0.5)
     assert got("golan", "/STOCK/pinned-news") == [], "a pinned publish does not reach the other master"
     assert got("heron", "/STOCK/pinned-news") == expected, "once each, in order"
+    avalon = processes[-1]
+    said = f"master-mapper {PLUGIN_NAME} on /STOCK/raise: it raised RuntimeError: no mapping for this one"
+    logged = [line for line in avalon.snapshot() if said in line]
+    assert len(logged) == 1, "logged once, with the subject"
+    assert logged[0].endswith("handled as domain STOCK_EXCHANGE (the default mapping)"), logged
     source.close()
     alice_sub.close()
     for subscriber, _ in watchers.values():
