@@ -19,6 +19,10 @@ node's source, which forwards it to the parent (:class:`Forwarding`): queued whi
 unreachable, bounded by ``forward-queue`` bytes, flushed in order; the publishing source is told
 ``FORWARD_WARNING`` while its publishes are queued, and back-pressured past the bound.
 
+Which domain a subject the router hands the node belongs to (its subscription's parents, its
+publishes' masters) is the cluster's ``master-mapper``'s (:mod:`affinity.cluster_mapping`; by
+default the domain whose include pattern matched).
+
 Mirrored masters (several masters of a domain): a subject is subscribed at the one the load
 balancer picks, a publish goes to every one (:mod:`affinity.cluster_balance`). A subject whose
 last local subscriber left stays subscribed and cached for ``cache-expiry``
