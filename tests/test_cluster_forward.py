@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import affinity
 import cluster_conf as conf
@@ -353,6 +354,24 @@ def test_a_publish_for_a_domain_without_a_master_is_accepted_and_queued_within_t
         published += 1
         settle(members, 0.02)
     assert source.status().back_pressured and 10 <= published < 40, (published, source.status())
+    # avalon's node info shows that queue: the image and every publish the queue accepted.
+    watcher = Subscriber(client, listen(ports["avalon"]), name="watcher", liveness_timeout=LIVENESS)
+    infos: list[dict[str, Any]] = []
+    watcher.subscribe(node_info_subject("avalon"), lambda _s, _f, payload: infos.append(json.loads(payload)))
+    members.append(lambda: watcher.poll(64))
+
+    def radar() -> dict[str, int] | None:
+        return infos[-1].get("queues_without_master", {}).get("RADAR") if infos else None
+
+    pump(members, lambda: radar() is not None, "avalon's node info showing the queue of RADAR")
+    depth = radar()
+    # The source's last accepted publishes may have been refused at the bound (told afterwards).
+    accepted = 1 + published - source.status().forward_refused
+    assert depth is not None and depth["messages"] == accepted, (depth, published, source.status())
+    assert 4096 * (accepted - 1) <= depth["bytes"] <= 64 * 1024, depth
+    shown = status_of(config, "avalon", members)
+    assert f"queued without a master: RADAR {accepted} publishes / {depth['bytes']} bytes" in shown, shown
+    watcher.close()
     # A subscriber of the domain is answered NODATA unavailable (no master to ask).
     subscriber = Subscriber(client, listen(ports["avalon"]), name="alice", liveness_timeout=LIVENESS)
     alice = Inbox(subscriber)

@@ -24,12 +24,14 @@ the router's cached image is always the latest)::
      "connections": {"golan": "logged-in"},
      "load": {"subjects": 3, "subscribers": 2, "not_allowed": 0},
      "queues": {"golan": {"messages": 12, "bytes": 4810}},
+     "queues_without_master": {"RADAR": {"messages": 0, "bytes": 0}},
      "ptp_queues": {"/node/avalon/client/joe": {"messages": 2, "bytes": 96}},
      "ptp_queued": {"clients": 1, "messages": 2, "bytes": 96},
      "forged_node_info": 0}
 
 ``queues`` (the forward queue per parent node the node forwards publishes to: publishes and
-bytes queued now) is there when the node is given a way to read them, and ``ptp_queues`` /
+bytes queued now) and ``queues_without_master`` (per domain whose publishes wait for a master)
+are there when the node is given a way to read them, and ``ptp_queues`` /
 ``ptp_queued`` (the PtP queues per client not logged in, the :data:`NODE_INFO_MAX_PTP_QUEUES`
 deepest by bytes, and the totals over all of them) likewise (``affinity router --node`` passes
 both).
@@ -193,6 +195,8 @@ class NodeInfo:
     forged_node_info: int
     #: Per parent node publishes are forwarded to: ``(publishes, bytes)`` queued now.
     queues: dict[str, tuple[int, int]] | None = None
+    #: Per domain without a master: ``(publishes, bytes)`` queued until one appears.
+    queues_without_master: dict[str, tuple[int, int]] | None = None
     #: Per PtP address whose client is not logged in (the deepest): ``(messages, bytes)``.
     ptp_queues: dict[str, tuple[int, int]] | None = None
     #: Over every PtP queue: ``{"clients", "messages", "bytes"}``.
@@ -285,6 +289,8 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
         raise ForgedNodeInfo(f"{where}: field 'connections' holds a state that is not one of {_STATES}")
     queues = _depths(data["queues"], "queues", where) if "queues" in data else None
     ptp_queues = _depths(data["ptp_queues"], "ptp_queues", where) if "ptp_queues" in data else None
+    unassigned = data.get("queues_without_master")
+    without_master = None if unassigned is None else _depths(unassigned, "queues_without_master", where)
     ptp_queued = _counts(data["ptp_queued"], "ptp_queued", where) if "ptp_queued" in data else None
     if ptp_queued is not None and set(ptp_queued) != set(PTP_TOTAL_FIELDS):
         raise ForgedNodeInfo(f"{where}: field ptp_queued must hold exactly {', '.join(PTP_TOTAL_FIELDS)}")
@@ -300,6 +306,7 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
         _counts(data.get("load"), "load", where),
         forged,
         queues,
+        without_master,
         ptp_queues,
         ptp_queued,
         data,
@@ -342,6 +349,7 @@ class NodeInfoService:
         router_status: Callable[[], RouterStatus] | None = None,
         connections: Callable[[], Mapping[str, str]] | None = None,
         queues: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
+        queues_without_master: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
         ptp_queues: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
         roles: Callable[[], Mapping[str, tuple[str, int | None, str | None]]] | None = None,
         interval: float = NODE_INFO_INTERVAL,
@@ -357,6 +365,7 @@ class NodeInfoService:
         self._heartbeat_interval, self._liveness_timeout = heartbeat_interval, liveness_timeout
         self._router_status, self._connections, self._queues = router_status, connections, queues
         self._ptp_queues = ptp_queues
+        self._without_master = queues_without_master
         #: Per domain ``(role, stratum, parent)`` now, where it differs from the configuration's
         #: (a domain taken over, a reload: ``cluster_failover.Failover.roles``).
         self._roles = roles
@@ -439,6 +448,9 @@ class NodeInfoService:
         }
         if self._queues is not None:
             info["queues"] = {node: _depth(*depth) for node, depth in sorted(self._queues().items())}
+        if self._without_master is not None:
+            waiting = sorted(self._without_master().items())
+            info["queues_without_master"] = {domain: _depth(*depth) for domain, depth in waiting}
         if self._ptp_queues is not None:
             ptp = self._ptp_queues()
             deepest = sorted(ptp.items(), key=lambda item: (-item[1][1], item[0]))[:NODE_INFO_MAX_PTP_QUEUES]

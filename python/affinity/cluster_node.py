@@ -387,6 +387,9 @@ class Forwarding:
         self._forwarders: dict[str, _Forwarder] = {}
         #: The node's source the statuses for each origin go back through.
         self._reply: Source | None = None
+        #: Domains publishes were queued under for want of a master (configured domains, or a
+        #: mapper's names: at most ``cluster_mapping.MAX_UNKNOWN_DOMAINS`` of those).
+        self._without_master: set[str] = set()
 
     def _forwarder(self, node_id: str) -> _Forwarder:
         forwarder = self._forwarders.get(node_id)
@@ -453,6 +456,7 @@ class Forwarding:
                     if outcome == "sent":
                         forwarder.source._core.send_data(subject, int(flags), body)
             else:  # master unknown (a domain no node is master of): queued under the domain
+                self._without_master.add(mapped)
                 outcomes = [self.queues.publish(None, mapped, origin, subject, int(flags), body, False)]
             if "full" in outcomes:
                 text = f"FORWARD_REFUSED: the queue for {', '.join(parents) or mapped} is full; publish again later"
@@ -489,6 +493,11 @@ class Forwarding:
         """``(publishes, bytes)`` queued now per parent node this node forwards to (node info's
         ``queues``; safe to call from another thread than the node's)."""
         return {node_id: self.queues.queued(node_id) for node_id in list(self._forwarders)}
+
+    def depths_without_master(self) -> dict[str, tuple[int, int]]:
+        """``(publishes, bytes)`` queued now per domain without a master (node info's
+        ``queues_without_master``; safe to call from another thread than the node's)."""
+        return {domain: self.queues.queued_without_master(domain) for domain in list(self._without_master)}
 
     def counters(self) -> dict[str, int]:
         """Publishes ``sent`` at once, ``queued``, ``flushed`` and ``refused`` since start."""

@@ -229,6 +229,10 @@ def format_status(info: NodeInfo, cluster: ClusterConfig) -> list[str]:
     if info.queues is not None:
         depths = (f"{key} {messages} publishes / {size} bytes" for key, (messages, size) in info.queues.items())
         lines.append("  forward queues: " + (", ".join(depths) or "none"))
+    if info.queues_without_master:
+        waiting = info.queues_without_master.items()
+        depths = (f"{key} {messages} publishes / {size} bytes" for key, (messages, size) in waiting)
+        lines.append("  queued without a master: " + ", ".join(depths))
     if info.ptp_queued is not None:
         totals = info.ptp_queued
         lines.append(
@@ -416,6 +420,7 @@ def run(
                 router_status=router.status,
                 connections=node.connections,
                 queues=node.forwarding.queue_depths,
+                queues_without_master=node.forwarding.depths_without_master,
                 ptp_queues=node.ptp.queue_depths,
                 roles=node.failover.roles,
                 liveness_timeout=args.liveness_timeout,
