@@ -126,7 +126,7 @@ def test_hostile_values_are_named() -> None:
     settings = "    forward-queue 8M\n    load-balancer no-such-balancer\n    master-mapper xpath\n"
     found = errors(PICTURE.replace("    forward-queue 8M\n", settings))
     assert any("load-balancer 'no-such-balancer'" in e for e in found), found
-    assert any("master-mapper 'xpath': must be one of domain" in e for e in found), found
+    assert any("master-mapper 'xpath': no plugin named 'xpath'" in e for e in found), found
     valid = settings.replace("no-such-balancer", "least-assigned").replace("xpath", "domain")
     assert errors(PICTURE.replace("    forward-queue 8M\n", valid)) == []
     assert any("without end-cluster-node" in e for e in errors("add-cluster-node\n    node-id x\n"))

@@ -16,10 +16,14 @@ router restart); STATUS and NODATA records are not updates and are not counted.
 
 from __future__ import annotations
 
+import itertools
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import affinity
 import cluster_conf as conf
@@ -99,6 +103,21 @@ def listen(port: int) -> str:
     return conf.loopback(port)
 
 
+def status_of(config: Path, node: str, members: list[Pollable]) -> str:
+    """What ``affinity router status`` prints for ``node`` (it must answer), polling ``members``
+    meanwhile (their heartbeats keep them members of their routers)."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "affinity.cli", "router", "status", "--config", str(config), "--node", node],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as shown:
+        pump(members, lambda: shown.poll() is not None, f"affinity router status --node {node}", timeout=60)
+        out, err = shown.communicate()
+    assert shown.returncode == 0, out + err
+    return out
+
+
 def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while_the_master_is_down(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
@@ -117,14 +136,19 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     gina_sub.subscribe(SUBJECT, gina)
     alice_sub.subscribe(SUBJECT, alice)
     source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
-    # avalon's node info: its forward queue's bytes for golan (``queues``).
+    # avalon's node info: its forward queue for golan (``queues``: publishes and bytes).
     watcher = Subscriber(client, listen(ports["avalon"]), name="watcher", liveness_timeout=LIVENESS)
     infos = Inbox(watcher)
     watcher.subscribe(node_info_subject("avalon"), infos)
 
-    def queued_for_golan() -> int | None:
-        latest = [json.loads(payload) for _, _, payload in infos.items if payload.startswith("{")][-1:]
-        return latest[0].get("queues", {}).get("golan") if latest else None
+    def depths() -> list[dict[str, int]]:
+        """avalon's forward queue for golan in every node info seen so far, in order."""
+        found = [json.loads(payload) for _, _, payload in infos.items if payload.startswith("{")]
+        return [info["queues"]["golan"] for info in found if "golan" in info.get("queues", {})]
+
+    def queued_for_golan() -> dict[str, int] | None:
+        seen = depths()
+        return seen[-1] if seen else None
 
     members: list[Pollable] = [
         feed.poll,
@@ -151,6 +175,9 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
         assert updates(inbox) == sent, f"{name}: every update once, in order"
     assert not source.status().forward_warning, "nothing queued while golan is up"
     assert feed.requests == [SUBJECT], "golan asked its feed once; the publishes were not requests"
+    empty = {"messages": 0, "bytes": 0}
+    pump(members, lambda: queued_for_golan() == empty, "avalon's node info: nothing queued for golan")
+    seen_before_kill = len(depths())
 
     # SIGKILL golan mid-stream; once avalon's link to it is silent past the liveness timeout,
     # the publishes queue at avalon and the source is told FORWARD_WARNING.
@@ -163,7 +190,18 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     pump(members, lambda: source.status().forward_warning, "FORWARD_WARNING at the source")
     assert source.status().last_forward_status.startswith("FORWARD_WARNING")
     assert updates(alice) == sent, "nothing reached avalon's subscribers while golan is down"
-    pump(members, lambda: (queued_for_golan() or 0) > 0, "avalon's node info showing its queue for golan")
+    # The depth rises to every publish made while golan is down (and their bytes), never falls.
+    pump(
+        members,
+        lambda: (queued_for_golan() or empty)["messages"] == DURING,
+        "avalon's node info showing its queue for golan",
+    )
+    rising = depths()[seen_before_kill:]
+    assert all(a["messages"] <= b["messages"] and a["bytes"] <= b["bytes"] for a, b in itertools.pairwise(rising))
+    assert rising[-1]["bytes"] >= sum(len(payload) for payload in during), rising[-1]
+    shown = status_of(config, "avalon", members)
+    depth = rising[-1]
+    assert f"forward queues: golan {DURING} publishes / {depth['bytes']} bytes" in shown, shown
 
     # golan back (same address, no state): the queue flushes in order.
     golan = start_node(config, "golan", listen(ports["golan"]))
@@ -172,7 +210,7 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
         pump(members, has_updates(inbox, len(sent)), f"{name}: the flushed updates")
     pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
-    pump(members, lambda: queued_for_golan() == 0, "avalon's node info showing its queue for golan empty")
+    pump(members, lambda: queued_for_golan() == empty, "avalon's node info showing its queue for golan empty")
     settle(members, 0.3)
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
         assert updates(inbox) == sent, f"{name}: every update once, in order, across the master's restart"
@@ -316,6 +354,24 @@ def test_a_publish_for_a_domain_without_a_master_is_accepted_and_queued_within_t
         published += 1
         settle(members, 0.02)
     assert source.status().back_pressured and 10 <= published < 40, (published, source.status())
+    # avalon's node info shows that queue: the image and every publish the queue accepted.
+    watcher = Subscriber(client, listen(ports["avalon"]), name="watcher", liveness_timeout=LIVENESS)
+    infos: list[dict[str, Any]] = []
+    watcher.subscribe(node_info_subject("avalon"), lambda _s, _f, payload: infos.append(json.loads(payload)))
+    members.append(lambda: watcher.poll(64))
+
+    def radar() -> dict[str, int] | None:
+        return infos[-1].get("queues_without_master", {}).get("RADAR") if infos else None
+
+    pump(members, lambda: radar() is not None, "avalon's node info showing the queue of RADAR")
+    depth = radar()
+    # The source's last accepted publishes may have been refused at the bound (told afterwards).
+    accepted = 1 + published - source.status().forward_refused
+    assert depth is not None and depth["messages"] == accepted, (depth, published, source.status())
+    assert 4096 * (accepted - 1) <= depth["bytes"] <= 64 * 1024, depth
+    shown = status_of(config, "avalon", members)
+    assert f"queued without a master: RADAR {accepted} publishes / {depth['bytes']} bytes" in shown, shown
+    watcher.close()
     # A subscriber of the domain is answered NODATA unavailable (no master to ask).
     subscriber = Subscriber(client, listen(ports["avalon"]), name="alice", liveness_timeout=LIVENESS)
     alice = Inbox(subscriber)

@@ -48,6 +48,7 @@ def genuine(node: str = "golan", **changes: Any) -> dict[str, Any]:
         "version": NODE_INFO_VERSION,
         "node": node,
         "address": spec.address if spec is not None else "aeron:udp?endpoint=10.6.6.6:40500",
+        "state": "running",
         "seq": 1,
         "time": 1.5,
         "domains": [{"name": "STOCK_EXCHANGE", "role": "master", "stratum": 0, "parent": None}],
@@ -98,21 +99,42 @@ def test_genuine_node_info_parses() -> None:
     [
         (b"{not json", "not JSON"),
         (b"[1]", "not a JSON object"),
-        (json.dumps(genuine(version=2)).encode(), "version 2, expected 1"),
+        (json.dumps(genuine(version=1)).encode(), "version 1, expected 2"),
         (json.dumps(genuine(version=True)).encode(), "version True"),
         (json.dumps(genuine(node="heron")).encode(), "says it is from node 'heron'"),
         (json.dumps(genuine(address="aeron:udp?endpoint=10.6.6.6:1")).encode(), "is not golan's configured"),
         (json.dumps(genuine(seq="7")).encode(), "field 'seq'"),
+        (json.dumps(genuine(state="asleep")).encode(), "state 'asleep' is not one of running, stopping"),
         (json.dumps(genuine(connections={"heron": "friendly"})).encode(), "not one of"),
         (json.dumps(genuine(domains=[{"name": "X", "role": "boss"}])).encode(), "bad role"),
         (json.dumps(genuine(load={"subjects": -1})).encode(), "'load' is not an object of counts"),
         (json.dumps(genuine(pad="x" * NODE_INFO_MAX_BYTES)).encode(), f"more than {NODE_INFO_MAX_BYTES}"),
+        (json.dumps(genuine(queues={"heron": 5})).encode(), "'queues.heron' is not an object of counts"),
+        (
+            json.dumps(genuine(queues={"heron": {"bytes": 5}})).encode(),
+            "queues.heron must hold exactly messages, bytes",
+        ),
+        (json.dumps(genuine(ptp_queues=[])).encode(), "'ptp_queues' is not an object of queue depths"),
+        (json.dumps(genuine(ptp_queued={"clients": 1})).encode(), "ptp_queued must hold exactly clients"),
     ],
 )
 def test_forged_or_malformed_node_info_is_refused_saying_what_is_wrong(payload: bytes, reason: str) -> None:
     assert CLUSTER is not None
     with pytest.raises(ForgedNodeInfo, match=re.escape(reason)):
         parse_node_info(node_info_subject("golan"), payload, CLUSTER)
+
+
+def test_queue_depths_parse_per_master_and_per_client() -> None:
+    assert CLUSTER is not None
+    depths = {
+        "queues": {"heron": {"messages": 3, "bytes": 120}},
+        "ptp_queues": {"/node/golan/client/joe": {"messages": 2, "bytes": 96}},
+        "ptp_queued": {"clients": 1, "messages": 2, "bytes": 96},
+    }
+    info = parse_node_info(node_info_subject("golan"), json.dumps(genuine(**depths)).encode(), CLUSTER)
+    assert info.queues == {"heron": (3, 120)}
+    assert info.ptp_queues == {"/node/golan/client/joe": (2, 96)}
+    assert info.ptp_queued == {"clients": 1, "messages": 2, "bytes": 96}
 
 
 def test_a_node_id_the_configuration_does_not_know_is_forged() -> None:
@@ -206,3 +228,35 @@ def test_status_of_a_node_that_does_not_answer_fails_within_its_timeout(tmp_path
     assert shown.returncode == 2, shown
     assert "no answer from golan within 1s" in shown.stderr
     assert time.monotonic() - started < 30
+
+
+def test_a_node_stopped_cleanly_says_so_in_its_last_info_and_other_nodes_relay_it(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(cluster_conf(ports["golan"], ports["avalon"]))
+    listens = {node: f"aeron:udp?endpoint=127.0.0.1:{port}" for node, port in ports.items()}
+    golan = start_node(config, "golan", listens["golan"])
+    avalon = start_node(config, "avalon", listens["avalon"])
+    processes += [golan, avalon]
+    # A subscriber at golan follows avalon's info: golan relays it from avalon.
+    watcher = Subscriber(client, listens["golan"], name="watcher", liveness_timeout=LIVENESS)
+    infos: list[dict[str, Any]] = []
+    subject = node_info_subject("avalon")
+    watcher.subscribe(
+        subject, lambda s, f, p: infos.append(json.loads(p)) if s == subject and f & Flags.IMAGE else None
+    )
+    deadline = time.monotonic() + TIMEOUT
+    while not infos and time.monotonic() < deadline:
+        watcher.poll(64)
+        time.sleep(0.01)
+    assert infos and infos[-1]["state"] == "running", infos
+    avalon.stop()  # SIGTERM: a clean stop
+    deadline = time.monotonic() + TIMEOUT
+    while infos[-1]["state"] != "stopping" and time.monotonic() < deadline:
+        watcher.poll(64)
+        time.sleep(0.01)
+    assert infos[-1]["state"] == "stopping", infos[-1]
+    assert all(info["state"] == "running" for info in infos[:-1]), "stopping is the last word"
+    watcher.close()

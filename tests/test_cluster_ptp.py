@@ -11,18 +11,21 @@ like a publish of the domain (avalon forwards it to heron, the master).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import affinity
 import cluster_conf as conf
 import pytest
+from affinity.cluster_info import node_info_subject
 from affinity.cluster_ptp import MAX_PTP_MAILBOXES, PTP_REFUSED, PtpClient, parse_ptp_address
 from affinity.exceptions import ConfigError
-from affinity.subjects import Flags, Source
+from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
-from test_cluster_forward import listen, pump, settle
+from test_cluster_forward import listen, pump, settle, status_of
 from test_cluster_nodes import start_node
 from test_subjects_processes import LIVENESS, TIMEOUT, Process
 
@@ -110,23 +113,40 @@ def test_addresses_parse_or_say_what_is_wrong() -> None:
 def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_once_in_order(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
-    ports, _ = start_pair(tmp_path, processes)
+    ports, config = start_pair(tmp_path, processes)
     heron = processes[-2]
     alice = client_at(client, ports["avalon"], "alice", "avalon")
     joe_address = "/node/heron/client/joe"
     pump([alice.poll], lambda: alice.ready and alice.logged_in, "alice logged in at avalon")
+
+    # heron's node info shows its PtP queue per client not logged in.
+    watcher = Subscriber(client, listen(ports["heron"]), name="watcher", liveness_timeout=LIVENESS)
+    infos: list[dict[str, Any]] = []
+    watcher.subscribe(node_info_subject("heron"), lambda _s, _f, payload: infos.append(json.loads(payload)))
 
     # joe is not logged in: heron queues what avalon forwards for him.
     sent = [f"m{i}" for i in range(BEFORE)]
     for payload in sent:
         sent_by(alice, joe_address, payload.encode())
     settle([alice.poll], 1.0)
+    queued = {"messages": BEFORE, "bytes": sum(len(payload) for payload in sent)}
+    pump(
+        [alice.poll, lambda: watcher.poll(64)],
+        lambda: bool(infos) and infos[-1]["ptp_queues"].get(joe_address) == queued,
+        "heron's node info showing joe's queue",
+    )
+    assert infos[-1]["ptp_queued"] == {"clients": 1, **queued}
+    shown = status_of(config, "heron", [alice.poll, lambda: watcher.poll(64)])
+    assert f"ptp queues: 1 clients, {BEFORE} messages, {queued['bytes']} bytes" in shown, shown
+    assert f"    {joe_address}: {BEFORE} messages / {queued['bytes']} bytes" in shown, shown
 
     joe = client_at(client, ports["heron"], "joe", "heron")
     got = Received(joe)
-    members = [alice.poll, joe.poll]
+    members = [alice.poll, joe.poll, lambda: watcher.poll(64)]
     pump(members, got.has(joe_address, BEFORE), "the queued messages at joe's login")
     assert joe.logged_in
+    pump(members, lambda: infos[-1]["ptp_queued"]["clients"] == 0, "heron's node info: joe's queue gone")
+    assert infos[-1]["ptp_queues"] == {} and infos[-1]["ptp_queued"] == {"clients": 0, "messages": 0, "bytes": 0}
     later = [f"m{i}" for i in range(BEFORE, BEFORE + AFTER)]
     for payload in later:
         sent_by(alice, joe_address, payload.encode())
@@ -158,7 +178,7 @@ def test_ptp_to_a_client_at_a_neighbour_is_queued_until_login_then_delivered_onc
     assert not raw.status().back_pressured, "a PtP refusal does not back-pressure the source"
     assert len(got.items) == len(sent), "nothing else reached joe"
 
-    for closing in (raw, alice, joe):
+    for closing in (raw, alice, joe, watcher):
         closing.close()
     heron.stop()
     figures = counted(heron)

@@ -342,7 +342,10 @@ class Failover:
         if not node.subscriptions.move(subject, to):
             logger.info("Cluster node %s: idle %s forgotten (%s)", node.node_id, subject, why)
             return
-        source = node._sources[node._slave_domains.index(domain)]
+        # The source the router serves the subject from: its pattern domain's (a master-mapper
+        # may have balanced it among another domain's masters).
+        served = _domain_of(node._cluster, subject)
+        source = node._sources[node._slave_domains.index(served if served in node._slave_domains else domain)]
         text = f"{subject} moved from node {was} to node {to}: {why}"
         source._core.send_data(subject, int(Flags.STATUS), text.encode())
         with node._lock:
@@ -428,6 +431,7 @@ class Failover:
         old = node._cluster
         node._cluster = cluster
         node.subscriptions.reconfigure(cluster)
+        node.mapping.reconfigure(cluster)
         self._configure(cluster)
         moment = time.monotonic()
         for domain in cluster.domains:

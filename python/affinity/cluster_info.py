@@ -18,15 +18,23 @@ own info), logged and never relayed.
 The payload is one JSON object, every publication the whole state (published as an image, so
 the router's cached image is always the latest)::
 
-    {"version": 1, "node": "avalon", "address": "aeron:udp?endpoint=10.9.0.4:40500",
-     "seq": 7, "time": 1780000000.25,
+    {"version": 2, "node": "avalon", "address": "aeron:udp?endpoint=10.9.0.4:40500",
+     "state": "running", "seq": 7, "time": 1780000000.25,
      "domains": [{"name": "STOCK_EXCHANGE", "role": "slave", "stratum": 1, "parent": "golan"}],
      "connections": {"golan": "logged-in"},
      "load": {"subjects": 3, "subscribers": 2, "not_allowed": 0},
+     "queues": {"golan": {"messages": 12, "bytes": 4810}},
+     "queues_without_master": {"RADAR": {"messages": 0, "bytes": 0}},
+     "ptp_queues": {"/node/avalon/client/joe": {"messages": 2, "bytes": 96}},
+     "ptp_queued": {"clients": 1, "messages": 2, "bytes": 96},
      "forged_node_info": 0}
 
-``queues`` (bytes queued per parent node the node forwards publishes to) is there when the
-node is given a way to read them (``affinity router --node`` passes its forward queues).
+``queues`` (the forward queue per parent node the node forwards publishes to: publishes and
+bytes queued now) and ``queues_without_master`` (per domain whose publishes wait for a master)
+are there when the node is given a way to read them, and ``ptp_queues`` /
+``ptp_queued`` (the PtP queues per client not logged in, the :data:`NODE_INFO_MAX_PTP_QUEUES`
+deepest by bytes, and the totals over all of them) likewise (``affinity router --node`` passes
+both).
 """
 
 from __future__ import annotations
@@ -52,10 +60,12 @@ __all__ = [
     "NODE_INFO_INTERVAL",
     "NODE_INFO_LABEL",
     "NODE_INFO_MAX_BYTES",
+    "NODE_INFO_MAX_PTP_QUEUES",
     "NODE_INFO_RELAY_LABEL",
     "NODE_INFO_SUBJECT_PREFIX",
     "NODE_INFO_SUBJECT_SUFFIX",
     "NODE_INFO_VERSION",
+    "NODE_STATES",
     "ForgedNodeInfo",
     "NodeInfo",
     "NodeInfoService",
@@ -73,9 +83,16 @@ NODE_INFO_SUBJECT_PREFIX: Final[str] = _affinity.CLUSTER_NODE_INFO_SUBJECT_PREFI
 #: The end of a node info subject.
 NODE_INFO_SUBJECT_SUFFIX: Final[str] = _affinity.CLUSTER_NODE_INFO_SUBJECT_SUFFIX
 #: The payload version this code writes and the only one it reads.
-NODE_INFO_VERSION: Final[int] = 1
+NODE_INFO_VERSION: Final[int] = 2
 #: Largest node info payload read (a bigger one is forged); far above what a node writes.
 NODE_INFO_MAX_BYTES: Final[int] = 64 * 1024
+#: Most PtP queues (clients not logged in) listed one by one in ``ptp_queues``, the deepest by
+#: bytes (``ptp_queued`` totals all of them): keeps the info far below :data:`NODE_INFO_MAX_BYTES`.
+NODE_INFO_MAX_PTP_QUEUES: Final[int] = 64
+#: The counts of one queue in node info: publishes (or messages) and bytes queued now.
+QUEUE_DEPTH_FIELDS: Final[tuple[str, str]] = ("messages", "bytes")
+#: The totals over every PtP queue of a node (``ptp_queued``).
+PTP_TOTAL_FIELDS: Final[tuple[str, str, str]] = ("clients", "messages", "bytes")
 #: Seconds between two publications of an unchanged node info (a change is published at once).
 NODE_INFO_INTERVAL: Final[float] = 1.0
 #: Seconds between two looks for a change of the node's state.
@@ -84,6 +101,12 @@ NODE_INFO_CHECK_INTERVAL: Final[float] = 0.1
 NODE_INFO_LABEL: Final[str] = "cluster.node-info"
 #: The source label a node serves other nodes' info under at its router (relayed from them).
 NODE_INFO_RELAY_LABEL: Final[str] = "cluster.node-info-relay"
+#: A node's own state in its info: serving, or stopped cleanly (its last info, published as it
+#: closes; a node killed publishes none: its silence is what others see).
+NODE_STATES: Final[tuple[str, str]] = ("running", "stopping")
+#: Seconds a closing node waits after publishing its ``stopping`` info, so its router relays it
+#: before it closes too.
+NODE_INFO_STOP_GRACE: Final[float] = 0.2
 #: Roles a node has in a domain.
 ROLES: Final[tuple[str, str]] = ("master", "slave")
 #: Connection states (the core's), strongest first when two links reach one node.
@@ -160,6 +183,8 @@ class NodeInfo:
 
     node: str
     address: str
+    #: One of :data:`NODE_STATES`.
+    state: str
     seq: int
     time: float
     #: Per domain: (name, role, stratum or None, parent or None).
@@ -168,7 +193,14 @@ class NodeInfo:
     connections: dict[str, str]
     load: dict[str, int]
     forged_node_info: int
-    queues: dict[str, int] | None = None
+    #: Per parent node publishes are forwarded to: ``(publishes, bytes)`` queued now.
+    queues: dict[str, tuple[int, int]] | None = None
+    #: Per domain without a master: ``(publishes, bytes)`` queued until one appears.
+    queues_without_master: dict[str, tuple[int, int]] | None = None
+    #: Per PtP address whose client is not logged in (the deepest): ``(messages, bytes)``.
+    ptp_queues: dict[str, tuple[int, int]] | None = None
+    #: Over every PtP queue: ``{"clients", "messages", "bytes"}``.
+    ptp_queued: dict[str, int] | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def stratum(self, domain: str) -> int | None:
@@ -189,6 +221,18 @@ def _counts(value: Any, name: str, where: str) -> dict[str, int]:
     ):
         raise ForgedNodeInfo(f"{where}: field {name!r} is not an object of counts")
     return dict(value)
+
+
+def _depths(value: Any, name: str, where: str) -> dict[str, tuple[int, int]]:
+    if not isinstance(value, dict):
+        raise ForgedNodeInfo(f"{where}: field {name!r} is not an object of queue depths")
+    depths = {}
+    for key, depth in value.items():
+        counts = _counts(depth, f"{name}.{key}", where)
+        if set(counts) != set(QUEUE_DEPTH_FIELDS):
+            raise ForgedNodeInfo(f"{where}: field {name}.{key} must hold exactly {', '.join(QUEUE_DEPTH_FIELDS)}")
+        depths[key] = (counts["messages"], counts["bytes"])
+    return depths
 
 
 def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> NodeInfo:
@@ -219,6 +263,9 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
     address = _field(data, "address", str, where)
     if address != spec.address:
         raise ForgedNodeInfo(f"{where}: address {address!r} is not {node}'s configured {spec.address!r}")
+    state = data.get("state")
+    if state not in NODE_STATES:
+        raise ForgedNodeInfo(f"{where}: state {state!r} is not one of {', '.join(NODE_STATES)}")
     seq = _field(data, "seq", int, where)
     stamp = float(_field(data, "time", (int, float), where))
     if seq < 0 or not math.isfinite(stamp):
@@ -240,11 +287,18 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
     connections = _field(data, "connections", dict, where)
     if not all(isinstance(k, str) and v in _STATES for k, v in connections.items()):
         raise ForgedNodeInfo(f"{where}: field 'connections' holds a state that is not one of {_STATES}")
-    queues = _counts(data["queues"], "queues", where) if "queues" in data else None
+    queues = _depths(data["queues"], "queues", where) if "queues" in data else None
+    ptp_queues = _depths(data["ptp_queues"], "ptp_queues", where) if "ptp_queues" in data else None
+    unassigned = data.get("queues_without_master")
+    without_master = None if unassigned is None else _depths(unassigned, "queues_without_master", where)
+    ptp_queued = _counts(data["ptp_queued"], "ptp_queued", where) if "ptp_queued" in data else None
+    if ptp_queued is not None and set(ptp_queued) != set(PTP_TOTAL_FIELDS):
+        raise ForgedNodeInfo(f"{where}: field ptp_queued must hold exactly {', '.join(PTP_TOTAL_FIELDS)}")
     forged = _field(data, "forged_node_info", int, where)
     return NodeInfo(
         node,
         address,
+        state,
         seq,
         stamp,
         tuple(domains),
@@ -252,8 +306,15 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
         _counts(data.get("load"), "load", where),
         forged,
         queues,
+        without_master,
+        ptp_queues,
+        ptp_queued,
         data,
     )
+
+
+def _depth(messages: int, size: int) -> dict[str, int]:
+    return dict(zip(QUEUE_DEPTH_FIELDS, (messages, size), strict=True))
 
 
 def merge_connections(*links: Mapping[str, str]) -> dict[str, str]:
@@ -271,8 +332,9 @@ class NodeInfoService:
     nodes' info on request, on a thread of its own.
 
     ``router_status`` (the router's counters: load), ``connections`` (the state of the node's
-    other links, e.g. :meth:`affinity.cluster_node.ClusterNode.connections`) and ``queues``
-    (bytes queued per master) are read at every look for a change; the info is published when
+    other links, e.g. :meth:`affinity.cluster_node.ClusterNode.connections`), ``queues``
+    (``(publishes, bytes)`` queued per parent node) and ``ptp_queues`` (``(messages, bytes)``
+    queued per PtP address) are read at every look for a change; the info is published when
     it changed, and at least every ``interval`` seconds.
     """
 
@@ -286,7 +348,9 @@ class NodeInfoService:
         host: str = "127.0.0.1",
         router_status: Callable[[], RouterStatus] | None = None,
         connections: Callable[[], Mapping[str, str]] | None = None,
-        queues: Callable[[], Mapping[str, int]] | None = None,
+        queues: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
+        queues_without_master: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
+        ptp_queues: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
         roles: Callable[[], Mapping[str, tuple[str, int | None, str | None]]] | None = None,
         interval: float = NODE_INFO_INTERVAL,
         heartbeat_interval: float = 0.1,
@@ -300,6 +364,8 @@ class NodeInfoService:
         self._host, self._secret = host, secret
         self._heartbeat_interval, self._liveness_timeout = heartbeat_interval, liveness_timeout
         self._router_status, self._connections, self._queues = router_status, connections, queues
+        self._ptp_queues = ptp_queues
+        self._without_master = queues_without_master
         #: Per domain ``(role, stratum, parent)`` now, where it differs from the configuration's
         #: (a domain taken over, a reload: ``cluster_failover.Failover.roles``).
         self._roles = roles
@@ -308,6 +374,7 @@ class NodeInfoService:
         self._forged = 0
         self._seq = 0
         self._requested = False
+        self._state = NODE_STATES[0]
         self._last: dict[str, Any] | None = None
         self._last_sent = 0.0
         self._links: dict[str, tuple[Subscriber, list[str]]] = {}
@@ -373,13 +440,26 @@ class NodeInfoService:
             "version": NODE_INFO_VERSION,
             "node": self.node_id,
             "address": self._address,
+            "state": self._state,
             "domains": domains,
             "connections": dict(sorted(self.connections().items())),
             "load": load,
             "forged_node_info": self.forged,
         }
         if self._queues is not None:
-            info["queues"] = dict(self._queues())
+            info["queues"] = {node: _depth(*depth) for node, depth in sorted(self._queues().items())}
+        if self._without_master is not None:
+            waiting = sorted(self._without_master().items())
+            info["queues_without_master"] = {domain: _depth(*depth) for domain, depth in waiting}
+        if self._ptp_queues is not None:
+            ptp = self._ptp_queues()
+            deepest = sorted(ptp.items(), key=lambda item: (-item[1][1], item[0]))[:NODE_INFO_MAX_PTP_QUEUES]
+            info["ptp_queues"] = {address: _depth(*depth) for address, depth in deepest}
+            info["ptp_queued"] = {
+                "clients": len(ptp),
+                "messages": sum(messages for messages, _ in ptp.values()),
+                "bytes": sum(size for _, size in ptp.values()),
+            }
         return info
 
     def _publish(self, info: dict[str, Any], now: float) -> None:
@@ -487,9 +567,14 @@ class NodeInfoService:
         return work
 
     def close(self) -> None:
-        """Stops the thread and closes the sources and links."""
+        """Stops the thread, publishes the ``stopping`` info when anyone follows it (waiting
+        :data:`NODE_INFO_STOP_GRACE` for the router to relay it) and closes the sources and links."""
         self._stop.set()
         self._thread.join()
+        if self._requested:
+            self._state = NODE_STATES[1]
+            self._publish(self.info(), time.monotonic())
+            time.sleep(NODE_INFO_STOP_GRACE)
         self._own.close()
         self._relay.close()
         for subscriber, _ in self._links.values():

@@ -19,6 +19,10 @@ node's source, which forwards it to the parent (:class:`Forwarding`): queued whi
 unreachable, bounded by ``forward-queue`` bytes, flushed in order; the publishing source is told
 ``FORWARD_WARNING`` while its publishes are queued, and back-pressured past the bound.
 
+Which domain a subject the router hands the node belongs to (its subscription's parents, its
+publishes' masters) is the cluster's ``master-mapper``'s (:mod:`affinity.cluster_mapping`; by
+default the domain whose include pattern matched).
+
 Mirrored masters (several masters of a domain): a subject is subscribed at the one the load
 balancer picks, a publish goes to every one (:mod:`affinity.cluster_balance`). A subject whose
 last local subscriber left stays subscribed and cached for ``cache-expiry``
@@ -45,8 +49,9 @@ from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
 from affinity.cluster_cache import SlaveSubscriptions, pass_on
 from affinity.cluster_failover import Failover, deferral_services, link_routers, with_takeover_fallback
 from affinity.cluster_info import node_info_services
+from affinity.cluster_mapping import Mapping
 from affinity.cluster_ptp import PtpNode, ptp_services
-from affinity.config.cluster import ClusterConfig
+from affinity.config.cluster import DEFAULT_MASTER_MAPPER, ClusterConfig
 from affinity.config.faucet import RouterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup, SourceGroup
 from affinity.exceptions import ConfigError
@@ -178,6 +183,8 @@ class ClusterNode:
         #: Per domain: the node asked for it (changes with a reload).
         self._parent_of: dict[str, str | None] = {}
         self._listen = listen
+        #: The ``master-mapper`` (raises PolicyError when its plugin cannot be loaded).
+        self.mapping = Mapping(cluster, node_id)
         self.forwarding = Forwarding(self, cluster.settings.forward_queue)
         for domain in cluster.domains:
             if node_id not in cluster.masters(domain.name):
@@ -213,7 +220,8 @@ class ClusterNode:
             liveness_timeout=self._liveness_timeout,
             secret=self._secret,
         )
-        if parent is None:
+        # A custom master-mapper may send a subject of a domain without a master to one with.
+        if parent is None and self._cluster.settings.master_mapper == DEFAULT_MASTER_MAPPER:
             source.on_request(_no_master(source, domain))
         else:
             source.on_request(self._on_request(source, domain))
@@ -250,7 +258,14 @@ class ClusterNode:
 
     def _on_request(self, source: Source, domain: str) -> Callable[[str], None]:
         def request(subject: str) -> None:
-            answer = self.subscriptions.request(domain, subject)
+            mapped = self.mapping.domain_for(subject, domain)
+            if mapped not in self.subscriptions.balancers:  # a domain no add-domain defines
+                logger.warning(
+                    "Cluster node %s: %s mapped to domain %s, which has no master here", self.node_id, subject, mapped
+                )
+                source.nodata(subject, "unavailable")
+                return
+            answer = self.subscriptions.request(mapped, subject)
             if answer.parent is not None:
                 with self._lock:
                     parent = self._parent(answer.parent)
@@ -372,6 +387,9 @@ class Forwarding:
         self._forwarders: dict[str, _Forwarder] = {}
         #: The node's source the statuses for each origin go back through.
         self._reply: Source | None = None
+        #: Domains publishes were queued under for want of a master (configured domains, or a
+        #: mapper's names: at most ``cluster_mapping.MAX_UNKNOWN_DOMAINS`` of those).
+        self._without_master: set[str] = set()
 
     def _forwarder(self, node_id: str) -> _Forwarder:
         forwarder = self._forwarders.get(node_id)
@@ -419,15 +437,16 @@ class Forwarding:
         """The callback of the node's source for ``domain``: forwards what the router hands it."""
 
         def publish(subject: str, flags: Flags, payload: bytes) -> None:
-            # Every master of the domain (mirrored masters), or the node's upstream for it, as
-            # the configuration says now (a reload may move them).
-            parents = self._node.failover.parents(domain)
             self._reply = local
             if len(payload) < _affinity.SUBJECT_ORIGIN_LENGTH:
                 logger.warning("Cluster node %s: a publish of %s without its origin", self._node.node_id, subject)
                 return
             origin = int.from_bytes(payload[: _affinity.SUBJECT_ORIGIN_LENGTH], "little")
             body = payload[_affinity.SUBJECT_ORIGIN_LENGTH :]
+            # The domain the master-mapper gives; every master of it (mirrored masters), or the
+            # node's upstream for it, as the configuration says now (a reload may move them).
+            mapped = self._node.mapping.domain_for(subject, domain)
+            parents = self._node.failover.parents(mapped)
             if parents:
                 forwarders = [self._forwarder(parent) for parent in parents]
                 now = time.monotonic()
@@ -437,9 +456,10 @@ class Forwarding:
                     if outcome == "sent":
                         forwarder.source._core.send_data(subject, int(flags), body)
             else:  # master unknown (a domain no node is master of): queued under the domain
-                outcomes = [self.queues.publish(None, domain, origin, subject, int(flags), body, False)]
+                self._without_master.add(mapped)
+                outcomes = [self.queues.publish(None, mapped, origin, subject, int(flags), body, False)]
             if "full" in outcomes:
-                text = f"FORWARD_REFUSED: the queue for {', '.join(parents) or domain} is full; publish again later"
+                text = f"FORWARD_REFUSED: the queue for {', '.join(parents) or mapped} is full; publish again later"
                 self._tell(origin, subject, Flags.STATUS | Flags.REFUSED | Flags.PUBLISH, text)
 
         return publish
@@ -469,9 +489,15 @@ class Forwarding:
             self._tell(origin, ALL_SUBJECTS, Flags.STATUS | Flags.PUBLISH, text)
         return work
 
-    def queued_bytes(self) -> dict[str, int]:
-        """Bytes queued now per parent node this node forwards to (node info's ``queues``)."""
-        return {node_id: self.queues.queued(node_id)[1] for node_id in list(self._forwarders)}
+    def queue_depths(self) -> dict[str, tuple[int, int]]:
+        """``(publishes, bytes)`` queued now per parent node this node forwards to (node info's
+        ``queues``; safe to call from another thread than the node's)."""
+        return {node_id: self.queues.queued(node_id) for node_id in list(self._forwarders)}
+
+    def depths_without_master(self) -> dict[str, tuple[int, int]]:
+        """``(publishes, bytes)`` queued now per domain without a master (node info's
+        ``queues_without_master``; safe to call from another thread than the node's)."""
+        return {domain: self.queues.queued_without_master(domain) for domain in list(self._without_master)}
 
     def counters(self) -> dict[str, int]:
         """Publishes ``sent`` at once, ``queued``, ``flushed`` and ``refused`` since start."""

@@ -461,10 +461,10 @@ class PtpNode:
         that name no message sent on it)."""
         return dict(self._counters)
 
-    def queued_bytes(self) -> dict[str, int]:
-        """Bytes queued now per address whose client is not logged in (a copy, safe to call
-        from another thread than the node's)."""
-        return {address: mailbox.size for address, mailbox in list(self._mailboxes.items())}
+    def queue_depths(self) -> dict[str, tuple[int, int]]:
+        """``(messages, bytes)`` queued now per address whose client is not logged in (node
+        info's ``ptp_queues``; a copy, safe to call from another thread than the node's)."""
+        return {address: (len(mailbox.messages), mailbox.size) for address, mailbox in list(self._mailboxes.items())}
 
     def close(self) -> None:
         """Closes the PtP source and links (logging the counters)."""

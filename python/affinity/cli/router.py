@@ -215,7 +215,7 @@ def describe_node(cluster: ClusterConfig, node: str) -> None:
 
 def format_status(info: NodeInfo, cluster: ClusterConfig) -> list[str]:
     """The lines ``affinity router status`` prints for ``info``."""
-    lines = [f"node {info.node} at {info.address} (info #{info.seq})"]
+    lines = [f"node {info.node} at {info.address} ({info.state}, info #{info.seq})"]
     for name, role, stratum, parent in info.domains:
         of = f" of {parent}" if parent else ""
         lines.append(f"  domain {name}: {role}{of}, stratum {'-' if stratum is None else stratum}")
@@ -227,7 +227,19 @@ def format_status(info: NodeInfo, cluster: ClusterConfig) -> list[str]:
             lines.append(f"  connection {other}: {state}")
     lines.append("  load: " + ", ".join(f"{key} {value}" for key, value in info.load.items()))
     if info.queues is not None:
-        lines.append("  queued bytes: " + ", ".join(f"{key} {value}" for key, value in info.queues.items()))
+        depths = (f"{key} {messages} publishes / {size} bytes" for key, (messages, size) in info.queues.items())
+        lines.append("  forward queues: " + (", ".join(depths) or "none"))
+    if info.queues_without_master:
+        waiting = info.queues_without_master.items()
+        depths = (f"{key} {messages} publishes / {size} bytes" for key, (messages, size) in waiting)
+        lines.append("  queued without a master: " + ", ".join(depths))
+    if info.ptp_queued is not None:
+        totals = info.ptp_queued
+        lines.append(
+            f"  ptp queues: {totals['clients']} clients, {totals['messages']} messages, {totals['bytes']} bytes"
+        )
+        for address, (messages, size) in (info.ptp_queues or {}).items():
+            lines.append(f"    {address}: {messages} messages / {size} bytes")
     lines.append(f"  forged node info ignored: {info.forged_node_info}")
     return lines
 
@@ -407,7 +419,9 @@ def run(
                 host=_endpoint_host(args.listen),
                 router_status=router.status,
                 connections=node.connections,
-                queues=node.forwarding.queued_bytes,
+                queues=node.forwarding.queue_depths,
+                queues_without_master=node.forwarding.depths_without_master,
+                ptp_queues=node.ptp.queue_depths,
                 roles=node.failover.roles,
                 liveness_timeout=args.liveness_timeout,
                 secret=args.secret_file,

@@ -3,7 +3,7 @@
 ::
 
     add-cluster                         # optional, at most one: settings of every node
-        load-balancer round-robin       # I_LoadBalancer plugin (affinity.cluster_load_balancers)
+        load-balancer round-robin       # I_LoadBalancer: a routing policy or plugin (affinity.policies)
         master-mapper domain            # I_MapMsgToMasterId plugin (affinity.cluster_master_mappers)
         cache-expiry 300s               # a slave forgets a cached image unused this long (s, ms, m, h)
         forward-queue 64M               # bytes queued per unreachable master (K, M, G)
@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_LOAD_BALANCER",
     "DEFAULT_MASTER_MAPPER",
     "DEFAULT_PTP_QUEUE",
+    "MAPPER_ENTRY_POINT_GROUP",
     "NODE_ID_PATTERN",
     "ClusterConfig",
     "ClusterNode",
@@ -86,8 +87,9 @@ NODE_ID_PATTERN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 DEFAULT_LOAD_BALANCER = "round-robin"
 #: Default ``master-mapper``: xmlBlaster's DomainToMaster.
 DEFAULT_MASTER_MAPPER = "domain"
-#: The master mappers there are (a plugin interface is not offered yet).
-MASTER_MAPPERS = (DEFAULT_MASTER_MAPPER,)
+#: Entry point group of ``master-mapper`` plugins (loaded as the routing policies' plugins are:
+#: :func:`affinity.rules.resolve_plugin`; the interface is :class:`affinity.cluster_mapping.MasterMapper`).
+MAPPER_ENTRY_POINT_GROUP = "affinity.cluster_master_mappers"
 #: Default ``cache-expiry``, seconds.
 DEFAULT_CACHE_EXPIRY = 300.0
 #: Default ``forward-queue``, bytes per unreachable master.
@@ -271,11 +273,17 @@ def _settings(block: _Block | None, diagnostics: list[Diagnostic]) -> ClusterSet
         except PolicyError as exc:
             diagnostics.append(error(balancer.value_location, f"load-balancer {balancer.value!r}: {exc}"))
     mapper = _one(block, "master-mapper")
-    if mapper is not None and mapper.value not in MASTER_MAPPERS:
-        known = ", ".join(MASTER_MAPPERS)
-        diagnostics.append(error(mapper.value_location, f"master-mapper {mapper.value!r}: must be one of {known}"))
-    elif mapper is not None:
-        found["master_mapper"] = mapper.value
+    if mapper is not None:
+        try:  # the default, or a plugin found as the routing policies' plugins are (docs/policies.md)
+            if mapper.value != DEFAULT_MASTER_MAPPER:
+                validate_spec(mapper.value, MAPPER_ENTRY_POINT_GROUP)
+            found["master_mapper"] = mapper.value
+        except PolicyError as exc:
+            diagnostics.append(
+                error(
+                    mapper.value_location, f"master-mapper {mapper.value!r}: {exc} (built-in: {DEFAULT_MASTER_MAPPER})"
+                )
+            )
     expiry = _one(block, "cache-expiry")
     if expiry is not None:
         seconds = _parse_number(expiry, DURATION_UNITS, "a duration such as 300s", diagnostics)

@@ -16,6 +16,7 @@ from affinity.rules.discovery import (
     available_plugins,
     is_builtin_policy,
     load_policy,
+    resolve_plugin,
     validate_spec,
 )
 from affinity.rules.protocol import SelectionPolicy
@@ -29,5 +30,6 @@ __all__ = [
     "available_plugins",
     "is_builtin_policy",
     "load_policy",
+    "resolve_plugin",
     "validate_spec",
 ]

@@ -21,6 +21,7 @@ __all__ = [
     "available_plugins",
     "is_builtin_policy",
     "load_policy",
+    "resolve_plugin",
     "validate_spec",
 ]
 
@@ -51,19 +52,37 @@ def available_plugins() -> dict[str, str]:
     return {entry.name: entry.value for entry in _entry_points()}
 
 
-def validate_spec(spec: str) -> None:
+def validate_spec(spec: str, group: str = ENTRY_POINT_GROUP) -> None:
     """Check a plugin spec without importing anything; :class:`PolicyError` if it cannot work.
 
     A spec with ``:`` must be a well-formed ``package.module:attribute``; any other spec must be
-    the name of a registered entry point.
+    the name of a registered entry point of ``group`` (the policies' by default; the cluster's
+    master mappers use this same mechanism with a group of their own).
     """
-    if is_builtin_policy(spec):
-        return
-    _refuse_selection(spec)
+    if group == ENTRY_POINT_GROUP:
+        if is_builtin_policy(spec):
+            return
+        _refuse_selection(spec)
     if ":" in spec:
         _split_path(spec)
         return
-    _entry_point(spec)
+    _entry_point(spec, group)
+
+
+def resolve_plugin(spec: str, group: str) -> object:
+    """The object ``spec`` names, not yet checked: ``package.module:attribute`` (imported) or the
+    name of an entry point of ``group`` (loaded). :func:`load_policy` and the cluster's master
+    mappers (:mod:`affinity.cluster_mapping`) both load through it; raises :class:`PolicyError`
+    saying what is wrong (bad spec, module not found, import failure, attribute missing, unknown
+    or ambiguous entry-point name)."""
+    if ":" in spec:
+        module_name, attribute = _split_path(spec)
+        return _resolve(module_name, attribute, spec)
+    entry = _entry_point(spec, group)
+    try:
+        return entry.load()
+    except Exception as exc:
+        raise PolicyError(f"loading entry point {spec!r} ({entry.value}) failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _refuse_selection(spec: str) -> None:
@@ -91,18 +110,7 @@ def load_policy(spec: str) -> SelectionPolicy:
     if is_builtin_policy(spec):
         raise PolicyError(f"{spec!r} is a built-in policy, not a plugin")
     _refuse_selection(spec)
-    if ":" in spec:
-        module_name, attribute = _split_path(spec)
-        target = _resolve(module_name, attribute, spec)
-    else:
-        entry = _entry_point(spec)
-        try:
-            target = entry.load()
-        except Exception as exc:
-            raise PolicyError(
-                f"loading entry point {spec!r} ({entry.value}) failed: {type(exc).__name__}: {exc}"
-            ) from exc
-    return _as_policy(target, spec)
+    return _as_policy(resolve_plugin(spec, ENTRY_POINT_GROUP), spec)
 
 
 class FunctionPolicy:
@@ -129,28 +137,30 @@ def _split_path(spec: str) -> tuple[str, str]:
     return match.group("module"), match.group("attribute")
 
 
-def _entry_points() -> list[importlib.metadata.EntryPoint]:
-    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+def _entry_points(group: str = ENTRY_POINT_GROUP) -> list[importlib.metadata.EntryPoint]:
+    return list(importlib.metadata.entry_points(group=group))
 
 
-def _entry_point(name: str) -> importlib.metadata.EntryPoint:
+def _entry_point(name: str, group: str = ENTRY_POINT_GROUP) -> importlib.metadata.EntryPoint:
+    policies = group == ENTRY_POINT_GROUP
+    kind = "policy plugin" if policies else "plugin"
+    builtin = f"; built-in: {', '.join(BUILTIN_POLICIES)}" if policies else ""
     if not _ENTRY_POINT_NAME.match(name):
-        raise PolicyError(
-            f"{name!r} is neither a built-in policy ({', '.join(BUILTIN_POLICIES)}), "
-            "a plugin name nor a package.module:attribute path"
-        )
-    matches = [entry for entry in _entry_points() if entry.name == name]
+        what = f"a built-in policy ({', '.join(BUILTIN_POLICIES)}), " if policies else ""
+        raise PolicyError(f"{name!r} is neither {what}a plugin name nor a package.module:attribute path")
+    entries = _entry_points(group)
+    matches = [entry for entry in entries if entry.name == name]
     if not matches:
-        known = sorted(entry.name for entry in _entry_points())
+        known = sorted(entry.name for entry in entries)
         listing = ", ".join(known) if known else "none installed"
         raise PolicyError(
-            f"no policy plugin named {name!r} in entry point group {ENTRY_POINT_GROUP!r} "
-            f"(plugins: {listing}; built-in: {', '.join(BUILTIN_POLICIES)}); "
+            f"no {kind} named {name!r} in entry point group {group!r} "
+            f"(plugins: {listing}{builtin}); "
             "to load by path write package.module:attribute"
         )
     if len({entry.value for entry in matches}) > 1:
         raise PolicyError(
-            f"policy plugin name {name!r} is registered several times: " + ", ".join(entry.value for entry in matches)
+            f"{kind} name {name!r} is registered several times: " + ", ".join(entry.value for entry in matches)
         )
     return matches[0]
 

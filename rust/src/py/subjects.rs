@@ -987,6 +987,15 @@ impl ClusterForwardQueues {
         Ok((queues.queued_count(&key), queues.queued_bytes(&key)))
     }
 
+    /// `(publishes, bytes)` queued under `domain`, which has no master yet.
+    fn queued_without_master(&self, domain: &Bound<'_, PyAny>) -> PyResult<(usize, usize)> {
+        let domain = str_argument("domain", domain)?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let key = queue_key(names, None, domain);
+        Ok((queues.queued_count(&key), queues.queued_bytes(&key)))
+    }
+
     /// Counters since start: `sent`, `queued`, `flushed`, `refused`.
     fn counters(&self) -> std::collections::BTreeMap<&'static str, u64> {
         let c = self.lock().0.counters();
