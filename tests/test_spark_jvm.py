@@ -403,3 +403,6 @@ def test_the_jvm_writer_prints_a_task_profile_when_asked(spark: Any, registry: s
     task = r"affinity-profile partition=0 batch=0 rows=1000 messages=[1-9]\d* total_ms=\d+ cpu_ms=-?\d+"
     line = rf"{task} {phases} other_ms=-?\d+"
     assert re.search(line, done.stderr), f"no profile line in: {done.stderr[-3000:]}"
+    # The driver's commit of the batch: its markers' publish and the wait for their acknowledgements.
+    markers = r"affinity-profile commit batch=0 publish_ms=\d+ flush_ms=\d+"
+    assert re.search(markers, done.stderr), f"no commit markers line in: {done.stderr[-3000:]}"

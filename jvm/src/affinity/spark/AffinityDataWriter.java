@@ -43,6 +43,14 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    * Arrow vectors); a group with more queues has its row groups cut per chunk, in one writer.
    */
   static final int MAX_OPEN_GROUPS = 64;
+  /**
+   * Rows per routing chunk when each queue's row group stays open across chunks (Arrow mode, at
+   * most {@link #MAX_OPEN_GROUPS} queues): the messages do not depend on it, and a chunk this small
+   * keeps its row bytes ({@link #arena}, about 64 bytes a row of five columns) in the core's cache
+   * between their copy and the fill. Otherwise a chunk is {@link WriteSpec#chunkRows} rows (each
+   * chunk's rows are cut into messages).
+   */
+  static final int OPEN_GROUPS_CHUNK_ROWS = 1024;
   /** Initial bytes of {@link #arena}. */
   static final int INITIAL_ARENA_BYTES = 64 * 1024;
   private static final byte[] NULL_LENGTH = {(byte) 0xFF, (byte) 0xFF, (byte) 0xFF, (byte) 0xFF};
@@ -71,6 +79,10 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   private final UnsafeRow[] views;
   private final int[] ends;
   private final int[] queues;
+  /** The chunk's rows by queue ({@link #byQueue}): row indices, each queue's first index, a cursor per queue. */
+  private final int[] runOrder;
+  private final int[] runStarts;
+  private final int[] runNext;
   private byte[] keys = new byte[64 * 1024];
   private int keyLength;
   private int count;
@@ -107,10 +119,15 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     this.partition = partition;
     this.format = Envelope.formatCode(options.value);
     this.result = new TaskResult(spec.queryId, batchId, partition);
-    this.rows = new InternalRow[spec.chunkRows];
-    this.views = new UnsafeRow[spec.chunkRows];
-    this.ends = new int[spec.chunkRows];
-    this.queues = new int[spec.chunkRows];
+    int chunk = format == 2 || queueCount > MAX_OPEN_GROUPS ? spec.chunkRows
+        : Math.min(spec.chunkRows, OPEN_GROUPS_CHUNK_ROWS);
+    this.rows = new InternalRow[chunk];
+    this.views = new UnsafeRow[chunk];
+    this.ends = new int[chunk];
+    this.queues = new int[chunk];
+    this.runOrder = new int[chunk];
+    this.runStarts = new int[queueCount + 1];
+    this.runNext = new int[queueCount];
     this.published = new long[queueCount];
     this.groups = new ArrowGroup[queueCount];
     this.groupRows = new int[queueCount];
@@ -244,14 +261,28 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     DataType type = keyTypes[index];
     byte[] bytes;
     if (type instanceof StringType) {
-      // Straight from the row into the chunk's key bytes: no byte[] per row.
-      UTF8String text = row.getUTF8String(ordinal);
-      int length = text.numBytes();
+      // Straight from the row into the chunk's key bytes: no byte[] (nor, from an UnsafeRow, a
+      // UTF8String) per row.
+      Object base;
+      long offset;
+      int length;
+      if (row instanceof UnsafeRow) {
+        UnsafeRow unsafe = (UnsafeRow) row;
+        long offsetAndSize = unsafe.getLong(ordinal);
+        base = unsafe.getBaseObject();
+        offset = unsafe.getBaseOffset() + (offsetAndSize >>> 32);
+        length = (int) offsetAndSize;
+      } else {
+        UTF8String text = row.getUTF8String(ordinal);
+        base = text.getBaseObject();
+        offset = text.getBaseOffset();
+        length = text.numBytes();
+      }
       ensureKeys(length + 4);
       if (prefixed) {
         putLength(length);
       }
-      text.writeToMemory(keys, Platform.BYTE_ARRAY_OFFSET + keyLength);
+      ArrowGroup.copy(base, offset, keys, Platform.BYTE_ARRAY_OFFSET + keyLength, length);
       keyLength += length;
       return;
     }
@@ -296,26 +327,15 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    * grouped by queue (stable), each queue's cut into messages.
    */
   private void sendChunkByQueue() throws IOException {
-    int[] starts = new int[queueCount + 1];
-    for (int i = 0; i < count; i++) {
-      starts[queues[i] + 1]++;
-    }
+    int[] order = byQueue();
     for (int q = 0; q < queueCount; q++) {
-      starts[q + 1] += starts[q];
-    }
-    int[] order = new int[count];
-    int[] next = Arrays.copyOf(starts, queueCount);
-    for (int i = 0; i < count; i++) {
-      order[next[queues[i]]++] = i; // stable: a queue's rows keep their order
-    }
-    for (int q = 0; q < queueCount; q++) {
-      if (starts[q] == starts[q + 1]) {
+      if (runStarts[q] == runStarts[q + 1]) {
         continue;
       }
       if (format == 2) {
-        sendBinary(q, order, starts[q], starts[q + 1]);
+        sendBinary(q, order, runStarts[q], runStarts[q + 1]);
       } else {
-        sendArrowRun(q, order, starts[q], starts[q + 1]);
+        sendArrowRun(q, order, runStarts[q], runStarts[q + 1]);
       }
     }
   }
@@ -351,31 +371,44 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   }
 
   /**
-   * Arrow mode: each row of the chunk goes into its queue's row group, in order; a group is sent
-   * once it holds {@code maxBatchRows} rows or about {@code maxBatchBytes}, so messages are as
-   * large as the options allow whatever the chunk size. Groups still open when the buffered
-   * total passes {@link #MAX_BUFFERED_BYTES} are sent (and their vectors freed) at once.
+   * Arrow mode: the chunk's rows go, queue by queue and in their order within each queue, into
+   * their queue's row group (filling one group at a time keeps its vectors in the cache); a group
+   * is sent once it holds {@code maxBatchRows} rows or about {@code maxBatchBytes}, so messages are
+   * as large as the options allow whatever the chunk size, and a queue's messages are cut at the
+   * same rows whatever the other queues' rows. Groups still open when the buffered total passes
+   * {@link #MAX_BUFFERED_BYTES} are sent (and their vectors freed) at once.
    */
   private void fillArrow() throws IOException {
     long since = Profile.now();
     long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
-    for (int i = 0; i < count; i++) {
-      int queue = queues[i];
-      ArrowGroup group = groups[queue];
+    int[] order = byQueue();
+    for (int q = 0; q < queueCount; q++) {
+      int from = runStarts[q];
+      int to = runStarts[q + 1];
+      if (from == to) {
+        continue;
+      }
+      ArrowGroup group = groups[q];
       if (group == null) {
         group = ArrowGroup.create(spec);
-        groups[queue] = group;
+        groups[q] = group;
       }
-      group.write(rows[i]);
-      int rowsInGroup = ++groupRows[queue];
-      if (rowsInGroup >= options.maxBatchRows
-          || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
-        if (profile != null) {
-          profile.add(Profile.Phase.FILL, since);
+      int rowsInGroup = groupRows[q];
+      for (int k = from; k < to; k++) {
+        group.write(rows[order[k]]);
+        rowsInGroup++;
+        if (rowsInGroup >= options.maxBatchRows
+            || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
+          if (profile != null) {
+            profile.add(Profile.Phase.FILL, since);
+          }
+          groupRows[q] = rowsInGroup;
+          emitArrow(q);
+          rowsInGroup = 0;
+          since = Profile.now();
         }
-        emitArrow(queue);
-        since = Profile.now();
       }
+      groupRows[q] = rowsInGroup;
     }
     if (profile != null) {
       profile.add(Profile.Phase.FILL, since);
@@ -390,6 +423,26 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       emitAll();
       closeGroups();
     }
+  }
+
+  /**
+   * The chunk's row indices ordered by queue, stable (a queue's rows keep their order): queue
+   * {@code q}'s rows are {@code order[runStarts[q]..runStarts[q + 1])}.
+   */
+  private int[] byQueue() {
+    int[] starts = runStarts;
+    Arrays.fill(starts, 0);
+    for (int i = 0; i < count; i++) {
+      starts[queues[i] + 1]++;
+    }
+    for (int q = 0; q < queueCount; q++) {
+      starts[q + 1] += starts[q];
+    }
+    System.arraycopy(starts, 0, runNext, 0, queueCount);
+    for (int i = 0; i < count; i++) {
+      runOrder[runNext[queues[i]]++] = i;
+    }
+    return runOrder;
   }
 
   /** Sends every queue's open row group, in queue order. */
