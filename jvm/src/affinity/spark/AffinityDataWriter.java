@@ -2,6 +2,8 @@ package affinity.spark;
 
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.WritableByteChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.UUID;
@@ -51,6 +53,8 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    * chunk's rows are cut into messages).
    */
   static final int OPEN_GROUPS_CHUNK_ROWS = 1024;
+  /** Initial bytes of the direct buffer Arrow messages are encoded into (grown as needed). */
+  static final int INITIAL_DIRECT_BYTES = 256 * 1024;
   /** Initial bytes of {@link #arena}. */
   static final int INITIAL_ARENA_BYTES = 64 * 1024;
   private static final byte[] NULL_LENGTH = {(byte) 0xFF, (byte) 0xFF, (byte) 0xFF, (byte) 0xFF};
@@ -95,6 +99,9 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   /** queue -> rows in its open row group. */
   private final int[] groupRows;
   private final Buffer out = new Buffer();
+  /** Arrow messages: encoded into direct memory that the native publish reads in place. */
+  private final DirectOut direct = new DirectOut();
+  private final byte[] header = new byte[Envelope.HEADER_LENGTH];
   private final Profile profile = Profile.ON ? new Profile() : null;
 
   /** A growable byte array whose contents are published without a copy. */
@@ -106,6 +113,55 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     byte[] array() {
       return buf;
     }
+  }
+
+  /**
+   * A growable direct buffer the Arrow IPC stream is written into (one bulk copy from each Arrow
+   * buffer) and published from without a copy into the Java heap or a temporary native buffer.
+   */
+  private static final class DirectOut implements WritableByteChannel {
+    private ByteBuffer buffer = ByteBuffer.allocateDirect(INITIAL_DIRECT_BYTES);
+
+    /** Empties the buffer and leaves {@code position} bytes (the envelope) before what is written next. */
+    void reset(int position) {
+      buffer.clear();
+      buffer.position(position);
+    }
+
+    /** The buffer: {@code [0, size())} is the message. */
+    ByteBuffer buffer() {
+      return buffer;
+    }
+
+    int size() {
+      return buffer.position();
+    }
+
+    @Override
+    public int write(ByteBuffer source) {
+      int length = source.remaining();
+      if (length > buffer.remaining()) {
+        long needed = (long) buffer.position() + length;
+        if (needed > Integer.MAX_VALUE - 8) {
+          throw new AffinitySinkException("an Arrow message of more than 2 GiB");
+        }
+        ByteBuffer bigger = ByteBuffer.allocateDirect((int) Math.min(Integer.MAX_VALUE - 8,
+            Math.max(2L * buffer.capacity(), needed)));
+        buffer.flip();
+        bigger.put(buffer);
+        buffer = bigger;
+      }
+      buffer.put(source);
+      return length;
+    }
+
+    @Override
+    public boolean isOpen() {
+      return true;
+    }
+
+    @Override
+    public void close() {}
   }
 
   AffinityDataWriter(WriteSpec spec, int partition, long batchId) {
@@ -482,18 +538,17 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     VectorSchemaRoot part = start == 0 && length == root.getRowCount() ? root : root.slice(start, length);
     try {
       long since = Profile.now();
-      out.reset();
-      out.write(new byte[Envelope.HEADER_LENGTH]);
-      ArrowStreamWriter writer = new ArrowStreamWriter(part, null, out);
+      direct.reset(Envelope.HEADER_LENGTH);
+      ArrowStreamWriter writer = new ArrowStreamWriter(part, null, direct);
       writer.start();
       writer.writeBatch();
       writer.end();
       if (profile != null) {
         profile.add(Profile.Phase.ENCODE, since);
       }
-      int body = out.size() - Envelope.HEADER_LENGTH;
+      int body = direct.size() - Envelope.HEADER_LENGTH;
       if (body <= options.maxBatchBytes) {
-        send(queue, length);
+        sendDirect(queue, length);
         return;
       }
       if (length == 1) {
@@ -553,6 +608,21 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     // Each message gets the full ackTimeout to get through back-pressure, as in the Python writer.
     long since = Profile.now();
     published[queue] = Native.publish(handle, queue, message, out.size(), options.ackTimeoutMillis);
+    sent(queue, groupRows, since);
+  }
+
+  /** Publishes the message in {@link #direct} (its header is written here) as the next in sequence. */
+  private void sendDirect(int queue, int groupRows) {
+    sequence++;
+    Envelope.write(header, Envelope.DATA, format, query, batchId, partition, groupRows, sequence);
+    ByteBuffer message = direct.buffer();
+    message.put(0, header);
+    long since = Profile.now();
+    published[queue] = Native.publishDirect(handle, queue, message, direct.size(), options.ackTimeoutMillis);
+    sent(queue, groupRows, since);
+  }
+
+  private void sent(int queue, int groupRows, long since) {
     if (profile != null) {
       profile.add(Profile.Phase.PUBLISH, since);
     }
