@@ -242,6 +242,48 @@ def test_the_jvm_writer_fills_each_queues_messages_across_routing_chunks(
         assert all(size == 100 for size in sizes[:-1]) and 0 < sizes[-1] <= 100, f"queue {queue}: {sizes}"
 
 
+def test_the_jvm_writer_sends_messages_larger_than_its_first_encoding_buffer(
+    spark: Any, registry: str, client: affinity.Client
+) -> None:
+    # Arrow messages are encoded into one direct buffer per task (256 KiB at first) and published
+    # from it in place: messages of about 0.5 MiB make it grow while a message is half written;
+    # every row must arrive whole, each key's rows in order.
+    consumer = SinkConsumer("jvm", 0, 1, client=client, registry=registry, cycle=1.0)
+    items: list[DataItem] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            items.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, DataItem))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    rows = 8000
+    try:
+        df = spark.range(0, rows, numPartitions=1).selectExpr(
+            "cast(id % 3 AS string) AS k", "id AS n", "repeat(cast(id AS string), 60) AS pad"
+        )
+        df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
+            "writer", "jvm"
+        ).mode("append").save()
+        wait_for(lambda: sum(i.envelope.rows for i in items) == rows, 60, f"{rows} rows at the consumer")
+    finally:
+        stop.set()
+        thread.join(10)
+        consumer.close()
+    assert max(item.batch().nbytes for item in items) > 256 * 1024, "no message outgrew the first buffer"
+    seen: list[tuple[str, int, str]] = []
+    for item in sorted(items, key=lambda i: i.envelope.sequence):
+        batch = item.batch().to_pydict()
+        seen.extend(zip(batch["k"], batch["n"], batch["pad"], strict=True))
+    assert sorted(n for _, n, _ in seen) == list(range(rows)), "rows lost or repeated"
+    last: dict[str, int] = {}
+    for key, n, pad in seen:
+        assert key == str(n % 3) and pad == str(n) * 60, f"row {n}: {key!r}, {pad[:20]!r}..."
+        assert n > last.get(key, -1), f"key {key!r}: {n} after {last[key]}"
+        last[key] = n
+
+
 def test_the_jvm_writer_cuts_row_groups_per_chunk_for_a_group_of_many_queues(
     spark: Any, tmp_path: Path, client: affinity.Client
 ) -> None:
@@ -403,3 +445,6 @@ def test_the_jvm_writer_prints_a_task_profile_when_asked(spark: Any, registry: s
     task = r"affinity-profile partition=0 batch=0 rows=1000 messages=[1-9]\d* total_ms=\d+ cpu_ms=-?\d+"
     line = rf"{task} {phases} other_ms=-?\d+"
     assert re.search(line, done.stderr), f"no profile line in: {done.stderr[-3000:]}"
+    # The driver's commit of the batch: its markers' publish and the wait for their acknowledgements.
+    markers = r"affinity-profile commit batch=0 publish_ms=\d+ flush_ms=\d+"
+    assert re.search(markers, done.stderr), f"no commit markers line in: {done.stderr[-3000:]}"

@@ -24,7 +24,7 @@ use affinity::groups::registry;
 use affinity::groups::runtime::{GroupPublisher, MemberOptions};
 use affinity::groups::{queue_of, GroupConfig, GroupError, DEFAULT_RESEND_TIMEOUT};
 use affinity::shm::directory;
-use jni::objects::{JByteArray, JClass, JIntArray, JLongArray, JString};
+use jni::objects::{JByteArray, JByteBuffer, JClass, JIntArray, JLongArray, JString};
 use jni::sys::{jboolean, jint, jlong, JNI_FALSE, JNI_TRUE};
 use jni::JNIEnv;
 
@@ -339,6 +339,41 @@ pub extern "system" fn Java_affinity_spark_Native_publish<'local>(
         // i8 and u8 have one layout; this reinterprets the copy without a second one.
         let bytes: Vec<u8> = bytes.into_iter().map(|b| b as u8).collect();
         publish(&sink, queue, &bytes, timeout)
+    })
+}
+
+/// `static native long publishDirect(long handle, int queue, ByteBuffer message, int length, long timeoutMillis)`:
+/// as `publish`, the message read in place from a direct buffer (no copy out of the JVM).
+#[no_mangle]
+pub extern "system" fn Java_affinity_spark_Native_publishDirect<'local>(
+    mut env: JNIEnv<'local>,
+    _class: JClass<'local>,
+    handle: jlong,
+    queue: jint,
+    message: JByteBuffer<'local>,
+    length: jint,
+    timeout_millis: jlong,
+) -> jlong {
+    guard(&mut env, 0, |env| {
+        let sink = sink(handle)?;
+        let timeout = timeout_of(timeout_millis, "publishDirect")?;
+        let queue = u32::try_from(queue).map_err(|_| Failure::Sink(format!("publishDirect: queue {queue} < 0")))?;
+        if message.is_null() {
+            return Err(Failure::Sink("publishDirect: the buffer is null".into()));
+        }
+        let address = env
+            .get_direct_buffer_address(&message)
+            .map_err(|e| Failure::Sink(format!("publishDirect: not a direct buffer ({e})")))?;
+        let capacity = env.get_direct_buffer_capacity(&message)?;
+        let length = usize::try_from(length)
+            .ok()
+            .filter(|&l| l <= capacity)
+            .ok_or_else(|| Failure::Sink(format!("publishDirect: length {length} outside 0..={capacity}")))?;
+        // SAFETY: `address` is the start of the direct buffer's `capacity` bytes, which the Java
+        // caller keeps reachable (and does not write) for the duration of this call; `length` is
+        // at most `capacity`.
+        let bytes = unsafe { std::slice::from_raw_parts(address.cast_const(), length) };
+        publish(&sink, queue, bytes, timeout)
     })
 }
 

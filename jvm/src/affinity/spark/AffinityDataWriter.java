@@ -2,6 +2,8 @@ package affinity.spark;
 
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.WritableByteChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.UUID;
@@ -43,6 +45,16 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    * Arrow vectors); a group with more queues has its row groups cut per chunk, in one writer.
    */
   static final int MAX_OPEN_GROUPS = 64;
+  /**
+   * Rows per routing chunk when each queue's row group stays open across chunks (Arrow mode, at
+   * most {@link #MAX_OPEN_GROUPS} queues): the messages do not depend on it, and a chunk this small
+   * keeps its row bytes ({@link #arena}, about 64 bytes a row of five columns) in the core's cache
+   * between their copy and the fill. Otherwise a chunk is {@link WriteSpec#chunkRows} rows (each
+   * chunk's rows are cut into messages).
+   */
+  static final int OPEN_GROUPS_CHUNK_ROWS = 1024;
+  /** Initial bytes of the direct buffer Arrow messages are encoded into (grown as needed). */
+  static final int INITIAL_DIRECT_BYTES = 256 * 1024;
   /** Initial bytes of {@link #arena}. */
   static final int INITIAL_ARENA_BYTES = 64 * 1024;
   private static final byte[] NULL_LENGTH = {(byte) 0xFF, (byte) 0xFF, (byte) 0xFF, (byte) 0xFF};
@@ -71,6 +83,10 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   private final UnsafeRow[] views;
   private final int[] ends;
   private final int[] queues;
+  /** The chunk's rows by queue ({@link #byQueue}): row indices, each queue's first index, a cursor per queue. */
+  private final int[] runOrder;
+  private final int[] runStarts;
+  private final int[] runNext;
   private byte[] keys = new byte[64 * 1024];
   private int keyLength;
   private int count;
@@ -83,6 +99,9 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   /** queue -> rows in its open row group. */
   private final int[] groupRows;
   private final Buffer out = new Buffer();
+  /** Arrow messages: encoded into direct memory that the native publish reads in place. */
+  private final DirectOut direct = new DirectOut();
+  private final byte[] header = new byte[Envelope.HEADER_LENGTH];
   private final Profile profile = Profile.ON ? new Profile() : null;
 
   /** A growable byte array whose contents are published without a copy. */
@@ -96,6 +115,55 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     }
   }
 
+  /**
+   * A growable direct buffer the Arrow IPC stream is written into (one bulk copy from each Arrow
+   * buffer) and published from without a copy into the Java heap or a temporary native buffer.
+   */
+  private static final class DirectOut implements WritableByteChannel {
+    private ByteBuffer buffer = ByteBuffer.allocateDirect(INITIAL_DIRECT_BYTES);
+
+    /** Empties the buffer and leaves {@code position} bytes (the envelope) before what is written next. */
+    void reset(int position) {
+      buffer.clear();
+      buffer.position(position);
+    }
+
+    /** The buffer: {@code [0, size())} is the message. */
+    ByteBuffer buffer() {
+      return buffer;
+    }
+
+    int size() {
+      return buffer.position();
+    }
+
+    @Override
+    public int write(ByteBuffer source) {
+      int length = source.remaining();
+      if (length > buffer.remaining()) {
+        long needed = (long) buffer.position() + length;
+        if (needed > Integer.MAX_VALUE - 8) {
+          throw new AffinitySinkException("an Arrow message of more than 2 GiB");
+        }
+        ByteBuffer bigger = ByteBuffer.allocateDirect((int) Math.min(Integer.MAX_VALUE - 8,
+            Math.max(2L * buffer.capacity(), needed)));
+        buffer.flip();
+        bigger.put(buffer);
+        buffer = bigger;
+      }
+      buffer.put(source);
+      return length;
+    }
+
+    @Override
+    public boolean isOpen() {
+      return true;
+    }
+
+    @Override
+    public void close() {}
+  }
+
   AffinityDataWriter(WriteSpec spec, int partition, long batchId) {
     Native.require();
     this.spec = spec;
@@ -107,10 +175,15 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     this.partition = partition;
     this.format = Envelope.formatCode(options.value);
     this.result = new TaskResult(spec.queryId, batchId, partition);
-    this.rows = new InternalRow[spec.chunkRows];
-    this.views = new UnsafeRow[spec.chunkRows];
-    this.ends = new int[spec.chunkRows];
-    this.queues = new int[spec.chunkRows];
+    int chunk = format == 2 || queueCount > MAX_OPEN_GROUPS ? spec.chunkRows
+        : Math.min(spec.chunkRows, OPEN_GROUPS_CHUNK_ROWS);
+    this.rows = new InternalRow[chunk];
+    this.views = new UnsafeRow[chunk];
+    this.ends = new int[chunk];
+    this.queues = new int[chunk];
+    this.runOrder = new int[chunk];
+    this.runStarts = new int[queueCount + 1];
+    this.runNext = new int[queueCount];
     this.published = new long[queueCount];
     this.groups = new ArrowGroup[queueCount];
     this.groupRows = new int[queueCount];
@@ -244,14 +317,28 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     DataType type = keyTypes[index];
     byte[] bytes;
     if (type instanceof StringType) {
-      // Straight from the row into the chunk's key bytes: no byte[] per row.
-      UTF8String text = row.getUTF8String(ordinal);
-      int length = text.numBytes();
+      // Straight from the row into the chunk's key bytes: no byte[] (nor, from an UnsafeRow, a
+      // UTF8String) per row.
+      Object base;
+      long offset;
+      int length;
+      if (row instanceof UnsafeRow) {
+        UnsafeRow unsafe = (UnsafeRow) row;
+        long offsetAndSize = unsafe.getLong(ordinal);
+        base = unsafe.getBaseObject();
+        offset = unsafe.getBaseOffset() + (offsetAndSize >>> 32);
+        length = (int) offsetAndSize;
+      } else {
+        UTF8String text = row.getUTF8String(ordinal);
+        base = text.getBaseObject();
+        offset = text.getBaseOffset();
+        length = text.numBytes();
+      }
       ensureKeys(length + 4);
       if (prefixed) {
         putLength(length);
       }
-      text.writeToMemory(keys, Platform.BYTE_ARRAY_OFFSET + keyLength);
+      ArrowGroup.copy(base, offset, keys, Platform.BYTE_ARRAY_OFFSET + keyLength, length);
       keyLength += length;
       return;
     }
@@ -296,26 +383,15 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    * grouped by queue (stable), each queue's cut into messages.
    */
   private void sendChunkByQueue() throws IOException {
-    int[] starts = new int[queueCount + 1];
-    for (int i = 0; i < count; i++) {
-      starts[queues[i] + 1]++;
-    }
+    int[] order = byQueue();
     for (int q = 0; q < queueCount; q++) {
-      starts[q + 1] += starts[q];
-    }
-    int[] order = new int[count];
-    int[] next = Arrays.copyOf(starts, queueCount);
-    for (int i = 0; i < count; i++) {
-      order[next[queues[i]]++] = i; // stable: a queue's rows keep their order
-    }
-    for (int q = 0; q < queueCount; q++) {
-      if (starts[q] == starts[q + 1]) {
+      if (runStarts[q] == runStarts[q + 1]) {
         continue;
       }
       if (format == 2) {
-        sendBinary(q, order, starts[q], starts[q + 1]);
+        sendBinary(q, order, runStarts[q], runStarts[q + 1]);
       } else {
-        sendArrowRun(q, order, starts[q], starts[q + 1]);
+        sendArrowRun(q, order, runStarts[q], runStarts[q + 1]);
       }
     }
   }
@@ -351,31 +427,44 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   }
 
   /**
-   * Arrow mode: each row of the chunk goes into its queue's row group, in order; a group is sent
-   * once it holds {@code maxBatchRows} rows or about {@code maxBatchBytes}, so messages are as
-   * large as the options allow whatever the chunk size. Groups still open when the buffered
-   * total passes {@link #MAX_BUFFERED_BYTES} are sent (and their vectors freed) at once.
+   * Arrow mode: the chunk's rows go, queue by queue and in their order within each queue, into
+   * their queue's row group (filling one group at a time keeps its vectors in the cache); a group
+   * is sent once it holds {@code maxBatchRows} rows or about {@code maxBatchBytes}, so messages are
+   * as large as the options allow whatever the chunk size, and a queue's messages are cut at the
+   * same rows whatever the other queues' rows. Groups still open when the buffered total passes
+   * {@link #MAX_BUFFERED_BYTES} are sent (and their vectors freed) at once.
    */
   private void fillArrow() throws IOException {
     long since = Profile.now();
     long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
-    for (int i = 0; i < count; i++) {
-      int queue = queues[i];
-      ArrowGroup group = groups[queue];
+    int[] order = byQueue();
+    for (int q = 0; q < queueCount; q++) {
+      int from = runStarts[q];
+      int to = runStarts[q + 1];
+      if (from == to) {
+        continue;
+      }
+      ArrowGroup group = groups[q];
       if (group == null) {
         group = ArrowGroup.create(spec);
-        groups[queue] = group;
+        groups[q] = group;
       }
-      group.write(rows[i]);
-      int rowsInGroup = ++groupRows[queue];
-      if (rowsInGroup >= options.maxBatchRows
-          || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
-        if (profile != null) {
-          profile.add(Profile.Phase.FILL, since);
+      int rowsInGroup = groupRows[q];
+      for (int k = from; k < to; k++) {
+        group.write(rows[order[k]]);
+        rowsInGroup++;
+        if (rowsInGroup >= options.maxBatchRows
+            || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
+          if (profile != null) {
+            profile.add(Profile.Phase.FILL, since);
+          }
+          groupRows[q] = rowsInGroup;
+          emitArrow(q);
+          rowsInGroup = 0;
+          since = Profile.now();
         }
-        emitArrow(queue);
-        since = Profile.now();
       }
+      groupRows[q] = rowsInGroup;
     }
     if (profile != null) {
       profile.add(Profile.Phase.FILL, since);
@@ -390,6 +479,26 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       emitAll();
       closeGroups();
     }
+  }
+
+  /**
+   * The chunk's row indices ordered by queue, stable (a queue's rows keep their order): queue
+   * {@code q}'s rows are {@code order[runStarts[q]..runStarts[q + 1])}.
+   */
+  private int[] byQueue() {
+    int[] starts = runStarts;
+    Arrays.fill(starts, 0);
+    for (int i = 0; i < count; i++) {
+      starts[queues[i] + 1]++;
+    }
+    for (int q = 0; q < queueCount; q++) {
+      starts[q + 1] += starts[q];
+    }
+    System.arraycopy(starts, 0, runNext, 0, queueCount);
+    for (int i = 0; i < count; i++) {
+      runOrder[runNext[queues[i]]++] = i;
+    }
+    return runOrder;
   }
 
   /** Sends every queue's open row group, in queue order. */
@@ -429,18 +538,17 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     VectorSchemaRoot part = start == 0 && length == root.getRowCount() ? root : root.slice(start, length);
     try {
       long since = Profile.now();
-      out.reset();
-      out.write(new byte[Envelope.HEADER_LENGTH]);
-      ArrowStreamWriter writer = new ArrowStreamWriter(part, null, out);
+      direct.reset(Envelope.HEADER_LENGTH);
+      ArrowStreamWriter writer = new ArrowStreamWriter(part, null, direct);
       writer.start();
       writer.writeBatch();
       writer.end();
       if (profile != null) {
         profile.add(Profile.Phase.ENCODE, since);
       }
-      int body = out.size() - Envelope.HEADER_LENGTH;
+      int body = direct.size() - Envelope.HEADER_LENGTH;
       if (body <= options.maxBatchBytes) {
-        send(queue, length);
+        sendDirect(queue, length);
         return;
       }
       if (length == 1) {
@@ -500,6 +608,21 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     // Each message gets the full ackTimeout to get through back-pressure, as in the Python writer.
     long since = Profile.now();
     published[queue] = Native.publish(handle, queue, message, out.size(), options.ackTimeoutMillis);
+    sent(queue, groupRows, since);
+  }
+
+  /** Publishes the message in {@link #direct} (its header is written here) as the next in sequence. */
+  private void sendDirect(int queue, int groupRows) {
+    sequence++;
+    Envelope.write(header, Envelope.DATA, format, query, batchId, partition, groupRows, sequence);
+    ByteBuffer message = direct.buffer();
+    message.put(0, header);
+    long since = Profile.now();
+    published[queue] = Native.publishDirect(handle, queue, message, direct.size(), options.ackTimeoutMillis);
+    sent(queue, groupRows, since);
+  }
+
+  private void sent(int queue, int groupRows, long since) {
     if (profile != null) {
       profile.add(Profile.Phase.PUBLISH, since);
     }

@@ -117,6 +117,7 @@ final class AffinityWrite implements WriteBuilder, Write, BatchWrite, StreamingW
 
   /** A commit or abort marker to every queue (commit: each queue's last sequence per partition). */
   private void markers(byte kind, long batchId, WriterCommitMessage[] messages) {
+    long since = Profile.now();
     int queueCount = Native.queueCount(handle);
     Map<Integer, Map<Integer, Long>> perQueue = new HashMap<>();
     for (int q = 0; q < queueCount; q++) {
@@ -139,7 +140,10 @@ final class AffinityWrite implements WriteBuilder, Write, BatchWrite, StreamingW
       byte[] marker = Envelope.marker(kind, query, batchId, perQueue.get(q));
       published[q] = Native.publish(handle, q, marker, marker.length, spec.options.ackTimeoutMillis);
     }
-    if (!Native.flushTo(handle, published, spec.options.ackTimeoutMillis)) {
+    long sent = Profile.now();
+    boolean acked = Native.flushTo(handle, published, spec.options.ackTimeoutMillis);
+    Profile.printMarkers(batchId, kind == Envelope.COMMIT, since, sent);
+    if (!acked) {
       throw new AffinitySinkException("group " + SinkOptions.repr(spec.options.group) + ": the "
           + (kind == Envelope.COMMIT ? "commit" : "abort") + " markers of batch " + batchId
           + " are unacknowledged after ackTimeout");

@@ -16,6 +16,7 @@ import org.apache.arrow.vector.VarBinaryVector;
 import org.apache.arrow.vector.VarCharVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
 import org.apache.spark.sql.types.BinaryType;
 import org.apache.spark.sql.types.ByteType;
@@ -54,6 +55,8 @@ final class ArrowGroup {
   private static final int BINARY = 7;
   /** A type the direct path does not write. */
   private static final int OTHER = -1;
+  /** Longest string or binary value copied word by word rather than by one bulk copy. */
+  static final int SHORT_COPY = 64;
 
   private final ArrowWriter spark;
   private final VectorSchemaRoot root;
@@ -246,14 +249,24 @@ final class ArrowGroup {
     Platform.putByte(null, at, (byte) (valid ? bits | mask : bits & ~mask));
   }
 
-  /** Row {@code index} of a string or binary column: its bytes (none when {@code row} is null) and its end offset. */
+  /**
+   * Row {@code index} of a string or binary column: its bytes (none when {@code row} is null) and
+   * its end offset. From an {@link UnsafeRow} (what Spark's generated code hands over) the bytes
+   * are read where the row holds them, without a {@link UTF8String} or {@code byte[]} per value.
+   */
   private void writeBytes(int column, int index, InternalRow row, int kind) {
     long end = dataEnds[column];
     if (row != null) {
       Object base;
       long offset;
       int length;
-      if (kind == STRING) {
+      if (row instanceof UnsafeRow) {
+        UnsafeRow unsafe = (UnsafeRow) row;
+        long offsetAndSize = unsafe.getLong(column);
+        base = unsafe.getBaseObject();
+        offset = unsafe.getBaseOffset() + (offsetAndSize >>> 32);
+        length = (int) offsetAndSize;
+      } else if (kind == STRING) {
         UTF8String value = row.getUTF8String(column);
         base = value.getBaseObject();
         offset = value.getBaseOffset();
@@ -275,11 +288,30 @@ final class ArrowGroup {
         }
         addresses();
       }
-      Platform.copyMemory(base, offset, null, dataAt[column] + end, length);
+      copy(base, offset, null, dataAt[column] + end, length);
       end += length;
       dataEnds[column] = end;
     }
     Platform.putInt(null, offsetsAt[column] + (long) (index + 1) * 4, (int) end);
+  }
+
+  /**
+   * Copies {@code length} bytes from {@code base + offset} to {@code to + toOffset} (a null base:
+   * an address): values up to {@link #SHORT_COPY} bytes (keys, names) word by word, longer ones
+   * with one bulk copy, whose fixed cost dominates a short value's copy.
+   */
+  static void copy(Object base, long offset, Object to, long toOffset, int length) {
+    if (length > SHORT_COPY) {
+      Platform.copyMemory(base, offset, to, toOffset, length);
+      return;
+    }
+    int i = 0;
+    for (; i + 8 <= length; i += 8) {
+      Platform.putLong(to, toOffset + i, Platform.getLong(base, offset + i));
+    }
+    for (; i < length; i++) {
+      Platform.putByte(to, toOffset + i, Platform.getByte(base, offset + i));
+    }
   }
 
   /** Arrow bytes of the rows so far (about what the IPC body's buffers take). */

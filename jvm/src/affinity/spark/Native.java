@@ -2,6 +2,7 @@ package affinity.spark;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.nio.ByteBuffer;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.FileAlreadyExistsException;
@@ -121,6 +122,12 @@ final class Native {
 
   /** Publishes {@code message[0..length]} to {@code queue}, waiting on back-pressure up to the timeout. */
   static native long publish(long handle, int queue, byte[] message, int length, long timeoutMillis);
+
+  /**
+   * Publishes {@code message[0..length]} (a direct buffer, read in place) to {@code queue}, waiting
+   * on back-pressure up to the timeout.
+   */
+  static native long publishDirect(long handle, int queue, ByteBuffer message, int length, long timeoutMillis);
 
   /**
    * Whether every queue q acknowledged up to {@code sequences[q]} (group sequences {@link #publish}

@@ -83,4 +83,17 @@ final class Profile {
     line.append(" other_ms=").append((total - measured) / 1_000_000);
     System.err.println(line);
   }
+
+  /**
+   * One line for the driver's commit or abort of a batch: the time to publish the markers to
+   * every queue and the wait for their acknowledgements (when profiling).
+   */
+  static void printMarkers(long batchId, boolean commit, long since, long sent) {
+    if (!ON) {
+      return;
+    }
+    long now = System.nanoTime();
+    System.err.println("affinity-profile " + (commit ? "commit" : "abort") + " batch=" + batchId
+        + " publish_ms=" + (sent - since) / 1_000_000 + " flush_ms=" + (now - sent) / 1_000_000);
+  }
 }
