@@ -75,6 +75,28 @@ fn a_million_ipc_messages_between_processes_arrive_in_order() {
     drop(driver);
 }
 
+/// `affinity-ipc offer-alone` (the benchmark's CPU per offer, no driver): every message is
+/// appended across term ends, and a message the log cannot take fails the run, named.
+#[test]
+fn offer_alone_appends_every_message_and_names_a_refusal() {
+    let run = |count: u64, size: usize| {
+        Command::new(IPC)
+            .args(["offer-alone", "--count", &count.to_string(), "--size", &size.to_string()])
+            .output()
+            .expect("run affinity-ipc offer-alone")
+    };
+    // Default IPC terms of 64 MiB, 64-byte frames: 2.2 M offers cross two term ends.
+    let done = run(2_200_000, 32);
+    let out = String::from_utf8_lossy(&done.stdout);
+    assert!(done.status.success(), "{out} {}", String::from_utf8_lossy(&done.stderr));
+    assert!(out.contains("\"messages\":2200000,\"rotations\":2,"), "{out}");
+    // The largest message of a 64 MiB term is 8 MiB.
+    let refused = run(1, 8 * 1024 * 1024 + 1);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(err.contains("message of 8388609 bytes exceeds the maximum of 8388608"), "{err}");
+}
+
 #[test]
 fn batch_offers_between_processes_arrive_in_order_small_and_fragmented() {
     let dir = tempdir("batch");

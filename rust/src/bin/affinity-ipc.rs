@@ -9,7 +9,14 @@
 //! affinity-ipc attach    --dir D --count N         (median time of N attaches)
 //! affinity-ipc idle-publications  --dir D [--channel URI] --count N [--hang 1] (N publications on N streams: time, RSS)
 //! affinity-ipc idle-subscriptions --dir D [--channel URI] --count N [--hang 1] (N subscriptions on N streams: time, RSS)
+//! affinity-ipc offer-alone --count N [--size BYTES]   (the log's one-message appender alone: CPU per offer)
 //! ```
+//!
+//! `offer-alone` needs no driver: N one-message `LogBuffer::offer`s into an anonymous log
+//! (default IPC term length and MTU) in this one thread, nobody reading and no limit; it prints
+//! `{"role":"offer-alone","messages":..,"cpu_seconds":..,"cpu_ns_per_offer":..}`. Without the
+//! other processes' cache-line traffic and scheduling it measures what the appender's own
+//! instructions cost, the figure a loaded machine moves least (`docs/benchmarks.md`).
 //!
 //! `subscribe --check length` checks only the count and length of messages (publishers that do
 //! not number them: the Python benchmark's); the default checks the sequence numbers too.
@@ -112,6 +119,7 @@ fn main() {
         "subscribe" => subscribe(&args),
         "hold" => hold(&args),
         "attach" => attach(&args),
+        "offer-alone" => offer_alone(&args),
         "idle-publications" => idle_handles(&args, "publications", |client, stream| {
             client.add_publication(&args.channel, stream).map(drop_later)
         }),
@@ -215,6 +223,47 @@ fn publish(args: &Args) -> Result<(), String> {
     if args.hang {
         hang();
     }
+    Ok(())
+}
+
+/// `offer-alone`: `args.count` one-message offers into an anonymous log, this thread's CPU time
+/// per offer (the log rotates as a publisher's does; nothing cleans or reads it).
+fn offer_alone(args: &Args) -> Result<(), String> {
+    use affinity::channel::{DEFAULT_MTU, DEFAULT_TERM_LENGTH_IPC};
+    use affinity::logbuffer::Offer;
+    use affinity::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
+    let params = LogParams {
+        term_length: DEFAULT_TERM_LENGTH_IPC,
+        mtu: DEFAULT_MTU,
+        page_size: PAGE_MIN_SIZE,
+        initial_term_id: 0,
+        session_id: 1,
+        stream_id: args.stream,
+        correlation_id: 0,
+    };
+    let log = LogBuffer::anonymous(&params).map_err(|e| e.to_string())?;
+    let mut payload = vec![0u8; args.size];
+    let start = Instant::now();
+    let cpu_start = thread_cpu();
+    let mut sequence = 0u64;
+    let mut rotations = 0u64;
+    while sequence < args.count {
+        payload[..8].copy_from_slice(&sequence.to_le_bytes());
+        match log.offer(&payload, 0, i64::MAX).map_err(|e| e.to_string())? {
+            Offer::Appended(_) => sequence += 1,
+            // The claim crossed the term's end: the log rotated, offer again.
+            Offer::AdminAction => rotations += 1,
+            other => return Err(format!("offer {sequence} refused: {other:?}")),
+        }
+        if sequence % (1 << 20) == 0 && start.elapsed() > RUN_TIMEOUT {
+            return Err(format!("timed out after {sequence} messages"));
+        }
+    }
+    let cpu_seconds = thread_cpu().saturating_sub(cpu_start).as_secs_f64();
+    println!(
+        "{{\"role\":\"offer-alone\",\"messages\":{sequence},\"rotations\":{rotations},\"cpu_seconds\":{cpu_seconds:.6},\"cpu_ns_per_offer\":{:.3}}}",
+        cpu_seconds * 1e9 / (sequence.max(1) as f64)
+    );
     Ok(())
 }
 

@@ -62,20 +62,31 @@ impl Mapping {
     /// A region covering the whole mapping.
     pub fn into_region(self) -> Region {
         let len = self.raw.len();
-        Region { map: Arc::new(self), offset: 0, len }
+        let base = self.raw.as_mut_ptr();
+        let writable = self.writable;
+        Region { map: Arc::new(self), base, writable, offset: 0, len }
     }
 }
 
 /// A bounds-checked window into a [`Mapping`]; cheap to clone (shares the mapping).
+///
+/// The window's first byte and the mapping's writability are copied in when the region is made,
+/// so that an access reaches the memory through one pointer, not through the shared mapping (the
+/// appender and the reader make several checked accesses per message).
 #[derive(Clone, Debug)]
 pub struct Region {
+    /// Keeps the mapping alive for as long as `base` is used.
     map: Arc<Mapping>,
+    /// The window's first byte: the mapping's start plus `offset`.
+    base: *mut u8,
+    /// The mapping's writability (`Mapping::writable`).
+    writable: bool,
     offset: usize,
     len: usize,
 }
 
 // SAFETY: all access to the mapped memory goes through atomics or raw copies; the mapping lives as
-// long as any region (Arc), and `MmapRaw` itself is Send + Sync.
+// long as any region (Arc), `base` points into it, and `MmapRaw` itself is Send + Sync.
 unsafe impl Send for Region {}
 // SAFETY: as above; `&Region` only allows atomic access and raw copies.
 unsafe impl Sync for Region {}
@@ -88,13 +99,19 @@ impl Region {
 
     /// Whether the underlying mapping may be written.
     pub fn is_writable(&self) -> bool {
-        self.map.writable
+        self.writable
     }
 
     /// A sub-window `[offset, offset + len)` of this one.
     pub fn slice(&self, offset: usize, len: usize) -> Result<Region, ShmError> {
         self.check(offset, len, 1)?;
-        Ok(Region { map: Arc::clone(&self.map), offset: self.offset + offset, len })
+        Ok(Region {
+            map: Arc::clone(&self.map),
+            base: self.base.wrapping_add(offset),
+            writable: self.writable,
+            offset: self.offset + offset,
+            len,
+        })
     }
 
     #[inline]
@@ -114,12 +131,12 @@ impl Region {
     #[inline]
     fn ptr(&self, index: usize) -> *mut u8 {
         // In bounds: callers ran `check` first.
-        self.map.raw.as_mut_ptr().wrapping_add(self.offset + index)
+        self.base.wrapping_add(index)
     }
 
     #[inline]
     fn check_write(&self, index: usize, size: usize, align: usize) -> Result<*mut u8, ShmError> {
-        if !self.map.writable {
+        if !self.writable {
             return Err(ShmError::ReadOnly);
         }
         self.check(index, size, align)?;
@@ -338,7 +355,7 @@ impl Region {
     /// region, on read-only mappings and on CPUs without the instruction).
     #[inline]
     pub fn prefetch_write(&self, index: usize) {
-        if index < self.len && self.map.writable {
+        if index < self.len && self.writable {
             prefetch_write(self.ptr(index));
         }
     }
@@ -513,6 +530,52 @@ mod tests {
         window.put_i64(56, 7).unwrap();
         assert_eq!(region.get_i64(1080).unwrap(), 7);
         assert!(region.slice(4000, 200).is_err());
+    }
+
+    #[test]
+    fn nested_windows_reach_the_bytes_they_name() {
+        let region = Mapping::anonymous(4096).unwrap().into_region();
+        let outer = region.slice(512, 1024).unwrap();
+        let inner = outer.slice(256, 128).unwrap();
+        inner.put_i64_release(120, 0x1122).unwrap();
+        assert_eq!(region.get_i64(512 + 256 + 120).unwrap(), 0x1122);
+        assert_eq!(outer.get_i64_acquire(256 + 120).unwrap(), 0x1122);
+        assert_eq!(inner.get_and_add_i64(120, 1).unwrap(), 0x1122);
+        let mut out = Vec::new();
+        region.read_into(512 + 256 + 120, 8, &mut out).unwrap();
+        assert_eq!(out, 0x1123i64.to_le_bytes());
+        inner.put_bytes(0, b"abc").unwrap();
+        let mut three = [0u8; 3];
+        region.get_bytes(768, &mut three).unwrap();
+        assert_eq!(&three, b"abc");
+        // Alignment is the address's: a window at an odd offset shifts it.
+        let odd = region.slice(4, 64).unwrap();
+        assert!(matches!(odd.get_i64(0), Err(ShmError::Misaligned { .. })));
+        odd.put_i32(0, -3).unwrap();
+        odd.put_i64(4, 9).unwrap();
+        assert_eq!(region.get_i32(4).unwrap(), -3);
+        assert_eq!(region.get_i64(8).unwrap(), 9);
+        assert!(matches!(inner.slice(64, 65), Err(ShmError::OutOfBounds { .. })));
+    }
+
+    #[test]
+    fn windows_of_a_read_only_mapping_refuse_writes() {
+        let path = std::env::temp_dir().join(format!("affinity-region-ro-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).unwrap();
+        file.set_len(4096).unwrap();
+        let writable = Mapping::map_file(&file, true).unwrap().into_region();
+        writable.put_i64(1032, 77).unwrap();
+        let read_only = Mapping::map_file(&std::fs::File::open(&path).unwrap(), false).unwrap().into_region();
+        std::fs::remove_file(&path).unwrap();
+        let window = read_only.slice(1024, 64).unwrap();
+        assert!(!window.is_writable());
+        assert_eq!(window.get_i64(8).unwrap(), 77);
+        assert!(matches!(window.put_i64(8, 1), Err(ShmError::ReadOnly)));
+        assert!(matches!(window.get_and_add_i64(8, 1), Err(ShmError::ReadOnly)));
+        assert!(matches!(window.writer(0, 64), Err(ShmError::ReadOnly)));
+        // A no-op on a read-only mapping (a `prefetchw` there would be harmless, but skipped).
+        window.prefetch_write(0);
+        assert_eq!(writable.get_i64(1032).unwrap(), 77);
     }
 
     #[test]

@@ -1611,8 +1611,21 @@ mod tests {
         assert!(frames.iter().all(|f| f.1 == 9));
         let joined: Vec<u8> = frames.into_iter().flat_map(|f| f.2).collect();
         assert_eq!(joined, payload);
-        let too_long = vec![0; log.max_message_length() + 1];
-        assert!(matches!(log.offer(&too_long, 0, i64::MAX), Err(ShmError::Parameter(_))));
+        let max = log.max_message_length();
+        let tail = log.tail_position().unwrap();
+        let too_long = vec![0; max + 1];
+        match log.offer(&too_long, 0, i64::MAX) {
+            Err(ShmError::Parameter(message)) => assert_eq!(
+                message,
+                format!(
+                    "message of {} bytes exceeds the maximum of {max} for term length {}",
+                    max + 1,
+                    log.term_length()
+                )
+            ),
+            other => panic!("a message one byte over the maximum: {other:?}"),
+        }
+        assert_eq!(log.tail_position().unwrap(), tail, "nothing is appended");
     }
 
     #[test]
