@@ -25,7 +25,7 @@ from typing import Any
 import affinity
 import cluster_conf as conf
 from affinity.subjects import Flags, Source, Subscriber
-from cluster_netns import CLIENT_HOST, Router, address, drain, node_block, print_result, start_routers, until
+from cluster_netns import CLIENT_HOST, Router, address, cluster_hosts, drain, node_block, print_result, until
 
 NODES = ("heron", "golan", "avalon", "bilbo")
 SUBJECT = "/STOCK/IBM"
@@ -71,9 +71,7 @@ def main() -> int:
     started = time.monotonic()
     config = workdir / "cluster.conf"
     config.write_text(CONFIG)
-    routers = start_routers(workdir, {node: config for node in NODES}, str(LIVENESS))
-    client = affinity.Client()
-    try:
+    with cluster_hosts(workdir, {node: config for node in NODES}, str(LIVENESS)) as (routers, client):
         result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
         for node in ("avalon", "bilbo"):
             routers[node].wait_for("Source cluster.STOCK_EXCHANGE")
@@ -133,10 +131,6 @@ def main() -> int:
         print_result(result)
         for peer in peers:
             peer.close()
-    finally:
-        client.close()
-        for router in routers.values():
-            router.stop()
     return 0
 
 

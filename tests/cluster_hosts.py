@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import affinity
 import cluster_conf as conf
 from affinity.cluster_info import node_info_subject, parse_node_info
 from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, Subscriber
-from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, node_block, print_result, start_routers, until
+from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, cluster_hosts, node_block, print_result, until
 
 #: The nodes of this picture (frodo is not in the others' configuration).
 NODES = ("heron", "golan", "avalon", "bilbo", "frodo")
@@ -57,9 +56,7 @@ def main() -> int:
     cluster = analyse_router_text(CONFIG, "cluster.conf").config.cluster
     assert cluster is not None
     configs = {node: workdir / ("frodo.conf" if node == "frodo" else "cluster.conf") for node in NODES}
-    routers = start_routers(workdir, configs)
-    client = affinity.Client()
-    try:
+    with cluster_hosts(workdir, configs) as (_routers, client):
         result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
 
         # The stratum-2 cascade: a subscriber at bilbo, the source at golan.
@@ -141,10 +138,6 @@ def main() -> int:
         print_result(result)
         for peer in (source, carol, dave):
             peer.close()
-    finally:
-        client.close()
-        for router in routers.values():
-            router.stop()
     return 0
 
 

@@ -9,6 +9,7 @@ packet reaches a real interface.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,10 +18,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+import affinity
 import cluster_conf as conf
 from groups_two_hosts import sh, spawn_host
 
@@ -107,6 +109,22 @@ def start_routers(workdir: Path, configs: dict[str, Path], liveness: str = LIVEN
     for router in routers.values():
         router.wait_listening(deadline)
     return routers
+
+
+@contextlib.contextmanager
+def cluster_hosts(
+    workdir: Path, configs: dict[str, Path], liveness: str = LIVENESS
+) -> Iterator[tuple[dict[str, Router], affinity.Client]]:
+    """:func:`start_routers`, and the clients' :class:`affinity.Client`; on leaving, the client is
+    closed and every router in the dict (those started again since included) is stopped."""
+    routers = start_routers(workdir, configs, liveness)
+    client = affinity.Client()
+    try:
+        yield routers, client
+    finally:
+        client.close()
+        for router in routers.values():
+            router.stop()
 
 
 class Polled(Protocol):

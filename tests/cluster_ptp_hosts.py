@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import affinity
 from affinity.cluster_ptp import PtpClient
 from cluster_hosts import CONFIG
-from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, print_result, start_routers, until
+from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, cluster_hosts, print_result, until
 
 #: The nodes of the picture (frodo is not needed here).
 NODES = ("heron", "golan", "avalon", "bilbo")
@@ -41,9 +40,7 @@ def main() -> int:
     workdir = Path(sys.argv[1])
     started = time.monotonic()
     (workdir / "cluster.conf").write_text(CONFIG)
-    routers = start_routers(workdir, {node: workdir / "cluster.conf" for node in NODES})
-    client = affinity.Client()
-    try:
+    with cluster_hosts(workdir, {node: workdir / "cluster.conf" for node in NODES}) as (_routers, client):
         result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
 
         def at(node: str, login: str) -> PtpClient:
@@ -87,10 +84,6 @@ def main() -> int:
         print_result(result)
         for peer in (alice, carol, joe):
             peer.close()
-    finally:
-        client.close()
-        for router in routers.values():
-            router.stop()
     return 0
 
 

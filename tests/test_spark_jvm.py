@@ -6,6 +6,7 @@ both writers in ``test_spark_group.py``; this module covers what only exists bec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,8 +14,9 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import affinity
 import affinity.spark
@@ -22,6 +24,30 @@ import pytest
 from affinity.groups import create_group, create_secret
 from affinity.spark import CommitItem, DataItem, SinkConsumer
 from spark_support import REQUIRE_ENV, spark_session, wait_for
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def polled(consumer: SinkConsumer, kind: type[T]) -> Iterator[list[T]]:
+    """Polls ``consumer`` on a thread while the block runs: the items of type ``kind`` it
+    received, in order. The consumer is closed on leaving."""
+    items: list[T] = []
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            items.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, kind))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield items
+    finally:
+        stop.set()
+        thread.join(10)
+        consumer.close()
+
 
 pytestmark = pytest.mark.spark
 
@@ -182,25 +208,12 @@ def test_the_jvm_writer_reads_the_group_secret_from_the_registry(
     create_secret("sealed", tmp_path)
     consumer = SinkConsumer("sealed", 0, 1, client=client, registry=str(tmp_path), cycle=1.0)
     assert consumer._consumer.secret_source != "none", "the consumer did not find the group secret"
-    commits: list[CommitItem] = []
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.is_set():
-            commits.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, CommitItem))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with polled(consumer, CommitItem) as commits:
         df = spark.range(0, 100).selectExpr("cast(id AS string) AS k", "id AS n")
         df.write.format("affinity").option("group", "sealed").option("registry", str(tmp_path)).option(
             "key", "k"
         ).option("writer", "jvm").option("ackTimeout", "20s").mode("append").save()
         wait_for(lambda: len(commits) == 2, 30, "a commit on both queues")
-    finally:
-        stop.set()
-        thread.join(10)
-        consumer.close()
 
 
 def test_the_jvm_writer_fills_each_queues_messages_across_routing_chunks(
@@ -210,29 +223,18 @@ def test_the_jvm_writer_fills_each_queues_messages_across_routing_chunks(
     # (64 here) but keeps one open row group per queue across chunks: every message but a
     # queue's last holds maxBatchRows rows, not the ~16 rows a chunk has per queue.
     consumer = SinkConsumer("jvm", 0, 1, client=client, registry=registry, cycle=1.0)
-    items: list[DataItem] = []
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.is_set():
-            items.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, DataItem))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    chunk = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    before = spark.conf.get(chunk)
-    spark.conf.set(chunk, "64")
-    try:
-        df = spark.range(0, 2000, numPartitions=1).selectExpr("cast(id % 101 AS string) AS k", "id AS n")
-        df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
-            "writer", "jvm"
-        ).option("maxBatchRows", "100").mode("append").save()
-        wait_for(lambda: sum(i.envelope.rows for i in items) == 2000, 60, "2000 rows at the consumer")
-    finally:
-        spark.conf.set(chunk, before)
-        stop.set()
-        thread.join(10)
-        consumer.close()
+    with polled(consumer, DataItem) as items:
+        chunk = "spark.sql.execution.arrow.maxRecordsPerBatch"
+        before = spark.conf.get(chunk)
+        spark.conf.set(chunk, "64")
+        try:
+            df = spark.range(0, 2000, numPartitions=1).selectExpr("cast(id % 101 AS string) AS k", "id AS n")
+            df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
+                "writer", "jvm"
+            ).option("maxBatchRows", "100").mode("append").save()
+            wait_for(lambda: sum(i.envelope.rows for i in items) == 2000, 60, "2000 rows at the consumer")
+        finally:
+            spark.conf.set(chunk, before)
     per_queue: dict[int, list[int]] = {}
     for item in sorted(items, key=lambda i: i.envelope.sequence):
         assert item.batch().num_rows == item.envelope.rows
@@ -249,17 +251,8 @@ def test_the_jvm_writer_sends_messages_larger_than_its_first_encoding_buffer(
     # from it in place: messages of about 0.5 MiB make it grow while a message is half written;
     # every row must arrive whole, each key's rows in order.
     consumer = SinkConsumer("jvm", 0, 1, client=client, registry=registry, cycle=1.0)
-    items: list[DataItem] = []
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.is_set():
-            items.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, DataItem))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    rows = 8000
-    try:
+    with polled(consumer, DataItem) as items:
+        rows = 8000
         df = spark.range(0, rows, numPartitions=1).selectExpr(
             "cast(id % 3 AS string) AS k", "id AS n", "repeat(cast(id AS string), 60) AS pad"
         )
@@ -267,10 +260,6 @@ def test_the_jvm_writer_sends_messages_larger_than_its_first_encoding_buffer(
             "writer", "jvm"
         ).mode("append").save()
         wait_for(lambda: sum(i.envelope.rows for i in items) == rows, 60, f"{rows} rows at the consumer")
-    finally:
-        stop.set()
-        thread.join(10)
-        consumer.close()
     assert max(item.batch().nbytes for item in items) > 256 * 1024, "no message outgrew the first buffer"
     seen: list[tuple[str, int, str]] = []
     for item in sorted(items, key=lambda i: i.envelope.sequence):
@@ -337,29 +326,18 @@ def _received(spark: Any, registry: str, client: affinity.Client, df: Any, write
     import pyarrow as pa
 
     consumer = SinkConsumer("jvm", 0, 1, client=client, registry=registry, cycle=1.0)
-    items: list[DataItem] = []
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.is_set():
-            items.extend(i for i in consumer.poll(100, 0.05) if isinstance(i, DataItem))
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    # Routing chunks of 16 rows: the JVM writer's row buffer is reused chunk after chunk.
-    chunk = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    before = spark.conf.get(chunk)
-    spark.conf.set(chunk, "16")
-    try:
-        df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
-            "writer", writer
-        ).option("maxBatchRows", "7").mode("append").save()
-        wait_for(lambda: sum(i.envelope.rows for i in items) == rows, 60, f"{rows} rows from the {writer} writer")
-    finally:
-        spark.conf.set(chunk, before)
-        stop.set()
-        thread.join(10)
-        consumer.close()
+    with polled(consumer, DataItem) as items:
+        # Routing chunks of 16 rows: the JVM writer's row buffer is reused chunk after chunk.
+        chunk = "spark.sql.execution.arrow.maxRecordsPerBatch"
+        before = spark.conf.get(chunk)
+        spark.conf.set(chunk, "16")
+        try:
+            df.write.format("affinity").option("group", "jvm").option("registry", registry).option("key", "k").option(
+                "writer", writer
+            ).option("maxBatchRows", "7").mode("append").save()
+            wait_for(lambda: sum(i.envelope.rows for i in items) == rows, 60, f"{rows} rows from the {writer} writer")
+        finally:
+            spark.conf.set(chunk, before)
     assert all(item.batch().num_rows <= 7 for item in items)
     return pa.Table.from_batches([item.batch() for item in items]).sort_by("id")
 

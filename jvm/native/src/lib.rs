@@ -254,6 +254,20 @@ fn timeout_of(millis: jlong, what: &str) -> Result<Duration, Failure> {
         .ok_or_else(|| Failure::Option(format!("{what}: timeout {millis} ms must be positive")))
 }
 
+/// What a publish call names, checked: the open publisher `handle`, the queue (not negative) and
+/// the timeout (positive); `what` names the call in the errors.
+fn publish_target(
+    handle: jlong,
+    queue: jint,
+    timeout_millis: jlong,
+    what: &str,
+) -> Result<(Arc<Sink>, u32, Duration), Failure> {
+    let sink = sink(handle)?;
+    let timeout = timeout_of(timeout_millis, what)?;
+    let queue = u32::try_from(queue).map_err(|_| Failure::Sink(format!("{what}: queue {queue} < 0")))?;
+    Ok((sink, queue, timeout))
+}
+
 /// `static native long openGroup(String group, String registry)`: `registry` may be null.
 #[no_mangle]
 pub extern "system" fn Java_affinity_spark_Native_openGroup<'local>(
@@ -327,9 +341,7 @@ pub extern "system" fn Java_affinity_spark_Native_publish<'local>(
     timeout_millis: jlong,
 ) -> jlong {
     guard(&mut env, 0, |env| {
-        let sink = sink(handle)?;
-        let timeout = timeout_of(timeout_millis, "publish")?;
-        let queue = u32::try_from(queue).map_err(|_| Failure::Sink(format!("publish: queue {queue} < 0")))?;
+        let (sink, queue, timeout) = publish_target(handle, queue, timeout_millis, "publish")?;
         let total = env.get_array_length(&message)?;
         if length < 0 || length > total {
             return Err(Failure::Sink(format!("publish: length {length} outside 0..={total}")));
@@ -355,9 +367,7 @@ pub extern "system" fn Java_affinity_spark_Native_publishDirect<'local>(
     timeout_millis: jlong,
 ) -> jlong {
     guard(&mut env, 0, |env| {
-        let sink = sink(handle)?;
-        let timeout = timeout_of(timeout_millis, "publishDirect")?;
-        let queue = u32::try_from(queue).map_err(|_| Failure::Sink(format!("publishDirect: queue {queue} < 0")))?;
+        let (sink, queue, timeout) = publish_target(handle, queue, timeout_millis, "publishDirect")?;
         if message.is_null() {
             return Err(Failure::Sink("publishDirect: the buffer is null".into()));
         }
