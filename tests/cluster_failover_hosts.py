@@ -26,7 +26,7 @@ from typing import Any
 import affinity
 import cluster_conf as conf
 from affinity.subjects import Flags, Source, Subscriber
-from cluster_netns import CLIENT_HOST, address, cluster_hosts, drain, node_block, print_result, until
+from cluster_netns import CLIENT_HOST, address, drain, node_block, print_result, running_cluster, until
 
 NODES = ("heron", "hobbit", "golan", "avalon", "bilbo")
 RUGBY_FEED, STOCK_FEED = "rugby-feed", "stock-feed"
@@ -91,7 +91,10 @@ def main() -> int:
     workdir = Path(sys.argv[1])
     started = time.monotonic()
     (workdir / "cluster.conf").write_text(CONFIG)
-    with cluster_hosts(workdir, {node: workdir / "cluster.conf" for node in NODES}, str(LIVENESS)) as (routers, client):
+    with running_cluster(workdir, {node: workdir / "cluster.conf" for node in NODES}, str(LIVENESS)) as (
+        routers,
+        client,
+    ):
         result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
         for node in ("golan", "avalon", "bilbo"):
             routers[node].wait_for("Source cluster.STOCK_EXCHANGE")

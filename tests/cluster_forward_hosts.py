@@ -23,26 +23,16 @@ from pathlib import Path
 from typing import Any
 
 import affinity
-import cluster_conf as conf
 from affinity.subjects import Flags, Source, Subscriber
-from cluster_netns import CLIENT_HOST, Router, address, cluster_hosts, drain, node_block, print_result, until
+from cluster_hosts import CONFIG, FEED, SUBJECT
+from cluster_netns import CLIENT_HOST, Router, address, drain, print_result, running_cluster, until
 
 NODES = ("heron", "golan", "avalon", "bilbo")
-SUBJECT = "/STOCK/IBM"
-FEED, PUBLISHER = "stock-feed", "stock-publisher"
+PUBLISHER = "stock-publisher"
 #: Updates before the kill, and while golan is down.
 BEFORE, DURING = 100, 50
 #: The routers' and clients' liveness timeout, seconds (generous against a loaded machine).
 LIVENESS = 2.0
-CONFIG = (
-    conf.data_service("stock", "^/STOCK/", FEED)
-    + conf.domain("RUGBY_NEWS", "^/RUGBY/")
-    + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
-    + node_block("heron", "master-of RUGBY_NEWS")
-    + node_block("golan", "master-of STOCK_EXCHANGE")
-    + node_block("avalon")
-    + node_block("bilbo", "upstream RUGBY_NEWS avalon", "upstream STOCK_EXCHANGE avalon")
-)
 
 
 class Inbox:
@@ -71,7 +61,7 @@ def main() -> int:
     started = time.monotonic()
     config = workdir / "cluster.conf"
     config.write_text(CONFIG)
-    with cluster_hosts(workdir, {node: config for node in NODES}, str(LIVENESS)) as (routers, client):
+    with running_cluster(workdir, {node: config for node in NODES}, str(LIVENESS)) as (routers, client):
         result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
         for node in ("avalon", "bilbo"):
             routers[node].wait_for("Source cluster.STOCK_EXCHANGE")

@@ -23,7 +23,7 @@ import cluster_conf as conf
 from affinity.cluster_info import node_info_subject, parse_node_info
 from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, Subscriber
-from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, cluster_hosts, node_block, print_result, until
+from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, node_block, print_result, running_cluster, until
 
 #: The nodes of this picture (frodo is not in the others' configuration).
 NODES = ("heron", "golan", "avalon", "bilbo", "frodo")
@@ -56,7 +56,7 @@ def main() -> int:
     cluster = analyse_router_text(CONFIG, "cluster.conf").config.cluster
     assert cluster is not None
     configs = {node: workdir / ("frodo.conf" if node == "frodo" else "cluster.conf") for node in NODES}
-    with cluster_hosts(workdir, configs) as (_routers, client):
+    with running_cluster(workdir, configs) as (_routers, client):
         result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
 
         # The stratum-2 cascade: a subscriber at bilbo, the source at golan.

@@ -1,7 +1,8 @@
 """The network-namespace "hosts" every multi-host cluster test shares (``docs/cluster.md``):
-the scripts (``cluster_hosts.py``, ``cluster_ptp_hosts.py``, ``cluster_failover_hosts.py``) run
-inside a private network namespace (``unshare -n``, made by :func:`run_hosts`), make a bridge
-``br0`` (10.9.0.1/24, :func:`make_bridge`) and start each node as ``affinity router --node NODE``
+the scripts (``cluster_hosts.py``, ``cluster_ptp_hosts.py``, ``cluster_failover_hosts.py``,
+``cluster_forward_hosts.py``) run inside a private network namespace (``unshare -n``, made by
+:func:`run_hosts`), make a bridge ``br0`` (10.9.0.1/24, :func:`make_bridge`) and, in
+:func:`running_cluster`, start each node as ``affinity router --node NODE``
 in a host namespace of its own, linked to the bridge by a veth pair (``groups_two_hosts.spawn_host``)
 and listening on 10.9.0.N (:data:`HOSTS`). The script itself is the clients' host (10.9.0.1). No
 packet reaches a real interface.
@@ -112,7 +113,7 @@ def start_routers(workdir: Path, configs: dict[str, Path], liveness: str = LIVEN
 
 
 @contextlib.contextmanager
-def cluster_hosts(
+def running_cluster(
     workdir: Path, configs: dict[str, Path], liveness: str = LIVENESS
 ) -> Iterator[tuple[dict[str, Router], affinity.Client]]:
     """:func:`start_routers`, and the clients' :class:`affinity.Client`; on leaving, the client is

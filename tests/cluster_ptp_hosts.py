@@ -17,7 +17,7 @@ from typing import Any
 
 from affinity.cluster_ptp import PtpClient
 from cluster_hosts import CONFIG
-from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, cluster_hosts, print_result, until
+from cluster_netns import CLIENT_HOST, STEP_TIMEOUT, address, print_result, running_cluster, until
 
 #: The nodes of the picture (frodo is not needed here).
 NODES = ("heron", "golan", "avalon", "bilbo")
@@ -40,7 +40,7 @@ def main() -> int:
     workdir = Path(sys.argv[1])
     started = time.monotonic()
     (workdir / "cluster.conf").write_text(CONFIG)
-    with cluster_hosts(workdir, {node: workdir / "cluster.conf" for node in NODES}) as (_routers, client):
+    with running_cluster(workdir, {node: workdir / "cluster.conf" for node in NODES}) as (_routers, client):
         result: dict[str, Any] = {"started_in": round(time.monotonic() - started, 2)}
 
         def at(node: str, login: str) -> PtpClient:
