@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 #: Set (as CI does) to fail instead of skipping when PySpark or Java is missing.
@@ -194,6 +195,20 @@ def check_once_and_in_order(rows: list[tuple[str, int]], expected: set[tuple[str
     for key, n in rows:
         assert n > last.get(key, -1), f"key {key!r}: {n} arrived after {last[key]}"
         last[key] = n
+
+
+def write_parquet_files_in_order(directory: Path, tables: list[Any]) -> None:
+    """Writes ``tables`` as ``00.parquet``, ``01.parquet``, ... with modification times one second apart.
+
+    Spark's file source takes the oldest files first, by modification time in milliseconds, and
+    files written within one millisecond come in the directory's order, which is not their
+    names' order. A test that expects micro-batch ``i`` to hold file ``i`` needs distinct times.
+    """
+    start = time.time() - len(tables)
+    for index, table in enumerate(tables):
+        path = directory / f"{index:02d}.parquet"
+        pq.write_table(table, path)
+        os.utime(path, (start + index, start + index))
 
 
 def publish_and_read_back(spark: Any, client: Any, group: str, registry: str, table: str, timeout: float) -> None:

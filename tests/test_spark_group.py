@@ -23,7 +23,6 @@ from typing import Any
 
 import affinity
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from affinity.groups import create_group, group_queue
 from affinity.spark import AbortItem, CommitItem, DataItem, SinkConsumer, consume
@@ -34,6 +33,7 @@ from spark_support import (
     spark_session,
     wait_for,
     worker_driver_dirs,
+    write_parquet_files_in_order,
     writer_param,
 )
 
@@ -209,11 +209,13 @@ def test_streaming_keeps_order_per_key_across_five_micro_batches(
     source = tmp_path / "in"
     source.mkdir()
     expected: set[tuple[str, int]] = set()
+    tables = []
     for batch in range(5):
         keys = [f"acct-{i % 300}" for i in range(1500)]
         numbers = [batch * 10_000 + i for i in range(1500)]
         expected.update(zip(keys, numbers, strict=True))
-        pq.write_table(pa.table({"k": keys, "n": numbers}), source / f"{batch}.parquet")
+        tables.append(pa.table({"k": keys, "n": numbers}))
+    write_parquet_files_in_order(source, tables)  # micro-batch i reads file i
     stream = spark.readStream.schema("k string, n long").option("maxFilesPerTrigger", 1).parquet(str(source))
     query = (
         group.option(stream.writeStream)
@@ -434,11 +436,13 @@ def test_a_consumer_killed_mid_stream_loses_nothing(spark: Any, group: Group, tm
         source.mkdir()
         expected: set[tuple[str, int]] = set()
         files = 6
+        tables = []
         for batch in range(files):
             keys = [f"acct-{i % 200}" for i in range(2000)]
             numbers = [batch * 10_000 + i for i in range(2000)]
             expected.update(zip(keys, numbers, strict=True))
-            pq.write_table(pa.table({"k": keys, "n": numbers}), source / f"{batch:02d}.parquet")
+            tables.append(pa.table({"k": keys, "n": numbers}))
+        write_parquet_files_in_order(source, tables)  # micro-batch i reads file i
         stream = spark.readStream.schema("k string, n long").option("maxFilesPerTrigger", 1).parquet(str(source))
         query = (
             group.option(stream.writeStream)
