@@ -9,11 +9,11 @@
 //! affinity-ipc attach    --dir D --count N         (median time of N attaches)
 //! affinity-ipc idle-publications  --dir D [--channel URI] --count N [--hang 1] (N publications on N streams: time, RSS)
 //! affinity-ipc idle-subscriptions --dir D [--channel URI] --count N [--hang 1] (N subscriptions on N streams: time, RSS)
-//! affinity-ipc offer-alone --count N [--size BYTES]   (the log's one-message appender alone: CPU per offer)
+//! affinity-ipc offer-alone --count N [--size BYTES] [--term-length BYTES]   (the log's one-message appender alone: CPU per offer)
 //! ```
 //!
 //! `offer-alone` needs no driver: N one-message `LogBuffer::offer`s into an anonymous log
-//! (default IPC term length and MTU) in this one thread, nobody reading and no limit; it prints
+//! (the default IPC term length unless `--term-length`, and the default MTU) in this one thread, nobody reading and no limit; it prints
 //! `{"role":"offer-alone","messages":..,"cpu_seconds":..,"cpu_ns_per_offer":..}`. Without the
 //! other processes' cache-line traffic and scheduling it measures what the appender's own
 //! instructions cost, the figure a loaded machine moves least (`docs/benchmarks.md`).
@@ -73,6 +73,9 @@ struct Args {
     hang: bool,
     batch: usize,
     check_sequence: bool,
+    /// `offer-alone --term-length BYTES`: the anonymous log's term length (a small one keeps the
+    /// log in cache: the appender's instructions without its memory traffic).
+    term_length: Option<u32>,
 }
 
 fn parse() -> Result<Args, String> {
@@ -88,6 +91,7 @@ fn parse() -> Result<Args, String> {
         hang: false,
         batch: 1,
         check_sequence: true,
+        term_length: None,
     };
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
@@ -107,6 +111,9 @@ fn parse() -> Result<Args, String> {
                 }
             }
             "--batch" => parsed.batch = number()?.clamp(1, 1 << 20) as usize,
+            "--term-length" => {
+                parsed.term_length = Some(value.parse().map_err(|e| format!("--term-length {value:?}: {e}"))?)
+            }
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -233,7 +240,7 @@ fn offer_alone(args: &Args) -> Result<(), String> {
     use affinity::logbuffer::Offer;
     use affinity::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
     let params = LogParams {
-        term_length: DEFAULT_TERM_LENGTH_IPC,
+        term_length: args.term_length.unwrap_or(DEFAULT_TERM_LENGTH_IPC),
         mtu: DEFAULT_MTU,
         page_size: PAGE_MIN_SIZE,
         initial_term_id: 0,
