@@ -11,9 +11,10 @@ it by a veth pair:
 - MASTER: ``spark-class ...deploy.master.Master``;
 - each of WORKERS: an ``affinity driver`` and ``spark-class ...deploy.worker.Worker`` (1 core, 1 GiB)
   started with ``AFFINITY_DIR`` naming that driver and ``SPARK_LOCAL_IP`` its own address;
-- PROGRAM: the driver program (``spark_cluster_job.py``, a registry directory that stays empty):
-  two batch writes of ROWS rows, a Structured Streaming write of STREAM_DELAYS rounds, then two
-  writes with a bad bootstrap list that must fail; afterwards, on the same host, the Spark Connect
+- PROGRAM: the driver program (``spark_cluster_job.py``, a registry directory that stays empty,
+  the JVM writer's jar on its session): two batch writes of ROWS rows (the Python writer, then
+  KILLED_BATCH_WRITER), a Structured Streaming write of STREAM_DELAYS rounds, then three writes
+  with a bad bootstrap list that must fail; afterwards, on the same host, the Spark Connect
   client, which writes a batch and a stream through
 - CONNECT: a Spark Connect server (``SparkConnectServer`` through ``spark-submit``) on the same
   master (the program's application has ended, so the workers' cores are free).
@@ -76,6 +77,10 @@ PARTITIONS = 8
 KEYS = 5
 #: Seconds the second batch write spends per row (a Python UDF), so an executor can be killed mid-write.
 ROW_DELAY_S = 0.003
+#: The writer of the second batch write, during which an executor JVM is killed (the JVM writer's
+#: publisher lives in that JVM); the first batch write, the stream and the bad writes take the
+#: Python writer, the Spark Connect ones the server's (no jar there: Python).
+KILLED_BATCH_WRITER = "jvm"
 #: Rows per Arrow batch and per message: a partition arrives in several pieces, so a kill lands
 #: after some of a task's rows were delivered (its retry sends them again).
 PIECE_ROWS = 50
@@ -297,19 +302,25 @@ def main() -> int:
             "master": master_url,
             "host": ip,
             "driver_dirs": driver_dirs,
+            "jar": True,
             "batches": [
-                {**batch, "first": 0, "prefix": "p", "delay": 0.0},
-                {**batch, "first": ROWS, "prefix": "p", "delay": ROW_DELAY_S},
+                {**batch, "first": 0, "prefix": "p", "delay": 0.0, "writer": "python"},
+                {**batch, "first": ROWS, "prefix": "p", "delay": ROW_DELAY_S, "writer": KILLED_BATCH_WRITER},
             ],
             "stream": {
                 **stream,
+                "writer": "python",
                 "first": STREAM_FIRST,
                 "prefix": "s",
                 "delays": STREAM_DELAYS,
                 "dir": str(workdir / "stream-in"),
                 "checkpoint": str(workdir / "stream-checkpoint"),
             },
-            "bad": [["unreachable", str(empty), NOBODY], ["another definition", str(other), ",".join(INBOXES)]],
+            "bad": [
+                ["unreachable", "python", str(empty), NOBODY],
+                ["another definition", "python", str(other), ",".join(INBOXES)],
+                ["unreachable, JVM writer", "jvm", str(empty), NOBODY],
+            ],
         }
         connect = {
             **common,

@@ -43,6 +43,10 @@ def session(config: dict[str, Any]) -> Any:
         return SparkSession.builder.remote(config["remote"]).getOrCreate()
     host = config["host"]
     builder = SparkSession.builder.master(config["master"]).appName("affinity-cluster-hosts")
+    if config.get("jar"):  # the JVM writer's jar, shipped to the executors by Spark (spark.jars)
+        import affinity.spark
+
+        builder = affinity.spark.configure(builder)
     for name, value in {
         "spark.ui.enabled": "false",
         "spark.driver.host": host,
@@ -74,7 +78,7 @@ def main() -> None:
     def where(n: int) -> str:  # the executor's host, so the test knows whose rows arrive
         return os.environ.get("SPARK_LOCAL_IP", "")
 
-    def sink(writer: Any, registry: str | None = None, bootstrap: str | None = None) -> Any:
+    def sink(writer: Any, which: str, registry: str | None = None, bootstrap: str | None = None) -> Any:
         return (
             writer.format("affinity")
             .option("group", config["group"])
@@ -82,6 +86,7 @@ def main() -> None:
             .option("key", "k")
             .option("bootstrap", bootstrap or config["bootstrap"])
             .option("maxBatchRows", str(config["piece"]))
+            .option("writer", which)
         )
 
     for batch in config.get("batches", []):
@@ -91,7 +96,7 @@ def main() -> None:
         key = f"concat('{prefix}', cast(floor(id / {per}) AS string), '-', cast(id % {keys} AS string)) AS k"
         df = df.selectExpr(key, "id", f"cast({batch['delay']} AS double) AS d")
         df = df.select("k", slowly("id", "d").alias("n"), where("id").alias("h"))
-        sink(df.write).mode("append").save()
+        sink(df.write, batch.get("writer", "auto")).mode("append").save()
         say("batch", first=first, clients={d: _clients(d) for d in config.get("driver_dirs", [])})
 
     stream = config.get("stream")
@@ -101,7 +106,8 @@ def main() -> None:
         files, rows, keys, prefix = stream["files"], stream["rows"], stream["keys"], stream["prefix"]
         df = spark.readStream.schema("k string, n long, d double").option("maxFilesPerTrigger", files)
         df = df.parquet(str(source)).select("k", slowly(col("n"), col("d")).alias("n"), where("n").alias("h"))
-        query = sink(df.writeStream).option("checkpointLocation", stream["checkpoint"]).start()
+        query = sink(df.writeStream, stream.get("writer", "auto")).option("checkpointLocation", stream["checkpoint"])
+        query = query.start()
         try:
             for round_, delay in enumerate(stream["delays"]):
                 for j in range(files):
@@ -120,14 +126,14 @@ def main() -> None:
         finally:
             query.stop()
 
-    for name, registry, bootstrap in config.get("bad", []):
+    for name, which, registry, bootstrap in config.get("bad", []):
         df = spark.range(0, 10).selectExpr("'bad' AS k", "id AS n")
         started = time.monotonic()
         try:
-            sink(df.write, registry, bootstrap).mode("append").save()
+            sink(df.write, which, registry, bootstrap).mode("append").save()
         except Exception as error:  # the test reads the type and the message
             get_message = getattr(error, "getMessage", None)
-            text = str(get_message()) if callable(get_message) else str(error)
+            text = (str(get_message()) if callable(get_message) else "") or str(error)
             seconds = round(time.monotonic() - started, 1)
             say("bad", case=name, error=type(error).__name__, message=text, seconds=seconds)
         else:

@@ -182,9 +182,11 @@ class Collected:
 
 
 def full_text(error: BaseException) -> str:
-    """The whole message of a Spark error (its ``str`` cuts the Python traceback short)."""
+    """The whole message of a Spark error (its ``str`` cuts the Python traceback short; a JVM
+    ``IllegalArgumentException`` has its message in ``str`` only)."""
     get_message = getattr(error, "getMessage", None)
-    return str(get_message()) if callable(get_message) else str(error)
+    message = str(get_message()) if callable(get_message) else ""
+    return message or str(error)
 
 
 def check_once_and_in_order(rows: list[tuple[str, int]], expected: set[tuple[str, int]]) -> None:

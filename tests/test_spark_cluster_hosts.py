@@ -4,17 +4,19 @@ for the module): master, two workers each with its own ``affinity driver`` (``AF
 processes run on yet another host, reached only through ``bootstrap`` (every writer's registry is
 empty).
 
-- Two batch writes; during the second, the first worker's executor JVM is SIGKILLed: Spark runs the
-  lost tasks again and the consumers discard what the retries send twice.
+- Two batch writes, the first by the Python writer, the second by the JVM writer (its publisher
+  lives in the executor JVM, attached to the host's driver); during the second, the first worker's
+  executor JVM is SIGKILLed: Spark runs the lost tasks again and the consumers discard what the
+  retries send twice.
 - A Structured Streaming write (parquet files, four micro-batch rounds): one consumer is SIGKILLed
   during round 1 (the survivors take its queues), an executor JVM during round 2; the query goes on.
   Every row arrives, exactly once per committed batch except the documented at-least-once window
   (docs/groups.md): what the killed consumer had delivered but not yet acknowledged.
 - The same batch and stream through a Spark Connect server on that master, its client on the
   driver program's host.
-- Bad input: an unreachable bootstrap list, a bootstrap list whose members hold another
-  definition of the group than the writer's registry: both refused when planned, each error
-  naming the cause, and nothing of either write is delivered.
+- Bad input: an unreachable bootstrap list (both writers), a bootstrap list whose members hold
+  another definition of the group than the writer's registry: each refused when planned, each
+  error naming the cause, and nothing of any of them is delivered.
 
 Rows arrive in order per key, each key at one consumer at a time."""
 
@@ -270,5 +272,11 @@ def test_a_bad_bootstrap_fails_naming_the_cause_and_delivers_nothing(run: dict[s
     assert any(f"bootstrap member {inbox} " in message for inbox in hosts.INBOXES), message
     assert len(set(re.findall(r"fingerprint ([0-9a-f]{16})", message))) == 2, message
     assert f"QC={hosts.QUEUE_COUNT}" in message and f"QC={hosts.OTHER_QUEUE_COUNT}" in message, message
-    # Nothing of either write was delivered (nor committed: test_every_batch_... counts the commits).
+    # The JVM writer refuses the unreachable list when planned too (IllegalArgumentException).
+    jvm = bad["unreachable, JVM writer"]
+    assert jvm["error"] == "IllegalArgumentException", jvm
+    message = jvm["message"]
+    assert f"option group={hosts.GROUP!r}" in message and f"bootstrap={hosts.NOBODY!r}" in message, message
+    assert "no bootstrap member answered" in message, message
+    # Nothing of any of them was delivered (nor committed: test_every_batch_... counts the commits).
     assert not [k for lines in run["consumers"] for line in lines for k, _ in line.get("rows", []) if k == "bad"]

@@ -23,6 +23,7 @@ from affinity.spark import SparkOptionError
 from affinity.spark.clients import DRIVER_DIR_ENV, SPARK_LOCAL_IP_ENV, check_driver
 from conftest import StandaloneDriver
 from spark_support import (
+    WRITERS,
     Collected,
     check_once_and_in_order,
     full_text,
@@ -32,6 +33,7 @@ from spark_support import (
     spark_session,
     wait_for,
     worker_driver_dirs,
+    writer_param,
 )
 
 pytestmark = pytest.mark.spark
@@ -290,11 +292,12 @@ def test_consume_passes_host_to_the_group_member(group: str, registry: str) -> N
             thread.join(WAIT_S)
 
 
+@pytest.mark.parametrize("writer", [writer_param(w) for w in WRITERS])
 def test_the_sink_finds_the_group_through_bootstrap_without_a_registry_entry(
-    spark: Any, group: str, registry: str, tmp_path: Path
+    spark: Any, group: str, registry: str, tmp_path: Path, writer: str
 ) -> None:
     from affinity.testing import free_udp_port
-    from pyspark.errors import AnalysisException
+    from pyspark.errors import AnalysisException, IllegalArgumentException
 
     listen = f"127.0.0.1:{free_udp_port()}"
     empty = tmp_path / "empty-registry"
@@ -314,6 +317,7 @@ def test_the_sink_finds_the_group_through_bootstrap_without_a_registry_entry(
                 .option("registry", str(empty))
                 .option("key", "k")
                 .option("bootstrap", listen)
+                .option("writer", writer)
                 .mode("append")
                 .save()
             )
@@ -326,16 +330,18 @@ def test_the_sink_finds_the_group_through_bootstrap_without_a_registry_entry(
     assert not any(empty.iterdir()), "a member given a bootstrap list wrote into its registry"
     # Nobody at the listed address: the write fails when planned, naming the option and the address.
     nobody = f"127.0.0.1:{free_udp_port()}"
-    with pytest.raises(AnalysisException) as raised:
+    with pytest.raises((AnalysisException, IllegalArgumentException)) as raised:
         df.write.format("affinity").option("group", group).option("registry", str(empty)).option("key", "k").option(
             "bootstrap", nobody
-        ).mode("append").save()
+        ).option("writer", writer).mode("append").save()
     text = full_text(raised.value)
     assert f"option group={group!r}" in text and f"bootstrap={nobody!r}" in text, text
+    assert "no bootstrap member answered" in text and nobody in text, text
 
 
+@pytest.mark.parametrize("writer", [writer_param(w) for w in WRITERS])
 def test_a_sink_whose_registry_holds_another_definition_than_its_bootstrap_member_is_refused_when_planned(
-    spark: Any, registry: str, tmp_path: Path
+    spark: Any, registry: str, tmp_path: Path, writer: str
 ) -> None:
     """The consumer (its own process, its own registry: QC 4) answers the sink's bootstrap request
     with another definition than the sink's registry holds (QC 2): ``save()`` fails when planned,
@@ -346,7 +352,7 @@ def test_a_sink_whose_registry_holds_another_definition_than_its_bootstrap_membe
 
     from affinity.groups import create_group, learn_definition
     from affinity.testing import free_udp_port
-    from pyspark.errors import AnalysisException
+    from pyspark.errors import AnalysisException, IllegalArgumentException
 
     theirs, ours = tmp_path / "theirs", tmp_path / "ours"
     create_group("ledger", "__ledger__", HASH_COUNT, QUEUE_COUNT, 8 << 20, theirs)
@@ -371,14 +377,14 @@ def test_a_sink_whose_registry_holds_another_definition_than_its_bootstrap_membe
                     assert "no bootstrap member answered" in str(error) and time.monotonic() < deadline, error
         assert learned.queue_count == QUEUE_COUNT
         df = spark.range(0, 100, numPartitions=2).selectExpr("cast(id % 7 AS string) AS k", "id AS n")
-        with pytest.raises(AnalysisException) as raised:
+        with pytest.raises((AnalysisException, IllegalArgumentException)) as raised:
             (
                 df.write.format("affinity")
                 .option("group", "ledger")
                 .option("registry", str(ours))
                 .option("key", "k")
                 .option("bootstrap", inbox)
-                .option("writer", "python")
+                .option("writer", writer)
                 .mode("append")
                 .save()
             )

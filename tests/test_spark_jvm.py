@@ -178,15 +178,18 @@ def test_both_writers_refuse_bad_options_with_the_same_message(
     assert jvm == python
 
 
-def test_the_jvm_writer_leaves_member_placement_to_the_python_writer(spark: Any, registry: str) -> None:
-    # writer=jvm refuses each placement option by name; writer=auto hands them to the Python
-    # writer, whose refusal of an unknown driver directory shows it took the write.
-    for name, value in (("driverDir", "/nonexistent/driver"), ("host", "127.0.0.1"), ("bootstrap", "127.0.0.1:1")):
-        options = {"group": "jvm", "registry": registry, "key": "k", name: value}
-        message = _refusal(spark, {**options, "writer": "jvm"})
-        assert f"option writer='jvm' does not take option {name}" in message, message
-    message = _refusal(spark, {"group": "jvm", "registry": registry, "key": "k", "driverDir": "/nonexistent/driver"})
+def test_the_jvm_writer_leaves_a_driver_directory_to_the_python_writer(spark: Any, registry: str) -> None:
+    # writer=jvm refuses driverDir by name (its publisher attaches to $AFFINITY_DIR's driver);
+    # writer=auto hands it to the Python writer, whose refusal of an unknown driver directory
+    # shows it took the write. host, control and bootstrap both writers take.
+    options = {"group": "jvm", "registry": registry, "key": "k", "driverDir": "/nonexistent/driver"}
+    message = _refusal(spark, {**options, "writer": "jvm"})
+    assert "option writer='jvm' does not take option driverDir" in message, message
+    message = _refusal(spark, options)
     assert "/nonexistent/driver" in message and "writer='jvm'" not in message, message
+    control = {"group": "jvm", "registry": registry, "key": "k", "control": "udp:nope", "writer": "jvm"}
+    message = _refusal(spark, control)
+    assert message.startswith("option control='udp:nope'"), message
 
 
 def test_the_jvm_writer_refuses_what_only_the_python_writer_writes(spark: Any, registry: str) -> None:

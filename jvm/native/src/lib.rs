@@ -3,8 +3,11 @@
 //! The executor JVM hands this library whole messages (envelope + Arrow IPC body, built in Java)
 //! and the routing keys of its rows; the keyed routing (`affinity_hash(key) % HC % QC`), the
 //! retention, acknowledgements and resends are the Rust core's [`GroupPublisher`], one per
-//! (group, registry) and JVM, on one client per JVM: attached to the standalone driver named by
-//! `$AFFINITY_DIR` when it is set, else an embedded driver.
+//! (group, registry, placement) and JVM, on one client per JVM: attached to the standalone driver
+//! named by `$AFFINITY_DIR` when it is set, else an embedded driver. The placement options (`host`,
+//! `control`, `bootstrap`) are the Python writer's: with `bootstrap` and no registry entry the
+//! definition is learned from the first listed member that answers; with both, an answer holding
+//! another definition is refused, naming both fingerprints.
 //!
 //! Handles are indices into a process-wide table (never pointers): a stale or forged handle is
 //! an error, not a crash. Every entry point catches panics and turns every failure into a Java
@@ -17,11 +20,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use affinity::client::ClientHandle;
+use affinity::client::{check_channel, ClientHandle};
+use affinity::control::member::DEFAULT_LIVENESS_TIMEOUT;
 use affinity::embedded::{self, EmbeddedConfig};
+use affinity::groups::bootstrap::{parse_bootstrap_list, DEFAULT_BOOTSTRAP_TIMEOUT, NO_ANSWER};
 use affinity::groups::publisher::Refusal;
 use affinity::groups::registry;
-use affinity::groups::runtime::{GroupPublisher, MemberOptions};
+use affinity::groups::runtime::{self, GroupPublisher, MemberOptions};
 use affinity::groups::{queue_of, GroupConfig, GroupError, DEFAULT_RESEND_TIMEOUT};
 use affinity::shm::directory;
 use jni::objects::{JByteArray, JByteBuffer, JClass, JIntArray, JLongArray, JString};
@@ -39,6 +44,9 @@ pub const WAIT_MAX: Duration = Duration::from_millis(10);
 
 /// How often a task waiting in `flushTo` looks at the acknowledged sequences.
 pub const FLUSH_POLL: Duration = Duration::from_micros(500);
+/// The environment variable Spark sets to the executor's address: the address a publisher
+/// advertises when the `host` option is not given (as the Python writer's `advertised_host`).
+pub const SPARK_LOCAL_IP_ENV: &str = "SPARK_LOCAL_IP";
 
 /// A failure, as the Java exception it becomes.
 #[derive(Debug)]
@@ -63,11 +71,25 @@ struct Sink {
     publisher: GroupPublisher,
 }
 
+/// Where a publisher joins its group: the sink's options `host`, `control` and `bootstrap`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Placement {
+    /// The address the publisher's inbox advertises (default `$SPARK_LOCAL_IP`, else the group's).
+    pub host: Option<String>,
+    /// An extra heartbeat channel.
+    pub control: Option<String>,
+    /// `host:port,...` of members to ask for the definition and the members.
+    pub bootstrap: Option<String>,
+}
+
+/// What one publisher of this JVM serves: the group, its registry and its placement.
+type Target = (String, PathBuf, Placement);
+
 #[derive(Default)]
 struct State {
     client: Option<Arc<ClientHandle>>,
     sinks: Vec<Option<Arc<Sink>>>,
-    by_target: BTreeMap<(String, PathBuf), usize>,
+    by_target: BTreeMap<Target, usize>,
 }
 
 static STATE: Mutex<State> = Mutex::new(State { client: None, sinks: Vec::new(), by_target: BTreeMap::new() });
@@ -102,29 +124,75 @@ fn client(state: &mut State) -> Result<Arc<ClientHandle>, Failure> {
     Ok(client)
 }
 
-/// Opens (or finds) this JVM's publisher of `group`; returns its handle (≥ 1).
-fn open_group(group: &str, registry: Option<&str>) -> Result<jlong, Failure> {
+/// Opens (or finds) this JVM's publisher of `group` at `placement`; returns its handle (≥ 1).
+fn open_group(group: &str, registry: Option<&str>, placement: &Placement) -> Result<jlong, Failure> {
     let option = |message: String| {
         // Quoted as the Python writer's messages quote option values (Python's repr).
-        let place = registry.map(|r| format!(" (registry='{r}')")).unwrap_or_default();
+        let mut place = registry.map(|r| format!(" (registry='{r}')")).unwrap_or_default();
+        if let Some(bootstrap) = &placement.bootstrap {
+            place.push_str(&format!(" (bootstrap='{bootstrap}')"));
+        }
         Failure::Option(format!("option group='{group}'{place}: {message}"))
     };
+    if let Some(control) = &placement.control {
+        check_channel(control).map_err(|e| Failure::Option(format!("option control='{control}': {e}")))?;
+    }
     let dir = registry::registry_dir(registry).map_err(option)?;
+    let bootstrap = match &placement.bootstrap {
+        Some(list) => parse_bootstrap_list(list).map_err(|e| option(e.to_string()))?,
+        None => Vec::new(),
+    };
     let mut state = state();
-    if let Some(&index) = state.by_target.get(&(group.to_owned(), dir.clone())) {
+    let target = (group.to_owned(), dir.clone(), placement.clone());
+    if let Some(&index) = state.by_target.get(&target) {
         return Ok(index as jlong + 1);
     }
-    let config = registry::load_group(group, &dir).map_err(option)?;
     let secret = registry::load_secret(group, &dir).map_err(option)?;
     let client = client(&mut state)?;
     let mut options = MemberOptions::new(dir.clone());
     options.secret = secret;
+    let advertised =
+        placement.host.clone().or_else(|| std::env::var(SPARK_LOCAL_IP_ENV).ok().filter(|v| !v.is_empty()));
+    if let Some(host) = advertised {
+        options.host = host;
+    }
+    options.control = placement.control.clone();
+    let config = definition(client.as_ref(), group, &dir, &bootstrap, &options).map_err(option)?;
+    options.bootstrap = bootstrap;
     let publisher = GroupPublisher::new(client, config.clone(), &options, DEFAULT_RESEND_TIMEOUT)
         .map_err(|e| Failure::Sink(format!("group {group:?}: cannot join as a publisher: {e}")))?;
     state.sinks.push(Some(Arc::new(Sink { config, publisher })));
     let index = state.sinks.len() - 1;
-    state.by_target.insert((group.to_owned(), dir), index);
+    state.by_target.insert(target, index);
     Ok(index as jlong + 1)
+}
+
+/// The group's definition, as the Python writer finds it (`affinity.groups.learn_definition`):
+/// the registry's without a bootstrap list; with one and no registry entry, the first answer
+/// (waiting up to [`DEFAULT_BOOTSTRAP_TIMEOUT`]); with both, the registry's, after asking the
+/// listed members for at most the liveness timeout: an answer holding another definition is
+/// refused, naming both fingerprints, and no answer keeps the registry's.
+fn definition(
+    client: &ClientHandle,
+    group: &str,
+    dir: &std::path::Path,
+    bootstrap: &[std::net::SocketAddr],
+    options: &MemberOptions,
+) -> Result<GroupConfig, String> {
+    if bootstrap.is_empty() {
+        return registry::load_group(group, dir);
+    }
+    let held = if registry::group_file(group, dir).is_file() { Some(registry::load_group(group, dir)?) } else { None };
+    let timeout = if held.is_some() {
+        DEFAULT_LIVENESS_TIMEOUT.min(DEFAULT_BOOTSTRAP_TIMEOUT)
+    } else {
+        DEFAULT_BOOTSTRAP_TIMEOUT
+    };
+    match runtime::bootstrap::fetch(client, group, held.as_ref(), bootstrap, options, timeout) {
+        Ok(learned) => Ok(learned.config),
+        Err(GroupError::Definition(message)) if message.contains(NO_ANSWER) => held.ok_or(message),
+        Err(error) => Err(error.to_string()),
+    }
 }
 
 fn sink(handle: jlong) -> Result<Arc<Sink>, Failure> {
@@ -268,18 +336,32 @@ fn publish_target(
     Ok((sink, queue, timeout))
 }
 
-/// `static native long openGroup(String group, String registry)`: `registry` may be null.
+/// A Java string that may be null.
+fn optional_string(env: &mut JNIEnv<'_>, value: &JString<'_>) -> Result<Option<String>, Failure> {
+    Ok(if value.is_null() { None } else { Some(env.get_string(value)?.into()) })
+}
+
+/// `static native long openGroup(String group, String registry, String host, String control,
+/// String bootstrap)`: every argument but `group` may be null.
 #[no_mangle]
 pub extern "system" fn Java_affinity_spark_Native_openGroup<'local>(
     mut env: JNIEnv<'local>,
     _class: JClass<'local>,
     group: JString<'local>,
     registry: JString<'local>,
+    host: JString<'local>,
+    control: JString<'local>,
+    bootstrap: JString<'local>,
 ) -> jlong {
     guard(&mut env, 0, |env| {
         let group: String = env.get_string(&group)?.into();
-        let registry: Option<String> = if registry.is_null() { None } else { Some(env.get_string(&registry)?.into()) };
-        open_group(&group, registry.as_deref())
+        let registry = optional_string(env, &registry)?;
+        let placement = Placement {
+            host: optional_string(env, &host)?,
+            control: optional_string(env, &control)?,
+            bootstrap: optional_string(env, &bootstrap)?,
+        };
+        open_group(&group, registry.as_deref(), &placement)
     })
 }
 

@@ -168,7 +168,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     Native.require();
     this.spec = spec;
     this.options = spec.options;
-    this.handle = Native.openGroup(options.group, options.registry);
+    this.handle = Native.openGroup(options);
     this.queueCount = Native.queueCount(handle);
     this.query = UUID.fromString(spec.queryId);
     this.batchId = batchId;

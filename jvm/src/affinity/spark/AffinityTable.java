@@ -91,7 +91,7 @@ final class AffinityTable implements SupportsRead, SupportsWrite {
     if (!options.jvmWritable()) {
       if (options.placement != null && options.group != null && !options.value.equals("json")) {
         throw new SparkOptionException("option writer='jvm' does not take option " + options.placement
-            + " (the JVM writer's publisher attaches to $AFFINITY_DIR's driver and reads the registry); "
+            + " (the JVM writer's publisher attaches to $AFFINITY_DIR's driver); "
             + "it is written by the Python writer (writer=auto or python)");
       }
       throw new SparkOptionException("option writer='jvm' writes group mode with value arrow or binary; "

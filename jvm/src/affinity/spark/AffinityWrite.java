@@ -27,7 +27,7 @@ final class AffinityWrite implements WriteBuilder, Write, BatchWrite, StreamingW
     Native.require();
     this.spec = spec;
     // Opening checks the group exists (SparkOptionException naming it), here on the driver.
-    this.handle = Native.openGroup(spec.options.group, spec.options.registry);
+    this.handle = Native.openGroup(spec.options);
   }
 
   @Override

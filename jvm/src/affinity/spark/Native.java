@@ -17,7 +17,7 @@ import java.util.Set;
 
 /**
  * The JNI bridge into the Rust core ({@code jvm/native}): one group publisher per (group,
- * registry) and JVM, on one client (the standalone driver of {@code $AFFINITY_DIR}, else an
+ * registry, placement) and JVM, on one client (the standalone driver of {@code $AFFINITY_DIR}, else an
  * embedded driver). The library is loaded from {@code $AFFINITY_JVM_NATIVE} when set, else
  * unpacked from this jar's {@link #RESOURCE} (see {@link #unpack}).
  */
@@ -111,8 +111,16 @@ final class Native {
     }
   }
 
-  /** This JVM's publisher of {@code group} ({@code registry} may be null): a handle. */
-  static native long openGroup(String group, String registry);
+  /**
+   * This JVM's publisher of {@code group} placed by the sink's {@code host}, {@code control} and
+   * {@code bootstrap} options ({@code registry} and each of those may be null): a handle.
+   */
+  static native long openGroup(String group, String registry, String host, String control, String bootstrap);
+
+  /** {@link #openGroup} with the group and placement of {@code options}. */
+  static long openGroup(SinkOptions options) {
+    return openGroup(options.group, options.registry, options.host, options.control, options.bootstrap);
+  }
 
   /** The group's queue count (QC). */
   static native int queueCount(long handle);

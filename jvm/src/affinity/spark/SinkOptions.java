@@ -39,10 +39,11 @@ final class SinkOptions implements Serializable {
       "driverDir", "maxBatchRows", "maxBatchBytes", "ackTimeout", "registry", "host", "control", "bootstrap",
       "writer");
   /**
-   * Options that place the group member (a standalone driver, an advertised address, a heartbeat
-   * channel, a bootstrap list): written by the Python writer, whose publisher takes them.
+   * Options that place the group member and only the Python writer takes: a standalone driver's
+   * directory (the JVM writer's publisher attaches to {@code $AFFINITY_DIR}'s driver). The other
+   * placement options, {@code host}, {@code control} and {@code bootstrap}, both writers take.
    */
-  static final List<String> PYTHON_PLACEMENT = Arrays.asList("driverDir", "host", "control", "bootstrap");
+  static final List<String> PYTHON_PLACEMENT = Arrays.asList("driverDir");
   /** Options only the source takes. */
   static final List<String> SOURCE_ONLY = Arrays.asList("index", "count", "failOnDataLoss");
   /** Options Spark itself may add; accepted and ignored. */
@@ -64,6 +65,12 @@ final class SinkOptions implements Serializable {
   final long ackTimeoutMillis;
   final String ackTimeoutText;
   final String registry;
+  /** The address the group member advertises ({@code host}), or null: {@code $SPARK_LOCAL_IP}, else the group's. */
+  final String host;
+  /** An extra heartbeat channel ({@code control}), or null. */
+  final String control;
+  /** Members to ask for the group's definition and members ({@code bootstrap}, {@code host:port,...}), or null. */
+  final String bootstrap;
   final String writer;
   /** The first option of {@link #PYTHON_PLACEMENT} given, or null. */
   final String placement;
@@ -120,6 +127,18 @@ final class SinkOptions implements Serializable {
     ackTimeoutText = values.get("acktimeout");
     ackTimeoutMillis = duration(values, "ackTimeout", DEFAULT_ACK_TIMEOUT_MS);
     registry = text(values, "registry");
+    host = text(values, "host");
+    control = text(values, "control");
+    bootstrap = text(values, "bootstrap");
+    if (group == null) {
+      for (String name : Arrays.asList("host", "control", "bootstrap")) {
+        String given = text(values, name);
+        if (given != null) {
+          throw new SparkOptionException("option " + name + "=" + repr(given)
+              + " applies only with option group (a channel has no members)");
+        }
+      }
+    }
     writer = choice(values, "writer", WRITERS);
     String given = null;
     for (String name : PYTHON_PLACEMENT) {
@@ -158,8 +177,8 @@ final class SinkOptions implements Serializable {
 
   /**
    * Whether this JVM writer writes these options (else the Python writer does: channel mode, json,
-   * and the member placement options of {@link #PYTHON_PLACEMENT}; the JVM's publisher attaches to
-   * the driver of {@code $AFFINITY_DIR} and finds the group in the registry).
+   * and {@link #PYTHON_PLACEMENT}; the JVM's publisher attaches to the driver of {@code
+   * $AFFINITY_DIR}).
    */
   boolean jvmWritable() {
     return group != null && !value.equals("json") && placement == null;

@@ -114,10 +114,15 @@ pub fn group_names(registry: &Path) -> Vec<String> {
     names
 }
 
+/// Where the registry directory `registry` keeps group `name`'s definition.
+pub fn group_file(name: &str, registry: &Path) -> PathBuf {
+    registry.join("groups").join(format!("{name}.json"))
+}
+
 /// The definition of group `name` in the registry directory `registry`.
 pub fn load_group(name: &str, registry: &Path) -> Result<GroupConfig, String> {
     check_name(name)?;
-    let path = registry.join("groups").join(format!("{name}.json"));
+    let path = group_file(name, registry);
     let source = path.display().to_string();
     let Some(data) = read_small(&path, MAX_DEFINITION_BYTES, "group definition")? else {
         return Err(format!("unknown group '{name}': no {source}"));
