@@ -85,11 +85,13 @@ KILLED_BATCH_WRITER = "jvm"
 #: after some of a task's rows were delivered (its retry sends them again).
 PIECE_ROWS = 50
 #: The stream: files per round (one task each), rows per file, keys per file, and each round's
-#: delay per row: round 1 loses consumer VICTIM, round 2 an executor, round 3 runs after both.
+#: delay per row: round 1 loses consumer VICTIM, round 2 an executor (its tasks take 5 s, so the
+#: kill at its first row that arrives lands mid-task even when the consumers were starved for
+#: seconds on a loaded machine), round 3 runs after both.
 STREAM_FILES = 2
 STREAM_ROWS = 500
 STREAM_KEYS = 10
-STREAM_DELAYS = (0.0, 0.004, 0.006, 0.0)
+STREAM_DELAYS = (0.0, 0.004, 0.010, 0.0)
 STREAM_FIRST = 2 * ROWS
 #: Numbers of the Spark Connect client's batch and stream (two rounds).
 CONNECT_FIRST = 100_000
