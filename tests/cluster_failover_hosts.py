@@ -9,7 +9,8 @@ host (10.9.0.1):
 * a feed labelled ``stock-feed`` at golan and at heron numbers its updates (``image:<n>`` covers
   update n); erin subscribes ``/STOCK/IBM`` with ``routers=[avalon, bilbo]``; avalon is SIGKILLed
   mid-stream (erin moves to bilbo), then golan (heron takes the domain over, bilbo's link
-  follows). Prints ``RESULT <json>`` with what they saw; the routers' output goes to
+  follows). Before that, hobbit is SIGKILLed once carol has her images: the subjects it served
+  move to heron. Prints ``RESULT <json>`` with what they saw; the routers' output goes to
   ``WORKDIR/<node>.log``.
 
     usage: cluster_failover_hosts.py WORKDIR
@@ -103,17 +104,40 @@ def main() -> int:
         rugby = Feed(client, RUGBY_FEED, ("heron", "hobbit"), lambda node, subject, seq: f"{node}:{subject}")
         carol = Subscriber(client, address("avalon"), name="carol", host=CLIENT_HOST, liveness_timeout=LIVENESS)
         images: dict[str, str] = {}
+        #: Everything carol got: (subject, flags, payload).
+        carol_got: list[tuple[str, int, str]] = []
         until("the rugby feeds heard", lambda: all(s.router_live for s in rugby.sources.values()), rugby)
         for subject in RUGBY_SUBJECTS:
 
             def keep(s: str, f: Flags, p: bytes) -> None:
+                carol_got.append((s, int(f), p.decode(errors="replace")))
                 if f & Flags.IMAGE:
-                    images[s] = p.decode()
+                    images.setdefault(s, p.decode())
 
             carol.subscribe(subject, keep)
             until(f"the image of {subject}", lambda subject=subject: subject in images, rugby, carol)
         result["rugby_images"] = [images[subject] for subject in RUGBY_SUBJECTS]
-        result["rugby_requests"] = rugby.requests
+        result["rugby_requests"] = {node: list(asked) for node, asked in rugby.requests.items()}
+
+        # SIGKILL hobbit, one of RUGBY_NEWS's two masters: avalon's subscriptions it served move to
+        # heron (a STATUS, then heron's image), and heron's feed is asked for them.
+        doomed = [subject for subject in RUGBY_SUBJECTS if images[subject].startswith("hobbit:")]
+        mark = len(carol_got)
+        routers["hobbit"].kill()
+        killed = time.monotonic()
+
+        def heron_serves(subject: str) -> bool:
+            return any(s == subject and f & Flags.IMAGE and p.startswith("heron:") for s, f, p in carol_got[mark:])
+
+        while not all(heron_serves(subject) for subject in doomed):
+            if time.monotonic() - killed > 10 * LIVENESS:
+                raise SystemExit(f"hobbit's subjects did not move to heron: {carol_got[mark:]}")
+            drain(TICK, (rugby, carol))
+        result["hobbit_move_s"] = round(time.monotonic() - killed, 2)
+        result["hobbit_subjects"] = doomed
+        drain(0.3, (rugby, carol))
+        result["carol_after_hobbit"] = carol_got[mark:]
+        result["rugby_requests_after_hobbit"] = {node: list(asked) for node, asked in rugby.requests.items()}
 
         # The stock stream to erin, who names two routers.
         stock = Feed(client, STOCK_FEED, ("golan", "heron"), lambda node, subject, seq: f"image:{seq}")
@@ -166,7 +190,6 @@ def main() -> int:
         routers["heron"].wait_for("takes over domain STOCK_EXCHANGE")
         stream(UPDATES)
         until("erin: updates from heron", lambda: got[-1:] == [(int(Flags.UPDATE), str(stock.seq))], *peers)
-        drain(0.3, peers)
         result["erin"] = got
         result["stock_requests"] = stock.requests
         result["last"] = stock.seq

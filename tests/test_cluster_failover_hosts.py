@@ -2,7 +2,8 @@
 (``tests/cluster_failover_hosts.py``): subscriptions at a slave alternate between two masters of
 RUGBY_NEWS; a subscriber with ``routers=[avalon, bilbo]`` moves to bilbo when avalon is
 SIGKILLed and keeps receiving; golan SIGKILLed, heron takes STOCK_EXCHANGE over and the
-subscriber follows: after every image exactly the next updates, once, in order."""
+subscriber follows: after every image exactly the next updates, once, in order; hobbit, one of
+the two masters of RUGBY_NEWS, SIGKILLed: the subscriptions it served move to heron."""
 
 from __future__ import annotations
 
@@ -58,5 +59,20 @@ def test_mirrored_masters_alternate_and_subscribers_survive_a_killed_node_and_a_
     seen = [u for _, updates in segments for u in updates]
     assert seen[-1] == result["last"] and len(seen) == len(set(seen)), "every update after each image, once"
     assert result["stock_requests"]["heron"] == ["/STOCK/IBM"], "heron's own feed serves it after the takeover"
+    # hobbit, a mirrored master, SIGKILLed: each subject it served at avalon moved to heron, the
+    # live master: a STATUS before heron's fresh image, and heron's feed asked for it.
+    doomed = result["hobbit_subjects"]
+    served = sorted(image.split(":", 1)[1] for image in result["rugby_images"] if image.startswith("hobbit:"))
+    assert sorted(doomed) == served and doomed, (doomed, result["rugby_images"])
+    after = [(s, Flags(f), p) for s, f, p in result["carol_after_hobbit"]]
+    for subject in doomed:
+        mine = [(f, p) for s, f, p in after if s == subject]
+        images = [p for f, p in mine if f & Flags.IMAGE]
+        assert images == [f"heron:{subject}"], f"{subject}: one fresh image from heron, not {images}"
+        first_image = next(i for i, (f, _) in enumerate(mine) if f & Flags.IMAGE)
+        assert any(f & Flags.STATUS for f, _ in mine[:first_image]), f"{subject}: a STATUS before the image: {mine}"
+        assert subject in result["rugby_requests_after_hobbit"]["heron"], f"heron's feed asked for {subject}"
+    assert not [s for s, _, _ in after if s not in doomed], "the subjects heron served did not move"
     moves = f"avalon killed: moved {result['avalon_move_s']} s later; golan killed: {result['golan_move_s']} s"
+    moves += f"; hobbit killed: {result['hobbit_move_s']} s"
     print(f"cluster hosts failover ({result['elapsed']} s in all): {moves}")
