@@ -142,13 +142,17 @@ fn open_group(group: &str, registry: Option<&str>, placement: &Placement) -> Res
         Some(list) => parse_bootstrap_list(list).map_err(|e| option(e.to_string()))?,
         None => Vec::new(),
     };
-    let mut state = state();
     let target = (group.to_owned(), dir.clone(), placement.clone());
-    if let Some(&index) = state.by_target.get(&target) {
-        return Ok(index as jlong + 1);
-    }
+    // The table is locked only to look up and to insert: the bootstrap exchange and the join
+    // below may take seconds, and every publish of this JVM's tasks takes the lock.
+    let client = {
+        let mut state = state();
+        if let Some(&index) = state.by_target.get(&target) {
+            return Ok(index as jlong + 1);
+        }
+        client(&mut state)?
+    };
     let secret = registry::load_secret(group, &dir).map_err(option)?;
-    let client = client(&mut state)?;
     let mut options = MemberOptions::new(dir.clone());
     options.secret = secret;
     let advertised =
@@ -161,6 +165,11 @@ fn open_group(group: &str, registry: Option<&str>, placement: &Placement) -> Res
     options.bootstrap = bootstrap;
     let publisher = GroupPublisher::new(client, config.clone(), &options, DEFAULT_RESEND_TIMEOUT)
         .map_err(|e| Failure::Sink(format!("group {group:?}: cannot join as a publisher: {e}")))?;
+    let mut state = state();
+    if let Some(&index) = state.by_target.get(&target) {
+        publisher.close(); // another task of this JVM opened it meanwhile: one publisher per target
+        return Ok(index as jlong + 1);
+    }
     state.sinks.push(Some(Arc::new(Sink { config, publisher })));
     let index = state.sinks.len() - 1;
     state.by_target.insert(target, index);
