@@ -22,7 +22,9 @@ use crate::control::Timing;
 use crate::control::{AuthCounters, GroupSecret};
 use crate::routing::NoDataStatus;
 use crate::subjects::backlog::{DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET};
-use crate::subjects::cluster::{CacheAction, ForwardQueues, Forwarded, Notice, QueueKey, SlaveCache};
+use crate::subjects::cluster::{
+    CacheAction, ForwardCounters, ForwardQueues, Forwarded, Notice, QueueEvent, QueueKey, SlaveCache,
+};
 use crate::subjects::codec::{
     SubjectRecord, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED,
     FLAG_STATUS, FLAG_UPDATE, FORWARD_CLEARED, FORWARD_WARNING, ORIGIN_LENGTH,
@@ -41,7 +43,15 @@ fn forwarded_name(outcome: Forwarded) -> &'static str {
         Forwarded::Sent => "sent",
         Forwarded::Queued => "queued",
         Forwarded::Full => "full",
+        Forwarded::Dropped => "dropped",
     }
+}
+
+/// The names of a forward queue's counters, in the order Python sees them.
+fn forward_counters(c: ForwardCounters) -> std::collections::BTreeMap<&'static str, u64> {
+    [("sent", c.sent), ("queued", c.queued), ("flushed", c.flushed), ("refused", c.refused), ("dropped", c.dropped)]
+        .into_iter()
+        .collect()
 }
 
 /// A cluster node's slave cache (`crate::subjects::cluster::SlaveCache`, wrapped by
@@ -854,10 +864,7 @@ impl ClusterForwardQueues {
 /// The queue key of `master` (interned in `names`), or of `domain` without a master.
 fn queue_key(names: &mut Vec<String>, master: Option<&str>, domain: &str) -> QueueKey {
     match master {
-        Some(master) => QueueKey::Node(names.iter().position(|n| n == master).unwrap_or_else(|| {
-            names.push(master.to_owned());
-            names.len() - 1
-        })),
+        Some(master) => QueueKey::Node(node_index(names, master)),
         None => QueueKey::Domain(domain.to_owned()),
     }
 }
@@ -996,9 +1003,56 @@ impl ClusterForwardQueues {
         Ok((queues.queued_count(&key), queues.queued_bytes(&key)))
     }
 
-    /// Counters since start: `sent`, `queued`, `flushed`, `refused`.
+    /// Counters since start: `sent`, `queued`, `flushed`, `refused`, `dropped`.
     fn counters(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        let c = self.lock().0.counters();
-        [("sent", c.sent), ("queued", c.queued), ("flushed", c.flushed), ("refused", c.refused)].into_iter().collect()
+        forward_counters(self.lock().0.counters())
+    }
+
+    /// The counters of `master`'s queue since start (as [`Self::counters`]).
+    fn counters_for(&self, master: &Bound<'_, PyAny>) -> PyResult<std::collections::BTreeMap<&'static str, u64>> {
+        let master = str_argument("master", master)?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let key = queue_key(names, Some(master), "");
+        Ok(forward_counters(queues.counters_for(&key)))
+    }
+
+    /// Whether `master` is a stale mirrored master (its queue dropped, not reachable since).
+    fn is_stale(&self, master: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let master = str_argument("master", master)?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let key = queue_key(names, Some(master), "");
+        Ok(queues.is_stale(&key))
+    }
+
+    /// Queues dropped and stale masters back since the last call, in order:
+    /// `("dropped", master, publishes)` or `("back", master, missed)`.
+    fn events(&self) -> Vec<(&'static str, String, u64)> {
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let name = |key: &QueueKey| match key {
+            QueueKey::Node(index) => names.get(*index).cloned().unwrap_or_default(),
+            QueueKey::Domain(domain) => domain.clone(),
+        };
+        queues
+            .take_events()
+            .iter()
+            .map(|event| match event {
+                QueueEvent::Dropped { key, publishes } => ("dropped", name(key), *publishes),
+                QueueEvent::Back { key, missed } => ("back", name(key), *missed),
+            })
+            .collect()
+    }
+
+    /// `domain`, which had no master, got `masters`: its queue moves to each one's, to flush in
+    /// order when that master is reachable; returns how many publishes moved.
+    fn assign(&self, domain: &Bound<'_, PyAny>, masters: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let domain = str_argument("domain", domain)?;
+        let masters: Vec<String> = masters.extract().map_err(|_| expected("masters", "a list of node ids", masters))?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let keys: Vec<usize> = masters.iter().map(|master| node_index(names, master)).collect();
+        Ok(queues.assign(domain, &keys))
     }
 }
