@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,11 +30,13 @@ from typing import Any
 
 import affinity
 import cluster_conf as conf
+import pytest
 from affinity.cluster_info import FORWARD_COUNTERS, node_info_subject
+from affinity.exceptions import ConfigError
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
 from test_cluster_nodes import FEED, SUBJECT, cluster_conf, start_node
-from test_subjects_processes import LIVENESS, TIMEOUT, Inbox, Process
+from test_subjects_processes import LIVENESS, TIMEOUT, Inbox, Process, source_up
 
 #: The label of the publishing source at a slave (no data service names it: it is never requested).
 PUBLISHER = "stock-publisher"
@@ -434,6 +437,9 @@ def test_a_reload_giving_a_domain_its_first_master_hands_it_the_queued_publishes
     config.write_text(radar_conf(ports["golan"], ports["avalon"], golan_master=False))
     nodes = {node: start_node(config, node, listen(ports[node])) for node in ("golan", "avalon")}
     processes.extend(nodes.values())
+    # golan's own feed for RADAR is its router's fallback, behind the node's source: a
+    # subscription made before that source is up would be served by the feed at once.
+    nodes["golan"].wait_for(source_up("cluster.RADAR"), "golan's node source for RADAR")
     subject = "/RADAR/north"
     feed = Source(client, listen(ports["golan"]), RADAR_FEED, liveness_timeout=LIVENESS)
     feed.on_request(lambda requested: feed.publish(requested, b"radar-feed-image", image=True))
@@ -492,4 +498,52 @@ def test_a_reload_giving_a_domain_its_first_master_hands_it_the_queued_publishes
         "golan's image of /RADAR/south at avalon",
     )
     for closing in (alice_sub, gina_sub, source, feed):
+        closing.close()
+
+
+def test_a_publish_naming_its_domain_goes_to_that_domains_master_not_the_subjects(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "heron", "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(
+        conf.data_service("stock", "^/STOCK/", FEED)
+        + conf.node("golan", conf.loopback(ports["golan"]), "master-of STOCK_EXCHANGE")
+        + conf.node("heron", conf.loopback(ports["heron"]), "master-of PINNED")
+        + conf.node("avalon", conf.loopback(ports["avalon"]))
+        + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
+        + conf.domain("PINNED", "^/PINNED/")
+    )
+    for node in ports:
+        processes.append(start_node(config, node, listen(ports[node])))
+    feed = Feed(client, listen(ports["golan"]))
+    inboxes: dict[str, Inbox] = {}
+    subscribers = {}
+    for node, name in (("golan", "gina"), ("heron", "hugo"), ("avalon", "alice")):
+        subscribers[node] = Subscriber(client, listen(ports[node]), name=name, liveness_timeout=LIVENESS)
+        inboxes[node] = Inbox(subscribers[node])
+        subscribers[node].subscribe(SUBJECT, inboxes[node])
+    source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [feed.poll, source.poll, *(lambda s=s: s.poll(256) for s in subscribers.values())]
+    for node, inbox in inboxes.items():
+        pump(members, lambda inbox=inbox: images(inbox) == ["feed-0"], f"golan's image at {node}")
+    pump(members, lambda: source.router_live, "avalon heard the source")
+
+    with pytest.raises(ConfigError, match=re.escape("""domain "RUGBY NEWS": ' ' is not one of A-Z a-z 0-9 _ . -""")):
+        source.publish(SUBJECT, b"x", domain="RUGBY NEWS")
+    # The subject's pattern says STOCK_EXCHANGE (golan); the publish says PINNED (heron), or a
+    # domain no node defines (handled at avalon, the default master), or nothing (golan).
+    for payload, domain in (("pinned-1", "PINNED"), ("nowhere-1", "NOWHERE"), ("plain-1", None)):
+        assert source.publish(SUBJECT, payload.encode(), domain=domain), payload
+        source.poll(16)
+    pump(members, lambda: "pinned-1" in updates(inboxes["heron"]), "the PINNED publish at heron")
+    for node in inboxes:
+        pump(members, lambda node=node: "plain-1" in updates(inboxes[node]), f"the plain publish at {node}")
+    settle(members, 0.3)
+    assert updates(inboxes["golan"]) == ["plain-1"], "golan, STOCK_EXCHANGE's master, never got the others"
+    # Once each (two paths: no order between them).
+    assert sorted(updates(inboxes["heron"])) == ["pinned-1", "plain-1"], "heron: its own domain's and golan's relay"
+    assert sorted(updates(inboxes["avalon"])) == ["nowhere-1", "plain-1"], "avalon: the undefined domain's, here"
+    assert all(not payload.startswith("\x06") for inbox in inboxes.values() for _, _, payload in inbox.items)
+    for closing in (*subscribers.values(), source, feed.source):
         closing.close()

@@ -60,6 +60,7 @@ __all__ = [
     "ROUTER_BACKLOG_BUDGET",
     "ROUTER_MIN_BACKLOG_BUDGET",
     "SELECTIONS",
+    "SUBJECT_FLAG_DOMAIN",
     "SUBJECT_FLAG_ERASE",
     "SUBJECT_FLAG_IMAGE",
     "SUBJECT_FLAG_NODATA_NOTFOUND",
@@ -129,6 +130,7 @@ __all__ = [
     "parse_size",
     "run_driver",
     "select_member",
+    "subject_with_domain",
 ]
 
 #: Every driver setting (``affinity driver --NAME``, ``Client(NAME=...)``), in usage order.
@@ -1190,6 +1192,11 @@ SUBJECT_FLAG_REFUSED: Final[int]
 SUBJECT_FLAG_PUBLISH: Final[int]
 #: DATA flag: the subject is erased.
 SUBJECT_FLAG_ERASE: Final[int]
+#: DATA flag, with PUBLISH: the payload starts with the publish's message domain.
+SUBJECT_FLAG_DOMAIN: Final[int]
+
+def subject_with_domain(domain: str, payload: bytes) -> bytes: ...
+
 #: Bytes of the origin source id before a publish's payload between a router and its cluster node.
 SUBJECT_ORIGIN_LENGTH: Final[int]
 #: A source's forward status while its publishes are queued at a slave.

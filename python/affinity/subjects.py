@@ -117,6 +117,9 @@ class Flags(enum.IntFlag):
     PUBLISH = _affinity.SUBJECT_FLAG_PUBLISH
     #: The subject was erased: its image is gone, the subscription stays.
     ERASE = _affinity.SUBJECT_FLAG_ERASE
+    #: With PUBLISH: the publish names its message domain (``Source.publish(domain=...)``);
+    #: subscribers never see it (routers strip it with the domain when relaying).
+    DOMAIN = _affinity.SUBJECT_FLAG_DOMAIN
 
 
 #: Bytes a router's backlogs may hold together by default (``backlog_budget``).
@@ -423,12 +426,15 @@ class Source(_Member):
         """Whether the router in use was heard since the last move, within the liveness timeout."""
         return self._core.router_live
 
-    def publish(self, subject: str, payload: bytes, *, image: bool = False) -> bool:
+    def publish(self, subject: str, payload: bytes, *, image: bool = False, domain: str | None = None) -> bool:
         """Sends an update (or, with ``image``, a full image) of ``subject`` to the router.
 
         Any subject may be published, requested from this source or not (xmlBlaster's publish):
         the router relays it to the subject's subscribers, or, at a cluster node that is a slave
-        of its domain, the node forwards it to the master (``docs/cluster.md``). Returns False,
+        of its domain, the node forwards it to the master (``docs/cluster.md``). ``domain``
+        names the message domain explicitly (xmlBlaster's ``<key domain=...>``) instead of the
+        one the subject's pattern gives (``ConfigError`` when it is not a domain name); it is
+        sent as a publish even when the subject was requested from this source. Returns False,
         sending nothing, while the node back-pressures this source (:meth:`status`), and while
         the router has not heard this source yet (:attr:`router_live`: after its start or a
         move, a router drops data from a source it does not know); publish again later.
@@ -436,12 +442,15 @@ class Source(_Member):
         expect_str("subject", subject)
         expect_bytes("payload", payload)
         expect_bool("image", image)
-        if subject in self._requested:
+        if subject in self._requested and domain is None:
             self._core.publish(subject, payload, image)
             return True
+        flags = (Flags.IMAGE if image else Flags.UPDATE) | Flags.PUBLISH
+        if domain is not None:
+            payload = _affinity.subject_with_domain(domain, payload)
+            flags |= Flags.DOMAIN
         if self._held_back(subject, payload):
             return False
-        flags = (Flags.IMAGE if image else Flags.UPDATE) | Flags.PUBLISH
         self._core.send_data(subject, int(flags), payload)
         return True
 

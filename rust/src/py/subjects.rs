@@ -26,8 +26,8 @@ use crate::subjects::cluster::{
     CacheAction, ForwardCounters, ForwardQueues, Forwarded, Notice, QueueEvent, QueueKey, SlaveCache,
 };
 use crate::subjects::codec::{
-    SubjectRecord, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED,
-    FLAG_STATUS, FLAG_UPDATE, FORWARD_CLEARED, FORWARD_WARNING, ORIGIN_LENGTH,
+    with_domain, SubjectRecord, FLAG_DOMAIN, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE,
+    FLAG_PUBLISH, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE, FORWARD_CLEARED, FORWARD_WARNING, ORIGIN_LENGTH,
 };
 use crate::subjects::faucet::connection_name;
 use crate::subjects::runtime::{
@@ -181,6 +181,20 @@ impl ClusterSlaveCache {
     }
 }
 
+/// The payload of a publish naming its message `domain` (`SUBJECT_FLAG_DOMAIN`): the domain
+/// before `payload`; `ConfigError` saying why when `domain` is not a domain name.
+#[pyfunction]
+fn subject_with_domain<'py>(
+    py: Python<'py>,
+    domain: &Bound<'py, PyAny>,
+    payload: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let domain = str_argument("domain", domain)?;
+    let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
+    let bytes = with_domain(domain, payload.as_bytes()).map_err(config_error)?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<SubjectRouterCore>()?;
     module.add_class::<SubjectSubscriberCore>()?;
@@ -201,6 +215,8 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SUBJECT_FLAG_REFUSED", FLAG_REFUSED)?;
     module.add("SUBJECT_FLAG_PUBLISH", FLAG_PUBLISH)?;
     module.add("SUBJECT_FLAG_ERASE", FLAG_ERASE)?;
+    module.add("SUBJECT_FLAG_DOMAIN", FLAG_DOMAIN)?;
+    module.add_function(wrap_pyfunction!(subject_with_domain, module)?)?;
     module.add("SUBJECT_ORIGIN_LENGTH", ORIGIN_LENGTH)?;
     module.add("FORWARD_WARNING", FORWARD_WARNING)?;
     module.add("FORWARD_CLEARED", FORWARD_CLEARED)?;
