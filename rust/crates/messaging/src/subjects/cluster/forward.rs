@@ -105,8 +105,10 @@ pub struct ForwardQueues {
     blocked: HashSet<u64>,
     notices: Vec<(u64, Notice)>,
     counters: ForwardCounters,
-    /// The same counters per queue key (keys are configured masters and domains: bounded).
-    per_key: HashMap<QueueKey, ForwardCounters>,
+    /// The same counters per master node (by index: configured nodes, bounded) and per domain
+    /// without a master (bounded by the domains and the mapper's names).
+    per_node: Vec<ForwardCounters>,
+    per_domain: HashMap<String, ForwardCounters>,
     /// Stale masters: publishes each missed since its queue was dropped.
     stale: HashMap<QueueKey, u64>,
     events: Vec<QueueEvent>,
@@ -122,15 +124,29 @@ impl ForwardQueues {
             blocked: HashSet::new(),
             notices: Vec::new(),
             counters: ForwardCounters::default(),
-            per_key: HashMap::new(),
+            per_node: Vec::new(),
+            per_domain: HashMap::new(),
             stale: HashMap::new(),
             events: Vec::new(),
         }
     }
 
-    fn count(&mut self, key: &QueueKey, field: fn(&mut ForwardCounters) -> &mut u64, by: u64) {
+    fn count<F: Fn(&mut ForwardCounters) -> &mut u64>(&mut self, key: &QueueKey, field: F, by: u64) {
         *field(&mut self.counters) += by;
-        *field(self.per_key.entry(key.clone()).or_default()) += by;
+        *field(self.counters_mut(key)) += by;
+    }
+
+    /// `key`'s counters (a node index is one of the configured nodes: the vector stays small).
+    fn counters_mut(&mut self, key: &QueueKey) -> &mut ForwardCounters {
+        match key {
+            QueueKey::Node(index) => {
+                if self.per_node.len() <= *index {
+                    self.per_node.resize(index + 1, ForwardCounters::default());
+                }
+                &mut self.per_node[*index]
+            }
+            QueueKey::Domain(domain) => self.per_domain.entry(domain.clone()).or_default(),
+        }
     }
 
     /// A publish (`record`, encoded) of `origin` for `key`: sent when `reachable` and nothing
@@ -203,7 +219,7 @@ impl ForwardQueues {
                 self.back(key);
             }
         }
-        if targets.iter().all(|(key, _)| self.stale.contains_key(key)) {
+        if !self.stale.is_empty() && targets.iter().all(|(key, _)| self.stale.contains_key(key)) {
             for (key, _) in targets {
                 self.back(key);
             }
@@ -212,7 +228,7 @@ impl ForwardQueues {
         let mut refused = self.blocked.contains(&origin);
         let mut overflowing = Vec::new();
         for (key, reachable) in targets {
-            if self.stale.contains_key(key) {
+            if !self.stale.is_empty() && self.stale.contains_key(key) {
                 continue;
             }
             let queue = self.queues.get(key);
@@ -230,7 +246,7 @@ impl ForwardQueues {
             self.blocked.insert(origin);
             self.counters.refused += 1;
             for (key, _) in targets {
-                self.per_key.entry(key.clone()).or_default().refused += 1;
+                self.counters_mut(key).refused += 1;
             }
             return vec![Forwarded::Full; targets.len()];
         }
@@ -272,6 +288,9 @@ impl ForwardQueues {
 
     /// `key` is reachable: no longer stale (reported once).
     fn back(&mut self, key: &QueueKey) {
+        if self.stale.is_empty() {
+            return;
+        }
         if let Some(missed) = self.stale.remove(key) {
             self.events.push(QueueEvent::Back { key: key.clone(), missed });
         }
@@ -370,7 +389,10 @@ impl ForwardQueues {
     /// The counters of `key`'s queue since start (a publish refused for every master counts
     /// in each one's `refused`).
     pub fn counters_for(&self, key: &QueueKey) -> ForwardCounters {
-        self.per_key.get(key).copied().unwrap_or_default()
+        match key {
+            QueueKey::Node(index) => self.per_node.get(*index).copied().unwrap_or_default(),
+            QueueKey::Domain(domain) => self.per_domain.get(domain).copied().unwrap_or_default(),
+        }
     }
 
     /// Whether `key` is a stale mirrored master (its queue dropped, not reachable since).
