@@ -452,8 +452,11 @@ def test_a_reload_giving_a_domain_its_first_master_hands_it_the_queued_publishes
     def radar(flag: Flags) -> list[str]:
         return [p for s, f, p in gina.items if s == subject and f & flag]
 
-    # No master yet: golan answers NODATA; publishes at avalon queue under the domain.
-    pump(members, lambda: any(f & Flags.NODATA_UNAVAILABLE for _, f, _ in gina.items), "NODATA at golan")
+    # No master yet: golan's node answers NODATA, and golan's router then asks its own feed
+    # (the next member of the service) when that is up: either is an answer. Publishes at
+    # avalon queue under the domain.
+    answered = Flags.NODATA_UNAVAILABLE | Flags.IMAGE
+    pump(members, lambda: any(f & answered for _, f, _ in gina.items), "an answer at golan")
     pump(members, lambda: source.router_live, "avalon heard the source")
     queued = [f"q{i}" for i in range(20)]
     assert source.publish(subject, b"radar-image", image=True)
@@ -468,6 +471,8 @@ def test_a_reload_giving_a_domain_its_first_master_hands_it_the_queued_publishes
     # STATUS and the feed's image), avalon hands its queue to golan, flushed in order.
     config.write_text(radar_conf(ports["golan"], ports["avalon"], golan_master=True))
     os.kill(nodes["golan"].popen.pid, signal.SIGHUP)
+    taken = "takes over domain RADAR (the reloaded configuration makes this node its master)"
+    pump(members, lambda: any(taken in line for line in nodes["golan"].snapshot()), "golan taking RADAR over")
     pump(members, lambda: "radar-feed-image" in radar(Flags.IMAGE), "golan's own feed serving RADAR")
     os.kill(nodes["avalon"].popen.pid, signal.SIGHUP)
     pump(

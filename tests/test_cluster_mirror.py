@@ -228,17 +228,25 @@ def test_a_dead_mirrors_queue_past_its_bound_is_dropped_and_counted_while_the_li
     assert total - 20 <= dropped <= total and at_hobbit["refused"] == 0, f"hobbit's publishes dropped: {shown}"
     assert at_heron["sent"] + at_heron["flushed"] == total + 1 and at_heron["dropped"] == 0, shown
 
-    # hobbit restarted: avalon marks it back once its link settled; it serves again and gets
-    # what is published from then on, once, in order.
+    # hobbit restarted: avalon marks it back once its link settled and asks the source for a
+    # fresh image of what hobbit missed; hobbit serves again and gets what is published from
+    # then on, once, in order.
+    resync: list[str] = []
+    source.on_forward_resync(resync.append)
     processes.append(start_node(config, "hobbit", listens["hobbit"]))
-    pump(members, lambda: bool(logged("mirrored master hobbit reachable again")), "avalon saw hobbit back")
-    back = logged("mirrored master hobbit reachable again")
-    assert len(back) == 1 and f"{dropped} publishes made while its queue was dropped" in back[0], back
     hugo_sub = Subscriber(client, listens["hobbit"], name="hugo", liveness_timeout=LIVENESS)
     hugo = Inbox(hugo_sub)
     hugo_sub.subscribe(NEWS, hugo)
     members.append(lambda: hugo_sub.poll(256))
     pump(members, lambda: bool(news(hugo, Flags.IMAGE)), "an image at the restarted hobbit")
+    pump(members, lambda: bool(logged("mirrored master hobbit reachable again")), "avalon saw hobbit back")
+    back = logged("mirrored master hobbit reachable again")
+    assert len(back) == 1 and f"{dropped} publishes made while its queue was dropped" in back[0], back
+    assert "1 sources' subjects asked for a fresh image (0 more not listed)" in back[0], back
+    pump(members, lambda: resync == [NEWS], "the source asked for a fresh image of what hobbit missed")
+    assert not source.status().forward_warning and source.status().forward_refused == 0, source.status()
+    assert source.publish(NEWS, b"fresh-image", image=True)
+    pump(members, lambda: "fresh-image" in news(hugo, Flags.IMAGE), "the fresh image at hobbit")
     later = [f"v{i}" for i in range(20)]
     for payload in later:
         assert source.publish(NEWS, payload.encode())
@@ -247,6 +255,7 @@ def test_a_dead_mirrors_queue_past_its_bound_is_dropped_and_counted_while_the_li
     pump(members, lambda: len(news(gina, Flags.UPDATE)) >= total + len(later), "the later updates at heron")
     settle(members, 0.3)
     assert news(hugo, Flags.UPDATE) == later, "hobbit: the later updates once, in order"
+    assert news(hugo, Flags.IMAGE) == ["hobbit:/RUGBY/news", "fresh-image"], "hobbit's feed's, then the fresh one"
     assert news(gina, Flags.UPDATE)[total:] == later, "heron: the later updates once, in order"
     shown = status_of(config, "avalon", members)
     assert "stale" not in next(line for line in shown.splitlines() if "forwarded to hobbit:" in line), shown

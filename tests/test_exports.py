@@ -60,6 +60,7 @@ DELIBERATELY_PRIVATE |= {
     "SUBJECT_ORIGIN_LENGTH",
     "FORWARD_WARNING",
     "FORWARD_CLEARED",
+    "FORWARD_RESYNC",
 }
 #: Cluster nodes: used through affinity.cluster_node and affinity.cluster_info.
 DELIBERATELY_PRIVATE |= {

@@ -50,6 +50,7 @@ __all__ = [
     "DRIVER_SETTINGS",
     "DRIVER_USAGE",
     "FORWARD_CLEARED",
+    "FORWARD_RESYNC",
     "FORWARD_WARNING",
     "GROUP_CONTROL_STREAM_ID",
     "GROUP_DATA_STREAM_ID",
@@ -1203,6 +1204,8 @@ SUBJECT_ORIGIN_LENGTH: Final[int]
 FORWARD_WARNING: Final[str]
 #: A source's forward status once its queued publishes were flushed.
 FORWARD_CLEARED: Final[str]
+#: A source's forward status for one subject asking for a fresh image (a mirror missed it).
+FORWARD_RESYNC: Final[str]
 #: The source label prefix of a cluster node's sources at its own router (``cluster.<DOMAIN>``).
 CLUSTER_SOURCE_PREFIX: Final[str]
 #: The subscriber name prefix a cluster node uses at another node (``node:<id>``).
@@ -1441,7 +1444,7 @@ class ClusterForwardQueues:
     def counters(self) -> dict[str, int]: ...
     def counters_for(self, master: str) -> dict[str, int]: ...
     def is_stale(self, master: str) -> bool: ...
-    def events(self) -> list[tuple[str, str, int]]: ...
+    def events(self) -> list[tuple[str, str, int, list[tuple[int, str]], int]]: ...
     def assign(self, domain: str, masters: list[str]) -> int: ...
 
 @final

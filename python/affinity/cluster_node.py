@@ -488,7 +488,7 @@ class Forwarding:
             forwarder.source.poll(POLL_FRAGMENTS)
             if self._settled(node_id, forwarder, now):
                 work += self.queues.flush(node_id, forwarder.source._core.send_data)
-        for event, master, count in self.queues.events():
+        for event, master, count, resync, unlisted in self.queues.events():
             work += 1
             if event == "dropped":
                 logger.warning(
@@ -502,11 +502,17 @@ class Forwarding:
             else:
                 logger.warning(
                     "Cluster node %s: mirrored master %s reachable again: it gets publishes from now on; "
-                    "%d publishes made while its queue was dropped never reach it",
+                    "%d publishes made while its queue was dropped never reach it; %d sources' subjects asked "
+                    "for a fresh image (%d more not listed)",
                     self._node.node_id,
                     master,
                     count,
+                    len(resync),
+                    unlisted,
                 )
+                text = f"{_affinity.FORWARD_RESYNC}: mirrored master {master} missed publishes of this subject"
+                for origin, subject in resync:
+                    self._tell(origin, subject, Flags.STATUS | Flags.PUBLISH, text)
         for origin, notice in self.queues.notices():
             work += 1
             if notice == "warning":

@@ -313,6 +313,9 @@ class Subscriber(_Member):
 PublishCallback = Callable[[str, Flags, bytes], object]
 #: A forward status (from a cluster node) saying the source's publishes are queued.
 FORWARD_WARNING: str = _affinity.FORWARD_WARNING
+#: A forward status (from a cluster node) for one subject: a mirrored master that missed this
+#: source's publishes of it is back; publish its image again (:meth:`Source.on_forward_resync`).
+FORWARD_RESYNC: str = _affinity.FORWARD_RESYNC
 #: The text prefix of a point-to-point status from a cluster node (``docs/cluster.md``, "PtP
 #: addresses"): passed to :meth:`Source.on_ptp_status`, never taken for a forward status.
 PTP_STATUS_PREFIX = "PTP_"
@@ -387,6 +390,7 @@ class Source(_Member):
         self._on_discard: list[RequestCallback] = []
         self._on_publish: list[PublishCallback] = []
         self._on_ptp_status: list[PtpStatusCallback] = []
+        self._on_resync: list[RequestCallback] = []
         #: Subjects the router requested from this source (a publish of any other is FLAG_PUBLISH).
         self._requested: set[str] = set()
         self._forward_warning = False
@@ -414,6 +418,13 @@ class Source(_Member):
         """``callback(subject, flags, payload)`` for a publish the router hands this source: only
         a cluster node's own source gets them (``docs/cluster.md``, "Publish at a slave")."""
         self._on_publish.append(expect_callable("callback", callback))
+
+    def on_forward_resync(self, callback: RequestCallback) -> None:
+        """``callback(subject)`` when a cluster node asks for a fresh image of ``subject``: a
+        mirrored master whose forward queue it dropped (it missed this source's publishes of the
+        subject) is reachable again (``docs/cluster.md``, "A dead mirror does not block the
+        others"). Publishing the subject's image again repairs that master's copy."""
+        self._on_resync.append(expect_callable("callback", callback))
 
     def on_ptp_status(self, callback: PtpStatusCallback) -> None:
         """``callback(address, flags, text)`` for a cluster node's status about a point-to-point
@@ -520,6 +531,12 @@ class Source(_Member):
                         logger.warning("Source %s: a PtP status for %s, no callback: %s", self.label, subject, text)
                     for ptp_status in self._on_ptp_status:
                         ptp_status(subject, Flags(record.flags), text)
+                elif record.flags & Flags.STATUS and payload.startswith(FORWARD_RESYNC.encode()):
+                    if not self._on_resync:
+                        text = payload.decode("utf-8", "replace")
+                        logger.info("Source %s: no on_forward_resync callback for %s: %s", self.label, subject, text)
+                    for resync in self._on_resync:
+                        resync(subject)
                 elif record.flags & Flags.STATUS:
                     self._forward_notice(record.flags, payload)
                 else:

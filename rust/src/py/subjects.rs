@@ -27,7 +27,8 @@ use crate::subjects::cluster::{
 };
 use crate::subjects::codec::{
     with_domain, SubjectRecord, FLAG_DOMAIN, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE,
-    FLAG_PUBLISH, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE, FORWARD_CLEARED, FORWARD_WARNING, ORIGIN_LENGTH,
+    FLAG_PUBLISH, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE, FORWARD_CLEARED, FORWARD_RESYNC, FORWARD_WARNING,
+    ORIGIN_LENGTH,
 };
 use crate::subjects::faucet::connection_name;
 use crate::subjects::runtime::{
@@ -220,6 +221,7 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SUBJECT_ORIGIN_LENGTH", ORIGIN_LENGTH)?;
     module.add("FORWARD_WARNING", FORWARD_WARNING)?;
     module.add("FORWARD_CLEARED", FORWARD_CLEARED)?;
+    module.add("FORWARD_RESYNC", FORWARD_RESYNC)?;
     module.add("CLUSTER_SOURCE_PREFIX", crate::subjects::cluster::CLUSTER_SOURCE_PREFIX)?;
     module.add("ROUTER_BACKLOG_BUDGET", DEFAULT_BACKLOG_BUDGET)?;
     module.add("CLUSTER_NODE_NAME_PREFIX", crate::subjects::cluster::NODE_NAME_PREFIX)?;
@@ -1043,8 +1045,11 @@ impl ClusterForwardQueues {
     }
 
     /// Queues dropped and stale masters back since the last call, in order:
-    /// `("dropped", master, publishes)` or `("back", master, missed)`.
-    fn events(&self) -> Vec<(&'static str, String, u64)> {
+    /// `("dropped", master, publishes, [], 0)` or `("back", master, missed, resync, unlisted)`
+    /// (`resync`: the `(origin, subject)` pairs it missed publishes of, bounded; `unlisted`:
+    /// pairs past the bound).
+    #[allow(clippy::type_complexity)]
+    fn events(&self) -> Vec<(&'static str, String, u64, Vec<(u64, String)>, u64)> {
         let mut guard = self.lock();
         let (queues, names) = &mut *guard;
         let name = |key: &QueueKey| match key {
@@ -1055,8 +1060,10 @@ impl ClusterForwardQueues {
             .take_events()
             .iter()
             .map(|event| match event {
-                QueueEvent::Dropped { key, publishes } => ("dropped", name(key), *publishes),
-                QueueEvent::Back { key, missed } => ("back", name(key), *missed),
+                QueueEvent::Dropped { key, publishes } => ("dropped", name(key), *publishes, Vec::new(), 0),
+                QueueEvent::Back { key, missed, resync, unlisted } => {
+                    ("back", name(key), *missed, resync.clone(), *unlisted)
+                }
             })
             .collect()
     }

@@ -75,6 +75,9 @@ pub const ORIGIN_LENGTH: usize = 8;
 pub const FORWARD_WARNING: &str = "FORWARD_WARNING";
 /// The text a source's forward status starts with when its queued publishes were flushed.
 pub const FORWARD_CLEARED: &str = "FORWARD_CLEARED";
+/// The text of a forward status (for one subject) asking the source for a fresh image: a
+/// mirrored master that missed its publishes of the subject is reachable again.
+pub const FORWARD_RESYNC: &str = "FORWARD_RESYNC";
 
 /// `origin` (as [`ORIGIN_LENGTH`] bytes) then `payload`.
 pub fn with_origin(origin: u64, payload: &[u8]) -> Vec<u8> {

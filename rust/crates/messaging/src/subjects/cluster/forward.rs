@@ -19,6 +19,12 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use crate::subjects::codec::SubjectRecord;
+
+/// Most `(origin, subject)` pairs remembered per stale master, to ask for fresh images when it
+/// is back ([`QueueEvent::Back`]); past it the rest are only counted (`unlisted`).
+pub const MAX_RESYNC_SUBJECTS: usize = 4096;
+
 /// What became of a publish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forwarded {
@@ -46,12 +52,19 @@ pub enum QueueEvent {
         publishes: u64,
     },
     /// A stale master is reachable again: it gets the publishes made from now on; `missed`
-    /// publishes (the dropped queue and every publish while stale) never reach it.
+    /// publishes (the dropped queue and every publish while stale) never reach it. `resync`
+    /// names, per origin, the subjects it missed publishes of (at most
+    /// [`MAX_RESYNC_SUBJECTS`], in the order first missed): their sources are asked for a
+    /// fresh image; `unlisted` more pairs were past that bound.
     Back {
         /// The master reachable again.
         key: QueueKey,
         /// Publishes it missed since its queue was dropped.
         missed: u64,
+        /// `(origin, subject)` pairs it missed publishes of.
+        resync: Vec<(u64, String)>,
+        /// Pairs past [`MAX_RESYNC_SUBJECTS`], not listed.
+        unlisted: u64,
     },
 }
 
@@ -89,6 +102,33 @@ pub struct ForwardCounters {
     pub dropped: u64,
 }
 
+/// What a stale master missed: publishes, and which origin's subjects (bounded).
+#[derive(Default)]
+struct Missed {
+    publishes: u64,
+    pairs: Vec<(u64, String)>,
+    seen: HashSet<(u64, String)>,
+    unlisted: u64,
+}
+
+impl Missed {
+    fn add(&mut self, record: &[u8]) {
+        self.publishes += 1;
+        // Records here are the runtime's own encodings: one that does not parse names nothing.
+        let Ok((record, _)) = SubjectRecord::parse(record) else { return };
+        let pair = (record.sender, record.subject.to_owned());
+        if self.seen.contains(&pair) {
+            return;
+        }
+        if self.pairs.len() >= MAX_RESYNC_SUBJECTS {
+            self.unlisted += 1;
+            return;
+        }
+        self.seen.insert(pair.clone());
+        self.pairs.push(pair);
+    }
+}
+
 #[derive(Default)]
 struct Queue {
     entries: VecDeque<(u64, Vec<u8>)>,
@@ -109,8 +149,8 @@ pub struct ForwardQueues {
     /// without a master (bounded by the domains and the mapper's names).
     per_node: Vec<ForwardCounters>,
     per_domain: HashMap<String, ForwardCounters>,
-    /// Stale masters: publishes each missed since its queue was dropped.
-    stale: HashMap<QueueKey, u64>,
+    /// Stale masters: what each missed since its queue was dropped.
+    stale: HashMap<QueueKey, Missed>,
     events: Vec<QueueEvent>,
 }
 
@@ -258,7 +298,7 @@ impl ForwardQueues {
             .enumerate()
             .map(|(index, (key, reachable))| {
                 if let Some(missed) = self.stale.get_mut(key) {
-                    *missed += 1;
+                    missed.add(record);
                     self.count(key, |c| &mut c.dropped, 1);
                     return Forwarded::Dropped;
                 }
@@ -272,6 +312,10 @@ impl ForwardQueues {
     fn drop_queue(&mut self, key: QueueKey) {
         let queue = self.queues.remove(&key).unwrap_or_default();
         let publishes = queue.entries.len() as u64;
+        let mut missed = Missed::default();
+        for (_, record) in &queue.entries {
+            missed.add(record);
+        }
         for (origin, _) in &queue.entries {
             if let Some(count) = self.origins.get_mut(origin) {
                 *count -= 1;
@@ -282,7 +326,7 @@ impl ForwardQueues {
             }
         }
         self.count(&key, |c| &mut c.dropped, publishes);
-        self.stale.insert(key.clone(), publishes);
+        self.stale.insert(key.clone(), missed);
         self.events.push(QueueEvent::Dropped { key, publishes });
     }
 
@@ -292,7 +336,8 @@ impl ForwardQueues {
             return;
         }
         if let Some(missed) = self.stale.remove(key) {
-            self.events.push(QueueEvent::Back { key: key.clone(), missed });
+            let (resync, unlisted) = (missed.pairs, missed.unlisted);
+            self.events.push(QueueEvent::Back { key: key.clone(), missed: missed.publishes, resync, unlisted });
         }
     }
 
@@ -530,7 +575,8 @@ mod tests {
         assert_eq!(wire, [(0, b"aa".to_vec()), (0, b"bbb".to_vec()), (0, b"c".to_vec())]);
         // golan back: it gets what is published from now on; what it missed is counted.
         assert_eq!(queues.flush(&golan, |_| true), 0, "its queue was dropped: nothing to flush");
-        assert_eq!(queues.take_events(), [QueueEvent::Back { key: golan.clone(), missed: 3 }]);
+        let back = QueueEvent::Back { key: golan.clone(), missed: 3, resync: Vec::new(), unlisted: 0 };
+        assert_eq!(queues.take_events(), [back], "these records name no subject: nothing to resync");
         let both = [(heron.clone(), true), (golan.clone(), true)];
         let outcome = queues.publish_all(&both, SOURCE, b"d", |index, r| wire.push((index, r.to_vec())));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Sent]);
@@ -545,6 +591,40 @@ mod tests {
         assert_eq!(queues.publish_all(&none, SOURCE, b"eeee", |_, _| {}), [Forwarded::Queued, Forwarded::Queued]);
         assert_eq!(queues.publish_all(&none, SOURCE, b"f", |_, _| {}), [Forwarded::Full, Forwarded::Full]);
         assert!(queues.take_events().is_empty(), "no master reachable: nothing dropped");
+    }
+
+    fn encoded(origin: u64, subject: &str) -> Vec<u8> {
+        use crate::subjects::codec::RecordKind;
+        let record = SubjectRecord { kind: RecordKind::Data, flags: 0, sender: origin, subject, payload: b"x" };
+        let mut bytes = Vec::new();
+        record.emit(&mut bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_stale_master_back_names_each_origins_subjects_it_missed_once_and_bounded() {
+        let record = encoded(SOURCE, "/RUGBY/a");
+        let mut queues = ForwardQueues::new(record.len());
+        let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
+        let heron_only = [(heron.clone(), true), (golan.clone(), false)];
+        assert_eq!(queues.publish_all(&heron_only, SOURCE, &record, |_, _| {})[1], Forwarded::Queued);
+        for (origin, subject) in [(SOURCE, "/RUGBY/b"), (OTHER, "/RUGBY/a"), (SOURCE, "/RUGBY/a")] {
+            assert_eq!(
+                queues.publish_all(&heron_only, origin, &encoded(origin, subject), |_, _| {})[1],
+                Forwarded::Dropped
+            );
+        }
+        for n in 0..MAX_RESYNC_SUBJECTS + 5 {
+            queues.publish_all(&heron_only, OTHER, &encoded(OTHER, &format!("/RUGBY/n{n}")), |_, _| {});
+        }
+        queues.take_events();
+        assert_eq!(queues.flush(&golan, |_| true), 0);
+        let [QueueEvent::Back { missed, resync, unlisted, .. }] = &queues.take_events()[..] else { panic!("one Back") };
+        assert_eq!(*missed, 4 + MAX_RESYNC_SUBJECTS as u64 + 5);
+        assert_eq!(resync.len(), MAX_RESYNC_SUBJECTS, "bounded");
+        assert_eq!(*unlisted, 8, "the pairs past the bound are counted");
+        let first: Vec<(u64, &str)> = resync[..3].iter().map(|(o, s)| (*o, s.as_str())).collect();
+        assert_eq!(first, [(SOURCE, "/RUGBY/a"), (SOURCE, "/RUGBY/b"), (OTHER, "/RUGBY/a")], "once each, in order");
     }
 
     #[test]
