@@ -2,7 +2,8 @@
 # Interleaved A/B of the cluster forward queues' publish path (the core's
 # `rust/crates/messaging/src/subjects/cluster/forward.rs`, std only): the file at BASE (a git
 # revision) and the working tree's, compiled side by side into one throwaway binary under
-# $WORK, run in alternating order per round; prints ns per publish, median (min-max) per
+# $WORK (their `crate::` paths resolved to the working tree's affinity-messaging, the record
+# codec they parse with), run in alternating order per round; prints ns per publish, median (min-max) per
 # variant, and the new/old ratio per round's pair, with the load average before and after.
 #   usage: benches/ab_forward_queues.sh BASE          env: WORK (/tmp/forward_queues_ab)
 set -euo pipefail
@@ -11,13 +12,16 @@ BASE=${1:?usage: benches/ab_forward_queues.sh BASE_REVISION}
 WORK=${WORK:-/tmp/forward_queues_ab}
 FILE=rust/crates/messaging/src/subjects/cluster/forward.rs
 mkdir -p "$WORK/src"
-git show "$BASE:$FILE" | sed '/^#\[cfg(test)\]/,$d' >"$WORK/src/old.rs"
-sed '/^#\[cfg(test)\]/,$d' "$FILE" >"$WORK/src/new.rs"
-cat >"$WORK/Cargo.toml" <<'TOML'
+CRATE="s/crate::subjects::/affinity_messaging::subjects::/g"
+git show "$BASE:$FILE" | sed '/^#\[cfg(test)\]/,$d' | sed "$CRATE" >"$WORK/src/old.rs"
+sed '/^#\[cfg(test)\]/,$d' "$FILE" | sed "$CRATE" >"$WORK/src/new.rs"
+cat >"$WORK/Cargo.toml" <<TOML
 [package]
 name = "forward_queues_ab"
 version = "0.1.0"
 edition = "2021"
+[dependencies]
+affinity-messaging = { path = "$PWD/rust/crates/messaging", default-features = false }
 [workspace]
 TOML
 cat >"$WORK/src/main.rs" <<'RUST'
