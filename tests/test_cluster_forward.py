@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -27,11 +30,13 @@ from typing import Any
 
 import affinity
 import cluster_conf as conf
-from affinity.cluster_info import node_info_subject
+import pytest
+from affinity.cluster_info import FORWARD_COUNTERS, node_info_subject
+from affinity.exceptions import ConfigError
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
 from test_cluster_nodes import FEED, SUBJECT, cluster_conf, start_node
-from test_subjects_processes import LIVENESS, TIMEOUT, Inbox, Process
+from test_subjects_processes import LIVENESS, TIMEOUT, Inbox, Process, source_up
 
 #: The label of the publishing source at a slave (no data service names it: it is never requested).
 PUBLISHER = "stock-publisher"
@@ -150,6 +155,12 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
         seen = depths()
         return seen[-1] if seen else None
 
+    def forwarded_to_golan() -> dict[str, int]:
+        """avalon's forward counters for golan in the latest node info (``forwarded``)."""
+        found = [json.loads(payload) for _, _, payload in infos.items if payload.startswith("{")]
+        counted = [info["forwarded"]["golan"] for info in found if "golan" in info.get("forwarded", {})]
+        return counted[-1] if counted else dict.fromkeys(FORWARD_COUNTERS, 0)
+
     members: list[Pollable] = [
         feed.poll,
         lambda: gina_sub.poll(256),
@@ -178,6 +189,15 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
     empty = {"messages": 0, "bytes": 0}
     pump(members, lambda: queued_for_golan() == empty, "avalon's node info: nothing queued for golan")
     seen_before_kill = len(depths())
+    # Its counters for golan, published in its node info: the image and every update went
+    # (the first ones queued while the link to golan opened, then flushed), none refused.
+    pump(
+        members,
+        lambda: forwarded_to_golan()["sent"] + forwarded_to_golan()["flushed"] == 1 + BEFORE,
+        "avalon's node info counting what it forwarded to golan",
+    )
+    before = forwarded_to_golan()
+    assert before["queued"] == before["flushed"] and before["refused"] == before["dropped"] == 0, before
 
     # SIGKILL golan mid-stream; once avalon's link to it is silent past the liveness timeout,
     # the publishes queue at avalon and the source is told FORWARD_WARNING.
@@ -196,12 +216,16 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
         lambda: (queued_for_golan() or empty)["messages"] == DURING,
         "avalon's node info showing its queue for golan",
     )
+    during_counts = forwarded_to_golan()
+    assert during_counts["queued"] - before["queued"] >= DURING, (before, during_counts)
+    assert during_counts["flushed"] == before["flushed"] and during_counts["sent"] == before["sent"]
     rising = depths()[seen_before_kill:]
     assert all(a["messages"] <= b["messages"] and a["bytes"] <= b["bytes"] for a, b in itertools.pairwise(rising))
     assert rising[-1]["bytes"] >= sum(len(payload) for payload in during), rising[-1]
     shown = status_of(config, "avalon", members)
     depth = rising[-1]
     assert f"forward queues: golan {DURING} publishes / {depth['bytes']} bytes" in shown, shown
+    assert "forwarded to golan: sent " in shown, shown
 
     # golan back (same address, no state): the queue flushes in order.
     golan = start_node(config, "golan", listen(ports["golan"]))
@@ -211,6 +235,11 @@ def test_a_publish_at_a_slave_reaches_every_subscriber_and_queues_in_order_while
         pump(members, has_updates(inbox, len(sent)), f"{name}: the flushed updates")
     pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
     pump(members, lambda: queued_for_golan() == empty, "avalon's node info showing its queue for golan empty")
+    pump(
+        members,
+        lambda: forwarded_to_golan()["flushed"] == forwarded_to_golan()["queued"] > during_counts["flushed"],
+        "avalon's node info counting the flush",
+    )
     settle(members, 0.3)
     for name, inbox in (("gina at golan", gina), ("alice at avalon", alice)):
         assert updates(inbox) == sent, f"{name}: every update once, in order, across the master's restart"
@@ -378,4 +407,148 @@ def test_a_publish_for_a_domain_without_a_master_is_accepted_and_queued_within_t
     subscriber.subscribe("/RADAR/north", alice)
     alice.wait_for(lambda items: any(f & Flags.NODATA_UNAVAILABLE for _, f, _ in items), "NODATA unavailable")
     for closing in (subscriber, source):
+        closing.close()
+
+
+def radar_conf(golan: int, avalon: int, *, golan_master: bool) -> str:
+    """golan master of STOCK_EXCHANGE (and, with ``golan_master``, of RADAR), avalon a slave;
+    golan's router has a data service of its own for RADAR (its feed ``radar-feed``)."""
+    return (
+        conf.data_service("radar", "'^/RADAR/'", RADAR_FEED)
+        + conf.data_service("stock", "^/STOCK/", FEED)
+        + conf.node(
+            "golan", conf.loopback(golan), "master-of STOCK_EXCHANGE", *(("master-of RADAR",) if golan_master else ())
+        )
+        + conf.node("avalon", conf.loopback(avalon))
+        + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
+        + conf.domain("RADAR", "^/RADAR/")
+    )
+
+
+#: The label of golan's own feed for RADAR (served once golan is RADAR's master).
+RADAR_FEED = "radar-feed"
+
+
+def test_a_reload_giving_a_domain_its_first_master_hands_it_the_queued_publishes_in_order(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(radar_conf(ports["golan"], ports["avalon"], golan_master=False))
+    nodes = {node: start_node(config, node, listen(ports[node])) for node in ("golan", "avalon")}
+    processes.extend(nodes.values())
+    # golan's own feed for RADAR is its router's fallback, behind the node's source: a
+    # subscription made before that source is up would be served by the feed at once.
+    nodes["golan"].wait_for(source_up("cluster.RADAR"), "golan's node source for RADAR")
+    subject = "/RADAR/north"
+    feed = Source(client, listen(ports["golan"]), RADAR_FEED, liveness_timeout=LIVENESS)
+    feed.on_request(lambda requested: feed.publish(requested, b"radar-feed-image", image=True))
+    gina_sub = Subscriber(client, listen(ports["golan"]), name="gina", liveness_timeout=LIVENESS)
+    gina = Inbox(gina_sub)
+    gina_sub.subscribe(subject, gina)
+    source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [lambda: feed.poll(64), lambda: gina_sub.poll(256), source.poll]
+
+    def radar(flag: Flags) -> list[str]:
+        return [p for s, f, p in gina.items if s == subject and f & flag]
+
+    # No master yet: golan's node answers NODATA, and golan's router then asks its own feed
+    # (the next member of the service) when that is up: either is an answer. Publishes at
+    # avalon queue under the domain.
+    answered = Flags.NODATA_UNAVAILABLE | Flags.IMAGE
+    pump(members, lambda: any(f & answered for _, f, _ in gina.items), "an answer at golan")
+    pump(members, lambda: source.router_live, "avalon heard the source")
+    queued = [f"q{i}" for i in range(20)]
+    assert source.publish(subject, b"radar-image", image=True)
+    for payload in queued:
+        assert source.publish(subject, payload.encode())
+        source.poll(16)
+    pump(members, lambda: source.status().forward_warning, "FORWARD_WARNING: no master")
+    assert "queued without a master: RADAR 21 publishes" in status_of(config, "avalon", members)
+    assert radar(Flags.UPDATE) == [], "nothing reached golan"
+
+    # The reload makes golan RADAR's master: golan serves it from its own feed (gina gets a
+    # STATUS and the feed's image), avalon hands its queue to golan, flushed in order.
+    config.write_text(radar_conf(ports["golan"], ports["avalon"], golan_master=True))
+    os.kill(nodes["golan"].popen.pid, signal.SIGHUP)
+    taken = "takes over domain RADAR (the reloaded configuration makes this node its master)"
+    pump(members, lambda: any(taken in line for line in nodes["golan"].snapshot()), "golan taking RADAR over")
+    pump(members, lambda: "radar-feed-image" in radar(Flags.IMAGE), "golan's own feed serving RADAR")
+    os.kill(nodes["avalon"].popen.pid, signal.SIGHUP)
+    pump(
+        members,
+        lambda: any("RADAR has a master now (golan): its 21 queued" in line for line in nodes["avalon"].snapshot()),
+        "avalon handing its RADAR queue to golan",
+    )
+    pump(members, lambda: len(radar(Flags.UPDATE)) >= len(queued), "the queued publishes at golan")
+    pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
+    later = [f"l{i}" for i in range(10)]
+    for payload in later:
+        assert source.publish(subject, payload.encode())
+        source.poll(16)
+    pump(members, lambda: len(radar(Flags.UPDATE)) >= len(queued) + len(later), "the later publishes at golan")
+    settle(members, 0.3)
+    assert radar(Flags.UPDATE) == queued + later, "every publish once, in order"
+    assert radar(Flags.IMAGE) == ["radar-feed-image", "radar-image"], "the feed's image, then the queued one"
+    assert source.status().forward_refused == 0
+    shown = status_of(config, "avalon", members)
+    assert "queued without a master" not in shown, shown
+    # avalon now asks golan for RADAR's subjects: a subscriber there gets golan's image.
+    alice_sub = Subscriber(client, listen(ports["avalon"]), name="alice", liveness_timeout=LIVENESS)
+    alice = Inbox(alice_sub)
+    alice_sub.subscribe("/RADAR/south", alice)
+    pump(
+        [*members, lambda: alice_sub.poll(256)],
+        lambda: any(f & Flags.IMAGE and p == "radar-feed-image" for _, f, p in alice.items),
+        "golan's image of /RADAR/south at avalon",
+    )
+    for closing in (alice_sub, gina_sub, source, feed):
+        closing.close()
+
+
+def test_a_publish_naming_its_domain_goes_to_that_domains_master_not_the_subjects(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "heron", "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(
+        conf.data_service("stock", "^/STOCK/", FEED)
+        + conf.node("golan", conf.loopback(ports["golan"]), "master-of STOCK_EXCHANGE")
+        + conf.node("heron", conf.loopback(ports["heron"]), "master-of PINNED")
+        + conf.node("avalon", conf.loopback(ports["avalon"]))
+        + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
+        + conf.domain("PINNED", "^/PINNED/")
+    )
+    for node in ports:
+        processes.append(start_node(config, node, listen(ports[node])))
+    feed = Feed(client, listen(ports["golan"]))
+    inboxes: dict[str, Inbox] = {}
+    subscribers = {}
+    for node, name in (("golan", "gina"), ("heron", "hugo"), ("avalon", "alice")):
+        subscribers[node] = Subscriber(client, listen(ports[node]), name=name, liveness_timeout=LIVENESS)
+        inboxes[node] = Inbox(subscribers[node])
+        subscribers[node].subscribe(SUBJECT, inboxes[node])
+    source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [feed.poll, source.poll, *(lambda s=s: s.poll(256) for s in subscribers.values())]
+    for node, inbox in inboxes.items():
+        pump(members, lambda inbox=inbox: images(inbox) == ["feed-0"], f"golan's image at {node}")
+    pump(members, lambda: source.router_live, "avalon heard the source")
+
+    with pytest.raises(ConfigError, match=re.escape("""domain "RUGBY NEWS": ' ' is not one of A-Z a-z 0-9 _ . -""")):
+        source.publish(SUBJECT, b"x", domain="RUGBY NEWS")
+    # The subject's pattern says STOCK_EXCHANGE (golan); the publish says PINNED (heron), or a
+    # domain no node defines (handled at avalon, the default master), or nothing (golan).
+    for payload, domain in (("pinned-1", "PINNED"), ("nowhere-1", "NOWHERE"), ("plain-1", None)):
+        assert source.publish(SUBJECT, payload.encode(), domain=domain), payload
+        source.poll(16)
+    pump(members, lambda: "pinned-1" in updates(inboxes["heron"]), "the PINNED publish at heron")
+    for node in inboxes:
+        pump(members, lambda node=node: "plain-1" in updates(inboxes[node]), f"the plain publish at {node}")
+    settle(members, 0.3)
+    assert updates(inboxes["golan"]) == ["plain-1"], "golan, STOCK_EXCHANGE's master, never got the others"
+    # Once each (two paths: no order between them).
+    assert sorted(updates(inboxes["heron"])) == ["pinned-1", "plain-1"], "heron: its own domain's and golan's relay"
+    assert sorted(updates(inboxes["avalon"])) == ["nowhere-1", "plain-1"], "avalon: the undefined domain's, here"
+    assert all(not payload.startswith("\x06") for inbox in inboxes.values() for _, _, payload in inbox.items)
+    for closing in (*subscribers.values(), source, feed.source):
         closing.close()

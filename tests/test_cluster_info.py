@@ -17,6 +17,7 @@ from typing import Any
 import affinity
 import pytest
 from affinity.cluster_info import (
+    FORWARD_COUNTERS,
     NODE_INFO_LABEL,
     NODE_INFO_MAX_BYTES,
     NODE_INFO_RELAY_LABEL,
@@ -99,7 +100,7 @@ def test_genuine_node_info_parses() -> None:
     [
         (b"{not json", "not JSON"),
         (b"[1]", "not a JSON object"),
-        (json.dumps(genuine(version=1)).encode(), "version 1, expected 2"),
+        (json.dumps(genuine(version=2)).encode(), "version 2, expected 3"),
         (json.dumps(genuine(version=True)).encode(), "version True"),
         (json.dumps(genuine(node="heron")).encode(), "says it is from node 'heron'"),
         (json.dumps(genuine(address="aeron:udp?endpoint=10.6.6.6:1")).encode(), "is not golan's configured"),
@@ -116,6 +117,16 @@ def test_genuine_node_info_parses() -> None:
         ),
         (json.dumps(genuine(ptp_queues=[])).encode(), "'ptp_queues' is not an object of queue depths"),
         (json.dumps(genuine(ptp_queued={"clients": 1})).encode(), "ptp_queued must hold exactly clients"),
+        (json.dumps(genuine(forwarded=[])).encode(), "'forwarded' is not an object of counters"),
+        (
+            json.dumps(genuine(forwarded={"heron": {"sent": 1}})).encode(),
+            "forwarded.heron must hold exactly sent, queued, flushed, refused, dropped",
+        ),
+        (
+            json.dumps(genuine(forwarded={"heron": dict.fromkeys(FORWARD_COUNTERS, -1)})).encode(),
+            "'forwarded.heron' is not an object of counts",
+        ),
+        (json.dumps(genuine(stale_masters="heron")).encode(), "'stale_masters' is not a list of node ids"),
     ],
 )
 def test_forged_or_malformed_node_info_is_refused_saying_what_is_wrong(payload: bytes, reason: str) -> None:

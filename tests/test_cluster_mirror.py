@@ -27,7 +27,7 @@ import cluster_conf as conf
 import pytest
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
-from test_cluster_forward import Pollable, listen, pump, settle
+from test_cluster_forward import Pollable, listen, pump, settle, status_of
 from test_cluster_nodes import cluster_conf, start_node
 from test_subjects_processes import LIVENESS, Inbox, Process
 
@@ -168,7 +168,14 @@ def test_subscriptions_alternate_between_mirrored_masters_and_a_publish_reaches_
     source.close()
 
 
-def test_past_one_mirrored_masters_queue_bound_a_publish_is_refused_for_every_master_so_none_gets_it_twice(
+def forwarded_counts(shown: str, master: str) -> dict[str, int]:
+    """The forward counters ``affinity router status`` prints for ``master``."""
+    line = next(line for line in shown.splitlines() if f"forwarded to {master}:" in line)
+    figures = line.split(":", 1)[1].split(" (")[0]
+    return {name: int(value) for name, value in (pair.split() for pair in figures.split(", "))}
+
+
+def test_a_dead_mirrors_queue_past_its_bound_is_dropped_and_counted_while_the_live_master_takes_every_publish(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
     ports = {node: free_udp_port() for node in (*MASTERS, "avalon")}
@@ -177,6 +184,7 @@ def test_past_one_mirrored_masters_queue_bound_a_publish_is_refused_for_every_ma
     listens = {node: listen(port) for node, port in ports.items()}
     started = {node: start_node(config, node, listens[node]) for node in (*MASTERS, "avalon")}
     processes.extend(started.values())
+    avalon = started["avalon"]
     feeds = {master: Feed(client, master, listens[master]) for master in MASTERS}
     gina_sub = Subscriber(client, listens["heron"], name="gina", liveness_timeout=LIVENESS)
     gina = Inbox(gina_sub)
@@ -187,6 +195,9 @@ def test_past_one_mirrored_masters_queue_bound_a_publish_is_refused_for_every_ma
     def news(inbox: Inbox, flag: Flags) -> list[str]:
         return [p for s, f, p in inbox.items if s == NEWS and f & flag]
 
+    def logged(text: str) -> list[str]:
+        return [line for line in avalon.snapshot() if text in line]
+
     pump(members, lambda: news(gina, Flags.IMAGE) == ["heron:/RUGBY/news"], "heron's image at heron")
     pump(members, lambda: source.router_live, "avalon heard the source")
     source.publish(NEWS, b"warm-up", image=True)
@@ -194,39 +205,60 @@ def test_past_one_mirrored_masters_queue_bound_a_publish_is_refused_for_every_ma
 
     started["hobbit"].kill()
     settle(members, 2 * LIVENESS)
-    # 4 KiB updates: hobbit's 64 KiB queue holds about 15 once avalon noticed hobbit is gone
-    # (until then they go to the dead link and are lost, docs/cluster.md "What is lost"); heron
-    # is live and takes them at once. Bounded: back-pressure comes long before the last.
-    total = 200
+    # 4 KiB updates: hobbit's 64 KiB queue holds about 15; past it the queue is dropped (heron,
+    # live, takes every one), so the source is never refused. Bounded in count.
+    total = 100
     payloads = [f"u{i}:".encode() + bytes(4096) for i in range(total)]
-    published = 0
-    while published < total and source.publish(NEWS, payloads[published]):
-        published += 1
-        settle(members, 0.02)
-    assert source.status().back_pressured and published < total, "hobbit's queue bound back-pressures the source"
-    settle(members, 0.5)
-    refused = source.status().forward_refused
-    assert 1 <= refused <= published, source.status()
-    accepted = published - refused
-    # What hobbit's queue refused was not sent to heron either: heron has exactly what was accepted.
-    assert news(gina, Flags.UPDATE) == [p.decode() for p in payloads[:accepted]], "refused for every master"
+    for index, payload in enumerate(payloads):
+        assert source.publish(NEWS, payload), f"publish {index} refused: {source.status()}"
+        settle(members, 0.01)
+    pump(members, lambda: len(news(gina, Flags.UPDATE)) >= total, "every update at heron")
+    settle(members, 0.3)
+    status = source.status()
+    assert status.forward_refused == 0 and not status.back_pressured, status
+    assert not status.forward_warning, "nothing of the source is queued once hobbit's queue was dropped"
+    assert news(gina, Flags.UPDATE) == [p.decode() for p in payloads], "heron: every update once, in order"
+    drops = logged("its queue of")
+    assert len(drops) == 1 and "mirrored master hobbit unreachable past forward-queue" in drops[0], drops
+    shown = status_of(config, "avalon", members)
+    hobbit_line = next(line for line in shown.splitlines() if "forwarded to hobbit:" in line)
+    assert hobbit_line.endswith("(stale: its queue was dropped)"), shown
+    at_hobbit, at_heron = forwarded_counts(shown, "hobbit"), forwarded_counts(shown, "heron")
+    dropped = at_hobbit["dropped"]
+    assert total - 20 <= dropped <= total and at_hobbit["refused"] == 0, f"hobbit's publishes dropped: {shown}"
+    assert at_heron["sent"] + at_heron["flushed"] == total + 1 and at_heron["dropped"] == 0, shown
 
+    # hobbit restarted: avalon marks it back once its link settled and asks the source for a
+    # fresh image of what hobbit missed; hobbit serves again and gets what is published from
+    # then on, once, in order.
+    resync: list[str] = []
+    source.on_forward_resync(resync.append)
     processes.append(start_node(config, "hobbit", listens["hobbit"]))
-    pump(members, lambda: not source.status().back_pressured, "room again after hobbit's queue flushed")
     hugo_sub = Subscriber(client, listens["hobbit"], name="hugo", liveness_timeout=LIVENESS)
     hugo = Inbox(hugo_sub)
     hugo_sub.subscribe(NEWS, hugo)
     members.append(lambda: hugo_sub.poll(256))
     pump(members, lambda: bool(news(hugo, Flags.IMAGE)), "an image at the restarted hobbit")
-    # The source publishes its refused tail, and the rest: to both masters, once each.
-    for payload in payloads[accepted:]:
-        assert source.publish(NEWS, payload)
+    pump(members, lambda: bool(logged("mirrored master hobbit reachable again")), "avalon saw hobbit back")
+    back = logged("mirrored master hobbit reachable again")
+    assert len(back) == 1 and f"{dropped} publishes made while its queue was dropped" in back[0], back
+    assert "1 sources' subjects asked for a fresh image (0 more not listed)" in back[0], back
+    pump(members, lambda: resync == [NEWS], "the source asked for a fresh image of what hobbit missed")
+    assert not source.status().forward_warning and source.status().forward_refused == 0, source.status()
+    assert source.publish(NEWS, b"fresh-image", image=True)
+    pump(members, lambda: "fresh-image" in news(hugo, Flags.IMAGE), "the fresh image at hobbit")
+    later = [f"v{i}" for i in range(20)]
+    for payload in later:
+        assert source.publish(NEWS, payload.encode())
         settle(members, 0.005)
-    pump(members, lambda: len(news(gina, Flags.UPDATE)) >= total, "every update at heron")
-    pump(members, lambda: len(news(hugo, Flags.UPDATE)) >= total - accepted, "the tail at hobbit")
+    pump(members, lambda: len(news(hugo, Flags.UPDATE)) >= len(later), "the later updates at hobbit")
+    pump(members, lambda: len(news(gina, Flags.UPDATE)) >= total + len(later), "the later updates at heron")
     settle(members, 0.3)
-    assert news(gina, Flags.UPDATE) == [p.decode() for p in payloads], "heron: every update once, in order"
-    assert news(hugo, Flags.UPDATE) == [p.decode() for p in payloads[accepted:]], "hobbit: the tail once, in order"
+    assert news(hugo, Flags.UPDATE) == later, "hobbit: the later updates once, in order"
+    assert news(hugo, Flags.IMAGE) == ["hobbit:/RUGBY/news", "fresh-image"], "hobbit's feed's, then the fresh one"
+    assert news(gina, Flags.UPDATE)[total:] == later, "heron: the later updates once, in order"
+    shown = status_of(config, "avalon", members)
+    assert "stale" not in next(line for line in shown.splitlines() if "forwarded to hobbit:" in line), shown
     for closing in (gina_sub, hugo_sub, source):
         closing.close()
 

@@ -55,9 +55,12 @@ DELIBERATELY_PRIVATE |= {
     # publish at a cluster slave and erase: wrapped by affinity.subjects (Flags, Source.status)
     "SUBJECT_FLAG_PUBLISH",
     "SUBJECT_FLAG_ERASE",
+    "SUBJECT_FLAG_DOMAIN",
+    "subject_with_domain",
     "SUBJECT_ORIGIN_LENGTH",
     "FORWARD_WARNING",
     "FORWARD_CLEARED",
+    "FORWARD_RESYNC",
 }
 #: Cluster nodes: used through affinity.cluster_node and affinity.cluster_info.
 DELIBERATELY_PRIVATE |= {

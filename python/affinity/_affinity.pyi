@@ -50,6 +50,7 @@ __all__ = [
     "DRIVER_SETTINGS",
     "DRIVER_USAGE",
     "FORWARD_CLEARED",
+    "FORWARD_RESYNC",
     "FORWARD_WARNING",
     "GROUP_CONTROL_STREAM_ID",
     "GROUP_DATA_STREAM_ID",
@@ -60,6 +61,7 @@ __all__ = [
     "ROUTER_BACKLOG_BUDGET",
     "ROUTER_MIN_BACKLOG_BUDGET",
     "SELECTIONS",
+    "SUBJECT_FLAG_DOMAIN",
     "SUBJECT_FLAG_ERASE",
     "SUBJECT_FLAG_IMAGE",
     "SUBJECT_FLAG_NODATA_NOTFOUND",
@@ -129,6 +131,7 @@ __all__ = [
     "parse_size",
     "run_driver",
     "select_member",
+    "subject_with_domain",
 ]
 
 #: Every driver setting (``affinity driver --NAME``, ``Client(NAME=...)``), in usage order.
@@ -1190,12 +1193,19 @@ SUBJECT_FLAG_REFUSED: Final[int]
 SUBJECT_FLAG_PUBLISH: Final[int]
 #: DATA flag: the subject is erased.
 SUBJECT_FLAG_ERASE: Final[int]
+#: DATA flag, with PUBLISH: the payload starts with the publish's message domain.
+SUBJECT_FLAG_DOMAIN: Final[int]
+
+def subject_with_domain(domain: str, payload: bytes) -> bytes: ...
+
 #: Bytes of the origin source id before a publish's payload between a router and its cluster node.
 SUBJECT_ORIGIN_LENGTH: Final[int]
 #: A source's forward status while its publishes are queued at a slave.
 FORWARD_WARNING: Final[str]
 #: A source's forward status once its queued publishes were flushed.
 FORWARD_CLEARED: Final[str]
+#: A source's forward status for one subject asking for a fresh image (a mirror missed it).
+FORWARD_RESYNC: Final[str]
 #: The source label prefix of a cluster node's sources at its own router (``cluster.<DOMAIN>``).
 CLUSTER_SOURCE_PREFIX: Final[str]
 #: The subscriber name prefix a cluster node uses at another node (``node:<id>``).
@@ -1432,6 +1442,10 @@ class ClusterForwardQueues:
     def queued(self, master: str) -> tuple[int, int]: ...
     def queued_without_master(self, domain: str) -> tuple[int, int]: ...
     def counters(self) -> dict[str, int]: ...
+    def counters_for(self, master: str) -> dict[str, int]: ...
+    def is_stale(self, master: str) -> bool: ...
+    def events(self) -> list[tuple[str, str, int, list[tuple[int, str]], int]]: ...
+    def assign(self, domain: str, masters: list[str]) -> int: ...
 
 @final
 class ClusterSlaveCache:

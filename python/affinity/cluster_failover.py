@@ -134,11 +134,13 @@ def with_takeover_fallback(
     services: tuple[DataService, ...], own: tuple[DataService, ...], cluster: ClusterConfig, node_id: str
 ) -> tuple[DataService, ...]:
     """``services`` (the node's ``cluster-<DOMAIN>`` ones) where, for every domain ``node_id``
-    may take over, the node's source comes first and the priority groups of its own data
+    may take over (a backup's, or a domain no node is master of yet), the node's source comes
+    first and the priority groups of its own data
     service for the domain (:func:`_own_service` of ``own``) next: with the node's source
     closed, the router serves the domain itself."""
     domains = {domain.name: domain for domain in cluster.domains}
-    candidates = set(takeover_domains(cluster, node_id))
+    # A domain no node is master of may get this node as master by a reload: served here then.
+    candidates = set(takeover_domains(cluster, node_id)) | {d for d in domains if not cluster.masters(d)}
     result = []
     for service in services:
         name = service.name.removeprefix("cluster-")
@@ -461,6 +463,9 @@ class Failover:
                     node.node_id,
                     name,
                 )
+        # A domain that had no master and has one now: its queued publishes go to the master(s).
+        for waiting in sorted(node.forwarding.domains_without_master()):
+            node.forwarding.assign(waiting, self.parents(waiting))
         # Links whose order changed, or that sit at a backup, go to the first node of their order.
         with node._lock:
             parents = dict(node._parents)

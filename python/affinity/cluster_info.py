@@ -18,19 +18,23 @@ own info), logged and never relayed.
 The payload is one JSON object, every publication the whole state (published as an image, so
 the router's cached image is always the latest)::
 
-    {"version": 2, "node": "avalon", "address": "aeron:udp?endpoint=10.9.0.4:40500",
+    {"version": 3, "node": "avalon", "address": "aeron:udp?endpoint=10.9.0.4:40500",
      "state": "running", "seq": 7, "time": 1780000000.25,
      "domains": [{"name": "STOCK_EXCHANGE", "role": "slave", "stratum": 1, "parent": "golan"}],
      "connections": {"golan": "logged-in"},
      "load": {"subjects": 3, "subscribers": 2, "not_allowed": 0},
      "queues": {"golan": {"messages": 12, "bytes": 4810}},
      "queues_without_master": {"RADAR": {"messages": 0, "bytes": 0}},
+     "forwarded": {"golan": {"sent": 90, "queued": 12, "flushed": 0, "refused": 0, "dropped": 0}},
+     "stale_masters": [],
      "ptp_queues": {"/node/avalon/client/joe": {"messages": 2, "bytes": 96}},
      "ptp_queued": {"clients": 1, "messages": 2, "bytes": 96},
      "forged_node_info": 0}
 
 ``queues`` (the forward queue per parent node the node forwards publishes to: publishes and
-bytes queued now) and ``queues_without_master`` (per domain whose publishes wait for a master)
+bytes queued now) and ``queues_without_master`` (per domain whose publishes wait for a master),
+``forwarded`` (per master: the :data:`FORWARD_COUNTERS` since start) and ``stale_masters``
+(mirrored masters whose queue was dropped, not reachable since)
 are there when the node is given a way to read them, and ``ptp_queues`` /
 ``ptp_queued`` (the PtP queues per client not logged in, the :data:`NODE_INFO_MAX_PTP_QUEUES`
 deepest by bytes, and the totals over all of them) likewise (``affinity router --node`` passes
@@ -57,6 +61,7 @@ from affinity.secret import SecretArgument
 from affinity.subjects import Flags, RouterStatus, Source, Subscriber
 
 __all__ = [
+    "FORWARD_COUNTERS",
     "NODE_INFO_INTERVAL",
     "NODE_INFO_LABEL",
     "NODE_INFO_MAX_BYTES",
@@ -83,7 +88,9 @@ NODE_INFO_SUBJECT_PREFIX: Final[str] = _affinity.CLUSTER_NODE_INFO_SUBJECT_PREFI
 #: The end of a node info subject.
 NODE_INFO_SUBJECT_SUFFIX: Final[str] = _affinity.CLUSTER_NODE_INFO_SUBJECT_SUFFIX
 #: The payload version this code writes and the only one it reads.
-NODE_INFO_VERSION: Final[int] = 2
+NODE_INFO_VERSION: Final[int] = 3
+#: The forward counters per master in node info's ``forwarded`` (the core's ``ForwardCounters``).
+FORWARD_COUNTERS: Final[tuple[str, ...]] = ("sent", "queued", "flushed", "refused", "dropped")
 #: Largest node info payload read (a bigger one is forged); far above what a node writes.
 NODE_INFO_MAX_BYTES: Final[int] = 64 * 1024
 #: Most PtP queues (clients not logged in) listed one by one in ``ptp_queues``, the deepest by
@@ -201,6 +208,10 @@ class NodeInfo:
     ptp_queues: dict[str, tuple[int, int]] | None = None
     #: Over every PtP queue: ``{"clients", "messages", "bytes"}``.
     ptp_queued: dict[str, int] | None = None
+    #: Per master publishes are forwarded to: the :data:`FORWARD_COUNTERS` since start.
+    forwarded: dict[str, dict[str, int]] | None = None
+    #: Mirrored masters whose forward queue was dropped (not reachable since).
+    stale_masters: tuple[str, ...] | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def stratum(self, domain: str) -> int | None:
@@ -294,6 +305,20 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
     ptp_queued = _counts(data["ptp_queued"], "ptp_queued", where) if "ptp_queued" in data else None
     if ptp_queued is not None and set(ptp_queued) != set(PTP_TOTAL_FIELDS):
         raise ForgedNodeInfo(f"{where}: field ptp_queued must hold exactly {', '.join(PTP_TOTAL_FIELDS)}")
+    forwarded = None
+    if "forwarded" in data:
+        if not isinstance(data["forwarded"], dict):
+            raise ForgedNodeInfo(f"{where}: field 'forwarded' is not an object of counters")
+        forwarded = {}
+        for master, counts in data["forwarded"].items():
+            checked = _counts(counts, f"forwarded.{master}", where)
+            if set(checked) != set(FORWARD_COUNTERS):
+                names = ", ".join(FORWARD_COUNTERS)
+                raise ForgedNodeInfo(f"{where}: field forwarded.{master} must hold exactly {names}")
+            forwarded[master] = checked
+    stale = data.get("stale_masters")
+    if stale is not None and not (isinstance(stale, list) and all(isinstance(m, str) for m in stale)):
+        raise ForgedNodeInfo(f"{where}: field 'stale_masters' is not a list of node ids")
     forged = _field(data, "forged_node_info", int, where)
     return NodeInfo(
         node,
@@ -309,6 +334,8 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
         without_master,
         ptp_queues,
         ptp_queued,
+        forwarded,
+        None if stale is None else tuple(stale),
         data,
     )
 
@@ -350,6 +377,8 @@ class NodeInfoService:
         connections: Callable[[], Mapping[str, str]] | None = None,
         queues: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
         queues_without_master: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
+        forwarded: Callable[[], Mapping[str, Mapping[str, int]]] | None = None,
+        stale_masters: Callable[[], list[str]] | None = None,
         ptp_queues: Callable[[], Mapping[str, tuple[int, int]]] | None = None,
         roles: Callable[[], Mapping[str, tuple[str, int | None, str | None]]] | None = None,
         interval: float = NODE_INFO_INTERVAL,
@@ -366,6 +395,7 @@ class NodeInfoService:
         self._router_status, self._connections, self._queues = router_status, connections, queues
         self._ptp_queues = ptp_queues
         self._without_master = queues_without_master
+        self._forwarded, self._stale_masters = forwarded, stale_masters
         #: Per domain ``(role, stratum, parent)`` now, where it differs from the configuration's
         #: (a domain taken over, a reload: ``cluster_failover.Failover.roles``).
         self._roles = roles
@@ -451,6 +481,11 @@ class NodeInfoService:
         if self._without_master is not None:
             waiting = sorted(self._without_master().items())
             info["queues_without_master"] = {domain: _depth(*depth) for domain, depth in waiting}
+        if self._forwarded is not None:
+            counted = sorted(self._forwarded().items())
+            info["forwarded"] = {master: {n: counts[n] for n in FORWARD_COUNTERS} for master, counts in counted}
+        if self._stale_masters is not None:
+            info["stale_masters"] = sorted(self._stale_masters())
         if self._ptp_queues is not None:
             ptp = self._ptp_queues()
             deepest = sorted(ptp.items(), key=lambda item: (-item[1][1], item[0]))[:NODE_INFO_MAX_PTP_QUEUES]

@@ -31,7 +31,8 @@ last local subscriber left stays subscribed and cached for ``cache-expiry``
 Master failover by ``backup-node`` and SIGHUP reload are :mod:`affinity.cluster_failover`'s
 (links over the parent's backup order, takeover, reload).
 
-Not built yet (``docs/cluster.md``, "Not done"): a domain without a master at a running node.
+A domain without a master: its publishes queue under the domain; a reload that gives it a
+master hands that queue to the master (:meth:`Forwarding.assign`), flushed in order there.
 """
 
 from __future__ import annotations
@@ -220,12 +221,18 @@ class ClusterNode:
             liveness_timeout=self._liveness_timeout,
             secret=self._secret,
         )
-        # A custom master-mapper may send a subject of a domain without a master to one with.
-        if parent is None and self._cluster.settings.master_mapper == DEFAULT_MASTER_MAPPER:
-            source.on_request(_no_master(source, domain))
-        else:
-            source.on_request(self._on_request(source, domain))
-            source.on_discard(self.subscriptions.discard)
+        serve, no_master = self._on_request(source, domain), _no_master(source, domain)
+
+        def request(subject: str) -> None:
+            # A domain without a master (until a reload gives it one) answers NODATA; a custom
+            # master-mapper may send its subjects to a domain with one.
+            if self._parent_of.get(domain) is None and self._cluster.settings.master_mapper == DEFAULT_MASTER_MAPPER:
+                no_master(subject)
+            else:
+                serve(subject)
+
+        source.on_request(request)
+        source.on_discard(self.subscriptions.discard)
         source.on_publish(self.forwarding.on_publish(source, domain))
         self._parent_of[domain] = parent
         self._sources.append(source)
@@ -451,6 +458,8 @@ class Forwarding:
                 forwarders = [self._forwarder(parent) for parent in parents]
                 now = time.monotonic()
                 targets = [(p, self._settled(p, f, now)) for p, f in zip(parents, forwarders, strict=True)]
+                # A dead mirror's queue past its bound is dropped ("dropped") while another
+                # master takes the publish; with none reachable the bound back-pressures.
                 outcomes = self.queues.publish_all(targets, origin, subject, int(flags), body)
                 for forwarder, outcome in zip(forwarders, outcomes, strict=True):
                     if outcome == "sent":
@@ -479,6 +488,31 @@ class Forwarding:
             forwarder.source.poll(POLL_FRAGMENTS)
             if self._settled(node_id, forwarder, now):
                 work += self.queues.flush(node_id, forwarder.source._core.send_data)
+        for event, master, count, resync, unlisted in self.queues.events():
+            work += 1
+            if event == "dropped":
+                logger.warning(
+                    "Cluster node %s: mirrored master %s unreachable past forward-queue: its queue of %d publishes "
+                    "is dropped (another master of the domain takes them); publishes are not queued for it until "
+                    "it is back, and its subscribers need a fresh image then",
+                    self._node.node_id,
+                    master,
+                    count,
+                )
+            else:
+                logger.warning(
+                    "Cluster node %s: mirrored master %s reachable again: it gets publishes from now on; "
+                    "%d publishes made while its queue was dropped never reach it; %d sources' subjects asked "
+                    "for a fresh image (%d more not listed)",
+                    self._node.node_id,
+                    master,
+                    count,
+                    len(resync),
+                    unlisted,
+                )
+                text = f"{_affinity.FORWARD_RESYNC}: mirrored master {master} missed publishes of this subject"
+                for origin, subject in resync:
+                    self._tell(origin, subject, Flags.STATUS | Flags.PUBLISH, text)
         for origin, notice in self.queues.notices():
             work += 1
             if notice == "warning":
@@ -500,8 +534,42 @@ class Forwarding:
         return {domain: self.queues.queued_without_master(domain) for domain in list(self._without_master)}
 
     def counters(self) -> dict[str, int]:
-        """Publishes ``sent`` at once, ``queued``, ``flushed`` and ``refused`` since start."""
+        """Publishes ``sent`` at once, ``queued``, ``flushed``, ``refused`` and ``dropped`` (for a
+        dead mirrored master, "Publish at a slave") since start, over every master."""
         return self.queues.counters()
+
+    def counters_by_master(self) -> dict[str, dict[str, int]]:
+        """:meth:`counters` per master this node forwards to (node info's ``forwarded``; safe to
+        call from another thread than the node's)."""
+        return {node_id: self.queues.counters_for(node_id) for node_id in list(self._forwarders)}
+
+    def stale_masters(self) -> list[str]:
+        """Mirrored masters whose queue was dropped and that were not reachable since (node
+        info's ``stale_masters``; safe to call from another thread than the node's)."""
+        return [node_id for node_id in list(self._forwarders) if self.queues.is_stale(node_id)]
+
+    def domains_without_master(self) -> set[str]:
+        """Domains publishes were queued under for want of a master (see :meth:`assign`)."""
+        return set(self._without_master)
+
+    def assign(self, domain: str, masters: tuple[str, ...]) -> int:
+        """``domain``, which had no master, got ``masters`` (a reload): the publishes queued
+        under it move to each master's queue (links opened now) and flush there in order once
+        it is heard; returns how many moved."""
+        if domain not in self._without_master or not masters:
+            return 0
+        for master in masters:
+            self._forwarder(master)
+        moved = self.queues.assign(domain, list(masters))
+        self._without_master.discard(domain)
+        logger.warning(
+            "Cluster node %s: domain %s has a master now (%s): its %d queued publishes go there, in order",
+            self._node.node_id,
+            domain,
+            ", ".join(masters),
+            moved,
+        )
+        return moved
 
     def close(self) -> None:
         """Closes the links to parents (logging the counters)."""

@@ -117,6 +117,9 @@ class Flags(enum.IntFlag):
     PUBLISH = _affinity.SUBJECT_FLAG_PUBLISH
     #: The subject was erased: its image is gone, the subscription stays.
     ERASE = _affinity.SUBJECT_FLAG_ERASE
+    #: With PUBLISH: the publish names its message domain (``Source.publish(domain=...)``);
+    #: subscribers never see it (routers strip it with the domain when relaying).
+    DOMAIN = _affinity.SUBJECT_FLAG_DOMAIN
 
 
 #: Bytes a router's backlogs may hold together by default (``backlog_budget``).
@@ -310,6 +313,9 @@ class Subscriber(_Member):
 PublishCallback = Callable[[str, Flags, bytes], object]
 #: A forward status (from a cluster node) saying the source's publishes are queued.
 FORWARD_WARNING: str = _affinity.FORWARD_WARNING
+#: A forward status (from a cluster node) for one subject: a mirrored master that missed this
+#: source's publishes of it is back; publish its image again (:meth:`Source.on_forward_resync`).
+FORWARD_RESYNC: str = _affinity.FORWARD_RESYNC
 #: The text prefix of a point-to-point status from a cluster node (``docs/cluster.md``, "PtP
 #: addresses"): passed to :meth:`Source.on_ptp_status`, never taken for a forward status.
 PTP_STATUS_PREFIX = "PTP_"
@@ -384,6 +390,7 @@ class Source(_Member):
         self._on_discard: list[RequestCallback] = []
         self._on_publish: list[PublishCallback] = []
         self._on_ptp_status: list[PtpStatusCallback] = []
+        self._on_resync: list[RequestCallback] = []
         #: Subjects the router requested from this source (a publish of any other is FLAG_PUBLISH).
         self._requested: set[str] = set()
         self._forward_warning = False
@@ -412,6 +419,13 @@ class Source(_Member):
         a cluster node's own source gets them (``docs/cluster.md``, "Publish at a slave")."""
         self._on_publish.append(expect_callable("callback", callback))
 
+    def on_forward_resync(self, callback: RequestCallback) -> None:
+        """``callback(subject)`` when a cluster node asks for a fresh image of ``subject``: a
+        mirrored master whose forward queue it dropped (it missed this source's publishes of the
+        subject) is reachable again (``docs/cluster.md``, "A dead mirror does not block the
+        others"). Publishing the subject's image again repairs that master's copy."""
+        self._on_resync.append(expect_callable("callback", callback))
+
     def on_ptp_status(self, callback: PtpStatusCallback) -> None:
         """``callback(address, flags, text)`` for a cluster node's status about a point-to-point
         message this source sent (a text starting :data:`PTP_STATUS_PREFIX`: it does not
@@ -423,12 +437,15 @@ class Source(_Member):
         """Whether the router in use was heard since the last move, within the liveness timeout."""
         return self._core.router_live
 
-    def publish(self, subject: str, payload: bytes, *, image: bool = False) -> bool:
+    def publish(self, subject: str, payload: bytes, *, image: bool = False, domain: str | None = None) -> bool:
         """Sends an update (or, with ``image``, a full image) of ``subject`` to the router.
 
         Any subject may be published, requested from this source or not (xmlBlaster's publish):
         the router relays it to the subject's subscribers, or, at a cluster node that is a slave
-        of its domain, the node forwards it to the master (``docs/cluster.md``). Returns False,
+        of its domain, the node forwards it to the master (``docs/cluster.md``). ``domain``
+        names the message domain explicitly (xmlBlaster's ``<key domain=...>``) instead of the
+        one the subject's pattern gives (``ConfigError`` when it is not a domain name); it is
+        sent as a publish even when the subject was requested from this source. Returns False,
         sending nothing, while the node back-pressures this source (:meth:`status`), and while
         the router has not heard this source yet (:attr:`router_live`: after its start or a
         move, a router drops data from a source it does not know); publish again later.
@@ -436,12 +453,15 @@ class Source(_Member):
         expect_str("subject", subject)
         expect_bytes("payload", payload)
         expect_bool("image", image)
-        if subject in self._requested:
+        if subject in self._requested and domain is None:
             self._core.publish(subject, payload, image)
             return True
+        flags = (Flags.IMAGE if image else Flags.UPDATE) | Flags.PUBLISH
+        if domain is not None:
+            payload = _affinity.subject_with_domain(domain, payload)
+            flags |= Flags.DOMAIN
         if self._held_back(subject, payload):
             return False
-        flags = (Flags.IMAGE if image else Flags.UPDATE) | Flags.PUBLISH
         self._core.send_data(subject, int(flags), payload)
         return True
 
@@ -511,6 +531,12 @@ class Source(_Member):
                         logger.warning("Source %s: a PtP status for %s, no callback: %s", self.label, subject, text)
                     for ptp_status in self._on_ptp_status:
                         ptp_status(subject, Flags(record.flags), text)
+                elif record.flags & Flags.STATUS and payload.startswith(FORWARD_RESYNC.encode()):
+                    if not self._on_resync:
+                        text = payload.decode("utf-8", "replace")
+                        logger.info("Source %s: no on_forward_resync callback for %s: %s", self.label, subject, text)
+                    for resync in self._on_resync:
+                        resync(subject)
                 elif record.flags & Flags.STATUS:
                     self._forward_notice(record.flags, payload)
                 else:

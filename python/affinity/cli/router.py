@@ -233,6 +233,10 @@ def format_status(info: NodeInfo, cluster: ClusterConfig) -> list[str]:
         waiting = info.queues_without_master.items()
         depths = (f"{key} {messages} publishes / {size} bytes" for key, (messages, size) in waiting)
         lines.append("  queued without a master: " + ", ".join(depths))
+    for master, counts in sorted((info.forwarded or {}).items()):
+        stale = " (stale: its queue was dropped)" if master in (info.stale_masters or ()) else ""
+        figures = ", ".join(f"{name} {value}" for name, value in counts.items())
+        lines.append(f"  forwarded to {master}: {figures}{stale}")
     if info.ptp_queued is not None:
         totals = info.ptp_queued
         lines.append(
@@ -421,6 +425,8 @@ def run(
                 connections=node.connections,
                 queues=node.forwarding.queue_depths,
                 queues_without_master=node.forwarding.depths_without_master,
+                forwarded=node.forwarding.counters_by_master,
+                stale_masters=node.forwarding.stale_masters,
                 ptp_queues=node.ptp.queue_depths,
                 roles=node.failover.roles,
                 liveness_timeout=args.liveness_timeout,

@@ -22,10 +22,13 @@ use crate::control::Timing;
 use crate::control::{AuthCounters, GroupSecret};
 use crate::routing::NoDataStatus;
 use crate::subjects::backlog::{DEFAULT_BACKLOG_BUDGET, MIN_BACKLOG_BUDGET};
-use crate::subjects::cluster::{CacheAction, ForwardQueues, Forwarded, Notice, QueueKey, SlaveCache};
+use crate::subjects::cluster::{
+    CacheAction, ForwardCounters, ForwardQueues, Forwarded, Notice, QueueEvent, QueueKey, SlaveCache,
+};
 use crate::subjects::codec::{
-    SubjectRecord, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED,
-    FLAG_STATUS, FLAG_UPDATE, FORWARD_CLEARED, FORWARD_WARNING, ORIGIN_LENGTH,
+    with_domain, SubjectRecord, FLAG_DOMAIN, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE,
+    FLAG_PUBLISH, FLAG_REFUSED, FLAG_STATUS, FLAG_UPDATE, FORWARD_CLEARED, FORWARD_RESYNC, FORWARD_WARNING,
+    ORIGIN_LENGTH,
 };
 use crate::subjects::faucet::connection_name;
 use crate::subjects::runtime::{
@@ -41,7 +44,15 @@ fn forwarded_name(outcome: Forwarded) -> &'static str {
         Forwarded::Sent => "sent",
         Forwarded::Queued => "queued",
         Forwarded::Full => "full",
+        Forwarded::Dropped => "dropped",
     }
+}
+
+/// The names of a forward queue's counters, in the order Python sees them.
+fn forward_counters(c: ForwardCounters) -> std::collections::BTreeMap<&'static str, u64> {
+    [("sent", c.sent), ("queued", c.queued), ("flushed", c.flushed), ("refused", c.refused), ("dropped", c.dropped)]
+        .into_iter()
+        .collect()
 }
 
 /// A cluster node's slave cache (`crate::subjects::cluster::SlaveCache`, wrapped by
@@ -171,6 +182,20 @@ impl ClusterSlaveCache {
     }
 }
 
+/// The payload of a publish naming its message `domain` (`SUBJECT_FLAG_DOMAIN`): the domain
+/// before `payload`; `ConfigError` saying why when `domain` is not a domain name.
+#[pyfunction]
+fn subject_with_domain<'py>(
+    py: Python<'py>,
+    domain: &Bound<'py, PyAny>,
+    payload: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let domain = str_argument("domain", domain)?;
+    let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
+    let bytes = with_domain(domain, payload.as_bytes()).map_err(config_error)?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<SubjectRouterCore>()?;
     module.add_class::<SubjectSubscriberCore>()?;
@@ -191,9 +216,12 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SUBJECT_FLAG_REFUSED", FLAG_REFUSED)?;
     module.add("SUBJECT_FLAG_PUBLISH", FLAG_PUBLISH)?;
     module.add("SUBJECT_FLAG_ERASE", FLAG_ERASE)?;
+    module.add("SUBJECT_FLAG_DOMAIN", FLAG_DOMAIN)?;
+    module.add_function(wrap_pyfunction!(subject_with_domain, module)?)?;
     module.add("SUBJECT_ORIGIN_LENGTH", ORIGIN_LENGTH)?;
     module.add("FORWARD_WARNING", FORWARD_WARNING)?;
     module.add("FORWARD_CLEARED", FORWARD_CLEARED)?;
+    module.add("FORWARD_RESYNC", FORWARD_RESYNC)?;
     module.add("CLUSTER_SOURCE_PREFIX", crate::subjects::cluster::CLUSTER_SOURCE_PREFIX)?;
     module.add("ROUTER_BACKLOG_BUDGET", DEFAULT_BACKLOG_BUDGET)?;
     module.add("CLUSTER_NODE_NAME_PREFIX", crate::subjects::cluster::NODE_NAME_PREFIX)?;
@@ -854,10 +882,7 @@ impl ClusterForwardQueues {
 /// The queue key of `master` (interned in `names`), or of `domain` without a master.
 fn queue_key(names: &mut Vec<String>, master: Option<&str>, domain: &str) -> QueueKey {
     match master {
-        Some(master) => QueueKey::Node(names.iter().position(|n| n == master).unwrap_or_else(|| {
-            names.push(master.to_owned());
-            names.len() - 1
-        })),
+        Some(master) => QueueKey::Node(node_index(names, master)),
         None => QueueKey::Domain(domain.to_owned()),
     }
 }
@@ -996,9 +1021,61 @@ impl ClusterForwardQueues {
         Ok((queues.queued_count(&key), queues.queued_bytes(&key)))
     }
 
-    /// Counters since start: `sent`, `queued`, `flushed`, `refused`.
+    /// Counters since start: `sent`, `queued`, `flushed`, `refused`, `dropped`.
     fn counters(&self) -> std::collections::BTreeMap<&'static str, u64> {
-        let c = self.lock().0.counters();
-        [("sent", c.sent), ("queued", c.queued), ("flushed", c.flushed), ("refused", c.refused)].into_iter().collect()
+        forward_counters(self.lock().0.counters())
+    }
+
+    /// The counters of `master`'s queue since start (as [`Self::counters`]).
+    fn counters_for(&self, master: &Bound<'_, PyAny>) -> PyResult<std::collections::BTreeMap<&'static str, u64>> {
+        let master = str_argument("master", master)?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let key = queue_key(names, Some(master), "");
+        Ok(forward_counters(queues.counters_for(&key)))
+    }
+
+    /// Whether `master` is a stale mirrored master (its queue dropped, not reachable since).
+    fn is_stale(&self, master: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let master = str_argument("master", master)?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let key = queue_key(names, Some(master), "");
+        Ok(queues.is_stale(&key))
+    }
+
+    /// Queues dropped and stale masters back since the last call, in order:
+    /// `("dropped", master, publishes, [], 0)` or `("back", master, missed, resync, unlisted)`
+    /// (`resync`: the `(origin, subject)` pairs it missed publishes of, bounded; `unlisted`:
+    /// pairs past the bound).
+    #[allow(clippy::type_complexity)]
+    fn events(&self) -> Vec<(&'static str, String, u64, Vec<(u64, String)>, u64)> {
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let name = |key: &QueueKey| match key {
+            QueueKey::Node(index) => names.get(*index).cloned().unwrap_or_default(),
+            QueueKey::Domain(domain) => domain.clone(),
+        };
+        queues
+            .take_events()
+            .iter()
+            .map(|event| match event {
+                QueueEvent::Dropped { key, publishes } => ("dropped", name(key), *publishes, Vec::new(), 0),
+                QueueEvent::Back { key, missed, resync, unlisted } => {
+                    ("back", name(key), *missed, resync.clone(), *unlisted)
+                }
+            })
+            .collect()
+    }
+
+    /// `domain`, which had no master, got `masters`: its queue moves to each one's, to flush in
+    /// order when that master is reachable; returns how many publishes moved.
+    fn assign(&self, domain: &Bound<'_, PyAny>, masters: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let domain = str_argument("domain", domain)?;
+        let masters: Vec<String> = masters.extract().map_err(|_| expected("masters", "a list of node ids", masters))?;
+        let mut guard = self.lock();
+        let (queues, names) = &mut *guard;
+        let keys: Vec<usize> = masters.iter().map(|master| node_index(names, master)).collect();
+        Ok(queues.assign(domain, &keys))
     }
 }

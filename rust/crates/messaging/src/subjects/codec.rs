@@ -52,6 +52,13 @@ pub const FLAG_PUBLISH: u16 = 0x0040;
 /// forgets its image; the subscriptions stay. Published with [`FLAG_PUBLISH`] by a source.
 pub const FLAG_ERASE: u16 = 0x0080;
 /// Every DATA flag defined.
+/// DATA flag, with [`FLAG_PUBLISH`]: the publish names its message domain explicitly
+/// (xmlBlaster's `<key domain=...>`): the payload starts with the domain ([`with_domain`]).
+/// Routers strip it when relaying to subscribers; a record without it reads as before.
+pub const FLAG_DOMAIN: u16 = 0x0100;
+/// Longest explicit domain name (a cluster domain name: 1 to this many of `[A-Za-z0-9_.-]`).
+pub const MAX_DOMAIN_LENGTH: usize = 64;
+/// Flags of a DATA record.
 pub const DATA_FLAGS: u16 = FLAG_IMAGE
     | FLAG_UPDATE
     | FLAG_NODATA_UNAVAILABLE
@@ -59,7 +66,8 @@ pub const DATA_FLAGS: u16 = FLAG_IMAGE
     | FLAG_STATUS
     | FLAG_REFUSED
     | FLAG_PUBLISH
-    | FLAG_ERASE;
+    | FLAG_ERASE
+    | FLAG_DOMAIN;
 /// Bytes of the origin source's id before the payload of a [`FLAG_PUBLISH`] record between a
 /// router and its cluster node.
 pub const ORIGIN_LENGTH: usize = 8;
@@ -67,6 +75,9 @@ pub const ORIGIN_LENGTH: usize = 8;
 pub const FORWARD_WARNING: &str = "FORWARD_WARNING";
 /// The text a source's forward status starts with when its queued publishes were flushed.
 pub const FORWARD_CLEARED: &str = "FORWARD_CLEARED";
+/// The text of a forward status (for one subject) asking the source for a fresh image: a
+/// mirrored master that missed its publishes of the subject is reachable again.
+pub const FORWARD_RESYNC: &str = "FORWARD_RESYNC";
 
 /// `origin` (as [`ORIGIN_LENGTH`] bytes) then `payload`.
 pub fn with_origin(origin: u64, payload: &[u8]) -> Vec<u8> {
@@ -81,6 +92,36 @@ pub fn split_origin(payload: &[u8]) -> Option<(u64, &[u8])> {
     let (origin, rest) = payload.split_at_checked(ORIGIN_LENGTH)?;
     Some((u64::from_le_bytes(origin.try_into().ok()?), rest))
 }
+/// Why a name is not a domain name ([`with_domain`]); `None` when it is one.
+pub fn domain_error(domain: &str) -> Option<String> {
+    if domain.is_empty() || domain.len() > MAX_DOMAIN_LENGTH {
+        return Some(format!("domain {domain:?}: must be 1 to {MAX_DOMAIN_LENGTH} characters, not {}", domain.len()));
+    }
+    let bad = domain.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))?;
+    Some(format!("domain {domain:?}: {bad:?} is not one of A-Z a-z 0-9 _ . -"))
+}
+
+/// The payload of a publish naming `domain` ([`FLAG_DOMAIN`]): its length (one byte), the
+/// domain, then `payload`; an error saying why when `domain` is not a domain name.
+pub fn with_domain(domain: &str, payload: &[u8]) -> Result<Vec<u8>, String> {
+    if let Some(error) = domain_error(domain) {
+        return Err(error);
+    }
+    let mut out = Vec::with_capacity(1 + domain.len() + payload.len());
+    out.push(domain.len() as u8); // at most MAX_DOMAIN_LENGTH: fits
+    out.extend_from_slice(domain.as_bytes());
+    out.extend_from_slice(payload);
+    Ok(out)
+}
+
+/// The domain and the rest of a payload [`with_domain`] made; `None` when it is not one.
+pub fn split_domain(payload: &[u8]) -> Option<(&str, &[u8])> {
+    let (&length, rest) = payload.split_first()?;
+    let (domain, rest) = rest.split_at_checked(usize::from(length))?;
+    let domain = std::str::from_utf8(domain).ok()?;
+    domain_error(domain).is_none().then_some((domain, rest))
+}
+
 /// ENLIST flag: the payload is a coverage pattern (without it, the enlistment names none).
 pub const FLAG_COVERAGE: u16 = 0x0001;
 /// ALIVE flag: the router is stopping cleanly; the payload, if not empty, is the channel of the
@@ -433,6 +474,20 @@ impl<'a> Iterator for Records<'a> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_explicit_domain_goes_before_the_payload_and_only_a_domain_name_is_taken() {
+        let payload = with_domain("PINNED", b"body").unwrap();
+        assert_eq!(payload, b"\x06PINNEDbody");
+        assert_eq!(split_domain(&payload), Some(("PINNED", &b"body"[..])));
+        assert_eq!(split_domain(b"\x06PINNE"), None, "truncated");
+        assert_eq!(split_domain(b""), None);
+        assert_eq!(split_domain(b"\x02a/rest"), None, "'/' is no domain character");
+        assert_eq!(split_domain(b"\x00rest"), None, "empty");
+        assert!(with_domain("", b"").unwrap_err().contains("1 to 64 characters, not 0"));
+        assert!(with_domain(&"D".repeat(65), b"").unwrap_err().contains("not 65"));
+        assert!(with_domain("RUGBY NEWS", b"").unwrap_err().contains("' ' is not one of A-Z a-z 0-9 _ . -"));
+    }
+
     use super::*;
     use proptest::prelude::*;
 

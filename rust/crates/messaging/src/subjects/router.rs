@@ -20,9 +20,9 @@ use std::time::Duration;
 
 use super::cluster::{CLUSTER_SOURCE_PREFIX, NODE_PREFIXES};
 use super::codec::{
-    alive_payload, emit_unchecked, split_origin, with_origin, RecordKind, Records, SubjectRecord, ALIVE_SUBJECT,
-    ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE,
-    FLAG_PUBLISH, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
+    alive_payload, emit_unchecked, split_domain, split_origin, with_origin, RecordKind, Records, SubjectRecord,
+    ALIVE_SUBJECT, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_DOMAIN, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND,
+    FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
 };
 use super::faucet::{Faucet, FaucetEvent, Party};
 use crate::control::{Heartbeat, HeartbeatOutcome, MemberView, Role};
@@ -763,6 +763,12 @@ impl RouterCore {
     /// routes to a cluster node's source (this node is a slave of its domain) other than the
     /// sender: handed to it, the origin's id before the payload, to forward to the master;
     /// otherwise relayed to the subject's subscribers here (erase included).
+    ///
+    /// A publish naming its domain ([`FLAG_DOMAIN`]) goes by that domain, not the subject:
+    /// handed to the cluster node's source `cluster.<domain>` when there is one (this node is a
+    /// slave of the domain, or it has no master yet), with the domain kept for the node; else
+    /// relayed here without it (this node is the domain's master, or no node defines it: the
+    /// default master). A malformed domain is refused (counted).
     fn on_publish(&mut self, record: SubjectRecord<'_>) {
         let from_cluster = self.sources.get(&record.sender).is_some_and(|s| s.label.starts_with(CLUSTER_SOURCE_PREFIX));
         if record.flags & FLAG_STATUS != 0 {
@@ -777,6 +783,28 @@ impl RouterCore {
         }
         if record.flags & FLAG_REFUSED != 0 {
             self.counters.refused += 1;
+            return;
+        }
+        if record.flags & FLAG_DOMAIN != 0 {
+            let Some((domain, body)) = split_domain(record.payload) else {
+                self.counters.refused += 1;
+                return;
+            };
+            let node = self.sources.iter().find_map(|(&id, source)| {
+                let label = source.label.strip_prefix(CLUSTER_SOURCE_PREFIX)?;
+                (label == domain).then_some(id)
+            });
+            match node {
+                Some(node) if node != record.sender => {
+                    let payload = with_origin(record.sender, record.payload);
+                    self.outbox.push(node, RecordKind::Data, record.flags, self.id, record.subject, &payload);
+                }
+                Some(_) => self.counters.refused += 1,
+                None if self.subjects.contains_key(record.subject) => {
+                    self.relay(SubjectRecord { flags: record.flags & !FLAG_DOMAIN, payload: body, ..record });
+                }
+                None => self.counters.stale_data += 1,
+            }
             return;
         }
         let routed = self.table.route_member(record.subject).ok().flatten();

@@ -8,8 +8,22 @@
 //! later publish of that origin until the queue makes room (a flush), so what an origin had
 //! refused is always the tail of what it published: it stops (back-pressure) and publishes
 //! that tail again once told [`Notice::Warning`] or [`Notice::Cleared`].
+//!
+//! Mirrored masters ([`ForwardQueues::publish_all`]): a master that is unreachable while
+//! another master of the domain is reachable does not back-pressure the source. When its queue
+//! would pass the bound, that queue is dropped (counted in `dropped`) and the master is marked
+//! *stale*: publishes for it are dropped (counted) instead of queued until it is reachable
+//! again, when it gets the publishes made from then on ([`QueueEvent`] says when either
+//! happens, once each). While no master of the domain is reachable, the bound back-pressures
+//! the source as for one master: nothing is dropped that no master got.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+
+use crate::subjects::codec::SubjectRecord;
+
+/// Most `(origin, subject)` pairs remembered per stale master, to ask for fresh images when it
+/// is back ([`QueueEvent::Back`]); past it the rest are only counted (`unlisted`).
+pub const MAX_RESYNC_SUBJECTS: usize = 4096;
 
 /// What became of a publish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +35,37 @@ pub enum Forwarded {
     /// Not taken: the queue holds its bound already (or the origin is blocked since its last
     /// refusal); the source must retry (back-pressure, never a silent drop).
     Full,
+    /// Not sent to this master, which is stale (its queue was dropped while another master of
+    /// the domain took the publish): counted in `dropped`.
+    Dropped,
+}
+
+/// A change of a master's queue the runtime reports (logged once per outage).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QueueEvent {
+    /// The queue for this unreachable master was dropped (`publishes` in it) because it would
+    /// pass the bound while another master of the domain was reachable: the master is stale.
+    Dropped {
+        /// The master whose queue was dropped.
+        key: QueueKey,
+        /// Publishes the dropped queue held.
+        publishes: u64,
+    },
+    /// A stale master is reachable again: it gets the publishes made from now on; `missed`
+    /// publishes (the dropped queue and every publish while stale) never reach it. `resync`
+    /// names, per origin, the subjects it missed publishes of (at most
+    /// [`MAX_RESYNC_SUBJECTS`], in the order first missed): their sources are asked for a
+    /// fresh image; `unlisted` more pairs were past that bound.
+    Back {
+        /// The master reachable again.
+        key: QueueKey,
+        /// Publishes it missed since its queue was dropped.
+        missed: u64,
+        /// `(origin, subject)` pairs it missed publishes of.
+        resync: Vec<(u64, String)>,
+        /// Pairs past [`MAX_RESYNC_SUBJECTS`], not listed.
+        unlisted: u64,
+    },
 }
 
 /// What an origin must be told (its publishes' state changed).
@@ -53,6 +98,35 @@ pub struct ForwardCounters {
     pub flushed: u64,
     /// Publishes refused (back-pressure).
     pub refused: u64,
+    /// Publishes dropped for a stale mirrored master (another master of the domain took them).
+    pub dropped: u64,
+}
+
+/// What a stale master missed: publishes, and which origin's subjects (bounded).
+#[derive(Default)]
+struct Missed {
+    publishes: u64,
+    pairs: Vec<(u64, String)>,
+    seen: HashSet<(u64, String)>,
+    unlisted: u64,
+}
+
+impl Missed {
+    fn add(&mut self, record: &[u8]) {
+        self.publishes += 1;
+        // Records here are the runtime's own encodings: one that does not parse names nothing.
+        let Ok((record, _)) = SubjectRecord::parse(record) else { return };
+        let pair = (record.sender, record.subject.to_owned());
+        if self.seen.contains(&pair) {
+            return;
+        }
+        if self.pairs.len() >= MAX_RESYNC_SUBJECTS {
+            self.unlisted += 1;
+            return;
+        }
+        self.seen.insert(pair.clone());
+        self.pairs.push(pair);
+    }
 }
 
 #[derive(Default)]
@@ -71,6 +145,13 @@ pub struct ForwardQueues {
     blocked: HashSet<u64>,
     notices: Vec<(u64, Notice)>,
     counters: ForwardCounters,
+    /// The same counters per master node (by index: configured nodes, bounded) and per domain
+    /// without a master (bounded by the domains and the mapper's names).
+    per_node: Vec<ForwardCounters>,
+    per_domain: HashMap<String, ForwardCounters>,
+    /// Stale masters: what each missed since its queue was dropped.
+    stale: HashMap<QueueKey, Missed>,
+    events: Vec<QueueEvent>,
 }
 
 impl ForwardQueues {
@@ -83,6 +164,28 @@ impl ForwardQueues {
             blocked: HashSet::new(),
             notices: Vec::new(),
             counters: ForwardCounters::default(),
+            per_node: Vec::new(),
+            per_domain: HashMap::new(),
+            stale: HashMap::new(),
+            events: Vec::new(),
+        }
+    }
+
+    fn count<F: Fn(&mut ForwardCounters) -> &mut u64>(&mut self, key: &QueueKey, field: F, by: u64) {
+        *field(&mut self.counters) += by;
+        *field(self.counters_mut(key)) += by;
+    }
+
+    /// `key`'s counters (a node index is one of the configured nodes: the vector stays small).
+    fn counters_mut(&mut self, key: &QueueKey) -> &mut ForwardCounters {
+        match key {
+            QueueKey::Node(index) => {
+                if self.per_node.len() <= *index {
+                    self.per_node.resize(index + 1, ForwardCounters::default());
+                }
+                &mut self.per_node[*index]
+            }
+            QueueKey::Domain(domain) => self.per_domain.entry(domain.clone()).or_default(),
         }
     }
 
@@ -98,25 +201,28 @@ impl ForwardQueues {
         mut send: impl FnMut(&[u8]),
     ) -> Forwarded {
         if self.blocked.contains(&origin) {
-            self.counters.refused += 1;
+            self.count(&key, |c| &mut c.refused, 1);
             return Forwarded::Full;
+        }
+        if reachable {
+            self.back(&key);
         }
         let queued = self.queues.get(&key).is_some_and(|queue| !queue.entries.is_empty());
         if reachable && !queued {
             send(record);
-            self.counters.sent += 1;
+            self.count(&key, |c| &mut c.sent, 1);
             return Forwarded::Sent;
         }
-        let queue = self.queues.entry(key).or_default();
+        let queue = self.queues.entry(key.clone()).or_default();
         if queue.bytes + record.len() > self.bound {
             // An origin id is one of the router's sources: as many as it tracks, no more.
             self.blocked.insert(origin);
-            self.counters.refused += 1;
+            self.count(&key, |c| &mut c.refused, 1);
             return Forwarded::Full;
         }
         queue.bytes += record.len();
         queue.entries.push_back((origin, record.to_vec()));
-        self.counters.queued += 1;
+        self.count(&key, |c| &mut c.queued, 1);
         let count = self.origins.entry(origin).or_default();
         *count += 1;
         if *count == 1 {
@@ -127,10 +233,20 @@ impl ForwardQueues {
 
     /// A publish of `origin` for every master of a domain (mirrored masters): `targets` are
     /// `(key, reachable)`, one per master. Each is sent (`send(index, record)`) or queued as
-    /// [`ForwardQueues::publish`] would; but when the origin is blocked, or any target that
-    /// would queue it has no room, it is refused for all of them (counted once), so what an
-    /// origin had refused is the same tail at every master and publishing it again duplicates
-    /// nothing. The answer has one [`Forwarded`] per target.
+    /// [`ForwardQueues::publish`] would, with two exceptions:
+    ///
+    /// * a target that is not reachable, whose queue would pass the bound, while another target
+    ///   is reachable: its queue is dropped and it is marked stale ([`QueueEvent::Dropped`]);
+    ///   a stale target that is not reachable gets [`Forwarded::Dropped`] (counted), so a dead
+    ///   mirror never back-pressures the source while another master takes its publishes;
+    /// * when the origin is blocked, or any other target that would queue it has no room (every
+    ///   master unreachable, or a reachable one still flushing), it is refused for all of them
+    ///   (counted once), so what an origin had refused is the same tail at every master and
+    ///   publishing it again duplicates nothing.
+    ///
+    /// A stale target that is reachable again is no longer stale ([`QueueEvent::Back`]). When
+    /// every target is stale they are all treated as not stale (queued, back-pressured). The
+    /// answer has one [`Forwarded`] per target.
     pub fn publish_all(
         &mut self,
         targets: &[(QueueKey, bool)],
@@ -138,30 +254,97 @@ impl ForwardQueues {
         record: &[u8],
         mut send: impl FnMut(usize, &[u8]),
     ) -> Vec<Forwarded> {
-        let refused = self.blocked.contains(&origin)
-            || targets.iter().any(|(key, reachable)| {
-                let queue = self.queues.get(key);
-                let queued = queue.is_some_and(|queue| !queue.entries.is_empty());
-                let bytes = queue.map_or(0, |queue| queue.bytes);
-                (queued || !*reachable) && bytes + record.len() > self.bound
-            });
+        for (key, reachable) in targets {
+            if *reachable {
+                self.back(key);
+            }
+        }
+        if !self.stale.is_empty() && targets.iter().all(|(key, _)| self.stale.contains_key(key)) {
+            for (key, _) in targets {
+                self.back(key);
+            }
+        }
+        let any_reachable = targets.iter().any(|(_, reachable)| *reachable);
+        let mut refused = self.blocked.contains(&origin);
+        let mut overflowing = Vec::new();
+        for (key, reachable) in targets {
+            if !self.stale.is_empty() && self.stale.contains_key(key) {
+                continue;
+            }
+            let queue = self.queues.get(key);
+            let queued = queue.is_some_and(|queue| !queue.entries.is_empty());
+            let bytes = queue.map_or(0, |queue| queue.bytes);
+            if (queued || !*reachable) && bytes + record.len() > self.bound {
+                if !*reachable && any_reachable {
+                    overflowing.push(key.clone());
+                } else {
+                    refused = true;
+                }
+            }
+        }
         if refused {
             self.blocked.insert(origin);
             self.counters.refused += 1;
+            for (key, _) in targets {
+                self.counters_mut(key).refused += 1;
+            }
             return vec![Forwarded::Full; targets.len()];
+        }
+        for key in overflowing {
+            self.drop_queue(key);
         }
         targets
             .iter()
             .enumerate()
             .map(|(index, (key, reachable))| {
+                if let Some(missed) = self.stale.get_mut(key) {
+                    missed.add(record);
+                    self.count(key, |c| &mut c.dropped, 1);
+                    return Forwarded::Dropped;
+                }
                 self.publish(key.clone(), origin, record, *reachable, |bytes| send(index, bytes))
             })
             .collect()
     }
 
+    /// Drops the queue for `key` (an unreachable mirrored master past its bound) and marks it
+    /// stale; origins left with nothing queued are told [`Notice::Cleared`].
+    fn drop_queue(&mut self, key: QueueKey) {
+        let queue = self.queues.remove(&key).unwrap_or_default();
+        let publishes = queue.entries.len() as u64;
+        let mut missed = Missed::default();
+        for (_, record) in &queue.entries {
+            missed.add(record);
+        }
+        for (origin, _) in &queue.entries {
+            if let Some(count) = self.origins.get_mut(origin) {
+                *count -= 1;
+                if *count == 0 {
+                    self.origins.remove(origin);
+                    self.notices.push((*origin, Notice::Cleared));
+                }
+            }
+        }
+        self.count(&key, |c| &mut c.dropped, publishes);
+        self.stale.insert(key.clone(), missed);
+        self.events.push(QueueEvent::Dropped { key, publishes });
+    }
+
+    /// `key` is reachable: no longer stale (reported once).
+    fn back(&mut self, key: &QueueKey) {
+        if self.stale.is_empty() {
+            return;
+        }
+        if let Some(missed) = self.stale.remove(key) {
+            let (resync, unlisted) = (missed.pairs, missed.unlisted);
+            self.events.push(QueueEvent::Back { key: key.clone(), missed: missed.publishes, resync, unlisted });
+        }
+    }
+
     /// The master behind `key` is reachable: hands every queued publish to `send`, in order,
     /// while it accepts (`send` returns `false` to stop); returns how many went.
     pub fn flush(&mut self, key: &QueueKey, mut send: impl FnMut(&[u8]) -> bool) -> usize {
+        self.back(key);
         let Some(queue) = self.queues.get_mut(key) else { return 0 };
         let mut sent = 0;
         while let Some((origin, record)) = queue.entries.front() {
@@ -184,7 +367,7 @@ impl ForwardQueues {
         if queue.entries.is_empty() {
             self.queues.remove(key);
         }
-        self.counters.flushed += sent as u64;
+        self.count(key, |c| &mut c.flushed, sent as u64);
         if sent > 0 {
             for origin in std::mem::take(&mut self.blocked) {
                 let notice = if self.origins.contains_key(&origin) { Notice::Warning } else { Notice::Cleared };
@@ -194,12 +377,27 @@ impl ForwardQueues {
         sent
     }
 
-    /// A domain got a master: its queue moves to that master's (behind what is there).
-    pub fn assign(&mut self, domain: &str, master: usize) {
-        let Some(moved) = self.queues.remove(&QueueKey::Domain(domain.to_owned())) else { return };
-        let queue = self.queues.entry(QueueKey::Node(master)).or_default();
-        queue.entries.extend(moved.entries);
-        queue.bytes += moved.bytes;
+    /// A domain got its master(s): its queue moves to each one's (behind what is there), so it
+    /// flushes in order when that master is reachable; returns how many publishes moved. With
+    /// several masters each gets a copy (an origin stays warned until its last copy went).
+    pub fn assign(&mut self, domain: &str, masters: &[usize]) -> usize {
+        let Some(moved) = self.queues.remove(&QueueKey::Domain(domain.to_owned())) else { return 0 };
+        let count = moved.entries.len();
+        for (index, &master) in masters.iter().enumerate() {
+            if index > 0 {
+                for (origin, _) in &moved.entries {
+                    *self.origins.entry(*origin).or_default() += 1;
+                }
+            }
+            let queue = self.queues.entry(QueueKey::Node(master)).or_default();
+            queue.entries.extend(moved.entries.iter().cloned());
+            queue.bytes += moved.bytes;
+        }
+        if masters.is_empty() {
+            self.queues.insert(QueueKey::Domain(domain.to_owned()), moved);
+            return 0;
+        }
+        count
     }
 
     /// Bytes queued for `key`.
@@ -227,9 +425,29 @@ impl ForwardQueues {
         std::mem::take(&mut self.notices)
     }
 
-    /// The counters since start.
+    /// The counters since start (each master's copy of a publish counts; a publish refused
+    /// for every master counts once in `refused`).
     pub fn counters(&self) -> ForwardCounters {
         self.counters
+    }
+
+    /// The counters of `key`'s queue since start (a publish refused for every master counts
+    /// in each one's `refused`).
+    pub fn counters_for(&self, key: &QueueKey) -> ForwardCounters {
+        match key {
+            QueueKey::Node(index) => self.per_node.get(*index).copied().unwrap_or_default(),
+            QueueKey::Domain(domain) => self.per_domain.get(domain).copied().unwrap_or_default(),
+        }
+    }
+
+    /// Whether `key` is a stale mirrored master (its queue dropped, not reachable since).
+    pub fn is_stale(&self, key: &QueueKey) -> bool {
+        self.stale.contains_key(key)
+    }
+
+    /// Queues dropped and stale masters back since the last call, in order.
+    pub fn take_events(&mut self) -> Vec<QueueEvent> {
+        std::mem::take(&mut self.events)
     }
 
     /// Publishes queued since start, and refused because a queue was full.
@@ -279,7 +497,7 @@ mod tests {
         assert_eq!(queues.flush(&golan, accept(&mut wire)), 1);
         assert_eq!(queues.take_notices(), [(OTHER, Notice::Cleared)]);
         assert_eq!(wire, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec(), b"x".to_vec()], "in order, once");
-        assert_eq!(queues.counters(), ForwardCounters { sent: 1, queued: 3, flushed: 3, refused: 0 });
+        assert_eq!(queues.counters(), ForwardCounters { sent: 1, queued: 3, flushed: 3, refused: 0, dropped: 0 });
     }
 
     #[test]
@@ -306,27 +524,127 @@ mod tests {
     }
 
     #[test]
-    fn a_publish_for_mirrored_masters_goes_to_every_one_or_is_refused_for_all() {
+    fn with_no_mirrored_master_reachable_a_publish_is_refused_for_all_and_never_dropped() {
         let mut queues = ForwardQueues::new(4);
         let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
         let mut wire: Vec<(usize, Vec<u8>)> = Vec::new();
-        let both = [(heron.clone(), true), (golan.clone(), false)];
-        let outcome = queues.publish_all(&both, SOURCE, b"aa", |index, r| wire.push((index, r.to_vec())));
-        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Queued], "sent to the live one, queued for the other");
-        assert_eq!(wire, [(0, b"aa".to_vec())]);
+        let none = [(heron.clone(), false), (golan.clone(), false)];
+        let outcome = queues.publish_all(&none, SOURCE, b"aa", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Queued, Forwarded::Queued]);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
-        // golan's queue has room for 2 more bytes: "bbb" would fit heron (live) but not golan.
-        let outcome = queues.publish_all(&both, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
-        assert_eq!(outcome, [Forwarded::Full, Forwarded::Full], "refused for both, sent to neither");
-        assert_eq!(wire.len(), 1);
-        assert_eq!(queues.counters().refused, 1);
-        let outcome = queues.publish_all(&both, SOURCE, b"c", |_, _| {});
+        let outcome = queues.publish_all(&none, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Full, Forwarded::Full], "refused for both, queued for neither");
+        let outcome = queues.publish_all(&none, SOURCE, b"c", |_, _| {});
         assert_eq!(outcome, [Forwarded::Full, Forwarded::Full], "blocked until a flush makes room");
+        assert!(wire.is_empty() && queues.take_events().is_empty(), "nothing sent, nothing dropped");
+        assert_eq!(queues.queued_count(&heron), 1);
+        // A live master still flushing its queue back-pressures too (it is not dead).
         let mut flushed = Vec::new();
+        assert_eq!(queues.flush(&golan, |_| false), 0);
+        let flushing = [(heron.clone(), true), (golan.clone(), true)];
+        assert_eq!(queues.publish_all(&flushing, OTHER, b"bbb", |_, _| {}), [Forwarded::Full, Forwarded::Full]);
         assert_eq!(queues.flush(&golan, accept(&mut flushed)), 1);
-        let outcome = queues.publish_all(&both, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
-        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Queued], "the refused tail goes again");
-        assert_eq!(queues.counters(), ForwardCounters { sent: 2, queued: 2, flushed: 1, refused: 2 });
+        assert_eq!(queues.flush(&heron, accept(&mut flushed)), 1);
+        let outcome = queues.publish_all(&flushing, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Sent], "the refused tail goes again");
+        assert_eq!(queues.counters(), ForwardCounters { sent: 2, queued: 2, flushed: 2, refused: 3, dropped: 0 });
+        assert_eq!(
+            queues.counters_for(&golan),
+            ForwardCounters { sent: 1, queued: 1, flushed: 1, refused: 3, dropped: 0 }
+        );
+    }
+
+    #[test]
+    fn a_dead_mirrors_queue_past_its_bound_is_dropped_while_another_master_takes_the_publishes() {
+        let mut queues = ForwardQueues::new(4);
+        let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
+        let mut wire: Vec<(usize, Vec<u8>)> = Vec::new();
+        let heron_only = [(heron.clone(), true), (golan.clone(), false)];
+        let outcome = queues.publish_all(&heron_only, SOURCE, b"aa", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Queued], "sent to the live one, queued for the other");
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
+        // golan's queue has room for 2 more bytes: "bbb" does not fit, heron takes it.
+        let outcome = queues.publish_all(&heron_only, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Dropped], "the source is not refused");
+        assert_eq!(queues.take_events(), [QueueEvent::Dropped { key: golan.clone(), publishes: 1 }]);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Cleared)], "nothing of it queued any more");
+        assert!(queues.is_stale(&golan) && !queues.is_queued(&golan));
+        let outcome = queues.publish_all(&heron_only, SOURCE, b"c", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Dropped]);
+        assert!(queues.take_events().is_empty(), "reported once per outage");
+        assert_eq!(wire, [(0, b"aa".to_vec()), (0, b"bbb".to_vec()), (0, b"c".to_vec())]);
+        // golan back: it gets what is published from now on; what it missed is counted.
+        assert_eq!(queues.flush(&golan, |_| true), 0, "its queue was dropped: nothing to flush");
+        let back = QueueEvent::Back { key: golan.clone(), missed: 3, resync: Vec::new(), unlisted: 0 };
+        assert_eq!(queues.take_events(), [back], "these records name no subject: nothing to resync");
+        let both = [(heron.clone(), true), (golan.clone(), true)];
+        let outcome = queues.publish_all(&both, SOURCE, b"d", |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Sent]);
+        assert_eq!(wire[3..], [(0, b"d".to_vec()), (1, b"d".to_vec())]);
+        assert_eq!(
+            queues.counters_for(&golan),
+            ForwardCounters { sent: 1, queued: 1, flushed: 0, refused: 0, dropped: 3 }
+        );
+        assert_eq!(queues.counters_for(&heron), ForwardCounters { sent: 4, ..ForwardCounters::default() });
+        // Now heron dies too and golan with it: the mirror rule gives way to back-pressure.
+        let none = [(heron.clone(), false), (golan.clone(), false)];
+        assert_eq!(queues.publish_all(&none, SOURCE, b"eeee", |_, _| {}), [Forwarded::Queued, Forwarded::Queued]);
+        assert_eq!(queues.publish_all(&none, SOURCE, b"f", |_, _| {}), [Forwarded::Full, Forwarded::Full]);
+        assert!(queues.take_events().is_empty(), "no master reachable: nothing dropped");
+    }
+
+    fn encoded(origin: u64, subject: &str) -> Vec<u8> {
+        use crate::subjects::codec::RecordKind;
+        let record = SubjectRecord { kind: RecordKind::Data, flags: 0, sender: origin, subject, payload: b"x" };
+        let mut bytes = Vec::new();
+        record.emit(&mut bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_stale_master_back_names_each_origins_subjects_it_missed_once_and_bounded() {
+        let record = encoded(SOURCE, "/RUGBY/a");
+        let mut queues = ForwardQueues::new(record.len());
+        let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
+        let heron_only = [(heron.clone(), true), (golan.clone(), false)];
+        assert_eq!(queues.publish_all(&heron_only, SOURCE, &record, |_, _| {})[1], Forwarded::Queued);
+        for (origin, subject) in [(SOURCE, "/RUGBY/b"), (OTHER, "/RUGBY/a"), (SOURCE, "/RUGBY/a")] {
+            assert_eq!(
+                queues.publish_all(&heron_only, origin, &encoded(origin, subject), |_, _| {})[1],
+                Forwarded::Dropped
+            );
+        }
+        for n in 0..MAX_RESYNC_SUBJECTS + 5 {
+            queues.publish_all(&heron_only, OTHER, &encoded(OTHER, &format!("/RUGBY/n{n}")), |_, _| {});
+        }
+        queues.take_events();
+        assert_eq!(queues.flush(&golan, |_| true), 0);
+        let [QueueEvent::Back { missed, resync, unlisted, .. }] = &queues.take_events()[..] else { panic!("one Back") };
+        assert_eq!(*missed, 4 + MAX_RESYNC_SUBJECTS as u64 + 5);
+        assert_eq!(resync.len(), MAX_RESYNC_SUBJECTS, "bounded");
+        assert_eq!(*unlisted, 8, "the pairs past the bound are counted");
+        let first: Vec<(u64, &str)> = resync[..3].iter().map(|(o, s)| (*o, s.as_str())).collect();
+        assert_eq!(first, [(SOURCE, "/RUGBY/a"), (SOURCE, "/RUGBY/b"), (OTHER, "/RUGBY/a")], "once each, in order");
+    }
+
+    #[test]
+    fn a_domain_getting_masters_hands_each_its_queue_in_order() {
+        let mut queues = ForwardQueues::new(100);
+        let radar = QueueKey::Domain("RADAR".to_owned());
+        assert_eq!(queues.publish(radar.clone(), SOURCE, b"r1", false, |_| {}), Forwarded::Queued);
+        assert_eq!(queues.publish(radar.clone(), SOURCE, b"r2", false, |_| {}), Forwarded::Queued);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
+        assert_eq!(queues.assign("RADAR", &[]), 0, "no master: stays queued under the domain");
+        assert_eq!(queues.queued_count(&radar), 2);
+        assert_eq!(queues.assign("RADAR", &[0, 1]), 2);
+        assert!(!queues.is_queued(&radar));
+        let (mut at_0, mut at_1) = (Vec::new(), Vec::new());
+        assert_eq!(queues.flush(&QueueKey::Node(0), accept(&mut at_0)), 2);
+        assert_eq!(queues.take_notices(), [], "still queued for the other master");
+        assert_eq!(queues.flush(&QueueKey::Node(1), accept(&mut at_1)), 2);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Cleared)]);
+        assert_eq!(at_0, [b"r1".to_vec(), b"r2".to_vec()]);
+        assert_eq!(at_0, at_1);
     }
 
     #[test]

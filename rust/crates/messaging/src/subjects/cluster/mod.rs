@@ -31,7 +31,7 @@ use std::time::Duration;
 
 pub use cache::{CacheAction, SlaveCache};
 pub use connections::{ConnectionState, Connections};
-pub use forward::{ForwardCounters, ForwardQueues, Forwarded, Notice, QueueKey};
+pub use forward::{ForwardCounters, ForwardQueues, Forwarded, Notice, QueueEvent, QueueKey};
 pub use mapping::{DomainToMaster, Mapping, MasterMapper};
 
 use crate::routing::policy::Policy;

@@ -175,7 +175,7 @@ fn publishes_for_an_unreachable_master_queue_in_order_within_the_bound_and_flush
     // Master unknown: queued under the domain, moved behind the master's queue once it appears.
     let radar = QueueKey::Domain("RADAR".into());
     assert_eq!(queues.publish(radar.clone(), 7, b"r1", false, |_| {}), Forwarded::Queued);
-    queues.assign("RADAR", 1);
+    queues.assign("RADAR", &[1]);
     assert!(!queues.is_queued(&radar));
     assert_eq!(queues.queued_bytes(&golan), 2);
 }

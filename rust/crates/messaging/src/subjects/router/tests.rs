@@ -757,3 +757,44 @@ fn a_reloaded_node_list_lets_a_new_node_in_and_refuses_a_removed_one() {
     subscribe_as(&mut router, BOB, "node:golan", "/STOCK/IBM", at(2));
     assert_eq!((router.counters().not_allowed, router.subscriber_count()), (2, 1));
 }
+
+#[test]
+fn a_publish_naming_its_domain_goes_to_that_domains_node_source_or_is_relayed_here_without_it() {
+    use crate::subjects::codec::{split_origin, with_domain, FLAG_DOMAIN, FLAG_PUBLISH};
+    const STOCK_NODE: u64 = 20;
+    const PINNED_NODE: u64 = 22;
+    const PUBLISHER: u64 = 21;
+    let mut router = RouterCore::new(ROUTER, slave_table(), None, LIVENESS);
+    router.on_heartbeat(heartbeat(STOCK_NODE, Role::Source, "cluster.STOCK_EXCHANGE"), at(0));
+    router.on_heartbeat(heartbeat(PINNED_NODE, Role::Source, "cluster.PINNED"), at(0));
+    router.on_heartbeat(heartbeat(PUBLISHER, Role::Source, "stock-publisher"), at(0));
+    subscribe(&mut router, ALICE, "/STOCK/IBM", at(1));
+    sent(&mut router); // the REQUEST to the STOCK node
+    let flags = FLAG_PUBLISH | FLAG_UPDATE | FLAG_DOMAIN;
+    let pinned = with_domain("PINNED", b"u1").unwrap();
+    router.on_message(&record(RecordKind::Data, flags, PUBLISHER, "/STOCK/IBM", &pinned), at(2));
+    let mut out = Vec::new();
+    router.outbox().drain(|to, bytes| {
+        for r in Records::new(bytes) {
+            let r = r.unwrap();
+            out.push((to, r.flags, split_origin(r.payload).map(|(o, p)| (o, p.to_vec()))));
+        }
+    });
+    // By its domain, not its subject's pattern: the PINNED node, origin first, domain kept.
+    assert_eq!(out, [(PINNED_NODE, flags, Some((PUBLISHER, pinned.clone())))]);
+    // A domain no node source serves here (this node its master, or no node defines it):
+    // relayed to the subscribers, without the domain.
+    let own = with_domain("OWN", b"u2").unwrap();
+    router.on_message(&record(RecordKind::Data, flags, PUBLISHER, "/STOCK/IBM", &own), at(3));
+    assert_eq!(sent(&mut router), [(ALICE, RecordKind::Data, FLAG_UPDATE, "/STOCK/IBM".into(), "u2".into())]);
+    // A malformed domain, or the node's own publish back to itself: refused, counted.
+    let refused = router.counters().refused;
+    router.on_message(&record(RecordKind::Data, flags, PUBLISHER, "/STOCK/IBM", b"\x09PIN"), at(4));
+    router.on_message(&record(RecordKind::Data, flags, PINNED_NODE, "/STOCK/IBM", &pinned), at(4));
+    assert!(sent(&mut router).is_empty());
+    assert_eq!(router.counters().refused, refused + 2);
+    // Without the flag, the same bytes are an ordinary payload, routed by the subject.
+    router.on_message(&record(RecordKind::Data, FLAG_PUBLISH | FLAG_UPDATE, PUBLISHER, "/STOCK/IBM", &own), at(5));
+    let to: Vec<u64> = sent(&mut router).into_iter().map(|(to, ..)| to).collect();
+    assert_eq!(to, [STOCK_NODE]);
+}
