@@ -264,7 +264,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
 
   @Override
   public void close() {
-    closeGroups();
+    closeGroups(true);
     Arrays.fill(rows, null);
   }
 
@@ -516,7 +516,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     }
     if (buffered > MAX_BUFFERED_BYTES) {
       emitAll();
-      closeGroups();
+      closeGroups(false);
     }
   }
 
@@ -549,10 +549,15 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     }
   }
 
-  private void closeGroups() {
+  /** Frees every queue's row group ({@code pool}: hands them to later tasks, {@link ArrowGroup#release}). */
+  private void closeGroups(boolean pool) {
     for (int q = 0; q < queueCount; q++) {
       if (groups[q] != null) {
-        groups[q].close();
+        if (pool) {
+          groups[q].release();
+        } else {
+          groups[q].close();
+        }
         groups[q] = null;
       }
     }
