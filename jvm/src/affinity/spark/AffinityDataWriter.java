@@ -264,7 +264,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
 
   @Override
   public void close() {
-    closeGroups(true);
+    closeGroups();
     Arrays.fill(rows, null);
   }
 
@@ -516,7 +516,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     }
     if (buffered > MAX_BUFFERED_BYTES) {
       emitAll();
-      closeGroups(false);
+      closeGroups();
     }
   }
 
@@ -549,15 +549,10 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     }
   }
 
-  /** Frees every queue's row group ({@code pool}: hands them to later tasks, {@link ArrowGroup#release}). */
-  private void closeGroups(boolean pool) {
+  private void closeGroups() {
     for (int q = 0; q < queueCount; q++) {
       if (groups[q] != null) {
-        if (pool) {
-          groups[q].release();
-        } else {
-          groups[q].close();
-        }
+        groups[q].close();
         groups[q] = null;
       }
     }

@@ -5,9 +5,6 @@ import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.Channels;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ConcurrentLinkedQueue;
-import java.util.concurrent.atomic.AtomicLong;
 import org.apache.arrow.flatbuf.FieldNode;
 import org.apache.arrow.flatbuf.Message;
 import org.apache.arrow.flatbuf.MessageHeader;
@@ -150,61 +147,14 @@ final class ArrowGroup {
 
   /** A row group for rows of {@code spec}'s schema. */
   static ArrowGroup create(WriteSpec spec) {
-    String key = poolKey(spec);
-    ConcurrentLinkedQueue<ArrowGroup> pooled = spec.fill == WriteSpec.FILL_SPARK ? null : POOL.get(key);
-    ArrowGroup group = pooled == null ? null : pooled.poll();
-    if (group != null) {
-      POOLED_BYTES.addAndGet(-group.pooledBytes);
-      return group;
-    }
     ArrowWriter spark = ArrowWriter.create(spec.schema, spec.timeZone, false, spec.largeVarTypes);
-    group = new ArrowGroup(spark, spec.fill == WriteSpec.FILL_SPARK ? null : directKinds(spec.schema, spark.root()));
-    group.poolKey = key;
-    return group;
+    return new ArrowGroup(spark, spec.fill == WriteSpec.FILL_SPARK ? null : directKinds(spec.schema, spark.root()));
   }
 
-  /**
-   * Most vector memory (bytes, all schemas) of the row groups this JVM keeps for later tasks: a
-   * task's groups are released at its end and taken again by the next task writing the same
-   * schema, which then neither creates Spark's writer nor allocates and grows its vectors again.
-   */
-  static final long MAX_POOL_BYTES = 64L << 20;
-  /** Released row groups by {@link #poolKey}, and their vector memory in all. */
-  private static final ConcurrentHashMap<String, ConcurrentLinkedQueue<ArrowGroup>> POOL = new ConcurrentHashMap<>();
-  private static final AtomicLong POOLED_BYTES = new AtomicLong();
-  /** What a pooled group must match to be reused: schema, Arrow settings and fill. */
-  private String poolKey;
-  /** This group's vector memory when it was pooled. */
-  private long pooledBytes;
-
-  private static String poolKey(WriteSpec spec) {
-    return spec.schema.json() + '|' + spec.timeZone + '|' + spec.largeVarTypes + '|' + (spec.fill == WriteSpec.FILL_SPARK);
-  }
-
-  /**
-   * Ends a task's use of the group: a direct-path group is emptied and kept for a later task of
-   * the same schema while the pool holds at most {@link #MAX_POOL_BYTES}; else it is freed.
-   */
-  void release() {
-    if (kinds == null) { // Spark's writer's vectors (nested ones among them): freed
-      close();
-      return;
-    }
-    long bytes = 0;
-    for (FieldVector vector : vectors) {
-      bytes += vector.getValidityBuffer().capacity() + vector.getDataBuffer().capacity();
-      if (vector instanceof BaseVariableWidthVector) {
-        bytes += vector.getOffsetBuffer().capacity();
-      }
-    }
-    if (POOLED_BYTES.addAndGet(bytes) <= MAX_POOL_BYTES) {
-      reset();
-      pooledBytes = bytes;
-      POOL.computeIfAbsent(poolKey, k -> new ConcurrentLinkedQueue<>()).add(this);
-      return;
-    }
-    POOLED_BYTES.addAndGet(-bytes);
-    close();
+  /** A row group for rows of {@code schema} (Spark's Arrow settings: session time zone, large var types). */
+  static ArrowGroup create(StructType schema, String timeZone, boolean largeVarTypes) {
+    ArrowWriter spark = ArrowWriter.create(schema, timeZone, false, largeVarTypes);
+    return new ArrowGroup(spark, directKinds(schema, spark.root()));
   }
 
   /** Whether rows of this group are written by the direct path (else by Spark's {@code ArrowWriter}). */
