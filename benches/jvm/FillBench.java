@@ -12,7 +12,7 @@ import org.apache.spark.unsafe.types.UTF8String;
  * {@code ArrowWriter} against {@link ArrowGroup}'s direct path, keeping a row with
  * {@code row.copy()} against copying it into one reused buffer, and the writer's path over 8
  * queues' row groups (chunk copy, then fill) in large chunks in row order against small chunks
- * filled queue by queue, over the same 10,000 rows of {@code benches/bench_spark.py}'s 5 columns. Build the jar (scripts/build-jvm.sh), then:
+ * filled queue by queue (row by row, and column by column: {@link ArrowGroup#writeRows}), over the same 10,000 rows of {@code benches/bench_spark.py}'s 5 columns. Build the jar (scripts/build-jvm.sh), then:
  *
  * <pre>
  * jars=.venv/lib/python3.11/site-packages/pyspark/jars
@@ -25,7 +25,7 @@ public final class FillBench {
   static final int QUEUES = 8;
 
   /** Nanoseconds for {@code rounds} passes over {@code rows}: chunk copy, then the fill of each queue's group. */
-  static long routed(InternalRow[] rows, int[] queues, int rounds, int chunk, boolean byQueue) {
+  static long routed(InternalRow[] rows, int[] queues, int rounds, int chunk, boolean byQueue, boolean byColumn) {
     StructType schema = StructType.fromDDL("k string, a bigint, b bigint, c double, d bigint");
     ArrowGroup[] groups = new ArrowGroup[QUEUES];
     for (int q = 0; q < QUEUES; q++) {
@@ -68,6 +68,10 @@ public final class FillBench {
           order[next[queues[from + i]]++] = i;
         }
         for (int q = 0; q < QUEUES; q++) {
+          if (byColumn) {
+            groups[q].writeRows(views, order, starts[q], starts[q + 1]);
+            continue;
+          }
           for (int k = starts[q]; k < starts[q + 1]; k++) {
             groups[q].write(views[order[k]]);
           }
@@ -102,7 +106,7 @@ public final class FillBench {
     }
     int rounds = Integer.parseInt(args[0]);
     int trials = Integer.parseInt(args[1]);
-    double[][] all = new double[6][trials];
+    double[][] all = new double[7][trials];
     int[] queues = new int[n];
     for (int i = 0; i < n; i++) {
       queues[i] = Math.floorMod(rows[i].getUTF8String(0).hashCode(), QUEUES);
@@ -156,13 +160,15 @@ public final class FillBench {
       // The writer's whole path over QUEUES row groups: rows copied into a chunk buffer, then each
       // into its queue's group; chunks of 10,000 rows in arrival order against 1,024-row chunks
       // filled queue by queue (AffinityDataWriter.fillArrow).
-      all[4][trial] = routed(rows, queues, rounds, n, false) / per;
-      all[5][trial] = routed(rows, queues, rounds, 1024, true) / per;
+      all[4][trial] = routed(rows, queues, rounds, n, false, false) / per;
+      all[5][trial] = routed(rows, queues, rounds, 1024, true, false) / per;
+      all[6][trial] = routed(rows, queues, rounds, 1024, true, true) / per;
       spark.root().close();
       group.close();
     }
     String[] names = {"Spark ArrowWriter", "ArrowGroup direct", "row.copy()", "row buffer",
-        "8 queues, 10,000-row chunks in row order", "8 queues, 1,024-row chunks by queue"};
+        "8 queues, 10,000-row chunks in row order", "8 queues, 1,024-row chunks by queue",
+        "8 queues, 1,024-row chunks by queue, column by column"};
     for (int m = 0; m < names.length; m++) {
       int from = trials / 4; // the first quarter of trials: JIT warm-up, left out
       double[] warm = java.util.Arrays.copyOfRange(all[m], from, trials);

@@ -399,12 +399,20 @@ pub extern "system" fn Java_affinity_spark_Native_queuesOf<'local>(
     guard(&mut env, (), |env| {
         let sink = sink(handle)?;
         let count = usize::try_from(count).map_err(|_| Failure::Sink(format!("queuesOf: count {count} < 0")))?;
-        let keys = env.convert_byte_array(&keys)?;
         if count > env.get_array_length(&ends)? as usize || count > env.get_array_length(&out)? as usize {
             return Err(Failure::Sink(format!("queuesOf: count {count} exceeds the arrays")));
         }
         let mut bounds = vec![0i32; count];
         env.get_int_array_region(&ends, 0, &mut bounds)?;
+        // Only the chunk's key bytes (the array is a reused buffer, usually larger).
+        let capacity = env.get_array_length(&keys)? as usize;
+        let used = bounds.last().map_or(Some(0), |&end| usize::try_from(end).ok().filter(|&e| e <= capacity));
+        let used = used.ok_or_else(|| {
+            Failure::Sink(format!("queuesOf: the last key ends at {:?}, outside 0..={capacity}", bounds.last()))
+        })?;
+        let mut signed = vec![0i8; used];
+        env.get_byte_array_region(&keys, 0, &mut signed)?;
+        let keys: Vec<u8> = signed.into_iter().map(|b| b as u8).collect();
         let mut queues = vec![0i32; count];
         let mut start = 0usize;
         for (i, &end) in bounds.iter().enumerate() {

@@ -3,6 +3,7 @@ package affinity.spark;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
 import java.nio.channels.WritableByteChannel;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
@@ -79,6 +80,12 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    */
   private byte[] arena = new byte[INITIAL_ARENA_BYTES];
   private int arenaLength;
+  /**
+   * Whether direct-path row groups take the chunk's rows column by column ({@link ArrowGroup#writeRows}):
+   * the {@code columns} fill ({@link WriteSpec#FILL_CONF}) and every row of the chunk so far an
+   * {@link UnsafeRow} of the schema's fields (kept in {@link #arena}); else row by row.
+   */
+  private boolean columnFill;
   /** Per chunk slot, a reusable {@link UnsafeRow} pointing into {@link #arena}. */
   private final UnsafeRow[] views;
   private final int[] ends;
@@ -119,8 +126,8 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    * A growable direct buffer the Arrow IPC stream is written into (one bulk copy from each Arrow
    * buffer) and published from without a copy into the Java heap or a temporary native buffer.
    */
-  private static final class DirectOut implements WritableByteChannel {
-    private ByteBuffer buffer = ByteBuffer.allocateDirect(INITIAL_DIRECT_BYTES);
+  static final class DirectOut implements WritableByteChannel {
+    private ByteBuffer buffer = ByteBuffer.allocateDirect(INITIAL_DIRECT_BYTES).order(ByteOrder.LITTLE_ENDIAN);
 
     /** Empties the buffer and leaves {@code position} bytes (the envelope) before what is written next. */
     void reset(int position) {
@@ -137,21 +144,29 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       return buffer.position();
     }
 
-    @Override
-    public int write(ByteBuffer source) {
-      int length = source.remaining();
+    /**
+     * The buffer, with room for {@code length} more bytes after its position (grown, keeping what
+     * it holds, as needed); little-endian.
+     */
+    ByteBuffer reserve(long length) {
       if (length > buffer.remaining()) {
         long needed = (long) buffer.position() + length;
         if (needed > Integer.MAX_VALUE - 8) {
           throw new AffinitySinkException("an Arrow message of more than 2 GiB");
         }
         ByteBuffer bigger = ByteBuffer.allocateDirect((int) Math.min(Integer.MAX_VALUE - 8,
-            Math.max(2L * buffer.capacity(), needed)));
+            Math.max(2L * buffer.capacity(), needed))).order(ByteOrder.LITTLE_ENDIAN);
         buffer.flip();
         bigger.put(buffer);
         buffer = bigger;
       }
-      buffer.put(source);
+      return buffer;
+    }
+
+    @Override
+    public int write(ByteBuffer source) {
+      int length = source.remaining();
+      reserve(length).put(source);
       return length;
     }
 
@@ -175,6 +190,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     this.partition = partition;
     this.format = Envelope.formatCode(options.value);
     this.result = new TaskResult(spec.queryId, batchId, partition);
+    this.columnFill = spec.fill == WriteSpec.FILL_COLUMNS;
     int chunk = format == 2 || queueCount > MAX_OPEN_GROUPS ? spec.chunkRows
         : Math.min(spec.chunkRows, OPEN_GROUPS_CHUNK_ROWS);
     this.rows = new InternalRow[chunk];
@@ -258,9 +274,13 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    */
   private InternalRow keep(InternalRow row) {
     if (!(row instanceof UnsafeRow)) {
+      columnFill = false;
       return row.copy();
     }
     UnsafeRow unsafe = (UnsafeRow) row;
+    if (unsafe.numFields() != spec.schema.length()) {
+      columnFill = false; // not laid out as the schema's row (ArrowGroup.writeRows reads that layout)
+    }
     int size = unsafe.getSizeInBytes();
     if (size > arena.length - arenaLength) {
       // A new array for this row and the chunk's next ones; the rows kept so far keep the old one alive.
@@ -376,6 +396,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     count = 0;
     keyLength = 0;
     arenaLength = 0;
+    columnFill = spec.fill == WriteSpec.FILL_COLUMNS;
   }
 
   /**
@@ -405,9 +426,18 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
     long since = Profile.now();
     int rowsInGroup = 0;
-    for (int k = from; k < to; k++) {
-      group.write(rows[order[k]]);
-      rowsInGroup++;
+    boolean byColumn = columnFill && group.direct();
+    for (int k = from; k < to; ) {
+      if (byColumn) {
+        int n = group.rowsUntilFull(rows, order, k, to, options.maxBatchRows, budget);
+        group.writeRows(rows, order, k, k + n);
+        k += n;
+        rowsInGroup += n;
+      } else {
+        group.write(rows[order[k]]);
+        k++;
+        rowsInGroup++;
+      }
       if (rowsInGroup >= options.maxBatchRows
           || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
         if (profile != null) {
@@ -449,10 +479,19 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
         group = ArrowGroup.create(spec);
         groups[q] = group;
       }
+      boolean byColumn = columnFill && group.direct();
       int rowsInGroup = groupRows[q];
-      for (int k = from; k < to; k++) {
-        group.write(rows[order[k]]);
-        rowsInGroup++;
+      for (int k = from; k < to; ) {
+        if (byColumn) {
+          int n = group.rowsUntilFull(rows, order, k, to, options.maxBatchRows, budget);
+          group.writeRows(rows, order, k, k + n);
+          k += n;
+          rowsInGroup += n;
+        } else {
+          group.write(rows[order[k]]);
+          k++;
+          rowsInGroup++;
+        }
         if (rowsInGroup >= options.maxBatchRows
             || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
           if (profile != null) {
@@ -529,12 +568,28 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
   private void emitArrow(int queue, ArrowGroup group) throws IOException {
     group.finish();
     VectorSchemaRoot root = group.root();
-    fit(queue, root, 0, root.getRowCount());
+    fit(queue, group, root, 0, root.getRowCount());
     group.reset();
   }
 
   /** Publishes rows [start, start+length) of the row group, halved until each part fits maxBatchBytes. */
-  private void fit(int queue, VectorSchemaRoot root, int start, int length) throws IOException {
+  private void fit(int queue, ArrowGroup group, VectorSchemaRoot root, int start, int length) throws IOException {
+    if (spec.fill == WriteSpec.FILL_COLUMNS && group.direct() && start == 0 && length == root.getRowCount()) {
+      long since = Profile.now();
+      direct.reset(Envelope.HEADER_LENGTH);
+      group.encode(direct);
+      if (profile != null) {
+        profile.add(Profile.Phase.ENCODE, since);
+      }
+      if (direct.size() - Envelope.HEADER_LENGTH <= options.maxBatchBytes || length == 1) {
+        fitted(queue, length);
+        return;
+      }
+      int half = length / 2;
+      fit(queue, group, root, start, half);
+      fit(queue, group, root, start + half, length - half);
+      return;
+    }
     VectorSchemaRoot part = start == 0 && length == root.getRowCount() ? root : root.slice(start, length);
     try {
       long since = Profile.now();
@@ -546,14 +601,9 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       if (profile != null) {
         profile.add(Profile.Phase.ENCODE, since);
       }
-      int body = direct.size() - Envelope.HEADER_LENGTH;
-      if (body <= options.maxBatchBytes) {
-        sendDirect(queue, length);
+      if (direct.size() - Envelope.HEADER_LENGTH <= options.maxBatchBytes || length == 1) {
+        fitted(queue, length);
         return;
-      }
-      if (length == 1) {
-        throw new SparkOptionException("one row encodes to " + body + " bytes, more than maxBatchBytes="
-            + options.maxBatchBytes);
       }
     } finally {
       if (part != root) {
@@ -561,8 +611,18 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       }
     }
     int half = length / 2;
-    fit(queue, root, start, half);
-    fit(queue, root, start + half, length - half);
+    fit(queue, group, root, start, half);
+    fit(queue, group, root, start + half, length - half);
+  }
+
+  /** Sends the message of {@code length} rows encoded in {@link #direct}, or refuses one row larger than maxBatchBytes. */
+  private void fitted(int queue, int length) {
+    int body = direct.size() - Envelope.HEADER_LENGTH;
+    if (body > options.maxBatchBytes) {
+      throw new SparkOptionException("one row encodes to " + body + " bytes, more than maxBatchBytes="
+          + options.maxBatchBytes);
+    }
+    sendDirect(queue, length);
   }
 
   private void sendBinary(int queue, int[] order, int from, int to) {

@@ -1,5 +1,15 @@
 package affinity.spark;
 
+import com.google.flatbuffers.FlatBufferBuilder;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.channels.Channels;
+import org.apache.arrow.flatbuf.FieldNode;
+import org.apache.arrow.flatbuf.Message;
+import org.apache.arrow.flatbuf.MessageHeader;
+import org.apache.arrow.flatbuf.RecordBatch;
+import org.apache.arrow.memory.util.MemoryUtil;
 import org.apache.arrow.vector.BaseFixedWidthVector;
 import org.apache.arrow.vector.BaseVariableWidthVector;
 import org.apache.arrow.vector.BigIntVector;
@@ -15,6 +25,9 @@ import org.apache.arrow.vector.TinyIntVector;
 import org.apache.arrow.vector.VarBinaryVector;
 import org.apache.arrow.vector.VarCharVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
+import org.apache.arrow.vector.ipc.WriteChannel;
+import org.apache.arrow.vector.ipc.message.IpcOption;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.execution.arrow.ArrowWriter;
@@ -41,7 +54,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * dates, timestamps, strings, binary; not {@code largeVarTypes}) the values are written straight
  * into the vectors' memory: one capacity check per row (vectors doubled as needed), no virtual
  * call or bounds check per value, and no zeroing of the vectors between messages (every validity
- * bit, value and offset of a row is written). Otherwise Spark's {@code ArrowWriter} fills them.
+ * bit, value and offset of a row is written), row by row ({@link #write}) or a run of rows column
+ * by column ({@link #writeRows}), and such a group's Arrow IPC stream is encoded straight from
+ * the vectors' memory ({@link #encode}). Otherwise Spark's {@code ArrowWriter} fills them.
  */
 final class ArrowGroup {
   /** Column kinds of the direct path: how a value is read from the row and written. */
@@ -75,6 +90,19 @@ final class ArrowGroup {
   private final long[] dataAt;
   private final long[] offsetsAt;
   private final long[] dataCapacity;
+  /** Bytes before an IPC message's metadata: the continuation marker and the metadata length. */
+  private static final int IPC_PREFIX = 8;
+  /** The IPC continuation marker (what Arrow writes before each message's metadata length). */
+  private static final int IPC_CONTINUATION = 0xFFFFFFFF;
+  /** The IPC schema message of {@link #root}'s schema (stream start), serialized at the first {@link #encode}. */
+  private byte[] schemaMessage;
+  /** The record batch metadata's builder, reused message after message. */
+  private final FlatBufferBuilder flatBuffers = new FlatBufferBuilder(1024);
+  /** Per column, its null count; per body buffer, its address, offset in the body and size ({@link #encode}). */
+  private final long[] nullCounts;
+  private final long[] bufferAddresses;
+  private final long[] bufferOffsets;
+  private final long[] bufferSizes;
   /** Rows every vector holds without growing. */
   private int capacity;
   private int count;
@@ -91,6 +119,10 @@ final class ArrowGroup {
     this.dataAt = new long[columns];
     this.offsetsAt = new long[columns];
     this.dataCapacity = new long[columns];
+    this.nullCounts = new long[columns];
+    this.bufferAddresses = new long[3 * columns];
+    this.bufferOffsets = new long[3 * columns];
+    this.bufferSizes = new long[3 * columns];
     if (kinds != null) {
       for (int i = 0; i < columns; i++) {
         widths[i] = vectors[i] instanceof BaseFixedWidthVector ? ((BaseFixedWidthVector) vectors[i]).getTypeWidth() : 0;
@@ -115,7 +147,8 @@ final class ArrowGroup {
 
   /** A row group for rows of {@code spec}'s schema. */
   static ArrowGroup create(WriteSpec spec) {
-    return create(spec.schema, spec.timeZone, spec.largeVarTypes);
+    ArrowWriter spark = ArrowWriter.create(spec.schema, spec.timeZone, false, spec.largeVarTypes);
+    return new ArrowGroup(spark, spec.fill == WriteSpec.FILL_SPARK ? null : directKinds(spec.schema, spark.root()));
   }
 
   /** A row group for rows of {@code schema} (Spark's Arrow settings: session time zone, large var types). */
@@ -196,6 +229,167 @@ final class ArrowGroup {
     }
     capacity = minCapacity();
     addresses();
+  }
+
+  /** Makes room for {@code rows} more rows in every vector (direct path). */
+  private void reserve(int rows) {
+    if ((long) count + rows > capacity) {
+      for (FieldVector vector : vectors) {
+        while (vector.getValueCapacity() < count + rows) {
+          if (vector instanceof BaseVariableWidthVector) {
+            ((BaseVariableWidthVector) vector).reallocValidityAndOffsetBuffers();
+          } else {
+            vector.reAlloc();
+          }
+        }
+      }
+      capacity = minCapacity();
+      addresses();
+    }
+  }
+
+  /**
+   * How many of the rows {@code order[from..to)} of {@code rows} go into this group before it is
+   * full, counting the row that fills it: the group is full once it holds {@code maxRows} rows,
+   * or, checked every {@link AffinityDataWriter#SIZE_CHECK_ROWS} rows, {@link #sizeInBytes} is at
+   * least {@code budget} (the cut {@link #write} row by row with the same checks gives). Direct
+   * path, {@link UnsafeRow}s only: variable-width sizes are read from the rows, nothing is written.
+   */
+  int rowsUntilFull(InternalRow[] rows, int[] order, int from, int to, int maxRows, long budget) {
+    long validityAndFixed = 0;
+    long variable = 0;
+    for (int i = 0; i < kinds.length; i++) {
+      variable += dataEnds[i];
+    }
+    int n = 0;
+    for (int k = from; k < to; k++) {
+      UnsafeRow row = (UnsafeRow) rows[order[k]];
+      for (int i = 0; i < kinds.length; i++) {
+        if (kinds[i] >= STRING && !row.isNullAt(i)) {
+          variable += (int) row.getLong(i);
+        }
+      }
+      n++;
+      int rowsNow = count + n;
+      if (rowsNow >= maxRows) {
+        return n;
+      }
+      if (rowsNow % AffinityDataWriter.SIZE_CHECK_ROWS == 0) {
+        validityAndFixed = 0;
+        long validity = (rowsNow + 7) / 8;
+        for (int i = 0; i < kinds.length; i++) {
+          validityAndFixed += validity + (widths[i] > 0 ? (long) rowsNow * widths[i] : (long) (rowsNow + 1) * 4);
+        }
+        if (validityAndFixed + variable >= budget) {
+          return n;
+        }
+      }
+    }
+    return n;
+  }
+
+  /**
+   * Appends the rows {@code order[from..to)} of {@code rows}, all {@link UnsafeRow}s of this
+   * group's schema, column by column (direct path only): each column's values, validity bits and
+   * offsets are written in one loop over the rows, read from the rows' bytes in place (no call
+   * per value, one validity byte store per 8 rows, one capacity check per column).
+   */
+  void writeRows(InternalRow[] rows, int[] order, int from, int to) {
+    int n = to - from;
+    if (n <= 0) {
+      return;
+    }
+    reserve(n);
+    int fields = kinds.length;
+    long bitSetBytes = UnsafeRow.calculateBitSetWidthInBytes(fields);
+    for (int i = 0; i < fields; i++) {
+      long nullWord = (long) (i >>> 6) * 8;
+      long nullMask = 1L << (i & 63);
+      long slot = bitSetBytes + (long) i * 8;
+      int kind = kinds[i];
+      // Validity: bits of the rows before this run kept in the first byte, then one store per byte.
+      long validity = validityAt[i];
+      int index = count;
+      long validityByte = validity + (index >>> 3);
+      int bits = Platform.getByte(null, validityByte) & ((1 << (index & 7)) - 1);
+      if (kind >= STRING) {
+        long end = dataEnds[i];
+        long more = 0;
+        for (int k = from; k < to; k++) {
+          UnsafeRow row = (UnsafeRow) rows[order[k]];
+          Object base = row.getBaseObject();
+          long at = row.getBaseOffset();
+          if ((Platform.getLong(base, at + nullWord) & nullMask) == 0) {
+            more += (int) Platform.getLong(base, at + slot);
+          }
+        }
+        if (end + more > Integer.MAX_VALUE) {
+          throw new AffinitySinkException("column " + SinkOptions.repr(root.getSchema().getFields().get(i).getName())
+              + ": more than 2 GiB of values in one row group");
+        }
+        if (end + more > dataCapacity[i]) {
+          BaseVariableWidthVector vector = (BaseVariableWidthVector) vectors[i];
+          while (end + more > vector.getDataBuffer().capacity()) {
+            vector.reallocDataBuffer();
+          }
+          addresses();
+        }
+        long data = dataAt[i];
+        long offsets = offsetsAt[i] + 4;
+        for (int k = from; k < to; k++) {
+          UnsafeRow row = (UnsafeRow) rows[order[k]];
+          Object base = row.getBaseObject();
+          long at = row.getBaseOffset();
+          if ((Platform.getLong(base, at + nullWord) & nullMask) == 0) {
+            bits |= 1 << (index & 7);
+            long offsetAndSize = Platform.getLong(base, at + slot);
+            int length = (int) offsetAndSize;
+            copy(base, at + (offsetAndSize >>> 32), null, data + end, length);
+            end += length;
+          }
+          Platform.putInt(null, offsets + (long) index * 4, (int) end);
+          index++;
+          if ((index & 7) == 0) {
+            Platform.putByte(null, validityByte++, (byte) bits);
+            bits = 0;
+          }
+        }
+        dataEnds[i] = end;
+      } else {
+        long data = dataAt[i];
+        int width = widths[i];
+        for (int k = from; k < to; k++) {
+          UnsafeRow row = (UnsafeRow) rows[order[k]];
+          Object base = row.getBaseObject();
+          long at = row.getBaseOffset();
+          boolean valid = (Platform.getLong(base, at + nullWord) & nullMask) == 0;
+          long target = data + (long) index * width;
+          // The value's bytes as the row holds them (little-endian, low bytes of its 8-byte slot;
+          // a double's or float's bits as they are), zero for a null as Arrow's writers leave it.
+          if (width == 8) {
+            Platform.putLong(null, target, valid ? Platform.getLong(base, at + slot) : 0L);
+          } else if (width == 4) {
+            Platform.putInt(null, target, valid ? Platform.getInt(base, at + slot) : 0);
+          } else if (width == 2) {
+            Platform.putShort(null, target, valid ? Platform.getShort(base, at + slot) : 0);
+          } else {
+            Platform.putByte(null, target, valid ? Platform.getByte(base, at + slot) : 0);
+          }
+          if (valid) {
+            bits |= 1 << (index & 7);
+          }
+          index++;
+          if ((index & 7) == 0) {
+            Platform.putByte(null, validityByte++, (byte) bits);
+            bits = 0;
+          }
+        }
+      }
+      if ((index & 7) != 0) {
+        Platform.putByte(null, validityByte, (byte) bits);
+      }
+    }
+    count += n;
   }
 
   /** Appends one row. */
@@ -347,6 +541,95 @@ final class ArrowGroup {
       vector.setValueCount(count);
     }
     root.setRowCount(count);
+  }
+
+  /**
+   * Writes the Arrow IPC stream of the rows written (after {@link #finish}; direct path) after
+   * {@code out}'s position: the schema message (serialized once per group), one record batch
+   * message and the end-of-stream marker, byte for byte what Arrow's {@code ArrowStreamWriter}
+   * writes for {@link #root} (metadata version 5, buffers 8-byte aligned, no compression), with
+   * each buffer copied once from the vectors' memory into {@code out} and no object per buffer.
+   */
+  void encode(AffinityDataWriter.DirectOut out) throws IOException {
+    if (schemaMessage == null) {
+      ByteArrayOutputStream bytes = new ByteArrayOutputStream();
+      MessageSerializer.serialize(new WriteChannel(Channels.newChannel(bytes)), root.getSchema());
+      schemaMessage = bytes.toByteArray();
+    }
+    // The buffers, in VectorUnloader's order: validity, (offsets), data per column; each at an
+    // 8-byte aligned offset of the body.
+    int buffers = 0;
+    long offset = 0;
+    for (int i = 0; i < vectors.length; i++) {
+      FieldVector vector = vectors[i];
+      nullCounts[i] = vector.getNullCount();
+      offset = layout(buffers++, vector.getValidityBufferAddress(), (count + 7) / 8, offset);
+      if (widths[i] > 0) {
+        offset = layout(buffers++, vector.getDataBufferAddress(), (long) count * widths[i], offset);
+      } else {
+        offset = layout(buffers++, vector.getOffsetBufferAddress(), (long) (count + 1) * 4, offset);
+        offset = layout(buffers++, vector.getDataBufferAddress(), dataEnds[i], offset);
+      }
+    }
+    long bodyLength = offset;
+    FlatBufferBuilder builder = flatBuffers;
+    builder.clear();
+    RecordBatch.startNodesVector(builder, vectors.length);
+    for (int i = vectors.length - 1; i >= 0; i--) {
+      FieldNode.createFieldNode(builder, count, nullCounts[i]);
+    }
+    int nodes = builder.endVector();
+    RecordBatch.startBuffersVector(builder, buffers);
+    for (int b = buffers - 1; b >= 0; b--) {
+      org.apache.arrow.flatbuf.Buffer.createBuffer(builder, bufferOffsets[b], bufferSizes[b]);
+    }
+    int layout = builder.endVector();
+    RecordBatch.startRecordBatch(builder);
+    RecordBatch.addLength(builder, count);
+    RecordBatch.addNodes(builder, nodes);
+    RecordBatch.addBuffers(builder, layout);
+    int batch = RecordBatch.endRecordBatch(builder);
+    Message.startMessage(builder);
+    Message.addHeaderType(builder, MessageHeader.RecordBatch);
+    Message.addHeader(builder, batch);
+    Message.addVersion(builder, IpcOption.DEFAULT.metadataVersion.toFlatbufID());
+    Message.addBodyLength(builder, bodyLength);
+    builder.finish(Message.endMessage(builder));
+    ByteBuffer metadata = builder.dataBuffer();
+    // The metadata padded so the body starts 8-byte aligned (the schema message's length is a multiple of 8).
+    int metadataLength = metadata.remaining();
+    int metadataPadded = (metadataLength + IPC_PREFIX + 7) / 8 * 8 - IPC_PREFIX;
+    ByteBuffer to = out.reserve(schemaMessage.length + IPC_PREFIX + metadataPadded + bodyLength + IPC_PREFIX);
+    to.put(schemaMessage);
+    to.putInt(IPC_CONTINUATION);
+    to.putInt(metadataPadded);
+    to.put(metadata);
+    zeros(to, metadataPadded - metadataLength);
+    long body = MemoryUtil.getByteBufferAddress(to) + to.position();
+    long written = 0;
+    for (int b = 0; b < buffers; b++) {
+      Platform.setMemory(body + written, (byte) 0, bufferOffsets[b] - written);
+      Platform.copyMemory(null, bufferAddresses[b], null, body + bufferOffsets[b], bufferSizes[b]);
+      written = bufferOffsets[b] + bufferSizes[b];
+    }
+    Platform.setMemory(body + written, (byte) 0, bodyLength - written);
+    to.position(to.position() + (int) bodyLength);
+    to.putInt(IPC_CONTINUATION);
+    to.putInt(0); // end of stream
+  }
+
+  /** Records buffer {@code index} of the body (at {@code offset}, {@code size} bytes); the next buffer's offset. */
+  private long layout(int index, long address, long size, long offset) {
+    bufferAddresses[index] = address;
+    bufferOffsets[index] = offset;
+    bufferSizes[index] = size;
+    return (offset + size + 7) / 8 * 8;
+  }
+
+  private static void zeros(ByteBuffer to, int length) {
+    for (int i = 0; i < length; i++) {
+      to.put((byte) 0);
+    }
   }
 
   /** The vectors (after {@link #finish}: the rows written). */

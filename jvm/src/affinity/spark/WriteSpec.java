@@ -20,6 +20,20 @@ import org.apache.spark.sql.types.StructType;
  */
 final class WriteSpec implements Serializable {
   private static final long serialVersionUID = 1L;
+  /**
+   * Session setting choosing how the JVM writer builds Arrow messages (a testing and measuring aid,
+   * docs/spark.md "Two writers"): {@code columns} (the default: flat-typed row groups filled column
+   * by column and encoded straight into the message), {@code rows} (filled row by row into the
+   * vectors, encoded by Arrow's {@code ArrowStreamWriter}) or {@code spark} (every row group
+   * through Spark's {@code ArrowWriter} and Arrow's {@code ArrowStreamWriter}). The bytes sent are
+   * the same Arrow IPC stream whichever is chosen.
+   */
+  static final String FILL_CONF = "spark.affinity.jvm.fill";
+  /** The values of {@link #FILL_CONF}, in its order: an index is a {@link #fill}. */
+  static final List<String> FILLS = List.of("columns", "rows", "spark");
+  static final int FILL_COLUMNS = 0;
+  static final int FILL_ROWS = 1;
+  static final int FILL_SPARK = 2;
   /** Rows per routing chunk when {@code spark.sql.execution.arrow.maxRecordsPerBatch} is not positive. */
   static final int DEFAULT_CHUNK_ROWS = 10_000;
 
@@ -32,6 +46,8 @@ final class WriteSpec implements Serializable {
   final boolean largeVarTypes;
   /** Rows routed per native call (Spark hands a Python writer Arrow batches of this many rows). */
   final int chunkRows;
+  /** How Arrow messages are built: an index of {@link #FILLS} ({@link #FILL_CONF}). */
+  final int fill;
 
   WriteSpec(SinkOptions options, StructType schema, String queryId) {
     this.options = options;
@@ -74,6 +90,11 @@ final class WriteSpec implements Serializable {
     largeVarTypes = conf.arrowUseLargeVarTypes();
     int perBatch = conf.arrowMaxRecordsPerBatch();
     chunkRows = perBatch > 0 ? perBatch : DEFAULT_CHUNK_ROWS;
+    String fillName = conf.getConfString(FILL_CONF, FILLS.get(FILL_COLUMNS));
+    fill = FILLS.indexOf(fillName);
+    if (fill < 0) {
+      throw new SparkOptionException(FILL_CONF + "=" + SinkOptions.repr(fillName) + ": must be one of " + pyList(FILLS));
+    }
   }
 
   static boolean keyTypeOk(DataType type) {
