@@ -11,7 +11,7 @@ use super::loss::LossDetector;
 use crate::logbuffer::position::align_frame;
 use crate::logbuffer::{ReceiverLog, StreamIdentity};
 use crate::time::Instant;
-use crate::wire::{flags, DataFrames, DataHeader, FrameType, Nak, StatusMessage, WireError};
+use crate::wire::{data_frame_count, flags, DataFrames, DataHeader, FrameType, Nak, StatusMessage, WireError};
 
 /// Settings of one image.
 #[derive(Clone, Debug)]
@@ -324,8 +324,10 @@ impl<L: ReceiverLog> Image<L> {
         let length = datagram.len() as i64;
         // Whether every frame is a DATA frame (no padding, whose length reaches past the datagram).
         let mut data_only = true;
-        if !is_heartbeat {
-            // Validate every frame before touching the log.
+        // Validate every frame before touching the log: plain DATA frames (what publications
+        // send) in one pass over the fields that matter; anything else frame by frame, which
+        // names what is wrong and checks PADs.
+        if !is_heartbeat && data_frame_count(datagram).is_none() {
             let mut frames = 0;
             for frame in DataFrames::new(datagram) {
                 let (frame, _) = frame.map_err(|e| self.malformed(e))?;
@@ -460,8 +462,12 @@ impl<L: ReceiverLog> Image<L> {
 
     fn advance_rebuild(&mut self) {
         let term_length = self.config.identity.term_length as i64;
-        loop {
-            let next = self.log.scan_complete(self.rebuild_position, self.hwm_position.max(self.rebuild_position + 1));
+        // Nothing lies at or past the high-water mark (every frame written, a gap's padding
+        // included, ends at or before it): with the rebuild position there, as after every
+        // in-order datagram, there is nothing to scan, and reading the slot after the last frame
+        // would only stall on memory the next datagram's copy writes anyway.
+        while self.rebuild_position < self.hwm_position {
+            let next = self.log.scan_complete(self.rebuild_position, self.hwm_position);
             let moved = next != self.rebuild_position;
             self.rebuild_position = next;
             self.hwm_position = self.hwm_position.max(next);
