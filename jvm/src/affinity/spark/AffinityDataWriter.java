@@ -423,9 +423,20 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       groups[0] = ArrowGroup.create(spec);
     }
     ArrowGroup group = groups[0];
-    long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
+    int left = fillRun(queue, group, order, from, to, 0, (long) (options.maxBatchBytes * SIZE_HEADROOM));
+    if (left > 0) {
+      emitArrow(queue, group);
+    }
+  }
+
+  /**
+   * Writes rows {@code order[from..to)}, all of {@code queue}, into {@code group}, which holds
+   * {@code rowsInGroup} rows already, sending it to {@code queue} whenever it holds {@code
+   * maxBatchRows} rows or about {@code budget} bytes; returns the rows left in it.
+   */
+  private int fillRun(int queue, ArrowGroup group, int[] order, int from, int to, int rowsInGroup, long budget)
+      throws IOException {
     long since = Profile.now();
-    int rowsInGroup = 0;
     boolean byColumn = columnFill && group.direct();
     for (int k = from; k < to; ) {
       if (byColumn) {
@@ -451,9 +462,7 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
     if (profile != null) {
       profile.add(Profile.Phase.FILL, since);
     }
-    if (rowsInGroup > 0) {
-      emitArrow(queue, group);
-    }
+    return rowsInGroup;
   }
 
   /**
@@ -465,7 +474,6 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
    * {@link #MAX_BUFFERED_BYTES} are sent (and their vectors freed) at once.
    */
   private void fillArrow() throws IOException {
-    long since = Profile.now();
     long budget = (long) (options.maxBatchBytes * SIZE_HEADROOM);
     int[] order = byQueue();
     for (int q = 0; q < queueCount; q++) {
@@ -474,39 +482,10 @@ final class AffinityDataWriter implements DataWriter<InternalRow> {
       if (from == to) {
         continue;
       }
-      ArrowGroup group = groups[q];
-      if (group == null) {
-        group = ArrowGroup.create(spec);
-        groups[q] = group;
+      if (groups[q] == null) {
+        groups[q] = ArrowGroup.create(spec);
       }
-      boolean byColumn = columnFill && group.direct();
-      int rowsInGroup = groupRows[q];
-      for (int k = from; k < to; ) {
-        if (byColumn) {
-          int n = group.rowsUntilFull(rows, order, k, to, options.maxBatchRows, budget);
-          group.writeRows(rows, order, k, k + n);
-          k += n;
-          rowsInGroup += n;
-        } else {
-          group.write(rows[order[k]]);
-          k++;
-          rowsInGroup++;
-        }
-        if (rowsInGroup >= options.maxBatchRows
-            || (rowsInGroup % SIZE_CHECK_ROWS == 0 && group.sizeInBytes() >= budget)) {
-          if (profile != null) {
-            profile.add(Profile.Phase.FILL, since);
-          }
-          groupRows[q] = rowsInGroup;
-          emitArrow(q);
-          rowsInGroup = 0;
-          since = Profile.now();
-        }
-      }
-      groupRows[q] = rowsInGroup;
-    }
-    if (profile != null) {
-      profile.add(Profile.Phase.FILL, since);
+      groupRows[q] = fillRun(q, groups[q], order, from, to, groupRows[q], budget);
     }
     long buffered = 0;
     for (int q = 0; q < queueCount; q++) {

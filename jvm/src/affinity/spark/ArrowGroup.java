@@ -216,22 +216,7 @@ final class ArrowGroup {
     return min;
   }
 
-  /** Makes room for row {@link #count} in every vector. */
-  private void grow() {
-    for (FieldVector vector : vectors) {
-      while (vector.getValueCapacity() <= count) {
-        if (vector instanceof BaseVariableWidthVector) {
-          ((BaseVariableWidthVector) vector).reallocValidityAndOffsetBuffers();
-        } else {
-          vector.reAlloc();
-        }
-      }
-    }
-    capacity = minCapacity();
-    addresses();
-  }
-
-  /** Makes room for {@code rows} more rows in every vector (direct path). */
+  /** Makes room for {@code rows} more rows in every vector. */
   private void reserve(int rows) {
     if ((long) count + rows > capacity) {
       for (FieldVector vector : vectors) {
@@ -323,17 +308,7 @@ final class ArrowGroup {
             more += (int) Platform.getLong(base, at + slot);
           }
         }
-        if (end + more > Integer.MAX_VALUE) {
-          throw new AffinitySinkException("column " + SinkOptions.repr(root.getSchema().getFields().get(i).getName())
-              + ": more than 2 GiB of values in one row group");
-        }
-        if (end + more > dataCapacity[i]) {
-          BaseVariableWidthVector vector = (BaseVariableWidthVector) vectors[i];
-          while (end + more > vector.getDataBuffer().capacity()) {
-            vector.reallocDataBuffer();
-          }
-          addresses();
-        }
+        ensureData(i, end + more);
         long data = dataAt[i];
         long offsets = offsetsAt[i] + 4;
         for (int k = from; k < to; k++) {
@@ -399,9 +374,7 @@ final class ArrowGroup {
       count++;
       return;
     }
-    if (count >= capacity) {
-      grow();
-    }
+    reserve(1);
     int index = count;
     for (int i = 0; i < kinds.length; i++) {
       boolean isNull = row.isNullAt(i);
@@ -471,17 +444,7 @@ final class ArrowGroup {
         offset = Platform.BYTE_ARRAY_OFFSET;
         length = value.length;
       }
-      if (end + length > Integer.MAX_VALUE) {
-        throw new AffinitySinkException("column " + SinkOptions.repr(root.getSchema().getFields().get(column).getName())
-            + ": more than 2 GiB of values in one row group");
-      }
-      if (end + length > dataCapacity[column]) {
-        BaseVariableWidthVector vector = (BaseVariableWidthVector) vectors[column];
-        while (end + length > vector.getDataBuffer().capacity()) {
-          vector.reallocDataBuffer();
-        }
-        addresses();
-      }
+      ensureData(column, end + length);
       copy(base, offset, null, dataAt[column] + end, length);
       end += length;
       dataEnds[column] = end;
@@ -654,5 +617,23 @@ final class ArrowGroup {
   /** Frees the vectors. */
   void close() {
     root.close();
+  }
+
+  /**
+   * Makes variable-width column {@code column}'s data buffer hold {@code needed} bytes (growing
+   * it and reading the buffers' addresses again); more than 2 GiB in one row group is an error.
+   */
+  private void ensureData(int column, long needed) {
+    if (needed > Integer.MAX_VALUE) {
+      throw new AffinitySinkException("column " + SinkOptions.repr(root.getSchema().getFields().get(column).getName())
+          + ": more than 2 GiB of values in one row group");
+    }
+    if (needed > dataCapacity[column]) {
+      BaseVariableWidthVector vector = (BaseVariableWidthVector) vectors[column];
+      while (needed > vector.getDataBuffer().capacity()) {
+        vector.reallocDataBuffer();
+      }
+      addresses();
+    }
   }
 }
