@@ -432,7 +432,8 @@ def test_spark_demo_on_one_standalone_driver_under_every_process(tmp_path: Path)
     check_report(report, out)
     assert report["settings"]["driver"] is True and report["driver_pid"] > 0
     # Attached at once: the three consumers (the killed one goes, the new one comes), the validator
-    # and at least one Spark Python worker (through driverDir and AFFINITY_DIR, no embedded driver).
+    # and Spark's writer: the executor JVM (JVM writer) or a Python worker (through driverDir and
+    # AFFINITY_DIR, no embedded driver).
     assert report["driver_clients_peak"] >= report["settings"]["consumers"] + 2, report["driver_clients_peak"]
     assert f"one standalone affinity driver (pid {report['driver_pid']})" in (out / REPORT_TEXT).read_text()
     assert not Path(f"/proc/{report['driver_pid']}").exists(), "the standalone driver outlived the demo"

@@ -1,7 +1,8 @@
 """The ``affinity`` sink and source on a standalone ``affinity driver`` (``driverDir``): every Spark
-Python worker attaches to it (none starts an embedded driver), one client per worker process
-across tasks and micro-batches, and a directory with no driver or another user's driver fails the
-write or the read when it is planned, saying how to start one."""
+process that writes (a Python worker, or the JVM for the JVM writer) attaches to it (none starts
+an embedded driver), one client per process across tasks and micro-batches, and a directory with
+no driver or another user's driver fails the write or the read when it is planned, saying how to
+start one."""
 
 from __future__ import annotations
 
@@ -65,8 +66,16 @@ def driver_clients(driver: StandaloneDriver) -> int:
     return clients
 
 
+def no_new_driver_dirs(before: dict[int, set[Path]]) -> dict[int, set[Path]]:
+    """The embedded driver directories processes under this one mapped since ``before`` (new
+    processes' and, for the JVM that lives through the module, new ones of old processes)."""
+    now = worker_driver_dirs()
+    return {pid: dirs - before.get(pid, set()) for pid, dirs in now.items() if dirs - before.get(pid, set())}
+
+
+@pytest.mark.parametrize("writer", [writer_param(w) for w in WRITERS])
 def test_the_sink_attaches_every_worker_to_the_standalone_driver_one_client_per_worker(
-    spark: Any, standalone_driver: StandaloneDriver, group: str, registry: str, tmp_path: Path
+    spark: Any, standalone_driver: StandaloneDriver, group: str, registry: str, tmp_path: Path, writer: str
 ) -> None:
     before = worker_driver_dirs()
     with standalone_driver.client() as client:
@@ -84,6 +93,7 @@ def test_the_sink_attaches_every_worker_to_the_standalone_driver_one_client_per_
                 .option("registry", registry)
                 .option("key", "k")
                 .option("driverDir", str(standalone_driver.dir))
+                .option("writer", writer)
                 .mode("append")
                 .save()
             )
@@ -101,6 +111,7 @@ def test_the_sink_attaches_every_worker_to_the_standalone_driver_one_client_per_
                 .option("registry", registry)
                 .option("key", "k")
                 .option("driverDir", str(standalone_driver.dir))
+                .option("writer", writer)
                 .option("checkpointLocation", str(tmp_path / "checkpoint"))
                 .start()
             )
@@ -121,10 +132,11 @@ def test_the_sink_attaches_every_worker_to_the_standalone_driver_one_client_per_
             check_once_and_in_order(collected.rows, expected)
         finally:
             collected.stop()
-    # No Spark Python worker started an embedded driver: every one used the standalone driver ...
-    assert new_worker_driver_dirs(before) == {}
-    assert clients_per_batch[0] > clients_before, "no Spark worker attached to the standalone driver"
-    # ... with one client per worker process, kept across micro-batches (Spark reuses its workers).
+    # No Spark process started an embedded driver: every writer used the standalone driver ...
+    assert no_new_driver_dirs(before) == {}
+    assert clients_per_batch[0] > clients_before, "no Spark process attached to the standalone driver"
+    # ... with one client per process, kept across micro-batches (Spark reuses its Python workers;
+    # the JVM writer's one client serves the driver side's markers and every task).
     assert clients_per_batch[1:] == clients_per_batch[:-1], clients_per_batch
 
 
@@ -154,20 +166,23 @@ def test_the_group_source_reads_through_the_standalone_driver(
         query.stop()
 
 
+@pytest.mark.parametrize("writer", [writer_param(w) for w in WRITERS])
 def test_a_driver_dir_with_no_driver_fails_the_write_and_the_read_when_planned(
-    spark: Any, group: str, registry: str, tmp_path: Path
+    spark: Any, group: str, registry: str, tmp_path: Path, writer: str
 ) -> None:
-    from pyspark.errors import AnalysisException
+    from pyspark.errors import AnalysisException, IllegalArgumentException
 
     empty = tmp_path / "nothing"
     fragment = f"option driverDir='{empty}': "
     hint = f"no driver is running in {empty} (no cnc.dat). Start the driver on every host of the cluster"
     hint += f" as the user Spark runs as (affinity driver --dir {empty})"
     df = spark.range(3).selectExpr("cast(id AS string) AS k")
-    with pytest.raises(AnalysisException) as raised:
+    # The Python writer's refusal reaches Spark as an AnalysisException, the JVM writer's as an
+    # IllegalArgumentException (its SparkOptionException's base).
+    with pytest.raises((AnalysisException, IllegalArgumentException)) as raised:
         df.write.format("affinity").option("group", group).option("registry", registry).option("key", "k").option(
             "driverDir", str(empty)
-        ).mode("append").save()
+        ).option("writer", writer).mode("append").save()
     assert fragment in full_text(raised.value) and hint in full_text(raised.value), full_text(raised.value)
     reader = (
         spark.readStream.format("affinity")
@@ -233,16 +248,17 @@ def foreign_driver() -> Iterator[Path]:
         shutil.rmtree(parent, ignore_errors=True)
 
 
+@pytest.mark.parametrize("writer", [writer_param(w) for w in WRITERS])
 def test_another_users_driver_directory_fails_the_write_naming_the_owner(
-    spark: Any, group: str, registry: str, foreign_driver: Path
+    spark: Any, group: str, registry: str, foreign_driver: Path, writer: str
 ) -> None:
-    from pyspark.errors import AnalysisException
+    from pyspark.errors import AnalysisException, IllegalArgumentException
 
     df = spark.range(3).selectExpr("cast(id AS string) AS k")
-    with pytest.raises(AnalysisException) as raised:
+    with pytest.raises((AnalysisException, IllegalArgumentException)) as raised:
         df.write.format("affinity").option("group", group).option("registry", registry).option("key", "k").option(
             "driverDir", str(foreign_driver)
-        ).mode("append").save()
+        ).option("writer", writer).mode("append").save()
     text = full_text(raised.value)
     owner = pwd.getpwnam("nobody").pw_uid
     assert f"option driverDir='{foreign_driver}'" in text, text

@@ -161,6 +161,7 @@ BAD_OPTIONS = [
     {"group": "jvm", "key": "k", "registry": " "},
     {"group": "jvm", "key": "k", "host": " "},
     {"group": "jvm", "key": "k", "bootstrap": ""},
+    {"group": "jvm", "key": "k", "driverDir": "/nonexistent/driver"},
     {"group": "jvm", "key": "k", "writer": "rust"},
     {"group": "jvm", "key": "missing"},
     {"group": "jvm", "key": "k", "value": "binary", "extra": "1"},
@@ -178,15 +179,8 @@ def test_both_writers_refuse_bad_options_with_the_same_message(
     assert jvm == python
 
 
-def test_the_jvm_writer_leaves_a_driver_directory_to_the_python_writer(spark: Any, registry: str) -> None:
-    # writer=jvm refuses driverDir by name (its publisher attaches to $AFFINITY_DIR's driver);
-    # writer=auto hands it to the Python writer, whose refusal of an unknown driver directory
-    # shows it took the write. host, control and bootstrap both writers take.
-    options = {"group": "jvm", "registry": registry, "key": "k", "driverDir": "/nonexistent/driver"}
-    message = _refusal(spark, {**options, "writer": "jvm"})
-    assert "option writer='jvm' does not take option driverDir" in message, message
-    message = _refusal(spark, options)
-    assert "/nonexistent/driver" in message and "writer='jvm'" not in message, message
+def test_the_jvm_writer_names_a_bad_control_channel(spark: Any, registry: str) -> None:
+    # host, control, bootstrap and driverDir both writers take; a bad one is named when planned.
     control = {"group": "jvm", "registry": registry, "key": "k", "control": "udp:nope", "writer": "jvm"}
     message = _refusal(spark, control)
     assert message.startswith("option control='udp:nope'"), message

@@ -3,9 +3,10 @@
 //! The executor JVM hands this library whole messages (envelope + Arrow IPC body, built in Java)
 //! and the routing keys of its rows; the keyed routing (`affinity_hash(key) % HC % QC`), the
 //! retention, acknowledgements and resends are the Rust core's [`GroupPublisher`], one per
-//! (group, registry, placement) and JVM, on one client per JVM: attached to the standalone driver
-//! named by `$AFFINITY_DIR` when it is set, else an embedded driver. The placement options (`host`,
-//! `control`, `bootstrap`) are the Python writer's: with `bootstrap` and no registry entry the
+//! (group, registry, placement) and JVM, on one client per driver and JVM: attached to the
+//! standalone driver named by the `driverDir` option, else by `$AFFINITY_DIR` when it is set, else
+//! an embedded driver. The placement options (`driverDir`, `host`, `control`, `bootstrap`) are the
+//! Python writer's, with its messages: with `bootstrap` and no registry entry the
 //! definition is learned from the first listed member that answers; with both, an answer holding
 //! another definition is refused, naming both fingerprints.
 //!
@@ -71,9 +72,11 @@ struct Sink {
     publisher: GroupPublisher,
 }
 
-/// Where a publisher joins its group: the sink's options `host`, `control` and `bootstrap`.
+/// Where a publisher joins its group: the sink's options `driverDir`, `host`, `control` and `bootstrap`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Placement {
+    /// The standalone driver's directory (`driverDir`); `None`: `$AFFINITY_DIR`, else embedded.
+    pub driver_dir: Option<String>,
     /// The address the publisher's inbox advertises (default `$SPARK_LOCAL_IP`, else the group's).
     pub host: Option<String>,
     /// An extra heartbeat channel.
@@ -85,34 +88,60 @@ pub struct Placement {
 /// What one publisher of this JVM serves: the group, its registry and its placement.
 type Target = (String, PathBuf, Placement);
 
+/// Which driver a client is attached to: a standalone driver's directory, or `None` (embedded).
+type DriverKey = Option<PathBuf>;
+
 #[derive(Default)]
 struct State {
-    client: Option<Arc<ClientHandle>>,
+    clients: BTreeMap<DriverKey, Arc<ClientHandle>>,
     sinks: Vec<Option<Arc<Sink>>>,
     by_target: BTreeMap<Target, usize>,
 }
 
-static STATE: Mutex<State> = Mutex::new(State { client: None, sinks: Vec::new(), by_target: BTreeMap::new() });
+static STATE: Mutex<State> =
+    Mutex::new(State { clients: BTreeMap::new(), sinks: Vec::new(), by_target: BTreeMap::new() });
 
 fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn client(state: &mut State) -> Result<Arc<ClientHandle>, Failure> {
-    if let Some(client) = state.client.as_ref().filter(|c| !c.is_closed()) {
+/// The driver a publisher at `placement` uses: `driverDir`, else `$AFFINITY_DIR`, else embedded.
+fn driver_key(placement: &Placement) -> DriverKey {
+    placement
+        .driver_dir
+        .clone()
+        .or_else(|| std::env::var(directory::ENV_DIR).ok())
+        .filter(|dir| !dir.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Why attaching to a standalone driver failed, as the Python writer says it
+/// (`affinity.spark.clients`): where the directory came from, the cause and the two fixes.
+fn attach_failure(placement: &Placement, dir: &std::path::Path, error: &dyn std::fmt::Display) -> Failure {
+    let (place, fallback) = match &placement.driver_dir {
+        Some(given) => (format!("option driverDir='{given}'"), "remove driverDir".to_owned()),
+        None => (
+            format!("${}='{}' in this Spark worker's environment", directory::ENV_DIR, dir.display()),
+            format!("unset {}", directory::ENV_DIR),
+        ),
+    };
+    Failure::Option(format!(
+        "{place}: {error}. Start the driver on every host of the cluster as the user Spark runs as \
+         (affinity driver --dir {}), or {fallback} to give each Spark worker process an embedded driver",
+        dir.display()
+    ))
+}
+
+/// This JVM's client of the driver `placement` names, created once per driver.
+fn client(state: &mut State, placement: &Placement) -> Result<Arc<ClientHandle>, Failure> {
+    let key = driver_key(placement);
+    if let Some(client) = state.clients.get(&key).filter(|c| !c.is_closed()) {
         return Ok(client.clone());
     }
-    let dir = std::env::var_os(directory::ENV_DIR).filter(|v| !v.is_empty());
-    let client = match dir {
+    let client = match &key {
         Some(dir) => {
             let timeout = Duration::from_millis(directory::DRIVER_TIMEOUT_MS as u64);
-            ClientHandle::attach(&PathBuf::from(&dir), timeout).map_err(|e| {
-                Failure::Sink(format!(
-                    "cannot attach to the affinity driver in {} (${}): {e}",
-                    PathBuf::from(&dir).display(),
-                    directory::ENV_DIR
-                ))
-            })?
+            ClientHandle::attach(dir, timeout).map_err(|e| attach_failure(placement, dir, &e))?
         }
         None => ClientHandle::from(
             embedded::start(EmbeddedConfig::default())
@@ -120,7 +149,7 @@ fn client(state: &mut State) -> Result<Arc<ClientHandle>, Failure> {
         ),
     };
     let client = Arc::new(client);
-    state.client = Some(client.clone());
+    state.clients.insert(key, client.clone());
     Ok(client)
 }
 
@@ -150,7 +179,7 @@ fn open_group(group: &str, registry: Option<&str>, placement: &Placement) -> Res
         if let Some(&index) = state.by_target.get(&target) {
             return Ok(index as jlong + 1);
         }
-        client(&mut state)?
+        client(&mut state, placement)?
     };
     let secret = registry::load_secret(group, &dir).map_err(option)?;
     let mut options = MemberOptions::new(dir.clone());
@@ -287,7 +316,7 @@ fn shutdown() {
         sink.publisher.close();
     }
     state.by_target.clear();
-    if let Some(client) = state.client.take() {
+    for client in std::mem::take(&mut state.clients).into_values() {
         client.close();
     }
 }
@@ -350,14 +379,15 @@ fn optional_string(env: &mut JNIEnv<'_>, value: &JString<'_>) -> Result<Option<S
     Ok(if value.is_null() { None } else { Some(env.get_string(value)?.into()) })
 }
 
-/// `static native long openGroup(String group, String registry, String host, String control,
-/// String bootstrap)`: every argument but `group` may be null.
+/// `static native long openGroup(String group, String registry, String driverDir, String host,
+/// String control, String bootstrap)`: every argument but `group` may be null.
 #[no_mangle]
 pub extern "system" fn Java_affinity_spark_Native_openGroup<'local>(
     mut env: JNIEnv<'local>,
     _class: JClass<'local>,
     group: JString<'local>,
     registry: JString<'local>,
+    driver_dir: JString<'local>,
     host: JString<'local>,
     control: JString<'local>,
     bootstrap: JString<'local>,
@@ -366,6 +396,7 @@ pub extern "system" fn Java_affinity_spark_Native_openGroup<'local>(
         let group: String = env.get_string(&group)?.into();
         let registry = optional_string(env, &registry)?;
         let placement = Placement {
+            driver_dir: optional_string(env, &driver_dir)?,
             host: optional_string(env, &host)?,
             control: optional_string(env, &control)?,
             bootstrap: optional_string(env, &bootstrap)?,

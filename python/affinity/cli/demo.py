@@ -107,8 +107,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--driver",
         action="store_true",
-        help="run one standalone `affinity driver` under every process (consumers, validator, Spark's Python "
-        "workers through AFFINITY_DIR and the sink's driverDir) instead of an embedded driver in each",
+        help="run one standalone `affinity driver` under every process (consumers, validator, Spark's writer "
+        "through AFFINITY_DIR and the sink's driverDir) instead of an embedded driver in each",
     )
     parser.set_defaults(run=run_pipeline)
     modes = parser.add_subparsers(dest="demo_mode", metavar="{transport}", help="optional: another demo instead")

@@ -245,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--accounts", type=int, required=True)
     parser.add_argument("--rate", type=int, required=True)
     parser.add_argument("--total", type=int, required=True)
-    parser.add_argument("--driver-dir", help="the standalone driver every Python worker attaches to (driverDir)")
+    parser.add_argument("--driver-dir", help="the standalone driver every Spark writer attaches to (driverDir)")
     parser.add_argument(
         "--work-dir", type=Path, help="folder for the checkpoint and start file, made and removed by the caller"
     )

@@ -61,7 +61,7 @@ def _attach_failure(driver_dir: str | None, error: BaseException) -> str:
         fallback = f"unset {DRIVER_DIR_ENV}"
     return (
         f"{where}: {error}. Start the driver on every host of the cluster as the user Spark runs as "
-        f"(affinity driver --dir {directory}), or {fallback} to give each Python worker an embedded driver"
+        f"(affinity driver --dir {directory}), or {fallback} to give each Spark worker process an embedded driver"
     )
 
 

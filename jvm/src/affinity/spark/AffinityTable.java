@@ -89,11 +89,6 @@ final class AffinityTable implements SupportsRead, SupportsWrite {
     }
     SinkOptions options = SinkOptions.parse(info.options());
     if (!options.jvmWritable()) {
-      if (options.placement != null && options.group != null && !options.value.equals("json")) {
-        throw new SparkOptionException("option writer='jvm' does not take option " + options.placement
-            + " (the JVM writer's publisher attaches to $AFFINITY_DIR's driver); "
-            + "it is written by the Python writer (writer=auto or python)");
-      }
       throw new SparkOptionException("option writer='jvm' writes group mode with value arrow or binary; "
           + "channel mode and value=json are written by the Python writer (writer=auto or python)");
     }
@@ -107,8 +102,7 @@ final class AffinityTable implements SupportsRead, SupportsWrite {
   /**
    * Whether the JVM writer takes this write (docs/spark.md "Two writers"): {@code writer=jvm}, or
    * an unknown {@code writer} value (refused by its parser); {@code writer=auto} (the default) for
-   * group mode with {@code value} arrow or binary, none of {@link SinkOptions#PYTHON_PLACEMENT},
-   * when the native library is loaded.
+   * group mode with {@code value} arrow or binary, when the native library is loaded.
    */
   static boolean jvmWrites(Map<String, String> options) {
     String writer = option(options, "writer", "auto");
@@ -117,11 +111,6 @@ final class AffinityTable implements SupportsRead, SupportsWrite {
     }
     if (!writer.equals("auto")) {
       return true;
-    }
-    for (String name : SinkOptions.PYTHON_PLACEMENT) {
-      if (!option(options, name, "").isEmpty()) {
-        return false;
-      }
     }
     return !option(options, "group", "").isEmpty() && !option(options, "value", "arrow").equals("json")
         && Native.loadFailure() == null;

@@ -26,7 +26,8 @@ final class AffinityWrite implements WriteBuilder, Write, BatchWrite, StreamingW
   AffinityWrite(WriteSpec spec) {
     Native.require();
     this.spec = spec;
-    // Opening checks the group exists (SparkOptionException naming it), here on the driver.
+    // Opening checks, here on the driver when the query is planned, that the group exists and
+    // that the standalone driver the tasks attach to runs (SparkOptionException naming the option).
     this.handle = Native.openGroup(spec.options);
   }
 

@@ -17,8 +17,8 @@ import java.util.Set;
 
 /**
  * The JNI bridge into the Rust core ({@code jvm/native}): one group publisher per (group,
- * registry, placement) and JVM, on one client (the standalone driver of {@code $AFFINITY_DIR}, else an
- * embedded driver). The library is loaded from {@code $AFFINITY_JVM_NATIVE} when set, else
+ * registry, placement) and JVM, on one client per driver (the standalone driver of the {@code
+ * driverDir} option, else of {@code $AFFINITY_DIR}, else an embedded driver). The library is loaded from {@code $AFFINITY_JVM_NATIVE} when set, else
  * unpacked from this jar's {@link #RESOURCE} (see {@link #unpack}).
  */
 final class Native {
@@ -112,14 +112,17 @@ final class Native {
   }
 
   /**
-   * This JVM's publisher of {@code group} placed by the sink's {@code host}, {@code control} and
-   * {@code bootstrap} options ({@code registry} and each of those may be null): a handle.
+   * This JVM's publisher of {@code group} placed by the sink's {@code driverDir}, {@code host},
+   * {@code control} and {@code bootstrap} options ({@code registry} and each of those may be null):
+   * a handle.
    */
-  static native long openGroup(String group, String registry, String host, String control, String bootstrap);
+  static native long openGroup(String group, String registry, String driverDir, String host, String control,
+      String bootstrap);
 
   /** {@link #openGroup} with the group and placement of {@code options}. */
   static long openGroup(SinkOptions options) {
-    return openGroup(options.group, options.registry, options.host, options.control, options.bootstrap);
+    return openGroup(options.group, options.registry, options.driverDir, options.host, options.control,
+        options.bootstrap);
   }
 
   /** The group's queue count (QC). */

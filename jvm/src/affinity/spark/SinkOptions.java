@@ -38,12 +38,6 @@ final class SinkOptions implements Serializable {
   static final List<String> SINK_OPTIONS = Arrays.asList("group", "channel", "streamId", "key", "value",
       "driverDir", "maxBatchRows", "maxBatchBytes", "ackTimeout", "registry", "host", "control", "bootstrap",
       "writer");
-  /**
-   * Options that place the group member and only the Python writer takes: a standalone driver's
-   * directory (the JVM writer's publisher attaches to {@code $AFFINITY_DIR}'s driver). The other
-   * placement options, {@code host}, {@code control} and {@code bootstrap}, both writers take.
-   */
-  static final List<String> PYTHON_PLACEMENT = Arrays.asList("driverDir");
   /** Options only the source takes. */
   static final List<String> SOURCE_ONLY = Arrays.asList("index", "count", "failOnDataLoss");
   /** Options Spark itself may add; accepted and ignored. */
@@ -72,8 +66,8 @@ final class SinkOptions implements Serializable {
   /** Members to ask for the group's definition and members ({@code bootstrap}, {@code host:port,...}), or null. */
   final String bootstrap;
   final String writer;
-  /** The first option of {@link #PYTHON_PLACEMENT} given, or null. */
-  final String placement;
+  /** The standalone driver's directory ({@code driverDir}), or null: {@code $AFFINITY_DIR}, else embedded. */
+  final String driverDir;
 
   private SinkOptions(Map<String, String> values) {
     group = text(values, "group");
@@ -140,13 +134,7 @@ final class SinkOptions implements Serializable {
       }
     }
     writer = choice(values, "writer", WRITERS);
-    String given = null;
-    for (String name : PYTHON_PLACEMENT) {
-      if (text(values, name) != null && given == null) {
-        given = name;
-      }
-    }
-    placement = given;
+    driverDir = text(values, "driverDir");
   }
 
   /** Validates Spark's option map (case-insensitive keys); {@link SparkOptionException} names the option. */
@@ -175,13 +163,9 @@ final class SinkOptions implements Serializable {
     return new SinkOptions(values);
   }
 
-  /**
-   * Whether this JVM writer writes these options (else the Python writer does: channel mode, json,
-   * and {@link #PYTHON_PLACEMENT}; the JVM's publisher attaches to the driver of {@code
-   * $AFFINITY_DIR}).
-   */
+  /** Whether this JVM writer writes these options (else the Python writer does: channel mode and json). */
   boolean jvmWritable() {
-    return group != null && !value.equals("json") && placement == null;
+    return group != null && !value.equals("json");
   }
 
   private static String find(List<String> names, String lower) {
