@@ -145,6 +145,16 @@ impl MemberView {
         self.members.get(&member_id)
     }
 
+    /// Excuses a pause of this member's own (its process stopped or not scheduled for `pause`):
+    /// every member's silence is counted without it, so that a member that was not running
+    /// does not take its own pause for the others' silence. Their heartbeats sent meanwhile
+    /// are still on their way through this member's transport, which was paused too.
+    pub fn excuse_pause(&mut self, pause: Duration) {
+        for entry in self.members.values_mut() {
+            entry.last_heard = entry.last_heard + pause;
+        }
+    }
+
     /// Forgets members silent for longer than `forget_after` (or gone by leaving); returns
     /// their ids.
     pub fn expire(&mut self, now: Instant, forget_after: Duration) -> Vec<u64> {
@@ -200,6 +210,19 @@ mod tests {
         assert!(!view.is_live(2, t0 + Duration::from_secs(2)));
         assert_eq!(view.on_heartbeat(heartbeat(2, 7), t0 + Duration::from_secs(3)), HeartbeatOutcome::Joined);
         assert_eq!(view.on_heartbeat(heartbeat(2, 7), t0 + Duration::from_secs(4)), HeartbeatOutcome::Refreshed);
+    }
+
+    #[test]
+    fn an_excused_pause_of_its_own_is_not_counted_as_the_others_silence() {
+        let mut view = MemberView::new(1, 7, Duration::from_secs(2));
+        let t0 = Instant::from_nanos(1_000);
+        view.on_heartbeat(heartbeat(2, 7), t0 + Duration::from_millis(900));
+        // This member was stopped from 1 s to 4 s: without the excuse its peer, heard 0.1 s
+        // before the stop, would be gone at 4 s; with it, it has 1.9 s of running time left.
+        view.excuse_pause(Duration::from_secs(3));
+        assert!(view.is_live(2, t0 + Duration::from_secs(4)));
+        assert!(view.is_live(2, t0 + Duration::from_millis(5_899)));
+        assert!(!view.is_live(2, t0 + Duration::from_millis(5_900)), "a silent peer is still found gone");
     }
 
     #[test]

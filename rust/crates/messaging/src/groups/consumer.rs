@@ -360,6 +360,11 @@ impl ConsumerState {
         &self.view
     }
 
+    /// Excuses this member's own pause of `pause` ([`MemberView::excuse_pause`]).
+    pub fn excuse_pause(&mut self, pause: Duration) {
+        self.view.excuse_pause(pause);
+    }
+
     /// Counters.
     pub fn counters(&self) -> ConsumerCounters {
         self.counters

@@ -253,6 +253,11 @@ impl PublisherState {
         &self.view
     }
 
+    /// Excuses this member's own pause of `pause` ([`MemberView::excuse_pause`]).
+    pub fn excuse_pause(&mut self, pause: Duration) {
+        self.view.excuse_pause(pause);
+    }
+
     /// Counters of ignored input.
     pub fn counters(&self) -> PublisherCounters {
         self.counters

@@ -28,6 +28,9 @@ impl Brain for ConsumerBrain {
     fn on_heartbeat(&mut self, heartbeat: Heartbeat, now: Instant) {
         self.state.on_heartbeat(heartbeat, now);
     }
+    fn excuse_pause(&mut self, pause: Duration) {
+        self.state.excuse_pause(pause);
+    }
     fn handle_timeout(&mut self, now: Instant, discovery_complete: bool) {
         self.state.set_discovery_complete(discovery_complete);
         self.state.handle_timeout(now);

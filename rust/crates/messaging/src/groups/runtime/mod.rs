@@ -127,6 +127,9 @@ pub struct RuntimeCounters {
     pub bootstrap_ignored: u64,
     /// Members found through refresh answers (not in the first answer, not heard yet).
     pub bootstrap_learned: u64,
+    /// Pauses of this member's own thread longer than a heartbeat interval, excused
+    /// ([`MemberView::excuse_pause`]).
+    pub own_pauses_excused: u64,
 }
 
 trait Brain: Send + 'static {
@@ -136,6 +139,8 @@ trait Brain: Send + 'static {
     fn on_heartbeat(&mut self, heartbeat: Heartbeat, now: Instant);
     fn on_ack(&mut self, _ack: &Ack, _now: Instant) {}
     fn handle_timeout(&mut self, now: Instant, discovery_complete: bool);
+    /// Excuses a pause of this member's own thread (see [`MemberView::excuse_pause`]).
+    fn excuse_pause(&mut self, pause: Duration);
     fn heartbeat(&self, name: &str, endpoint: &str, pid: u32) -> Heartbeat;
     fn take_announce(&mut self) -> bool {
         false
@@ -189,6 +194,9 @@ struct Core<B: Brain> {
     peers: PeerTable,
     last_heartbeat: Option<Instant>,
     last_scan: Option<Instant>,
+    /// When the last background iteration ran: a longer gap than a heartbeat interval is a
+    /// pause of this member's own (its process stopped, or not scheduled), excused.
+    last_cycle: Option<Instant>,
     control_batch: MessageBatch,
     data_batch: MessageBatch,
     encode: Vec<u8>,
@@ -302,6 +310,7 @@ impl<B: Brain> Core<B> {
             peers: PeerTable::new(),
             last_heartbeat: None,
             last_scan: None,
+            last_cycle: None,
             control_batch: MessageBatch::default(),
             data_batch: MessageBatch::default(),
             encode: Vec::new(),
@@ -562,6 +571,16 @@ impl<B: Brain> Core<B> {
             return 0;
         }
         let now = self.clock.now();
+        // Before anything is judged: the time this member itself was not running is nobody's
+        // silence (a process resumed after SIGSTOP would otherwise find every peer silent for
+        // the whole stop, before its transport hands over what they sent meanwhile).
+        if let Some(pause) = self.last_cycle.map(|last| now.saturating_since(last)) {
+            if pause > self.timing.heartbeat_interval {
+                self.brain.excuse_pause(pause);
+                self.counters.own_pauses_excused += 1;
+            }
+        }
+        self.last_cycle = Some(now);
         let mut work = self.poll_control(now);
         if self.timing.heartbeat_due(self.last_scan, now) {
             self.scan(now);

@@ -1,6 +1,7 @@
 //! The observer's runtime: [`GroupObserver`] joins a group's control plane to watch it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{Brain, Core, Member, MemberOptions};
 use crate::client::ClientApi;
@@ -27,6 +28,9 @@ impl Brain for ObserverBrain {
     }
     fn on_heartbeat(&mut self, heartbeat: Heartbeat, now: Instant) {
         self.view.on_heartbeat(heartbeat, now);
+    }
+    fn excuse_pause(&mut self, pause: Duration) {
+        self.view.excuse_pause(pause);
     }
     fn handle_timeout(&mut self, now: Instant, _discovery_complete: bool) {
         let forget = self.view.liveness_timeout() * 5;

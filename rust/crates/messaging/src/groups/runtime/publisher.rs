@@ -76,6 +76,9 @@ impl Brain for PublisherBrain {
     fn on_ack(&mut self, ack: &Ack, now: Instant) {
         self.state.on_ack(ack, now);
     }
+    fn excuse_pause(&mut self, pause: Duration) {
+        self.state.excuse_pause(pause);
+    }
     fn handle_timeout(&mut self, now: Instant, _discovery_complete: bool) {
         self.state.handle_timeout(now);
     }
