@@ -43,6 +43,10 @@ pub trait SenderLog {
     /// and the log bytes it covers: a padding frame is sent as its header alone and covers the
     /// rest of its length. `(0, 0)` when no complete frame is there yet.
     fn scan_datagram(&self, position: i64, max: usize, out: &mut [u8]) -> (usize, i64);
+
+    /// What [`Self::scan_datagram`] would copy, without copying: the datagram length and the
+    /// log bytes it covers, for a sender that sends the frames from the log as they lie.
+    fn scan_frames(&self, position: i64, max: usize) -> (usize, i64);
 }
 
 /// The log an image's receiver writes frames into.

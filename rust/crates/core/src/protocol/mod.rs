@@ -11,5 +11,5 @@ pub mod retransmit;
 pub use image::{DataRejection, Image, ImageConfig, ImageCounters, ImageState};
 pub use publication::{
     LiveReceiver, NetworkPublication, OfferError, PublicationConfig, PublicationCounters, PublicationEvent,
-    PublicationStatus,
+    PublicationStatus, Transmit,
 };

@@ -230,6 +230,30 @@ enum Lifecycle {
     Done,
 }
 
+/// A datagram a publication has to send ([`NetworkPublication::poll_transmit_in_place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transmit {
+    /// This many bytes were written into the caller's buffer (a SETUP or a heartbeat).
+    Written(usize),
+    /// The datagram is `length` bytes of the log from `position` on, whole frames of one term,
+    /// to be sent as they lie (a padding frame is its header alone).
+    Log {
+        /// Where the datagram starts in the stream.
+        position: i64,
+        /// Its length in bytes.
+        length: usize,
+    },
+}
+
+impl Transmit {
+    /// The datagram's length in bytes.
+    pub fn length(&self) -> usize {
+        match *self {
+            Transmit::Written(length) | Transmit::Log { length, .. } => length,
+        }
+    }
+}
+
 /// The sending side of one publication, over a log `L` (the media driver's shared log, which
 /// clients append to and whose tail the driver passes on with [`NetworkPublication::on_tail`];
 /// or, in-process, a log the publication appends to itself with [`NetworkPublication::offer`]).
@@ -606,35 +630,52 @@ impl<L: SenderLog> NetworkPublication<L> {
 
     /// The next datagram to send, written into `out` (at least `mtu` bytes); returns its length.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+        match self.next_transmit(now, out, false)? {
+            Transmit::Written(length) => Some(length),
+            // Not produced when copying; a log range would have been copied into `out`.
+            Transmit::Log { length, .. } => Some(length),
+        }
+    }
+
+    /// The next datagram to send, as [`Self::poll_transmit`], except that a datagram of log
+    /// frames (new data or a retransmit) is not copied: it is named as the range of the log
+    /// that holds it ([`Transmit::Log`]), for a caller that sends it from the log as it lies.
+    /// SETUPs and heartbeats are still written into `out` ([`Transmit::Written`]).
+    pub fn poll_transmit_in_place(&mut self, now: Instant, out: &mut [u8]) -> Option<Transmit> {
+        self.next_transmit(now, out, true)
+    }
+
+    fn next_transmit(&mut self, now: Instant, out: &mut [u8], in_place: bool) -> Option<Transmit> {
         if self.lifecycle == Lifecycle::Done {
             return None;
         }
         let setup_due = self.last_setup.is_none_or(|last| now.saturating_since(last) >= SETUP_INTERVAL);
         if (!self.has_initial_connection || self.should_send_setup) && setup_due && self.lifecycle == Lifecycle::Active
         {
-            return Some(self.emit_setup(now, out));
+            return Some(Transmit::Written(self.emit_setup(now, out)));
         }
         if !self.has_initial_connection {
             return None;
         }
-        if let Some(length) = self.poll_retransmit(now, out) {
-            return Some(length);
+        if let Some(transmit) = self.poll_retransmit(now, out, in_place) {
+            return Some(transmit);
         }
         let available = self.tail.min(self.sender_limit) - self.sender_position;
         if available > 0 {
-            let (length, advance) = self.scan_datagram(self.sender_position, available, out);
+            let position = self.sender_position;
+            let (transmit, advance) = self.scan_datagram(position, available, out, in_place);
             if advance > 0 {
                 self.sender_position += advance;
                 self.last_send = now;
                 self.counters.datagrams_sent += 1;
-                self.counters.bytes_sent += length as u64;
-                return Some(length);
+                self.counters.bytes_sent += transmit.length() as u64;
+                return Some(transmit);
             }
         }
         if now.saturating_since(self.last_send) >= HEARTBEAT_INTERVAL {
             self.last_send = now;
             self.counters.heartbeats_sent += 1;
-            return Some(self.emit_heartbeat(out));
+            return Some(Transmit::Written(self.emit_heartbeat(out)));
         }
         None
     }
@@ -684,7 +725,7 @@ impl<L: SenderLog> NetworkPublication<L> {
         DATA_HEADER_LENGTH
     }
 
-    fn poll_retransmit(&mut self, now: Instant, out: &mut [u8]) -> Option<usize> {
+    fn poll_retransmit(&mut self, now: Instant, out: &mut [u8], in_place: bool) -> Option<Transmit> {
         if self.resend_cursor.is_none() {
             let ResendRange { term_id, term_offset, length } = self.retransmits.poll_due(now)?;
             let start = self.config.identity.position(term_id, term_offset);
@@ -692,21 +733,29 @@ impl<L: SenderLog> NetworkPublication<L> {
             self.resend_cursor = Some((start, end));
         }
         let (start, end) = self.resend_cursor?;
-        let (length, advance) = if start < end { self.scan_datagram(start, end - start, out) } else { (0, 0) };
+        let (transmit, advance) =
+            if start < end { self.scan_datagram(start, end - start, out, in_place) } else { (Transmit::Written(0), 0) };
         if advance == 0 {
             self.resend_cursor = None;
             return None;
         }
         self.resend_cursor = (start + advance < end).then_some((start + advance, end));
         self.counters.retransmits_sent += 1;
-        self.counters.retransmitted_bytes += length as u64;
-        Some(length)
+        self.counters.retransmitted_bytes += transmit.length() as u64;
+        Some(transmit)
     }
 
-    /// Copies whole frames starting at `position` (at most `available` bytes of log and one MTU
-    /// of datagram) into `out`. Returns (datagram length, log bytes covered).
-    fn scan_datagram(&self, position: i64, available: i64, out: &mut [u8]) -> (usize, i64) {
+    /// The whole frames starting at `position` (at most `available` bytes of log and one MTU
+    /// of datagram): copied into `out`, or with `in_place` named as a log range. Returns the
+    /// datagram and the log bytes it covers.
+    fn scan_datagram(&self, position: i64, available: i64, out: &mut [u8], in_place: bool) -> (Transmit, i64) {
         let limit = available.min(i64::from(self.config.mtu)).max(0) as usize;
-        self.log.scan_datagram(position, limit, out)
+        if in_place {
+            let (length, advance) = self.log.scan_frames(position, limit);
+            (Transmit::Log { position, length }, advance)
+        } else {
+            let (length, advance) = self.log.scan_datagram(position, limit, out);
+            (Transmit::Written(length), advance)
+        }
     }
 }

@@ -309,3 +309,63 @@ fn answers_rtt_requests_and_send_setup_status_messages() {
     assert_eq!(frame_type(&out[..length]), FrameType::Setup);
     assert!(matches!(parse_control(&out[..length]), Ok(Some(ControlFrame::Setup(_)))));
 }
+
+/// The datagram a transmit named: written bytes, or the log's bytes where it named them.
+fn transmitted(publication: &NetworkPublication<LogBuffer>, transmit: Transmit, out: &[u8]) -> Vec<u8> {
+    match transmit {
+        Transmit::Written(length) => out[..length].to_vec(),
+        Transmit::Log { position, length } => {
+            let address = publication.log().address_of(position, length).unwrap();
+            // SAFETY: the range lies in the log (checked), which nothing writes meanwhile.
+            unsafe { std::slice::from_raw_parts(address, length) }.to_vec()
+        }
+    }
+}
+
+#[test]
+fn datagrams_named_in_the_log_are_the_datagrams_copied_out_of_it() {
+    // Two publications fed the same messages (through term ends, padding and NAKs): what one
+    // copies out with `poll_transmit` is what the other names in its log, byte for byte.
+    let (mut copying, mut naming) = (publication(), publication());
+    let mut out = [0u8; 2048];
+    let (mut copied, mut named) = (Vec::new(), Vec::new());
+    let sizes = [0usize, 1, 100, 1000, 1376, 3000];
+    let mut logged = 0;
+    for round in 0..400u64 {
+        let now = ms(1 + round);
+        let position = copying.sender_position();
+        assert_eq!(position, naming.sender_position());
+        let (term, offset) = ((position / i64::from(TERM)) as i32, (position % i64::from(TERM)) as i32);
+        let message = StatusMessage { consumption_term_id: 3 + term, ..status(offset, 32 * 1024, 0) };
+        for publication in [&mut copying, &mut naming] {
+            publication.on_status_message(&message, now);
+            publication.on_idle(now);
+        }
+        let payload = vec![round as u8; sizes[round as usize % sizes.len()]];
+        assert_eq!(format!("{:?}", copying.offer(&payload, 0)), format!("{:?}", naming.offer(&payload, 0)));
+        for resend in [false, true] {
+            if resend {
+                if round % 50 != 49 || naming.sender_position() == position {
+                    break;
+                }
+                // Resend the frames this round sent.
+                let nak = Nak { session_id: 9, stream_id: 10, term_id: 3 + term, term_offset: offset, length: 256 };
+                copying.on_nak(&nak, now);
+                naming.on_nak(&nak, now);
+            }
+            while let Some(length) = copying.poll_transmit(now, &mut out) {
+                copied.push(out[..length].to_vec());
+            }
+            while let Some(transmit) = naming.poll_transmit_in_place(now, &mut out) {
+                logged += usize::from(matches!(transmit, Transmit::Log { .. }));
+                named.push(transmitted(&naming, transmit, &out));
+            }
+        }
+    }
+    assert_eq!(copied, named);
+    assert!(logged > 300, "{logged} datagrams named in the log");
+    assert!(naming.sender_position() > 3 * i64::from(TERM), "the stream crossed terms");
+    assert!(named.iter().any(|datagram| frame_type(datagram) == FrameType::Pad), "a term end was padded");
+    assert!(naming.counters().retransmits_sent > 0);
+    assert_eq!(naming.counters(), copying.counters());
+}

@@ -248,6 +248,16 @@ impl Region {
         Ok(())
     }
 
+    /// The address of `len` bytes starting at `index` (bounds checked), for a system call that
+    /// reads them (a socket send from the mapping). The pointer stays valid while this region or
+    /// another one of its mapping lives; the bytes may change under it when another process
+    /// writes them, so it is never turned into a Rust reference.
+    #[inline]
+    pub fn address_of(&self, index: usize, len: usize) -> Result<*const u8, ShmError> {
+        self.check(index, len, 1)?;
+        Ok(self.ptr(index).cast_const())
+    }
+
     /// Copies `out.len()` bytes starting at `index` into `out`.
     #[inline]
     pub fn get_bytes(&self, index: usize, out: &mut [u8]) -> Result<(), ShmError> {

@@ -1264,6 +1264,20 @@ impl LogBuffer {
         Ok((available, (available + padding) as i64))
     }
 
+    fn try_scan_frames(&self, position: i64, max: usize) -> Result<(usize, i64), ShmError> {
+        let (available, padding) = self.scan(position, max)?;
+        Ok(if available == 0 { (0, 0) } else { (available, (available + padding) as i64) })
+    }
+
+    /// The address of the `length` bytes of the log from `position` on, which must lie within
+    /// one term (what [`crate::logbuffer::SenderLog::scan_frames`] named), for a send from the
+    /// log as it lies. Valid while this log lives; never made into a Rust reference (clients
+    /// may write the mapping concurrently).
+    pub fn address_of(&self, position: i64, length: usize) -> Result<*const u8, ShmError> {
+        let (term, offset) = self.locate(position)?;
+        term.address_of(offset, length)
+    }
+
     fn try_insert(&self, position: i64, datagram: &[u8]) -> Result<(), ShmError> {
         let (term, offset) = self.locate(position)?;
         let length = datagram.len().min(self.term_length as usize - offset);
@@ -1344,6 +1358,11 @@ impl crate::logbuffer::SenderLog for LogBuffer {
     fn scan_datagram(&self, position: i64, max: usize, out: &mut [u8]) -> (usize, i64) {
         // A log that cannot be read (a corrupt frame a client wrote) sends nothing.
         self.try_scan_datagram(position, max, out).unwrap_or((0, 0))
+    }
+
+    fn scan_frames(&self, position: i64, max: usize) -> (usize, i64) {
+        // As `scan_datagram`: a log that cannot be read sends nothing.
+        self.try_scan_frames(position, max).unwrap_or((0, 0))
     }
 }
 

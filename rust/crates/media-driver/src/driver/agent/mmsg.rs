@@ -4,8 +4,10 @@
 //! `recv_from` per datagram, with the same results).
 //!
 //! Both data buffers are owned by the agent and reused every cycle once they have grown to a
-//! cycle's size; each call still builds its small vectors of `iovec`/`mmsghdr` (they hold raw
-//! pointers into those buffers, so they are not kept between calls).
+//! cycle's size; the sender's data frames are not copied into its buffer at all but sent from
+//! the publication's mapped log ([`SendBatch::push_or_map`]). Each call still builds its small
+//! vectors of `iovec`/`mmsghdr` (they hold raw pointers into those buffers and logs, so they
+//! are not kept between calls).
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -31,58 +33,114 @@ pub struct SendOutcome {
     pub offload_refused: Option<i32>,
 }
 
-/// Datagrams queued back to back in one buffer, sent with one system call.
+/// Where a queued datagram's bytes lie.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// In the batch's own buffer, from this offset.
+    Own(usize),
+    /// At this address outside the batch (a publication's mapped log), sent from there.
+    Mapped(usize),
+}
+
+/// One queued datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Queued {
+    source: Source,
+    length: usize,
+}
+
+/// What a fill of [`SendBatch::push_or_map`] queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Filled {
+    /// This many bytes written into the slot.
+    Written(usize),
+    /// This many bytes at this address, sent from there without a copy.
+    Mapped(*const u8, usize),
+}
+
+/// A cycle's datagrams, sent with one system call: each either written into the batch's own
+/// buffer (back to back) or named where it already lies (a publication's log frames, which
+/// the kernel reads straight from the mapping: no copy in the driver).
 #[derive(Debug, Default)]
 pub struct SendBatch {
-    /// Grows to a cycle's datagrams plus one slot, never shrinks (no zeroing per datagram).
+    /// Grows to a cycle's written datagrams plus one slot, never shrinks (no zeroing per
+    /// datagram).
     bytes: Vec<u8>,
     /// Bytes of `bytes` holding queued datagrams.
     used: usize,
-    /// End offset of each datagram in `bytes`.
-    ends: Vec<usize>,
+    /// The queued datagrams, in order.
+    queued: Vec<Queued>,
 }
 
 impl SendBatch {
     /// Empties the batch (keeps its buffers).
     pub fn clear(&mut self) {
         self.used = 0;
-        self.ends.clear();
+        self.queued.clear();
     }
 
     /// Datagrams queued.
     pub fn len(&self) -> usize {
-        self.ends.len()
+        self.queued.len()
     }
 
     /// Whether no datagram is queued.
     pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
+        self.queued.is_empty()
     }
 
     /// Lets `fill` write the next datagram into a slot of [`MAX_DATAGRAM`] bytes; `fill`
     /// returns the datagram's length, or `None` when there is nothing to send (then nothing is
     /// queued). Returns whether a datagram was queued.
     pub fn push_with(&mut self, fill: impl FnOnce(&mut [u8]) -> Option<usize>) -> bool {
+        // SAFETY: `fill` only ever writes into the slot: nothing is mapped.
+        unsafe { self.push_or_map(|slot| fill(slot).map(Filled::Written)) }
+    }
+
+    /// As [`Self::push_with`], except that `fill` may instead name bytes that already lie
+    /// elsewhere ([`Filled::Mapped`]): they are queued where they are and sent from there.
+    ///
+    /// # Safety
+    /// Bytes that `fill` names must stay mapped, readable and unchanged until the batch is sent
+    /// or cleared.
+    pub unsafe fn push_or_map(&mut self, fill: impl FnOnce(&mut [u8]) -> Option<Filled>) -> bool {
         let start = self.used;
         let end = start + MAX_DATAGRAM;
         if self.bytes.len() < end {
             self.bytes.resize(end, 0);
         }
-        let written = self.bytes.get_mut(start..end).and_then(fill).filter(|&length| length <= MAX_DATAGRAM);
-        match written {
-            Some(length) => {
-                self.used = start + length;
-                self.ends.push(self.used);
+        let queued = match self.bytes.get_mut(start..end).and_then(fill) {
+            Some(Filled::Written(length)) => Some(Queued { source: Source::Own(start), length }),
+            Some(Filled::Mapped(address, length)) => Some(Queued { source: Source::Mapped(address as usize), length }),
+            None => None,
+        };
+        match queued.filter(|queued| queued.length <= MAX_DATAGRAM) {
+            Some(queued) => {
+                if let Source::Own(start) = queued.source {
+                    self.used = start + queued.length;
+                }
+                self.queued.push(queued);
                 true
             }
             None => false,
         }
     }
 
+    /// The address of a queued datagram's first byte.
+    fn address(&self, queued: &Queued) -> *const u8 {
+        match queued.source {
+            Source::Own(start) => self.bytes.as_ptr().wrapping_add(start),
+            Source::Mapped(address) => address as *const u8,
+        }
+    }
+
     /// The queued datagrams, in order.
     pub fn datagrams(&self) -> impl Iterator<Item = &[u8]> {
-        let starts = std::iter::once(0).chain(self.ends.iter().copied());
-        starts.zip(self.ends.iter().copied()).map(|(start, end)| self.bytes.get(start..end).unwrap_or(&[]))
+        self.queued.iter().map(|queued| {
+            // SAFETY: own bytes lie in `self.bytes` (`start + length <= used`); mapped ones stay
+            // readable and unchanged while queued (the contract of `push_or_map`).
+            unsafe { std::slice::from_raw_parts(self.address(queued), queued.length) }
+        })
     }
 
     /// Sends every queued datagram on `socket`, to `destination` when given (an unconnected
@@ -164,14 +222,13 @@ impl SegmentOffload {
     }
 }
 
-/// One message of a `sendmmsg` call: datagrams `first..first + segments` of a batch, which lie
-/// back to back in its buffer at `start..end`; all but the last are `segment` bytes long.
+/// One message of a `sendmmsg` call: datagrams `first..first + segments` of a batch, `bytes`
+/// in all; all but the last are `segment` bytes long.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Run {
     first: usize,
     segments: usize,
-    start: usize,
-    end: usize,
+    bytes: usize,
     segment: usize,
 }
 
@@ -180,31 +237,51 @@ struct Run {
 /// kernel cuts a run only so); without, a datagram per run.
 fn plan_runs(batch: &SendBatch, from: usize, offload: bool) -> Vec<Run> {
     let mut runs: Vec<Run> = Vec::new();
-    let mut start = if from == 0 { 0 } else { batch.ends.get(from - 1).copied().unwrap_or(batch.used) };
     let mut open = false;
-    for (index, &end) in batch.ends.iter().enumerate().skip(from) {
-        let length = end - start;
+    for (index, queued) in batch.queued.iter().enumerate().skip(from) {
+        let length = queued.length;
         match runs.last_mut() {
             Some(run)
                 if offload
                     && open
                     && length <= run.segment
                     && run.segments < MAX_OFFLOAD_SEGMENTS
-                    && end - run.start <= MAX_OFFLOAD_BYTES =>
+                    && run.bytes + length <= MAX_OFFLOAD_BYTES =>
             {
                 run.segments += 1;
-                run.end = end;
+                run.bytes += length;
                 // A shorter datagram ends the run.
                 open = length == run.segment;
             }
             _ => {
-                runs.push(Run { first: index, segments: 1, start, end, segment: length });
+                runs.push(Run { first: index, segments: 1, bytes: length, segment: length });
                 open = length > 0;
             }
         }
-        start = end;
     }
     runs
+}
+
+/// The `iovec`s of `runs` (one per datagram, neighbours that lie back to back merged into one)
+/// and where each run's start in them: `(iovecs, [(first iovec, count)])`.
+#[cfg(target_os = "linux")]
+fn run_iovecs(batch: &SendBatch, runs: &[Run]) -> (Vec<libc::iovec>, Vec<(usize, usize)>) {
+    let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(runs.iter().map(|run| run.segments).sum());
+    let mut spans = Vec::with_capacity(runs.len());
+    for run in runs {
+        let first = iovecs.len();
+        for queued in batch.queued.iter().skip(run.first).take(run.segments) {
+            let address = batch.address(queued);
+            let follows = iovecs.len() > first
+                && iovecs.last().is_some_and(|last| (last.iov_base as *const u8).wrapping_add(last.iov_len) == address);
+            match iovecs.last_mut() {
+                Some(last) if follows => last.iov_len += queued.length,
+                _ => iovecs.push(libc::iovec { iov_base: address as *mut libc::c_void, iov_len: queued.length }),
+            }
+        }
+        spans.push((first, iovecs.len() - first));
+    }
+    (iovecs, spans)
 }
 
 /// Room for one control message carrying a `u16` (the segment size), 8-byte aligned.
@@ -263,23 +340,19 @@ fn send_runs(
 ) -> RunsSent {
     use std::os::fd::AsRawFd;
     let address = destination.map(socket2::SockAddr::from);
-    let mut iovecs: Vec<libc::iovec> = runs
-        .iter()
-        .map(|run| {
-            let bytes = batch.bytes.get(run.start..run.end).unwrap_or(&[]);
-            libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: bytes.len() }
-        })
-        .collect();
+    let (mut iovecs, spans) = run_iovecs(batch, runs);
     let mut controls: Vec<SegmentControl> = vec![[0; 4]; runs.len()];
-    let mut headers: Vec<libc::mmsghdr> = iovecs
-        .iter_mut()
+    let iovecs_base = iovecs.as_mut_ptr();
+    let mut headers: Vec<libc::mmsghdr> = spans
+        .iter()
         .zip(controls.iter_mut())
         .zip(runs)
-        .map(|((iov, control), run)| {
+        .map(|((&(first, count), control), run)| {
             // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
             let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            header.msg_hdr.msg_iov = iov;
-            header.msg_hdr.msg_iovlen = 1;
+            // In bounds: `first + count <= iovecs.len()`, which is not resized from here on.
+            header.msg_hdr.msg_iov = iovecs_base.wrapping_add(first);
+            header.msg_hdr.msg_iovlen = count as _;
             if let Some(address) = &address {
                 header.msg_hdr.msg_name = address.as_ptr() as *mut libc::c_void;
                 header.msg_hdr.msg_namelen = address.len();
@@ -297,7 +370,7 @@ fn send_runs(
         let Some(rest) = headers.get_mut(next..) else { break };
         let count = u32::try_from(rest.len()).unwrap_or(u32::MAX);
         // SAFETY: `rest` holds `count` initialised headers whose iovecs point into the batch's
-        // buffer, whose names (if any) point at `address` and whose control data (if any) at
+        // buffer or at mapped bytes kept readable while queued (`push_or_map`), whose names (if any) point at `address` and whose control data (if any) at
         // `controls`; all outlive the call.
         let sent = unsafe { libc::sendmmsg(socket.as_raw_fd(), rest.as_mut_ptr(), count, 0) };
         match usize::try_from(sent) {
@@ -649,16 +722,16 @@ mod tests {
         // Resuming part-way starts at that datagram's bytes.
         let runs = plan_runs(&batch, 2, true);
         assert_eq!(shape(&runs), vec![(2, 2, 1408), (4, 1, 1408), (5, 2, 2000), (7, 1, 1408)]);
-        assert_eq!((runs[0].start, runs[0].end), (2 * 1408, 3 * 1408 + 100));
+        assert_eq!(runs[0].bytes, 1408 + 100);
         // Without offload, a datagram a run.
         let plain = plan_runs(&batch, 0, false);
         assert_eq!(plain.len(), 8);
-        assert!(plain.iter().all(|run| run.segments == 1 && run.end - run.start == run.segment));
+        assert!(plain.iter().all(|run| run.segments == 1 && run.bytes == run.segment));
         // At most MAX_OFFLOAD_BYTES per run, and at most MAX_OFFLOAD_SEGMENTS.
         let (big, _) = batch_of(&[1408; 100]);
         let runs = plan_runs(&big, 0, true);
         assert_eq!(shape(&runs), vec![(0, 46, 1408), (46, 46, 1408), (92, 8, 1408)]);
-        assert!(runs.iter().all(|run| run.end - run.start <= MAX_OFFLOAD_BYTES));
+        assert!(runs.iter().all(|run| run.bytes <= MAX_OFFLOAD_BYTES));
         let (small, _) = batch_of(&[64; 150]);
         assert_eq!(shape(&plan_runs(&small, 0, true)), vec![(0, 64, 64), (64, 64, 64), (128, 22, 64)]);
         // An empty datagram never takes others with it.
@@ -734,6 +807,73 @@ mod tests {
         let mut slots = ReceiveBatch::new(8);
         let received: Vec<Vec<u8>> = receive_all(&mut slots, &receiver, 6).into_iter().map(|(d, _)| d).collect();
         assert_eq!(received, sent);
+    }
+
+    /// Queues `lengths` as mapped datagrams lying back to back in `log` (from offset 0), with a
+    /// written datagram of `written` bytes before the one at index `written_at`.
+    fn mapped_batch(log: &[u8], lengths: &[usize], written_at: usize, written: &[u8]) -> (SendBatch, Vec<Vec<u8>>) {
+        let mut batch = SendBatch::default();
+        let mut expected = Vec::new();
+        let mut offset = 0;
+        for (index, &length) in lengths.iter().enumerate() {
+            if index == written_at {
+                queue(&mut batch, &[written]);
+                expected.push(written.to_vec());
+            }
+            let bytes = &log[offset..offset + length];
+            // SAFETY: `log` outlives the batch and is not written while it is queued.
+            assert!(unsafe { batch.push_or_map(|_| Some(Filled::Mapped(bytes.as_ptr(), length))) });
+            expected.push(bytes.to_vec());
+            offset += length;
+        }
+        (batch, expected)
+    }
+
+    #[test]
+    fn mapped_datagrams_are_sent_from_where_they_lie_mixed_with_written_ones() {
+        let log: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let lengths: Vec<usize> = [vec![1056; 80], vec![320], vec![1408; 30], vec![64; 3]].concat();
+        let (batch, expected) = mapped_batch(&log, &lengths, 50, b"a heartbeat between them");
+        // Nothing was copied into the batch's own buffer but the written datagram.
+        assert_eq!(batch.used, 24);
+        assert_eq!(batch.datagrams().map(<[u8]>::to_vec).collect::<Vec<_>>(), expected);
+        let offloads: &[bool] = if cfg!(target_os = "linux") { &[true, false] } else { &[false] };
+        for &offload in offloads {
+            let (sender, receiver) = pair();
+            socket2::SockRef::from(&receiver).set_recv_buffer_size(8 << 20).expect("buffer");
+            let mut state = if offload { SegmentOffload::default() } else { SegmentOffload::disabled() };
+            let outcome = batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut state);
+            let bytes: usize = expected.iter().map(Vec::len).sum();
+            assert_eq!(outcome, SendOutcome { datagrams: expected.len(), bytes, ..SendOutcome::default() });
+            let mut slots = ReceiveBatch::new(8);
+            let received: Vec<Vec<u8>> =
+                receive_all(&mut slots, &receiver, expected.len()).into_iter().map(|(d, _)| d).collect();
+            assert_eq!(received, expected, "offload {offload}");
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_run_of_datagrams_lying_back_to_back_is_one_iovec() {
+        let log = vec![7u8; 100_000];
+        // Mapped 1056-byte datagrams back to back, a written one at index 3, then a gap in the
+        // mapped bytes (the next datagram starts further on).
+        let (mut batch, _) = mapped_batch(&log, &[1056; 6], 3, &[1; 1056]);
+        let far = &log[50_000..51_056];
+        // SAFETY: `log` outlives the batch and is not written while it is queued.
+        assert!(unsafe { batch.push_or_map(|_| Some(Filled::Mapped(far.as_ptr(), far.len()))) });
+        let runs = plan_runs(&batch, 0, true);
+        assert_eq!(shape(&runs), vec![(0, 8, 1056)]);
+        let (iovecs, spans) = run_iovecs(&batch, &runs);
+        // Three mapped, the written one, three mapped (back to back with the first three), the far one.
+        let lengths: Vec<usize> = iovecs.iter().map(|iov| iov.iov_len).collect();
+        assert_eq!(lengths, vec![3 * 1056, 1056, 3 * 1056, 1056]);
+        assert_eq!(spans, vec![(0, 4)]);
+        // Without offload, one datagram per run, one iovec each.
+        let single = plan_runs(&batch, 0, false);
+        let (iovecs, spans) = run_iovecs(&batch, &single);
+        assert_eq!(iovecs.len(), 8);
+        assert_eq!(spans, (0..8).map(|i| (i, 1)).collect::<Vec<_>>());
     }
 
     #[test]

@@ -9,11 +9,11 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
-use super::mmsg::{SegmentOffload, SendBatch};
+use super::mmsg::{Filled, SegmentOffload, SendBatch};
 use super::{AgentEvent, NewPublication, PublicationStreamCounters, SenderCommand};
 use crate::driver::events::{reason_name, DriverEvent, DriverEventKind};
 use crate::logbuffer::position::{align_frame, partition_index};
-use crate::protocol::{NetworkPublication, PublicationCounters};
+use crate::protocol::{NetworkPublication, PublicationCounters, Transmit};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
 use crate::shm::log_buffer::{LogBuffer, Unsent};
@@ -279,7 +279,18 @@ impl SenderAgent {
         }
         self.batch.clear();
         for _ in 0..budget {
-            if !self.batch.push_with(|slot| served.publication.poll_transmit(now, slot)) {
+            let publication = &mut served.publication;
+            let fill = |slot: &mut [u8]| match publication.poll_transmit_in_place(now, slot)? {
+                Transmit::Written(length) => Some(Filled::Written(length)),
+                // Log frames are sent from the log as they lie: no copy into the batch.
+                Transmit::Log { position, length } => {
+                    publication.log().address_of(position, length).ok().map(|address| Filled::Mapped(address, length))
+                }
+            };
+            // SAFETY: the frames named lie in this publication's log, which `served` keeps mapped
+            // through the send below; they are committed (clients never rewrite them) and the
+            // log is cleaned only a term behind the sender position, after the send.
+            if !unsafe { self.batch.push_or_map(fill) } {
                 break;
             }
         }
