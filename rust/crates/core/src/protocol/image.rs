@@ -460,8 +460,12 @@ impl<L: ReceiverLog> Image<L> {
 
     fn advance_rebuild(&mut self) {
         let term_length = self.config.identity.term_length as i64;
-        loop {
-            let next = self.log.scan_complete(self.rebuild_position, self.hwm_position.max(self.rebuild_position + 1));
+        // Nothing lies at or past the high-water mark (every frame written, a gap's padding
+        // included, ends at or before it): with the rebuild position there, as after every
+        // in-order datagram, there is nothing to scan, and reading the slot after the last frame
+        // would only stall on memory the next datagram's copy writes anyway.
+        while self.rebuild_position < self.hwm_position {
+            let next = self.log.scan_complete(self.rebuild_position, self.hwm_position);
             let moved = next != self.rebuild_position;
             self.rebuild_position = next;
             self.hwm_position = self.hwm_position.max(next);
