@@ -11,7 +11,7 @@ use super::loss::LossDetector;
 use crate::logbuffer::position::align_frame;
 use crate::logbuffer::{ReceiverLog, StreamIdentity};
 use crate::time::Instant;
-use crate::wire::{flags, DataFrames, DataHeader, FrameType, Nak, StatusMessage, WireError};
+use crate::wire::{data_frame_count, flags, DataFrames, DataHeader, FrameType, Nak, StatusMessage, WireError};
 
 /// Settings of one image.
 #[derive(Clone, Debug)]
@@ -324,8 +324,10 @@ impl<L: ReceiverLog> Image<L> {
         let length = datagram.len() as i64;
         // Whether every frame is a DATA frame (no padding, whose length reaches past the datagram).
         let mut data_only = true;
-        if !is_heartbeat {
-            // Validate every frame before touching the log.
+        // Validate every frame before touching the log: plain DATA frames (what publications
+        // send) in one pass over the fields that matter; anything else frame by frame, which
+        // names what is wrong and checks PADs.
+        if !is_heartbeat && data_frame_count(datagram).is_none() {
             let mut frames = 0;
             for frame in DataFrames::new(datagram) {
                 let (frame, _) = frame.map_err(|e| self.malformed(e))?;

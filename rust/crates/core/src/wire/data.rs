@@ -32,7 +32,9 @@
 
 use super::error::WireError;
 use super::flags;
-use super::header::{read_i32, read_i64, write_i32, write_i64, FrameHeader, FrameType};
+use super::header::{
+    field as header_field, read_i16, read_i32, read_i64, write_i32, write_i64, FrameHeader, FrameType, CURRENT_VERSION,
+};
 
 /// Length of the data header (DATA and PAD).
 pub const DATA_HEADER_LENGTH: usize = 32;
@@ -286,6 +288,43 @@ fn invalid(frame: &'static str, field: &'static str, value: i64) -> WireError {
     WireError::Invalid { frame, field, value }
 }
 
+/// How many DATA frames `datagram` holds when it is nothing but DATA frames (none a heartbeat)
+/// of one stream and term, back to back from a 32-byte aligned term offset, each at its own term
+/// offset and whole: what a publication sends, and exactly the datagrams that [`DataFrames`]
+/// passes without an error or a PAD. `None` for anything else, which the caller then walks with
+/// [`DataFrames`] to learn what is wrong. Reads only the fields those checks need (the
+/// receiver's per-frame check of every datagram).
+pub fn data_frame_count(datagram: &[u8]) -> Option<usize> {
+    let first = datagram.get(..DATA_HEADER_LENGTH)?;
+    let term_offset = i64::from(read_i32(first, field::TERM_OFFSET));
+    let (session_id, stream_id, term_id) =
+        (read_i32(first, field::SESSION_ID), read_i32(first, field::STREAM_ID), read_i32(first, field::TERM_ID));
+    if term_offset < 0 || term_offset % FRAME_ALIGNMENT as i64 != 0 {
+        return None;
+    }
+    let mut offset = 0;
+    let mut frames = 0;
+    while offset < datagram.len() {
+        let frame = datagram.get(offset..offset + DATA_HEADER_LENGTH)?;
+        let frame_length = read_i32(frame, header_field::FRAME_LENGTH);
+        let whole = frame[header_field::VERSION] == CURRENT_VERSION
+            && read_i16(frame, header_field::TYPE) == FrameType::Data.code()
+            && frame_length >= DATA_HEADER_LENGTH as i32
+            && i64::from(read_i32(frame, field::TERM_OFFSET)) == term_offset + offset as i64
+            && read_i32(frame, field::SESSION_ID) == session_id
+            && read_i32(frame, field::STREAM_ID) == stream_id
+            && read_i32(frame, field::TERM_ID) == term_id;
+        // A frame length ≥ 32 here: positive, far below usize range.
+        let end = offset + align_frame_length(frame_length.max(0) as usize);
+        if !whole || end > datagram.len() {
+            return None;
+        }
+        offset = end;
+        frames += 1;
+    }
+    Some(frames)
+}
+
 impl<'a> Iterator for DataFrames<'a> {
     type Item = Result<(DataHeader, &'a [u8]), WireError>;
 
@@ -318,6 +357,54 @@ mod tests {
             term_id: -639539685,
             reserved_value: 0,
         }
+    }
+
+    /// What `data_frame_count` must answer, from the frame-by-frame walk: the frame count when
+    /// every frame is a whole DATA frame (no heartbeat, no PAD, no error), else `None`.
+    fn counted_by_walking(datagram: &[u8]) -> Option<usize> {
+        let frames: Vec<_> = DataFrames::new(datagram).collect::<Result<_, _>>().ok()?;
+        let plain = frames.iter().all(|(header, _)| header.frame_type == FrameType::Data && header.frame_length > 0);
+        (plain && !frames.is_empty()).then_some(frames.len())
+    }
+
+    #[test]
+    fn the_one_pass_count_agrees_with_the_frame_by_frame_walk_on_every_corruption() {
+        // Frames of 32 + 0, 1, 31, 32 and 100 payload bytes from term offset 4096, back to back.
+        let mut datagram = Vec::new();
+        for payload in [0usize, 1, 31, 32, 100] {
+            let start = datagram.len();
+            let frame_length = DATA_HEADER_LENGTH + payload;
+            datagram.resize(start + align_frame_length(frame_length), 0xA5);
+            header(frame_length as i32, 4096 + start as i32).emit(&mut datagram[start..]);
+        }
+        assert_eq!(data_frame_count(&datagram), Some(5));
+        assert_eq!(counted_by_walking(&datagram), Some(5));
+        let mut cases = 0;
+        let mut plain = 0;
+        // Every byte of every header set to a few values, and every truncation.
+        for index in 0..datagram.len() {
+            for value in [0x00, 0x01, 0x20, 0x80, 0xFF, datagram[index].wrapping_add(1)] {
+                let mut corrupt = datagram.clone();
+                corrupt[index] = value;
+                let expected = counted_by_walking(&corrupt);
+                assert_eq!(data_frame_count(&corrupt), expected, "byte {index} set to {value:#04x}");
+                plain += usize::from(expected.is_some());
+                cases += 1;
+            }
+            assert_eq!(data_frame_count(&datagram[..index]), counted_by_walking(&datagram[..index]), "cut at {index}");
+        }
+        // Both answers occur: payload and flag bytes change nothing, header fields do.
+        assert!(plain > 0 && plain < cases, "{plain} of {cases} still plain");
+        // A PAD or a heartbeat is never counted: the walk checks those.
+        let mut pad = datagram[..32].to_vec();
+        pad[6..8].copy_from_slice(&FrameType::Pad.code().to_le_bytes());
+        assert_eq!(data_frame_count(&pad), None);
+        let heartbeat = {
+            let mut bytes = vec![0; 32];
+            header(0, 4096).emit(&mut bytes);
+            bytes
+        };
+        assert_eq!(data_frame_count(&heartbeat), None);
     }
 
     fn hex(text: &str) -> Vec<u8> {

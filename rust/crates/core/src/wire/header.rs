@@ -21,7 +21,8 @@ pub const CURRENT_VERSION: u8 = 0;
 /// A byte range of a field inside a frame.
 pub(crate) type Field = core::ops::Range<usize>;
 
-mod field {
+/// Where the fields of the 8-byte frame header lie.
+pub(crate) mod field {
     use super::Field;
     pub const FRAME_LENGTH: Field = 0..4;
     pub const VERSION: usize = 4;

@@ -22,7 +22,7 @@ mod rttm;
 mod setup;
 mod status;
 
-pub use data::{align_frame_length, DataFrames, DataHeader, DATA_HEADER_LENGTH};
+pub use data::{align_frame_length, data_frame_count, DataFrames, DataHeader, DATA_HEADER_LENGTH};
 pub use error::WireError;
 pub use error_frame::{
     ErrorFrame, ERROR_CODE_IMAGE_REJECTED, ERROR_CODE_PUBLICATION_REVOKED, MAX_ERROR_MESSAGE_LENGTH,
