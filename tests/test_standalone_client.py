@@ -166,10 +166,27 @@ def test_a_driver_killed_with_sigkill_makes_the_next_call_raise_driver_timeout_w
 ) -> None:
     timeout_s = 1.0
     client = affinity.Client(dir=str(driver_dir), driver_timeout_ms=int(timeout_s * 1000))
+    try:
+        _kill_the_driver_under(client, driver, driver_dir, timeout_s)
+    finally:
+        client.close()
+
+
+def _kill_the_driver_under(
+    client: affinity.Client, driver: subprocess.Popen[str], driver_dir: Path, timeout_s: float
+) -> None:
     subscription = client.add_subscription(CHANNEL, STREAM_ID)
     publication = client.add_publication(CHANNEL, STREAM_ID)
+    # The driver links the subscriber in its own time: offers say NOT_CONNECTED until then.
+    deadline = time.monotonic() + 20
+    while not publication.is_connected:
+        assert time.monotonic() < deadline, "the IPC publication never connected"
+        time.sleep(0.001)
     assert publication.offer(message(0)) > 0
-    assert subscription.poll_batch(10) == [message(0)]
+    received: list[bytes] = []
+    while not received and time.monotonic() < deadline:
+        received = subscription.poll_batch(10)
+    assert received == [message(0)]
     driver.kill()
     driver.wait(timeout=10)
     killed = time.monotonic()
@@ -190,7 +207,6 @@ def test_a_driver_killed_with_sigkill_makes_the_next_call_raise_driver_timeout_w
         subscription.poll_batch(10)
     publication.close()
     subscription.close()
-    client.close()
 
 
 def test_udp_through_the_standalone_driver_delivers_in_order_and_a_bad_uri_names_the_channel(
