@@ -1,11 +1,11 @@
 """The network-namespace "hosts" every multi-host cluster test shares (``docs/cluster.md``):
 the scripts (``cluster_hosts.py``, ``cluster_ptp_hosts.py``, ``cluster_failover_hosts.py``,
-``cluster_forward_hosts.py``) run inside a private network namespace (``unshare -n``, made by
-:func:`run_hosts`), make a bridge ``br0`` (10.9.0.1/24, :func:`make_bridge`) and, in
-:func:`running_cluster`, start each node as ``affinity router --node NODE``
-in a host namespace of its own, linked to the bridge by a veth pair (``groups_two_hosts.spawn_host``)
-and listening on 10.9.0.N (:data:`HOSTS`). The script itself is the clients' host (10.9.0.1). No
-packet reaches a real interface.
+``cluster_forward_hosts.py``, ``cluster_mirror_hosts.py``, ``cluster_defer_hosts.py``) run inside
+a private network namespace (``unshare -n``, made by :func:`run_hosts`), make a bridge ``br0``
+(10.9.0.1/24, :func:`make_bridge`) and, in :func:`running_cluster`, start each node as
+``affinity router --node NODE`` in a host namespace of its own, linked to the bridge by a veth
+pair (``groups_two_hosts.spawn_host``) and listening on 10.9.0.N (:data:`HOSTS`). The script
+itself is the clients' host (10.9.0.1). No packet reaches a real interface.
 """
 
 from __future__ import annotations
