@@ -7,10 +7,13 @@ status`` shows avalon's connection to golan and the count."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -270,4 +273,46 @@ def test_a_node_stopped_cleanly_says_so_in_its_last_info_and_other_nodes_relay_i
         time.sleep(0.01)
     assert infos[-1]["state"] == "stopping", infos[-1]
     assert all(info["state"] == "running" for info in infos[:-1]), "stopping is the last word"
+    watcher.close()
+
+
+def test_a_node_added_by_a_reload_is_asked_for_its_info_and_its_info_is_not_forged(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon", "bilbo")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(cluster_conf(ports["golan"], ports["avalon"]))
+    listens = {node: f"aeron:udp?endpoint=127.0.0.1:{port}" for node, port in ports.items()}
+    golan = start_node(config, "golan", listens["golan"])
+    avalon = start_node(config, "avalon", listens["avalon"])
+    processes += [golan, avalon]
+    watcher = Subscriber(client, listens["golan"], name="watcher", liveness_timeout=LIVENESS)
+    subject = node_info_subject("bilbo")
+    got: list[tuple[Flags, bytes]] = []
+    watcher.subscribe(subject, lambda s, f, p: got.append((f, p)) if s == subject else None)
+
+    def wait(what: str, until: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while not until():
+            assert time.monotonic() < deadline, f"{what}: {got}"
+            watcher.poll(64)
+            time.sleep(0.01)
+
+    wait("NODATA notfound: bilbo is no node yet", lambda: any(f & Flags.NODATA_NOTFOUND for f, _ in got))
+    watcher.unsubscribe(subject)
+
+    # bilbo joins: a slave of avalon, in the file every node reads; golan and avalon reload it.
+    config.write_text(cluster_conf(ports["golan"], ports["avalon"], ports["bilbo"]))
+    bilbo = start_node(config, "bilbo", listens["bilbo"])
+    processes.append(bilbo)
+    for node in (golan, avalon):
+        os.kill(node.popen.pid, signal.SIGHUP)
+        node.wait_for(lambda lines: any("cluster configuration reloaded" in ln for ln in lines), "the reload")
+    got.clear()
+    watcher.subscribe(subject, lambda s, f, p: got.append((f, p)) if s == subject else None)
+    wait("bilbo's info through golan", lambda: any(f & Flags.IMAGE for f, _ in got))
+    info = json.loads(next(p for f, p in got if f & Flags.IMAGE))
+    assert info["node"] == "bilbo" and info["address"] == listens["bilbo"], info
+    assert [d["parent"] for d in info["domains"]] == ["avalon"], info["domains"]
+    assert not any("ignored:" in line for line in golan.snapshot()), "bilbo's info is not forged at golan"
     watcher.close()

@@ -408,6 +408,9 @@ class NodeInfoService:
         self._last: dict[str, Any] | None = None
         self._last_sent = 0.0
         self._links: dict[str, tuple[Subscriber, list[str]]] = {}
+        #: The hop each relayed subject was asked at (its discard goes there, whatever a reload
+        #: made the next hop since).
+        self._hops: dict[str, str] = {}
         self._own, self._relay = (
             Source(
                 client,
@@ -429,6 +432,13 @@ class NodeInfoService:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"affinity-node-info-{node_id}", daemon=True)
         self._thread.start()
+
+    def reconfigure(self, cluster: ClusterConfig) -> None:
+        """Applies a reloaded cluster block (SIGHUP): the nodes it adds are asked for and their
+        info accepted, the next hops follow its parents, this node's domains are its. Links
+        already open stay (a subject relayed stays at the hop it was asked at until discarded).
+        Safe from any thread: the configuration is immutable and swapped whole."""
+        self._cluster = cluster
 
     @property
     def forged(self) -> int:
@@ -519,11 +529,13 @@ class NodeInfoService:
         if target is None or target == self.node_id or self._cluster.node(target) is None:
             self._relay.nodata(subject, "notfound")
             return
-        hop = info_hop(self._cluster, self.node_id, target)
+        cluster = self._cluster
+        hop = info_hop(cluster, self.node_id, target)
         with self._lock:
+            self._hops[subject] = hop
             link = self._links.get(hop)
             if link is None:
-                spec = self._cluster.node(hop)
+                spec = cluster.node(hop)
                 assert spec is not None
                 subscriber = Subscriber(
                     self._client,
@@ -539,11 +551,9 @@ class NodeInfoService:
         link[0].subscribe(subject, self._relayed(hop, link[1]))
 
     def _on_relay_discard(self, subject: str) -> None:
-        target = node_info_node(subject)
-        if target is None:
-            return
         with self._lock:
-            link = self._links.get(info_hop(self._cluster, self.node_id, target))
+            hop = self._hops.pop(subject, None)
+            link = None if hop is None else self._links.get(hop)
         if link is not None:
             try:
                 link[0].unsubscribe(subject)

@@ -453,6 +453,8 @@ def run(
                 if node is not None and reloaded is not None:
                     router.set_cluster_nodes([n.node_id for n in reloaded.nodes if n.node_id != args.node])
                     node.failover.reload(reloaded)
+                    if info is not None:
+                        info.reconfigure(reloaded)
             if reporter is not None:
                 reporter.tick()
     finally:
