@@ -244,16 +244,25 @@ def test_status_of_a_node_that_does_not_answer_fails_within_its_timeout(tmp_path
     assert time.monotonic() - started < 30
 
 
+def golan_and_avalon(
+    processes: list[Process], tmp_path: Path, *spare: str
+) -> tuple[Path, dict[str, str], tuple[Process, Process]]:
+    """golan (master) and avalon (slave) as router processes on loopback, from
+    ``tmp_path/cluster.conf``: the file, every node's listen channel (``spare`` nodes get one
+    too, in that order after golan's and avalon's) and the two processes."""
+    nodes = ("golan", "avalon", *spare)
+    listens = {node: f"aeron:udp?endpoint=127.0.0.1:{free_udp_port()}" for node in nodes}
+    config = tmp_path / "cluster.conf"
+    config.write_text(cluster_conf(*(int(listens[node].rsplit(":", 1)[1]) for node in ("golan", "avalon"))))
+    started = (start_node(config, "golan", listens["golan"]), start_node(config, "avalon", listens["avalon"]))
+    processes += started
+    return config, listens, started
+
+
 def test_a_node_stopped_cleanly_says_so_in_its_last_info_and_other_nodes_relay_it(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
-    ports = {node: free_udp_port() for node in ("golan", "avalon")}
-    config = tmp_path / "cluster.conf"
-    config.write_text(cluster_conf(ports["golan"], ports["avalon"]))
-    listens = {node: f"aeron:udp?endpoint=127.0.0.1:{port}" for node, port in ports.items()}
-    golan = start_node(config, "golan", listens["golan"])
-    avalon = start_node(config, "avalon", listens["avalon"])
-    processes += [golan, avalon]
+    _, listens, (_, avalon) = golan_and_avalon(processes, tmp_path)
     # A subscriber at golan follows avalon's info: golan relays it from avalon.
     watcher = Subscriber(client, listens["golan"], name="watcher", liveness_timeout=LIVENESS)
     infos: list[dict[str, Any]] = []
@@ -279,13 +288,7 @@ def test_a_node_stopped_cleanly_says_so_in_its_last_info_and_other_nodes_relay_i
 def test_a_node_added_by_a_reload_is_asked_for_its_info_and_its_info_is_not_forged(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
-    ports = {node: free_udp_port() for node in ("golan", "avalon", "bilbo")}
-    config = tmp_path / "cluster.conf"
-    config.write_text(cluster_conf(ports["golan"], ports["avalon"]))
-    listens = {node: f"aeron:udp?endpoint=127.0.0.1:{port}" for node, port in ports.items()}
-    golan = start_node(config, "golan", listens["golan"])
-    avalon = start_node(config, "avalon", listens["avalon"])
-    processes += [golan, avalon]
+    config, listens, (golan, avalon) = golan_and_avalon(processes, tmp_path, "bilbo")
     watcher = Subscriber(client, listens["golan"], name="watcher", liveness_timeout=LIVENESS)
     subject = node_info_subject("bilbo")
     got: list[tuple[Flags, bytes]] = []
@@ -302,7 +305,8 @@ def test_a_node_added_by_a_reload_is_asked_for_its_info_and_its_info_is_not_forg
     watcher.unsubscribe(subject)
 
     # bilbo joins: a slave of avalon, in the file every node reads; golan and avalon reload it.
-    config.write_text(cluster_conf(ports["golan"], ports["avalon"], ports["bilbo"]))
+    ports = [int(listens[node].rsplit(":", 1)[1]) for node in ("golan", "avalon", "bilbo")]
+    config.write_text(cluster_conf(*ports))
     bilbo = start_node(config, "bilbo", listens["bilbo"])
     processes.append(bilbo)
     for node in (golan, avalon):
