@@ -12,9 +12,14 @@ source is told as at a slave, never back-pressured.
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import affinity
+import cluster_conf as conf
+from affinity.cluster_mirror import other_masters
+from affinity.config.faucet import analyse_router_text
 from affinity.subjects import Flags, Source, Subscriber
 from test_cluster_forward import Pollable, pump, settle, status_of
 from test_cluster_mirror import (
@@ -198,3 +203,78 @@ def test_a_dead_mirror_at_a_master_is_queued_for_then_dropped_and_the_source_nev
     assert updates(gina, news)[total:] == later, "heron: the later updates once, in order"
     for closing in (gina_sub, hugo_sub, hana_sub, source):
         closing.close()
+
+
+def test_a_reload_taking_the_other_master_away_keeps_publishes_here_and_one_giving_it_back_mirrors_again(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    config, listens, started = start_mirrored(processes, tmp_path, MASTERS)
+    heron = started["heron"]
+    news = SUBJECTS[0]
+    inboxes: dict[str, Inbox] = {}
+    members: list[Pollable] = []
+    for master in MASTERS:
+        subscriber = Subscriber(client, listens[master], name=f"at-{master}", liveness_timeout=LIVENESS)
+        inboxes[master] = Inbox(subscriber)
+        subscriber.subscribe(news, inboxes[master])
+        members.append(lambda subscriber=subscriber: subscriber.poll(256))
+    feeds = [Feed(client, master, listens[master]) for master in MASTERS]
+    source = Source(client, listens["heron"], "rugby-publisher", liveness_timeout=LIVENESS)
+    members += [feed.poll for feed in feeds] + [source.poll]
+    pump(members, lambda: all(images(inbox, news) for inbox in inboxes.values()), "both masters' images")
+    pump(members, lambda: source.router_live, "heron heard the source")
+
+    def publish(prefix: str) -> list[str]:
+        sent = [f"{prefix}{i}" for i in range(10)]
+        for payload in sent:
+            assert source.publish(news, payload.encode())
+            settle(members, 0.005)
+        pump(members, lambda: updates(inboxes["heron"], news)[-1:] == sent[-1:], f"{prefix} at heron")
+        return sent
+
+    def reload(text: str, logged: str) -> None:
+        count = sum(logged in line for line in heron.snapshot())
+        config.write_text(text)
+        os.kill(heron.popen.pid, signal.SIGHUP)
+        heron.wait_for(lambda lines: sum(logged in line for line in lines) > count, logged)
+
+    first = publish("a")
+    pump(members, lambda: updates(inboxes["hobbit"], news) == first, "heron's publishes at hobbit")
+    # SIGHUP to heron with hobbit no longer master: heron's publishes stay at heron.
+    mirrored = config.read_text()
+    hobbit_master = f"    node-id hobbit\n    address {listens['hobbit']}\n    master-of RUGBY_NEWS\n"
+    assert hobbit_master in mirrored
+    alone = mirrored.replace(hobbit_master, f"    node-id hobbit\n    address {listens['hobbit']}\n")
+    reload(alone, "no domain with another master now")
+    second = publish("b")
+    settle(members, 0.5)
+    assert updates(inboxes["heron"], news) == first + second
+    assert updates(inboxes["hobbit"], news) == first, "nothing of heron's reaches hobbit after the reload"
+    # SIGHUP with hobbit master again: mirrored again, in order, once.
+    reload(mirrored, "publishes of RUGBY_NEWS here go to hobbit too")
+    third = publish("c")
+    pump(members, lambda: updates(inboxes["hobbit"], news)[-1:] == third[-1:], "heron's publishes at hobbit again")
+    settle(members, 0.3)
+    assert updates(inboxes["hobbit"], news) == first + third, "hobbit: once each, in order"
+    assert updates(inboxes["heron"], news) == first + second + third
+    source.close()
+
+
+def test_only_a_configured_master_of_a_domain_with_other_masters_mirrors_its_publishes() -> None:
+    # heron and hobbit masters of RUGBY_NEWS, heron also golan's backup for STOCK_EXCHANGE.
+    text = (
+        conf.domain("RUGBY_NEWS", "^/RUGBY/")
+        + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
+        + conf.node("heron", conf.loopback(1), "master-of RUGBY_NEWS")
+        + conf.node("hobbit", conf.loopback(2), "master-of RUGBY_NEWS")
+        + conf.node("golan", conf.loopback(3), "master-of STOCK_EXCHANGE", "backup-node heron")
+        + conf.node("avalon", conf.loopback(4))
+    )
+    analysis = analyse_router_text(text, "cluster.conf")
+    assert not analysis.errors, analysis.diagnostics
+    cluster = analysis.config.cluster
+    assert cluster is not None
+    assert other_masters(cluster, "heron") == {"RUGBY_NEWS": ("hobbit",)}, "not STOCK_EXCHANGE: a backup"
+    assert other_masters(cluster, "hobbit") == {"RUGBY_NEWS": ("heron",)}
+    assert other_masters(cluster, "golan") == {}, "the only master of its domain"
+    assert other_masters(cluster, "avalon") == {}, "a slave forwards to every master itself"

@@ -89,6 +89,7 @@ class MasterMirror:
         elif not self._others and self._source is not None:
             self._source.close()
             self._source = None
+            logger.info("Cluster node %s: no domain with another master now: publishes here stay here", node.node_id)
         for domain, others in self._others.items():
             logger.info("Cluster node %s: publishes of %s here go to %s too", node.node_id, domain, ", ".join(others))
 
