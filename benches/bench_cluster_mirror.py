@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ import affinity
 import cluster_conf as conf
 from affinity.subjects import Flags, Source, Subscriber
 from affinity.testing import free_udp_port
+from bench_cluster_mapper import print_summary
 from test_cluster_nodes import start_node
 from test_subjects_processes import LIVENESS, Process
 
@@ -134,18 +134,8 @@ def main() -> int:
         client.close()
     load_end = os.getloadavg()
     for (name, node), rates in results.items():
-        summary = {
-            "measurement": f"publish at heron, variant {name}, received at {node}",
-            "median": round(statistics.median(rates)),
-            "min": round(min(rates)),
-            "max": round(max(rates)),
-            "unit": "updates/s",
-            "rounds": len(rates),
-            "updates": args.updates,
-            "load_start": load_start,
-            "load_end": load_end,
-        }
-        print(json.dumps(summary), flush=True)
+        measurement = f"publish at heron, variant {name}, received at {node}"
+        print_summary(measurement, rates, args.updates, (load_start, load_end))
     return 0
 
 
