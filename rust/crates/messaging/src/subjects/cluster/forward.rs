@@ -15,7 +15,9 @@
 //! *stale*: publishes for it are dropped (counted) instead of queued until it is reachable
 //! again, when it gets the publishes made from then on ([`QueueEvent`] says when either
 //! happens, once each). While no master of the domain is reachable, the bound back-pressures
-//! the source as for one master: nothing is dropped that no master got.
+//! the source as for one master: nothing is dropped that no master got. At a master forwarding
+//! its own publishes to the other masters (`taken_here`), this node got each one, so any other
+//! master past its bound is dropped and stale and the source is never refused.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -198,12 +200,25 @@ impl ForwardQueues {
         origin: u64,
         record: &[u8],
         reachable: bool,
-        mut send: impl FnMut(&[u8]),
+        send: impl FnMut(&[u8]),
     ) -> Forwarded {
         if self.blocked.contains(&origin) {
             self.count(&key, |c| &mut c.refused, 1);
             return Forwarded::Full;
         }
+        self.enqueue(key, origin, record, reachable, send)
+    }
+
+    /// [`ForwardQueues::publish`] for an origin that is not blocked: sent, queued, or refused
+    /// past the bound.
+    fn enqueue(
+        &mut self,
+        key: QueueKey,
+        origin: u64,
+        record: &[u8],
+        reachable: bool,
+        mut send: impl FnMut(&[u8]),
+    ) -> Forwarded {
         if reachable {
             self.back(&key);
         }
@@ -249,8 +264,10 @@ impl ForwardQueues {
     /// answer has one [`Forwarded`] per target.
     ///
     /// `taken_here`: this node is itself a master of the domain and its router relayed the
-    /// publish (mirrored masters kept in step): a reachable master that is never stale, so the
-    /// other masters' dead ones are dropped past their bound, as beside any live master.
+    /// publish already (mirrored masters kept in step): a reachable master that is never stale,
+    /// and the publish is never refused (refused and published again, it would reach this
+    /// master's subscribers twice): any other master whose queue would pass its bound, dead or
+    /// still flushing, has its queue dropped and is stale until it is reachable again.
     pub fn publish_all(
         &mut self,
         targets: &[(QueueKey, bool)],
@@ -270,7 +287,7 @@ impl ForwardQueues {
             }
         }
         let any_reachable = taken_here || targets.iter().any(|(_, reachable)| *reachable);
-        let mut refused = self.blocked.contains(&origin);
+        let mut refused = !taken_here && self.blocked.contains(&origin);
         let mut overflowing = Vec::new();
         for (key, reachable) in targets {
             if !self.stale.is_empty() && self.stale.contains_key(key) {
@@ -280,7 +297,7 @@ impl ForwardQueues {
             let queued = queue.is_some_and(|queue| !queue.entries.is_empty());
             let bytes = queue.map_or(0, |queue| queue.bytes);
             if (queued || !*reachable) && bytes + record.len() > self.bound {
-                if !*reachable && any_reachable {
+                if taken_here || (!*reachable && any_reachable) {
                     overflowing.push(key.clone());
                 } else {
                     refused = true;
@@ -307,7 +324,11 @@ impl ForwardQueues {
                     self.count(key, |c| &mut c.dropped, 1);
                     return Forwarded::Dropped;
                 }
-                self.publish(key.clone(), origin, record, *reachable, |bytes| send(index, bytes))
+                if taken_here {
+                    self.enqueue(key.clone(), origin, record, *reachable, |bytes| send(index, bytes))
+                } else {
+                    self.publish(key.clone(), origin, record, *reachable, |bytes| send(index, bytes))
+                }
             })
             .collect()
     }
@@ -660,6 +681,16 @@ mod tests {
         assert_eq!(outcome, [Forwarded::Sent]);
         assert!(matches!(queues.take_events()[..], [QueueEvent::Back { missed: 3, .. }]));
         assert_eq!(wire, [(0, b"d".to_vec())]);
+        // Reachable but still flushing a full queue: dropped too, never refused (the publish is
+        // relayed here already); an origin blocked elsewhere is not refused for the mirrors either.
+        assert_eq!(queues.publish_all(&dead, SOURCE, b"eeee", true, |_, _| {}), [Forwarded::Queued]);
+        assert_eq!(queues.publish_all(&live, SOURCE, b"f", true, |_, _| {}), [Forwarded::Dropped]);
+        assert!(queues.is_stale(&hobbit) && queues.counters().refused == 0);
+        queues.take_events();
+        queues.blocked.insert(OTHER);
+        let outcome = queues.publish_all(&live, OTHER, b"g", true, |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent], "back, and sent though OTHER is blocked elsewhere");
+        assert!(matches!(queues.take_events()[..], [QueueEvent::Back { missed: 2, .. }]));
     }
 
     #[test]
