@@ -67,6 +67,8 @@ def test_a_publish_at_one_master_reaches_the_other_masters_subscribers_and_slave
         other = next(m for m in MASTERS if m != master)
         said = f"publishes of RUGBY_NEWS here go to {other} too"
         started[master].wait_for(lambda lines, said=said: any(said in line for line in lines), said)
+        role = f"domain RUGBY_NEWS: master, kept in step with {other} (stratum 0)"
+        assert any(role in line for line in started[master].snapshot()), started[master].snapshot()
     feeds = {master: Feed(client, master, listens[master]) for master in MASTERS}
     members: list[Pollable] = [feed.poll for feed in feeds.values()]
     subscribers: dict[str, Subscriber] = {}
