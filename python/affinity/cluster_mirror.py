@@ -111,9 +111,9 @@ class MasterMirror:
             return
         origin, body = split
         domain = self._domain_of(subject, flags, body)
-        others = self._others.get(domain) if domain is not None else None
-        if others:  # else a domain this node is the only master of, or no domain: relayed here only
-            forwarding.forward(source, origin, subject, flags, body, domain or "", others, taken_here=True)
+        others = self._others.get(domain, ()) if domain is not None else ()
+        if domain is not None and others:  # else no domain, or one this node alone is master of
+            forwarding.forward(source, origin, subject, flags, body, domain, others, taken_here=True)
 
     def poll(self) -> None:
         """Reads what the router hands the source (on the node's thread), as for its other sources."""
