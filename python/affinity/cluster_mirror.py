@@ -60,11 +60,6 @@ class MasterMirror:
         self._patterns: list[tuple[str, list[_affinity.PosixRegex]]] = []
         self.reconfigure(node._cluster)
 
-    @property
-    def domains(self) -> dict[str, tuple[str, ...]]:
-        """Per mirrored domain this node is a master of: the other masters it forwards to."""
-        return dict(self._others)
-
     def reconfigure(self, cluster: ClusterConfig) -> None:
         """Applies ``cluster`` (at start, and after a reload): the domains and their other masters
         now; the source opens when the first such domain appears and closes with the last."""
