@@ -151,19 +151,28 @@ def main() -> int:
         client.close()
     load_end = os.getloadavg()
     for name, rates in results.items():
-        summary = {
-            "measurement": f"publish at a slave forwarded to the master, master-mapper variant {name}",
-            "median": round(statistics.median(rates)),
-            "min": round(min(rates)),
-            "max": round(max(rates)),
-            "unit": "updates/s",
-            "rounds": len(rates),
-            "updates": args.updates,
-            "load_start": load_start,
-            "load_end": load_end,
-        }
-        print(json.dumps(summary), flush=True)
+        measurement = f"publish at a slave forwarded to the master, master-mapper variant {name}"
+        print_summary(measurement, rates, args.updates, (load_start, load_end))
     return 0
+
+
+def print_summary(
+    measurement: str, rates: list[float], updates: int, loads: tuple[tuple[float, ...], tuple[float, ...]]
+) -> None:
+    """One JSON line: the median, min and max of ``rates`` (updates/s) and the load averages at
+    the start and end of the rounds."""
+    summary = {
+        "measurement": measurement,
+        "median": round(statistics.median(rates)),
+        "min": round(min(rates)),
+        "max": round(max(rates)),
+        "unit": "updates/s",
+        "rounds": len(rates),
+        "updates": updates,
+        "load_start": loads[0],
+        "load_end": loads[1],
+    }
+    print(json.dumps(summary), flush=True)
 
 
 if __name__ == "__main__":

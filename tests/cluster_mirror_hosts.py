@@ -6,7 +6,9 @@
 * hobbit is SIGKILLed; once avalon noticed, 100 publishes of 4 KiB at avalon: hobbit's queue
   passes its bound and is dropped, heron takes every one, the source is never refused;
 * hobbit is started again on its host; once avalon says it is back, hugo subscribes at hobbit
-  and 20 more publishes reach gina and hugo.
+  and 20 more publishes reach gina and hugo;
+* a source at heron (a master: mirrored masters kept in step) publishes 20 more: they reach
+  hugo at hobbit too, through heron's link to hobbit.
 
 Prints ``RESULT <json>`` with what they saw, the source's status and avalon's log lines about
 hobbit; the routers' output goes to ``WORKDIR/<node>.log``.
@@ -97,10 +99,21 @@ def main() -> int:
         drain(0.3, peers)
         result["heron"] = updates(at_heron)
         result["hobbit"] = updates(at_hobbit)
+        at_master = Source(client, address("heron"), "heron-publisher", host=CLIENT_HOST, liveness_timeout=LIVENESS)
+        peers.append(at_master)
+        until("heron heard its source", lambda: at_master.router_live, *peers)
+        for i in range(AFTER):
+            assert at_master.publish(NEWS, f"w{i}".encode())
+            drain(0.01, peers)
+        until("heron's publishes at hobbit", lambda: len(updates(at_hobbit)) >= 2 * AFTER, *peers)
+        until("heron's publishes at heron", lambda: len(updates(at_heron)) >= DURING + 2 * AFTER, *peers)
+        drain(0.3, peers)
+        result["heron_from_heron"] = updates(at_heron)[len(result["heron"]) :]
+        result["hobbit_from_heron"] = updates(at_hobbit)[len(result["hobbit"]) :]
         result["avalon_lines"] = [line.strip() for line in routers["avalon"].lines if "mirrored master hobbit" in line]
         result["elapsed"] = round(time.monotonic() - started, 2)
         print_result(result)
-        for peer in (gina, hugo, source):
+        for peer in (gina, hugo, source, at_master):
             peer.close()
     return 0
 

@@ -54,6 +54,24 @@ def mirror_conf(ports: dict[str, int], balancer: str | None = None, queue: str |
     )
 
 
+def start_mirrored(
+    processes: list[Process],
+    tmp_path: Path,
+    nodes: tuple[str, ...] = (*MASTERS, "avalon"),
+    queue: str | None = None,
+    start: Callable[[Path, str, str], Process] = start_node,
+) -> tuple[Path, dict[str, str], dict[str, Process]]:
+    """Writes :func:`mirror_conf` (heron, hobbit, avalon) and starts ``nodes`` with ``start``;
+    returns the file, every node's listen channel and the processes started."""
+    ports = {node: free_udp_port() for node in (*MASTERS, "avalon")}
+    config = tmp_path / "cluster.conf"
+    config.write_text(mirror_conf(ports, queue=queue))
+    listens = {node: listen(port) for node, port in ports.items()}
+    started = {node: start(config, node, listens[node]) for node in nodes}
+    processes.extend(started.values())
+    return config, listens, started
+
+
 class Feed:
     """A master's feed: answers each request with the image ``<master>:<subject>``."""
 
@@ -168,6 +186,39 @@ def test_subscriptions_alternate_between_mirrored_masters_and_a_publish_reaches_
     source.close()
 
 
+def publish_past_a_dead_mirror(source: Source, subject: str, members: list[Pollable]) -> list[bytes]:
+    """Publishes 100 updates of 4 KiB of ``subject`` while a mirrored master is dead: its 64 KiB
+    queue holds about 15, past it the queue is dropped (a live master takes every one), so each
+    is accepted, never refused; returns them."""
+    payloads = [f"u{i}:".encode() + bytes(4096) for i in range(100)]
+    for index, payload in enumerate(payloads):
+        assert source.publish(subject, payload), f"publish {index} refused: {source.status()}"
+        settle(members, 0.01)
+    return payloads
+
+
+def restart_hobbit(
+    client: affinity.Client,
+    processes: list[Process],
+    config: Path,
+    hobbit: str,
+    source: Source,
+    subject: str,
+    members: list[Pollable],
+) -> tuple[Subscriber, Inbox, list[str]]:
+    """Starts hobbit again (listening on ``hobbit``) and subscribes to ``subject`` there (polled
+    with ``members``); returns the subscriber, its inbox and the subjects ``source`` is asked a
+    fresh image of (``FORWARD_RESYNC``, recorded from now on)."""
+    resync: list[str] = []
+    source.on_forward_resync(resync.append)
+    processes.append(start_node(config, "hobbit", hobbit))
+    subscriber = Subscriber(client, hobbit, name="at-hobbit-again", liveness_timeout=LIVENESS)
+    inbox = Inbox(subscriber)
+    subscriber.subscribe(subject, inbox)
+    members.append(lambda: subscriber.poll(256))
+    return subscriber, inbox, resync
+
+
 def forwarded_counts(shown: str, master: str) -> dict[str, int]:
     """The forward counters ``affinity router status`` prints for ``master``."""
     line = next(line for line in shown.splitlines() if f"forwarded to {master}:" in line)
@@ -178,12 +229,7 @@ def forwarded_counts(shown: str, master: str) -> dict[str, int]:
 def test_a_dead_mirrors_queue_past_its_bound_is_dropped_and_counted_while_the_live_master_takes_every_publish(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
-    ports = {node: free_udp_port() for node in (*MASTERS, "avalon")}
-    config = tmp_path / "cluster.conf"
-    config.write_text(mirror_conf(ports, queue="64K"))
-    listens = {node: listen(port) for node, port in ports.items()}
-    started = {node: start_node(config, node, listens[node]) for node in (*MASTERS, "avalon")}
-    processes.extend(started.values())
+    config, listens, started = start_mirrored(processes, tmp_path, queue="64K")
     avalon = started["avalon"]
     feeds = {master: Feed(client, master, listens[master]) for master in MASTERS}
     gina_sub = Subscriber(client, listens["heron"], name="gina", liveness_timeout=LIVENESS)
@@ -205,13 +251,8 @@ def test_a_dead_mirrors_queue_past_its_bound_is_dropped_and_counted_while_the_li
 
     started["hobbit"].kill()
     settle(members, 2 * LIVENESS)
-    # 4 KiB updates: hobbit's 64 KiB queue holds about 15; past it the queue is dropped (heron,
-    # live, takes every one), so the source is never refused. Bounded in count.
-    total = 100
-    payloads = [f"u{i}:".encode() + bytes(4096) for i in range(total)]
-    for index, payload in enumerate(payloads):
-        assert source.publish(NEWS, payload), f"publish {index} refused: {source.status()}"
-        settle(members, 0.01)
+    payloads = publish_past_a_dead_mirror(source, NEWS, members)
+    total = len(payloads)
     pump(members, lambda: len(news(gina, Flags.UPDATE)) >= total, "every update at heron")
     settle(members, 0.3)
     status = source.status()
@@ -231,13 +272,7 @@ def test_a_dead_mirrors_queue_past_its_bound_is_dropped_and_counted_while_the_li
     # hobbit restarted: avalon marks it back once its link settled and asks the source for a
     # fresh image of what hobbit missed; hobbit serves again and gets what is published from
     # then on, once, in order.
-    resync: list[str] = []
-    source.on_forward_resync(resync.append)
-    processes.append(start_node(config, "hobbit", listens["hobbit"]))
-    hugo_sub = Subscriber(client, listens["hobbit"], name="hugo", liveness_timeout=LIVENESS)
-    hugo = Inbox(hugo_sub)
-    hugo_sub.subscribe(NEWS, hugo)
-    members.append(lambda: hugo_sub.poll(256))
+    hugo_sub, hugo, resync = restart_hobbit(client, processes, config, listens["hobbit"], source, NEWS, members)
     pump(members, lambda: bool(news(hugo, Flags.IMAGE)), "an image at the restarted hobbit")
     pump(members, lambda: bool(logged("mirrored master hobbit reachable again")), "avalon saw hobbit back")
     back = logged("mirrored master hobbit reachable again")
@@ -463,12 +498,7 @@ def test_a_mirrored_master_killed_is_no_longer_picked_and_its_subscriptions_move
     from test_cluster_failover import LIVENESS as NODE_LIVENESS
     from test_cluster_failover import start_node as start_slow_node
 
-    ports = {node: free_udp_port() for node in (*MASTERS, "avalon")}
-    config = tmp_path / "cluster.conf"
-    config.write_text(mirror_conf(ports))
-    listens = {node: listen(port) for node, port in ports.items()}
-    nodes = {node: start_slow_node(config, node, listens[node]) for node in (*MASTERS, "avalon")}
-    processes.extend(nodes.values())
+    config, listens, nodes = start_mirrored(processes, tmp_path, start=start_slow_node)
     feed = StreamFeed(client, listens, NODE_LIVENESS)
     alice_sub = Subscriber(client, listens["avalon"], name="alice", liveness_timeout=NODE_LIVENESS)
     gina_sub = Subscriber(client, listens["heron"], name="gina", liveness_timeout=NODE_LIVENESS)

@@ -57,6 +57,7 @@ DELIBERATELY_PRIVATE |= {
     "SUBJECT_FLAG_ERASE",
     "SUBJECT_FLAG_DOMAIN",
     "subject_with_domain",
+    "subject_domain",
     "SUBJECT_ORIGIN_LENGTH",
     "FORWARD_WARNING",
     "FORWARD_CLEARED",
@@ -65,6 +66,7 @@ DELIBERATELY_PRIVATE |= {
 #: Cluster nodes: used through affinity.cluster_node and affinity.cluster_info.
 DELIBERATELY_PRIVATE |= {
     "CLUSTER_SOURCE_PREFIX",
+    "CLUSTER_MIRROR_SOURCE_LABEL",
     "CLUSTER_NODE_INFO_SUBJECT_PREFIX",
     "CLUSTER_NODE_INFO_SUBJECT_SUFFIX",
     "ClusterForwardQueues",

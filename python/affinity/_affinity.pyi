@@ -26,6 +26,7 @@ __all__ = [
     "BUILTIN_POLICIES",
     "CLOSED",
     "CLUSTER_CONNECTION_STATES",
+    "CLUSTER_MIRROR_SOURCE_LABEL",
     "CLUSTER_NODE_INFO_SUBJECT_PREFIX",
     "CLUSTER_NODE_INFO_SUBJECT_SUFFIX",
     "CLUSTER_NODE_NAME_PREFIX",
@@ -131,6 +132,7 @@ __all__ = [
     "parse_size",
     "run_driver",
     "select_member",
+    "subject_domain",
     "subject_with_domain",
 ]
 
@@ -1197,6 +1199,7 @@ SUBJECT_FLAG_ERASE: Final[int]
 SUBJECT_FLAG_DOMAIN: Final[int]
 
 def subject_with_domain(domain: str, payload: bytes) -> bytes: ...
+def subject_domain(payload: bytes) -> tuple[str, bytes] | None: ...
 
 #: Bytes of the origin source id before a publish's payload between a router and its cluster node.
 SUBJECT_ORIGIN_LENGTH: Final[int]
@@ -1208,6 +1211,8 @@ FORWARD_CLEARED: Final[str]
 FORWARD_RESYNC: Final[str]
 #: The source label prefix of a cluster node's sources at its own router (``cluster.<DOMAIN>``).
 CLUSTER_SOURCE_PREFIX: Final[str]
+#: The label of a master's source its router hands local publishes to, for the other masters.
+CLUSTER_MIRROR_SOURCE_LABEL: Final[str]
 #: The subscriber name prefix a cluster node uses at another node (``node:<id>``).
 CLUSTER_NODE_NAME_PREFIX: Final[str]
 CLUSTER_NODE_WATCH_PREFIX: Final[str]
@@ -1436,6 +1441,7 @@ class ClusterForwardQueues:
         subject: str,
         flags: int,
         payload: bytes,
+        taken_here: bool = False,
     ) -> list[str]: ...
     def flush(self, master: str, send: Callable[[str, int, bytes], bool]) -> int: ...
     def notices(self) -> list[tuple[int, str]]: ...

@@ -434,6 +434,7 @@ class Failover:
         node._cluster = cluster
         node.subscriptions.reconfigure(cluster)
         node.mapping.reconfigure(cluster)
+        node.mirror.reconfigure(cluster)
         self._configure(cluster)
         moment = time.monotonic()
         for domain in cluster.domains:

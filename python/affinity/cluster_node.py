@@ -51,6 +51,7 @@ from affinity.cluster_cache import SlaveSubscriptions, pass_on
 from affinity.cluster_failover import Failover, deferral_services, link_routers, with_takeover_fallback
 from affinity.cluster_info import node_info_services
 from affinity.cluster_mapping import Mapping
+from affinity.cluster_mirror import MasterMirror
 from affinity.cluster_ptp import PtpNode, ptp_services
 from affinity.config.cluster import DEFAULT_MASTER_MAPPER, ClusterConfig
 from affinity.config.faucet import RouterConfig
@@ -184,6 +185,8 @@ class ClusterNode:
         #: Per domain: the node asked for it (changes with a reload).
         self._parent_of: dict[str, str | None] = {}
         self._listen = listen
+        #: The host of ``listen``: where the node's sources at its own router get their answers.
+        self._router_host = _endpoint_host(listen)
         #: The ``master-mapper`` (raises PolicyError when its plugin cannot be loaded).
         self.mapping = Mapping(cluster, node_id)
         self.forwarding = Forwarding(self, cluster.settings.forward_queue)
@@ -192,6 +195,8 @@ class ClusterNode:
                 self._open_slave_source(domain.name)
         #: Takes over domains of silent masters (``backup-node``) and applies reloads.
         self.failover = Failover(self, set(fallbacks))
+        #: Local publishes of a domain with other masters go to them too (``affinity.cluster_mirror``).
+        self.mirror = MasterMirror(self)
         #: PtP addresses (``affinity.cluster_ptp``): driven by this node's thread.
         self.ptp = PtpNode(
             client,
@@ -216,7 +221,7 @@ class ClusterNode:
             self._client,
             self._listen,
             slave_label(domain),
-            host=_endpoint_host(self._listen),
+            host=self._router_host,
             heartbeat_interval=self._heartbeat_interval,
             liveness_timeout=self._liveness_timeout,
             secret=self._secret,
@@ -339,6 +344,7 @@ class ClusterNode:
         if now >= self._next_expiry:
             self._next_expiry = now + self.subscriptions.check_every
             self._expire()
+        self.mirror.poll()
         return work + self.forwarding.service() + self.failover.service() + self.ptp.poll(POLL_FRAGMENTS)
 
     def close(self) -> None:
@@ -349,6 +355,7 @@ class ClusterNode:
             source.close()
         for parent in self._parents.values():
             parent.subscriber.close()
+        self.mirror.close()
         self.forwarding.close()
         self.failover.close()
         self.ptp.close()
@@ -444,34 +451,60 @@ class Forwarding:
         """The callback of the node's source for ``domain``: forwards what the router hands it."""
 
         def publish(subject: str, flags: Flags, payload: bytes) -> None:
-            self._reply = local
-            if len(payload) < _affinity.SUBJECT_ORIGIN_LENGTH:
-                logger.warning("Cluster node %s: a publish of %s without its origin", self._node.node_id, subject)
+            split = self.split_origin(subject, payload)
+            if split is None:
                 return
-            origin = int.from_bytes(payload[: _affinity.SUBJECT_ORIGIN_LENGTH], "little")
-            body = payload[_affinity.SUBJECT_ORIGIN_LENGTH :]
             # The domain the master-mapper gives; every master of it (mirrored masters), or the
             # node's upstream for it, as the configuration says now (a reload may move them).
+            origin, body = split
             mapped = self._node.mapping.domain_for(subject, domain)
-            parents = self._node.failover.parents(mapped)
-            if parents:
-                forwarders = [self._forwarder(parent) for parent in parents]
-                now = time.monotonic()
-                targets = [(p, self._settled(p, f, now)) for p, f in zip(parents, forwarders, strict=True)]
-                # A dead mirror's queue past its bound is dropped ("dropped") while another
-                # master takes the publish; with none reachable the bound back-pressures.
-                outcomes = self.queues.publish_all(targets, origin, subject, int(flags), body)
-                for forwarder, outcome in zip(forwarders, outcomes, strict=True):
-                    if outcome == "sent":
-                        forwarder.source._core.send_data(subject, int(flags), body)
-            else:  # master unknown (a domain no node is master of): queued under the domain
-                self._without_master.add(mapped)
-                outcomes = [self.queues.publish(None, mapped, origin, subject, int(flags), body, False)]
-            if "full" in outcomes:
-                text = f"FORWARD_REFUSED: the queue for {', '.join(parents) or mapped} is full; publish again later"
-                self._tell(origin, subject, Flags.STATUS | Flags.REFUSED | Flags.PUBLISH, text)
+            self.forward(local, origin, subject, flags, body, mapped, self._node.failover.parents(mapped))
 
         return publish
+
+    def split_origin(self, subject: str, payload: bytes) -> tuple[int, bytes] | None:
+        """``(origin, payload)`` of a publish the router handed a node source (the origin
+        source's id first); ``None``, logged, when it is too short to hold one."""
+        if len(payload) < _affinity.SUBJECT_ORIGIN_LENGTH:
+            logger.warning("Cluster node %s: a publish of %s without its origin", self._node.node_id, subject)
+            return None
+        length = _affinity.SUBJECT_ORIGIN_LENGTH
+        return int.from_bytes(payload[:length], "little"), payload[length:]
+
+    def forward(
+        self,
+        local: Source,
+        origin: int,
+        subject: str,
+        flags: Flags,
+        body: bytes,
+        domain: str,
+        parents: tuple[str, ...],
+        *,
+        taken_here: bool = False,
+    ) -> None:
+        """Forwards ``origin``'s publish of ``subject`` (of ``domain``) to every one of
+        ``parents``, or queues it under the domain when there is none; ``local`` is the node's
+        source the router handed it to (statuses for the origin go back through it).
+        ``taken_here``: this node is a master of the domain too and its router relayed it (a
+        dead mirror's queue is then dropped past its bound, never back-pressuring the origin)."""
+        self._reply = local
+        if parents:
+            forwarders = [self._forwarder(parent) for parent in parents]
+            now = time.monotonic()
+            targets = [(p, self._settled(p, f, now)) for p, f in zip(parents, forwarders, strict=True)]
+            # A dead mirror's queue past its bound is dropped ("dropped") while another
+            # master takes the publish; with none reachable the bound back-pressures.
+            outcomes = self.queues.publish_all(targets, origin, subject, int(flags), body, taken_here)
+            for forwarder, outcome in zip(forwarders, outcomes, strict=True):
+                if outcome == "sent":
+                    forwarder.source._core.send_data(subject, int(flags), body)
+        else:  # master unknown (a domain no node is master of): queued under the domain
+            self._without_master.add(domain)
+            outcomes = [self.queues.publish(None, domain, origin, subject, int(flags), body, False)]
+        if "full" in outcomes:
+            text = f"FORWARD_REFUSED: the queue for {', '.join(parents) or domain} is full; publish again later"
+            self._tell(origin, subject, Flags.STATUS | Flags.REFUSED | Flags.PUBLISH, text)
 
     def _tell(self, origin: int, subject: str, flags: Flags, text: str) -> None:
         if self._reply is None:

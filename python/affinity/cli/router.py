@@ -73,6 +73,7 @@ from affinity.cli._text import help_text
 from affinity.cluster_balance import parents_of
 from affinity.cluster_failover import fallback_domains, read_reload
 from affinity.cluster_info import NodeInfo, NodeInfoService, node_info_subject, parse_node_info
+from affinity.cluster_mirror import other_masters
 from affinity.cluster_node import ClusterNode, _endpoint_host, cluster_router_config
 from affinity.config.cluster import ClusterConfig
 from affinity.config.faucet import RouterAnalysis, analyse_router_text
@@ -199,12 +200,15 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
 
 def describe_node(cluster: ClusterConfig, node: str) -> None:
     """Says what this node is in the cluster: master and slave domains with their stratum."""
+    mirrored = other_masters(cluster, node)
     for domain in cluster.domains:
         stratum = cluster.stratum(node, domain.name)
         parents = parents_of(cluster, node, domain.name)
         role = "master" if stratum == 0 else f"slave of {', '.join(parents)}" if parents else "no master known"
         if len(parents) > 1:
             role += f", mirrored masters chosen by load-balancer {cluster.settings.load_balancer}"
+        if domain.name in mirrored:
+            role += f", kept in step with {', '.join(mirrored[domain.name])}"
         print(f"affinity router: node {node}: domain {domain.name}: {role} (stratum {stratum})", file=sys.stderr)
     print(
         f"affinity router: node {node}: slave subscriptions go to the parent nodes; "

@@ -196,6 +196,18 @@ fn subject_with_domain<'py>(
     Ok(PyBytes::new(py, &bytes))
 }
 
+/// The domain a publish's payload names (`SUBJECT_FLAG_DOMAIN`, [`subject_with_domain`]) and
+/// the payload after it; `None` when it does not start with a well-formed domain.
+#[pyfunction]
+fn subject_domain<'py>(
+    py: Python<'py>,
+    payload: &Bound<'py, PyAny>,
+) -> PyResult<Option<(String, Bound<'py, PyBytes>)>> {
+    let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
+    Ok(crate::subjects::codec::split_domain(payload.as_bytes())
+        .map(|(domain, body)| (domain.to_owned(), PyBytes::new(py, body))))
+}
+
 pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<SubjectRouterCore>()?;
     module.add_class::<SubjectSubscriberCore>()?;
@@ -218,11 +230,13 @@ pub(crate) fn register(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("SUBJECT_FLAG_ERASE", FLAG_ERASE)?;
     module.add("SUBJECT_FLAG_DOMAIN", FLAG_DOMAIN)?;
     module.add_function(wrap_pyfunction!(subject_with_domain, module)?)?;
+    module.add_function(wrap_pyfunction!(subject_domain, module)?)?;
     module.add("SUBJECT_ORIGIN_LENGTH", ORIGIN_LENGTH)?;
     module.add("FORWARD_WARNING", FORWARD_WARNING)?;
     module.add("FORWARD_CLEARED", FORWARD_CLEARED)?;
     module.add("FORWARD_RESYNC", FORWARD_RESYNC)?;
     module.add("CLUSTER_SOURCE_PREFIX", crate::subjects::cluster::CLUSTER_SOURCE_PREFIX)?;
+    module.add("CLUSTER_MIRROR_SOURCE_LABEL", crate::subjects::cluster::MIRROR_SOURCE_LABEL)?;
     module.add("ROUTER_BACKLOG_BUDGET", DEFAULT_BACKLOG_BUDGET)?;
     module.add("CLUSTER_NODE_NAME_PREFIX", crate::subjects::cluster::NODE_NAME_PREFIX)?;
     module.add("CLUSTER_PTP_LINK_PREFIX", crate::subjects::cluster::PTP_LINK_PREFIX)?;
@@ -930,7 +944,8 @@ impl ClusterForwardQueues {
     /// A publish of `origin` for every master of a domain (mirrored masters): `targets` are
     /// `(master, reachable)` pairs; one answer per target, `"sent"` (the caller sends it to that
     /// master now) or `"queued"`, or `"full"` for every one (refused for all: back-pressure).
-    #[pyo3(signature = (targets, origin, subject, flags, payload))]
+    /// `taken_here`: this node is a master of the domain too and relayed the publish itself.
+    #[pyo3(signature = (targets, origin, subject, flags, payload, taken_here=None))]
     fn publish_all(
         &self,
         targets: &Bound<'_, PyAny>,
@@ -938,6 +953,7 @@ impl ClusterForwardQueues {
         subject: &Bound<'_, PyAny>,
         flags: &Bound<'_, PyAny>,
         payload: &Bound<'_, PyAny>,
+        taken_here: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<&'static str>> {
         let pairs: Vec<(String, bool)> =
             targets.extract().map_err(|_| expected("targets", "a list of (master, reachable) pairs", targets))?;
@@ -945,6 +961,10 @@ impl ClusterForwardQueues {
         let subject = str_argument("subject", subject)?;
         let flags = super::args::int_in("flags", flags, 0u16, u16::MAX)?;
         let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
+        let taken_here = match taken_here {
+            Some(value) => super::args::bool_argument("taken_here", value)?,
+            None => false,
+        };
         let record =
             SubjectRecord { kind: RecordKind::Data, flags, sender: origin, subject, payload: payload.as_bytes() };
         let mut bytes = Vec::with_capacity(record.encoded_length());
@@ -953,7 +973,7 @@ impl ClusterForwardQueues {
         let (queues, names) = &mut *guard;
         let keys: Vec<(QueueKey, bool)> =
             pairs.iter().map(|(master, reachable)| (queue_key(names, Some(master), ""), *reachable)).collect();
-        let outcomes = queues.publish_all(&keys, origin, &bytes, |_, _| {});
+        let outcomes = queues.publish_all(&keys, origin, &bytes, taken_here, |_, _| {});
         Ok(outcomes.into_iter().map(forwarded_name).collect())
     }
 

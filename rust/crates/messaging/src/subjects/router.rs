@@ -18,7 +18,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::cluster::{CLUSTER_SOURCE_PREFIX, NODE_PREFIXES};
+use super::cluster::{CLUSTER_SOURCE_PREFIX, MIRROR_SOURCE_LABEL, NODE_PREFIXES};
 use super::codec::{
     alive_payload, emit_unchecked, split_domain, split_origin, with_origin, RecordKind, Records, SubjectRecord,
     ALIVE_SUBJECT, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_DOMAIN, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND,
@@ -212,6 +212,9 @@ pub struct RouterCore {
     /// The node ids other cluster nodes may subscribe as (`None`: this router is no cluster
     /// node, and refuses every node).
     cluster_nodes: Option<Vec<String>>,
+    /// The cluster node's source labelled [`MIRROR_SOURCE_LABEL`], when one is live: local
+    /// publishes relayed here go to it too (the node forwards them to the other masters).
+    mirror_source: Option<u64>,
 }
 
 impl RouterCore {
@@ -243,6 +246,7 @@ impl RouterCore {
             alive_interval: None,
             last_alive: None,
             cluster_nodes: None,
+            mirror_source: None,
         }
     }
 
@@ -445,6 +449,9 @@ impl RouterCore {
                     let member = self.table.member_id(&label);
                     self.sources.insert(id, SourceInfo { label: label.clone(), endpoint, member });
                     self.push_log(LogEntry::SourceUp(label.clone(), id));
+                    if &*label == MIRROR_SOURCE_LABEL {
+                        self.mirror_source = Some(id);
+                    }
                     if let Some(member) = member {
                         let slot = &mut self.member_source[member.index()];
                         if slot.is_none() {
@@ -762,7 +769,8 @@ impl RouterCore {
     /// status for the origin named in the payload, passed on to it. Else, when the subject
     /// routes to a cluster node's source (this node is a slave of its domain) other than the
     /// sender: handed to it, the origin's id before the payload, to forward to the master;
-    /// otherwise relayed to the subject's subscribers here (erase included).
+    /// otherwise relayed to the subject's subscribers here (erase included) and, when it comes
+    /// from a local source, handed to the node's mirror source too ([`RouterCore::mirror`]).
     ///
     /// A publish naming its domain ([`FLAG_DOMAIN`]) goes by that domain, not the subject:
     /// handed to the cluster node's source `cluster.<domain>` when there is one (this node is a
@@ -800,10 +808,14 @@ impl RouterCore {
                     self.outbox.push(node, RecordKind::Data, record.flags, self.id, record.subject, &payload);
                 }
                 Some(_) => self.counters.refused += 1,
-                None if self.subjects.contains_key(record.subject) => {
-                    self.relay(SubjectRecord { flags: record.flags & !FLAG_DOMAIN, payload: body, ..record });
+                None => {
+                    self.mirror(&record);
+                    if self.subjects.contains_key(record.subject) {
+                        self.relay(SubjectRecord { flags: record.flags & !FLAG_DOMAIN, payload: body, ..record });
+                    } else {
+                        self.counters.stale_data += 1;
+                    }
                 }
-                None => self.counters.stale_data += 1,
             }
             return;
         }
@@ -819,11 +831,27 @@ impl RouterCore {
             }
             return;
         }
+        self.mirror(&record);
         if !self.subjects.contains_key(record.subject) {
             self.counters.stale_data += 1; // nobody subscribes here: nothing to relay
             return;
         }
         self.relay(record);
+    }
+
+    /// Hands a publish relayed here to the node's mirror source ([`MIRROR_SOURCE_LABEL`]), the
+    /// origin's id before the payload (domain included), when there is one and the publish
+    /// comes from a local source: one from another node (`node:<id>`, its origin sent it to
+    /// every master already) or from the node's own sources is never handed on (no loop).
+    fn mirror(&mut self, record: &SubjectRecord<'_>) {
+        let Some(mirror) = self.mirror_source else { return };
+        let Some(sender) = self.sources.get(&record.sender) else { return };
+        let label = &*sender.label;
+        if label.starts_with(CLUSTER_SOURCE_PREFIX) || NODE_PREFIXES.iter().any(|p| label.starts_with(p)) {
+            return;
+        }
+        let payload = with_origin(record.sender, record.payload);
+        self.outbox.push(mirror, RecordKind::Data, record.flags, self.id, record.subject, &payload);
     }
 
     /// Relays DATA for a subscribed subject to its subscribers (keeping its image).
@@ -965,6 +993,9 @@ impl RouterCore {
         let Some(source) = self.sources.remove(&id) else { return };
         self.outbox.remove(id);
         self.push_log(LogEntry::SourceDown(source.label.clone(), id));
+        if self.mirror_source == Some(id) {
+            self.mirror_source = None;
+        }
         if let Some(member) = source.member {
             if self.member_source.get(member.index()) == Some(&Some(id)) {
                 // Another live source with the same label takes over, else the member is down.

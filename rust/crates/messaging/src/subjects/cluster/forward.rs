@@ -15,7 +15,9 @@
 //! *stale*: publishes for it are dropped (counted) instead of queued until it is reachable
 //! again, when it gets the publishes made from then on ([`QueueEvent`] says when either
 //! happens, once each). While no master of the domain is reachable, the bound back-pressures
-//! the source as for one master: nothing is dropped that no master got.
+//! the source as for one master: nothing is dropped that no master got. At a master forwarding
+//! its own publishes to the other masters (`taken_here`), this node got each one, so any other
+//! master past its bound is dropped and stale and the source is never refused.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -198,12 +200,25 @@ impl ForwardQueues {
         origin: u64,
         record: &[u8],
         reachable: bool,
-        mut send: impl FnMut(&[u8]),
+        send: impl FnMut(&[u8]),
     ) -> Forwarded {
         if self.blocked.contains(&origin) {
             self.count(&key, |c| &mut c.refused, 1);
             return Forwarded::Full;
         }
+        self.enqueue(key, origin, record, reachable, send)
+    }
+
+    /// [`ForwardQueues::publish`] for an origin that is not blocked: sent, queued, or refused
+    /// past the bound.
+    fn enqueue(
+        &mut self,
+        key: QueueKey,
+        origin: u64,
+        record: &[u8],
+        reachable: bool,
+        mut send: impl FnMut(&[u8]),
+    ) -> Forwarded {
         if reachable {
             self.back(&key);
         }
@@ -247,11 +262,18 @@ impl ForwardQueues {
     /// A stale target that is reachable again is no longer stale ([`QueueEvent::Back`]). When
     /// every target is stale they are all treated as not stale (queued, back-pressured). The
     /// answer has one [`Forwarded`] per target.
+    ///
+    /// `taken_here`: this node is itself a master of the domain and its router relayed the
+    /// publish already (mirrored masters kept in step): a reachable master that is never stale,
+    /// and the publish is never refused (refused and published again, it would reach this
+    /// master's subscribers twice): any other master whose queue would pass its bound, dead or
+    /// still flushing, has its queue dropped and is stale until it is reachable again.
     pub fn publish_all(
         &mut self,
         targets: &[(QueueKey, bool)],
         origin: u64,
         record: &[u8],
+        taken_here: bool,
         mut send: impl FnMut(usize, &[u8]),
     ) -> Vec<Forwarded> {
         for (key, reachable) in targets {
@@ -259,13 +281,13 @@ impl ForwardQueues {
                 self.back(key);
             }
         }
-        if !self.stale.is_empty() && targets.iter().all(|(key, _)| self.stale.contains_key(key)) {
+        if !taken_here && !self.stale.is_empty() && targets.iter().all(|(key, _)| self.stale.contains_key(key)) {
             for (key, _) in targets {
                 self.back(key);
             }
         }
-        let any_reachable = targets.iter().any(|(_, reachable)| *reachable);
-        let mut refused = self.blocked.contains(&origin);
+        let any_reachable = taken_here || targets.iter().any(|(_, reachable)| *reachable);
+        let mut refused = !taken_here && self.blocked.contains(&origin);
         let mut overflowing = Vec::new();
         for (key, reachable) in targets {
             if !self.stale.is_empty() && self.stale.contains_key(key) {
@@ -275,7 +297,7 @@ impl ForwardQueues {
             let queued = queue.is_some_and(|queue| !queue.entries.is_empty());
             let bytes = queue.map_or(0, |queue| queue.bytes);
             if (queued || !*reachable) && bytes + record.len() > self.bound {
-                if !*reachable && any_reachable {
+                if taken_here || (!*reachable && any_reachable) {
                     overflowing.push(key.clone());
                 } else {
                     refused = true;
@@ -302,7 +324,11 @@ impl ForwardQueues {
                     self.count(key, |c| &mut c.dropped, 1);
                     return Forwarded::Dropped;
                 }
-                self.publish(key.clone(), origin, record, *reachable, |bytes| send(index, bytes))
+                if taken_here {
+                    self.enqueue(key.clone(), origin, record, *reachable, |bytes| send(index, bytes))
+                } else {
+                    self.publish(key.clone(), origin, record, *reachable, |bytes| send(index, bytes))
+                }
             })
             .collect()
     }
@@ -529,12 +555,12 @@ mod tests {
         let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
         let mut wire: Vec<(usize, Vec<u8>)> = Vec::new();
         let none = [(heron.clone(), false), (golan.clone(), false)];
-        let outcome = queues.publish_all(&none, SOURCE, b"aa", |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&none, SOURCE, b"aa", false, |index, r| wire.push((index, r.to_vec())));
         assert_eq!(outcome, [Forwarded::Queued, Forwarded::Queued]);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
-        let outcome = queues.publish_all(&none, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&none, SOURCE, b"bbb", false, |index, r| wire.push((index, r.to_vec())));
         assert_eq!(outcome, [Forwarded::Full, Forwarded::Full], "refused for both, queued for neither");
-        let outcome = queues.publish_all(&none, SOURCE, b"c", |_, _| {});
+        let outcome = queues.publish_all(&none, SOURCE, b"c", false, |_, _| {});
         assert_eq!(outcome, [Forwarded::Full, Forwarded::Full], "blocked until a flush makes room");
         assert!(wire.is_empty() && queues.take_events().is_empty(), "nothing sent, nothing dropped");
         assert_eq!(queues.queued_count(&heron), 1);
@@ -542,10 +568,10 @@ mod tests {
         let mut flushed = Vec::new();
         assert_eq!(queues.flush(&golan, |_| false), 0);
         let flushing = [(heron.clone(), true), (golan.clone(), true)];
-        assert_eq!(queues.publish_all(&flushing, OTHER, b"bbb", |_, _| {}), [Forwarded::Full, Forwarded::Full]);
+        assert_eq!(queues.publish_all(&flushing, OTHER, b"bbb", false, |_, _| {}), [Forwarded::Full, Forwarded::Full]);
         assert_eq!(queues.flush(&golan, accept(&mut flushed)), 1);
         assert_eq!(queues.flush(&heron, accept(&mut flushed)), 1);
-        let outcome = queues.publish_all(&flushing, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&flushing, SOURCE, b"bbb", false, |index, r| wire.push((index, r.to_vec())));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Sent], "the refused tail goes again");
         assert_eq!(queues.counters(), ForwardCounters { sent: 2, queued: 2, flushed: 2, refused: 3, dropped: 0 });
         assert_eq!(
@@ -560,16 +586,16 @@ mod tests {
         let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
         let mut wire: Vec<(usize, Vec<u8>)> = Vec::new();
         let heron_only = [(heron.clone(), true), (golan.clone(), false)];
-        let outcome = queues.publish_all(&heron_only, SOURCE, b"aa", |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&heron_only, SOURCE, b"aa", false, |index, r| wire.push((index, r.to_vec())));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Queued], "sent to the live one, queued for the other");
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
         // golan's queue has room for 2 more bytes: "bbb" does not fit, heron takes it.
-        let outcome = queues.publish_all(&heron_only, SOURCE, b"bbb", |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&heron_only, SOURCE, b"bbb", false, |index, r| wire.push((index, r.to_vec())));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Dropped], "the source is not refused");
         assert_eq!(queues.take_events(), [QueueEvent::Dropped { key: golan.clone(), publishes: 1 }]);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Cleared)], "nothing of it queued any more");
         assert!(queues.is_stale(&golan) && !queues.is_queued(&golan));
-        let outcome = queues.publish_all(&heron_only, SOURCE, b"c", |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&heron_only, SOURCE, b"c", false, |index, r| wire.push((index, r.to_vec())));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Dropped]);
         assert!(queues.take_events().is_empty(), "reported once per outage");
         assert_eq!(wire, [(0, b"aa".to_vec()), (0, b"bbb".to_vec()), (0, b"c".to_vec())]);
@@ -578,7 +604,7 @@ mod tests {
         let back = QueueEvent::Back { key: golan.clone(), missed: 3, resync: Vec::new(), unlisted: 0 };
         assert_eq!(queues.take_events(), [back], "these records name no subject: nothing to resync");
         let both = [(heron.clone(), true), (golan.clone(), true)];
-        let outcome = queues.publish_all(&both, SOURCE, b"d", |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&both, SOURCE, b"d", false, |index, r| wire.push((index, r.to_vec())));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Sent]);
         assert_eq!(wire[3..], [(0, b"d".to_vec()), (1, b"d".to_vec())]);
         assert_eq!(
@@ -588,8 +614,11 @@ mod tests {
         assert_eq!(queues.counters_for(&heron), ForwardCounters { sent: 4, ..ForwardCounters::default() });
         // Now heron dies too and golan with it: the mirror rule gives way to back-pressure.
         let none = [(heron.clone(), false), (golan.clone(), false)];
-        assert_eq!(queues.publish_all(&none, SOURCE, b"eeee", |_, _| {}), [Forwarded::Queued, Forwarded::Queued]);
-        assert_eq!(queues.publish_all(&none, SOURCE, b"f", |_, _| {}), [Forwarded::Full, Forwarded::Full]);
+        assert_eq!(
+            queues.publish_all(&none, SOURCE, b"eeee", false, |_, _| {}),
+            [Forwarded::Queued, Forwarded::Queued]
+        );
+        assert_eq!(queues.publish_all(&none, SOURCE, b"f", false, |_, _| {}), [Forwarded::Full, Forwarded::Full]);
         assert!(queues.take_events().is_empty(), "no master reachable: nothing dropped");
     }
 
@@ -607,15 +636,15 @@ mod tests {
         let mut queues = ForwardQueues::new(record.len());
         let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
         let heron_only = [(heron.clone(), true), (golan.clone(), false)];
-        assert_eq!(queues.publish_all(&heron_only, SOURCE, &record, |_, _| {})[1], Forwarded::Queued);
+        assert_eq!(queues.publish_all(&heron_only, SOURCE, &record, false, |_, _| {})[1], Forwarded::Queued);
         for (origin, subject) in [(SOURCE, "/RUGBY/b"), (OTHER, "/RUGBY/a"), (SOURCE, "/RUGBY/a")] {
             assert_eq!(
-                queues.publish_all(&heron_only, origin, &encoded(origin, subject), |_, _| {})[1],
+                queues.publish_all(&heron_only, origin, &encoded(origin, subject), false, |_, _| {})[1],
                 Forwarded::Dropped
             );
         }
         for n in 0..MAX_RESYNC_SUBJECTS + 5 {
-            queues.publish_all(&heron_only, OTHER, &encoded(OTHER, &format!("/RUGBY/n{n}")), |_, _| {});
+            queues.publish_all(&heron_only, OTHER, &encoded(OTHER, &format!("/RUGBY/n{n}")), false, |_, _| {});
         }
         queues.take_events();
         assert_eq!(queues.flush(&golan, |_| true), 0);
@@ -625,6 +654,43 @@ mod tests {
         assert_eq!(*unlisted, 8, "the pairs past the bound are counted");
         let first: Vec<(u64, &str)> = resync[..3].iter().map(|(o, s)| (*o, s.as_str())).collect();
         assert_eq!(first, [(SOURCE, "/RUGBY/a"), (SOURCE, "/RUGBY/b"), (OTHER, "/RUGBY/a")], "once each, in order");
+    }
+
+    #[test]
+    fn at_a_master_its_dead_mirrors_queue_is_dropped_past_the_bound_as_beside_any_live_master() {
+        let mut queues = ForwardQueues::new(4);
+        let hobbit = QueueKey::Node(1);
+        let dead = [(hobbit.clone(), false)];
+        // This node takes every publish itself (taken_here): hobbit's queue fills, then drops.
+        assert_eq!(queues.publish_all(&dead, SOURCE, b"aa", true, |_, _| {}), [Forwarded::Queued]);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
+        assert_eq!(queues.publish_all(&dead, SOURCE, b"bbb", true, |_, _| {}), [Forwarded::Dropped]);
+        assert_eq!(queues.take_events(), [QueueEvent::Dropped { key: hobbit.clone(), publishes: 1 }]);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Cleared)]);
+        // Stale, and the only target: it stays stale (this node is the live master), no back-pressure.
+        assert_eq!(queues.publish_all(&dead, SOURCE, b"cccc", true, |_, _| {}), [Forwarded::Dropped]);
+        assert_eq!(queues.counters_for(&hobbit), ForwardCounters { queued: 1, dropped: 3, ..Default::default() });
+        // The same publishes without a master here back-pressure instead (a slave's rule).
+        let mut slave = ForwardQueues::new(4);
+        assert_eq!(slave.publish_all(&dead, SOURCE, b"aa", false, |_, _| {}), [Forwarded::Queued]);
+        assert_eq!(slave.publish_all(&dead, SOURCE, b"bbb", false, |_, _| {}), [Forwarded::Full]);
+        // hobbit back: sent at once again; it missed three publishes.
+        let mut wire = Vec::new();
+        let live = [(hobbit.clone(), true)];
+        let outcome = queues.publish_all(&live, SOURCE, b"d", true, |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent]);
+        assert!(matches!(queues.take_events()[..], [QueueEvent::Back { missed: 3, .. }]));
+        assert_eq!(wire, [(0, b"d".to_vec())]);
+        // Reachable but still flushing a full queue: dropped too, never refused (the publish is
+        // relayed here already); an origin blocked elsewhere is not refused for the mirrors either.
+        assert_eq!(queues.publish_all(&dead, SOURCE, b"eeee", true, |_, _| {}), [Forwarded::Queued]);
+        assert_eq!(queues.publish_all(&live, SOURCE, b"f", true, |_, _| {}), [Forwarded::Dropped]);
+        assert!(queues.is_stale(&hobbit) && queues.counters().refused == 0);
+        queues.take_events();
+        queues.blocked.insert(OTHER);
+        let outcome = queues.publish_all(&live, OTHER, b"g", true, |index, r| wire.push((index, r.to_vec())));
+        assert_eq!(outcome, [Forwarded::Sent], "back, and sent though OTHER is blocked elsewhere");
+        assert!(matches!(queues.take_events()[..], [QueueEvent::Back { missed: 2, .. }]));
     }
 
     #[test]

@@ -63,6 +63,12 @@ pub const NODE_INFO_SUBJECT_SUFFIX: &str = "]";
 /// one per domain it is a slave of): the router hands publishes of such a domain's subjects to
 /// that source (to forward to the master) and lets only such sources send forward statuses.
 pub const CLUSTER_SOURCE_PREFIX: &str = "cluster.";
+/// The source label of a node that is a master of a domain with other (mirrored) masters, at
+/// its own router: the router hands it a copy of every publish it relays from a local source
+/// (not from another node), the origin's id first, for the node to forward to the other masters
+/// (`docs/cluster.md`, "Mirrored masters kept in step"). `+` keeps it apart from any
+/// `cluster.<DOMAIN>` label (a domain name has none).
+pub const MIRROR_SOURCE_LABEL: &str = "cluster.+mirror";
 /// Most nodes in one cluster.
 pub const MAX_NODES: usize = 1024;
 /// Most domains in one cluster.

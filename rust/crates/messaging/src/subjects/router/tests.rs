@@ -798,3 +798,101 @@ fn a_publish_naming_its_domain_goes_to_that_domains_node_source_or_is_relayed_he
     let to: Vec<u64> = sent(&mut router).into_iter().map(|(to, ..)| to).collect();
     assert_eq!(to, [STOCK_NODE]);
 }
+
+/// A record the router sent: to whom, its flags, subject, and origin and payload when it has one.
+type SentWithOrigin = (u64, u16, String, Option<(u64, Vec<u8>)>);
+
+/// What the router sent, with each payload split at its origin when it has one.
+fn sent_with_origin(router: &mut RouterCore) -> Vec<SentWithOrigin> {
+    use crate::subjects::codec::split_origin;
+    let mut out = Vec::new();
+    router.outbox().drain(|to, bytes| {
+        for r in Records::new(bytes) {
+            let r = r.unwrap();
+            out.push((to, r.flags, r.subject.to_owned(), split_origin(r.payload).map(|(o, p)| (o, p.to_vec()))));
+        }
+    });
+    out.sort_by_key(|entry| entry.0);
+    out
+}
+
+#[test]
+fn a_local_publish_at_a_master_goes_to_the_mirror_source_too_but_never_one_from_another_node() {
+    use crate::subjects::cluster::MIRROR_SOURCE_LABEL;
+    use crate::subjects::codec::{with_domain, with_origin, FLAG_DOMAIN, FLAG_ERASE, FLAG_PUBLISH};
+    const MIRROR: u64 = 40;
+    const PUBLISHER: u64 = 41;
+    const FROM_NODE: u64 = 42;
+    const NODE_INFO: u64 = 43;
+    let mut f = Fixture::new();
+    let router = std::mem::replace(&mut f.router, RouterCore::new(ROUTER, RoutingTable::new(), None, LIVENESS));
+    f.router = router.with_cluster_nodes(vec!["hobbit".into()]);
+    let publish = FLAG_PUBLISH | FLAG_UPDATE;
+    // No mirror source yet: relayed here only (a master without other masters).
+    f.router.on_heartbeat(heartbeat(PUBLISHER, Role::Source, "rugby-publisher"), at(0));
+    subscribe(&mut f.router, ALICE, "/PRICES/EUR", at(1));
+    sent(&mut f.router);
+    f.router.on_message(&record(RecordKind::Data, publish, PUBLISHER, "/PRICES/EUR", b"u0"), at(2));
+    assert_eq!(sent(&mut f.router), [(ALICE, RecordKind::Data, FLAG_UPDATE, "/PRICES/EUR".into(), "u0".into())]);
+    // The node's mirror source is up: a local publish is relayed here AND handed to it, origin
+    // first, flags kept; so are an image, an erase and a subject nobody subscribes to here.
+    f.router.on_heartbeat(heartbeat(MIRROR, Role::Source, MIRROR_SOURCE_LABEL), at(3));
+    f.router.on_message(&record(RecordKind::Data, publish, PUBLISHER, "/PRICES/EUR", b"u1"), at(4));
+    assert_eq!(
+        sent_with_origin(&mut f.router),
+        [
+            (MIRROR, publish, "/PRICES/EUR".into(), Some((PUBLISHER, b"u1".to_vec()))),
+            (ALICE, FLAG_UPDATE, "/PRICES/EUR".into(), None)
+        ]
+    );
+    let image = FLAG_PUBLISH | FLAG_IMAGE;
+    f.router.on_message(&record(RecordKind::Data, image, PUBLISHER, "/PRICES/GBP", b"i"), at(5));
+    f.router.on_message(&record(RecordKind::Data, FLAG_PUBLISH | FLAG_ERASE, PUBLISHER, "/PRICES/EUR", b""), at(5));
+    let mirrored: Vec<(u64, u16, String)> =
+        sent_with_origin(&mut f.router).into_iter().map(|(to, flags, subject, _)| (to, flags, subject)).collect();
+    assert_eq!(
+        mirrored,
+        [
+            (MIRROR, image, "/PRICES/GBP".into()),
+            (MIRROR, FLAG_PUBLISH | FLAG_ERASE, "/PRICES/EUR".into()),
+            (ALICE, FLAG_ERASE, "/PRICES/EUR".into())
+        ]
+    );
+    // A publish naming its domain that is relayed here goes to the mirror with its domain.
+    let named = with_domain("RUGBY_NEWS", b"u2").unwrap();
+    f.router.on_message(&record(RecordKind::Data, publish | FLAG_DOMAIN, PUBLISHER, "/PRICES/EUR", &named), at(6));
+    assert_eq!(
+        sent_with_origin(&mut f.router),
+        [
+            (MIRROR, publish | FLAG_DOMAIN, "/PRICES/EUR".into(), Some((PUBLISHER, named.clone()))),
+            (ALICE, FLAG_UPDATE, "/PRICES/EUR".into(), None)
+        ]
+    );
+    // From another node (its origin sent it to every master) or from the node's own sources:
+    // relayed here only, never handed on (no loop, no duplicate).
+    f.router.on_heartbeat(heartbeat(FROM_NODE, Role::Source, "node:hobbit"), at(7));
+    f.router.on_heartbeat(heartbeat(NODE_INFO, Role::Source, "cluster.node-info"), at(7));
+    f.router.on_message(&record(RecordKind::Data, publish, FROM_NODE, "/PRICES/EUR", b"u3"), at(8));
+    f.router.on_message(&record(RecordKind::Data, publish, NODE_INFO, "/PRICES/EUR", b"u4"), at(8));
+    assert_eq!(
+        sent(&mut f.router),
+        [
+            (ALICE, RecordKind::Data, FLAG_UPDATE, "/PRICES/EUR".into(), "u3".into()),
+            (ALICE, RecordKind::Data, FLAG_UPDATE, "/PRICES/EUR".into(), "u4".into())
+        ]
+    );
+    // The mirror's forward status for the origin is passed on to it.
+    let status = with_origin(PUBLISHER, b"FORWARD_WARNING: queued");
+    f.router.on_message(&record(RecordKind::Data, FLAG_STATUS | FLAG_PUBLISH, MIRROR, "*", &status), at(9));
+    assert_eq!(
+        sent(&mut f.router),
+        [(PUBLISHER, RecordKind::Data, FLAG_STATUS | FLAG_PUBLISH, "*".into(), "FORWARD_WARNING: queued".into())]
+    );
+    // The mirror source gone (silent past the liveness timeout): relayed here only again.
+    f.router.on_heartbeat(heartbeat(PUBLISHER, Role::Source, "rugby-publisher"), at(2500));
+    f.router.on_heartbeat(heartbeat(ALICE, Role::Subscriber, "user"), at(2500));
+    f.router.tick(at(2500));
+    sent(&mut f.router);
+    f.router.on_message(&record(RecordKind::Data, publish, PUBLISHER, "/PRICES/EUR", b"u5"), at(2501));
+    assert_eq!(sent(&mut f.router), [(ALICE, RecordKind::Data, FLAG_UPDATE, "/PRICES/EUR".into(), "u5".into())]);
+}
