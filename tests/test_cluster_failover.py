@@ -440,9 +440,75 @@ def test_sighup_reloads_the_cluster_block_a_bad_file_keeps_the_old_one_a_moved_m
         assert seen == sorted(set(seen)) and seen[-1] == feed.seq, f"{name}: in order, once, to the last"
     assert not knock("avalon")[0][1] & Flags.REFUSED, "bilbo is let in after the reload"
     golan_lines = nodes["golan"].snapshot()
-    assert any("no longer master of STOCK_EXCHANGE" in line for line in golan_lines), golan_lines[-10:]
+    assert any("hands domain STOCK_EXCHANGE to heron" in line for line in golan_lines), golan_lines[-10:]
     for closing in (alice_sub, harry_sub):
         closing.close()
+    feed.close()
+
+
+def test_a_reload_moves_a_domains_master_to_a_node_that_is_no_backup_and_the_old_master_follows(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "heron", "avalon")}
+
+    def moved_conf(master: str) -> str:
+        nodes = "".join(
+            conf.node(node, listen(port), *(("master-of STOCK_EXCHANGE",) if node == master else ()))
+            for node, port in ports.items()
+        )
+        return conf.data_service("stock", "^/STOCK/", FEED) + nodes + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
+
+    config = tmp_path / "cluster.conf"
+    config.write_text(moved_conf("golan"))
+    nodes = {node: start_node(config, node, listen(port)) for node, port in ports.items()}
+    processes += nodes.values()
+    node_source_up(nodes["heron"])
+    node_source_up(nodes["avalon"])
+    feed = ReplicatedFeed(client, [listen(ports["golan"]), listen(ports["heron"])])
+    subscribers = {
+        name: Subscriber(client, listen(ports[node]), name=name, liveness_timeout=LIVENESS)
+        for name, node in (("alice", "avalon"), ("harry", "heron"), ("gus", "golan"))
+    }
+    inboxes = {name: Inbox(subscriber) for name, subscriber in subscribers.items()}
+    for name, subscriber in subscribers.items():
+        subscriber.subscribe(SUBJECT, inboxes[name])
+    members: list[Pollable] = [feed.poll, *(lambda s=s: s.poll(256) for s in subscribers.values())]
+    for name, inbox in inboxes.items():
+        pump(members, has_image(inbox, SUBJECT), f"{name}: the image from golan's feed")
+    assert feed.requests == [[SUBJECT], []], "golan's feed alone serves the domain"
+
+    # heron, no backup of golan's, becomes the master; every node re-reads the file.
+    marks = {name: len(inbox.items) for name, inbox in inboxes.items()}
+    config.write_text(moved_conf("heron"))
+    for process in nodes.values():
+        os.kill(process.popen.pid, signal.SIGHUP)
+    for name, process in nodes.items():
+        process.wait_for(lambda lines: any("cluster configuration reloaded" in ln for ln in lines), f"{name} reloaded")
+    taken = "takes over domain STOCK_EXCHANGE (the reloaded configuration makes this node its master)"
+    nodes["heron"].wait_for(lambda lines: any(taken in ln for ln in lines), "heron taking the domain")
+    nodes["golan"].wait_for(lambda lines: any("hands domain STOCK_EXCHANGE to heron" in ln for ln in lines), "handed")
+    for name in ("alice", "harry"):
+        pump(members, has_image(inboxes[name], SUBJECT, marks[name]), f"{name}: a fresh image from heron's feed")
+        moved_after(inboxes[name], marks[name], name)
+    assert feed.requests[1] == [SUBJECT], "heron's own feed serves the domain"
+    # At golan, the subject it serves from its own feed stays there; a new one goes to heron.
+    fresh = "/STOCK/FRESH"
+    gina = Inbox(subscribers["gus"])
+    subscribers["gus"].subscribe(fresh, gina)
+    pump(members, lambda: any(s == fresh and f & Flags.IMAGE for s, f, _ in gina.items), "gus: the new subject")
+    assert feed.requests == [[SUBJECT], [SUBJECT, fresh]], "the new subject asked of heron's feed only"
+    for _ in range(AFTER):
+        feed.tick()
+        settle(members, 0.005)
+    for name, inbox in inboxes.items():
+        pump(members, lambda inbox=inbox, name=name: check_feed(inbox, name)[-1:] == [feed.seq], f"{name}: the last")
+    settle(members, 0.3)
+    for name, inbox in inboxes.items():
+        seen = check_feed(inbox, name)
+        assert seen == sorted(set(seen)) and seen[-1] == feed.seq, f"{name}: in order, once, to the last"
+    assert not [ln for ln in nodes["heron"].snapshot() if "restart it" in ln]
+    for subscriber in subscribers.values():
+        subscriber.close()
     feed.close()
 
 
@@ -468,14 +534,19 @@ def test_links_follow_the_backup_order_and_only_a_masters_backups_take_over(tmp_
         names = [group.names for group in slave.source_groups[0].priority_groups]
         assert names == [("cluster.STOCK_EXCHANGE",), (FEED,)], node
     assert fallback_domains(cluster_router_config(analysis.config, "heron").routing.data_services) == {"STOCK_EXCHANGE"}
-    # Without backup-node nobody takes over and a slave's service has no fallback.
+    # Without backup-node nobody takes over; a slave's service keeps its own feed behind the
+    # node's source all the same (a reload may make it the master).
     plain = analyse_router_text(failover_conf(ports).replace("    backup-node heron\n", ""), "cluster.conf")
     assert plain.config.cluster is not None
     assert takeover_domains(plain.config.cluster, "heron") == {}
     services = cluster_router_config(plain.config, "heron").routing.data_services
     slave = _service(services, "cluster-STOCK_EXCHANGE")
-    assert [g.names for g in slave.source_groups[0].priority_groups] == [("cluster.STOCK_EXCHANGE",)]
-    assert fallback_domains(services) == set()
+    assert [g.names for g in slave.source_groups[0].priority_groups] == [("cluster.STOCK_EXCHANGE",), (FEED,)]
+    assert fallback_domains(services) == {"STOCK_EXCHANGE"}
+    # Without a data service of its own for the domain a node has no fallback.
+    bare = analyse_router_text(failover_conf(ports).replace("^/STOCK/", "^/BONDS/", 1), "cluster.conf")
+    assert bare.config.cluster is not None
+    assert fallback_domains(cluster_router_config(bare.config, "heron").routing.data_services) == set()
 
 
 def _service(services: tuple[DataService, ...], name: str) -> DataService:

@@ -251,4 +251,8 @@ def test_a_slave_routes_its_domain_to_the_cluster_before_its_own_services() -> N
     assert [s.name for s in avalon] == ["cluster-ptp", "cluster-STOCK_EXCHANGE", *info, "stock"]
     assert avalon[1].source_groups[0].priority_groups[0].names == (slave_label("STOCK_EXCHANGE"),)
     golan = cluster_router_config(analysis.config, "golan").routing.data_services
-    assert [s.name for s in golan] == ["cluster-ptp", *info, "stock"], "a master serves its domain itself"
+    # A master serves its domain from its own feed: the node's source in front of it opens only
+    # when a reload hands the domain to another master.
+    assert [s.name for s in golan] == ["cluster-ptp", "cluster-STOCK_EXCHANGE", *info, "stock"]
+    groups = golan[1].source_groups[0].priority_groups
+    assert [group.names for group in groups] == [(slave_label("STOCK_EXCHANGE"),), (FEED,)]

@@ -23,7 +23,9 @@ picked and its subjects move to a live one (:meth:`Failover._mirror_changed`).
 :meth:`Failover.reload` applies a re-read cluster block (SIGHUP to ``affinity router``): new
 nodes can be linked to (and the router lets them in), a domain whose parent changed moves its
 subscriptions to the new parent, a domain this node becomes master of is taken over when its
-router can serve it (a fallback), and links not at the first node of their order move back there.
+router can serve it (an own data service for the domain, behind the node's source), a domain it
+is master of no more goes to the new master (:meth:`Failover._give_up`: new subscriptions go
+there), and links not at the first node of their order move back there.
 """
 
 from __future__ import annotations
@@ -133,18 +135,17 @@ def _own_service(services: tuple[DataService, ...], patterns: tuple[str, ...]) -
 def with_takeover_fallback(
     services: tuple[DataService, ...], own: tuple[DataService, ...], cluster: ClusterConfig, node_id: str
 ) -> tuple[DataService, ...]:
-    """``services`` (the node's ``cluster-<DOMAIN>`` ones) where, for every domain ``node_id``
-    may take over (a backup's, or a domain no node is master of yet), the node's source comes
-    first and the priority groups of its own data
-    service for the domain (:func:`_own_service` of ``own``) next: with the node's source
-    closed, the router serves the domain itself."""
+    """``services`` (the node's ``cluster-<DOMAIN>`` ones) where, for every domain one of its
+    own data services serves (:func:`_own_service` of ``own``), the node's source comes first
+    and the priority groups of that service next: with the node's source closed, the router
+    serves the domain itself. A node takes a domain over so: as a master's backup
+    (:func:`takeover_domains`), or when a reload makes it the domain's master (its first, or
+    in place of another)."""
     domains = {domain.name: domain for domain in cluster.domains}
-    # A domain no node is master of may get this node as master by a reload: served here then.
-    candidates = set(takeover_domains(cluster, node_id)) | {d for d in domains if not cluster.masters(d)}
     result = []
     for service in services:
         name = service.name.removeprefix("cluster-")
-        local = _own_service(own, domains[name].include_patterns) if name in candidates else None
+        local = _own_service(own, domains[name].include_patterns)
         if local is not None:
             first = service.source_groups[0]
             group = local.source_groups[0]
@@ -164,16 +165,16 @@ def deferral_domains(cluster: ClusterConfig, node_id: str) -> dict[str, tuple[st
 
 
 def deferral_services(own: tuple[DataService, ...], cluster: ClusterConfig, node_id: str) -> tuple[DataService, ...]:
-    """A ``cluster-<DOMAIN>`` data service for every domain of :func:`deferral_domains` that one
-    of ``own`` (the configuration's services) serves: the node's ``cluster.<DOMAIN>`` source
-    first, the priority groups of its own service next. While the node defers, its router
-    serves the domain through that source (from the backup); once it serves the domain itself
-    the source closes and the router moves the subjects to its own sources."""
+    """A ``cluster-<DOMAIN>`` data service for every domain ``node_id`` is master of that one of
+    ``own`` (the configuration's services) serves: the node's ``cluster.<DOMAIN>`` source
+    first, the priority groups of its own service next. The source is open only while the
+    node serves the domain from another node: deferring to a backup (:func:`deferral_domains`),
+    or master no more after a reload; otherwise the router serves the domain itself."""
     from affinity.cluster_node import slave_label
 
     services = []
     for domain in cluster.domains:
-        if domain.name not in deferral_domains(cluster, node_id):
+        if node_id not in cluster.masters(domain.name):
             continue
         local = _own_service(own, domain.include_patterns)
         if local is None:
@@ -393,6 +394,35 @@ class Failover:
             "Cluster node %s: hands domain %s back to %s (configuration reloaded)", node.node_id, domain, parent
         )
 
+    def _give_up(self, domain: str, parent: str | None) -> None:
+        """No longer master of ``domain`` after a reload: its subscriptions go to ``parent`` (the
+        node's source for it opens, as a slave's), when the router was built to (an own data
+        service for the domain) and the domain has a master."""
+        node = self._node
+        deferral = self.deferrals.pop(domain, None)
+        if deferral is not None:  # its source goes: the slave source below takes its subjects
+            deferral.close()
+            index = node._slave_domains.index(domain)
+            node._slave_domains.pop(index)
+            node._sources.pop(index).close()
+        if parent is None or domain not in self._fallbacks:
+            logger.warning(
+                "Cluster node %s: no longer master of %s after the reload; its router keeps serving it "
+                "from its own sources until it is restarted (%s)",
+                node.node_id,
+                domain,
+                "the domain has no master now" if parent is None else "no own data service serves it",
+            )
+            return
+        node._open_slave_source(domain)
+        logger.warning(
+            "Cluster node %s: hands domain %s to %s (configuration reloaded): new subscriptions go there; "
+            "subjects its own sources serve stay there until their last subscriber leaves",
+            node.node_id,
+            domain,
+            parent,
+        )
+
     def _drop_domain_links(self, domain: str) -> None:
         """Unsubscribes ``domain``'s subjects at every parent link (a DISCARD will not come: the
         source that would hear it is gone)."""
@@ -448,22 +478,17 @@ class Failover:
             elif node.node_id in cluster.masters(name) and name not in self.taken and name in node._slave_domains:
                 if name in self._fallbacks:
                     self._take_over(name, "the reloaded configuration makes this node its master")
-                elif name in node._slave_domains:
+                else:
                     logger.warning(
-                        "Cluster node %s: master of %s after the reload, but its router was not built to serve "
-                        "it (no backup-node order names it): restart it",
+                        "Cluster node %s: master of %s after the reload, but none of its data services serves "
+                        "the domain: its subjects are still asked of the old parent",
                         node.node_id,
                         name,
                     )
+            elif node.node_id in old.masters(name) and node.node_id not in cluster.masters(name):
+                self._give_up(name, now)
             elif was != now and now is not None and name in node._slave_domains:
                 self._move_domain(name, was, now)
-            elif node.node_id in old.masters(name) and node.node_id not in cluster.masters(name):
-                logger.warning(
-                    "Cluster node %s: no longer master of %s after the reload; its router keeps serving it "
-                    "from its own sources until it is restarted",
-                    node.node_id,
-                    name,
-                )
         # A domain that had no master and has one now: its queued publishes go to the master(s).
         for waiting in sorted(node.forwarding.domains_without_master()):
             node.forwarding.assign(waiting, self.parents(waiting))
