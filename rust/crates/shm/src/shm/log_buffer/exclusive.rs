@@ -180,7 +180,7 @@ impl ExclusiveAppender {
 /// longer than the shortest look-ahead, the lines entering the look-ahead window. One line, not
 /// the many-writer appender's four: without the atomic add to wait behind, fetching the lines
 /// further ahead again on every offer costs more than it saves (`affinity-ipc offer-alone
-/// --exclusive 1 --term-length 65536`, 32 B: 16.6 → 11.2 ns per offer, none at all 12.3 ns;
+/// --exclusive 1 --term-length 65536`, 32 B: 16.6 → 11.2 ns per offer, none at all 12.4 ns;
 /// `docs/benchmarks.md`, "Exclusive publications").
 #[inline]
 fn prefetch_after_frame(term: &Region, term_offset: usize, aligned: usize) {
