@@ -740,6 +740,10 @@ impl DriverConductor {
             source_identity: IPC_IMAGE_SOURCE.into(),
         };
         publication.images.push(ImageLink { subscription_id, position, correlation_id });
+        // The limit before the connected flag: a publisher that sees itself connected may append
+        // at once (not be refused as back-pressured until the next duty cycle).
+        let min = publication.images.iter().filter_map(|image| image.position.get().ok()).min().unwrap_or(join);
+        raise_limit(publication, min, join);
         let _ = publication.log.set_connected(true);
         self.respond(response, now_ms);
     }
@@ -783,15 +787,7 @@ impl DriverConductor {
             let min_position = publication.images.iter().filter_map(|image| image.position.get().ok()).min();
             match min_position {
                 Some(min) => {
-                    let trip_gain = publication.log.publication_trip_gain();
-                    let proposed = min.saturating_add(publication.log.publication_window());
-                    let near_limit = tail.saturating_add(trip_gain) >= publication.publisher_limit;
-                    if proposed >= publication.trip_limit || (near_limit && proposed > publication.publisher_limit) {
-                        // Clean first: the new limit lets writers into the partition behind it.
-                        clean_behind(publication, min);
-                        let _ = publication.limit.propose_max(proposed);
-                        publication.publisher_limit = publication.publisher_limit.max(proposed);
-                        publication.trip_limit = proposed.saturating_add(trip_gain);
+                    if raise_limit(publication, min, tail) {
                         work += 1;
                     }
                 }
@@ -900,6 +896,24 @@ impl DriverConductor {
         }
         directory::remove_driver_files(&self.config.dir)
     }
+}
+
+/// Moves `publication`'s limit to `min` (the slowest subscriber) + the window when that reaches
+/// the trip limit, or sooner when the publisher (at `tail`) is near its limit; cleans behind
+/// `min` first. Whether it moved.
+fn raise_limit(publication: &mut IpcPublication, min: i64, tail: i64) -> bool {
+    let trip_gain = publication.log.publication_trip_gain();
+    let proposed = min.saturating_add(publication.log.publication_window());
+    let near_limit = tail.saturating_add(trip_gain) >= publication.publisher_limit;
+    if proposed >= publication.trip_limit || (near_limit && proposed > publication.publisher_limit) {
+        // Clean first: the new limit lets writers into the partition behind it.
+        clean_behind(publication, min);
+        let _ = publication.limit.propose_max(proposed);
+        publication.publisher_limit = publication.publisher_limit.max(proposed);
+        publication.trip_limit = proposed.saturating_add(trip_gain);
+        return true;
+    }
+    false
 }
 
 /// Zeroes the log up to a term behind `min` (the slowest subscriber), where writers may next
@@ -1199,6 +1213,36 @@ mod tests {
         wire.send(Command::RemovePublication { client_id: 3, correlation_id: 15, registration_id: 12 });
         let answers = wire.responses(&mut driver);
         assert!(answers.contains(&Response::OperationSuccess { correlation_id: 15 }), "{answers:?}");
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_publication_is_connected_only_once_its_limit_lets_it_append() {
+        let dir = tempdir();
+        let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
+        let counters = driver.cnc().counters().unwrap();
+        let mut wire = CncWire::new(&driver);
+        wire.send(Command::AddPublication {
+            client_id: 2,
+            correlation_id: 11,
+            stream_id: 7,
+            channel: "aeron:ipc".into(),
+            exclusive: false,
+        });
+        let answers = wire.responses(&mut driver);
+        let Response::PublicationReady { publisher_limit_counter_id, ref log_file, .. } = answers[0] else {
+            panic!("{answers:?}")
+        };
+        let log = LogBuffer::open(&dir.join(log_file)).unwrap();
+        let limit = counters.counter(publisher_limit_counter_id as usize).unwrap();
+        assert!(!log.is_connected().unwrap());
+        // The subscription's command alone, no duty cycle after it: a publisher reading the
+        // flag at that moment must find room below the limit (it was refused as back-pressured).
+        let subscribe =
+            Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 7, channel: "aeron:ipc".into() };
+        driver.on_command(subscribe, crate::shm::directory::epoch_ms());
+        assert!(log.is_connected().unwrap());
+        assert_eq!(limit.get().unwrap(), 32 * 1024, "the limit moved with the connected flag");
         driver.shutdown().unwrap();
     }
 
