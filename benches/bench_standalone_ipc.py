@@ -347,6 +347,9 @@ def one_run(
                 # Builds before the CPU figures were added report none.
                 "subscriber_cpu_rate": received.get("cpu_rate"),
                 "publisher_cpu_rate": sent.get("cpu_rate"),
+                # Refused offers and empty polls (builds before they were counted report none).
+                "publisher_idle_calls": sent.get("idle_calls"),
+                "subscriber_idle_calls": received.get("idle_calls"),
                 "driver_cpu_seconds": driver_cpu,
                 "driver_cpu_seconds_total": driver_cpu_after,
                 "driver_cpu_window_seconds": round(window_seconds, 6),

@@ -30,8 +30,9 @@
 //!
 //! Messages carry their sequence number in the first 8 bytes; the subscriber checks every
 //! message arrives once and in order and prints one JSON line: `{"role":..,"messages":..,
-//! "seconds":..,"rate":..,"cpu_seconds":..,"cpu_rate":..}` (CPU time of the hot thread over the
-//! timed interval: the rate per CPU-second does not depend on how busy the machine is). Exit status 1 on any error or gap. Loops are bounded by time.
+//! "seconds":..,"rate":..,"cpu_seconds":..,"cpu_rate":..,"idle_calls":..}` (CPU time of the hot thread over the
+//! timed interval: the rate per CPU-second does not depend on how busy the machine is; it
+//! includes the `idle_calls`, refused offers or empty polls, a subscriber's from its start). Exit status 1 on any error or gap. Loops are bounded by time.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -162,12 +163,14 @@ fn thread_cpu() -> Duration {
 }
 
 /// One JSON line: wall-clock rate, and the CPU time the hot thread used over the same interval
-/// (`cpu_rate` = messages per CPU-second: what the process would do with a core of its own).
-fn report(role: &str, messages: u64, elapsed: Duration, cpu: Duration) {
+/// (`cpu_rate` = messages per CPU-second: what the process would do with a core of its own),
+/// which includes its `idle_calls` (refused offers, empty polls: a publisher that outruns its
+/// subscriber spends CPU waiting).
+fn report(role: &str, messages: u64, elapsed: Duration, cpu: Duration, idle_calls: u64) {
     let seconds = elapsed.as_secs_f64();
     let cpu_seconds = cpu.as_secs_f64();
     println!(
-        "{{\"role\":\"{role}\",\"messages\":{messages},\"seconds\":{seconds:.6},\"rate\":{:.0},\"cpu_seconds\":{cpu_seconds:.6},\"cpu_rate\":{:.0}}}",
+        "{{\"role\":\"{role}\",\"messages\":{messages},\"seconds\":{seconds:.6},\"rate\":{:.0},\"cpu_seconds\":{cpu_seconds:.6},\"cpu_rate\":{:.0},\"idle_calls\":{idle_calls}}}",
         messages as f64 / seconds.max(1e-9),
         messages as f64 / cpu_seconds.max(1e-9)
     );
@@ -271,7 +274,7 @@ fn publish(args: &Args) -> Result<(), String> {
             idle_wait(udp, in_row);
         }
     }
-    report("publish", sequence, start.elapsed(), thread_cpu().saturating_sub(cpu_start));
+    report("publish", sequence, start.elapsed(), thread_cpu().saturating_sub(cpu_start), spins);
     if args.hang {
         hang();
     }
@@ -380,7 +383,7 @@ fn subscribe(args: &Args) -> Result<(), String> {
         return Err(error);
     }
     let (elapsed, cpu) = start.map(|(s, c)| (s.elapsed(), thread_cpu().saturating_sub(c))).unwrap_or_default();
-    report("subscribe", next, elapsed, cpu);
+    report("subscribe", next, elapsed, cpu, idle);
     Ok(())
 }
 
