@@ -6,6 +6,8 @@ publisher, one of:
 
 - ``rust-offer``: ``affinity-ipc publish``, one message per ``offer``;
 - ``rust-batch``: ``affinity-ipc publish --batch 8192`` (``offer_batch``, one claim per 1,024);
+- ``rust-exclusive``, ``rust-exclusive-batch``: the same into an exclusive publication
+  (``--exclusive 1``: ``add_exclusive_publication``, one writer, no atomic add on the tail);
 - ``py-offer``: Python ``Publication.offer`` in a loop;
 - ``py-batch-list``: Python ``offer_batch`` with a list of 8,192 ``bytes``;
 - ``py-batch-arrow``: Python ``offer_batch`` with a pyarrow ``binary`` array of 8,192;
@@ -15,6 +17,9 @@ publisher, one of:
   build directory ``--aeron-build`` names (``benches/aeron_ipc.sh`` says how to build it; nothing
   is downloaded). Its rate is the publisher's own ``Total:`` line (the publisher runs at most one
   term window, 32 MiB, ahead of the subscriber); the subscriber's count is checked to reach COUNT.
+- ``aeron-exclusive``: the same with ``streaming_exclusive_publisher``, Aeron's sample changed to
+  an exclusive publication (``aeron_exclusive_publication_offer``; Aeron's samples have no such
+  option: ``benches/aeron_ipc.sh`` says how it is made from ``streaming_publisher.c``).
 
 ``--batch`` sets the ``offer_batch`` size of ``rust-batch`` and the Python batch cases.
 
@@ -55,7 +60,18 @@ from typing import Any
 TIMEOUT_S = 300
 BATCH = 8192
 AERON_CASE = "aeron-offer"
-"""The case run through Aeron C's driver and samples (the peer) rather than this package."""
+"""The peer every ratio is taken against: Aeron C's driver and samples, a concurrent publication."""
+AERON_EXCLUSIVE_CASE = "aeron-exclusive"
+"""The second peer, with its own ratio column: Aeron's exclusive publication."""
+AERON_PUBLISHERS = {AERON_CASE: "streaming_publisher", AERON_EXCLUSIVE_CASE: "streaming_exclusive_publisher"}
+"""The cases run through Aeron C's driver and samples rather than this package, and their publisher."""
+RUST_PUBLISHER_FLAGS = {
+    "rust-offer": [],
+    "rust-batch": ["--batch"],
+    "rust-exclusive": ["--exclusive", "1"],
+    "rust-exclusive-batch": ["--exclusive", "1", "--batch"],
+}
+"""``affinity-ipc publish`` options per Rust case (``--batch`` is followed by the batch size)."""
 AERON_BINARIES = "binaries"
 """Where ``aeronmd`` and the C samples are under an Aeron CMake build directory."""
 AERON_START_S = 20.0
@@ -135,11 +151,11 @@ def aeron_binary(build: Path, name: str) -> str:
     return str(path)
 
 
-def aeron_run(build: Path, count: int, size: int) -> dict[str, Any]:
+def aeron_run(build: Path, count: int, size: int, case: str = AERON_CASE) -> dict[str, Any]:
     """One run of Aeron C's own driver and samples over ``aeron:ipc``: fresh ``aeronmd`` (SHARED),
-    ``rate_subscriber``, then ``streaming_publisher`` of `count` messages of `size` bytes."""
+    ``rate_subscriber``, then `case`'s publisher of `count` messages of `size` bytes."""
     aeronmd, subscriber_bin, publisher_bin = (
-        aeron_binary(build, name) for name in ("aeronmd", "rate_subscriber", "streaming_publisher")
+        aeron_binary(build, name) for name in ("aeronmd", "rate_subscriber", AERON_PUBLISHERS[case])
     )
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as tmp:
         directory = str(Path(tmp) / "aeron")
@@ -305,8 +321,8 @@ def one_run(
             driver_cpu_before = process_cpu_seconds(driver.pid)
             window_start = time.perf_counter()
             if case.startswith("rust"):
-                batch = ["--batch", str(batch_size)] if case == "rust-batch" else []
-                command = [ipc, "publish", "--dir", directory, "--count", str(count), "--size", str(size), *batch]
+                flags = RUST_PUBLISHER_FLAGS[case] + ([str(batch_size)] if case.endswith("batch") else [])
+                command = [ipc, "publish", "--dir", directory, "--count", str(count), "--size", str(size), *flags]
             else:
                 command = [sys.executable, "-c", PUBLISHER, directory, str(count), str(size), case, str(batch_size)]
                 command.append(str(STREAM_ID))
@@ -331,6 +347,9 @@ def one_run(
                 # Builds before the CPU figures were added report none.
                 "subscriber_cpu_rate": received.get("cpu_rate"),
                 "publisher_cpu_rate": sent.get("cpu_rate"),
+                # Refused offers and empty polls (builds before they were counted report none).
+                "publisher_idle_calls": sent.get("idle_calls"),
+                "subscriber_idle_calls": received.get("idle_calls"),
                 "driver_cpu_seconds": driver_cpu,
                 "driver_cpu_seconds_total": driver_cpu_after,
                 "driver_cpu_window_seconds": round(window_seconds, 6),
@@ -362,22 +381,27 @@ def summarize(lines: list[dict[str, Any]]) -> str:
         return f"{statistics.median(numbers) / statistics.median(peer):.2f}x" if numbers and peer else "n/a"
 
     aeron = {size: runs for (_, case, size), runs in groups.items() if case == AERON_CASE}
+    exclusive = {size: runs for (_, case, size), runs in groups.items() if case == AERON_EXCLUSIVE_CASE}
     rows = [
-        "label      case         size  n  offered M msg/s      received M msg/s     "
-        "publisher M msg/CPU-s  load       x Aeron, wall / CPU"
+        "label      case                 size  n  offered M msg/s      received M msg/s     "
+        "publisher M msg/CPU-s  load       x Aeron, wall / CPU  x Aeron exclusive"
     ]
-    for (label, case, size), runs in sorted(groups.items(), key=lambda item: (item[0][2], item[0][1] != AERON_CASE)):
+    for (label, case, size), runs in sorted(
+        groups.items(), key=lambda item: (item[0][2], item[0][1] not in AERON_PUBLISHERS, item[0][1])
+    ):
         done = [r for r in runs if not r.get("failed")]
         offered, cpu = values(runs, "offered_per_s"), values(runs, "publisher_cpu_rate")
-        peer = aeron.get(size, [])
+        peer, exclusive_peer = aeron.get(size, []), exclusive.get(size, [])
         loads = [r["load_before"] for r in done] + [r["load_after"] for r in done]
         load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else "n/a"
         failed = f" ({len(runs) - len(done)} failed)" if len(done) < len(runs) else ""
         received = values(runs, "received_per_s")
         rows.append(
-            f"{label:10} {case:12} {size:5} {len(done):2}  {spread(offered)}  {spread(received)}  "
+            f"{label:10} {case:20} {size:5} {len(done):2}  {spread(offered)}  {spread(received)}  "
             f"{spread(cpu)}  {load:10} {ratio(offered, values(peer, 'offered_per_s'))} / "
-            f"{ratio(cpu, values(peer, 'publisher_cpu_rate'))}{failed}"
+            f"{ratio(cpu, values(peer, 'publisher_cpu_rate'))}  "
+            f"{ratio(offered, values(exclusive_peer, 'offered_per_s'))} / "
+            f"{ratio(cpu, values(exclusive_peer, 'publisher_cpu_rate'))}{failed}"
         )
     return "\n".join(rows)
 
@@ -417,10 +441,10 @@ def main() -> None:
                 count = max(count // 5, 1)  # one Python call per message: a shorter run
             rates = []
             for run in range(args.runs):
-                if case == AERON_CASE:
+                if case in AERON_PUBLISHERS:
                     if args.aeron_build is None:
-                        raise SystemExit(f"the {AERON_CASE} case needs --aeron-build")
-                    result = aeron_run(args.aeron_build, count, size)
+                        raise SystemExit(f"the {case} case needs --aeron-build")
+                    result = aeron_run(args.aeron_build, count, size, case)
                 else:
                     result = one_run(args.binaries, args.subscriber_ipc, case, count, size, args.batch)
                 line = {"label": args.label, "case": case, "size": size, "count": count, "run": run, **result}

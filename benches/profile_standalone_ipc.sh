@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Profiles one run through the standalone driver (`aeron:ipc`, or UDP over 127.0.0.1 with
 # CHANNEL=udp): a fresh `affinity-driver --threading shared`, `affinity-ipc subscribe`, and
-# `affinity-ipc publish` (one message per `offer` unless BATCH is set), each process sampled on
+# `affinity-ipc publish` (one message per `offer` unless BATCH is set; into an exclusive
+# publication with EXCLUSIVE=1), each process sampled on
 # its own. With AERON_BUILD set (an Aeron C build directory, see benches/aeron_ipc.sh), the same
 # for the peer instead: `aeronmd` (SHARED), `rate_subscriber` and `streaming_publisher` over
 # `aeron:ipc`. Needs `perf` (Debian: linux-perf); nothing in CI runs it.
 #   usage: benches/profile_standalone_ipc.sh [BINDIR]   (default target/release)
 #   env:   OUT (default /tmp/ipc-profile), COUNT (50000000), SIZE (32), BATCH (unset: offer),
+#          EXCLUSIVE (unset: a shared publication; 1: `publish --exclusive 1`),
 #          CHANNEL (ipc | udp: aeron:udp?endpoint=127.0.0.1:<free port>),
 #          CALL_GRAPH (unset: flat; set: call graphs, `perf record --call-graph dwarf`),
 #          STAT (unset: `perf record`; set: `perf stat` of each process instead, into
@@ -23,6 +25,7 @@ SIZE=${SIZE:-32}
 STREAM=1001
 batch=()
 if [[ -n "${BATCH:-}" ]]; then batch=(--batch "$BATCH"); fi
+if [[ -n "${EXCLUSIVE:-}" ]]; then batch+=(--exclusive "$EXCLUSIVE"); fi
 channel=()
 case ${CHANNEL:-ipc} in
   ipc) ;;

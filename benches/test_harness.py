@@ -153,15 +153,17 @@ def test_ipc_summary_gives_ratios_to_aeron_of_medians_and_counts_failures() -> N
         }
 
     lines = [run("aeron", ipc.AERON_CASE, rate, 2 * rate, None) for rate in (8.0, 10.0, 30.0)]
+    lines += [run("aeron", ipc.AERON_EXCLUSIVE_CASE, rate, 2 * rate, None) for rate in (12.0, 15.0, 40.0)]
     lines += [run("head", "rust-offer", rate, rate, rate - 1) for rate in (5.0, 15.0, 20.0)]
     lines.append({"label": "head", "case": "rust-offer", "size": 32, "failed": True, "round": 2, "load": 9.0})
     rows = ipc.summarize(lines).splitlines()
-    aeron = next(row for row in rows if row.startswith("aeron"))
+    aeron = next(row for row in rows if row.startswith("aeron") and ipc.AERON_CASE in row)
     head = next(row for row in rows if row.startswith("head"))
     assert "10.00 [8.00-30.00]" in aeron and "1.00x / 1.00x" in aeron
     # 15 / 10 by wall clock, 15 / 20 per CPU-second; the failed run is counted, not averaged.
     assert "   32  3  " in head and "15.00 [5.00-20.00]" in head and "14.00 [4.00-19.00]" in head
-    assert head.endswith("1.50x / 0.75x (1 failed)")
+    # Against Aeron's exclusive publication too: 15 / 15 and 15 / 30.
+    assert head.endswith("1.50x / 0.75x  1.00x / 0.50x (1 failed)")
 
 
 def test_aeron_ipc_skips_with_a_reason_without_a_build_and_refuses_a_wrong_one(tmp_path: Path) -> None:

@@ -44,6 +44,15 @@ fn wait_connected(client: &AttachedClient, publication: &AttachedPublication) {
 
 /// Offers `count` messages and checks the subscription receives each, in order.
 fn send_and_check(publication: &AttachedPublication, subscription: &mut AttachedSubscription, count: u64) {
+    send_and_check_with(|message| publication.try_offer(message).unwrap(), subscription, count);
+}
+
+/// [`send_and_check`] through `try_offer` (a shared or an exclusive publication's).
+fn send_and_check_with(
+    mut try_offer: impl FnMut(&[u8]) -> Result<i64, OfferError>,
+    subscription: &mut AttachedSubscription,
+    count: u64,
+) {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut sent = 0u64;
     let mut received = 0u64;
@@ -51,7 +60,7 @@ fn send_and_check(publication: &AttachedPublication, subscription: &mut Attached
     while received < count {
         assert!(Instant::now() < deadline, "stalled at sent={sent} received={received}");
         while sent < count {
-            match publication.try_offer(&message(sent)).unwrap() {
+            match try_offer(&message(sent)) {
                 Ok(_) => sent += 1,
                 Err(OfferError::BackPressured | OfferError::AdminAction) => break,
                 Err(error) => panic!("offer failed: {error:?}"),
@@ -206,6 +215,29 @@ fn udp_publications_of_one_route_share_one_session_and_a_setting_it_cannot_honou
     assert_ne!(client.add_publication(&channel, 18).unwrap().registration_id(), first.registration_id());
     send_and_check(&first, &mut subscription, 10);
     assert_eq!(subscription.image_count().unwrap(), 1);
+}
+
+#[test]
+fn an_exclusive_udp_publication_is_a_session_of_its_own_and_delivers_in_order_across_rotations() {
+    let client = client();
+    let endpoint = format!("127.0.0.1:{}", free_udp_port().unwrap());
+    let channel = format!("aeron:udp?endpoint={endpoint}|{ROLLOVER_START}");
+    let mut subscription = client.add_subscription(&format!("aeron:udp?endpoint={endpoint}"), 19).unwrap();
+    let shared = client.add_publication(&format!("aeron:udp?endpoint={endpoint}"), 19).unwrap();
+    let mut exclusive = client.add_exclusive_publication(&channel, 19).unwrap();
+    assert_ne!(exclusive.session_id(), shared.session_id());
+    assert_ne!(exclusive.registration_id(), shared.registration_id());
+    assert_eq!(exclusive.position(), ROLLOVER_POSITION, "starts where its channel says");
+    let joined = client.add_publication(&format!("aeron:udp?endpoint={endpoint}"), 19).unwrap();
+    assert_eq!(joined.registration_id(), shared.registration_id(), "a shared publication never joins it");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !exclusive.is_connected().unwrap() {
+        client.do_work().unwrap();
+        assert!(Instant::now() < deadline, "never connected");
+    }
+    send_and_check_with(|message| exclusive.try_offer(message).unwrap(), &mut subscription, 2_000);
+    assert!(exclusive.position() > 3 * 65536, "rolled into the next terms: {}", exclusive.position());
+    assert_eq!(subscription.image_count().unwrap(), 2, "one image per session");
 }
 
 #[test]

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use affinity::client::attached::{AttachedClient, AttachedOffer};
+use affinity::client::attached::{AttachedClient, AttachedOffer, AttachedPublication, ExclusivePublication};
 use affinity::shm::cnc::{Cnc, CNC_FILE};
 use affinity::shm::log_buffer::driver_logs;
 
@@ -48,6 +48,29 @@ fn ipc_with(role: &str, dir: &Path, count: u64, size: usize, extra: &[&str]) -> 
 fn counter(dir: &Path, label: &str) -> Option<i64> {
     let cnc = Cnc::open(&dir.join(CNC_FILE), false).ok()?;
     cnc.counters().ok()?.allocated().ok()?.into_iter().find(|c| c.label.starts_with(label)).map(|c| c.value)
+}
+
+/// A shared or an exclusive publication, offered into the same way.
+#[allow(clippy::large_enum_variant)] // one per test
+enum Publication {
+    Shared(AttachedPublication),
+    Exclusive(ExclusivePublication),
+}
+
+impl Publication {
+    fn offer(&mut self, payload: &[u8]) -> AttachedOffer {
+        match self {
+            Publication::Shared(publication) => publication.offer(payload).unwrap(),
+            Publication::Exclusive(publication) => publication.offer(payload).unwrap(),
+        }
+    }
+
+    fn is_connected(&self) -> bool {
+        match self {
+            Publication::Shared(publication) => publication.is_connected().unwrap(),
+            Publication::Exclusive(publication) => publication.is_connected().unwrap(),
+        }
+    }
 }
 
 fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
@@ -104,15 +127,106 @@ fn batch_offers_between_processes_arrive_in_order_small_and_fragmented() {
     // Small messages: many claims of up to 1024 messages, across many term rotations; then
     // messages longer than the MTU (fragmented inside a batch claim).
     for (count, size) in [(1_000_000u64, 40usize), (20_000, 5000)] {
-        let mut subscriber = ipc("subscribe", &dir, count, size);
-        subscriber.wait_for_line("ready");
-        let publisher = ipc_with("publish", &dir, count, size, &["--batch", "3000"]);
-        let sent = output(publisher, Duration::from_secs(300));
-        let received = output(subscriber, Duration::from_secs(300));
-        assert!(sent.contains(&format!("\"messages\":{count},")), "{sent}");
-        assert!(received.contains(&format!("\"messages\":{count},")), "{received}");
+        publish_and_receive_every_message(&dir, count, size, &["--batch", "3000"]);
     }
     drop(driver);
+}
+
+/// A subscriber process, then a publisher process (`affinity-ipc publish` with `extra`) of
+/// `count` messages of `size` bytes: both report every message (the subscriber checks order).
+fn publish_and_receive_every_message(dir: &Path, count: u64, size: usize, extra: &[&str]) {
+    let mut subscriber = ipc("subscribe", dir, count, size);
+    subscriber.wait_for_line("ready");
+    let publisher = ipc_with("publish", dir, count, size, extra);
+    let sent = output(publisher, Duration::from_secs(300));
+    let received = output(subscriber, Duration::from_secs(300));
+    assert!(sent.contains(&format!("\"messages\":{count},")), "{sent}");
+    assert!(received.contains(&format!("\"messages\":{count},")), "{received}");
+}
+
+#[test]
+fn exclusive_publishers_in_processes_deliver_in_order_one_message_and_batched() {
+    let dir = tempdir("exclusive");
+    let driver = start_driver(&dir, &["--term-length", "1m"]);
+    // One message per offer across many rotations; batches of small messages; batches of
+    // messages longer than the MTU (fragmented inside one append).
+    for (count, size, batch) in [(1_000_000u64, 32usize, "1"), (1_000_000, 40, "3000"), (20_000, 5000, "3000")] {
+        publish_and_receive_every_message(&dir, count, size, &["--exclusive", "1", "--batch", batch]);
+    }
+    drop(driver);
+}
+
+#[test]
+fn exclusive_and_shared_publications_of_one_stream_are_separate_sessions_and_all_arrive() {
+    let dir = tempdir("exclusive-and-shared");
+    let driver = start_driver(&dir, &["--term-length", "64k"]);
+    let client = AttachedClient::connect(&dir, Duration::from_secs(2)).unwrap();
+    let mut subscription = client.add_subscription("aeron:ipc", 5).unwrap();
+    let shared = client.add_publication("aeron:ipc", 5).unwrap();
+    let mut first = client.add_exclusive_publication("aeron:ipc", 5).unwrap();
+    let mut second = client.add_exclusive_publication("aeron:ipc", 5).unwrap();
+    let joined = client.add_publication("aeron:ipc", 5).unwrap();
+    let sessions = [shared.session_id(), first.session_id(), second.session_id()];
+    assert!(sessions[0] != sessions[1] && sessions[1] != sessions[2] && sessions[0] != sessions[2], "{sessions:?}");
+    assert_eq!(joined.registration_id(), shared.registration_id(), "a shared publication joins only the shared log");
+    assert_eq!(counter(&dir, "IPC publications"), Some(3));
+    assert!(wait_until(Duration::from_secs(5), || first.is_connected().unwrap() && second.is_connected().unwrap()));
+    // Each publisher numbers its own messages: tag (1 byte) + sequence; every stream in order.
+    let per_publisher = 30_000u64;
+    let mut next = [0u64; 3];
+    let mut sent = [0u64; 3];
+    let start = Instant::now();
+    while next.iter().any(|n| *n < per_publisher) {
+        assert!(start.elapsed() < Duration::from_secs(60), "stuck: sent {sent:?}, received {next:?}");
+        for (tag, sent) in sent.iter_mut().enumerate() {
+            if *sent == per_publisher {
+                continue;
+            }
+            let mut message = [tag as u8; 16];
+            message[8..].copy_from_slice(&sent.to_le_bytes());
+            let outcome = match tag {
+                0 => shared.offer(&message).unwrap(),
+                1 => first.offer(&message).unwrap(),
+                _ => second.offer(&message).unwrap(),
+            };
+            if let AttachedOffer::Position(_) = outcome {
+                *sent += 1;
+            }
+        }
+        subscription
+            .poll(usize::MAX, |message| {
+                let tag = message[0] as usize;
+                assert_eq!(u64::from_le_bytes(message[8..16].try_into().unwrap()), next[tag], "publisher {tag}");
+                next[tag] += 1;
+            })
+            .unwrap();
+    }
+    // The driver reads the exclusive publisher's position from the tail it stores.
+    let status = first.status().unwrap();
+    assert_eq!((status.session_id, status.position), (first.session_id(), first.position()));
+    drop((shared, joined, first, second, subscription, client));
+    drop(driver);
+}
+
+#[test]
+fn a_killed_exclusive_publisher_is_reclaimed_and_a_new_one_delivers_on_the_stream() {
+    let dir = tempdir("kill-exclusive");
+    let driver = start_driver(&dir, &["--client-timeout", "1s", "--linger", "1s"]);
+    let mut subscriber = ipc("subscribe", &dir, 100_000, 64);
+    subscriber.wait_for_line("ready");
+    let mut publisher = ipc_with("publish", &dir, 100_000, 64, &["--exclusive", "1", "--hang", "1"]);
+    assert!(output(subscriber, Duration::from_secs(120)).contains("\"messages\":100000,"));
+    assert_eq!(counter(&dir, "IPC publications"), Some(1));
+    publisher.signal(libc::SIGKILL);
+    publisher.wait_exit(Duration::from_secs(5));
+    assert!(
+        wait_until(Duration::from_secs(10), || counter(&dir, "IPC publications") == Some(0)
+            && counter(&dir, "Clients") == Some(0)),
+        "the killed publisher's log was not reclaimed"
+    );
+    assert_eq!(driver_logs(driver.0.id()).unwrap(), vec![], "log memfd closed");
+    // The stream goes on with a new exclusive publisher (a new session and log).
+    publish_and_receive_every_message(&dir, 100_000, 64, &["--exclusive", "1"]);
 }
 
 #[test]
@@ -284,14 +398,29 @@ fn a_corrupt_or_truncated_cnc_is_a_clear_error_and_a_new_driver_replaces_it() {
 /// after a rotation, and the subscriber gets every message once, in order.
 #[test]
 fn one_message_offers_report_back_pressure_and_rotation_and_lose_nothing() {
+    offers_report_back_pressure_and_rotation_and_lose_nothing(false);
+}
+
+#[test]
+fn exclusive_offers_report_back_pressure_and_rotation_and_lose_nothing() {
+    offers_report_back_pressure_and_rotation_and_lose_nothing(true);
+}
+
+/// One message per offer into a shared or an `exclusive` publication, the subscriber reading
+/// only once the publisher is refused: back pressure at the limit, rotations, every message.
+fn offers_report_back_pressure_and_rotation_and_lose_nothing(exclusive: bool) {
     const TERM: i64 = 64 * 1024;
     const FRAME: i64 = 64;
-    let dir = tempdir("offer-outcomes");
+    let dir = tempdir(if exclusive { "exclusive-outcomes" } else { "offer-outcomes" });
     let driver = start_driver(&dir, &["--term-length", "64k"]);
     let client = AttachedClient::connect(&dir, Duration::from_secs(2)).unwrap();
-    let publication = client.add_publication("aeron:ipc", 9).unwrap();
+    let mut publication = if exclusive {
+        Publication::Exclusive(client.add_exclusive_publication("aeron:ipc", 9).unwrap())
+    } else {
+        Publication::Shared(client.add_publication("aeron:ipc", 9).unwrap())
+    };
     let mut subscription = client.add_subscription("aeron:ipc", 9).unwrap();
-    assert!(wait_until(Duration::from_secs(5), || publication.is_connected().unwrap()), "never connected");
+    assert!(wait_until(Duration::from_secs(5), || publication.is_connected()), "never connected");
     let total = 4 * (TERM / FRAME) as u64;
     let (mut sent, mut received, mut position) = (0u64, 0u64, 0i64);
     let (mut back_pressured, mut rotations) = (0u64, 0u64);
@@ -303,7 +432,7 @@ fn one_message_offers_report_back_pressure_and_rotation_and_lose_nothing() {
         while sent < total {
             let mut message = [0u8; 32];
             message[..8].copy_from_slice(&sent.to_le_bytes());
-            match publication.offer(&message).unwrap() {
+            match publication.offer(&message) {
                 AttachedOffer::Position(end) => {
                     let expected = position + FRAME;
                     let next_term = (position / TERM + 1) * TERM + FRAME;

@@ -3,36 +3,41 @@
 //! (`docs/benchmarks.md`, "Media driver") run it.
 //!
 //! ```text
-//! affinity-ipc publish   --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--batch M] [--hang 1]
+//! affinity-ipc publish   --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--batch M] [--exclusive 1] [--hang 1]
 //! affinity-ipc subscribe --dir D [--stream S] [--channel URI] --count N [--size BYTES] [--check seq|length]
 //! affinity-ipc hold      --dir D [--stream S]      (a publication and a subscription, forever)
 //! affinity-ipc attach    --dir D --count N         (median time of N attaches)
 //! affinity-ipc idle-publications  --dir D [--channel URI] --count N [--hang 1] (N publications on N streams: time, RSS)
 //! affinity-ipc idle-subscriptions --dir D [--channel URI] --count N [--hang 1] (N subscriptions on N streams: time, RSS)
-//! affinity-ipc offer-alone --count N [--size BYTES] [--term-length BYTES]   (the log's one-message appender alone: CPU per offer)
+//! affinity-ipc offer-alone --count N [--size BYTES] [--term-length BYTES] [--exclusive 1]   (the log's one-message appender alone: CPU per offer)
 //! ```
 //!
 //! `offer-alone` needs no driver: N one-message `LogBuffer::offer`s into an anonymous log
 //! (the default IPC term length unless `--term-length`, and the default MTU) in this one thread, nobody reading and no limit; it prints
 //! `{"role":"offer-alone","messages":..,"cpu_seconds":..,"cpu_ns_per_offer":..}`. Without the
 //! other processes' cache-line traffic and scheduling it measures what the appender's own
-//! instructions cost, the figure a loaded machine moves least (`docs/benchmarks.md`).
+//! instructions cost, the figure a loaded machine moves least (`docs/benchmarks.md`). With
+//! `--exclusive 1`, the exclusive appender's (`ExclusiveAppender::offer`).
 //!
 //! `subscribe --check length` checks only the count and length of messages (publishers that do
 //! not number them: the Python benchmark's); the default checks the sequence numbers too.
 //!
 //! `publish --batch M` (M > 1) appends with `offer_batch`, M messages per call (one claim on the
 //! log per call, up to the publisher limit and the term end); the default offers one at a time.
+//! `publish --exclusive 1` offers into an exclusive publication
+//! (`AttachedClient::add_exclusive_publication`: a log and session of its own, appended to
+//! without atomic read-modify-writes); the default, a shared one (`add_publication`).
 //!
 //! Messages carry their sequence number in the first 8 bytes; the subscriber checks every
 //! message arrives once and in order and prints one JSON line: `{"role":..,"messages":..,
-//! "seconds":..,"rate":..,"cpu_seconds":..,"cpu_rate":..}` (CPU time of the hot thread over the
-//! timed interval: the rate per CPU-second does not depend on how busy the machine is). Exit status 1 on any error or gap. Loops are bounded by time.
+//! "seconds":..,"rate":..,"cpu_seconds":..,"cpu_rate":..,"idle_calls":..}` (CPU time of the hot thread over the
+//! timed interval: the rate per CPU-second does not depend on how busy the machine is; it
+//! includes the `idle_calls`, refused offers or empty polls, a subscriber's from its start). Exit status 1 on any error or gap. Loops are bounded by time.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use affinity::client::attached::{AttachedClient, AttachedOffer};
+use affinity::client::attached::{AttachedClient, AttachedOffer, AttachedPublication, ExclusivePublication};
 use affinity::protocol::OfferError;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -72,6 +77,8 @@ struct Args {
     /// run timeout.
     hang: bool,
     batch: usize,
+    /// `publish --exclusive 1`: an exclusive publication instead of a shared one.
+    exclusive: bool,
     check_sequence: bool,
     /// `offer-alone --term-length BYTES`: the anonymous log's term length (a small one keeps the
     /// log in cache: the appender's instructions without its memory traffic).
@@ -90,6 +97,7 @@ fn parse() -> Result<Args, String> {
         size: 32,
         hang: false,
         batch: 1,
+        exclusive: false,
         check_sequence: true,
         term_length: None,
     };
@@ -103,6 +111,7 @@ fn parse() -> Result<Args, String> {
             "--count" => parsed.count = number()?,
             "--size" => parsed.size = number()?.max(8) as usize,
             "--hang" => parsed.hang = number()? != 0,
+            "--exclusive" => parsed.exclusive = number()? != 0,
             "--check" => {
                 parsed.check_sequence = match value.as_str() {
                     "seq" => true,
@@ -154,20 +163,59 @@ fn thread_cpu() -> Duration {
 }
 
 /// One JSON line: wall-clock rate, and the CPU time the hot thread used over the same interval
-/// (`cpu_rate` = messages per CPU-second: what the process would do with a core of its own).
-fn report(role: &str, messages: u64, elapsed: Duration, cpu: Duration) {
+/// (`cpu_rate` = messages per CPU-second: what the process would do with a core of its own),
+/// which includes its `idle_calls` (refused offers, empty polls: a publisher that outruns its
+/// subscriber spends CPU waiting).
+fn report(role: &str, messages: u64, elapsed: Duration, cpu: Duration, idle_calls: u64) {
     let seconds = elapsed.as_secs_f64();
     let cpu_seconds = cpu.as_secs_f64();
     println!(
-        "{{\"role\":\"{role}\",\"messages\":{messages},\"seconds\":{seconds:.6},\"rate\":{:.0},\"cpu_seconds\":{cpu_seconds:.6},\"cpu_rate\":{:.0}}}",
+        "{{\"role\":\"{role}\",\"messages\":{messages},\"seconds\":{seconds:.6},\"rate\":{:.0},\"cpu_seconds\":{cpu_seconds:.6},\"cpu_rate\":{:.0},\"idle_calls\":{idle_calls}}}",
         messages as f64 / seconds.max(1e-9),
         messages as f64 / cpu_seconds.max(1e-9)
     );
 }
 
+/// The publication `publish` offers into.
+#[allow(clippy::large_enum_variant)] // one per process, offered into straight (no box to follow)
+enum Publisher {
+    /// `add_publication`: the log's many-writer appender.
+    Shared(AttachedPublication),
+    /// `add_exclusive_publication`: its one writer's appender.
+    Exclusive(ExclusivePublication),
+}
+
+impl Publisher {
+    fn is_connected(&self) -> Result<bool, affinity::error::Error> {
+        match self {
+            Publisher::Shared(publication) => publication.is_connected(),
+            Publisher::Exclusive(publication) => publication.is_connected(),
+        }
+    }
+
+    #[inline]
+    fn offer(&mut self, payload: &[u8]) -> Result<AttachedOffer, affinity::error::Error> {
+        match self {
+            Publisher::Shared(publication) => publication.offer(payload),
+            Publisher::Exclusive(publication) => publication.offer(payload),
+        }
+    }
+
+    fn offer_batch(&mut self, messages: Vec<&[u8]>) -> Result<(usize, Option<OfferError>), affinity::error::Error> {
+        match self {
+            Publisher::Shared(publication) => publication.offer_batch(messages),
+            Publisher::Exclusive(publication) => publication.offer_batch(messages),
+        }
+    }
+}
+
 fn publish(args: &Args) -> Result<(), String> {
     let client = AttachedClient::connect(&args.dir, DRIVER_TIMEOUT).map_err(|e| e.to_string())?;
-    let publication = client.add_publication(&args.channel, args.stream).map_err(|e| e.to_string())?;
+    let mut publication = if args.exclusive {
+        Publisher::Exclusive(client.add_exclusive_publication(&args.channel, args.stream).map_err(|e| e.to_string())?)
+    } else {
+        Publisher::Shared(client.add_publication(&args.channel, args.stream).map_err(|e| e.to_string())?)
+    };
     let start = Instant::now();
     while !publication.is_connected().map_err(|e| e.to_string())? {
         if start.elapsed() > CONNECT_TIMEOUT {
@@ -226,7 +274,7 @@ fn publish(args: &Args) -> Result<(), String> {
             idle_wait(udp, in_row);
         }
     }
-    report("publish", sequence, start.elapsed(), thread_cpu().saturating_sub(cpu_start));
+    report("publish", sequence, start.elapsed(), thread_cpu().saturating_sub(cpu_start), spins);
     if args.hang {
         hang();
     }
@@ -238,7 +286,7 @@ fn publish(args: &Args) -> Result<(), String> {
 fn offer_alone(args: &Args) -> Result<(), String> {
     use affinity::channel::{DEFAULT_MTU, DEFAULT_TERM_LENGTH_IPC};
     use affinity::logbuffer::Offer;
-    use affinity::shm::log_buffer::{LogBuffer, LogParams, PAGE_MIN_SIZE};
+    use affinity::shm::log_buffer::{ExclusiveAppender, LogBuffer, LogParams, PAGE_MIN_SIZE};
     let params = LogParams {
         term_length: args.term_length.unwrap_or(DEFAULT_TERM_LENGTH_IPC),
         mtu: DEFAULT_MTU,
@@ -249,6 +297,8 @@ fn offer_alone(args: &Args) -> Result<(), String> {
         correlation_id: 0,
     };
     let log = LogBuffer::anonymous(&params).map_err(|e| e.to_string())?;
+    let mut exclusive =
+        if args.exclusive { Some(ExclusiveAppender::new(log.clone()).map_err(|e| e.to_string())?) } else { None };
     let mut payload = vec![0u8; args.size];
     let start = Instant::now();
     let cpu_start = thread_cpu();
@@ -256,7 +306,11 @@ fn offer_alone(args: &Args) -> Result<(), String> {
     let mut rotations = 0u64;
     while sequence < args.count {
         payload[..8].copy_from_slice(&sequence.to_le_bytes());
-        match log.offer(&payload, 0, i64::MAX).map_err(|e| e.to_string())? {
+        let outcome = match exclusive.as_mut() {
+            Some(appender) => appender.offer(&payload, 0, i64::MAX),
+            None => log.offer(&payload, 0, i64::MAX),
+        };
+        match outcome.map_err(|e| e.to_string())? {
             Offer::Appended(_) => sequence += 1,
             // The claim crossed the term's end: the log rotated, offer again.
             Offer::AdminAction => rotations += 1,
@@ -329,7 +383,7 @@ fn subscribe(args: &Args) -> Result<(), String> {
         return Err(error);
     }
     let (elapsed, cpu) = start.map(|(s, c)| (s.elapsed(), thread_cpu().saturating_sub(c))).unwrap_or_default();
-    report("subscribe", next, elapsed, cpu);
+    report("subscribe", next, elapsed, cpu, idle);
     Ok(())
 }
 

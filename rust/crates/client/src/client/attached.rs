@@ -23,7 +23,7 @@ use crate::shm::cnc::{Cnc, CNC_FILE};
 use crate::shm::command::{error_code, Command, Response};
 use crate::shm::counters::{Counter, CountersReader};
 use crate::shm::directory::{self, epoch_ms, DirectoryState};
-use crate::shm::log_buffer::{LogBuffer, LogIdentity, Unsent};
+use crate::shm::log_buffer::{ExclusiveAppender, LogBuffer, LogIdentity, Unsent};
 use crate::shm::ring_buffer::{ManyToOneRingBuffer, Write};
 use crate::shm::status::{DriverEventInfo, PublicationInfo, SystemCounter};
 use crate::shm::wake::{DataWake, ParkWake};
@@ -716,6 +716,42 @@ impl AttachedClient {
         stream_id: i32,
         interrupt: impl FnMut() -> std::result::Result<(), E>,
     ) -> std::result::Result<Result<AttachedPublication>, E> {
+        self.add_publication_of_kind(channel, stream_id, false, interrupt)
+    }
+
+    /// Adds an exclusive publication (Aeron's `addExclusivePublication`; `aeron:ipc` or
+    /// `aeron:udp`): a log and session of its own, which no other publication joins, appended
+    /// to by its one owner without atomic read-modify-writes ([`ExclusivePublication`]).
+    pub fn add_exclusive_publication(&self, channel: &str, stream_id: i32) -> Result<ExclusivePublication> {
+        match self.add_exclusive_publication_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
+            Ok(result) => result,
+            Err(never) => match never {},
+        }
+    }
+
+    /// [`Self::add_exclusive_publication`], polling `interrupt` while the driver answers (same
+    /// guarantee as [`Self::add_publication_with`]).
+    pub fn add_exclusive_publication_with<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<ExclusivePublication>, E> {
+        let publication = self.add_publication_of_kind(channel, stream_id, true, interrupt)?;
+        // A log the appender cannot start from is refused; dropping the publication removes it.
+        Ok(publication.and_then(|publication| {
+            let appender = ExclusiveAppender::new(publication.log.clone()).map_err(shm)?;
+            Ok(ExclusivePublication { publication, appender })
+        }))
+    }
+
+    fn add_publication_of_kind<E>(
+        &self,
+        channel: &str,
+        stream_id: i32,
+        exclusive: bool,
+        interrupt: impl FnMut() -> std::result::Result<(), E>,
+    ) -> std::result::Result<Result<AttachedPublication>, E> {
         let client_id = self.shared.client_id;
         let response = self.shared.request_with(
             |correlation_id| Command::AddPublication {
@@ -723,6 +759,7 @@ impl AttachedClient {
                 correlation_id,
                 stream_id,
                 channel: channel.to_string(),
+                exclusive,
             },
             interrupt,
         )?;
@@ -929,35 +966,49 @@ impl AttachedPublication {
     /// does what `append_with` does with one (the same limits, the same outcomes).
     #[inline]
     pub fn offer(&self, payload: &[u8]) -> Result<AttachedOffer> {
+        self.offer_with(payload, |payload, limit| self.log.offer(payload, 0, limit))
+    }
+
+    /// [`Self::offer`] through `append` (an appender of this publication's log: the payload
+    /// appended below the publisher limit it is given).
+    #[inline(always)]
+    fn offer_with<F>(&self, payload: &[u8], mut append: F) -> Result<AttachedOffer>
+    where
+        F: FnMut(&[u8], i64) -> std::result::Result<Offer, crate::shm::ShmError>,
+    {
         self.shared.check()?;
         let connected = self.log.is_connected().map_err(shm)?;
         let limit = if connected { self.cached_limit.load(Ordering::Relaxed) } else { self.refresh_limit()? };
-        match self.log.offer(payload, 0, limit).map_err(shm)? {
+        match append(payload, limit).map_err(shm)? {
             Offer::Appended(position) => Ok(AttachedOffer::Position(position)),
-            refusal => self.offer_refused(payload, connected, limit, refusal),
+            refusal => self.offer_refused(payload, connected, limit, refusal, append),
         }
     }
 
-    /// [`Self::offer`] after `refusal` at `limit`: when back-pressured while connected, the
+    /// [`Self::offer_with`] after `refusal` at `limit`: when back-pressured while connected, the
     /// publisher limit is read again and the offer retried once if it moved, as in
     /// [`Self::append_with`]; then the outcome.
     #[cold]
     #[inline(never)]
-    fn offer_refused(&self, payload: &[u8], connected: bool, limit: i64, refusal: Offer) -> Result<AttachedOffer> {
+    fn offer_refused<F>(
+        &self,
+        payload: &[u8],
+        connected: bool,
+        limit: i64,
+        refusal: Offer,
+        mut append: F,
+    ) -> Result<AttachedOffer>
+    where
+        F: FnMut(&[u8], i64) -> std::result::Result<Offer, crate::shm::ShmError>,
+    {
         let mut outcome = refusal;
         if outcome == Offer::BackPressured && connected {
             let fresh = self.refresh_limit()?;
             if fresh > limit {
-                outcome = self.log.offer(payload, 0, fresh).map_err(shm)?;
+                outcome = append(payload, fresh).map_err(shm)?;
             }
         }
         self.outcome(outcome)
-    }
-
-    /// Appends a prefix of `messages` (non-empty, lengths checked) with one claim: how many and
-    /// the outcome.
-    fn append(&self, messages: &[&[u8]]) -> Result<(usize, AttachedOffer)> {
-        self.append_with(|limit| self.log.offer_batch(messages, 0, limit))
     }
 
     /// Runs `offer` (an append into the log below the publisher limit it is given: how many
@@ -966,9 +1017,9 @@ impl AttachedPublication {
     /// reached (and `offer` retried once with the fresh limit), and on every offer while none is
     /// connected (so that offers then report [`AttachedOffer::NotConnected`] at once).
     #[inline]
-    fn append_with<F>(&self, offer: F) -> Result<(usize, AttachedOffer)>
+    fn append_with<F>(&self, mut offer: F) -> Result<(usize, AttachedOffer)>
     where
-        F: Fn(i64) -> std::result::Result<(usize, Offer), crate::shm::ShmError>,
+        F: FnMut(i64) -> std::result::Result<(usize, Offer), crate::shm::ShmError>,
     {
         let connected = self.log.is_connected().map_err(shm)?;
         let mut limit = self.cached_limit.load(Ordering::Relaxed);
@@ -1027,13 +1078,22 @@ impl AttachedPublication {
     /// `Ok(Err(refusal))` (an admin action is retried once at once; a message too long is
     /// [`OfferError::MessageTooLong`]), `Err` when the client is closed or the driver dead.
     pub fn try_offer(&self, payload: &[u8]) -> Result<std::result::Result<i64, OfferError>> {
+        self.try_offer_with(payload, |payload| self.offer(payload))
+    }
+
+    /// [`Self::try_offer`] through `offer` (this publication's [`Self::offer`] or an exclusive
+    /// publication's).
+    fn try_offer_with<F>(&self, payload: &[u8], mut offer: F) -> Result<std::result::Result<i64, OfferError>>
+    where
+        F: FnMut(&[u8]) -> Result<AttachedOffer>,
+    {
         let max = self.log.max_message_length();
         if payload.len() > max {
             return Ok(Err(OfferError::MessageTooLong { length: payload.len(), max }));
         }
-        let mut outcome = self.offer(payload)?;
+        let mut outcome = offer(payload)?;
         if outcome == AttachedOffer::AdminAction {
-            outcome = self.offer(payload)?;
+            outcome = offer(payload)?;
         }
         let appended = matches!(outcome, AttachedOffer::Position(_));
         if appended {
@@ -1060,6 +1120,16 @@ impl AttachedPublication {
     where
         I: IntoIterator<Item = &'a [u8]>,
     {
+        self.offer_batch_with(messages, |messages, limit| self.log.offer_batch(messages, 0, limit))
+    }
+
+    /// [`Self::offer_batch`] through `append` (an appender of this publication's log: a prefix
+    /// of the messages appended with one claim below the publisher limit it is given).
+    fn offer_batch_with<'a, I, F>(&self, messages: I, mut append: F) -> Result<(usize, Option<OfferError>)>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+        F: FnMut(&[&[u8]], i64) -> std::result::Result<(usize, Offer), crate::shm::ShmError>,
+    {
         let max = self.log.max_message_length();
         let mut messages = messages.into_iter();
         let mut chunk: Vec<&[u8]> = Vec::with_capacity(BATCH_CLAIM_MESSAGES);
@@ -1081,7 +1151,7 @@ impl AttachedPublication {
             let mut admin_retries = 0;
             while done < chunk.len() {
                 self.shared.check()?;
-                let (appended, outcome) = self.append(&chunk[done..])?;
+                let (appended, outcome) = self.append_with(|limit| append(&chunk[done..], limit))?;
                 if appended > 0 {
                     self.shared.wake_driver();
                 }
@@ -1138,6 +1208,91 @@ impl AttachedPublication {
                 .map_err(|e| Error::Driver(format!("publication {registration_id}: unreadable status record: {e}"))),
             other => Err(Error::Driver(format!("unexpected answer to a publication query: {other:?}"))),
         }
+    }
+}
+
+/// An exclusive publication (Aeron's `ExclusivePublication`,
+/// [`AttachedClient::add_exclusive_publication`]): the only writer of a log of its own. Offers
+/// take `&mut self` and append with the [`ExclusiveAppender`]: the term offset is kept here and
+/// the log's tail advanced with a plain store, not claimed with an atomic add. Everything else
+/// (limits, outcomes, the driver's part) is the [`AttachedPublication`]'s; to share one
+/// between threads, put it behind a lock (a stream with many writers is what
+/// [`AttachedClient::add_publication`] is for).
+pub struct ExclusivePublication {
+    publication: AttachedPublication,
+    appender: ExclusiveAppender,
+}
+
+impl ExclusivePublication {
+    /// Appends one message: [`AttachedPublication::offer`]'s outcomes.
+    #[inline]
+    pub fn offer(&mut self, payload: &[u8]) -> Result<AttachedOffer> {
+        let appender = &mut self.appender;
+        self.publication.offer_with(payload, |payload, limit| appender.offer(payload, 0, limit))
+    }
+
+    /// Appends one message with the embedded publication's contract
+    /// ([`AttachedPublication::try_offer`]).
+    pub fn try_offer(&mut self, payload: &[u8]) -> Result<std::result::Result<i64, OfferError>> {
+        let Self { publication, appender } = self;
+        publication.try_offer_with(payload, |payload| {
+            publication.offer_with(payload, |payload, limit| appender.offer(payload, 0, limit))
+        })
+    }
+
+    /// Appends messages in order until one is refused ([`AttachedPublication::offer_batch`]'s
+    /// contract): up to [`BATCH_CLAIM_MESSAGES`] per append into the log.
+    pub fn offer_batch<'a, I>(&mut self, messages: I) -> Result<(usize, Option<OfferError>)>
+    where
+        I: IntoIterator<Item = &'a [u8]>,
+    {
+        let appender = &mut self.appender;
+        self.publication.offer_batch_with(messages, |messages, limit| appender.offer_batch(messages, 0, limit))
+    }
+
+    /// The end of the last appended message.
+    pub fn position(&self) -> i64 {
+        self.appender.position()
+    }
+
+    /// Whether a subscriber is attached.
+    pub fn is_connected(&self) -> Result<bool> {
+        self.publication.is_connected()
+    }
+
+    /// Whether this publication's client was closed (or reclaimed by the driver).
+    pub fn is_client_closed(&self) -> bool {
+        self.publication.is_client_closed()
+    }
+
+    /// Registration id (this publication's alone).
+    pub fn registration_id(&self) -> i64 {
+        self.publication.registration_id()
+    }
+
+    /// Session id of the log (this publication's alone).
+    pub fn session_id(&self) -> i32 {
+        self.publication.session_id()
+    }
+
+    /// Stream id.
+    pub fn stream_id(&self) -> i32 {
+        self.publication.stream_id()
+    }
+
+    /// Largest message accepted.
+    pub fn max_message_length(&self) -> usize {
+        self.publication.max_message_length()
+    }
+
+    /// Term length of the log.
+    pub fn term_length(&self) -> u32 {
+        self.publication.term_length()
+    }
+
+    /// The driver's status record of this publication ([`AttachedPublication::status`]).
+    pub fn status(&self) -> Result<PublicationInfo> {
+        self.publication.status()
     }
 }
 

@@ -13,6 +13,8 @@ pub mod type_id {
     pub const ADD_PUBLICATION: i32 = 0x01;
     /// [`super::Command::RemovePublication`].
     pub const REMOVE_PUBLICATION: i32 = 0x02;
+    /// [`super::Command::AddPublication`] with `exclusive` (Aeron's `ADD_EXCLUSIVE_PUBLICATION`).
+    pub const ADD_EXCLUSIVE_PUBLICATION: i32 = 0x03;
     /// [`super::Command::AddSubscription`].
     pub const ADD_SUBSCRIPTION: i32 = 0x04;
     /// [`super::Command::RemoveSubscription`].
@@ -82,6 +84,9 @@ pub enum Command {
         stream_id: i32,
         /// Channel URI.
         channel: String,
+        /// An exclusive publication (Aeron's): a log of its own, with a session id of its own,
+        /// that no other publication joins and only its one writer appends to.
+        exclusive: bool,
     },
     /// Release a publication (its log lingers until drained).
     RemovePublication {
@@ -320,8 +325,9 @@ impl Command {
     pub fn encode(&self) -> (i32, Vec<u8>) {
         let w = Writer::default();
         match self {
-            Command::AddPublication { client_id, correlation_id, stream_id, channel } => {
-                (type_id::ADD_PUBLICATION, w.i64(*client_id).i64(*correlation_id).i32(*stream_id).string(channel).0)
+            Command::AddPublication { client_id, correlation_id, stream_id, channel, exclusive } => {
+                let type_id = if *exclusive { type_id::ADD_EXCLUSIVE_PUBLICATION } else { type_id::ADD_PUBLICATION };
+                (type_id, w.i64(*client_id).i64(*correlation_id).i32(*stream_id).string(channel).0)
             }
             Command::RemovePublication { client_id, correlation_id, registration_id } => {
                 (type_id::REMOVE_PUBLICATION, w.i64(*client_id).i64(*correlation_id).i64(*registration_id).0)
@@ -355,11 +361,12 @@ impl Command {
         let client_id = r.i64("client id")?;
         let correlation_id = r.i64("correlation id")?;
         Ok(match type_id {
-            type_id::ADD_PUBLICATION => Command::AddPublication {
+            type_id::ADD_PUBLICATION | type_id::ADD_EXCLUSIVE_PUBLICATION => Command::AddPublication {
                 client_id,
                 correlation_id,
                 stream_id: r.i32("stream id")?,
                 channel: r.string("channel")?,
+                exclusive: type_id == type_id::ADD_EXCLUSIVE_PUBLICATION,
             },
             type_id::REMOVE_PUBLICATION => {
                 Command::RemovePublication { client_id, correlation_id, registration_id: r.i64("registration id")? }
@@ -588,7 +595,20 @@ mod tests {
     #[test]
     fn commands_and_responses_round_trip() {
         let commands = [
-            Command::AddPublication { client_id: 1, correlation_id: 2, stream_id: 3, channel: "aeron:ipc".into() },
+            Command::AddPublication {
+                client_id: 1,
+                correlation_id: 2,
+                stream_id: 3,
+                channel: "aeron:ipc".into(),
+                exclusive: false,
+            },
+            Command::AddPublication {
+                client_id: 1,
+                correlation_id: 3,
+                stream_id: 3,
+                channel: "aeron:ipc".into(),
+                exclusive: true,
+            },
             Command::RemovePublication { client_id: 1, correlation_id: 4, registration_id: 2 },
             Command::AddSubscription {
                 client_id: 1,
@@ -606,6 +626,14 @@ mod tests {
             let (id, bytes) = command.encode();
             assert_eq!(Command::decode(id, &bytes).unwrap(), command);
         }
+        let exclusive = Command::AddPublication {
+            client_id: 1,
+            correlation_id: 3,
+            stream_id: 3,
+            channel: "aeron:ipc".into(),
+            exclusive: true,
+        };
+        assert_eq!(exclusive.encode().0, type_id::ADD_EXCLUSIVE_PUBLICATION, "Aeron's type id");
         let responses = [
             Response::Error { correlation_id: 2, code: error_code::INVALID_CHANNEL, message: "bad".into() },
             Response::PublicationReady {
@@ -650,9 +678,14 @@ mod tests {
 
     #[test]
     fn truncated_or_hostile_records_are_precise_errors() {
-        let (id, bytes) =
-            Command::AddPublication { client_id: 1, correlation_id: 2, stream_id: 3, channel: "aeron:ipc".into() }
-                .encode();
+        let (id, bytes) = Command::AddPublication {
+            client_id: 1,
+            correlation_id: 2,
+            stream_id: 3,
+            channel: "aeron:ipc".into(),
+            exclusive: false,
+        }
+        .encode();
         for cut in 0..bytes.len() {
             let error = Command::decode(id, &bytes[..cut]).unwrap_err();
             assert!(error.detail.contains("needed"), "{error}");

@@ -39,6 +39,9 @@ use crate::wire::{flags, DataHeader, FrameType, DATA_HEADER_LENGTH};
 /// `append` is this log's [`LogBuffer::offer`]).
 use crate::logbuffer::Offer;
 
+mod exclusive;
+pub use exclusive::ExclusiveAppender;
+
 /// Bytes of the metadata section at the end of a log (one minimum page).
 pub const LOG_META_DATA_LENGTH: usize = 4096;
 /// Smallest page size a log accepts.
@@ -744,11 +747,64 @@ impl LogBuffer {
         let offset = tail_term_offset(raw, self.term_length);
         let position = compute_position(term_id, offset as i32, self.position_bits, self.initial_term_id);
         if position >= limit {
-            let refusal =
-                if position >= self.max_position() { Offer::MaxPositionExceeded } else { Offer::BackPressured };
-            return Ok(Err(refusal));
+            return Ok(Err(self.refusal_at(position)));
         }
         Ok(Ok(ClaimStart { term_count, partition, tail_counter, offset, position }))
+    }
+
+    /// Why nothing can be appended at `position`, which reached the publisher limit: the stream's
+    /// end ([`Offer::MaxPositionExceeded`]) or back pressure.
+    #[inline]
+    fn refusal_at(&self, position: i64) -> Offer {
+        if position >= self.max_position() {
+            Offer::MaxPositionExceeded
+        } else {
+            Offer::BackPressured
+        }
+    }
+
+    /// Whether term `term_id` is the last one a position can address (Aeron's
+    /// `handleEndOfLogCondition`): the log never rotates out of it, the stream ends there.
+    fn is_last_term(&self, term_id: i32) -> bool {
+        let term_end = compute_position(term_id, self.term_length as i32, self.position_bits, self.initial_term_id);
+        term_end >= self.max_position()
+    }
+
+    /// The bytes of one claim for a prefix of a batch (`first`, then `rest`): the first message
+    /// whatever its length (a single offer may cross the limit by one message, as Aeron's), then
+    /// more while the sum stays within `budget`. Returns the bytes and how many messages.
+    fn batch_claim_length(&self, first: &[u8], rest: &[&[u8]], budget: u64) -> (usize, usize) {
+        let mut claimed = self.framed_length(first.len()) as u64;
+        let mut count = 1;
+        for message in rest {
+            let length = self.framed_length(message.len()) as u64;
+            if claimed + length > budget {
+                break;
+            }
+            claimed += length;
+            count += 1;
+        }
+        (claimed as usize, count)
+    }
+
+    /// Writes `messages` (framed, each committed on its own) into the `claimed` bytes at
+    /// `term_offset` of `term` (term `term_id`), fetching the lines ahead of each.
+    fn write_messages(
+        &self,
+        term: &Region,
+        term_offset: usize,
+        claimed: usize,
+        term_id: i32,
+        messages: &[&[u8]],
+        reserved_value: i64,
+    ) -> Result<(), ShmError> {
+        let writer = term.writer(term_offset, claimed)?;
+        let mut at = 0;
+        for message in messages {
+            prefetch_ahead(term, term_offset + at, self.framed_length(message.len()));
+            at += self.write_message(&writer, at, term_offset + at, term_id, message, reserved_value)?;
+        }
+        Ok(())
     }
 
     /// The active partition's tail (`raw`) is not of the active term count read before it. A
@@ -788,10 +844,7 @@ impl LogBuffer {
             if term_offset < u64::from(self.term_length) {
                 self.write_padding(term, term_offset as usize, term_id)?;
             }
-            // The last term a position can address is never rotated out of (Aeron's
-            // `handleEndOfLogCondition`): the stream ends there.
-            let term_end = compute_position(term_id, self.term_length as i32, self.position_bits, self.initial_term_id);
-            if term_end >= self.max_position() {
+            if self.is_last_term(term_id) {
                 return Ok(Err(Offer::MaxPositionExceeded));
             }
             self.rotate(start.term_count, term_id)?;
@@ -813,14 +866,7 @@ impl LogBuffer {
             Ok(claim) => claim,
             Err(refusal) => return Ok(refusal),
         };
-        // The first lines after this frame, every time: a reader that has caught up spins on the
-        // next frame's first line and takes it back; fetching it again now means the next
-        // offer's stores find it (32 B offers: 23 → 27-29 M msg/s against fetching it once).
-        // Then, for frames longer than that window, the lines entering the look-ahead window.
-        prefetch_lines(term, term_offset + aligned, LOOKAHEAD_MIN);
-        if lookahead(aligned) > LOOKAHEAD_MIN {
-            prefetch_ahead(term, term_offset, aligned);
-        }
+        prefetch_after_frame(term, term_offset, aligned);
         let writer = term.writer(term_offset, aligned)?;
         self.write_frame(&writer, 0, term_offset, term_id, flags::UNFRAGMENTED, payload, reserved_value)?;
         let end = (term_offset + aligned) as i32;
@@ -844,27 +890,12 @@ impl LogBuffer {
         // as seen now; a tail moved on by other writers meanwhile only makes the claim cross the
         // term end, which pads and rotates as for one message.
         let budget = (limit.saturating_sub(start.position) as u64).min(u64::from(self.term_length - start.offset));
-        let mut claimed = self.framed_length(first.len()) as u64;
-        let mut count = 1;
-        for message in rest {
-            let length = self.framed_length(message.len()) as u64;
-            if claimed + length > budget {
-                break;
-            }
-            claimed += length;
-            count += 1;
-        }
-        let claimed = claimed as usize;
+        let (claimed, count) = self.batch_claim_length(first, rest, budget);
         let (term, term_id, term_offset) = match self.claim(&start, claimed)? {
             Ok(claim) => claim,
             Err(refusal) => return Ok((0, refusal)),
         };
-        let writer = term.writer(term_offset, claimed)?;
-        let mut at = 0;
-        for message in &messages[..count] {
-            prefetch_ahead(term, term_offset + at, self.framed_length(message.len()));
-            at += self.write_message(&writer, at, term_offset + at, term_id, message, reserved_value)?;
-        }
+        self.write_messages(term, term_offset, claimed, term_id, &messages[..count], reserved_value)?;
         let end = (term_offset + claimed) as i32;
         Ok((count, Offer::Appended(compute_position(term_id, end, self.position_bits, self.initial_term_id))))
     }
@@ -1193,6 +1224,19 @@ fn prefetch_ahead(term: &Region, offset: usize, length: usize) {
     prefetch_lines(term, from, entering);
 }
 
+/// Before one frame of `aligned` bytes is written at `term_offset` of `term`: the first lines
+/// after it, every time (a reader that has caught up spins on the next frame's first line and
+/// takes it back; fetching it again now means the next offer's stores find it: 32 B offers,
+/// 23 → 27-29 M msg/s against fetching it once), then, for frames longer than that window, the
+/// lines entering the look-ahead window.
+#[inline]
+fn prefetch_after_frame(term: &Region, term_offset: usize, aligned: usize) {
+    prefetch_lines(term, term_offset + aligned, LOOKAHEAD_MIN);
+    if lookahead(aligned) > LOOKAHEAD_MIN {
+        prefetch_ahead(term, term_offset, aligned);
+    }
+}
+
 /// Fetches for writing the lines of `[from, from + length)` of `term` (lines past the term's end
 /// are skipped).
 #[inline]
@@ -1422,7 +1466,7 @@ mod tests {
     use super::*;
     use crate::shm::test_support::tempdir;
 
-    fn params(term_length: u32) -> LogParams {
+    pub(super) fn params(term_length: u32) -> LogParams {
         LogParams {
             term_length,
             mtu: 1408,
@@ -1435,7 +1479,7 @@ mod tests {
     }
 
     /// Every byte of the three terms and the metadata.
-    fn log_bytes(log: &LogBuffer) -> Vec<u8> {
+    pub(super) fn log_bytes(log: &LogBuffer) -> Vec<u8> {
         let mut bytes = vec![0u8; log.metadata().capacity()];
         log.metadata().get_bytes(0, &mut bytes).unwrap();
         for index in 0..PARTITION_COUNT {
@@ -1691,11 +1735,11 @@ mod tests {
         assert_eq!(log.tail_position().unwrap(), 64 * 1024);
     }
 
-    fn numbered(count: u32, length: usize) -> Vec<Vec<u8>> {
+    pub(super) fn numbered(count: u32, length: usize) -> Vec<Vec<u8>> {
         (0..count).map(|i| i.to_le_bytes().iter().copied().cycle().take(length.max(4)).collect()).collect()
     }
 
-    fn read_all(log: &LogBuffer, from: i64) -> (Vec<(u8, Vec<u8>)>, i64) {
+    pub(super) fn read_all(log: &LogBuffer, from: i64) -> (Vec<(u8, Vec<u8>)>, i64) {
         let mut scratch = Vec::new();
         let mut frames = Vec::new();
         let mut position = from;

@@ -92,6 +92,8 @@ struct IpcPublication {
     owners: HashMap<i64, u32>,
     images: Vec<ImageLink>,
     released_at_ms: Option<i64>,
+    /// An exclusive publication's log: one writer, never joined by another publication.
+    exclusive: bool,
 }
 
 struct SubscriptionState {
@@ -366,9 +368,11 @@ impl DriverConductor {
             }
         }
         match command {
-            Command::AddPublication { client_id, correlation_id, stream_id, channel } if network::is_udp(&channel) => {
+            Command::AddPublication { client_id, correlation_id, stream_id, channel, exclusive }
+                if network::is_udp(&channel) =>
+            {
                 if let Err((code, message)) =
-                    self.add_network_publication(client_id, correlation_id, stream_id, &channel, now_ms)
+                    self.add_network_publication(client_id, correlation_id, stream_id, &channel, exclusive, now_ms)
                 {
                     self.refuse(correlation_id, code, message, now_ms);
                 }
@@ -400,8 +404,8 @@ impl DriverConductor {
             {
                 self.network.query_subscription(registration_id, correlation_id)
             }
-            Command::AddPublication { client_id, correlation_id, stream_id, channel } => {
-                match self.add_publication(client_id, correlation_id, stream_id, &channel, now_ms) {
+            Command::AddPublication { client_id, correlation_id, stream_id, channel, exclusive } => {
+                match self.add_publication(client_id, correlation_id, stream_id, &channel, exclusive, now_ms) {
                     Ok(()) => {}
                     Err((code, message)) => self.refuse(correlation_id, code, message, now_ms),
                 }
@@ -569,13 +573,20 @@ impl DriverConductor {
         correlation_id: i64,
         stream_id: i32,
         channel: &str,
+        exclusive: bool,
         now_ms: i64,
     ) -> Result<(), (i32, String)> {
         let uri = ipc_channel(channel).map_err(|m| (error_code::INVALID_CHANNEL, m))?;
-        // Publishers of one IPC stream share one log (Aeron's non-exclusive publications).
-        if let Some(publication) =
-            self.publications.iter_mut().find(|p| p.stream_id == stream_id && p.released_at_ms.is_none())
-        {
+        // Publishers of one IPC stream share one log (Aeron's non-exclusive publications); an
+        // exclusive publication gets a log of its own, which no publication joins.
+        let joined = (!exclusive)
+            .then(|| {
+                self.publications
+                    .iter_mut()
+                    .find(|p| p.stream_id == stream_id && !p.exclusive && p.released_at_ms.is_none())
+            })
+            .flatten();
+        if let Some(publication) = joined {
             let open = OpenLog {
                 term_length: publication.log.term_length(),
                 mtu: publication.log.mtu(),
@@ -660,6 +671,7 @@ impl DriverConductor {
             owners: HashMap::from([(client_id, 1)]),
             images: Vec::new(),
             released_at_ms: None,
+            exclusive,
         });
         let _ = self.system(SystemCounter::IpcPublications).add(1);
         let index = self.publications.len() - 1;
@@ -728,6 +740,10 @@ impl DriverConductor {
             source_identity: IPC_IMAGE_SOURCE.into(),
         };
         publication.images.push(ImageLink { subscription_id, position, correlation_id });
+        // The limit before the connected flag: a publisher that sees itself connected may append
+        // at once (not be refused as back-pressured until the next duty cycle).
+        let min = publication.images.iter().filter_map(|image| image.position.get().ok()).min().unwrap_or(join);
+        raise_limit(publication, min, join);
         let _ = publication.log.set_connected(true);
         self.respond(response, now_ms);
     }
@@ -771,15 +787,7 @@ impl DriverConductor {
             let min_position = publication.images.iter().filter_map(|image| image.position.get().ok()).min();
             match min_position {
                 Some(min) => {
-                    let trip_gain = publication.log.publication_trip_gain();
-                    let proposed = min.saturating_add(publication.log.publication_window());
-                    let near_limit = tail.saturating_add(trip_gain) >= publication.publisher_limit;
-                    if proposed >= publication.trip_limit || (near_limit && proposed > publication.publisher_limit) {
-                        // Clean first: the new limit lets writers into the partition behind it.
-                        clean_behind(publication, min);
-                        let _ = publication.limit.propose_max(proposed);
-                        publication.publisher_limit = publication.publisher_limit.max(proposed);
-                        publication.trip_limit = proposed.saturating_add(trip_gain);
+                    if raise_limit(publication, min, tail) {
                         work += 1;
                     }
                 }
@@ -888,6 +896,24 @@ impl DriverConductor {
         }
         directory::remove_driver_files(&self.config.dir)
     }
+}
+
+/// Moves `publication`'s limit to `min` (the slowest subscriber) + the window when that reaches
+/// the trip limit, or sooner when the publisher (at `tail`) is near its limit; cleans behind
+/// `min` first. Whether it moved.
+fn raise_limit(publication: &mut IpcPublication, min: i64, tail: i64) -> bool {
+    let trip_gain = publication.log.publication_trip_gain();
+    let proposed = min.saturating_add(publication.log.publication_window());
+    let near_limit = tail.saturating_add(trip_gain) >= publication.publisher_limit;
+    if proposed >= publication.trip_limit || (near_limit && proposed > publication.publisher_limit) {
+        // Clean first: the new limit lets writers into the partition behind it.
+        clean_behind(publication, min);
+        let _ = publication.limit.propose_max(proposed);
+        publication.publisher_limit = publication.publisher_limit.max(proposed);
+        publication.trip_limit = proposed.saturating_add(trip_gain);
+        return true;
+    }
+    false
 }
 
 /// Zeroes the log up to a term behind `min` (the slowest subscriber), where writers may next
@@ -1046,6 +1072,7 @@ mod tests {
                 correlation_id: 11,
                 stream_id: 7,
                 channel: "aeron:ipc".into(),
+                exclusive: false,
             });
         }
 
@@ -1104,6 +1131,7 @@ mod tests {
             correlation_id: 12,
             stream_id: 7,
             channel: "aeron:udp?endpoint=127.0.0.1:1".into(),
+            exclusive: false,
         });
         let answers = wire.responses(&mut driver);
         assert!(matches!(answers[0], Response::SubscriptionReady { correlation_id: 10 }));
@@ -1145,6 +1173,80 @@ mod tests {
     }
 
     #[test]
+    fn an_exclusive_ipc_publication_gets_a_log_and_session_of_its_own_that_no_publication_joins() {
+        let dir = tempdir();
+        let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
+        let mut wire = CncWire::new(&driver);
+        wire.add_ipc_subscriber_then_publisher();
+        let add = |correlation_id: i64, exclusive: bool| Command::AddPublication {
+            client_id: 3,
+            correlation_id,
+            stream_id: 7,
+            channel: "aeron:ipc".into(),
+            exclusive,
+        };
+        for (correlation_id, exclusive) in [(12, true), (13, true), (14, false)] {
+            wire.send(add(correlation_id, exclusive));
+        }
+        let answers = wire.responses(&mut driver);
+        let ready: Vec<(i64, i64, i32, String)> = answers
+            .iter()
+            .filter_map(|answer| match answer {
+                Response::PublicationReady { correlation_id, registration_id, session_id, log_file, .. } => {
+                    Some((*correlation_id, *registration_id, *session_id, log_file.clone()))
+                }
+                _ => None,
+            })
+            .collect();
+        let registrations: Vec<(i64, i64)> = ready.iter().map(|r| (r.0, r.1)).collect();
+        assert_eq!(registrations, [(11, 11), (12, 12), (13, 13), (14, 11)], "only the shared one is joined");
+        let sessions: std::collections::HashSet<i32> = ready.iter().map(|r| r.2).collect();
+        let logs: std::collections::HashSet<&str> = ready.iter().map(|r| r.3.as_str()).collect();
+        assert_eq!((sessions.len(), logs.len()), (3, 3), "{ready:?}");
+        let images = answers.iter().filter(|a| matches!(a, Response::AvailableImage { .. })).count();
+        assert_eq!(images, 3, "the subscriber gets one image per log: {answers:?}");
+        // Its one writer appends with the exclusive appender; the driver sees its position.
+        let mut appender =
+            crate::shm::log_buffer::ExclusiveAppender::new(LogBuffer::open(&dir.join(&ready[1].3)).unwrap()).unwrap();
+        assert_eq!(appender.offer(b"only mine", 0, i64::MAX).unwrap(), Offer::Appended(64));
+        // Released, it goes; the others stay.
+        wire.send(Command::RemovePublication { client_id: 3, correlation_id: 15, registration_id: 12 });
+        let answers = wire.responses(&mut driver);
+        assert!(answers.contains(&Response::OperationSuccess { correlation_id: 15 }), "{answers:?}");
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_publication_is_connected_only_once_its_limit_lets_it_append() {
+        let dir = tempdir();
+        let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
+        let counters = driver.cnc().counters().unwrap();
+        let mut wire = CncWire::new(&driver);
+        wire.send(Command::AddPublication {
+            client_id: 2,
+            correlation_id: 11,
+            stream_id: 7,
+            channel: "aeron:ipc".into(),
+            exclusive: false,
+        });
+        let answers = wire.responses(&mut driver);
+        let Response::PublicationReady { publisher_limit_counter_id, ref log_file, .. } = answers[0] else {
+            panic!("{answers:?}")
+        };
+        let log = LogBuffer::open(&dir.join(log_file)).unwrap();
+        let limit = counters.counter(publisher_limit_counter_id as usize).unwrap();
+        assert!(!log.is_connected().unwrap());
+        // The subscription's command alone, no duty cycle after it: a publisher reading the
+        // flag at that moment must find room below the limit (it was refused as back-pressured).
+        let subscribe =
+            Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 7, channel: "aeron:ipc".into() };
+        driver.on_command(subscribe, crate::shm::directory::epoch_ms());
+        assert!(log.is_connected().unwrap());
+        assert_eq!(limit.get().unwrap(), 32 * 1024, "the limit moved with the connected flag");
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
     fn distinct_errors_past_a_full_error_log_are_counted_as_dropped_and_repeats_are_not() {
         let dir = tempdir();
         let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
@@ -1156,6 +1258,7 @@ mod tests {
             correlation_id: 100 + i,
             stream_id: 7,
             channel: format!("aeron:ipc?term-length={}", 1000 + i),
+            exclusive: false,
         };
         // 200 distinct refusals: far more than the 4 KiB error log holds.
         for i in 0..200 {
@@ -1575,6 +1678,7 @@ mod tests {
                 correlation_id: 300 + i,
                 stream_id: 7,
                 channel: "aeron:ipc".into(),
+                exclusive: false,
             });
         }
         let mut answers = wire.responses(&mut driver);

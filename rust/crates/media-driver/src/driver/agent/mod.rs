@@ -526,7 +526,13 @@ mod tests {
             ring.write(id, &bytes).unwrap();
         };
         let nobody = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
-        send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: nobody });
+        send(Command::AddPublication {
+            client_id: 1,
+            correlation_id: 11,
+            stream_id: 5,
+            channel: nobody,
+            exclusive: false,
+        });
         fn sender(driver: &MediaDriver) -> &SenderAgent {
             &driver.agents.as_ref().unwrap().sender
         }
@@ -537,7 +543,13 @@ mod tests {
         assert!(!sender(&driver).has_receivers_to_drain(), "nobody receives it");
         let listened = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
         send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 6, channel: listened.clone() });
-        send(Command::AddPublication { client_id: 1, correlation_id: 13, stream_id: 6, channel: listened });
+        send(Command::AddPublication {
+            client_id: 1,
+            correlation_id: 13,
+            stream_id: 6,
+            channel: listened,
+            exclusive: false,
+        });
         let start = std::time::Instant::now();
         while !sender(&driver).has_receivers_to_drain() {
             assert!(start.elapsed() < Duration::from_secs(10), "the subscribed publication never had a receiver");
@@ -574,7 +586,13 @@ mod tests {
         let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
         send(Command::AddSubscription { client_id: 1, correlation_id: 10, stream_id: 5, channel: channel.clone() });
         send(Command::AddSubscription { client_id: 1, correlation_id: 12, stream_id: 5, channel: channel.clone() });
-        send(Command::AddPublication { client_id: 1, correlation_id: 11, stream_id: 5, channel: channel.clone() });
+        send(Command::AddPublication {
+            client_id: 1,
+            correlation_id: 11,
+            stream_id: 5,
+            channel: channel.clone(),
+            exclusive: false,
+        });
         run(&mut driver, &mut answers);
         let Some(Response::PublicationReady { publisher_limit_counter_id, log_file, .. }) =
             answers.iter().find(|a| matches!(a, Response::PublicationReady { .. })).cloned()

@@ -57,6 +57,8 @@ struct NetPublication {
     counters: Vec<usize>,
     owners: HashMap<i64, u32>,
     released: bool,
+    /// An exclusive publication's log: one writer, never joined by another publication.
+    exclusive: bool,
 }
 
 struct NetSubscription {
@@ -257,6 +259,7 @@ impl DriverConductor {
         correlation_id: i64,
         stream_id: i32,
         channel: &str,
+        exclusive: bool,
         now_ms: i64,
     ) -> Result<(), Refusal> {
         self.require_agents(channel)?;
@@ -271,10 +274,17 @@ impl DriverConductor {
             .map(|(spec, address)| SocketAddr::new(address, if is_multicast { 0 } else { spec.port.unwrap_or(0) }));
         let route = SendRoute { destination, local, control: uri.control_address() };
         // Publishers of one route and stream share one log (Aeron's non-exclusive publications),
-        // whatever else their channels say; a setting that log cannot honour is refused.
-        if let Some(publication) =
-            self.network.publications.iter_mut().find(|p| p.route == route && p.stream_id == stream_id && !p.released)
-        {
+        // whatever else their channels say; a setting that log cannot honour is refused. An
+        // exclusive publication gets a log of its own, which no publication joins.
+        let joined = (!exclusive)
+            .then(|| {
+                self.network
+                    .publications
+                    .iter_mut()
+                    .find(|p| p.route == route && p.stream_id == stream_id && !p.exclusive && !p.released)
+            })
+            .flatten();
+        if let Some(publication) = joined {
             let shared = format!("the aeron:udp publication already open to {destination} on stream {stream_id}");
             confirm_open_log(&uri, channel, &shared, &publication.open)
                 .map_err(|m| (error_code::INVALID_CHANNEL, m))?;
@@ -418,6 +428,7 @@ impl DriverConductor {
             counters: allocated,
             owners: HashMap::from([(client_id, 1)]),
             released: false,
+            exclusive,
         });
         let _ = self.system(SystemCounter::NetworkPublications).add(1);
         self.respond(
