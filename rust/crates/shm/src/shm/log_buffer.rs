@@ -1162,26 +1162,26 @@ impl PopulateAhead {
     /// For `log`, whose first write is at `start`.
     pub fn new(log: &LogBuffer, start: i64) -> Self {
         let lap = PARTITION_COUNT as i64 * i64::from(log.term_length);
-        PopulateAhead { next: start, end: start.saturating_add(lap) }
+        // From the page `start` lies in (terms start on pages, so positions and addresses are
+        // aligned alike): every call maps in one whole page, or nothing.
+        let first = start - start.rem_euclid(POPULATE_STEP as i64);
+        PopulateAhead { next: first, end: first.saturating_add(lap) }
     }
 
-    /// Maps in at most [`POPULATE_STEP`] bytes toward `position + POPULATE_AHEAD` (`position`:
-    /// where the writer is); returns the bytes mapped in (0: far enough ahead, or done).
+    /// Maps in the next page if it starts below `position + POPULATE_AHEAD` (`position`: where
+    /// the writer is); returns the bytes mapped in (0: far enough ahead, or done). A call that
+    /// maps nothing makes no system call.
     pub fn advance(&mut self, log: &LogBuffer, position: i64) -> usize {
         let target = position.saturating_add(POPULATE_AHEAD).min(self.end);
         if target <= self.next {
             return 0;
         }
-        let populated = log.locate(self.next).and_then(|(term, offset)| {
-            // Up to the end of the page `next` lies in, then a page at a time.
-            let step = POPULATE_STEP - offset % POPULATE_STEP;
-            let length = step.min((target - self.next) as usize).min(log.term_length as usize - offset);
-            term.populate_for_write(offset, length).map(|()| length)
-        });
+        // `next` is on a page, and a term is whole pages: the page lies in one term.
+        let populated = log.locate(self.next).and_then(|(term, offset)| term.populate_for_write(offset, POPULATE_STEP));
         match populated {
-            Ok(length) => {
-                self.next += length as i64;
-                length
+            Ok(()) => {
+                self.next += POPULATE_STEP as i64;
+                POPULATE_STEP
             }
             Err(_) => {
                 self.next = self.end;
@@ -2063,6 +2063,13 @@ mod tests {
         let before = minor_faults();
         assert!(matches!(log.offer(&payload, 0, i64::MAX).unwrap(), Offer::Appended(_)));
         assert!(minor_faults() - before > 0, "the first append into a page not populated faults");
+        // A writer moving on maps the next page in as `POPULATE_AHEAD` past it enters that page,
+        // then nothing until the page after (no system call per message).
+        assert_eq!(populate.advance(&log, 64), POPULATE_STEP);
+        populated += POPULATE_STEP;
+        for position in (128..=4096).step_by(64) {
+            assert_eq!(populate.advance(&log, position), 0, "at {position}");
+        }
         // Toward the end of the lap and past it: at most the rest of the three partitions.
         let lap = PARTITION_COUNT as i64 * i64::from(term);
         while let step @ 1.. = populate.advance(&log, lap) {
