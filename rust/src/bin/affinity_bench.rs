@@ -22,7 +22,9 @@
 //! default `spin`), `--stream` (default 1001), `--max-seconds` (give up after this long) and
 //! `--params` (channel parameters appended to the loopback channels `run-throughput` and
 //! `run-pingpong` make, e.g. `mtu=65504`), `--udp-offload on|off` (the driver's UDP GSO/GRO,
-//! default on).
+//! default on). `--trace PREFIX` (`run-pingpong`, `ping`, `pong`): one line per round trip in
+//! `PREFIX.ping` and per echo in `PREFIX.pong` (timestamps, wait loops, page faults, context
+//! switches; `benches/rtt_trace.py` joins them), to find where the tail comes from.
 
 use std::collections::HashMap;
 use std::process::{Child, Command, Stdio};
@@ -335,8 +337,12 @@ fn receive_one(
     subscription: &mut Subscription,
     batch: &mut MessageBatch,
     deadline: Instant,
+    mut loops: Option<&mut LoopTrace>,
 ) -> BenchResult<u64> {
     loop {
+        if let Some(loops) = loops.as_deref_mut() {
+            loops.tick();
+        }
         batch.clear();
         subscription.poll_into(batch, 16).map_err(|e| e.to_string())?;
         if !batch.is_empty() {
@@ -373,22 +379,32 @@ fn ping(options: &Options) -> BenchResult<String> {
     let mut batch = MessageBatch::default();
     let mut rtts_ns: Vec<u64> = Vec::with_capacity(count as usize);
     let mut measure_start = None;
+    let mut trace = Trace::from(options, "ping")?;
     for sequence in 0..warmup + count {
         message[..8].copy_from_slice(&sequence.to_le_bytes());
         let sent_at = Instant::now();
+        let sent_ns = trace.as_ref().map(|_| monotonic_ns());
         offer_blocking(&common, &client, &publication, &message)?;
+        let mut loops = trace.as_ref().map(|_| LoopTrace::new(sent_at));
         loop {
-            if receive_one(&common, &client, &mut subscription, &mut batch, deadline)? == sequence {
+            if receive_one(&common, &client, &mut subscription, &mut batch, deadline, loops.as_mut())? == sequence {
                 break;
             }
         }
         if sequence >= warmup {
             let now = Instant::now();
-            rtts_ns.push(now.duration_since(sent_at).as_nanos() as u64);
+            let rtt_ns = now.duration_since(sent_at).as_nanos() as u64;
+            rtts_ns.push(rtt_ns);
+            if let (Some(trace), Some(sent_ns), Some(loops)) = (trace.as_mut(), sent_ns, loops) {
+                trace.record(sequence, &[sent_ns, rtt_ns], &loops);
+            }
             if now.duration_since(*measure_start.get_or_insert(now)) > budget {
                 break;
             }
         }
+    }
+    if let Some(trace) = trace.as_mut() {
+        trace.write()?;
     }
     rtts_ns.sort_unstable();
     let percentile = |p: f64| -> f64 {
@@ -424,17 +440,32 @@ fn pong(options: &Options) -> BenchResult<()> {
     let mut batch = MessageBatch::default();
     let mut echoed = 0u64;
     let mut last = Instant::now();
+    let mut trace = Trace::from(options, "pong")?;
+    let mut loops = LoopTrace::new(last);
     while echoed < count {
+        if trace.is_some() {
+            loops.tick();
+        }
         batch.clear();
         subscription.poll_into(&mut batch, 16).map_err(|e| e.to_string())?;
         if batch.is_empty() {
             if last.elapsed() > common.max_time {
                 return Err(format!("pong: nothing for {:?} after {echoed} echoes", common.max_time));
             }
+            if let Some(trace) = trace.as_mut().filter(|_| last.elapsed() > TRACE_QUIET) {
+                trace.write()?;
+            }
             common.idle(&client)?;
             continue;
         }
         last = Instant::now();
+        if let Some(trace) = trace.as_mut() {
+            // What the echo found: when it arrived, and how the loop waited for it.
+            let sequence =
+                batch.message(0).get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+            trace.record(sequence, &[monotonic_ns()], &loops);
+            loops = LoopTrace::new(last);
+        }
         for index in 0..batch.len() {
             // Before the reverse path connects, echoes would be refused: wait for it.
             while !publication.is_connected().map_err(|e| e.to_string())? {
@@ -448,6 +479,94 @@ fn pong(options: &Options) -> BenchResult<()> {
         }
     }
     Ok(())
+}
+
+/// How long a tracing pong waits with nothing arriving before it writes its trace.
+const TRACE_QUIET: Duration = Duration::from_millis(100);
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock both processes of a traced ping-pong share.
+fn monotonic_ns() -> u64 {
+    let mut time = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `time` is a valid timespec for the call to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut time) };
+    time.tv_sec as u64 * 1_000_000_000 + time.tv_nsec as u64
+}
+
+/// This thread's minor page faults and voluntary / involuntary context switches so far.
+fn thread_usage() -> [u64; 3] {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid rusage for the call to write.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
+    [usage.ru_minflt as u64, usage.ru_nvcsw as u64, usage.ru_nivcsw as u64]
+}
+
+/// How a wait loop went: its iterations and the longest one (a stall: preempted, a page fault,
+/// a slow system call).
+struct LoopTrace {
+    iterations: u64,
+    longest_ns: u64,
+    last: Instant,
+}
+
+impl LoopTrace {
+    fn new(start: Instant) -> Self {
+        LoopTrace { iterations: 0, longest_ns: 0, last: start }
+    }
+
+    /// Called at the top of each iteration.
+    fn tick(&mut self) {
+        let now = Instant::now();
+        self.iterations += 1;
+        self.longest_ns = self.longest_ns.max(now.duration_since(self.last).as_nanos() as u64);
+        self.last = now;
+    }
+}
+
+/// `--trace PREFIX`: one line per round trip (ping) or echo (pong) written to `PREFIX.<role>`,
+/// for finding where the tail of the round trips comes from.
+struct Trace {
+    path: String,
+    lines: String,
+    usage: [u64; 3],
+}
+
+impl Trace {
+    fn from(options: &Options, role: &str) -> BenchResult<Option<Trace>> {
+        let Some(prefix) = options.values.get("trace") else { return Ok(None) };
+        let path = format!("{prefix}.{role}");
+        std::fs::write(&path, "").map_err(|e| format!("{path}: {e}"))?;
+        Ok(Some(Trace { path, lines: String::new(), usage: thread_usage() }))
+    }
+
+    /// One line: the sequence number, `times`, the loop's iterations and longest one, and the
+    /// page faults and context switches (voluntary, involuntary) since the last line.
+    fn record(&mut self, sequence: u64, times: &[u64], loops: &LoopTrace) {
+        use std::fmt::Write;
+        let usage = thread_usage();
+        let _ = write!(self.lines, "{sequence}");
+        for value in times.iter().chain([loops.iterations, loops.longest_ns].iter()) {
+            let _ = write!(self.lines, " {value}");
+        }
+        for (now, before) in usage.iter().zip(self.usage) {
+            let _ = write!(self.lines, " {}", now - before);
+        }
+        self.lines.push('\n');
+        self.usage = usage;
+    }
+
+    /// Appends the lines recorded since the last write to the file.
+    fn write(&mut self) -> BenchResult<()> {
+        use std::io::Write;
+        if !self.lines.is_empty() {
+            let mut file = std::fs::OpenOptions::new().append(true).open(&self.path);
+            file.as_mut()
+                .map(|file| file.write_all(self.lines.as_bytes()))
+                .map_err(|e| format!("{}: {e}", self.path))?
+                .map_err(|e| format!("{}: {e}", self.path))?;
+            self.lines.clear();
+        }
+        Ok(())
+    }
 }
 
 /// Starts this executable with `args`, its stdout piped.
@@ -531,6 +650,10 @@ fn run_pingpong(options: &Options) -> BenchResult<()> {
     ping_options.values.insert("channel-out".into(), out);
     ping_options.values.insert("channel-in".into(), back);
     let result = ping(&ping_options);
+    if options.values.contains_key("trace") {
+        // The pong writes its trace once nothing arrived for a while.
+        std::thread::sleep(TRACE_QUIET * 3);
+    }
     let _ = child.kill();
     let _ = child.wait();
     let line = result?;

@@ -24,9 +24,6 @@ use super::error::ShmError;
 pub struct Mapping {
     raw: MmapRaw,
     writable: bool,
-    /// The file kept open for as long as the mapping lives: a sealed memfd log of the driver
-    /// (`file::create_sealed`), whose `/proc/<pid>/fd/<fd>` name clients open.
-    _owned: Option<File>,
 }
 
 impl Mapping {
@@ -34,19 +31,13 @@ impl Mapping {
     pub fn map_file(file: &File, writable: bool) -> std::io::Result<Self> {
         let raw =
             if writable { MmapOptions::new().map_raw(file)? } else { MmapOptions::new().map_raw_read_only(file)? };
-        Ok(Self { raw, writable, _owned: None })
-    }
-
-    /// Maps all of `file` shared read-write and keeps `file` open as long as the mapping.
-    pub fn map_owned(file: File) -> std::io::Result<Self> {
-        let raw = MmapOptions::new().map_raw(&file)?;
-        Ok(Self { raw, writable: true, _owned: Some(file) })
+        Ok(Self { raw, writable })
     }
 
     /// An anonymous, zero-filled, private mapping of `len` bytes (pages appear on first touch).
     pub fn anonymous(len: usize) -> std::io::Result<Self> {
         let map = MmapOptions::new().len(len).map_anon()?;
-        Ok(Self { raw: MmapRaw::from(map), writable: true, _owned: None })
+        Ok(Self { raw: MmapRaw::from(map), writable: true })
     }
 
     /// Length of the mapping in bytes.
@@ -61,10 +52,7 @@ impl Mapping {
 
     /// A region covering the whole mapping.
     pub fn into_region(self) -> Region {
-        let len = self.raw.len();
-        let base = self.raw.as_mut_ptr();
-        let writable = self.writable;
-        Region { map: Arc::new(self), base, writable, offset: 0, len }
+        Region::whole(Arc::new(self))
     }
 }
 
@@ -77,6 +65,11 @@ impl Mapping {
 pub struct Region {
     /// Keeps the mapping alive for as long as `base` is used.
     map: Arc<Mapping>,
+    /// The file this region and its windows keep open: a sealed memfd log of the driver
+    /// (`file::create_sealed`), whose `/proc/<pid>/fd/<fd>` name clients open while it is. A
+    /// region sharing the mapping without it (a client in the driver's process) does not keep
+    /// the name alive.
+    file: Option<Arc<File>>,
     /// The window's first byte: the mapping's start plus `offset`.
     base: *mut u8,
     /// The mapping's writability (`Mapping::writable`).
@@ -92,6 +85,20 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
+    /// A region covering the whole of `map`, which other regions may share.
+    pub fn whole(map: Arc<Mapping>) -> Region {
+        let len = map.raw.len();
+        let base = map.raw.as_mut_ptr();
+        let writable = map.writable;
+        Region { map, file: None, base, writable, offset: 0, len }
+    }
+
+    /// A region covering the whole of `map` that keeps `file` open for as long as it or a
+    /// window of it lives.
+    pub fn keeping_open(map: Arc<Mapping>, file: File) -> Region {
+        Region { file: Some(Arc::new(file)), ..Region::whole(map) }
+    }
+
     /// Bytes in this window.
     pub fn capacity(&self) -> usize {
         self.len
@@ -107,6 +114,7 @@ impl Region {
         self.check(offset, len, 1)?;
         Ok(Region {
             map: Arc::clone(&self.map),
+            file: self.file.clone(),
             base: self.base.wrapping_add(offset),
             writable: self.writable,
             offset: self.offset + offset,
@@ -287,6 +295,26 @@ impl Region {
         let dst = self.check_write(index, len, 1)?;
         // SAFETY: inside the writable mapping (checked).
         unsafe { std::ptr::write_bytes(dst, value, len) };
+        Ok(())
+    }
+
+    /// Maps the pages under `[index, index + len)` in writable before anything writes them
+    /// (`MADV_POPULATE_WRITE`: a page of a sparse file is allocated, zeroed and mapped as a first
+    /// write would, without writing it): the writer and the readers of this mapping take no
+    /// page fault there. The bytes are not touched, so a concurrent writer is no hazard. An error
+    /// when the kernel lacks it (before Linux 5.14) or memory is short.
+    pub fn populate_for_write(&self, index: usize, len: usize) -> Result<(), ShmError> {
+        let start = self.check_write(index, len, 1)? as usize;
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+        let first = start - start % page;
+        let end = (start + len).div_ceil(page) * page;
+        // SAFETY: the range is checked to lie in this mapping, and widening it to whole pages stays
+        // in it (a mapping starts on a page and spans whole pages); no byte is changed.
+        let result = unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_POPULATE_WRITE) };
+        if result != 0 {
+            return Err(ShmError::io(std::path::Path::new("<mapping>"), "populate", std::io::Error::last_os_error()));
+        }
         Ok(())
     }
 

@@ -6,8 +6,9 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use rustix::fs::{MemfdFlags, SealFlags};
 
@@ -71,13 +72,34 @@ pub fn create_sealed(name: &str, len: usize) -> Result<(Region, PathBuf), ShmErr
         .map_err(|e| ShmError::io(&label, "chmod", e))?;
     rustix::fs::fcntl_add_seals(&file, LOG_SEALS).map_err(|e| ShmError::io(&label, "seal", e.into()))?;
     let path = proc_fd_path(std::process::id(), file.as_raw_fd());
-    let region = Mapping::map_owned(file).map_err(|e| ShmError::io(&label, "map", e))?.into_region();
-    Ok((region, path))
+    let inode = file.metadata().map_err(|e| ShmError::io(&label, "stat", e))?;
+    let mapping = Arc::new(Mapping::map_file(&file, true).map_err(|e| ShmError::io(&label, "map", e))?);
+    let mut created = CREATED_SEALED.lock().unwrap_or_else(PoisonError::into_inner);
+    created.retain(|(_, mapping)| mapping.strong_count() > 0);
+    created.push(((inode.dev(), inode.ino()), Arc::downgrade(&mapping)));
+    Ok((Region::keeping_open(mapping, file), path))
+}
+
+/// The mappings of the sealed memfds this process created and still maps, by `(device, inode)`:
+/// [`open_sealed`] of one of them (the client of a driver in this process opening a log it
+/// announced) shares its mapping instead of mapping the file again, so each page is mapped,
+/// and faulted in, once per process, and the pages the driver populates ahead of a writer
+/// (`log_buffer::PopulateAhead`) are populated for its clients too.
+static CREATED_SEALED: Mutex<Vec<(Inode, Weak<Mapping>)>> = Mutex::new(Vec::new());
+
+/// A file's `(device, inode)`.
+type Inode = (u64, u64);
+
+/// The live mapping of a sealed memfd this process created, if `file` is one.
+fn created_mapping(file: &std::fs::Metadata) -> Option<Arc<Mapping>> {
+    let created = CREATED_SEALED.lock().unwrap_or_else(PoisonError::into_inner);
+    created.iter().filter(|(inode, _)| *inode == (file.dev(), file.ino())).find_map(|(_, mapping)| mapping.upgrade())
 }
 
 /// Opens a sealed memfd of another process (through its [`proc_fd_path`]) read-write and maps
 /// it, after checking that it holds at least `min_len` bytes and is sealed against shrinking
-/// (anything else is not a log the driver made).
+/// (anything else is not a log the driver made). One this process created is not mapped again:
+/// the region shares the creator's mapping ([`CREATED_SEALED`]).
 pub fn open_sealed(path: &Path, kind: &'static str, min_len: usize) -> Result<Region, ShmError> {
     let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| ShmError::io(path, "open", e))?;
     let seals = match rustix::fs::fcntl_get_seals(&file) {
@@ -89,9 +111,12 @@ pub fn open_sealed(path: &Path, kind: &'static str, min_len: usize) -> Result<Re
     if !seals.contains(SealFlags::SHRINK) {
         return Err(ShmError::invalid(kind, Some(path), format!("not sealed against shrinking (seals {seals:?})")));
     }
-    let len = file.metadata().map_err(|e| ShmError::io(path, "stat", e))?.len();
-    check_length(len, path, kind, min_len)?;
-    map(&file, path, true)
+    let meta = file.metadata().map_err(|e| ShmError::io(path, "stat", e))?;
+    check_length(meta.len(), path, kind, min_len)?;
+    match created_mapping(&meta) {
+        Some(mapping) => Ok(Region::whole(mapping)),
+        None => map(&file, path, true),
+    }
 }
 
 /// Raises this process's soft limit of open files to its hard limit: the driver keeps one

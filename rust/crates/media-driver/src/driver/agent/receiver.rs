@@ -22,7 +22,7 @@ use crate::logbuffer::StreamIdentity;
 use crate::protocol::{DataRejection, Image, ImageConfig, ImageState};
 use crate::shm::command::{error_code, Response};
 use crate::shm::counters::Counter;
-use crate::shm::log_buffer::LogBuffer;
+use crate::shm::log_buffer::{LogBuffer, PopulateAhead};
 use crate::shm::status::{ImageInfo, MAX_IMAGES_IN_STATUS};
 use crate::shm::wake::DataWake;
 use crate::time::{Instant, MonotonicClock};
@@ -177,6 +177,8 @@ struct ImageEntry {
     reported_naks: u64,
     reported_status_messages: u64,
     reported_heartbeats: u64,
+    /// The log's pages mapped in ahead of the data received, from cycles that received nothing.
+    populate: PopulateAhead,
 }
 
 /// A SETUP this endpoint asked of a sender because frames of a session it has no image of
@@ -560,7 +562,8 @@ impl ReceiverAgent {
             self.on_command(command, now);
         }
         for endpoint in &mut self.endpoints {
-            if self.batch.receive(&endpoint.socket) > 0 {
+            let arrived = self.batch.receive(&endpoint.socket) > 0;
+            if arrived {
                 received = true;
                 let mut bytes = 0;
                 let mut datagrams = 0;
@@ -575,6 +578,11 @@ impl ReceiverAgent {
                 let _ = self.counters.datagrams_received.add(datagrams as i64);
             }
             work += endpoint.service_images(now, &mut self.scratch, &self.counters, &self.events);
+            if !arrived {
+                for entry in &mut endpoint.images {
+                    entry.populate.advance(entry.image.log(), entry.image.hwm_position());
+                }
+            }
         }
         self.endpoints.retain(|e| !e.subscriptions.is_empty() || !e.images.is_empty());
         if received {
@@ -621,6 +629,7 @@ impl ReceiverAgent {
                 };
                 endpoint.pending_images.remove(&(identity.session_id, identity.stream_id));
                 let control = endpoint.control_override.unwrap_or(source);
+                let populate = PopulateAhead::new(image.log(), image.rebuild_position());
                 endpoint.images.push(ImageEntry {
                     correlation_id,
                     session_id: identity.session_id,
@@ -633,6 +642,7 @@ impl ReceiverAgent {
                     reported_naks: 0,
                     reported_status_messages: 0,
                     reported_heartbeats: 0,
+                    populate,
                 });
             }
             ReceiverCommand::ImageRefused { endpoint, session_id, stream_id } => {

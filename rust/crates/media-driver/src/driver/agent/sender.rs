@@ -16,7 +16,7 @@ use crate::logbuffer::position::{align_frame, partition_index};
 use crate::protocol::{NetworkPublication, PublicationCounters, Transmit};
 use crate::shm::command::Response;
 use crate::shm::counters::Counter;
-use crate::shm::log_buffer::{LogBuffer, Unsent};
+use crate::shm::log_buffer::{LogBuffer, PopulateAhead, Unsent};
 use crate::shm::status::{
     bounded_text, DriverEventInfo, DriverEventKindInfo, PublicationInfo, ReceiverInfo, MAX_EVENT_TEXT,
     MAX_RECEIVERS_IN_STATUS,
@@ -73,6 +73,8 @@ struct Served {
     offload: SegmentOffload,
     /// When its sockets are next read for control frames ([`ControlPoll`]).
     control_poll: ControlPoll,
+    /// The log's pages mapped in ahead of the clients' appends, from cycles that sent nothing.
+    populate: PopulateAhead,
 }
 
 /// When a publication's sockets are read for control frames: on the cycle after one that sent
@@ -227,6 +229,7 @@ impl SenderAgent {
                 } = *new;
                 // Nothing before the start position was ever written: cleaning starts there.
                 let clean_position = publication.config().initial_position;
+                let populate = PopulateAhead::new(publication.log(), clean_position);
                 self.publications.push(Served {
                     registration_id,
                     channel,
@@ -241,6 +244,7 @@ impl SenderAgent {
                     clean_position,
                     offload: if self.udp_offload { SegmentOffload::default() } else { SegmentOffload::disabled() },
                     control_poll: ControlPoll::new(now),
+                    populate,
                 });
             }
             SenderCommand::Close { registration_id } => {
@@ -318,6 +322,9 @@ impl SenderAgent {
         if sent == 0 || now.saturating_since(served.last_idle) >= IDLE_INTERVAL {
             served.publication.on_idle(now);
             served.last_idle = now;
+        }
+        if sent == 0 {
+            served.populate.advance(served.publication.log(), served.publication.tail_position());
         }
         let publication = &served.publication;
         let term_length = i64::from(publication.identity().term_length);
