@@ -99,7 +99,7 @@ fn created_mapping(file: &std::fs::Metadata) -> Option<Arc<Mapping>> {
 /// Opens a sealed memfd of another process (through its [`proc_fd_path`]) read-write and maps
 /// it, after checking that it holds at least `min_len` bytes and is sealed against shrinking
 /// (anything else is not a log the driver made). One this process created is not mapped again:
-/// the region shares the creator's mapping ([`CREATED_SEALED`]).
+/// the region shares the creator's mapping (`CREATED_SEALED`).
 pub fn open_sealed(path: &Path, kind: &'static str, min_len: usize) -> Result<Region, ShmError> {
     let file = OpenOptions::new().read(true).write(true).open(path).map_err(|e| ShmError::io(path, "open", e))?;
     let seals = match rustix::fs::fcntl_get_seals(&file) {

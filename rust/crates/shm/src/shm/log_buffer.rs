@@ -1201,7 +1201,7 @@ impl PopulateAhead {
         PopulateAhead { next: first, end: first.saturating_add(lap) }
     }
 
-    /// Maps in the next [`POPULATE_STEP`] bytes if they start below `position +
+    /// Maps in the next `POPULATE_STEP` bytes if they start below `position +
     /// POPULATE_AHEAD` (`position`: where the writer is); returns the bytes mapped in (0: far
     /// enough ahead, or done). A call that maps nothing makes no system call.
     pub fn advance(&mut self, log: &LogBuffer, position: i64) -> usize {
