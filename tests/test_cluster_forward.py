@@ -506,6 +506,74 @@ def test_a_reload_giving_a_domain_its_first_master_hands_it_the_queued_publishes
         closing.close()
 
 
+def test_a_reload_making_this_node_the_first_master_relays_what_it_had_queued_in_order(
+    client: affinity.Client, processes: list[Process], tmp_path: Path
+) -> None:
+    ports = {node: free_udp_port() for node in ("golan", "avalon")}
+
+    def avalon_conf(*, master: bool) -> str:
+        return (
+            conf.data_service("radar", "'^/RADAR/'", RADAR_FEED)
+            + conf.data_service("stock", "^/STOCK/", FEED)
+            + conf.node("golan", conf.loopback(ports["golan"]), "master-of STOCK_EXCHANGE")
+            + conf.node("avalon", conf.loopback(ports["avalon"]), *(("master-of RADAR",) if master else ()))
+            + conf.domain("STOCK_EXCHANGE", "^/STOCK/")
+            + conf.domain("RADAR", "^/RADAR/")
+        )
+
+    config = tmp_path / "cluster.conf"
+    config.write_text(avalon_conf(master=False))
+    nodes = {node: start_node(config, node, listen(ports[node])) for node in ("golan", "avalon")}
+    processes.extend(nodes.values())
+    nodes["avalon"].wait_for(source_up("cluster.RADAR"), "avalon's node source for RADAR")
+    subject = "/RADAR/north"
+    alice_sub = Subscriber(client, listen(ports["avalon"]), name="alice", liveness_timeout=LIVENESS)
+    alice = Inbox(alice_sub)
+    alice_sub.subscribe(subject, alice)
+    source = Source(client, listen(ports["avalon"]), PUBLISHER, liveness_timeout=LIVENESS)
+    members: list[Pollable] = [lambda: alice_sub.poll(256), source.poll]
+    # avalon's own RADAR feed starts only once avalon is the master: before, the routing tables
+    # would move alice's subject to it on the node's NODATA, and publishes would stay local.
+    pump(members, lambda: any(f & Flags.NODATA_UNAVAILABLE for _, f, _ in alice.items), "NODATA: no master")
+
+    def radar(flag: Flags) -> list[str]:
+        return [p for s, f, p in alice.items if s == subject and f & flag]
+
+    pump(members, lambda: source.router_live, "avalon heard the source")
+    queued = [f"q{i}" for i in range(20)]
+    for payload in queued:
+        assert source.publish(subject, payload.encode())
+        source.poll(16)
+    pump(members, lambda: source.status().forward_warning, "FORWARD_WARNING: no master")
+    settle(members, 0.3)
+    assert radar(Flags.UPDATE) == [], "queued, not relayed"
+
+    # The reload makes avalon itself RADAR's master: its router takes the queue, in order.
+    config.write_text(avalon_conf(master=True))
+    for process in nodes.values():
+        os.kill(process.popen.pid, signal.SIGHUP)
+    pump(
+        members,
+        lambda: any("RADAR has a master now (avalon): its 20 queued" in ln for ln in nodes["avalon"].snapshot()),
+        "avalon handing its RADAR queue to its own router",
+    )
+    feed = Source(client, listen(ports["avalon"]), RADAR_FEED, liveness_timeout=LIVENESS)
+    feed.on_request(lambda requested: feed.publish(requested, b"radar-feed-image", image=True))
+    members.append(lambda: feed.poll(64))
+    pump(members, lambda: len(radar(Flags.UPDATE)) >= len(queued), "the queued publishes at alice")
+    pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
+    later = [f"l{i}" for i in range(10)]
+    for payload in later:
+        assert source.publish(subject, payload.encode())
+        source.poll(16)
+    pump(members, lambda: len(radar(Flags.UPDATE)) >= len(queued) + len(later), "the later publishes at alice")
+    settle(members, 0.3)
+    assert radar(Flags.UPDATE) == queued + later, "every publish once, in order"
+    assert source.status().forward_refused == 0
+    for closing in (alice_sub, source, feed):
+        closing.close()
+
+
 def test_a_publish_naming_its_domain_goes_to_that_domains_master_not_the_subjects(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:

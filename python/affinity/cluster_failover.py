@@ -491,7 +491,11 @@ class Failover:
                 self._move_domain(name, was, now)
         # A domain that had no master and has one now: its queued publishes go to the master(s).
         for waiting in sorted(node.forwarding.domains_without_master()):
-            node.forwarding.assign(waiting, self.parents(waiting))
+            masters = self.parents(waiting)
+            if node.node_id in cluster.masters(waiting) and waiting not in node._slave_domains:
+                # This node serves it now: its own router takes the queue, as every master does.
+                masters = cluster.masters(waiting)
+            node.forwarding.assign(waiting, masters)
         # Links whose order changed, or that sit at a backup, go to the first node of their order.
         with node._lock:
             parents = dict(node._parents)

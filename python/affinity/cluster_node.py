@@ -64,6 +64,7 @@ __all__ = [
     "CONNECTION_STATES",
     "FORWARD_SETTLE_HEARTBEATS",
     "NODE_NAME_PREFIX",
+    "QUEUED_SOURCE_LABEL",
     "ClusterNode",
     "Forwarding",
     "cluster_router_config",
@@ -78,6 +79,10 @@ NODE_NAME_PREFIX: Final[str] = _affinity.CLUSTER_NODE_NAME_PREFIX
 #: Connection states to another node (xmlBlaster's): heard, tried but not heard, refused.
 CONNECTION_STATES: Final[tuple[str, ...]] = tuple(_affinity.CLUSTER_CONNECTION_STATES)
 LOGGED_IN, POLLING, NOT_ALLOWED = CONNECTION_STATES
+#: The label of the source through which a node made a domain's master by a reload hands its
+#: own router the publishes it had queued for want of a master (a ``cluster.`` label: its
+#: router neither refuses it nor hands its publishes to a mirror; ``+`` is in no domain name).
+QUEUED_SOURCE_LABEL: Final[str] = "cluster.+queued"
 #: The subject of a forward status that concerns all of an origin's publishes.
 ALL_SUBJECTS: Final[str] = "*"
 #: Heartbeat intervals a parent must have been heard again before queued publishes are flushed
@@ -411,11 +416,16 @@ class Forwarding:
             node = self._node
             spec = node._cluster.node(node_id)
             assert spec is not None  # parents come from the checked configuration
+            if node_id == node.node_id:  # master now (a reload): its own router relays them
+                label, routers, host = QUEUED_SOURCE_LABEL, [node._listen], node._router_host
+            else:
+                label, routers = f"{NODE_NAME_PREFIX}{node.node_id}", link_routers(node._cluster, node.node_id, node_id)
+                host = node._host
             source = Source(
                 node._client,
-                label=f"{NODE_NAME_PREFIX}{node.node_id}",
-                routers=link_routers(node._cluster, node.node_id, node_id),
-                host=node._host,
+                label=label,
+                routers=routers,
+                host=host,
                 heartbeat_interval=node._heartbeat_interval,
                 liveness_timeout=node._liveness_timeout,
                 secret=node._secret,
@@ -507,6 +517,11 @@ class Forwarding:
             self._tell(origin, subject, Flags.STATUS | Flags.REFUSED | Flags.PUBLISH, text)
 
     def _tell(self, origin: int, subject: str, flags: Flags, text: str) -> None:
+        if self._reply is not None and self._reply._closed:
+            # The node's source for the domain closed (this node took the domain over): its own
+            # router's queue source, a cluster source too, carries the statuses from then on.
+            own = self._forwarders.get(self._node.node_id)
+            self._reply = None if own is None else own.source
         if self._reply is None:
             return
         payload = origin.to_bytes(_affinity.SUBJECT_ORIGIN_LENGTH, "little") + text.encode()
