@@ -429,6 +429,22 @@ def radar_conf(golan: int, avalon: int, *, golan_master: bool) -> str:
 RADAR_FEED = "radar-feed"
 
 
+def flushed_then_later(
+    members: list[Pollable], source: Source, subject: str, queued: list[str], got: Callable[[], list[str]], at: str
+) -> None:
+    """The ``queued`` publishes reach ``got()`` and the warning clears; then ten later publishes
+    of ``subject``: every one once, in order."""
+    pump(members, lambda: len(got()) >= len(queued), f"the queued publishes at {at}")
+    pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
+    later = [f"l{i}" for i in range(10)]
+    for payload in later:
+        assert source.publish(subject, payload.encode())
+        source.poll(16)
+    pump(members, lambda: len(got()) >= len(queued) + len(later), f"the later publishes at {at}")
+    settle(members, 0.3)
+    assert got() == queued + later, "every publish once, in order"
+
+
 def test_a_reload_giving_a_domain_its_first_master_hands_it_the_queued_publishes_in_order(
     client: affinity.Client, processes: list[Process], tmp_path: Path
 ) -> None:
@@ -480,15 +496,7 @@ def test_a_reload_giving_a_domain_its_first_master_hands_it_the_queued_publishes
         lambda: any("RADAR has a master now (golan): its 21 queued" in line for line in nodes["avalon"].snapshot()),
         "avalon handing its RADAR queue to golan",
     )
-    pump(members, lambda: len(radar(Flags.UPDATE)) >= len(queued), "the queued publishes at golan")
-    pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
-    later = [f"l{i}" for i in range(10)]
-    for payload in later:
-        assert source.publish(subject, payload.encode())
-        source.poll(16)
-    pump(members, lambda: len(radar(Flags.UPDATE)) >= len(queued) + len(later), "the later publishes at golan")
-    settle(members, 0.3)
-    assert radar(Flags.UPDATE) == queued + later, "every publish once, in order"
+    flushed_then_later(members, source, subject, queued, lambda: radar(Flags.UPDATE), "golan")
     assert radar(Flags.IMAGE) == ["radar-feed-image", "radar-image"], "the feed's image, then the queued one"
     assert source.status().forward_refused == 0
     shown = status_of(config, "avalon", members)
@@ -560,15 +568,7 @@ def test_a_reload_making_this_node_the_first_master_relays_what_it_had_queued_in
     feed = Source(client, listen(ports["avalon"]), RADAR_FEED, liveness_timeout=LIVENESS)
     feed.on_request(lambda requested: feed.publish(requested, b"radar-feed-image", image=True))
     members.append(lambda: feed.poll(64))
-    pump(members, lambda: len(radar(Flags.UPDATE)) >= len(queued), "the queued publishes at alice")
-    pump(members, lambda: not source.status().forward_warning, "the warning cleared once flushed")
-    later = [f"l{i}" for i in range(10)]
-    for payload in later:
-        assert source.publish(subject, payload.encode())
-        source.poll(16)
-    pump(members, lambda: len(radar(Flags.UPDATE)) >= len(queued) + len(later), "the later publishes at alice")
-    settle(members, 0.3)
-    assert radar(Flags.UPDATE) == queued + later, "every publish once, in order"
+    flushed_then_later(members, source, subject, queued, lambda: radar(Flags.UPDATE), "alice")
     assert source.status().forward_refused == 0
     for closing in (alice_sub, source, feed):
         closing.close()
