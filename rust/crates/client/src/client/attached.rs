@@ -330,10 +330,7 @@ impl Shared {
 
     /// Sends a query and waits for its answer (no interrupt: queries are answered in one cycle).
     fn query(&self, build: impl FnOnce(i64) -> Command) -> Result<Response> {
-        match self.request_with(build, || Ok::<(), std::convert::Infallible>(())) {
-            Ok(result) => result,
-            Err(never) => match never {},
-        }
+        uninterrupted(|interrupt| self.request_with(build, interrupt))
     }
 
     /// Removes what an abandoned command created after its caller gave up.
@@ -702,10 +699,7 @@ impl AttachedClient {
 
     /// Adds a publication (`aeron:ipc`); publishers of one stream share one log.
     pub fn add_publication(&self, channel: &str, stream_id: i32) -> Result<AttachedPublication> {
-        match self.add_publication_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
-            Ok(result) => result,
-            Err(never) => match never {},
-        }
+        uninterrupted(|interrupt| self.add_publication_with(channel, stream_id, interrupt))
     }
 
     /// [`Self::add_publication`], polling `interrupt` while the driver answers: either the
@@ -723,10 +717,7 @@ impl AttachedClient {
     /// `aeron:udp`): a log and session of its own, which no other publication joins, appended
     /// to by its one owner without atomic read-modify-writes ([`ExclusivePublication`]).
     pub fn add_exclusive_publication(&self, channel: &str, stream_id: i32) -> Result<ExclusivePublication> {
-        match self.add_exclusive_publication_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
-            Ok(result) => result,
-            Err(never) => match never {},
-        }
+        uninterrupted(|interrupt| self.add_exclusive_publication_with(channel, stream_id, interrupt))
     }
 
     /// [`Self::add_exclusive_publication`], polling `interrupt` while the driver answers (same
@@ -802,10 +793,7 @@ impl AttachedClient {
 
     /// Adds a subscription (`aeron:ipc`); images arrive as publications appear.
     pub fn add_subscription(&self, channel: &str, stream_id: i32) -> Result<AttachedSubscription> {
-        match self.add_subscription_with(channel, stream_id, || Ok::<(), std::convert::Infallible>(())) {
-            Ok(result) => result,
-            Err(never) => match never {},
-        }
+        uninterrupted(|interrupt| self.add_subscription_with(channel, stream_id, interrupt))
     }
 
     /// [`Self::add_subscription`], polling `interrupt` while the driver answers (same guarantee
@@ -1545,6 +1533,18 @@ pub struct ClientCounters {
     pub send_errors: i64,
     /// Driver events dropped by the driver, plus those this client's full event log dropped.
     pub dropped_events: i64,
+}
+
+/// The answer of a `*_with` call made with an interrupt that never fires (the plain methods).
+pub(crate) fn uninterrupted<T>(
+    call: impl FnOnce(
+        fn() -> std::result::Result<(), std::convert::Infallible>,
+    ) -> std::result::Result<T, std::convert::Infallible>,
+) -> T {
+    match call(|| Ok(())) {
+        Ok(value) => value,
+        Err(never) => match never {},
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::attached::{AttachedClient, AttachedPublication, AttachedSubscription};
+use super::attached::{uninterrupted, AttachedClient, AttachedPublication, AttachedSubscription};
 use super::MessageBatch;
 use crate::channel::ChannelUri;
 use crate::error::Error;
@@ -44,23 +44,13 @@ pub trait ClientApi: Send + Sync {
     }
 }
 
-fn no_interrupt() -> std::result::Result<(), std::convert::Infallible> {
-    Ok(())
-}
-
 impl ClientApi for ClientHandle {
     fn add_publication_handle(&self, channel: &str, stream_id: i32) -> Result<PublicationHandle> {
-        match self.add_publication_with(channel, stream_id, no_interrupt) {
-            Ok(result) => result,
-            Err(never) => match never {},
-        }
+        uninterrupted(|interrupt| self.add_publication_with(channel, stream_id, interrupt))
     }
 
     fn add_subscription_handle(&self, channel: &str, stream_id: i32) -> Result<SubscriptionHandle> {
-        match self.add_subscription_with(channel, stream_id, no_interrupt) {
-            Ok(result) => result,
-            Err(never) => match never {},
-        }
+        uninterrupted(|interrupt| self.add_subscription_with(channel, stream_id, interrupt))
     }
 
     fn client_closed(&self) -> bool {
