@@ -1,7 +1,7 @@
 """Rows/s through the ``affinity`` sink's two writers against Spark's ``noop`` sink, same query, same run.
 
 ``python benches/bench_spark.py [--mode group|channel] [--rows 1000000] [--runs 3] [--consumers 2] [--driver]
-[--all-on-driver] [--sinks noop,affinity_jvm] [--kinds batch,stream] [--threads] [--warmup 1]``
+[--all-on-driver] [--sinks noop,affinity_jvm] [--kinds batch,stream] [--threads] [--warmup 1] [--count-only]``
 
 With ``--driver`` an ``affinity driver`` process is started too and a fourth sink,
 ``affinity_driver``, writes the same rows with ``driverDir`` (every Python worker attached to that
@@ -19,7 +19,8 @@ source that only iterates its Arrow batches (the ceiling of any Python sink), ``
 and ``affinity_jvm`` the sink with ``writer=python`` / ``writer=jvm`` (group mode; the JVM writer
 needs its jar, ``scripts/build-jvm.sh``, and is left out with a note without it). Consumers are separate
 processes (``SinkConsumer`` in group mode, a subscriber in channel mode) that decode every Arrow
-body and report rows and busy time; rows/s per consumer is rows over the time from its first to
+body (in group mode with ``--count-only``: only read each envelope's row count) and report rows and
+busy time; rows/s per consumer is rows over the time from its first to
 its last message.
 """
 
@@ -53,11 +54,12 @@ CONSUMER = textwrap.dedent(
     busy = 0.0
     first = last = None
     stop_after = float(sys.argv[7])
+    decode = sys.argv[8] == "decode"
     if mode == "group":
         from affinity.spark import SinkConsumer, DataItem
         consumer = SinkConsumer(target, int(index), int(count), registry=registry)
         poll = lambda: [i.envelope.rows for i in consumer.poll(1000, 0.05) if isinstance(i, DataItem)
-                        and i.batch().num_rows >= 0]
+                        and (not decode or i.batch().num_rows >= 0)]
     else:
         import affinity
         from affinity.spark import decode_message, DataItem
@@ -268,6 +270,11 @@ def main() -> None:
         help="print the Spark JVM's busiest threads: CPU seconds per thread name, median per run of each sink",
     )
     parser.add_argument("--kinds", default="batch,stream", help="batch, stream or both (comma-separated)")
+    parser.add_argument(
+        "--count-only",
+        action="store_true",
+        help="group mode: the consumers count each message's rows from its envelope without decoding the Arrow body",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     driver_dir = work / "driver"
@@ -311,6 +318,7 @@ def main() -> None:
                 str(registry),
                 str(out),
                 str(CONSUMER_IDLE_EXIT_S),
+                "count" if args.count_only else "decode",
             ],
             stdout=subprocess.PIPE,
             text=True,
