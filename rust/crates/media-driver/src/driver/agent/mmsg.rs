@@ -470,23 +470,94 @@ pub struct ReceiveBatch {
     /// Where the kernel writes each delivery's source (read only as far as it wrote).
     #[cfg(target_os = "linux")]
     names: Vec<libc::sockaddr_storage>,
-    /// Where the kernel writes each delivery's segment size, if it kept a run together.
+    /// Where the kernel writes each delivery's segment size, if it kept a run together (read
+    /// through the headers).
     #[cfg(target_os = "linux")]
-    controls: Vec<SegmentControl>,
+    _controls: Vec<SegmentControl>,
+    /// The `recvmmsg` headers over the slots, built once: a receive that finds nothing (every
+    /// idle duty cycle) allocates and writes nothing.
+    #[cfg(target_os = "linux")]
+    headers: ReceiveHeaders,
+}
+
+/// One `mmsghdr` and its `iovec` per slot of a [`ReceiveBatch`], pointing into the batch's own
+/// buffers (heap allocations that never grow, so they stay put when the batch moves).
+#[cfg(target_os = "linux")]
+struct ReceiveHeaders {
+    headers: Vec<libc::mmsghdr>,
+    /// What the headers' `msg_iov` point at.
+    _iovecs: Vec<libc::iovec>,
+}
+
+// SAFETY: the raw pointers name only buffers owned by the same `ReceiveBatch`, which moves
+// between threads as one value and is used by one thread at a time (`&mut` for every receive).
+#[cfg(target_os = "linux")]
+unsafe impl Send for ReceiveHeaders {}
+
+#[cfg(target_os = "linux")]
+impl std::fmt::Debug for ReceiveHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceiveHeaders").field("slots", &self.headers.len()).finish()
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl ReceiveHeaders {
+    /// Headers over `bytes` (cut into [`MAX_DATAGRAM`] slots), `names` and `controls`.
+    fn new(bytes: &mut [u8], names: &mut [libc::sockaddr_storage], controls: &mut [SegmentControl]) -> Self {
+        let mut iovecs: Vec<libc::iovec> = bytes
+            .chunks_mut(MAX_DATAGRAM)
+            .map(|slot| libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() })
+            .collect();
+        let headers = iovecs
+            .iter_mut()
+            .zip(names.iter_mut())
+            .zip(controls.iter_mut())
+            .map(|((iov, name), control)| {
+                // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
+                let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                header.msg_hdr.msg_iov = iov;
+                header.msg_hdr.msg_iovlen = 1;
+                header.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
+                header.msg_hdr.msg_control = control.as_mut_ptr().cast();
+                Self::reset(&mut header);
+                header
+            })
+            .collect();
+        ReceiveHeaders { headers, _iovecs: iovecs }
+    }
+
+    /// Gives a header its buffers' full lengths back (the kernel shortens them to what it
+    /// wrote).
+    fn reset(header: &mut libc::mmsghdr) {
+        header.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        header.msg_hdr.msg_controllen = std::mem::size_of::<SegmentControl>() as _;
+        header.msg_hdr.msg_flags = 0;
+        header.msg_len = 0;
+    }
 }
 
 impl ReceiveBatch {
     /// Slots for `slots` deliveries (at least one) of up to [`MAX_DATAGRAM`] bytes each.
     pub fn new(slots: usize) -> Self {
         let slots = slots.max(1);
+        let mut bytes = vec![0; slots * MAX_DATAGRAM];
+        // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
+        #[cfg(target_os = "linux")]
+        let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; slots];
+        #[cfg(target_os = "linux")]
+        let mut controls: Vec<SegmentControl> = vec![[0; 4]; slots];
+        #[cfg(target_os = "linux")]
+        let headers = ReceiveHeaders::new(&mut bytes, &mut names, &mut controls);
         ReceiveBatch {
-            bytes: vec![0; slots * MAX_DATAGRAM],
+            bytes,
             received: Vec::with_capacity(slots),
-            // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
             #[cfg(target_os = "linux")]
-            names: vec![unsafe { std::mem::zeroed() }; slots],
+            names,
             #[cfg(target_os = "linux")]
-            controls: vec![[0; 4]; slots],
+            _controls: controls,
+            #[cfg(target_os = "linux")]
+            headers,
         }
     }
 
@@ -525,42 +596,24 @@ impl ReceiveBatch {
 #[cfg(target_os = "linux")]
 fn recv_mmsg(batch: &mut ReceiveBatch, socket: &UdpSocket) {
     use std::os::fd::AsRawFd;
-    let mut iovecs: Vec<libc::iovec> = batch
-        .bytes
-        .chunks_mut(MAX_DATAGRAM)
-        .map(|slot| libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() })
-        .collect();
-    let mut headers: Vec<libc::mmsghdr> = iovecs
-        .iter_mut()
-        .zip(batch.names.iter_mut())
-        .zip(batch.controls.iter_mut())
-        .map(|((iov, name), control)| {
-            // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
-            let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            header.msg_hdr.msg_iov = iov;
-            header.msg_hdr.msg_iovlen = 1;
-            header.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
-            header.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            header.msg_hdr.msg_control = control.as_mut_ptr().cast();
-            header.msg_hdr.msg_controllen = std::mem::size_of::<SegmentControl>() as _;
-            header
-        })
-        .collect();
+    let headers = &mut batch.headers.headers;
     let count = u32::try_from(headers.len()).unwrap_or(u32::MAX);
     // SAFETY: `count` headers, each pointing at its own slot of `batch.bytes`, its own entry of
-    // `batch.names` and its own control buffer, all alive for the call. MSG_DONTWAIT: an empty
-    // queue returns at once.
+    // `batch.names` and its own control buffer, all owned by `batch` and alive for the call,
+    // with their full lengths (reset after each use below). MSG_DONTWAIT: an empty queue
+    // returns at once.
     let got = unsafe {
         libc::recvmmsg(socket.as_raw_fd(), headers.as_mut_ptr(), count, libc::MSG_DONTWAIT, std::ptr::null_mut())
     };
     let Ok(got) = usize::try_from(got) else { return };
-    for (header, name) in headers.iter().zip(&batch.names).take(got) {
+    for (header, name) in headers.iter_mut().zip(&batch.names).take(got) {
         let length = header.msg_len as usize;
         // A datagram from an address family other than IPv4/IPv6 cannot be answered: skipped.
         if let Some(source) = socket_address(name) {
             let segment = received_segment(&header.msg_hdr).unwrap_or(length);
             batch.received.push(Delivery { length, source, segment });
         }
+        ReceiveHeaders::reset(header);
     }
 }
 
@@ -790,6 +843,27 @@ mod tests {
         let source = sender.local_addr().expect("address");
         let received: Vec<(Vec<u8>, SocketAddr)> = slots.datagrams().map(|(d, s)| (d.to_vec(), s)).collect();
         assert_eq!(received, sent.into_iter().map(|d| (d, source)).collect::<Vec<_>>());
+    }
+
+    /// The receive headers are built once and reused: a slot whose last delivery came without a
+    /// segment size (the kernel shortened its control length to nothing) still takes the next
+    /// run's.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_slot_reused_after_a_single_datagram_still_cuts_a_run_back() {
+        let (_, receiver) = pair();
+        assert!(enable_receive_offload(&receiver), "UDP_GRO refused by this kernel");
+        let sender = UdpSocket::bind("127.0.0.1:0").expect("bind sender");
+        let destination = Some(receiver.local_addr().expect("address"));
+        let mut slots = ReceiveBatch::new(1);
+        for lengths in [&[700][..], &[1408, 1408, 1408, 1408], &[1], &[1000, 1000, 1000]] {
+            let (batch, sent) = batch_of(lengths);
+            assert_eq!(batch.send(&sender, destination, &mut SegmentOffload::default()).datagrams, lengths.len());
+            let received: Vec<Vec<u8>> =
+                receive_all(&mut slots, &receiver, lengths.len()).into_iter().map(|(d, _)| d).collect();
+            let got: Vec<usize> = received.iter().map(Vec::len).collect();
+            assert!(received == sent, "sent {lengths:?}, received datagrams of {got:?} bytes");
+        }
     }
 
     #[cfg(target_os = "linux")]
