@@ -1,7 +1,8 @@
-//! An idle duty cycle of an invoker-mode driver serving a network publication and its image
-//! allocates nothing: every wait loop of an application (a poll that found nothing, an offer
-//! held back) runs one, and a `malloc`/`free` pair per receive was a fifth of its cost. The
-//! allocations of the test's own thread are counted by a global allocator.
+//! The duty cycles of an invoker-mode driver serving a network publication and its image
+//! allocate nothing, idle or carrying a message: every wait loop of an application (a poll that
+//! found nothing, an offer held back) runs one, and a `malloc`/`free` pair per receive was a
+//! fifth of an idle cycle's cost (a send made five). The allocations of the test's own thread
+//! are counted by a global allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -56,13 +57,16 @@ fn allocations() -> u64 {
 /// every 100 ms may fall inside and allocate a little; a receive allocating made two per cycle).
 const CYCLES: u64 = 20_000;
 
+/// Messages sent one at a time, each waited for.
+const MESSAGES: u64 = 2_000;
+
 #[test]
-fn an_idle_invoker_duty_cycle_allocates_nothing() {
+fn invoker_duty_cycles_allocate_nothing_idle_or_carrying_messages() {
     let mut config = EmbeddedConfig::default();
     config.driver.threading = Threading::Invoker;
     let client = embedded::start(config).unwrap();
     let channel = format!("aeron:udp?endpoint=127.0.0.1:{}", free_udp_port().unwrap());
-    let _subscription = client.add_subscription(&channel, 7).unwrap();
+    let mut subscription = client.add_subscription(&channel, 7).unwrap();
     let publication = client.add_publication(&channel, 7).unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while !publication.is_connected().unwrap() {
@@ -79,4 +83,24 @@ fn an_idle_invoker_duty_cycle_allocates_nothing() {
     }
     let made = allocations() - before;
     assert!(made < CYCLES / 100, "{made} allocations in {CYCLES} idle duty cycles");
+    // One message at a time: sent (one `sendmmsg`), received, read, acknowledged.
+    let mut round_trip = |allocations_counted: bool| {
+        let before = allocations();
+        for sequence in 0..MESSAGES {
+            while publication.try_offer(&sequence.to_le_bytes()).unwrap().is_err() {
+                client.do_work().unwrap();
+            }
+            let mut received = 0;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while received == 0 {
+                assert!(Instant::now() < deadline, "message {sequence} never arrived");
+                client.do_work().unwrap();
+                received = subscription.poll(10, |_| {}).unwrap();
+            }
+        }
+        let made = allocations() - before;
+        assert!(!allocations_counted || made < MESSAGES / 10, "{made} allocations carrying {MESSAGES} messages");
+    };
+    round_trip(false);
+    round_trip(true);
 }
