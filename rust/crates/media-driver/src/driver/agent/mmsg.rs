@@ -72,7 +72,27 @@ pub struct SendBatch {
     queued: Vec<Queued>,
     /// What a send builds around the datagrams, kept so a send allocates nothing.
     #[cfg(target_os = "linux")]
-    scratch: SendScratch,
+    scratch: KernelBuffers<SendScratch>,
+}
+
+/// System-call buffers (`iovec`s, `mmsghdr`s) holding raw pointers into memory their owner
+/// keeps: they make the owner neither `Send` nor `Debug` by themselves.
+#[cfg(target_os = "linux")]
+#[derive(Default)]
+struct KernelBuffers<T>(T);
+
+// SAFETY: the pointers name only memory of the same owner (a `SendBatch` or `ReceiveBatch`),
+// which moves between threads as one value and uses them only inside its own `&mut self` calls
+// (a send writes them before the call; a receive's point at the batch's own never-resized
+// buffers).
+#[cfg(target_os = "linux")]
+unsafe impl<T> Send for KernelBuffers<T> {}
+
+#[cfg(target_os = "linux")]
+impl<T> std::fmt::Debug for KernelBuffers<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KernelBuffers")
+    }
 }
 
 /// The buffers one [`SendBatch::send`] fills besides the datagrams (runs, `iovec`s, control
@@ -86,18 +106,6 @@ struct SendScratch {
     spans: Vec<(usize, usize)>,
     controls: Vec<SegmentControl>,
     headers: Vec<libc::mmsghdr>,
-}
-
-// SAFETY: the raw pointers are written and read only inside a send, through `&mut SendBatch`;
-// between sends they are never dereferenced.
-#[cfg(target_os = "linux")]
-unsafe impl Send for SendScratch {}
-
-#[cfg(target_os = "linux")]
-impl std::fmt::Debug for SendScratch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SendScratch").field("runs", &self.runs.len()).finish()
-    }
 }
 
 impl SendBatch {
@@ -321,7 +329,7 @@ fn send_mmsg(
     offload: &mut SegmentOffload,
 ) -> SendOutcome {
     let mut scratch = std::mem::take(&mut batch.scratch);
-    let outcome = send_with(batch, &mut scratch, socket, destination, offload);
+    let outcome = send_with(batch, &mut scratch.0, socket, destination, offload);
     batch.scratch = scratch;
     outcome
 }
@@ -517,7 +525,7 @@ pub struct ReceiveBatch {
     /// The `recvmmsg` headers over the slots, built once: a receive that finds nothing (every
     /// idle duty cycle) allocates and writes nothing.
     #[cfg(target_os = "linux")]
-    headers: ReceiveHeaders,
+    headers: KernelBuffers<ReceiveHeaders>,
 }
 
 /// One `mmsghdr` and its `iovec` per slot of a [`ReceiveBatch`], pointing into the batch's own
@@ -527,18 +535,6 @@ struct ReceiveHeaders {
     headers: Vec<libc::mmsghdr>,
     /// What the headers' `msg_iov` point at.
     _iovecs: Vec<libc::iovec>,
-}
-
-// SAFETY: the raw pointers name only buffers owned by the same `ReceiveBatch`, which moves
-// between threads as one value and is used by one thread at a time (`&mut` for every receive).
-#[cfg(target_os = "linux")]
-unsafe impl Send for ReceiveHeaders {}
-
-#[cfg(target_os = "linux")]
-impl std::fmt::Debug for ReceiveHeaders {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReceiveHeaders").field("slots", &self.headers.len()).finish()
-    }
 }
 
 #[cfg(target_os = "linux")]
@@ -588,7 +584,7 @@ impl ReceiveBatch {
         #[cfg(target_os = "linux")]
         let mut controls: Vec<SegmentControl> = vec![[0; 4]; slots];
         #[cfg(target_os = "linux")]
-        let headers = ReceiveHeaders::new(&mut bytes, &mut names, &mut controls);
+        let headers = KernelBuffers(ReceiveHeaders::new(&mut bytes, &mut names, &mut controls));
         ReceiveBatch {
             bytes,
             received: Vec::with_capacity(slots),
@@ -636,7 +632,7 @@ impl ReceiveBatch {
 #[cfg(target_os = "linux")]
 fn recv_mmsg(batch: &mut ReceiveBatch, socket: &UdpSocket) {
     use std::os::fd::AsRawFd;
-    let headers = &mut batch.headers.headers;
+    let headers = &mut batch.headers.0.headers;
     let count = u32::try_from(headers.len()).unwrap_or(u32::MAX);
     // SAFETY: `count` headers, each pointing at its own slot of `batch.bytes`, its own entry of
     // `batch.names` and its own control buffer, all owned by `batch` and alive for the call,
@@ -719,6 +715,14 @@ mod tests {
         let (mut iovecs, mut spans) = (Vec::new(), Vec::new());
         run_iovecs(batch, runs, &mut iovecs, &mut spans);
         (iovecs, spans)
+    }
+
+    /// A sender and a non-blocking receiver that takes runs whole (`UDP_GRO`).
+    #[cfg(target_os = "linux")]
+    fn offload_pair() -> (UdpSocket, UdpSocket) {
+        let (sender, receiver) = pair();
+        assert!(enable_receive_offload(&receiver), "UDP_GRO refused by this kernel");
+        (sender, receiver)
     }
 
     fn pair() -> (UdpSocket, UdpSocket) {
@@ -878,9 +882,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_receiver_with_offload_gets_a_run_in_one_delivery_and_cuts_it_back() {
-        let (_, receiver) = pair();
-        assert!(enable_receive_offload(&receiver), "UDP_GRO refused by this kernel");
-        let sender = UdpSocket::bind("127.0.0.1:0").expect("bind sender");
+        let (sender, receiver) = offload_pair();
         let (mut batch, sent) = batch_of(&[1408, 1408, 1408, 300]);
         let outcome =
             batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut SegmentOffload::default());
@@ -904,9 +906,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_slot_reused_after_a_single_datagram_still_cuts_a_run_back() {
-        let (_, receiver) = pair();
-        assert!(enable_receive_offload(&receiver), "UDP_GRO refused by this kernel");
-        let sender = UdpSocket::bind("127.0.0.1:0").expect("bind sender");
+        let (sender, receiver) = offload_pair();
         let destination = Some(receiver.local_addr().expect("address"));
         let mut slots = ReceiveBatch::new(1);
         for lengths in [&[700][..], &[1408, 1408, 1408, 1408], &[1], &[1000, 1000, 1000]] {
