@@ -89,6 +89,7 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         let second = MonotonicClock::new();
         let (a, b) = (first.now(), second.now());
-        assert!(b >= a && b.saturating_since(a) < Duration::from_millis(5), "{a:?} {b:?}");
+        // Clocks with their own epochs would read the later one's about 5 ms behind.
+        assert!(b >= a && b.saturating_since(a) < Duration::from_secs(1), "{a:?} {b:?}");
     }
 }
