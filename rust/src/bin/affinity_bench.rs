@@ -14,6 +14,10 @@
 //! * `pong --channel-in A --channel-out B [--count N]` — echoes what arrives on `A` to `B`.
 //! * `run-throughput --size S --count N [...]` and `run-pingpong --size S --count N [...]` — run
 //!   the subscriber (or the pong) as a child process of this executable and print one JSON line.
+//! * `idle-cycle --cycles N [--blocks B]` — the cost of an idle invoker duty cycle: one process
+//!   with a publication and a subscription on a loopback channel (so its driver serves a network
+//!   publication, an image and their sockets), nothing offered; times `N` `do_work()` calls in
+//!   `B` blocks (default 20) and prints the median, fastest and slowest block's ns per cycle.
 //!
 //! Common options: `--mode shared|shared-network|dedicated|invoker` (embedded driver threading,
 //! default `invoker`), `--idle
@@ -163,6 +167,7 @@ fn main() {
         "pong" => pong(&options),
         "run-throughput" => run_throughput(&options),
         "run-pingpong" => run_pingpong(&options),
+        "idle-cycle" => idle_cycle(&options).map(|json| println!("{json}")),
         other => Err(format!("unknown subcommand {other:?}")),
     });
     if let Err(message) = result {
@@ -629,6 +634,39 @@ fn run_throughput(options: &Options) -> BenchResult<()> {
     );
     println!("{}", with_params(&merged, options));
     Ok(())
+}
+
+/// ns per idle invoker duty cycle with one network publication and image served.
+fn idle_cycle(options: &Options) -> BenchResult<String> {
+    let common = Common { mode: Threading::Invoker, ..Common::from(options)? };
+    let cycles = options.number("cycles", Some(1_000_000))?.max(1);
+    let blocks = options.number("blocks", Some(20))?.clamp(1, cycles);
+    let channel = free_channel(options)?;
+    let client = common.client()?;
+    let _subscription = client.add_subscription(&channel, common.stream).map_err(|e| e.to_string())?;
+    let publication = client.add_publication(&channel, common.stream).map_err(|e| e.to_string())?;
+    wait_connected(&common, &client, &publication)?;
+    // Past the first lap's page population and the connection's first status messages.
+    for _ in 0..cycles / 10 {
+        client.do_work().map_err(|e| e.to_string())?;
+    }
+    let per_block = cycles / blocks;
+    let mut block_ns = Vec::with_capacity(blocks as usize);
+    for _ in 0..blocks {
+        let started = Instant::now();
+        for _ in 0..per_block {
+            client.do_work().map_err(|e| e.to_string())?;
+        }
+        block_ns.push(started.elapsed().as_nanos() as f64 / per_block as f64);
+    }
+    block_ns.sort_by(f64::total_cmp);
+    Ok(format!(
+        "{{\"bench\":\"idle-cycle\",\"cycles\":{},\"ns_per_cycle\":{:.0},\"min_ns\":{:.0},\"max_ns\":{:.0}}}",
+        per_block * blocks,
+        block_ns[block_ns.len() / 2],
+        block_ns[0],
+        block_ns[block_ns.len() - 1]
+    ))
 }
 
 /// Pong in a child process, ping here; prints the round-trip percentiles.

@@ -43,16 +43,20 @@ impl Sub<Duration> for Instant {
     }
 }
 
-/// A monotonic clock for the driver: nanoseconds since the clock was created.
+/// The epoch every [`MonotonicClock`] of the process counts from: the first clock's creation.
+static PROCESS_EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
+/// A monotonic clock for the driver: nanoseconds since the process created its first one, so
+/// every clock of the process (each agent's, the duty cycle's) agrees on every reading.
 #[derive(Clone, Copy, Debug)]
 pub struct MonotonicClock {
     origin: std::time::Instant,
 }
 
 impl MonotonicClock {
-    /// A clock whose epoch is now.
+    /// A clock on the process's epoch (set by the first call).
     pub fn new() -> Self {
-        MonotonicClock { origin: std::time::Instant::now() }
+        MonotonicClock { origin: *PROCESS_EPOCH.get_or_init(std::time::Instant::now) }
     }
 
     /// The current time.
@@ -77,5 +81,15 @@ mod tests {
         assert_eq!((t - Duration::from_nanos(20)).as_nanos(), 0);
         assert_eq!((t + Duration::from_nanos(5)).as_nanos(), 15);
         assert_eq!(t.saturating_since(Instant::from_nanos(20)), Duration::ZERO);
+    }
+
+    #[test]
+    fn clocks_created_apart_agree() {
+        let first = MonotonicClock::new();
+        std::thread::sleep(Duration::from_millis(5));
+        let second = MonotonicClock::new();
+        let (a, b) = (first.now(), second.now());
+        // Clocks with their own epochs would read the later one's about 5 ms behind.
+        assert!(b >= a && b.saturating_since(a) < Duration::from_secs(1), "{a:?} {b:?}");
     }
 }

@@ -70,6 +70,42 @@ pub struct SendBatch {
     used: usize,
     /// The queued datagrams, in order.
     queued: Vec<Queued>,
+    /// What a send builds around the datagrams, kept so a send allocates nothing.
+    #[cfg(target_os = "linux")]
+    scratch: KernelBuffers<SendScratch>,
+}
+
+/// System-call buffers (`iovec`s, `mmsghdr`s) holding raw pointers into memory their owner
+/// keeps: they make the owner neither `Send` nor `Debug` by themselves.
+#[cfg(target_os = "linux")]
+#[derive(Default)]
+struct KernelBuffers<T>(T);
+
+// SAFETY: the pointers name only memory of the same owner (a `SendBatch` or `ReceiveBatch`),
+// which moves between threads as one value and uses them only inside its own `&mut self` calls
+// (a send writes them before the call; a receive's point at the batch's own never-resized
+// buffers).
+#[cfg(target_os = "linux")]
+unsafe impl<T> Send for KernelBuffers<T> {}
+
+#[cfg(target_os = "linux")]
+impl<T> std::fmt::Debug for KernelBuffers<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KernelBuffers")
+    }
+}
+
+/// The buffers one [`SendBatch::send`] fills besides the datagrams (runs, `iovec`s, control
+/// messages, `mmsghdr`s), kept between sends. Their pointers mean something only during a send.
+#[cfg(target_os = "linux")]
+#[derive(Default)]
+struct SendScratch {
+    runs: Vec<Run>,
+    iovecs: Vec<libc::iovec>,
+    /// Each run's first `iovec` and count.
+    spans: Vec<(usize, usize)>,
+    controls: Vec<SegmentControl>,
+    headers: Vec<libc::mmsghdr>,
 }
 
 impl SendBatch {
@@ -148,7 +184,7 @@ impl SendBatch {
     /// offloaded send while `offload` (the socket's) is on. A datagram the socket refuses with
     /// an error is counted and skipped; "would block" drops the rest of the batch.
     pub fn send(
-        &self,
+        &mut self,
         socket: &UdpSocket,
         destination: Option<SocketAddr>,
         offload: &mut SegmentOffload,
@@ -235,8 +271,8 @@ struct Run {
 /// Splits the batch's datagrams from `from` on into runs one send each: with `offload`, each run
 /// is as many datagrams of its first one's length as fit, then at most one shorter one (the
 /// kernel cuts a run only so); without, a datagram per run.
-fn plan_runs(batch: &SendBatch, from: usize, offload: bool) -> Vec<Run> {
-    let mut runs: Vec<Run> = Vec::new();
+fn plan_runs(batch: &SendBatch, from: usize, offload: bool, runs: &mut Vec<Run>) {
+    runs.clear();
     let mut open = false;
     for (index, queued) in batch.queued.iter().enumerate().skip(from) {
         let length = queued.length;
@@ -259,15 +295,14 @@ fn plan_runs(batch: &SendBatch, from: usize, offload: bool) -> Vec<Run> {
             }
         }
     }
-    runs
 }
 
-/// The `iovec`s of `runs` (one per datagram, neighbours that lie back to back merged into one)
-/// and where each run's start in them: `(iovecs, [(first iovec, count)])`.
+/// Fills `iovecs` with those of `runs` (one per datagram, neighbours that lie back to back
+/// merged into one) and `spans` with where each run's start in them: `(first iovec, count)`.
 #[cfg(target_os = "linux")]
-fn run_iovecs(batch: &SendBatch, runs: &[Run]) -> (Vec<libc::iovec>, Vec<(usize, usize)>) {
-    let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(runs.iter().map(|run| run.segments).sum());
-    let mut spans = Vec::with_capacity(runs.len());
+fn run_iovecs(batch: &SendBatch, runs: &[Run], iovecs: &mut Vec<libc::iovec>, spans: &mut Vec<(usize, usize)>) {
+    iovecs.clear();
+    spans.clear();
     for run in runs {
         let first = iovecs.len();
         for queued in batch.queued.iter().skip(run.first).take(run.segments) {
@@ -281,7 +316,6 @@ fn run_iovecs(batch: &SendBatch, runs: &[Run]) -> (Vec<libc::iovec>, Vec<(usize,
         }
         spans.push((first, iovecs.len() - first));
     }
-    (iovecs, spans)
 }
 
 /// Room for one control message carrying a `u16` (the segment size), 8-byte aligned.
@@ -289,7 +323,21 @@ type SegmentControl = [u64; 4];
 
 #[cfg(target_os = "linux")]
 fn send_mmsg(
+    batch: &mut SendBatch,
+    socket: &UdpSocket,
+    destination: Option<SocketAddr>,
+    offload: &mut SegmentOffload,
+) -> SendOutcome {
+    let mut scratch = std::mem::take(&mut batch.scratch);
+    let outcome = send_with(batch, &mut scratch.0, socket, destination, offload);
+    batch.scratch = scratch;
+    outcome
+}
+
+#[cfg(target_os = "linux")]
+fn send_with(
     batch: &SendBatch,
+    scratch: &mut SendScratch,
     socket: &UdpSocket,
     destination: Option<SocketAddr>,
     offload: &mut SegmentOffload,
@@ -298,8 +346,10 @@ fn send_mmsg(
     let mut next = 0;
     // Each pass sends or skips at least one datagram, or turns offload off (once): bounded.
     while next < batch.len() {
-        let runs = plan_runs(batch, next, offload.enabled);
-        match send_runs(batch, socket, destination, &runs, &mut outcome) {
+        plan_runs(batch, next, offload.enabled, &mut scratch.runs);
+        let sent = send_runs(batch, socket, destination, scratch, &mut outcome);
+        let runs = &scratch.runs;
+        match sent {
             RunsSent::All => break,
             RunsSent::WouldBlock(sent) => {
                 outcome.would_block = batch.len() - runs.get(sent).map_or(batch.len(), |run| run.first);
@@ -335,36 +385,34 @@ fn send_runs(
     batch: &SendBatch,
     socket: &UdpSocket,
     destination: Option<SocketAddr>,
-    runs: &[Run],
+    scratch: &mut SendScratch,
     outcome: &mut SendOutcome,
 ) -> RunsSent {
     use std::os::fd::AsRawFd;
+    let SendScratch { runs, iovecs, spans, controls, headers } = scratch;
     let address = destination.map(socket2::SockAddr::from);
-    let (mut iovecs, spans) = run_iovecs(batch, runs);
-    let mut controls: Vec<SegmentControl> = vec![[0; 4]; runs.len()];
+    run_iovecs(batch, runs, iovecs, spans);
+    controls.clear();
+    controls.resize(runs.len(), [0; 4]);
     let iovecs_base = iovecs.as_mut_ptr();
-    let mut headers: Vec<libc::mmsghdr> = spans
-        .iter()
-        .zip(controls.iter_mut())
-        .zip(runs)
-        .map(|((&(first, count), control), run)| {
-            // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
-            let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            // In bounds: `first + count <= iovecs.len()`, which is not resized from here on.
-            header.msg_hdr.msg_iov = iovecs_base.wrapping_add(first);
-            header.msg_hdr.msg_iovlen = count as _;
-            if let Some(address) = &address {
-                header.msg_hdr.msg_name = address.as_ptr() as *mut libc::c_void;
-                header.msg_hdr.msg_namelen = address.len();
-            }
-            if run.segments > 1 {
-                // Runs are at most MAX_OFFLOAD_BYTES long, so a segment fits a u16.
-                let segment = u16::try_from(run.segment).unwrap_or(u16::MAX);
-                set_segment_control(&mut header.msg_hdr, control, segment);
-            }
-            header
-        })
-        .collect();
+    headers.clear();
+    headers.extend(spans.iter().zip(controls.iter_mut()).zip(runs.iter()).map(|((&(first, count), control), run)| {
+        // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
+        let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
+        // In bounds: `first + count <= iovecs.len()`, which is not resized from here on.
+        header.msg_hdr.msg_iov = iovecs_base.wrapping_add(first);
+        header.msg_hdr.msg_iovlen = count as _;
+        if let Some(address) = &address {
+            header.msg_hdr.msg_name = address.as_ptr() as *mut libc::c_void;
+            header.msg_hdr.msg_namelen = address.len();
+        }
+        if run.segments > 1 {
+            // Runs are at most MAX_OFFLOAD_BYTES long, so a segment fits a u16.
+            let segment = u16::try_from(run.segment).unwrap_or(u16::MAX);
+            set_segment_control(&mut header.msg_hdr, control, segment);
+        }
+        header
+    }));
     let mut next = 0;
     while next < headers.len() {
         let Some(rest) = headers.get_mut(next..) else { break };
@@ -470,23 +518,82 @@ pub struct ReceiveBatch {
     /// Where the kernel writes each delivery's source (read only as far as it wrote).
     #[cfg(target_os = "linux")]
     names: Vec<libc::sockaddr_storage>,
-    /// Where the kernel writes each delivery's segment size, if it kept a run together.
+    /// Where the kernel writes each delivery's segment size, if it kept a run together (read
+    /// through the headers).
     #[cfg(target_os = "linux")]
-    controls: Vec<SegmentControl>,
+    _controls: Vec<SegmentControl>,
+    /// The `recvmmsg` headers over the slots, built once: a receive that finds nothing (every
+    /// idle duty cycle) allocates and writes nothing.
+    #[cfg(target_os = "linux")]
+    headers: KernelBuffers<ReceiveHeaders>,
+}
+
+/// One `mmsghdr` and its `iovec` per slot of a [`ReceiveBatch`], pointing into the batch's own
+/// buffers (heap allocations that never grow, so they stay put when the batch moves).
+#[cfg(target_os = "linux")]
+struct ReceiveHeaders {
+    headers: Vec<libc::mmsghdr>,
+    /// What the headers' `msg_iov` point at.
+    _iovecs: Vec<libc::iovec>,
+}
+
+#[cfg(target_os = "linux")]
+impl ReceiveHeaders {
+    /// Headers over `bytes` (cut into [`MAX_DATAGRAM`] slots), `names` and `controls`.
+    fn new(bytes: &mut [u8], names: &mut [libc::sockaddr_storage], controls: &mut [SegmentControl]) -> Self {
+        let mut iovecs: Vec<libc::iovec> = bytes
+            .chunks_mut(MAX_DATAGRAM)
+            .map(|slot| libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() })
+            .collect();
+        let headers = iovecs
+            .iter_mut()
+            .zip(names.iter_mut())
+            .zip(controls.iter_mut())
+            .map(|((iov, name), control)| {
+                // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
+                let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                header.msg_hdr.msg_iov = iov;
+                header.msg_hdr.msg_iovlen = 1;
+                header.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
+                header.msg_hdr.msg_control = control.as_mut_ptr().cast();
+                Self::reset(&mut header);
+                header
+            })
+            .collect();
+        ReceiveHeaders { headers, _iovecs: iovecs }
+    }
+
+    /// Gives a header its buffers' full lengths back (the kernel shortens them to what it
+    /// wrote).
+    fn reset(header: &mut libc::mmsghdr) {
+        header.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        header.msg_hdr.msg_controllen = std::mem::size_of::<SegmentControl>() as _;
+        header.msg_hdr.msg_flags = 0;
+        header.msg_len = 0;
+    }
 }
 
 impl ReceiveBatch {
     /// Slots for `slots` deliveries (at least one) of up to [`MAX_DATAGRAM`] bytes each.
     pub fn new(slots: usize) -> Self {
         let slots = slots.max(1);
+        let mut bytes = vec![0; slots * MAX_DATAGRAM];
+        // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
+        #[cfg(target_os = "linux")]
+        let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; slots];
+        #[cfg(target_os = "linux")]
+        let mut controls: Vec<SegmentControl> = vec![[0; 4]; slots];
+        #[cfg(target_os = "linux")]
+        let headers = KernelBuffers(ReceiveHeaders::new(&mut bytes, &mut names, &mut controls));
         ReceiveBatch {
-            bytes: vec![0; slots * MAX_DATAGRAM],
+            bytes,
             received: Vec::with_capacity(slots),
-            // SAFETY: an all-zero sockaddr_storage is a valid (unspecified) address.
             #[cfg(target_os = "linux")]
-            names: vec![unsafe { std::mem::zeroed() }; slots],
+            names,
             #[cfg(target_os = "linux")]
-            controls: vec![[0; 4]; slots],
+            _controls: controls,
+            #[cfg(target_os = "linux")]
+            headers,
         }
     }
 
@@ -525,42 +632,24 @@ impl ReceiveBatch {
 #[cfg(target_os = "linux")]
 fn recv_mmsg(batch: &mut ReceiveBatch, socket: &UdpSocket) {
     use std::os::fd::AsRawFd;
-    let mut iovecs: Vec<libc::iovec> = batch
-        .bytes
-        .chunks_mut(MAX_DATAGRAM)
-        .map(|slot| libc::iovec { iov_base: slot.as_mut_ptr().cast(), iov_len: slot.len() })
-        .collect();
-    let mut headers: Vec<libc::mmsghdr> = iovecs
-        .iter_mut()
-        .zip(batch.names.iter_mut())
-        .zip(batch.controls.iter_mut())
-        .map(|((iov, name), control)| {
-            // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
-            let mut header: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            header.msg_hdr.msg_iov = iov;
-            header.msg_hdr.msg_iovlen = 1;
-            header.msg_hdr.msg_name = (name as *mut libc::sockaddr_storage).cast();
-            header.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            header.msg_hdr.msg_control = control.as_mut_ptr().cast();
-            header.msg_hdr.msg_controllen = std::mem::size_of::<SegmentControl>() as _;
-            header
-        })
-        .collect();
+    let headers = &mut batch.headers.0.headers;
     let count = u32::try_from(headers.len()).unwrap_or(u32::MAX);
     // SAFETY: `count` headers, each pointing at its own slot of `batch.bytes`, its own entry of
-    // `batch.names` and its own control buffer, all alive for the call. MSG_DONTWAIT: an empty
-    // queue returns at once.
+    // `batch.names` and its own control buffer, all owned by `batch` and alive for the call,
+    // with their full lengths (reset after each use below). MSG_DONTWAIT: an empty queue
+    // returns at once.
     let got = unsafe {
         libc::recvmmsg(socket.as_raw_fd(), headers.as_mut_ptr(), count, libc::MSG_DONTWAIT, std::ptr::null_mut())
     };
     let Ok(got) = usize::try_from(got) else { return };
-    for (header, name) in headers.iter().zip(&batch.names).take(got) {
+    for (header, name) in headers.iter_mut().zip(&batch.names).take(got) {
         let length = header.msg_len as usize;
         // A datagram from an address family other than IPv4/IPv6 cannot be answered: skipped.
         if let Some(source) = socket_address(name) {
             let segment = received_segment(&header.msg_hdr).unwrap_or(length);
             batch.received.push(Delivery { length, source, segment });
         }
+        ReceiveHeaders::reset(header);
     }
 }
 
@@ -614,6 +703,27 @@ fn socket_address(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn planned(batch: &SendBatch, from: usize, offload: bool) -> Vec<Run> {
+        let mut runs = Vec::new();
+        plan_runs(batch, from, offload, &mut runs);
+        runs
+    }
+
+    #[cfg(target_os = "linux")]
+    fn iovecs_of(batch: &SendBatch, runs: &[Run]) -> (Vec<libc::iovec>, Vec<(usize, usize)>) {
+        let (mut iovecs, mut spans) = (Vec::new(), Vec::new());
+        run_iovecs(batch, runs, &mut iovecs, &mut spans);
+        (iovecs, spans)
+    }
+
+    /// A sender and a non-blocking receiver that takes runs whole (`UDP_GRO`).
+    #[cfg(target_os = "linux")]
+    fn offload_pair() -> (UdpSocket, UdpSocket) {
+        let (sender, receiver) = pair();
+        assert!(enable_receive_offload(&receiver), "UDP_GRO refused by this kernel");
+        (sender, receiver)
+    }
 
     fn pair() -> (UdpSocket, UdpSocket) {
         let receiver = UdpSocket::bind("127.0.0.1:0").expect("bind receiver");
@@ -718,31 +828,31 @@ mod tests {
     fn runs_are_equal_datagrams_then_at_most_one_shorter_within_the_kernel_bounds() {
         let (batch, _) = batch_of(&[1408, 1408, 1408, 100, 1408, 2000, 1408, 1408]);
         // A shorter datagram ends a run; a longer one starts the next.
-        assert_eq!(shape(&plan_runs(&batch, 0, true)), vec![(0, 4, 1408), (4, 1, 1408), (5, 2, 2000), (7, 1, 1408)]);
+        assert_eq!(shape(&planned(&batch, 0, true)), vec![(0, 4, 1408), (4, 1, 1408), (5, 2, 2000), (7, 1, 1408)]);
         // Resuming part-way starts at that datagram's bytes.
-        let runs = plan_runs(&batch, 2, true);
+        let runs = planned(&batch, 2, true);
         assert_eq!(shape(&runs), vec![(2, 2, 1408), (4, 1, 1408), (5, 2, 2000), (7, 1, 1408)]);
         assert_eq!(runs[0].bytes, 1408 + 100);
         // Without offload, a datagram a run.
-        let plain = plan_runs(&batch, 0, false);
+        let plain = planned(&batch, 0, false);
         assert_eq!(plain.len(), 8);
         assert!(plain.iter().all(|run| run.segments == 1 && run.bytes == run.segment));
         // At most MAX_OFFLOAD_BYTES per run, and at most MAX_OFFLOAD_SEGMENTS.
         let (big, _) = batch_of(&[1408; 100]);
-        let runs = plan_runs(&big, 0, true);
+        let runs = planned(&big, 0, true);
         assert_eq!(shape(&runs), vec![(0, 46, 1408), (46, 46, 1408), (92, 8, 1408)]);
         assert!(runs.iter().all(|run| run.bytes <= MAX_OFFLOAD_BYTES));
         let (small, _) = batch_of(&[64; 150]);
-        assert_eq!(shape(&plan_runs(&small, 0, true)), vec![(0, 64, 64), (64, 64, 64), (128, 22, 64)]);
+        assert_eq!(shape(&planned(&small, 0, true)), vec![(0, 64, 64), (64, 64, 64), (128, 22, 64)]);
         // An empty datagram never takes others with it.
         let (empty, _) = batch_of(&[0, 0, 5]);
-        assert_eq!(shape(&plan_runs(&empty, 0, true)), vec![(0, 1, 0), (1, 1, 0), (2, 1, 5)]);
+        assert_eq!(shape(&planned(&empty, 0, true)), vec![(0, 1, 0), (1, 1, 0), (2, 1, 5)]);
     }
 
     /// Sends `lengths` from a fresh socket to `receiver` with offload on; returns what arrived.
     fn send_and_receive(receiver: &UdpSocket, lengths: &[usize]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, SendOutcome) {
         let sender = UdpSocket::bind("127.0.0.1:0").expect("bind sender");
-        let (batch, sent) = batch_of(lengths);
+        let (mut batch, sent) = batch_of(lengths);
         let mut offload = SegmentOffload::default();
         let outcome = batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut offload);
         let mut slots = ReceiveBatch::new(4);
@@ -772,10 +882,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_receiver_with_offload_gets_a_run_in_one_delivery_and_cuts_it_back() {
-        let (_, receiver) = pair();
-        assert!(enable_receive_offload(&receiver), "UDP_GRO refused by this kernel");
-        let sender = UdpSocket::bind("127.0.0.1:0").expect("bind sender");
-        let (batch, sent) = batch_of(&[1408, 1408, 1408, 300]);
+        let (sender, receiver) = offload_pair();
+        let (mut batch, sent) = batch_of(&[1408, 1408, 1408, 300]);
         let outcome =
             batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut SegmentOffload::default());
         assert_eq!(outcome.datagrams, 4);
@@ -792,13 +900,32 @@ mod tests {
         assert_eq!(received, sent.into_iter().map(|d| (d, source)).collect::<Vec<_>>());
     }
 
+    /// The receive headers are built once and reused: a slot whose last delivery came without a
+    /// segment size (the kernel shortened its control length to nothing) still takes the next
+    /// run's.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_slot_reused_after_a_single_datagram_still_cuts_a_run_back() {
+        let (sender, receiver) = offload_pair();
+        let destination = Some(receiver.local_addr().expect("address"));
+        let mut slots = ReceiveBatch::new(1);
+        for lengths in [&[700][..], &[1408, 1408, 1408, 1408], &[1], &[1000, 1000, 1000]] {
+            let (mut batch, sent) = batch_of(lengths);
+            assert_eq!(batch.send(&sender, destination, &mut SegmentOffload::default()).datagrams, lengths.len());
+            let received: Vec<Vec<u8>> =
+                receive_all(&mut slots, &receiver, lengths.len()).into_iter().map(|(d, _)| d).collect();
+            let got: Vec<usize> = received.iter().map(Vec::len).collect();
+            assert!(received == sent, "sent {lengths:?}, received datagrams of {got:?} bytes");
+        }
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn a_socket_that_refuses_offload_falls_back_to_single_datagrams_and_loses_none() {
         let (sender, receiver) = pair();
         // The kernel refuses UDP_SEGMENT on a socket that sends without checksums (EINVAL).
         set_int_option(&sender, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1).expect("SO_NO_CHECK");
-        let (batch, sent) = batch_of(&[1408, 1408, 1408, 64, 64, 9]);
+        let (mut batch, sent) = batch_of(&[1408, 1408, 1408, 64, 64, 9]);
         let mut offload = SegmentOffload::default();
         let outcome = batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut offload);
         assert_eq!((outcome.datagrams, outcome.errors, outcome.would_block), (6, 0, 0));
@@ -833,7 +960,7 @@ mod tests {
     fn mapped_datagrams_are_sent_from_where_they_lie_mixed_with_written_ones() {
         let log: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
         let lengths: Vec<usize> = [vec![1056; 80], vec![320], vec![1408; 30], vec![64; 3]].concat();
-        let (batch, expected) = mapped_batch(&log, &lengths, 50, b"a heartbeat between them");
+        let (mut batch, expected) = mapped_batch(&log, &lengths, 50, b"a heartbeat between them");
         // Nothing was copied into the batch's own buffer but the written datagram.
         assert_eq!(batch.used, 24);
         assert_eq!(batch.datagrams().map(<[u8]>::to_vec).collect::<Vec<_>>(), expected);
@@ -862,16 +989,16 @@ mod tests {
         let far = &log[50_000..51_056];
         // SAFETY: `log` outlives the batch and is not written while it is queued.
         assert!(unsafe { batch.push_or_map(|_| Some(Filled::Mapped(far.as_ptr(), far.len()))) });
-        let runs = plan_runs(&batch, 0, true);
+        let runs = planned(&batch, 0, true);
         assert_eq!(shape(&runs), vec![(0, 8, 1056)]);
-        let (iovecs, spans) = run_iovecs(&batch, &runs);
+        let (iovecs, spans) = iovecs_of(&batch, &runs);
         // Three mapped, the written one, three mapped (back to back with the first three), the far one.
         let lengths: Vec<usize> = iovecs.iter().map(|iov| iov.iov_len).collect();
         assert_eq!(lengths, vec![3 * 1056, 1056, 3 * 1056, 1056]);
         assert_eq!(spans, vec![(0, 4)]);
         // Without offload, one datagram per run, one iovec each.
-        let single = plan_runs(&batch, 0, false);
-        let (iovecs, spans) = run_iovecs(&batch, &single);
+        let single = planned(&batch, 0, false);
+        let (iovecs, spans) = iovecs_of(&batch, &single);
         assert_eq!(iovecs.len(), 8);
         assert_eq!(spans, (0..8).map(|i| (i, 1)).collect::<Vec<_>>());
     }
@@ -880,7 +1007,7 @@ mod tests {
     fn an_empty_datagram_is_received_as_one() {
         let (sender, receiver) = pair();
         enable_receive_offload(&receiver);
-        let (batch, _) = batch_of(&[0, 3]);
+        let (mut batch, _) = batch_of(&[0, 3]);
         let outcome =
             batch.send(&sender, Some(receiver.local_addr().expect("address")), &mut SegmentOffload::default());
         assert_eq!(outcome.datagrams, 2);

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use super::clock::DutyClock;
 use super::idle::{IdleStrategy, Idler};
 use crate::driver::DriverContext;
 use crate::protocol::{Image, NetworkPublication};
@@ -227,15 +228,18 @@ pub enum AgentEvent {
 /// and the end of stream.
 pub const CLOSE_DRAIN: Duration = Duration::from_secs(2);
 
+/// The three agents on one thread (invoker and shared modes), one clock reading per cycle.
 struct Agents {
     conductor: DriverConductor,
     sender: SenderAgent,
     receiver: ReceiverAgent,
+    clock: DutyClock,
 }
 
 impl Agents {
     fn do_work(&mut self) -> usize {
-        self.conductor.do_work() + self.sender.do_work() + self.receiver.do_work()
+        let time = self.clock.tick();
+        self.conductor.do_work_at(time) + self.sender.do_work_at(time.now) + self.receiver.do_work_at(time.now)
     }
 }
 
@@ -338,7 +342,7 @@ impl MediaDriver {
             driver.data_wake = Some(Arc::new(DataWake::new()));
             receiver.set_data_wake(driver.data_wake.clone());
         }
-        let mut agents = Agents { conductor, sender, receiver };
+        let mut agents = Agents { conductor, sender, receiver, clock: DutyClock::new() };
         let wake = driver.wake.clone();
         match config.threading {
             Threading::Invoker => driver.agents = Some(agents),
@@ -353,7 +357,7 @@ impl MediaDriver {
                 })?);
             }
             Threading::SharedNetwork => {
-                let Agents { mut conductor, sender, receiver } = agents;
+                let Agents { mut conductor, sender, receiver, .. } = agents;
                 let stop_conductor = stop.clone();
                 driver.threads.push(spawn("affinity-conductor", move || {
                     run_until((&stop_conductor, idle, None), &mut conductor, DriverConductor::do_work, no_sockets);
@@ -361,22 +365,25 @@ impl MediaDriver {
                 })?);
                 let stop_network = stop.clone();
                 driver.threads.push(spawn("affinity-network", move || {
-                    let mut network = (sender, receiver);
+                    let mut network = (sender, receiver, DutyClock::new());
                     run_until(
                         (&stop_network, idle, wake),
                         &mut network,
-                        |(sender, receiver)| sender.do_work() + receiver.do_work(),
-                        |(sender, receiver), fds| {
+                        |(sender, receiver, clock)| {
+                            let now = clock.tick().now;
+                            sender.do_work_at(now) + receiver.do_work_at(now)
+                        },
+                        |(sender, receiver, _), fds| {
                             sender.readable_fds(fds);
                             receiver.readable_fds(fds);
                         },
                     );
-                    let (sender, receiver) = network;
+                    let (sender, receiver, _) = network;
                     AgentPart::Network(Box::new(sender), Box::new(receiver))
                 })?);
             }
             Threading::Dedicated => {
-                let Agents { mut conductor, mut sender, mut receiver } = agents;
+                let Agents { mut conductor, mut sender, mut receiver, .. } = agents;
                 let stop_conductor = stop.clone();
                 driver.threads.push(spawn("affinity-conductor", move || {
                     run_until((&stop_conductor, idle, None), &mut conductor, DriverConductor::do_work, no_sockets);
@@ -449,7 +456,7 @@ impl MediaDriver {
         for thread in self.threads.drain(..) {
             match thread.join() {
                 Ok(AgentPart::All(agents)) => {
-                    let Agents { conductor: c, sender: s, receiver: r } = *agents;
+                    let Agents { conductor: c, sender: s, receiver: r, .. } = *agents;
                     (conductor, sender, receiver) = (Some(c), Some(s), Some(r));
                 }
                 Ok(AgentPart::Conductor(c)) => conductor = Some(*c),
@@ -466,7 +473,7 @@ impl MediaDriver {
                 self.dir.display()
             )));
         };
-        let mut agents = Agents { conductor, sender, receiver };
+        let mut agents = Agents { conductor, sender, receiver, clock: DutyClock::new() };
         agents.sender.close_all();
         agents.receiver.close_all();
         let started = std::time::Instant::now();

@@ -552,9 +552,14 @@ impl ReceiverAgent {
         out.extend(self.endpoints.iter().map(|e| e.socket.as_raw_fd()));
     }
 
-    /// One duty cycle; returns the work done.
+    /// One duty cycle at the time of the agent's own clock; returns the work done.
     pub fn do_work(&mut self) -> usize {
-        let now = self.clock.now();
+        self.do_work_at(self.clock.now())
+    }
+
+    /// One duty cycle at `now`, the time the runner read for every agent of the cycle
+    /// ([`crate::driver::clock::DutyClock`]); returns the work done.
+    pub fn do_work_at(&mut self, now: Instant) -> usize {
         let mut work = 0;
         let mut received = false;
         while let Ok(command) = self.commands.try_recv() {
