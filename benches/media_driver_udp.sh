@@ -8,6 +8,8 @@
 # BASE_BIN=DIR adds a standalone row run with the binaries in DIR ("standalone-shared-base"),
 # an A/B of a driver change in the same minutes. OLD_EMBEDDED_BIN=DIR adds embedded rows run with
 # the affinity-bench in DIR ("embedded-<mode>-old"), e.g. a build of an older commit.
+# PUBLISH_BATCH=M adds a standalone row whose publisher appends with offer_batch of M messages
+# per call ("...-batchM"; the other rows offer one message per call).
 # OFFLOAD_AB=1 adds rows with the drivers' UDP GSO/GRO off ("...-offload-off"), same binaries.
 # Each round also measures the loopback ceiling with offload on (loopback-ceiling --offload on,
 # the driver's datagrams at MTU 1408; CEILING=0 leaves it out) and EMBEDDED=0 leaves the embedded
@@ -29,9 +31,10 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
 
-standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]
+standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]; PUBLISH_ARGS: the publisher's
   local BIN=${4:-$BIN} suffix=${5:-}
-  local extra=("${@:6}")
+  local extra=("${@:6}") publish_args
+  read -r -a publish_args <<< "${PUBLISH_ARGS:-}"
   local dir; dir=$(mktemp -d /dev/shm/affinity-bench-XXXX)
   local channel="aeron:udp?endpoint=127.0.0.1:$(port)${CHANNEL_PARAMS:+|$CHANNEL_PARAMS}"
   local before; before=$(load)
@@ -41,7 +44,7 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]
   timeout "$RUN_TIMEOUT" "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
   local sub=$!
   for _ in $(seq 100); do grep -q "ready" "$dir/sub.out" 2>/dev/null && break; sleep 0.05; done
-  timeout "$RUN_TIMEOUT" "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > /dev/null &
+  timeout "$RUN_TIMEOUT" "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" "${publish_args[@]}" > /dev/null &
   local pub=$! failed=""
   # A subscriber that fails (e.g. a driver timeout on a loaded machine) ends the publisher too,
   # which would otherwise wait for a receiver until its timeout.
@@ -78,6 +81,9 @@ for round in $(seq "$ROUNDS"); do
     if [[ ${CEILING:-1} != 0 ]]; then ceiling "$size"; fi
     standalone "$size" "$count" "${THREADING:-shared}"
     if [[ -n ${BASE_BIN:-} ]]; then standalone "$size" "$count" "${THREADING:-shared}" "$BASE_BIN" -base; fi
+    if [[ -n ${PUBLISH_BATCH:-} ]]; then
+      PUBLISH_ARGS="--batch $PUBLISH_BATCH" standalone "$size" "$count" "${THREADING:-shared}" "$BIN" "-batch$PUBLISH_BATCH"
+    fi
     if [[ ${EMBEDDED:-1} != 0 ]]; then
       embedded "$size" "$count" shared
       embedded "$size" "$count" invoker

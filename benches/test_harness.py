@@ -120,6 +120,26 @@ def test_udp_share_divides_each_round_by_its_own_ceiling(tmp_path: Path) -> None
     assert "| standalone-shared ÷ standalone-shared-base | 32 | 1.500 [1.000-2.000] | 2 |" in table
 
 
+def test_udp_runs_kept_in_one_file_get_a_table_per_set(tmp_path: Path) -> None:
+    # Two runs of media_driver_udp.sh both number their rounds from 1: kept apart by "set".
+    def row(set_: str, driver: str, result: dict[str, float]) -> str:
+        return json.dumps({"set": set_, "driver": driver, "size": 32, "round": 1, "load": 1.0, "result": result})
+
+    lines = [
+        row("first", "ceiling-offload", {"msgs_per_sec": 100e6}),
+        row("first", "standalone-shared", {"rate": 10e6}),
+        row("second", "ceiling-offload", {"msgs_per_sec": 100e6}),
+        row("second", "standalone-shared", {"rate": 30e6}),
+    ]
+    raw = tmp_path / "udp.jsonl"
+    raw.write_text("\n".join(lines) + "\n")
+    table = transport_table.render("udp-share", raw)
+    first, second = table.split("set second:")
+    assert first.startswith("set first:")
+    assert "| standalone-shared | 32 | 10.000 | 320 | 0.100 | 1 |" in first
+    assert "| standalone-shared | 32 | 30.000 | 960 | 0.300 | 1 |" in second
+
+
 def test_udp_rows_recorded_by_the_harness_are_keyed_by_its_run(tmp_path: Path) -> None:
     # run_all.sh runs media_driver_udp.sh once per run (its own "round" is always 1).
     def row(driver: str, run: int, result: dict[str, float]) -> str:

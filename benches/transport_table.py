@@ -346,7 +346,20 @@ def udp_share(raw: Raw) -> list[str]:
     loopback ceiling (offload on) measured in the same round: messages per second over the
     ceiling's (its datagram rate times frames per datagram); at 1 KiB one message is one datagram,
     so this is also the share in bytes per second. With ``BASE_BIN`` rows, each build's ratio
-    to the previous build per round too."""
+    to the previous build per round too. Rows carrying a ``"set"`` (several runs kept in one
+    raw file) get one table per set, in the file's order."""
+    sets = list(dict.fromkeys(row["set"] for row in raw.rows if "set" in row))
+    if not sets:
+        return udp_share_of_one_run(raw)
+    out: list[str] = []
+    for name in sets:
+        rows = [row for row in raw.rows if row.get("set") == name]
+        out += ["", f"set {name}:", "", *udp_share_of_one_run(Raw(raw.meta, rows))]
+    return out[1:]
+
+
+def udp_share_of_one_run(raw: Raw) -> list[str]:
+    """[`udp_share`] of the rows of one run of ``benches/media_driver_udp.sh``."""
     by_round: dict[tuple[str, int, str], float] = {}
     loads: dict[str, list[float]] = defaultdict(list)
     for row in raw.ok:

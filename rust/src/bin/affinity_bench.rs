@@ -18,6 +18,12 @@
 //!   with a publication and a subscription on a loopback channel (so its driver serves a network
 //!   publication, an image and their sockets), nothing offered; times `N` `do_work()` calls in
 //!   `B` blocks (default 20) and prints the median, fastest and slowest block's ns per cycle.
+//! * `stalls --seconds S [--over-ns N]` — the machine's floor under a tail: one thread per core
+//!   spins reading the monotonic clock, no driver, no system call, and counts the gaps between
+//!   two readings longer than `N` ns (default 2,000): time the core was taken from a spinning
+//!   thread (interrupts, the hypervisor). Prints the stalls per second per core, the share of
+//!   time lost, the median, 90th percentile and longest stall, and the most common interval
+//!   between two stalls of one core.
 //!
 //! Common options: `--mode shared|shared-network|dedicated|invoker` (embedded driver threading,
 //! default `invoker`), `--idle
@@ -168,6 +174,7 @@ fn main() {
         "run-throughput" => run_throughput(&options),
         "run-pingpong" => run_pingpong(&options),
         "idle-cycle" => idle_cycle(&options).map(|json| println!("{json}")),
+        "stalls" => stalls(&options).map(|json| println!("{json}")),
         other => Err(format!("unknown subcommand {other:?}")),
     });
     if let Err(message) = result {
@@ -666,6 +673,62 @@ fn idle_cycle(options: &Options) -> BenchResult<String> {
         block_ns[block_ns.len() / 2],
         block_ns[0],
         block_ns[block_ns.len() - 1]
+    ))
+}
+
+/// `stalls`: one spinning thread per core for `--seconds`, each recording when and for how long
+/// two consecutive clock readings were more than `--over-ns` apart; one JSON line of the totals.
+fn stalls(options: &Options) -> BenchResult<String> {
+    let seconds = options.number("seconds", Some(2))?.clamp(1, 60);
+    let over = Duration::from_nanos(options.number("over-ns", Some(2_000))?.max(100));
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spin = Duration::from_secs(seconds);
+    let threads: Vec<_> = (0..cores)
+        .map(|_| {
+            std::thread::spawn(move || {
+                // (start of the stall since the thread's start, its length), both in ns.
+                let mut found: Vec<(u64, u64)> = Vec::new();
+                let start = Instant::now();
+                let mut last = start;
+                while last.duration_since(start) < spin {
+                    let now = Instant::now();
+                    let gap = now.duration_since(last);
+                    if gap > over {
+                        found.push((last.duration_since(start).as_nanos() as u64, gap.as_nanos() as u64));
+                    }
+                    last = now;
+                }
+                found
+            })
+        })
+        .collect();
+    let per_core: Vec<Vec<(u64, u64)>> = threads
+        .into_iter()
+        .map(|t| t.join().map_err(|_| "a spinning thread panicked".to_string()))
+        .collect::<Result<_, _>>()?;
+    let mut lengths: Vec<u64> = per_core.iter().flatten().map(|&(_, length)| length).collect();
+    lengths.sort_unstable();
+    // The most common interval between two stalls of one core, in tenths of a millisecond.
+    let mut intervals: HashMap<u64, usize> = HashMap::new();
+    for core in &per_core {
+        for pair in core.windows(2) {
+            *intervals.entry((pair[1].0 - pair[0].0 + 50_000) / 100_000).or_default() += 1;
+        }
+    }
+    let common_interval = intervals.iter().max_by_key(|&(interval, count)| (*count, std::cmp::Reverse(*interval)));
+    let core_seconds = (cores as u64 * seconds) as f64;
+    let at =
+        |q: f64| lengths.get(((lengths.len() as f64 - 1.0) * q).round() as usize).map_or(0.0, |&ns| ns as f64 / 1000.0);
+    Ok(format!(
+        "{{\"bench\":\"stalls\",\"cores\":{cores},\"seconds\":{seconds},\"over_ns\":{},\"per_core_per_s\":{:.0},\
+         \"lost_share\":{:.4},\"median_us\":{:.1},\"p90_us\":{:.1},\"max_us\":{:.1},\"common_interval_ms\":{:.1}}}",
+        over.as_nanos(),
+        lengths.len() as f64 / core_seconds,
+        lengths.iter().sum::<u64>() as f64 / 1e9 / core_seconds,
+        at(0.5),
+        at(0.9),
+        at(1.0),
+        common_interval.map_or(0.0, |(interval, _)| *interval as f64 / 10.0),
     ))
 }
 

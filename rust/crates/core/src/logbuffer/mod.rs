@@ -8,4 +8,9 @@ pub mod position;
 pub mod traits;
 
 pub use position::{StreamIdentity, PARTITION_COUNT};
+
+/// The most an image zeroes of its log in one step behind its consumers (a term length is a
+/// multiple of it): small enough that a step is a few microseconds of the receiver's time, and
+/// large enough that the log's streaming stores do it.
+pub const CLEAN_STEP: i64 = 16 * 1024;
 pub use traits::{Offer, ReceiverLog, SenderLog};

@@ -66,8 +66,10 @@ pub trait ReceiverLog {
     /// Covers `length` bytes at `position` (a gap given up on) with a padding frame.
     fn fill_gap(&mut self, position: i64, length: usize);
 
-    /// Zeroes the term that held `position` so its partition can hold a later term.
-    fn clean_term(&mut self, position: i64);
+    /// Zeroes the log from `*clean_position` towards `target` (at most to the end of that
+    /// term) so its partition can hold a later term, and moves `*clean_position` past what it
+    /// zeroed; a range it cannot zero is passed over (it always moves forward).
+    fn clean_to(&mut self, clean_position: &mut i64, target: i64);
 
     /// Reads the committed DATA frames from `position` on, within its term, for a consumer in
     /// this process (subscribers elsewhere read the shared log themselves): hands each frame's

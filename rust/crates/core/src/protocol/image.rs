@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::defaults;
 use super::loss::LossDetector;
 use crate::logbuffer::position::align_frame;
-use crate::logbuffer::{ReceiverLog, StreamIdentity};
+use crate::logbuffer::{ReceiverLog, StreamIdentity, CLEAN_STEP};
 use crate::time::Instant;
 use crate::wire::{data_frame_count, flags, DataFrames, DataHeader, FrameType, Nak, StatusMessage, WireError};
 
@@ -152,7 +152,8 @@ pub struct Image<L> {
     /// The end of the furthest DATA frame taken (heartbeats excluded).
     data_hwm_position: i64,
     consumers: Vec<Consumer>,
-    cleaned_term_base: i64,
+    /// The log is zeroed from here on up to a term behind the lowest consumer.
+    cleaned_position: i64,
     last_sm_position: i64,
     last_sm_time: Option<Instant>,
     last_packet_time: Instant,
@@ -217,7 +218,6 @@ impl<L: ReceiverLog> Image<L> {
     /// `config.join_position`; it will send a status message at once.
     pub fn with_log(config: ImageConfig, log: L, now: Instant) -> Self {
         let join = config.join_position;
-        let term_base = join & !(config.identity.term_length as i64 - 1);
         let loss =
             LossDetector::new(config.nak_delay, config.is_group, config.multicast_nak_backoff, config.random_seed);
         Image {
@@ -228,7 +228,8 @@ impl<L: ReceiverLog> Image<L> {
             data_after_end: false,
             data_hwm_position: join,
             consumers: Vec::new(),
-            cleaned_term_base: term_base,
+            // Nothing before the join position was ever written: cleaning starts there.
+            cleaned_position: join,
             last_sm_position: join,
             last_sm_time: None,
             last_packet_time: now,
@@ -500,13 +501,16 @@ impl<L: ReceiverLog> Image<L> {
         self.min_consumer_position()
     }
 
-    /// Zeroes terms every consumer has left so the partition can hold a later term.
+    /// Zeroes the log up to a term behind the lowest consumer, as Aeron's `cleanBufferTo`: a
+    /// partition is clean before the image writes a later term into it. The zeroing follows the
+    /// consumers [`CLEAN_STEP`] by [`CLEAN_STEP`], not a whole term at once when they enter the
+    /// next (a 16 MiB term is milliseconds of the receiver's time in which it reads nothing).
     fn clean_behind(&mut self) {
         let term_length = self.config.identity.term_length as i64;
-        let min_term_base = self.min_consumer_position() & !(term_length - 1);
-        while self.cleaned_term_base < min_term_base {
-            self.log.clean_term(self.cleaned_term_base);
-            self.cleaned_term_base += term_length;
+        let behind = self.min_consumer_position() - term_length;
+        let target = behind - behind.rem_euclid(CLEAN_STEP);
+        while self.cleaned_position < target {
+            self.log.clean_to(&mut self.cleaned_position, target);
         }
     }
 

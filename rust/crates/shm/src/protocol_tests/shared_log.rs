@@ -6,11 +6,11 @@
 
 use crate::flow_control::{build, FlowControlDefaults};
 use crate::logbuffer::Offer;
-use crate::logbuffer::{ReceiverLog, StreamIdentity};
+use crate::logbuffer::{ReceiverLog, StreamIdentity, CLEAN_STEP};
 use crate::protocol::*;
 use crate::shm::log_buffer::{LogBuffer as SharedLog, LogParams};
 use crate::time::Instant;
-use crate::wire::{parse_control, ControlFrame};
+use crate::wire::{parse_control, ControlFrame, DataHeader};
 
 const TERM: u32 = 64 * 1024;
 
@@ -150,6 +150,86 @@ fn a_subscriber_that_stops_reading_stops_the_window() {
     assert!(image.min_consumer() <= image.rebuild_position(), "a position beyond the rebuild is clamped");
 }
 
+/// The image's log, recording every range the image asks to be zeroed.
+struct CleanRecordingLog {
+    log: SharedLog,
+    cleaned: std::rc::Rc<std::cell::RefCell<Vec<(i64, i64)>>>,
+}
+
+impl ReceiverLog for CleanRecordingLog {
+    fn insert(&mut self, position: i64, datagram: &[u8]) {
+        ReceiverLog::insert(&mut self.log, position, datagram)
+    }
+    fn scan_complete(&self, position: i64, limit: i64) -> i64 {
+        ReceiverLog::scan_complete(&self.log, position, limit)
+    }
+    fn find_gap(&self, position: i64, limit: i64) -> Option<(i64, usize)> {
+        ReceiverLog::find_gap(&self.log, position, limit)
+    }
+    fn fill_gap(&mut self, position: i64, length: usize) {
+        ReceiverLog::fill_gap(&mut self.log, position, length)
+    }
+    fn clean_to(&mut self, clean_position: &mut i64, target: i64) {
+        let start = *clean_position;
+        ReceiverLog::clean_to(&mut self.log, clean_position, target);
+        self.cleaned.borrow_mut().push((start, *clean_position));
+    }
+    fn read_frames(
+        &self,
+        position: i64,
+        fragment_limit: usize,
+        handler: &mut dyn FnMut(&DataHeader, &[u8], i64),
+    ) -> i64 {
+        ReceiverLog::read_frames(&self.log, position, fragment_limit, handler)
+    }
+}
+
+#[test]
+fn the_image_zeroes_its_log_a_term_behind_the_consumer_a_little_at_a_time() {
+    // Three terms of 1,000-byte messages, the consumer reading each as it arrives: the log is
+    // zeroed up to a term behind the consumer (Aeron's `cleanBufferTo`), a step at a time, never
+    // a whole term in one call (milliseconds for a 16 MiB term).
+    let image_log = SharedLog::anonymous(&params(9)).unwrap();
+    let cleaned = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let recording = CleanRecordingLog { log: image_log.clone(), cleaned: cleaned.clone() };
+    let mut image = Image::with_log(ImageConfig::new(identity(), 0, 77), recording, ms(0));
+    image.add_consumer(1);
+    let source = SharedLog::anonymous(&params(9)).unwrap();
+    let payload = [7u8; 1000];
+    let (mut tail, mut consumer, mut scratch) = (0i64, 0i64, Vec::new());
+    while tail < 3 * i64::from(TERM) {
+        let next = match source.offer(&payload, 0, i64::MAX).unwrap() {
+            Offer::Appended(next) => next,
+            // The rest of the term was padded: that padding frame goes out alone.
+            Offer::AdminAction => (tail / i64::from(TERM) + 1) * i64::from(TERM),
+            other => panic!("{other:?}"),
+        };
+        // The frames just appended as one datagram; the padding that ended a term is sent as its
+        // header alone, as the sender does.
+        let (partition, offset) = ((tail / i64::from(TERM)) % 3, tail % i64::from(TERM));
+        let length = if next % i64::from(TERM) == 0 { 32 } else { (next - tail) as usize };
+        let mut datagram = Vec::new();
+        source.term(partition as usize).unwrap().read_into(offset as usize, length, &mut datagram).unwrap();
+        assert_eq!(image.on_data(&datagram, ms(1)), Ok(()));
+        tail = next;
+        consumer = image_log.read(consumer, 100, &mut scratch, |_, _| {}).unwrap();
+        image.set_consumer_position(1, consumer);
+    }
+    assert_eq!(consumer, tail, "the consumer read everything");
+    let ranges = cleaned.borrow();
+    // Step by step from the join position, contiguous, up to the last step a term behind.
+    assert!(ranges.iter().all(|(start, end)| end - start == CLEAN_STEP), "{ranges:?}");
+    assert_eq!(ranges.first().unwrap().0, 0);
+    assert!(ranges.windows(2).all(|pair| pair[0].1 == pair[1].0), "ranges follow one another");
+    let behind = consumer - i64::from(TERM);
+    assert_eq!(ranges.last().unwrap().1, behind - behind % CLEAN_STEP);
+    // The second term (partition 1) lies wholly behind: zero, ready for the fifth.
+    assert!(consumer - i64::from(TERM) >= 2 * i64::from(TERM), "the consumer is three terms in");
+    let mut behind = Vec::new();
+    image_log.term(1).unwrap().read_into(0, TERM as usize, &mut behind).unwrap();
+    assert!(behind.iter().all(|&byte| byte == 0), "the term behind is zero");
+}
+
 #[test]
 fn the_image_log_finds_gaps_and_completion_where_frames_are_missing() {
     // 40 frames of 160 bytes (100-byte payloads); every fifth from the third never arrives.
@@ -196,6 +276,8 @@ fn the_image_log_finds_gaps_and_completion_where_frames_are_missing() {
         payloads.push(payload[0]);
     });
     assert_eq!((payloads, end), (vec![0, 1, 3, 4, 5, 6], 7 * FRAME));
-    ReceiverLog::clean_term(&mut shared, 0);
+    let mut cleaned = 0;
+    ReceiverLog::clean_to(&mut shared, &mut cleaned, tail);
+    assert_eq!(cleaned, tail);
     assert_eq!(ReceiverLog::scan_complete(&shared, 0, tail), 0);
 }

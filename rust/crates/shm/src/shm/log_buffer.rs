@@ -1439,11 +1439,6 @@ impl LogBuffer {
         term.put_bytes(offset + 4, &header[4..])?;
         term.put_i32_release(offset, i32::try_from(length).unwrap_or(i32::MAX))
     }
-
-    fn try_clean_term(&self, position: i64) -> Result<(), ShmError> {
-        let (term, _) = self.locate(position)?;
-        term.set_memory(0, self.term_length as usize, 0)
-    }
 }
 
 /// The media driver's sender reads a network publication's shared log (clients append to it).
@@ -1485,8 +1480,11 @@ impl crate::logbuffer::ReceiverLog for LogBuffer {
         let _ = self.try_fill_gap(position, length);
     }
 
-    fn clean_term(&mut self, position: i64) {
-        let _ = self.try_clean_term(position);
+    fn clean_to(&mut self, clean_position: &mut i64, target: i64) {
+        let start = *clean_position;
+        if LogBuffer::clean_to(self, clean_position, target).is_err() || *clean_position <= start {
+            *clean_position = target.max(start);
+        }
     }
 
     fn read_frames(
