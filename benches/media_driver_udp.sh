@@ -10,6 +10,8 @@
 # the affinity-bench in DIR ("embedded-<mode>-old"), e.g. a build of an older commit.
 # PUBLISH_BATCH=M adds a standalone row whose publisher appends with offer_batch of M messages
 # per call ("...-batchM"; the other rows offer one message per call).
+# FAILED_DIR=DIR keeps, for each failed standalone run, the clients' output and the driver's
+# counters and errors (`affinity stat`, when it is on PATH) in DIR.
 # OFFLOAD_AB=1 adds rows with the drivers' UDP GSO/GRO off ("...-offload-off"), same binaries.
 # Each round also measures the loopback ceiling with offload on (loopback-ceiling --offload on,
 # the driver's datagrams at MTU 1408; CEILING=0 leaves it out) and EMBEDDED=0 leaves the embedded
@@ -50,6 +52,16 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]; PUB
   # which would otherwise wait for a receiver until its timeout.
   wait "$sub" || { failed="subscriber exited with status $?"; kill "$pub" 2>/dev/null || true; }
   wait "$pub" || failed=${failed:-"publisher exited with status $?"}
+  if [[ -n $failed && -n ${FAILED_DIR:-} ]]; then
+    # What the driver saw of a failed run (counters, errors, the clients' last words), kept
+    # while the driver still runs: FAILED_DIR/<driver>-<size>-<round>/.
+    local keep="$FAILED_DIR/standalone-$3$suffix-$1-$round"
+    mkdir -p "$keep" && cp "$dir"/*.out "$keep"/ 2>/dev/null || true
+    if command -v affinity > /dev/null; then
+      affinity stat --dir "$dir/d" > "$keep/stat.txt" 2>&1 || true
+      affinity stat --dir "$dir/d" --errors > "$keep/errors.txt" 2>&1 || true
+    fi
+  fi
   local ticks; ticks=$(awk '{print $14 + $15}' "/proc/$driver/stat")
   kill -TERM "$driver"; wait "$driver" || true
   local cpu; cpu=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }')
