@@ -9,8 +9,8 @@ pub mod traits;
 
 pub use position::{StreamIdentity, PARTITION_COUNT};
 
-/// The most an image zeroes of its log in one step behind its consumers (a term length is a
-/// multiple of it): small enough that a step is a few microseconds of the receiver's time, and
-/// large enough that the log's streaming stores do it.
-pub const CLEAN_STEP: i64 = 16 * 1024;
+/// The step in which an image zeroes its log behind its consumers (a term length is a multiple
+/// of it): small enough that a step is a few microseconds of the receiver's time, and above the
+/// 16 KiB from which the shared log zeroes with non-temporal stores (no read of each line first).
+pub const CLEAN_STEP: i64 = 32 * 1024;
 pub use traits::{Offer, ReceiverLog, SenderLog};
