@@ -12,6 +12,11 @@
 # per call ("...-batchM"; the other rows offer one message per call).
 # FAILED_DIR=DIR keeps, for each failed standalone run, the clients' output and the driver's
 # counters and errors (`affinity stat`, when it is on PATH) in DIR.
+# PIN=1 (with THREADING=dedicated, 2 CPUs or more) adds rows with the driver's sender pinned to
+# CPU 0 and its receiver to CPU 1 (--sender-cpu-affinity, --receiver-cpu-affinity), the publisher
+# beside the sender and the subscriber beside the receiver (taskset): "...-pinned", with its ratio
+# to the unpinned row per round. IPC_LIMIT=1 adds the same clients over aeron:ipc through the same
+# driver ("standalone-shared-ipc"): what publisher and subscriber reach with no network between.
 # OFFLOAD_AB=1 adds rows with the drivers' UDP GSO/GRO off ("...-offload-off"), same binaries.
 # Each round also measures the loopback ceiling with offload on (loopback-ceiling --offload on,
 # the driver's datagrams at MTU 1408; CEILING=0 leaves it out) and EMBEDDED=0 leaves the embedded
@@ -34,19 +39,23 @@ port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_
 load() { cut -d' ' -f1 /proc/loadavg; }
 
 standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]; PUBLISH_ARGS: the publisher's
+  # extra arguments; CLIENT_CPUS="P S": the CPUs of publisher and subscriber; CHANNEL: the channel
   local BIN=${4:-$BIN} suffix=${5:-}
-  local extra=("${@:6}") publish_args
+  local extra=("${@:6}") publish_args pub_cpu=() sub_cpu=()
   read -r -a publish_args <<< "${PUBLISH_ARGS:-}"
+  if [[ -n ${CLIENT_CPUS:-} ]]; then
+    read -r p s <<< "$CLIENT_CPUS"; pub_cpu=(taskset -c "$p"); sub_cpu=(taskset -c "$s")
+  fi
   local dir; dir=$(mktemp -d /dev/shm/affinity-bench-XXXX)
-  local channel="aeron:udp?endpoint=127.0.0.1:$(port)${CHANNEL_PARAMS:+|$CHANNEL_PARAMS}"
+  local channel=${CHANNEL:-"aeron:udp?endpoint=127.0.0.1:$(port)${CHANNEL_PARAMS:+|$CHANNEL_PARAMS}"}
   local before; before=$(load)
   "$BIN/affinity-driver" --dir "$dir/d" --threading "$3" "${extra[@]}" > "$dir/driver.out" &
   local driver=$!
   for _ in $(seq 100); do grep -q "ready in" "$dir/driver.out" 2>/dev/null && break; sleep 0.05; done
-  timeout "$RUN_TIMEOUT" "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
+  timeout "$RUN_TIMEOUT" "${sub_cpu[@]}" "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
   local sub=$!
   for _ in $(seq 100); do grep -q "ready" "$dir/sub.out" 2>/dev/null && break; sleep 0.05; done
-  timeout "$RUN_TIMEOUT" "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" "${publish_args[@]}" > /dev/null &
+  timeout "$RUN_TIMEOUT" "${pub_cpu[@]}" "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" "${publish_args[@]}" > /dev/null &
   local pub=$! failed=""
   # A subscriber that fails (e.g. a driver timeout on a loaded machine) ends the publisher too,
   # which would otherwise wait for a receiver until its timeout.
@@ -86,6 +95,10 @@ ceiling() { # SIZE
   echo "{\"driver\":\"ceiling-offload\",\"size\":$1,\"round\":$round,\"load\":$before,\"result\":$("$BIN/loopback-ceiling" run --payload "$1" --mtu "$MTU" --seconds 1 --offload on)}"
 }
 
+if [[ -n ${PIN:-} && ( ${THREADING:-shared} != dedicated || $(nproc) -lt 2 ) ]]; then
+  echo "PIN=1 needs THREADING=dedicated and 2 CPUs or more (here $(nproc))" >&2; exit 2
+fi
+
 rounds() {
 for round in $(seq "$ROUNDS"); do
   for size in 32 1024; do
@@ -93,6 +106,11 @@ for round in $(seq "$ROUNDS"); do
     if [[ ${CEILING:-1} != 0 ]]; then ceiling "$size"; fi
     standalone "$size" "$count" "${THREADING:-shared}"
     if [[ -n ${BASE_BIN:-} ]]; then standalone "$size" "$count" "${THREADING:-shared}" "$BASE_BIN" -base; fi
+    if [[ -n ${PIN:-} ]]; then
+      CLIENT_CPUS="0 1" standalone "$size" "$count" dedicated "$BIN" -pinned --sender-cpu-affinity 0 \
+        --receiver-cpu-affinity 1
+    fi
+    if [[ -n ${IPC_LIMIT:-} ]]; then CHANNEL=aeron:ipc standalone "$size" "$count" shared "$BIN" -ipc; fi
     if [[ -n ${PUBLISH_BATCH:-} ]]; then
       PUBLISH_ARGS="--batch $PUBLISH_BATCH" standalone "$size" "$count" "${THREADING:-shared}" "$BIN" "-batch$PUBLISH_BATCH"
     fi

@@ -110,6 +110,8 @@ def test_udp_share_divides_each_round_by_its_own_ceiling(tmp_path: Path) -> None
         row("ceiling-offload", 2, {"msgs_per_sec": 50e6}),
         row("standalone-shared", 2, {"rate": 20e6}),
         row("standalone-shared-base", 2, {"rate": 20e6}),
+        row("standalone-shared-pinned", 1, {"rate": 30e6}),
+        row("standalone-shared-pinned", 2, {"rate": 25e6}),
     ]
     raw = tmp_path / "udp.jsonl"
     raw.write_text("\n".join(lines) + "\n")
@@ -118,6 +120,8 @@ def test_udp_share_divides_each_round_by_its_own_ceiling(tmp_path: Path) -> None
     assert "| standalone-shared | 32 | 20.000 [20.000-20.000] | 640 [640-640] | 0.300 [0.200-0.400] | 2 |" in table
     # Head over base per round: 2.0 and 1.0.
     assert "| standalone-shared ÷ standalone-shared-base | 32 | 1.500 [1.000-2.000] | 2 |" in table
+    # Pinned over unpinned per round: 1.5 and 1.25.
+    assert "| standalone-shared-pinned ÷ standalone-shared | 32 | 1.375 [1.250-1.500] | 2 |" in table
 
 
 def test_udp_runs_kept_in_one_file_get_a_table_per_set(tmp_path: Path) -> None:

@@ -331,6 +331,8 @@ def gap(raw: Raw) -> list[str]:
 CEILING_LABEL = "ceiling-offload"
 #: The label suffix of the rows run with the previous build (``BASE_BIN``).
 BASE_SUFFIX = "-base"
+#: The label suffix of the rows run with pinned threads (``PIN=1``), compared to the unpinned.
+PINNED_SUFFIX = "-pinned"
 
 
 def udp_rate(row: Row) -> float:
@@ -392,15 +394,20 @@ def udp_share_of_one_run(raw: Raw) -> list[str]:
                 f"| {label} | {size} | {spread(rates, 3, 1e6)} | {spread([r * size for r in rates], 0, 1e6)} "
                 f"| {share} | {len(rates)} | {load_range} |"
             )
-            if label.endswith(BASE_SUFFIX):
-                head = label[: -len(BASE_SUFFIX)]
+            # Each variant against the row it varies, per round: the head over its base, the
+            # pinned over the unpinned.
+            for suffix, head_first in ((BASE_SUFFIX, True), (PINNED_SUFFIX, False)):
+                if not label.endswith(suffix):
+                    continue
+                other = label[: -len(suffix)]
+                top, bottom = (other, label) if head_first else (label, other)
                 per_round = [
-                    by_round[(head, size, r)] / by_round[(label, size, r)]
+                    by_round[(top, size, r)] / by_round[(bottom, size, r)]
                     for r in rounds
-                    if (head, size, r) in by_round
+                    if (other, size, r) in by_round
                 ]
                 if per_round:
-                    ratios.append(f"| {head} ÷ {label} | {size} | {spread(per_round, 3)} | {len(per_round)} |")
+                    ratios.append(f"| {top} ÷ {bottom} | {size} | {spread(per_round, 3)} | {len(per_round)} |")
     if ratios:
         out += ["", "| ratio per round (same minutes) | size (B) | median [min-max] | n |", "|---|---|---|---|"]
         out += ratios

@@ -30,10 +30,16 @@ RANGES = {
     "max_clients": "must be between 1 and 1048576",
 }
 
+#: The CPUs this process may run on: the CPU settings name the first and the last.
+CPUS = sorted(os.sched_getaffinity(0))
+
 #: Good values of every setting but ``dir``, written as ``affinity driver`` takes them.
 GOOD = {
     "threading": "shared-network",
     "idle": "yield",
+    "conductor_cpu_affinity": str(CPUS[0]),
+    "sender_cpu_affinity": str(CPUS[-1]),
+    "receiver_cpu_affinity": "none",
     "term_length": "1m",
     "mtu": "8k",
     "receiver_window": "256k",
@@ -74,6 +80,12 @@ BAD = [
     ("command_timeout_ms", "0", "command_timeout_ms=0: must be between 1 and 3600000"),
     ("linger", "2h", "linger=2h: must be between 0 and 3600s"),
     ("udp_offload", "yes", "udp_offload=yes: expected on or off"),
+    ("sender_cpu_affinity", "-1", "sender_cpu_affinity=-1: expected a CPU number between 0 and 1023, or none"),
+    (
+        "receiver_cpu_affinity",
+        "0",
+        "receiver_cpu_affinity=0: threading shared runs every agent on one thread: set conductor_cpu_affinity",
+    ),
     ("counters_per_client", "0", "counters_per_client=0: must be between 1 and 1048576"),
 ]
 

@@ -400,6 +400,10 @@ class Client:
     cycle); ``idle`` defaults to ``"backoff"``. With a driver thread, a call that finds
     nothing to do (an empty poll, a refused offer) yields the CPU once so a busy loop does not
     starve the driver on a small machine; ``yield_when_idle=False`` turns that off.
+    ``conductor_cpu_affinity``, ``sender_cpu_affinity`` and ``receiver_cpu_affinity`` pin a
+    driver thread to one CPU (an ``int``, or ``"none"``, the default): ``shared`` takes the
+    conductor's, ``shared-network``'s network thread the sender's; one the mode has no thread
+    for, or a CPU this process may not run on, raises ``ConfigError``.
     A setting of the wrong type raises ``ArgumentTypeError`` naming it.
     Every driver setting of ``affinity.defaults.DRIVER_SETTINGS`` but ``dir`` (which here
     attaches to a standalone driver) is a keyword of the embedded client, the same names and
@@ -427,6 +431,9 @@ class Client:
         yield_when_idle: bool = True,
         threading: Literal["shared", "invoker", "dedicated", "shared-network"] | None = None,
         idle: Literal["backoff", "yield", "busy-spin"] | None = None,
+        conductor_cpu_affinity: int | str | None = None,
+        sender_cpu_affinity: int | str | None = None,
+        receiver_cpu_affinity: int | str | None = None,
         term_length: int | str | None = None,
         mtu: int | str | None = None,
         receiver_window: int | str | None = None,

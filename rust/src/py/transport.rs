@@ -108,7 +108,7 @@ fn setting_value(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(text) = value.cast::<PyString>() {
         return Ok(text.to_string_lossy().into_owned());
     }
-    let numeric = matches!(kind, SettingKind::Size | SettingKind::Duration | SettingKind::Count);
+    let numeric = matches!(kind, SettingKind::Size | SettingKind::Duration | SettingKind::Count | SettingKind::Cpu);
     if value.is_instance_of::<PyBool>() {
         if kind == SettingKind::Switch {
             return Ok(if value.is_truthy()? { "on" } else { "off" }.to_owned());

@@ -15,6 +15,7 @@ use crate::shm::cnc::CncParams;
 use crate::shm::directory;
 use crate::units::{self, BareUnit, TimeUnit};
 
+use super::cpu;
 use super::idle::IdleStrategy;
 
 /// Default `SO_RCVBUF` of the driver's UDP sockets (2 MiB; the OS caps it at `net.core.rmem_max`).
@@ -248,6 +249,78 @@ impl std::str::FromStr for Threading {
     }
 }
 
+/// The CPU each driver thread is pinned to (`None`: left to the scheduler, the default), as
+/// Aeron's `aeron.conductor.cpu.affinity`, `aeron.sender.cpu.affinity` and
+/// `aeron.receiver.cpu.affinity`. A mode with fewer threads uses the first agent's setting of
+/// each thread: `shared` the conductor's, `shared-network`'s network thread the sender's; a
+/// setting no thread of the mode takes is refused, never ignored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuAffinity {
+    /// The conductor's thread (`shared`: the one driver thread).
+    pub conductor: Option<usize>,
+    /// The sender's thread (`shared-network`: the sender's and receiver's thread).
+    pub sender: Option<usize>,
+    /// The receiver's thread (`dedicated` only).
+    pub receiver: Option<usize>,
+}
+
+impl CpuAffinity {
+    /// The settings' names: the conductor's, the sender's and the receiver's, the order in
+    /// which the modes give the agents a thread of their own.
+    pub const NAMES: [&'static str; 3] = ["conductor_cpu_affinity", "sender_cpu_affinity", "receiver_cpu_affinity"];
+
+    /// The settings in the order of [`Self::NAMES`].
+    fn values(&self) -> [Option<usize>; 3] {
+        [self.conductor, self.sender, self.receiver]
+    }
+
+    /// The setting `name` (one of [`Self::NAMES`]).
+    fn slot(&mut self, name: &str) -> Option<&mut Option<usize>> {
+        let index = Self::NAMES.iter().position(|known| *known == name)?;
+        [&mut self.conductor, &mut self.sender, &mut self.receiver].into_iter().nth(index)
+    }
+
+    /// The setting `name` as [`DriverContext::apply`] reads it (`none` or the CPU).
+    fn show(&self, name: &str) -> Option<String> {
+        let index = Self::NAMES.iter().position(|known| *known == name)?;
+        Some(self.values()[index].map_or_else(|| "none".to_owned(), |cpu| cpu.to_string()))
+    }
+
+    /// Refuses a setting that `threading` starts no thread for, and a CPU this process may not
+    /// run on (the error lists those it may).
+    pub fn validate(&self, threading: Threading) -> Result<()> {
+        let threads = match threading {
+            Threading::Invoker => 0,
+            Threading::Shared => 1,
+            Threading::SharedNetwork => 2,
+            Threading::Dedicated => 3,
+        };
+        for (index, (name, cpu)) in Self::NAMES.into_iter().zip(self.values()).enumerate() {
+            let Some(cpu) = cpu else { continue };
+            let why = if index >= threads {
+                match threading {
+                    Threading::Invoker => {
+                        "threading invoker starts no driver thread: the application's threads run the agents".to_owned()
+                    }
+                    Threading::Shared => {
+                        "threading shared runs every agent on one thread: set conductor_cpu_affinity".to_owned()
+                    }
+                    _ => "threading shared-network runs the receiver on the sender's thread: set sender_cpu_affinity"
+                        .to_owned(),
+                }
+            } else {
+                match cpu::allowed() {
+                    Ok(allowed) if allowed.contains(&cpu) => continue,
+                    Ok(allowed) => format!("this process may run on CPUs {} only", cpu::describe(&allowed)),
+                    Err(error) => error.to_string(),
+                }
+            };
+            return Err(Error::Setting(format!("{name}={cpu}: {why}")));
+        }
+        Ok(())
+    }
+}
+
 /// What kind of value a setting takes (how [`DriverContext::apply`] reads it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SettingKind {
@@ -266,6 +339,8 @@ pub enum SettingKind {
     Switch,
     /// A whole number (a count).
     Count,
+    /// A CPU number, or `none` (a thread's CPU affinity).
+    Cpu,
 }
 
 /// One setting [`DriverContext::apply`] takes: its name (`affinity driver --NAME-WITH-DASHES`,
@@ -288,7 +363,7 @@ impl Setting {
 }
 
 /// Every setting [`DriverContext::apply`] takes, in the order the usage text lists them.
-pub const SETTINGS: [Setting; 19] = [
+pub const SETTINGS: [Setting; 22] = [
     Setting { name: "dir", kind: SettingKind::Path, help: "driver directory" },
     Setting {
         name: "threading",
@@ -300,6 +375,21 @@ pub const SETTINGS: [Setting; 19] = [
         name: "idle",
         kind: SettingKind::Choice,
         help: "idle strategy of the driver threads: busy-spin, yield or backoff",
+    },
+    Setting {
+        name: CpuAffinity::NAMES[0],
+        kind: SettingKind::Cpu,
+        help: "CPU the conductor's thread runs on (threading shared: the one driver thread), or none",
+    },
+    Setting {
+        name: CpuAffinity::NAMES[1],
+        kind: SettingKind::Cpu,
+        help: "CPU the sender's thread runs on (threading shared-network: the network thread), or none",
+    },
+    Setting {
+        name: CpuAffinity::NAMES[2],
+        kind: SettingKind::Cpu,
+        help: "CPU the receiver's thread runs on (threading dedicated), or none",
     },
     Setting {
         name: "term_length",
@@ -404,6 +494,8 @@ pub struct DriverContext {
     pub threading: Threading,
     /// What an agent thread does when idle (backoff).
     pub idle: IdleStrategy,
+    /// The CPU each driver thread is pinned to (none: the scheduler's choice).
+    pub cpu_affinity: CpuAffinity,
     /// Sizes of the cnc file.
     pub cnc: CncParams,
     /// A client silent this long is dead ([`DEFAULT_CLIENT_TIMEOUT`]).
@@ -543,6 +635,21 @@ impl DriverContext {
                     _ => return Err(bad(&"expected on or off")),
                 }
             }
+            SettingKind::Cpu => {
+                let cpu = match value {
+                    "none" => None,
+                    _ => match whole_number(value) {
+                        Some(number) if (0..=cpu::MAX_CPU as i128).contains(&number) => Some(number as usize),
+                        _ => {
+                            return Err(bad(&format_args!(
+                                "expected a CPU number between 0 and {}, or none",
+                                cpu::MAX_CPU
+                            )))
+                        }
+                    },
+                };
+                *self.cpu_affinity.slot(name).ok_or_else(|| unknown_setting(name))? = cpu;
+            }
             SettingKind::Count => {
                 let quota = quota_named(name).ok_or_else(|| unknown_setting(name))?;
                 let number = whole_number(value).ok_or_else(|| bad(&"expected a whole number"))?;
@@ -582,7 +689,7 @@ impl DriverContext {
         for quota in ClientQuota::ALL {
             quota.range().check(quota.get(&self.quotas) as i128)?;
         }
-        Ok(())
+        self.cpu_affinity.validate(self.threading)
     }
 
     /// The value of a setting of [`setting_names`] as [`Self::apply`] reads it back (the usage
@@ -616,7 +723,10 @@ impl DriverContext {
             "linger" => units::format_duration(self.publication_linger),
             "command_timeout" => units::format_duration(self.command_timeout),
             "udp_offload" => switch(self.udp_offload),
-            other => quota_named(other)?.get(&self.quotas).to_string(),
+            other => match self.cpu_affinity.show(other) {
+                Some(cpu) => cpu,
+                None => quota_named(other)?.get(&self.quotas).to_string(),
+            },
         })
     }
 }
@@ -666,6 +776,7 @@ impl Default for DriverContext {
             dir: directory::default_dir(),
             threading: Threading::default(),
             idle: IdleStrategy::default(),
+            cpu_affinity: CpuAffinity::default(),
             cnc: CncParams::default(),
             client_timeout: DEFAULT_CLIENT_TIMEOUT,
             driver_timeout: Duration::from_millis(directory::DRIVER_TIMEOUT_MS as u64),
@@ -708,6 +819,26 @@ mod tests {
     #[test]
     fn defaults_are_valid() {
         DriverContext::default().validate().unwrap();
+    }
+
+    #[test]
+    fn cpu_settings_take_a_cpu_number_or_none_and_read_back() {
+        let mut context = DriverContext::default();
+        context.apply("sender_cpu_affinity", "1").unwrap();
+        assert_eq!(context.cpu_affinity.sender, Some(1));
+        assert_eq!(context.value_of("sender_cpu_affinity").as_deref(), Some("1"));
+        context.apply("sender_cpu_affinity", "none").unwrap();
+        assert_eq!(context.cpu_affinity, CpuAffinity::default());
+        assert_eq!(context.value_of("receiver_cpu_affinity").as_deref(), Some("none"));
+        for bad in ["-1", "1024", "first", ""] {
+            let error = context.apply("conductor_cpu_affinity", bad).unwrap_err().to_string();
+            assert!(
+                error.ends_with(&format!(
+                    "conductor_cpu_affinity={bad}: expected a CPU number between 0 and 1023, or none"
+                )),
+                "{error}"
+            );
+        }
     }
 
     #[test]

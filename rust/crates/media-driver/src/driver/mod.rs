@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod clock;
 pub mod context;
+pub mod cpu;
 pub mod events;
 pub mod idle;
 pub mod standalone;

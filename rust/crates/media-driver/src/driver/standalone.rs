@@ -28,6 +28,7 @@ pub fn usage() -> String {
             SettingKind::FlowControl => "SPEC",
             SettingKind::Switch => "on|off",
             SettingKind::Count => "N",
+            SettingKind::Cpu => "CPU",
         };
         let default = match setting.name {
             "dir" => "$AFFINITY_DIR, else /dev/shm/affinity-<login name>".to_string(),

@@ -27,6 +27,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::clock::DutyClock;
+use super::cpu;
 use super::idle::{IdleStrategy, Idler};
 use crate::driver::DriverContext;
 use crate::protocol::{Image, NetworkPublication};
@@ -344,27 +345,30 @@ impl MediaDriver {
         }
         let mut agents = Agents { conductor, sender, receiver, clock: DutyClock::new() };
         let wake = driver.wake.clone();
+        let affinity = config.cpu_affinity;
+        let conductor_cpu = ("conductor_cpu_affinity", affinity.conductor);
+        let sender_cpu = ("sender_cpu_affinity", affinity.sender);
         match config.threading {
             Threading::Invoker => driver.agents = Some(agents),
             Threading::Shared => {
                 let stop = stop.clone();
-                driver.threads.push(spawn("affinity-driver", move || {
+                driver.start("affinity-driver", conductor_cpu, move || {
                     run_until((&stop, idle, wake), &mut agents, Agents::do_work, |a, fds| {
                         a.sender.readable_fds(fds);
                         a.receiver.readable_fds(fds);
                     });
                     AgentPart::All(Box::new(agents))
-                })?);
+                })?;
             }
             Threading::SharedNetwork => {
                 let Agents { mut conductor, sender, receiver, .. } = agents;
                 let stop_conductor = stop.clone();
-                driver.threads.push(spawn("affinity-conductor", move || {
+                driver.start("affinity-conductor", conductor_cpu, move || {
                     run_until((&stop_conductor, idle, None), &mut conductor, DriverConductor::do_work, no_sockets);
                     AgentPart::Conductor(Box::new(conductor))
-                })?);
+                })?;
                 let stop_network = stop.clone();
-                driver.threads.push(spawn("affinity-network", move || {
+                driver.start("affinity-network", sender_cpu, move || {
                     let mut network = (sender, receiver, DutyClock::new());
                     run_until(
                         (&stop_network, idle, wake),
@@ -380,22 +384,22 @@ impl MediaDriver {
                     );
                     let (sender, receiver, _) = network;
                     AgentPart::Network(Box::new(sender), Box::new(receiver))
-                })?);
+                })?;
             }
             Threading::Dedicated => {
                 let Agents { mut conductor, mut sender, mut receiver, .. } = agents;
                 let stop_conductor = stop.clone();
-                driver.threads.push(spawn("affinity-conductor", move || {
+                driver.start("affinity-conductor", conductor_cpu, move || {
                     run_until((&stop_conductor, idle, None), &mut conductor, DriverConductor::do_work, no_sockets);
                     AgentPart::Conductor(Box::new(conductor))
-                })?);
+                })?;
                 let stop_sender = stop.clone();
-                driver.threads.push(spawn("affinity-sender", move || {
+                driver.start("affinity-sender", sender_cpu, move || {
                     run_until((&stop_sender, idle, wake), &mut sender, SenderAgent::do_work, SenderAgent::readable_fds);
                     AgentPart::Sender(Box::new(sender))
-                })?);
+                })?;
                 let stop_receiver = stop.clone();
-                driver.threads.push(spawn("affinity-receiver", move || {
+                driver.start("affinity-receiver", ("receiver_cpu_affinity", affinity.receiver), move || {
                     run_until(
                         (&stop_receiver, idle, None),
                         &mut receiver,
@@ -403,10 +407,26 @@ impl MediaDriver {
                         ReceiverAgent::readable_fds,
                     );
                     AgentPart::Receiver(Box::new(receiver))
-                })?);
+                })?;
             }
         }
         Ok(driver)
+    }
+
+    /// Starts the driver thread `name` (kept, so a failed launch stops it) and pins it to `cpu`
+    /// when `setting` names one.
+    fn start(
+        &mut self,
+        name: &str,
+        (setting, cpu): (&str, Option<usize>),
+        body: impl FnOnce() -> AgentPart + Send + 'static,
+    ) -> Result<(), ShmError> {
+        let thread = spawn(name, body)?;
+        let pinned = cpu.map_or(Ok(()), |cpu| cpu::pin(&thread, cpu));
+        self.threads.push(thread);
+        pinned.map_err(|e| {
+            ShmError::Parameter(format!("{setting}={}: cannot pin the {name} thread: {e}", cpu.unwrap_or_default()))
+        })
     }
 
     /// Threaded modes: the wake-up a client in this process calls after each offer, so the
@@ -751,5 +771,66 @@ mod tests {
             driver.close().unwrap();
             assert!(!dir.join(CNC_FILE).exists(), "{threading:?}");
         }
+    }
+
+    /// The CPUs each thread of this process named `affinity-*` may run on, by name
+    /// (`Cpus_allowed_list` of `/proc/self/task/<tid>/status`).
+    #[cfg(target_os = "linux")]
+    fn driver_thread_cpus() -> std::collections::BTreeMap<String, String> {
+        let mut cpus = std::collections::BTreeMap::new();
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let Ok(status) = std::fs::read_to_string(task.path().join("status")) else { continue };
+            let field =
+                |key: &str| status.lines().find_map(|line| line.strip_prefix(key)).map(|value| value.trim().to_owned());
+            if let (Some(name), Some(allowed)) = (field("Name:"), field("Cpus_allowed_list:")) {
+                if name.starts_with("affinity-") {
+                    cpus.insert(name, allowed);
+                }
+            }
+        }
+        cpus
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn each_driver_thread_runs_on_the_cpu_its_setting_names() {
+        let allowed = cpu::allowed().unwrap();
+        let (first, last) = (allowed[0], *allowed.last().unwrap());
+        let all = cpu::describe(&allowed);
+        let dir = tempdir();
+        let mut config = DriverContext { threading: Threading::Dedicated, ..DriverContext::new(dir.to_path_buf()) };
+        config.apply("sender_cpu_affinity", &first.to_string()).unwrap();
+        config.apply("receiver_cpu_affinity", &last.to_string()).unwrap();
+        let driver = MediaDriver::launch(config).unwrap();
+        // Other tests of this process start driver threads too: only these names are ours.
+        let cpus = driver_thread_cpus();
+        driver.close().unwrap();
+        assert_eq!(cpus.get("affinity-sender"), Some(&first.to_string()), "{cpus:?}");
+        // `comm` keeps 15 bytes of a thread's name.
+        assert_eq!(cpus.get("affinity-receiv"), Some(&last.to_string()), "{cpus:?}");
+        assert_eq!(cpus.get("affinity-conduc"), Some(&all), "an unset setting leaves its thread alone: {cpus:?}");
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_cpu_setting_no_thread_of_the_mode_takes_or_a_cpu_out_of_reach_is_refused_before_launch() {
+        let refused = |threading: Threading, setting: &str, value: &str| {
+            let dir = tempdir();
+            let mut config = DriverContext { threading, ..DriverContext::new(dir.to_path_buf()) };
+            config.apply(setting, value).unwrap();
+            let error = MediaDriver::launch(config).unwrap_err().to_string();
+            assert!(!dir.join(CNC_FILE).exists(), "a refused launch created the cnc ({error})");
+            error
+        };
+        let cpu = cpu::allowed().unwrap()[0].to_string();
+        assert!(refused(Threading::Shared, "receiver_cpu_affinity", &cpu)
+            .contains("threading shared runs every agent on one thread: set conductor_cpu_affinity"),);
+        assert!(refused(Threading::SharedNetwork, "receiver_cpu_affinity", &cpu)
+            .contains("threading shared-network runs the receiver on the sender's thread"));
+        assert!(refused(Threading::Invoker, "conductor_cpu_affinity", &cpu)
+            .contains("threading invoker starts no driver thread"));
+        let outside = (0..=cpu::MAX_CPU).find(|c| !cpu::allowed().unwrap().contains(c)).unwrap();
+        let error = refused(Threading::Dedicated, "sender_cpu_affinity", &outside.to_string());
+        assert!(error.contains(&format!("sender_cpu_affinity={outside}: this process may run on CPUs ")), "{error}");
     }
 }
