@@ -29,6 +29,7 @@ use std::time::Duration;
 use super::clock::DutyClock;
 use super::cpu;
 use super::idle::{IdleStrategy, Idler};
+use crate::driver::context::CpuAffinity;
 use crate::driver::DriverContext;
 use crate::protocol::{Image, NetworkPublication};
 use crate::shm::command::Response;
@@ -346,8 +347,9 @@ impl MediaDriver {
         let mut agents = Agents { conductor, sender, receiver, clock: DutyClock::new() };
         let wake = driver.wake.clone();
         let affinity = config.cpu_affinity;
-        let conductor_cpu = ("conductor_cpu_affinity", affinity.conductor);
-        let sender_cpu = ("sender_cpu_affinity", affinity.sender);
+        let [conductor_setting, sender_setting, receiver_setting] = CpuAffinity::NAMES;
+        let conductor_cpu = (conductor_setting, affinity.conductor);
+        let sender_cpu = (sender_setting, affinity.sender);
         match config.threading {
             Threading::Invoker => driver.agents = Some(agents),
             Threading::Shared => {
@@ -399,7 +401,7 @@ impl MediaDriver {
                     AgentPart::Sender(Box::new(sender))
                 })?;
                 let stop_receiver = stop.clone();
-                driver.start("affinity-receiver", ("receiver_cpu_affinity", affinity.receiver), move || {
+                driver.start("affinity-receiver", (receiver_setting, affinity.receiver), move || {
                     run_until(
                         (&stop_receiver, idle, None),
                         &mut receiver,
