@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use affinity::client::attached::{AttachedClient, AttachedOffer};
 use affinity::shm::cnc::{Cnc, CNC_FILE};
 use affinity::shm::log_buffer::driver_logs;
 use affinity::shm::status::SystemCounter;
@@ -84,6 +85,56 @@ fn every_threading_mode_moves_data_in_order() {
         let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
         transfer(mode, &["--threading", mode], &channel, 100_000, 200);
     }
+}
+
+#[test]
+fn a_publication_closed_a_window_ahead_of_its_sender_still_delivers_every_message() {
+    // Terms of 64 KiB: a publisher may run half a term (32 KiB, not a whole number of 1,056-byte
+    // frames) ahead of the sender, and its last offer crosses that limit. The subscriber reads
+    // nothing yet, so the receiver's window (a quarter term) holds the sender back. The
+    // publication is closed right there, as by a publisher that exits: once the subscriber reads,
+    // every message the publisher was told was taken arrives.
+    let dir = tempdir("close-ahead");
+    let mut driver = start_driver(&dir, &[]);
+    let port = free_udp_port().unwrap();
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}|term-length=65536");
+    let client = AttachedClient::connect(&dir, Duration::from_secs(10)).expect("attach");
+    let mut subscription = client.add_subscription(&channel, 10).expect("subscription");
+    let publication = client.add_publication(&channel, 10).expect("publication");
+    assert!(wait_until(Duration::from_secs(10), || publication.is_connected().unwrap()), "never connected");
+    let (payload, mut offered) = ([7u8; 1000], 0usize);
+    // Offer until back pressured twice 100 ms apart: the sender has stopped at the receiver's
+    // window and the publisher limit no longer moves.
+    let mut stable = false;
+    for _ in 0..50 {
+        loop {
+            match publication.offer(&payload).expect("offer") {
+                AttachedOffer::Position(_) => offered += 1,
+                AttachedOffer::AdminAction => {}
+                AttachedOffer::BackPressured => break,
+                other => panic!("offer refused: {other:?}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        if matches!(publication.offer(&payload).expect("offer"), AttachedOffer::BackPressured) {
+            stable = true;
+            break;
+        }
+        offered += 1;
+    }
+    assert!(stable, "the publisher limit kept moving");
+    assert!(offered * 1056 > 32 * 1024, "the publisher ran a window ahead ({offered} messages)");
+    drop(publication);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut received = 0usize;
+    wait_until(Duration::from_secs(10), || {
+        received += subscription.poll(64, |message| assert_eq!(message, payload)).expect("poll");
+        received >= offered
+    });
+    assert_eq!(received, offered, "every message the publisher was told was taken arrived");
+    drop((subscription, client));
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success());
 }
 
 #[test]

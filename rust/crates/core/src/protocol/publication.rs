@@ -468,12 +468,20 @@ impl<L: SenderLog> NetworkPublication<L> {
 
     /// The log's tail moved (clients appended to a shared log): frames up to `tail` may be
     /// committed. The tail is untrusted (clients write it): it never moves back, and never past
-    /// what the publisher limit allowed (`sender position + publication window`).
+    /// what the publisher limit allowed: `sender position + publication window`, plus the
+    /// longest message, since an offer that starts below the limit may end past it (Aeron's
+    /// rule). Were the tail cut inside that last message, a publication closed right after it
+    /// would drain to a position no frame ends at, and never send the message.
     pub fn on_tail(&mut self, tail: i64) {
         if self.lifecycle != Lifecycle::Active {
             return;
         }
-        let bound = self.sender_position.saturating_add(i64::from(self.config.publication_window));
+        let max_payload = self.config.mtu as usize - DATA_HEADER_LENGTH;
+        let longest_claim = fragmented_length(self.log.max_message_length(), max_payload) as i64;
+        let bound = self
+            .sender_position
+            .saturating_add(i64::from(self.config.publication_window))
+            .saturating_add(longest_claim);
         self.tail = self.tail.max(tail.min(bound));
     }
 

@@ -120,6 +120,77 @@ fn lost_datagrams_are_repaired_into_the_shared_image_log() {
 }
 
 #[test]
+fn a_publication_closed_right_after_an_offer_past_its_limit_sends_every_message() {
+    // An offer that starts below the publisher limit may end past it (Aeron's rule). The
+    // publisher fills the window, its last message crossing the limit (half a term is not a whole
+    // number of 1,056-byte frames), and closes at once, as a process that exits does: the
+    // publication sends every message it accepted, then ends the stream.
+    let publication_log = SharedLog::anonymous(&params(9)).unwrap();
+    let image_log = SharedLog::anonymous(&params(9)).unwrap();
+    let flow = build(None, false, &FlowControlDefaults::default());
+    let mut publication =
+        NetworkPublication::with_log(PublicationConfig::new(identity(), 0), publication_log.clone(), flow, ms(0));
+    let mut image = Image::with_log(ImageConfig::new(identity(), 0, 77), image_log.clone(), ms(0));
+    image.add_consumer(1);
+    let payload = [7u8; 1000];
+    let (mut offered, mut received, mut subscriber_position) = (0usize, 0usize, 0i64);
+    let mut limit_at_close = None;
+    let (mut scratch, mut out) = (Vec::new(), vec![0u8; 2048]);
+    for step in 0..20_000u64 {
+        let now = ms(step);
+        if limit_at_close.is_none() && publication.is_connected() {
+            let limit = publication.publisher_limit();
+            while let Offer::Appended(_) = publication_log.offer(&payload, 0, limit).unwrap() {
+                offered += 1;
+            }
+            publication.on_tail(publication_log.tail_position().unwrap());
+            publication.close();
+            limit_at_close = Some(limit);
+        }
+        while let Some(length) = publication.poll_transmit(now, &mut out) {
+            let datagram = &out[..length];
+            if crate::wire::FrameHeader::parse(datagram).unwrap().frame_type != crate::wire::FrameType::Setup {
+                let _ = image.on_data(datagram, now);
+            }
+        }
+        subscriber_position = image_log.read(subscriber_position, 100, &mut scratch, |_, _| received += 1).unwrap();
+        image.set_consumer_position(1, subscriber_position);
+        image.on_tick(now);
+        while let Some(length) = image.poll_transmit(now, &mut out) {
+            if let Some(ControlFrame::StatusMessage(sm)) = parse_control(&out[..length]).unwrap() {
+                publication.on_status_message(&sm, now);
+            }
+        }
+        publication.on_idle(now);
+        if publication.is_done() {
+            break;
+        }
+    }
+    let limit = limit_at_close.expect("the publication connected");
+    let tail = publication_log.tail_position().unwrap();
+    assert!(tail > limit && tail % 1056 != limit % 1056, "the last offer crossed the limit mid-frame");
+    assert_eq!(received, offered, "every accepted message was received");
+    assert_eq!(publication.sender_position(), tail);
+    assert!(publication.is_done(), "the publication drained, lingered and ended");
+}
+
+#[test]
+fn a_forged_tail_moves_the_publication_no_further_than_one_message_past_its_window() {
+    // The tail is written by clients: one far ahead is taken only up to the publisher limit
+    // (sender position + half a term) plus the longest message (a term / 8 of 1,376-byte
+    // payloads in 1,408-byte frames), and a tail that moves back is ignored.
+    let log = SharedLog::anonymous(&params(9)).unwrap();
+    let flow = build(None, false, &FlowControlDefaults::default());
+    let mut publication = NetworkPublication::with_log(PublicationConfig::new(identity(), 0), log, flow, ms(0));
+    publication.on_tail(i64::MAX / 4);
+    let longest = crate::logbuffer::position::fragmented_length(TERM as usize / 8, 1408 - 32) as i64;
+    assert_eq!(longest, 8192 + 6 * 32);
+    assert_eq!(publication.tail_position(), i64::from(TERM / 2) + longest);
+    publication.on_tail(64);
+    assert_eq!(publication.tail_position(), i64::from(TERM / 2) + longest);
+}
+
+#[test]
 fn a_subscriber_that_stops_reading_stops_the_window() {
     // The subscriber never reports progress: the image refuses data beyond half a term of its
     // position (an overrun), so the shared log is never overwritten under a reader.
