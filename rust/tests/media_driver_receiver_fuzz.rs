@@ -165,6 +165,7 @@ impl Harness {
                 }
                 AgentEvent::Respond(_)
                 | AgentEvent::Error(_)
+                | AgentEvent::ClaimUnblocked(_)
                 | AgentEvent::PublicationDone { .. }
                 | AgentEvent::SetConnected { .. } => {}
             }

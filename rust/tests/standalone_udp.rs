@@ -9,8 +9,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use affinity::client::attached::{AttachedClient, AttachedOffer};
+use affinity::logbuffer::position::partition_index;
 use affinity::shm::cnc::{Cnc, CNC_FILE};
-use affinity::shm::log_buffer::driver_logs;
+use affinity::shm::log_buffer::{driver_logs, meta, publication_log_name, LogBuffer};
 use affinity::shm::status::SystemCounter;
 
 #[path = "support/netns.rs"]
@@ -135,6 +136,64 @@ fn a_publication_closed_a_window_ahead_of_its_sender_still_delivers_every_messag
     drop((subscription, client));
     driver.signal(libc::SIGTERM);
     assert!(driver.wait_exit(Duration::from_secs(10)).success());
+}
+
+/// Offers `message` until the log takes it (bounded).
+fn offer_until_taken(publication: &affinity::client::attached::AttachedPublication, message: &[u8]) {
+    let taken = wait_until(Duration::from_secs(10), || {
+        matches!(publication.offer(message).expect("offer"), AttachedOffer::Position(_))
+    });
+    assert!(taken, "never taken");
+}
+
+#[test]
+fn a_claim_no_client_commits_is_padded_over_after_the_unblock_timeout_and_the_messages_after_it_arrive() {
+    // A client that claims space in a shared publication's log and never commits it (as one
+    // killed in the middle of an append does) would hold every later message of the stream,
+    // other clients' too, for ever. After two client timeouts (here 2 x 500 ms) the driver pads
+    // the claim over, counts it and logs it: the messages after it arrive, in order.
+    let port = free_udp_port().unwrap();
+    for channel in ["aeron:ipc".to_owned(), format!("aeron:udp?endpoint=127.0.0.1:{port}")] {
+        let dir = tempdir("unblock");
+        let mut driver = start_driver(&dir, &["--client-timeout", "500ms"]);
+        let client = AttachedClient::connect(&dir, Duration::from_secs(10)).expect("attach");
+        let mut subscription = client.add_subscription(&channel, 10).expect("subscription");
+        let publication = client.add_publication(&channel, 10).expect("publication");
+        assert!(wait_until(Duration::from_secs(10), || publication.is_connected().unwrap()), "{channel}");
+        offer_until_taken(&publication, b"before");
+        // The claim: 1,056 bytes on the active term's tail counter, nothing written there.
+        let name = publication_log_name(publication.registration_id());
+        let logs = driver_logs(driver.0.id()).expect("driver fds");
+        let path = &logs.iter().find(|log| log.name == name).expect("the publication's log").path;
+        let log = LogBuffer::open(path).expect("open the log");
+        let partition = partition_index(i64::from(log.active_term_count().unwrap()));
+        log.metadata().get_and_add_i64(meta::TERM_TAIL_COUNTERS + 8 * partition, 1056).unwrap();
+        let claimed = Instant::now();
+        offer_until_taken(&publication, b"after 1");
+        offer_until_taken(&publication, b"after 2");
+        let mut got: Vec<Vec<u8>> = Vec::new();
+        let mut poll = |got: &mut Vec<Vec<u8>>| subscription.poll(10, |m| got.push(m.to_vec())).expect("poll");
+        assert!(wait_until(Duration::from_secs(5), || {
+            poll(&mut got);
+            !got.is_empty()
+        }));
+        assert!(wait_until(Duration::from_secs(10), || {
+            poll(&mut got);
+            got.len() >= 3
+        }));
+        let waited = claimed.elapsed();
+        assert_eq!(got, [&b"before"[..], b"after 1", b"after 2"], "{channel}");
+        assert!(waited >= Duration::from_millis(1000), "{channel}: padded after {waited:?}, before the timeout");
+        assert_eq!(system(&dir, SystemCounter::UnblockedPublications), 1, "{channel}");
+        let errors = error_messages(&dir);
+        assert!(
+            errors.iter().any(|e| e.contains("that no client committed was padded over (1056 bytes lost")),
+            "{channel}: {errors:?}"
+        );
+        drop((publication, subscription, client));
+        driver.signal(libc::SIGTERM);
+        assert!(driver.wait_exit(Duration::from_secs(10)).success());
+    }
 }
 
 #[test]

@@ -98,6 +98,9 @@ SYSTEM_COUNTERS: dict[str, MetricSpec] = {
     "Datagrams sent": _c("affinity_driver_datagrams_sent", D, "Datagrams handed to the kernel."),
     "Datagrams received": _c("affinity_driver_datagrams_received", D, "Datagrams read from receive endpoints."),
     "Heartbeats received": _c("affinity_driver_heartbeats_received", D, "Heartbeats received by images."),
+    "Unblocked publications": _c(
+        "affinity_driver_unblocked_publications", D, "Claims no client committed, padded over after a timeout."
+    ),
 }
 #: Scale of a system counter's value into its metric's unit (ns to seconds).
 SYSTEM_SCALE = {DUTY_CYCLE_LABEL: 1e-9}

@@ -47,6 +47,12 @@ pub trait SenderLog {
     /// What [`Self::scan_datagram`] would copy, without copying: the datagram length and the
     /// log bytes it covers, for a sender that sends the frames from the log as they lie.
     fn scan_frames(&self, position: i64, max: usize) -> (usize, i64);
+
+    /// Pads over a claim at `position` its writer never committed (a client that died while
+    /// appending), once the sender has stood there for the unblock timeout with `tail` beyond;
+    /// `writers_gone` once the publication is closed. Returns the bytes padded over (0: nothing
+    /// was blocked there, or only bytes a live writer may still write).
+    fn unblock(&mut self, position: i64, tail: i64, writers_gone: bool) -> usize;
 }
 
 /// The log an image's receiver writes frames into.

@@ -87,6 +87,11 @@ pub struct PublicationConfig {
     pub max_resend: usize,
     /// Whether heartbeats carry the EOS flag once closed and drained.
     pub signal_eos: bool,
+    /// How long the sender may stand at a frame no writer commits, with the tail beyond it,
+    /// before the claim is padded over ([`SenderLog::unblock`]; Aeron's publication unblock
+    /// timeout): its writer died while appending. `None` where the publication's own process is
+    /// the log's only writer (in-process); the media driver sets it from its client timeout.
+    pub unblock_timeout: Option<Duration>,
 }
 
 impl PublicationConfig {
@@ -107,6 +112,7 @@ impl PublicationConfig {
             retransmit_linger: defaults::RETRANSMIT_LINGER,
             max_resend: defaults::MAX_RESEND as usize,
             signal_eos: true,
+            unblock_timeout: None,
         }
     }
 }
@@ -161,6 +167,10 @@ pub struct PublicationCounters {
     /// Status messages from new receivers refused because the publication already tracks
     /// [`defaults::MAX_RECEIVERS_PER_PUBLICATION`] receivers.
     pub receivers_refused: u64,
+    /// Claims padded over because their writer never committed them ([`SenderLog::unblock`]).
+    pub unblocked_claims: u64,
+    /// Bytes of log those claims covered (lost: their writers died while appending them).
+    pub unblocked_bytes: u64,
 }
 
 /// A receiver the publication heard from within the connection timeout (any strategy, any
@@ -275,6 +285,9 @@ pub struct NetworkPublication<L> {
     lifecycle: Lifecycle,
     counters: PublicationCounters,
     events: VecDeque<PublicationEvent>,
+    /// Where the sender stood, and since when, while the tail lay beyond it (to unblock a claim
+    /// never committed).
+    stalled: Option<(i64, Instant)>,
 }
 
 impl<L> std::fmt::Debug for NetworkPublication<L> {
@@ -348,6 +361,7 @@ impl<L: SenderLog> NetworkPublication<L> {
             lifecycle: Lifecycle::Active,
             counters: PublicationCounters::default(),
             events: VecDeque::new(),
+            stalled: None,
             config,
         }
     }
@@ -619,12 +633,42 @@ impl<L: SenderLog> NetworkPublication<L> {
         self.receivers.retain(|_, receiver| now.saturating_since(receiver.last_status_message) < timeout);
         self.retransmits.expire(now);
         self.update_connected();
+        self.unblock_if_stalled(now);
         match self.lifecycle {
             Lifecycle::Draining { end_position } if self.sender_position >= end_position => {
                 self.lifecycle = Lifecycle::Lingering { end_position, until: now + self.config.linger };
             }
             Lifecycle::Lingering { until, .. } if now >= until => self.lifecycle = Lifecycle::Done,
             _ => {}
+        }
+    }
+
+    /// Pads over the claim at the sender position once the sender has stood there for the
+    /// unblock timeout with the tail beyond it and the frame there still uncommitted (the log
+    /// decides: a committed frame the sender waits to send, say for flow control, is left alone).
+    fn unblock_if_stalled(&mut self, now: Instant) {
+        let Some(timeout) = self.config.unblock_timeout else { return };
+        let position = self.sender_position;
+        let end = match self.lifecycle {
+            Lifecycle::Draining { end_position } | Lifecycle::Lingering { end_position, .. } => end_position,
+            _ => self.tail,
+        };
+        if end <= position {
+            self.stalled = None;
+            return;
+        }
+        match self.stalled {
+            Some((at, since)) if at == position => {
+                if now.saturating_since(since) >= timeout {
+                    let padded = self.log.unblock(position, end, self.is_closed());
+                    if padded > 0 {
+                        self.counters.unblocked_claims += 1;
+                        self.counters.unblocked_bytes += padded as u64;
+                    }
+                    self.stalled = Some((position, now));
+                }
+            }
+            _ => self.stalled = Some((position, now)),
         }
     }
 

@@ -23,6 +23,11 @@ pub const DEFAULT_SOCKET_RECEIVE_BUFFER: usize = 2 << 20;
 /// Default client liveness timeout: a client silent this long is reclaimed (the contract's
 /// value, which the cnc header carries).
 pub const DEFAULT_CLIENT_TIMEOUT: Duration = directory::CLIENT_TIMEOUT;
+/// A publication's reader (the sender, or an IPC publication's slowest subscriber) that stands
+/// at a claim no client commits for this many client timeouts has the claim padded over: its
+/// client died while appending, and was reclaimed first (Aeron's publication unblock timeout,
+/// 15 s against a 10 s client timeout).
+pub const PUBLICATION_UNBLOCK_CLIENT_TIMEOUTS: u32 = 2;
 /// Default wait before a freed counter id is reused.
 pub const DEFAULT_COUNTER_REUSE: Duration = Duration::from_secs(1);
 /// Default datagrams a sender or receiver handles per endpoint per duty cycle.
@@ -566,6 +571,12 @@ impl DriverContext {
     /// The defaults for the driver directory `dir`.
     pub fn new(dir: PathBuf) -> Self {
         DriverContext { dir, ..DriverContext::default() }
+    }
+
+    /// How long a publication's reader stands at a claim no client commits before the driver
+    /// pads it over ([`PUBLICATION_UNBLOCK_CLIENT_TIMEOUTS`] client timeouts).
+    pub fn publication_unblock_timeout(&self) -> Duration {
+        self.client_timeout.saturating_mul(PUBLICATION_UNBLOCK_CLIENT_TIMEOUTS)
     }
 
     /// Sets the setting `name` (one of [`setting_names`], or a duration's `_ms` form) from

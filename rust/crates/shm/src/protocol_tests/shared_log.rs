@@ -119,6 +119,38 @@ fn lost_datagrams_are_repaired_into_the_shared_image_log() {
     assert_eq!(counters.unrecoverable_gaps, 0);
 }
 
+/// Every datagram `publication` has due, into `image` (SETUPs skipped: the image exists).
+fn carry_data(
+    publication: &mut NetworkPublication<SharedLog>,
+    image: &mut Image<SharedLog>,
+    now: Instant,
+    out: &mut [u8],
+) {
+    while let Some(length) = publication.poll_transmit(now, out) {
+        let datagram = &out[..length];
+        if crate::wire::FrameHeader::parse(datagram).unwrap().frame_type != crate::wire::FrameType::Setup {
+            let _ = image.on_data(datagram, now);
+        }
+    }
+}
+
+/// The image's periodic work and its status messages, back to `publication`; then the
+/// publication's own periodic work.
+fn carry_status(
+    publication: &mut NetworkPublication<SharedLog>,
+    image: &mut Image<SharedLog>,
+    now: Instant,
+    out: &mut [u8],
+) {
+    image.on_tick(now);
+    while let Some(length) = image.poll_transmit(now, out) {
+        if let Some(ControlFrame::StatusMessage(sm)) = parse_control(&out[..length]).unwrap() {
+            publication.on_status_message(&sm, now);
+        }
+    }
+    publication.on_idle(now);
+}
+
 #[test]
 fn a_publication_closed_right_after_an_offer_past_its_limit_sends_every_message() {
     // An offer that starts below the publisher limit may end past it (Aeron's rule). The
@@ -147,21 +179,10 @@ fn a_publication_closed_right_after_an_offer_past_its_limit_sends_every_message(
             publication.close();
             limit_at_close = Some(limit);
         }
-        while let Some(length) = publication.poll_transmit(now, &mut out) {
-            let datagram = &out[..length];
-            if crate::wire::FrameHeader::parse(datagram).unwrap().frame_type != crate::wire::FrameType::Setup {
-                let _ = image.on_data(datagram, now);
-            }
-        }
+        carry_data(&mut publication, &mut image, now, &mut out);
         subscriber_position = image_log.read(subscriber_position, 100, &mut scratch, |_, _| received += 1).unwrap();
         image.set_consumer_position(1, subscriber_position);
-        image.on_tick(now);
-        while let Some(length) = image.poll_transmit(now, &mut out) {
-            if let Some(ControlFrame::StatusMessage(sm)) = parse_control(&out[..length]).unwrap() {
-                publication.on_status_message(&sm, now);
-            }
-        }
-        publication.on_idle(now);
+        carry_status(&mut publication, &mut image, now, &mut out);
         if publication.is_done() {
             break;
         }
@@ -188,6 +209,76 @@ fn a_forged_tail_moves_the_publication_no_further_than_one_message_past_its_wind
     assert_eq!(publication.tail_position(), i64::from(TERM / 2) + longest);
     publication.on_tail(64);
     assert_eq!(publication.tail_position(), i64::from(TERM / 2) + longest);
+}
+
+#[test]
+fn the_sender_pads_over_a_claim_no_writer_commits_but_never_frames_flow_control_holds_back() {
+    // 10 ms unblock timeout. First the subscriber reads nothing for 2 s: the sender stands at
+    // the receiver's window with committed frames beyond, and pads nothing. Then it reads
+    // everything; then a writer claims 1,056 bytes and never commits, and one message follows:
+    // after the timeout the claim is padded over, counted, and the message arrives.
+    let publication_log = SharedLog::anonymous(&params(9)).unwrap();
+    let image_log = SharedLog::anonymous(&params(9)).unwrap();
+    let flow = build(None, false, &FlowControlDefaults::default());
+    let config = PublicationConfig {
+        unblock_timeout: Some(std::time::Duration::from_millis(10)),
+        ..PublicationConfig::new(identity(), 0)
+    };
+    let mut publication = NetworkPublication::with_log(config, publication_log.clone(), flow, ms(0));
+    let mut image = Image::with_log(ImageConfig::new(identity(), 0, 77), image_log.clone(), ms(0));
+    image.add_consumer(1);
+    let received = std::cell::RefCell::new(Vec::new());
+    let (mut subscriber_position, mut offered) = (0i64, 0usize);
+    let (mut scratch, mut out) = (Vec::new(), vec![0u8; 2048]);
+    let mut step = 0u64;
+    let mut run = |steps: u64, reading: bool, offer: &mut dyn FnMut(i64) -> usize| {
+        for _ in 0..steps {
+            step += 1;
+            let now = ms(step);
+            if publication.is_connected() {
+                offered += offer(publication.publisher_limit());
+            }
+            publication.on_tail(publication_log.tail_position().unwrap());
+            carry_data(&mut publication, &mut image, now, &mut out);
+            if reading {
+                subscriber_position = image_log
+                    .read(subscriber_position, 100, &mut scratch, |_, payload| received.borrow_mut().push(payload[0]))
+                    .unwrap();
+            }
+            image.set_consumer_position(1, subscriber_position);
+            carry_status(&mut publication, &mut image, now, &mut out);
+        }
+        (offered, publication.counters().unblocked_claims, publication.sender_position())
+    };
+    let mut fill = |limit: i64| {
+        let mut taken = 0;
+        while let Offer::Appended(_) = publication_log.offer(&[1u8; 1000], 0, limit).unwrap() {
+            taken += 1;
+        }
+        taken
+    };
+    let (held, unblocked, sender_position) = run(2_000, false, &mut fill);
+    assert!(sender_position < publication_log.tail_position().unwrap(), "flow control held the sender");
+    assert_eq!(unblocked, 0, "committed frames are never padded over");
+    let (_, unblocked, _) = run(200, true, &mut |_| 0);
+    assert_eq!((received.borrow().len(), unblocked), (held, 0));
+    let dead = publication_log.tail_position().unwrap();
+    let partition =
+        crate::logbuffer::position::partition_index(i64::from(publication_log.active_term_count().unwrap()));
+    let tail_counter = crate::shm::log_buffer::meta::TERM_TAIL_COUNTERS + 8 * partition;
+    publication_log.metadata().get_and_add_i64(tail_counter, 1056).unwrap();
+    let mut once = Some(());
+    let (_, unblocked, sender_position) = run(200, true, &mut |limit| {
+        once.take().map_or(0, |()| match publication_log.offer(&[2u8; 100], 0, limit).unwrap() {
+            Offer::Appended(_) => 1,
+            other => panic!("{other:?}"),
+        })
+    });
+    assert_eq!(unblocked, 1);
+    assert_eq!(publication.counters().unblocked_bytes, 1056);
+    assert_eq!(sender_position, dead + 1056 + 160);
+    assert_eq!(received.borrow().len(), held + 1);
+    assert_eq!(received.borrow().last(), Some(&2));
 }
 
 #[test]

@@ -30,7 +30,7 @@ use super::file;
 use crate::limits::{self, MAX_TERM_LENGTH, MIN_TERM_LENGTH};
 use crate::logbuffer::position::{
     align_frame, compute_position, fragmented_length, max_message_length, partition_index, position_bits,
-    start_position, PARTITION_COUNT,
+    start_position, FRAME_ALIGNMENT, PARTITION_COUNT,
 };
 use crate::logbuffer::StreamIdentity;
 use crate::wire::{flags, DataHeader, FrameType, DATA_HEADER_LENGTH};
@@ -1165,6 +1165,51 @@ impl LogBuffer {
         *clean_position += length as i64;
         Ok(())
     }
+
+    /// Pads over a claim at `blocked_position` that its writer never committed (a client that
+    /// died between claiming and committing; Aeron's `LogBufferUnblocker`), so that the frames
+    /// claimed after it can be sent and read. The caller calls it only once its position has
+    /// stood at `blocked_position` for the unblock timeout while `tail` (as it last took it)
+    /// lay beyond. Returns the bytes padded over, 0 when there was nothing to pad.
+    ///
+    /// What is padded: a frame its writer began (its length still negative) by the length it
+    /// claimed; else the zeroed bytes up to the next frame a writer began or committed; else,
+    /// when nothing lies beyond before the term's end or the tail, up to the term's end when the
+    /// tail is in a later term (the claim crossed the term's end and its writer never padded
+    /// it), or up to the tail when `writers_gone` (the publication is closed: no writer can
+    /// claim there any more). A frame a writer began or committed is never padded over, and
+    /// `blocked_position` must be where a frame starts, found by walking the committed frames
+    /// from its term's start (an IPC subscriber's position, which a client writes, is untrusted).
+    pub fn unblock(&self, blocked_position: i64, tail: i64, writers_gone: bool) -> Result<usize, ShmError> {
+        if tail <= blocked_position {
+            return Ok(0);
+        }
+        let (term, offset) = self.locate(blocked_position)?;
+        let length = term.get_i32_acquire(offset + frame::LENGTH)?;
+        if length > 0 || !Self::is_frame_start(term, offset)? {
+            return Ok(0);
+        }
+        let term_length = self.term_length as usize;
+        let to_tail = usize::try_from(tail - blocked_position).unwrap_or(usize::MAX);
+        let end = offset.saturating_add(to_tail).min(term_length);
+        let begun = align_frame(length.unsigned_abs() as usize);
+        let pad = if length < 0 && offset + begun <= end {
+            begun
+        } else {
+            let mut next = offset + FRAME_ALIGNMENT;
+            while next < end && term.get_i32_acquire(next + frame::LENGTH)? == 0 {
+                next += FRAME_ALIGNMENT;
+            }
+            let tail_in_later_term = offset.saturating_add(to_tail) > term_length;
+            if next < end || tail_in_later_term || writers_gone {
+                next.min(end) - offset
+            } else {
+                return Ok(0);
+            }
+        };
+        self.try_fill_gap(blocked_position, pad)?;
+        Ok(pad)
+    }
 }
 
 /// How far ahead of its writer [`PopulateAhead`] keeps a log mapped in: the 16 pages a read
@@ -1348,6 +1393,20 @@ impl LogBuffer {
         Ok((term, (position & (self.term_length as i64 - 1)) as usize))
     }
 
+    /// Whether a frame starts at `offset` of `term`: the committed frames from the term's start
+    /// lead there (at most `term_length / 32` steps, each at least one alignment).
+    fn is_frame_start(term: &Region, offset: usize) -> Result<bool, ShmError> {
+        let mut at = 0;
+        while at < offset {
+            let length = term.get_i32_acquire(at + frame::LENGTH)?;
+            if length <= 0 {
+                return Ok(false);
+            }
+            at += align_frame(length as usize);
+        }
+        Ok(at == offset)
+    }
+
     /// Frame length and type at `offset` of `term` (0 length: nothing written there).
     fn frame_at(term: &Region, offset: usize) -> Result<(i32, i16), ShmError> {
         let length = term.get_i32_acquire(offset + frame::LENGTH)?;
@@ -1460,6 +1519,10 @@ impl crate::logbuffer::SenderLog for LogBuffer {
         // As `scan_datagram`: a log that cannot be read sends nothing.
         self.try_scan_frames(position, max).unwrap_or((0, 0))
     }
+
+    fn unblock(&mut self, position: i64, tail: i64, writers_gone: bool) -> usize {
+        LogBuffer::unblock(self, position, tail, writers_gone).unwrap_or(0)
+    }
 }
 
 /// The media driver's receiver writes an image's shared log (subscribers read it).
@@ -1544,6 +1607,102 @@ mod tests {
             bytes.extend_from_slice(&part);
         }
         bytes
+    }
+
+    /// Claims `length` bytes on the active partition's tail and writes nothing there, as a client
+    /// that died right after its claim did; returns where the claim starts.
+    fn claim_and_die(log: &LogBuffer, length: i64) -> i64 {
+        let partition = partition_index(i64::from(log.active_term_count().unwrap()));
+        let before = log.tail_position().unwrap();
+        log.metadata().get_and_add_i64(meta::TERM_TAIL_COUNTERS + 8 * partition, length).unwrap();
+        before
+    }
+
+    /// The payloads a reader gets from `from` on, and where it stops.
+    fn payloads_from(log: &LogBuffer, from: i64) -> (Vec<Vec<u8>>, i64) {
+        let (frames, end) = read_all(log, from);
+        (frames.into_iter().map(|(_, payload)| payload).collect(), end)
+    }
+
+    fn appended(log: &LogBuffer, payload: &[u8]) -> i64 {
+        match log.offer(payload, 0, i64::MAX).unwrap() {
+            Offer::Appended(position) => position,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_claim_never_committed_is_padded_over_up_to_the_next_frame_and_the_frames_after_it_are_read() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let first = appended(&log, &[1; 100]);
+        let dead = claim_and_die(&log, 1056);
+        let last = appended(&log, &[2; 100]);
+        assert_eq!(payloads_from(&log, 0), (vec![vec![1; 100]], first), "the reader stops at the claim");
+        assert_eq!(log.unblock(first + 1056, last, false).unwrap(), 0, "a committed frame is left alone");
+        assert_eq!(log.unblock(dead, last, false).unwrap(), 1056);
+        assert_eq!(payloads_from(&log, 0), (vec![vec![1; 100], vec![2; 100]], last));
+        assert_eq!(log.unblock(dead, last, false).unwrap(), 0, "padded once");
+    }
+
+    #[test]
+    fn a_position_inside_a_committed_frame_is_never_padded_even_where_its_bytes_are_zero() {
+        // An IPC subscriber's position is written by a client: one pointing into a frame of
+        // zeros must not make the driver write a padding header over the frame's payload.
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let end = appended(&log, &[0; 1000]);
+        claim_and_die(&log, 64);
+        let tail = log.tail_position().unwrap();
+        for inside in [32, 64, 512, end - 32] {
+            assert_eq!(log.unblock(inside, tail, true).unwrap(), 0, "at {inside}");
+        }
+        assert_eq!(payloads_from(&log, 0), (vec![vec![0; 1000]], end));
+        assert_eq!(log.unblock(end, tail, true).unwrap(), 64, "the frame's end is a frame start");
+    }
+
+    #[test]
+    fn a_frame_its_writer_began_is_padded_over_by_the_length_it_claimed() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let dead = claim_and_die(&log, 1056);
+        // The writer's first store: its frame length, negative until it commits (1,032 bytes).
+        log.term(0).unwrap().put_i32_release(0, -1032).unwrap();
+        assert_eq!(log.unblock(dead, 1056, false).unwrap(), 1056, "nothing after it, yet its length is known");
+        let last = appended(&log, &[3; 10]);
+        assert_eq!(payloads_from(&log, 0), (vec![vec![3; 10]], last));
+    }
+
+    #[test]
+    fn a_claim_at_the_tail_is_padded_over_only_once_the_publication_is_closed() {
+        // Zeroed bytes up to the tail may be a live writer's claim it has not begun to write:
+        // they are padded only once no writer can claim any more.
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let first = appended(&log, &[1; 100]);
+        let dead = claim_and_die(&log, 2112);
+        let tail = log.tail_position().unwrap();
+        assert_eq!(log.unblock(dead, tail, false).unwrap(), 0);
+        assert_eq!(log.unblock(dead, tail, true).unwrap(), 2112);
+        assert_eq!(payloads_from(&log, 0), (vec![vec![1; 100]], tail));
+        assert_eq!(first, dead);
+    }
+
+    #[test]
+    fn a_claim_across_the_term_end_never_padded_is_padded_to_the_end_once_the_log_moved_on() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        let term = 64 * 1024;
+        while log.tail_position().unwrap() + 2 * 1056 < term {
+            appended(&log, &[1; 1000]);
+        }
+        let committed = log.tail_position().unwrap();
+        // The claim crosses the term's end; its writer dies before padding the term.
+        let dead = claim_and_die(&log, 2 * 1056 + 64);
+        assert_eq!(dead, committed);
+        assert_eq!(log.unblock(dead, term, false).unwrap(), 0, "the tail has not left the term");
+        // The next writer finds the term ended and rotates into the next one.
+        assert_eq!(log.offer(&[2; 100], 0, i64::MAX).unwrap(), Offer::AdminAction);
+        let last = appended(&log, &[2; 100]);
+        assert!(last > term);
+        assert_eq!(log.unblock(dead, last, false).unwrap(), (term - dead) as usize);
+        let (payloads, end) = payloads_from(&log, dead);
+        assert_eq!((payloads, end), (vec![vec![2; 100]], last));
     }
 
     #[test]

@@ -294,11 +294,14 @@ pub enum SystemCounter {
     DatagramsReceived,
     /// Heartbeats received by images.
     HeartbeatsReceived,
+    /// Claims no client committed, padded over after the publication unblock timeout so the
+    /// frames after them flow again (Aeron's "Unblocked Publications").
+    UnblockedPublications,
 }
 
 impl SystemCounter {
     /// Every system counter, in counter-id order.
-    pub const ALL: [SystemCounter; 33] = [
+    pub const ALL: [SystemCounter; 34] = [
         SystemCounter::Commands,
         SystemCounter::InvalidCommands,
         SystemCounter::ClientKeepalives,
@@ -332,6 +335,7 @@ impl SystemCounter {
         SystemCounter::DatagramsSent,
         SystemCounter::DatagramsReceived,
         SystemCounter::HeartbeatsReceived,
+        SystemCounter::UnblockedPublications,
     ];
 
     /// The counter's label in the counters file.
@@ -370,6 +374,7 @@ impl SystemCounter {
             SystemCounter::DatagramsSent => "Datagrams sent",
             SystemCounter::DatagramsReceived => "Datagrams received",
             SystemCounter::HeartbeatsReceived => "Heartbeats received",
+            SystemCounter::UnblockedPublications => "Unblocked publications",
         }
     }
 

@@ -18,6 +18,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::unblocked_message;
 use crate::channel::{ChannelUri, Media};
 use crate::driver::clock::{CycleTime, DutyClock};
 use crate::driver::DriverContext;
@@ -94,6 +95,9 @@ struct IpcPublication {
     released_at_ms: Option<i64>,
     /// An exclusive publication's log: one writer, never joined by another publication.
     exclusive: bool,
+    /// Where the slowest subscriber stood, and since when (ms), while the tail lay beyond it
+    /// (to pad over a claim no client commits).
+    stalled: Option<(i64, i64)>,
 }
 
 struct SubscriptionState {
@@ -219,6 +223,12 @@ impl DriverConductor {
 
     fn bump(&self, counter: SystemCounter) {
         let _ = self.system(counter).add(1);
+    }
+
+    /// A claim no client committed was padded over: counted, and recorded in the error log.
+    fn claim_unblocked(&mut self, message: &str, now_ms: i64) {
+        self.bump(SystemCounter::UnblockedPublications);
+        self.error(message, now_ms);
     }
 
     /// Records an error in the error log (and counts it).
@@ -687,6 +697,7 @@ impl DriverConductor {
             images: Vec::new(),
             released_at_ms: None,
             exclusive,
+            stalled: None,
         });
         let _ = self.system(SystemCounter::IpcPublications).add(1);
         let index = self.publications.len() - 1;
@@ -796,6 +807,8 @@ impl DriverConductor {
     fn update_publications(&mut self, now_ms: i64) -> usize {
         let mut work = 0;
         let mut finished = Vec::new();
+        let mut unblocked = Vec::new();
+        let unblock_timeout = self.config.publication_unblock_timeout().as_millis() as i64;
         for (index, publication) in self.publications.iter_mut().enumerate() {
             let tail = publication.log.tail_position().unwrap_or(0);
             let _ = publication.publisher_position.set(tail);
@@ -804,6 +817,15 @@ impl DriverConductor {
                 Some(min) => {
                     if raise_limit(publication, min, tail) {
                         work += 1;
+                    }
+                    if let Some(bytes) = unblock_if_stalled(publication, min, tail, now_ms, unblock_timeout) {
+                        unblocked.push(unblocked_message(
+                            "aeron:ipc",
+                            publication.session_id,
+                            publication.stream_id,
+                            min,
+                            bytes as u64,
+                        ));
                     }
                 }
                 None => {
@@ -826,6 +848,10 @@ impl DriverConductor {
         }
         for index in finished.into_iter().rev() {
             self.close_publication(index, now_ms);
+            work += 1;
+        }
+        for message in unblocked {
+            self.claim_unblocked(&message, now_ms);
             work += 1;
         }
         work
@@ -929,6 +955,37 @@ fn raise_limit(publication: &mut IpcPublication, min: i64, tail: i64) -> bool {
         return true;
     }
     false
+}
+
+/// Pads over the claim at `min` (the slowest subscriber) once the subscribers have stood there
+/// for `timeout` ms with the tail beyond: the bytes padded over, when any. The log decides what
+/// is a claim no client commits ([`LogBuffer::unblock`]); a subscriber that merely stopped
+/// reading stands at a committed frame, which is left alone.
+fn unblock_if_stalled(
+    publication: &mut IpcPublication,
+    min: i64,
+    tail: i64,
+    now_ms: i64,
+    timeout: i64,
+) -> Option<usize> {
+    if tail <= min {
+        publication.stalled = None;
+        return None;
+    }
+    match publication.stalled {
+        Some((at, since)) if at == min => {
+            if now_ms.saturating_sub(since) < timeout {
+                return None;
+            }
+            publication.stalled = Some((min, now_ms));
+            let writers_gone = publication.owners.is_empty();
+            publication.log.unblock(min, tail, writers_gone).ok().filter(|&bytes| bytes > 0)
+        }
+        _ => {
+            publication.stalled = Some((min, now_ms));
+            None
+        }
+    }
 }
 
 /// Zeroes the log up to a term behind `min` (the slowest subscriber), where writers may next

@@ -215,6 +215,9 @@ pub enum AgentEvent {
     },
     /// An error to record in the driver's error log.
     Error(String),
+    /// A claim no client committed was padded over (the message says where): counted in
+    /// "Unblocked publications" and recorded in the error log.
+    ClaimUnblocked(String),
     /// A network publication's connected flag changed: the conductor writes it to the log after
     /// broadcasting the events queued before it, so a client that sees the flag change finds
     /// the `connection_changed` / `receiver_removed` events already in its broadcast.
@@ -224,6 +227,15 @@ pub enum AgentEvent {
         /// The new value.
         connected: bool,
     },
+}
+
+/// The error-log line for a claim padded over at `position` of a publication's log, `bytes` long
+/// (network publications' by the sender, IPC publications' by the conductor).
+pub fn unblocked_message(channel: &str, session_id: i32, stream_id: i32, position: i64, bytes: u64) -> String {
+    format!(
+        "{channel} (session {session_id}, stream {stream_id}): a claim at position {position} that no client \
+         committed was padded over ({bytes} bytes lost: its client died while appending)"
+    )
 }
 
 /// How long [`MediaDriver::close`] keeps serving publications so subscribers get their data

@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
 use super::mmsg::{Filled, SegmentOffload, SendBatch};
-use super::{AgentEvent, NewPublication, PublicationStreamCounters, SenderCommand};
+use super::{unblocked_message, AgentEvent, NewPublication, PublicationStreamCounters, SenderCommand};
 use crate::driver::events::{reason_name, DriverEvent, DriverEventKind};
 use crate::logbuffer::position::{align_frame, partition_index};
 use crate::protocol::{NetworkPublication, PublicationCounters, Transmit};
@@ -347,6 +347,16 @@ impl SenderAgent {
         let delta = |now: u64, before: u64| now.saturating_sub(before) as i64;
         let _ = self.counters.retransmits.add(delta(counters.retransmits_sent, served.reported.retransmits_sent));
         let _ = self.counters.heartbeats_sent.add(delta(counters.heartbeats_sent, served.reported.heartbeats_sent));
+        if counters.unblocked_claims > served.reported.unblocked_claims {
+            let identity = publication.identity();
+            let _ = self.events.send(AgentEvent::ClaimUnblocked(unblocked_message(
+                &served.channel,
+                identity.session_id,
+                identity.stream_id,
+                publication.sender_position(),
+                counters.unblocked_bytes - served.reported.unblocked_bytes,
+            )));
+        }
         served.reported = counters;
         // Events first, then the flag (through the same queue): whoever sees the flag change
         // finds the events that explain it already broadcast.

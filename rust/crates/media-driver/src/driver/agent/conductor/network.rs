@@ -405,6 +405,7 @@ impl DriverConductor {
             retransmit_linger: context.retransmit_linger,
             max_resend: uri.max_resend_or_default() as usize,
             signal_eos: uri.eos.unwrap_or(true),
+            unblock_timeout: Some(context.publication_unblock_timeout()),
         };
         let kept = log.clone();
         let publication = NetworkPublication::with_log(config, log, flow_control, self.network.clock.now());
@@ -643,6 +644,7 @@ impl DriverConductor {
                     self.image_closed(correlation_id, incomplete, now_ms)
                 }
                 AgentEvent::Error(message) => self.error(&message, now_ms),
+                AgentEvent::ClaimUnblocked(message) => self.claim_unblocked(&message, now_ms),
                 AgentEvent::SetConnected { log, connected } => {
                     let _ = log.set_connected(connected);
                 }
