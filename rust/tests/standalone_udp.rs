@@ -197,6 +197,42 @@ fn a_claim_no_client_commits_is_padded_over_after_the_unblock_timeout_and_the_me
 }
 
 #[test]
+fn a_closed_udp_publication_whose_last_claim_was_never_committed_still_drains_and_is_freed() {
+    // The last thing in the log is a claim no client commits, and the publication is closed:
+    // the sender, which would wait at that claim for ever, pads it over once the unblock timeout
+    // has passed (no writer is left to claim there), drains, lingers and frees the publication.
+    let dir = tempdir("unblock-closed");
+    let mut driver = start_driver(&dir, &["--client-timeout", "500ms", "--linger", "200ms"]);
+    let port = free_udp_port().unwrap();
+    let channel = format!("aeron:udp?endpoint=127.0.0.1:{port}");
+    let client = AttachedClient::connect(&dir, Duration::from_secs(10)).expect("attach");
+    let mut subscription = client.add_subscription(&channel, 10).expect("subscription");
+    let publication = client.add_publication(&channel, 10).expect("publication");
+    assert!(wait_until(Duration::from_secs(10), || publication.is_connected().unwrap()));
+    offer_until_taken(&publication, b"before");
+    let name = publication_log_name(publication.registration_id());
+    let logs = driver_logs(driver.0.id()).expect("driver fds");
+    let log = LogBuffer::open(&logs.iter().find(|log| log.name == name).expect("the publication's log").path).unwrap();
+    let partition = partition_index(i64::from(log.active_term_count().unwrap()));
+    log.metadata().get_and_add_i64(meta::TERM_TAIL_COUNTERS + 8 * partition, 2112).unwrap();
+    drop(publication);
+    let mut got = 0;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            got += subscription.poll(10, |_| {}).expect("poll");
+            system(&dir, SystemCounter::NetworkPublications) == 0
+        }),
+        "the closed publication was never freed"
+    );
+    assert_eq!(got, 1);
+    assert_eq!(system(&dir, SystemCounter::UnblockedPublications), 1);
+    assert!(error_messages(&dir).iter().any(|e| e.contains("padded over (2112 bytes lost")));
+    drop((subscription, log, client));
+    driver.signal(libc::SIGTERM);
+    assert!(driver.wait_exit(Duration::from_secs(10)).success());
+}
+
+#[test]
 fn loss_through_a_relay_is_repaired_by_naks_through_the_standalone_driver() {
     use affinity::media::relay::{Impairment, LossyRelay};
     use std::sync::atomic::Ordering;
