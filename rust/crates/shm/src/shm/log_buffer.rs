@@ -1186,7 +1186,9 @@ impl LogBuffer {
         }
         let (term, offset) = self.locate(blocked_position)?;
         let length = term.get_i32_acquire(offset + frame::LENGTH)?;
-        if length > 0 || !Self::is_frame_start(term, offset)? {
+        // A frame starts there when the committed frames from the term's start lead exactly there.
+        let term_start = blocked_position - offset as i64;
+        if length > 0 || self.try_scan_complete(term_start, blocked_position)? != blocked_position {
             return Ok(0);
         }
         let term_length = self.term_length as usize;
@@ -1391,20 +1393,6 @@ impl LogBuffer {
     fn locate(&self, position: i64) -> Result<(&Region, usize), ShmError> {
         let term = self.partition(partition_index(position >> self.position_bits))?;
         Ok((term, (position & (self.term_length as i64 - 1)) as usize))
-    }
-
-    /// Whether a frame starts at `offset` of `term`: the committed frames from the term's start
-    /// lead there (at most `term_length / 32` steps, each at least one alignment).
-    fn is_frame_start(term: &Region, offset: usize) -> Result<bool, ShmError> {
-        let mut at = 0;
-        while at < offset {
-            let length = term.get_i32_acquire(at + frame::LENGTH)?;
-            if length <= 0 {
-                return Ok(false);
-            }
-            at += align_frame(length as usize);
-        }
-        Ok(at == offset)
     }
 
     /// Frame length and type at `offset` of `term` (0 length: nothing written there).
