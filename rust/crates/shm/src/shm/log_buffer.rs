@@ -1193,7 +1193,8 @@ impl LogBuffer {
         }
         let term_length = self.term_length as usize;
         let to_tail = usize::try_from(tail - blocked_position).unwrap_or(usize::MAX);
-        let end = offset.saturating_add(to_tail).min(term_length);
+        // The tail is written by clients: only whole frame alignments count.
+        let end = offset.saturating_add(to_tail).min(term_length) / FRAME_ALIGNMENT * FRAME_ALIGNMENT;
         let begun = align_frame(length.unsigned_abs() as usize);
         let pad = if length < 0 && offset + begun <= end {
             begun
@@ -1209,6 +1210,10 @@ impl LogBuffer {
                 return Ok(0);
             }
         };
+        if pad < DATA_HEADER_LENGTH {
+            // Less than a frame header before a forged tail: nothing a padding frame can cover.
+            return Ok(0);
+        }
         self.try_fill_gap(blocked_position, pad)?;
         Ok(pad)
     }
@@ -1645,6 +1650,14 @@ mod tests {
         }
         assert_eq!(payloads_from(&log, 0), (vec![vec![0; 1000]], end));
         assert_eq!(log.unblock(end, tail, true).unwrap(), 64, "the frame's end is a frame start");
+    }
+
+    #[test]
+    fn a_forged_tail_inside_a_frame_alignment_pads_nothing_and_whole_alignments_only() {
+        let log = LogBuffer::anonymous(&params(64 * 1024)).unwrap();
+        assert_eq!(log.unblock(0, 8, true).unwrap(), 0, "less than a frame header");
+        assert_eq!(log.unblock(0, 100, true).unwrap(), 96, "cut to whole alignments");
+        assert_eq!(read_all(&log, 0), (vec![], 96));
     }
 
     #[test]
