@@ -23,6 +23,10 @@
 # rows out. CHANNEL_PARAMS="rcv-wnd=1m|..." appends URI parameters to the standalone rows'
 # channel. Every row carries its "round"; at the end the share of the ceiling per round
 # (python benches/transport_table.py udp-share) is printed to stderr, so stdout stays JSON lines.
+# Standalone rows also carry where the CPU went while the clients ran: "driver_threads" (user and
+# system seconds of each driver thread, by thread name, from /proc), the publisher's own record
+# ("publisher": its hot thread's CPU) and "cpus"; `transport_table.py udp-cpu RAW` turns them into
+# CPU-seconds per GB against what half the ceiling allows on the machine's cores.
 # Needs: cargo build --release --no-default-features --bin affinity-driver --bin affinity-ipc --bin affinity-bench \
 #   --bin loopback-ceiling
 set -euo pipefail
@@ -37,6 +41,13 @@ MTU=1408
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 port() { python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 load() { cut -d' ' -f1 /proc/loadavg; }
+# "NAME USER-TICKS SYSTEM-TICKS" for each thread of process $1.
+thread_ticks() { for task in /proc/"$1"/task/*; do echo "$(tr ' ' _ < "$task/comm") $(cut -d')' -f2 "$task/stat" | awk '{print $12, $13}')"; done; }
+# {"NAME":{"user":S,"system":S},...}: the CPU each thread name used between two thread_ticks files.
+thread_cpu() {
+  awk -v hz="$(getconf CLK_TCK)" 'NR == FNR { u[$1] -= $2; s[$1] -= $3; next } { u[$1] += $2; s[$1] += $3 }
+    END { out = ""; for (n in u) out = out sprintf("%s\"%s\":{\"user\":%.2f,\"system\":%.2f}", out == "" ? "" : ",", n, u[n] / hz, s[n] / hz); print "{" out "}" }' "$1" "$2"
+}
 
 standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]; PUBLISH_ARGS: the publisher's
   # extra arguments; CLIENT_CPUS="P S": the CPUs of publisher and subscriber; CHANNEL: the channel
@@ -55,7 +66,8 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]; PUB
   timeout "$RUN_TIMEOUT" "${sub_cpu[@]}" "$BIN/affinity-ipc" subscribe --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" > "$dir/sub.out" &
   local sub=$!
   for _ in $(seq 100); do grep -q "ready" "$dir/sub.out" 2>/dev/null && break; sleep 0.05; done
-  timeout "$RUN_TIMEOUT" "${pub_cpu[@]}" "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" "${publish_args[@]}" > /dev/null &
+  thread_ticks "$driver" > "$dir/threads.before"
+  timeout "$RUN_TIMEOUT" "${pub_cpu[@]}" "$BIN/affinity-ipc" publish --dir "$dir/d" --channel "$channel" --count "$2" --size "$1" "${publish_args[@]}" > "$dir/pub.out" &
   local pub=$! failed=""
   # A subscriber that fails (e.g. a driver timeout on a loaded machine) ends the publisher too,
   # which would otherwise wait for a receiver until its timeout.
@@ -71,6 +83,7 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]; PUB
       affinity stat --dir "$dir/d" --errors > "$keep/errors.txt" 2>&1 || true
     fi
   fi
+  thread_ticks "$driver" > "$dir/threads.after"
   local ticks; ticks=$(awk '{print $14 + $15}' "/proc/$driver/stat")
   kill -TERM "$driver"; wait "$driver" || true
   local cpu; cpu=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }')
@@ -78,7 +91,7 @@ standalone() { # SIZE COUNT THREADING [BIN [LABEL-SUFFIX [DRIVER-ARGS...]]]; PUB
     # A failed run is recorded, not dropped (transport_table.py lists it under the table).
     echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"failed\":true,\"status\":\"failed\",\"error\":\"standalone-$3$suffix $1 B, round $round: $failed\"}"
   else
-    echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"driver_cpu_seconds\":$cpu,\"result\":$(grep role "$dir/sub.out")}"
+    echo "{\"driver\":\"standalone-$3$suffix\",\"size\":$1,\"round\":$round,\"load\":$before,\"driver_cpu_seconds\":$cpu,\"cpus\":$(nproc),\"driver_threads\":$(thread_cpu "$dir/threads.before" "$dir/threads.after"),\"publisher\":$(grep role "$dir/pub.out"),\"result\":$(grep role "$dir/sub.out")}"
   fi
   rm -rf "$dir"
 }

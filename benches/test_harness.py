@@ -161,6 +161,45 @@ def test_udp_rows_recorded_by_the_harness_are_keyed_by_its_run(tmp_path: Path) -
     assert "| standalone-shared | 1024 | 1.000 [1.000-1.000] | 1024 [1024-1024] | 0.375 [0.250-0.500] | 2 |" in table
 
 
+def test_udp_cpu_gives_each_thread_per_gb_against_half_the_ceiling_of_its_round(tmp_path: Path) -> None:
+    def row(driver: str, round_: int, **fields: object) -> str:
+        return json.dumps({"driver": driver, "size": 1000, "round": round_, "load": 1.0, **fields})
+
+    def standalone(round_: int, sender_user: float) -> str:
+        threads = {
+            "affinity-sender": {"user": sender_user, "system": 0.5},
+            "affinity-conduc": {"user": 0.0, "system": 0.0},
+        }
+        return row(
+            "standalone-dedicated",
+            round_,
+            cpus=2,
+            driver_threads=threads,
+            publisher={"role": "publish", "cpu_seconds": 0.25},
+            result={"role": "subscribe", "messages": 1_000_000, "rate": 1e6, "cpu_seconds": 0.25},
+        )
+
+    lines = [
+        row("ceiling-offload", 1, result={"msgs_per_sec": 4e6}),
+        standalone(1, 1.0),
+        row("ceiling-offload", 2, result={"msgs_per_sec": 2e6}),
+        standalone(2, 2.0),
+    ]
+    raw = tmp_path / "udp.jsonl"
+    raw.write_text("\n".join(lines) + "\n")
+    table = transport_table.render("udp-cpu", raw)
+    # 1 GB delivered per run: seconds are CPU-s per GB.
+    assert "| standalone-dedicated | 1000 | driver affinity-sender, user | 1.500 [1.000-2.000] | 2 |" in table
+    assert "| standalone-dedicated | 1000 | driver affinity-sender, system | 0.500 [0.500-0.500] | 2 |" in table
+    assert "| standalone-dedicated | 1000 | publisher (its hot thread) | 0.250 [0.250-0.250] | 2 |" in table
+    # Half of 4 and 2 GB/s on 2 CPUs: 1 and 2 CPU-s per GB, each round against its own ceiling.
+    assert "| half the ceiling allows (cpus ÷ half its bytes/s) | 1.500 [1.000-2.000] | 2 |" in table
+    # Less the system time and the clients (1.0): 0 and 1.
+    assert "| left for the driver threads' user time | 0.500 [0.000-1.000] | 2 |" in table
+    # An idle thread is left out.
+    assert "affinity-conduc" not in table
+
+
 def test_ipc_summary_gives_ratios_to_aeron_of_medians_and_counts_failures() -> None:
     import bench_standalone_ipc as ipc
 

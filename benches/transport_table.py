@@ -4,6 +4,7 @@ the transport one; the name is kept because the docs and scripts call it by it):
     python benches/transport_table.py transport [benches/results/transport.jsonl]
     python benches/transport_table.py routing|multicast|ipc|groups|router|spark [RAW]
     python benches/transport_table.py udp-share RAW   # benches/media_driver_udp.sh's JSON lines
+    python benches/transport_table.py udp-cpu RAW     # the same rows: CPU per GB by thread
     python benches/transport_table.py udp [RAW]       # the same, run by run_all.sh (harness records)
 
 Each table says its command, date, commit, machine, the load before and during the runs and
@@ -350,13 +351,20 @@ def udp_share(raw: Raw) -> list[str]:
     so this is also the share in bytes per second. With ``BASE_BIN`` rows, each build's ratio
     to the previous build per round too. Rows carrying a ``"set"`` (several runs kept in one
     raw file) get one table per set, in the file's order."""
+    return per_set(raw, udp_share_of_one_run)
+
+
+def per_set(raw: Raw, render_one: Callable[[Raw], list[str]]) -> list[str]:
+    """``render_one`` of each ``"set"`` of rows in the file's order, each under its name (one
+    table when no row names a set); a set it renders as nothing is left out."""
     sets = list(dict.fromkeys(row["set"] for row in raw.rows if "set" in row))
     if not sets:
-        return udp_share_of_one_run(raw)
+        return render_one(raw)
     out: list[str] = []
     for name in sets:
-        rows = [row for row in raw.rows if row.get("set") == name]
-        out += ["", f"set {name}:", "", *udp_share_of_one_run(Raw(raw.meta, rows))]
+        rendered = render_one(Raw(raw.meta, [row for row in raw.rows if row.get("set") == name]))
+        if rendered:
+            out += ["", f"set {name}:", "", *rendered]
     return out[1:]
 
 
@@ -414,9 +422,62 @@ def udp_share_of_one_run(raw: Raw) -> list[str]:
     return out + failures(raw)
 
 
+def udp_cpu(raw: Raw) -> list[str]:
+    """Where the CPU of the standalone rows of ``benches/media_driver_udp.sh`` went, in
+    CPU-seconds per GB of payload delivered: each driver thread's user and system time, the
+    publisher's and subscriber's hot threads, and what half the loopback ceiling of the same
+    round allows on the machine's cores (``cpus`` ÷ half the ceiling's bytes per second). The last
+    line is that allowance less everything but the driver threads' user time: what their own
+    work may cost for the row to reach half the ceiling. One table per ``"set"``."""
+    return per_set(raw, udp_cpu_of_one_run)
+
+
+def udp_cpu_of_one_run(raw: Raw) -> list[str]:
+    """[`udp_cpu`] of the rows of one run of ``benches/media_driver_udp.sh``."""
+    ceilings = {
+        (int(number(row, "size")), text(row, "round")): udp_rate(row)
+        for row in raw.ok
+        if text(row, "driver") == CEILING_LABEL
+    }
+    parts: dict[tuple[str, int], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in raw.ok:
+        threads, publisher, result = row.get("driver_threads"), row.get("publisher"), row.get("result")
+        if not isinstance(threads, dict) or not isinstance(publisher, dict) or not isinstance(result, dict):
+            continue
+        size = int(number(row, "size"))
+        ceiling = ceilings.get((size, text(row, "round")))
+        if ceiling is None:
+            continue
+        gigabytes = number(result, "messages") * size / 1e9
+        per_gb = parts[(text(row, "driver"), size)]
+        spent = 0.0
+        for name, cpu in sorted(threads.items()):
+            for kind in ("user", "system"):
+                seconds = number(cpu, kind)
+                per_gb[f"driver {name}, {kind}"].append(seconds / gigabytes)
+                spent += seconds if kind == "system" else 0.0
+        for role, record in (("publisher", publisher), ("subscriber", result)):
+            per_gb[f"{role} (its hot thread)"].append(number(record, "cpu_seconds") / gigabytes)
+            spent += number(record, "cpu_seconds")
+        allowance = number(row, "cpus") / (ceiling * size / 2 / 1e9)
+        per_gb["half the ceiling allows (cpus ÷ half its bytes/s)"].append(allowance)
+        per_gb["left for the driver threads' user time"].append(allowance - spent / gigabytes)
+    if not parts:
+        return []
+    out = ["| configuration | size (B) | part | CPU-s per GB, median [min-max] | n |", "|---|---|---|---|---|"]
+    for (label, size), figures in parts.items():
+        for part, values in figures.items():
+            # A thread that did nothing (the conductor, the main thread) is left out.
+            if part.startswith("driver ") and max(values) < 0.005:
+                continue
+            out.append(f"| {label} | {size} | {part} | {spread(values, 3)} | {len(values)} |")
+    return out + failures(raw)
+
+
 RENDERERS: dict[str, Callable[[Raw], list[str]]] = {
     "gap": gap,
     "udp-share": udp_share,
+    "udp-cpu": udp_cpu,
     "udp": lambda raw: [*header(raw), "", *udp_share(raw)],
     "transport": transport,
     "routing": lambda raw: generic(raw, routing_measurements),
