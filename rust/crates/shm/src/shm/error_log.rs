@@ -60,6 +60,26 @@ impl ErrorLogWriter {
         Self { buffer, next_offset: 0, index: HashMap::new() }
     }
 
+    /// Bytes the records written so far take (of [`ErrorLogWriter::capacity`]).
+    pub fn used(&self) -> usize {
+        self.next_offset
+    }
+
+    /// Bytes the log holds in all.
+    pub fn capacity(&self) -> usize {
+        self.buffer.capacity()
+    }
+
+    /// Bytes a record of `message` takes once written (its header, aligned).
+    pub fn record_length(message: &str) -> usize {
+        align(HEADER_LENGTH + message.len())
+    }
+
+    /// Whether `message` has a record already (recording it again only counts it).
+    pub fn contains(&self, message: &str) -> bool {
+        self.index.contains_key(message)
+    }
+
     /// Records `message` observed at `now_ms`; `Ok(false)` when the log is full (dropped).
     pub fn record(&mut self, message: &str, now_ms: i64) -> Result<bool, ShmError> {
         if let Some(&offset) = self.index.get(message) {

@@ -31,7 +31,7 @@ use crate::shm::error_log::ErrorLogWriter;
 use crate::shm::log_buffer::{publication_log_name, LogBuffer, LogParams, LogStart, PAGE_MIN_SIZE};
 use crate::shm::ring_buffer::ManyToOneRingBuffer;
 use crate::shm::status::{
-    ImageInfo, PublicationInfo, ReceiverInfo, IPC_FLOW_CONTROL, IPC_IMAGE_SOURCE, MAX_IMAGES_IN_STATUS,
+    bounded_text, ImageInfo, PublicationInfo, ReceiverInfo, IPC_FLOW_CONTROL, IPC_IMAGE_SOURCE, MAX_IMAGES_IN_STATUS,
     MAX_RECEIVERS_IN_STATUS,
 };
 use crate::shm::ShmError;
@@ -56,6 +56,14 @@ const CLIENT_CHECK_INTERVAL_MS: i64 = 100;
 const STALL_FRACTION: i64 = 2;
 /// See [`STALL_FRACTION`].
 const STALL_MIN_CHECKS: i64 = 4;
+/// Refusals are logged one by one while the error log is less than `1 / REFUSALS_LOG_SHARE`
+/// full: the rest stays for the driver's own errors.
+const REFUSALS_LOG_SHARE: usize = 2;
+/// Longest refusal text written into the error log (its client's answer carries it whole).
+const MAX_LOGGED_REFUSAL: usize = 512;
+/// The one record of the refusals past [`REFUSALS_LOG_SHARE`] of the error log.
+const REFUSALS_NOT_LOGGED: &str = "further refusals not logged one by one: they filled their share of the error log \
+     (each was answered to its client and counted in invalid commands)";
 
 use crate::shm::status::SystemCounter;
 
@@ -317,9 +325,21 @@ impl DriverConductor {
         }
     }
 
+    /// Answers a refused command with `message` (whole) and logs it: cut to
+    /// [`MAX_LOGGED_REFUSAL`] bytes, and while refusals leave the driver's own errors their
+    /// share of the error log ([`REFUSALS_LOG_SHARE`]); past it, as one [`REFUSALS_NOT_LOGGED`]
+    /// record whose count grows. A refusal's text is the client's doing (ids, channels): a flood
+    /// of distinct ones must not leave no room to log what goes wrong in the driver.
     fn refuse(&mut self, correlation_id: i64, code: i32, message: String, now_ms: i64) {
         self.bump(SystemCounter::InvalidCommands);
-        self.error(&message, now_ms);
+        let logged = bounded_text(&message, MAX_LOGGED_REFUSAL);
+        let share = self.errors.capacity() / REFUSALS_LOG_SHARE;
+        let fits = self.errors.used() + ErrorLogWriter::record_length(&logged) <= share;
+        if fits || self.errors.contains(&logged) {
+            self.error(&logged, now_ms);
+        } else {
+            self.error(REFUSALS_NOT_LOGGED, now_ms);
+        }
         self.respond(Response::Error { correlation_id, code, message }, now_ms);
     }
 
@@ -389,6 +409,14 @@ impl DriverConductor {
             let publication = matches!(command, Command::AddPublication { .. });
             if let Err((code, message)) = self.check_add_quota(client_id, publication) {
                 self.refuse(correlation_id, code, message, now_ms);
+                return;
+            }
+            if self.registration_in_use(correlation_id) {
+                let message = format!(
+                    "correlation id {correlation_id} already names a publication or subscription: an add takes a \
+                     fresh id from the ring's correlation counter"
+                );
+                self.refuse(correlation_id, error_code::GENERIC_ERROR, message, now_ms);
                 return;
             }
         }
@@ -768,10 +796,20 @@ impl DriverConductor {
         publication.images.push(ImageLink { subscription_id, position, correlation_id });
         // The limit before the connected flag: a publisher that sees itself connected may append
         // at once (not be refused as back-pressured until the next duty cycle).
-        let min = publication.images.iter().filter_map(|image| image.position.get().ok()).min().unwrap_or(join);
+        let min = slowest_subscriber(publication, join).unwrap_or(join);
         raise_limit(publication, min, join);
         let _ = publication.log.set_connected(true);
         self.respond(response, now_ms);
+    }
+
+    /// Whether `id` already names a publication or subscription, of any client. Honest clients
+    /// take ids from the ring's shared counter and never reuse one; a forged add reusing another
+    /// client's id would let removals by that id reach the other client's registration.
+    fn registration_in_use(&self, id: i64) -> bool {
+        self.publications.iter().any(|p| p.registration_id == id)
+            || self.subscriptions.iter().any(|s| s.registration_id == id)
+            || self.is_network_publication(id)
+            || self.is_network_subscription(id)
     }
 
     fn unlink_subscription(&mut self, subscription_id: i64, now_ms: i64) {
@@ -812,7 +850,7 @@ impl DriverConductor {
         for (index, publication) in self.publications.iter_mut().enumerate() {
             let tail = publication.log.tail_position().unwrap_or(0);
             let _ = publication.publisher_position.set(tail);
-            let min_position = publication.images.iter().filter_map(|image| image.position.get().ok()).min();
+            let min_position = slowest_subscriber(publication, tail);
             match min_position {
                 Some(min) => {
                     if raise_limit(publication, min, tail) {
@@ -937,6 +975,13 @@ impl DriverConductor {
         }
         directory::remove_driver_files(&self.config.dir)
     }
+}
+
+/// The slowest subscriber's position, each taken as at most `tail`: clients write these
+/// counters, and one past the tail (forged, or left from another log) must neither lift the limit
+/// for good (it only ever rises) nor let the log be cleaned under frames no one has read.
+fn slowest_subscriber(publication: &IpcPublication, tail: i64) -> Option<i64> {
+    publication.images.iter().filter_map(|image| image.position.get().ok()).map(|position| position.min(tail)).min()
 }
 
 /// Moves `publication`'s limit to `min` (the slowest subscriber) + the window when that reaches
@@ -1319,7 +1364,7 @@ mod tests {
     }
 
     #[test]
-    fn distinct_errors_past_a_full_error_log_are_counted_as_dropped_and_repeats_are_not() {
+    fn distinct_refusals_fill_at_most_their_share_of_the_error_log_and_the_drivers_own_errors_find_room() {
         let dir = tempdir();
         let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
         let counters = driver.cnc().counters().unwrap();
@@ -1343,14 +1388,25 @@ mod tests {
                 break;
             }
         }
-        assert_eq!(answered, 200);
-        assert_eq!(count(SystemCounter::Errors), 200);
-        let dropped = count(SystemCounter::ErrorsDropped);
-        assert!(dropped > 0 && dropped < 200, "{dropped} dropped");
-        // A repeat of a logged error only counts again in its record: nothing more is dropped.
+        assert_eq!(answered, 200, "every refusal answered");
+        assert_eq!((count(SystemCounter::Errors), count(SystemCounter::ErrorsDropped)), (200, 0));
+        let log = error_log(&driver);
+        let (one_by_one, rest) = log.split_at(log.len() - 1);
+        assert!(one_by_one.iter().all(|(count, m)| *count == 1 && m.contains("term-length")), "{log:?}");
+        assert_eq!(rest[0], (200 - one_by_one.len() as i32, REFUSALS_NOT_LOGGED.to_string()));
+        let used: usize = log.iter().map(|(_, m)| ErrorLogWriter::record_length(m)).sum();
+        assert!(used <= 4096 / REFUSALS_LOG_SHARE + ErrorLogWriter::record_length(REFUSALS_NOT_LOGGED), "{used}");
+        // A repeat of a refusal logged one by one counts in its record.
         wire.send(refused(0));
         wire.responses(&mut driver);
-        assert_eq!((count(SystemCounter::Errors), count(SystemCounter::ErrorsDropped)), (201, dropped));
+        assert_eq!(error_log(&driver)[0].0, 2);
+        // The driver's own error (a corrupt ring record) still finds room.
+        let tail = wire.ring.producer_position().unwrap() as usize;
+        wire.send(subscribe(1, 10));
+        wire.ring.region().put_i32(tail, 3).unwrap();
+        wire.responses(&mut driver);
+        assert!(error_log(&driver).iter().any(|(_, m)| m.contains("record length 3")));
+        assert_eq!(count(SystemCounter::ErrorsDropped), 0);
         driver.shutdown().unwrap();
     }
 
@@ -1418,6 +1474,57 @@ mod tests {
             }
         }
         (driver, log.unwrap(), limit.unwrap(), position.unwrap())
+    }
+
+    #[test]
+    fn a_subscriber_position_written_past_the_tail_counts_as_the_tail() {
+        let dir = tempdir();
+        let (mut driver, log, limit, position) = one_publication_one_subscriber(&dir, 64 * 1024);
+        let window = log.publication_window();
+        let mut scratch = Vec::new();
+        // Every committed frame from `from` on (reads stop at each term's end), with a check of
+        // each payload: where the reading ended and how many frames it found.
+        let mut read_all = |from: i64| {
+            let (mut at, mut frames) = (from, 0);
+            loop {
+                let next = log
+                    .read(at, usize::MAX, &mut scratch, |_, bytes| {
+                        assert_eq!(bytes, [5; 224]);
+                        frames += 1;
+                    })
+                    .unwrap();
+                if next == at {
+                    return (at, frames);
+                }
+                at = next;
+            }
+        };
+        // A term and a half appended and read, then more not read yet.
+        let mut read = 0;
+        while log.tail_position().unwrap() < 104 * 1024 {
+            while let Offer::Appended(_) = log.offer(&[5; 224], 0, limit.get().unwrap()).unwrap() {}
+            if log.tail_position().unwrap() <= 96 * 1024 {
+                read = read_all(read).0;
+                position.set(read).unwrap();
+            }
+            driver.do_work();
+        }
+        let (tail, unread) = (log.tail_position().unwrap(), read);
+        assert!(tail > unread, "frames at {unread}..{tail} not read yet");
+        // The subscriber's client writes a position far past the tail.
+        position.set(i64::MAX).unwrap();
+        for _ in 0..4 {
+            driver.do_work();
+        }
+        assert!(limit.get().unwrap() <= tail + window, "limit {} past tail {tail} + window", limit.get().unwrap());
+        // Nothing it has not read was cleaned: the frames from its last real position are intact.
+        let (end, frames) = read_all(unread);
+        assert_eq!((end, frames), (tail, (tail - unread) / 256));
+        // The position comes back: the limit follows it again, from the tail not from i64::MAX.
+        position.set(unread).unwrap();
+        driver.do_work();
+        assert!(limit.get().unwrap() <= tail + window);
+        driver.shutdown().unwrap();
     }
 
     #[test]
@@ -1692,6 +1799,49 @@ mod tests {
         wire.send(Command::ClientClose { client_id: 1, token: 0x5eed });
         wire.responses(&mut driver);
         assert_eq!(subscriptions(&counters), 0);
+        driver.shutdown().unwrap();
+    }
+
+    #[test]
+    fn an_add_reusing_another_clients_registration_id_is_refused_and_cannot_remove_it() {
+        let dir = tempdir();
+        let mut driver = DriverConductor::launch(small_config(dir.to_path_buf())).unwrap();
+        let counters = driver.cnc().counters().unwrap();
+        let mut wire = CncWire::new(&driver);
+        wire.add_ipc_subscriber_then_publisher();
+        let answers = wire.responses(&mut driver);
+        assert!(matches!(answers[..], [_, _, Response::AvailableImage { .. }]), "{answers:?}");
+        // Client 3 adds a subscription and a publication under the ids of clients 1 and 2 (both
+        // are in the broadcast every client reads), then removes them as its own.
+        wire.send(subscribe(3, 10));
+        wire.send(Command::AddPublication {
+            client_id: 3,
+            correlation_id: 11,
+            stream_id: 7,
+            channel: "aeron:ipc".into(),
+            exclusive: false,
+        });
+        wire.send(Command::RemoveSubscription { client_id: 3, correlation_id: 30, registration_id: 10 });
+        wire.send(Command::RemovePublication { client_id: 3, correlation_id: 31, registration_id: 11 });
+        let answers = wire.responses(&mut driver);
+        let reused = |id: i64| {
+            format!(
+                "correlation id {id} already names a publication or subscription: an add takes a fresh id from the \
+                 ring's correlation counter"
+            )
+        };
+        assert!(
+            matches!(&answers[..], [
+                Response::Error { correlation_id: 10, message: subscription, .. },
+                Response::Error { correlation_id: 11, message: publication, .. },
+                Response::Error { correlation_id: 30, code: error_code::UNKNOWN_SUBSCRIPTION, .. },
+                Response::Error { correlation_id: 31, code: error_code::UNKNOWN_PUBLICATION, .. },
+            ] if *subscription == reused(10) && *publication == reused(11)),
+            "{answers:?}"
+        );
+        // Client 1's image of client 2's publication is still there.
+        assert_eq!(SystemCounter::Subscriptions.read(&counters).unwrap(), 1);
+        assert!(driver.publications[0].images.iter().any(|image| image.subscription_id == 10));
         driver.shutdown().unwrap();
     }
 
