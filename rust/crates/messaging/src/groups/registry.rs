@@ -2,17 +2,23 @@
 //! `affinity.groups.secret`): `<registry>/groups/<name>.json` and the optional
 //! `<registry>/groups/<name>.secret`, read-only.
 //!
+//! As the Python reader and discovery do (`crate::safe_fs`): the registry and its `groups` folder
+//! must be real directories of this user that group and others cannot write, and files are read
+//! as regular files without following a link or blocking, size-capped. Another user's folder, a
+//! FIFO or a link to `/dev/zero` is an error naming the path at once.
+//!
 //! Readers without a Python interpreter use it: the executor JVM's publisher (`jvm/native`) and
 //! the bootstrap responder of `affinity driver` and `affinity router` (`runtime::responder`);
 //! `tests/test_spark_jvm.py` checks that the two readers agree.
 
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use crate::control::auth::{MAX_SECRET_LENGTH, MIN_SECRET_LENGTH};
 use crate::control::GroupSecret;
 use crate::groups::GroupConfig;
+use crate::safe_fs;
 
 /// Environment variable naming the registry directory.
 pub const REGISTRY_ENV: &str = "AFFINITY_REGISTRY";
@@ -57,27 +63,38 @@ fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads a regular file (never through a link) of at most `max` bytes.
-fn read_small(path: &Path, max: u64, what: &str) -> Result<Option<Vec<u8>>, String> {
-    let file = match std::fs::OpenOptions::new().read(true).custom_flags(libc_nofollow()).open(path) {
-        Ok(file) => file,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(format!("cannot read the {what} {}: {error}", path.display())),
-    };
-    let metadata = file.metadata().map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))?;
-    if !metadata.is_file() {
-        return Err(format!("the {what} {} is not a regular file", path.display()));
+/// Checks the registry directory and its `groups` folder as discovery checks its folders
+/// ([`safe_fs::private_dir`]): real directories (never followed through a symbolic link) of
+/// this user that group and others cannot write. `Ok(false)` when either is missing; otherwise
+/// an error naming the path and its owner, so nothing another user could have placed is read.
+fn check_groups_dir(registry: &Path) -> Result<bool, String> {
+    for path in [registry.to_path_buf(), registry.join("groups")] {
+        match safe_fs::private_dir(&path, false) {
+            Ok(_) => {}
+            Err(error) if error.io_error().is_some_and(|e| e.kind() == std::io::ErrorKind::NotFound) => {
+                return Ok(false)
+            }
+            Err(error) => return Err(format!("group registry {error}")),
+        }
     }
-    if metadata.len() > max {
-        return Err(format!("the {what} {} has {} bytes, more than {max}", path.display(), metadata.len()));
-    }
-    let mut data = Vec::new();
-    file.take(max + 1).read_to_end(&mut data).map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))?;
-    Ok(Some(data))
+    Ok(true)
 }
 
-fn libc_nofollow() -> i32 {
-    libc::O_NOFOLLOW
+/// The `safe_fs` error of opening or reading `path`, `None` when the file does not exist.
+fn read_error(error: safe_fs::SafeFsError, what: &str) -> Option<String> {
+    match error.io_error() {
+        Some(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        _ => Some(format!("cannot read the {what} {error}")),
+    }
+}
+
+/// Reads a regular file of at most `max` bytes as [`safe_fs::read_regular`] does (never through
+/// a link, never blocking: a FIFO or a device is an error naming the path and what it is).
+fn read_small(path: &Path, max: u64, what: &str) -> Result<Option<Vec<u8>>, String> {
+    match safe_fs::read_regular(path, max) {
+        Ok(data) => Ok(Some(data)),
+        Err(error) => read_error(error, what).map_or(Ok(None), Err),
+    }
 }
 
 fn field<'a>(
@@ -124,7 +141,9 @@ pub fn load_group(name: &str, registry: &Path) -> Result<GroupConfig, String> {
     check_name(name)?;
     let path = group_file(name, registry);
     let source = path.display().to_string();
-    let Some(data) = read_small(&path, MAX_DEFINITION_BYTES, "group definition")? else {
+    let found =
+        if check_groups_dir(registry)? { read_small(&path, MAX_DEFINITION_BYTES, "group definition")? } else { None };
+    let Some(data) = found else {
         return Err(format!("unknown group '{name}': no {source}"));
     };
     let value: serde_json::Value =
@@ -160,16 +179,26 @@ fn secret_of_hex(text: &[u8], source: &str) -> Result<GroupSecret, String> {
 }
 
 fn secret_file(path: &Path) -> Result<Option<GroupSecret>, String> {
-    let Some(data) = read_small(path, MAX_SECRET_FILE_SIZE, "group secret")? else {
-        return Ok(None);
+    let what = "group secret";
+    let file = match safe_fs::open_regular(path, MAX_SECRET_FILE_SIZE) {
+        Ok(file) => file,
+        Err(error) => return read_error(error, what).map_or(Ok(None), Err),
     };
-    let metadata = std::fs::symlink_metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if metadata.uid() != crate::safe_fs::current_uid() || metadata.mode() & 0o077 != 0 {
+    // The descriptor that was opened is what is checked and read.
+    let metadata = file.metadata().map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))?;
+    if metadata.uid() != safe_fs::current_uid() || metadata.mode() & 0o077 != 0 {
         return Err(format!(
-            "the group secret {} must be owned by this user and not readable by group or others (mode {:o})",
+            "the {what} {} must be owned by this user and not readable by group or others (mode {:o})",
             path.display(),
             metadata.mode() & 0o777
         ));
+    }
+    let mut data = Vec::new();
+    file.take(MAX_SECRET_FILE_SIZE + 1)
+        .read_to_end(&mut data)
+        .map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))?;
+    if data.len() as u64 > MAX_SECRET_FILE_SIZE {
+        return Err(format!("the {what} {} has more than {MAX_SECRET_FILE_SIZE} bytes", path.display()));
     }
     secret_of_hex(&data, &path.display().to_string()).map(Some)
 }
@@ -188,12 +217,15 @@ pub fn load_secret(name: &str, registry: &Path) -> Result<Option<GroupSecret>, S
             None => Err(format!("${SECRET_FILE_ENV}: {} does not exist", path.display())),
         };
     }
+    if !check_groups_dir(registry)? {
+        return Ok(None);
+    }
     secret_file(&registry.join("groups").join(format!("{name}.secret")))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 
     use super::*;
 
@@ -262,6 +294,54 @@ mod tests {
         assert!(load_group("f", &dir).unwrap_err().contains("more than"));
         std::os::unix::fs::symlink(dir.join("groups/a.json"), dir.join("groups/g.json")).unwrap();
         assert!(load_group("g", &dir).unwrap_err().contains("cannot read"));
+        let groups = dir.join("groups");
+        std::fs::set_permissions(&groups, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let error = load_group("a", &dir).unwrap_err();
+        assert!(
+            error.contains(&groups.display().to_string()) && error.contains("writable by group or others"),
+            "{error}"
+        );
+        assert!(load_secret("a", &dir).unwrap_err().contains("writable by group or others"));
+        std::fs::set_permissions(&groups, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// Makes a FIFO at `path`.
+    fn mkfifo(path: &Path) {
+        let name = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o600) }, 0, "mkfifo {}", path.display());
+    }
+
+    /// Runs `read` on another thread and returns its result, failing the test if it has not
+    /// returned within 2 s (a blocking `open` of a FIFO); the FIFO at `fifo` is then opened for
+    /// writing so the stuck thread ends.
+    fn within_two_seconds<T: Send + 'static>(fifo: &Path, read: impl FnOnce() -> T + Send + 'static) -> T {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = sender.send(read());
+        });
+        match receiver.recv_timeout(std::time::Duration::from_secs(2)) {
+            Ok(result) => result,
+            Err(_) => {
+                let _ = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(fifo);
+                panic!("reading the registry blocked on the FIFO {}", fifo.display());
+            }
+        }
+    }
+
+    #[test]
+    fn a_fifo_in_the_registry_is_refused_at_once() {
+        let dir = registry("fifo");
+        let fifo = dir.join("groups/g.json");
+        mkfifo(&fifo);
+        let registry = dir.to_path_buf();
+        let error = within_two_seconds(&fifo, move || load_group("g", &registry)).unwrap_err();
+        assert!(error.contains(&fifo.display().to_string()) && error.contains("a FIFO"), "{error}");
+        let secret = dir.join("groups/s.secret");
+        mkfifo(&secret);
+        let registry = dir.to_path_buf();
+        let error = within_two_seconds(&secret, move || load_secret("s", &registry)).unwrap_err();
+        assert!(error.contains(&secret.display().to_string()) && error.contains("a FIFO"), "{error}");
     }
 
     #[test]
