@@ -18,6 +18,7 @@
 //! accepts that version on the first record only.
 
 use std::fmt;
+use std::net::SocketAddr;
 
 use crate::control::auth::AUTHENTICATED_VERSION;
 use crate::control::limits::{MAX_PAYLOAD_LENGTH, MAX_SUBJECT_LENGTH};
@@ -257,6 +258,14 @@ pub enum SubjectError {
     SubjectNotUtf8,
     /// A SUBSCRIBE payload is not `endpoint\nname` in UTF-8.
     BadSubscribePayload,
+    /// An inbox endpoint (a SUBSCRIBE's reply inbox, a heartbeat's) is not `ip:port`: it goes
+    /// into a channel URI, so nothing else (URI parameters) is let through.
+    BadEndpoint {
+        /// Where it came from (`SUBSCRIBE record`, `heartbeat`).
+        origin: &'static str,
+        /// The endpoint as given (at most `MAX_ENDPOINT_LENGTH` bytes).
+        endpoint: String,
+    },
 }
 
 impl fmt::Display for SubjectError {
@@ -280,6 +289,9 @@ impl fmt::Display for SubjectError {
             SubjectError::SubjectNotUtf8 => f.write_str("subject record: subject is not UTF-8"),
             SubjectError::BadSubscribePayload => {
                 f.write_str("SUBSCRIBE record: payload is not `endpoint\\nname` in UTF-8")
+            }
+            SubjectError::BadEndpoint { origin, endpoint } => {
+                write!(f, "{origin}: endpoint {endpoint:?} is not ip:port (an IPv4 or [IPv6] address and a port)")
             }
         }
     }
@@ -327,7 +339,8 @@ impl<'a> SubjectRecord<'a> {
         parse_at(bytes, 0, false)
     }
 
-    /// The `(endpoint, name)` of a SUBSCRIBE payload.
+    /// The `(endpoint, name)` of a SUBSCRIBE payload; the endpoint is `ip:port`
+    /// ([`check_endpoint`]).
     pub fn subscribe_reply(&self) -> Result<(&'a str, &'a str), SubjectError> {
         let text = std::str::from_utf8(self.payload).map_err(|_| SubjectError::BadSubscribePayload)?;
         let (endpoint, name) = text.split_once('\n').ok_or(SubjectError::BadSubscribePayload)?;
@@ -337,8 +350,16 @@ impl<'a> SubjectRecord<'a> {
         if name.len() > crate::control::limits::MAX_NAME_LENGTH {
             return Err(SubjectError::BadSubscribePayload);
         }
+        check_endpoint(endpoint, "SUBSCRIBE record")?;
         Ok((endpoint, name))
     }
+}
+
+/// Checks that an inbox `endpoint` heard from `origin` (`SUBSCRIBE record`, `heartbeat`) is
+/// `ip:port`, as members advertise it: the router puts it into a channel URI
+/// (`aeron:udp?endpoint=...`), where anything else could add channel parameters.
+pub fn check_endpoint(endpoint: &str, origin: &'static str) -> Result<SocketAddr, SubjectError> {
+    endpoint.parse().map_err(|_| SubjectError::BadEndpoint { origin, endpoint: endpoint.to_owned() })
 }
 
 fn check_subject_length(length: usize) -> Result<(), SubjectError> {
@@ -592,6 +613,24 @@ mod tests {
         assert_eq!(bad.subscribe_reply(), Err(SubjectError::BadSubscribePayload));
         let empty = SubjectRecord { payload: b"\nname", ..record };
         assert_eq!(empty.subscribe_reply(), Err(SubjectError::BadSubscribePayload));
+        let ipv6 = SubjectRecord { payload: b"[::1]:4000\nalice", ..record };
+        assert_eq!(ipv6.subscribe_reply(), Ok(("[::1]:4000", "alice")));
+    }
+
+    #[test]
+    fn a_subscribe_reply_endpoint_with_channel_parameters_is_refused_naming_it() {
+        let forged = b"127.0.0.1:9|interface=203.0.113.5|mtu=1408\nbob";
+        let record = SubjectRecord { kind: RecordKind::Subscribe, flags: 0, sender: 1, subject: "/a", payload: forged };
+        let error = record.subscribe_reply().unwrap_err();
+        let endpoint = "127.0.0.1:9|interface=203.0.113.5|mtu=1408".to_owned();
+        assert_eq!(error, SubjectError::BadEndpoint { origin: "SUBSCRIBE record", endpoint });
+        assert_eq!(
+            error.to_string(),
+            "SUBSCRIBE record: endpoint \"127.0.0.1:9|interface=203.0.113.5|mtu=1408\" is not ip:port \
+             (an IPv4 or [IPv6] address and a port)"
+        );
+        let host = SubjectRecord { payload: b"localhost:9\nbob", ..record };
+        assert!(matches!(host.subscribe_reply(), Err(SubjectError::BadEndpoint { .. })));
     }
 
     proptest! {

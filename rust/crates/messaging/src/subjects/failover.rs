@@ -26,14 +26,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::codec::{RecordKind, FLAG_STOPPING};
+use super::faucet::MAX_ENLISTMENTS_PER_SOURCE;
 use super::router::MAX_SUBJECTS_PER_SUBSCRIBER;
 use crate::time::Instant;
 
 /// Most routers one peer may list.
 pub const MAX_ROUTERS: usize = 64;
-/// Most faucet enlistments a source restores after a move (the router accepts more, but a
-/// source never needs more than one per coverage pattern).
-pub const MAX_RESTORED_ENLISTMENTS: usize = 1024;
 
 /// Most times one restore is sent again ([`RestoreCheck`]): a router that keeps refusing part
 /// of it is not asked for ever.
@@ -247,7 +245,7 @@ impl RestoreCheck {
 
 /// What a peer sends again after a [`Switch`]: its subscriptions (a subscriber) or its
 /// faucet enlistments (a source). Bounded: at most [`MAX_SUBJECTS_PER_SUBSCRIBER`] subjects
-/// (the router refuses more anyway) and [`MAX_RESTORED_ENLISTMENTS`] enlistments.
+/// (the router refuses more anyway) and [`MAX_ENLISTMENTS_PER_SOURCE`] enlistments.
 #[derive(Debug, Default)]
 pub struct Restore {
     subjects: BTreeSet<String>,
@@ -267,9 +265,9 @@ impl Restore {
         self.subjects.remove(subject);
     }
 
-    /// Remembers an enlistment (not past [`MAX_RESTORED_ENLISTMENTS`]).
+    /// Remembers an enlistment (not past [`MAX_ENLISTMENTS_PER_SOURCE`]).
     pub fn enlisted(&mut self, control_topic: &str, coverage: Option<&str>) {
-        if self.enlistments.len() < MAX_RESTORED_ENLISTMENTS {
+        if self.enlistments.len() < MAX_ENLISTMENTS_PER_SOURCE {
             self.enlistments.push((control_topic.to_owned(), coverage.map(str::to_owned)));
         }
     }

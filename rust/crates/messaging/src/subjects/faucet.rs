@@ -14,6 +14,11 @@ use std::sync::Arc;
 
 use crate::routing::PosixRegex;
 
+/// Most enlistments one source holds: the distinct coverage patterns the faucet keeps for a
+/// publisher, the ENLISTs a router keeps before the source's first heartbeat, and the
+/// enlistments a source restores after a move (one per coverage pattern is all it needs).
+pub const MAX_ENLISTMENTS_PER_SOURCE: usize = 1024;
+
 /// How many events the faucet announces (the seed's `Announcements`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Announcements {
@@ -161,7 +166,8 @@ pub struct AssignmentChange {
 /// Counters of the faucet.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FaucetCounters {
-    /// Enlistments ignored (coverage missing or not a valid pattern).
+    /// Enlistments ignored (coverage missing, not a valid pattern, or a new pattern of a
+    /// publisher holding [`MAX_ENLISTMENTS_PER_SOURCE`] already).
     pub enlistments_ignored: u64,
     /// Unsubscribes for topics the subscriber did not hold.
     pub unknown_unsubscribes: u64,
@@ -173,6 +179,17 @@ struct Publisher {
     eligible: bool,
     coverage: Vec<PosixRegex>,
     assigned: u64,
+}
+
+/// What one enlistment does to its publisher's coverage patterns.
+enum CoverageChange {
+    /// Nothing to add: no coverage option, or a pattern the publisher holds already.
+    Unchanged,
+    /// A new valid pattern.
+    Added(PosixRegex),
+    /// The enlistment is ignored: no pattern, an invalid one, or one past
+    /// [`MAX_ENLISTMENTS_PER_SOURCE`].
+    Ignored,
 }
 
 struct Topic {
@@ -252,6 +269,12 @@ impl Faucet {
         self.publishers.iter().find(|p| p.party.id == id).map_or(0, |p| p.assigned)
     }
 
+    /// How many coverage patterns publisher `id` holds (distinct, at most
+    /// [`MAX_ENLISTMENTS_PER_SOURCE`]).
+    pub fn coverage_count(&self, id: u64) -> usize {
+        self.publishers.iter().find(|p| p.party.id == id).map_or(0, |p| p.coverage.len())
+    }
+
     /// The counters.
     pub fn counters(&self) -> FaucetCounters {
         self.counters
@@ -268,19 +291,13 @@ impl Faucet {
     }
 
     /// One enlistment (a control subscription) of publisher `party`, with its coverage option
-    /// value if it gave one. Returns whether the enlistment counts. Outstanding topics are
-    /// assigned afterwards.
+    /// value if it gave one. Returns whether the enlistment counts (a pattern the publisher
+    /// holds already counts and is kept once). Outstanding topics are assigned afterwards.
     pub fn enlist(&mut self, party: Party, coverage: Option<&str>) -> bool {
-        let pattern = match (&self.config.coverage_option, coverage) {
-            (None, _) => None,
-            (Some(_), Some(text)) => match PosixRegex::new(text) {
-                Ok(regex) => Some(regex),
-                Err(_) => {
-                    self.counters.enlistments_ignored += 1;
-                    return false;
-                }
-            },
-            (Some(_), None) => {
+        let pattern = match self.coverage_change(party.id, coverage) {
+            CoverageChange::Unchanged => None,
+            CoverageChange::Added(regex) => Some(regex),
+            CoverageChange::Ignored => {
                 self.counters.enlistments_ignored += 1;
                 return false;
             }
@@ -304,6 +321,23 @@ impl Faucet {
         publisher.coverage.extend(pattern);
         self.assign_outstanding();
         true
+    }
+
+    /// What an enlistment of publisher `id` with `coverage` does to its coverage. Compiles the
+    /// pattern only when it is new: a repeated ENLIST keeps one copy of its pattern.
+    fn coverage_change(&self, id: u64, coverage: Option<&str>) -> CoverageChange {
+        if self.config.coverage_option.is_none() {
+            return CoverageChange::Unchanged;
+        }
+        let Some(text) = coverage else { return CoverageChange::Ignored };
+        let held = self.publishers.iter().find(|p| p.party.id == id).map_or(&[][..], |p| &p.coverage[..]);
+        if held.iter().any(|regex| regex.pattern() == text) {
+            return CoverageChange::Unchanged;
+        }
+        if held.len() >= MAX_ENLISTMENTS_PER_SOURCE {
+            return CoverageChange::Ignored;
+        }
+        PosixRegex::new(text).map_or(CoverageChange::Ignored, CoverageChange::Added)
     }
 
     /// Publisher `id` left the control topic (or was lost): its topics are reassigned.

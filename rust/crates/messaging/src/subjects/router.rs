@@ -20,11 +20,11 @@ use std::time::Duration;
 
 use super::cluster::{CLUSTER_SOURCE_PREFIX, MIRROR_SOURCE_LABEL, NODE_PREFIXES};
 use super::codec::{
-    alive_payload, emit_unchecked, split_domain, split_origin, with_origin, RecordKind, Records, SubjectRecord,
-    ALIVE_SUBJECT, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_DOMAIN, FLAG_ERASE, FLAG_IMAGE, FLAG_NODATA_NOTFOUND,
-    FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
+    alive_payload, check_endpoint, emit_unchecked, split_domain, split_origin, with_origin, RecordKind, Records,
+    SubjectRecord, ALIVE_SUBJECT, ANY_CONTROL_TOPIC, FLAG_COVERAGE, FLAG_DOMAIN, FLAG_ERASE, FLAG_IMAGE,
+    FLAG_NODATA_NOTFOUND, FLAG_NODATA_UNAVAILABLE, FLAG_PUBLISH, FLAG_REFUSED, FLAG_STATUS, FLAG_STOPPING, FLAG_UPDATE,
 };
-use super::faucet::{Faucet, FaucetEvent, Party};
+use super::faucet::{Faucet, FaucetEvent, Party, MAX_ENLISTMENTS_PER_SOURCE};
 use crate::control::{Heartbeat, HeartbeatOutcome, MemberView, Role};
 use crate::routing::{Event, EventKind, FastMap, MemberId, NoDataStatus, Reason, RoutingTable};
 use crate::time::Instant;
@@ -94,10 +94,24 @@ impl Outbox {
         }
     }
 
+    /// How many destinations have a buffer (queued records or a kept allocation).
+    #[cfg(test)]
+    fn buffer_count(&self) -> usize {
+        self.buffers.len()
+    }
+
     /// Forgets a destination's buffer.
     fn remove(&mut self, to: u64) {
         self.buffers.remove(&to);
         self.dirty.retain(|&d| d != to);
+    }
+
+    /// Forgets the buffers of every destination `reachable` says no (records queued for them
+    /// included: there is nowhere to send them).
+    fn forget_unless(&mut self, reachable: impl Fn(u64) -> bool) {
+        self.buffers.retain(|&to, _| reachable(to));
+        let buffers = &self.buffers;
+        self.dirty.retain(|to| buffers.contains_key(to));
     }
 }
 
@@ -113,7 +127,7 @@ pub enum LogEntry {
     /// A source was lost (liveness) or left.
     SourceDown(Arc<str>, u64),
     /// A source was not let in: label, member id, why (its label claims a cluster node that is
-    /// not configured: `not-allowed`).
+    /// not configured: `not-allowed`; its heartbeat's endpoint is not `ip:port`).
     SourceRefused(Arc<str>, u64, Arc<str>),
     /// A subscriber was dropped because the router's backlogs were over their budget and its
     /// backlog was the largest: name, member id, the bytes its backlog held.
@@ -126,7 +140,9 @@ pub struct RouterCounters {
     /// Transport messages holding a malformed record (the rest of the message is dropped).
     pub malformed: u64,
     /// Well-formed records of a kind the router never accepts (REQUEST, DISCARD) or from the
-    /// wrong party (DATA from a non-source, ENLIST with no faucet, bad SUBSCRIBE payload).
+    /// wrong party (DATA from a non-source, ENLIST with no faucet, bad SUBSCRIBE payload or
+    /// reply endpoint, an ENLIST past [`MAX_ENLISTMENTS_PER_SOURCE`] before its source is
+    /// heard), and heartbeats whose endpoint is not `ip:port`.
     pub refused: u64,
     /// DATA for a subject nobody subscribes to, or from a source that does not serve it.
     pub stale_data: u64,
@@ -194,7 +210,8 @@ pub struct RouterCore {
     sources: HashMap<u64, SourceInfo>,
     /// Per table member: the live source serving that label.
     member_source: Vec<Option<u64>>,
-    /// ENLISTs heard before their source's first heartbeat: when, and the coverage values.
+    /// ENLISTs heard before their source's first heartbeat: when, and the distinct coverage
+    /// values (at most [`MAX_ENLISTMENTS_PER_SOURCE`] per source).
     pending_enlist: HashMap<u64, (Instant, Vec<Option<String>>)>,
     /// Reply inboxes of unregistered ids a refusal is reported to, and when it was refused
     /// (at most [`MAX_REFUSAL_REPLIES`], each kept for a liveness timeout).
@@ -209,6 +226,9 @@ pub struct RouterCore {
     /// How often each of `peers` gets an ALIVE (`None`: never).
     alive_interval: Option<Duration>,
     last_alive: Option<Instant>,
+    /// Whether an endpoint (a peer's, a refusal reply inbox) was forgotten since the outbox
+    /// was last rid of the buffers of destinations without one ([`RouterCore::tick`]).
+    endpoints_forgotten: bool,
     /// The node ids other cluster nodes may subscribe as (`None`: this router is no cluster
     /// node, and refuses every node).
     cluster_nodes: Option<Vec<String>>,
@@ -245,6 +265,7 @@ impl RouterCore {
             peers: FastMap::default(),
             alive_interval: None,
             last_alive: None,
+            endpoints_forgotten: false,
             cluster_nodes: None,
             mirror_source: None,
         }
@@ -368,6 +389,7 @@ impl RouterCore {
     /// and counted. Also forgets a pending refusal report to `id`. Whether `id` was known.
     pub fn evict_subscriber(&mut self, id: u64, backlog_bytes: usize) -> bool {
         let refusal = self.refusal_replies.remove(&id).is_some();
+        self.endpoints_forgotten |= refusal;
         let Some(name) = self.subscribers.get(&id).map(|s| s.name.clone()) else {
             return refusal;
         };
@@ -427,7 +449,13 @@ impl RouterCore {
             HeartbeatOutcome::Joined | HeartbeatOutcome::Refreshed => {}
         }
         if leaving {
-            self.peers.remove(&id);
+            self.endpoints_forgotten |= self.peers.remove(&id).is_some();
+            return;
+        }
+        let joined = outcome == HeartbeatOutcome::Joined;
+        if matches!(role, Role::Source | Role::Subscriber)
+            && self.refuse_bad_endpoint(id, role, &label, &endpoint, joined)
+        {
             return;
         }
         if role == Role::Source && !self.sources.contains_key(&id) {
@@ -477,6 +505,18 @@ impl RouterCore {
         }
     }
 
+    /// Whether the inbox `endpoint` of a heartbeat from `id` is refused (not `ip:port`,
+    /// [`check_endpoint`]): counted `refused`, and a source is logged when first heard
+    /// (`joined`). Such a member is neither a peer nor a source.
+    fn refuse_bad_endpoint(&mut self, id: u64, role: Role, label: &Arc<str>, endpoint: &str, joined: bool) -> bool {
+        let Err(error) = check_endpoint(endpoint, "heartbeat") else { return false };
+        self.counters.refused += 1;
+        if role == Role::Source && joined {
+            self.push_log(LogEntry::SourceRefused(label.clone(), id, Arc::from(error.to_string())));
+        }
+        true
+    }
+
     /// Runs the timers: sources and subscribers not heard for the liveness timeout are gone.
     pub fn tick(&mut self, now: Instant) {
         let liveness = self.view.liveness_timeout();
@@ -495,6 +535,7 @@ impl RouterCore {
             self.subscriber_lost(id);
         }
         self.pending_enlist.retain(|_, (heard, _)| now.saturating_since(*heard) < liveness);
+        let peers = self.peers.len();
         self.peers.retain(|_, (_, heard)| now.saturating_since(*heard) < liveness);
         if let Some(interval) = self.alive_interval {
             if self.last_alive.is_none_or(|at| now.saturating_since(at) >= interval) {
@@ -506,8 +547,26 @@ impl RouterCore {
                 }
             }
         }
+        let refusal_replies = self.refusal_replies.len();
         self.refusal_replies.retain(|_, (_, refused)| now.saturating_since(*refused) < liveness);
+        self.endpoints_forgotten |= self.peers.len() < peers || self.refusal_replies.len() < refusal_replies;
+        if std::mem::take(&mut self.endpoints_forgotten) {
+            self.forget_unreachable_destinations();
+        }
         self.view.expire(now, liveness * FORGET_AFTER_TIMEOUTS);
+    }
+
+    /// Drops the outbox buffers of destinations the router has no endpoint for any more (a
+    /// refused id whose reply inbox expired, a peer gone silent or leaving): nothing queued
+    /// for them can be sent, and ids never heard again must not grow the outbox for ever.
+    fn forget_unreachable_destinations(&mut self) {
+        let RouterCore { outbox, subscribers, sources, peers, refusal_replies, .. } = self;
+        outbox.forget_unless(|id| {
+            subscribers.contains_key(&id)
+                || sources.contains_key(&id)
+                || peers.contains_key(&id)
+                || refusal_replies.contains_key(&id)
+        });
     }
 
     // ---- records ---------------------------------------------------------------------------
@@ -524,11 +583,8 @@ impl RouterCore {
                     self.counters.refused += 1;
                 } else if self.sources.contains_key(&record.sender) {
                     self.enlist(record.sender, coverage);
-                } else if self.pending_enlist.len() < MAX_SUBSCRIBERS {
-                    // ENLIST before the source's first heartbeat: kept until it is heard.
-                    self.pending_enlist.entry(record.sender).or_insert_with(|| (now, Vec::new())).1.push(coverage);
                 } else {
-                    self.counters.refused += 1;
+                    self.keep_pending_enlist(record.sender, coverage, now);
                 }
             }
             RecordKind::Delist => {
@@ -551,6 +607,25 @@ impl RouterCore {
         self.faucet
             .as_ref()
             .is_some_and(|f| f.config().control_topic == subject || (wildcard && subject == ANY_CONTROL_TOPIC))
+    }
+
+    /// Keeps an ENLIST heard before its source's first heartbeat, until it is heard (for a
+    /// liveness timeout); a duplicate is kept once. Refused (counted) from a new sender past
+    /// [`MAX_SUBSCRIBERS`] senders, or past [`MAX_ENLISTMENTS_PER_SOURCE`] from one sender.
+    fn keep_pending_enlist(&mut self, id: u64, coverage: Option<String>, now: Instant) {
+        if !self.pending_enlist.contains_key(&id) && self.pending_enlist.len() >= MAX_SUBSCRIBERS {
+            self.counters.refused += 1;
+            return;
+        }
+        let (_, pending) = self.pending_enlist.entry(id).or_insert_with(|| (now, Vec::new()));
+        if pending.contains(&coverage) {
+            return;
+        }
+        if pending.len() >= MAX_ENLISTMENTS_PER_SOURCE {
+            self.counters.refused += 1;
+            return;
+        }
+        pending.push(coverage);
     }
 
     fn enlist(&mut self, id: u64, coverage: Option<String>) {

@@ -143,6 +143,8 @@ impl From<SubjectError> for SubjectsError {
     }
 }
 
+/// The channel to a peer's inbox at `endpoint`: `ip:port`, as the router checked it where it
+/// was heard (`codec::check_endpoint`), so it adds no channel parameters.
 fn udp_channel(endpoint: &str) -> String {
     format!("aeron:udp?endpoint={endpoint}|term-length={SUBJECT_TERM_LENGTH}")
 }

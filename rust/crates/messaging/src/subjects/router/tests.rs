@@ -48,6 +48,11 @@ fn at(ms: u64) -> Instant {
     Instant::from_nanos(ms * 1_000_000)
 }
 
+/// The inbox endpoint `ip:port` of member `id` (a valid port whatever the id).
+fn inbox(id: u64) -> String {
+    format!("127.0.0.1:{}", 40000 + id % 20000)
+}
+
 fn heartbeat(id: u64, role: Role, name: &str) -> Heartbeat {
     Heartbeat {
         fingerprint: crate::subjects::fingerprint(),
@@ -55,7 +60,7 @@ fn heartbeat(id: u64, role: Role, name: &str) -> Heartbeat {
         leaving: false,
         role,
         name: name.into(),
-        endpoint: format!("127.0.0.1:{}", 40000 + id),
+        endpoint: inbox(id),
         index: 0,
         count: 0,
         pid: 1,
@@ -71,7 +76,7 @@ fn record(kind: RecordKind, flags: u16, sender: u64, subject: &str, payload: &[u
 }
 
 fn subscribe(router: &mut RouterCore, subscriber: u64, subject: &str, now: Instant) {
-    let reply = format!("127.0.0.1:{}\nuser{subscriber}", 40000 + subscriber);
+    let reply = format!("{}\nuser{subscriber}", inbox(subscriber));
     router.on_message(&record(RecordKind::Subscribe, 0, subscriber, subject, reply.as_bytes()), now);
 }
 
@@ -289,7 +294,7 @@ fn a_lost_subscriber_releases_its_subscriptions() {
 #[test]
 fn a_duplicate_subscribe_is_idempotent_one_relay_per_subscriber_and_subject() {
     let mut f = Fixture::new();
-    let reply = format!("127.0.0.1:{}\nuser{ALICE}", 40000 + ALICE);
+    let reply = format!("{}\nuser{ALICE}", inbox(ALICE));
     let one = record(RecordKind::Subscribe, 0, ALICE, TRADE, reply.as_bytes());
     // 2,000 SUBSCRIBEs of one subject by one subscriber, packed as a hostile peer would.
     for _ in 0..20 {
@@ -312,7 +317,7 @@ fn a_duplicate_subscribe_is_idempotent_one_relay_per_subscriber_and_subject() {
 
 /// SUBSCRIBEs of `subjects` by `subscriber`, packed into messages of up to 1,000 records.
 fn subscribe_many(router: &mut RouterCore, subscriber: u64, subjects: impl Iterator<Item = String>, now: Instant) {
-    let reply = format!("127.0.0.1:{}\nuser{subscriber}", 40000 + subscriber);
+    let reply = format!("{}\nuser{subscriber}", inbox(subscriber));
     let mut message = Vec::new();
     for (i, subject) in subjects.enumerate() {
         SubjectRecord {
@@ -369,7 +374,7 @@ fn a_subscribe_from_a_new_id_past_the_subscribers_bound_is_reported_to_its_reply
     assert_eq!(out.len(), MAX_REFUSAL_REPLIES);
     assert!(out.iter().all(|e| e.2 == FLAG_STATUS | FLAG_REFUSED && e.4.contains("65536 subscribers")));
     assert_eq!(f.router.counters().refused_subscribes, burst.len() as u64);
-    assert_eq!(f.router.endpoint(burst[0]).map(|e| &**e), Some("127.0.0.1:5040000"));
+    assert_eq!(f.router.endpoint(burst[0]).map(|e| &**e), Some(inbox(burst[0]).as_str()));
     // The reply inbox is kept for a liveness timeout only.
     f.router.tick(at(2) + LIVENESS);
     assert_eq!(f.router.endpoint(burst[0]), None);
@@ -568,7 +573,7 @@ fn each_alive_says_how_many_subscriptions_the_router_holds_for_its_member() {
 }
 
 fn subscribe_as(router: &mut RouterCore, subscriber: u64, name: &str, subject: &str, now: Instant) {
-    let reply = format!("127.0.0.1:{}\n{name}", 40000 + subscriber);
+    let reply = format!("{}\n{name}", inbox(subscriber));
     router.on_message(&record(RecordKind::Subscribe, 0, subscriber, subject, reply.as_bytes()), now);
 }
 
@@ -895,4 +900,116 @@ fn a_local_publish_at_a_master_goes_to_the_mirror_source_too_but_never_one_from_
     sent(&mut f.router);
     f.router.on_message(&record(RecordKind::Data, publish, PUBLISHER, "/PRICES/EUR", b"u5"), at(2501));
     assert_eq!(sent(&mut f.router), [(ALICE, RecordKind::Data, FLAG_UPDATE, "/PRICES/EUR".into(), "u5".into())]);
+}
+
+/// 10,000 SUBSCRIBEs from fresh ids claiming a node at a router that is no cluster node,
+/// spread over 40 liveness timeouts.
+#[test]
+fn the_buffers_of_refused_ids_are_forgotten_with_their_reply_inboxes() {
+    let mut router = RouterCore::new(ROUTER, RoutingTable::new(), None, LIVENESS);
+    let mut now = at(1);
+    for window in 0..40u64 {
+        for i in 0..250u64 {
+            subscribe_as(&mut router, 1_000_000 + window * 250 + i, "node:x", "/PRICES/EURUSD", now);
+        }
+        assert_eq!(sent(&mut router).len(), 250);
+        now = now + LIVENESS;
+        router.tick(now);
+    }
+    assert_eq!(router.counters().not_allowed, 10_000);
+    let buffers = router.outbox().buffer_count();
+    assert!(buffers <= MAX_REFUSAL_REPLIES, "{buffers} outbox buffers kept");
+}
+
+/// 10,000 subscribers heard once each (an ALIVE each), 250 at a time.
+#[test]
+fn the_buffers_of_silent_peers_are_forgotten_with_them() {
+    let interval = Duration::from_millis(100);
+    let mut router = RouterCore::new(ROUTER, RoutingTable::new(), None, LIVENESS).with_alive_interval(interval);
+    let mut now = at(1);
+    for window in 0..40u64 {
+        for i in 0..250u64 {
+            router.on_heartbeat(heartbeat(1_000_000 + window * 250 + i, Role::Subscriber, "user"), now);
+        }
+        router.tick(now + interval);
+        assert_eq!(sent(&mut router).len(), 250);
+        // Past the view's memory too, so the next ids are heard.
+        now = now + LIVENESS * FORGET_AFTER_TIMEOUTS;
+        router.tick(now);
+    }
+    assert_eq!(router.peer_count(), 0);
+    let buffers = router.outbox().buffer_count();
+    assert_eq!(buffers, 0, "{buffers} outbox buffers kept");
+}
+
+fn coverage_router() -> RouterCore {
+    let faucet = Faucet::new(FaucetConfig {
+        control_topic: "space_faucet_control".into(),
+        subscription_topic: "/space/.*".into(),
+        announcements: Announcements::Default,
+        coverage_option: Some("udo_coverage".into()),
+    })
+    .unwrap();
+    RouterCore::new(ROUTER, RoutingTable::new(), Some(faucet), LIVENESS)
+}
+
+fn enlist_many(router: &mut RouterCore, source: u64, patterns: impl Iterator<Item = String>, now: Instant) {
+    for pattern in patterns {
+        let enlist = record(RecordKind::Enlist, FLAG_COVERAGE, source, "space_faucet_control", pattern.as_bytes());
+        router.on_message(&enlist, now);
+    }
+}
+
+#[test]
+fn enlistments_heard_before_a_source_are_kept_up_to_the_bound_without_duplicates() {
+    const SOURCE: u64 = 20;
+    let mut router = coverage_router();
+    enlist_many(&mut router, SOURCE, (0..10_000).map(|i| format!("^/space/{i}$")), at(1));
+    enlist_many(&mut router, SOURCE, (0..10).map(|_| "^/space/0$".to_owned()), at(1));
+    router.on_heartbeat(heartbeat(SOURCE, Role::Source, "pub"), at(2));
+    let faucet = router.faucet().unwrap();
+    assert_eq!(faucet.coverage_count(SOURCE), MAX_ENLISTMENTS_PER_SOURCE);
+    assert_eq!(router.counters().refused, 10_000 - MAX_ENLISTMENTS_PER_SOURCE as u64);
+}
+
+#[test]
+fn a_live_source_repeating_enlist_keeps_one_pattern_each_up_to_the_bound() {
+    const SOURCE: u64 = 20;
+    let mut router = coverage_router();
+    router.on_heartbeat(heartbeat(SOURCE, Role::Source, "pub"), at(1));
+    enlist_many(&mut router, SOURCE, (0..10_000).map(|_| "^/space/0$".to_owned()), at(1));
+    assert_eq!(router.faucet().unwrap().coverage_count(SOURCE), 1);
+    enlist_many(&mut router, SOURCE, (0..10_000).map(|i| format!("^/space/{i}$")), at(1));
+    let faucet = router.faucet().unwrap();
+    assert_eq!(faucet.coverage_count(SOURCE), MAX_ENLISTMENTS_PER_SOURCE);
+    assert_eq!(faucet.counters().enlistments_ignored, 10_000 - MAX_ENLISTMENTS_PER_SOURCE as u64);
+}
+
+#[test]
+fn a_subscribe_whose_reply_endpoint_is_not_ip_port_is_refused() {
+    let mut f = Fixture::new();
+    let forged = b"127.0.0.1:9|interface=203.0.113.5|mtu=1408\nbob";
+    f.router.on_message(&record(RecordKind::Subscribe, 0, BOB, "/PRICES/EURUSD", forged), at(1));
+    f.router.on_message(&record(RecordKind::Subscribe, 0, BOB, "/PRICES/EURUSD", b"localhost:9\nbob"), at(1));
+    assert_eq!(f.router.counters().refused, 2);
+    assert_eq!((f.router.subscriber_count(), f.router.endpoint(BOB)), (0, None));
+    assert!(sent(&mut f.router).is_empty());
+}
+
+#[test]
+fn a_heartbeat_whose_endpoint_is_not_ip_port_is_not_heard() {
+    let mut router = RouterCore::new(ROUTER, transformer(), None, LIVENESS);
+    let mut forged = heartbeat(BOB, Role::Subscriber, "bob");
+    forged.endpoint = "127.0.0.1:9|mtu=1408".into();
+    router.on_heartbeat(forged, at(1));
+    let mut source = heartbeat(10, Role::Source, "TradeAdapterA");
+    source.endpoint = "127.0.0.1:9|ttl=9".into();
+    router.on_heartbeat(source, at(1));
+    assert_eq!((router.peer_count(), router.is_source(10), router.endpoint(BOB)), (0, false, None));
+    assert_eq!(router.counters().refused, 2);
+    let log = router.drain_log();
+    assert!(
+        matches!(log.as_slice(), [LogEntry::SourceRefused(label, 10, why)] if &**label == "TradeAdapterA" && why.contains("127.0.0.1:9|ttl=9")),
+        "{log:?}"
+    );
 }
