@@ -502,6 +502,8 @@ fn set_int_option(socket: &UdpSocket, level: libc::c_int, name: libc::c_int, val
 /// into datagrams of `segment` bytes (the last may be shorter).
 #[derive(Clone, Copy, Debug)]
 struct Delivery {
+    /// The receive slot (of [`MAX_DATAGRAM`] bytes) the kernel wrote it into.
+    slot: usize,
     length: usize,
     source: SocketAddr,
     segment: usize,
@@ -607,9 +609,9 @@ impl ReceiveBatch {
         }
         #[cfg(not(target_os = "linux"))]
         {
-            for slot in self.bytes.chunks_mut(MAX_DATAGRAM) {
-                match socket.recv_from(slot) {
-                    Ok((length, source)) => self.received.push(Delivery { length, source, segment: length }),
+            for (slot, bytes) in self.bytes.chunks_mut(MAX_DATAGRAM).enumerate() {
+                match socket.recv_from(bytes) {
+                    Ok((length, source)) => self.received.push(Delivery { slot, length, source, segment: length }),
                     Err(_) => break,
                 }
             }
@@ -619,7 +621,8 @@ impl ReceiveBatch {
 
     /// The datagrams of the last [`ReceiveBatch::receive`], in order, with their sources.
     pub fn datagrams(&self) -> impl Iterator<Item = (&[u8], SocketAddr)> {
-        self.bytes.chunks(MAX_DATAGRAM).zip(&self.received).flat_map(|(slot, delivery)| {
+        self.received.iter().flat_map(|delivery| {
+            let slot = self.bytes.chunks(MAX_DATAGRAM).nth(delivery.slot).unwrap_or_default();
             let bytes = slot.get(..delivery.length).unwrap_or(slot);
             // An empty datagram is still one datagram; `chunks` would yield none.
             let segment = delivery.segment.clamp(1, bytes.len().max(1));
@@ -642,12 +645,13 @@ fn recv_mmsg(batch: &mut ReceiveBatch, socket: &UdpSocket) {
         libc::recvmmsg(socket.as_raw_fd(), headers.as_mut_ptr(), count, libc::MSG_DONTWAIT, std::ptr::null_mut())
     };
     let Ok(got) = usize::try_from(got) else { return };
-    for (header, name) in headers.iter_mut().zip(&batch.names).take(got) {
+    for (slot, (header, name)) in headers.iter_mut().zip(&batch.names).take(got).enumerate() {
         let length = header.msg_len as usize;
-        // A datagram from an address family other than IPv4/IPv6 cannot be answered: skipped.
+        // A datagram from an address family other than IPv4/IPv6 cannot be answered: skipped
+        // (the deliveries after it keep their own slots).
         if let Some(source) = socket_address(name) {
             let segment = received_segment(&header.msg_hdr).unwrap_or(length);
-            batch.received.push(Delivery { length, source, segment });
+            batch.received.push(Delivery { slot, length, source, segment });
         }
         ReceiveHeaders::reset(header);
     }
