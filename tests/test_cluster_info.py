@@ -102,6 +102,9 @@ def test_genuine_node_info_parses() -> None:
     ("payload", "reason"),
     [
         (b"{not json", "not JSON"),
+        (b"[" * 5000, "not JSON (nested too deeply"),  # within the byte cap, past the decoder's depth
+        (json.dumps(genuine(time=10**400)).encode(), "out of range"),  # too big for a float
+        (json.dumps(genuine(time=float("inf"))).encode(), "out of range"),
         (b"[1]", "not a JSON object"),
         (json.dumps(genuine(version=2)).encode(), "version 2, expected 3"),
         (json.dumps(genuine(version=True)).encode(), "version True"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from types import SimpleNamespace
 
 import affinity
 import pyarrow as pa
@@ -310,6 +311,48 @@ def test_decode_message_gives_typed_items() -> None:
     assert item.queue == 2 and item.batch().equals(batch)  # type: ignore[union-attr]
     commit = decode_message(encode(marker(Kind.COMMIT, 0), encode_commit_body({0: 1})))
     assert commit.last_sequences == {0: 1}  # type: ignore[union-attr]
+
+
+class FakeGroupConsumer:
+    """What ``SinkConsumer`` reads of a ``GroupConsumer``: one poll's messages, then nothing."""
+
+    def __init__(self, client: object, group: str, **options: object) -> None:
+        self.batches: list[list[SimpleNamespace]] = []
+
+    def poll(self, max_messages: int, timeout: float) -> list[SimpleNamespace]:
+        return self.batches.pop(0) if self.batches else []
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_broken_commit_body_is_counted_and_the_rest_of_the_poll_is_delivered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import affinity.groups
+    from affinity.spark.consume import CommitItem, DataItem, SinkConsumer
+
+    monkeypatch.setattr(affinity.groups, "GroupConsumer", FakeGroupConsumer)
+    consumer = SinkConsumer("g", 0, 1, client=object())  # type: ignore[arg-type]
+    body = encode_body(pa.RecordBatch.from_pydict({"n": [1]}), ValueFormat.ARROW)
+    commit = marker(Kind.COMMIT, 0)
+    broken = [
+        encode(commit, b"\x01\x00\x00"),  # 3 bytes: no entry count
+        encode(commit, struct.pack("<I", 2) + struct.pack("<IQ", 0, 1)),  # says 2 entries, holds 1
+        encode(commit, struct.pack("<I", 2) + struct.pack("<IQ", 0, 1) * 2),  # partition 0 twice
+    ]
+    messages = [encode(data(0, 0, 1), body), *broken, encode(data(0, 0, 2), body)]
+    fake = consumer._consumer
+    assert isinstance(fake, FakeGroupConsumer)
+    fake.batches.append([SimpleNamespace(payload=m, queue=0) for m in messages])
+    fake.batches.append([SimpleNamespace(payload=encode(commit, encode_commit_body({0: 2})), queue=0)])
+    items = consumer.poll()
+    assert [type(i) for i in items] == [DataItem, DataItem]
+    assert [i.sequence for i in items if isinstance(i, DataItem)] == [1, 2]
+    assert consumer.stats.foreign == 3 and consumer.stats.data == 2 and consumer.stats.commits == 0
+    # The broken markers committed nothing: the genuine one still does, complete.
+    (committed,) = consumer.poll()
+    assert isinstance(committed, CommitItem) and committed.complete and committed.last_sequences == {0: 2}
 
 
 def test_docs_list_every_option() -> None:

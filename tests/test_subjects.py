@@ -220,6 +220,11 @@ def test_faucet_coverage_limits_a_publisher_and_late_enlistment_takes_outstandin
             handle.close()
 
 
+def test_a_faucet_event_nested_past_the_decoders_depth_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        FaucetEvent.from_json(b"[" * 5000)
+
+
 def test_faucet_events_decode_to_typed_records() -> None:
     payload = json.dumps({"client_name": "p", "connection_name": "01", "topic": "/t", "event": "assign"})
     event = FaucetEvent.from_json(payload.encode())

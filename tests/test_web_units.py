@@ -190,11 +190,85 @@ def test_a_router_report_is_cut_to_its_byte_bound() -> None:
         (b'{"version": 1, "node": "n", "time": 1, "status": {}, "faucet": [["t", 1, "d"]]}', "faucet"),
         (b" " * (MAX_REPORT_BYTES + 1), "exceeds"),
         (b"[" * 60_000, "not UTF-8 JSON"),  # nested past the recursion limit
+        # Numbers the page's JSON or /metrics cannot write (Python's json reads NaN and Infinity):
+        (b'{"version": 1, "node": "n", "time": ' + b"9" * 400 + b', "status": {}}', "'time'"),
+        (b'{"version": 1, "node": "n", "time": 1e999, "status": {}}', "'time'"),
+        (b'{"version": 1, "node": "n", "time": NaN, "status": {}}', "'time'"),
+        (b'{"version": 1, "node": "n", "time": -1, "status": {}}', "'time'"),
+        (b'{"version": 1, "node": "n", "time": 1, "status": {}, "events": [[NaN, "k", "t"]]}', "event's time"),
+        (b'{"version": 1, "node": "n", "time": 1, "status": {}, "events": [[Infinity, "k", "t"]]}', "event's time"),
+        (b'{"version": 1, "node": "n", "time": 1, "status": {"relayed": ' + b"9" * 400 + b"}}", "'relayed'"),
+        (b'{"version": 1, "node": "n", "time": 1, "status": {"relayed": -1}}', "'relayed'"),
+        (b'{"version": 1, "node": "n", "time": 1, "status": {}, "moves": ' + b"9" * 400 + b"}", "'moves'"),
     ],
 )
 def test_a_hostile_router_report_is_refused_with_what_is_wrong(data: bytes, why: str) -> None:
     with pytest.raises(ValueError, match=re.escape(why)):
         decode_report(data)
+
+
+def _hostile_reports() -> list[bytes]:
+    head = b'{"version": 1, "node": "router-a", '
+    return [
+        head + b'"time": ' + b"9" * 400 + b', "status": {}}',
+        head + b'"time": 1e999, "status": {}}',
+        head + b'"time": 5, "status": {}, "events": [[NaN, "other", "x"]]}',
+        head + b'"time": 6, "status": {"relayed": ' + b"9" * 400 + b"}}",
+    ]
+
+
+class FakeReports:
+    """A report subscription: what ``poll_batch`` gives, once."""
+
+    def __init__(self, messages: list[bytes] | BaseException) -> None:
+        self.messages = messages
+
+    def poll_batch(self, limit: int) -> list[bytes]:
+        if isinstance(self.messages, BaseException):
+            raise self.messages
+        batch, self.messages = self.messages[:limit], self.messages[limit:]
+        return batch
+
+    def close(self) -> None:
+        pass
+
+
+def test_hostile_router_reports_are_counted_and_the_page_and_metrics_still_render(tmp_path: Path) -> None:
+    from affinity.web.app import _dumps
+    from starlette.responses import JSONResponse
+
+    log = RouterEventLog()
+    log.events.append((1.0, "other", "started"))
+    good = _report(log)
+    monitor = Monitor(WebOptions((), str(tmp_path), ("aeron:ipc",)))
+    try:
+        watch = monitor._routers[0]
+        watch.subscription = FakeReports([good, *_hostile_reports()])
+        snapshot = monitor.sample()
+        (router,) = snapshot.routers
+        assert router.bad_reports == 4 and router.last_error is not None and "'relayed'" in router.last_error
+        assert [node.report.node for node in router.nodes] == ["router-a"]
+        data = page_data(snapshot, Pages())
+        assert json.loads(_dumps(data))["routers"][0]["nodes"][0]["status"]["relayed"] == 5
+        JSONResponse(data)  # /api/snapshot: Starlette writes JSON without NaN or Infinity too
+        text = generate_latest(metrics_module.metrics_registry(monitor)).decode()
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert families["affinity_router_relayed"].samples[0].value == 5
+    finally:
+        monitor.close()
+
+
+def test_a_router_watch_that_fails_unexpectedly_is_shown_and_sampling_goes_on(tmp_path: Path) -> None:
+    monitor = Monitor(WebOptions((), str(tmp_path), ("aeron:ipc",)))
+    try:
+        watch = monitor._routers[0]
+        watch.subscription = FakeReports(RuntimeError("a bug"))
+        (router,) = monitor.sample().routers
+        assert router.bad_reports == 1 and router.last_error == "a report could not be taken: RuntimeError: a bug"
+        watch.subscription = FakeReports([])
+        assert monitor.sample().sequence == 2
+    finally:
+        monitor.close()
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from affinity import _affinity
+from affinity import _affinity, _network_json
 from affinity._polling import POLL_FRAGMENTS, poll_until_stopped
 from affinity.config.cluster import ClusterConfig
 from affinity.config.model import DataService, PeerLabel, PriorityGroup, SourceGroup
@@ -246,6 +246,14 @@ def _depths(value: Any, name: str, where: str) -> dict[str, tuple[int, int]]:
     return depths
 
 
+def _finite_time(value: float) -> bool:
+    """Whether a decoded time is a finite float (an integer of 400 digits is too big for one)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> NodeInfo:
     """Checks a node info message read on ``subject``; raises :class:`ForgedNodeInfo` saying what is
     wrong when it is malformed or not from the node the subject names (node id, configured
@@ -257,8 +265,8 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
     if len(payload) > NODE_INFO_MAX_BYTES:
         raise ForgedNodeInfo(f"{where}: {len(payload)} bytes, more than {NODE_INFO_MAX_BYTES}")
     try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, ValueError) as exc:
+        data = _network_json.loads(payload)
+    except ValueError as exc:
         raise ForgedNodeInfo(f"{where}: not JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ForgedNodeInfo(f"{where}: not a JSON object")
@@ -278,8 +286,8 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
     if state not in NODE_STATES:
         raise ForgedNodeInfo(f"{where}: state {state!r} is not one of {', '.join(NODE_STATES)}")
     seq = _field(data, "seq", int, where)
-    stamp = float(_field(data, "time", (int, float), where))
-    if seq < 0 or not math.isfinite(stamp):
+    stamp = _field(data, "time", (int, float), where)
+    if seq < 0 or not _finite_time(stamp):
         raise ForgedNodeInfo(f"{where}: seq {seq} or time {stamp} out of range")
     domains = []
     for entry in _field(data, "domains", list, where):
@@ -325,7 +333,7 @@ def parse_node_info(subject: str, payload: bytes, cluster: ClusterConfig) -> Nod
         address,
         state,
         seq,
-        stamp,
+        float(stamp),
         tuple(domains),
         dict(connections),
         _counts(data.get("load"), "load", where),

@@ -35,7 +35,6 @@ trusted users; anyone who can reach its channels can then forge subscriptions an
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import os
 import time
@@ -43,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
-from affinity import _affinity
+from affinity import _affinity, _network_json
 from affinity._arguments import (
     expect_bool,
     expect_bytes,
@@ -206,8 +205,8 @@ class FaucetEvent:
     def from_json(cls, payload: bytes) -> FaucetEvent:
         """Decodes the JSON published on the control topic; :class:`ConfigError` if malformed."""
         try:
-            data = json.loads(payload)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            data = _network_json.loads(payload)
+        except ValueError as exc:
             raise ConfigError(f"faucet event is not JSON: {exc}") from exc
         if not isinstance(data, dict) or not isinstance(data.get("event"), str):
             raise ConfigError(f"faucet event without an event field: {payload!r}")

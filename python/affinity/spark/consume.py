@@ -8,7 +8,9 @@ Deduplication (per queue): a data message is delivered once per ``(query, batch,
 sequence)``; a retried task or a restarted query replays the same ids, and what was already
 delivered is discarded. Data of a batch whose commit this consumer has seen is discarded. An abort
 forgets the batch's delivered ids (a later replay of it is delivered again) and is surfaced so the
-application drops that batch's uncommitted rows.
+application drops that batch's uncommitted rows. A message that does not decode (not an envelope,
+or a commit marker whose body is broken) is skipped and counted in ``stats.foreign``; the items
+decoded before it in the same poll are delivered.
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ class ConsumerStats:
     replays_discarded: int = 0
     #: Commit markers seen again (a re-run commit).
     markers_discarded: int = 0
-    #: Messages that are not sink envelopes (skipped).
+    #: Messages that are not sink envelopes, or commit markers whose body does not decode (skipped).
     foreign: int = 0
 
 
@@ -265,7 +267,11 @@ class SinkConsumer:
             self.stats.rows += envelope.rows
             return DataItem(envelope, queue, bytes(body))
         if envelope.kind is Kind.COMMIT:
-            last_sequences = decode_commit_body(body)
+            try:
+                last_sequences = decode_commit_body(body)
+            except EnvelopeError:
+                self.stats.foreign += 1
+                return None
             complete = self._dedup.commit(envelope, queue, last_sequences)
             if complete is None:
                 self.stats.markers_discarded += 1

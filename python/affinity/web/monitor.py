@@ -11,6 +11,7 @@ nothing).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from affinity.web.rates import CounterRates
 from affinity.web.router_report import REPORT_STREAM_ID, RouterReport
 from affinity.web.routers import RouterWatch
 from affinity.web.settings import GROUP_RETRY_SECONDS, MAX_GROUPS, SAMPLE_INTERVAL
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,10 @@ class Monitor:
 
     def _run(self) -> None:
         while not self._stop.wait(SAMPLE_INTERVAL):
-            self.sample()
+            try:
+                self.sample()
+            except Exception:  # a bug must not freeze the page: logged, the next sample is taken
+                logger.exception("affinity web: a sample failed")
 
     def sample(self) -> Snapshot:
         """One look at everything; publishes and returns the new snapshot."""
@@ -177,6 +183,10 @@ class Monitor:
                 router.sample(now)
             except AffinityError as error:
                 router.problem = f"cannot read {router.channel}: {error}"
+            except Exception as error:  # reports are untrusted: a report the checks missed stops only itself
+                logger.exception("affinity web: reading the router reports on %s failed", router.channel)
+                router.bad_reports += 1
+                router.last_error = f"a report could not be taken: {type(error).__name__}: {error}"
             routers.append(
                 RouterSnapshot(
                     router.channel,

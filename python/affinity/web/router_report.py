@@ -12,17 +12,22 @@ UTF-8 JSON object per message, at most :data:`MAX_REPORT_BYTES`::
 ``events`` are the router's latest log lines (moves with their reason, peers up and down, faucet
 actions), the newest last; ``faucet`` the latest action per faucet topic. Lists are cut to fixed
 lengths before encoding. The reader (:func:`decode_report`) treats every byte as hostile: a
-message that is not such an object raises ``ValueError`` saying what is wrong.
+message that is not such an object raises ``ValueError`` saying what is wrong. Times are finite
+numbers and counts integers, both within ``0..``:data:`MAX_REPORT_NUMBER` (so that the page's JSON
+and ``/metrics`` can always write them: JSON's ``NaN``, ``1e999`` or a 400-digit integer cannot).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections import OrderedDict, deque
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from affinity import _network_json
 
 #: Stream id of router status reports on the report channel.
 REPORT_STREAM_ID = 4343
@@ -40,6 +45,8 @@ MAX_REPORT_PEERS = 512
 MAX_REPORT_FAUCET = 256
 #: Longest text of one event or faucet detail, in characters.
 MAX_EVENT_TEXT = 300
+#: Largest time or count a report may carry (a signed 64-bit counter's range).
+MAX_REPORT_NUMBER = 2**63 - 1
 #: The logger the router writes its events to (``affinity.subjects``).
 ROUTER_LOGGER = "affinity.router"
 
@@ -123,12 +130,24 @@ def _expect(condition: bool, what: str) -> None:
         raise ValueError(what)
 
 
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPORT_NUMBER
+
+
+def _is_time(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    if isinstance(value, int):
+        return _is_count(value)
+    return math.isfinite(value) and 0 <= value <= MAX_REPORT_NUMBER
+
+
 def decode_report(data: bytes) -> RouterReport:
     """A report from untrusted bytes; ``ValueError`` naming what is wrong."""
     _expect(len(data) <= MAX_REPORT_BYTES, f"report of {len(data)} bytes exceeds {MAX_REPORT_BYTES}")
     try:
-        payload = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        payload = _network_json.loads(data.decode("utf-8"))
+    except ValueError as error:  # UnicodeDecodeError included
         raise ValueError(f"report is not UTF-8 JSON: {error}") from None
     _expect(isinstance(payload, dict), "report is not a JSON object")
     _expect(
@@ -136,11 +155,14 @@ def decode_report(data: bytes) -> RouterReport:
     )
     node, at, status = payload.get("node"), payload.get("time"), payload.get("status")
     _expect(isinstance(node, str) and 0 < len(node) <= MAX_EVENT_TEXT, "field 'node' is not a short string")
-    _expect(isinstance(at, int | float) and not isinstance(at, bool), "field 'time' is not a number")
+    _expect(_is_time(at), f"field 'time' is not a finite number in 0..{MAX_REPORT_NUMBER}")
     _expect(isinstance(status, dict), "field 'status' is not an object")
     clean_status: dict[str, int | bool] = {}
     for key, value in status.items():
-        _expect(isinstance(value, int), f"status field {key!r} is not an integer")
+        _expect(
+            isinstance(value, bool) or _is_count(value),
+            f"status field {str(key)[:64]!r} is not a boolean or an integer in 0..{MAX_REPORT_NUMBER}",
+        )
         clean_status[str(key)[:64]] = value
     peers = payload.get("peers", [])
     _expect(isinstance(peers, list) and len(peers) <= MAX_REPORT_PEERS, "field 'peers' is not a short list")
@@ -150,18 +172,15 @@ def decode_report(data: bytes) -> RouterReport:
             "a peer is not [label, up]",
         )
     moves = payload.get("moves", 0)
-    _expect(isinstance(moves, int) and moves >= 0, "field 'moves' is not a count")
+    _expect(_is_count(moves), f"field 'moves' is not a count in 0..{MAX_REPORT_NUMBER}")
     events = payload.get("events", [])
     _expect(isinstance(events, list) and len(events) <= MAX_REPORT_EVENTS, "field 'events' is not a short list")
     for event in events:
         _expect(
-            isinstance(event, list)
-            and len(event) == 3
-            and isinstance(event[0], int | float)
-            and isinstance(event[1], str)
-            and isinstance(event[2], str),
+            isinstance(event, list) and len(event) == 3 and isinstance(event[1], str) and isinstance(event[2], str),
             "an event is not [time, kind, text]",
         )
+        _expect(_is_time(event[0]), f"an event's time is not a finite number in 0..{MAX_REPORT_NUMBER}")
     faucet = payload.get("faucet", [])
     _expect(isinstance(faucet, list) and len(faucet) <= MAX_REPORT_FAUCET, "field 'faucet' is not a short list")
     for entry in faucet:

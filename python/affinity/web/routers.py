@@ -63,7 +63,7 @@ class RouterWatch:
         """One message from the channel (untrusted)."""
         try:
             report = decode_report(data)
-        except ValueError as error:
+        except (ValueError, ArithmeticError) as error:  # ArithmeticError: a number the checks missed
             self.bad_reports += 1
             self.last_error = str(error)
             return
