@@ -1440,10 +1440,11 @@ class ClusterForwardQueues:
         flags: int,
         payload: bytes,
         reachable: bool,
+        send: Callable[[str, int, bytes], bool] | None = None,
     ) -> str: ...
     def publish_all(
         self,
-        targets: list[tuple[str, bool]],
+        targets: list[tuple[str, bool, Callable[[str, int, bytes], bool]]],
         origin: int,
         subject: str,
         flags: int,

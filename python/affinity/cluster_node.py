@@ -394,9 +394,10 @@ class Forwarding:
 
     The router hands each publish of a domain this node is a slave of to the node's source for
     the domain, the origin source's id first. It is sent to the parent at once when the link to
-    the parent is live (heard for :data:`FORWARD_SETTLE_HEARTBEATS`) and nothing is queued
-    before it; else queued (the origin is told ``FORWARD_WARNING``), or past ``forward-queue``
-    bytes refused (the origin is told each refusal and is back-pressured until room is made).
+    the parent is live (heard for :data:`FORWARD_SETTLE_HEARTBEATS`), nothing is queued before
+    it and the link takes it (not full); else queued (the origin is told ``FORWARD_WARNING``),
+    or past ``forward-queue`` bytes refused (the origin is told each refusal and is
+    back-pressured for that queue until room is made).
     Links to parents open lazily, at the first publish for them.
     """
 
@@ -500,15 +501,16 @@ class Forwarding:
         dead mirror's queue is then dropped past its bound, never back-pressuring the origin)."""
         self._reply = local
         if parents:
-            forwarders = [self._forwarder(parent) for parent in parents]
             now = time.monotonic()
-            targets = [(p, self._settled(p, f, now)) for p, f in zip(parents, forwarders, strict=True)]
-            # A dead mirror's queue past its bound is dropped ("dropped") while another
-            # master takes the publish; with none reachable the bound back-pressures.
+            targets: list[tuple[str, bool, Callable[[str, int, bytes], bool]]] = []
+            for parent in parents:
+                forwarder = self._forwarder(parent)
+                settled = self._settled(parent, forwarder, now)
+                targets.append((parent, settled, forwarder.source._core.send_data))
+            # Sent when the link takes it (a full link's is queued, or refused past the bound); a
+            # dead mirror's queue past its bound is dropped ("dropped") while another master
+            # takes the publish; with none reachable the bound back-pressures.
             outcomes = self.queues.publish_all(targets, origin, subject, int(flags), body, taken_here)
-            for forwarder, outcome in zip(forwarders, outcomes, strict=True):
-                if outcome == "sent":
-                    forwarder.source._core.send_data(subject, int(flags), body)
         else:  # master unknown (a domain no node is master of): queued under the domain
             self._without_master.add(domain)
             outcomes = [self.queues.publish(None, domain, origin, subject, int(flags), body, False)]

@@ -893,6 +893,27 @@ impl ClusterForwardQueues {
     }
 }
 
+/// Hands a record to a link's `send(subject, flags, payload)` (a source core's `send_data`):
+/// whether the link took it. An exception is kept in `failure`, and nothing is sent after one.
+fn send_to_link(
+    send: &Bound<'_, PyAny>,
+    subject: &str,
+    flags: u16,
+    payload: &Bound<'_, PyBytes>,
+    failure: &mut Option<PyErr>,
+) -> bool {
+    if failure.is_some() {
+        return false;
+    }
+    match send.call1((subject, flags, payload)).and_then(|taken| taken.is_truthy()) {
+        Ok(taken) => taken,
+        Err(error) => {
+            *failure = Some(error);
+            false
+        }
+    }
+}
+
 /// The queue key of `master` (interned in `names`), or of `domain` without a master.
 fn queue_key(names: &mut Vec<String>, master: Option<&str>, domain: &str) -> QueueKey {
     match master {
@@ -911,9 +932,11 @@ impl ClusterForwardQueues {
     }
 
     /// A publish of `origin` for `master` (`None`: the domain has no master yet): `"sent"`
-    /// (the caller sends it now), `"queued"` or `"full"` (refused: back-pressure).
+    /// (`send(subject, flags, payload)`, the master's link, took it: it returns False when the
+    /// link is full), `"queued"` or `"full"` (refused: back-pressure). Without `send` nothing is
+    /// sent (queued even when `reachable`).
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (master, domain, origin, subject, flags, payload, reachable))]
+    #[pyo3(signature = (master, domain, origin, subject, flags, payload, reachable, send=None))]
     fn publish(
         &self,
         master: Option<&Bound<'_, PyAny>>,
@@ -923,6 +946,7 @@ impl ClusterForwardQueues {
         flags: &Bound<'_, PyAny>,
         payload: &Bound<'_, PyAny>,
         reachable: &Bound<'_, PyAny>,
+        send: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<&'static str> {
         let master = optional_str("master", master)?;
         let domain = str_argument("domain", domain)?;
@@ -931,6 +955,9 @@ impl ClusterForwardQueues {
         let flags = super::args::int_in("flags", flags, 0u16, u16::MAX)?;
         let payload = payload.cast::<PyBytes>().map_err(|_| expected("payload", "bytes", payload))?;
         let reachable = super::args::bool_argument("reachable", reachable)?;
+        if let Some(send) = send {
+            super::args::callable_argument("send", send)?;
+        }
         let record =
             SubjectRecord { kind: RecordKind::Data, flags, sender: origin, subject, payload: payload.as_bytes() };
         let mut bytes = Vec::with_capacity(record.encoded_length());
@@ -938,13 +965,22 @@ impl ClusterForwardQueues {
         let mut guard = self.lock();
         let (queues, names) = &mut *guard;
         let key = queue_key(names, master, domain);
-        Ok(forwarded_name(queues.publish(key, origin, &bytes, reachable, |_| {})))
+        let mut failure = None;
+        let outcome = queues.publish(key, origin, &bytes, reachable, |_| {
+            send.is_some_and(|send| send_to_link(send, subject, flags, payload, &mut failure))
+        });
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(forwarded_name(outcome)),
+        }
     }
 
     /// A publish of `origin` for every master of a domain (mirrored masters): `targets` are
-    /// `(master, reachable)` pairs; one answer per target, `"sent"` (the caller sends it to that
-    /// master now) or `"queued"`, or `"full"` for every one (refused for all: back-pressure).
-    /// `taken_here`: this node is a master of the domain too and relayed the publish itself.
+    /// `(master, reachable, send)` triples, `send(subject, flags, payload)` the master's link
+    /// (False when it is full); one answer per target, `"sent"` (its link took it), `"queued"`
+    /// or `"dropped"` (a stale mirror), or `"full"` for every one (refused for all:
+    /// back-pressure). `taken_here`: this node is a master of the domain too and relayed the
+    /// publish itself.
     #[pyo3(signature = (targets, origin, subject, flags, payload, taken_here=None))]
     fn publish_all(
         &self,
@@ -955,8 +991,12 @@ impl ClusterForwardQueues {
         payload: &Bound<'_, PyAny>,
         taken_here: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<&'static str>> {
-        let pairs: Vec<(String, bool)> =
-            targets.extract().map_err(|_| expected("targets", "a list of (master, reachable) pairs", targets))?;
+        let triples: Vec<(String, bool, Bound<'_, PyAny>)> = targets
+            .extract()
+            .map_err(|_| expected("targets", "a list of (master, reachable, send) triples", targets))?;
+        for (_, _, send) in &triples {
+            super::args::callable_argument("send", send)?;
+        }
         let origin = super::args::int_in("origin", origin, 0u64, u64::MAX)?;
         let subject = str_argument("subject", subject)?;
         let flags = super::args::int_in("flags", flags, 0u16, u16::MAX)?;
@@ -972,9 +1012,15 @@ impl ClusterForwardQueues {
         let mut guard = self.lock();
         let (queues, names) = &mut *guard;
         let keys: Vec<(QueueKey, bool)> =
-            pairs.iter().map(|(master, reachable)| (queue_key(names, Some(master), ""), *reachable)).collect();
-        let outcomes = queues.publish_all(&keys, origin, &bytes, taken_here, |_, _| {});
-        Ok(outcomes.into_iter().map(forwarded_name).collect())
+            triples.iter().map(|(master, reachable, _)| (queue_key(names, Some(master), ""), *reachable)).collect();
+        let mut failure = None;
+        let outcomes = queues.publish_all(&keys, origin, &bytes, taken_here, |index, _| {
+            send_to_link(&triples[index].2, subject, flags, payload, &mut failure)
+        });
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(outcomes.into_iter().map(forwarded_name).collect()),
+        }
     }
 
     /// Hands `master`'s queued publishes to `send(subject, flags, payload)`, in order, while it
@@ -987,18 +1033,9 @@ impl ClusterForwardQueues {
         let key = queue_key(names, Some(master), "");
         let mut failure = None;
         let sent = queues.flush(&key, |bytes| {
-            if failure.is_some() {
-                return false;
-            }
             let Ok((record, _)) = SubjectRecord::parse(bytes) else { return false };
             let payload = PyBytes::new(send.py(), record.payload);
-            match send.call1((record.subject, record.flags, payload)).and_then(|r| r.is_truthy()) {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    failure = Some(error);
-                    false
-                }
-            }
+            send_to_link(send, record.subject, record.flags, &payload, &mut failure)
         });
         match failure {
             Some(error) => Err(error),

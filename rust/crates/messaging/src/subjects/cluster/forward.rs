@@ -3,11 +3,15 @@
 //!
 //! Every publish names its *origin* (the source that published it at this node). An origin
 //! with publishes queued is told [`Notice::Warning`] once (its `forward_warning`), and
-//! [`Notice::Cleared`] when its last one was flushed. A publish past the bound is refused
-//! ([`Forwarded::Full`]: the runtime tells the origin, never a silent drop), and so is every
-//! later publish of that origin until the queue makes room (a flush), so what an origin had
-//! refused is always the tail of what it published: it stops (back-pressure) and publishes
-//! that tail again once told [`Notice::Warning`] or [`Notice::Cleared`].
+//! [`Notice::Cleared`] when its last one was flushed. A publish is sent only when the link
+//! takes it (`send` returns `true`); one the link does not take (full) is queued as for an
+//! unreachable master. A publish past the bound is refused ([`Forwarded::Full`]: the runtime
+//! tells the origin, never a silent drop), and so is every later publish of that origin *for
+//! that queue* until the queue makes room (a flush, its domain getting masters, its queue
+//! dropped), so what an origin had refused is always the tail of what it published for that
+//! master (or domain without one): it stops (back-pressure) and publishes that tail again once
+//! told [`Notice::Warning`] or [`Notice::Cleared`]. Its publishes for other queues are not
+//! refused for it: a domain without a master never blocks an origin's other domains.
 //!
 //! Mirrored masters ([`ForwardQueues::publish_all`]): a master that is unreachable while
 //! another master of the domain is reachable does not back-pressure the source. When its queue
@@ -30,12 +34,13 @@ pub const MAX_RESYNC_SUBJECTS: usize = 4096;
 /// What became of a publish.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Forwarded {
-    /// Handed to the master's link at once.
+    /// Handed to the master's link at once (the link took it).
     Sent,
-    /// Queued for the master (unreachable or unknown): the source is told `FORWARD_WARNING`.
+    /// Queued for the master (unreachable, unknown, or its link full): the source is told
+    /// `FORWARD_WARNING`.
     Queued,
-    /// Not taken: the queue holds its bound already (or the origin is blocked since its last
-    /// refusal); the source must retry (back-pressure, never a silent drop).
+    /// Not taken: the queue holds its bound already (or the origin is blocked for that queue
+    /// since its last refusal there); the source must retry (back-pressure, never a silent drop).
     Full,
     /// Not sent to this master, which is stale (its queue was dropped while another master of
     /// the domain took the publish): counted in `dropped`.
@@ -143,8 +148,9 @@ pub struct ForwardQueues {
     queues: HashMap<QueueKey, Queue>,
     /// Per origin: its publishes queued (an origin is here only while it has some).
     origins: HashMap<u64, usize>,
-    /// Origins refused since the last flush (each is told once room is made).
-    blocked: HashSet<u64>,
+    /// Per queue, the origins refused for it since it last made room (each is told once it
+    /// does); an origin blocked for one queue is not for the others.
+    blocked: HashMap<QueueKey, HashSet<u64>>,
     notices: Vec<(u64, Notice)>,
     counters: ForwardCounters,
     /// The same counters per master node (by index: configured nodes, bounded) and per domain
@@ -163,7 +169,7 @@ impl ForwardQueues {
             bound,
             queues: HashMap::new(),
             origins: HashMap::new(),
-            blocked: HashSet::new(),
+            blocked: HashMap::new(),
             notices: Vec::new(),
             counters: ForwardCounters::default(),
             per_node: Vec::new(),
@@ -191,18 +197,24 @@ impl ForwardQueues {
         }
     }
 
-    /// A publish (`record`, encoded) of `origin` for `key`: sent when `reachable` and nothing
-    /// is queued before it (order is kept), else queued within the bound, else refused (and
-    /// every later publish of `origin` until a flush makes room).
+    /// Whether `origin` was refused for `key` since its queue last made room.
+    fn is_blocked(&self, origin: u64, key: &QueueKey) -> bool {
+        self.blocked.get(key).is_some_and(|origins| origins.contains(&origin))
+    }
+
+    /// A publish (`record`, encoded) of `origin` for `key`: sent when `reachable`, nothing is
+    /// queued before it (order is kept) and the link takes it (`send` returns `false` when it
+    /// is full), else queued within the bound, else refused (and every later publish of
+    /// `origin` for `key` until its queue makes room).
     pub fn publish(
         &mut self,
         key: QueueKey,
         origin: u64,
         record: &[u8],
         reachable: bool,
-        send: impl FnMut(&[u8]),
+        send: impl FnMut(&[u8]) -> bool,
     ) -> Forwarded {
-        if self.blocked.contains(&origin) {
+        if self.is_blocked(origin, &key) {
             self.count(&key, |c| &mut c.refused, 1);
             return Forwarded::Full;
         }
@@ -217,22 +229,23 @@ impl ForwardQueues {
         origin: u64,
         record: &[u8],
         reachable: bool,
-        mut send: impl FnMut(&[u8]),
+        mut send: impl FnMut(&[u8]) -> bool,
     ) -> Forwarded {
         if reachable {
             self.back(&key);
         }
         let queued = self.queues.get(&key).is_some_and(|queue| !queue.entries.is_empty());
-        if reachable && !queued {
-            send(record);
+        // A link that is full did not take it: queued (or refused) as for an unreachable master.
+        if reachable && !queued && send(record) {
             self.count(&key, |c| &mut c.sent, 1);
             return Forwarded::Sent;
         }
         let queue = self.queues.entry(key.clone()).or_default();
         if queue.bytes + record.len() > self.bound {
-            // An origin id is one of the router's sources: as many as it tracks, no more.
-            self.blocked.insert(origin);
+            // An origin id is one of the router's sources and a key one of the configured nodes
+            // or a domain: as many as those, no more.
             self.count(&key, |c| &mut c.refused, 1);
+            self.blocked.entry(key).or_default().insert(origin);
             return Forwarded::Full;
         }
         queue.bytes += record.len();
@@ -247,17 +260,18 @@ impl ForwardQueues {
     }
 
     /// A publish of `origin` for every master of a domain (mirrored masters): `targets` are
-    /// `(key, reachable)`, one per master. Each is sent (`send(index, record)`) or queued as
-    /// [`ForwardQueues::publish`] would, with two exceptions:
+    /// `(key, reachable)`, one per master. Each is sent (`send(index, record)`, `false` when
+    /// that master's link is full) or queued as [`ForwardQueues::publish`] would, with two
+    /// exceptions:
     ///
     /// * a target that is not reachable, whose queue would pass the bound, while another target
     ///   is reachable: its queue is dropped and it is marked stale ([`QueueEvent::Dropped`]);
     ///   a stale target that is not reachable gets [`Forwarded::Dropped`] (counted), so a dead
     ///   mirror never back-pressures the source while another master takes its publishes;
-    /// * when the origin is blocked, or any other target that would queue it has no room (every
-    ///   master unreachable, or a reachable one still flushing), it is refused for all of them
-    ///   (counted once), so what an origin had refused is the same tail at every master and
-    ///   publishing it again duplicates nothing.
+    /// * when any other target that would queue it has no room, or the origin is blocked for
+    ///   it (every master unreachable, or a reachable one still flushing), it is refused for
+    ///   all of them (counted once; blocked for those without room), so what an origin had
+    ///   refused is the same tail at every master and publishing it again duplicates nothing.
     ///
     /// A stale target that is reachable again is no longer stale ([`QueueEvent::Back`]). When
     /// every target is stale they are all treated as not stale (queued, back-pressured). The
@@ -274,7 +288,7 @@ impl ForwardQueues {
         origin: u64,
         record: &[u8],
         taken_here: bool,
-        mut send: impl FnMut(usize, &[u8]),
+        mut send: impl FnMut(usize, &[u8]) -> bool,
     ) -> Vec<Forwarded> {
         for (key, reachable) in targets {
             if *reachable {
@@ -287,7 +301,11 @@ impl ForwardQueues {
             }
         }
         let any_reachable = taken_here || targets.iter().any(|(_, reachable)| *reachable);
-        let mut refused = !taken_here && self.blocked.contains(&origin);
+        // Refused for a target since it last made room: refused still, unless that target would
+        // not refuse now (a dead mirror beside a live master is dropped past its bound instead).
+        let mut refused = !taken_here
+            && targets.iter().any(|(key, reachable)| (*reachable || !any_reachable) && self.is_blocked(origin, key));
+        let mut full = Vec::new();
         let mut overflowing = Vec::new();
         for (key, reachable) in targets {
             if !self.stale.is_empty() && self.stale.contains_key(key) {
@@ -301,11 +319,14 @@ impl ForwardQueues {
                     overflowing.push(key.clone());
                 } else {
                     refused = true;
+                    full.push(key.clone());
                 }
             }
         }
         if refused {
-            self.blocked.insert(origin);
+            for key in full {
+                self.blocked.entry(key).or_default().insert(origin);
+            }
             self.counters.refused += 1;
             for (key, _) in targets {
                 self.counters_mut(key).refused += 1;
@@ -334,7 +355,8 @@ impl ForwardQueues {
     }
 
     /// Drops the queue for `key` (an unreachable mirrored master past its bound) and marks it
-    /// stale; origins left with nothing queued are told [`Notice::Cleared`].
+    /// stale; origins left with nothing queued are told [`Notice::Cleared`], and origins
+    /// refused for it are told too (room is made).
     fn drop_queue(&mut self, key: QueueKey) {
         let queue = self.queues.remove(&key).unwrap_or_default();
         let publishes = queue.entries.len() as u64;
@@ -343,14 +365,9 @@ impl ForwardQueues {
             missed.add(record);
         }
         for (origin, _) in &queue.entries {
-            if let Some(count) = self.origins.get_mut(origin) {
-                *count -= 1;
-                if *count == 0 {
-                    self.origins.remove(origin);
-                    self.notices.push((*origin, Notice::Cleared));
-                }
-            }
+            self.dequeued(&key, *origin);
         }
+        self.unblock(&key);
         self.count(&key, |c| &mut c.dropped, publishes);
         self.stale.insert(key.clone(), missed);
         self.events.push(QueueEvent::Dropped { key, publishes });
@@ -371,7 +388,8 @@ impl ForwardQueues {
     /// while it accepts (`send` returns `false` to stop); returns how many went.
     pub fn flush(&mut self, key: &QueueKey, mut send: impl FnMut(&[u8]) -> bool) -> usize {
         self.back(key);
-        let Some(queue) = self.queues.get_mut(key) else { return 0 };
+        // Out of the map while flushing: each publish that goes updates its origin's count.
+        let Some(mut queue) = self.queues.remove(key) else { return 0 };
         let mut sent = 0;
         while let Some((origin, record)) = queue.entries.front() {
             if !send(record) {
@@ -381,33 +399,55 @@ impl ForwardQueues {
             queue.bytes -= record.len();
             queue.entries.pop_front();
             sent += 1;
-            if let Some(count) = self.origins.get_mut(&origin) {
-                *count -= 1;
-                if *count == 0 {
-                    self.origins.remove(&origin);
-                    self.blocked.remove(&origin);
-                    self.notices.push((origin, Notice::Cleared));
-                }
-            }
+            self.dequeued(key, origin);
         }
-        if queue.entries.is_empty() {
-            self.queues.remove(key);
+        if !queue.entries.is_empty() {
+            self.queues.insert(key.clone(), queue);
         }
         self.count(key, |c| &mut c.flushed, sent as u64);
         if sent > 0 {
-            for origin in std::mem::take(&mut self.blocked) {
-                let notice = if self.origins.contains_key(&origin) { Notice::Warning } else { Notice::Cleared };
-                self.notices.push((origin, notice));
-            }
+            self.unblock(key);
         }
         sent
+    }
+
+    /// One publish of `origin` left `key`'s queue (flushed or dropped); when it was its last
+    /// one queued anywhere, it is told [`Notice::Cleared`] (and is no longer refused for `key`:
+    /// told already).
+    fn dequeued(&mut self, key: &QueueKey, origin: u64) {
+        let Some(count) = self.origins.get_mut(&origin) else { return };
+        *count -= 1;
+        if *count == 0 {
+            self.origins.remove(&origin);
+            if let Some(blocked) = self.blocked.get_mut(key) {
+                blocked.remove(&origin);
+            }
+            self.notices.push((origin, Notice::Cleared));
+        }
+    }
+
+    /// `key`'s queue made room (a flush sent some, it moved to its domain's masters, it was
+    /// dropped): origins refused for it are no longer, each told [`Notice::Warning`] (some of
+    /// its publishes are still queued) or [`Notice::Cleared`] (none is) to publish its refused
+    /// tail again. Origins refused for other queues stay refused for those.
+    fn unblock(&mut self, key: &QueueKey) {
+        let Some(origins) = self.blocked.remove(key) else { return };
+        for origin in origins {
+            let notice = if self.origins.contains_key(&origin) { Notice::Warning } else { Notice::Cleared };
+            self.notices.push((origin, notice));
+        }
     }
 
     /// A domain got its master(s): its queue moves to each one's (behind what is there), so it
     /// flushes in order when that master is reachable; returns how many publishes moved. With
     /// several masters each gets a copy (an origin stays warned until its last copy went).
+    /// Origins refused for the domain are no longer (told, to publish their tail again).
     pub fn assign(&mut self, domain: &str, masters: &[usize]) -> usize {
-        let Some(moved) = self.queues.remove(&QueueKey::Domain(domain.to_owned())) else { return 0 };
+        let key = QueueKey::Domain(domain.to_owned());
+        if !masters.is_empty() {
+            self.unblock(&key);
+        }
+        let Some(moved) = self.queues.remove(&key) else { return 0 };
         let count = moved.entries.len();
         for (index, &master) in masters.iter().enumerate() {
             if index > 0 {
@@ -496,16 +536,23 @@ mod tests {
         }
     }
 
+    fn accept_at(wire: &mut Vec<(usize, Vec<u8>)>) -> impl FnMut(usize, &[u8]) -> bool + '_ {
+        |index, record| {
+            wire.push((index, record.to_vec()));
+            true
+        }
+    }
+
     #[test]
     fn an_origin_is_warned_once_while_queued_and_cleared_when_its_last_publish_is_flushed() {
         let mut queues = ForwardQueues::new(100);
         let golan = QueueKey::Node(1);
         let mut wire = Vec::new();
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"a", true, |r| wire.push(r.to_vec())), Forwarded::Sent);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"a", true, accept(&mut wire)), Forwarded::Sent);
         assert!(queues.take_notices().is_empty(), "sent at once: nothing to tell");
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"b", false, |_| {}), Forwarded::Queued);
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"c", false, |_| {}), Forwarded::Queued);
-        assert_eq!(queues.publish(golan.clone(), OTHER, b"x", false, |_| {}), Forwarded::Queued);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"b", false, |_| true), Forwarded::Queued);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"c", false, |_| true), Forwarded::Queued);
+        assert_eq!(queues.publish(golan.clone(), OTHER, b"x", false, |_| true), Forwarded::Queued);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning), (OTHER, Notice::Warning)], "once each");
         assert!(queues.is_warned(SOURCE) && queues.is_warned(OTHER));
         // Only the first two go: SOURCE is cleared, OTHER still waits.
@@ -530,11 +577,11 @@ mod tests {
     fn past_the_bound_an_origin_is_refused_until_a_flush_makes_room_so_its_refusals_are_a_tail() {
         let mut queues = ForwardQueues::new(6);
         let golan = QueueKey::Node(1);
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"aaa", false, |_| {}), Forwarded::Queued);
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"bbbb", false, |_| {}), Forwarded::Full);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"aaa", false, |_| true), Forwarded::Queued);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"bbbb", false, |_| true), Forwarded::Full);
         // "c" would fit (3 + 1 <= 6) but SOURCE is blocked: its refusals stay a tail.
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"c", false, |_| {}), Forwarded::Full);
-        assert_eq!(queues.publish(golan.clone(), OTHER, b"xyz", false, |_| {}), Forwarded::Queued, "others fit");
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"c", false, |_| true), Forwarded::Full);
+        assert_eq!(queues.publish(golan.clone(), OTHER, b"xyz", false, |_| true), Forwarded::Queued, "others fit");
         assert_eq!(queues.queued_bytes(&golan), 6);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning), (OTHER, Notice::Warning)]);
         let mut wire = Vec::new();
@@ -543,8 +590,8 @@ mod tests {
         notices.sort_by_key(|&(origin, _)| origin);
         assert_eq!(notices, [(SOURCE, Notice::Cleared), (OTHER, Notice::Cleared)]);
         // Room again: SOURCE publishes its refused tail, in order.
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"bbbb", true, |r| wire.push(r.to_vec())), Forwarded::Sent);
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"c", true, |r| wire.push(r.to_vec())), Forwarded::Sent);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"bbbb", true, accept(&mut wire)), Forwarded::Sent);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"c", true, accept(&mut wire)), Forwarded::Sent);
         assert_eq!(wire, [b"aaa".to_vec(), b"xyz".to_vec(), b"bbbb".to_vec(), b"c".to_vec()]);
         assert_eq!(queues.counters().refused, 2);
     }
@@ -555,12 +602,12 @@ mod tests {
         let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
         let mut wire: Vec<(usize, Vec<u8>)> = Vec::new();
         let none = [(heron.clone(), false), (golan.clone(), false)];
-        let outcome = queues.publish_all(&none, SOURCE, b"aa", false, |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&none, SOURCE, b"aa", false, accept_at(&mut wire));
         assert_eq!(outcome, [Forwarded::Queued, Forwarded::Queued]);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
-        let outcome = queues.publish_all(&none, SOURCE, b"bbb", false, |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&none, SOURCE, b"bbb", false, accept_at(&mut wire));
         assert_eq!(outcome, [Forwarded::Full, Forwarded::Full], "refused for both, queued for neither");
-        let outcome = queues.publish_all(&none, SOURCE, b"c", false, |_, _| {});
+        let outcome = queues.publish_all(&none, SOURCE, b"c", false, |_, _| true);
         assert_eq!(outcome, [Forwarded::Full, Forwarded::Full], "blocked until a flush makes room");
         assert!(wire.is_empty() && queues.take_events().is_empty(), "nothing sent, nothing dropped");
         assert_eq!(queues.queued_count(&heron), 1);
@@ -568,10 +615,13 @@ mod tests {
         let mut flushed = Vec::new();
         assert_eq!(queues.flush(&golan, |_| false), 0);
         let flushing = [(heron.clone(), true), (golan.clone(), true)];
-        assert_eq!(queues.publish_all(&flushing, OTHER, b"bbb", false, |_, _| {}), [Forwarded::Full, Forwarded::Full]);
+        assert_eq!(
+            queues.publish_all(&flushing, OTHER, b"bbb", false, |_, _| true),
+            [Forwarded::Full, Forwarded::Full]
+        );
         assert_eq!(queues.flush(&golan, accept(&mut flushed)), 1);
         assert_eq!(queues.flush(&heron, accept(&mut flushed)), 1);
-        let outcome = queues.publish_all(&flushing, SOURCE, b"bbb", false, |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&flushing, SOURCE, b"bbb", false, accept_at(&mut wire));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Sent], "the refused tail goes again");
         assert_eq!(queues.counters(), ForwardCounters { sent: 2, queued: 2, flushed: 2, refused: 3, dropped: 0 });
         assert_eq!(
@@ -586,16 +636,16 @@ mod tests {
         let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
         let mut wire: Vec<(usize, Vec<u8>)> = Vec::new();
         let heron_only = [(heron.clone(), true), (golan.clone(), false)];
-        let outcome = queues.publish_all(&heron_only, SOURCE, b"aa", false, |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&heron_only, SOURCE, b"aa", false, accept_at(&mut wire));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Queued], "sent to the live one, queued for the other");
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
         // golan's queue has room for 2 more bytes: "bbb" does not fit, heron takes it.
-        let outcome = queues.publish_all(&heron_only, SOURCE, b"bbb", false, |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&heron_only, SOURCE, b"bbb", false, accept_at(&mut wire));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Dropped], "the source is not refused");
         assert_eq!(queues.take_events(), [QueueEvent::Dropped { key: golan.clone(), publishes: 1 }]);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Cleared)], "nothing of it queued any more");
         assert!(queues.is_stale(&golan) && !queues.is_queued(&golan));
-        let outcome = queues.publish_all(&heron_only, SOURCE, b"c", false, |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&heron_only, SOURCE, b"c", false, accept_at(&mut wire));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Dropped]);
         assert!(queues.take_events().is_empty(), "reported once per outage");
         assert_eq!(wire, [(0, b"aa".to_vec()), (0, b"bbb".to_vec()), (0, b"c".to_vec())]);
@@ -604,7 +654,7 @@ mod tests {
         let back = QueueEvent::Back { key: golan.clone(), missed: 3, resync: Vec::new(), unlisted: 0 };
         assert_eq!(queues.take_events(), [back], "these records name no subject: nothing to resync");
         let both = [(heron.clone(), true), (golan.clone(), true)];
-        let outcome = queues.publish_all(&both, SOURCE, b"d", false, |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&both, SOURCE, b"d", false, accept_at(&mut wire));
         assert_eq!(outcome, [Forwarded::Sent, Forwarded::Sent]);
         assert_eq!(wire[3..], [(0, b"d".to_vec()), (1, b"d".to_vec())]);
         assert_eq!(
@@ -615,10 +665,10 @@ mod tests {
         // Now heron dies too and golan with it: the mirror rule gives way to back-pressure.
         let none = [(heron.clone(), false), (golan.clone(), false)];
         assert_eq!(
-            queues.publish_all(&none, SOURCE, b"eeee", false, |_, _| {}),
+            queues.publish_all(&none, SOURCE, b"eeee", false, |_, _| true),
             [Forwarded::Queued, Forwarded::Queued]
         );
-        assert_eq!(queues.publish_all(&none, SOURCE, b"f", false, |_, _| {}), [Forwarded::Full, Forwarded::Full]);
+        assert_eq!(queues.publish_all(&none, SOURCE, b"f", false, |_, _| true), [Forwarded::Full, Forwarded::Full]);
         assert!(queues.take_events().is_empty(), "no master reachable: nothing dropped");
     }
 
@@ -636,15 +686,15 @@ mod tests {
         let mut queues = ForwardQueues::new(record.len());
         let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
         let heron_only = [(heron.clone(), true), (golan.clone(), false)];
-        assert_eq!(queues.publish_all(&heron_only, SOURCE, &record, false, |_, _| {})[1], Forwarded::Queued);
+        assert_eq!(queues.publish_all(&heron_only, SOURCE, &record, false, |_, _| true)[1], Forwarded::Queued);
         for (origin, subject) in [(SOURCE, "/RUGBY/b"), (OTHER, "/RUGBY/a"), (SOURCE, "/RUGBY/a")] {
             assert_eq!(
-                queues.publish_all(&heron_only, origin, &encoded(origin, subject), false, |_, _| {})[1],
+                queues.publish_all(&heron_only, origin, &encoded(origin, subject), false, |_, _| true)[1],
                 Forwarded::Dropped
             );
         }
         for n in 0..MAX_RESYNC_SUBJECTS + 5 {
-            queues.publish_all(&heron_only, OTHER, &encoded(OTHER, &format!("/RUGBY/n{n}")), false, |_, _| {});
+            queues.publish_all(&heron_only, OTHER, &encoded(OTHER, &format!("/RUGBY/n{n}")), false, |_, _| true);
         }
         queues.take_events();
         assert_eq!(queues.flush(&golan, |_| true), 0);
@@ -662,34 +712,34 @@ mod tests {
         let hobbit = QueueKey::Node(1);
         let dead = [(hobbit.clone(), false)];
         // This node takes every publish itself (taken_here): hobbit's queue fills, then drops.
-        assert_eq!(queues.publish_all(&dead, SOURCE, b"aa", true, |_, _| {}), [Forwarded::Queued]);
+        assert_eq!(queues.publish_all(&dead, SOURCE, b"aa", true, |_, _| true), [Forwarded::Queued]);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
-        assert_eq!(queues.publish_all(&dead, SOURCE, b"bbb", true, |_, _| {}), [Forwarded::Dropped]);
+        assert_eq!(queues.publish_all(&dead, SOURCE, b"bbb", true, |_, _| true), [Forwarded::Dropped]);
         assert_eq!(queues.take_events(), [QueueEvent::Dropped { key: hobbit.clone(), publishes: 1 }]);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Cleared)]);
         // Stale, and the only target: it stays stale (this node is the live master), no back-pressure.
-        assert_eq!(queues.publish_all(&dead, SOURCE, b"cccc", true, |_, _| {}), [Forwarded::Dropped]);
+        assert_eq!(queues.publish_all(&dead, SOURCE, b"cccc", true, |_, _| true), [Forwarded::Dropped]);
         assert_eq!(queues.counters_for(&hobbit), ForwardCounters { queued: 1, dropped: 3, ..Default::default() });
         // The same publishes without a master here back-pressure instead (a slave's rule).
         let mut slave = ForwardQueues::new(4);
-        assert_eq!(slave.publish_all(&dead, SOURCE, b"aa", false, |_, _| {}), [Forwarded::Queued]);
-        assert_eq!(slave.publish_all(&dead, SOURCE, b"bbb", false, |_, _| {}), [Forwarded::Full]);
+        assert_eq!(slave.publish_all(&dead, SOURCE, b"aa", false, |_, _| true), [Forwarded::Queued]);
+        assert_eq!(slave.publish_all(&dead, SOURCE, b"bbb", false, |_, _| true), [Forwarded::Full]);
         // hobbit back: sent at once again; it missed three publishes.
         let mut wire = Vec::new();
         let live = [(hobbit.clone(), true)];
-        let outcome = queues.publish_all(&live, SOURCE, b"d", true, |index, r| wire.push((index, r.to_vec())));
+        let outcome = queues.publish_all(&live, SOURCE, b"d", true, accept_at(&mut wire));
         assert_eq!(outcome, [Forwarded::Sent]);
         assert!(matches!(queues.take_events()[..], [QueueEvent::Back { missed: 3, .. }]));
         assert_eq!(wire, [(0, b"d".to_vec())]);
         // Reachable but still flushing a full queue: dropped too, never refused (the publish is
-        // relayed here already); an origin blocked elsewhere is not refused for the mirrors either.
-        assert_eq!(queues.publish_all(&dead, SOURCE, b"eeee", true, |_, _| {}), [Forwarded::Queued]);
-        assert_eq!(queues.publish_all(&live, SOURCE, b"f", true, |_, _| {}), [Forwarded::Dropped]);
+        // relayed here already); an origin blocked even for hobbit is not refused for the mirrors.
+        assert_eq!(queues.publish_all(&dead, SOURCE, b"eeee", true, |_, _| true), [Forwarded::Queued]);
+        assert_eq!(queues.publish_all(&live, SOURCE, b"f", true, |_, _| true), [Forwarded::Dropped]);
         assert!(queues.is_stale(&hobbit) && queues.counters().refused == 0);
         queues.take_events();
-        queues.blocked.insert(OTHER);
-        let outcome = queues.publish_all(&live, OTHER, b"g", true, |index, r| wire.push((index, r.to_vec())));
-        assert_eq!(outcome, [Forwarded::Sent], "back, and sent though OTHER is blocked elsewhere");
+        queues.blocked.entry(hobbit.clone()).or_default().insert(OTHER);
+        let outcome = queues.publish_all(&live, OTHER, b"g", true, accept_at(&mut wire));
+        assert_eq!(outcome, [Forwarded::Sent], "back, and sent though OTHER is blocked");
         assert!(matches!(queues.take_events()[..], [QueueEvent::Back { missed: 2, .. }]));
     }
 
@@ -697,8 +747,8 @@ mod tests {
     fn a_domain_getting_masters_hands_each_its_queue_in_order() {
         let mut queues = ForwardQueues::new(100);
         let radar = QueueKey::Domain("RADAR".to_owned());
-        assert_eq!(queues.publish(radar.clone(), SOURCE, b"r1", false, |_| {}), Forwarded::Queued);
-        assert_eq!(queues.publish(radar.clone(), SOURCE, b"r2", false, |_| {}), Forwarded::Queued);
+        assert_eq!(queues.publish(radar.clone(), SOURCE, b"r1", false, |_| true), Forwarded::Queued);
+        assert_eq!(queues.publish(radar.clone(), SOURCE, b"r2", false, |_| true), Forwarded::Queued);
         assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
         assert_eq!(queues.assign("RADAR", &[]), 0, "no master: stays queued under the domain");
         assert_eq!(queues.queued_count(&radar), 2);
@@ -717,13 +767,101 @@ mod tests {
     fn a_blocked_origin_with_publishes_still_queued_is_warned_when_room_is_made() {
         let mut queues = ForwardQueues::new(4);
         let golan = QueueKey::Node(1);
-        assert_eq!(queues.publish(golan.clone(), OTHER, b"xx", false, |_| {}), Forwarded::Queued);
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"aa", false, |_| {}), Forwarded::Queued);
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"b", false, |_| {}), Forwarded::Full);
+        assert_eq!(queues.publish(golan.clone(), OTHER, b"xx", false, |_| true), Forwarded::Queued);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"aa", false, |_| true), Forwarded::Queued);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"b", false, |_| true), Forwarded::Full);
         queues.take_notices();
         let mut once = true;
         assert_eq!(queues.flush(&golan, |_| std::mem::take(&mut once)), 1, "only OTHER's went");
         assert_eq!(queues.take_notices(), [(OTHER, Notice::Cleared), (SOURCE, Notice::Warning)]);
-        assert_eq!(queues.publish(golan.clone(), SOURCE, b"b", false, |_| {}), Forwarded::Queued, "unblocked");
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"b", false, |_| true), Forwarded::Queued, "unblocked");
+    }
+
+    #[test]
+    fn a_publish_a_full_link_does_not_take_is_queued_and_counted_queued_not_sent() {
+        let mut queues = ForwardQueues::new(4);
+        let golan = QueueKey::Node(1);
+        let mut wire = Vec::new();
+        // Live and nothing queued, but the link is full: queued (the origin warned), not lost.
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"aa", true, |_| false), Forwarded::Queued);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
+        // Order is kept: the next one waits behind it though the link takes it now.
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"b", true, accept(&mut wire)), Forwarded::Queued);
+        assert!(wire.is_empty());
+        // Still full and no room: refused (back-pressure), never a silent drop.
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"cc", true, |_| false), Forwarded::Full);
+        assert_eq!(queues.flush(&golan, accept(&mut wire)), 2);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Cleared)]);
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"cc", true, accept(&mut wire)), Forwarded::Sent);
+        assert_eq!(wire, [b"aa".to_vec(), b"b".to_vec(), b"cc".to_vec()], "in order, once");
+        assert_eq!(queues.counters(), ForwardCounters { sent: 1, queued: 2, flushed: 2, refused: 1, dropped: 0 });
+    }
+
+    #[test]
+    fn a_mirrored_master_whose_full_link_does_not_take_a_publish_gets_it_queued() {
+        let mut queues = ForwardQueues::new(4);
+        let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
+        let both = [(heron.clone(), true), (golan.clone(), true)];
+        let mut wire: Vec<(usize, Vec<u8>)> = Vec::new();
+        let golan_full = |index: usize, record: &[u8], wire: &mut Vec<(usize, Vec<u8>)>| {
+            wire.push((index, record.to_vec()));
+            index == 0
+        };
+        let outcome = queues.publish_all(&both, SOURCE, b"aa", false, |i, r| golan_full(i, r, &mut wire));
+        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Queued], "golan's link did not take it");
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
+        assert_eq!(queues.queued_count(&golan), 1);
+        // At a master (taken_here) the same: queued for the mirror, neither dropped nor refused.
+        let outcome = queues.publish_all(&both, OTHER, b"x", true, |i, r| golan_full(i, r, &mut wire));
+        assert_eq!(outcome, [Forwarded::Sent, Forwarded::Queued]);
+        assert_eq!(queues.counters_for(&golan), ForwardCounters { queued: 2, ..ForwardCounters::default() });
+        assert_eq!(queues.counters_for(&heron), ForwardCounters { sent: 2, ..ForwardCounters::default() });
+    }
+
+    #[test]
+    fn an_origin_refused_for_a_domain_without_a_master_still_publishes_to_other_masters() {
+        let mut queues = ForwardQueues::new(4);
+        let radar = QueueKey::Domain("RADAR".to_owned());
+        let golan = QueueKey::Node(1);
+        let mut wire = Vec::new();
+        assert_eq!(queues.publish(radar.clone(), SOURCE, b"aaa", false, |_| true), Forwarded::Queued);
+        assert_eq!(queues.publish(radar.clone(), SOURCE, b"bb", false, |_| true), Forwarded::Full);
+        assert_eq!(queues.publish(radar.clone(), SOURCE, b"c", false, |_| true), Forwarded::Full, "a tail");
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
+        // Another master, live with nothing queued: sent, RADAR's refusal does not block it.
+        assert_eq!(queues.publish(golan.clone(), SOURCE, b"x", true, accept(&mut wire)), Forwarded::Sent);
+        let mirrors = [(QueueKey::Node(0), true), (golan.clone(), true)];
+        assert_eq!(queues.publish_all(&mirrors, SOURCE, b"y", false, |_, _| true), [Forwarded::Sent; 2]);
+        // A flush elsewhere makes no room at RADAR: the origin is not told to publish again.
+        assert_eq!(queues.publish(golan.clone(), OTHER, b"o", false, |_| true), Forwarded::Queued);
+        assert_eq!(queues.flush(&golan, accept(&mut wire)), 1);
+        assert_eq!(queues.take_notices(), [(OTHER, Notice::Warning), (OTHER, Notice::Cleared)]);
+        assert_eq!(queues.publish(radar.clone(), SOURCE, b"c", false, |_| true), Forwarded::Full, "still blocked");
+        // RADAR gets a master: room is made, the origin is warned (its "aaa" is queued there).
+        assert_eq!(queues.assign("RADAR", &[2]), 1);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
+        assert_eq!(queues.publish(QueueKey::Node(2), SOURCE, b"b", false, |_| true), Forwarded::Queued);
+        assert_eq!(wire, [b"x".to_vec(), b"o".to_vec()]);
+    }
+
+    #[test]
+    fn a_mirror_dropped_as_stale_makes_room_for_the_origins_it_had_refused() {
+        let mut queues = ForwardQueues::new(4);
+        let (heron, golan) = (QueueKey::Node(0), QueueKey::Node(1));
+        let none = [(heron.clone(), false), (golan.clone(), false)];
+        assert_eq!(queues.publish_all(&none, SOURCE, b"aaa", false, |_, _| true), [Forwarded::Queued; 2]);
+        assert_eq!(queues.publish_all(&none, SOURCE, b"bb", false, |_, _| true), [Forwarded::Full; 2]);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)]);
+        // heron back and flushed: room at heron, SOURCE told; golan still full, still dead.
+        assert_eq!(queues.flush(&heron, |_| true), 1);
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Warning)], "still queued for golan");
+        let heron_only = [(heron.clone(), true), (golan.clone(), false)];
+        // golan's queue would pass its bound while heron takes it: dropped, SOURCE unblocked.
+        assert_eq!(
+            queues.publish_all(&heron_only, SOURCE, b"bb", false, |_, _| true),
+            [Forwarded::Sent, Forwarded::Dropped]
+        );
+        assert_eq!(queues.take_notices(), [(SOURCE, Notice::Cleared)]);
+        assert!(queues.blocked.is_empty(), "no origin is left blocked for a dropped queue");
     }
 }

@@ -151,13 +151,17 @@ fn publishes_for_an_unreachable_master_queue_in_order_within_the_bound_and_flush
     let mut queues = ForwardQueues::new(10);
     let golan = QueueKey::Node(1);
     let mut wire: Vec<Vec<u8>> = Vec::new();
-    assert_eq!(queues.publish(golan.clone(), 7, b"a", true, |r| wire.push(r.to_vec())), Forwarded::Sent);
-    assert_eq!(queues.publish(golan.clone(), 7, b"bbbb", false, |r| wire.push(r.to_vec())), Forwarded::Queued);
+    let mut send = |r: &[u8]| {
+        wire.push(r.to_vec());
+        true
+    };
+    assert_eq!(queues.publish(golan.clone(), 7, b"a", true, &mut send), Forwarded::Sent);
+    assert_eq!(queues.publish(golan.clone(), 7, b"bbbb", false, &mut send), Forwarded::Queued);
     assert!(queues.is_queued(&golan), "the source sees forward_warning");
     // Reachable again, but older publishes wait: order is kept.
-    assert_eq!(queues.publish(golan.clone(), 7, b"cccc", true, |r| wire.push(r.to_vec())), Forwarded::Queued);
+    assert_eq!(queues.publish(golan.clone(), 7, b"cccc", true, &mut send), Forwarded::Queued);
     assert_eq!(
-        queues.publish(golan.clone(), 7, b"ddd", false, |_| {}),
+        queues.publish(golan.clone(), 7, b"ddd", false, |_| true),
         Forwarded::Full,
         "past 10 bytes: back-pressure"
     );
@@ -174,7 +178,7 @@ fn publishes_for_an_unreachable_master_queue_in_order_within_the_bound_and_flush
     assert_eq!(queues.totals(), (2, 1));
     // Master unknown: queued under the domain, moved behind the master's queue once it appears.
     let radar = QueueKey::Domain("RADAR".into());
-    assert_eq!(queues.publish(radar.clone(), 7, b"r1", false, |_| {}), Forwarded::Queued);
+    assert_eq!(queues.publish(radar.clone(), 7, b"r1", false, |_| true), Forwarded::Queued);
     queues.assign("RADAR", &[1]);
     assert!(!queues.is_queued(&radar));
     assert_eq!(queues.queued_bytes(&golan), 2);
