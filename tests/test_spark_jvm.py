@@ -151,6 +151,10 @@ BAD_OPTIONS = [
     {"group": "jvm", "key": "k", "maxBatchBytes": "10"},
     {"group": "jvm", "key": "k", "ackTimeout": "soon"},
     {"group": "jvm", "key": "k", "ackTimeout": "0s"},
+    {"group": "jvm", "key": "k", "ackTimeout": "2 m"},
+    # Valid in the one duration grammar (docs/spark.md): refused for the option after it.
+    {"group": "jvm", "key": "k", "ackTimeout": "1.5h", "registry": " "},
+    {"group": "jvm", "key": "k", "ackTimeout": "500us", "registry": " "},
     {"group": "jvm", "key": "k", "value": "xml"},
     {"group": "jvm", "key": "k", "bogus": "1"},
     {"group": "jvm", "key": "k", "index": "0"},

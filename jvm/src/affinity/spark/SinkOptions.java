@@ -1,6 +1,8 @@
 package affinity.spark;
 
 import java.io.Serializable;
+import java.math.BigDecimal;
+import java.math.BigInteger;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
@@ -47,7 +49,17 @@ final class SinkOptions implements Serializable {
   /** Values of the {@code writer} option. */
   static final List<String> WRITERS = Arrays.asList("auto", "jvm", "python");
 
-  private static final Pattern DURATION = Pattern.compile("^\\s*(\\d+(?:\\.\\d+)?)\\s*(ms|s|m)?\\s*$");
+  /**
+   * The duration grammar of {@code affinity.units} ({@code rust/crates/core/src/units.rs}), which the
+   * Python writer parses with: a number ({@code 2}, {@code 1.5}, {@code .5}) and a unit ns, us, ms, s,
+   * m or h in any case, nothing between them; a bare number is in seconds.
+   */
+  private static final Pattern DURATION =
+      Pattern.compile("^(\\d+|\\d*\\.\\d+)(ns|us|ms|s|m|h)?$", Pattern.CASE_INSENSITIVE);
+  /** Most digits a duration's number may have (the grammar's {@code MAX_DIGITS}). */
+  private static final int MAX_DURATION_DIGITS = 30;
+  /** A duration is a whole number of nanoseconds below this (2^64). */
+  private static final BigInteger DURATION_NANOS_LIMIT = BigInteger.ONE.shiftLeft(64);
 
   final String group;
   final String channel;
@@ -234,19 +246,44 @@ final class SinkOptions implements Serializable {
     if (raw == null) {
       return defaultMillis;
     }
-    Matcher match = DURATION.matcher(raw);
-    if (!match.matches()) {
+    BigDecimal nanos = durationNanos(raw.strip());
+    if (nanos == null) {
       throw new SparkOptionException("option " + name + "=" + repr(raw)
           + " is not a duration (examples: 30, 30s, 500ms, 2m)");
     }
-    double number = Double.parseDouble(match.group(1));
-    String unit = match.group(2);
-    double seconds = "ms".equals(unit) ? number / 1000.0 : "m".equals(unit) ? number * 60.0 : number;
+    double seconds = nanos.doubleValue() / 1e9;
     if (!(seconds > 0.0 && seconds <= MAX_ACK_TIMEOUT_S)) {
       throw new SparkOptionException("option " + name + "=" + repr(raw) + " must be more than 0s and at most "
           + String.format(Locale.ROOT, "%.0f", MAX_ACK_TIMEOUT_S) + "s (one day)");
     }
     return Math.max(1L, Math.round(seconds * 1000.0));
+  }
+
+  /**
+   * The nanoseconds {@code text} names in the {@link #DURATION} grammar, or null when it is not one:
+   * not the grammar, more than {@link #MAX_DURATION_DIGITS} digits, finer than a nanosecond, or not
+   * below 2^64 nanoseconds (what {@code affinity.units.parse_duration} refuses).
+   */
+  private static BigDecimal durationNanos(String text) {
+    Matcher match = DURATION.matcher(text);
+    if (!match.matches() || match.group(1).replace(".", "").length() > MAX_DURATION_DIGITS) {
+      return null;
+    }
+    String unit = match.group(2) == null ? "s" : match.group(2).toLowerCase(Locale.ROOT);
+    long perUnit;
+    switch (unit) {
+      case "ns": perUnit = 1L; break;
+      case "us": perUnit = 1_000L; break;
+      case "ms": perUnit = 1_000_000L; break;
+      case "m": perUnit = 60_000_000_000L; break;
+      case "h": perUnit = 3_600_000_000_000L; break;
+      default: perUnit = 1_000_000_000L;
+    }
+    BigDecimal nanos = new BigDecimal(match.group(1)).multiply(BigDecimal.valueOf(perUnit));
+    if (nanos.signum() != 0 && nanos.stripTrailingZeros().scale() > 0) {
+      return null;
+    }
+    return nanos.toBigInteger().compareTo(DURATION_NANOS_LIMIT) < 0 ? nanos : null;
   }
 
   private static String choice(Map<String, String> values, String name, List<String> allowed) {
