@@ -344,6 +344,12 @@ def udp_rate(row: Row) -> float:
     return number(result, "rate" if "rate" in result else "msgs_per_sec")
 
 
+def udp_round(row: Row) -> str:
+    """The round of a ``media_driver_udp.sh`` row: under benches/harness.py (run_all.sh) each
+    command is one round and ``"run"`` numbers it."""
+    return text(row, "run") if "run" in row else text(row, "round")
+
+
 def udp_share(raw: Raw) -> list[str]:
     """The standalone/embedded UDP rows of ``benches/media_driver_udp.sh`` as a share of the
     loopback ceiling (offload on) measured in the same round: messages per second over the
@@ -373,9 +379,7 @@ def udp_share_of_one_run(raw: Raw) -> list[str]:
     by_round: dict[tuple[str, int, str], float] = {}
     loads: dict[str, list[float]] = defaultdict(list)
     for row in raw.ok:
-        # Under benches/harness.py (run_all.sh) each command is one round and "run" numbers it.
-        round_ = text(row, "run") if "run" in row else text(row, "round")
-        key = (text(row, "driver"), int(number(row, "size")), round_)
+        key = (text(row, "driver"), int(number(row, "size")), udp_round(row))
         by_round[key] = udp_rate(row)
         loads[text(row, "driver")].append(number(row, "load"))
     sizes = sorted({size for _, size, _ in by_round})
@@ -435,7 +439,7 @@ def udp_cpu(raw: Raw) -> list[str]:
 def udp_cpu_of_one_run(raw: Raw) -> list[str]:
     """[`udp_cpu`] of the rows of one run of ``benches/media_driver_udp.sh``."""
     ceilings = {
-        (int(number(row, "size")), text(row, "round")): udp_rate(row)
+        (int(number(row, "size")), udp_round(row)): udp_rate(row)
         for row in raw.ok
         if text(row, "driver") == CEILING_LABEL
     }
@@ -445,7 +449,7 @@ def udp_cpu_of_one_run(raw: Raw) -> list[str]:
         if not isinstance(threads, dict) or not isinstance(publisher, dict) or not isinstance(result, dict):
             continue
         size = int(number(row, "size"))
-        ceiling = ceilings.get((size, text(row, "round")))
+        ceiling = ceilings.get((size, udp_round(row)))
         if ceiling is None:
             continue
         gigabytes = number(result, "messages") * size / 1e9
